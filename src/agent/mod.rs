@@ -1,0 +1,1 @@
+//! One agent turn: router, model loop, prompt (stub — being written).

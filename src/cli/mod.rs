@@ -1,0 +1,1 @@
+//! The interactive terminal `bub chat` (stub — being written).

@@ -1,0 +1,21 @@
+//! Tools: everything the agent can do, callable by the model (function calling) and by humans
+//! (comma commands). [`registry`] holds them; the other files are the built-in tools by domain.
+
+pub mod fs;
+pub mod meta;
+pub mod registry;
+pub mod shell;
+pub mod tape;
+
+pub use registry::{Registry, Tool, ToolContext, ToolError, ToolFuture};
+
+/// Builds the registry of built-in tools, restricted to `allowed` when non-empty
+/// (names match the command name `fs.read` or the model name `fs_read`, case-insensitively).
+pub fn builtin_registry(allowed: &[String]) -> Registry {
+    let mut tools = Vec::new();
+    tools.extend(shell::tools());
+    tools.extend(fs::tools());
+    tools.extend(tape::tools());
+    tools.extend(meta::tools());
+    Registry::new(tools, allowed)
+}
