@@ -3,8 +3,32 @@
 //! Every setting keeps the reference's variable name (`BUB_MODEL`, `BUB_MAX_STEPS`, ...). A bad
 //! value is a [`ConfigError`] naming the variable; the CLI turns it into exit code 2 before
 //! anything starts serving.
+//!
+//! [`Settings::load`] (in `load.rs`) gathers the sources ([`sources`]) by precedence, then parses
+//! each value ([`parse`]). Secrets (API keys, tokens, proxy credentials) are redacted by the
+//! `Debug` impls here, so a logged `Settings` never leaks them.
 
+mod load;
+mod parse;
+pub mod providers;
+mod sources;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
 use std::path::PathBuf;
+
+pub use load::LoadOptions;
+pub use providers::provider_base_url;
+
+/// `BUB_MODEL` default.
+pub const DEFAULT_MODEL: &str = "openrouter:qwen/qwen3-coder-next";
+/// `BUB_OLLAMA_API_BASE` default.
+pub const DEFAULT_OLLAMA_API_BASE: &str = "https://ollama.com/api";
+/// `BUB_TELEGRAM_API_BASE` default.
+pub const DEFAULT_TELEGRAM_API_BASE: &str = "https://api.telegram.org";
+/// `BUB_DISCORD_API_BASE` default.
+pub const DEFAULT_DISCORD_API_BASE: &str = "https://discord.com";
 
 /// A configuration problem, reported as one line naming the variable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -16,7 +40,10 @@ pub struct ConfigError {
 
 impl ConfigError {
     pub fn new(var: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { var: var.into(), message: message.into() }
+        Self {
+            var: var.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -29,7 +56,7 @@ pub enum LogFormat {
 }
 
 /// All settings of one process. Field docs name the environment variable.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Settings {
     /// `BUB_MODEL`: `provider:model`, default `openrouter:qwen/qwen3-coder-next`.
     pub model: String,
@@ -72,7 +99,7 @@ pub struct Settings {
 }
 
 /// `BUB_TELEGRAM_*`.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone)]
 pub struct TelegramSettings {
     pub enabled: bool,
     pub token: Option<String>,
@@ -84,7 +111,7 @@ pub struct TelegramSettings {
 }
 
 /// `BUB_DISCORD_*`.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone)]
 pub struct DiscordSettings {
     pub enabled: bool,
     pub token: Option<String>,
@@ -94,4 +121,162 @@ pub struct DiscordSettings {
     pub proxy: Option<String>,
     /// `BUB_DISCORD_API_BASE` (default `https://discord.com`).
     pub api_base: String,
+}
+
+impl Settings {
+    /// Settings with every built-in default, for the given data root and workspace (no sources
+    /// read, nothing validated). [`Settings::load`] is the normal constructor; this one is for
+    /// tests and embedding.
+    pub fn with_defaults(home: PathBuf, workspace: PathBuf) -> Self {
+        Self {
+            model: DEFAULT_MODEL.to_owned(),
+            api_key: None,
+            api_base: None,
+            max_tokens: 1024,
+            model_timeout_seconds: Some(90.0),
+            system_prompt: String::new(),
+            home,
+            workspace,
+            tape_name: "bub".to_owned(),
+            max_steps: 20,
+            proactive_response: false,
+            message_delay_seconds: 10.0,
+            message_debounce_seconds: 1.0,
+            active_time_window_seconds: 60.0,
+            ollama_api_key: None,
+            ollama_api_base: DEFAULT_OLLAMA_API_BASE.to_owned(),
+            telegram: TelegramSettings::default(),
+            discord: DiscordSettings::default(),
+            log_level: "info".to_owned(),
+            log_format: LogFormat::Text,
+        }
+    }
+
+    /// The provider part of `model` (before the first `:`), as written.
+    pub fn provider(&self) -> &str {
+        self.model
+            .split_once(':')
+            .map_or("", |(provider, _)| provider)
+    }
+
+    /// The model id part of `model` (after the first `:`).
+    pub fn model_id(&self) -> &str {
+        self.model
+            .split_once(':')
+            .map_or(self.model.as_str(), |(_, id)| id)
+    }
+
+    /// `BUB_API_BASE` if set, else the provider's default base URL (empty for an unknown
+    /// provider, which [`Settings::load`] and [`Settings::set_model`] reject).
+    pub fn model_base_url(&self) -> String {
+        match &self.api_base {
+            Some(base) => base.clone(),
+            None => provider_base_url(self.provider())
+                .unwrap_or_default()
+                .to_owned(),
+        }
+    }
+
+    /// Replaces `model` (e.g. from `--model`) after validating it like `BUB_MODEL`.
+    pub fn set_model(&mut self, model: &str) -> Result<(), ConfigError> {
+        self.model = parse::parse_model("--model", model, self.api_base.as_deref())?;
+        Ok(())
+    }
+}
+
+impl Default for TelegramSettings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            token: None,
+            allow_from: Vec::new(),
+            allow_chats: Vec::new(),
+            proxy: None,
+            api_base: DEFAULT_TELEGRAM_API_BASE.to_owned(),
+        }
+    }
+}
+
+impl Default for DiscordSettings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            token: None,
+            allow_from: Vec::new(),
+            allow_channels: Vec::new(),
+            command_prefix: "!".to_owned(),
+            proxy: None,
+            api_base: DEFAULT_DISCORD_API_BASE.to_owned(),
+        }
+    }
+}
+
+/// `Some("***")` / `None`: shows whether a secret is set, never its value.
+fn secret(value: &Option<String>) -> Option<&'static str> {
+    value.as_ref().map(|_| "***")
+}
+
+/// A proxy URL with its `user:password@` masked.
+fn proxy(value: &Option<String>) -> Option<String> {
+    value.as_deref().map(parse::redact_url_text)
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("model", &self.model)
+            .field("api_key", &secret(&self.api_key))
+            .field(
+                "api_base",
+                &self.api_base.as_deref().map(parse::redact_url_text),
+            )
+            .field("max_tokens", &self.max_tokens)
+            .field("model_timeout_seconds", &self.model_timeout_seconds)
+            .field("system_prompt", &self.system_prompt)
+            .field("home", &self.home)
+            .field("workspace", &self.workspace)
+            .field("tape_name", &self.tape_name)
+            .field("max_steps", &self.max_steps)
+            .field("proactive_response", &self.proactive_response)
+            .field("message_delay_seconds", &self.message_delay_seconds)
+            .field("message_debounce_seconds", &self.message_debounce_seconds)
+            .field(
+                "active_time_window_seconds",
+                &self.active_time_window_seconds,
+            )
+            .field("ollama_api_key", &secret(&self.ollama_api_key))
+            .field("ollama_api_base", &self.ollama_api_base)
+            .field("telegram", &self.telegram)
+            .field("discord", &self.discord)
+            .field("log_level", &self.log_level)
+            .field("log_format", &self.log_format)
+            .finish()
+    }
+}
+
+impl fmt::Debug for TelegramSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TelegramSettings")
+            .field("enabled", &self.enabled)
+            .field("token", &secret(&self.token))
+            .field("allow_from", &self.allow_from)
+            .field("allow_chats", &self.allow_chats)
+            .field("proxy", &proxy(&self.proxy))
+            .field("api_base", &self.api_base)
+            .finish()
+    }
+}
+
+impl fmt::Debug for DiscordSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DiscordSettings")
+            .field("enabled", &self.enabled)
+            .field("token", &secret(&self.token))
+            .field("allow_from", &self.allow_from)
+            .field("allow_channels", &self.allow_channels)
+            .field("command_prefix", &self.command_prefix)
+            .field("proxy", &proxy(&self.proxy))
+            .field("api_base", &self.api_base)
+            .finish()
+    }
 }

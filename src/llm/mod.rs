@@ -1,1 +1,280 @@
-//! OpenAI-compatible model client (stub — being written).
+//! The model client: one OpenAI-compatible `POST {base}/chat/completions` endpoint with function
+//! calling, plain or streamed (SSE), with retries on temporary failures.
+//!
+//! The module is split by concern: this file holds the request/response values and the error
+//! type; [`client`] does HTTP, timeouts and retries; [`response`] decodes a complete
+//! (non-streamed) reply and provider error bodies; [`sse`] turns a byte stream into SSE events
+//! and accumulates streamed deltas into a [`ChatResponse`]. Decoding is pure (no I/O) so it is
+//! unit-tested without a server.
+//!
+//! Invariants: the API key only ever leaves the process in the `Authorization` header — it is
+//! never part of an error message, a log line or a `Debug` rendering; the per-call timeout
+//! covers the HTTP exchange only (tools run outside it).
+
+pub mod client;
+pub mod response;
+pub mod sse;
+
+use std::fmt;
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub use client::LlmClient;
+
+/// One model call: the conversation so far and the tools the model may call.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatRequest {
+    /// OpenAI message objects (`{"role": "...", "content": ...}`, assistant `tool_calls`, ...).
+    pub messages: Vec<Value>,
+    /// OpenAI `tools[]` entries (`{"type":"function","function":{...}}`); omitted when empty.
+    pub tools: Vec<Value>,
+    /// `max_tokens` of the reply.
+    pub max_tokens: u32,
+}
+
+/// A function call requested by the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolCall {
+    /// The provider's call id (`call_...`), echoed back in the `tool` message.
+    pub id: String,
+    /// The function name as offered to the model (`fs_read`).
+    pub name: String,
+    /// The raw JSON text of the arguments, exactly as the model sent it (may be invalid JSON).
+    pub arguments: String,
+}
+
+/// What the model answered. Text and tool calls may both be present.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatResponse {
+    /// The assistant text; `None` when the model sent none (or an empty string).
+    pub content: Option<String>,
+    /// Requested function calls, in the order the model listed them.
+    pub tool_calls: Vec<ToolCall>,
+    /// The provider's `usage` object (`prompt_tokens`, `completion_tokens`, ...), if sent.
+    pub usage: Option<Value>,
+    /// `stop`, `tool_calls`, `length`, ... when the provider sent one.
+    pub finish_reason: Option<String>,
+}
+
+impl ChatResponse {
+    /// The assistant message to append to the conversation before sending tool results back.
+    pub fn assistant_message(&self) -> Value {
+        let mut msg = serde_json::json!({
+            "role": "assistant",
+            "content": self.content.clone().map(Value::String).unwrap_or(Value::Null),
+        });
+        if !self.tool_calls.is_empty() {
+            let calls: Vec<Value> = self
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    serde_json::json!({
+                        "id": c.id,
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": c.arguments},
+                    })
+                })
+                .collect();
+            msg["tool_calls"] = Value::Array(calls);
+        }
+        msg
+    }
+}
+
+/// A failed model call. Messages are short, human-readable and never contain the API key.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LlmError {
+    /// The provider needs a key and none is configured.
+    #[error(
+        "no API key for provider {provider}: set BUB_API_KEY (or LLM_API_KEY / OPENROUTER_API_KEY)"
+    )]
+    MissingApiKey { provider: String },
+    /// The client configuration is unusable (for example an invalid base URL).
+    #[error("invalid model client configuration: {0}")]
+    Config(String),
+    /// No complete answer within the per-call timeout (after all attempts).
+    #[error("model_timeout: no response within {seconds}s")]
+    Timeout { seconds: f64 },
+    /// The provider answered with an error status (or an error object).
+    #[error("provider returned HTTP {status}: {message}")]
+    Http { status: u16, message: String },
+    /// The provider could not be reached (DNS, refused connection, reset, ...).
+    #[error("cannot reach the model provider: {0}")]
+    Connect(String),
+    /// The provider answered 2xx but the body is not a usable chat completion.
+    #[error("invalid response from the model provider: {0}")]
+    InvalidResponse(String),
+}
+
+impl LlmError {
+    /// A stable short name for tape error records and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LlmError::MissingApiKey { .. } | LlmError::Config(_) => "config",
+            LlmError::Timeout { .. } => "timeout",
+            LlmError::Http { .. } => "provider",
+            LlmError::Connect(_) => "connect",
+            LlmError::InvalidResponse(_) => "invalid_response",
+        }
+    }
+
+    /// Whether another attempt may succeed: 429, 5xx, connection failures and timeouts.
+    pub fn is_temporary(&self) -> bool {
+        match self {
+            LlmError::Http { status, .. } => *status == 429 || *status >= 500,
+            LlmError::Connect(_) | LlmError::Timeout { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// Whether the provider rejected the request because the conversation is too long for the
+    /// model's context window (the caller may hand off and retry with a shorter context).
+    pub fn is_context_overflow(&self) -> bool {
+        let LlmError::Http { status, message } = self else {
+            return false;
+        };
+        let m = message.to_lowercase();
+        (400..500).contains(status)
+            && [
+                "context length",
+                "context_length",
+                "context window",
+                "maximum context",
+                "too many tokens",
+                "prompt is too long",
+            ]
+            .iter()
+            .any(|needle| m.contains(needle))
+    }
+}
+
+/// Everything the client needs to reach one model.
+#[derive(Clone)]
+pub struct LlmConfig {
+    /// Provider name from `BUB_MODEL` (`openrouter`, `ollama`, ...).
+    pub provider: String,
+    /// Model name sent in the request (`qwen/qwen3-coder-next`).
+    pub model: String,
+    /// OpenAI-compatible base URL, e.g. `http://127.0.0.1:8080/v1` (a trailing `/` is ignored).
+    pub base_url: String,
+    /// Bearer token; required unless the provider is `ollama` or the base URL is local.
+    pub api_key: Option<String>,
+    /// Per-HTTP-call timeout; `None` waits forever.
+    pub timeout: Option<Duration>,
+    /// Attempts in total for temporary failures (at least one attempt is always made).
+    pub max_retries: u32,
+    /// First backoff delay; later ones double, with ±50 % jitter.
+    pub retry_base_delay: Duration,
+}
+
+impl LlmConfig {
+    /// A configuration with no key, no timeout, 3 attempts and a 500 ms base backoff.
+    pub fn new(
+        provider: impl Into<String>,
+        model: impl Into<String>,
+        base_url: impl Into<String>,
+    ) -> Self {
+        Self {
+            provider: provider.into(),
+            model: model.into(),
+            base_url: base_url.into(),
+            api_key: None,
+            timeout: None,
+            max_retries: 3,
+            retry_base_delay: Duration::from_millis(500),
+        }
+    }
+}
+
+impl fmt::Debug for LlmConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LlmConfig")
+            .field("provider", &self.provider)
+            .field("model", &self.model)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("timeout", &self.timeout)
+            .field("max_retries", &self.max_retries)
+            .field("retry_base_delay", &self.retry_base_delay)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_redacts_the_key() {
+        let mut cfg = LlmConfig::new("openai", "gpt", "https://api.openai.com/v1");
+        cfg.api_key = Some("sk-secret-123".into());
+        let shown = format!("{cfg:?}");
+        assert!(!shown.contains("sk-secret-123"), "{shown}");
+        assert!(shown.contains("<redacted>"));
+    }
+
+    #[test]
+    fn error_kinds_and_temporariness() {
+        let http = |status| LlmError::Http {
+            status,
+            message: "x".into(),
+        };
+        assert_eq!(http(400).kind(), "provider");
+        assert!(http(429).is_temporary());
+        assert!(http(503).is_temporary());
+        assert!(!http(401).is_temporary());
+        assert!(LlmError::Timeout { seconds: 1.0 }.is_temporary());
+        assert_eq!(LlmError::Connect("refused".into()).kind(), "connect");
+        assert_eq!(
+            LlmError::InvalidResponse("x".into()).kind(),
+            "invalid_response"
+        );
+        assert_eq!(
+            LlmError::MissingApiKey {
+                provider: "openrouter".into()
+            }
+            .kind(),
+            "config"
+        );
+        assert_eq!(
+            LlmError::Timeout { seconds: 0.5 }.to_string(),
+            "model_timeout: no response within 0.5s"
+        );
+    }
+
+    #[test]
+    fn context_overflow_is_recognised() {
+        let e = LlmError::Http {
+            status: 400,
+            message: "This model's maximum context length is 8192 tokens".into(),
+        };
+        assert!(e.is_context_overflow());
+        let e = LlmError::Http {
+            status: 400,
+            message: "bad tool schema".into(),
+        };
+        assert!(!e.is_context_overflow());
+    }
+
+    #[test]
+    fn assistant_message_carries_text_and_calls() {
+        let r = ChatResponse {
+            content: None,
+            tool_calls: vec![ToolCall {
+                id: "call_1".into(),
+                name: "fs_read".into(),
+                arguments: "{\"path\":\"a\"}".into(),
+            }],
+            usage: None,
+            finish_reason: Some("tool_calls".into()),
+        };
+        let m = r.assistant_message();
+        assert_eq!(m["content"], Value::Null);
+        assert_eq!(
+            m["tool_calls"][0]["function"]["arguments"],
+            "{\"path\":\"a\"}"
+        );
+        assert_eq!(m["tool_calls"][0]["type"], "function");
+    }
+}

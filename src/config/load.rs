@@ -1,0 +1,342 @@
+//! [`Settings::load`]: resolves the workspace and `BUB_HOME`, reads every source by precedence
+//! and parses each variable into [`Settings`].
+//!
+//! Precedence, lowest to highest: built-in defaults → `BUB_HOME/config.toml` → `--config FILE` →
+//! `<workspace>/.env` → `<cwd>/.env` → environment. A blank value means "use the default".
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use super::parse::{
+    absolute, expand_tilde, is_null, parse_bool, parse_list, parse_log_format, parse_log_level,
+    parse_model, parse_seconds, parse_secret, parse_timeout, parse_u32_min, parse_url,
+};
+use super::sources::{self, Layers};
+use super::{ConfigError, DEFAULT_MODEL, Settings};
+
+/// Where to look for configuration. `Default` means: workspace = CWD, no `--config`, the
+/// process environment and the process CWD.
+#[derive(Debug, Default, Clone)]
+pub struct LoadOptions {
+    /// `-w/--workspace`; `None` = the CWD.
+    pub workspace: Option<PathBuf>,
+    /// `--config FILE`; must exist when given.
+    pub config_file: Option<PathBuf>,
+    /// The environment; `None` = the process environment. Tests pass a map. `HOME` in it is
+    /// used to expand `~`.
+    pub env: Option<HashMap<String, String>>,
+    /// The directory relative paths and `<cwd>/.env` refer to; `None` = the process CWD.
+    pub cwd: Option<PathBuf>,
+}
+
+impl Settings {
+    /// Loads settings from every source (see the module docs). Reads files only; never
+    /// modifies the process environment.
+    pub fn load(opts: &LoadOptions) -> Result<Settings, ConfigError> {
+        let env = match &opts.env {
+            Some(env) => env.clone(),
+            None => process_env(),
+        };
+        let user_home = env
+            .get("HOME")
+            .filter(|home| !home.trim().is_empty())
+            .map(PathBuf::from)
+            .or_else(std::env::home_dir);
+        let user_home = user_home.as_deref();
+        let cwd = resolve_cwd(opts.cwd.as_deref())?;
+        let workspace = resolve_workspace(opts.workspace.as_deref(), &cwd, user_home)?;
+
+        // Everything above BUB_HOME/config.toml; it also decides where BUB_HOME is.
+        let mut upper = match &opts.config_file {
+            Some(file) => sources::from_toml(
+                &resolve_config_file(file, &cwd, user_home)?,
+                Some("--config"),
+            )?,
+            None => Layers::default(),
+        };
+        upper.overlay(read_dotenv(&workspace.join(".env"))?);
+        upper.overlay(read_dotenv(&cwd.join(".env"))?);
+        upper.overlay(sources::from_env(&env));
+
+        let home = resolve_home(&upper, &cwd, user_home)?;
+        let home_config = home.join("config.toml");
+        let mut layers = if home_config.is_file() {
+            let mut layers = sources::from_toml(&home_config, None)?;
+            if layers.take("BUB_HOME").is_some() {
+                return Err(ConfigError::new(
+                    "BUB_HOME",
+                    format!(
+                        "cannot be set in {} (it decides where that file is)",
+                        home_config.display()
+                    ),
+                ));
+            }
+            layers
+        } else {
+            Layers::default()
+        };
+        layers.overlay(upper);
+        build(&layers, home, workspace)
+    }
+}
+
+/// Parses every variable over the defaults, then checks cross-field rules.
+fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, ConfigError> {
+    let mut s = Settings::with_defaults(home, workspace);
+
+    s.api_base = l
+        .parse("BUB_API_BASE", optional_url("BUB_API_BASE"))?
+        .flatten();
+    s.model = match l.parse("BUB_MODEL", |v| {
+        parse_model("BUB_MODEL", v, s.api_base.as_deref())
+    })? {
+        Some(model) => model,
+        None => parse_model("BUB_MODEL", DEFAULT_MODEL, s.api_base.as_deref())?,
+    };
+    for var in ["BUB_API_KEY", "LLM_API_KEY", "OPENROUTER_API_KEY"] {
+        if let Some(key) = l.parse(var, |v| parse_secret(var, v))?.flatten() {
+            s.api_key = Some(key);
+            break;
+        }
+    }
+    set(l, "BUB_MAX_TOKENS", &mut s.max_tokens, |var, v| {
+        parse_u32_min(var, v, 1)
+    })?;
+    if let Some(timeout) = l.parse("BUB_MODEL_TIMEOUT_SECONDS", |v| {
+        parse_timeout("BUB_MODEL_TIMEOUT_SECONDS", v)
+    })? {
+        s.model_timeout_seconds = timeout;
+    }
+    if let Some(raw) = l.get("BUB_SYSTEM_PROMPT") {
+        s.system_prompt = raw.value.clone();
+    }
+    set(l, "BUB_TAPE_NAME", &mut s.tape_name, |_, v| {
+        Ok(v.trim().to_owned())
+    })?;
+    set(l, "BUB_MAX_STEPS", &mut s.max_steps, |var, v| {
+        parse_u32_min(var, v, 1)
+    })?;
+    set(
+        l,
+        "BUB_PROACTIVE_RESPONSE",
+        &mut s.proactive_response,
+        parse_bool,
+    )?;
+    set(
+        l,
+        "BUB_MESSAGE_DELAY_SECONDS",
+        &mut s.message_delay_seconds,
+        parse_seconds,
+    )?;
+    set(
+        l,
+        "BUB_MESSAGE_DEBOUNCE_SECONDS",
+        &mut s.message_debounce_seconds,
+        parse_seconds,
+    )?;
+    set(
+        l,
+        "BUB_ACTIVE_TIME_WINDOW_SECONDS",
+        &mut s.active_time_window_seconds,
+        parse_seconds,
+    )?;
+    s.ollama_api_key = secret(l, "BUB_OLLAMA_API_KEY")?;
+    set_url(l, "BUB_OLLAMA_API_BASE", &mut s.ollama_api_base)?;
+    set(l, "BUB_LOG_LEVEL", &mut s.log_level, parse_log_level)?;
+    set(l, "BUB_LOG_FORMAT", &mut s.log_format, parse_log_format)?;
+
+    let t = &mut s.telegram;
+    set(l, "BUB_TELEGRAM_ENABLED", &mut t.enabled, parse_bool)?;
+    t.token = secret(l, "BUB_TELEGRAM_TOKEN")?;
+    set(l, "BUB_TELEGRAM_ALLOW_FROM", &mut t.allow_from, parse_list)?;
+    set(
+        l,
+        "BUB_TELEGRAM_ALLOW_CHATS",
+        &mut t.allow_chats,
+        parse_list,
+    )?;
+    t.proxy = l
+        .parse("BUB_TELEGRAM_PROXY", optional_url("BUB_TELEGRAM_PROXY"))?
+        .flatten();
+    set_url(l, "BUB_TELEGRAM_API_BASE", &mut t.api_base)?;
+    require_token(t.enabled, &t.token, "BUB_TELEGRAM")?;
+
+    let d = &mut s.discord;
+    set(l, "BUB_DISCORD_ENABLED", &mut d.enabled, parse_bool)?;
+    d.token = secret(l, "BUB_DISCORD_TOKEN")?;
+    set(l, "BUB_DISCORD_ALLOW_FROM", &mut d.allow_from, parse_list)?;
+    set(
+        l,
+        "BUB_DISCORD_ALLOW_CHANNELS",
+        &mut d.allow_channels,
+        parse_list,
+    )?;
+    set(
+        l,
+        "BUB_DISCORD_COMMAND_PREFIX",
+        &mut d.command_prefix,
+        |_, v| Ok(v.trim().to_owned()),
+    )?;
+    d.proxy = l
+        .parse("BUB_DISCORD_PROXY", optional_url("BUB_DISCORD_PROXY"))?
+        .flatten();
+    set_url(l, "BUB_DISCORD_API_BASE", &mut d.api_base)?;
+    require_token(d.enabled, &d.token, "BUB_DISCORD")?;
+
+    Ok(s)
+}
+
+/// Overwrites `field` with the parsed value of `var` when it is set.
+fn set<T>(
+    l: &Layers,
+    var: &str,
+    field: &mut T,
+    parse: impl FnOnce(&str, &str) -> Result<T, ConfigError>,
+) -> Result<(), ConfigError> {
+    if let Some(value) = l.parse(var, |v| parse(var, v))? {
+        *field = value;
+    }
+    Ok(())
+}
+
+/// A URL with a default: `null` keeps the default.
+fn set_url(l: &Layers, var: &str, field: &mut String) -> Result<(), ConfigError> {
+    if let Some(Some(url)) = l.parse(var, optional_url(var))? {
+        *field = url;
+    }
+    Ok(())
+}
+
+/// An optional URL parser: `null` → `None`.
+fn optional_url(var: &str) -> impl FnOnce(&str) -> Result<Option<String>, ConfigError> + '_ {
+    move |v| {
+        if is_null(v) {
+            Ok(None)
+        } else {
+            parse_url(var, v).map(Some)
+        }
+    }
+}
+
+fn secret(l: &Layers, var: &str) -> Result<Option<String>, ConfigError> {
+    Ok(l.parse(var, |v| parse_secret(var, v))?.flatten())
+}
+
+/// An enabled channel needs its token.
+fn require_token(enabled: bool, token: &Option<String>, prefix: &str) -> Result<(), ConfigError> {
+    if enabled && token.is_none() {
+        return Err(ConfigError::new(
+            format!("{prefix}_TOKEN"),
+            format!("required when {prefix}_ENABLED is true"),
+        ));
+    }
+    Ok(())
+}
+
+/// The process environment; entries that are not valid UTF-8 are skipped.
+fn process_env() -> HashMap<String, String> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect()
+}
+
+fn resolve_cwd(cwd: Option<&Path>) -> Result<PathBuf, ConfigError> {
+    let cwd = match cwd {
+        Some(cwd) => std::path::absolute(cwd),
+        None => std::env::current_dir(),
+    };
+    cwd.map_err(|err| {
+        ConfigError::new(
+            "cwd",
+            format!("cannot determine the current directory: {err}"),
+        )
+    })
+}
+
+/// `~` expansion of a path option (paths that are not UTF-8 are taken as they are).
+fn expand(var: &str, path: &Path, user_home: Option<&Path>) -> Result<PathBuf, ConfigError> {
+    match path.to_str() {
+        Some(text) => expand_tilde(var, text, user_home),
+        None => Ok(path.to_path_buf()),
+    }
+}
+
+/// The workspace: `~` expanded, absolute, canonical; it must be an existing directory.
+fn resolve_workspace(
+    workspace: Option<&Path>,
+    cwd: &Path,
+    user_home: Option<&Path>,
+) -> Result<PathBuf, ConfigError> {
+    const VAR: &str = "--workspace";
+    let path = match workspace {
+        Some(path) => absolute(expand(VAR, path, user_home)?, cwd),
+        None => cwd.to_path_buf(),
+    };
+    let canonical = path.canonicalize().map_err(|_| {
+        ConfigError::new(VAR, format!("directory does not exist: {}", path.display()))
+    })?;
+    if !canonical.is_dir() {
+        return Err(ConfigError::new(
+            VAR,
+            format!("not a directory: {}", path.display()),
+        ));
+    }
+    Ok(canonical)
+}
+
+/// The `--config` file: `~` expanded, absolute; it must exist.
+fn resolve_config_file(
+    file: &Path,
+    cwd: &Path,
+    user_home: Option<&Path>,
+) -> Result<PathBuf, ConfigError> {
+    const VAR: &str = "--config";
+    let path = absolute(expand(VAR, file, user_home)?, cwd);
+    if !path.exists() {
+        return Err(ConfigError::new(
+            VAR,
+            format!("file does not exist: {}", path.display()),
+        ));
+    }
+    if !path.is_file() {
+        return Err(ConfigError::new(
+            VAR,
+            format!("not a file: {}", path.display()),
+        ));
+    }
+    Ok(path)
+}
+
+/// `BUB_HOME` (default `~/.bub`): `~` expanded, absolute, canonical when it exists.
+fn resolve_home(
+    layers: &Layers,
+    cwd: &Path,
+    user_home: Option<&Path>,
+) -> Result<PathBuf, ConfigError> {
+    const VAR: &str = "BUB_HOME";
+    let raw = layers
+        .parse(VAR, |v| Ok((!is_null(v)).then(|| v.trim().to_owned())))?
+        .flatten()
+        .unwrap_or_else(|| "~/.bub".to_owned());
+    let path = absolute(expand_tilde(VAR, &raw, user_home)?, cwd);
+    if !path.exists() {
+        return Ok(path);
+    }
+    if !path.is_dir() {
+        return Err(ConfigError::new(
+            VAR,
+            format!("not a directory: {}", path.display()),
+        ));
+    }
+    path.canonicalize()
+        .map_err(|err| ConfigError::new(VAR, format!("cannot resolve {}: {err}", path.display())))
+}
+
+/// A `.env` file's variables, or nothing if there is no such file.
+fn read_dotenv(path: &Path) -> Result<Layers, ConfigError> {
+    if path.is_file() {
+        sources::from_dotenv(path)
+    } else {
+        Ok(Layers::default())
+    }
+}

@@ -1,0 +1,367 @@
+//! Parsers for single configuration values: booleans, bounded integers, durations, lists, URLs,
+//! the model string, log settings, secrets and `~` paths.
+//!
+//! Every parser takes the variable name so its error names it. Values are echoed in errors with
+//! `{:?}` (one line, escapes visible); secrets are never echoed and URL credentials are masked.
+
+use std::path::{Path, PathBuf};
+
+use super::ConfigError;
+use super::providers::{known_providers, provider_base_url};
+
+/// The literal that means "unset" for optional fields (case-insensitive).
+pub fn is_null(raw: &str) -> bool {
+    raw.trim().eq_ignore_ascii_case("null")
+}
+
+/// `true/false/1/0/yes/no/on/off/t/f/y/n`, case-insensitive (pydantic's spellings).
+pub fn parse_bool(var: &str, raw: &str) -> Result<bool, ConfigError> {
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "true" | "1" | "yes" | "on" | "t" | "y" => Ok(true),
+        "false" | "0" | "no" | "off" | "f" | "n" => Ok(false),
+        _ => Err(ConfigError::new(
+            var,
+            format!("invalid boolean {raw:?} (expected true/false, 1/0, yes/no or on/off)"),
+        )),
+    }
+}
+
+/// A whole number `>= min` that fits in `u32`.
+pub fn parse_u32_min(var: &str, raw: &str, min: u32) -> Result<u32, ConfigError> {
+    let value: u32 = raw.trim().parse().map_err(|_| {
+        ConfigError::new(
+            var,
+            format!("invalid integer {raw:?} (expected a whole number >= {min})"),
+        )
+    })?;
+    if value < min {
+        return Err(ConfigError::new(
+            var,
+            format!("must be >= {min}, got {value}"),
+        ));
+    }
+    Ok(value)
+}
+
+/// Seconds as a finite number `>= 0`; fractions allowed (`0`, `0.2`).
+pub fn parse_seconds(var: &str, raw: &str) -> Result<f64, ConfigError> {
+    let value: f64 = raw.trim().parse().map_err(|_| {
+        ConfigError::new(
+            var,
+            format!("invalid duration {raw:?} (expected seconds, e.g. 10 or 0.5)"),
+        )
+    })?;
+    if !value.is_finite() || value < 0.0 {
+        return Err(ConfigError::new(
+            var,
+            format!("must be a finite number of seconds >= 0, got {raw:?}"),
+        ));
+    }
+    Ok(value)
+}
+
+/// An optional timeout: `null`, `none` or `0` mean no timeout.
+pub fn parse_timeout(var: &str, raw: &str) -> Result<Option<f64>, ConfigError> {
+    if is_null(raw) || raw.trim().eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let value = parse_seconds(var, raw)?;
+    Ok((value > 0.0).then_some(value))
+}
+
+/// A list: a JSON array of strings/numbers, or a comma-separated list. Items are trimmed and
+/// empty items dropped; `null` is the empty list. A value starting with `[` must be valid JSON.
+pub fn parse_list(var: &str, raw: &str) -> Result<Vec<String>, ConfigError> {
+    let trimmed = raw.trim();
+    if is_null(trimmed) {
+        return Ok(Vec::new());
+    }
+    if !trimmed.starts_with('[') {
+        return Ok(trimmed
+            .split(',')
+            .map(str::trim)
+            .filter(|item| !item.is_empty())
+            .map(str::to_owned)
+            .collect());
+    }
+    let items: Vec<serde_json::Value> = serde_json::from_str(trimmed).map_err(|err| {
+        ConfigError::new(
+            var,
+            format!("invalid JSON list {raw:?}: {err} (use [\"a\",\"b\"] or a,b)"),
+        )
+    })?;
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let text = match item {
+            serde_json::Value::String(s) => s,
+            serde_json::Value::Number(n) => n.to_string(),
+            other => {
+                return Err(ConfigError::new(
+                    var,
+                    format!("list items must be strings or numbers, got {other}"),
+                ));
+            }
+        };
+        let text = text.trim();
+        if !text.is_empty() {
+            out.push(text.to_owned());
+        }
+    }
+    Ok(out)
+}
+
+/// Which URL schemes a URL setting accepts.
+const HTTP_SCHEMES: &[&str] = &["http", "https"];
+
+/// An `http(s)` URL with a host; returned as written, trailing `/` stripped.
+pub fn parse_url(var: &str, raw: &str) -> Result<String, ConfigError> {
+    let trimmed = raw.trim();
+    let shown = redact_url_text(trimmed);
+    let url = reqwest::Url::parse(trimmed)
+        .map_err(|err| ConfigError::new(var, format!("invalid URL {shown:?}: {err}")))?;
+    if !HTTP_SCHEMES.contains(&url.scheme()) {
+        return Err(ConfigError::new(
+            var,
+            format!("URL {shown:?} must use http or https"),
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(ConfigError::new(var, format!("URL {shown:?} has no host")));
+    }
+    Ok(trimmed.trim_end_matches('/').to_owned())
+}
+
+/// Masks the `user:password@` part of a URL-looking string, parsed or not.
+pub fn redact_url_text(text: &str) -> String {
+    let Some(scheme_end) = text.find("://") else {
+        return text.to_owned();
+    };
+    let authority_start = scheme_end + 3;
+    let rest = &text[authority_start..];
+    let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    match rest[..authority_len].rfind('@') {
+        Some(at) => format!(
+            "{}***@{}",
+            &text[..authority_start],
+            &text[authority_start + at + 1..]
+        ),
+        None => text.to_owned(),
+    }
+}
+
+/// A secret (API key, token): trimmed; must not contain whitespace or control characters.
+/// The value never appears in the error.
+pub fn parse_secret(var: &str, raw: &str) -> Result<Option<String>, ConfigError> {
+    let trimmed = raw.trim();
+    if trimmed.is_empty() || is_null(trimmed) {
+        return Ok(None);
+    }
+    if trimmed.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(ConfigError::new(
+            var,
+            "invalid value: contains whitespace or control characters (value not shown)",
+        ));
+    }
+    Ok(Some(trimmed.to_owned()))
+}
+
+/// Splits `provider:model` at the first `:`; both parts non-empty. Without `api_base` the
+/// provider must be known.
+pub fn parse_model(var: &str, raw: &str, api_base: Option<&str>) -> Result<String, ConfigError> {
+    let model = raw.trim();
+    let Some((provider, id)) = model.split_once(':') else {
+        return Err(ConfigError::new(
+            var,
+            format!(
+                "invalid model {model:?}: expected provider:model, e.g. openrouter:qwen/qwen3-coder-next"
+            ),
+        ));
+    };
+    if provider.trim().is_empty() || id.trim().is_empty() {
+        return Err(ConfigError::new(
+            var,
+            format!("invalid model {model:?}: provider and model must both be non-empty"),
+        ));
+    }
+    if api_base.is_none() && provider_base_url(provider).is_none() {
+        return Err(ConfigError::new(
+            var,
+            format!(
+                "unknown provider {provider:?} (known: {}); set BUB_API_BASE to use any \
+                 OpenAI-compatible server",
+                known_providers()
+            ),
+        ));
+    }
+    Ok(model.to_owned())
+}
+
+/// `trace/debug/info/warn/error` (case-insensitive; `warning` means `warn`), returned lowercase.
+pub fn parse_log_level(var: &str, raw: &str) -> Result<String, ConfigError> {
+    let level = raw.trim().to_ascii_lowercase();
+    match level.as_str() {
+        "trace" | "debug" | "info" | "warn" | "error" => Ok(level),
+        "warning" => Ok("warn".to_owned()),
+        _ => Err(ConfigError::new(
+            var,
+            format!("invalid log level {raw:?} (expected trace, debug, info, warn or error)"),
+        )),
+    }
+}
+
+/// `text` or `json`, case-insensitive.
+pub fn parse_log_format(var: &str, raw: &str) -> Result<super::LogFormat, ConfigError> {
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "text" => Ok(super::LogFormat::Text),
+        "json" => Ok(super::LogFormat::Json),
+        _ => Err(ConfigError::new(
+            var,
+            format!("invalid log format {raw:?} (expected text or json)"),
+        )),
+    }
+}
+
+/// Expands a leading `~` (alone or followed by `/`) with `home`; other paths are unchanged.
+pub fn expand_tilde(var: &str, raw: &str, home: Option<&Path>) -> Result<PathBuf, ConfigError> {
+    let rest = match raw.strip_prefix('~') {
+        Some("") => "",
+        Some(rest) if rest.starts_with('/') => rest.trim_start_matches('/'),
+        _ => return Ok(PathBuf::from(raw)),
+    };
+    let home = home.ok_or_else(|| {
+        ConfigError::new(var, format!("cannot expand ~ in {raw:?}: HOME is not set"))
+    })?;
+    Ok(if rest.is_empty() {
+        home.to_path_buf()
+    } else {
+        home.join(rest)
+    })
+}
+
+/// Makes `path` absolute against `base` (no filesystem access).
+pub fn absolute(path: PathBuf, base: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path
+    } else {
+        base.join(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn booleans() {
+        for t in ["true", "TRUE", "1", "yes", "On", " y "] {
+            assert!(parse_bool("V", t).unwrap(), "{t}");
+        }
+        for f in ["false", "0", "No", "off", "F"] {
+            assert!(!parse_bool("V", f).unwrap(), "{f}");
+        }
+        assert_eq!(parse_bool("V", "maybe").unwrap_err().var, "V");
+    }
+
+    #[test]
+    fn integers_and_bounds() {
+        assert_eq!(parse_u32_min("V", " 30 ", 1).unwrap(), 30);
+        assert!(
+            parse_u32_min("V", "0", 1)
+                .unwrap_err()
+                .message
+                .contains(">= 1")
+        );
+        assert!(parse_u32_min("V", "-3", 1).is_err());
+        assert!(parse_u32_min("V", "2.5", 1).is_err());
+    }
+
+    #[test]
+    fn durations_and_timeouts() {
+        assert_eq!(parse_seconds("V", "0").unwrap(), 0.0);
+        assert_eq!(parse_seconds("V", "0.2").unwrap(), 0.2);
+        assert!(parse_seconds("V", "-1").is_err());
+        assert!(parse_seconds("V", "inf").is_err());
+        assert!(parse_seconds("V", "NaN").is_err());
+        assert_eq!(parse_timeout("V", "null").unwrap(), None);
+        assert_eq!(parse_timeout("V", "None").unwrap(), None);
+        assert_eq!(parse_timeout("V", "0").unwrap(), None);
+        assert_eq!(parse_timeout("V", "2.5").unwrap(), Some(2.5));
+    }
+
+    #[test]
+    fn lists() {
+        assert_eq!(
+            parse_list("V", r#"["1", "alice", 42]"#).unwrap(),
+            ["1", "alice", "42"]
+        );
+        assert_eq!(parse_list("V", " 1, alice ,,").unwrap(), ["1", "alice"]);
+        assert_eq!(parse_list("V", "").unwrap(), Vec::<String>::new());
+        assert_eq!(parse_list("V", "null").unwrap(), Vec::<String>::new());
+        assert_eq!(parse_list("V", "[]").unwrap(), Vec::<String>::new());
+        assert!(parse_list("V", "[1, 2").is_err());
+        assert!(parse_list("V", "[true]").is_err());
+    }
+
+    #[test]
+    fn urls() {
+        assert_eq!(
+            parse_url("V", "http://127.0.0.1:8080/v1/").unwrap(),
+            "http://127.0.0.1:8080/v1"
+        );
+        assert_eq!(
+            parse_url("V", "https://example.com").unwrap(),
+            "https://example.com"
+        );
+        assert!(parse_url("V", "ftp://example.com").is_err());
+        assert!(parse_url("V", "example.com").is_err());
+        assert!(parse_url("V", "http://").is_err());
+        let err = parse_url("V", "ftp://user:hunter2@proxy:1").unwrap_err();
+        assert!(!err.message.contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn url_redaction() {
+        assert_eq!(redact_url_text("http://u:p@h:1/x@y"), "http://***@h:1/x@y");
+        assert_eq!(redact_url_text("http://h/x@y"), "http://h/x@y");
+        assert_eq!(redact_url_text("not a url"), "not a url");
+    }
+
+    #[test]
+    fn secrets() {
+        assert_eq!(parse_secret("V", " abc ").unwrap().as_deref(), Some("abc"));
+        assert_eq!(parse_secret("V", "null").unwrap(), None);
+        let err = parse_secret("V", "ab cd-secret").unwrap_err();
+        assert!(!err.to_string().contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn models() {
+        assert!(parse_model("M", "openrouter:qwen/qwen3-coder-next", None).is_ok());
+        assert!(parse_model("M", "ollama:llama3:8b", None).is_ok());
+        assert!(parse_model("M", "nocolon", None).is_err());
+        assert!(parse_model("M", ":x", None).is_err());
+        assert!(parse_model("M", "openai:", None).is_err());
+        let err = parse_model("M", "local:foo", None).unwrap_err();
+        assert!(err.message.contains("BUB_API_BASE") && err.message.contains("openrouter"));
+        assert!(parse_model("M", "local:foo", Some("http://127.0.0.1:1/v1")).is_ok());
+    }
+
+    #[test]
+    fn tilde() {
+        let home = Path::new("/h");
+        assert_eq!(
+            expand_tilde("V", "~", Some(home)).unwrap(),
+            PathBuf::from("/h")
+        );
+        assert_eq!(
+            expand_tilde("V", "~/x/y", Some(home)).unwrap(),
+            PathBuf::from("/h/x/y")
+        );
+        assert_eq!(
+            expand_tilde("V", "~bob/x", Some(home)).unwrap(),
+            PathBuf::from("~bob/x")
+        );
+        assert_eq!(expand_tilde("V", "/a", None).unwrap(), PathBuf::from("/a"));
+        assert_eq!(expand_tilde("V", "~/a", None).unwrap_err().var, "V");
+    }
+}

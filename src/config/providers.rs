@@ -1,0 +1,59 @@
+//! Known model providers and their default OpenAI-compatible base URLs.
+//!
+//! `BUB_MODEL` is `provider:model`; the provider picks the base URL unless `BUB_API_BASE`
+//! overrides it, in which case any provider name is accepted (any OpenAI-compatible server).
+
+/// Provider name (lowercase) → default base URL, without a trailing `/`.
+pub const PROVIDERS: &[(&str, &str)] = &[
+    ("openrouter", "https://openrouter.ai/api/v1"),
+    ("openai", "https://api.openai.com/v1"),
+    ("ollama", "http://localhost:11434/v1"),
+    ("deepseek", "https://api.deepseek.com/v1"),
+    ("groq", "https://api.groq.com/openai/v1"),
+    ("together", "https://api.together.xyz/v1"),
+    ("mistral", "https://api.mistral.ai/v1"),
+    ("xai", "https://api.x.ai/v1"),
+];
+
+/// The default base URL of a known provider (case-insensitive), `None` for an unknown one.
+pub fn provider_base_url(provider: &str) -> Option<&'static str> {
+    PROVIDERS
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(provider))
+        .map(|(_, url)| *url)
+}
+
+/// The known provider names, comma-separated, for error messages.
+pub fn known_providers() -> String {
+    PROVIDERS
+        .iter()
+        .map(|(name, _)| *name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_is_case_insensitive() {
+        assert_eq!(
+            provider_base_url("OpenRouter"),
+            Some("https://openrouter.ai/api/v1")
+        );
+        assert_eq!(
+            provider_base_url("ollama"),
+            Some("http://localhost:11434/v1")
+        );
+        assert_eq!(provider_base_url("nope"), None);
+    }
+
+    #[test]
+    fn base_urls_have_no_trailing_slash() {
+        for (name, url) in PROVIDERS {
+            assert!(!url.ends_with('/'), "{name}");
+            assert_eq!(name.to_ascii_lowercase(), *name);
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! Raw configuration sources: TOML files, `.env` files and the environment, each read into a
+//! [`Layers`] map from variable name to its text and where it came from.
+//!
+//! Sources are merged by precedence (a later layer wins) before any value is parsed, so a bad
+//! value is reported only if it is the one in effect, with the file it came from.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use config::Source;
+
+use super::ConfigError;
+
+/// Every variable a source may set. Keys elsewhere in the environment are ignored.
+pub const VARS: &[&str] = &[
+    "BUB_MODEL",
+    "BUB_API_KEY",
+    "LLM_API_KEY",
+    "OPENROUTER_API_KEY",
+    "BUB_API_BASE",
+    "BUB_OLLAMA_API_KEY",
+    "BUB_OLLAMA_API_BASE",
+    "BUB_MAX_TOKENS",
+    "BUB_MODEL_TIMEOUT_SECONDS",
+    "BUB_SYSTEM_PROMPT",
+    "BUB_HOME",
+    "BUB_WORKSPACE_PATH",
+    "BUB_TAPE_NAME",
+    "BUB_MAX_STEPS",
+    "BUB_PROACTIVE_RESPONSE",
+    "BUB_MESSAGE_DELAY_SECONDS",
+    "BUB_MESSAGE_DEBOUNCE_SECONDS",
+    "BUB_ACTIVE_TIME_WINDOW_SECONDS",
+    "BUB_TELEGRAM_ENABLED",
+    "BUB_TELEGRAM_TOKEN",
+    "BUB_TELEGRAM_ALLOW_FROM",
+    "BUB_TELEGRAM_ALLOW_CHATS",
+    "BUB_TELEGRAM_PROXY",
+    "BUB_TELEGRAM_API_BASE",
+    "BUB_DISCORD_ENABLED",
+    "BUB_DISCORD_TOKEN",
+    "BUB_DISCORD_ALLOW_FROM",
+    "BUB_DISCORD_ALLOW_CHANNELS",
+    "BUB_DISCORD_COMMAND_PREFIX",
+    "BUB_DISCORD_PROXY",
+    "BUB_DISCORD_API_BASE",
+    "BUB_LOG_LEVEL",
+    "BUB_LOG_FORMAT",
+];
+
+/// Variables holding a list; only these may be TOML arrays.
+const LIST_VARS: &[&str] = &[
+    "BUB_TELEGRAM_ALLOW_FROM",
+    "BUB_TELEGRAM_ALLOW_CHATS",
+    "BUB_DISCORD_ALLOW_FROM",
+    "BUB_DISCORD_ALLOW_CHANNELS",
+];
+
+/// Where a raw value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    Env,
+    File(PathBuf),
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Env => f.write_str("environment"),
+            Origin::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// One variable's text and origin.
+#[derive(Debug, Clone)]
+pub struct Raw {
+    pub value: String,
+    pub origin: Origin,
+}
+
+/// Variable name → raw value, merged by precedence.
+#[derive(Debug, Default, Clone)]
+pub struct Layers {
+    values: HashMap<&'static str, Raw>,
+}
+
+impl Layers {
+    fn set(&mut self, var: &'static str, value: String, origin: Origin) {
+        self.values.insert(var, Raw { value, origin });
+    }
+
+    /// Overlays `higher` on `self`: every variable `higher` sets wins.
+    pub fn overlay(&mut self, higher: Layers) {
+        self.values.extend(higher.values);
+    }
+
+    /// The value in effect; `None` if unset or blank (blank means "use the default").
+    pub fn get(&self, var: &str) -> Option<&Raw> {
+        self.values
+            .get(var)
+            .filter(|raw| !raw.value.trim().is_empty())
+    }
+
+    /// Parses the value in effect with `parse`; an error says which file the value came from.
+    pub fn parse<T>(
+        &self,
+        var: &str,
+        parse: impl FnOnce(&str) -> Result<T, ConfigError>,
+    ) -> Result<Option<T>, ConfigError> {
+        let Some(raw) = self.get(var) else {
+            return Ok(None);
+        };
+        parse(&raw.value).map(Some).map_err(|mut err| {
+            if raw.origin != Origin::Env {
+                err.message = format!("{} (set in {})", err.message, raw.origin);
+            }
+            err
+        })
+    }
+
+    /// Removes `var`, returning its raw value.
+    pub fn take(&mut self, var: &str) -> Option<Raw> {
+        self.values.remove(var)
+    }
+}
+
+/// The canonical name of a variable, matched case-insensitively.
+fn canonical_var(name: &str) -> Option<&'static str> {
+    VARS.iter()
+        .copied()
+        .find(|var| var.eq_ignore_ascii_case(name))
+}
+
+/// A TOML key: the variable name, or its lowercase form without the `BUB_` prefix.
+fn toml_key_var(key: &str) -> Option<&'static str> {
+    canonical_var(key).or_else(|| canonical_var(&format!("BUB_{key}")))
+}
+
+/// Known variables from an environment map. Names match case-insensitively; an exact
+/// (uppercase) name wins over a differently-cased duplicate.
+pub fn from_env(env: &HashMap<String, String>) -> Layers {
+    let mut layers = Layers::default();
+    let mut entries: Vec<(&String, &String)> = env.iter().collect();
+    // Exact names last so they win.
+    entries.sort_by_key(|(name, _)| canonical_var(name).is_some_and(|var| var == name.as_str()));
+    for (name, value) in entries {
+        if let Some(var) = canonical_var(name) {
+            layers.set(var, value.clone(), Origin::Env);
+        }
+    }
+    layers
+}
+
+/// Known variables from a `.env` file, read without touching the process environment.
+pub fn from_dotenv(path: &Path) -> Result<Layers, ConfigError> {
+    let file_var = path.display().to_string();
+    let iter = dotenvy::from_path_iter(path)
+        .map_err(|err| ConfigError::new(&file_var, format!("cannot read: {err}")))?;
+    let mut layers = Layers::default();
+    for item in iter {
+        let (name, value) = item.map_err(|err| dotenv_error(path, err))?;
+        if let Some(var) = canonical_var(&name) {
+            layers.set(var, value, Origin::File(path.to_path_buf()));
+        }
+    }
+    Ok(layers)
+}
+
+/// A `.env` error without the offending line's text (it may hold a secret).
+fn dotenv_error(path: &Path, err: dotenvy::Error) -> ConfigError {
+    let file_var = path.display().to_string();
+    match err {
+        dotenvy::Error::LineParse(line, _) => {
+            let line_no = std::fs::read_to_string(path)
+                .ok()
+                .and_then(|text| text.find(&line).map(|pos| text[..pos].lines().count() + 1));
+            let message = match line_no {
+                Some(n) => format!("syntax error on line {n}"),
+                None => "syntax error".to_owned(),
+            };
+            ConfigError::new(file_var, message)
+        }
+        other => ConfigError::new(file_var, format!("cannot read: {other}")),
+    }
+}
+
+/// Known variables from a TOML file. A syntax error is reported under `err_var` (e.g.
+/// `--config`), or under the file's path when `None`; unknown keys, tables, and arrays for
+/// non-list variables are errors naming the key.
+pub fn from_toml(path: &Path, err_var: Option<&str>) -> Result<Layers, ConfigError> {
+    let map = config::File::from(path)
+        .format(config::FileFormat::Toml)
+        .required(true)
+        .collect()
+        .map_err(|err| {
+            let reason = one_line_toml_error(&err.to_string());
+            match err_var {
+                Some(var) => ConfigError::new(var, format!("{}: {reason}", path.display())),
+                None => ConfigError::new(path.display().to_string(), reason),
+            }
+        })?;
+    let origin = Origin::File(path.to_path_buf());
+    let mut layers = Layers::default();
+    for (key, value) in map {
+        let var = toml_key_var(&key).ok_or_else(|| {
+            ConfigError::new(&key, format!("unknown setting in {}", path.display()))
+        })?;
+        let text = toml_value_text(var, value.kind).map_err(|message| {
+            ConfigError::new(var, format!("{message} (set in {})", path.display()))
+        })?;
+        layers.set(var, text, origin.clone());
+    }
+    Ok(layers)
+}
+
+/// The text form of a TOML value, as an environment variable would hold it.
+fn toml_value_text(var: &str, kind: config::ValueKind) -> Result<String, String> {
+    use config::ValueKind as K;
+    Ok(match kind {
+        K::Nil => "null".to_owned(),
+        K::Boolean(b) => b.to_string(),
+        K::I64(n) => n.to_string(),
+        K::I128(n) => n.to_string(),
+        K::U64(n) => n.to_string(),
+        K::U128(n) => n.to_string(),
+        K::Float(x) => x.to_string(),
+        K::String(s) => s,
+        K::Table(_) => return Err("expected a value, not a table".to_owned()),
+        K::Array(items) => {
+            if !LIST_VARS.contains(&var) {
+                return Err("expected a single value, not an array".to_owned());
+            }
+            let items = items
+                .into_iter()
+                .map(|item| match item.kind {
+                    K::String(s) => Ok(serde_json::Value::String(s)),
+                    K::I64(n) => Ok(n.into()),
+                    K::U64(n) => Ok(n.into()),
+                    K::I128(n) => Ok(n.to_string().into()),
+                    K::U128(n) => Ok(n.to_string().into()),
+                    _ => Err("list items must be strings or integers".to_owned()),
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            serde_json::Value::Array(items).to_string()
+        }
+    })
+}
+
+/// A TOML parse error on one line, without the source excerpt (it may hold a secret) and
+/// without the `in <file>` the config crate appends (the caller names the file).
+fn one_line_toml_error(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty() && !line.contains('|') && !line.starts_with("in "))
+        .collect::<Vec<_>>()
+        .join(": ")
+}

@@ -1,0 +1,488 @@
+//! Tests of [`Settings::load`]: defaults, source precedence, value parsing, errors naming their
+//! variable, `~` expansion and secret redaction. They use temp dirs and an explicit env map,
+//! never the process environment.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use tempfile::TempDir;
+
+use super::*;
+
+/// A user HOME, a workspace and a separate CWD, all in one temp dir.
+struct Fixture {
+    _dir: TempDir,
+    user_home: PathBuf,
+    workspace: PathBuf,
+    cwd: PathBuf,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        let (user_home, workspace, cwd) = (root.join("home"), root.join("ws"), root.join("cwd"));
+        for path in [&user_home, &workspace, &cwd] {
+            fs::create_dir_all(path).unwrap();
+        }
+        Self {
+            _dir: dir,
+            user_home,
+            workspace,
+            cwd,
+        }
+    }
+
+    /// `~/.bub`, created.
+    fn bub_home(&self) -> PathBuf {
+        let home = self.user_home.join(".bub");
+        fs::create_dir_all(&home).unwrap();
+        home
+    }
+
+    fn opts(&self, env: &[(&str, &str)]) -> LoadOptions {
+        let mut map: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        map.entry("HOME".into())
+            .or_insert_with(|| self.user_home.display().to_string());
+        LoadOptions {
+            workspace: Some(self.workspace.clone()),
+            config_file: None,
+            env: Some(map),
+            cwd: Some(self.cwd.clone()),
+        }
+    }
+
+    fn load(&self, env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        Settings::load(&self.opts(env))
+    }
+}
+
+fn write(path: &Path, text: &str) {
+    fs::write(path, text).unwrap();
+}
+
+/// Loads with one variable set and returns the error, asserting it names `var`.
+fn err_for(env: &[(&str, &str)], var: &str) -> ConfigError {
+    let err = Fixture::new().load(env).unwrap_err();
+    assert_eq!(err.var, var, "{err}");
+    assert!(!err.to_string().contains('\n'), "one line: {err}");
+    err
+}
+
+#[test]
+fn defaults_match_the_reference() {
+    let fx = Fixture::new();
+    let s = fx.load(&[]).unwrap();
+    assert_eq!(s.model, "openrouter:qwen/qwen3-coder-next");
+    assert_eq!(
+        (s.provider(), s.model_id()),
+        ("openrouter", "qwen/qwen3-coder-next")
+    );
+    assert_eq!(s.model_base_url(), "https://openrouter.ai/api/v1");
+    assert_eq!(s.api_key, None);
+    assert_eq!(s.api_base, None);
+    assert_eq!(s.max_tokens, 1024);
+    assert_eq!(s.model_timeout_seconds, Some(90.0));
+    assert_eq!(s.system_prompt, "");
+    assert_eq!(s.home, fx.user_home.join(".bub"));
+    assert_eq!(s.workspace, fx.workspace);
+    assert_eq!(s.tape_name, "bub");
+    assert_eq!(s.max_steps, 20);
+    assert!(!s.proactive_response);
+    assert_eq!(s.message_delay_seconds, 10.0);
+    assert_eq!(s.message_debounce_seconds, 1.0);
+    assert_eq!(s.active_time_window_seconds, 60.0);
+    assert_eq!(s.ollama_api_key, None);
+    assert_eq!(s.ollama_api_base, "https://ollama.com/api");
+    assert_eq!(s.log_level, "info");
+    assert_eq!(s.log_format, LogFormat::Text);
+    let t = &s.telegram;
+    assert!(!t.enabled && t.token.is_none() && t.proxy.is_none());
+    assert!(t.allow_from.is_empty() && t.allow_chats.is_empty());
+    assert_eq!(t.api_base, "https://api.telegram.org");
+    let d = &s.discord;
+    assert!(!d.enabled && d.token.is_none() && d.proxy.is_none());
+    assert!(d.allow_from.is_empty() && d.allow_channels.is_empty());
+    assert_eq!(d.command_prefix, "!");
+    assert_eq!(d.api_base, "https://discord.com");
+}
+
+#[test]
+fn with_defaults_agrees_with_load() {
+    let fx = Fixture::new();
+    let loaded = fx.load(&[]).unwrap();
+    let built = Settings::with_defaults(loaded.home.clone(), loaded.workspace.clone());
+    assert_eq!(format!("{loaded:?}"), format!("{built:?}"));
+}
+
+#[test]
+fn precedence_toml_then_workspace_env_then_cwd_env_then_environment() {
+    let fx = Fixture::new();
+    write(
+        &fx.bub_home().join("config.toml"),
+        "max_steps = 2\nmax_tokens = 2\ntape_name = \"toml\"\nsystem_prompt = \"from toml\"\n",
+    );
+    write(
+        &fx.workspace.join(".env"),
+        "BUB_MAX_STEPS=3\nBUB_MAX_TOKENS=3\nBUB_TAPE_NAME=ws\n",
+    );
+    write(&fx.cwd.join(".env"), "BUB_MAX_STEPS=4\nBUB_MAX_TOKENS=4\n");
+    let s = fx.load(&[("BUB_MAX_STEPS", "5")]).unwrap();
+    assert_eq!(s.max_steps, 5);
+    assert_eq!(s.max_tokens, 4);
+    assert_eq!(s.tape_name, "ws");
+    assert_eq!(s.system_prompt, "from toml");
+}
+
+#[test]
+fn config_flag_overrides_home_config_but_not_dotenv() {
+    let fx = Fixture::new();
+    write(
+        &fx.bub_home().join("config.toml"),
+        "max_steps = 2\nmax_tokens = 2\ntape_name = \"home\"\n",
+    );
+    let extra = fx.cwd.join("extra.toml");
+    write(&extra, "BUB_MAX_STEPS = 7\nmax_tokens = 7\n");
+    write(&fx.cwd.join(".env"), "BUB_MAX_TOKENS=8\n");
+    let mut opts = fx.opts(&[]);
+    opts.config_file = Some(PathBuf::from("extra.toml")); // relative to cwd
+    let s = Settings::load(&opts).unwrap();
+    assert_eq!((s.max_steps, s.max_tokens), (7, 8));
+    assert_eq!(s.tape_name, "home");
+}
+
+#[test]
+fn bub_home_from_dotenv_and_tilde_expansion() {
+    let fx = Fixture::new();
+    let other = fx.user_home.join("data");
+    fs::create_dir_all(&other).unwrap();
+    write(&other.join("config.toml"), "tape_name = \"other\"\n");
+    write(&fx.workspace.join(".env"), "BUB_HOME=~/data\n");
+    let s = fx.load(&[]).unwrap();
+    assert_eq!(s.home, other);
+    assert_eq!(s.tape_name, "other");
+    // A home that does not exist yet is still expanded and made absolute.
+    let s = fx.load(&[("BUB_HOME", "~/not-yet")]).unwrap();
+    assert_eq!(s.home, fx.user_home.join("not-yet"));
+    let s = fx.load(&[("BUB_HOME", "rel")]).unwrap();
+    assert_eq!(s.home, fx.cwd.join("rel"));
+    // BUB_HOME/config.toml cannot move BUB_HOME.
+    fs::remove_file(fx.workspace.join(".env")).unwrap();
+    write(
+        &fx.bub_home().join("config.toml"),
+        "home = \"/elsewhere\"\n",
+    );
+    assert_eq!(fx.load(&[]).unwrap_err().var, "BUB_HOME");
+}
+
+#[test]
+fn workspace_tilde_and_relative() {
+    let fx = Fixture::new();
+    fs::create_dir_all(fx.user_home.join("proj")).unwrap();
+    let mut opts = fx.opts(&[]);
+    opts.workspace = Some(PathBuf::from("~/proj"));
+    assert_eq!(
+        Settings::load(&opts).unwrap().workspace,
+        fx.user_home.join("proj")
+    );
+    opts.workspace = Some(PathBuf::from("../ws"));
+    assert_eq!(Settings::load(&opts).unwrap().workspace, fx.workspace);
+    opts.workspace = None;
+    assert_eq!(Settings::load(&opts).unwrap().workspace, fx.cwd);
+}
+
+#[test]
+fn lists_json_comma_and_toml_arrays() {
+    let fx = Fixture::new();
+    let s = fx
+        .load(&[
+            ("BUB_TELEGRAM_ALLOW_FROM", r#"["123", "alice", 456]"#),
+            ("BUB_TELEGRAM_ALLOW_CHATS", " -100, 200 ,"),
+            ("BUB_DISCORD_ALLOW_FROM", "bob"),
+        ])
+        .unwrap();
+    assert_eq!(s.telegram.allow_from, ["123", "alice", "456"]);
+    assert_eq!(s.telegram.allow_chats, ["-100", "200"]);
+    assert_eq!(s.discord.allow_from, ["bob"]);
+    write(
+        &fx.bub_home().join("config.toml"),
+        "telegram_allow_from = [\"1\", \"alice\", 2]\ndiscord_allow_channels = \"9, 10\"\n",
+    );
+    let s = fx.load(&[]).unwrap();
+    assert_eq!(s.telegram.allow_from, ["1", "alice", "2"]);
+    assert_eq!(s.discord.allow_channels, ["9", "10"]);
+}
+
+#[test]
+fn durations_timeouts_and_booleans() {
+    let fx = Fixture::new();
+    let s = fx
+        .load(&[
+            ("BUB_MESSAGE_DELAY_SECONDS", "0"),
+            ("BUB_MESSAGE_DEBOUNCE_SECONDS", "0.2"),
+            ("BUB_ACTIVE_TIME_WINDOW_SECONDS", "1.5"),
+            ("BUB_MODEL_TIMEOUT_SECONDS", "null"),
+            ("BUB_PROACTIVE_RESPONSE", "YES"),
+        ])
+        .unwrap();
+    assert_eq!(s.message_delay_seconds, 0.0);
+    assert_eq!(s.message_debounce_seconds, 0.2);
+    assert_eq!(s.active_time_window_seconds, 1.5);
+    assert_eq!(s.model_timeout_seconds, None);
+    assert!(s.proactive_response);
+    assert_eq!(
+        fx.load(&[("BUB_MODEL_TIMEOUT_SECONDS", "0")])
+            .unwrap()
+            .model_timeout_seconds,
+        None
+    );
+    assert_eq!(
+        fx.load(&[("BUB_MODEL_TIMEOUT_SECONDS", "2.5")])
+            .unwrap()
+            .model_timeout_seconds,
+        Some(2.5)
+    );
+    write(
+        &fx.bub_home().join("config.toml"),
+        "message_debounce_seconds = 0.25\nproactive_response = true\n",
+    );
+    let s = fx.load(&[]).unwrap();
+    assert_eq!(s.message_debounce_seconds, 0.25);
+    assert!(s.proactive_response);
+}
+
+#[test]
+fn api_key_order_urls_and_providers() {
+    let fx = Fixture::new();
+    write(
+        &fx.cwd.join(".env"),
+        "OPENROUTER_API_KEY=k3\nLLM_API_KEY=k2\n",
+    );
+    assert_eq!(fx.load(&[]).unwrap().api_key.as_deref(), Some("k2"));
+    assert_eq!(
+        fx.load(&[("BUB_API_KEY", "k1")])
+            .unwrap()
+            .api_key
+            .as_deref(),
+        Some("k1")
+    );
+    assert_eq!(
+        fx.load(&[("LLM_API_KEY", "")]).unwrap().api_key.as_deref(),
+        Some("k3")
+    );
+
+    let s = fx
+        .load(&[
+            ("BUB_MODEL", "local:my-model"),
+            ("BUB_API_BASE", "http://127.0.0.1:8080/v1/"),
+        ])
+        .unwrap();
+    assert_eq!((s.provider(), s.model_id()), ("local", "my-model"));
+    assert_eq!(s.model_base_url(), "http://127.0.0.1:8080/v1");
+    let s = fx
+        .load(&[
+            ("BUB_MODEL", "Ollama:llama3:8b"),
+            ("BUB_TELEGRAM_API_BASE", "http://127.0.0.1:9/"),
+        ])
+        .unwrap();
+    assert_eq!(s.model_id(), "llama3:8b");
+    assert_eq!(s.model_base_url(), "http://localhost:11434/v1");
+    assert_eq!(s.telegram.api_base, "http://127.0.0.1:9");
+
+    let mut s = fx.load(&[]).unwrap();
+    s.set_model("openai:gpt-4o").unwrap();
+    assert_eq!(s.model_base_url(), "https://api.openai.com/v1");
+    assert_eq!(s.set_model("bogus").unwrap_err().var, "--model");
+}
+
+#[test]
+fn env_names_are_case_insensitive_and_blank_means_default() {
+    let fx = Fixture::new();
+    write(&fx.cwd.join(".env"), "BUB_MAX_STEPS=9\n");
+    let s = fx
+        .load(&[("bub_max_tokens", "77"), ("BUB_MAX_STEPS", " ")])
+        .unwrap();
+    assert_eq!((s.max_tokens, s.max_steps), (77, 20));
+    let s = fx
+        .load(&[("bub_max_tokens", "1"), ("BUB_MAX_TOKENS", "2")])
+        .unwrap();
+    assert_eq!(s.max_tokens, 2);
+}
+
+#[test]
+fn every_error_names_its_variable() {
+    err_for(&[("BUB_MAX_TOKENS", "lots")], "BUB_MAX_TOKENS");
+    err_for(&[("BUB_MAX_STEPS", "0")], "BUB_MAX_STEPS");
+    err_for(&[("BUB_TELEGRAM_ENABLED", "maybe")], "BUB_TELEGRAM_ENABLED");
+    err_for(
+        &[("BUB_DISCORD_ALLOW_FROM", "[\"a\", ")],
+        "BUB_DISCORD_ALLOW_FROM",
+    );
+    err_for(
+        &[("BUB_MESSAGE_DELAY_SECONDS", "-1")],
+        "BUB_MESSAGE_DELAY_SECONDS",
+    );
+    err_for(&[("BUB_API_BASE", "localhost:8080")], "BUB_API_BASE");
+    err_for(
+        &[("BUB_DISCORD_API_BASE", "ftp://x")],
+        "BUB_DISCORD_API_BASE",
+    );
+    err_for(&[("BUB_LOG_LEVEL", "loud")], "BUB_LOG_LEVEL");
+    err_for(&[("BUB_LOG_FORMAT", "xml")], "BUB_LOG_FORMAT");
+    err_for(&[("BUB_MODEL", "gpt-4o")], "BUB_MODEL");
+    let err = err_for(&[("BUB_MODEL", "acme:foo")], "BUB_MODEL");
+    assert!(err.message.contains("unknown provider") && err.message.contains("BUB_API_BASE"));
+    let err = err_for(&[("BUB_TELEGRAM_ENABLED", "true")], "BUB_TELEGRAM_TOKEN");
+    assert!(
+        err.message
+            .contains("required when BUB_TELEGRAM_ENABLED is true")
+    );
+    err_for(
+        &[("BUB_DISCORD_ENABLED", "1"), ("BUB_DISCORD_TOKEN", "null")],
+        "BUB_DISCORD_TOKEN",
+    );
+    assert!(
+        Fixture::new()
+            .load(&[("BUB_DISCORD_ENABLED", "on"), ("BUB_DISCORD_TOKEN", "t")])
+            .is_ok()
+    );
+}
+
+#[test]
+fn missing_workspace_and_config_file() {
+    let fx = Fixture::new();
+    let mut opts = fx.opts(&[]);
+    opts.workspace = Some(fx.workspace.join("nope"));
+    let err = Settings::load(&opts).unwrap_err();
+    assert_eq!(err.var, "--workspace");
+    assert!(
+        err.message.starts_with("directory does not exist: "),
+        "{err}"
+    );
+    let mut opts = fx.opts(&[]);
+    opts.config_file = Some(fx.cwd.join("missing.toml"));
+    let err = Settings::load(&opts).unwrap_err();
+    assert_eq!(err.var, "--config");
+    assert!(err.message.contains("missing.toml"));
+}
+
+#[test]
+fn file_errors_name_variable_and_source() {
+    let fx = Fixture::new();
+    let config = fx.bub_home().join("config.toml");
+    write(&config, "max_steps = \"many\"\n");
+    let err = fx.load(&[]).unwrap_err();
+    assert_eq!(err.var, "BUB_MAX_STEPS");
+    assert!(err.message.contains("config.toml"), "{err}");
+    write(&config, "max_stepz = 3\n");
+    assert_eq!(fx.load(&[]).unwrap_err().var, "max_stepz");
+    write(&config, "model = [\"a\"]\n");
+    assert_eq!(fx.load(&[]).unwrap_err().var, "BUB_MODEL");
+    // An overridden bad value is not an error.
+    write(&config, "max_steps = \"many\"\n");
+    assert_eq!(fx.load(&[("BUB_MAX_STEPS", "3")]).unwrap().max_steps, 3);
+    write(&fx.workspace.join(".env"), "BUB_MAX_TOKENS=zero\n");
+    let err = fx.load(&[("BUB_MAX_STEPS", "3")]).unwrap_err();
+    assert!(err.message.contains(".env"), "{err}");
+}
+
+#[test]
+fn syntax_errors_do_not_echo_secrets() {
+    let fx = Fixture::new();
+    let config = fx.bub_home().join("config.toml");
+    write(&config, "api_key = \"sk-secret-123\n");
+    let err = fx.load(&[]).unwrap_err();
+    assert!(err.var.ends_with("config.toml"), "{err}");
+    assert!(
+        !err.to_string().contains("sk-secret-123") && !err.to_string().contains('\n'),
+        "{err}"
+    );
+    fs::remove_file(&config).unwrap();
+    write(&fx.cwd.join(".env"), "A=1\nBUB_API_KEY='sk-secret-123\n");
+    let err = fx.load(&[]).unwrap_err();
+    assert!(err.var.ends_with(".env"), "{err}");
+    assert!(!err.to_string().contains("sk-secret-123"), "{err}");
+    let err = err_for(
+        &[("BUB_TELEGRAM_TOKEN", "12:ab cd-secret")],
+        "BUB_TELEGRAM_TOKEN",
+    );
+    assert!(!err.to_string().contains("secret"), "{err}");
+    let err = err_for(
+        &[("BUB_TELEGRAM_PROXY", "socks9://u:pw-secret@h:1")],
+        "BUB_TELEGRAM_PROXY",
+    );
+    assert!(!err.to_string().contains("pw-secret"), "{err}");
+}
+
+#[test]
+fn debug_redacts_secrets() {
+    let fx = Fixture::new();
+    let s = fx
+        .load(&[
+            ("BUB_API_KEY", "sk-api-secret"),
+            ("BUB_OLLAMA_API_KEY", "ollama-secret"),
+            ("BUB_TELEGRAM_TOKEN", "123:tg-secret"),
+            ("BUB_DISCORD_TOKEN", "discord-secret"),
+            (
+                "BUB_TELEGRAM_PROXY",
+                "http://user:proxy-secret@proxy.local:3128",
+            ),
+            ("BUB_DISCORD_PROXY", "http://proxy.local:3128"),
+        ])
+        .unwrap();
+    let text = format!("{s:?} {:#?}", s);
+    for secret in [
+        "sk-api-secret",
+        "ollama-secret",
+        "tg-secret",
+        "discord-secret",
+        "proxy-secret",
+        "user:",
+    ] {
+        assert!(!text.contains(secret), "{secret} leaked: {text}");
+    }
+    assert!(text.contains(r#"api_key: Some("***")"#), "{text}");
+    assert!(text.contains(r#"token: Some("***")"#), "{text}");
+    assert!(text.contains("http://***@proxy.local:3128"), "{text}");
+    assert!(text.contains("http://proxy.local:3128"), "{text}");
+    assert_eq!(s.telegram.token.as_deref(), Some("123:tg-secret"));
+}
+
+#[test]
+fn example_config_lists_every_key_and_loads() {
+    let example = include_str!("../../config/bub.example.toml");
+    let keys: Vec<String> = example
+        .lines()
+        .filter_map(|line| line.strip_prefix("# "))
+        .filter(|rest| {
+            rest.split_once(" = ").is_some_and(|(key, _)| {
+                !key.is_empty() && key.chars().all(|c| c.is_ascii_lowercase() || c == '_')
+            })
+        })
+        .map(str::to_owned)
+        .collect();
+    for var in sources::VARS {
+        let key = var.strip_prefix("BUB_").unwrap_or(var).to_ascii_lowercase();
+        assert!(
+            keys.iter()
+                .any(|line| line.starts_with(&format!("{key} = "))),
+            "{key} missing from the example"
+        );
+    }
+    let fx = Fixture::new();
+    let file = fx.cwd.join("example.toml");
+    write(&file, &keys.join("\n"));
+    let mut opts = fx.opts(&[]);
+    opts.config_file = Some(file);
+    let s = Settings::load(&opts).unwrap();
+    assert_eq!(s.telegram.allow_from, ["123456789", "alice"]);
+    assert_eq!(
+        s.discord.allow_channels,
+        ["111111111111111111", "222222222222222222"]
+    );
+    assert_eq!(s.home, fx.user_home.join(".bub"));
+}

@@ -1,0 +1,520 @@
+//! The HTTP side of the model client: request building, per-call timeout, retries with
+//! jittered exponential backoff, and reading plain or streamed (SSE) replies.
+//!
+//! Retry policy: up to `max_retries` attempts in total for temporary failures (429, 5xx,
+//! connection errors, timeouts); other 4xx fail at once. The wait before retry `n` (0-based) is
+//! `retry_base_delay × 2^n × U(0.5, 1.5)`, or the provider's `Retry-After` seconds when given,
+//! capped at 60 s. A stream that has already delivered text is never retried (the caller has
+//! shown that text).
+
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use reqwest::{Response, Url};
+use serde_json::{Map, Value};
+
+use super::response::{error_message, parse_completion, parse_retry_after};
+use super::sse::{SseDecoder, StreamAccumulator};
+use super::{ChatRequest, ChatResponse, LlmConfig, LlmError};
+
+/// Longest wait between two attempts, whatever the provider asks for.
+const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
+/// Connection establishment limit (the per-call timeout, when shorter, wins).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Where streamed text goes (`None` for a plain call).
+type TextSink<'a, 'f> = Option<&'a mut (dyn FnMut(&str) + Send + 'f)>;
+
+/// A client for one provider + model. Cheap to clone (the connection pool is shared).
+#[derive(Clone)]
+pub struct LlmClient {
+    cfg: LlmConfig,
+    endpoint: Url,
+    /// `Bearer <key>`, marked sensitive.
+    auth: Option<HeaderValue>,
+    http: reqwest::Client,
+}
+
+impl std::fmt::Debug for LlmClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlmClient")
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One failed attempt: the error plus the provider's `Retry-After`, if any.
+struct Failure {
+    error: LlmError,
+    retry_after: Option<Duration>,
+}
+
+impl From<LlmError> for Failure {
+    fn from(error: LlmError) -> Self {
+        Self {
+            error,
+            retry_after: None,
+        }
+    }
+}
+
+impl From<reqwest::Error> for Failure {
+    fn from(e: reqwest::Error) -> Self {
+        let error = if e.is_builder() {
+            LlmError::Config(describe(&e))
+        } else {
+            LlmError::Connect(describe(&e))
+        };
+        error.into()
+    }
+}
+
+impl LlmClient {
+    /// Validates the configuration. A key is required unless the provider is `ollama` or the
+    /// base URL points at this machine (`localhost`, `127.0.0.1`, `::1`).
+    pub fn new(mut cfg: LlmConfig) -> Result<Self, LlmError> {
+        cfg.base_url = cfg.base_url.trim().trim_end_matches('/').to_owned();
+        let base = Url::parse(&cfg.base_url)
+            .map_err(|e| LlmError::Config(format!("base URL {:?}: {e}", cfg.base_url)))?;
+        if !matches!(base.scheme(), "http" | "https") || base.host().is_none() {
+            return Err(LlmError::Config(format!(
+                "base URL {:?} must be an http(s) URL",
+                cfg.base_url
+            )));
+        }
+        let endpoint = Url::parse(&format!("{}/chat/completions", cfg.base_url))
+            .map_err(|e| LlmError::Config(format!("base URL {:?}: {e}", cfg.base_url)))?;
+        let local = is_local(&base);
+
+        cfg.api_key = cfg
+            .api_key
+            .map(|k| k.trim().to_owned())
+            .filter(|k| !k.is_empty());
+        let auth = match &cfg.api_key {
+            Some(key) => {
+                let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                    LlmError::Config("the API key contains characters not allowed in HTTP".into())
+                })?;
+                value.set_sensitive(true);
+                Some(value)
+            }
+            None if cfg.provider.eq_ignore_ascii_case("ollama") || local => None,
+            None => {
+                return Err(LlmError::MissingApiKey {
+                    provider: cfg.provider.clone(),
+                });
+            }
+        };
+
+        let mut builder = reqwest::Client::builder()
+            .user_agent(concat!("bub/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(CONNECT_TIMEOUT);
+        if local {
+            // A proxy from the environment must not capture calls to a local server.
+            builder = builder.no_proxy();
+        }
+        let http = builder
+            .build()
+            .map_err(|e| LlmError::Config(describe(&e)))?;
+        Ok(Self {
+            cfg,
+            endpoint,
+            auth,
+            http,
+        })
+    }
+
+    /// The provider name (`openrouter`, `ollama`, ...).
+    pub fn provider(&self) -> &str {
+        &self.cfg.provider
+    }
+
+    /// The model name sent in requests.
+    pub fn model(&self) -> &str {
+        &self.cfg.model
+    }
+
+    /// The base URL, without a trailing `/`.
+    pub fn base_url(&self) -> &str {
+        &self.cfg.base_url
+    }
+
+    /// One non-streamed call (`"stream": false`), with retries.
+    pub async fn chat(&self, req: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        self.run(req, None).await
+    }
+
+    /// One streamed call (`"stream": true`, usage included). `on_text` receives each text
+    /// delta as it arrives; the full response (text, reassembled tool calls, usage) is returned.
+    pub async fn chat_stream(
+        &self,
+        req: &ChatRequest,
+        mut on_text: impl FnMut(&str) + Send,
+    ) -> Result<ChatResponse, LlmError> {
+        self.run(req, Some(&mut on_text)).await
+    }
+
+    /// The request body. Key order follows the OpenAI documentation.
+    pub fn request_body(&self, req: &ChatRequest, stream: bool) -> Value {
+        let mut body = Map::new();
+        body.insert("model".into(), Value::String(self.cfg.model.clone()));
+        body.insert("messages".into(), Value::Array(req.messages.clone()));
+        if !req.tools.is_empty() {
+            body.insert("tools".into(), Value::Array(req.tools.clone()));
+        }
+        body.insert("max_tokens".into(), req.max_tokens.into());
+        body.insert("stream".into(), stream.into());
+        if stream {
+            body.insert(
+                "stream_options".into(),
+                serde_json::json!({"include_usage": true}),
+            );
+        }
+        Value::Object(body)
+    }
+
+    /// The attempt loop shared by [`Self::chat`] and [`Self::chat_stream`].
+    async fn run(
+        &self,
+        req: &ChatRequest,
+        mut sink: TextSink<'_, '_>,
+    ) -> Result<ChatResponse, LlmError> {
+        let stream = sink.is_some();
+        let body = self.request_body(req, stream);
+        let attempts = self.cfg.max_retries.max(1);
+        tracing::debug!(
+            provider = %self.cfg.provider,
+            model = %self.cfg.model,
+            messages = req.messages.len(),
+            tools = req.tools.len(),
+            stream,
+            "model call"
+        );
+        let started = Instant::now();
+        let mut attempt = 0u32;
+        loop {
+            let mut emitted = false;
+            let call = self.attempt(&body, sink.as_deref_mut(), &mut emitted);
+            let result = match self.cfg.timeout {
+                Some(limit) => match tokio::time::timeout(limit, call).await {
+                    Ok(result) => result,
+                    Err(_) => Err(LlmError::Timeout {
+                        seconds: limit.as_secs_f64(),
+                    }
+                    .into()),
+                },
+                None => call.await,
+            };
+            let failure = match result {
+                Ok(resp) => {
+                    tracing::debug!(
+                        attempts = attempt + 1,
+                        elapsed_ms = started.elapsed().as_millis() as u64,
+                        finish_reason = resp.finish_reason.as_deref().unwrap_or(""),
+                        tool_calls = resp.tool_calls.len(),
+                        "model call done"
+                    );
+                    return Ok(resp);
+                }
+                Err(failure) => failure,
+            };
+            let error = self.redact(failure.error);
+            attempt += 1;
+            if attempt >= attempts || emitted || !error.is_temporary() {
+                tracing::warn!(
+                    attempts = attempt,
+                    kind = error.kind(),
+                    error = %error,
+                    "model call failed"
+                );
+                return Err(error);
+            }
+            let delay = self.retry_delay(attempt - 1, failure.retry_after);
+            tracing::warn!(
+                attempt,
+                max_attempts = attempts,
+                kind = error.kind(),
+                error = %error,
+                delay_ms = delay.as_millis() as u64,
+                "model call failed, retrying"
+            );
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    /// One HTTP exchange: send, check the status, read the body (plain or SSE).
+    async fn attempt(
+        &self,
+        body: &Value,
+        sink: TextSink<'_, '_>,
+        emitted: &mut bool,
+    ) -> Result<ChatResponse, Failure> {
+        let mut request = self
+            .http
+            .post(self.endpoint.clone())
+            .header("HTTP-Referer", "https://bub.build/")
+            .header("X-Title", "Bub")
+            .json(body);
+        if let Some(auth) = &self.auth {
+            request = request.header(AUTHORIZATION, auth.clone());
+        }
+        if sink.is_some() {
+            request = request.header(ACCEPT, "text/event-stream");
+        }
+        let resp = request.send().await?;
+        let status = resp.status();
+        if !status.is_success() {
+            let retry_after = resp
+                .headers()
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(parse_retry_after)
+                .map(|s| Duration::from_secs_f64(s.min(MAX_RETRY_WAIT.as_secs_f64())));
+            let text = resp.text().await.unwrap_or_default();
+            let error = LlmError::Http {
+                status: status.as_u16(),
+                message: error_message(&text),
+            };
+            return Err(Failure { error, retry_after });
+        }
+        let is_json = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.trim_start().starts_with("application/json"));
+        match sink {
+            Some(sink) if !is_json => read_stream(resp, sink, emitted).await,
+            Some(sink) => {
+                // The server ignored `"stream": true` and answered in one piece.
+                let resp = parse_completion(&resp.text().await?)?;
+                if let Some(text) = &resp.content {
+                    *emitted = true;
+                    sink(text);
+                }
+                Ok(resp)
+            }
+            None => Ok(parse_completion(&resp.text().await?)?),
+        }
+    }
+
+    /// The wait before the next attempt, after failed attempt number `failed` (0-based).
+    fn retry_delay(&self, failed: u32, retry_after: Option<Duration>) -> Duration {
+        if let Some(wait) = retry_after {
+            return wait.min(MAX_RETRY_WAIT);
+        }
+        let factor = 2f64.powi(failed.min(30) as i32) * (0.5 + fastrand::f64());
+        let secs = self.cfg.retry_base_delay.as_secs_f64() * factor;
+        Duration::from_secs_f64(secs.min(MAX_RETRY_WAIT.as_secs_f64()))
+    }
+
+    /// Removes the API key from an error message, should a provider or library ever echo it.
+    fn redact(&self, error: LlmError) -> LlmError {
+        let Some(key) = self.cfg.api_key.as_deref() else {
+            return error;
+        };
+        let clean = |s: String| {
+            if s.contains(key) {
+                s.replace(key, "[redacted]")
+            } else {
+                s
+            }
+        };
+        match error {
+            LlmError::Http { status, message } => LlmError::Http {
+                status,
+                message: clean(message),
+            },
+            LlmError::Connect(m) => LlmError::Connect(clean(m)),
+            LlmError::InvalidResponse(m) => LlmError::InvalidResponse(clean(m)),
+            LlmError::Config(m) => LlmError::Config(clean(m)),
+            other => other,
+        }
+    }
+}
+
+/// Reads an SSE body to the end (or `[DONE]`), feeding text deltas to `sink`.
+async fn read_stream(
+    resp: Response,
+    sink: &mut (dyn FnMut(&str) + Send + '_),
+    emitted: &mut bool,
+) -> Result<ChatResponse, Failure> {
+    let mut decoder = SseDecoder::new();
+    let mut acc = StreamAccumulator::new();
+    let mut bytes = resp.bytes_stream();
+    'read: while let Some(chunk) = bytes.next().await {
+        for event in decoder.push(&chunk?) {
+            feed(&mut acc, &event.data, sink, emitted)?;
+            if acc.is_done() {
+                break 'read;
+            }
+        }
+    }
+    if !acc.is_done()
+        && let Some(event) = decoder.finish()
+    {
+        feed(&mut acc, &event.data, sink, emitted)?;
+    }
+    if !acc.is_complete() {
+        return Err(LlmError::InvalidResponse(
+            "the stream ended before the reply was complete".into(),
+        )
+        .into());
+    }
+    Ok(acc.finish())
+}
+
+/// Applies one event to the accumulator and forwards its text.
+fn feed(
+    acc: &mut StreamAccumulator,
+    data: &str,
+    sink: &mut (dyn FnMut(&str) + Send + '_),
+    emitted: &mut bool,
+) -> Result<(), LlmError> {
+    let text = acc.handle_data(data)?;
+    if !text.is_empty() {
+        *emitted = true;
+        sink(&text);
+    }
+    Ok(())
+}
+
+/// Whether the URL's host is this machine.
+fn is_local(url: &Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// A reqwest error with its causes (`error sending request …: tcp connect error: …`).
+fn describe(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let msg = cause.to_string();
+        if !text.contains(&msg) {
+            text.push_str(": ");
+            text.push_str(&msg);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(provider: &str, base: &str, key: Option<&str>) -> LlmConfig {
+        let mut c = LlmConfig::new(provider, "m", base);
+        c.api_key = key.map(str::to_owned);
+        c
+    }
+
+    #[test]
+    fn key_rules() {
+        let missing = LlmClient::new(cfg("openrouter", "https://openrouter.ai/api/v1", None));
+        assert_eq!(
+            missing.unwrap_err(),
+            LlmError::MissingApiKey {
+                provider: "openrouter".into()
+            }
+        );
+        let blank = LlmClient::new(cfg("openai", "https://api.openai.com/v1", Some("  ")));
+        assert!(matches!(blank, Err(LlmError::MissingApiKey { .. })));
+        assert!(LlmClient::new(cfg("ollama", "https://ollama.example/v1", None)).is_ok());
+        for local in [
+            "http://127.0.0.1:9/v1",
+            "http://localhost:9/v1/",
+            "http://[::1]:9/v1",
+        ] {
+            assert!(
+                LlmClient::new(cfg("openrouter", local, None)).is_ok(),
+                "{local}"
+            );
+        }
+        assert!(LlmClient::new(cfg("openrouter", "https://x/v1", Some("k"))).is_ok());
+    }
+
+    #[test]
+    fn bad_base_urls() {
+        for bad in ["not a url", "ftp://host/v1", ""] {
+            let r = LlmClient::new(cfg("openai", bad, Some("k")));
+            assert!(matches!(r, Err(LlmError::Config(_))), "{bad}");
+        }
+        let r = LlmClient::new(cfg("openai", "https://x/v1", Some("bad\nkey")));
+        assert!(matches!(r, Err(LlmError::Config(m)) if !m.contains("bad")));
+    }
+
+    #[test]
+    fn body_shape() {
+        let c = LlmClient::new(cfg("openai", "http://127.0.0.1:1/v1/", None)).unwrap();
+        assert_eq!(
+            c.endpoint.as_str(),
+            "http://127.0.0.1:1/v1/chat/completions"
+        );
+        let mut req = ChatRequest {
+            messages: vec![serde_json::json!({"role":"user","content":"hi"})],
+            tools: vec![],
+            max_tokens: 64,
+        };
+        let body = c.request_body(&req, false);
+        let keys: Vec<_> = body.as_object().unwrap().keys().cloned().collect();
+        assert_eq!(keys, ["model", "messages", "max_tokens", "stream"]);
+        req.tools.push(serde_json::json!({"type":"function"}));
+        let body = c.request_body(&req, true);
+        assert_eq!(body["tools"][0]["type"], "function");
+        assert_eq!(body["stream_options"]["include_usage"], true);
+    }
+
+    #[test]
+    fn backoff_grows_with_jitter_and_honours_retry_after() {
+        let mut c = cfg("openai", "http://127.0.0.1:1/v1", None);
+        c.retry_base_delay = Duration::from_millis(100);
+        let c = LlmClient::new(c).unwrap();
+        for _ in 0..50 {
+            let d0 = c.retry_delay(0, None).as_secs_f64();
+            let d2 = c.retry_delay(2, None).as_secs_f64();
+            assert!((0.05..=0.15).contains(&d0), "{d0}");
+            assert!((0.2..=0.6).contains(&d2), "{d2}");
+        }
+        assert_eq!(
+            c.retry_delay(5, Some(Duration::from_millis(50))),
+            Duration::from_millis(50)
+        );
+        assert_eq!(
+            c.retry_delay(0, Some(Duration::from_secs(600))),
+            MAX_RETRY_WAIT
+        );
+        assert_eq!(c.retry_delay(40, None), MAX_RETRY_WAIT);
+    }
+
+    #[test]
+    fn call_futures_are_send() {
+        fn assert_send<T: Send>(_: &T) {}
+        let c = LlmClient::new(cfg("openai", "http://127.0.0.1:1/v1", None)).unwrap();
+        let req = ChatRequest::default();
+        assert_send(&c.chat(&req));
+        let mut seen = String::new();
+        assert_send(&c.chat_stream(&req, |t| seen.push_str(t)));
+    }
+
+    #[test]
+    fn redaction_and_debug() {
+        let c = LlmClient::new(cfg("openai", "https://x/v1", Some("sk-abc"))).unwrap();
+        let e = c.redact(LlmError::Http {
+            status: 401,
+            message: "bad key sk-abc".into(),
+        });
+        assert_eq!(
+            e.to_string(),
+            "provider returned HTTP 401: bad key [redacted]"
+        );
+        assert!(!format!("{c:?}").contains("sk-abc"));
+    }
+}

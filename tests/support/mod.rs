@@ -1,0 +1,6 @@
+//! Fake servers shared by the integration tests. Each test binary declares `mod support;` and
+//! uses the fakes it needs; every fake binds 127.0.0.1:0, records requests and never reaches the
+//! internet.
+#![allow(dead_code)]
+
+pub mod fake_openai;
