@@ -9,5 +9,6 @@ pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod llm;
+pub mod logging;
 pub mod tape;
 pub mod tools;

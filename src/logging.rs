@@ -19,17 +19,27 @@ pub fn init(settings: &Settings, target: LogTarget<'_>) {
     // Dependencies (hyper, reqwest, rustyline) stay at warn unless asked for explicitly.
     let filter = EnvFilter::try_new(format!("warn,bub={}", settings.log_level))
         .unwrap_or_else(|_| EnvFilter::new("warn,bub=info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false);
     let result = match (target, settings.log_format) {
         (LogTarget::Stderr, LogFormat::Text) => builder.with_writer(std::io::stderr).try_init(),
-        (LogTarget::Stderr, LogFormat::Json) => builder.json().with_writer(std::io::stderr).try_init(),
+        (LogTarget::Stderr, LogFormat::Json) => {
+            builder.json().with_writer(std::io::stderr).try_init()
+        }
         (LogTarget::File(path), format) => {
             if let Some(dir) = path.parent() {
                 let _ = std::fs::create_dir_all(dir);
             }
-            match std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            match std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+            {
                 Ok(file) => {
-                    let builder = builder.with_ansi(false).with_writer(std::sync::Mutex::new(file));
+                    let builder = builder
+                        .with_ansi(false)
+                        .with_writer(std::sync::Mutex::new(file));
                     match format {
                         LogFormat::Text => builder.try_init(),
                         LogFormat::Json => builder.json().try_init(),

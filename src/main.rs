@@ -1,1 +1,170 @@
-fn main() {}
+//! The `bub` command line: parses arguments, loads settings (exit code 2 on a configuration
+//! error, before anything runs) and dispatches to the terminal chat or a one-shot turn.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+
+use bub::agent::AgentRuntime;
+use bub::config::{LoadOptions, Settings};
+use bub::logging::{self, LogTarget};
+
+/// Exit code for configuration and usage errors.
+const EXIT_CONFIG: u8 = 2;
+/// Exit code when a run is interrupted by Ctrl-C (128 + SIGINT).
+const EXIT_INTERRUPTED: u8 = 130;
+
+/// Bub: a tape-first AI agent for terminals and chat platforms.
+///
+/// Without a subcommand, `bub` starts the interactive chat.
+#[derive(Parser, Debug)]
+#[command(name = "bub", version, about, long_about = None)]
+struct Cli {
+    #[command(flatten)]
+    common: Common,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// Flags every command accepts (before or after the subcommand).
+#[derive(Args, Debug, Clone)]
+struct Common {
+    /// Workspace directory (default: the current directory; `~` is expanded).
+    #[arg(short = 'w', long, global = true, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// Model as `provider:model` (overrides BUB_MODEL).
+    #[arg(long, global = true, value_name = "PROVIDER:MODEL")]
+    model: Option<String>,
+    /// Maximum tokens per model answer (overrides BUB_MAX_TOKENS).
+    #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    max_tokens: Option<u32>,
+    /// Session key: each session has its own tape and history.
+    #[arg(
+        long,
+        global = true,
+        env = "BUB_SESSION_ID",
+        default_value = "cli",
+        value_name = "ID"
+    )]
+    session_id: String,
+    /// Extra TOML configuration file (above BUB_HOME/config.toml, below .env and environment).
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Interactive terminal chat (the default).
+    Chat,
+    /// Run one turn and print the answer; exits 1 when the turn failed.
+    Run {
+        /// The input, treated exactly like one chat line (`,command` works).
+        message: String,
+        /// Allow only these tools (repeatable, comma-separated; `fs.read` or `fs_read`).
+        #[arg(long, value_name = "NAMES")]
+        tools: Vec<String>,
+    },
+    /// The channel daemon (Telegram, Discord) — not available yet.
+    Message,
+    /// The scheduler alone, for autonomous containers — not available yet.
+    Idle,
+    /// Send one message through a channel — not available yet.
+    Send {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let command = cli.command.unwrap_or(Command::Chat);
+    if let Command::Message | Command::Idle | Command::Send { .. } = command {
+        eprintln!("bub: this command is not available in this version yet (only `chat` and `run`)");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    let settings = match load_settings(&cli.common) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("bub: {e}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("bub: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let session_id = cli.common.session_id;
+    runtime.block_on(async move {
+        match command {
+            Command::Run { message, tools } => run(settings, &session_id, &message, &tools).await,
+            _ => chat(settings, session_id).await,
+        }
+    })
+}
+
+fn load_settings(common: &Common) -> Result<Settings, bub::config::ConfigError> {
+    let mut settings = Settings::load(&LoadOptions {
+        workspace: common.workspace.clone(),
+        config_file: common.config.clone(),
+        ..LoadOptions::default()
+    })?;
+    if let Some(model) = &common.model {
+        settings.set_model(model)?;
+    }
+    if let Some(max_tokens) = common.max_tokens {
+        settings.max_tokens = max_tokens;
+    }
+    Ok(settings)
+}
+
+/// `--tools a,b --tools c` → `[a, b, c]`.
+fn split_names(values: &[String]) -> Vec<String> {
+    values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+async fn run(settings: Settings, session_id: &str, message: &str, tools: &[String]) -> ExitCode {
+    logging::init(&settings, LogTarget::Stderr);
+    let agent = AgentRuntime::new(settings, split_names(tools));
+    let result = tokio::select! {
+        result = agent.handle_input(session_id, message) => result,
+        _ = tokio::signal::ctrl_c() => {
+            agent.record_event(session_id, "turn.interrupted", serde_json::json!({"by": "SIGINT"}));
+            eprintln!("Operation interrupted.");
+            return ExitCode::from(EXIT_INTERRUPTED);
+        }
+    };
+    if let Some(error) = &result.error {
+        eprintln!("Error: {error}");
+        return ExitCode::FAILURE;
+    }
+    let text = [&result.assistant_output, &result.immediate_output]
+        .into_iter()
+        .find(|t| !t.trim().is_empty())
+        .map_or("", |t| t.as_str());
+    println!("{text}");
+    ExitCode::SUCCESS
+}
+
+async fn chat(settings: Settings, session_id: String) -> ExitCode {
+    let log_file = settings.home.join("logs").join("chat.log");
+    logging::init(&settings, LogTarget::File(&log_file));
+    let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
+    match bub::cli::run_chat(agent, session_id).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bub: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,221 @@
-//! The interactive terminal `bub chat` (stub — being written).
+//! `bub chat`: the interactive terminal. One session, a line editor with history, a status line
+//! (time, mode, model, tape entries, last anchor), Ctrl-X shell mode, Ctrl-C to interrupt the
+//! running turn (the session survives), Ctrl-D to leave. When stdin is not a terminal, lines are
+//! read plainly (no prompt, no editor) so chat can be scripted.
+
+mod editor;
+
+use std::io::{IsTerminal, Write};
+use std::sync::Arc;
+
+use tokio::io::AsyncBufReadExt;
+
+use crate::agent::{AgentRuntime, TurnResult};
+use crate::tape::md5_hex;
+use editor::{LineEditor, Read};
+
+const BOLD_GREEN: &str = "\x1b[1;32m";
+const BOLD_RED: &str = "\x1b[1;31m";
+const BOLD_BLUE: &str = "\x1b[1;34m";
+const DIM: &str = "\x1b[2m";
+const RESET: &str = "\x1b[0m";
+
+/// Runs the chat loop until Ctrl-D, end of input or `,quit`.
+pub async fn run_chat(agent: Arc<AgentRuntime>, session_id: String) -> anyhow::Result<()> {
+    let style = Style {
+        color: std::io::stdout().is_terminal(),
+    };
+    if std::io::stdin().is_terminal() {
+        interactive(agent, &session_id, style).await?;
+    } else {
+        piped(&agent, &session_id, style).await?;
+    }
+    println!("Bye.");
+    Ok(())
+}
+
+/// Lines from a pipe or file, one turn each.
+async fn piped(agent: &AgentRuntime, session_id: &str, style: Style) -> anyhow::Result<()> {
+    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    while let Some(line) = lines.next_line().await? {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let Some(result) = turn(agent, session_id, &line, style).await else {
+            continue;
+        };
+        if result.exit_requested {
+            break;
+        }
+    }
+    Ok(())
+}
+
+async fn interactive(
+    agent: Arc<AgentRuntime>,
+    session_id: &str,
+    style: Style,
+) -> anyhow::Result<()> {
+    let settings = agent.settings();
+    let history = settings.home.join("history").join(format!(
+        "{}.history",
+        md5_hex(&settings.workspace.to_string_lossy())
+    ));
+    let mut commands = agent.tool_names(session_id);
+    commands.sort();
+    let mut editor = LineEditor::new(history, commands)?;
+    let folder = settings
+        .workspace
+        .file_name()
+        .map_or_else(|| "bub".to_owned(), |n| n.to_string_lossy().into_owned());
+    print_welcome(&agent, style);
+
+    let mut shell_mode = false;
+    let mut initial = (String::new(), String::new());
+    loop {
+        println!(
+            "{}",
+            style.dim(&status_line(&agent, session_id, shell_mode))
+        );
+        let prompt = format!("{folder} {} ", if shell_mode { "," } else { ">" });
+        let (left, right) = std::mem::take(&mut initial);
+        let (returned, read) = tokio::task::spawn_blocking(move || {
+            let read = editor.read(&prompt, (&left, &right));
+            (editor, read)
+        })
+        .await?;
+        editor = returned;
+        let line = match read? {
+            Read::Line(line) => line,
+            Read::Eof => break,
+            Read::Interrupted => {
+                println!("{}", style.dim("Interrupted. Use ',quit' to exit."));
+                continue;
+            }
+            Read::Toggle(left, right) => {
+                shell_mode = !shell_mode;
+                initial = (left, right);
+                continue;
+            }
+        };
+        let input = if shell_mode && !line.trim_start().starts_with(',') {
+            format!(", {line}")
+        } else {
+            line
+        };
+        if input.trim().is_empty() || input.trim() == "," {
+            continue;
+        }
+        if let Some(result) = turn(&agent, session_id, &input, style).await
+            && result.exit_requested
+        {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Runs one turn and prints its result; `None` when Ctrl-C interrupted it.
+async fn turn(
+    agent: &AgentRuntime,
+    session_id: &str,
+    input: &str,
+    style: Style,
+) -> Option<TurnResult> {
+    if style.color {
+        print!("{}", style.dim("Processing..."));
+        let _ = std::io::stdout().flush();
+    }
+    let outcome = tokio::select! {
+        result = agent.handle_input(session_id, input) => Some(result),
+        _ = tokio::signal::ctrl_c() => None,
+    };
+    if style.color {
+        print!("\r\x1b[K");
+    }
+    match outcome {
+        Some(result) => {
+            print_result(&result, style);
+            Some(result)
+        }
+        None => {
+            agent.record_event(
+                session_id,
+                "turn.interrupted",
+                serde_json::json!({"by": "Ctrl-C"}),
+            );
+            println!("{}", style.dim("Interrupted. The session is still open."));
+            None
+        }
+    }
+}
+
+fn print_welcome(agent: &AgentRuntime, style: Style) {
+    let s = agent.settings();
+    println!("{}", style.paint(BOLD_BLUE, "Bub"));
+    println!("workspace: {}", s.workspace.display());
+    println!("model: {}", s.model);
+    println!(
+        "{}",
+        style.dim("Commands start with ','. Ctrl-X toggles shell mode, ',help' lists commands, Ctrl-D exits.")
+    );
+}
+
+fn status_line(agent: &AgentRuntime, session_id: &str, shell_mode: bool) -> String {
+    let time = chrono::Local::now().format("%H:%M");
+    let mode = if shell_mode { "shell" } else { "agent" };
+    let model = &agent.settings().model;
+    match agent.tape_info(session_id) {
+        Ok(info) => format!(
+            "{time}  mode:{mode}  model:{model}  entries:{} anchors:{} last:{}",
+            info.entries,
+            info.anchors,
+            info.last_anchor.as_deref().unwrap_or("-")
+        ),
+        Err(_) => format!("{time}  mode:{mode}  model:{model}"),
+    }
+}
+
+fn print_result(result: &TurnResult, style: Style) {
+    let blocks = [
+        ("Command", BOLD_GREEN, result.immediate_output.as_str()),
+        (
+            "Error",
+            BOLD_RED,
+            result.error.as_deref().unwrap_or_default(),
+        ),
+        ("Assistant", BOLD_BLUE, result.assistant_output.as_str()),
+    ];
+    for (label, color, text) in blocks {
+        if !text.trim().is_empty() {
+            print_block(label, color, text, style);
+        }
+    }
+}
+
+fn print_block(label: &str, color: &str, text: &str, style: Style) {
+    if style.color {
+        println!("{}", style.paint(color, label));
+    }
+    println!("{}", text.trim_end());
+}
+
+/// Whether to colour output (stdout is a terminal).
+#[derive(Clone, Copy)]
+struct Style {
+    color: bool,
+}
+
+impl Style {
+    fn paint(self, color: &str, text: &str) -> String {
+        if self.color {
+            format!("{color}{text}{RESET}")
+        } else {
+            text.to_owned()
+        }
+    }
+
+    fn dim(self, text: &str) -> String {
+        self.paint(DIM, text)
+    }
+}

@@ -1,4 +1,24 @@
-//! The tape: one append-only JSONL file per (workspace, session). (stub — being written)
+//! The tape: one append-only JSONL file per (workspace, session) holding everything a session
+//! did — messages, tool calls and results, events, anchors.
+//!
+//! * [`entry`] — the entry type and its one-line JSON format (`{"id","kind","payload","meta","date"}`).
+//! * `index` — the in-memory index (id, byte range, kind per entry), re-synced incrementally.
+//! * [`store`] — file naming, advisory locking, O(1) appends, bootstrap/handoff anchors, reset.
+//! * [`context`] — the model's context (entries after the last anchor, with its handoff note)
+//!   and the tape summary.
+//! * [`search`] — substring/fuzzy search, newest first.
+//!
+//! Invariants: the file is only ever appended to (reset replaces it atomically); ids are unique
+//! and increasing, even with several processes appending (each append holds an exclusive
+//! `File::lock` while it re-syncs and writes); a torn last line from a crash is skipped and the
+//! tape stays appendable.
 
-/// Placeholder until the tape module lands.
-pub struct Tape;
+pub mod context;
+pub mod entry;
+mod index;
+pub mod search;
+pub mod store;
+
+pub use context::{TapeInfo, handoff_note, select_messages};
+pub use entry::TapeEntry;
+pub use store::{SESSION_START, Tape, md5_hex, tape_name_for, tape_path};

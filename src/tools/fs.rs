@@ -1,8 +1,490 @@
-//! Built-in tools (stub — being written).
+//! File tools: `fs.read`, `fs.write`, `fs.edit` here, `fs.glob` and `fs.grep` in [`search`].
+//!
+//! Paths: `~` is expanded, relative paths are joined to the workspace, absolute paths are
+//! allowed. Invariants: text is never re-joined — reads and edits keep the file's own line
+//! endings, so an edit changes exactly the replaced bytes; binary files (NUL in the first
+//! 8 KiB, or invalid UTF-8) are refused rather than shown.
 
-use super::Tool;
+mod search;
 
-/// The tools of this file.
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::path::{Component, Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::registry::parse_args;
+use super::{Tool, ToolContext, ToolError};
+
+pub use search::{GlobArgs, GrepArgs, glob, grep};
+
+/// Maximum bytes `fs.read` returns in one call (a note tells how to read on).
+pub const READ_CAP: usize = 256 * 1024;
+/// Bytes sniffed for a NUL to decide a file is binary.
+pub const BINARY_SNIFF: usize = 8 * 1024;
+
+/// Arguments of `fs.read`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ReadArgs {
+    pub path: String,
+    #[serde(default)]
+    pub offset: Option<i64>,
+    #[serde(default)]
+    pub limit: Option<i64>,
+}
+
+/// Arguments of `fs.write`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct WriteArgs {
+    pub path: String,
+    pub content: String,
+}
+
+/// Arguments of `fs.edit`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct EditArgs {
+    pub path: String,
+    pub old: String,
+    pub new: String,
+    #[serde(default)]
+    pub start_line: Option<i64>,
+    #[serde(default)]
+    pub replace_all: Option<bool>,
+}
+
+const READ_DETAIL: &str =
+    "Returns lines [offset, offset+limit) of a text file, with the file's own line endings.
+Args: path (relative to the workspace, ~ expanded, absolute allowed); offset: 0-based first line
+(default 0); limit: number of lines (default: to the end). Output is capped at 256 KiB; a note
+then tells the offset to continue from. Binary files are refused.";
+
+const WRITE_DETAIL: &str =
+    "Writes `content` to `path` (replacing the file), creating parent directories.
+Returns `wrote: <path> (<n> bytes)`.";
+
+const EDIT_DETAIL: &str =
+    "Replaces the exact text `old` with `new` in `path`, searching from line `start_line` (0-based,
+default 0) on. `old` must occur exactly once there unless replace_all=true; when it occurs more
+than once, include more surrounding lines in `old` to make it unique. Line endings and the rest
+of the file are kept byte for byte. Returns `edited: <path>`.";
+
+/// `fs.read`, `fs.write`, `fs.edit`, `fs.glob`, `fs.grep`.
 pub fn tools() -> Vec<Tool> {
-    Vec::new()
+    let mut tools = vec![
+        Tool::new(
+            "fs.read",
+            "Read file content",
+            READ_DETAIL,
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "file path"},
+                    "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "first line (0-based)"},
+                    "limit": {"type": "integer", "minimum": 1, "description": "number of lines"},
+                },
+                "required": ["path"],
+            }),
+            |args, ctx: ToolContext| async move { read(parse_args(args)?, &ctx.workspace).await },
+        ),
+        Tool::new(
+            "fs.write",
+            "Write file content",
+            WRITE_DETAIL,
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "file path"},
+                    "content": {"type": "string", "description": "the whole new content"},
+                },
+                "required": ["path", "content"],
+            }),
+            |args, ctx: ToolContext| async move { write(parse_args(args)?, &ctx.workspace).await },
+        ),
+        Tool::new(
+            "fs.edit",
+            "Edit file content",
+            EDIT_DETAIL,
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "file path"},
+                    "old": {"type": "string", "description": "exact text to replace"},
+                    "new": {"type": "string", "description": "replacement text"},
+                    "start_line": {"type": "integer", "minimum": 0, "default": 0, "description": "search from this line (0-based)"},
+                    "replace_all": {"type": "boolean", "default": false, "description": "replace every occurrence"},
+                },
+                "required": ["path", "old", "new"],
+            }),
+            |args, ctx: ToolContext| async move { edit(parse_args(args)?, &ctx.workspace).await },
+        ),
+    ];
+    tools.extend(search::tools());
+    tools
+}
+
+/// `~` / `~/x` → the home directory (other paths unchanged).
+pub fn expand_tilde(raw: &str) -> PathBuf {
+    let home = || std::env::var_os("HOME").map(PathBuf::from);
+    if raw == "~" {
+        if let Some(h) = home() {
+            return h;
+        }
+    } else if let Some(rest) = raw.strip_prefix("~/")
+        && let Some(h) = home()
+    {
+        return h.join(rest);
+    }
+    PathBuf::from(raw)
+}
+
+/// The path a tool argument names: `~` expanded, relative → joined to `workspace`, `.`
+/// components dropped.
+pub fn resolve_path(workspace: &Path, raw: &str) -> PathBuf {
+    let p = expand_tilde(raw);
+    let joined = if p.is_absolute() {
+        p
+    } else {
+        workspace.join(p)
+    };
+    joined
+        .components()
+        .filter(|c| !matches!(c, Component::CurDir))
+        .collect()
+}
+
+fn not_found(path: &Path) -> ToolError {
+    ToolError::new(format!("file not found: {}", path.display()))
+}
+
+fn io_error(path: &Path, e: std::io::Error) -> ToolError {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        not_found(path)
+    } else {
+        ToolError::new(format!("{}: {e}", path.display()))
+    }
+}
+
+fn binary(path: &Path, size: u64) -> ToolError {
+    ToolError::new(format!(
+        "binary file: {} ({size} bytes); not shown",
+        path.display()
+    ))
+}
+
+fn non_negative(name: &str, v: Option<i64>) -> Result<usize, ToolError> {
+    match v {
+        None => Ok(0),
+        Some(n) if n >= 0 => Ok(n as usize),
+        Some(n) => Err(ToolError::new(format!("{name} must be >= 0, got {n}"))),
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ToolError::new(format!("task failed: {e}")))?
+}
+
+/// `fs.read`.
+pub async fn read(args: ReadArgs, workspace: &Path) -> Result<String, ToolError> {
+    let offset = non_negative("offset", args.offset)?;
+    let limit = match args.limit {
+        None => None,
+        Some(n) if n >= 1 => Some(n as usize),
+        Some(n) => return Err(ToolError::new(format!("limit must be >= 1, got {n}"))),
+    };
+    let path = resolve_path(workspace, &args.path);
+    blocking(move || read_lines(&path, offset, limit, READ_CAP)).await
+}
+
+/// Lines `[offset, offset+limit)` of `path`, at most `cap` bytes (plus a continuation note).
+fn read_lines(
+    path: &Path,
+    offset: usize,
+    limit: Option<usize>,
+    cap: usize,
+) -> Result<String, ToolError> {
+    let mut file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
+    let meta = file.metadata().map_err(|e| io_error(path, e))?;
+    if meta.is_dir() {
+        return Err(ToolError::new(format!(
+            "is a directory: {}",
+            path.display()
+        )));
+    }
+    let size = meta.len();
+    let mut sniff = Vec::with_capacity(BINARY_SNIFF);
+    (&mut file)
+        .take(BINARY_SNIFF as u64)
+        .read_to_end(&mut sniff)
+        .map_err(|e| io_error(path, e))?;
+    if sniff.contains(&0) {
+        return Err(binary(path, size));
+    }
+    file.seek(SeekFrom::Start(0))
+        .map_err(|e| io_error(path, e))?;
+
+    let mut reader = BufReader::with_capacity(64 * 1024, file);
+    let end = limit.map(|l| offset.saturating_add(l));
+    let mut out = String::new();
+    let mut line = Vec::new();
+    let mut idx = 0usize;
+    let mut note = None;
+    while end.is_none_or(|e| idx < e) {
+        line.clear();
+        let room = if idx >= offset {
+            cap - out.len() + 1
+        } else {
+            0
+        };
+        let len = read_line_capped(&mut reader, &mut line, room).map_err(|e| io_error(path, e))?;
+        if len == 0 {
+            break;
+        }
+        if idx >= offset {
+            if len > cap - out.len() {
+                if out.is_empty() {
+                    // A single line longer than the cap: show its head.
+                    line.truncate(cap);
+                    let valid = match std::str::from_utf8(&line) {
+                        Ok(s) => s.len(),
+                        Err(e) if e.error_len().is_none() => e.valid_up_to(),
+                        Err(_) => return Err(binary(path, size)),
+                    };
+                    out.push_str(std::str::from_utf8(&line[..valid]).unwrap_or_default());
+                    note = Some(format!(
+                        "[truncated: line {idx} is longer than {} KiB and was cut; continue with offset={}]",
+                        cap / 1024,
+                        idx + 1
+                    ));
+                } else {
+                    note = Some(format!(
+                        "[truncated at {} KiB: lines {offset}..{} shown; continue with offset={idx}]",
+                        cap / 1024,
+                        idx - 1
+                    ));
+                }
+                break;
+            }
+            let text = std::str::from_utf8(&line).map_err(|_| binary(path, size))?;
+            out.push_str(text);
+        }
+        idx += 1;
+    }
+    if let Some(note) = note {
+        if !out.ends_with('\n') {
+            out.push('\n');
+        }
+        out.push_str("… ");
+        out.push_str(&note);
+    }
+    Ok(out)
+}
+
+/// Reads one line (through `\n`), keeping at most `keep` of its bytes in `buf`; returns the
+/// line's full length (0 at end of file).
+fn read_line_capped<R: BufRead>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    keep: usize,
+) -> std::io::Result<usize> {
+    let mut total = 0;
+    loop {
+        let chunk = match r.fill_buf() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok(total);
+        }
+        let (n, done) = match chunk.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        let take = keep.saturating_sub(buf.len()).min(n);
+        buf.extend_from_slice(&chunk[..take]);
+        r.consume(n);
+        total += n;
+        if done {
+            return Ok(total);
+        }
+    }
+}
+
+/// `fs.write`.
+pub async fn write(args: WriteArgs, workspace: &Path) -> Result<String, ToolError> {
+    let path = resolve_path(workspace, &args.path);
+    if let Some(parent) = path.parent() {
+        tokio::fs::create_dir_all(parent)
+            .await
+            .map_err(|e| ToolError::new(format!("{}: {e}", parent.display())))?;
+    }
+    tokio::fs::write(&path, args.content.as_bytes())
+        .await
+        .map_err(|e| ToolError::new(format!("{}: {e}", path.display())))?;
+    Ok(format!(
+        "wrote: {} ({} bytes)",
+        path.display(),
+        args.content.len()
+    ))
+}
+
+/// `fs.edit`.
+pub async fn edit(args: EditArgs, workspace: &Path) -> Result<String, ToolError> {
+    let start_line = non_negative("start_line", args.start_line)?;
+    let path = resolve_path(workspace, &args.path);
+    if args.old.is_empty() {
+        return Err(ToolError::new("old must not be empty"));
+    }
+    let bytes = tokio::fs::read(&path)
+        .await
+        .map_err(|e| io_error(&path, e))?;
+    let size = bytes.len() as u64;
+    if bytes[..bytes.len().min(BINARY_SNIFF)].contains(&0) {
+        return Err(binary(&path, size));
+    }
+    let text = String::from_utf8(bytes).map_err(|_| binary(&path, size))?;
+    let edited = replace_from_line(
+        &text,
+        &args.old,
+        &args.new,
+        start_line,
+        args.replace_all.unwrap_or(false),
+    )
+    .map_err(|e| match e {
+        EditError::NotFound => ToolError::new(format!(
+            "'{}' not found in {} from line {start_line}",
+            preview(&args.old),
+            path.display()
+        )),
+        EditError::Ambiguous(n) => ToolError::new(format!(
+            "'{}' occurs {n} times in {}; add context or set replace_all=true",
+            preview(&args.old),
+            path.display()
+        )),
+    })?;
+    tokio::fs::write(&path, edited.text.as_bytes())
+        .await
+        .map_err(|e| ToolError::new(format!("{}: {e}", path.display())))?;
+    Ok(if edited.count > 1 {
+        format!("edited: {} ({} replacements)", path.display(), edited.count)
+    } else {
+        format!("edited: {}", path.display())
+    })
+}
+
+/// Why [`replace_from_line`] refused.
+#[derive(Debug, PartialEq, Eq)]
+pub enum EditError {
+    NotFound,
+    /// `old` occurs this many times and `replace_all` was false.
+    Ambiguous(usize),
+}
+
+/// The result of [`replace_from_line`].
+#[derive(Debug, PartialEq, Eq)]
+pub struct Edited {
+    pub text: String,
+    pub count: usize,
+}
+
+/// Replaces `old` with `new` in `text` from the start of line `start_line` (0-based) on; the
+/// text before that line is untouched.
+pub fn replace_from_line(
+    text: &str,
+    old: &str,
+    new: &str,
+    start_line: usize,
+    replace_all: bool,
+) -> Result<Edited, EditError> {
+    let start = if start_line == 0 {
+        0
+    } else {
+        match text.match_indices('\n').nth(start_line - 1) {
+            Some((i, _)) => i + 1,
+            None => return Err(EditError::NotFound),
+        }
+    };
+    let (prefix, rest) = text.split_at(start);
+    let count = rest.matches(old).count();
+    match count {
+        0 => Err(EditError::NotFound),
+        1 => Ok(Edited {
+            text: format!("{prefix}{}", rest.replacen(old, new, 1)),
+            count,
+        }),
+        n if replace_all => Ok(Edited {
+            text: format!("{prefix}{}", rest.replace(old, new)),
+            count: n,
+        }),
+        n => Err(EditError::Ambiguous(n)),
+    }
+}
+
+/// `s` cut to 120 characters for error messages.
+fn preview(s: &str) -> String {
+    let mut chars = s.chars();
+    let head: String = chars.by_ref().take(120).collect();
+    if chars.next().is_some() {
+        format!("{head}…")
+    } else {
+        head
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolve_joins_relative_and_keeps_absolute() {
+        let ws = Path::new("/ws");
+        assert_eq!(resolve_path(ws, "a/./b.txt"), PathBuf::from("/ws/a/b.txt"));
+        assert_eq!(resolve_path(ws, "/etc/x"), PathBuf::from("/etc/x"));
+        if let Some(home) = std::env::var_os("HOME") {
+            assert_eq!(resolve_path(ws, "~/x"), PathBuf::from(home).join("x"));
+        }
+    }
+
+    #[test]
+    fn replace_respects_start_line_and_keeps_bytes() {
+        let text = "a = 1\r\nb = 1\r\nc = 1";
+        let e = replace_from_line(text, "= 1", "= 2", 2, false).unwrap();
+        assert_eq!(e.text, "a = 1\r\nb = 1\r\nc = 2");
+        assert_eq!(
+            replace_from_line(text, "= 1", "= 2", 0, false),
+            Err(EditError::Ambiguous(3))
+        );
+        let e = replace_from_line(text, "= 1", "= 2", 1, true).unwrap();
+        assert_eq!((e.text.as_str(), e.count), ("a = 1\r\nb = 2\r\nc = 2", 2));
+        assert_eq!(
+            replace_from_line(text, "a", "z", 1, false),
+            Err(EditError::NotFound)
+        );
+        assert_eq!(
+            replace_from_line(text, "c", "z", 9, false),
+            Err(EditError::NotFound)
+        );
+    }
+
+    #[test]
+    fn read_lines_caps_output_with_a_note() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("f.txt");
+        std::fs::write(&p, "aaaa\nbbbb\ncccc\n").unwrap();
+        let out = read_lines(&p, 0, None, 12).unwrap();
+        assert_eq!(
+            out,
+            "aaaa\nbbbb\n… [truncated at 0 KiB: lines 0..1 shown; continue with offset=2]"
+        );
+        let out = read_lines(&p, 1, Some(1), 3).unwrap();
+        assert_eq!(
+            out,
+            "bbb\n… [truncated: line 1 is longer than 0 KiB and was cut; continue with offset=2]"
+        );
+        assert_eq!(read_lines(&p, 0, None, 15).unwrap(), "aaaa\nbbbb\ncccc\n");
+    }
 }

@@ -31,17 +31,27 @@ struct DescribeArgs {
 pub fn tools() -> Vec<Tool> {
     let empty = json!({"type": "object", "properties": {}});
     vec![
-        Tool::new("help", "Show command help", HELP, empty.clone(), |_, _| async {
-            Ok(HELP.to_string())
-        }),
-        Tool::new("tools", "List available tools", "One line per tool: name and description.", empty.clone(), |_, ctx: ToolContext| async move {
-            Ok(ctx
-                .registry
-                .tools()
-                .map(|t| format!("{}: {}", t.name, t.description))
-                .collect::<Vec<_>>()
-                .join("\n"))
-        }),
+        Tool::new(
+            "help",
+            "Show command help",
+            HELP,
+            empty.clone(),
+            |_, _| async { Ok(HELP.to_string()) },
+        ),
+        Tool::new(
+            "tools",
+            "List available tools",
+            "One line per tool: name and description.",
+            empty.clone(),
+            |_, ctx: ToolContext| async move {
+                Ok(ctx
+                    .registry
+                    .tools()
+                    .map(|t| format!("{}: {}", t.name, t.description))
+                    .collect::<Vec<_>>()
+                    .join("\n"))
+            },
+        ),
         Tool::new(
             "tool.describe",
             "Show one tool's details",

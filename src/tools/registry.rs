@@ -76,7 +76,13 @@ pub struct Tool {
 
 impl Tool {
     /// Creates a tool whose handler receives the (coerced) argument object and the context.
-    pub fn new<F, Fut>(name: &str, description: &str, detail: &str, schema: Value, handler: F) -> Self
+    pub fn new<F, Fut>(
+        name: &str,
+        description: &str,
+        detail: &str,
+        schema: Value,
+        handler: F,
+    ) -> Self
     where
         F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<String, ToolError>> + Send + 'static,
@@ -130,12 +136,15 @@ impl Registry {
             .map(|a| a.trim().to_lowercase())
             .filter(|a| !a.is_empty())
             .collect();
-        let mut reg = Self { tools: BTreeMap::new(), by_model_name: BTreeMap::new() };
+        let mut reg = Self {
+            tools: BTreeMap::new(),
+            by_model_name: BTreeMap::new(),
+        };
         for tool in tools {
             let keep = allowed.is_empty()
-                || allowed
-                    .iter()
-                    .any(|a| *a == tool.name.to_lowercase() || *a == tool.model_name().to_lowercase());
+                || allowed.iter().any(|a| {
+                    *a == tool.name.to_lowercase() || *a == tool.model_name().to_lowercase()
+                });
             if !keep {
                 continue;
             }
@@ -173,8 +182,15 @@ impl Registry {
 
     /// Runs a tool. `args` must be a JSON object (or null); string values are coerced to the
     /// schema's types and required arguments are checked before the handler runs.
-    pub async fn execute(&self, name: &str, args: Value, ctx: ToolContext) -> Result<String, ToolError> {
-        let tool = self.get(name).ok_or_else(|| ToolError::new(format!("unknown tool: {name}")))?;
+    pub async fn execute(
+        &self,
+        name: &str,
+        args: Value,
+        ctx: ToolContext,
+    ) -> Result<String, ToolError> {
+        let tool = self
+            .get(name)
+            .ok_or_else(|| ToolError::new(format!("unknown tool: {name}")))?;
         let args = coerce_args(&tool.schema, args)?;
         let started = Instant::now();
         tracing::info!(tool = %tool.name, args = %summarize_args(&args), "tool.call.start");
@@ -182,7 +198,9 @@ impl Registry {
         let ms = started.elapsed().as_millis();
         match &result {
             Ok(_) => tracing::info!(tool = %tool.name, duration_ms = ms, "tool.call.end"),
-            Err(e) => tracing::warn!(tool = %tool.name, duration_ms = ms, error = %e, "tool.call.error"),
+            Err(e) => {
+                tracing::warn!(tool = %tool.name, duration_ms = ms, error = %e, "tool.call.error")
+            }
         }
         result
     }
@@ -190,7 +208,9 @@ impl Registry {
 
 /// `k=v …` for logs, each value cut to 60 characters.
 fn summarize_args(args: &Value) -> String {
-    let Some(map) = args.as_object() else { return String::new() };
+    let Some(map) = args.as_object() else {
+        return String::new();
+    };
     map.iter()
         .map(|(k, v)| {
             let s = v.to_string();
@@ -207,12 +227,20 @@ pub fn coerce_args(schema: &Value, args: Value) -> Result<Value, ToolError> {
     let mut map = match args {
         Value::Null => Map::new(),
         Value::Object(m) => m,
-        other => return Err(ToolError::new(format!("arguments must be an object, got {other}"))),
+        other => {
+            return Err(ToolError::new(format!(
+                "arguments must be an object, got {other}"
+            )));
+        }
     };
     let props = schema.get("properties").and_then(Value::as_object);
     if let Some(props) = props {
         for (key, value) in map.iter_mut() {
-            let Some(ty) = props.get(key).and_then(|p| p.get("type")).and_then(Value::as_str) else {
+            let Some(ty) = props
+                .get(key)
+                .and_then(|p| p.get("type"))
+                .and_then(Value::as_str)
+            else {
                 continue;
             };
             *value = coerce_value(key, ty, std::mem::take(value))?;
@@ -231,9 +259,11 @@ pub fn coerce_args(schema: &Value, args: Value) -> Result<Value, ToolError> {
 fn coerce_value(key: &str, ty: &str, value: Value) -> Result<Value, ToolError> {
     let bad = |v: &Value| ToolError::new(format!("argument {key}: expected {ty}, got {v}"));
     match (ty, value) {
-        ("integer", Value::String(s)) => {
-            s.trim().parse::<i64>().map(Value::from).map_err(|_| bad(&Value::String(s)))
-        }
+        ("integer", Value::String(s)) => s
+            .trim()
+            .parse::<i64>()
+            .map(Value::from)
+            .map_err(|_| bad(&Value::String(s))),
         ("number", Value::String(s)) => s
             .trim()
             .parse::<f64>()
@@ -263,14 +293,21 @@ mod tests {
     use serde_json::json;
 
     fn noop(name: &str) -> Tool {
-        Tool::new(name, "d", "", json!({"type":"object","properties":{}}), |_, _| async {
-            Ok("ok".to_string())
-        })
+        Tool::new(
+            name,
+            "d",
+            "",
+            json!({"type":"object","properties":{}}),
+            |_, _| async { Ok("ok".to_string()) },
+        )
     }
 
     #[test]
     fn allow_list_matches_command_or_model_name() {
-        let reg = Registry::new(vec![noop("fs.read"), noop("web.search")], &["FS_READ".into()]);
+        let reg = Registry::new(
+            vec![noop("fs.read"), noop("web.search")],
+            &["FS_READ".into()],
+        );
         let names: Vec<_> = reg.tools().map(|t| t.name.clone()).collect();
         assert_eq!(names, vec!["fs.read"]);
         assert!(reg.get("fs_read").is_some());

@@ -1,8 +1,299 @@
-//! Built-in tools (stub — being written).
+//! Tape tools: `tape.info`, `tape.search`, `tape.anchors`, `tape.handoff`, `tape.reset`.
+//!
+//! Each tool locks the session's tape only inside a blocking task (tape operations are file
+//! I/O, and a search over a large tape takes milliseconds), never across an `.await`.
 
-use super::Tool;
+use serde::Deserialize;
+use serde_json::{Value, json};
 
-/// The tools of this file.
+use super::registry::parse_args;
+use super::{Tool, ToolContext, ToolError};
+use crate::tape::{Tape, TapeEntry};
+
+/// How many anchors `tape.anchors` lists.
+const ANCHORS_SHOWN: usize = 50;
+
+#[derive(Deserialize)]
+struct SearchArgs {
+    query: String,
+    #[serde(default = "default_limit")]
+    limit: i64,
+}
+
+fn default_limit() -> i64 {
+    20
+}
+
+#[derive(Deserialize)]
+struct HandoffArgs {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    summary: Option<String>,
+    #[serde(default)]
+    next_steps: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ResetArgs {
+    #[serde(default)]
+    archive: bool,
+}
+
+/// Runs `f` on the session's tape in a blocking task.
+async fn with_tape<R, F>(ctx: &ToolContext, f: F) -> Result<R, ToolError>
+where
+    R: Send + 'static,
+    F: FnOnce(&mut Tape) -> anyhow::Result<R> + Send + 'static,
+{
+    let tape = ctx.tape.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut tape = tape
+            .lock()
+            .map_err(|_| ToolError::new("tape lock poisoned"))?;
+        f(&mut tape).map_err(ToolError::from)
+    })
+    .await
+    .map_err(|e| ToolError::new(format!("tape task failed: {e}")))?
+}
+
+/// `tape.info` output.
+pub fn info_text(tape: &mut Tape) -> anyhow::Result<String> {
+    Ok(tape.info()?.to_string())
+}
+
+/// `tape.search` output: `#<id> <kind> <payload JSON>` per match, newest first.
+pub fn search_text(tape: &mut Tape, query: &str, limit: usize) -> anyhow::Result<String> {
+    let found = tape.search(query, limit)?;
+    if found.is_empty() {
+        return Ok("(no matches)".to_string());
+    }
+    Ok(found
+        .iter()
+        .map(|e| format!("#{} {} {}", e.id, e.kind, e.payload))
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
+/// `tape.anchors` output: `<name> state=<JSON>` per anchor, oldest first.
+pub fn anchors_text(tape: &mut Tape) -> anyhow::Result<String> {
+    let anchors = tape.anchors(ANCHORS_SHOWN)?;
+    if anchors.is_empty() {
+        return Ok("(no anchors)".to_string());
+    }
+    Ok(anchors
+        .iter()
+        .map(anchor_row)
+        .collect::<Vec<_>>()
+        .join("\n"))
+}
+
+fn anchor_row(anchor: &TapeEntry) -> String {
+    let state = anchor.state().cloned().unwrap_or_else(|| json!({}));
+    format!("{} state={}", anchor.name().unwrap_or("-"), state)
+}
+
+/// `tape.reset` output: `ok` or `Archived: <path>`.
+pub fn reset_text(tape: &mut Tape, archive: bool) -> anyhow::Result<String> {
+    Ok(match tape.reset(archive)? {
+        Some(path) => format!("Archived: {}", path.display()),
+        None => "ok".to_string(),
+    })
+}
+
+fn schema(properties: Value, required: &[&str]) -> Value {
+    json!({"type": "object", "properties": properties, "required": required})
+}
+
+/// The tape tools.
 pub fn tools() -> Vec<Tool> {
-    Vec::new()
+    vec![
+        Tool::new(
+            "tape.info",
+            "Show tape summary",
+            "Shows the tape name, the number of entries and anchors, the last anchor, the entries \
+             since it (the current context) and the token usage of the last model call.",
+            schema(json!({}), &[]),
+            |_, ctx: ToolContext| async move { with_tape(&ctx, info_text).await },
+        ),
+        Tool::new(
+            "tape.search",
+            "Search the tape",
+            "Searches messages and tool results of the whole tape (not only the current context), \
+             newest first. Matches substrings and, for queries of 3+ characters, typos \
+             (fuzzy). Output: one `#<id> <kind> <payload>` line per match.",
+            schema(
+                json!({
+                    "query": {"type": "string", "description": "text to look for"},
+                    "limit": {"type": "integer", "minimum": 1, "default": 20,
+                              "description": "maximum number of matches"}
+                }),
+                &["query"],
+            ),
+            |args, ctx: ToolContext| async move {
+                let SearchArgs { query, limit } = parse_args(args)?;
+                if limit < 1 {
+                    return Err(ToolError::new("limit must be at least 1"));
+                }
+                let limit = usize::try_from(limit).unwrap_or(usize::MAX);
+                with_tape(&ctx, move |tape| search_text(tape, &query, limit)).await
+            },
+        ),
+        Tool::new(
+            "tape.anchors",
+            "List tape anchors",
+            "Lists the last 50 anchors (handoff points) as `<name> state=<JSON>`, oldest first.",
+            schema(json!({}), &[]),
+            |_, ctx: ToolContext| async move { with_tape(&ctx, anchors_text).await },
+        ),
+        Tool::new(
+            "tape.handoff",
+            "Hand off to a new context phase",
+            "Writes an anchor: your context then starts after it, with `summary` and `next_steps` \
+             shown first. Use it when the context grows long or a phase of work is done; put \
+             everything you still need into the summary.",
+            schema(
+                json!({
+                    "name": {"type": "string", "default": "handoff", "description": "anchor name"},
+                    "summary": {"type": "string", "description": "what was done and learned"},
+                    "next_steps": {"type": "string", "description": "what to do next"}
+                }),
+                &[],
+            ),
+            |args, ctx: ToolContext| async move {
+                let HandoffArgs {
+                    name,
+                    summary,
+                    next_steps,
+                } = parse_args(args)?;
+                let name = name
+                    .filter(|n| !n.trim().is_empty())
+                    .unwrap_or_else(|| "handoff".into());
+                with_tape(&ctx, move |tape| {
+                    tape.handoff(&name, summary.as_deref(), next_steps.as_deref())?;
+                    Ok(format!("handoff created: {name}"))
+                })
+                .await
+            },
+        ),
+        Tool::new(
+            "tape.reset",
+            "Reset the tape",
+            "Starts the session's tape afresh (archived as a .bak file with archive=true, else \
+             deleted) and forgets expanded tool details.",
+            schema(
+                json!({"archive": {"type": "boolean", "default": false,
+                                   "description": "keep the old tape as a .bak file"}}),
+                &[],
+            ),
+            |args, ctx: ToolContext| async move {
+                let ResetArgs { archive } = parse_args(args)?;
+                let out = with_tape(&ctx, move |tape| reset_text(tape, archive)).await?;
+                ctx.expanded
+                    .lock()
+                    .map_err(|_| ToolError::new("lock poisoned"))?
+                    .clear();
+                Ok(out)
+            },
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+    use crate::config::Settings;
+    use crate::tools::Registry;
+
+    fn context(dir: &std::path::Path) -> ToolContext {
+        let tape = Tape::open(dir, dir, "bub", "cli:test").unwrap();
+        ToolContext {
+            session_id: "cli:test".into(),
+            workspace: dir.to_path_buf(),
+            settings: Arc::new(Settings::with_defaults(
+                dir.to_path_buf(),
+                dir.to_path_buf(),
+            )),
+            tape: Arc::new(Mutex::new(tape)),
+            registry: Arc::new(Registry::new(tools(), &[])),
+            expanded: Arc::new(Mutex::new(BTreeSet::from(["fs.read".to_string()]))),
+        }
+    }
+
+    async fn run(ctx: &ToolContext, name: &str, args: Value) -> Result<String, ToolError> {
+        ctx.registry.clone().execute(name, args, ctx.clone()).await
+    }
+
+    #[tokio::test]
+    async fn handoff_info_anchors_search() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path());
+        ctx.tape.lock().unwrap().ensure_bootstrap().unwrap();
+        let msg = json!({"role": "user", "content": "Please review the database migration plan."});
+        ctx.tape
+            .lock()
+            .unwrap()
+            .append("message", msg, json!({}))
+            .unwrap();
+        let out = run(
+            &ctx,
+            "tape.handoff",
+            json!({"summary": "reviewed", "next_steps": "ship"}),
+        )
+        .await;
+        assert_eq!(out.unwrap(), "handoff created: handoff");
+        let info = run(&ctx, "tape.info", json!({})).await.unwrap();
+        assert!(
+            info.contains("entries=5\nanchors=2\nlast_anchor=handoff\nentries_since_last_anchor=1"),
+            "{info}"
+        );
+        let anchors = run(&ctx, "tape.anchors", json!({})).await.unwrap();
+        assert_eq!(
+            anchors,
+            "session/start state={\"owner\":\"human\"}\nhandoff state={\"summary\":\"reviewed\",\"next_steps\":\"ship\"}"
+        );
+        let found = run(
+            &ctx,
+            "tape.search",
+            json!({"query": "databse migrtion", "limit": "5"}),
+        )
+        .await
+        .unwrap();
+        assert!(
+            found.starts_with("#3 message {\"role\":\"user\""),
+            "{found}"
+        );
+        let none = run(&ctx, "tape.search", json!({"query": "kubernetes"}))
+            .await
+            .unwrap();
+        assert_eq!(none, "(no matches)");
+        assert!(run(&ctx, "tape.search", json!({})).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn reset_archives_and_clears_expanded() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path());
+        assert_eq!(
+            run(&ctx, "tape.anchors", json!({})).await.unwrap(),
+            "(no anchors)"
+        );
+        ctx.tape.lock().unwrap().event("x", json!(1)).unwrap();
+        let out = run(&ctx, "tape.reset", json!({"archive": "true"}))
+            .await
+            .unwrap();
+        let path = out.strip_prefix("Archived: ").expect(&out);
+        assert!(std::path::Path::new(path).exists());
+        assert!(ctx.expanded.lock().unwrap().is_empty());
+        let anchors = run(&ctx, "tape.anchors", json!({})).await.unwrap();
+        assert!(
+            anchors.starts_with("session/start state={\"owner\":\"human\",\"archived\":"),
+            "{anchors}"
+        );
+        assert_eq!(run(&ctx, "tape.reset", json!({})).await.unwrap(), "ok");
+        assert_eq!(ctx.tape.lock().unwrap().len().unwrap(), 2);
+    }
 }

@@ -1,0 +1,183 @@
+//! The system prompt: base prompt, workspace `AGENTS.md`, the progressive tool view, the skills
+//! view, the runtime contract and the current date/time (reference §5.3–§5.4, fixed).
+//!
+//! Rebuilt every model step, so edits to `AGENTS.md` and newly expanded tools take effect at once.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::LazyLock;
+
+use regex::Regex;
+
+use crate::tools::Registry;
+
+static HINT: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new(r"\$([A-Za-z0-9_.-]+)").expect("hint regex"));
+
+/// The fixed contract every model step sees.
+const RUNTIME_CONTRACT: &str = "<runtime_contract>
+1. Perform actions with tool calls: files, shell, tape, and any other tool listed above.
+2. Do not write comma commands (`,cmd`) in normal replies; they are only a compatibility fallback.
+3. Never write `<command ...>` blocks yourself; they are produced by the runtime.
+4. When you have gathered enough evidence, answer in plain natural language.
+5. Mention `$name` (a tool or skill name) to see its full details in the next step.
+</runtime_contract>
+<context_contract>
+Your context is the tape since its last anchor. If it grows long or calls fail because the
+context is too large, call `tape.handoff` with a short `summary` and `next_steps`: the summary
+is carried forward and older entries leave the context.
+</context_contract>";
+
+/// Names referenced as `$name` in `text` (trailing dots and dashes dropped, so `$fs.read.` at
+/// the end of a sentence still matches `fs.read`).
+pub fn hints(text: &str) -> Vec<String> {
+    HINT.captures_iter(text)
+        .map(|c| c[1].trim_end_matches(['.', '-']).to_string())
+        .filter(|h| !h.is_empty())
+        .collect()
+}
+
+/// Adds the tools named by `$hints` in `text` to `expanded`.
+pub fn activate_hints(text: &str, registry: &Registry, expanded: &mut BTreeSet<String>) {
+    for hint in hints(text) {
+        if let Some(tool) = registry.get(&hint) {
+            expanded.insert(tool.name.clone());
+        }
+    }
+}
+
+/// The compact tool list plus details of the expanded tools.
+pub fn tool_view(registry: &Registry, expanded: &BTreeSet<String>) -> String {
+    let mut out = String::from("<tool_view>\n");
+    for tool in registry.tools() {
+        let model = tool.model_name();
+        if model == tool.name {
+            out.push_str(&format!("  - {}: {}\n", tool.name, tool.description));
+        } else {
+            out.push_str(&format!(
+                "  - {model} (command: {}): {}\n",
+                tool.name, tool.description
+            ));
+        }
+    }
+    out.push_str("</tool_view>");
+    let details: Vec<_> = registry
+        .tools()
+        .filter(|t| expanded.contains(&t.name))
+        .collect();
+    if !details.is_empty() {
+        out.push_str("\n\n<tool_details>\n");
+        for tool in details {
+            out.push_str(&format!(
+                "  <tool name=\"{}\">\n    name: {}\n    command_name: {}\n    description: {}\n    detail: {}\n    schema: {}\n  </tool>\n",
+                tool.model_name(),
+                tool.model_name(),
+                tool.name,
+                tool.description,
+                tool.detail,
+                tool.schema
+            ));
+        }
+        out.push_str("</tool_details>");
+    }
+    out
+}
+
+/// Inputs of [`system_prompt`].
+pub struct PromptParts<'a> {
+    pub base: &'a str,
+    pub workspace: &'a Path,
+    pub registry: &'a Registry,
+    pub expanded: &'a BTreeSet<String>,
+    pub skills_view: &'a str,
+    pub now: chrono::DateTime<chrono::Local>,
+}
+
+/// Assembles the system prompt; empty blocks are dropped, blocks joined by a blank line.
+pub fn system_prompt(parts: &PromptParts<'_>) -> String {
+    let agents = std::fs::read_to_string(parts.workspace.join("AGENTS.md")).unwrap_or_default();
+    let date = format!(
+        "Current date and time: {}",
+        parts.now.format("%Y-%m-%d %H:%M:%S %:z (%A)")
+    );
+    let blocks = [
+        parts.base.trim().to_string(),
+        agents.trim().to_string(),
+        tool_view(parts.registry, parts.expanded),
+        parts.skills_view.trim().to_string(),
+        RUNTIME_CONTRACT.to_string(),
+        date,
+    ];
+    blocks
+        .into_iter()
+        .filter(|b| !b.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tools::Tool;
+    use serde_json::json;
+
+    fn registry() -> Registry {
+        let t = |n: &str| {
+            Tool::new(
+                n,
+                "short",
+                "long detail",
+                json!({"type":"object"}),
+                |_, _| async { Ok(String::new()) },
+            )
+        };
+        Registry::new(vec![t("fs.read"), t("bash")], &[])
+    }
+
+    #[test]
+    fn hints_drop_trailing_punctuation() {
+        assert_eq!(
+            hints("use $fs.read. or $bash, not $"),
+            vec!["fs.read", "bash"]
+        );
+    }
+
+    #[test]
+    fn hint_expands_tool_details() {
+        let reg = registry();
+        let mut expanded = BTreeSet::new();
+        activate_hints("please look at $fs_read", &reg, &mut expanded);
+        let view = tool_view(&reg, &expanded);
+        assert!(
+            view.contains("  - fs_read (command: fs.read): short"),
+            "{view}"
+        );
+        assert!(view.contains("<tool name=\"fs_read\">"), "{view}");
+        assert!(view.contains("detail: long detail"));
+        assert!(!view.contains("<tool name=\"bash\">"));
+    }
+
+    #[test]
+    fn system_prompt_has_agents_md_and_date() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("AGENTS.md"), "  Be terse.  \n").unwrap();
+        let reg = registry();
+        let expanded = BTreeSet::new();
+        let now = chrono::Local::now();
+        let prompt = system_prompt(&PromptParts {
+            base: "You are Bub.",
+            workspace: dir.path(),
+            registry: &reg,
+            expanded: &expanded,
+            skills_view: "",
+            now,
+        });
+        assert!(
+            prompt.starts_with("You are Bub.\n\nBe terse.\n\n<tool_view>"),
+            "{prompt}"
+        );
+        assert!(prompt.contains("<runtime_contract>"));
+        assert!(prompt.contains(&now.format("%Y-%m-%d").to_string()));
+        assert!(!prompt.contains("{channel}"));
+    }
+}

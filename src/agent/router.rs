@@ -1,0 +1,341 @@
+//! The input router: decides whether a line is a comma command (run it now) or natural language
+//! (give it to the model), for human input and for the model's own text (reference §4, fixed).
+//!
+//! Every executed command is recorded on the tape as a `command` event; a failed human command
+//! falls back into the model as an escaped `<command>` block.
+
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use super::commands::{self, CommandKind, ParsedCommand};
+use crate::tools::ToolContext;
+
+/// Default timeout for a shell command typed by a human (`,cargo build`): long, because Ctrl-C
+/// interrupts it. The model's own `bash` calls keep the tool's 30 s default.
+const HUMAN_SHELL_TIMEOUT_SECONDS: u64 = 600;
+
+/// Who wrote the command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Human,
+    Assistant,
+}
+
+impl Origin {
+    fn as_str(self) -> &'static str {
+        match self {
+            Origin::Human => "human",
+            Origin::Assistant => "assistant",
+        }
+    }
+}
+
+/// The result of one executed command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandOutcome {
+    pub name: String,
+    pub ok: bool,
+    pub output: String,
+    /// `,quit` succeeded.
+    pub exit: bool,
+}
+
+impl CommandOutcome {
+    pub fn status(&self) -> &'static str {
+        if self.ok { "ok" } else { "error" }
+    }
+
+    pub fn block(&self) -> String {
+        commands::command_block(&self.name, self.status(), &self.output)
+    }
+}
+
+/// How a human input is handled.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UserRoute {
+    pub enter_model: bool,
+    pub model_prompt: String,
+    pub immediate_output: String,
+    pub exit_requested: bool,
+}
+
+/// How the model's final text is handled.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AssistantRoute {
+    /// Text shown to the user (commands removed).
+    pub visible_text: String,
+    /// Command blocks to feed back to the model; empty when no command ran.
+    pub next_prompt: String,
+    pub exit_requested: bool,
+}
+
+/// Routes input for one session.
+pub struct Router {
+    ctx: ToolContext,
+}
+
+impl Router {
+    pub fn new(ctx: ToolContext) -> Self {
+        Self { ctx }
+    }
+
+    /// Routes one human input as a whole (a multi-line input starting with `,` is one command).
+    pub async fn route_user(&self, raw: &str) -> UserRoute {
+        let text = raw.trim();
+        if text.is_empty() {
+            return UserRoute::default();
+        }
+        let Some(cmd) = commands::detect(text, &self.ctx.registry) else {
+            return UserRoute {
+                enter_model: true,
+                model_prompt: text.to_string(),
+                ..Default::default()
+            };
+        };
+        let outcome = self.execute(&cmd, Origin::Human).await;
+        if outcome.exit {
+            return UserRoute {
+                exit_requested: true,
+                ..Default::default()
+            };
+        }
+        if outcome.ok {
+            return UserRoute {
+                immediate_output: outcome.output,
+                ..Default::default()
+            };
+        }
+        UserRoute {
+            enter_model: true,
+            model_prompt: outcome.block(),
+            immediate_output: outcome.output,
+            exit_requested: false,
+        }
+    }
+
+    /// Routes the model's text line by line: comma commands outside fences run at once; inside
+    /// a ``` fence a shell comma command starts a multi-line command that collects the following
+    /// fence lines (blank lines kept) until the fence closes. A fence that runs no command stays
+    /// visible verbatim (so Markdown code blocks survive); the text around commands stays
+    /// visible too.
+    pub async fn route_assistant(&self, text: &str) -> AssistantRoute {
+        let mut visible: Vec<String> = Vec::new();
+        let mut blocks: Vec<String> = Vec::new();
+        let mut exit = false;
+        // Lines of the open fence (opening line included) and whether it ran a command.
+        let mut fence: Option<(Vec<String>, bool)> = None;
+        let mut pending: Option<Vec<String>> = None;
+
+        for line in text.lines() {
+            let stripped = line.trim();
+            if stripped.starts_with("```") {
+                match fence.take() {
+                    Some((mut lines, ran)) => {
+                        if let Some(cmd) = pending.take() {
+                            self.run_shell_lines(cmd, &mut blocks, &mut exit).await;
+                        } else if !ran {
+                            lines.push(line.to_string());
+                            visible.extend(lines);
+                        }
+                    }
+                    None => fence = Some((vec![line.to_string()], false)),
+                }
+                continue;
+            }
+            let command = if stripped.is_empty() {
+                None
+            } else {
+                commands::detect(stripped, &self.ctx.registry)
+            };
+            if let Some((lines, ran)) = fence.as_mut() {
+                match command {
+                    Some(cmd) if cmd.kind == CommandKind::Shell => {
+                        if let Some(prev) = pending.take() {
+                            self.run_shell_lines(prev, &mut blocks, &mut exit).await;
+                        }
+                        pending = Some(vec![cmd.raw]);
+                        *ran = true;
+                    }
+                    Some(cmd) if pending.is_none() => {
+                        self.run_into(&cmd, &mut blocks, &mut exit).await;
+                        *ran = true;
+                    }
+                    _ => match pending.as_mut() {
+                        Some(cmd_lines) => cmd_lines.push(line.to_string()),
+                        None => lines.push(line.to_string()),
+                    },
+                }
+                continue;
+            }
+            match command {
+                Some(cmd) => self.run_into(&cmd, &mut blocks, &mut exit).await,
+                None => visible.push(line.to_string()),
+            }
+        }
+        if let Some(cmd) = pending.take() {
+            self.run_shell_lines(cmd, &mut blocks, &mut exit).await;
+        } else if let Some((lines, false)) = fence.take() {
+            visible.extend(lines);
+        }
+        AssistantRoute {
+            visible_text: collapse_blank_lines(&visible),
+            next_prompt: blocks.join("\n"),
+            exit_requested: exit,
+        }
+    }
+
+    /// Runs the collected lines of a fenced multi-line shell command.
+    async fn run_shell_lines(&self, lines: Vec<String>, blocks: &mut Vec<String>, exit: &mut bool) {
+        let body = lines.join("\n").trim().to_string();
+        if body.is_empty() {
+            return;
+        }
+        let name = body
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        let cmd = ParsedCommand {
+            kind: CommandKind::Shell,
+            name,
+            raw: body,
+            args: None,
+        };
+        self.run_into(&cmd, blocks, exit).await;
+    }
+
+    async fn run_into(&self, cmd: &ParsedCommand, blocks: &mut Vec<String>, exit: &mut bool) {
+        let outcome = self.execute(cmd, Origin::Assistant).await;
+        *exit |= outcome.exit;
+        blocks.push(outcome.block());
+    }
+
+    /// Executes one command and records it on the tape.
+    pub async fn execute(&self, cmd: &ParsedCommand, origin: Origin) -> CommandOutcome {
+        let started = Instant::now();
+        let outcome = match cmd.kind {
+            CommandKind::Shell => self.run_shell(&cmd.raw, origin).await,
+            CommandKind::Internal => self.run_internal(cmd).await,
+        };
+        let event = json!({
+            "origin": origin.as_str(),
+            "kind": cmd.kind.as_str(),
+            "raw": cmd.raw,
+            "name": outcome.name,
+            "status": outcome.status(),
+            "elapsed_ms": started.elapsed().as_millis() as u64,
+            "output": outcome.output,
+        });
+        if let Err(e) = self
+            .ctx
+            .tape
+            .lock()
+            .expect("tape lock")
+            .event("command", event)
+        {
+            tracing::error!(error = %e, "tape.append.error");
+        }
+        outcome
+    }
+
+    async fn run_shell(&self, raw: &str, origin: Origin) -> CommandOutcome {
+        let mut args = json!({"cmd": raw, "cwd": self.ctx.workspace.display().to_string()});
+        if origin == Origin::Human {
+            args["timeout_seconds"] = json!(HUMAN_SHELL_TIMEOUT_SECONDS);
+        }
+        let result = if self.ctx.registry.get("bash").is_some() {
+            self.ctx
+                .registry
+                .execute("bash", args, self.ctx.clone())
+                .await
+        } else {
+            Err(crate::tools::ToolError::new(
+                "the bash tool is not enabled in this session",
+            ))
+        };
+        let (ok, output) = match result {
+            Ok(out) => (true, out),
+            Err(e) => (false, e.0),
+        };
+        CommandOutcome {
+            name: "bash".into(),
+            ok,
+            output,
+            exit: false,
+        }
+    }
+
+    async fn run_internal(&self, cmd: &ParsedCommand) -> CommandOutcome {
+        let name = cmd.name.clone();
+        let fail = |output: String| CommandOutcome {
+            name: name.clone(),
+            ok: false,
+            output,
+            exit: false,
+        };
+        let Some(words) = &cmd.args else {
+            return fail(format!(
+                "could not parse arguments of ,{name}: unbalanced quotes"
+            ));
+        };
+        let (mut kwargs, positional) = commands::parse_kv(words);
+        if let Some(first) = positional.first() {
+            let key = match name.as_str() {
+                "tool.describe" => Some("name"),
+                "tape.handoff" => Some("name"),
+                "tape.search" => Some("query"),
+                _ => None,
+            };
+            if let Some(key) = key {
+                kwargs
+                    .entry(key)
+                    .or_insert_with(|| Value::String(first.clone()));
+            }
+        }
+        let described = kwargs
+            .get("name")
+            .and_then(Value::as_str)
+            .map(str::to_string);
+        match self
+            .ctx
+            .registry
+            .execute(&name, Value::Object(kwargs), self.ctx.clone())
+            .await
+        {
+            Ok(output) => {
+                let expand = match name.as_str() {
+                    "help" | "tools" | "quit" => None,
+                    "tool.describe" => {
+                        described.and_then(|d| self.ctx.registry.get(&d).map(|t| t.name.clone()))
+                    }
+                    _ => Some(name.clone()),
+                };
+                if let Some(e) = expand {
+                    self.ctx.expanded.lock().expect("expanded lock").insert(e);
+                }
+                let exit = name == "quit" && output == "exit";
+                CommandOutcome {
+                    name,
+                    ok: true,
+                    output,
+                    exit,
+                }
+            }
+            Err(e) => fail(e.0),
+        }
+    }
+}
+
+/// Joins visible lines, trimming the ends and collapsing runs of blank lines left where
+/// commands were removed.
+fn collapse_blank_lines(lines: &[String]) -> String {
+    let mut out: Vec<&str> = Vec::new();
+    for line in lines {
+        if line.trim().is_empty() && out.last().is_none_or(|l| l.trim().is_empty()) {
+            continue;
+        }
+        out.push(line);
+    }
+    out.join("\n").trim().to_string()
+}

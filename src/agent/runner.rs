@@ -1,0 +1,363 @@
+//! The bounded model loop of one turn (reference §5.1–§5.2, fixed): call the model, run the tool
+//! calls it asks for, route its final text, repeat until it answers, fails or hits the step bound.
+//!
+//! Everything is recorded on the tape as it happens: the user prompt before the call (so a failed
+//! call loses nothing), the tool calls before they run, their results after, then the answer.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use super::prompt::{self, PromptParts};
+use super::router::Router;
+use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, ToolCall};
+use crate::tools::ToolContext;
+
+/// The follow-up prompt after tool calls.
+pub const CONTINUE_PROMPT: &str = "Continue the task.";
+
+/// What the loop produced.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoopOutcome {
+    pub visible_text: String,
+    pub exit_requested: bool,
+    pub steps: u32,
+    pub followups: u32,
+    pub error: Option<String>,
+}
+
+enum Step {
+    Tools,
+    Text(String),
+}
+
+/// Runs the model loop for one session turn.
+pub struct ModelLoop<'a> {
+    pub llm: Result<&'a LlmClient, &'a str>,
+    pub ctx: &'a ToolContext,
+    pub router: &'a Router,
+    pub max_steps: u32,
+    pub max_tokens: u32,
+    /// Hash of the last system prompt written to the tape, to record it only when it changes.
+    pub last_system: &'a mut Option<u64>,
+}
+
+impl ModelLoop<'_> {
+    /// Runs until the model answers without commands, fails, asks to quit, or `max_steps`.
+    pub async fn run(&mut self, prompt: &str) -> LoopOutcome {
+        self.activate_hints(prompt);
+        let mut out = LoopOutcome::default();
+        let mut prompt = prompt.to_string();
+        let mut visible: Vec<String> = Vec::new();
+        let mut done = false;
+        while out.steps < self.max_steps && !done {
+            out.steps += 1;
+            let step = out.steps;
+            self.event(
+                "loop.step.start",
+                json!({"step": step, "model": self.model_label()}),
+            );
+            match self.step(&prompt).await {
+                Err(error) => {
+                    self.event("loop.step.error", json!({"step": step, "error": error}));
+                    out.error = Some(error);
+                    done = true;
+                }
+                Ok(Step::Tools) => {
+                    self.finish(step, false, true, false);
+                    prompt = CONTINUE_PROMPT.to_string();
+                    out.followups += 1;
+                }
+                Ok(Step::Text(text)) if text.trim().is_empty() => {
+                    self.event("loop.step.empty", json!({"step": step}));
+                    done = true;
+                }
+                Ok(Step::Text(text)) => {
+                    self.activate_hints(&text);
+                    let route = self.router.route_assistant(&text).await;
+                    if !route.visible_text.is_empty() {
+                        visible.push(route.visible_text.clone());
+                    }
+                    out.exit_requested |= route.exit_requested;
+                    let followup = !route.next_prompt.is_empty() && !route.exit_requested;
+                    self.finish(
+                        step,
+                        !route.visible_text.is_empty(),
+                        followup,
+                        route.exit_requested,
+                    );
+                    if followup {
+                        prompt = route.next_prompt;
+                        out.followups += 1;
+                    } else {
+                        done = true;
+                    }
+                }
+            }
+        }
+        if !done && out.error.is_none() {
+            out.error = Some(format!("max_steps_reached={}", self.max_steps));
+            self.event("loop.max_steps", json!({"max_steps": self.max_steps}));
+        }
+        out.visible_text = visible.join("\n\n").trim().to_string();
+        out
+    }
+
+    fn finish(&self, step: u32, visible: bool, followup: bool, exit: bool) {
+        self.event(
+            "loop.step.finish",
+            json!({"step": step, "visible_text": visible, "followup": followup, "exit_requested": exit}),
+        );
+    }
+
+    fn model_label(&self) -> String {
+        match self.llm {
+            Ok(llm) => format!("{}:{}", llm.provider(), llm.model()),
+            Err(_) => self.ctx.settings.model.clone(),
+        }
+    }
+
+    fn activate_hints(&self, text: &str) {
+        let mut expanded = self.ctx.expanded.lock().expect("expanded lock");
+        prompt::activate_hints(text, &self.ctx.registry, &mut expanded);
+    }
+
+    fn event(&self, name: &str, data: Value) {
+        if let Err(e) = self.ctx.tape.lock().expect("tape lock").event(name, data) {
+            tracing::error!(error = %e, "tape.append.error");
+        }
+    }
+
+    fn append(&self, kind: &str, payload: Value, meta: &Value) {
+        let result = self
+            .ctx
+            .tape
+            .lock()
+            .expect("tape lock")
+            .append(kind, payload, meta.clone());
+        if let Err(e) = result {
+            tracing::error!(error = %e, kind, "tape.append.error");
+        }
+    }
+
+    /// One model call (retried once after an automatic handoff when the context overflows).
+    async fn step(&mut self, prompt: &str) -> Result<Step, String> {
+        let llm = self.llm.map_err(|e| e.to_string())?;
+        let run = json!({"run_id": uuid::Uuid::new_v4().simple().to_string()});
+        self.record_system(&run);
+        self.append("message", json!({"role": "user", "content": prompt}), &run);
+        let mut retried = false;
+        let response = loop {
+            match self.call(llm).await {
+                Ok(r) => break r,
+                Err(e) if !retried && e.is_context_overflow() => {
+                    retried = true;
+                    self.auto_handoff(prompt, &run);
+                }
+                Err(e) => {
+                    let payload = json!({"kind": e.kind(), "message": e.to_string()});
+                    self.append("error", payload, &run);
+                    self.event("run", json!({"status": "error", "provider": llm.provider(), "model": llm.model()}));
+                    return Err(e.to_string());
+                }
+            }
+        };
+        self.event(
+            "run",
+            json!({"status": "ok", "usage": response.usage, "provider": llm.provider(), "model": llm.model()}),
+        );
+        if response.tool_calls.is_empty() {
+            let text = response.content.unwrap_or_default();
+            self.append(
+                "message",
+                json!({"role": "assistant", "content": text}),
+                &run,
+            );
+            return Ok(Step::Text(text));
+        }
+        self.run_tools(&response, &run).await;
+        Ok(Step::Tools)
+    }
+
+    async fn call(&self, llm: &LlmClient) -> Result<ChatResponse, LlmError> {
+        let system = self.system_prompt();
+        let context = self.ctx.tape.lock().expect("tape lock").context_messages();
+        let context = context.map_err(|e| LlmError::InvalidResponse(format!("tape: {e:#}")))?;
+        let mut messages = vec![json!({"role": "system", "content": system})];
+        messages.extend(sanitize_context(context));
+        let request = ChatRequest {
+            messages,
+            tools: self.ctx.registry.openai_specs(),
+            max_tokens: self.max_tokens,
+        };
+        llm.chat(&request).await
+    }
+
+    fn system_prompt(&self) -> String {
+        let expanded = self.ctx.expanded.lock().expect("expanded lock").clone();
+        prompt::system_prompt(&PromptParts {
+            base: &self.ctx.settings.system_prompt,
+            workspace: &self.ctx.workspace,
+            registry: &self.ctx.registry,
+            expanded: &expanded,
+            skills_view: "",
+            now: chrono::Local::now(),
+        })
+    }
+
+    /// Records the system prompt when it differs from the last one recorded this session.
+    fn record_system(&mut self, run: &Value) {
+        let system = self.system_prompt();
+        // The date line changes every minute; hash without it.
+        let stable = system
+            .rsplit_once("\n\nCurrent date and time:")
+            .map_or(system.as_str(), |(s, _)| s);
+        let mut hasher = DefaultHasher::new();
+        stable.hash(&mut hasher);
+        let hash = hasher.finish();
+        if *self.last_system != Some(hash) {
+            *self.last_system = Some(hash);
+            self.append("system", json!({"content": system}), run);
+        }
+    }
+
+    /// Writes an anchor so the next call starts from a short context (fix for reference §14.7).
+    fn auto_handoff(&self, prompt: &str, run: &Value) {
+        tracing::warn!("model.context_overflow: automatic handoff");
+        let summary = "The previous context exceeded the model's window and was cut here.";
+        let mut tape = self.ctx.tape.lock().expect("tape lock");
+        if let Err(e) = tape.handoff("auto_handoff/context_overflow", Some(summary), None) {
+            tracing::error!(error = %e, "tape.append.error");
+        }
+        if let Err(e) = tape.append(
+            "message",
+            json!({"role": "user", "content": prompt}),
+            run.clone(),
+        ) {
+            tracing::error!(error = %e, "tape.append.error");
+        }
+    }
+
+    /// Records the calls, runs them one by one, records their results.
+    async fn run_tools(&self, response: &ChatResponse, run: &Value) {
+        let calls: Vec<Value> = response
+            .tool_calls
+            .iter()
+            .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+            .collect();
+        self.append("tool_call", json!({"calls": calls}), run);
+        let mut results = Vec::with_capacity(response.tool_calls.len());
+        for call in &response.tool_calls {
+            results.push(Value::String(self.run_tool(call).await));
+        }
+        self.append("tool_result", json!({"results": results}), run);
+    }
+
+    async fn run_tool(&self, call: &ToolCall) -> String {
+        let Some(tool) = self.ctx.registry.get(&call.name) else {
+            let known: Vec<String> = self.ctx.registry.tools().map(|t| t.model_name()).collect();
+            return format!(
+                "error: unknown tool '{}'; available tools: {}",
+                call.name,
+                known.join(", ")
+            );
+        };
+        let args = if call.arguments.trim().is_empty() {
+            Value::Object(Default::default())
+        } else {
+            match serde_json::from_str::<Value>(&call.arguments) {
+                Ok(v) => v,
+                Err(e) => {
+                    return format!(
+                        "error: arguments of tool '{}' are not valid JSON ({e}); send a JSON object",
+                        call.name
+                    );
+                }
+            }
+        };
+        let name = tool.name.clone();
+        match self
+            .ctx
+            .registry
+            .execute(&name, args, self.ctx.clone())
+            .await
+        {
+            Ok(out) => out,
+            Err(e) => format!("error: tool '{name}' failed: {e}"),
+        }
+    }
+}
+
+/// Keeps the message sequence valid for OpenAI-compatible providers: an assistant message's
+/// `tool_calls` must be answered by `tool` messages with matching ids (a crash between call and
+/// result leaves them unanswered), and a `tool` message needs a preceding call (a handoff made by
+/// a tool puts the anchor between the call and its result).
+pub fn sanitize_context(messages: Vec<Value>) -> Vec<Value> {
+    let mut out: Vec<Value> = Vec::with_capacity(messages.len());
+    let mut i = 0;
+    while i < messages.len() {
+        let msg = &messages[i];
+        let role = msg.get("role").and_then(Value::as_str).unwrap_or_default();
+        if role == "tool" {
+            i += 1; // orphan result: its call is not in the context
+            continue;
+        }
+        let ids: Vec<&str> = msg
+            .get("tool_calls")
+            .and_then(Value::as_array)
+            .map(|calls| {
+                calls
+                    .iter()
+                    .filter_map(|c| c.get("id").and_then(Value::as_str))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if role != "assistant" || ids.is_empty() {
+            out.push(msg.clone());
+            i += 1;
+            continue;
+        }
+        let mut j = i + 1;
+        while j < messages.len() && messages[j].get("role").and_then(Value::as_str) == Some("tool")
+        {
+            j += 1;
+        }
+        let answered: Vec<&str> = messages[i + 1..j]
+            .iter()
+            .filter_map(|m| m.get("tool_call_id").and_then(Value::as_str))
+            .collect();
+        if ids.iter().all(|id| answered.contains(id)) {
+            out.extend(messages[i..j].iter().cloned());
+        }
+        i = j;
+    }
+    out
+}
+
+/// Shared model client or the reason there is none (e.g. no API key), reported per turn.
+pub type SharedLlm = Result<Arc<LlmClient>, String>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sanitize_drops_unanswered_calls_and_orphan_results() {
+        let call = |id: &str| json!({"role":"assistant","content":"","tool_calls":[{"id":id,"type":"function","function":{"name":"x","arguments":"{}"}}]});
+        let result = |id: &str| json!({"role":"tool","content":"ok","tool_call_id":id,"name":"x"});
+        let user = json!({"role":"user","content":"hi"});
+        let msgs = vec![
+            result("orphan"),
+            user.clone(),
+            call("a"),
+            result("a"),
+            call("b"),
+            user.clone(),
+            json!({"role":"tool","content":"{\"status\": \"ok\"}"}),
+        ];
+        let clean = sanitize_context(msgs);
+        assert_eq!(clean, vec![user.clone(), call("a"), result("a"), user]);
+    }
+}

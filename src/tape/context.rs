@@ -1,0 +1,394 @@
+//! What the model sees of a tape (its context) and the tape summary (`tape.info`).
+//!
+//! The context is the entries strictly after the last anchor, mapped to OpenAI chat messages
+//! as the reference does (§7.6), with two fixes:
+//! * **Handoff note.** When the last anchor has a `summary` or `next_steps`, the context starts
+//!   with one user message carrying them, so a handoff carries its summary forward:
+//!   ```text
+//!   [context from handoff '<anchor name>']
+//!   summary: <summary>
+//!   next steps: <next_steps>
+//!   ```
+//!   (a line is left out when its field is absent). It is a `user` message because several
+//!   providers require the first non-system message to come from the user.
+//! * **Unanswered tool calls.** An assistant `tool_calls` message must be followed by one tool
+//!   message per call. When a turn died between recording a `tool_call` and its
+//!   `tool_result`, the missing results are filled in with
+//!   `{"role":"tool","content":"error: no result recorded","tool_call_id","name"}` so the
+//!   sequence stays valid. Orphan tool results (no pending call) keep the reference's output,
+//!   a tool message without `tool_call_id`.
+
+use std::fmt;
+
+use serde_json::{Value, json};
+
+use super::entry::{Kind, TapeEntry, parse_entry};
+use super::index::{BackReader, read_at};
+use super::store::{Tape, parse_slots};
+
+/// Content of a synthetic tool message answering a call whose result was never recorded.
+pub const NO_RESULT: &str = "error: no result recorded";
+
+/// Summary of a tape, as shown by `tape.info`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TapeInfo {
+    pub name: String,
+    pub entries: usize,
+    pub anchors: usize,
+    pub last_anchor: Option<String>,
+    /// Entries after the last anchor, by position (all entries when there is no anchor).
+    pub entries_since_last_anchor: usize,
+    /// `usage.total_tokens` of the newest `run` event that has it.
+    pub last_token_usage: Option<u64>,
+}
+
+impl fmt::Display for TapeInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "tape={}", self.name)?;
+        writeln!(f, "entries={}", self.entries)?;
+        writeln!(f, "anchors={}", self.anchors)?;
+        writeln!(
+            f,
+            "last_anchor={}",
+            self.last_anchor.as_deref().unwrap_or("-")
+        )?;
+        writeln!(
+            f,
+            "entries_since_last_anchor={}",
+            self.entries_since_last_anchor
+        )?;
+        match self.last_token_usage {
+            Some(n) => write!(f, "last_token_usage={n}"),
+            None => write!(f, "last_token_usage=unknown"),
+        }
+    }
+}
+
+impl Tape {
+    /// The model's context: the entries after the last anchor as chat messages (see the module
+    /// documentation), preceded by the anchor's handoff note when it has one.
+    pub fn context_messages(&mut self) -> anyhow::Result<Vec<Value>> {
+        let (anchor, entries) = self.read(|index, file| {
+            let Some(file) = file else {
+                return Ok((None, Vec::new()));
+            };
+            let start = index.last_anchor().unwrap_or(0);
+            let Some(first) = index.slots.get(start) else {
+                return Ok((None, Vec::new()));
+            };
+            let bytes = read_at(file, first.offset, index.synced - first.offset)?;
+            let mut entries = parse_slots(&bytes, first.offset, &index.slots[start..]);
+            let anchor = match index.last_anchor() {
+                Some(_) if entries.first().is_some_and(|e| e.kind == "anchor") => {
+                    Some(entries.remove(0))
+                }
+                _ => None,
+            };
+            Ok((anchor, entries))
+        })?;
+        let mut messages = Vec::with_capacity(entries.len() + 1);
+        if let Some(note) = anchor.as_ref().and_then(handoff_note) {
+            messages.push(json!({"role": "user", "content": note}));
+        }
+        messages.extend(select_messages(&entries));
+        Ok(messages)
+    }
+
+    /// The tape summary.
+    pub fn info(&mut self) -> anyhow::Result<TapeInfo> {
+        let name = self.name().to_string();
+        self.read(|index, file| {
+            let mut info = TapeInfo {
+                name,
+                entries: index.slots.len(),
+                anchors: index.anchors.len(),
+                last_anchor: None,
+                entries_since_last_anchor: index.slots.len(),
+                last_token_usage: None,
+            };
+            let Some(file) = file else { return Ok(info) };
+            if let Some(pos) = index.last_anchor() {
+                let slot = index.slots[pos];
+                let anchor = parse_entry(&read_at(file, slot.offset, slot.len)?);
+                info.last_anchor = anchor.as_ref().and_then(|a| a.name()).map(str::to_string);
+                info.entries_since_last_anchor = index.slots.len() - pos - 1;
+            }
+            let mut reader = BackReader::new(file);
+            for slot in index.slots.iter().rev().filter(|s| s.kind == Kind::Event) {
+                let line = reader.line(slot)?;
+                if !contains(line, b"total_tokens") {
+                    continue;
+                }
+                let Some(event) = parse_entry(line) else {
+                    continue;
+                };
+                if event.name() != Some("run") {
+                    continue;
+                }
+                let usage = event
+                    .payload
+                    .pointer("/data/usage/total_tokens")
+                    .and_then(Value::as_u64);
+                if usage.is_some() {
+                    info.last_token_usage = usage;
+                    break;
+                }
+            }
+            Ok(info)
+        })
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The handoff note of an anchor with a summary or next steps.
+pub fn handoff_note(anchor: &TapeEntry) -> Option<String> {
+    let state = anchor.state()?;
+    let field = |key: &str| {
+        state
+            .get(key)
+            .and_then(Value::as_str)
+            .filter(|s| !s.trim().is_empty())
+    };
+    let (summary, next) = (field("summary"), field("next_steps"));
+    if summary.is_none() && next.is_none() {
+        return None;
+    }
+    let mut note = format!(
+        "[context from handoff '{}']",
+        anchor.name().unwrap_or("handoff")
+    );
+    if let Some(s) = summary {
+        note.push_str("\nsummary: ");
+        note.push_str(s);
+    }
+    if let Some(n) = next {
+        note.push_str("\nnext steps: ");
+        note.push_str(n);
+    }
+    Some(note)
+}
+
+/// Maps entries (those after the last anchor) to chat messages, per the reference §7.6 plus
+/// synthetic results for unanswered tool calls.
+pub fn select_messages(entries: &[TapeEntry]) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut pending: Vec<Value> = Vec::new();
+    for entry in entries {
+        match entry.kind.as_str() {
+            "message" => {
+                answer_unanswered(&mut out, &mut pending);
+                out.push(entry.payload.clone());
+            }
+            "tool_call" => {
+                answer_unanswered(&mut out, &mut pending);
+                let calls = entry.payload.get("calls").and_then(Value::as_array);
+                if let Some(calls) = calls.filter(|c| !c.is_empty()) {
+                    out.push(json!({"role": "assistant", "content": "", "tool_calls": calls}));
+                    pending = calls.clone();
+                }
+            }
+            "tool_result" => {
+                let results = entry.payload.get("results").and_then(Value::as_array);
+                let calls = std::mem::take(&mut pending);
+                let results = results.map(Vec::as_slice).unwrap_or_default();
+                for (i, result) in results.iter().enumerate() {
+                    out.push(tool_message(result_content(result), calls.get(i)));
+                }
+                for call in calls.iter().skip(results.len()) {
+                    out.push(tool_message(NO_RESULT.to_string(), Some(call)));
+                }
+            }
+            _ => {}
+        }
+    }
+    answer_unanswered(&mut out, &mut pending);
+    out
+}
+
+fn answer_unanswered(out: &mut Vec<Value>, pending: &mut Vec<Value>) {
+    for call in pending.drain(..) {
+        out.push(tool_message(NO_RESULT.to_string(), Some(&call)));
+    }
+}
+
+fn tool_message(content: String, call: Option<&Value>) -> Value {
+    let mut msg = json!({"role": "tool", "content": content});
+    if let Some(call) = call {
+        if let Some(id) = call.get("id") {
+            msg["tool_call_id"] = id.clone();
+        }
+        if let Some(name) = call.pointer("/function/name") {
+            msg["name"] = name.clone();
+        }
+    }
+    msg
+}
+
+/// A string result as is; anything else as JSON text in the reference's `json.dumps` style
+/// (`", "` and `": "` separators, non-ASCII kept).
+fn result_content(result: &Value) -> String {
+    match result {
+        Value::String(s) => s.clone(),
+        other => python_json(other),
+    }
+}
+
+fn python_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_python_json(value, &mut out);
+    out
+}
+
+fn write_python_json(value: &Value, out: &mut String) {
+    match value {
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_python_json(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            out.push('{');
+            for (i, (k, v)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                out.push_str(&Value::String(k.clone()).to_string());
+                out.push_str(": ");
+                write_python_json(v, out);
+            }
+            out.push('}');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: u64, kind: &str, payload: Value) -> TapeEntry {
+        TapeEntry {
+            id,
+            kind: kind.into(),
+            payload,
+            meta: json!({}),
+            date: String::new(),
+        }
+    }
+
+    #[test]
+    fn reference_example_pairs_results_with_calls() {
+        let entries = vec![
+            entry(1, "message", json!({"role":"user","content":"hello"})),
+            entry(
+                2,
+                "tool_call",
+                json!({"calls":[
+                {"id":"call-1","type":"function","function":{"name":"fs.write","arguments":"{}"}},
+                {"id":"call-2","type":"function","function":{"name":"fs.read","arguments":"{}"}}]}),
+            ),
+            entry(
+                3,
+                "tool_result",
+                json!({"results":["ok", {"content":"hi"}]}),
+            ),
+            entry(4, "message", json!({"role":"assistant","content":"done"})),
+        ];
+        let out = select_messages(&entries);
+        assert_eq!(out.len(), 5);
+        assert_eq!(out[0], json!({"role":"user","content":"hello"}));
+        assert_eq!(out[1]["role"], "assistant");
+        assert_eq!(out[1]["content"], "");
+        assert_eq!(out[1]["tool_calls"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            out[2],
+            json!({"role":"tool","content":"ok","tool_call_id":"call-1","name":"fs.write"})
+        );
+        assert_eq!(
+            out[3],
+            json!({"role":"tool","content":"{\"content\": \"hi\"}","tool_call_id":"call-2","name":"fs.read"})
+        );
+        assert_eq!(out[4], json!({"role":"assistant","content":"done"}));
+    }
+
+    #[test]
+    fn orphan_result_has_no_call_id() {
+        let out = select_messages(&[entry(
+            1,
+            "tool_result",
+            json!({"results":[{"status":"ok"}]}),
+        )]);
+        assert_eq!(
+            out,
+            vec![json!({"role":"tool","content":"{\"status\": \"ok\"}"})]
+        );
+    }
+
+    #[test]
+    fn unanswered_calls_get_synthetic_results() {
+        let call = json!({"id":"c1","type":"function","function":{"name":"bash","arguments":"{}"}});
+        let out = select_messages(&[
+            entry(1, "tool_call", json!({"calls":[call]})),
+            entry(2, "message", json!({"role":"user","content":"again"})),
+        ]);
+        assert_eq!(
+            out[1],
+            json!({"role":"tool","content":NO_RESULT,"tool_call_id":"c1","name":"bash"})
+        );
+        assert_eq!(out[2]["content"], "again");
+    }
+
+    #[test]
+    fn system_event_error_and_empty_calls_are_dropped() {
+        let out = select_messages(&[
+            entry(1, "system", json!({"content":"sys"})),
+            entry(2, "event", json!({"name":"run"})),
+            entry(3, "error", json!({"kind":"x","message":"y"})),
+            entry(4, "tool_call", json!({"calls":[]})),
+        ]);
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn note_renders_summary_and_next_steps() {
+        let a = entry(
+            1,
+            "anchor",
+            json!({"name":"phase-2","state":{"summary":"did A","next_steps":"do B"}}),
+        );
+        assert_eq!(
+            handoff_note(&a).unwrap(),
+            "[context from handoff 'phase-2']\nsummary: did A\nnext steps: do B"
+        );
+        let plain = entry(
+            1,
+            "anchor",
+            json!({"name":"session/start","state":{"owner":"human"}}),
+        );
+        assert!(handoff_note(&plain).is_none());
+    }
+
+    #[test]
+    fn info_display_has_one_field_per_line() {
+        let info = TapeInfo {
+            name: "bub:x".into(),
+            entries: 3,
+            anchors: 1,
+            last_anchor: None,
+            entries_since_last_anchor: 2,
+            last_token_usage: None,
+        };
+        assert_eq!(
+            info.to_string(),
+            "tape=bub:x\nentries=3\nanchors=1\nlast_anchor=-\nentries_since_last_anchor=2\nlast_token_usage=unknown"
+        );
+    }
+}

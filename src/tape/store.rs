@@ -1,0 +1,404 @@
+//! The tape file: naming, locking, appending, bootstrap/handoff anchors and reset.
+//!
+//! Every operation opens the file, takes an advisory lock (exclusive for writes, shared for
+//! reads) with `File::lock`, checks that the path still names the locked file (a concurrent
+//! `reset` may have replaced it), re-syncs the in-memory index with the bytes appended since the last
+//! operation, and releases the lock when done. Appends are O(1): one `write_all` of the new
+//! line(s) at the end of the file, no copy of the tape. Several handles — in one process or in
+//! several — can append to one tape without interleaving lines or duplicating ids.
+
+use std::fs::{File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use md5::{Digest, Md5};
+use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+use serde_json::{Value, json};
+
+use super::entry::{Kind, TapeEntry, now_date, parse_entry};
+use super::index::{FileId, Index, Slot, read_at};
+
+/// Name of the anchor that starts every tape (bootstrap and reset).
+pub const SESSION_START: &str = "session/start";
+
+/// A handle on one tape file. Cheap to open; the index is built on the first operation.
+#[derive(Debug)]
+pub struct Tape {
+    path: PathBuf,
+    name: String,
+    pub(crate) index: Index,
+}
+
+/// How a file is locked for one operation.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lock {
+    Shared,
+    Exclusive,
+}
+
+/// Lower-case hex MD5 of `text`.
+pub fn md5_hex(text: &str) -> String {
+    Md5::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// `<BUB_TAPE_NAME>:<md5hex(session_id)[..16]>`.
+pub fn tape_name_for(tape_name: &str, session_id: &str) -> String {
+    format!("{tape_name}:{}", &md5_hex(session_id)[..16])
+}
+
+/// `<home>/tapes/<md5hex(workspace)>__<percent-encoded tape name>.jsonl`. The workspace is
+/// canonicalized when it exists, so `./ws` and `/abs/ws` name the same tape.
+pub fn tape_path(home: &Path, workspace: &Path, name: &str) -> PathBuf {
+    let workspace = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    let ws_hash = md5_hex(&workspace.to_string_lossy());
+    let encoded = utf8_percent_encode(name, NON_ALPHANUMERIC);
+    home.join("tapes")
+        .join(format!("{ws_hash}__{encoded}.jsonl"))
+}
+
+impl Tape {
+    /// The tape of `session_id` in `workspace`, stored under `<home>/tapes/` (created here; the
+    /// file itself is created by the first append).
+    pub fn open(
+        home: &Path,
+        workspace: &Path,
+        tape_name: &str,
+        session_id: &str,
+    ) -> anyhow::Result<Tape> {
+        let name = tape_name_for(tape_name, session_id);
+        Self::open_path(tape_path(home, workspace, &name), name)
+    }
+
+    /// A tape stored at `path` (its parent directory is created).
+    pub fn open_path(path: PathBuf, name: String) -> anyhow::Result<Tape> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        Ok(Tape {
+            path,
+            name,
+            index: Index::default(),
+        })
+    }
+
+    /// The JSONL file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The tape name (`bub:0123456789abcdef`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Opens and locks the file, retrying when the path was replaced while waiting for the
+    /// lock. `None` when the file does not exist and `lock` is shared (nothing to read).
+    pub(crate) fn open_locked(&self, lock: Lock) -> anyhow::Result<Option<File>> {
+        for _ in 0..64 {
+            let mut opts = OpenOptions::new();
+            opts.read(true);
+            if lock == Lock::Exclusive {
+                opts.append(true).create(true);
+            }
+            let file = match opts.open(&self.path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == ErrorKind::NotFound && lock == Lock::Shared => {
+                    return Ok(None);
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => {
+                    if let Some(dir) = self.path.parent() {
+                        std::fs::create_dir_all(dir)?;
+                    }
+                    continue;
+                }
+                Err(e) => {
+                    return Err(e).with_context(|| format!("opening {}", self.path.display()));
+                }
+            };
+            match lock {
+                Lock::Shared => file.lock_shared(),
+                Lock::Exclusive => file.lock(),
+            }
+            .with_context(|| format!("locking {}", self.path.display()))?;
+            let held = FileId::of(&file.metadata()?);
+            match std::fs::metadata(&self.path) {
+                Ok(m) if FileId::of(&m) == held => return Ok(Some(file)),
+                Ok(_) => continue,
+                Err(e) if e.kind() == ErrorKind::NotFound && lock == Lock::Shared => {
+                    return Ok(None);
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => continue,
+                Err(e) => {
+                    return Err(e).with_context(|| format!("checking {}", self.path.display()));
+                }
+            }
+        }
+        anyhow::bail!("tape file {} keeps being replaced", self.path.display())
+    }
+
+    /// Runs `f` with the file locked shared and the index synced; with no file, the index is
+    /// emptied and `f` gets `None`.
+    pub(crate) fn read<R>(
+        &mut self,
+        f: impl FnOnce(&Index, Option<&File>) -> anyhow::Result<R>,
+    ) -> anyhow::Result<R> {
+        let Some(file) = self.open_locked(Lock::Shared)? else {
+            self.index.reset();
+            return f(&self.index, None);
+        };
+        self.index.sync(&file, false)?;
+        let out = f(&self.index, Some(&file));
+        let _ = file.unlock();
+        out
+    }
+
+    /// Runs `f` with the file locked exclusively and the index synced; entries `f` appends to
+    /// the [`Writer`] are written with one `write_all` when it returns.
+    pub(crate) fn write<R>(&mut self, f: impl FnOnce(&mut Writer<'_>) -> R) -> anyhow::Result<R> {
+        let file = self
+            .open_locked(Lock::Exclusive)?
+            .expect("exclusive open creates the file");
+        self.index.sync(&file, true)?;
+        let mut writer = Writer {
+            index: &self.index,
+            pending: Vec::new(),
+        };
+        let out = f(&mut writer);
+        let pending = writer.pending;
+        // A torn tail is terminated even when nothing is appended, so the index (which may
+        // have taken it in as a valid entry) and the file agree.
+        if (!pending.is_empty() || self.index.tail > 0)
+            && let Err(e) = self.flush(&file, pending)
+        {
+            // The file may now hold part of the write: rebuild the index from the file.
+            self.index.reset();
+            return Err(e).with_context(|| format!("appending to {}", self.path.display()));
+        }
+        let _ = file.unlock();
+        Ok(out)
+    }
+
+    fn flush(&mut self, file: &File, pending: Vec<(u64, Kind, Vec<u8>)>) -> std::io::Result<()> {
+        let index = &mut self.index;
+        let torn = index.tail > 0;
+        let mut buf = Vec::with_capacity(pending.iter().map(|p| p.2.len()).sum::<usize>() + 1);
+        if torn {
+            buf.push(b'\n');
+        }
+        for (_, _, line) in &pending {
+            buf.extend_from_slice(line);
+        }
+        (&*file).write_all(&buf)?;
+        let mut offset = index.synced + index.tail + u64::from(torn);
+        for (id, kind, line) in pending {
+            let len = line.len() as u64;
+            index.push(Slot {
+                id,
+                offset,
+                len: len - 1,
+                kind,
+            });
+            offset += len;
+        }
+        index.synced = offset;
+        index.tail = 0;
+        Ok(())
+    }
+
+    /// Appends one entry and returns it (with its id and date).
+    pub fn append(&mut self, kind: &str, payload: Value, meta: Value) -> anyhow::Result<TapeEntry> {
+        self.write(|w| w.append(kind, payload, meta))
+    }
+
+    /// Appends an `event` entry `{name, data}`.
+    pub fn event(&mut self, name: &str, data: Value) -> anyhow::Result<TapeEntry> {
+        self.append("event", json!({"name": name, "data": data}), json!({}))
+    }
+
+    /// Makes sure the tape has an anchor: when it has none at all (new tape, or the file was
+    /// deleted or truncated externally), writes anchor `session/start` with state
+    /// `{"owner":"human"}` and its `handoff` event. Called at the start of every turn.
+    pub fn ensure_bootstrap(&mut self) -> anyhow::Result<()> {
+        self.write(|w| {
+            if w.index.anchors.is_empty() {
+                w.handoff(SESSION_START, json!({"owner": "human"}));
+            }
+        })
+    }
+
+    /// Writes anchor `{name, state:{summary?, next_steps?}}` (no `state` when both are empty)
+    /// and a `handoff` event. The context after it starts from this anchor, with its summary.
+    pub fn handoff(
+        &mut self,
+        name: &str,
+        summary: Option<&str>,
+        next_steps: Option<&str>,
+    ) -> anyhow::Result<()> {
+        let mut state = serde_json::Map::new();
+        for (key, value) in [("summary", summary), ("next_steps", next_steps)] {
+            if let Some(v) = value.filter(|v| !v.trim().is_empty()) {
+                state.insert(key.to_string(), Value::String(v.to_string()));
+            }
+        }
+        self.write(|w| w.handoff_with(name, (!state.is_empty()).then_some(Value::Object(state))))
+    }
+
+    /// Starts the tape afresh. With `archive`, the current file is kept as
+    /// `<file>.<YYYYMMDDTHHMMSSZ>.bak` (returned), else it is deleted. The fresh tape holds the
+    /// `session/start` anchor (state `{"owner":"human"}`, plus `"archived": "<path>"`) and its
+    /// `handoff` event. The new file replaces the old one atomically while the old one is
+    /// locked, so concurrent appenders move over to the new file.
+    pub fn reset(&mut self, archive: bool) -> anyhow::Result<Option<PathBuf>> {
+        let old = self
+            .open_locked(Lock::Exclusive)?
+            .expect("exclusive open creates the file");
+        let archived = if archive && old.metadata()?.len() > 0 {
+            Some(self.archive_current()?)
+        } else {
+            None
+        };
+        let mut state = json!({"owner": "human"});
+        if let Some(p) = &archived {
+            state["archived"] = Value::String(p.to_string_lossy().into_owned());
+        }
+        let empty = Index::default();
+        let mut writer = Writer {
+            index: &empty,
+            pending: Vec::new(),
+        };
+        writer.handoff(SESSION_START, state);
+        let buf: Vec<u8> = writer.pending.into_iter().flat_map(|p| p.2).collect();
+        let mut tmp = self.path.as_os_str().to_owned();
+        tmp.push(format!(".tmp-{}", std::process::id()));
+        let tmp = PathBuf::from(tmp);
+        std::fs::write(&tmp, &buf).with_context(|| format!("writing {}", tmp.display()))?;
+        std::fs::rename(&tmp, &self.path)
+            .with_context(|| format!("replacing {}", self.path.display()))?;
+        let _ = old.unlock();
+        self.index.reset();
+        Ok(archived)
+    }
+
+    /// Links the current file under a fresh archive name (the caller then replaces the path).
+    fn archive_current(&self) -> anyhow::Result<PathBuf> {
+        let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+        for n in 0..1000 {
+            let suffix = if n == 0 {
+                String::new()
+            } else {
+                format!("-{n}")
+            };
+            let mut name = self.path.as_os_str().to_owned();
+            name.push(format!(".{stamp}{suffix}.bak"));
+            let bak = PathBuf::from(name);
+            match std::fs::hard_link(&self.path, &bak) {
+                Ok(()) => return Ok(bak),
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+                Err(_) if !bak.exists() => {
+                    // No hard links on this file system: copy instead (the path is replaced next).
+                    std::fs::copy(&self.path, &bak)
+                        .with_context(|| format!("archiving to {}", bak.display()))?;
+                    return Ok(bak);
+                }
+                Err(e) => return Err(e).with_context(|| format!("archiving to {}", bak.display())),
+            }
+        }
+        anyhow::bail!("no free archive name for {}", self.path.display())
+    }
+
+    /// Number of entries.
+    pub fn len(&mut self) -> anyhow::Result<usize> {
+        self.read(|index, _| Ok(index.slots.len()))
+    }
+
+    /// Whether the tape has no entries.
+    pub fn is_empty(&mut self) -> anyhow::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// All entries, oldest first.
+    pub fn entries(&mut self) -> anyhow::Result<Vec<TapeEntry>> {
+        self.read(|index, file| {
+            let (Some(file), Some(first)) = (file, index.slots.first()) else {
+                return Ok(Vec::new());
+            };
+            let bytes = read_at(file, first.offset, index.synced - first.offset)?;
+            Ok(parse_slots(&bytes, first.offset, &index.slots))
+        })
+    }
+
+    /// The last `limit` anchors, oldest first.
+    pub fn anchors(&mut self, limit: usize) -> anyhow::Result<Vec<TapeEntry>> {
+        self.read(|index, file| {
+            let Some(file) = file else {
+                return Ok(Vec::new());
+            };
+            let skip = index.anchors.len().saturating_sub(limit);
+            let mut out = Vec::new();
+            for &pos in &index.anchors[skip..] {
+                let slot = index.slots[pos];
+                out.extend(parse_entry(&read_at(file, slot.offset, slot.len)?));
+            }
+            Ok(out)
+        })
+    }
+}
+
+/// Parses the lines of `slots` out of `bytes` (which starts at file offset `base`), skipping
+/// lines that do not parse.
+pub(crate) fn parse_slots(bytes: &[u8], base: u64, slots: &[Slot]) -> Vec<TapeEntry> {
+    slots
+        .iter()
+        .filter_map(|s| {
+            let from = usize::try_from(s.offset - base).ok()?;
+            parse_entry(bytes.get(from..from + s.len as usize)?)
+        })
+        .collect()
+}
+
+/// Collects the entries of one write operation (they share one lock and one `write_all`).
+pub(crate) struct Writer<'a> {
+    pub index: &'a Index,
+    pending: Vec<(u64, Kind, Vec<u8>)>,
+}
+
+impl Writer<'_> {
+    /// Queues an entry with the next id.
+    pub fn append(&mut self, kind: &str, payload: Value, meta: Value) -> TapeEntry {
+        let id = self.pending.last().map_or(self.index.max_id, |p| p.0) + 1;
+        let meta = if meta.is_object() { meta } else { json!({}) };
+        let entry = TapeEntry {
+            id,
+            kind: kind.to_string(),
+            payload,
+            meta,
+            date: now_date(),
+        };
+        let mut line = Vec::with_capacity(256);
+        entry.write_line(&mut line);
+        self.pending
+            .push((id, Kind::from_bytes(kind.as_bytes()), line));
+        entry
+    }
+
+    /// Anchor `{name, state}` plus its `handoff` event.
+    fn handoff(&mut self, name: &str, state: Value) {
+        self.handoff_with(name, Some(state));
+    }
+
+    fn handoff_with(&mut self, name: &str, state: Option<Value>) {
+        let mut anchor = json!({"name": name});
+        if let Some(s) = &state {
+            anchor["state"] = s.clone();
+        }
+        self.append("anchor", anchor, json!({}));
+        let data = json!({"name": name, "state": state.unwrap_or_else(|| json!({}))});
+        self.append("event", json!({"name": "handoff", "data": data}), json!({}));
+    }
+}

@@ -1,0 +1,314 @@
+//! `fs.glob` and `fs.grep`: find files by glob pattern and search their contents by regex,
+//! walking with ripgrep's `ignore` walker (honours `.gitignore`/`.ignore`, skips hidden files
+//! and directories such as `.git`).
+//!
+//! Invariants: output order is deterministic (sorted paths; grep walks directories in name
+//! order); output size is bounded ([`GLOB_CAP`] paths, [`GREP_CAP`] matches, lines cut to
+//! [`GREP_LINE_CHARS`] characters) with a visible note when capped. Paths are shown as the
+//! `path` argument joined with the path relative to it (relative to the workspace by default).
+
+use std::path::{Path, PathBuf};
+
+use globset::{GlobBuilder, GlobMatcher};
+use ignore::WalkBuilder;
+use regex::RegexBuilder;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::{BINARY_SNIFF, blocking, resolve_path};
+use crate::tools::registry::parse_args;
+use crate::tools::{Tool, ToolContext, ToolError};
+
+/// Maximum paths `fs.glob` lists.
+pub const GLOB_CAP: usize = 500;
+/// Maximum matches `fs.grep` lists.
+pub const GREP_CAP: usize = 200;
+/// Matched lines are cut to this many characters.
+pub const GREP_LINE_CHARS: usize = 300;
+
+/// Arguments of `fs.glob`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct GlobArgs {
+    pub pattern: String,
+    #[serde(default)]
+    pub path: Option<String>,
+}
+
+/// Arguments of `fs.grep`.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct GrepArgs {
+    pub pattern: String,
+    #[serde(default)]
+    pub path: Option<String>,
+    #[serde(default)]
+    pub glob: Option<String>,
+    #[serde(default)]
+    pub ignore_case: Option<bool>,
+}
+
+const GLOB_DETAIL: &str =
+    "Lists files matching a glob pattern, one path per line, sorted (at most 500).
+Args: pattern, e.g. `src/**/*.rs` (matched against the path relative to `path`; a pattern
+without `/` such as `*.rs` matches file names at any depth); path: base directory (default: the
+workspace). Files ignored by .gitignore and hidden files/directories are skipped.";
+
+const GREP_DETAIL: &str = "Searches file contents with a regular expression (Rust regex syntax).
+Args: pattern; path: file or directory (default: the workspace); glob: only files matching it
+(e.g. `*.rs`); ignore_case (default false). Output lines are `path:line: text` (1-based line
+numbers, text cut to 300 characters), at most 200 matches. Binary files, files ignored by
+.gitignore and hidden files are skipped.";
+
+pub(super) fn tools() -> Vec<Tool> {
+    vec![
+        Tool::new(
+            "fs.glob",
+            "Find files by glob pattern",
+            GLOB_DETAIL,
+            json!({
+                "type": "object",
+                "properties": {
+                    "pattern": {"type": "string", "description": "glob, e.g. src/**/*.rs"},
+                    "path": {"type": "string", "description": "base directory (default: workspace)"},
+                },
+                "required": ["pattern"],
+            }),
+            |args, ctx: ToolContext| async move { glob(parse_args(args)?, &ctx.workspace).await },
+        ),
+        Tool::new(
+            "fs.grep",
+            "Search file contents by regex",
+            GREP_DETAIL,
+            json!({
+                "type": "object",
+                "properties": {
+                    "pattern": {"type": "string", "description": "regular expression"},
+                    "path": {"type": "string", "description": "file or directory (default: workspace)"},
+                    "glob": {"type": "string", "description": "only search files matching this glob"},
+                    "ignore_case": {"type": "boolean", "default": false},
+                },
+                "required": ["pattern"],
+            }),
+            |args, ctx: ToolContext| async move { grep(parse_args(args)?, &ctx.workspace).await },
+        ),
+    ]
+}
+
+/// A glob matched against the relative path, or against the file name when it has no `/`.
+struct PathGlob {
+    matcher: GlobMatcher,
+    by_name: bool,
+}
+
+impl PathGlob {
+    fn new(pattern: &str) -> Result<Self, ToolError> {
+        let pattern = pattern.trim();
+        let pattern = pattern.strip_prefix("./").unwrap_or(pattern);
+        if pattern.is_empty() {
+            return Err(ToolError::new("glob pattern must not be empty"));
+        }
+        let glob = GlobBuilder::new(pattern)
+            .literal_separator(true)
+            .build()
+            .map_err(|e| ToolError::new(format!("invalid glob pattern: {e}")))?;
+        Ok(Self {
+            matcher: glob.compile_matcher(),
+            by_name: !pattern.contains('/'),
+        })
+    }
+
+    fn is_match(&self, rel: &Path) -> bool {
+        if self.by_name {
+            rel.file_name().is_some_and(|n| self.matcher.is_match(n))
+        } else {
+            self.matcher.is_match(rel)
+        }
+    }
+}
+
+/// The base a `path` argument names, and the prefix shown before relative paths.
+struct Base {
+    dir: PathBuf,
+    shown: Option<String>,
+}
+
+impl Base {
+    fn new(workspace: &Path, path: Option<&str>) -> Result<Self, ToolError> {
+        let raw = path
+            .map(str::trim)
+            .filter(|p| !p.is_empty() && *p != "." && *p != "./");
+        let dir = match raw {
+            Some(p) => resolve_path(workspace, p),
+            None => workspace.to_path_buf(),
+        };
+        if !dir.exists() {
+            return Err(ToolError::new(format!("path not found: {}", dir.display())));
+        }
+        let shown = raw.map(|p| p.trim_end_matches('/').to_string());
+        Ok(Self { dir, shown })
+    }
+
+    /// `rel` (relative to the base) as shown to the model.
+    fn show(&self, rel: &Path) -> String {
+        let rel = rel.to_string_lossy();
+        match (&self.shown, rel.is_empty()) {
+            (Some(p), true) => p.clone(),
+            (Some(p), false) => format!("{p}/{rel}"),
+            (None, _) => rel.into_owned(),
+        }
+    }
+
+    fn walker(&self) -> ignore::Walk {
+        WalkBuilder::new(&self.dir)
+            .standard_filters(true)
+            .require_git(false)
+            .sort_by_file_name(|a, b| a.cmp(b))
+            .build()
+    }
+}
+
+/// `fs.glob`.
+pub async fn glob(args: GlobArgs, workspace: &Path) -> Result<String, ToolError> {
+    let workspace = workspace.to_path_buf();
+    blocking(move || glob_sync(&args, &workspace)).await
+}
+
+fn glob_sync(args: &GlobArgs, workspace: &Path) -> Result<String, ToolError> {
+    let matcher = PathGlob::new(&args.pattern)?;
+    let base = Base::new(workspace, args.path.as_deref())?;
+    if !base.dir.is_dir() {
+        return Err(ToolError::new(format!(
+            "not a directory: {}",
+            base.dir.display()
+        )));
+    }
+    let mut found: Vec<String> = base
+        .walker()
+        .filter_map(Result::ok)
+        .filter(|e| e.depth() > 0 && is_file(e))
+        .filter_map(|e| {
+            let rel = e.path().strip_prefix(&base.dir).ok()?;
+            matcher.is_match(rel).then(|| base.show(rel))
+        })
+        .collect();
+    if found.is_empty() {
+        return Ok("(no matches)".to_string());
+    }
+    found.sort();
+    let total = found.len();
+    found.truncate(GLOB_CAP);
+    let mut out = found.join("\n");
+    if total > GLOB_CAP {
+        out.push_str(&format!(
+            "\n… [{} more matches not shown ({total} in all); narrow the pattern or path]",
+            total - GLOB_CAP
+        ));
+    }
+    Ok(out)
+}
+
+/// `fs.grep`.
+pub async fn grep(args: GrepArgs, workspace: &Path) -> Result<String, ToolError> {
+    let workspace = workspace.to_path_buf();
+    blocking(move || grep_sync(&args, &workspace)).await
+}
+
+fn grep_sync(args: &GrepArgs, workspace: &Path) -> Result<String, ToolError> {
+    let re = RegexBuilder::new(&args.pattern)
+        .case_insensitive(args.ignore_case.unwrap_or(false))
+        .build()
+        .map_err(|e| ToolError::new(format!("invalid regex: {e}")))?;
+    let filter = match args
+        .glob
+        .as_deref()
+        .map(str::trim)
+        .filter(|g| !g.is_empty())
+    {
+        Some(g) => Some(PathGlob::new(g)?),
+        None => None,
+    };
+    let base = Base::new(workspace, args.path.as_deref())?;
+    let mut out: Vec<String> = Vec::new();
+    let mut capped = false;
+    'files: for entry in base.walker().filter_map(Result::ok) {
+        if !is_file(&entry) {
+            continue;
+        }
+        let Ok(rel) = entry.path().strip_prefix(&base.dir) else {
+            continue;
+        };
+        // An explicitly named file is searched even when the glob would not select it.
+        if entry.depth() > 0 && filter.as_ref().is_some_and(|f| !f.is_match(rel)) {
+            continue;
+        }
+        let Ok(bytes) = std::fs::read(entry.path()) else {
+            continue;
+        };
+        if bytes[..bytes.len().min(BINARY_SNIFF)].contains(&0) {
+            continue;
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        let shown = base.show(rel);
+        for (i, line) in text.lines().enumerate() {
+            if !re.is_match(line) {
+                continue;
+            }
+            if out.len() == GREP_CAP {
+                capped = true;
+                break 'files;
+            }
+            out.push(format!("{shown}:{}: {}", i + 1, cut(line)));
+        }
+    }
+    if out.is_empty() {
+        return Ok("(no matches)".to_string());
+    }
+    let mut out = out.join("\n");
+    if capped {
+        out.push_str(&format!(
+            "\n… [stopped after {GREP_CAP} matches; narrow the pattern, path or glob]"
+        ));
+    }
+    Ok(out)
+}
+
+/// A regular file, or a symlink to one (the walker does not follow links).
+fn is_file(entry: &ignore::DirEntry) -> bool {
+    entry
+        .file_type()
+        .is_some_and(|t| t.is_file() || (t.is_symlink() && entry.path().is_file()))
+}
+
+/// `line` cut to [`GREP_LINE_CHARS`] characters.
+fn cut(line: &str) -> String {
+    match line.char_indices().nth(GREP_LINE_CHARS) {
+        Some((i, _)) => format!("{}…", &line[..i]),
+        None => line.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glob_without_slash_matches_names_at_any_depth() {
+        let g = PathGlob::new("*.rs").unwrap();
+        assert!(g.is_match(Path::new("src/a/b.rs")));
+        let g = PathGlob::new("src/*.rs").unwrap();
+        assert!(g.is_match(Path::new("src/b.rs")));
+        assert!(!g.is_match(Path::new("src/a/b.rs")));
+        let g = PathGlob::new("./src/**/*.rs").unwrap();
+        assert!(g.is_match(Path::new("src/a/b.rs")));
+        assert!(g.is_match(Path::new("src/b.rs")));
+        assert!(PathGlob::new("a[").is_err());
+    }
+
+    #[test]
+    fn long_lines_are_cut() {
+        let long = "é".repeat(400);
+        let c = cut(&long);
+        assert_eq!(c.chars().count(), GREP_LINE_CHARS + 1);
+        assert!(c.ends_with('…'));
+        assert_eq!(cut("short"), "short");
+    }
+}
