@@ -5,13 +5,22 @@
 //! append rate, open + context build time, and search time for a realistic typo'd query and a
 //! no-match worst case (a full scan). One line per figure, e.g. `tape.append: 85000 entries/s`.
 //!
+//! Router: time per input to route plain text (the path every chat message takes), a long
+//! assistant answer without commands, and an internal comma command (parse, run, tape event).
+//!
 //! Each benchmark is a function; `main` calls them in turn (add new ones at the marked place).
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+
+use bub::agent::router::Router;
+use bub::config::Settings;
 use bub::tape::Tape;
+use bub::tools::{ToolContext, builtin_registry};
 use serde_json::{Value, json};
 
 const TAPE_ENTRIES: usize = 100_000;
@@ -22,7 +31,7 @@ fn main() {
     let tape_path = bench_tape_append(dir.path());
     bench_tape_open_context(&tape_path);
     bench_tape_search(&tape_path);
-    // --- further benchmarks (e.g. the router) go here ---
+    bench_router(dir.path());
 }
 
 /// Median wall time of `RUNS` runs of `f`.
@@ -230,4 +239,49 @@ fn bench_tape_search(path: &Path) {
         });
         println!("tape.search {label}: {} ({found} matches)", ms(time));
     }
+}
+
+/// Router overhead per input, averaged over many inputs on one session.
+fn bench_router(dir: &Path) {
+    let workspace = dir.join("ws");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    let settings = Settings::with_defaults(dir.join("home"), workspace.clone());
+    let tape = Tape::open(&settings.home, &workspace, "bench", "router").expect("tape");
+    let router = Router::new(ToolContext {
+        session_id: "router".into(),
+        workspace,
+        settings: Arc::new(settings),
+        tape: Arc::new(Mutex::new(tape)),
+        registry: Arc::new(builtin_registry(&[])),
+        expanded: Arc::new(Mutex::new(BTreeSet::new())),
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let answer = "Here is what I found about the configuration loader.\n".repeat(40);
+    const N: u32 = 5_000;
+    let per_input = |f: &dyn Fn()| {
+        let time = median(|| {
+            for _ in 0..N {
+                f();
+            }
+        });
+        format!("{:.2} µs", time.as_secs_f64() * 1e6 / f64::from(N))
+    };
+    let plain = per_input(&|| {
+        black_box(rt.block_on(router.route_user("please summarise the last three commits")));
+    });
+    let long = per_input(&|| {
+        black_box(rt.block_on(router.route_assistant(&answer)));
+    });
+    let command = per_input(&|| {
+        black_box(rt.block_on(router.route_user(",tool.describe name=fs.read")));
+    });
+    println!("router plain text: {plain} per input");
+    println!(
+        "router assistant answer ({} bytes, no commands): {long} per input",
+        answer.len()
+    );
+    println!("router internal command (,tool.describe + tape event): {command} per input");
 }
