@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
+use bub::tape::md5_hex;
 use serde_json::{Value, json};
 use support::fake_openai::{self, FakeOpenAi};
 
@@ -381,7 +382,11 @@ async fn assistant_comma_command_output_is_fed_back() {
     env.fake.push_text("The output was from-assistant.");
     let out = env.run(&["run", "check"]).await;
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).contains("The output was from-assistant."));
+    // The visible texts of both steps, joined by a blank line (reference: "v1\n\nv2").
+    assert_eq!(
+        stdout(&out).trim(),
+        "Let me check.\n\nThe output was from-assistant."
+    );
     let second = messages(&env.fake.requests()[1]);
     let prompt = second.last().unwrap()["content"].as_str().unwrap();
     assert_eq!(
@@ -453,4 +458,85 @@ async fn chat_reads_piped_input_and_quits() {
     assert!(text.contains("chat-works"), "{text}");
     assert!(text.contains("Bye."), "{text}");
     assert!(env.fake.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn model_timeout_is_a_clear_error_on_stderr_and_tape() {
+    let mut env = Env::new().await;
+    env.set("BUB_MODEL_TIMEOUT_SECONDS", "0.2");
+    env.fake.set_latency(Duration::from_secs(5));
+    let out = env.run(&["run", "are you there?"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("model_timeout: no response within 0.2s"),
+        "{}",
+        stderr(&out)
+    );
+    let entries = env.tape_entries();
+    let error = entries
+        .iter()
+        .find(|e| e["kind"] == "error")
+        .expect("error on the tape");
+    assert!(error.to_string().contains("model_timeout"), "{error}");
+    assert!(
+        entries
+            .iter()
+            .any(|e| e["payload"]["content"] == "are you there?")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn session_id_comes_from_the_environment_unless_given() {
+    let mut env = Env::new().await;
+    env.set("BUB_SESSION_ID", "parent-session");
+    env.run(&["run", ",echo one"]).await;
+    env.run(&["run", "--session-id", "child", ",echo two"])
+        .await;
+    let tapes = |session: &str| {
+        let name = format!("bub%3A{}.jsonl", &md5_hex(session)[..16]);
+        std::fs::read_dir(env.home.join("tapes"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.file_name().unwrap().to_string_lossy().ends_with(&name))
+            .map(|p| std::fs::read_to_string(p).unwrap())
+            .unwrap_or_default()
+    };
+    assert!(tapes("parent-session").contains("echo one"));
+    assert!(!tapes("parent-session").contains("echo two"));
+    assert!(tapes("child").contains("echo two"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn workspace_flag_expands_the_home_directory() {
+    let env = Env::new().await;
+    let project = env.home.join("user").join("project");
+    std::fs::create_dir_all(&project).unwrap();
+    let out = env.run(&["run", "-w", "~/project", ",pwd"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(
+        stdout(&out).trim(),
+        project.canonicalize().unwrap().to_string_lossy()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn unknown_subcommand_and_missing_workspace_fail_clearly() {
+    let env = Env::new().await;
+    let out = env.run(&["telegram"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("unrecognized subcommand 'telegram'"),
+        "{}",
+        stderr(&out)
+    );
+    let out = env.run(&["run", "-w", "/definitely/missing", "hi"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("--workspace") && stderr(&out).contains("does not exist"),
+        "{}",
+        stderr(&out)
+    );
+    let out = env.run(&["message"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("not available"), "{}", stderr(&out));
 }

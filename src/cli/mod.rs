@@ -98,14 +98,9 @@ async fn interactive(
                 continue;
             }
         };
-        let input = if shell_mode && !line.trim_start().starts_with(',') {
-            format!(", {line}")
-        } else {
-            line
-        };
-        if input.trim().is_empty() || input.trim() == "," {
+        let Some(input) = shell_input(line, shell_mode) else {
             continue;
-        }
+        };
         if let Some(result) = turn(&agent, session_id, &input, style).await
             && result.exit_requested
         {
@@ -113,6 +108,18 @@ async fn interactive(
         }
     }
     Ok(())
+}
+
+/// The input a typed line stands for: in shell mode a line becomes `, <line>` unless it already
+/// is a comma command. `None` for a blank line.
+fn shell_input(line: String, shell_mode: bool) -> Option<String> {
+    if line.trim().is_empty() {
+        return None;
+    }
+    if shell_mode && !line.trim_start().starts_with(',') {
+        return Some(format!(", {line}"));
+    }
+    Some(line)
 }
 
 /// Runs one turn and prints its result; `None` when Ctrl-C interrupted it.
@@ -217,5 +224,21 @@ impl Style {
 
     fn dim(self, text: &str) -> String {
         self.paint(DIM, text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_input;
+
+    #[test]
+    fn shell_mode_prefixes_lines_that_are_not_commands() {
+        let input = |line: &str, shell| shell_input(line.to_owned(), shell);
+        assert_eq!(input("echo hi", false).as_deref(), Some("echo hi"));
+        assert_eq!(input("echo hi", true).as_deref(), Some(", echo hi"));
+        for kept in [",help", ",ls -la", ", ls -la"] {
+            assert_eq!(input(kept, true).as_deref(), Some(kept));
+        }
+        assert_eq!(input("   ", true), None);
     }
 }
