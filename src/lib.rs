@@ -6,6 +6,7 @@
 //! (router → model loop → tape), and `cli` is the interactive terminal.
 
 pub mod agent;
+pub mod channels;
 pub mod cli;
 pub mod config;
 pub mod llm;

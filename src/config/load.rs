@@ -140,6 +140,15 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
         &mut s.active_time_window_seconds,
         parse_seconds,
     )?;
+    set(l, "BUB_MENTION_KEYWORD", &mut s.mention_keyword, |_, v| {
+        Ok(v.trim().to_lowercase())
+    })?;
+    set(
+        l,
+        "BUB_SESSION_IDLE_SECONDS",
+        &mut s.session_idle_seconds,
+        parse_seconds,
+    )?;
     s.ollama_api_key = secret(l, "BUB_OLLAMA_API_KEY")?;
     set_url(l, "BUB_OLLAMA_API_BASE", &mut s.ollama_api_base)?;
     set(l, "BUB_LOG_LEVEL", &mut s.log_level, parse_log_level)?;
@@ -159,6 +168,12 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
         .parse("BUB_TELEGRAM_PROXY", optional_url("BUB_TELEGRAM_PROXY"))?
         .flatten();
     set_url(l, "BUB_TELEGRAM_API_BASE", &mut t.api_base)?;
+    set(
+        l,
+        "BUB_TELEGRAM_DROP_PENDING_UPDATES",
+        &mut t.drop_pending_updates,
+        parse_bool,
+    )?;
     require_token(t.enabled, &t.token, "BUB_TELEGRAM")?;
 
     let d = &mut s.discord;

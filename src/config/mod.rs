@@ -86,6 +86,12 @@ pub struct Settings {
     pub message_debounce_seconds: f64,
     /// `BUB_ACTIVE_TIME_WINDOW_SECONDS` (default 60).
     pub active_time_window_seconds: f64,
+    /// `BUB_MENTION_KEYWORD` (default `bub`; empty = none): in groups, this word (whole word,
+    /// case-insensitive) addresses the bot like a mention.
+    pub mention_keyword: String,
+    /// `BUB_SESSION_IDLE_SECONDS` (default 600): a chat's session actor is evicted after this
+    /// long without messages or turns.
+    pub session_idle_seconds: f64,
     /// `BUB_OLLAMA_API_KEY`.
     pub ollama_api_key: Option<String>,
     /// `BUB_OLLAMA_API_BASE` (default `https://ollama.com/api`).
@@ -108,6 +114,9 @@ pub struct TelegramSettings {
     pub proxy: Option<String>,
     /// `BUB_TELEGRAM_API_BASE` (default `https://api.telegram.org`).
     pub api_base: String,
+    /// `BUB_TELEGRAM_DROP_PENDING_UPDATES` (default false): discard messages sent while the
+    /// daemon was not running.
+    pub drop_pending_updates: bool,
 }
 
 /// `BUB_DISCORD_*`.
@@ -143,6 +152,8 @@ impl Settings {
             message_delay_seconds: 10.0,
             message_debounce_seconds: 1.0,
             active_time_window_seconds: 60.0,
+            mention_keyword: "bub".to_owned(),
+            session_idle_seconds: 600.0,
             ollama_api_key: None,
             ollama_api_base: DEFAULT_OLLAMA_API_BASE.to_owned(),
             telegram: TelegramSettings::default(),
@@ -193,6 +204,7 @@ impl Default for TelegramSettings {
             allow_chats: Vec::new(),
             proxy: None,
             api_base: DEFAULT_TELEGRAM_API_BASE.to_owned(),
+            drop_pending_updates: false,
         }
     }
 }
@@ -244,6 +256,8 @@ impl fmt::Debug for Settings {
                 "active_time_window_seconds",
                 &self.active_time_window_seconds,
             )
+            .field("mention_keyword", &self.mention_keyword)
+            .field("session_idle_seconds", &self.session_idle_seconds)
             .field("ollama_api_key", &secret(&self.ollama_api_key))
             .field("ollama_api_base", &self.ollama_api_base)
             .field("telegram", &self.telegram)
@@ -263,6 +277,7 @@ impl fmt::Debug for TelegramSettings {
             .field("allow_chats", &self.allow_chats)
             .field("proxy", &proxy(&self.proxy))
             .field("api_base", &self.api_base)
+            .field("drop_pending_updates", &self.drop_pending_updates)
             .finish()
     }
 }

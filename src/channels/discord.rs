@@ -1,0 +1,1 @@
+//! Discord adapter (serenity gateway + REST). Being written.

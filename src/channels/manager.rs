@@ -1,0 +1,1 @@
+//! Channel manager. Being written.

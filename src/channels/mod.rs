@@ -1,0 +1,92 @@
+//! Channels: the chat platforms Bub serves (Telegram, Discord), behind one small trait.
+//!
+//! * [`Channel`] — what an adapter does: run (receive platform messages and turn them into
+//!   [`Inbound`] values), send an [`Outbound`] text, show a typing indicator. A third platform is
+//!   one new file implementing it.
+//! * [`session`] — the per-chat `SessionActor`: debounce/batching, the follow-up window, and
+//!   **at most one turn per session at a time**.
+//! * [`manager`] — starts the adapters, routes each `Inbound` to its session actor (created
+//!   lazily, evicted when idle), and stops everything on shutdown.
+//!
+//! Division of work: the adapter decides *who may talk* (allow-lists, checked first, for every
+//! message and command) and *whether the bot was addressed* (mentions, replies, keyword); the
+//! actor decides *when a turn runs* (window, debounce, batching); the agent runs the turn; the
+//! actor hands the answer back to the adapter, which renders and splits it for its platform.
+
+pub mod manager;
+pub mod session;
+pub mod telegram;
+pub mod discord;
+pub mod text;
+
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// One inbound platform message that passed the adapter's allow-lists.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inbound {
+    /// The adapter's name (`telegram`, `discord`).
+    pub channel: String,
+    /// The platform chat (Telegram chat id, Discord channel id); the session is
+    /// `"<channel>:<chat_id>"`.
+    pub chat_id: String,
+    /// The platform message id (answers reply to it when [`Inbound::reply`] is set).
+    pub message_id: String,
+    /// The sender's platform id (for logs; never the message text).
+    pub sender_id: String,
+    /// What the session sees: the raw text for a comma command (`,help`), otherwise the
+    /// reference's metadata JSON (message, chat, sender, reply context, media).
+    pub prompt: String,
+    /// The bot was addressed: private chat, mention, reply to the bot, keyword, ...
+    pub mentioned: bool,
+    /// Answers to this message should be sent as a reply to it (groups).
+    pub reply: bool,
+}
+
+impl Inbound {
+    /// `"<channel>:<chat_id>"`.
+    pub fn session_id(&self) -> String {
+        format!("{}:{}", self.channel, self.chat_id)
+    }
+
+    /// A comma command (`,help`): runs at once, without debounce or batching.
+    pub fn is_command(&self) -> bool {
+        self.prompt.trim_start().starts_with(',')
+    }
+}
+
+/// One text to deliver to a chat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outbound {
+    pub chat_id: String,
+    /// The answer as Markdown-ish text; the adapter renders and splits it for its platform.
+    pub text: String,
+    /// Reply to this platform message id.
+    pub reply_to: Option<String>,
+}
+
+/// A chat platform adapter.
+#[async_trait]
+pub trait Channel: Send + Sync + 'static {
+    /// Unique name, also the session prefix (`telegram`).
+    fn name(&self) -> &'static str;
+
+    /// Connects and receives until `shutdown` is cancelled, sending every allowed message to
+    /// `inbound` (addressed or not: the session decides about follow-ups). Returns an error only
+    /// when the platform cannot be served at all (e.g. the token is rejected at startup).
+    async fn run(
+        &self,
+        inbound: mpsc::UnboundedSender<Inbound>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()>;
+
+    /// Delivers one text (rendered, split into platform-sized messages, rate limits honoured).
+    /// Errors are returned after the adapter's own retries; the caller logs them.
+    async fn send(&self, out: &Outbound) -> anyhow::Result<()>;
+
+    /// Shows the typing indicator once; the session repeats it while a turn runs.
+    async fn typing(&self, _chat_id: &str) -> anyhow::Result<()> {
+        Ok(())
+    }
+}

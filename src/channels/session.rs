@@ -1,0 +1,1 @@
+//! Per-chat session actor. Being written.

@@ -1,0 +1,1 @@
+//! Telegram adapter (teloxide, long polling). Being written.

@@ -1,0 +1,1 @@
+//! Outbound text shaping: splitting for platform limits and Markdown rendering. Being written.
