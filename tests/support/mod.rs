@@ -3,4 +3,6 @@
 //! internet.
 #![allow(dead_code)]
 
+pub mod fake_discord;
 pub mod fake_openai;
+pub mod fake_telegram;
