@@ -6,8 +6,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
 
 use bub::agent::AgentRuntime;
+use bub::channels::manager::ChannelManager;
+use bub::channels::session::SessionConfig;
 use bub::config::{LoadOptions, Settings};
 use bub::logging::{self, LogTarget};
 
@@ -66,7 +69,7 @@ enum Command {
         #[arg(long, value_name = "NAMES")]
         tools: Vec<String>,
     },
-    /// The channel daemon (Telegram, Discord) — not available yet.
+    /// The channel daemon: serve Telegram and/or Discord until SIGINT/SIGTERM.
     Message,
     /// The scheduler alone, for autonomous containers — not available yet.
     Idle,
@@ -80,8 +83,8 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let command = cli.command.unwrap_or(Command::Chat);
-    if let Command::Message | Command::Idle | Command::Send { .. } = command {
-        eprintln!("bub: this command is not available in this version yet (only `chat` and `run`)");
+    if let Command::Idle | Command::Send { .. } = command {
+        eprintln!("bub: this command is not available in this version yet");
         return ExitCode::from(EXIT_CONFIG);
     }
     let settings = match load_settings(&cli.common) {
@@ -102,6 +105,7 @@ fn main() -> ExitCode {
     runtime.block_on(async move {
         match command {
             Command::Run { message, tools } => run(settings, &session_id, &message, &tools).await,
+            Command::Message => message(settings).await,
             _ => chat(settings, session_id).await,
         }
     })
@@ -167,4 +171,59 @@ async fn chat(settings: Settings, session_id: String) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `bub message`: the channel daemon.
+async fn message(settings: Settings) -> ExitCode {
+    logging::init(&settings, LogTarget::Stderr);
+    let channels = match bub::channels::enabled_channels(&settings) {
+        Ok(channels) => channels,
+        Err(e) => {
+            eprintln!("bub: {e:#}");
+            let config = e.downcast_ref::<bub::config::ConfigError>().is_some();
+            return ExitCode::from(if config { EXIT_CONFIG } else { 1 });
+        }
+    };
+    let cfg = SessionConfig::from_settings(&settings);
+    let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
+    let mut manager = ChannelManager::new(agent, cfg);
+    for channel in channels {
+        if let Err(e) = manager.add(channel) {
+            eprintln!("bub: {e:#}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    }
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    match manager.run(shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bub: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Cancels `shutdown` on SIGINT or SIGTERM; a second signal, or 10 s without a clean stop,
+/// ends the process at once.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))
+    else {
+        tracing::error!("cannot install signal handlers");
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+    tracing::info!("shutdown.signal");
+    shutdown.cancel();
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+        () = tokio::time::sleep(std::time::Duration::from_secs(10)) => {},
+    }
+    tracing::warn!("shutdown.forced");
+    std::process::exit(EXIT_INTERRUPTED.into());
 }

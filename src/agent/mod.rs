@@ -105,6 +105,23 @@ impl AgentRuntime {
         Ok(session)
     }
 
+    /// Forgets an idle session (its tape handle and router); the next input reopens it. A
+    /// session in use elsewhere (a running turn) is kept.
+    pub fn release_session(&self, session_id: &str) {
+        let mut sessions = self.sessions.lock().expect("sessions lock");
+        let idle = sessions
+            .get(session_id)
+            .is_some_and(|s| Arc::strong_count(s) == 1 && s.try_lock().is_ok());
+        if idle {
+            sessions.remove(session_id);
+        }
+    }
+
+    /// How many sessions are open (for tests and benchmarks of eviction).
+    pub fn open_sessions(&self) -> usize {
+        self.sessions.lock().expect("sessions lock").len()
+    }
+
     /// The tape summary of a session (for status lines).
     pub fn tape_info(&self, session_id: &str) -> anyhow::Result<TapeInfo> {
         let session = self.session(session_id)?;

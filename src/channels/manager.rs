@@ -1,1 +1,156 @@
-//! Channel manager. Being written.
+//! The channel manager: runs the enabled adapters, routes every [`Inbound`] to the actor of its
+//! session (creating it on first use), and shuts everything down on a signal.
+//!
+//! Invariants: one actor per live session (the [`ActorMap`]); an evicted actor is replaced by a
+//! fresh one on the next message, so memory is bounded by the number of *active* chats;
+//! shutdown stops the adapters first (no new messages), then lets actors finish their pending
+//! work for at most [`SHUTDOWN_GRACE`] before dropping it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::session::{ActorMap, SessionActor, SessionConfig, TurnRunner};
+use super::{Channel, Inbound};
+
+/// How long running turns may take to finish after a shutdown signal.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
+
+/// Runs channels and their session actors.
+pub struct ChannelManager {
+    channels: HashMap<&'static str, Arc<dyn Channel>>,
+    runner: Arc<dyn TurnRunner>,
+    cfg: SessionConfig,
+    actors: ActorMap,
+}
+
+impl ChannelManager {
+    pub fn new(runner: Arc<dyn TurnRunner>, cfg: SessionConfig) -> Self {
+        Self {
+            channels: HashMap::new(),
+            runner,
+            cfg,
+            actors: ActorMap::default(),
+        }
+    }
+
+    /// Adds an adapter; names must be unique.
+    pub fn add(&mut self, channel: Arc<dyn Channel>) -> anyhow::Result<()> {
+        let name = channel.name();
+        if self.channels.insert(name, channel).is_some() {
+            bail!("channel '{name}' already registered");
+        }
+        Ok(())
+    }
+
+    /// The enabled channel names, sorted.
+    pub fn channel_names(&self) -> Vec<&'static str> {
+        let mut names: Vec<_> = self.channels.keys().copied().collect();
+        names.sort_unstable();
+        names
+    }
+
+    /// The live session actors (shared; for tests and benchmarks).
+    pub fn actors(&self) -> ActorMap {
+        self.actors.clone()
+    }
+
+    /// Serves until `shutdown` is cancelled or a channel fails; then stops within
+    /// [`SHUTDOWN_GRACE`] plus the adapters' own stop time. Returns the first channel error.
+    pub async fn run(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
+        if self.channels.is_empty() {
+            bail!("no channel is enabled (set BUB_TELEGRAM_ENABLED or BUB_DISCORD_ENABLED)");
+        }
+        tracing::info!(channels = ?self.channel_names(), "channel.manager.start");
+        let stop_channels = shutdown.child_token();
+        let (tx, mut rx) = mpsc::unbounded_channel::<Inbound>();
+        let mut adapters = tokio::task::JoinSet::new();
+        for channel in self.channels.values() {
+            let channel = channel.clone();
+            let (tx, stop) = (tx.clone(), stop_channels.clone());
+            adapters.spawn(async move {
+                let name = channel.name();
+                (name, channel.run(tx, stop).await)
+            });
+        }
+        drop(tx);
+
+        let actors_stop = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let mut failure = None;
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => break,
+                inbound = rx.recv() => match inbound {
+                    Some(inbound) => self.route(inbound, &tracker, &actors_stop),
+                    None => break,
+                },
+                Some(done) = adapters.join_next() => {
+                    let (name, result) = done.context("channel task panicked")?;
+                    match result {
+                        Ok(()) => tracing::info!(channel = name, "channel.stop"),
+                        Err(e) => {
+                            tracing::error!(channel = name, error = %e, "channel.error");
+                            failure = Some(e.context(format!("channel {name}")));
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+
+        stop_channels.cancel();
+        // Messages already received still reach their sessions.
+        while let Ok(inbound) = rx.try_recv() {
+            self.route(inbound, &tracker, &actors_stop);
+        }
+        actors_stop.cancel();
+        tracker.close();
+        if tokio::time::timeout(SHUTDOWN_GRACE, tracker.wait()).await.is_err() {
+            tracing::warn!("channel.manager.stop: turns still running were dropped");
+        }
+        if tokio::time::timeout(Duration::from_secs(2), async {
+            while adapters.join_next().await.is_some() {}
+        })
+        .await
+        .is_err()
+        {
+            adapters.abort_all();
+        }
+        tracing::info!("channel.manager.stop");
+        failure.map_or(Ok(()), Err)
+    }
+
+    /// Hands `inbound` to its session's actor, starting one if needed.
+    fn route(&self, inbound: Inbound, tracker: &TaskTracker, stop: &CancellationToken) {
+        let Some(channel) = self.channels.get(inbound.channel.as_str()) else {
+            tracing::warn!(channel = %inbound.channel, "inbound from an unknown channel");
+            return;
+        };
+        let session_id = inbound.session_id();
+        let mut actors = self.actors.lock().expect("actor map");
+        let inbound = match actors.get(&session_id) {
+            Some(tx) => match tx.send(inbound) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(inbound)) => inbound,
+            },
+            None => inbound,
+        };
+        let (tx, rx) = mpsc::unbounded_channel();
+        tx.send(inbound).expect("fresh channel");
+        actors.insert(session_id.clone(), tx);
+        let actor = SessionActor::new(
+            session_id,
+            channel.clone(),
+            self.runner.clone(),
+            self.cfg.clone(),
+            self.actors.clone(),
+        );
+        tracker.spawn(actor.run(rx, stop.clone()));
+    }
+}

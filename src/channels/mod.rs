@@ -13,15 +13,19 @@
 //! actor decides *when a turn runs* (window, debounce, batching); the agent runs the turn; the
 //! actor hands the answer back to the adapter, which renders and splits it for its platform.
 
+pub mod discord;
 pub mod manager;
 pub mod session;
 pub mod telegram;
-pub mod discord;
 pub mod text;
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+
+use crate::config::{ConfigError, Settings};
 
 /// One inbound platform message that passed the adapter's allow-lists.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,4 +93,24 @@ pub trait Channel: Send + Sync + 'static {
     async fn typing(&self, _chat_id: &str) -> anyhow::Result<()> {
         Ok(())
     }
+}
+
+/// The adapters enabled in `settings` (`BUB_TELEGRAM_ENABLED`, `BUB_DISCORD_ENABLED`). None
+/// enabled is a configuration error: the daemon would have nothing to serve.
+pub fn enabled_channels(settings: &Settings) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
+    let mut channels: Vec<Arc<dyn Channel>> = Vec::new();
+    if settings.telegram.enabled {
+        // PENDING-ADAPTER channels.push(Arc::new(telegram::Telegram::new(settings)?));
+    }
+    if settings.discord.enabled {
+        // PENDING-ADAPTER channels.push(Arc::new(discord::Discord::new(settings)?));
+    }
+    if channels.is_empty() {
+        return Err(ConfigError::new(
+            "BUB_TELEGRAM_ENABLED",
+            "no channel is enabled: set BUB_TELEGRAM_ENABLED=true and/or BUB_DISCORD_ENABLED=true",
+        )
+        .into());
+    }
+    Ok(channels)
 }

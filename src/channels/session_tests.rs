@@ -1,0 +1,308 @@
+//! Session actor tests on tokio's paused clock: time only moves when every task waits, so the
+//! `sleep`s below advance virtual time deterministically.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::Semaphore;
+
+use super::*;
+
+#[derive(Default)]
+struct FakeChannel {
+    sent: Mutex<Vec<Outbound>>,
+    typing: Mutex<Vec<Instant>>,
+}
+
+#[async_trait]
+impl Channel for FakeChannel {
+    fn name(&self) -> &'static str {
+        "fake"
+    }
+    async fn run(
+        &self,
+        _: mpsc::UnboundedSender<Inbound>,
+        _: CancellationToken,
+    ) -> anyhow::Result<()> {
+        Ok(())
+    }
+    async fn send(&self, out: &Outbound) -> anyhow::Result<()> {
+        self.sent.lock().unwrap().push(out.clone());
+        Ok(())
+    }
+    async fn typing(&self, _: &str) -> anyhow::Result<()> {
+        self.typing.lock().unwrap().push(Instant::now());
+        Ok(())
+    }
+}
+
+/// Records prompts with their start time; turns wait for a permit when `gated`.
+struct FakeRunner {
+    prompts: Mutex<Vec<(Instant, String)>>,
+    running: AtomicUsize,
+    max_running: AtomicUsize,
+    gate: Option<Semaphore>,
+    released: Mutex<Vec<String>>,
+    result: TurnResult,
+}
+
+impl FakeRunner {
+    fn new(gated: bool) -> Self {
+        Self {
+            prompts: Mutex::default(),
+            running: AtomicUsize::new(0),
+            max_running: AtomicUsize::new(0),
+            gate: gated.then(|| Semaphore::new(0)),
+            released: Mutex::default(),
+            result: TurnResult {
+                assistant_output: "answer".into(),
+                ..Default::default()
+            },
+        }
+    }
+
+    fn prompts(&self) -> Vec<String> {
+        self.prompts.lock().unwrap().iter().map(|(_, p)| p.clone()).collect()
+    }
+}
+
+#[async_trait]
+impl TurnRunner for FakeRunner {
+    async fn run_turn(&self, _session_id: &str, prompt: &str) -> TurnResult {
+        self.prompts.lock().unwrap().push((Instant::now(), prompt.to_owned()));
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_running.fetch_max(now, Ordering::SeqCst);
+        if let Some(gate) = &self.gate {
+            gate.acquire().await.unwrap().forget();
+        }
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        let mut result = self.result.clone();
+        if prompt.starts_with(',') {
+            result = TurnResult {
+                immediate_output: format!("ran {prompt}"),
+                ..Default::default()
+            };
+        }
+        result
+    }
+
+    fn release(&self, session_id: &str) {
+        self.released.lock().unwrap().push(session_id.to_owned());
+    }
+}
+
+struct Harness {
+    tx: mpsc::UnboundedSender<Inbound>,
+    channel: Arc<FakeChannel>,
+    runner: Arc<FakeRunner>,
+    actors: ActorMap,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+    start: Instant,
+    next_id: usize,
+}
+
+fn config() -> SessionConfig {
+    SessionConfig {
+        debounce: Duration::from_secs(1),
+        delay: Duration::from_secs(10),
+        window: Duration::from_secs(60),
+        idle_ttl: Duration::from_secs(600),
+        typing_interval: Duration::from_secs(4),
+        proactive_response: false,
+    }
+}
+
+fn harness(cfg: SessionConfig, runner: FakeRunner) -> Harness {
+    let channel = Arc::new(FakeChannel::default());
+    let runner = Arc::new(runner);
+    let actors: ActorMap = Arc::default();
+    let (tx, rx) = mpsc::unbounded_channel();
+    actors.lock().unwrap().insert("fake:1".into(), tx.clone());
+    let shutdown = CancellationToken::new();
+    let actor = SessionActor::new(
+        "fake:1".into(),
+        channel.clone(),
+        runner.clone(),
+        cfg,
+        actors.clone(),
+    );
+    let task = tokio::spawn(actor.run(rx, shutdown.clone()));
+    Harness { tx, channel, runner, actors, shutdown, task, start: Instant::now(), next_id: 0 }
+}
+
+impl Harness {
+    fn send(&mut self, prompt: &str, mentioned: bool) {
+        self.next_id += 1;
+        self.tx
+            .send(Inbound {
+                channel: "fake".into(),
+                chat_id: "1".into(),
+                message_id: self.next_id.to_string(),
+                sender_id: "42".into(),
+                prompt: prompt.into(),
+                mentioned,
+                reply: true,
+            })
+            .unwrap();
+    }
+
+    /// Seconds after the start at which each turn began.
+    fn turn_times(&self) -> Vec<f64> {
+        let prompts = self.runner.prompts.lock().unwrap();
+        prompts.iter().map(|(at, _)| (*at - self.start).as_secs_f64()).collect()
+    }
+}
+
+async fn at(h: &Harness, seconds: f64) {
+    tokio::time::sleep_until(h.start + Duration::from_secs_f64(seconds)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn reference_timeline_mention_follow_up_and_closed_window() {
+    let mut h = harness(config(), FakeRunner::new(false));
+    h.send("m0", true);
+    at(&h, 0.5).await;
+    h.send("m1", false);
+    at(&h, 30.0).await;
+    assert_eq!(h.runner.prompts(), ["channel: $fake\nm0\nm1"]);
+    h.send("m2", false);
+    at(&h, 100.0).await;
+    h.send("m3", false);
+    at(&h, 200.0).await;
+    assert_eq!(h.runner.prompts(), ["channel: $fake\nm0\nm1", "channel: $fake\nm2"]);
+    let times = h.turn_times();
+    assert!((times[0] - 1.0).abs() < 0.01, "{times:?}");
+    assert!((times[1] - 40.0).abs() < 0.01, "{times:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn unaddressed_messages_never_reach_the_model() {
+    let mut h = harness(config(), FakeRunner::new(false));
+    h.send("chatter", false);
+    h.send("more chatter", false);
+    at(&h, 120.0).await;
+    assert!(h.runner.prompts().is_empty());
+    assert!(h.channel.sent.lock().unwrap().is_empty());
+    assert!(h.channel.typing.lock().unwrap().is_empty(), "no typing for skipped messages");
+}
+
+#[tokio::test(start_paused = true)]
+async fn mentions_keep_postponing_the_batch() {
+    let mut h = harness(config(), FakeRunner::new(false));
+    for i in 0..5 {
+        at(&h, f64::from(i) * 0.8).await;
+        h.send(&format!("m{i}"), true);
+    }
+    at(&h, 10.0).await;
+    assert_eq!(h.runner.prompts(), ["channel: $fake\nm0\nm1\nm2\nm3\nm4"]);
+    assert!((h.turn_times()[0] - 4.2).abs() < 0.01, "{:?}", h.turn_times());
+}
+
+#[tokio::test(start_paused = true)]
+async fn commands_bypass_debounce_and_the_window() {
+    let mut cfg = config();
+    cfg.debounce = Duration::ZERO;
+    let mut h = harness(cfg, FakeRunner::new(false));
+    h.send(",help", false);
+    at(&h, 0.001).await;
+    assert_eq!(h.runner.prompts(), [",help"]);
+    h.send("hello", true);
+    at(&h, 1.0).await;
+    assert_eq!(h.runner.prompts(), [",help", "channel: $fake\nhello"]);
+    let sent = h.channel.sent.lock().unwrap().clone();
+    assert_eq!(sent[0].text, "ran ,help");
+    assert_eq!(sent[1].text, "answer");
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_turn_at_a_time_and_mid_turn_messages_form_the_next_batch() {
+    let mut cfg = config();
+    cfg.debounce = Duration::ZERO;
+    let mut h = harness(cfg, FakeRunner::new(true));
+    h.send("first", true);
+    at(&h, 1.0).await;
+    assert_eq!(h.runner.prompts().len(), 1, "the first turn is running");
+    h.send("second", true);
+    h.send(",tape.info", true);
+    h.send("third", false);
+    at(&h, 30.0).await;
+    assert_eq!(h.runner.prompts().len(), 1, "nothing starts while a turn runs");
+    h.runner.gate.as_ref().unwrap().add_permits(3);
+    at(&h, 31.0).await;
+    assert_eq!(
+        h.runner.prompts(),
+        ["channel: $fake\nfirst", ",tape.info", "channel: $fake\nsecond\nthird"]
+    );
+    assert_eq!(h.runner.max_running.load(Ordering::SeqCst), 1);
+    let sent = h.channel.sent.lock().unwrap().clone();
+    assert_eq!(sent.len(), 3, "exactly one delivery per turn: {sent:?}");
+    assert_eq!(sent[0].reply_to.as_deref(), Some("1"));
+    assert_eq!(sent[2].reply_to.as_deref(), Some("4"), "reply to the last message of the batch");
+}
+
+#[tokio::test(start_paused = true)]
+async fn typing_repeats_while_a_turn_runs_and_stops_after() {
+    let mut cfg = config();
+    cfg.debounce = Duration::ZERO;
+    let mut h = harness(cfg, FakeRunner::new(true));
+    h.send("slow one", true);
+    at(&h, 10.0).await;
+    assert_eq!(h.channel.typing.lock().unwrap().len(), 3, "at 0, 4 and 8 s");
+    h.runner.gate.as_ref().unwrap().add_permits(1);
+    at(&h, 60.0).await;
+    assert_eq!(h.channel.typing.lock().unwrap().len(), 3, "typing stopped with the turn");
+}
+
+#[tokio::test(start_paused = true)]
+async fn proactive_mode_delivers_only_command_output_and_errors() {
+    let mut cfg = config();
+    cfg.proactive_response = true;
+    cfg.debounce = Duration::ZERO;
+    let mut h = harness(cfg, FakeRunner::new(false));
+    h.send("hi", true);
+    h.send(",echo", true);
+    at(&h, 1.0).await;
+    let sent = h.channel.sent.lock().unwrap().clone();
+    assert_eq!(sent.len(), 1, "the model's answer is not posted by the framework: {sent:?}");
+    assert_eq!(sent[0].text, "ran ,echo");
+}
+
+#[test]
+fn output_parts_are_joined_by_blank_lines() {
+    let result = TurnResult {
+        immediate_output: "cmd out\n".into(),
+        assistant_output: "answer".into(),
+        error: Some("boom".into()),
+        ..Default::default()
+    };
+    assert_eq!(render_output(&result, false), "cmd out\n\nanswer\n\nError: boom");
+    assert_eq!(render_output(&result, true), "cmd out\n\nError: boom");
+    assert_eq!(render_output(&TurnResult::default(), false), "");
+}
+
+#[tokio::test(start_paused = true)]
+async fn idle_actor_evicts_itself_and_releases_the_session() {
+    let mut cfg = config();
+    cfg.debounce = Duration::ZERO;
+    let mut h = harness(cfg, FakeRunner::new(false));
+    h.send("hi", true);
+    at(&h, 599.0).await;
+    assert!(h.actors.lock().unwrap().contains_key("fake:1"));
+    at(&h, 601.0).await;
+    assert!(h.task.is_finished());
+    assert!(h.actors.lock().unwrap().is_empty());
+    assert_eq!(*h.runner.released.lock().unwrap(), ["fake:1"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_runs_the_pending_batch_then_stops() {
+    let mut h = harness(config(), FakeRunner::new(false));
+    h.send("m0", true);
+    h.send("m1", false);
+    at(&h, 0.1).await;
+    assert!(h.runner.prompts().is_empty(), "still debouncing");
+    h.shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(1), &mut h.task).await.unwrap().unwrap();
+    assert_eq!(h.runner.prompts(), ["channel: $fake\nm0\nm1"]);
+    assert_eq!(h.channel.sent.lock().unwrap().len(), 1);
+}
