@@ -1,6 +1,7 @@
 //! Logging setup: `tracing` to stderr (or to a file for the interactive chat), text or JSON,
 //! level from `BUB_LOG_LEVEL`. Message contents and secrets are never logged by Bub itself.
 
+use std::io::IsTerminal;
 use std::path::Path;
 
 use tracing_subscriber::EnvFilter;
@@ -23,7 +24,10 @@ pub fn init(settings: &Settings, target: LogTarget<'_>) {
         .with_env_filter(filter)
         .with_target(false);
     let result = match (target, settings.log_format) {
-        (LogTarget::Stderr, LogFormat::Text) => builder.with_writer(std::io::stderr).try_init(),
+        (LogTarget::Stderr, LogFormat::Text) => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_writer(std::io::stderr)
+            .try_init(),
         (LogTarget::Stderr, LogFormat::Json) => {
             builder.json().with_writer(std::io::stderr).try_init()
         }

@@ -83,23 +83,23 @@ impl ChannelManager {
         let actors_stop = CancellationToken::new();
         let tracker = TaskTracker::new();
         let mut failure = None;
+        let mut receiving = true;
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                inbound = rx.recv() => match inbound {
+                inbound = rx.recv(), if receiving => match inbound {
                     Some(inbound) => self.route(inbound, &tracker, &actors_stop),
-                    None => break,
+                    None => receiving = false,
                 },
-                Some(done) = adapters.join_next() => {
+                done = adapters.join_next() => {
+                    let Some(done) = done else { break };
                     let (name, result) = done.context("channel task panicked")?;
-                    match result {
-                        Ok(()) => tracing::info!(channel = name, "channel.stop"),
-                        Err(e) => {
-                            tracing::error!(channel = name, error = %e, "channel.error");
-                            failure = Some(e.context(format!("channel {name}")));
-                            break;
-                        }
+                    if let Err(e) = result {
+                        tracing::error!(channel = name, error = %e, "channel.error");
+                        failure = Some(e.context(format!("channel {name}")));
+                        break;
                     }
+                    tracing::info!(channel = name, "channel.stop");
                 }
             }
         }

@@ -100,10 +100,10 @@ pub trait Channel: Send + Sync + 'static {
 pub fn enabled_channels(settings: &Settings) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
     let mut channels: Vec<Arc<dyn Channel>> = Vec::new();
     if settings.telegram.enabled {
-        // PENDING-ADAPTER channels.push(Arc::new(telegram::Telegram::new(settings)?));
+        channels.push(Arc::new(telegram::Telegram::new(settings)?));
     }
     if settings.discord.enabled {
-        // PENDING-ADAPTER channels.push(Arc::new(discord::Discord::new(settings)?));
+        channels.push(Arc::new(discord::Discord::new(settings)?));
     }
     if channels.is_empty() {
         return Err(ConfigError::new(

@@ -157,6 +157,7 @@ impl SessionActor {
                 }
                 message = rx.recv() => match message {
                     Some(message) => {
+                        idle_since = Instant::now();
                         self.accept(message);
                         while let Ok(message) = rx.try_recv() {
                             self.accept(message);

@@ -1,1 +1,0 @@
-//! Telegram adapter (teloxide, long polling). Being written.

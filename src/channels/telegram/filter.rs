@@ -1,0 +1,308 @@
+//! Who may talk to the bot and whether a Telegram message addresses it.
+//!
+//! Pure functions over teloxide's [`Message`], so every rule is unit-tested here without a
+//! network. The adapter applies them in this order: sender present → `allow_chats` →
+//! `allow_from` → commands ([`parse_command`]) → [`is_addressed`].
+//!
+//! Fixes against the reference: the keyword counts only as a whole word (`"bubble"` does not
+//! address the bot, §14.21), usernames in `allow_from` match case-insensitively with or without
+//! a leading `@` (Telegram usernames are case-insensitive), and `/bub@BotName text` is stripped
+//! like `/bub text`.
+
+use teloxide::types::{Message, MessageEntityKind};
+
+/// The bot's own account, learned from `getMe`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BotIdentity {
+    pub id: u64,
+    /// Without the leading `@`.
+    pub username: String,
+}
+
+/// `allow_chats` check: an empty list allows every chat.
+pub fn chat_allowed(allow_chats: &[String], chat_id: i64) -> bool {
+    allow_chats.is_empty() || allow_chats.iter().any(|c| c.trim() == chat_id.to_string())
+}
+
+/// `allow_from` check: an empty list allows everyone; otherwise the sender's numeric id or its
+/// username (case-insensitive, `@` optional in the list) must be listed.
+pub fn sender_allowed(allow_from: &[String], user_id: u64, username: Option<&str>) -> bool {
+    if allow_from.is_empty() {
+        return true;
+    }
+    let id = user_id.to_string();
+    allow_from.iter().any(|entry| {
+        let entry = entry.trim();
+        if entry == id {
+            return true;
+        }
+        let name = entry.strip_prefix('@').unwrap_or(entry);
+        !name.is_empty() && username.is_some_and(|u| u.eq_ignore_ascii_case(name))
+    })
+}
+
+/// A leading bot command of a text message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command<'a> {
+    /// Not a command: a normal message.
+    None,
+    /// `/start` (or `/start@ThisBot`).
+    Start,
+    /// `/bub <rest>` (or `/bub@ThisBot <rest>`): the rest is the content and addresses the bot.
+    Bub(&'a str),
+    /// Any other command, a bare `/bub`, or a command for another bot: ignored.
+    Ignored,
+}
+
+/// Parses a leading `/command[@bot]` of `text` (Telegram's syntax: 1–32 of `[A-Za-z0-9_]`).
+/// Text that starts with `/` but is not a command (`/usr/bin is full`) is a normal message.
+pub fn parse_command<'a>(text: &'a str, bot_username: &str) -> Command<'a> {
+    let Some(after_slash) = text.strip_prefix('/') else {
+        return Command::None;
+    };
+    let word_end = after_slash
+        .find(char::is_whitespace)
+        .unwrap_or(after_slash.len());
+    let word = &after_slash[..word_end];
+    let (name, target) = match word.split_once('@') {
+        Some((name, target)) => (name, Some(target)),
+        None => (word, None),
+    };
+    let is_ident = |s: &str| {
+        !s.is_empty() && s.len() <= 32 && s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    if !is_ident(name) || target.is_some_and(|t| !is_ident(t)) {
+        return Command::None;
+    }
+    if target.is_some_and(|t| !t.eq_ignore_ascii_case(bot_username)) {
+        return Command::Ignored;
+    }
+    let rest = after_slash[word_end..].trim_start();
+    match name.to_ascii_lowercase().as_str() {
+        "start" => Command::Start,
+        "bub" if !rest.trim().is_empty() => Command::Bub(rest),
+        _ => Command::Ignored,
+    }
+}
+
+/// Whether `msg` addresses the bot: always in a private chat; in a group or supergroup by a
+/// `mention` entity `@username` (text or caption, case-insensitive), a `text_mention` entity of
+/// the bot, a reply to one of the bot's messages, or `keyword` as a whole word
+/// (case-insensitive; empty disables it).
+/// Channel posts never address it.
+pub fn is_addressed(msg: &Message, bot: &BotIdentity, keyword: &str) -> bool {
+    if msg.chat.is_private() {
+        return true;
+    }
+    if !(msg.chat.is_group() || msg.chat.is_supergroup()) {
+        return false;
+    }
+    let replies_to_bot = msg
+        .reply_to_message()
+        .and_then(|r| r.from.as_ref())
+        .is_some_and(|u| u.id.0 == bot.id);
+    replies_to_bot || mentions_bot(msg, bot) || {
+        let text = msg.text().or(msg.caption()).unwrap_or("");
+        contains_word(text, keyword)
+    }
+}
+
+/// A `mention`/`text_mention` entity (text or caption) naming the bot.
+fn mentions_bot(msg: &Message, bot: &BotIdentity) -> bool {
+    let handle = format!("@{}", bot.username);
+    let mut entities = msg
+        .parse_entities()
+        .into_iter()
+        .chain(msg.parse_caption_entities())
+        .flatten();
+    entities.any(|entity| match entity.kind() {
+        MessageEntityKind::Mention => {
+            !bot.username.is_empty() && entity.text().eq_ignore_ascii_case(&handle)
+        }
+        MessageEntityKind::TextMention { user } => user.id.0 == bot.id,
+        _ => false,
+    })
+}
+
+/// `word` occurs in `text` case-insensitively with no letter, digit or `_` right before or
+/// after it. An empty `word` never matches.
+pub fn contains_word(text: &str, word: &str) -> bool {
+    let word = word.trim().to_lowercase();
+    if word.is_empty() {
+        return false;
+    }
+    let text = text.to_lowercase();
+    let is_word_char = |c: char| c.is_alphanumeric() || c == '_';
+    let mut from = 0;
+    while let Some(pos) = text[from..].find(&word) {
+        let start = from + pos;
+        let end = start + word.len();
+        let before_ok = text[..start]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !is_word_char(c));
+        let after_ok = text[end..].chars().next().is_none_or(|c| !is_word_char(c));
+        if before_ok && after_ok {
+            return true;
+        }
+        from = start + text[start..].chars().next().map_or(1, char::len_utf8);
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn bot() -> BotIdentity {
+        BotIdentity {
+            id: 777,
+            username: "bub_test_bot".into(),
+        }
+    }
+
+    fn msg(v: Value) -> Message {
+        serde_json::from_str(&v.to_string()).expect("valid message")
+    }
+
+    fn group(extra: Value) -> Message {
+        let mut m = json!({"message_id": 5, "date": 1700000000,
+            "chat": {"id": -100, "type": "supergroup", "title": "G"},
+            "from": {"id": 42, "is_bot": false, "first_name": "Alice"}});
+        for (k, v) in extra.as_object().unwrap() {
+            m[k] = v.clone();
+        }
+        msg(m)
+    }
+
+    #[test]
+    fn allow_chats_empty_allows_all_else_exact_id() {
+        assert!(chat_allowed(&[], -5));
+        let list = vec!["42".to_owned(), " -100 ".to_owned()];
+        assert!(chat_allowed(&list, 42));
+        assert!(chat_allowed(&list, -100));
+        assert!(!chat_allowed(&list, 43));
+    }
+
+    #[test]
+    fn allow_from_matches_id_or_username() {
+        assert!(sender_allowed(&[], 1, None));
+        let list = vec!["42".to_owned(), "@Alice".to_owned(), "bob".to_owned()];
+        assert!(sender_allowed(&list, 42, None));
+        assert!(sender_allowed(&list, 1, Some("alice")));
+        assert!(sender_allowed(&list, 1, Some("Bob")));
+        assert!(!sender_allowed(&list, 1, Some("carol")));
+        assert!(!sender_allowed(&list, 1, None));
+        assert!(!sender_allowed(&["@".to_owned()], 1, Some("")));
+    }
+
+    #[test]
+    fn commands() {
+        let me = "bub_test_bot";
+        assert_eq!(parse_command("hello", me), Command::None);
+        assert_eq!(parse_command("/start", me), Command::Start);
+        assert_eq!(parse_command("/start@Bub_Test_Bot", me), Command::Start);
+        assert_eq!(parse_command("/start@other_bot", me), Command::Ignored);
+        assert_eq!(parse_command("/bub hi there", me), Command::Bub("hi there"));
+        assert_eq!(
+            parse_command("/bub@bub_test_bot  hi", me),
+            Command::Bub("hi")
+        );
+        assert_eq!(parse_command("/bub@other_bot hi", me), Command::Ignored);
+        assert_eq!(parse_command("/bub", me), Command::Ignored);
+        assert_eq!(parse_command("/bub   ", me), Command::Ignored);
+        assert_eq!(parse_command("/help", me), Command::Ignored);
+        assert_eq!(parse_command("/bubble x", me), Command::Ignored);
+        assert_eq!(parse_command("/usr/bin is full", me), Command::None);
+        assert_eq!(parse_command("/ x", me), Command::None);
+        assert_eq!(
+            parse_command("/bub\nline two", me),
+            Command::Bub("line two")
+        );
+    }
+
+    #[test]
+    fn whole_word_keyword() {
+        assert!(contains_word("bub, hi", "bub"));
+        assert!(contains_word("hey Bub!", "bub"));
+        assert!(contains_word("BUB", "bub"));
+        assert!(contains_word("bubble bub", "bub"));
+        assert!(!contains_word("bubble", "bub"));
+        assert!(!contains_word("hubbub", "bub"));
+        assert!(!contains_word("bub_bot", "bub"));
+        assert!(!contains_word("anything", ""));
+        assert!(contains_word("héllo bub ü", "bub"));
+        assert!(!contains_word("ébub", "bub"));
+    }
+
+    #[test]
+    fn private_chat_is_always_addressed() {
+        let m = msg(json!({"message_id": 1, "date": 1700000000,
+            "chat": {"id": 42, "type": "private", "first_name": "A"},
+            "from": {"id": 42, "is_bot": false, "first_name": "A"}, "text": "hello"}));
+        assert!(is_addressed(&m, &bot(), "bub"));
+    }
+
+    #[test]
+    fn group_needs_mention_reply_or_keyword() {
+        let b = bot();
+        assert!(!is_addressed(
+            &group(json!({"text": "hello all"})),
+            &b,
+            "bub"
+        ));
+        assert!(!is_addressed(
+            &group(json!({"text": "bubble tea"})),
+            &b,
+            "bub"
+        ));
+        assert!(is_addressed(&group(json!({"text": "hey Bub!"})), &b, "bub"));
+        assert!(!is_addressed(&group(json!({"text": "hey bub"})), &b, ""));
+        let mention = group(json!({"text": "hi @Bub_Test_Bot",
+            "entities": [{"type": "mention", "offset": 3, "length": 13}]}));
+        assert!(is_addressed(&mention, &b, ""));
+        let other = group(json!({"text": "hi @other_bot",
+            "entities": [{"type": "mention", "offset": 3, "length": 10}]}));
+        assert!(!is_addressed(&other, &b, ""));
+        let no_entity = group(json!({"text": "hi @bub_test_bot"}));
+        assert!(
+            !is_addressed(&no_entity, &b, ""),
+            "mentions come as entities"
+        );
+        let text_mention = group(json!({"text": "hi Bub",
+            "entities": [{"type": "text_mention", "offset": 3, "length": 3,
+                "user": {"id": 777, "is_bot": true, "first_name": "Bub"}}]}));
+        assert!(is_addressed(&text_mention, &b, ""));
+        let reply = group(json!({"text": "thanks",
+            "reply_to_message": {"message_id": 4, "date": 1700000000,
+                "chat": {"id": -100, "type": "supergroup", "title": "G"},
+                "from": {"id": 777, "is_bot": true, "first_name": "Bub"}, "text": "answer"}}));
+        assert!(is_addressed(&reply, &b, ""));
+        let reply_other = group(json!({"text": "thanks",
+            "reply_to_message": {"message_id": 4, "date": 1700000000,
+                "chat": {"id": -100, "type": "supergroup", "title": "G"},
+                "from": {"id": 9, "is_bot": false, "first_name": "Eve"}, "text": "x"}}));
+        assert!(!is_addressed(&reply_other, &b, ""));
+    }
+
+    #[test]
+    fn caption_mentions_count() {
+        let b = bot();
+        let photo = json!([{"file_id": "p", "file_unique_id": "u", "width": 1, "height": 1}]);
+        let m = group(json!({"photo": photo, "caption": "look @bub_test_bot",
+            "caption_entities": [{"type": "mention", "offset": 5, "length": 13}]}));
+        assert!(is_addressed(&m, &b, ""));
+        let m = group(json!({"photo": photo, "caption": "bub look"}));
+        assert!(is_addressed(&m, &b, "bub"));
+        let m = group(json!({"photo": photo}));
+        assert!(!is_addressed(&m, &b, "bub"));
+    }
+
+    #[test]
+    fn channel_posts_are_not_addressed() {
+        let m = msg(json!({"message_id": 1, "date": 1700000000,
+            "chat": {"id": -1001, "type": "channel", "title": "C"}, "text": "bub"}));
+        assert!(!is_addressed(&m, &bot(), "bub"));
+    }
+}

@@ -1,0 +1,479 @@
+//! Telegram adapter: teloxide long polling in, `sendMessage` out.
+//!
+//! * [`Telegram::new`] builds the teloxide [`Bot`] against `BUB_TELEGRAM_API_BASE` with its own
+//!   reqwest client: the explicit `BUB_TELEGRAM_PROXY` if set, otherwise **no** proxy (ambient
+//!   `HTTPS_PROXY` is ignored by design, as in the reference).
+//! * [`Channel::run`] checks the token with `getMe`, then long-polls `message` updates through a
+//!   teloxide [`Dispatcher`] until the shutdown token fires. Each message goes through
+//!   [`filter`] (allow-lists first, then commands, then "is the bot addressed") and [`prompt`]
+//!   (content + metadata JSON) and becomes an [`Inbound`]. Pending updates are delivered after a
+//!   restart unless `BUB_TELEGRAM_DROP_PENDING_UPDATES` is set (fixes §14.24).
+//! * [`Channel::send`] splits answers at 4096 characters, renders them as Telegram HTML, falls
+//!   back to plain text when Telegram rejects the entities, and honours `retry_after`.
+//!
+//! The bot token is part of every request URL; error texts are scrubbed of it before they are
+//! logged or returned, and message texts are never logged (§14.25).
+
+pub mod filter;
+pub mod prompt;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::anyhow;
+use async_trait::async_trait;
+use teloxide::ApiError;
+use teloxide::RequestError;
+use teloxide::dispatching::{Dispatcher, UpdateFilterExt};
+use teloxide::prelude::*;
+use teloxide::types::{
+    AllowedUpdate, ChatAction, MessageId, ParseMode, Recipient, ReplyParameters,
+};
+use teloxide::update_listeners::Polling;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use self::filter::{BotIdentity, Command};
+use super::{Channel, Inbound, Outbound, text};
+use crate::config::{ConfigError, Settings};
+
+/// Telegram's message size limit (characters after entity parsing).
+pub const MESSAGE_LIMIT: usize = 4096;
+/// Attempts per chunk when Telegram answers 429 `retry_after`.
+const MAX_SEND_ATTEMPTS: u32 = 5;
+/// Long-poll timeout sent to `getUpdates` (teloxide's HTTP client times out after 17 s).
+const POLL_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a stop may take to confirm the last offset and finish in-flight handlers.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// Reply to `/start`.
+pub const START_REPLY: &str = "Bub is online. Send text to start.";
+/// Reply to a non-allowed sender in a private chat (groups get no reply).
+pub const ACCESS_DENIED: &str = "Access denied.";
+
+/// The Telegram channel adapter.
+pub struct Telegram {
+    bot: Bot,
+    token: String,
+    allow_from: Vec<String>,
+    allow_chats: Vec<String>,
+    keyword: String,
+    drop_pending_updates: bool,
+}
+
+impl Telegram {
+    /// Builds the client from `settings.telegram` (token, API base, proxy) without any network
+    /// call. A missing token or a bad URL is a [`ConfigError`].
+    pub fn new(settings: &Settings) -> anyhow::Result<Self> {
+        let tg = &settings.telegram;
+        let token = tg
+            .token
+            .as_deref()
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| {
+                ConfigError::new(
+                    "BUB_TELEGRAM_TOKEN",
+                    "Telegram is enabled but no token is set",
+                )
+            })?
+            .to_owned();
+        // A trailing slash would produce `//bot<token>/...` for a base with a path.
+        let base = tg.api_base.trim().trim_end_matches('/');
+        let url = reqwest::Url::parse(base).map_err(|e| {
+            ConfigError::new("BUB_TELEGRAM_API_BASE", format!("not a valid URL: {e}"))
+        })?;
+        let builder = teloxide::net::default_reqwest_settings();
+        let builder = match tg.proxy.as_deref().map(str::trim).filter(|p| !p.is_empty()) {
+            Some(proxy) => builder
+                .proxy(reqwest::Proxy::all(proxy).map_err(|_| {
+                    ConfigError::new("BUB_TELEGRAM_PROXY", "not a valid proxy URL")
+                })?),
+            None => builder.no_proxy(),
+        };
+        let client = builder
+            .build()
+            .map_err(|e| anyhow!("telegram: cannot build the HTTP client: {e}"))?;
+        let bot = Bot::with_client(token.clone(), client).set_api_url(url);
+        Ok(Self {
+            bot,
+            token,
+            allow_from: tg.allow_from.clone(),
+            allow_chats: tg.allow_chats.clone(),
+            keyword: settings.mention_keyword.clone(),
+            drop_pending_updates: tg.drop_pending_updates,
+        })
+    }
+
+    /// `text` with the bot token replaced by `***`.
+    fn redact(&self, text: &str) -> String {
+        redact(text, &self.token)
+    }
+
+    fn startup_error(&self, err: &RequestError) -> anyhow::Error {
+        let detail = self.redact(&err.to_string());
+        match err {
+            RequestError::Api(ApiError::InvalidToken) => anyhow!(
+                "telegram: the Bot API rejected the bot token (getMe: {detail}); \
+                 check BUB_TELEGRAM_TOKEN"
+            ),
+            _ => anyhow!("telegram: getMe failed, cannot start polling: {detail}"),
+        }
+    }
+
+    /// Sends one chunk: HTML first, plain text if the entities are rejected, waiting out 429s.
+    async fn send_chunk(
+        &self,
+        to: &Recipient,
+        chunk: &str,
+        reply_to: Option<MessageId>,
+    ) -> Result<(), RequestError> {
+        let html = text::telegram_html(chunk);
+        let mut formatted = !html.trim().is_empty();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let mut request = if formatted {
+                self.bot
+                    .send_message(to.clone(), html.as_str())
+                    .parse_mode(ParseMode::Html)
+            } else {
+                self.bot.send_message(to.clone(), chunk)
+            };
+            if let Some(id) = reply_to {
+                request = request
+                    .reply_parameters(ReplyParameters::new(id).allow_sending_without_reply());
+            }
+            match request.send().await {
+                Ok(_) => return Ok(()),
+                Err(RequestError::RetryAfter(wait)) if attempt < MAX_SEND_ATTEMPTS => {
+                    tracing::warn!(chat_id = %to, retry_after = wait.seconds(), attempt,
+                        "telegram.send: rate limited, waiting");
+                    tokio::time::sleep(wait.duration()).await;
+                }
+                Err(err) if formatted && is_format_error(&err) => {
+                    tracing::warn!(chat_id = %to, error = %self.redact(&err.to_string()),
+                        "telegram.send: formatting rejected, resending as plain text");
+                    formatted = false;
+                }
+                Err(err) => return Err(err),
+            }
+        }
+    }
+}
+
+/// Telegram refused the HTML entities of a message (400 "can't parse entities" and kin).
+fn is_format_error(err: &RequestError) -> bool {
+    match err {
+        RequestError::Api(ApiError::CantParseEntities(_)) => true,
+        RequestError::Api(api) => {
+            let text = api.to_string().to_lowercase();
+            text.contains("bad request") && text.contains("entit")
+        }
+        _ => false,
+    }
+}
+
+fn redact(text: &str, token: &str) -> String {
+    if token.is_empty() {
+        text.to_owned()
+    } else {
+        text.replace(token, "***")
+    }
+}
+
+/// A chat id as Telegram expects it: a number, or `@channelusername`.
+fn recipient(chat_id: &str) -> anyhow::Result<Recipient> {
+    let chat_id = chat_id.trim();
+    if let Ok(id) = chat_id.parse::<i64>() {
+        return Ok(Recipient::Id(ChatId(id)));
+    }
+    if chat_id.starts_with('@') && chat_id.len() > 1 {
+        return Ok(Recipient::ChannelUsername(chat_id.to_owned()));
+    }
+    Err(anyhow!(
+        "telegram: invalid chat id {chat_id:?} (expected a number or @channel)"
+    ))
+}
+
+#[async_trait]
+impl Channel for Telegram {
+    fn name(&self) -> &'static str {
+        "telegram"
+    }
+
+    async fn run(
+        &self,
+        inbound: mpsc::UnboundedSender<Inbound>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        let me = tokio::select! {
+            me = self.bot.get_me().send() => me.map_err(|e| self.startup_error(&e))?,
+            () = shutdown.cancelled() => return Ok(()),
+        };
+        let identity = BotIdentity {
+            id: me.id.0,
+            username: me.username.clone().unwrap_or_default(),
+        };
+        tracing::info!(bot_id = identity.id, username = %identity.username,
+            drop_pending_updates = self.drop_pending_updates, "telegram.start");
+
+        let mut polling = Polling::builder(self.bot.clone())
+            .timeout(POLL_TIMEOUT)
+            .allowed_updates(vec![AllowedUpdate::Message]);
+        if self.drop_pending_updates {
+            polling = polling.drop_pending_updates();
+        }
+        let polling = tokio::select! {
+            p = polling.delete_webhook() => p.build(),
+            () = shutdown.cancelled() => return Ok(()),
+        };
+
+        let handler_ctx = Arc::new(Handler {
+            bot: self.bot.clone(),
+            token: self.token.clone(),
+            me: identity,
+            allow_from: self.allow_from.clone(),
+            allow_chats: self.allow_chats.clone(),
+            keyword: self.keyword.clone(),
+            inbound,
+        });
+        let handler = Update::filter_message().endpoint(move |msg: Message| {
+            let ctx = handler_ctx.clone();
+            async move {
+                ctx.on_message(msg).await;
+                respond(())
+            }
+        });
+        let mut dispatcher = Dispatcher::builder(self.bot.clone(), handler)
+            .default_handler(|update: Arc<Update>| async move {
+                tracing::debug!(
+                    update_id = update.id.0,
+                    "telegram.skip: not a message update"
+                );
+            })
+            .build();
+        let stop = dispatcher.shutdown_token();
+        let token = self.token.clone();
+        let listener_errors = Arc::new(move |err: RequestError| {
+            let text = redact(&err.to_string(), &token);
+            async move { tracing::warn!(error = %text, "telegram.poll.error") }
+        });
+        let dispatch = dispatcher.try_dispatch_with_listener(polling, listener_errors);
+        tokio::pin!(dispatch);
+        tokio::select! {
+            res = &mut dispatch => res.map_err(|e| self.startup_error(&e)),
+            () = shutdown.cancelled() => {
+                // Idle means teloxide is still in its own getMe: nothing fetched, nothing to
+                // confirm, so dropping the future is a clean stop.
+                if let Ok(done) = stop.shutdown() {
+                    let both = futures_util::future::join(dispatch, done);
+                    if tokio::time::timeout(STOP_GRACE, both).await.is_err() {
+                        tracing::warn!("telegram.stop: polling did not stop in time");
+                    }
+                }
+                tracing::info!("telegram.stop");
+                Ok(())
+            }
+        }
+    }
+
+    async fn send(&self, out: &Outbound) -> anyhow::Result<()> {
+        let to = recipient(&out.chat_id)?;
+        let reply_to = out
+            .reply_to
+            .as_deref()
+            .and_then(|id| id.trim().parse::<i32>().ok())
+            .map(MessageId);
+        for (i, chunk) in text::split(&out.text, MESSAGE_LIMIT).iter().enumerate() {
+            let reply = if i == 0 { reply_to } else { None };
+            self.send_chunk(&to, chunk, reply).await.map_err(|e| {
+                anyhow!(
+                    "telegram: sending to chat {} failed: {}",
+                    out.chat_id,
+                    self.redact(&e.to_string())
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    async fn typing(&self, chat_id: &str) -> anyhow::Result<()> {
+        self.bot
+            .send_chat_action(recipient(chat_id)?, ChatAction::Typing)
+            .send()
+            .await
+            .map_err(|e| {
+                anyhow!(
+                    "telegram: typing in chat {chat_id} failed: {}",
+                    self.redact(&e.to_string())
+                )
+            })?;
+        Ok(())
+    }
+}
+
+/// What the update handler needs, shared by the dispatcher's workers.
+struct Handler {
+    bot: Bot,
+    token: String,
+    me: BotIdentity,
+    allow_from: Vec<String>,
+    allow_chats: Vec<String>,
+    keyword: String,
+    inbound: mpsc::UnboundedSender<Inbound>,
+}
+
+impl Handler {
+    /// Applies the rules in order (sender, allow-lists, commands, addressing) and forwards the
+    /// message. Logs reasons and ids, never the text.
+    async fn on_message(&self, msg: Message) {
+        let chat_id = msg.chat.id.0;
+        let message_id = msg.id.0;
+        let Some(from) = msg.from.as_ref() else {
+            tracing::debug!(chat_id, message_id, "telegram.skip: no sender");
+            return;
+        };
+        if !filter::chat_allowed(&self.allow_chats, chat_id) {
+            tracing::info!(
+                chat_id,
+                message_id,
+                "telegram.skip: chat not in allow_chats"
+            );
+            return;
+        }
+        let sender_id = from.id.0;
+        if !filter::sender_allowed(&self.allow_from, sender_id, from.username.as_deref()) {
+            let private = msg.chat.is_private();
+            tracing::info!(
+                chat_id,
+                message_id,
+                sender_id,
+                private,
+                "telegram.skip: sender not in allow_from"
+            );
+            if private {
+                self.reply_plain(chat_id, ACCESS_DENIED).await;
+            }
+            return;
+        }
+        let described = prompt::describe(&msg);
+        let mut content = described.content.as_str();
+        let mut mentioned = filter::is_addressed(&msg, &self.me, &self.keyword);
+        if let Some(text) = msg.text() {
+            match filter::parse_command(text, &self.me.username) {
+                Command::None => {}
+                Command::Start => {
+                    tracing::info!(chat_id, message_id, sender_id, "telegram.start_command");
+                    self.reply_plain(chat_id, START_REPLY).await;
+                    return;
+                }
+                Command::Bub(rest) => {
+                    content = rest;
+                    mentioned = true;
+                }
+                Command::Ignored => {
+                    tracing::debug!(chat_id, message_id, "telegram.skip: other command");
+                    return;
+                }
+            }
+        }
+        let inbound = Inbound {
+            channel: "telegram".to_owned(),
+            chat_id: chat_id.to_string(),
+            message_id: message_id.to_string(),
+            sender_id: sender_id.to_string(),
+            prompt: prompt::build(&msg, &described, content),
+            mentioned,
+            reply: !msg.chat.is_private(),
+        };
+        tracing::info!(
+            chat_id,
+            message_id,
+            sender_id,
+            mentioned,
+            kind = described.kind,
+            "telegram.inbound"
+        );
+        if self.inbound.send(inbound).is_err() {
+            tracing::debug!(
+                chat_id,
+                message_id,
+                "telegram.skip: inbound receiver closed"
+            );
+        }
+    }
+
+    /// A short plain-text notice; failures are logged, not returned.
+    async fn reply_plain(&self, chat_id: i64, text: &str) {
+        if let Err(e) = self.bot.send_message(ChatId(chat_id), text).send().await {
+            let error = redact(&e.to_string(), &self.token);
+            tracing::warn!(chat_id, error = %error, "telegram.reply.error");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(f: impl FnOnce(&mut Settings)) -> Settings {
+        let mut s = Settings::with_defaults("/tmp".into(), "/tmp".into());
+        s.telegram.enabled = true;
+        s.telegram.token = Some("123:SECRET".into());
+        f(&mut s);
+        s
+    }
+
+    #[test]
+    fn new_requires_token_and_valid_urls() {
+        let err = Telegram::new(&settings(|s| s.telegram.token = None))
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("BUB_TELEGRAM_TOKEN"), "{err}");
+        let err = Telegram::new(&settings(|s| s.telegram.api_base = "not a url".into()))
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("BUB_TELEGRAM_API_BASE"), "{err}");
+        let err = Telegram::new(&settings(|s| s.telegram.proxy = Some("::bad::".into())))
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("BUB_TELEGRAM_PROXY"), "{err}");
+        assert!(
+            Telegram::new(&settings(
+                |s| s.telegram.proxy = Some("http://127.0.0.1:1".into())
+            ))
+            .is_ok()
+        );
+    }
+
+    #[test]
+    fn api_base_trailing_slash_is_dropped() {
+        let tg =
+            Telegram::new(&settings(|s| s.telegram.api_base = "http://h:1/tg/".into())).unwrap();
+        assert_eq!(tg.bot.api_url().as_str(), "http://h:1/tg");
+    }
+
+    #[test]
+    fn recipients_and_redaction() {
+        assert!(matches!(recipient("-100"), Ok(Recipient::Id(ChatId(-100)))));
+        assert!(matches!(
+            recipient("@chan"),
+            Ok(Recipient::ChannelUsername(_))
+        ));
+        assert!(recipient("abc").is_err());
+        assert_eq!(redact("url /bot1:XY/GetMe", "1:XY"), "url /bot***/GetMe");
+    }
+
+    #[test]
+    fn format_errors() {
+        let e = RequestError::Api(ApiError::CantParseEntities(
+            "Bad Request: can't parse entities".into(),
+        ));
+        assert!(is_format_error(&e));
+        let e = RequestError::Api(ApiError::Unknown("Bad Request: entities too long".into()));
+        assert!(is_format_error(&e));
+        let e = RequestError::Api(ApiError::ChatNotFound);
+        assert!(!is_format_error(&e));
+    }
+}

@@ -1,0 +1,242 @@
+//! End-to-end tests of `bub message`: the real binary with the real teloxide (and serenity)
+//! clients against the fake Telegram / Discord servers and the fake model on 127.0.0.1.
+//! Assertions are on what crossed the wire and what is on disk.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde_json::Value;
+use support::fake_openai::{self, FakeOpenAi};
+use support::fake_telegram::{self, FakeTelegram, group_text, private_text};
+
+const WAIT: Duration = Duration::from_secs(20);
+
+struct Daemon {
+    child: tokio::process::Child,
+}
+
+impl Daemon {
+    /// Sends SIGTERM and waits for the exit status (bounded).
+    async fn stop(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().expect("running") as i32;
+        // SAFETY: sending a signal to our own child process.
+        unsafe { libc::kill(pid, libc::SIGTERM) };
+        tokio::time::timeout(Duration::from_secs(12), self.child.wait())
+            .await
+            .expect("stopped within 10 s of SIGTERM")
+            .unwrap()
+    }
+}
+
+struct Env {
+    _dir: tempfile::TempDir,
+    home: PathBuf,
+    workspace: PathBuf,
+    model: FakeOpenAi,
+    telegram: FakeTelegram,
+    vars: Vec<(String, String)>,
+}
+
+impl Env {
+    async fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let workspace = dir.path().join("ws");
+        std::fs::create_dir_all(&workspace).unwrap();
+        let model = fake_openai::start().await;
+        let telegram = fake_telegram::start().await;
+        let vars = [
+            ("BUB_HOME", home.to_string_lossy().to_string()),
+            ("BUB_MODEL", "openai:test-model".into()),
+            ("BUB_API_KEY", "sk-test-secret".into()),
+            ("BUB_API_BASE", model.base_url()),
+            ("BUB_TELEGRAM_ENABLED", "true".into()),
+            ("BUB_TELEGRAM_TOKEN", fake_telegram::TOKEN.into()),
+            ("BUB_TELEGRAM_API_BASE", telegram.api_base()),
+            ("BUB_MESSAGE_DEBOUNCE_SECONDS", "0".into()),
+            ("BUB_MESSAGE_DELAY_SECONDS", "0".into()),
+            ("BUB_LOG_LEVEL", "info".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        Self { _dir: dir, home, workspace, model, telegram, vars }
+    }
+
+    fn set(&mut self, key: &str, value: &str) {
+        self.vars.push((key.into(), value.into()));
+    }
+
+    fn start(&self) -> Daemon {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_bub"));
+        cmd.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOME", self.home.join("user"))
+            .env("NO_PROXY", "127.0.0.1")
+            .envs(self.vars.iter().map(|(k, v)| (k, v)))
+            .current_dir(&self.workspace)
+            .arg("message")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        Daemon { child: cmd.spawn().unwrap() }
+    }
+
+    /// The last user message of every model request.
+    fn model_prompts(&self) -> Vec<String> {
+        self.model
+            .requests()
+            .iter()
+            .map(|r| {
+                let messages = r["messages"].as_array().unwrap();
+                messages.last().unwrap()["content"].as_str().unwrap_or_default().to_string()
+            })
+            .collect()
+    }
+}
+
+fn texts(calls: &[support::fake_telegram::Call]) -> Vec<String> {
+    calls.iter().map(|c| c.body["text"].as_str().unwrap_or_default().to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn private_message_is_answered_once_and_recorded() {
+    let env = Env::new().await;
+    env.model.push_text("Hello **Ann**!");
+    let daemon = env.start();
+    env.telegram.push_message(private_text(42, 42, "hi, I am Ann"));
+    let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    assert_eq!(sent[0].body["chat_id"], 42);
+    assert_eq!(sent[0].body["text"], "Hello <b>Ann</b>!");
+    assert_eq!(sent[0].body["parse_mode"], "HTML");
+    assert!(sent[0].body.get("reply_parameters").is_none(), "no reply threading in private chats");
+    let prompt = &env.model_prompts()[0];
+    assert!(prompt.starts_with("channel: $telegram\n{"), "{prompt}");
+    let meta: Value = serde_json::from_str(prompt.lines().nth(1).unwrap()).unwrap();
+    assert_eq!(meta["message"], "hi, I am Ann");
+    assert_eq!(meta["chat_id"], "42");
+    assert!(!env.telegram.calls_of("sendChatAction").is_empty(), "typing shown during the turn");
+    assert!(daemon.stop().await.success());
+    assert_eq!(env.telegram.calls_of("sendMessage").len(), 1, "answered exactly once");
+    let tapes = std::fs::read_dir(env.home.join("tapes")).unwrap().count();
+    assert_eq!(tapes, 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn group_gating_burst_batching_and_commands() {
+    let mut env = Env::new().await;
+    env.set("BUB_MESSAGE_DEBOUNCE_SECONDS", "0.5");
+    env.model.push_text("batched answer");
+    let daemon = env.start();
+    // Not addressed: never reaches the model.
+    env.telegram.push_message(group_text(-100, 1, "just chatting about bubbles"));
+    // A comma command runs at once without the model, even unaddressed.
+    env.telegram.push_message(group_text(-100, 1, ",echo from-shell"));
+    let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    assert_eq!(sent[0].body["text"], "from-shell");
+    assert!(env.model.requests().is_empty());
+    // A burst addressed by mention: one model call with all three messages.
+    let first = env.telegram.push_message(group_text(-100, 1, "hey @bub_test_bot").mention("@bub_test_bot"));
+    env.telegram.push_message(group_text(-100, 2, "and also this"));
+    let last = env.telegram.push_message(group_text(-100, 1, "bub, one more"));
+    let sent = env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
+    assert_eq!(sent[1].body["text"], "batched answer");
+    assert_eq!(sent[1].body["reply_parameters"]["message_id"], last, "replies to the last message");
+    let prompts = env.model_prompts();
+    assert_eq!(prompts.len(), 1, "{prompts:?}");
+    let lines: Vec<&str> = prompts[0].lines().collect();
+    assert_eq!(lines.len(), 4, "{prompts:?}");
+    assert!(lines[1].contains("hey @bub_test_bot") && lines[1].contains(&format!("\"message_id\":{first}")));
+    assert!(!prompts[0].contains("bubbles"));
+    assert!(daemon.stop().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_arriving_mid_turn_is_answered_in_the_next_turn() {
+    let env = Env::new().await;
+    env.model.push_delay(Duration::from_millis(1500));
+    env.model.push_text("first answer");
+    env.model.push_text("second answer");
+    let daemon = env.start();
+    env.telegram.push_message(private_text(7, 7, "first question"));
+    env.model.wait_for_requests(1, WAIT).await;
+    env.telegram.push_message(private_text(7, 7, "second question"));
+    let sent = env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
+    assert_eq!(texts(&sent), ["first answer", "second answer"]);
+    let requests = env.model.requests();
+    assert_eq!(requests.len(), 2, "one turn at a time, no concurrent second turn");
+    let second = serde_json::to_string(&requests[1]["messages"]).unwrap();
+    assert!(second.contains("first answer"), "the second turn sees the first one's answer");
+    assert!(daemon.stop().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn history_survives_a_restart_and_pending_messages_are_not_lost() {
+    let env = Env::new().await;
+    env.model.push_text("Nice to meet you, Bo.");
+    let daemon = env.start();
+    env.telegram.push_message(private_text(9, 9, "my name is Bo"));
+    env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    assert!(daemon.stop().await.success(), "SIGTERM is a clean stop");
+
+    // Sent while the daemon was down: answered after the restart.
+    env.telegram.push_message(private_text(9, 9, "what is my name?"));
+    env.model.push_text("You are Bo.");
+    let daemon = env.start();
+    let sent = env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
+    assert_eq!(texts(&sent), ["Nice to meet you, Bo.", "You are Bo."]);
+    let history = serde_json::to_string(&env.model.requests()[1]["messages"]).unwrap();
+    assert!(history.contains("my name is Bo") && history.contains("Nice to meet you, Bo."));
+    assert!(daemon.stop().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn allow_lists_apply_to_messages_and_commands() {
+    let mut env = Env::new().await;
+    env.set("BUB_TELEGRAM_ALLOW_FROM", "alice,1001");
+    let daemon = env.start();
+    env.telegram.push_message(group_text(-5, 666, ",touch pwned"));
+    env.telegram.push_message(private_text(666, 666, "let me in"));
+    env.telegram.push_message(private_text(1001, 1001, ",echo allowed"));
+    let sent = env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
+    let mut got = texts(&sent);
+    got.sort();
+    assert_eq!(got, ["Access denied.", "allowed"]);
+    assert!(env.model.requests().is_empty());
+    assert!(daemon.stop().await.success());
+    assert_eq!(env.telegram.calls_of("sendMessage").len(), 2, "nothing said in the group");
+    assert!(!env.workspace.join("pwned").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn model_errors_reach_the_chat_and_the_daemon_keeps_running() {
+    let env = Env::new().await;
+    env.model.push_raw(400, r#"{"error":{"message":"model not found"}}"#.into(), vec![]);
+    env.model.push_text("recovered");
+    let daemon = env.start();
+    env.telegram.push_message(private_text(3, 3, "hello?"));
+    let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    let text = sent[0].body["text"].as_str().unwrap();
+    assert!(text.starts_with("Error: ") && text.contains("model not found"), "{text}");
+    env.telegram.push_message(private_text(3, 3, "again"));
+    let sent = env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
+    assert_eq!(sent[1].body["text"], "recovered");
+    assert!(daemon.stop().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rejected_token_stops_the_daemon_with_a_clear_error() {
+    let env = Env::new().await;
+    env.telegram.accept_only_token("999:other");
+    let daemon = env.start();
+    let out = tokio::time::timeout(WAIT, daemon.child.wait_with_output()).await.unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("telegram"), "{stderr}");
+    assert!(!stderr.contains(fake_telegram::TOKEN), "the token never appears: {stderr}");
+}
+

@@ -1,1 +1,0 @@
-//! Fake Telegram Bot API. Being written.

@@ -1,0 +1,434 @@
+//! A fake Telegram Bot API for tests: an axum app on `127.0.0.1:0` that serves long polling
+//! from a queue of pushed updates, answers the send methods with full `Message` objects and
+//! records every call. The real teloxide client talks to it unchanged.
+//!
+//! ```ignore
+//! let fake = fake_telegram::start().await;
+//! settings.telegram.api_base = fake.api_base();            // BUB_TELEGRAM_API_BASE
+//! settings.telegram.token = Some(fake_telegram::TOKEN.into());
+//! fake.push_message(private_text(42, 42, "hello"));         // delivered by getUpdates
+//! fake.push_message(group_text(-100, 42, "hi @bub_test_bot").mention("@bub_test_bot"));
+//! fake.fail_next("sendMessage", 429, fake_telegram::retry_after_body(1));
+//! let sent = fake.wait_for_calls("sendMessage", 1, Duration::from_secs(5)).await;
+//! assert_eq!(sent[0].body["chat_id"], 42);
+//! ```
+//!
+//! [`messages`] builds the incoming messages ([`private_text`], [`group_text`], then
+//! `.mention(..)`, `.reply_to(..)`, `.photo(..)`, ...).
+//!
+//! Method names are matched case-insensitively (teloxide sends `SendMessage`). The bot is
+//! [`BOT_ID`] / [`BOT_USERNAME`]. `getUpdates` honours `offset` (confirmed updates are
+//! forgotten; a negative offset keeps only the newest updates, which is how teloxide drops
+//! pending updates — see [`FakeTelegram::dropped_pending_updates`]), `limit` and `timeout`
+//! (held at most 10 s, woken at once by a push, released when the fake is dropped). Errors are
+//! answered with Telegram's error body and a 4xx status, never 5xx (teloxide sleeps 10 s on 5xx).
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub mod messages;
+
+// Not every test binary uses every builder.
+#[allow(unused_imports)]
+pub use messages::{TgMessage, bot_user, group_text, private_text, user};
+
+/// The bot's user id (`getMe`).
+pub const BOT_ID: i64 = 777;
+/// The bot's username (`getMe`), without `@`.
+pub const BOT_USERNAME: &str = "bub_test_bot";
+/// A well-formed token for tests (the fake accepts any token unless
+/// [`FakeTelegram::accept_only_token`] is used).
+pub const TOKEN: &str = "123456789:AAFakeSecretTokenForTests_abcdefghijk";
+/// Longest time a `getUpdates` long poll is held, whatever its `timeout`.
+const MAX_POLL_HOLD: Duration = Duration::from_secs(10);
+/// First id of messages the bot sends.
+const FIRST_SENT_ID: i64 = 1001;
+
+/// One request the fake received.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// The method, lowercase (`sendmessage`).
+    pub method: String,
+    /// The token from the `/bot<token>/` path segment.
+    pub token: String,
+    /// The JSON body (`{}` when empty; a JSON string with the raw text when not JSON).
+    pub body: Value,
+    /// When it arrived.
+    pub at: Instant,
+}
+
+struct Inner {
+    updates: VecDeque<Value>,
+    calls: Vec<Call>,
+    failures: HashMap<String, VecDeque<(u16, Value)>>,
+    accepted_token: Option<String>,
+}
+
+struct Shared {
+    state: Mutex<Inner>,
+    /// Woken on every recorded call and every pushed update.
+    changed: Notify,
+    next_update_id: AtomicI64,
+    next_incoming_id: AtomicI64,
+    next_sent_id: AtomicI64,
+    closed: CancellationToken,
+}
+
+/// A running fake; it stops (and releases held long polls) when dropped.
+pub struct FakeTelegram {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: JoinHandle<()>,
+}
+
+/// Starts a fake on an ephemeral port of 127.0.0.1.
+pub async fn start() -> FakeTelegram {
+    let shared = Arc::new(Shared {
+        state: Mutex::new(Inner {
+            updates: VecDeque::new(),
+            calls: Vec::new(),
+            failures: HashMap::new(),
+            accepted_token: None,
+        }),
+        changed: Notify::new(),
+        next_update_id: AtomicI64::new(1),
+        next_incoming_id: AtomicI64::new(1),
+        next_sent_id: AtomicI64::new(FIRST_SENT_ID),
+        closed: CancellationToken::new(),
+    });
+    let app = Router::new()
+        .route("/{bot}/{method}", post(handle))
+        .with_state(shared.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind fake telegram");
+    let addr = listener.local_addr().expect("fake telegram address");
+    let closed = shared.closed.clone();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { closed.cancelled().await })
+            .await
+            .expect("fake telegram server");
+    });
+    FakeTelegram { addr, shared, task }
+}
+
+impl Drop for FakeTelegram {
+    fn drop(&mut self) {
+        self.shared.closed.cancel();
+        self.task.abort();
+    }
+}
+
+impl FakeTelegram {
+    /// `http://127.0.0.1:PORT` (no trailing slash): the value for `BUB_TELEGRAM_API_BASE`.
+    pub fn api_base(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Queues a raw update; an `update_id` is assigned when missing. Returns the update id.
+    pub fn push_update(&self, mut update: Value) -> i64 {
+        let id = match update.get("update_id").and_then(Value::as_i64) {
+            Some(id) => {
+                self.shared
+                    .next_update_id
+                    .fetch_max(id + 1, Ordering::SeqCst);
+                id
+            }
+            None => {
+                let id = self.shared.next_update_id.fetch_add(1, Ordering::SeqCst);
+                update["update_id"] = json!(id);
+                id
+            }
+        };
+        self.shared.state.lock().unwrap().updates.push_back(update);
+        self.shared.changed.notify_waiters();
+        id
+    }
+
+    /// Queues a `message` update (a [`TgMessage`] or raw message JSON); a `message_id` is
+    /// assigned when missing. Returns the message id.
+    pub fn push_message(&self, message: impl Into<Value>) -> i64 {
+        let mut message = message.into();
+        let id = match message.get("message_id").and_then(Value::as_i64) {
+            Some(id) => id,
+            None => {
+                let id = self.shared.next_incoming_id.fetch_add(1, Ordering::SeqCst);
+                message["message_id"] = json!(id);
+                id
+            }
+        };
+        self.push_update(json!({"message": message}));
+        id
+    }
+
+    /// Updates not yet confirmed by a `getUpdates` offset.
+    pub fn pending_updates(&self) -> usize {
+        self.shared.state.lock().unwrap().updates.len()
+    }
+
+    /// The next call of `method` (case-insensitive) is answered with `status` and `body`
+    /// instead (e.g. [`retry_after_body`], [`cant_parse_entities_body`]). Failures queue up.
+    pub fn fail_next(&self, method: &str, status: u16, body: Value) {
+        let mut state = self.shared.state.lock().unwrap();
+        state
+            .failures
+            .entry(method.to_ascii_lowercase())
+            .or_default()
+            .push_back((status, body));
+    }
+
+    /// Only this token is accepted; any other gets 401 `Unauthorized` (as Telegram does).
+    pub fn accept_only_token(&self, token: &str) {
+        self.shared.state.lock().unwrap().accepted_token = Some(token.to_owned());
+    }
+
+    /// Every call so far, oldest first.
+    pub fn calls(&self) -> Vec<Call> {
+        self.shared.state.lock().unwrap().calls.clone()
+    }
+
+    /// The calls of `method` (case-insensitive), oldest first.
+    pub fn calls_of(&self, method: &str) -> Vec<Call> {
+        let method = method.to_ascii_lowercase();
+        let state = self.shared.state.lock().unwrap();
+        state
+            .calls
+            .iter()
+            .filter(|c| c.method == method)
+            .cloned()
+            .collect()
+    }
+
+    /// The bodies of all `sendMessage` calls, oldest first.
+    pub fn sent_messages(&self) -> Vec<Value> {
+        self.calls_of("sendmessage")
+            .into_iter()
+            .map(|c| c.body)
+            .collect()
+    }
+
+    /// Whether a `getUpdates` call used a negative offset (teloxide's `drop_pending_updates`).
+    pub fn dropped_pending_updates(&self) -> bool {
+        self.calls_of("getupdates")
+            .iter()
+            .any(|c| c.body.get("offset").and_then(Value::as_i64).unwrap_or(0) < 0)
+    }
+
+    /// Waits until at least `n` calls of `method` arrived and returns them all; panics after
+    /// `timeout`.
+    pub async fn wait_for_calls(&self, method: &str, n: usize, timeout: Duration) -> Vec<Call> {
+        self.wait_until(timeout, &format!("{n} {method} call(s)"), |fake| {
+            let calls = fake.calls_of(method);
+            (calls.len() >= n).then_some(calls)
+        })
+        .await
+    }
+
+    /// Waits until a `getUpdates` call asks for an offset above `update_id`, i.e. the client
+    /// has received (and confirmed) that update. Panics after `timeout`.
+    pub async fn wait_for_confirmed(&self, update_id: i64, timeout: Duration) {
+        self.wait_until(timeout, &format!("offset > {update_id}"), |fake| {
+            fake.calls_of("getupdates")
+                .iter()
+                .any(|c| c.body.get("offset").and_then(Value::as_i64).unwrap_or(0) > update_id)
+                .then_some(())
+        })
+        .await
+    }
+
+    /// Polls `check` on every change until it returns `Some`; panics after `timeout`.
+    pub async fn wait_until<T>(
+        &self,
+        timeout: Duration,
+        what: &str,
+        check: impl Fn(&Self) -> Option<T>,
+    ) -> T {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let changed = self.shared.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if let Some(value) = check(self) {
+                return value;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                let seen: Vec<String> = self.calls().iter().map(|c| c.method.clone()).collect();
+                panic!("fake telegram: no {what} within {timeout:?}; calls: {seen:?}");
+            }
+        }
+    }
+}
+
+/// Telegram's 429 body: teloxide turns it into `RequestError::RetryAfter(secs)`.
+pub fn retry_after_body(secs: u64) -> Value {
+    json!({"ok": false, "error_code": 429,
+        "description": format!("Too Many Requests: retry after {secs}"),
+        "parameters": {"retry_after": secs}})
+}
+
+/// Telegram's 400 body for bad HTML/Markdown entities.
+pub fn cant_parse_entities_body() -> Value {
+    json!({"ok": false, "error_code": 400,
+        "description": "Bad Request: can't parse entities: Unsupported start tag \"foo\" at byte offset 0"})
+}
+
+/// Telegram's 400 body for an unknown chat.
+pub fn chat_not_found_body() -> Value {
+    json!({"ok": false, "error_code": 400, "description": "Bad Request: chat not found"})
+}
+
+fn ok(result: Value) -> Response {
+    axum::Json(json!({"ok": true, "result": result})).into_response()
+}
+
+fn error(status: u16, body: Value) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+    (status, axum::Json(body)).into_response()
+}
+
+async fn handle(
+    State(shared): State<Arc<Shared>>,
+    Path((bot, method)): Path<(String, String)>,
+    body: Bytes,
+) -> Response {
+    let method = method.to_ascii_lowercase();
+    let token = bot.strip_prefix("bot").unwrap_or(&bot).to_owned();
+    let body: Value = if body.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_slice(&body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()))
+    };
+    let injected = {
+        let mut state = shared.state.lock().unwrap();
+        state.calls.push(Call {
+            method: method.clone(),
+            token: token.clone(),
+            body: body.clone(),
+            at: Instant::now(),
+        });
+        let rejected = state.accepted_token.as_ref().is_some_and(|t| *t != token);
+        if rejected {
+            Some((
+                401,
+                json!({"ok": false, "error_code": 401, "description": "Unauthorized"}),
+            ))
+        } else {
+            state
+                .failures
+                .get_mut(&method)
+                .and_then(VecDeque::pop_front)
+        }
+    };
+    shared.changed.notify_waiters();
+    if let Some((status, body)) = injected {
+        return error(status, body);
+    }
+    match method.as_str() {
+        "getme" => ok(json!({"id": BOT_ID, "is_bot": true, "first_name": "Bub",
+            "username": BOT_USERNAME, "can_join_groups": true,
+            "can_read_all_group_messages": false, "supports_inline_queries": false,
+            "can_connect_to_business": false, "has_main_web_app": false})),
+        "getwebhookinfo" => {
+            let pending = shared.state.lock().unwrap().updates.len();
+            ok(json!({"url": "", "has_custom_certificate": false, "pending_update_count": pending}))
+        }
+        "getupdates" => ok(get_updates(&shared, &body).await),
+        "sendmessage" => {
+            let id = shared.next_sent_id.fetch_add(1, Ordering::SeqCst);
+            ok(sent_message(id, &body))
+        }
+        "editmessagetext" => {
+            let id = body.get("message_id").and_then(Value::as_i64).unwrap_or(0);
+            ok(sent_message(id, &body))
+        }
+        "sendchataction" | "deletewebhook" | "setmycommands" | "deletemessage"
+        | "setmessagereaction" => ok(json!(true)),
+        _ => error(
+            404,
+            json!({"ok": false, "error_code": 404,
+                "description": format!("Not Found: method {method} is not faked")}),
+        ),
+    }
+}
+
+/// Long poll: confirm `offset`, return up to `limit` updates, or wait for a push.
+async fn get_updates(shared: &Shared, body: &Value) -> Value {
+    let offset = body.get("offset").and_then(Value::as_i64).unwrap_or(0);
+    let limit = body
+        .get("limit")
+        .and_then(Value::as_u64)
+        .map_or(100, |l| l.clamp(1, 100)) as usize;
+    let timeout = body.get("timeout").and_then(Value::as_u64).unwrap_or(0);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout).min(MAX_POLL_HOLD);
+    loop {
+        let changed = shared.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        {
+            let mut state = shared.state.lock().unwrap();
+            let updates = &mut state.updates;
+            if offset < 0 {
+                let keep = offset.unsigned_abs() as usize;
+                while updates.len() > keep {
+                    updates.pop_front();
+                }
+            } else {
+                while updates
+                    .front()
+                    .is_some_and(|u| u["update_id"].as_i64().unwrap_or(0) < offset)
+                {
+                    updates.pop_front();
+                }
+            }
+            if !updates.is_empty() || timeout == 0 {
+                return Value::Array(updates.iter().take(limit).cloned().collect());
+            }
+        }
+        tokio::select! {
+            _ = &mut changed => {}
+            _ = tokio::time::sleep_until(deadline) => return json!([]),
+            _ = shared.closed.cancelled() => return json!([]),
+        }
+    }
+}
+
+/// The full `Message` Telegram returns for a sent or edited message.
+fn sent_message(message_id: i64, body: &Value) -> Value {
+    let chat = match body.get("chat_id") {
+        Some(Value::Number(n)) => {
+            let id = n.as_i64().unwrap_or(0);
+            if id > 0 {
+                json!({"id": id, "type": "private", "first_name": format!("User{id}")})
+            } else {
+                json!({"id": id, "type": "supergroup", "title": "Test group"})
+            }
+        }
+        Some(Value::String(name)) => {
+            json!({"id": -1001, "type": "channel", "title": name, "username": name.trim_start_matches('@')})
+        }
+        _ => json!({"id": 0, "type": "private", "first_name": "Nobody"}),
+    };
+    json!({"message_id": message_id, "date": 1700000100, "chat": chat, "from": bot_user(),
+        "text": body.get("text").cloned().unwrap_or(json!(""))})
+}

@@ -1,0 +1,579 @@
+//! The Telegram adapter (real teloxide) against the fake Bot API on 127.0.0.1: what becomes an
+//! `Inbound` (allow-lists, commands, mentions, metadata prompts) and what crosses the wire on
+//! delivery (splitting, HTML with plain-text fallback, 429 `retry_after`, typing), plus startup
+//! and shutdown behaviour. Every wait is bounded; nothing reaches the internet.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bub::channels::telegram::{ACCESS_DENIED, START_REPLY, Telegram};
+use bub::channels::{Channel, Inbound, Outbound};
+use bub::config::Settings;
+use serde_json::{Value, json};
+use support::fake_telegram::{
+    self, BOT_USERNAME, FakeTelegram, TOKEN, bot_user, group_text, private_text, user,
+};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Upper bound for every wait in this file.
+const WAIT: Duration = Duration::from_secs(10);
+
+fn settings(fake: &FakeTelegram, configure: impl FnOnce(&mut Settings)) -> Settings {
+    let dir = std::env::temp_dir();
+    let mut s = Settings::with_defaults(dir.clone(), dir);
+    s.telegram.enabled = true;
+    s.telegram.token = Some(TOKEN.to_owned());
+    s.telegram.api_base = fake.api_base();
+    configure(&mut s);
+    s
+}
+
+/// The adapter running against a fake.
+struct Running {
+    tg: Arc<Telegram>,
+    rx: mpsc::UnboundedReceiver<Inbound>,
+    shutdown: CancellationToken,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+fn run(fake: &FakeTelegram, configure: impl FnOnce(&mut Settings)) -> Running {
+    let tg = Arc::new(Telegram::new(&settings(fake, configure)).expect("adapter"));
+    let (tx, rx) = mpsc::unbounded_channel();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn({
+        let tg = tg.clone();
+        let shutdown = shutdown.clone();
+        async move { tg.run(tx, shutdown).await }
+    });
+    Running {
+        tg,
+        rx,
+        shutdown,
+        task,
+    }
+}
+
+impl Running {
+    async fn next(&mut self) -> Inbound {
+        tokio::time::timeout(WAIT, self.rx.recv())
+            .await
+            .expect("an inbound message in time")
+            .expect("inbound channel open")
+    }
+
+    /// Stops the adapter (which finishes in-flight handlers) and returns what else arrived.
+    async fn stop(mut self) -> Vec<Inbound> {
+        self.shutdown.cancel();
+        tokio::time::timeout(WAIT, self.task)
+            .await
+            .expect("run() returns after shutdown")
+            .expect("run task")
+            .expect("run() ok");
+        let mut rest = Vec::new();
+        while let Ok(inbound) = self.rx.try_recv() {
+            rest.push(inbound);
+        }
+        rest
+    }
+}
+
+fn prompt_json(inbound: &Inbound) -> Value {
+    serde_json::from_str(&inbound.prompt).expect("metadata JSON prompt")
+}
+
+#[tokio::test]
+async fn private_text_becomes_inbound_with_metadata_prompt() {
+    let fake = fake_telegram::start().await;
+    let id = fake.push_message(private_text(42, 42, "héllo bub ✓"));
+    let mut bot = run(&fake, |_| {});
+    let inbound = bot.next().await;
+    assert_eq!(inbound.channel, "telegram");
+    assert_eq!(inbound.chat_id, "42");
+    assert_eq!(inbound.message_id, id.to_string());
+    assert_eq!(inbound.sender_id, "42");
+    assert!(inbound.mentioned, "private chats are always addressed");
+    assert!(!inbound.reply, "no reply threading in private chats");
+    assert_eq!(inbound.session_id(), "telegram:42");
+    assert_eq!(
+        prompt_json(&inbound),
+        json!({"message": "héllo bub ✓", "chat_id": "42", "message_id": id, "type": "text",
+            "username": "user42", "full_name": "User42", "sender_id": "42",
+            "sender_is_bot": false, "date": 1700000000.0})
+    );
+    assert!(inbound.prompt.contains("héllo bub ✓"), "non-ASCII kept");
+
+    // Answering while polling runs: the send goes out through the same client.
+    let answer = Outbound {
+        chat_id: inbound.chat_id.clone(),
+        text: "hi *there*".into(),
+        reply_to: None,
+    };
+    bot.tg.send(&answer).await.expect("answer sent");
+    let sent = fake.sent_messages();
+    assert_eq!(sent[0]["text"], "hi <i>there</i>");
+    assert!(bot.stop().await.is_empty());
+
+    let first_poll = &fake.calls_of("getUpdates")[0].body;
+    assert_eq!(first_poll["allowed_updates"], json!(["message"]));
+    assert_eq!(fake.calls_of("getMe")[0].token, TOKEN);
+}
+
+#[tokio::test]
+async fn group_addressing_rules() {
+    let fake = fake_telegram::start().await;
+    let g = -100;
+    let cases: Vec<(&str, fake_telegram::TgMessage, bool)> = vec![
+        ("plain", group_text(g, 1, "hello everyone"), false),
+        ("bubble", group_text(g, 1, "bubble tea anyone?"), false),
+        ("keyword start", group_text(g, 1, "bub, hi"), true),
+        ("keyword end", group_text(g, 1, "hey Bub!"), true),
+        (
+            "mention entity",
+            group_text(g, 1, "ping @Bub_Test_Bot please").mention("@Bub_Test_Bot"),
+            true,
+        ),
+        (
+            "other bot mention",
+            group_text(g, 1, "ping @other_bot").mention("@other_bot"),
+            false,
+        ),
+        (
+            "caption entity",
+            group_text(g, 1, "")
+                .photo(Some("look @bub_test_bot"))
+                .mention("@bub_test_bot"),
+            true,
+        ),
+        (
+            "text mention",
+            group_text(g, 1, "thanks Bubby").text_mention("Bubby", bot_user()),
+            true,
+        ),
+        (
+            "reply to bot",
+            group_text(g, 1, "and then?").reply_to(1001, bot_user(), "an answer"),
+            true,
+        ),
+        (
+            "reply to human",
+            group_text(g, 1, "and then?").reply_to(3, user(9), "hm"),
+            false,
+        ),
+    ];
+    let mut expected = Vec::new();
+    for (name, msg, mentioned) in cases {
+        expected.push((name, fake.push_message(msg), mentioned));
+    }
+    let mut bot = run(&fake, |_| {});
+    for (name, id, mentioned) in expected {
+        let inbound = bot.next().await;
+        assert_eq!(inbound.message_id, id.to_string(), "{name}: order kept");
+        assert_eq!(inbound.mentioned, mentioned, "{name}");
+        assert!(inbound.reply, "{name}: group answers reply");
+        assert_eq!(inbound.chat_id, "-100");
+    }
+    assert!(bot.stop().await.is_empty());
+}
+
+#[tokio::test]
+async fn empty_keyword_disables_keyword_addressing() {
+    let fake = fake_telegram::start().await;
+    fake.push_message(group_text(-100, 1, "bub, hi"));
+    let mut bot = run(&fake, |s| s.mention_keyword = String::new());
+    assert!(!bot.next().await.mentioned);
+    bot.stop().await;
+}
+
+#[tokio::test]
+async fn commands_bub_start_and_others() {
+    let fake = fake_telegram::start().await;
+    fake.push_message(group_text(-100, 1, "/bub what time is it"));
+    fake.push_message(group_text(-100, 1, "/help"));
+    fake.push_message(group_text(
+        -100,
+        1,
+        &format!("/bub@{BOT_USERNAME} ,tape.info"),
+    ));
+    fake.push_message(group_text(-100, 1, "/bub@other_bot hi"));
+    fake.push_message(private_text(42, 42, "/start"));
+    let mut bot = run(&fake, |_| {});
+
+    let first = bot.next().await;
+    assert!(first.mentioned, "/bub addresses the bot in a group");
+    assert_eq!(prompt_json(&first)["message"], "what time is it");
+    let second = bot.next().await;
+    assert_eq!(
+        second.prompt, ",tape.info",
+        "/bub@Bot followed by a comma command"
+    );
+    assert!(second.mentioned);
+
+    let sent = fake.wait_for_calls("sendMessage", 1, WAIT).await;
+    assert_eq!(sent[0].body["chat_id"], 42);
+    assert_eq!(sent[0].body["text"], START_REPLY);
+    assert!(
+        bot.stop().await.is_empty(),
+        "/help, /bub@other_bot and /start are not inbound"
+    );
+}
+
+#[tokio::test]
+async fn comma_command_prompt_is_verbatim() {
+    let fake = fake_telegram::start().await;
+    fake.push_message(private_text(42, 42, ",fs.read path=README.md"));
+    let mut bot = run(&fake, |_| {});
+    let inbound = bot.next().await;
+    assert_eq!(inbound.prompt, ",fs.read path=README.md");
+    assert!(inbound.is_command());
+    bot.stop().await;
+}
+
+#[tokio::test]
+async fn allow_chats_drops_other_chats_silently() {
+    let fake = fake_telegram::start().await;
+    let dropped = fake.push_update(json!({"message": group_text(-5, 1, "bub hi").id(1).0}));
+    fake.push_message(group_text(-100, 1, "bub hi").id(2));
+    let mut bot = run(&fake, |s| s.telegram.allow_chats = vec!["-100".into()]);
+    let inbound = bot.next().await;
+    assert_eq!(inbound.chat_id, "-100");
+    fake.wait_for_confirmed(dropped, WAIT).await;
+    assert!(bot.stop().await.is_empty(), "chat -5 is not allowed");
+    assert!(
+        fake.sent_messages().is_empty(),
+        "no reply to a dropped chat"
+    );
+}
+
+#[tokio::test]
+async fn allow_from_denies_privately_and_stays_silent_in_groups() {
+    let fake = fake_telegram::start().await;
+    fake.push_message(private_text(50, 50, "hello"));
+    fake.push_message(group_text(-100, 50, "bub hello"));
+    fake.push_message(group_text(-100, 50, "/start"));
+    fake.push_message(group_text(-100, 1, "bub hi").from(json!({"id": 1,
+        "is_bot": false, "first_name": "Ann", "username": "Ann_Allowed"})));
+    fake.push_message(private_text(7, 7, "hi"));
+    let mut bot = run(&fake, |s| {
+        s.telegram.allow_from = vec!["@ann_allowed".into(), "7".into()];
+    });
+    // Two chats are handled concurrently: compare as a set.
+    let mut senders = vec![bot.next().await.sender_id, bot.next().await.sender_id];
+    senders.sort();
+    assert_eq!(senders, ["1", "7"], "allowed by username and by id");
+    let denied = fake.wait_for_calls("sendMessage", 1, WAIT).await;
+    let rest = bot.stop().await;
+    assert!(
+        rest.is_empty(),
+        "denied senders produce no inbound: {rest:?}"
+    );
+    let sent = fake.sent_messages();
+    assert_eq!(sent.len(), 1, "only the private chat is told: {sent:?}");
+    assert_eq!(denied[0].body["chat_id"], 50);
+    assert_eq!(denied[0].body["text"], ACCESS_DENIED);
+}
+
+#[tokio::test]
+async fn message_without_sender_is_ignored() {
+    let fake = fake_telegram::start().await;
+    let ignored = fake.push_message(group_text(-100, 1, "bub hi").without_sender());
+    fake.push_message(group_text(-100, 1, "bub there"));
+    let mut bot = run(&fake, |_| {});
+    let inbound = bot.next().await;
+    assert_ne!(inbound.message_id, ignored.to_string());
+    assert!(bot.stop().await.is_empty());
+}
+
+#[tokio::test]
+async fn edits_are_not_messages() {
+    let fake = fake_telegram::start().await;
+    let edit = private_text(42, 42, "edited text").id(5).0;
+    fake.push_update(json!({"edited_message": edit}));
+    fake.push_message(private_text(42, 42, "fresh"));
+    let mut bot = run(&fake, |_| {});
+    assert_eq!(prompt_json(&bot.next().await)["message"], "fresh");
+    assert!(bot.stop().await.is_empty());
+}
+
+#[tokio::test]
+async fn media_metadata() {
+    let fake = fake_telegram::start().await;
+    fake.push_message(private_text(42, 42, "").photo(Some("sunset")));
+    fake.push_message(private_text(42, 42, "").document("report.pdf", "application/pdf", None));
+    fake.push_message(private_text(42, 42, "").voice(7));
+    let mut bot = run(&fake, |_| {});
+
+    let photo = prompt_json(&bot.next().await);
+    assert_eq!(photo["type"], "photo");
+    assert_eq!(photo["message"], "[Photo message] Caption: sunset");
+    assert_eq!(photo["caption"], "sunset");
+    assert_eq!(
+        photo["media"],
+        json!({"file_id": "photo-large", "file_size": 90000, "width": 1280, "height": 853})
+    );
+
+    let doc = prompt_json(&bot.next().await);
+    assert_eq!(doc["type"], "document");
+    assert_eq!(doc["message"], "[Document: report.pdf (application/pdf)]");
+    assert_eq!(
+        doc["media"],
+        json!({"file_id": "doc-1", "file_name": "report.pdf", "file_size": 2048,
+            "mime_type": "application/pdf"})
+    );
+    assert!(doc.get("caption").is_none());
+
+    let voice = prompt_json(&bot.next().await);
+    assert_eq!(voice["type"], "voice");
+    assert_eq!(voice["message"], "[Voice message: 7s]");
+    assert_eq!(voice["media"], json!({"file_id": "voice-1", "duration": 7}));
+    bot.stop().await;
+}
+
+#[tokio::test]
+async fn reply_context_in_prompt() {
+    let fake = fake_telegram::start().await;
+    let quoted = "q".repeat(150);
+    fake.push_message(group_text(-100, 1, "bub why?").reply_to(1001, bot_user(), &quoted));
+    let mut bot = run(&fake, |_| {});
+    let prompt = prompt_json(&bot.next().await);
+    assert_eq!(
+        prompt["reply_to_message"],
+        json!({"message_id": 1001, "from_user_id": "777", "from_username": BOT_USERNAME,
+            "from_is_bot": true, "text": "q".repeat(100)})
+    );
+    bot.stop().await;
+}
+
+#[tokio::test]
+async fn pending_updates_are_delivered_by_default() {
+    let fake = fake_telegram::start().await;
+    fake.push_message(private_text(42, 42, "sent while the daemon was down"));
+    let mut bot = run(&fake, |_| {});
+    assert_eq!(
+        prompt_json(&bot.next().await)["message"],
+        "sent while the daemon was down"
+    );
+    bot.stop().await;
+    assert!(!fake.dropped_pending_updates());
+    assert_eq!(fake.pending_updates(), 0, "the stop confirmed the offset");
+
+    // A restart does not deliver the handled message again.
+    let mut again = run(&fake, |_| {});
+    fake.push_message(private_text(42, 42, "after restart"));
+    assert_eq!(prompt_json(&again.next().await)["message"], "after restart");
+    assert!(again.stop().await.is_empty());
+}
+
+#[tokio::test]
+async fn drop_pending_updates_when_configured() {
+    let fake = fake_telegram::start().await;
+    fake.push_message(private_text(42, 42, "old"));
+    let mut bot = run(&fake, |s| s.telegram.drop_pending_updates = true);
+    // Once a normal long poll is running, the drop is done.
+    fake.wait_until(WAIT, "a long poll", |f| {
+        f.calls_of("getUpdates")
+            .iter()
+            .any(|c| c.body["timeout"] == 10)
+            .then_some(())
+    })
+    .await;
+    assert!(fake.dropped_pending_updates());
+    fake.push_message(private_text(42, 42, "new"));
+    assert_eq!(prompt_json(&bot.next().await)["message"], "new");
+    assert!(bot.stop().await.is_empty());
+}
+
+#[tokio::test]
+async fn shutdown_returns_promptly_during_a_long_poll() {
+    let fake = fake_telegram::start().await;
+    let bot = run(&fake, |_| {});
+    fake.wait_until(WAIT, "a long poll", |f| {
+        f.calls_of("getUpdates")
+            .iter()
+            .any(|c| c.body["timeout"] == 10)
+            .then_some(())
+    })
+    .await;
+    let started = Instant::now();
+    bot.stop().await;
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "stopped in {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn shutdown_before_start_returns_ok() {
+    let fake = fake_telegram::start().await;
+    let bot = run(&fake, |_| {});
+    bot.shutdown.cancel();
+    let started = Instant::now();
+    bot.stop().await;
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn rejected_token_fails_run_without_leaking_it() {
+    let fake = fake_telegram::start().await;
+    fake.accept_only_token("1:other-token");
+    let bot = run(&fake, |_| {});
+    let err = tokio::time::timeout(WAIT, bot.task)
+        .await
+        .expect("run() returns")
+        .expect("task")
+        .expect_err("a rejected token is fatal");
+    let text = format!("{err:#}");
+    assert!(text.contains("token"), "{text}");
+    assert!(text.contains("BUB_TELEGRAM_TOKEN"), "{text}");
+    assert!(!text.contains(TOKEN), "token leaked: {text}");
+}
+
+fn outbound(chat_id: &str, text: &str, reply_to: Option<&str>) -> Outbound {
+    Outbound {
+        chat_id: chat_id.to_owned(),
+        text: text.to_owned(),
+        reply_to: reply_to.map(str::to_owned),
+    }
+}
+
+fn adapter(fake: &FakeTelegram) -> Telegram {
+    Telegram::new(&settings(fake, |_| {})).expect("adapter")
+}
+
+#[tokio::test]
+async fn long_answer_is_split_into_html_chunks_replying_first() {
+    let fake = fake_telegram::start().await;
+    let tg = adapter(&fake);
+    let paragraph = "lorem ipsum dolor sit amet ".repeat(20);
+    let text = vec![paragraph.trim(); 17].join("\n\n");
+    assert!(text.chars().count() > 9000);
+    tg.send(&outbound("-100", &text, Some("55")))
+        .await
+        .expect("sent");
+    let sent = fake.sent_messages();
+    assert_eq!(sent.len(), 3, "9000+ characters need 3 messages");
+    for (i, body) in sent.iter().enumerate() {
+        let chunk = body["text"].as_str().unwrap();
+        assert!(chunk.chars().count() <= 4096, "chunk {i} too long");
+        assert_eq!(body["parse_mode"], "HTML");
+        assert_eq!(body["chat_id"], -100);
+        if i == 0 {
+            assert_eq!(body["reply_parameters"]["message_id"], 55);
+            assert_eq!(
+                body["reply_parameters"]["allow_sending_without_reply"],
+                true
+            );
+        } else {
+            assert!(
+                body.get("reply_parameters").is_none(),
+                "only the first replies"
+            );
+        }
+    }
+    let words = |s: &str| s.split_whitespace().map(str::to_owned).collect::<Vec<_>>();
+    let joined: Vec<String> = sent
+        .iter()
+        .flat_map(|b| words(b["text"].as_str().unwrap()))
+        .collect();
+    assert_eq!(joined, words(&text), "nothing lost or duplicated");
+}
+
+#[tokio::test]
+async fn rejected_formatting_is_resent_as_plain_text() {
+    let fake = fake_telegram::start().await;
+    fake.fail_next(
+        "sendMessage",
+        400,
+        fake_telegram::cant_parse_entities_body(),
+    );
+    let tg = adapter(&fake);
+    tg.send(&outbound("42", "**bold** and <tags>", None))
+        .await
+        .expect("plain retry succeeds");
+    let sent = fake.sent_messages();
+    assert_eq!(sent.len(), 2);
+    assert_eq!(sent[0]["parse_mode"], "HTML");
+    assert!(sent[1].get("parse_mode").is_none());
+    assert_eq!(sent[1]["text"], "**bold** and <tags>");
+}
+
+#[tokio::test]
+async fn rate_limit_retry_after_is_honoured() {
+    let fake = fake_telegram::start().await;
+    fake.fail_next("sendMessage", 429, fake_telegram::retry_after_body(1));
+    let tg = adapter(&fake);
+    let out = outbound("42", "hello", None);
+    tokio::time::timeout(WAIT, tg.send(&out))
+        .await
+        .expect("bounded")
+        .expect("sent after waiting");
+    let calls = fake.calls_of("sendMessage");
+    assert_eq!(calls.len(), 2);
+    let gap = calls[1].at - calls[0].at;
+    assert!(gap >= Duration::from_millis(900), "waited only {gap:?}");
+    assert!(gap < Duration::from_secs(5), "waited {gap:?}");
+    assert_eq!(calls[1].body["text"], "hello");
+}
+
+#[tokio::test]
+async fn typing_sends_chat_action() {
+    let fake = fake_telegram::start().await;
+    let tg = adapter(&fake);
+    tg.typing("-100").await.expect("typing");
+    let calls = fake.calls_of("sendChatAction");
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].body, json!({"chat_id": -100, "action": "typing"}));
+}
+
+#[tokio::test]
+async fn send_errors_name_the_chat_not_the_token() {
+    let fake = fake_telegram::start().await;
+    fake.fail_next("sendMessage", 400, fake_telegram::chat_not_found_body());
+    let tg = adapter(&fake);
+    let err = tg
+        .send(&outbound("31337", "hi", None))
+        .await
+        .expect_err("chat not found");
+    let text = format!("{err:#}");
+    assert!(text.contains("31337"), "{text}");
+    assert!(!text.contains(TOKEN), "{text}");
+
+    // A connection error (nothing listens on the port) must not leak the token either.
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let dir = std::env::temp_dir();
+    let mut s = Settings::with_defaults(dir.clone(), dir);
+    s.telegram.token = Some(TOKEN.to_owned());
+    s.telegram.api_base = format!("http://{closed}");
+    let tg = Telegram::new(&s).expect("adapter");
+    let err = tg
+        .send(&outbound("42", "hi", None))
+        .await
+        .expect_err("refused");
+    let text = format!("{err:#}");
+    assert!(text.contains("42"), "{text}");
+    assert!(!text.contains(TOKEN), "{text}");
+    let err = tg.typing("42").await.expect_err("refused");
+    assert!(!format!("{err:#}").contains(TOKEN));
+}
+
+#[tokio::test]
+async fn api_base_trailing_slash_is_tolerated() {
+    // The fake routes `/{bot}/{method}` only: `//bot...` would not reach it.
+    let fake = fake_telegram::start().await;
+    let dir = std::env::temp_dir();
+    let mut s = Settings::with_defaults(dir.clone(), dir);
+    s.telegram.token = Some(TOKEN.to_owned());
+    s.telegram.api_base = format!("{}/", fake.api_base());
+    let tg = Telegram::new(&s).expect("adapter");
+    tg.send(&outbound("42", "hi", None))
+        .await
+        .expect("trailing slash tolerated");
+    assert_eq!(fake.sent_messages().len(), 1);
+}
