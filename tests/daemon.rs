@@ -9,6 +9,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
+use support::fake_discord::{self, Msg};
 use support::fake_openai::{self, FakeOpenAi};
 use support::fake_telegram::{self, FakeTelegram, group_text, private_text};
 
@@ -63,7 +64,14 @@ impl Env {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        Self { _dir: dir, home, workspace, model, telegram, vars }
+        Self {
+            _dir: dir,
+            home,
+            workspace,
+            model,
+            telegram,
+            vars,
+        }
     }
 
     fn set(&mut self, key: &str, value: &str) {
@@ -83,7 +91,9 @@ impl Env {
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
-        Daemon { child: cmd.spawn().unwrap() }
+        Daemon {
+            child: cmd.spawn().unwrap(),
+        }
     }
 
     /// The last user message of every model request.
@@ -93,35 +103,54 @@ impl Env {
             .iter()
             .map(|r| {
                 let messages = r["messages"].as_array().unwrap();
-                messages.last().unwrap()["content"].as_str().unwrap_or_default().to_string()
+                messages.last().unwrap()["content"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string()
             })
             .collect()
     }
 }
 
 fn texts(calls: &[support::fake_telegram::Call]) -> Vec<String> {
-    calls.iter().map(|c| c.body["text"].as_str().unwrap_or_default().to_string()).collect()
+    calls
+        .iter()
+        .map(|c| c.body["text"].as_str().unwrap_or_default().to_string())
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn private_message_is_answered_once_and_recorded() {
     let env = Env::new().await;
+    // A slow answer: the typing indicator shows while the turn runs.
+    env.model.push_delay(Duration::from_millis(300));
     env.model.push_text("Hello **Ann**!");
     let daemon = env.start();
-    env.telegram.push_message(private_text(42, 42, "hi, I am Ann"));
+    env.telegram
+        .push_message(private_text(42, 42, "hi, I am Ann"));
     let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
     assert_eq!(sent[0].body["chat_id"], 42);
     assert_eq!(sent[0].body["text"], "Hello <b>Ann</b>!");
     assert_eq!(sent[0].body["parse_mode"], "HTML");
-    assert!(sent[0].body.get("reply_parameters").is_none(), "no reply threading in private chats");
+    assert!(
+        sent[0].body.get("reply_parameters").is_none(),
+        "no reply threading in private chats"
+    );
     let prompt = &env.model_prompts()[0];
     assert!(prompt.starts_with("channel: $telegram\n{"), "{prompt}");
     let meta: Value = serde_json::from_str(prompt.lines().nth(1).unwrap()).unwrap();
     assert_eq!(meta["message"], "hi, I am Ann");
     assert_eq!(meta["chat_id"], "42");
-    assert!(!env.telegram.calls_of("sendChatAction").is_empty(), "typing shown during the turn");
+    assert!(
+        !env.telegram.calls_of("sendChatAction").is_empty(),
+        "typing shown during the turn"
+    );
     assert!(daemon.stop().await.success());
-    assert_eq!(env.telegram.calls_of("sendMessage").len(), 1, "answered exactly once");
+    assert_eq!(
+        env.telegram.calls_of("sendMessage").len(),
+        1,
+        "answered exactly once"
+    );
     let tapes = std::fs::read_dir(env.home.join("tapes")).unwrap().count();
     assert_eq!(tapes, 1);
 }
@@ -133,24 +162,37 @@ async fn group_gating_burst_batching_and_commands() {
     env.model.push_text("batched answer");
     let daemon = env.start();
     // Not addressed: never reaches the model.
-    env.telegram.push_message(group_text(-100, 1, "just chatting about bubbles"));
+    env.telegram
+        .push_message(group_text(-100, 1, "just chatting about bubbles"));
     // A comma command runs at once without the model, even unaddressed.
-    env.telegram.push_message(group_text(-100, 1, ",echo from-shell"));
+    env.telegram
+        .push_message(group_text(-100, 1, ",echo from-shell"));
     let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
     assert_eq!(sent[0].body["text"], "from-shell");
     assert!(env.model.requests().is_empty());
     // A burst addressed by mention: one model call with all three messages.
-    let first = env.telegram.push_message(group_text(-100, 1, "hey @bub_test_bot").mention("@bub_test_bot"));
-    env.telegram.push_message(group_text(-100, 2, "and also this"));
-    let last = env.telegram.push_message(group_text(-100, 1, "bub, one more"));
+    let first = env
+        .telegram
+        .push_message(group_text(-100, 1, "hey @bub_test_bot").mention("@bub_test_bot"));
+    env.telegram
+        .push_message(group_text(-100, 2, "and also this"));
+    let last = env
+        .telegram
+        .push_message(group_text(-100, 1, "bub, one more"));
     let sent = env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
     assert_eq!(sent[1].body["text"], "batched answer");
-    assert_eq!(sent[1].body["reply_parameters"]["message_id"], last, "replies to the last message");
+    assert_eq!(
+        sent[1].body["reply_parameters"]["message_id"], last,
+        "replies to the last message"
+    );
     let prompts = env.model_prompts();
     assert_eq!(prompts.len(), 1, "{prompts:?}");
     let lines: Vec<&str> = prompts[0].lines().collect();
     assert_eq!(lines.len(), 4, "{prompts:?}");
-    assert!(lines[1].contains("hey @bub_test_bot") && lines[1].contains(&format!("\"message_id\":{first}")));
+    assert!(
+        lines[1].contains("hey @bub_test_bot")
+            && lines[1].contains(&format!("\"message_id\":{first}"))
+    );
     assert!(!prompts[0].contains("bubbles"));
     assert!(daemon.stop().await.success());
 }
@@ -162,15 +204,24 @@ async fn a_message_arriving_mid_turn_is_answered_in_the_next_turn() {
     env.model.push_text("first answer");
     env.model.push_text("second answer");
     let daemon = env.start();
-    env.telegram.push_message(private_text(7, 7, "first question"));
+    env.telegram
+        .push_message(private_text(7, 7, "first question"));
     env.model.wait_for_requests(1, WAIT).await;
-    env.telegram.push_message(private_text(7, 7, "second question"));
+    env.telegram
+        .push_message(private_text(7, 7, "second question"));
     let sent = env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
     assert_eq!(texts(&sent), ["first answer", "second answer"]);
     let requests = env.model.requests();
-    assert_eq!(requests.len(), 2, "one turn at a time, no concurrent second turn");
+    assert_eq!(
+        requests.len(),
+        2,
+        "one turn at a time, no concurrent second turn"
+    );
     let second = serde_json::to_string(&requests[1]["messages"]).unwrap();
-    assert!(second.contains("first answer"), "the second turn sees the first one's answer");
+    assert!(
+        second.contains("first answer"),
+        "the second turn sees the first one's answer"
+    );
     assert!(daemon.stop().await.success());
 }
 
@@ -179,12 +230,14 @@ async fn history_survives_a_restart_and_pending_messages_are_not_lost() {
     let env = Env::new().await;
     env.model.push_text("Nice to meet you, Bo.");
     let daemon = env.start();
-    env.telegram.push_message(private_text(9, 9, "my name is Bo"));
+    env.telegram
+        .push_message(private_text(9, 9, "my name is Bo"));
     env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
     assert!(daemon.stop().await.success(), "SIGTERM is a clean stop");
 
     // Sent while the daemon was down: answered after the restart.
-    env.telegram.push_message(private_text(9, 9, "what is my name?"));
+    env.telegram
+        .push_message(private_text(9, 9, "what is my name?"));
     env.model.push_text("You are Bo.");
     let daemon = env.start();
     let sent = env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
@@ -199,29 +252,43 @@ async fn allow_lists_apply_to_messages_and_commands() {
     let mut env = Env::new().await;
     env.set("BUB_TELEGRAM_ALLOW_FROM", "alice,1001");
     let daemon = env.start();
-    env.telegram.push_message(group_text(-5, 666, ",touch pwned"));
-    env.telegram.push_message(private_text(666, 666, "let me in"));
-    env.telegram.push_message(private_text(1001, 1001, ",echo allowed"));
+    env.telegram
+        .push_message(group_text(-5, 666, ",touch pwned"));
+    env.telegram
+        .push_message(private_text(666, 666, "let me in"));
+    env.telegram
+        .push_message(private_text(1001, 1001, ",echo allowed"));
     let sent = env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
     let mut got = texts(&sent);
     got.sort();
     assert_eq!(got, ["Access denied.", "allowed"]);
     assert!(env.model.requests().is_empty());
     assert!(daemon.stop().await.success());
-    assert_eq!(env.telegram.calls_of("sendMessage").len(), 2, "nothing said in the group");
+    assert_eq!(
+        env.telegram.calls_of("sendMessage").len(),
+        2,
+        "nothing said in the group"
+    );
     assert!(!env.workspace.join("pwned").exists());
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn model_errors_reach_the_chat_and_the_daemon_keeps_running() {
     let env = Env::new().await;
-    env.model.push_raw(400, r#"{"error":{"message":"model not found"}}"#.into(), vec![]);
+    env.model.push_raw(
+        400,
+        r#"{"error":{"message":"model not found"}}"#.into(),
+        vec![],
+    );
     env.model.push_text("recovered");
     let daemon = env.start();
     env.telegram.push_message(private_text(3, 3, "hello?"));
     let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
     let text = sent[0].body["text"].as_str().unwrap();
-    assert!(text.starts_with("Error: ") && text.contains("model not found"), "{text}");
+    assert!(
+        text.starts_with("Error: ") && text.contains("model not found"),
+        "{text}"
+    );
     env.telegram.push_message(private_text(3, 3, "again"));
     let sent = env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
     assert_eq!(sent[1].body["text"], "recovered");
@@ -233,10 +300,52 @@ async fn rejected_token_stops_the_daemon_with_a_clear_error() {
     let env = Env::new().await;
     env.telegram.accept_only_token("999:other");
     let daemon = env.start();
-    let out = tokio::time::timeout(WAIT, daemon.child.wait_with_output()).await.unwrap().unwrap();
+    let out = tokio::time::timeout(WAIT, daemon.child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("telegram"), "{stderr}");
-    assert!(!stderr.contains(fake_telegram::TOKEN), "the token never appears: {stderr}");
+    assert!(
+        !stderr.contains(fake_telegram::TOKEN),
+        "the token never appears: {stderr}"
+    );
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn discord_and_telegram_are_served_by_one_daemon() {
+    let mut env = Env::new().await;
+    let discord = fake_discord::start().await;
+    env.set("BUB_DISCORD_ENABLED", "true");
+    env.set("BUB_DISCORD_TOKEN", "discord-test-token");
+    env.set("BUB_DISCORD_API_BASE", &discord.api_base());
+    env.model.push_text("answer one");
+    env.model.push_text("answer two");
+    let daemon = env.start();
+    discord.wait_for_identify(WAIT).await;
+    let dm = Msg::dm(
+        "555",
+        fake_discord::user("42", "alice"),
+        "hello from discord",
+    );
+    let dm_id = dm.message_id();
+    discord.dispatch_message(dm).await;
+    let posted = discord.wait_for_posts(1, WAIT).await;
+    assert_eq!(posted[0].content(), "answer one");
+    assert_eq!(
+        posted[0].reply_to(),
+        Some(dm_id.as_str()),
+        "answers reply to the message"
+    );
+    env.telegram
+        .push_message(private_text(8, 8, "and from telegram"));
+    let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    assert_eq!(sent[0].body["text"], "answer two");
+    let prompts = env.model_prompts();
+    assert!(
+        prompts[0].starts_with("channel: $discord\n") && prompts[0].contains("hello from discord")
+    );
+    assert!(daemon.stop().await.success());
+    assert_eq!(discord.posted_messages().len(), 1, "exactly one reply");
+}

@@ -25,7 +25,10 @@ struct Scripted {
 }
 
 impl Scripted {
-    fn new(name: &'static str, script: Vec<Inbound>) -> (Arc<Self>, mpsc::UnboundedSender<Inbound>) {
+    fn new(
+        name: &'static str,
+        script: Vec<Inbound>,
+    ) -> (Arc<Self>, mpsc::UnboundedSender<Inbound>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let channel = Arc::new(Self {
             name,
@@ -60,7 +63,11 @@ impl Channel for Scripted {
         self.name
     }
 
-    async fn run(&self, inbound: mpsc::UnboundedSender<Inbound>, shutdown: CancellationToken) -> anyhow::Result<()> {
+    async fn run(
+        &self,
+        inbound: mpsc::UnboundedSender<Inbound>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
         if let Some(message) = self.fail {
             anyhow::bail!("{message}");
         }
@@ -131,7 +138,13 @@ fn inbound(channel: &str, chat: &str, id: &str, prompt: &str) -> Inbound {
 
 #[tokio::test]
 async fn each_chat_gets_its_own_session_and_its_own_replies() {
-    let (tg, _tx) = Scripted::new("tg", vec![inbound("tg", "1", "10", "hello"), inbound("tg", "2", "20", "hi")]);
+    let (tg, _tx) = Scripted::new(
+        "tg",
+        vec![
+            inbound("tg", "1", "10", "hello"),
+            inbound("tg", "2", "20", "hi"),
+        ],
+    );
     let mut manager = ChannelManager::new(Arc::new(Echo::default()), config());
     manager.add(tg.clone()).unwrap();
     let shutdown = CancellationToken::new();
@@ -145,7 +158,11 @@ async fn each_chat_gets_its_own_session_and_its_own_replies() {
     assert_eq!(sent[0].text, "echo tg:1: channel: $tg\nhello");
     assert_eq!(sent[1].text, "echo tg:2: channel: $tg\nhi");
     shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(15), run).await.unwrap().unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(15), run)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
 }
 
 #[tokio::test]
@@ -161,8 +178,14 @@ async fn replies_go_back_through_the_channel_that_owns_the_chat() {
         let shutdown = shutdown.clone();
         async move { manager.run(shutdown).await }
     });
-    assert_eq!(a.wait_sent(1).await[0].text, "echo alpha:7: channel: $alpha\nfrom alpha");
-    assert_eq!(b.wait_sent(1).await[0].text, "echo beta:7: channel: $beta\nfrom beta");
+    assert_eq!(
+        a.wait_sent(1).await[0].text,
+        "echo alpha:7: channel: $alpha\nfrom alpha"
+    );
+    assert_eq!(
+        b.wait_sent(1).await[0].text,
+        "echo beta:7: channel: $beta\nfrom beta"
+    );
     shutdown.cancel();
     run.await.unwrap().unwrap();
 }
@@ -188,7 +211,10 @@ async fn duplicate_names_and_failing_channels_are_errors() {
         }))
         .unwrap();
     let err = manager.run(CancellationToken::new()).await.unwrap_err();
-    assert!(format!("{err:#}").contains("channel broken: token rejected"), "{err:#}");
+    assert!(
+        format!("{err:#}").contains("channel broken: token rejected"),
+        "{err:#}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -208,10 +234,17 @@ async fn idle_sessions_are_evicted_and_come_back_on_the_next_message() {
     tg.wait_sent(1).await;
     assert_eq!(actors.lock().unwrap().len(), 1);
     tokio::time::sleep(Duration::from_secs(31)).await;
-    assert_eq!(actors.lock().unwrap().len(), 0, "evicted after the idle TTL");
+    assert_eq!(
+        actors.lock().unwrap().len(),
+        0,
+        "evicted after the idle TTL"
+    );
     assert_eq!(*runner.released.lock().unwrap(), ["tg:1"]);
     inject.send(inbound("tg", "1", "2", "two")).unwrap();
-    assert_eq!(tg.wait_sent(2).await[1].text, "echo tg:1: channel: $tg\ntwo");
+    assert_eq!(
+        tg.wait_sent(2).await[1].text,
+        "echo tg:1: channel: $tg\ntwo"
+    );
     assert_eq!(actors.lock().unwrap().len(), 1);
     shutdown.cancel();
     run.await.unwrap().unwrap();
@@ -232,5 +265,8 @@ async fn shutdown_drops_a_hanging_turn_after_the_grace_period() {
     shutdown.cancel();
     run.await.unwrap().unwrap();
     let took = started.elapsed();
-    assert!(took <= Duration::from_secs(10), "stopped within 10 s: {took:?}");
+    assert!(
+        took <= Duration::from_secs(10),
+        "stopped within 10 s: {took:?}"
+    );
 }

@@ -540,11 +540,23 @@ async fn unknown_subcommand_and_missing_workspace_fail_clearly() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("not available"), "{}", stderr(&out));
     let out = env.run(&["message"]).await;
-    assert_eq!(out.status.code(), Some(2), "no channel enabled is a configuration error");
-    assert!(stderr(&out).contains("BUB_TELEGRAM_ENABLED"), "{}", stderr(&out));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "no channel enabled is a configuration error"
+    );
+    assert!(
+        stderr(&out).contains("BUB_TELEGRAM_ENABLED"),
+        "{}",
+        stderr(&out)
+    );
     let mut env = env;
     env.set("BUB_DISCORD_ENABLED", "true");
     let out = env.run(&["message"]).await;
     assert_eq!(out.status.code(), Some(2), "enabled without token");
-    assert!(stderr(&out).contains("BUB_DISCORD_TOKEN"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("BUB_DISCORD_TOKEN"),
+        "{}",
+        stderr(&out)
+    );
 }

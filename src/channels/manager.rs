@@ -111,7 +111,10 @@ impl ChannelManager {
         }
         actors_stop.cancel();
         tracker.close();
-        if tokio::time::timeout(SHUTDOWN_GRACE, tracker.wait()).await.is_err() {
+        if tokio::time::timeout(SHUTDOWN_GRACE, tracker.wait())
+            .await
+            .is_err()
+        {
             tracing::warn!("channel.manager.stop: turns still running were dropped");
         }
         if tokio::time::timeout(Duration::from_secs(2), async {

@@ -136,7 +136,11 @@ impl SessionActor {
     }
 
     /// Runs until evicted, or until shutdown once its work is done.
-    pub async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Inbound>, shutdown: CancellationToken) {
+    pub async fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<Inbound>,
+        shutdown: CancellationToken,
+    ) {
         let mut turn: Option<TurnFuture> = None;
         let mut idle_since = Instant::now();
         let mut stopping = false;
@@ -194,7 +198,11 @@ impl SessionActor {
         } else if in_window {
             self.due.get_or_insert(now + self.cfg.delay);
         } else {
-            let reason = if self.last_mention.is_some() { "window closed" } else { "not addressed" };
+            let reason = if self.last_mention.is_some() {
+                "window closed"
+            } else {
+                "not addressed"
+            };
             self.last_mention = None;
             tracing::info!(
                 session = %self.session_id,
@@ -257,7 +265,11 @@ impl SessionActor {
             if text.is_empty() {
                 return;
             }
-            let out = Outbound { chat_id: chat_id.clone(), text, reply_to };
+            let out = Outbound {
+                chat_id: chat_id.clone(),
+                text,
+                reply_to,
+            };
             if let Err(e) = channel.send(&out).await {
                 tracing::error!(session = %session_id, chat_id = %chat_id, error = %e, "session.deliver.error");
             }

@@ -61,14 +61,22 @@ impl FakeRunner {
     }
 
     fn prompts(&self) -> Vec<String> {
-        self.prompts.lock().unwrap().iter().map(|(_, p)| p.clone()).collect()
+        self.prompts
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, p)| p.clone())
+            .collect()
     }
 }
 
 #[async_trait]
 impl TurnRunner for FakeRunner {
     async fn run_turn(&self, _session_id: &str, prompt: &str) -> TurnResult {
-        self.prompts.lock().unwrap().push((Instant::now(), prompt.to_owned()));
+        self.prompts
+            .lock()
+            .unwrap()
+            .push((Instant::now(), prompt.to_owned()));
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_running.fetch_max(now, Ordering::SeqCst);
         if let Some(gate) = &self.gate {
@@ -127,7 +135,16 @@ fn harness(cfg: SessionConfig, runner: FakeRunner) -> Harness {
         actors.clone(),
     );
     let task = tokio::spawn(actor.run(rx, shutdown.clone()));
-    Harness { tx, channel, runner, actors, shutdown, task, start: Instant::now(), next_id: 0 }
+    Harness {
+        tx,
+        channel,
+        runner,
+        actors,
+        shutdown,
+        task,
+        start: Instant::now(),
+        next_id: 0,
+    }
 }
 
 impl Harness {
@@ -149,7 +166,10 @@ impl Harness {
     /// Seconds after the start at which each turn began.
     fn turn_times(&self) -> Vec<f64> {
         let prompts = self.runner.prompts.lock().unwrap();
-        prompts.iter().map(|(at, _)| (*at - self.start).as_secs_f64()).collect()
+        prompts
+            .iter()
+            .map(|(at, _)| (*at - self.start).as_secs_f64())
+            .collect()
     }
 }
 
@@ -169,7 +189,10 @@ async fn reference_timeline_mention_follow_up_and_closed_window() {
     at(&h, 100.0).await;
     h.send("m3", false);
     at(&h, 200.0).await;
-    assert_eq!(h.runner.prompts(), ["channel: $fake\nm0\nm1", "channel: $fake\nm2"]);
+    assert_eq!(
+        h.runner.prompts(),
+        ["channel: $fake\nm0\nm1", "channel: $fake\nm2"]
+    );
     let times = h.turn_times();
     assert!((times[0] - 1.0).abs() < 0.01, "{times:?}");
     assert!((times[1] - 40.0).abs() < 0.01, "{times:?}");
@@ -183,7 +206,10 @@ async fn unaddressed_messages_never_reach_the_model() {
     at(&h, 120.0).await;
     assert!(h.runner.prompts().is_empty());
     assert!(h.channel.sent.lock().unwrap().is_empty());
-    assert!(h.channel.typing.lock().unwrap().is_empty(), "no typing for skipped messages");
+    assert!(
+        h.channel.typing.lock().unwrap().is_empty(),
+        "no typing for skipped messages"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -195,7 +221,11 @@ async fn mentions_keep_postponing_the_batch() {
     }
     at(&h, 10.0).await;
     assert_eq!(h.runner.prompts(), ["channel: $fake\nm0\nm1\nm2\nm3\nm4"]);
-    assert!((h.turn_times()[0] - 4.2).abs() < 0.01, "{:?}", h.turn_times());
+    assert!(
+        (h.turn_times()[0] - 4.2).abs() < 0.01,
+        "{:?}",
+        h.turn_times()
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -226,18 +256,30 @@ async fn one_turn_at_a_time_and_mid_turn_messages_form_the_next_batch() {
     h.send(",tape.info", true);
     h.send("third", false);
     at(&h, 30.0).await;
-    assert_eq!(h.runner.prompts().len(), 1, "nothing starts while a turn runs");
+    assert_eq!(
+        h.runner.prompts().len(),
+        1,
+        "nothing starts while a turn runs"
+    );
     h.runner.gate.as_ref().unwrap().add_permits(3);
     at(&h, 31.0).await;
     assert_eq!(
         h.runner.prompts(),
-        ["channel: $fake\nfirst", ",tape.info", "channel: $fake\nsecond\nthird"]
+        [
+            "channel: $fake\nfirst",
+            ",tape.info",
+            "channel: $fake\nsecond\nthird"
+        ]
     );
     assert_eq!(h.runner.max_running.load(Ordering::SeqCst), 1);
     let sent = h.channel.sent.lock().unwrap().clone();
     assert_eq!(sent.len(), 3, "exactly one delivery per turn: {sent:?}");
     assert_eq!(sent[0].reply_to.as_deref(), Some("1"));
-    assert_eq!(sent[2].reply_to.as_deref(), Some("4"), "reply to the last message of the batch");
+    assert_eq!(
+        sent[2].reply_to.as_deref(),
+        Some("4"),
+        "reply to the last message of the batch"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -250,7 +292,11 @@ async fn typing_repeats_while_a_turn_runs_and_stops_after() {
     assert_eq!(h.channel.typing.lock().unwrap().len(), 3, "at 0, 4 and 8 s");
     h.runner.gate.as_ref().unwrap().add_permits(1);
     at(&h, 60.0).await;
-    assert_eq!(h.channel.typing.lock().unwrap().len(), 3, "typing stopped with the turn");
+    assert_eq!(
+        h.channel.typing.lock().unwrap().len(),
+        3,
+        "typing stopped with the turn"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -263,7 +309,11 @@ async fn proactive_mode_delivers_only_command_output_and_errors() {
     h.send(",echo", true);
     at(&h, 1.0).await;
     let sent = h.channel.sent.lock().unwrap().clone();
-    assert_eq!(sent.len(), 1, "the model's answer is not posted by the framework: {sent:?}");
+    assert_eq!(
+        sent.len(),
+        1,
+        "the model's answer is not posted by the framework: {sent:?}"
+    );
     assert_eq!(sent[0].text, "ran ,echo");
 }
 
@@ -275,7 +325,10 @@ fn output_parts_are_joined_by_blank_lines() {
         error: Some("boom".into()),
         ..Default::default()
     };
-    assert_eq!(render_output(&result, false), "cmd out\n\nanswer\n\nError: boom");
+    assert_eq!(
+        render_output(&result, false),
+        "cmd out\n\nanswer\n\nError: boom"
+    );
     assert_eq!(render_output(&result, true), "cmd out\n\nError: boom");
     assert_eq!(render_output(&TurnResult::default(), false), "");
 }
@@ -302,7 +355,10 @@ async fn shutdown_runs_the_pending_batch_then_stops() {
     at(&h, 0.1).await;
     assert!(h.runner.prompts().is_empty(), "still debouncing");
     h.shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(1), &mut h.task).await.unwrap().unwrap();
+    tokio::time::timeout(Duration::from_secs(1), &mut h.task)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(h.runner.prompts(), ["channel: $fake\nm0\nm1"]);
     assert_eq!(h.channel.sent.lock().unwrap().len(), 1);
 }

@@ -1,0 +1,148 @@
+//! Benchmark of the channel daemon (`cargo bench --bench daemon`): the release `bub message`
+//! binary against the fake Telegram (and, when enabled, fake Discord) servers and a zero-latency
+//! fake model, debounce 0.
+//!
+//! Reports:
+//! * per-message overhead: update pushed to the fake (the long poll is waiting, so it is
+//!   delivered at once) → `sendMessage` received by the fake, one private chat at a time;
+//! * a burst of 1000 chats × 5 messages: time until every message was in a model prompt and
+//!   every turn was answered;
+//! * daemon RSS (VmRSS) at idle with the channels connected, after the burst, and after the idle
+//!   sessions were evicted.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use support::fake_discord;
+use support::fake_openai;
+use support::fake_telegram::{self, private_text};
+
+const LATENCY_SAMPLES: i64 = 300;
+const BURST_CHATS: i64 = 1000;
+const BURST_MESSAGES: i64 = 5;
+const IDLE_SECONDS: u64 = 3;
+
+fn main() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(bench());
+}
+
+fn rss_mb(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    kb / 1024.0
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+async fn bench() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = fake_openai::start().await;
+    let telegram = fake_telegram::start().await;
+    let discord = fake_discord::start().await;
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bub"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", dir.path())
+        .env("NO_PROXY", "127.0.0.1")
+        .env("BUB_HOME", dir.path().join("home"))
+        .env("BUB_MODEL", "openai:bench")
+        .env("BUB_API_KEY", "sk-bench")
+        .env("BUB_API_BASE", model.base_url())
+        .env("BUB_TELEGRAM_ENABLED", "true")
+        .env("BUB_TELEGRAM_TOKEN", fake_telegram::TOKEN)
+        .env("BUB_TELEGRAM_API_BASE", telegram.api_base())
+        .env("BUB_DISCORD_ENABLED", "true")
+        .env("BUB_DISCORD_TOKEN", "bench-discord-token")
+        .env("BUB_DISCORD_API_BASE", discord.api_base())
+        .env("BUB_MESSAGE_DEBOUNCE_SECONDS", "0")
+        .env("BUB_MESSAGE_DELAY_SECONDS", "0")
+        .env("BUB_SESSION_IDLE_SECONDS", IDLE_SECONDS.to_string())
+        .env("BUB_LOG_LEVEL", "warn")
+        .current_dir(dir.path())
+        .arg("message")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start bub message");
+    let pid = child.id().expect("pid");
+    telegram
+        .wait_for_calls("getUpdates", 1, Duration::from_secs(30))
+        .await;
+    discord.wait_for_identify(Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle_rss = rss_mb(pid);
+
+    // Per-message overhead, one message in flight at a time.
+    let mut latencies = Vec::new();
+    for i in 0..LATENCY_SAMPLES {
+        let before = telegram.calls_of("sendMessage").len();
+        let pushed = Instant::now();
+        telegram.push_message(private_text(100_000 + i, 100_000 + i, "ping"));
+        let sent = telegram
+            .wait_for_calls("sendMessage", before + 1, Duration::from_secs(30))
+            .await;
+        latencies.push(sent[before].at.duration_since(pushed));
+    }
+    latencies.sort();
+    let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1000.0);
+    println!(
+        "daemon.overhead (update → sendMessage, {LATENCY_SAMPLES} chats): p50 {} p95 {} max {}",
+        ms(percentile(&latencies, 0.5)),
+        ms(percentile(&latencies, 0.95)),
+        ms(*latencies.last().expect("samples"))
+    );
+
+    // Burst: every chat sends 5 messages at once.
+    let requests_before = model.request_count();
+    let sent_before = telegram.calls_of("sendMessage").len();
+    let start = Instant::now();
+    for m in 0..BURST_MESSAGES {
+        for chat in 1..=BURST_CHATS {
+            telegram.push_message(private_text(chat, chat, &format!("burst c{chat} m{m}")));
+        }
+    }
+    let expected = (BURST_CHATS * BURST_MESSAGES) as usize;
+    let (turns, elapsed) = loop {
+        let requests = model.requests();
+        let seen: usize = requests[requests_before..]
+            .iter()
+            .map(|r| r.to_string().matches("burst c").count())
+            .sum();
+        let turns = requests.len() - requests_before;
+        let answered = telegram.calls_of("sendMessage").len() - sent_before;
+        if seen >= expected && answered >= turns {
+            break (turns, start.elapsed());
+        }
+        if start.elapsed() > Duration::from_secs(120) {
+            panic!(
+                "burst not answered: {seen}/{expected} messages seen, {answered}/{turns} turns answered"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let burst_rss = rss_mb(pid);
+    println!(
+        "daemon.burst ({BURST_CHATS} chats × {BURST_MESSAGES} messages): all answered in {} ({turns} turns)",
+        ms(elapsed)
+    );
+
+    tokio::time::sleep(Duration::from_secs(IDLE_SECONDS + 3)).await;
+    let evicted_rss = rss_mb(pid);
+    println!(
+        "daemon.rss: idle {idle_rss:.1} MB (Telegram + Discord connected), after burst {burst_rss:.1} MB, after eviction {evicted_rss:.1} MB"
+    );
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let _ = tokio::time::timeout(Duration::from_secs(12), child.wait()).await;
+}

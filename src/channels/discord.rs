@@ -1,1 +1,0 @@
-//! Discord adapter (serenity gateway + REST). Being written.

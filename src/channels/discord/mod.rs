@@ -1,0 +1,396 @@
+//! Discord adapter: serenity 0.12 gateway (receive) + REST (send, typing, lookups).
+//!
+//! * [`Discord::run`] connects to the gateway (intents `GUILD_MESSAGES | DIRECT_MESSAGES |
+//!   MESSAGE_CONTENT`) and turns every `MESSAGE_CREATE` that passes the allow-lists into an
+//!   [`Inbound`] (`inbound`: bots ignored, allow-lists on every message, addressing rules in
+//!   `filter`, the prompt in `prompt`). Messages the bot was not addressed in still go to the
+//!   session with `mentioned = false`; the session decides about follow-ups.
+//! * [`Discord::send`] splits the answer at 2000 characters (`text::split`, fences kept
+//!   balanced) and posts the parts; the first replies to the triggering message
+//!   (`fail_if_not_exists: false`, no ping of the replied-to user, no `@everyone`/role pings).
+//!   The reply target travels in `Outbound::reply_to`, so no per-chat state is kept here.
+//!
+//! Endpoints: REST goes to `BUB_DISCORD_API_BASE` (default `https://discord.com`) and the
+//! gateway URL comes from `GET <base>/api/v10/gateway`. serenity honours a non-default base
+//! only through `HttpBuilder::proxy` with its rate limiter disabled, so with an override 429s
+//! reach this adapter and `rest::Rest` retries them after `retry_after`. `BUB_DISCORD_PROXY`
+//! (an HTTP/SOCKS proxy) is set on the reqwest client and so covers REST only: serenity 0.12
+//! opens the gateway websocket directly and has no proxy option for it. Ambient
+//! `HTTPS_PROXY`-style variables are ignored, as in the reference.
+//!
+//! The token is kept out of logs and errors: nothing here formats it, `Discord` has no `Debug`,
+//! and REST errors are rebuilt from route, status and Discord's message.
+
+mod filter;
+mod inbound;
+mod lookup;
+mod prompt;
+mod rest;
+
+use std::future::IntoFuture;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow, bail};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use serenity::client::{ClientBuilder, Context, EventHandler};
+use serenity::gateway::GatewayError;
+use serenity::http::{Http, HttpBuilder, LightMethod, Route};
+use serenity::model::channel::Message;
+use serenity::model::gateway::{GatewayIntents, Ready};
+use serenity::model::id::ChannelId;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+pub use filter::Rules;
+use inbound::{BotUser, Pipeline};
+use lookup::Lookups;
+use rest::{Rest, RestError};
+
+use super::{Channel, Inbound, Outbound, text};
+use crate::config::{DEFAULT_DISCORD_API_BASE, Settings};
+
+/// Discord's message size limit, in characters.
+pub const MESSAGE_LIMIT: usize = 2000;
+/// Gateway messages waiting for the inbound task (back-pressure beyond that).
+const QUEUE: usize = 256;
+/// How long shutdown waits for serenity to close the gateway.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+/// Per-request timeout of the REST client.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The intents the adapter asks for: guild messages, DMs and message content (37376).
+pub fn intents() -> GatewayIntents {
+    GatewayIntents::GUILD_MESSAGES
+        | GatewayIntents::DIRECT_MESSAGES
+        | GatewayIntents::MESSAGE_CONTENT
+}
+
+/// The Discord channel adapter.
+pub struct Discord {
+    token: String,
+    /// `Some(base)` when `BUB_DISCORD_API_BASE` is not the default.
+    api_base: Option<String>,
+    proxied: bool,
+    client: reqwest::Client,
+    rules: Rules,
+    rest: Arc<Rest>,
+}
+
+impl Discord {
+    /// Builds the REST client from `settings.discord` (token, API base, proxy, allow-lists,
+    /// command prefix) and `settings.mention_keyword`. Nothing is contacted yet. An empty token
+    /// or an unusable proxy URL is an error.
+    pub fn new(settings: &Settings) -> anyhow::Result<Self> {
+        let d = &settings.discord;
+        let token = d.token.clone().unwrap_or_default().trim().to_owned();
+        if token.is_empty() {
+            bail!("discord token is empty: set BUB_DISCORD_TOKEN");
+        }
+        let base = d.api_base.trim().trim_end_matches('/');
+        let api_base =
+            (!base.is_empty() && base != DEFAULT_DISCORD_API_BASE).then(|| base.to_owned());
+        let mut builder = reqwest::Client::builder()
+            .use_rustls_tls()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(REQUEST_TIMEOUT);
+        let proxy = d.proxy.as_deref().map(str::trim).filter(|p| !p.is_empty());
+        builder = match proxy {
+            Some(proxy) => builder.proxy(
+                reqwest::Proxy::all(proxy)
+                    .map_err(|_| anyhow!("BUB_DISCORD_PROXY is not a usable proxy URL"))?,
+            ),
+            None => builder.no_proxy(),
+        };
+        let client = builder
+            .build()
+            .map_err(|e| anyhow!("discord: cannot build the HTTP client: {e}"))?;
+        let http = build_http(&token, &client, api_base.as_deref());
+        Ok(Self {
+            rest: Arc::new(Rest::new(Arc::new(http), client.clone())),
+            token,
+            api_base,
+            proxied: proxy.is_some(),
+            client,
+            rules: Rules {
+                allow_from: d.allow_from.clone(),
+                allow_channels: d.allow_channels.clone(),
+                command_prefix: d.command_prefix.clone(),
+                keyword: settings.mention_keyword.clone(),
+            },
+        })
+    }
+
+    /// The allow-lists and addressing settings in use.
+    pub fn rules(&self) -> &Rules {
+        &self.rules
+    }
+
+    /// A serenity `Http` for this configuration (one for REST, one per gateway client: the
+    /// client builder takes it by value).
+    fn http(&self) -> Http {
+        build_http(&self.token, &self.client, self.api_base.as_deref())
+    }
+
+    /// `GET /users/@me`: a rejected token fails here with a clear error, before the gateway
+    /// (whose own rejection, close code 4004, is mapped in [`gateway_error`]). Other failures
+    /// are only logged: the gateway client retries on its own.
+    async fn check_token(&self) -> anyhow::Result<()> {
+        match self.rest.get_json(Route::UserMe).await {
+            Ok(me) => {
+                let name = me.get("username").and_then(Value::as_str).unwrap_or("?");
+                let id = me.get("id").and_then(Value::as_str).unwrap_or("?");
+                tracing::info!(bot_id = id, bot_name = name, "discord.authenticated");
+                Ok(())
+            }
+            Err(e)
+                if e.downcast_ref::<RestError>()
+                    .is_some_and(|r| r.status == 401) =>
+            {
+                Err(anyhow!(
+                    "discord rejected the token (401 Unauthorized): check BUB_DISCORD_TOKEN"
+                ))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "discord.token_check_failed");
+                Ok(())
+            }
+        }
+    }
+}
+
+/// serenity's `Http` over `client`: with a non-default API base, `proxy(base)` plus a disabled
+/// rate limiter (the only way serenity 0.12 sends REST anywhere but discord.com).
+fn build_http(token: &str, client: &reqwest::Client, api_base: Option<&str>) -> Http {
+    let mut builder = HttpBuilder::new(token).client(client.clone());
+    if let Some(base) = api_base {
+        builder = builder.proxy(base).ratelimiter_disabled(true);
+    }
+    builder.build()
+}
+
+/// serenity's event handler: hands READY and MESSAGE_CREATE to the inbound task.
+struct Gateway {
+    bot: watch::Sender<Option<BotUser>>,
+    queue: mpsc::Sender<Message>,
+}
+
+#[async_trait]
+impl EventHandler for Gateway {
+    async fn ready(&self, _ctx: Context, ready: Ready) {
+        tracing::info!(bot_id = %ready.user.id, bot_name = %ready.user.name, "discord.ready");
+        self.bot.send_replace(Some(BotUser {
+            id: ready.user.id,
+            name: ready.user.name.clone(),
+        }));
+    }
+
+    async fn message(&self, _ctx: Context, msg: Message) {
+        // Fails only while shutting down.
+        let _ = self.queue.send(msg).await;
+    }
+}
+
+/// A clear error for the gateway failures serenity gives up on.
+fn gateway_error(err: serenity::Error) -> anyhow::Error {
+    match err {
+        serenity::Error::Gateway(GatewayError::InvalidAuthentication) => anyhow!(
+            "discord rejected the token (gateway: authentication failed): check BUB_DISCORD_TOKEN"
+        ),
+        serenity::Error::Gateway(
+            GatewayError::DisallowedGatewayIntents | GatewayError::InvalidGatewayIntents,
+        ) => anyhow!(
+            "discord refused the gateway intents: enable the Message Content intent for the bot \
+             in the Discord developer portal"
+        ),
+        other => anyhow!("discord gateway failed: {other}"),
+    }
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The JSON body of one posted message part.
+fn message_body(content: &str, channel: ChannelId, reply_to: Option<u64>) -> Value {
+    let mut body = json!({
+        "content": content,
+        "allowed_mentions": {"parse": ["users"], "replied_user": false},
+    });
+    if let Some(id) = reply_to {
+        body["message_reference"] = json!({
+            "message_id": id.to_string(),
+            "channel_id": channel.to_string(),
+            "fail_if_not_exists": false,
+        });
+    }
+    body
+}
+
+/// A Discord snowflake (non-zero).
+fn snowflake(id: &str) -> Option<u64> {
+    id.trim().parse::<u64>().ok().filter(|id| *id != 0)
+}
+
+fn channel_id(chat_id: &str) -> anyhow::Result<ChannelId> {
+    snowflake(chat_id)
+        .map(ChannelId::new)
+        .ok_or_else(|| anyhow!("discord: {chat_id:?} is not a channel id"))
+}
+
+#[async_trait]
+impl Channel for Discord {
+    fn name(&self) -> &'static str {
+        "discord"
+    }
+
+    async fn run(
+        &self,
+        inbound: mpsc::UnboundedSender<Inbound>,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<()> {
+        if self.token.is_empty() {
+            bail!("discord token is empty: set BUB_DISCORD_TOKEN");
+        }
+        if self.proxied {
+            tracing::warn!(
+                "discord.proxy covers REST only; the gateway websocket connects directly"
+            );
+        }
+        let (bot_tx, bot_rx) = watch::channel(None);
+        let (queue_tx, queue_rx) = mpsc::channel(QUEUE);
+        let handler = Gateway {
+            bot: bot_tx,
+            queue: queue_tx,
+        };
+        let connect = async {
+            self.check_token().await?;
+            ClientBuilder::new_with_http(self.http(), intents())
+                .event_handler(handler)
+                .into_future()
+                .await
+                .map_err(|e| anyhow!("discord: cannot build the gateway client: {e}"))
+        };
+        let mut client = tokio::select! {
+            client = connect => client?,
+            () = shutdown.cancelled() => return Ok(()),
+        };
+        let pipeline = Pipeline {
+            rules: self.rules.clone(),
+            lookups: Lookups::new(Arc::clone(&self.rest)),
+            bot: bot_rx,
+            inbound,
+        };
+        let _worker = AbortOnDrop(tokio::spawn(pipeline.run(queue_rx)));
+        let shards = Arc::clone(&client.shard_manager);
+        let start = client.start();
+        tokio::pin!(start);
+        tokio::select! {
+            result = &mut start => return result.map_err(gateway_error),
+            () = shutdown.cancelled() => {}
+        }
+        tracing::info!("discord.stopping");
+        if tokio::time::timeout(SHUTDOWN_GRACE, shards.shutdown_all())
+            .await
+            .is_err()
+            || tokio::time::timeout(SHUTDOWN_GRACE, start).await.is_err()
+        {
+            tracing::warn!("discord.stop_timeout");
+        }
+        Ok(())
+    }
+
+    async fn send(&self, out: &Outbound) -> anyhow::Result<()> {
+        let channel = channel_id(&out.chat_id)?;
+        let reply_to = out.reply_to.as_deref().and_then(snowflake);
+        let parts = text::split(&out.text, MESSAGE_LIMIT);
+        let total = parts.len();
+        for (i, part) in parts.iter().enumerate() {
+            let body = message_body(part, channel, if i == 0 { reply_to } else { None });
+            let route = Route::ChannelMessages {
+                channel_id: channel,
+            };
+            self.rest.post(route, &body).await.with_context(|| {
+                format!(
+                    "discord: sending part {}/{total} to channel {} failed",
+                    i + 1,
+                    out.chat_id
+                )
+            })?;
+        }
+        Ok(())
+    }
+
+    async fn typing(&self, chat_id: &str) -> anyhow::Result<()> {
+        let route = Route::ChannelTyping {
+            channel_id: channel_id(chat_id)?,
+        };
+        self.rest
+            .call(LightMethod::Post, route, None, 1)
+            .await
+            .with_context(|| format!("discord: typing in channel {chat_id} failed"))?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intents_are_messages_dms_and_content() {
+        assert_eq!(intents().bits(), 37376);
+    }
+
+    #[test]
+    fn only_the_first_part_replies() {
+        let b = message_body("hi", ChannelId::new(7), Some(42));
+        assert_eq!(
+            b["message_reference"],
+            json!({"message_id": "42", "channel_id": "7", "fail_if_not_exists": false})
+        );
+        assert_eq!(b["allowed_mentions"]["replied_user"], false);
+        let b = message_body("hi", ChannelId::new(7), None);
+        assert!(b.get("message_reference").is_none());
+    }
+
+    #[test]
+    fn ids_are_checked() {
+        assert!(channel_id("555").is_ok());
+        assert!(channel_id("0").is_err());
+        assert!(channel_id("abc").is_err());
+        assert_eq!(snowflake(" 12 "), Some(12));
+    }
+
+    #[test]
+    fn new_rejects_an_empty_token_and_keeps_it_out_of_errors() {
+        let mut s = Settings::with_defaults("/tmp/h".into(), "/tmp/w".into());
+        let err = Discord::new(&s).err().expect("no token").to_string();
+        assert!(err.contains("BUB_DISCORD_TOKEN"), "{err}");
+        s.discord.token = Some("secret-token-123".into());
+        s.discord.proxy = Some("::not a url::".into());
+        let err = Discord::new(&s).err().expect("bad proxy").to_string();
+        assert!(
+            !err.contains("secret-token-123") && err.contains("BUB_DISCORD_PROXY"),
+            "{err}"
+        );
+        s.discord.proxy = None;
+        let d = Discord::new(&s).unwrap();
+        assert!(
+            d.api_base.is_none(),
+            "default base keeps serenity's rate limiter"
+        );
+        assert!(d.rest.http.ratelimiter.is_some());
+        s.discord.api_base = "http://127.0.0.1:9/".into();
+        let d = Discord::new(&s).unwrap();
+        assert_eq!(d.api_base.as_deref(), Some("http://127.0.0.1:9"));
+        assert!(d.rest.http.ratelimiter.is_none());
+        assert_eq!(d.rest.http.proxy.as_deref(), Some("http://127.0.0.1:9"));
+    }
+}

@@ -1,0 +1,221 @@
+//! Discord REST calls made by the adapter itself: posting messages, typing, and the two
+//! lookups the addressing rules need (channel info, the bot's roles in a guild).
+//!
+//! Requests are built by serenity (`Request` + `Route`, so URLs, headers and the `proxy`
+//! override are serenity's) but executed here, so the raw response is visible: with the
+//! serenity rate limiter disabled (the `BUB_DISCORD_API_BASE` override) a 429 comes back to us,
+//! and serenity's error type drops the `retry_after` value. [`Rest::post`] therefore retries
+//! 429s itself, waiting `retry-after` (header) or `retry_after` (body). With the default API
+//! base the rate limiter is on and serenity handles buckets and 429s before we see them.
+//!
+//! Errors never contain the token: they name the route, the status and Discord's message.
+
+use std::time::Duration;
+
+use anyhow::{Context as _, anyhow};
+use reqwest::header::HeaderMap;
+use serde_json::Value;
+use serenity::http::{Http, LightMethod, Request, Route};
+
+/// Attempts per request when Discord answers 429.
+pub const MAX_ATTEMPTS: u32 = 5;
+/// Longest single wait for a 429's `retry_after`.
+pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
+/// Wait when a 429 names no `retry_after`.
+const DEFAULT_RETRY_WAIT: Duration = Duration::from_secs(1);
+
+/// Discord answered with an error status (after the 429 retries).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{what}: {detail}")]
+pub struct RestError {
+    /// `discord POST /channels/555/messages`.
+    pub what: String,
+    pub status: u16,
+    /// `403 Forbidden: Missing Access (code 50001)`.
+    pub detail: String,
+}
+
+/// The REST side of the adapter: serenity's `Http` (token, proxy override, rate limiter) plus
+/// the reqwest client it was built with.
+pub struct Rest {
+    pub http: std::sync::Arc<Http>,
+    client: reqwest::Client,
+}
+
+impl Rest {
+    pub fn new(http: std::sync::Arc<Http>, client: reqwest::Client) -> Self {
+        Self { http, client }
+    }
+
+    /// Sends `body` (JSON) with `method` to `route`; on 429 waits and resends, at most
+    /// `attempts` times in all. Returns the response body of the first success.
+    pub async fn call(
+        &self,
+        method: LightMethod,
+        route: Route<'_>,
+        body: Option<&Value>,
+        attempts: u32,
+    ) -> anyhow::Result<Vec<u8>> {
+        let what = route_name(method, route);
+        let body = body.map(serde_json::to_vec).transpose()?;
+        let mut attempt = 1;
+        loop {
+            let req = Request::new(route, method).body(body.clone());
+            let resp = self.execute(req).await.with_context(|| what.clone())?;
+            let status = resp.status();
+            let headers = resp.headers().clone();
+            let bytes = resp.bytes().await.with_context(|| what.clone())?;
+            if status.is_success() {
+                return Ok(bytes.to_vec());
+            }
+            if status.as_u16() == 429 && attempt < attempts {
+                let wait = retry_after(&headers, &bytes);
+                tracing::warn!(route = %what, wait_ms = wait.as_millis() as u64, attempt,
+                    "discord.rate_limited");
+                tokio::time::sleep(wait).await;
+                attempt += 1;
+                continue;
+            }
+            return Err(RestError {
+                what,
+                status: status.as_u16(),
+                detail: describe(status, &bytes),
+            }
+            .into());
+        }
+    }
+
+    /// `POST` with 429 retries ([`MAX_ATTEMPTS`]).
+    pub async fn post(&self, route: Route<'_>, body: &Value) -> anyhow::Result<Vec<u8>> {
+        self.call(LightMethod::Post, route, Some(body), MAX_ATTEMPTS)
+            .await
+    }
+
+    /// `GET` returning JSON, one attempt (lookups fall back to "unknown" on errors).
+    pub async fn get_json(&self, route: Route<'_>) -> anyhow::Result<Value> {
+        let bytes = self.call(LightMethod::Get, route, None, 1).await?;
+        Ok(serde_json::from_slice(&bytes)?)
+    }
+
+    /// Runs one request through serenity's rate limiter when it is on, else directly (with the
+    /// `proxy` override applied, as `Http::request` does).
+    async fn execute(&self, req: Request<'_>) -> anyhow::Result<reqwest::Response> {
+        match &self.http.ratelimiter {
+            Some(limiter) => Ok(limiter.perform(req).await.map_err(redacted)?),
+            None => {
+                let builder = req
+                    .build(&self.client, self.http.token(), self.http.proxy.as_deref())
+                    .map_err(redacted)?;
+                Ok(self.client.execute(builder.build()?).await?)
+            }
+        }
+    }
+}
+
+/// serenity errors as plain text (they never carry the token, but keep them flat anyway).
+fn redacted(err: serenity::Error) -> anyhow::Error {
+    anyhow!("{err}")
+}
+
+/// `POST /channels/555/messages`.
+fn route_name(method: LightMethod, route: Route<'_>) -> String {
+    let path = route.path();
+    let path = path.split_once("/api/v10").map_or(&*path, |(_, p)| p);
+    let method = match method {
+        LightMethod::Delete => "DELETE",
+        LightMethod::Get => "GET",
+        LightMethod::Patch => "PATCH",
+        LightMethod::Post => "POST",
+        LightMethod::Put => "PUT",
+    };
+    format!("discord {method} {path}")
+}
+
+/// How long a 429 asks us to wait: the `retry-after` header, else the body's `retry_after`
+/// (both seconds, fractional allowed), capped at [`MAX_RETRY_WAIT`].
+pub fn retry_after(headers: &HeaderMap, body: &[u8]) -> Duration {
+    let from_header = headers
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    let from_body = || {
+        serde_json::from_slice::<Value>(body)
+            .ok()
+            .and_then(|v| v.get("retry_after").and_then(Value::as_f64))
+    };
+    match from_header.or_else(from_body) {
+        Some(secs) if secs.is_finite() && secs >= 0.0 => {
+            Duration::from_secs_f64(secs).min(MAX_RETRY_WAIT)
+        }
+        _ => DEFAULT_RETRY_WAIT,
+    }
+}
+
+/// `403 Forbidden: Missing Access (code 50001)`, or the start of a non-JSON body.
+fn describe(status: reqwest::StatusCode, body: &[u8]) -> String {
+    let json: Option<Value> = serde_json::from_slice(body).ok();
+    let message = json
+        .as_ref()
+        .and_then(|v| v.get("message"))
+        .and_then(Value::as_str);
+    let code = json
+        .as_ref()
+        .and_then(|v| v.get("code"))
+        .and_then(Value::as_i64);
+    match (message, code) {
+        (Some(m), Some(c)) => format!("{status}: {m} (code {c})"),
+        (Some(m), None) => format!("{status}: {m}"),
+        _ => {
+            let text: String = String::from_utf8_lossy(body).chars().take(200).collect();
+            if text.trim().is_empty() {
+                status.to_string()
+            } else {
+                format!("{status}: {}", text.trim())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_prefers_header_then_body() {
+        let mut h = HeaderMap::new();
+        let body = br#"{"message":"You are being rate limited.","retry_after":0.5,"global":false}"#;
+        assert_eq!(retry_after(&h, body), Duration::from_millis(500));
+        h.insert("retry-after", "2".parse().unwrap());
+        assert_eq!(retry_after(&h, body), Duration::from_secs(2));
+        h.insert("retry-after", "9999".parse().unwrap());
+        assert_eq!(retry_after(&h, body), MAX_RETRY_WAIT);
+        assert_eq!(retry_after(&HeaderMap::new(), b"nope"), DEFAULT_RETRY_WAIT);
+        let negative = br#"{"retry_after":-1}"#;
+        assert_eq!(retry_after(&HeaderMap::new(), negative), DEFAULT_RETRY_WAIT);
+    }
+
+    #[test]
+    fn errors_are_described_from_discord_json() {
+        let s = reqwest::StatusCode::FORBIDDEN;
+        assert_eq!(
+            describe(s, br#"{"message":"Missing Access","code":50001}"#),
+            "403 Forbidden: Missing Access (code 50001)"
+        );
+        assert_eq!(describe(s, b""), "403 Forbidden");
+        assert_eq!(
+            describe(s, b"<html>oops</html>"),
+            "403 Forbidden: <html>oops</html>"
+        );
+    }
+
+    #[test]
+    fn routes_are_named_without_host() {
+        let route = Route::ChannelMessages {
+            channel_id: 555.into(),
+        };
+        assert_eq!(
+            route_name(LightMethod::Post, route),
+            "discord POST /channels/555/messages"
+        );
+    }
+}

@@ -1,0 +1,673 @@
+//! The real Discord adapter (serenity gateway + REST) against the fake Discord: what crossed
+//! the wire (IDENTIFY, posted messages, typing, retries) and what reached the session
+//! (`Inbound`: addressed or not, prompt, allow-lists on every message).
+
+mod support;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bub::channels::discord::Discord;
+use bub::channels::{Channel, Inbound, Outbound};
+use bub::config::Settings;
+use serde_json::{Value, json};
+use support::fake_discord::{self, FakeDiscord, Msg, user};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+const TOKEN: &str = "tok-SECRET-5f1e9c";
+const WAIT: Duration = Duration::from_secs(10);
+const GUILD: &str = "9";
+const CHANNEL: &str = "555";
+
+/// Fails the test instead of hanging.
+async fn bounded<T>(fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(WAIT, fut)
+        .await
+        .expect("test step timed out")
+}
+
+fn settings(fake: &FakeDiscord, configure: impl FnOnce(&mut Settings)) -> Settings {
+    let mut s = Settings::with_defaults(PathBuf::from("/nonexistent/home"), PathBuf::from("."));
+    s.discord.enabled = true;
+    s.discord.token = Some(TOKEN.to_owned());
+    s.discord.api_base = fake.api_base();
+    configure(&mut s);
+    s
+}
+
+/// The adapter's `run` in a task, connected to the fake.
+struct Bot {
+    discord: Arc<Discord>,
+    rx: mpsc::UnboundedReceiver<Inbound>,
+    stop: CancellationToken,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Bot {
+    async fn start(fake: &FakeDiscord, configure: impl FnOnce(&mut Settings)) -> Bot {
+        let bot = Bot::spawn(fake, configure);
+        fake.wait_for_identify(WAIT).await;
+        bot
+    }
+
+    fn spawn(fake: &FakeDiscord, configure: impl FnOnce(&mut Settings)) -> Bot {
+        let discord = Arc::new(Discord::new(&settings(fake, configure)).unwrap());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn({
+            let (discord, stop) = (Arc::clone(&discord), stop.clone());
+            async move { discord.run(tx, stop).await }
+        });
+        Bot {
+            discord,
+            rx,
+            stop,
+            task,
+        }
+    }
+
+    async fn next(&mut self) -> Inbound {
+        bounded(self.rx.recv())
+            .await
+            .expect("inbound channel closed")
+    }
+
+    /// Nothing else arrived (call after a later message was received: the adapter handles
+    /// messages in order, so anything dispatched before it would have come first).
+    fn assert_idle(&mut self) {
+        if let Ok(extra) = self.rx.try_recv() {
+            panic!("unexpected inbound: {extra:?}");
+        }
+    }
+
+    async fn stop(self) -> anyhow::Result<()> {
+        self.stop.cancel();
+        bounded(self.task).await.expect("run task panicked")
+    }
+}
+
+fn alice() -> Value {
+    user("42", "alice")
+}
+
+fn prompt_json(inbound: &Inbound) -> Value {
+    serde_json::from_str(&inbound.prompt)
+        .unwrap_or_else(|e| panic!("prompt is not JSON ({e}): {}", inbound.prompt))
+}
+
+#[tokio::test]
+async fn identify_carries_intents_and_bot_token() {
+    let fake = fake_discord::start().await;
+    let bot = Bot::start(&fake, |_| {}).await;
+    let ident = fake.wait_for_identify(WAIT).await;
+    assert_eq!(
+        ident.intents, 37376,
+        "GUILD_MESSAGES | DIRECT_MESSAGES | MESSAGE_CONTENT"
+    );
+    assert_eq!(ident.token, format!("Bot {TOKEN}"));
+    let gateway = fake.requests_to("GET", "/api/v10/gateway");
+    assert_eq!(gateway.len(), 1, "the gateway URL came from the fake");
+    assert_eq!(
+        gateway[0].header("authorization"),
+        Some(format!("Bot {TOKEN}").as_str())
+    );
+    bot.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn dm_is_addressed_with_a_json_prompt_without_guild_id() {
+    let fake = fake_discord::start().await;
+    let mut bot = Bot::start(&fake, |_| {}).await;
+    let msg = Msg::dm(
+        "31",
+        fake_discord::user_with_global_name("42", "alice", "Alice"),
+        "hello",
+    );
+    let id = msg.message_id();
+    fake.dispatch_message(msg).await;
+    let got = bot.next().await;
+    assert_eq!(got.channel, "discord");
+    assert_eq!(got.chat_id, "31");
+    assert_eq!(got.message_id, id);
+    assert_eq!(got.sender_id, "42");
+    assert!(got.mentioned && got.reply);
+    let p = prompt_json(&got);
+    assert_eq!(p["message"], "hello");
+    assert_eq!(p["channel_id"], "31");
+    assert_eq!(p["message_id"], json!(id.parse::<u64>().unwrap()));
+    assert_eq!(p["type"], "text");
+    assert_eq!(p["username"], "alice");
+    assert_eq!(p["full_name"], "Alice");
+    assert_eq!(p["sender_id"], "42");
+    assert_eq!(p["date"], json!(1704067200.0));
+    assert!(p.get("guild_id").is_none(), "{p}");
+    bot.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn guild_message_without_mention_still_reaches_the_session() {
+    let fake = fake_discord::start().await;
+    let mut bot = Bot::start(&fake, |_| {}).await;
+    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "just chatting").nick("Ali"))
+        .await;
+    let got = bot.next().await;
+    assert!(!got.mentioned);
+    assert_eq!(got.chat_id, CHANNEL);
+    let p = prompt_json(&got);
+    assert_eq!(p["guild_id"], GUILD);
+    assert_eq!(p["full_name"], "Ali", "the guild nick is the display name");
+    bot.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn mentions_of_the_bot_user_and_its_roles_address_it() {
+    let fake = fake_discord::start().await;
+    fake.set_bot_roles(GUILD, &["55"]);
+    let mut bot = Bot::start(&fake, |_| {}).await;
+
+    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "<@777> hi").mention_bot())
+        .await;
+    assert!(bot.next().await.mentioned, "user mention");
+
+    let other = Msg::guild(GUILD, CHANNEL, alice(), "<@5> hi").mention(user("5", "carol"));
+    fake.dispatch_message(other).await;
+    assert!(!bot.next().await.mentioned, "someone else's mention");
+
+    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "<@&55> hi").mention_role("55"))
+        .await;
+    assert!(bot.next().await.mentioned, "mention of the bot's role");
+
+    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "<@&66> hi").mention_role("66"))
+        .await;
+    assert!(!bot.next().await.mentioned, "mention of another role");
+
+    let lookups = fake.requests_to("GET", "/api/v10/guilds/9/members/777");
+    assert_eq!(
+        lookups.len(),
+        1,
+        "the bot's roles are fetched once per guild"
+    );
+    bot.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_reply_to_the_bot_addresses_it_and_carries_the_context() {
+    let fake = fake_discord::start().await;
+    let mut bot = Bot::start(&fake, |_| {}).await;
+    let answer = Msg::guild(GUILD, CHANNEL, fake_discord::bot_user(), "the answer is 42");
+    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "why?").reply_to(&answer))
+        .await;
+    let got = bot.next().await;
+    assert!(got.mentioned);
+    let r = &prompt_json(&got)["reply_to_message"];
+    assert_eq!(
+        r["message_id"],
+        json!(answer.message_id().parse::<u64>().unwrap())
+    );
+    assert_eq!(r["from_user_id"], "777");
+    assert_eq!(r["from_username"], "bub");
+    assert_eq!(r["from_is_bot"], true);
+    assert_eq!(r["text"], "the answer is 42");
+
+    let human = Msg::guild(GUILD, CHANNEL, user("5", "carol"), "something");
+    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "agreed").reply_to(&human))
+        .await;
+    assert!(!bot.next().await.mentioned, "a reply to someone else");
+    bot.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_prefix_command_addresses_the_bot_and_is_stripped() {
+    let fake = fake_discord::start().await;
+    let mut bot = Bot::start(&fake, |_| {}).await;
+    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "!bub do x"))
+        .await;
+    let got = bot.next().await;
+    assert!(got.mentioned);
+    assert_eq!(prompt_json(&got)["message"], "do x");
+
+    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "!bub ,help"))
+        .await;
+    let got = bot.next().await;
+    assert!(got.mentioned && got.is_command());
+    assert_eq!(got.prompt, ",help", "a comma command is passed verbatim");
+    bot.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_thread_named_bub_addresses_the_bot() {
+    let fake = fake_discord::start().await;
+    fake.set_thread("600", "bub-help", CHANNEL, GUILD);
+    fake.set_thread("601", "question-1", "556", GUILD);
+    fake.set_text_channel("602", "bub-general", GUILD);
+    let mut bot = Bot::start(&fake, |_| {}).await;
+
+    fake.dispatch_message(Msg::guild(GUILD, "600", alice(), "how do I x"))
+        .await;
+    let got = bot.next().await;
+    assert!(got.mentioned, "thread bub-help");
+    assert_eq!(got.chat_id, "600", "a thread is its own session");
+
+    fake.dispatch_message(Msg::guild(GUILD, "601", alice(), "how do I x"))
+        .await;
+    assert!(!bot.next().await.mentioned, "thread question-1");
+
+    fake.dispatch_message(Msg::guild(GUILD, "602", alice(), "how do I x"))
+        .await;
+    assert!(
+        !bot.next().await.mentioned,
+        "only threads count, not channels"
+    );
+
+    fake.dispatch_message(Msg::guild(GUILD, "600", alice(), "again"))
+        .await;
+    assert!(bot.next().await.mentioned);
+    let lookups = fake.requests_to("GET", "/api/v10/channels/600");
+    assert_eq!(lookups.len(), 1, "channel info is cached");
+    bot.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_keyword_counts_only_as_a_whole_word() {
+    let fake = fake_discord::start().await;
+    let mut bot = Bot::start(&fake, |_| {}).await;
+    for (text, addressed) in [
+        ("hey Bub, what's up", true),
+        ("bubble tea anyone?", false),
+        ("ask bub.", true),
+        ("the bubs", false),
+    ] {
+        fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), text))
+            .await;
+        assert_eq!(bot.next().await.mentioned, addressed, "{text}");
+    }
+    bot.stop().await.unwrap();
+
+    let mut bot = Bot::start(&fake, |s| s.mention_keyword = "agent".into()).await;
+    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "hey bub"))
+        .await;
+    assert!(!bot.next().await.mentioned, "keyword changed");
+    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "hey Agent!"))
+        .await;
+    assert!(bot.next().await.mentioned);
+    bot.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn allow_from_drops_every_message_of_other_senders() {
+    let fake = fake_discord::start().await;
+    let mut bot = Bot::start(&fake, |s| {
+        s.discord.allow_from = vec!["alice".into(), "7".into(), "Dora D".into()];
+    })
+    .await;
+    let mallory = user("66", "mallory");
+    // The reference's bypass (§14.18): follow-ups and comma commands of non-allowed users.
+    for msg in [
+        Msg::guild(GUILD, CHANNEL, mallory.clone(), ",bash rm -rf /"),
+        Msg::guild(GUILD, CHANNEL, mallory.clone(), "just a follow-up"),
+        Msg::guild(GUILD, CHANNEL, mallory.clone(), "<@777> hi").mention_bot(),
+        Msg::dm("31", mallory.clone(), "hello in private"),
+    ] {
+        fake.dispatch_message(msg).await;
+    }
+    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "marker"))
+        .await;
+    let got = bot.next().await;
+    assert_eq!(got.sender_id, "42", "{got:?}");
+    bot.assert_idle();
+
+    // By id and by global name too.
+    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, user("7", "bob"), ",help"))
+        .await;
+    assert_eq!(bot.next().await.prompt, ",help");
+    let dora = fake_discord::user_with_global_name("8", "dora", "Dora D");
+    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, dora, "hi"))
+        .await;
+    assert_eq!(bot.next().await.sender_id, "8");
+    bot.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn allow_channels_drops_every_message_elsewhere_but_allows_threads_of_listed_channels() {
+    let fake = fake_discord::start().await;
+    fake.set_thread("700", "question-1", CHANNEL, GUILD);
+    fake.set_thread("701", "bub-other", "556", GUILD);
+    let mut bot = Bot::start(&fake, |s| s.discord.allow_channels = vec![CHANNEL.into()]).await;
+    for msg in [
+        Msg::guild(GUILD, "556", alice(), ",bash ls"),
+        Msg::guild(GUILD, "556", alice(), "follow-up"),
+        Msg::guild(GUILD, "556", alice(), "<@777> hi").mention_bot(),
+        Msg::guild(GUILD, "701", alice(), "<@777> in a thread of 556").mention_bot(),
+        Msg::dm("31", alice(), "a DM is a channel too"),
+    ] {
+        fake.dispatch_message(msg).await;
+    }
+    fake.dispatch_message(Msg::guild(GUILD, "700", alice(), ",help"))
+        .await;
+    let got = bot.next().await;
+    assert_eq!(
+        (got.chat_id.as_str(), got.prompt.as_str()),
+        ("700", ",help")
+    );
+    bot.assert_idle();
+    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "hi"))
+        .await;
+    assert_eq!(bot.next().await.chat_id, CHANNEL);
+    bot.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn bot_authors_and_system_messages_are_ignored() {
+    let fake = fake_discord::start().await;
+    let mut bot = Bot::start(&fake, |_| {}).await;
+    let other_bot = fake_discord::other_bot("88", "helper");
+    for msg in [
+        Msg::guild(GUILD, CHANNEL, other_bot.clone(), "<@777> hi").mention_bot(),
+        Msg::dm("31", other_bot, "hi"),
+        Msg::guild(GUILD, CHANNEL, fake_discord::bot_user(), "my own answer"),
+        Msg::guild(GUILD, CHANNEL, alice(), "pinned a message").set("type", json!(6)),
+        Msg::guild(GUILD, CHANNEL, alice(), ""),
+    ] {
+        fake.dispatch_message(msg).await;
+    }
+    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "marker"))
+        .await;
+    assert_eq!(prompt_json(&bot.next().await)["message"], "marker");
+    bot.assert_idle();
+    bot.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn attachments_and_stickers_are_described_in_the_metadata() {
+    let fake = fake_discord::start().await;
+    let mut bot = Bot::start(&fake, |_| {}).await;
+    let msg = Msg::dm("31", alice(), "")
+        .attachment("5", "photo.png", Some("image/png"), 2048)
+        .attachment("6", "notes", None, 12);
+    fake.dispatch_message(msg).await;
+    let p = prompt_json(&bot.next().await);
+    assert_eq!(p["type"], "attachment");
+    assert_eq!(p["message"], "[Attachment: photo.png]\n[Attachment: notes]");
+    let list = p["media"]["attachments"].as_array().unwrap();
+    assert_eq!(
+        list[0],
+        json!({"id": "5", "filename": "photo.png", "content_type": "image/png", "size": 2048,
+               "url": "https://cdn.example.invalid/attachments/5/photo.png"})
+    );
+    assert!(list[1].get("content_type").is_none(), "nulls are dropped");
+
+    fake.dispatch_message(Msg::dm("31", alice(), "").sticker("9", "wave"))
+        .await;
+    let p = prompt_json(&bot.next().await);
+    assert_eq!(p["type"], "sticker");
+    assert_eq!(p["message"], "[Sticker: wave]");
+    assert_eq!(
+        p["media"],
+        json!({"stickers": [{"id": "9", "name": "wave"}]})
+    );
+    bot.stop().await.unwrap();
+}
+
+fn sender(fake: &FakeDiscord) -> Discord {
+    Discord::new(&settings(fake, |_| {})).unwrap()
+}
+
+#[tokio::test]
+async fn a_long_answer_is_split_and_the_first_part_replies() {
+    let fake = fake_discord::start().await;
+    let discord = sender(&fake);
+    let paragraph = "word ".repeat(299) + "end.";
+    let text = [paragraph.as_str(); 3].join("\n\n");
+    assert_eq!(text.chars().count(), 4501);
+    let out = Outbound {
+        chat_id: CHANNEL.into(),
+        text,
+        reply_to: Some("1001".into()),
+    };
+    // Posting runs in the background here, as it does when a session delivers an answer.
+    let send = tokio::spawn(async move { discord.send(&out).await });
+    let posts = fake.wait_for_posts(3, WAIT).await;
+    bounded(send).await.unwrap().unwrap();
+    assert_eq!(fake.posted_messages().len(), 3);
+    for post in &posts {
+        assert_eq!(post.channel_id, CHANNEL);
+        assert!(post.content().chars().count() <= 2000);
+        assert_eq!(post.body["allowed_mentions"]["replied_user"], false);
+    }
+    assert_eq!(posts[0].reply_to(), Some("1001"));
+    assert_eq!(
+        posts[0].body["message_reference"]["fail_if_not_exists"],
+        false
+    );
+    assert!(posts[1].reply_to().is_none() && posts[2].reply_to().is_none());
+    let words: usize = posts
+        .iter()
+        .map(|p| p.content().split_whitespace().count())
+        .sum();
+    assert_eq!(words, 900, "nothing lost");
+}
+
+#[tokio::test]
+async fn a_code_block_split_across_parts_stays_balanced() {
+    let fake = fake_discord::start().await;
+    let discord = sender(&fake);
+    let code: String = (0..150)
+        .map(|i| format!("let value_{i} = compute({i});\n"))
+        .collect();
+    let text = format!("Here it is:\n\n```rust\n{code}```\n\nDone.");
+    assert!(text.chars().count() > 4000);
+    let out = Outbound {
+        chat_id: CHANNEL.into(),
+        text,
+        reply_to: None,
+    };
+    bounded(discord.send(&out)).await.unwrap();
+    let posts = fake.posted_messages();
+    assert!(posts.len() >= 3, "{}", posts.len());
+    for post in &posts {
+        let c = post.content();
+        assert!(c.chars().count() <= 2000);
+        let fences = c
+            .lines()
+            .filter(|l| l.trim_start().starts_with("```"))
+            .count();
+        assert_eq!(fences % 2, 0, "unbalanced part:\n{c}");
+        assert!(post.reply_to().is_none());
+    }
+}
+
+#[tokio::test]
+async fn a_429_is_retried_after_retry_after() {
+    let fake = fake_discord::start().await;
+    let discord = sender(&fake);
+    let limited = json!({"message": "You are being rate limited.", "retry_after": 0.5,
+                         "global": false, "code": 0});
+    fake.fail_next_post(429, limited.clone(), &[("retry-after", "0.5")]);
+    fake.fail_next_post(429, limited, &[]); // body only
+    let out = Outbound {
+        chat_id: CHANNEL.into(),
+        text: "hello".into(),
+        reply_to: None,
+    };
+    bounded(discord.send(&out)).await.unwrap();
+    let attempts = fake.requests_to("POST", "/api/v10/channels/555/messages");
+    assert_eq!(
+        attempts.iter().map(|r| r.status).collect::<Vec<_>>(),
+        [429, 429, 200]
+    );
+    for pair in attempts.windows(2) {
+        let gap = pair[1].at - pair[0].at;
+        assert!(gap >= Duration::from_millis(450), "resent after {gap:?}");
+    }
+    let posts = fake.posted_messages();
+    assert_eq!(posts.len(), 1);
+    assert_eq!(posts[0].content(), "hello");
+}
+
+#[tokio::test]
+async fn send_errors_name_the_channel_and_never_the_token() {
+    let fake = fake_discord::start().await;
+    let discord = sender(&fake);
+    fake.fail_next_post(
+        403,
+        json!({"message": "Missing Access", "code": 50001}),
+        &[],
+    );
+    let out = Outbound {
+        chat_id: CHANNEL.into(),
+        text: "hello".into(),
+        reply_to: None,
+    };
+    let err = format!("{:#}", bounded(discord.send(&out)).await.unwrap_err());
+    assert!(
+        err.contains(CHANNEL) && err.contains("Missing Access"),
+        "{err}"
+    );
+    assert!(!err.contains(TOKEN), "{err}");
+
+    let bad = Outbound {
+        chat_id: "general".into(),
+        ..out
+    };
+    let err = format!("{:#}", discord.send(&bad).await.unwrap_err());
+    assert!(err.contains("general"), "{err}");
+}
+
+#[tokio::test]
+async fn typing_posts_to_the_channel() {
+    let fake = fake_discord::start().await;
+    let discord = sender(&fake);
+    bounded(discord.typing(CHANNEL)).await.unwrap();
+    assert_eq!(fake.wait_for_typing(1, WAIT).await, [CHANNEL]);
+    assert_eq!(fake.typing_calls(), [CHANNEL]);
+    let call = &fake.requests_to("POST", "/api/v10/channels/555/typing")[0];
+    assert_eq!(
+        call.header("authorization"),
+        Some(format!("Bot {TOKEN}").as_str())
+    );
+}
+
+#[tokio::test]
+async fn shutdown_returns_promptly() {
+    let fake = fake_discord::start().await;
+    let bot = Bot::start(&fake, |_| {}).await;
+    let started = Instant::now();
+    bot.stop().await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // Cancelled before it ever connected.
+    let bot = Bot::spawn(&fake, |_| {});
+    let started = Instant::now();
+    bot.stop().await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(4));
+}
+
+#[tokio::test]
+async fn a_rejected_token_is_a_clear_error_without_the_token() {
+    let fake = fake_discord::start().await;
+    fake.require_token("another-token");
+    let bot = Bot::spawn(&fake, |_| {});
+    let err = format!("{:#}", bounded(bot.task).await.unwrap().unwrap_err());
+    assert!(err.contains("rejected the token"), "{err}");
+    assert!(!err.contains(TOKEN), "{err}");
+
+    // Accepted over REST but refused by the gateway (close code 4004).
+    let fake = fake_discord::start().await;
+    fake.reject_identify(true);
+    let bot = Bot::spawn(&fake, |_| {});
+    let err = format!("{:#}", bounded(bot.task).await.unwrap().unwrap_err());
+    assert!(err.contains("rejected the token"), "{err}");
+    assert!(!err.contains(TOKEN), "{err}");
+}
+
+#[tokio::test]
+async fn heartbeats_are_acknowledged_and_the_connection_stays_up() {
+    let fake = fake_discord::start().await;
+    fake.set_heartbeat_interval(Duration::from_millis(200));
+    let mut bot = Bot::start(&fake, |_| {}).await;
+    let deadline = Instant::now() + WAIT;
+    while fake.heartbeats() < 3 {
+        assert!(Instant::now() < deadline, "no heartbeats");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    fake.dispatch_message(Msg::dm("31", alice(), "still there?"))
+        .await;
+    assert!(bot.next().await.mentioned);
+    assert_eq!(fake.identifies().len(), 1, "no reconnect");
+    bot.stop().await.unwrap();
+}
+
+/// A `MakeWriter` collecting log output.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn logs_carry_neither_the_token_nor_message_text() {
+    let logs = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_writer({
+            let logs = logs.clone();
+            move || logs.clone()
+        })
+        .with_ansi(false)
+        .finish();
+    // The test runtime is single-threaded, so a thread-local default sees every task.
+    let _guard = tracing::subscriber::set_default(subscriber);
+
+    let fake = fake_discord::start().await;
+    let mut bot = Bot::start(&fake, |s| s.discord.allow_from = vec!["alice".into()]).await;
+    fake.dispatch_message(Msg::guild(
+        GUILD,
+        CHANNEL,
+        user("66", "mallory"),
+        "private-words-1",
+    ))
+    .await;
+    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "private-words-2").mention_bot())
+        .await;
+    assert!(bot.next().await.mentioned);
+    let out = Outbound {
+        chat_id: CHANNEL.into(),
+        text: "x".into(),
+        reply_to: None,
+    };
+    fake.fail_next_post(
+        429,
+        json!({"message": "slow down", "retry_after": 0.01}),
+        &[],
+    );
+    bot.discord.send(&out).await.unwrap();
+    bot.stop().await.unwrap();
+
+    let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
+    assert!(
+        text.contains("discord.inbound") && text.contains("sender_not_allowed"),
+        "{text}"
+    );
+    assert!(text.contains("discord.rate_limited"), "{text}");
+    let ours: String = text.lines().filter(|l| l.contains("bub::")).collect();
+    assert!(
+        !ours.contains("private-words"),
+        "message text logged:\n{ours}"
+    );
+    assert!(!text.contains(TOKEN), "token logged");
+}

@@ -1,1 +1,0 @@
-//! Fake Discord REST + gateway. Being written.
