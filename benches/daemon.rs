@@ -68,6 +68,7 @@ async fn bench() {
         .env("BUB_MESSAGE_DELAY_SECONDS", "0")
         .env("BUB_SESSION_IDLE_SECONDS", IDLE_SECONDS.to_string())
         .env("BUB_LOG_LEVEL", "warn")
+        .envs(std::env::vars().filter(|(k, _)| k.starts_with("MALLOC_")))
         .current_dir(dir.path())
         .arg("message")
         .stdout(Stdio::null())
@@ -105,7 +106,7 @@ async fn bench() {
 
     // Burst: every chat sends 5 messages at once.
     let requests_before = model.request_count();
-    let sent_before = telegram.calls_of("sendMessage").len();
+    let sent_before = telegram.sent_count();
     let start = Instant::now();
     for m in 0..BURST_MESSAGES {
         for chat in 1..=BURST_CHATS {
@@ -113,14 +114,20 @@ async fn bench() {
         }
     }
     let expected = (BURST_CHATS * BURST_MESSAGES) as usize;
+    let (mut seen, mut scanned) = (0, requests_before);
     let (turns, elapsed) = loop {
-        let requests = model.requests();
-        let seen: usize = requests[requests_before..]
-            .iter()
-            .map(|r| r.to_string().matches("burst c").count())
-            .sum();
-        let turns = requests.len() - requests_before;
-        let answered = telegram.calls_of("sendMessage").len() - sent_before;
+        // Only the last user message of a request is new in it (earlier turns are history).
+        for request in model.requests_since(scanned) {
+            scanned += 1;
+            let last = &request["messages"]
+                .as_array()
+                .expect("messages")
+                .last()
+                .expect("a message")["content"];
+            seen += last.as_str().unwrap_or_default().matches("burst c").count();
+        }
+        let turns = scanned - requests_before;
+        let answered = telegram.sent_count() - sent_before;
         if seen >= expected && answered >= turns {
             break (turns, start.elapsed());
         }
@@ -129,7 +136,7 @@ async fn bench() {
                 "burst not answered: {seen}/{expected} messages seen, {answered}/{turns} turns answered"
             );
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
     };
     let burst_rss = rss_mb(pid);
     println!(

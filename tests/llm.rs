@@ -39,7 +39,7 @@ fn request() -> ChatRequest {
         ],
         tools: vec![json!({"type": "function", "function": {
             "name": "get_time", "description": "Current time",
-            "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}}})],
+            "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}}})].into(),
         max_tokens: 256,
     }
 }
@@ -114,7 +114,7 @@ async fn request_body_and_headers() {
     fake.push_text("ok");
     let mut req = request();
     bounded(client(&fake).chat(&req)).await.unwrap();
-    req.tools.clear();
+    req.tools = Vec::new().into();
     bounded(client(&fake).chat(&req)).await.unwrap();
 
     let recorded = fake.wait_for_requests(2, Duration::from_secs(5)).await;
@@ -122,7 +122,7 @@ async fn request_body_and_headers() {
     assert_eq!(first.path, "/v1/chat/completions");
     assert_eq!(first.body["model"], "fake-model");
     assert_eq!(first.body["messages"], json!(request().messages));
-    assert_eq!(first.body["tools"], json!(request().tools));
+    assert_eq!(first.body["tools"], json!(*request().tools));
     assert_eq!(first.body["max_tokens"], 256);
     assert_eq!(first.body["stream"], false);
     assert_eq!(

@@ -84,9 +84,20 @@ impl ChannelManager {
         let tracker = TaskTracker::new();
         let mut failure = None;
         let mut receiving = true;
+        let mut trim = tokio::time::interval(
+            (self.cfg.idle_ttl / 2).clamp(Duration::from_secs(1), Duration::from_secs(60)),
+        );
+        let mut peak_sessions = 0;
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
+                _ = trim.tick() => {
+                    let live = self.actors.lock().expect("actor map").len();
+                    if live < peak_sessions {
+                        trim_heap();
+                    }
+                    peak_sessions = live;
+                }
                 inbound = rx.recv(), if receiving => match inbound {
                     Some(inbound) => self.route(inbound, &tracker, &actors_stop),
                     None => receiving = false,
@@ -155,5 +166,15 @@ impl ChannelManager {
             self.actors.clone(),
         );
         tracker.spawn(actor.run(rx, stop.clone()));
+    }
+}
+
+/// Gives the heap pages freed by evicted sessions back to the OS. glibc keeps freed memory in
+/// its arenas, so without this the daemon's RSS would stay at its busiest level forever.
+fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free memory to the OS; it has no other effect.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }

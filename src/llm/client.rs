@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
 use reqwest::{Response, Url};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 use super::response::{error_message, parse_completion, parse_retry_after};
 use super::sse::{SseDecoder, StreamAccumulator};
@@ -157,21 +157,21 @@ impl LlmClient {
 
     /// The request body. Key order follows the OpenAI documentation.
     pub fn request_body(&self, req: &ChatRequest, stream: bool) -> Value {
-        let mut body = Map::new();
-        body.insert("model".into(), Value::String(self.cfg.model.clone()));
-        body.insert("messages".into(), Value::Array(req.messages.clone()));
-        if !req.tools.is_empty() {
-            body.insert("tools".into(), Value::Array(req.tools.clone()));
+        serde_json::to_value(self.body(req, stream)).expect("a request body serializes")
+    }
+
+    /// The body as a borrowed view (serialized once per call, never cloned).
+    fn body<'a>(&'a self, req: &'a ChatRequest, stream: bool) -> RequestBody<'a> {
+        RequestBody {
+            model: &self.cfg.model,
+            messages: &req.messages,
+            tools: &req.tools,
+            max_tokens: req.max_tokens,
+            stream,
+            stream_options: stream.then_some(StreamOptions {
+                include_usage: true,
+            }),
         }
-        body.insert("max_tokens".into(), req.max_tokens.into());
-        body.insert("stream".into(), stream.into());
-        if stream {
-            body.insert(
-                "stream_options".into(),
-                serde_json::json!({"include_usage": true}),
-            );
-        }
-        Value::Object(body)
     }
 
     /// The attempt loop shared by [`Self::chat`] and [`Self::chat_stream`].
@@ -181,7 +181,9 @@ impl LlmClient {
         mut sink: TextSink<'_, '_>,
     ) -> Result<ChatResponse, LlmError> {
         let stream = sink.is_some();
-        let body = self.request_body(req, stream);
+        let body = serde_json::to_vec(&self.body(req, stream)).map_err(|e| {
+            LlmError::Config(format!("cannot encode the request: {e}"))
+        })?;
         let attempts = self.cfg.max_retries.max(1);
         tracing::debug!(
             provider = %self.cfg.provider,
@@ -246,7 +248,7 @@ impl LlmClient {
     /// One HTTP exchange: send, check the status, read the body (plain or SSE).
     async fn attempt(
         &self,
-        body: &Value,
+        body: &[u8],
         sink: TextSink<'_, '_>,
         emitted: &mut bool,
     ) -> Result<ChatResponse, Failure> {
@@ -255,7 +257,8 @@ impl LlmClient {
             .post(self.endpoint.clone())
             .header("HTTP-Referer", "https://bub.build/")
             .header("X-Title", "Bub")
-            .json(body);
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.to_vec());
         if let Some(auth) = &self.auth {
             request = request.header(AUTHORIZATION, auth.clone());
         }
@@ -460,13 +463,13 @@ mod tests {
         );
         let mut req = ChatRequest {
             messages: vec![serde_json::json!({"role":"user","content":"hi"})],
-            tools: vec![],
+            tools: Vec::new().into(),
             max_tokens: 64,
         };
         let body = c.request_body(&req, false);
         let keys: Vec<_> = body.as_object().unwrap().keys().cloned().collect();
         assert_eq!(keys, ["model", "messages", "max_tokens", "stream"]);
-        req.tools.push(serde_json::json!({"type":"function"}));
+        req.tools = vec![serde_json::json!({"type":"function"})].into();
         let body = c.request_body(&req, true);
         assert_eq!(body["tools"][0]["type"], "function");
         assert_eq!(body["stream_options"]["include_usage"], true);
@@ -517,4 +520,22 @@ mod tests {
         );
         assert!(!format!("{c:?}").contains("sk-abc"));
     }
+}
+
+/// The JSON body of a chat completion request.
+#[derive(serde::Serialize)]
+struct RequestBody<'a> {
+    model: &'a str,
+    messages: &'a [Value],
+    #[serde(skip_serializing_if = "<[Value]>::is_empty")]
+    tools: &'a [Value],
+    max_tokens: u32,
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(serde::Serialize)]
+struct StreamOptions {
+    include_usage: bool,
 }

@@ -18,6 +18,8 @@ pub mod sse;
 use std::fmt;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 pub use client::LlmClient;
@@ -28,7 +30,8 @@ pub struct ChatRequest {
     /// OpenAI message objects (`{"role": "...", "content": ...}`, assistant `tool_calls`, ...).
     pub messages: Vec<Value>,
     /// OpenAI `tools[]` entries (`{"type":"function","function":{...}}`); omitted when empty.
-    pub tools: Vec<Value>,
+    /// Shared: a session's tool list is built once and reused by every call.
+    pub tools: Arc<[Value]>,
     /// `max_tokens` of the reply.
     pub max_tokens: u32,
 }

@@ -123,6 +123,8 @@ pub fn model_name(name: &str) -> String {
 pub struct Registry {
     tools: BTreeMap<String, Tool>,
     by_model_name: BTreeMap<String, String>,
+    /// The OpenAI `tools[]` entries, built once (every model call sends them).
+    specs: Arc<[Value]>,
 }
 
 impl Registry {
@@ -139,6 +141,7 @@ impl Registry {
         let mut reg = Self {
             tools: BTreeMap::new(),
             by_model_name: BTreeMap::new(),
+            specs: Arc::from(Vec::new()),
         };
         for tool in tools {
             let keep = allowed.is_empty()
@@ -156,6 +159,7 @@ impl Registry {
             reg.by_model_name.insert(mn, tool.name.clone());
             reg.tools.insert(tool.name.clone(), tool);
         }
+        reg.specs = reg.tools.values().map(Tool::openai_spec).collect();
         reg
     }
 
@@ -176,8 +180,8 @@ impl Registry {
     }
 
     /// The OpenAI `tools` array.
-    pub fn openai_specs(&self) -> Vec<Value> {
-        self.tools.values().map(Tool::openai_spec).collect()
+    pub fn openai_specs(&self) -> Arc<[Value]> {
+        self.specs.clone()
     }
 
     /// Runs a tool. `args` must be a JSON object (or null); string values are coerced to the

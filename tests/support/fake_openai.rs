@@ -224,6 +224,12 @@ impl FakeOpenAi {
         self.recorded().into_iter().map(|r| r.body).collect()
     }
 
+    /// The JSON bodies of the requests after the first `skip` (cheap polling of long runs).
+    pub fn requests_since(&self, skip: usize) -> Vec<Value> {
+        let recorded = self.shared.recorded.lock().unwrap();
+        recorded.iter().skip(skip).map(|r| r.body.clone()).collect()
+    }
+
     /// Everything received so far, oldest first.
     pub fn recorded(&self) -> Vec<RecordedRequest> {
         self.shared.recorded.lock().unwrap().clone()

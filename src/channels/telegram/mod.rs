@@ -245,7 +245,11 @@ impl Channel for Telegram {
                 respond(())
             }
         });
+        // One worker for all chats, in arrival order: the handler only filters and forwards
+        // (sessions do the per-chat work), and teloxide's per-chat workers would otherwise
+        // stay alive for every chat ever seen.
         let mut dispatcher = Dispatcher::builder(self.bot.clone(), handler)
+            .distribution_function(|_| None::<()>)
             .default_handler(|update: Arc<Update>| async move {
                 tracing::debug!(
                     update_id = update.id.0,

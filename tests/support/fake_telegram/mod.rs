@@ -219,6 +219,16 @@ impl FakeTelegram {
             .collect()
     }
 
+    /// How many `sendMessage` calls arrived (cheap, for polling long runs).
+    pub fn sent_count(&self) -> usize {
+        let state = self.shared.state.lock().unwrap();
+        state
+            .calls
+            .iter()
+            .filter(|c| c.method == "sendmessage")
+            .count()
+    }
+
     /// The bodies of all `sendMessage` calls, oldest first.
     pub fn sent_messages(&self) -> Vec<Value> {
         self.calls_of("sendmessage")
