@@ -13,3 +13,12 @@ pub mod llm;
 pub mod logging;
 pub mod tape;
 pub mod tools;
+
+/// Idle keep-alive connections each HTTP client keeps per host. A burst of concurrent turns may
+/// open hundreds of connections; keeping them all would pin their buffers in memory long after
+/// the burst, so only some stay warm, and only for [`HTTP_IDLE_TIMEOUT`].
+pub const HTTP_IDLE_CONNECTIONS: usize = 64;
+
+/// How long an idle keep-alive connection stays open: well below the session idle TTL, so by
+/// the time sessions are evicted (and the heap trimmed) their connections are gone too.
+pub const HTTP_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);

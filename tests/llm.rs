@@ -39,7 +39,8 @@ fn request() -> ChatRequest {
         ],
         tools: vec![json!({"type": "function", "function": {
             "name": "get_time", "description": "Current time",
-            "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}}})].into(),
+            "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}}}})]
+        .into(),
         max_tokens: 256,
     }
 }

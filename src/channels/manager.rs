@@ -21,6 +21,9 @@ use super::{Channel, Inbound};
 /// How long running turns may take to finish after a shutdown signal.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
 
+/// How often the manager checks whether sessions were evicted and, if so, trims the heap.
+const TRIM_CHECK_EVERY: Duration = Duration::from_secs(5);
+
 /// Runs channels and their session actors.
 pub struct ChannelManager {
     channels: HashMap<&'static str, Arc<dyn Channel>>,
@@ -84,9 +87,7 @@ impl ChannelManager {
         let tracker = TaskTracker::new();
         let mut failure = None;
         let mut receiving = true;
-        let mut trim = tokio::time::interval(
-            (self.cfg.idle_ttl / 2).clamp(Duration::from_secs(1), Duration::from_secs(60)),
-        );
+        let mut trim = tokio::time::interval(TRIM_CHECK_EVERY);
         let mut peak_sessions = 0;
         loop {
             tokio::select! {

@@ -109,7 +109,9 @@ impl LlmClient {
 
         let mut builder = reqwest::Client::builder()
             .user_agent(concat!("bub/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(CONNECT_TIMEOUT);
+            .connect_timeout(CONNECT_TIMEOUT)
+            .pool_max_idle_per_host(crate::HTTP_IDLE_CONNECTIONS)
+            .pool_idle_timeout(crate::HTTP_IDLE_TIMEOUT);
         if local {
             // A proxy from the environment must not capture calls to a local server.
             builder = builder.no_proxy();
@@ -181,9 +183,8 @@ impl LlmClient {
         mut sink: TextSink<'_, '_>,
     ) -> Result<ChatResponse, LlmError> {
         let stream = sink.is_some();
-        let body = serde_json::to_vec(&self.body(req, stream)).map_err(|e| {
-            LlmError::Config(format!("cannot encode the request: {e}"))
-        })?;
+        let body = serde_json::to_vec(&self.body(req, stream))
+            .map_err(|e| LlmError::Config(format!("cannot encode the request: {e}")))?;
         let attempts = self.cfg.max_retries.max(1);
         tracing::debug!(
             provider = %self.cfg.provider,

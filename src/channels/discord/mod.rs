@@ -94,7 +94,9 @@ impl Discord {
         let mut builder = reqwest::Client::builder()
             .use_rustls_tls()
             .connect_timeout(Duration::from_secs(10))
-            .timeout(REQUEST_TIMEOUT);
+            .timeout(REQUEST_TIMEOUT)
+            .pool_max_idle_per_host(crate::HTTP_IDLE_CONNECTIONS)
+            .pool_idle_timeout(crate::HTTP_IDLE_TIMEOUT);
         let proxy = d.proxy.as_deref().map(str::trim).filter(|p| !p.is_empty());
         builder = match proxy {
             Some(proxy) => builder.proxy(

@@ -83,7 +83,9 @@ impl Telegram {
         let url = reqwest::Url::parse(base).map_err(|e| {
             ConfigError::new("BUB_TELEGRAM_API_BASE", format!("not a valid URL: {e}"))
         })?;
-        let builder = teloxide::net::default_reqwest_settings();
+        let builder = teloxide::net::default_reqwest_settings()
+            .pool_max_idle_per_host(crate::HTTP_IDLE_CONNECTIONS)
+            .pool_idle_timeout(crate::HTTP_IDLE_TIMEOUT);
         let builder = match tg.proxy.as_deref().map(str::trim).filter(|p| !p.is_empty()) {
             Some(proxy) => builder
                 .proxy(reqwest::Proxy::all(proxy).map_err(|_| {
