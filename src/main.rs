@@ -1,5 +1,6 @@
 //! The `bub` command line: parses arguments, loads settings (exit code 2 on a configuration
-//! error, before anything runs) and dispatches to the terminal chat or a one-shot turn.
+//! error, before anything runs) and dispatches to the terminal chat, a one-shot turn, the
+//! channel daemon, the scheduler (`idle`) or the job list.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,10 +10,13 @@ use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use bub::agent::AgentRuntime;
+use bub::channels::Channel;
 use bub::channels::manager::ChannelManager;
 use bub::channels::session::SessionConfig;
 use bub::config::{LoadOptions, Settings};
 use bub::logging::{self, LogTarget};
+use bub::scheduler::fire::AgentJobs;
+use bub::scheduler::{JobStore, Scheduler};
 
 /// Exit code for configuration and usage errors.
 const EXIT_CONFIG: u8 = 2;
@@ -69,10 +73,17 @@ enum Command {
         #[arg(long, value_name = "NAMES")]
         tools: Vec<String>,
     },
-    /// The channel daemon: serve Telegram and/or Discord until SIGINT/SIGTERM.
+    /// The channel daemon: serve Telegram and/or Discord (and scheduled jobs) until
+    /// SIGINT/SIGTERM.
     Message,
-    /// The scheduler alone, for autonomous containers — not available yet.
+    /// The scheduler alone, for autonomous containers: fires scheduled jobs and sends their
+    /// answers to the chats (no polling), until SIGINT/SIGTERM.
     Idle,
+    /// Scheduled jobs of every session in BUB_HOME.
+    Jobs {
+        #[command(subcommand)]
+        action: JobsAction,
+    },
     /// Send one message through a channel — not available yet.
     Send {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
@@ -80,10 +91,18 @@ enum Command {
     },
 }
 
+#[derive(Subcommand, Debug)]
+enum JobsAction {
+    /// List all jobs: id, next run, trigger, session, last status, message.
+    List,
+    /// Remove a job by id (any session).
+    Remove { id: String },
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let command = cli.command.unwrap_or(Command::Chat);
-    if let Command::Idle | Command::Send { .. } = command {
+    if let Command::Send { .. } = command {
         eprintln!("bub: this command is not available in this version yet");
         return ExitCode::from(EXIT_CONFIG);
     }
@@ -94,6 +113,9 @@ fn main() -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
+    if let Command::Jobs { action } = &command {
+        return jobs(&settings, action);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -106,6 +128,7 @@ fn main() -> ExitCode {
         match command {
             Command::Run { message, tools } => run(settings, &session_id, &message, &tools).await,
             Command::Message => message(settings).await,
+            Command::Idle => idle(settings).await,
             _ => chat(settings, session_id).await,
         }
     })
@@ -185,23 +208,108 @@ async fn message(settings: Settings) -> ExitCode {
         }
     };
     let cfg = SessionConfig::from_settings(&settings);
+    let scheduler_enabled = settings.scheduler_enabled;
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
-    let mut manager = ChannelManager::new(agent, cfg);
-    for channel in channels {
-        if let Err(e) = manager.add(channel) {
+    let mut manager = ChannelManager::new(agent.clone(), cfg);
+    for channel in &channels {
+        if let Err(e) = manager.add(channel.clone()) {
             eprintln!("bub: {e:#}");
             return ExitCode::from(EXIT_CONFIG);
         }
     }
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
-    match manager.run(shutdown).await {
+    let scheduler = scheduler_enabled
+        .then(|| tokio::spawn(scheduler(agent, channels).run(shutdown.child_token())));
+    let served = manager.run(shutdown.clone()).await;
+    shutdown.cancel();
+    if let Some(scheduler) = scheduler {
+        report_scheduler(scheduler.await);
+    }
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("bub: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// `bub idle`: only the scheduler, with send-only channel clients for delivering answers.
+async fn idle(settings: Settings) -> ExitCode {
+    logging::init(&settings, LogTarget::Stderr);
+    let channels = match bub::channels::configured_channels(&settings) {
+        Ok(channels) => channels,
+        Err(e) => {
+            eprintln!("bub: {e:#}");
+            let config = e.downcast_ref::<bub::config::ConfigError>().is_some();
+            return ExitCode::from(if config { EXIT_CONFIG } else { 1 });
+        }
+    };
+    let names: Vec<&str> = channels.iter().map(|c| c.name()).collect();
+    tracing::info!(home = %settings.home.display(), channels = ?names, "idle.start");
+    let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    let result = scheduler(agent, channels).run(shutdown).await;
+    tracing::info!("idle.stop");
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bub: scheduler: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The scheduler of this process: jobs run as turns of `agent`, answers go out via `channels`.
+fn scheduler(agent: Arc<AgentRuntime>, channels: Vec<Arc<dyn Channel>>) -> Scheduler {
+    let settings = agent.settings();
+    let (home, catch_up) = (settings.home.clone(), settings.scheduler_catch_up);
+    Scheduler::new(&home, catch_up, Arc::new(AgentJobs::new(agent, channels)))
+}
+
+fn report_scheduler(result: Result<anyhow::Result<()>, tokio::task::JoinError>) {
+    match result {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::error!(error = %format!("{e:#}"), "scheduler.error"),
+        Err(e) => tracing::error!(error = %e, "scheduler.panicked"),
+    }
+}
+
+/// `bub jobs list` / `bub jobs remove ID`.
+fn jobs(settings: &Settings, action: &JobsAction) -> ExitCode {
+    let store = JobStore::new(&settings.home);
+    let result = match action {
+        JobsAction::List => store.load().map(|jobs| {
+            if jobs.is_empty() {
+                println!("(no scheduled jobs)");
+            }
+            for job in &jobs {
+                println!("{}", bub::tools::schedule::job_row(job, true));
+            }
+            ExitCode::SUCCESS
+        }),
+        JobsAction::Remove { id } => store
+            .update(|jobs| {
+                let before = jobs.len();
+                jobs.retain(|j| j.id != *id);
+                jobs.len() < before
+            })
+            .map(|removed| {
+                if removed {
+                    println!("removed: {id}");
+                    ExitCode::SUCCESS
+                } else {
+                    eprintln!("bub: job not found: {id}");
+                    ExitCode::FAILURE
+                }
+            }),
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("bub: {}: {e:#}", store.path().display());
+        ExitCode::FAILURE
+    })
 }
 
 /// Cancels `shutdown` on SIGINT or SIGTERM; a second signal, or 10 s without a clean stop,

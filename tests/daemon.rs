@@ -4,120 +4,12 @@
 
 mod support;
 
-use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
+use support::bub_env::{Env, WAIT, texts};
 use support::fake_discord::{self, Msg};
-use support::fake_openai::{self, FakeOpenAi};
-use support::fake_telegram::{self, FakeTelegram, group_text, private_text};
-
-const WAIT: Duration = Duration::from_secs(20);
-
-struct Daemon {
-    child: tokio::process::Child,
-}
-
-impl Daemon {
-    /// Sends SIGTERM and waits for the exit status (bounded).
-    async fn stop(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().expect("running") as i32;
-        // SAFETY: sending a signal to our own child process.
-        unsafe { libc::kill(pid, libc::SIGTERM) };
-        tokio::time::timeout(Duration::from_secs(12), self.child.wait())
-            .await
-            .expect("stopped within 10 s of SIGTERM")
-            .unwrap()
-    }
-}
-
-struct Env {
-    _dir: tempfile::TempDir,
-    home: PathBuf,
-    workspace: PathBuf,
-    model: FakeOpenAi,
-    telegram: FakeTelegram,
-    vars: Vec<(String, String)>,
-}
-
-impl Env {
-    async fn new() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let home = dir.path().join("home");
-        let workspace = dir.path().join("ws");
-        std::fs::create_dir_all(&workspace).unwrap();
-        let model = fake_openai::start().await;
-        let telegram = fake_telegram::start().await;
-        let vars = [
-            ("BUB_HOME", home.to_string_lossy().to_string()),
-            ("BUB_MODEL", "openai:test-model".into()),
-            ("BUB_API_KEY", "sk-test-secret".into()),
-            ("BUB_API_BASE", model.base_url()),
-            ("BUB_TELEGRAM_ENABLED", "true".into()),
-            ("BUB_TELEGRAM_TOKEN", fake_telegram::TOKEN.into()),
-            ("BUB_TELEGRAM_API_BASE", telegram.api_base()),
-            ("BUB_MESSAGE_DEBOUNCE_SECONDS", "0".into()),
-            ("BUB_MESSAGE_DELAY_SECONDS", "0".into()),
-            ("BUB_LOG_LEVEL", "info".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
-        Self {
-            _dir: dir,
-            home,
-            workspace,
-            model,
-            telegram,
-            vars,
-        }
-    }
-
-    fn set(&mut self, key: &str, value: &str) {
-        self.vars.push((key.into(), value.into()));
-    }
-
-    fn start(&self) -> Daemon {
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_bub"));
-        cmd.env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", self.home.join("user"))
-            .env("NO_PROXY", "127.0.0.1")
-            .envs(self.vars.iter().map(|(k, v)| (k, v)))
-            .current_dir(&self.workspace)
-            .arg("message")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        Daemon {
-            child: cmd.spawn().unwrap(),
-        }
-    }
-
-    /// The last user message of every model request.
-    fn model_prompts(&self) -> Vec<String> {
-        self.model
-            .requests()
-            .iter()
-            .map(|r| {
-                let messages = r["messages"].as_array().unwrap();
-                messages.last().unwrap()["content"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string()
-            })
-            .collect()
-    }
-}
-
-fn texts(calls: &[support::fake_telegram::Call]) -> Vec<String> {
-    calls
-        .iter()
-        .map(|c| c.body["text"].as_str().unwrap_or_default().to_string())
-        .collect()
-}
+use support::fake_telegram::{self, group_text, private_text};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn private_message_is_answered_once_and_recorded() {

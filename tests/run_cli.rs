@@ -536,7 +536,7 @@ async fn unknown_subcommand_and_missing_workspace_fail_clearly() {
         "{}",
         stderr(&out)
     );
-    let out = env.run(&["idle"]).await;
+    let out = env.run(&["send", "telegram", "1", "hi"]).await;
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("not available"), "{}", stderr(&out));
     let out = env.run(&["message"]).await;

@@ -162,6 +162,21 @@ impl AgentRuntime {
         }
     }
 
+    /// Records an event on a session's tape, after the session's running turn (if any) ends.
+    pub async fn append_event(&self, session_id: &str, name: &str, data: serde_json::Value) {
+        let result = match self.session(session_id) {
+            Ok(session) => {
+                let session = session.lock().await;
+                let mut tape = session.ctx.tape.lock().expect("tape lock");
+                tape.event(name, data).map(|_| ())
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = result {
+            tracing::error!(session = session_id, error = %e, "tape.append.error");
+        }
+    }
+
     /// Runs one turn in `session_id`. Waits for the session's previous turn to finish first.
     pub async fn handle_input(&self, session_id: &str, text: &str) -> TurnResult {
         let session = match self.session(session_id) {

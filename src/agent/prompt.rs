@@ -26,7 +26,14 @@ const RUNTIME_CONTRACT: &str = "<runtime_contract>
 Your context is the tape since its last anchor. If it grows long or calls fail because the
 context is too large, call `tape.handoff` with a short `summary` and `next_steps`: the summary
 is carried forward and older entries leave the context.
-</context_contract>";
+</context_contract>
+<autonomy_contract>
+For anything later than now, use `schedule.add` (never `sleep`): the job runs as a turn in this
+session and your answer reaches this chat. To resume long work after the machine or container
+restarts, write the steps to a file and an executable `startup.sh` in the workspace root that
+continues them (e.g. `bub run \"Resume the task in NOTES.md\"`); the container runs it at start,
+with the scheduler alongside.
+</autonomy_contract>";
 
 /// Names referenced as `$name` in `text` (trailing dots and dashes dropped, so `$fs.read.` at
 /// the end of a sentence still matches `fs.read`).

@@ -95,9 +95,9 @@ pub trait Channel: Send + Sync + 'static {
     }
 }
 
-/// The adapters enabled in `settings` (`BUB_TELEGRAM_ENABLED`, `BUB_DISCORD_ENABLED`). None
-/// enabled is a configuration error: the daemon would have nothing to serve.
-pub fn enabled_channels(settings: &Settings) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
+/// The adapters enabled in `settings` (`BUB_TELEGRAM_ENABLED`, `BUB_DISCORD_ENABLED`), possibly
+/// none.
+pub fn configured_channels(settings: &Settings) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
     let mut channels: Vec<Arc<dyn Channel>> = Vec::new();
     if settings.telegram.enabled {
         channels.push(Arc::new(telegram::Telegram::new(settings)?));
@@ -105,6 +105,13 @@ pub fn enabled_channels(settings: &Settings) -> anyhow::Result<Vec<Arc<dyn Chann
     if settings.discord.enabled {
         channels.push(Arc::new(discord::Discord::new(settings)?));
     }
+    Ok(channels)
+}
+
+/// The adapters enabled in `settings`. None enabled is a configuration error: the daemon would
+/// have nothing to serve.
+pub fn enabled_channels(settings: &Settings) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
+    let channels = configured_channels(settings)?;
     if channels.is_empty() {
         return Err(ConfigError::new(
             "BUB_TELEGRAM_ENABLED",

@@ -149,6 +149,18 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
         &mut s.session_idle_seconds,
         parse_seconds,
     )?;
+    set(
+        l,
+        "BUB_SCHEDULER_ENABLED",
+        &mut s.scheduler_enabled,
+        parse_bool,
+    )?;
+    set(
+        l,
+        "BUB_SCHEDULER_CATCH_UP",
+        &mut s.scheduler_catch_up,
+        parse_bool,
+    )?;
     s.ollama_api_key = secret(l, "BUB_OLLAMA_API_KEY")?;
     set_url(l, "BUB_OLLAMA_API_BASE", &mut s.ollama_api_base)?;
     set(l, "BUB_LOG_LEVEL", &mut s.log_level, parse_log_level)?;

@@ -92,6 +92,12 @@ pub struct Settings {
     /// `BUB_SESSION_IDLE_SECONDS` (default 600): a chat's session actor is evicted after this
     /// long without messages or turns.
     pub session_idle_seconds: f64,
+    /// `BUB_SCHEDULER_ENABLED` (default true): `bub message` also runs scheduled jobs (when no
+    /// other process on this `BUB_HOME` does).
+    pub scheduler_enabled: bool,
+    /// `BUB_SCHEDULER_CATCH_UP` (default true): runs missed while no scheduler was alive fire
+    /// once at startup (recurring ones coalesced); `false` skips them.
+    pub scheduler_catch_up: bool,
     /// `BUB_OLLAMA_API_KEY`.
     pub ollama_api_key: Option<String>,
     /// `BUB_OLLAMA_API_BASE` (default `https://ollama.com/api`).
@@ -154,6 +160,8 @@ impl Settings {
             active_time_window_seconds: 60.0,
             mention_keyword: "bub".to_owned(),
             session_idle_seconds: 600.0,
+            scheduler_enabled: true,
+            scheduler_catch_up: true,
             ollama_api_key: None,
             ollama_api_base: DEFAULT_OLLAMA_API_BASE.to_owned(),
             telegram: TelegramSettings::default(),
@@ -258,6 +266,8 @@ impl fmt::Debug for Settings {
             )
             .field("mention_keyword", &self.mention_keyword)
             .field("session_idle_seconds", &self.session_idle_seconds)
+            .field("scheduler_enabled", &self.scheduler_enabled)
+            .field("scheduler_catch_up", &self.scheduler_catch_up)
             .field("ollama_api_key", &secret(&self.ollama_api_key))
             .field("ollama_api_base", &self.ollama_api_base)
             .field("telegram", &self.telegram)

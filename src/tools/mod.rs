@@ -4,6 +4,7 @@
 pub mod fs;
 pub mod meta;
 pub mod registry;
+pub mod schedule;
 pub mod shell;
 pub mod tape;
 
@@ -16,6 +17,7 @@ pub fn builtin_registry(allowed: &[String]) -> Registry {
     tools.extend(shell::tools());
     tools.extend(fs::tools());
     tools.extend(tape::tools());
+    tools.extend(schedule::tools());
     tools.extend(meta::tools());
     Registry::new(tools, allowed)
 }

@@ -3,6 +3,7 @@
 //! internet.
 #![allow(dead_code)]
 
+pub mod bub_env;
 pub mod fake_discord;
 pub mod fake_openai;
 pub mod fake_telegram;

@@ -1,0 +1,117 @@
+//! What a fired job does in this process: one turn in the job's session (in-process, queued
+//! behind any turn already running there), delivery of the answer to the session's chat
+//! through its channel, and a `schedule.run` record on the session's tape.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::json;
+
+use super::JobRunner;
+use super::job::{Job, local_time};
+use crate::agent::AgentRuntime;
+use crate::channels::session::render_output;
+use crate::channels::{Channel, Outbound};
+
+/// Runs jobs with the agent and delivers answers through the process's channels (full adapters
+/// in `bub message`, send-only ones in `bub idle`).
+pub struct AgentJobs {
+    agent: Arc<AgentRuntime>,
+    channels: Vec<Arc<dyn Channel>>,
+    /// Runtimes for jobs created in another workspace than this process's (each workspace has
+    /// its own tapes).
+    others: Mutex<HashMap<PathBuf, Arc<AgentRuntime>>>,
+}
+
+impl AgentJobs {
+    pub fn new(agent: Arc<AgentRuntime>, channels: Vec<Arc<dyn Channel>>) -> Self {
+        Self {
+            agent,
+            channels,
+            others: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The runtime of the job's workspace: this process's for its own workspace.
+    fn agent_for(&self, workspace: &std::path::Path) -> Arc<AgentRuntime> {
+        if workspace == self.agent.settings().workspace || workspace.as_os_str().is_empty() {
+            return self.agent.clone();
+        }
+        let mut others = self.others.lock().expect("runtimes lock");
+        others
+            .entry(workspace.to_path_buf())
+            .or_insert_with(|| {
+                let mut settings = self.agent.settings().clone();
+                settings.workspace = workspace.to_path_buf();
+                Arc::new(AgentRuntime::new(settings, Vec::new()))
+            })
+            .clone()
+    }
+
+    /// The channel owning a session (`telegram:42` → the Telegram adapter, chat `42`).
+    fn channel_for<'a>(&self, session: &'a str) -> Option<(Arc<dyn Channel>, &'a str)> {
+        let (name, chat) = session.split_once(':')?;
+        let channel = self.channels.iter().find(|c| c.name() == name)?;
+        Some((channel.clone(), chat))
+    }
+}
+
+#[async_trait]
+impl JobRunner for AgentJobs {
+    async fn run(&self, job: Job, due: DateTime<Utc>) -> Result<(), String> {
+        let agent = self.agent_for(&job.workspace);
+        let result = agent
+            .handle_input(&job.session, &scheduled_prompt(&job, due))
+            .await;
+        let text = render_output(&result, agent.settings().proactive_response);
+        let delivery = match self.channel_for(&job.session) {
+            _ if text.is_empty() => Ok("nothing to send".to_owned()),
+            None => Ok("no channel for this session; the answer is on the tape".to_owned()),
+            Some((channel, chat_id)) => {
+                let out = Outbound {
+                    chat_id: chat_id.to_owned(),
+                    text,
+                    reply_to: None,
+                };
+                match channel.send(&out).await {
+                    Ok(()) => Ok(format!("sent to {}", job.session)),
+                    Err(e) => Err(format!("{e:#}")),
+                }
+            }
+        };
+        let record = json!({
+            "job": job.id,
+            "due": due,
+            "error": result.error,
+            "delivered": delivery.is_ok(),
+            "delivery": match &delivery { Ok(s) | Err(s) => s },
+        });
+        agent
+            .append_event(&job.session, "schedule.run", record)
+            .await;
+        match (result.error, delivery) {
+            (Some(e), _) => Err(e),
+            (None, Err(e)) => Err(format!("delivery failed: {e}")),
+            (None, Ok(_)) => Ok(()),
+        }
+    }
+}
+
+/// The turn input of a fired job: the job's message, introduced as a scheduled run. A comma
+/// command (`,bash …`) is run as is.
+pub fn scheduled_prompt(job: &Job, due: DateTime<Utc>) -> String {
+    if job.message.trim_start().starts_with(',') {
+        return job.message.clone();
+    }
+    format!(
+        "[Scheduled run of job {id} ({trigger}), due {due}. No one sent this now: it is a task \
+         scheduled earlier in this session. Do it; your answer is delivered to this chat.]\n{message}",
+        id = job.id,
+        trigger = job.trigger,
+        due = local_time(due),
+        message = job.message,
+    )
+}

@@ -1,0 +1,192 @@
+//! Schedule tools: `schedule.add`, `schedule.list`, `schedule.remove`.
+//!
+//! They only edit `BUB_HOME/jobs.json` (any process may); the process owning the scheduler
+//! fires the jobs. A session sees and removes only its own jobs.
+
+use chrono::Utc;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::registry::parse_args;
+use super::{Tool, ToolContext, ToolError};
+use crate::scheduler::job::{self, Job, TriggerSpec, local_time};
+use crate::scheduler::{CHANGED, JobStore};
+
+#[derive(Deserialize)]
+struct AddArgs {
+    message: String,
+    #[serde(default)]
+    after_seconds: Option<f64>,
+    #[serde(default)]
+    interval_seconds: Option<f64>,
+    #[serde(default)]
+    cron: Option<String>,
+    #[serde(default)]
+    at: Option<String>,
+    #[serde(default)]
+    timezone: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RemoveArgs {
+    job_id: String,
+}
+
+/// One job as a line: `<id> next=<time or -> <trigger> [session=<s>] msg=<message>`.
+pub fn job_row(job: &Job, with_session: bool) -> String {
+    let next = job.next_run.map_or_else(|| "-".to_owned(), local_time);
+    let session = if with_session {
+        format!(" session={}", job.session)
+    } else {
+        String::new()
+    };
+    let status = job
+        .last_status
+        .as_deref()
+        .map(|s| format!(" last={s}"))
+        .unwrap_or_default();
+    format!(
+        "{} next={next} trigger={}{session}{status} msg={}",
+        job.id, job.trigger, job.message
+    )
+}
+
+/// Runs a store operation off the async threads (file I/O under a lock).
+async fn with_store<R: Send + 'static>(
+    ctx: &ToolContext,
+    f: impl FnOnce(JobStore) -> Result<R, ToolError> + Send + 'static,
+) -> Result<R, ToolError> {
+    let store = JobStore::new(&ctx.settings.home);
+    tokio::task::spawn_blocking(move || f(store))
+        .await
+        .map_err(|e| ToolError::new(format!("schedule task failed: {e}")))?
+}
+
+async fn add(args: Value, ctx: ToolContext) -> Result<String, ToolError> {
+    let args: AddArgs = parse_args(args)?;
+    if args.message.trim().is_empty() {
+        return Err(ToolError::new("message must not be empty"));
+    }
+    let now = Utc::now();
+    let trigger = TriggerSpec {
+        after_seconds: args.after_seconds,
+        interval_seconds: args.interval_seconds,
+        cron: args.cron,
+        at: args.at,
+        timezone: args.timezone,
+    }
+    .build(now)
+    .map_err(ToolError::new)?;
+    let job = Job {
+        id: job::new_id(),
+        session: ctx.session_id.clone(),
+        message: args.message,
+        workspace: ctx.workspace.clone(),
+        next_run: trigger.next_after(now - chrono::Duration::milliseconds(1)),
+        trigger,
+        created: now,
+        last_run: None,
+        last_status: None,
+    };
+    let text = format!(
+        "scheduled: {} next={}",
+        job.id,
+        job.next_run.map_or_else(|| "-".to_owned(), local_time)
+    );
+    with_store(&ctx, move |store| {
+        store.update(|jobs| jobs.push(job)).map_err(ToolError::from)
+    })
+    .await?;
+    CHANGED.notify_one();
+    Ok(text)
+}
+
+async fn list(ctx: ToolContext) -> Result<String, ToolError> {
+    let session = ctx.session_id.clone();
+    let jobs = with_store(&ctx, |store| store.load().map_err(ToolError::from)).await?;
+    let rows: Vec<String> = jobs
+        .iter()
+        .filter(|j| j.session == session)
+        .map(|j| job_row(j, false))
+        .collect();
+    if rows.is_empty() {
+        return Ok("(no scheduled jobs)".to_owned());
+    }
+    Ok(rows.join("\n"))
+}
+
+async fn remove(args: Value, ctx: ToolContext) -> Result<String, ToolError> {
+    let args: RemoveArgs = parse_args(args)?;
+    let id = args.job_id.trim().to_owned();
+    let session = ctx.session_id.clone();
+    let removed = with_store(&ctx, {
+        let id = id.clone();
+        move |store| {
+            store
+                .update(|jobs| {
+                    let before = jobs.len();
+                    jobs.retain(|j| !(j.id == id && j.session == session));
+                    jobs.len() < before
+                })
+                .map_err(ToolError::from)
+        }
+    })
+    .await?;
+    if !removed {
+        // Jobs of other sessions are reported as missing too: their ids are not revealed.
+        return Err(ToolError::new(format!("job not found: {id}")));
+    }
+    CHANGED.notify_one();
+    Ok(format!("removed: {id}"))
+}
+
+fn schema(properties: Value, required: &[&str]) -> Value {
+    json!({"type": "object", "properties": properties, "required": required})
+}
+
+/// The schedule tools.
+pub fn tools() -> Vec<Tool> {
+    vec![
+        Tool::new(
+            "schedule.add",
+            "Schedule a task for later or on a recurring basis",
+            "Schedules `message` to run as a turn in this session. Give exactly one trigger: \
+             `after_seconds` (once, that many seconds from now), `interval_seconds` (every N \
+             seconds), `cron` (5 fields: minute hour day-of-month month day-of-week, e.g. \
+             \"0 9 * * 1-5\") or `at` (an ISO time, e.g. 2026-12-24T18:00). `timezone` (IANA name, \
+             e.g. Europe/Berlin) applies to cron and to an `at` without offset; default: the \
+             machine's local zone. When it fires, you get the message as a scheduled run and your \
+             answer goes to this chat. Use this instead of `sleep` for anything later than now.",
+            schema(
+                json!({
+                    "message": {"type": "string", "description": "What to do when the job fires"},
+                    "after_seconds": {"type": "number", "description": "Run once after this many seconds"},
+                    "interval_seconds": {"type": "number", "description": "Run every N seconds"},
+                    "cron": {"type": "string", "description": "5-field crontab expression"},
+                    "at": {"type": "string", "description": "Run once at this ISO 8601 time"},
+                    "timezone": {"type": "string", "description": "IANA time zone for cron / at"},
+                }),
+                &["message"],
+            ),
+            add,
+        ),
+        Tool::new(
+            "schedule.list",
+            "List this session's scheduled jobs",
+            "Lists the jobs of this session: id, next run, trigger, last status and message.",
+            schema(json!({}), &[]),
+            |_, ctx: ToolContext| list(ctx),
+        ),
+        Tool::new(
+            "schedule.remove",
+            "Remove one of this session's scheduled jobs",
+            "Removes the job with `job_id` (see schedule.list). Only jobs of this session can be \
+             removed.",
+            schema(
+                json!({"job_id": {"type": "string", "description": "The job id"}}),
+                &["job_id"],
+            ),
+            remove,
+        ),
+    ]
+}

@@ -1,0 +1,221 @@
+//! End-to-end tests of scheduled jobs with the real binary: a job added through a model tool call
+//! fires in `bub message` and its answer reaches the Telegram chat; `bub idle` fires jobs with
+//! send-only clients (no polling); a job survives a restart and fires once even with two
+//! processes on one BUB_HOME; sessions only see their own jobs; `bub jobs` lists all of them.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::bub_env::{Env, WAIT, texts};
+use support::fake_telegram::private_text;
+
+fn stdout(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn jobs_file(env: &Env) -> Value {
+    let text = std::fs::read_to_string(env.home.join("jobs.json")).unwrap_or_default();
+    serde_json::from_str(&text).unwrap_or(json!({"jobs": []}))
+}
+
+/// Every `schedule.run` event on every tape.
+fn schedule_runs(env: &Env) -> Vec<Value> {
+    let Ok(dir) = std::fs::read_dir(env.home.join("tapes")) else {
+        return Vec::new();
+    };
+    let mut runs = Vec::new();
+    for entry in dir {
+        let path = entry.unwrap().path();
+        for line in std::fs::read_to_string(&path).unwrap().lines() {
+            let Ok(entry) = serde_json::from_str::<Value>(line) else {
+                continue;
+            };
+            if entry["kind"] == "event" && entry["payload"]["name"] == "schedule.run" {
+                runs.push(entry["payload"]["data"].clone());
+            }
+        }
+    }
+    runs
+}
+
+/// Adds a job to `session` with a comma command through `bub run` (no model call).
+async fn add_job(env: &Env, session: &str, args: &str) -> String {
+    let out = env
+        .run(&[
+            "run",
+            "--session-id",
+            session,
+            &format!(",schedule.add {args}"),
+        ])
+        .await;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = stdout(&out);
+    let id = text
+        .trim()
+        .strip_prefix("scheduled: ")
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("unexpected output: {text}"));
+    id.to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_added_by_the_model_fires_in_the_daemon_and_reaches_the_chat() {
+    let env = Env::new().await;
+    env.model.push_tool_calls(&[(
+        "schedule_add",
+        json!({"message": "remind Ann to stretch", "after_seconds": 1}),
+    )]);
+    env.model.push_text("I will remind you in a second.");
+    env.model.push_text("Time to **stretch**, Ann!");
+    let daemon = env.start();
+    env.telegram
+        .push_message(private_text(42, 42, "remind me to stretch in a second"));
+
+    let sent = env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
+    assert_eq!(
+        texts(&sent),
+        [
+            "I will remind you in a second.",
+            "Time to <b>stretch</b>, Ann!"
+        ]
+    );
+    assert_eq!(sent[1].body["chat_id"], 42);
+    let prompts = env.model_prompts();
+    assert_eq!(prompts.len(), 3, "{prompts:?}");
+    assert!(
+        prompts[2].starts_with("[Scheduled run of job ")
+            && prompts[2].ends_with("\nremind Ann to stretch"),
+        "{}",
+        prompts[2]
+    );
+    // The run and its delivery are on the session's tape; the one-shot job is gone.
+    let deadline = tokio::time::Instant::now() + WAIT;
+    while schedule_runs(&env).is_empty() || !jobs_file(&env)["jobs"].as_array().unwrap().is_empty()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "run recorded and job removed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let runs = schedule_runs(&env);
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0]["delivered"], true);
+    assert_eq!(runs[0]["delivery"], "sent to telegram:42");
+    assert!(daemon.stop().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn idle_fires_jobs_and_delivers_without_polling() {
+    let env = Env::new().await;
+    let id = add_job(&env, "telegram:7", "after_seconds=1 message='say pong'").await;
+    let listed = stdout(&env.run(&["jobs", "list"]).await);
+    assert!(
+        listed.contains(&id)
+            && listed.contains("session=telegram:7")
+            && listed.contains("msg=say pong"),
+        "{listed}"
+    );
+    env.model.push_text("pong");
+    let idle = env.spawn(&["idle"]);
+    let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    assert_eq!(sent[0].body["chat_id"], 7);
+    assert_eq!(texts(&sent), ["pong"]);
+    assert!(idle.stop().await.success());
+    assert!(
+        env.telegram.calls_of("getUpdates").is_empty(),
+        "bub idle never polls for messages"
+    );
+    assert_eq!(env.model.request_count(), 1, "one turn, for the job");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_survives_a_restart_and_fires_once_with_two_processes() {
+    let env = Env::new().await;
+    add_job(&env, "telegram:9", "after_seconds=3 message='once only'").await;
+    // The first owner stops before the job is due.
+    let first = env.spawn(&["idle"]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(first.stop().await.success());
+    assert!(env.telegram.calls_of("sendMessage").is_empty());
+    // Two processes on the same BUB_HOME after the restart: one fires the job, once.
+    env.model.push_text("done once");
+    env.model.push_text("a second firing would say this");
+    let a = env.spawn(&["idle"]);
+    let b = env.start();
+    let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    assert_eq!(texts(&sent), ["done once"]);
+    // Give a duplicate every chance to appear (the standby retries ownership every 5 s).
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(a.stop().await.success());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(b.stop().await.success());
+    assert_eq!(env.telegram.calls_of("sendMessage").len(), 1);
+    assert_eq!(env.model.request_count(), 1);
+    assert_eq!(schedule_runs(&env).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sessions_see_and_remove_only_their_own_jobs() {
+    let env = Env::new().await;
+    let id = add_job(
+        &env,
+        "telegram:1",
+        "cron='0 9 * * *' timezone=UTC message=standup",
+    )
+    .await;
+    let own = stdout(
+        &env.run(&["run", "--session-id", "telegram:1", ",schedule.list"])
+            .await,
+    );
+    assert!(
+        own.contains(&id) && own.contains("cron '0 9 * * *' (UTC)"),
+        "{own}"
+    );
+    let other = stdout(
+        &env.run(&["run", "--session-id", "telegram:2", ",schedule.list"])
+            .await,
+    );
+    assert_eq!(other.trim(), "(no scheduled jobs)");
+
+    // Another session cannot remove it (the failed command falls back to the model).
+    env.model.push_text("That job is not yours.");
+    let out = env
+        .run(&[
+            "run",
+            "--session-id",
+            "telegram:2",
+            &format!(",schedule.remove job_id={id}"),
+        ])
+        .await;
+    let prompt = &env.model_prompts()[0];
+    assert!(prompt.contains(&format!("job not found: {id}")), "{prompt}");
+    assert!(out.status.success());
+    assert_eq!(jobs_file(&env)["jobs"].as_array().unwrap().len(), 1);
+
+    let out = env
+        .run(&[
+            "run",
+            "--session-id",
+            "telegram:1",
+            &format!(",schedule.remove job_id={id}"),
+        ])
+        .await;
+    assert_eq!(stdout(&out).trim(), format!("removed: {id}"));
+    assert!(jobs_file(&env)["jobs"].as_array().unwrap().is_empty());
+
+    // `bub jobs` works across sessions; removing an unknown id fails.
+    let id = add_job(&env, "discord:5", "interval_seconds=3600 message=hourly").await;
+    let out = env.run(&["jobs", "remove", &id]).await;
+    assert!(out.status.success());
+    assert_eq!(stdout(&out).trim(), format!("removed: {id}"));
+    let out = env.run(&["jobs", "remove", &id]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("job not found"));
+}

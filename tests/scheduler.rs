@@ -1,0 +1,498 @@
+//! The scheduler's parts: trigger math and the catch-up / claim decisions at fixed instants, the
+//! jobs.json store (atomic, shared, corrupt files moved aside), and the owner loop with a
+//! recording job runner (firing, one owner per BUB_HOME, no double firing across a restart).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, TimeZone, Utc};
+use tokio_util::sync::CancellationToken;
+
+use bub::scheduler::job::{Job, Trigger, TriggerSpec};
+use bub::scheduler::plan::{self, RUNNING};
+use bub::scheduler::{JobRunner, JobStore, Scheduler};
+
+fn t(h: u32, m: u32, s: u32) -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 11, 23, h, m, s).unwrap()
+}
+
+fn job(id: &str, trigger: Trigger, next_run: Option<DateTime<Utc>>) -> Job {
+    Job {
+        id: id.into(),
+        session: "telegram:42".into(),
+        message: format!("task {id}"),
+        workspace: "/ws".into(),
+        trigger,
+        created: t(0, 0, 0),
+        next_run,
+        last_run: None,
+        last_status: None,
+    }
+}
+
+fn once(at: DateTime<Utc>) -> Trigger {
+    Trigger::Once { at }
+}
+
+fn every(seconds: u64, start: DateTime<Utc>) -> Trigger {
+    Trigger::Interval { seconds, start }
+}
+
+fn spec() -> TriggerSpec {
+    TriggerSpec::default()
+}
+
+// ---- trigger math ---------------------------------------------------------------------------
+
+#[test]
+fn after_seconds_and_at_fire_once() {
+    let now = t(12, 0, 0);
+    let trigger = TriggerSpec {
+        after_seconds: Some(90.0),
+        ..spec()
+    }
+    .build(now)
+    .unwrap();
+    assert_eq!(trigger, once(t(12, 1, 30)));
+    assert_eq!(trigger.next_after(now), Some(t(12, 1, 30)));
+    assert_eq!(trigger.next_after(t(12, 1, 30)), None, "fires once");
+    assert!(!trigger.is_recurring());
+
+    let at = TriggerSpec {
+        at: Some("2026-11-23T15:00:00+01:00".into()),
+        ..spec()
+    }
+    .build(now)
+    .unwrap();
+    assert_eq!(at, once(t(14, 0, 0)));
+    let zoned = TriggerSpec {
+        at: Some("2026-11-23 18:30".into()),
+        timezone: Some("Asia/Tokyo".into()),
+        ..spec()
+    }
+    .build(t(1, 0, 0))
+    .unwrap();
+    assert_eq!(zoned, once(t(9, 30, 0)), "18:30 in Tokyo is 09:30 UTC");
+}
+
+#[test]
+fn interval_runs_on_its_grid_and_coalesces() {
+    let start = t(12, 0, 0);
+    let trigger = every(600, start);
+    assert_eq!(
+        trigger.next_after(start),
+        Some(t(12, 10, 0)),
+        "first run after one interval"
+    );
+    assert_eq!(trigger.next_after(t(12, 9, 59)), Some(t(12, 10, 0)));
+    assert_eq!(
+        trigger.next_after(t(12, 10, 0)),
+        Some(t(12, 20, 0)),
+        "strictly after"
+    );
+    // Down for hours: the next run is the next grid point, not a backlog.
+    assert_eq!(trigger.next_after(t(15, 4, 0)), Some(t(15, 10, 0)));
+}
+
+#[test]
+fn cron_in_a_time_zone() {
+    let trigger = TriggerSpec {
+        cron: Some("0  9 * * 1-5".into()),
+        timezone: Some("Europe/Berlin".into()),
+        ..spec()
+    }
+    .build(t(12, 0, 0))
+    .unwrap();
+    assert_eq!(
+        trigger,
+        Trigger::Cron {
+            expr: "0 9 * * 1-5".into(),
+            timezone: Some("Europe/Berlin".into())
+        },
+        "whitespace normalised"
+    );
+    // 2026-11-23 is a Monday; 09:00 in Berlin (UTC+1 in November) is 08:00 UTC on Tuesday.
+    let tuesday = Utc.with_ymd_and_hms(2026, 11, 24, 8, 0, 0).unwrap();
+    assert_eq!(trigger.next_after(t(12, 0, 0)), Some(tuesday));
+    // Friday 09:00 → the next run is Monday.
+    let friday = Utc.with_ymd_and_hms(2026, 11, 27, 8, 0, 0).unwrap();
+    let monday = Utc.with_ymd_and_hms(2026, 11, 30, 8, 0, 0).unwrap();
+    assert_eq!(trigger.next_after(friday), Some(monday));
+    let utc = Trigger::Cron {
+        expr: "*/5 * * * *".into(),
+        timezone: Some("UTC".into()),
+    };
+    assert_eq!(utc.next_after(t(12, 3, 10)), Some(t(12, 5, 0)));
+}
+
+#[test]
+fn bad_triggers_get_clear_errors() {
+    let now = t(12, 0, 0);
+    let err = |s: TriggerSpec| s.build(now).unwrap_err();
+    assert!(
+        err(spec()).contains("exactly one trigger"),
+        "{}",
+        err(spec())
+    );
+    assert!(err(spec()).contains("none was given"));
+    let both = TriggerSpec {
+        after_seconds: Some(5.0),
+        cron: Some("* * * * *".into()),
+        ..spec()
+    };
+    assert!(err(both).contains("several were given"));
+    let short = err(TriggerSpec {
+        cron: Some("* * *".into()),
+        ..spec()
+    });
+    assert!(
+        short.contains("invalid cron expression") && short.contains("3 fields"),
+        "{short}"
+    );
+    let bad = err(TriggerSpec {
+        cron: Some("61 * * * *".into()),
+        ..spec()
+    });
+    assert!(bad.contains("invalid cron expression"), "{bad}");
+    let past = err(TriggerSpec {
+        at: Some("2026-11-23T11:00:00Z".into()),
+        ..spec()
+    });
+    assert!(past.contains("in the past"), "{past}");
+    let garbled = err(TriggerSpec {
+        at: Some("tomorrow-ish".into()),
+        ..spec()
+    });
+    assert!(garbled.contains("invalid `at` time"), "{garbled}");
+    let zone = err(TriggerSpec {
+        cron: Some("* * * * *".into()),
+        timezone: Some("Mars/Olympus".into()),
+        ..spec()
+    });
+    assert!(zone.contains("unknown time zone"), "{zone}");
+    let negative = err(TriggerSpec {
+        after_seconds: Some(-1.0),
+        ..spec()
+    });
+    assert!(negative.contains("after_seconds"), "{negative}");
+    let zero = err(TriggerSpec {
+        interval_seconds: Some(0.0),
+        ..spec()
+    });
+    assert!(zero.contains("interval_seconds"), "{zero}");
+}
+
+// ---- catch-up and claiming ------------------------------------------------------------------
+
+#[test]
+fn catch_up_keeps_missed_runs_to_fire_once() {
+    let now = t(12, 0, 0);
+    let mut jobs = vec![
+        job("late-once", once(t(9, 0, 0)), Some(t(9, 0, 0))),
+        job("late-every", every(600, t(8, 0, 0)), Some(t(8, 10, 0))),
+        job("future", once(t(13, 0, 0)), Some(t(13, 0, 0))),
+    ];
+    let notes = plan::recover(&mut jobs, now, true);
+    assert!(notes.is_empty(), "{notes:?}");
+    assert_eq!(jobs.len(), 3);
+
+    let claims = plan::claim_due(&mut jobs, now);
+    let ids: Vec<&str> = claims.iter().map(|c| c.job.id.as_str()).collect();
+    assert_eq!(ids, ["late-once", "late-every"]);
+    assert_eq!(
+        claims[1].due,
+        t(8, 10, 0),
+        "the missed due time is reported"
+    );
+    // The recurring job fires once (coalesced) and moves to its next grid point after now.
+    assert_eq!(jobs[1].next_run, Some(t(12, 10, 0)));
+    assert_eq!(jobs[0].next_run, None);
+    assert!(
+        jobs[..2]
+            .iter()
+            .all(|j| j.last_status.as_deref() == Some(RUNNING))
+    );
+    assert!(jobs[..2].iter().all(|j| j.last_run == Some(now)));
+    assert!(
+        plan::claim_due(&mut jobs, now).is_empty(),
+        "claimed runs never fire twice"
+    );
+
+    plan::finish(&mut jobs, "late-once", "ok");
+    plan::finish(&mut jobs, "late-every", "error: boom");
+    let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["late-every", "future"],
+        "a finished one-shot job is removed"
+    );
+    assert_eq!(jobs[0].last_status.as_deref(), Some("error: boom"));
+    assert_eq!(plan::next_due(&jobs), Some(t(12, 10, 0)));
+}
+
+#[test]
+fn without_catch_up_missed_runs_are_skipped() {
+    let now = t(12, 0, 0);
+    let mut jobs = vec![
+        job("late-once", once(t(9, 0, 0)), Some(t(9, 0, 0))),
+        job("late-every", every(600, t(8, 0, 0)), Some(t(8, 10, 0))),
+        job("due-now", once(now), Some(now)),
+    ];
+    let notes = plan::recover(&mut jobs, now, false);
+    assert_eq!(notes.len(), 2, "{notes:?}");
+    let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(ids, ["late-every", "due-now"]);
+    assert_eq!(jobs[0].next_run, Some(t(12, 10, 0)));
+    assert_eq!(jobs[0].last_status.as_deref(), Some("missed"));
+    assert_eq!(
+        plan::claim_due(&mut jobs, now).len(),
+        1,
+        "only the job due now"
+    );
+}
+
+#[test]
+fn runs_interrupted_by_a_crash_are_not_repeated() {
+    let now = t(12, 0, 0);
+    let mut once_running = job("once", once(t(11, 0, 0)), None);
+    once_running.last_status = Some(RUNNING.into());
+    let mut every_running = job("every", every(600, t(8, 0, 0)), Some(t(12, 10, 0)));
+    every_running.last_status = Some(RUNNING.into());
+    let mut jobs = vec![once_running, every_running];
+    let notes = plan::recover(&mut jobs, now, true);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].last_status.as_deref(), Some("interrupted"));
+    assert!(plan::claim_due(&mut jobs, now).is_empty());
+}
+
+// ---- the store ------------------------------------------------------------------------------
+
+#[test]
+fn store_is_plain_json_and_shared_by_writers() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JobStore::new(dir.path());
+    assert!(store.load().unwrap().is_empty(), "no file = no jobs");
+    // Eight writers at once (as eight processes would): no update is lost.
+    std::thread::scope(|s| {
+        for i in 0..8 {
+            let store = store.clone();
+            s.spawn(move || {
+                for k in 0..10 {
+                    let id = format!("{i}-{k}");
+                    store
+                        .update(|jobs| jobs.push(job(&id, once(t(13, 0, 0)), Some(t(13, 0, 0)))))
+                        .unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(store.load().unwrap().len(), 80);
+    let text = std::fs::read_to_string(store.path()).unwrap();
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(value["version"], 1);
+    let first = &value["jobs"][0];
+    assert_eq!(first["session"], "telegram:42");
+    assert_eq!(first["trigger"]["kind"], "once");
+    assert_eq!(first["next_run"], "2026-11-23T13:00:00Z");
+    assert!(
+        text.contains("\n  \"jobs\": ["),
+        "pretty-printed for people"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.contains("tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn corrupt_store_is_moved_aside_and_never_overwritten() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JobStore::new(dir.path());
+    std::fs::write(store.path(), "{\"version\": 1, \"jobs\": [ {oops").unwrap();
+    assert!(store.load().unwrap().is_empty());
+    let aside: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().contains("jobs.json.corrupt-"))
+        .collect();
+    assert_eq!(aside.len(), 1);
+    assert_eq!(
+        std::fs::read_to_string(&aside[0]).unwrap(),
+        "{\"version\": 1, \"jobs\": [ {oops",
+        "the broken file is kept as it was"
+    );
+    store
+        .update(|jobs| jobs.push(job("new", once(t(13, 0, 0)), Some(t(13, 0, 0)))))
+        .unwrap();
+    assert_eq!(store.load().unwrap().len(), 1);
+}
+
+// ---- the owner loop -------------------------------------------------------------------------
+
+/// One recorded run: job id, due time, when it started.
+type Run = (String, DateTime<Utc>, DateTime<Utc>);
+
+/// Records every run.
+#[derive(Default)]
+struct Recorder {
+    runs: Mutex<Vec<Run>>,
+}
+
+#[async_trait]
+impl JobRunner for Recorder {
+    async fn run(&self, job: Job, due: DateTime<Utc>) -> Result<(), String> {
+        self.runs.lock().unwrap().push((job.id, due, Utc::now()));
+        Ok(())
+    }
+}
+
+impl Recorder {
+    fn ids(&self) -> Vec<String> {
+        self.runs
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|r| r.0.clone())
+            .collect()
+    }
+
+    async fn wait_for(&self, n: usize) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while self.runs.lock().unwrap().len() < n {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{n} runs in time: {:?}",
+                self.ids()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+fn add_once(store: &JobStore, id: &str, at: DateTime<Utc>) {
+    store
+        .update(|jobs| jobs.push(job(id, once(at), Some(at))))
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn owner_fires_due_jobs_added_by_other_processes() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JobStore::new(dir.path());
+    let recorder = Arc::new(Recorder::default());
+    let stop = CancellationToken::new();
+    let scheduler = Scheduler::new(dir.path(), true, recorder.clone());
+    let task = tokio::spawn(scheduler.run(stop.clone()));
+    // Added "by another process": only the file changes, nobody notifies the owner.
+    let due = Utc::now() + chrono::Duration::milliseconds(700);
+    add_once(&store, "a", due);
+    recorder.wait_for(1).await;
+    let (id, reported_due, fired) = recorder.runs.lock().unwrap()[0].clone();
+    assert_eq!((id.as_str(), reported_due), ("a", due));
+    assert!(fired >= due, "not early");
+    assert!(
+        fired - due < chrono::Duration::milliseconds(1500),
+        "late by {}",
+        fired - due
+    );
+    // The run is finished on disk: a one-shot job is gone.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !store.load().unwrap().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "job removed after its run"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(recorder.ids(), ["a"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_schedulers_on_one_home_fire_each_job_once_and_the_standby_takes_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JobStore::new(dir.path());
+    let (first, second) = (Arc::new(Recorder::default()), Arc::new(Recorder::default()));
+    let (stop_first, stop_second) = (CancellationToken::new(), CancellationToken::new());
+    let task_first =
+        tokio::spawn(Scheduler::new(dir.path(), true, first.clone()).run(stop_first.clone()));
+    // Let the first become the owner before the second starts.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let task_second =
+        tokio::spawn(Scheduler::new(dir.path(), true, second.clone()).run(stop_second.clone()));
+    let now = Utc::now();
+    for i in 0..5 {
+        add_once(
+            &store,
+            &format!("j{i}"),
+            now + chrono::Duration::milliseconds(300),
+        );
+    }
+    first.wait_for(5).await;
+    assert!(second.ids().is_empty(), "the standby fired nothing");
+
+    // The owner exits; the standby takes over within its retry period and fires new jobs.
+    stop_first.cancel();
+    tokio::time::timeout(Duration::from_secs(10), task_first)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    add_once(&store, "after", Utc::now());
+    second.wait_for(1).await;
+    assert_eq!(second.ids(), ["after"]);
+    assert_eq!(first.ids().len(), 5, "each job fired exactly once");
+    stop_second.cancel();
+    tokio::time::timeout(Duration::from_secs(10), task_second)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claimed_run_does_not_fire_again_after_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JobStore::new(dir.path());
+    // The previous owner claimed "every" for 12:10 (running) and died; "missed" was due while
+    // no one ran.
+    let now = Utc::now();
+    let mut every_job = job(
+        "every",
+        every(3600, now - chrono::Duration::minutes(10)),
+        None,
+    );
+    every_job.next_run = every_job.trigger.next_after(now);
+    every_job.last_status = Some(RUNNING.into());
+    store.update(|jobs| jobs.push(every_job)).unwrap();
+    add_once(&store, "missed", now - chrono::Duration::hours(2));
+
+    let recorder = Arc::new(Recorder::default());
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(Scheduler::new(dir.path(), true, recorder.clone()).run(stop.clone()));
+    recorder.wait_for(1).await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        recorder.ids(),
+        ["missed"],
+        "caught up once; the interrupted run not repeated"
+    );
+    let jobs = store.load().unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].last_status.as_deref(), Some("interrupted"));
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}
