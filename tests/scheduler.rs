@@ -219,8 +219,9 @@ fn catch_up_keeps_missed_runs_to_fire_once() {
         "claimed runs never fire twice"
     );
 
-    plan::finish(&mut jobs, "late-once", "ok");
-    plan::finish(&mut jobs, "late-every", "error: boom");
+    let ended = [("late-once", "ok"), ("late-every", "error: boom")]
+        .map(|(id, status)| (id.to_owned(), status.to_owned()));
+    plan::finish(&mut jobs, &ended);
     let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
     assert_eq!(
         ids,

@@ -23,12 +23,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use job::{Job, Trigger};
-pub use store::JobStore;
+pub use store::{JobStore, Stamp};
 
 /// How often the owner looks for changes made by other processes (a `stat` of `jobs.json`).
 pub const POLL: Duration = Duration::from_secs(1);
@@ -36,6 +36,13 @@ pub const POLL: Duration = Duration::from_secs(1);
 const OWNER_RETRY: Duration = Duration::from_secs(5);
 /// How long running jobs may finish after shutdown is requested.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
+
+/// A run that ended: job id and status (`ok`, `error: …`).
+type Ended = (String, String);
+
+/// What the loop knows of `jobs.json`: the version it read and the earliest due run in it
+/// (`None`: unknown, read it again).
+type Known = Option<(Option<Stamp>, Option<DateTime<Utc>>)>;
 
 /// Wakes this process's scheduler at once after a job was added or removed here.
 pub static CHANGED: Notify = Notify::const_new();
@@ -67,44 +74,38 @@ impl Scheduler {
 
     /// Runs until `shutdown`: waits to become the owner, then fires due jobs. Jobs still running
     /// at shutdown get a few seconds to finish.
+    ///
+    /// File work runs on the blocking pool; finished runs are reported back to this loop and
+    /// recorded in batches, so a burst of runs costs a few writes of `jobs.json`, not one each.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
         let Some(_owner) = self.become_owner(&shutdown).await? else {
             return Ok(());
         };
         tracing::info!(store = %self.store.path().display(), "scheduler.owner");
-        let now = Utc::now();
-        let catch_up = self.catch_up;
-        for note in self
-            .store
-            .update(|jobs| plan::recover(jobs, now, catch_up))?
-        {
+        let (now, catch_up) = (Utc::now(), self.catch_up);
+        let notes = self
+            .blocking(move |store| store.update(|jobs| plan::recover(jobs, now, catch_up)))
+            .await?;
+        for note in notes {
             tracing::warn!("scheduler.recover: {note}");
         }
+        let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Ended>();
         let running = TaskTracker::new();
-        let mut stamp = None;
-        let mut next = None;
+        let mut known: Known = None;
+        let mut ended = Vec::new();
         loop {
-            let current = self.store.stamp();
-            if current != stamp || stamp.is_none() {
-                match self.store.load() {
-                    Ok(jobs) => {
-                        next = plan::next_due(&jobs);
-                        stamp = current;
-                    }
-                    Err(e) => tracing::error!(error = %format!("{e:#}"), "scheduler.load.error"),
-                }
+            while let Ok(done) = done_rx.try_recv() {
+                ended.push(done);
             }
+            known = self.refresh(known, std::mem::take(&mut ended)).await;
+            let next = known.and_then(|(_, next)| next);
             let now = Utc::now();
             if next.is_some_and(|due| due <= now) {
-                match self.store.update(|jobs| plan::claim_due(jobs, now)) {
-                    Ok(claims) => {
-                        for claim in claims {
-                            running.spawn(self.fire(claim));
-                        }
-                    }
-                    Err(e) => tracing::error!(error = %format!("{e:#}"), "scheduler.claim.error"),
+                let (claims, after) = self.claim(now).await;
+                known = after;
+                for claim in claims {
+                    running.spawn(fire(self.runner.clone(), claim, done_tx.clone()));
                 }
-                stamp = None;
                 continue;
             }
             let wait = next
@@ -113,7 +114,8 @@ impl Scheduler {
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 () = tokio::time::sleep(wait) => {}
-                () = CHANGED.notified() => stamp = None,
+                () = CHANGED.notified() => known = None,
+                Some(done) = done_rx.recv() => ended.push(done),
             }
         }
         running.close();
@@ -123,7 +125,65 @@ impl Scheduler {
         {
             tracing::warn!("scheduler.shutdown: scheduled runs still running were stopped");
         }
+        let mut batch = Vec::new();
+        while let Ok(done) = done_rx.try_recv() {
+            batch.push(done);
+        }
+        if !batch.is_empty() {
+            self.blocking(move |store| store.update(|jobs| plan::finish(jobs, &batch)))
+                .await?;
+        }
         Ok(())
+    }
+
+    /// Records ended runs, or re-reads `jobs.json` when another process changed it.
+    async fn refresh(&self, known: Known, ended: Vec<Ended>) -> Known {
+        let result = if !ended.is_empty() {
+            self.blocking(move |store| {
+                store.update_stamped(|jobs| {
+                    plan::finish(jobs, &ended);
+                    plan::next_due(jobs)
+                })
+            })
+            .await
+            .map(|(next, stamp)| (stamp, next))
+        } else if known.is_none_or(|(stamp, _)| stamp != self.store.stamp()) {
+            self.blocking(|store| store.load_stamped())
+                .await
+                .map(|(jobs, stamp)| (stamp, plan::next_due(&jobs)))
+        } else {
+            return known;
+        };
+        result
+            .inspect_err(|e| tracing::error!(error = %format!("{e:#}"), "scheduler.store.error"))
+            .ok()
+    }
+
+    /// Claims the runs due at `now` (one write for all of them).
+    async fn claim(&self, now: DateTime<Utc>) -> (Vec<plan::Claim>, Known) {
+        let claimed = self
+            .blocking(move |store| {
+                store.update_stamped(|jobs| (plan::claim_due(jobs, now), plan::next_due(jobs)))
+            })
+            .await;
+        match claimed {
+            Ok(((claims, next), stamp)) => (claims, Some((stamp, next))),
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "scheduler.claim.error");
+                // Not a tight retry loop while the disk is full, say.
+                tokio::time::sleep(POLL).await;
+                (Vec::new(), None)
+            }
+        }
+    }
+
+    /// Runs a store operation on the blocking pool.
+    async fn blocking<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&JobStore) -> anyhow::Result<R> + Send + 'static,
+    ) -> anyhow::Result<R> {
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || f(&store)).await?
     }
 
     /// Takes the owner lock, retrying until it is free or `shutdown`; `None` on shutdown.
@@ -156,24 +216,21 @@ impl Scheduler {
             }
         }
     }
+}
 
-    /// One claimed run: execute it, then record its status.
-    fn fire(&self, claim: plan::Claim) -> impl Future<Output = ()> + Send + 'static {
-        let runner = self.runner.clone();
-        let store = self.store.clone();
-        async move {
-            let id = claim.job.id.clone();
-            let late_ms = (Utc::now() - claim.due).num_milliseconds();
-            tracing::info!(job = %id, session = %claim.job.session, late_ms, "scheduler.fire");
-            let status = match runner.run(claim.job, claim.due).await {
-                Ok(()) => "ok".to_owned(),
-                Err(e) => format!("error: {e}"),
-            };
-            tracing::info!(job = %id, status = %status, "scheduler.done");
-            if let Err(e) = store.update(|jobs| plan::finish(jobs, &id, &status)) {
-                tracing::error!(job = %id, error = %format!("{e:#}"), "scheduler.finish.error");
-            }
-            CHANGED.notify_one();
-        }
-    }
+/// One claimed run: execute it and report its status to the owner loop.
+async fn fire(
+    runner: Arc<dyn JobRunner>,
+    claim: plan::Claim,
+    done: mpsc::UnboundedSender<(String, String)>,
+) {
+    let id = claim.job.id.clone();
+    let late_ms = (Utc::now() - claim.due).num_milliseconds();
+    tracing::info!(job = %id, session = %claim.job.session, late_ms, "scheduler.fire");
+    let status = match runner.run(claim.job, claim.due).await {
+        Ok(()) => "ok".to_owned(),
+        Err(e) => format!("error: {e}"),
+    };
+    tracing::info!(job = %id, status = %status, "scheduler.done");
+    let _ = done.send((id, status));
 }

@@ -75,13 +75,13 @@ pub fn claim_due(jobs: &mut [Job], now: DateTime<Utc>) -> Vec<Claim> {
     claims
 }
 
-/// Records how a run ended; a one-shot job with no further run is removed.
-pub fn finish(jobs: &mut Vec<Job>, id: &str, status: &str) {
+/// Records how runs ended (`(job id, status)`); a one-shot job with no further run is removed.
+pub fn finish(jobs: &mut Vec<Job>, ended: &[(String, String)]) {
     jobs.retain_mut(|job| {
-        if job.id != id {
+        let Some((_, status)) = ended.iter().find(|(id, _)| *id == job.id) else {
             return true;
-        }
-        job.last_status = Some(status.to_owned());
+        };
+        job.last_status = Some(status.clone());
         job.next_run.is_some() || job.trigger.is_recurring()
     });
 }

@@ -59,15 +59,29 @@ impl JobStore {
 
     /// All jobs, sorted by next run (jobs that will not run again last).
     pub fn load(&self) -> anyhow::Result<Vec<Job>> {
-        let _lock = self.lock()?;
-        let mut jobs = self.read()?;
+        let mut jobs = self.load_stamped()?.0;
         jobs.sort_by_key(|j| (j.next_run.is_none(), j.next_run, j.created));
         Ok(jobs)
+    }
+
+    /// The jobs in file order, with the version of the file they were read from.
+    pub fn load_stamped(&self) -> anyhow::Result<(Vec<Job>, Option<Stamp>)> {
+        let _lock = self.lock()?;
+        let jobs = self.read()?;
+        Ok((jobs, self.stamp()))
     }
 
     /// Applies `change` to the jobs under the exclusive lock and writes the result back (only
     /// when `change` altered something).
     pub fn update<R>(&self, change: impl FnOnce(&mut Vec<Job>) -> R) -> anyhow::Result<R> {
+        Ok(self.update_stamped(change)?.0)
+    }
+
+    /// [`JobStore::update`], also returning the version of the file it left.
+    pub fn update_stamped<R>(
+        &self,
+        change: impl FnOnce(&mut Vec<Job>) -> R,
+    ) -> anyhow::Result<(R, Option<Stamp>)> {
         let _lock = self.lock()?;
         let mut jobs = self.read()?;
         let before = jobs.clone();
@@ -75,7 +89,7 @@ impl JobStore {
         if jobs != before {
             self.write(&jobs)?;
         }
-        Ok(result)
+        Ok((result, self.stamp()))
     }
 
     /// The file's current version (`None` when it does not exist).
