@@ -14,7 +14,6 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use bub::agent::router::Router;
@@ -253,7 +252,8 @@ fn bench_router(dir: &Path) {
         settings: Arc::new(settings),
         tape: Arc::new(Mutex::new(tape)),
         registry: Arc::new(builtin_registry(&[])),
-        expanded: Arc::new(Mutex::new(BTreeSet::new())),
+        expanded: Arc::default(),
+        delivery: Arc::default(),
     });
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -13,6 +13,7 @@ pub mod config;
 pub mod llm;
 pub mod logging;
 pub mod scheduler;
+pub mod skills;
 pub mod tape;
 pub mod tools;
 

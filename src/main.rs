@@ -10,8 +10,9 @@ use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
 use bub::agent::AgentRuntime;
-use bub::channels::Channel;
+use bub::channels::Outbound;
 use bub::channels::manager::ChannelManager;
+use bub::channels::outbox::Outbox;
 use bub::channels::session::SessionConfig;
 use bub::config::{LoadOptions, Settings};
 use bub::logging::{self, LogTarget};
@@ -72,6 +73,9 @@ enum Command {
         /// Allow only these tools (repeatable, comma-separated; `fs.read` or `fs_read`).
         #[arg(long, value_name = "NAMES")]
         tools: Vec<String>,
+        /// Allow only these skills (repeatable, comma-separated).
+        #[arg(long, value_name = "NAMES")]
+        skills: Vec<String>,
     },
     /// The channel daemon: serve Telegram and/or Discord (and scheduled jobs) until
     /// SIGINT/SIGTERM.
@@ -84,11 +88,32 @@ enum Command {
         #[command(subcommand)]
         action: JobsAction,
     },
-    /// Send one message through a channel — not available yet.
+    /// Send one message to a chat (Markdown rendered, split, retried); exits 1 when it failed.
     Send {
-        #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
-        args: Vec<String>,
+        /// `telegram` or `discord` (its token must be set; it need not be enabled).
+        channel: String,
+        /// The chat (Telegram chat id, Discord channel id).
+        chat_id: String,
+        /// The text; `-` reads it from stdin.
+        #[arg(allow_hyphen_values = true)]
+        text: String,
+        /// Reply to this message id.
+        #[arg(long, value_name = "ID")]
+        reply_to: Option<String>,
     },
+    /// The skills this workspace sees.
+    Skills {
+        #[command(subcommand)]
+        action: SkillsAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum SkillsAction {
+    /// List the skills: name, source, location, description.
+    List,
+    /// Validate every SKILL.md; exits 1 when one is invalid (invalid skills are skipped).
+    Check,
 }
 
 #[derive(Subcommand, Debug)]
@@ -102,10 +127,6 @@ enum JobsAction {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let command = cli.command.unwrap_or(Command::Chat);
-    if let Command::Send { .. } = command {
-        eprintln!("bub: this command is not available in this version yet");
-        return ExitCode::from(EXIT_CONFIG);
-    }
     let settings = match load_settings(&cli.common) {
         Ok(s) => s,
         Err(e) => {
@@ -115,6 +136,9 @@ fn main() -> ExitCode {
     };
     if let Command::Jobs { action } = &command {
         return jobs(&settings, action);
+    }
+    if let Command::Skills { action } = &command {
+        return skills(&settings, action);
     }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -126,7 +150,21 @@ fn main() -> ExitCode {
     let session_id = cli.common.session_id;
     runtime.block_on(async move {
         match command {
-            Command::Run { message, tools } => run(settings, &session_id, &message, &tools).await,
+            Command::Run {
+                message,
+                tools,
+                skills,
+            } => {
+                let mut settings = settings;
+                settings.allowed_skills = split_names(&skills);
+                run(settings, &session_id, &message, &tools).await
+            }
+            Command::Send {
+                channel,
+                chat_id,
+                text,
+                reply_to,
+            } => send(settings, &channel, chat_id, &text, reply_to).await,
             Command::Message => message(settings).await,
             Command::Idle => idle(settings).await,
             _ => chat(settings, session_id).await,
@@ -179,7 +217,7 @@ async fn run(settings: Settings, session_id: &str, message: &str, tools: &[Strin
         .into_iter()
         .find(|t| !t.trim().is_empty())
         .map_or("", |t| t.as_str());
-    println!("{text}");
+    print_out(text);
     ExitCode::SUCCESS
 }
 
@@ -210,6 +248,7 @@ async fn message(settings: Settings) -> ExitCode {
     let cfg = SessionConfig::from_settings(&settings);
     let scheduler_enabled = settings.scheduler_enabled;
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
+    agent.outbox().install(&channels);
     let mut manager = ChannelManager::new(agent.clone(), cfg);
     for channel in &channels {
         if let Err(e) = manager.add(channel.clone()) {
@@ -219,8 +258,8 @@ async fn message(settings: Settings) -> ExitCode {
     }
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
-    let scheduler = scheduler_enabled
-        .then(|| tokio::spawn(scheduler(agent, channels).run(shutdown.child_token())));
+    let scheduler =
+        scheduler_enabled.then(|| tokio::spawn(scheduler(agent).run(shutdown.child_token())));
     let served = manager.run(shutdown.clone()).await;
     shutdown.cancel();
     if let Some(scheduler) = scheduler {
@@ -249,9 +288,10 @@ async fn idle(settings: Settings) -> ExitCode {
     let names: Vec<&str> = channels.iter().map(|c| c.name()).collect();
     tracing::info!(home = %settings.home.display(), channels = ?names, "idle.start");
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
+    agent.outbox().install(&channels);
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
-    let result = scheduler(agent, channels).run(shutdown).await;
+    let result = scheduler(agent).run(shutdown).await;
     tracing::info!("idle.stop");
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -262,11 +302,75 @@ async fn idle(settings: Settings) -> ExitCode {
     }
 }
 
-/// The scheduler of this process: jobs run as turns of `agent`, answers go out via `channels`.
-fn scheduler(agent: Arc<AgentRuntime>, channels: Vec<Arc<dyn Channel>>) -> Scheduler {
+/// The scheduler of this process: jobs run as turns of `agent`, answers go out via its outbox.
+fn scheduler(agent: Arc<AgentRuntime>) -> Scheduler {
     let settings = agent.settings();
     let (home, catch_up) = (settings.home.clone(), settings.scheduler_catch_up);
-    Scheduler::new(&home, catch_up, Arc::new(AgentJobs::new(agent, channels)))
+    Scheduler::new(&home, catch_up, Arc::new(AgentJobs::new(agent)))
+}
+
+/// `bub send CHANNEL CHAT_ID TEXT`: exit 0 sent, 1 not delivered, 2 bad channel or no token.
+async fn send(
+    settings: Settings,
+    channel: &str,
+    chat_id: String,
+    text: &str,
+    reply_to: Option<String>,
+) -> ExitCode {
+    logging::init(&settings, LogTarget::Stderr);
+    let text = if text == "-" {
+        let mut buf = String::new();
+        if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut buf) {
+            eprintln!("bub: cannot read the text from stdin: {e}");
+            return ExitCode::FAILURE;
+        }
+        buf
+    } else {
+        text.to_owned()
+    };
+    if text.trim().is_empty() {
+        eprintln!("bub: TEXT: the message is empty");
+        return ExitCode::from(EXIT_CONFIG);
+    }
+    let adapter = match Outbox::default().adapter(&settings, &channel.to_lowercase()) {
+        Ok(adapter) => adapter,
+        Err(e) => {
+            eprintln!("bub: {e:#}");
+            return ExitCode::from(EXIT_CONFIG);
+        }
+    };
+    let out = Outbound {
+        chat_id,
+        text,
+        reply_to,
+    };
+    match adapter.send(&out).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bub: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `bub skills list` / `bub skills check`.
+fn skills(settings: &Settings, action: &SkillsAction) -> ExitCode {
+    let found = bub::skills::discover(settings);
+    if let SkillsAction::List = action {
+        print_out(&bub::tools::skills::list_text(&found));
+        return ExitCode::SUCCESS;
+    }
+    for skill in &found.skills {
+        print_out(&format!("ok       {} ({})", skill.name(), skill.location));
+    }
+    for issue in &found.issues {
+        print_out(&format!("invalid  {}: {}", issue.location, issue.problem));
+    }
+    if found.issues.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 fn report_scheduler(result: Result<anyhow::Result<()>, tokio::task::JoinError>) {
@@ -277,16 +381,22 @@ fn report_scheduler(result: Result<anyhow::Result<()>, tokio::task::JoinError>) 
     }
 }
 
+/// Prints a line to stdout; a closed pipe (`bub jobs list | head`) is not an error.
+fn print_out(text: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+}
+
 /// `bub jobs list` / `bub jobs remove ID`.
 fn jobs(settings: &Settings, action: &JobsAction) -> ExitCode {
     let store = JobStore::new(&settings.home);
     let result = match action {
         JobsAction::List => store.load().map(|jobs| {
             if jobs.is_empty() {
-                println!("(no scheduled jobs)");
+                print_out("(no scheduled jobs)");
             }
             for job in &jobs {
-                println!("{}", bub::tools::schedule::job_row(job, true));
+                print_out(&bub::tools::schedule::job_row(job, true));
             }
             ExitCode::SUCCESS
         }),

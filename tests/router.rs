@@ -3,7 +3,6 @@
 //! Real tools run (bash included) in a temporary workspace; assertions are on the routes and on
 //! the `command` events written to the tape.
 
-use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use bub::agent::router::Router;
@@ -31,7 +30,8 @@ fn fixture() -> Fixture {
         settings: Arc::new(settings),
         tape: tape.clone(),
         registry: Arc::new(builtin_registry(&[])),
-        expanded: Arc::new(Mutex::new(BTreeSet::new())),
+        expanded: Arc::default(),
+        delivery: Arc::default(),
     });
     Fixture {
         _dir: dir,

@@ -542,6 +542,7 @@ fn context(dir: &Path) -> ToolContext {
         tape: Arc::new(Mutex::new(tape)),
         registry: Arc::new(builtin_registry(&[])),
         expanded: Arc::new(Mutex::new(Default::default())),
+        delivery: Arc::default(),
     }
 }
 

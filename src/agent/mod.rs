@@ -6,20 +6,23 @@
 //! instead of interleaving on the tape.
 
 pub mod commands;
+pub mod expansion;
 pub mod prompt;
 pub mod router;
 pub mod runner;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
 
+use crate::channels::outbox::Outbox;
 use crate::config::Settings;
 use crate::llm::{LlmClient, LlmConfig};
 use crate::tape::{Tape, TapeInfo};
-use crate::tools::{self, Registry, ToolContext};
+use crate::tools::{self, Delivery, Registry, ToolContext};
 use router::Router;
 use runner::{ModelLoop, SharedLlm};
 
@@ -36,6 +39,9 @@ pub struct TurnResult {
     pub exit_requested: bool,
     /// Model steps taken.
     pub steps: u32,
+    /// The agent already answered the session's own chat with `message.send` during the turn:
+    /// the framework does not post `assistant_output` again.
+    pub answered: bool,
 }
 
 /// Per-session state: its tape, tools and router.
@@ -51,6 +57,7 @@ pub struct AgentRuntime {
     llm: SharedLlm,
     allowed_tools: Vec<String>,
     sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Session>>>>,
+    outbox: Arc<Outbox>,
 }
 
 impl AgentRuntime {
@@ -73,11 +80,18 @@ impl AgentRuntime {
             llm,
             allowed_tools,
             sessions: Mutex::new(HashMap::new()),
+            outbox: Arc::default(),
         }
     }
 
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// The process's way to any chat (`message.send`, scheduled runs); the daemon installs its
+    /// running adapters here.
+    pub fn outbox(&self) -> &Arc<Outbox> {
+        &self.outbox
     }
 
     fn session(&self, session_id: &str) -> anyhow::Result<Arc<tokio::sync::Mutex<Session>>> {
@@ -94,7 +108,11 @@ impl AgentRuntime {
             settings: self.settings.clone(),
             tape: Arc::new(Mutex::new(tape)),
             registry,
-            expanded: Arc::new(Mutex::new(BTreeSet::new())),
+            expanded: Arc::default(),
+            delivery: Arc::new(Delivery {
+                outbox: self.outbox.clone(),
+                answered: AtomicBool::new(false),
+            }),
         };
         let session = Arc::new(tokio::sync::Mutex::new(Session {
             router: Router::new(ctx.clone()),
@@ -189,7 +207,15 @@ impl AgentRuntime {
             }
         };
         let mut session = session.lock().await;
-        let session = &mut *session;
+        let answered = session.ctx.delivery.clone();
+        answered.answered.store(false, Ordering::Relaxed);
+        let mut result = self.turn(&mut session, text).await;
+        result.answered = answered.answered.swap(false, Ordering::Relaxed);
+        result
+    }
+
+    /// One turn in a locked session.
+    async fn turn(&self, session: &mut Session, text: &str) -> TurnResult {
         if let Err(e) = session
             .ctx
             .tape
@@ -250,6 +276,7 @@ impl AgentRuntime {
             error: outcome.error,
             exit_requested: outcome.exit_requested,
             steps: outcome.steps,
+            answered: false,
         }
     }
 }

@@ -3,13 +3,17 @@
 //!
 //! Rebuilt every model step, so edits to `AGENTS.md` and newly expanded tools take effect at once.
 
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::LazyLock;
 
 use regex::Regex;
 
+use super::expansion::Expanded;
+use crate::skills::Discovery;
 use crate::tools::Registry;
+
+/// A skill body longer than this is cut in the prompt (the rest via `skills.describe`).
+const MAX_SKILL_BODY_CHARS: usize = 8_000;
 
 static HINT: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"\$([A-Za-z0-9_.-]+)").expect("hint regex"));
@@ -44,17 +48,25 @@ pub fn hints(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// Adds the tools named by `$hints` in `text` to `expanded`.
-pub fn activate_hints(text: &str, registry: &Registry, expanded: &mut BTreeSet<String>) {
+/// Expands the tools and skills named by `$hints` in `text`.
+pub fn activate_hints(
+    text: &str,
+    registry: &Registry,
+    skills: &Discovery,
+    expanded: &mut Expanded,
+) {
     for hint in hints(text) {
         if let Some(tool) = registry.get(&hint) {
-            expanded.insert(tool.name.clone());
+            expanded.tool(&tool.name);
+        }
+        if let Some(skill) = skills.get(&hint) {
+            expanded.skill(skill.name());
         }
     }
 }
 
 /// The compact tool list plus details of the expanded tools.
-pub fn tool_view(registry: &Registry, expanded: &BTreeSet<String>) -> String {
+pub fn tool_view(registry: &Registry, expanded: &Expanded) -> String {
     let mut out = String::from("<tool_view>\n");
     for tool in registry.tools() {
         let model = tool.model_name();
@@ -70,7 +82,7 @@ pub fn tool_view(registry: &Registry, expanded: &BTreeSet<String>) -> String {
     out.push_str("</tool_view>");
     let details: Vec<_> = registry
         .tools()
-        .filter(|t| expanded.contains(&t.name))
+        .filter(|t| expanded.has_tool(&t.name))
         .collect();
     if !details.is_empty() {
         out.push_str("\n\n<tool_details>\n");
@@ -90,13 +102,56 @@ pub fn tool_view(registry: &Registry, expanded: &BTreeSet<String>) -> String {
     out
 }
 
+/// The compact skill list (name, description, location) plus the bodies of expanded skills.
+/// Empty when there are no skills.
+pub fn skills_view(skills: &Discovery, expanded: &Expanded) -> String {
+    if skills.skills.is_empty() {
+        return String::new();
+    }
+    let mut out = String::from("<skills>\n");
+    for skill in &skills.skills {
+        out.push_str(&format!(
+            "  - {}: {} ({})\n",
+            skill.name(),
+            skill.file.description,
+            skill.location
+        ));
+    }
+    out.push_str("</skills>");
+    let shown: Vec<_> = expanded
+        .skills()
+        .filter_map(|name| skills.get(name))
+        .collect();
+    if !shown.is_empty() {
+        out.push_str("\n\n<skill_details>\n");
+        for skill in shown {
+            let body = &skill.file.body;
+            let cut = body
+                .char_indices()
+                .nth(MAX_SKILL_BODY_CHARS)
+                .map_or(body.as_str(), |(i, _)| &body[..i]);
+            out.push_str(&format!(
+                "<skill name=\"{}\" location=\"{}\">\n{cut}\n",
+                skill.name(),
+                skill.location
+            ));
+            if cut.len() < body.len() {
+                out.push_str("(cut here; `skills.describe` shows the whole skill)\n");
+            }
+            out.push_str("</skill>\n");
+        }
+        out.push_str("</skill_details>");
+    }
+    out
+}
+
 /// Inputs of [`system_prompt`].
 pub struct PromptParts<'a> {
     pub base: &'a str,
     pub workspace: &'a Path,
     pub registry: &'a Registry,
-    pub expanded: &'a BTreeSet<String>,
-    pub skills_view: &'a str,
+    pub expanded: &'a Expanded,
+    pub skills: &'a Discovery,
     pub now: chrono::DateTime<chrono::Local>,
 }
 
@@ -111,7 +166,7 @@ pub fn system_prompt(parts: &PromptParts<'_>) -> String {
         parts.base.trim().to_string(),
         agents.trim().to_string(),
         tool_view(parts.registry, parts.expanded),
-        parts.skills_view.trim().to_string(),
+        skills_view(parts.skills, parts.expanded),
         RUNTIME_CONTRACT.to_string(),
         date,
     ];
@@ -152,8 +207,13 @@ mod tests {
     #[test]
     fn hint_expands_tool_details() {
         let reg = registry();
-        let mut expanded = BTreeSet::new();
-        activate_hints("please look at $fs_read", &reg, &mut expanded);
+        let mut expanded = Expanded::default();
+        activate_hints(
+            "please look at $fs_read",
+            &reg,
+            &Discovery::default(),
+            &mut expanded,
+        );
         let view = tool_view(&reg, &expanded);
         assert!(
             view.contains("  - fs_read (command: fs.read): short"),
@@ -169,14 +229,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("AGENTS.md"), "  Be terse.  \n").unwrap();
         let reg = registry();
-        let expanded = BTreeSet::new();
+        let expanded = Expanded::default();
         let now = chrono::Local::now();
         let prompt = system_prompt(&PromptParts {
             base: "You are Bub.",
             workspace: dir.path(),
             registry: &reg,
             expanded: &expanded,
-            skills_view: "",
+            skills: &Discovery::default(),
             now,
         });
         assert!(

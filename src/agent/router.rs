@@ -312,7 +312,7 @@ impl Router {
                     _ => Some(name.clone()),
                 };
                 if let Some(e) = expand {
-                    self.ctx.expanded.lock().expect("expanded lock").insert(e);
+                    self.ctx.expanded.lock().expect("expanded lock").tool(&e);
                 }
                 let exit = name == "quit" && output == "exit";
                 CommandOutcome {

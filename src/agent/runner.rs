@@ -120,8 +120,9 @@ impl ModelLoop<'_> {
     }
 
     fn activate_hints(&self, text: &str) {
+        let skills = crate::skills::discover(&self.ctx.settings);
         let mut expanded = self.ctx.expanded.lock().expect("expanded lock");
-        prompt::activate_hints(text, &self.ctx.registry, &mut expanded);
+        prompt::activate_hints(text, &self.ctx.registry, &skills, &mut expanded);
     }
 
     fn event(&self, name: &str, data: Value) {
@@ -197,12 +198,13 @@ impl ModelLoop<'_> {
 
     fn system_prompt(&self) -> String {
         let expanded = self.ctx.expanded.lock().expect("expanded lock").clone();
+        let skills = crate::skills::discover(&self.ctx.settings);
         prompt::system_prompt(&PromptParts {
             base: &self.ctx.settings.system_prompt,
             workspace: &self.ctx.workspace,
             registry: &self.ctx.registry,
             expanded: &expanded,
-            skills_view: "",
+            skills: &skills,
             now: chrono::Local::now(),
         })
     }

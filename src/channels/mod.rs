@@ -15,6 +15,7 @@
 
 pub mod discord;
 pub mod manager;
+pub mod outbox;
 pub mod session;
 pub mod telegram;
 pub mod text;

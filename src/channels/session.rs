@@ -83,11 +83,12 @@ impl SessionConfig {
 pub type ActorMap = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Inbound>>>>;
 
 /// What the framework posts for a finished turn: command output, the answer (unless the agent
-/// answers proactively) and the error, separated by blank lines. Empty = nothing to send.
+/// answers proactively, or already sent it with `message.send`) and the error, separated by
+/// blank lines. Empty = nothing to send.
 pub fn render_output(result: &TurnResult, proactive_response: bool) -> String {
     let error = result.error.as_ref().map(|e| format!("Error: {e}"));
     let mut parts = vec![result.immediate_output.as_str()];
-    if !proactive_response {
+    if !proactive_response && !result.answered {
         parts.push(&result.assistant_output);
     }
     parts.extend(error.as_deref());

@@ -76,7 +76,9 @@ impl Settings {
             Layers::default()
         };
         layers.overlay(upper);
-        build(&layers, home, workspace)
+        let mut settings = build(&layers, home, workspace)?;
+        settings.user_home = user_home.map(Path::to_path_buf);
+        Ok(settings)
     }
 }
 
@@ -163,6 +165,9 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     )?;
     s.ollama_api_key = secret(l, "BUB_OLLAMA_API_KEY")?;
     set_url(l, "BUB_OLLAMA_API_BASE", &mut s.ollama_api_base)?;
+    s.searxng_url = l
+        .parse("BUB_SEARXNG_URL", optional_url("BUB_SEARXNG_URL"))?
+        .flatten();
     set(l, "BUB_LOG_LEVEL", &mut s.log_level, parse_log_level)?;
     set(l, "BUB_LOG_FORMAT", &mut s.log_format, parse_log_format)?;
 

@@ -74,6 +74,10 @@ pub struct Settings {
     pub home: PathBuf,
     /// The resolved workspace (`-w`, default CWD).
     pub workspace: PathBuf,
+    /// The user's home directory (`HOME`), for the global skill roots (`~/.agents/skills`).
+    pub user_home: Option<PathBuf>,
+    /// Skills allowed by `--skills` (empty = all).
+    pub allowed_skills: Vec<String>,
     /// `BUB_TAPE_NAME` (default `bub`).
     pub tape_name: String,
     /// `BUB_MAX_STEPS` (default 20, ≥ 1).
@@ -102,6 +106,9 @@ pub struct Settings {
     pub ollama_api_key: Option<String>,
     /// `BUB_OLLAMA_API_BASE` (default `https://ollama.com/api`).
     pub ollama_api_base: String,
+    /// `BUB_SEARXNG_URL`: a SearXNG instance (JSON format enabled) for `web.search`; preferred
+    /// over Ollama's web search when both are set.
+    pub searxng_url: Option<String>,
     pub telegram: TelegramSettings,
     pub discord: DiscordSettings,
     /// `BUB_LOG_LEVEL` (default `info`).
@@ -152,6 +159,8 @@ impl Settings {
             system_prompt: String::new(),
             home,
             workspace,
+            user_home: None,
+            allowed_skills: Vec::new(),
             tape_name: "bub".to_owned(),
             max_steps: 20,
             proactive_response: false,
@@ -164,6 +173,7 @@ impl Settings {
             scheduler_catch_up: true,
             ollama_api_key: None,
             ollama_api_base: DEFAULT_OLLAMA_API_BASE.to_owned(),
+            searxng_url: None,
             telegram: TelegramSettings::default(),
             discord: DiscordSettings::default(),
             log_level: "info".to_owned(),
@@ -270,6 +280,10 @@ impl fmt::Debug for Settings {
             .field("scheduler_catch_up", &self.scheduler_catch_up)
             .field("ollama_api_key", &secret(&self.ollama_api_key))
             .field("ollama_api_base", &self.ollama_api_base)
+            .field(
+                "searxng_url",
+                &self.searxng_url.as_deref().map(parse::redact_url_text),
+            )
             .field("telegram", &self.telegram)
             .field("discord", &self.discord)
             .field("log_level", &self.log_level)

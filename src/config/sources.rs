@@ -21,6 +21,7 @@ pub const VARS: &[&str] = &[
     "BUB_API_BASE",
     "BUB_OLLAMA_API_KEY",
     "BUB_OLLAMA_API_BASE",
+    "BUB_SEARXNG_URL",
     "BUB_MAX_TOKENS",
     "BUB_MODEL_TIMEOUT_SECONDS",
     "BUB_SYSTEM_PROMPT",

@@ -13,24 +13,23 @@ use serde_json::json;
 use super::JobRunner;
 use super::job::{Job, local_time};
 use crate::agent::AgentRuntime;
+use crate::channels::Outbound;
+use crate::channels::outbox::CHANNELS;
 use crate::channels::session::render_output;
-use crate::channels::{Channel, Outbound};
 
-/// Runs jobs with the agent and delivers answers through the process's channels (full adapters
-/// in `bub message`, send-only ones in `bub idle`).
+/// Runs jobs with the agent and delivers answers through its outbox (the running adapters in
+/// `bub message`, send-only ones in `bub idle`).
 pub struct AgentJobs {
     agent: Arc<AgentRuntime>,
-    channels: Vec<Arc<dyn Channel>>,
     /// Runtimes for jobs created in another workspace than this process's (each workspace has
     /// its own tapes).
     others: Mutex<HashMap<PathBuf, Arc<AgentRuntime>>>,
 }
 
 impl AgentJobs {
-    pub fn new(agent: Arc<AgentRuntime>, channels: Vec<Arc<dyn Channel>>) -> Self {
+    pub fn new(agent: Arc<AgentRuntime>) -> Self {
         Self {
             agent,
-            channels,
             others: Mutex::new(HashMap::new()),
         }
     }
@@ -50,13 +49,6 @@ impl AgentJobs {
             })
             .clone()
     }
-
-    /// The channel owning a session (`telegram:42` → the Telegram adapter, chat `42`).
-    fn channel_for<'a>(&self, session: &'a str) -> Option<(Arc<dyn Channel>, &'a str)> {
-        let (name, chat) = session.split_once(':')?;
-        let channel = self.channels.iter().find(|c| c.name() == name)?;
-        Some((channel.clone(), chat))
-    }
 }
 
 #[async_trait]
@@ -67,7 +59,11 @@ impl JobRunner for AgentJobs {
             .handle_input(&job.session, &scheduled_prompt(&job, due))
             .await;
         let text = render_output(&result, agent.settings().proactive_response);
-        let delivery = match self.channel_for(&job.session) {
+        let chat = job
+            .session
+            .split_once(':')
+            .filter(|(channel, _)| CHANNELS.contains(channel));
+        let delivery = match chat {
             _ if text.is_empty() => Ok("nothing to send".to_owned()),
             None => Ok("no channel for this session; the answer is on the tape".to_owned()),
             Some((channel, chat_id)) => {
@@ -76,7 +72,8 @@ impl JobRunner for AgentJobs {
                     text,
                     reply_to: None,
                 };
-                match channel.send(&out).await {
+                let outbox = self.agent.outbox();
+                match outbox.send(self.agent.settings(), channel, &out).await {
                     Ok(()) => Ok(format!("sent to {}", job.session)),
                     Err(e) => Err(format!("{e:#}")),
                 }

@@ -2,13 +2,15 @@
 //! (comma commands). [`registry`] holds them; the other files are the built-in tools by domain.
 
 pub mod fs;
+pub mod message;
 pub mod meta;
 pub mod registry;
 pub mod schedule;
 pub mod shell;
+pub mod skills;
 pub mod tape;
 
-pub use registry::{Registry, Tool, ToolContext, ToolError, ToolFuture};
+pub use registry::{Delivery, Registry, Tool, ToolContext, ToolError, ToolFuture};
 
 /// Builds the registry of built-in tools, restricted to `allowed` when non-empty
 /// (names match the command name `fs.read` or the model name `fs_read`, case-insensitively).
@@ -18,6 +20,8 @@ pub fn builtin_registry(allowed: &[String]) -> Registry {
     tools.extend(fs::tools());
     tools.extend(tape::tools());
     tools.extend(schedule::tools());
+    tools.extend(skills::tools());
+    tools.extend(message::tools());
     tools.extend(meta::tools());
     Registry::new(tools, allowed)
 }

@@ -5,15 +5,18 @@
 //! arguments arriving as strings (comma commands) are coerced to the schema's types before the
 //! tool sees them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde_json::{Map, Value};
 
+use crate::agent::expansion::Expanded;
+use crate::channels::outbox::Outbox;
 use crate::config::Settings;
 use crate::tape::Tape;
 
@@ -55,9 +58,20 @@ pub struct ToolContext {
     pub tape: Arc<Mutex<Tape>>,
     /// The session's registry (for `tools`, `tool.describe`).
     pub registry: Arc<Registry>,
-    /// Names of tools/skills whose details are expanded in the system prompt (`$name` hints);
-    /// `tape.reset` clears it.
-    pub expanded: Arc<Mutex<BTreeSet<String>>>,
+    /// Tools and skills whose details the system prompt shows (`$name` hints, use);
+    /// bounded, `tape.reset` clears it.
+    pub expanded: Arc<Mutex<Expanded>>,
+    /// How the session reaches chats (`message.send`).
+    pub delivery: Arc<Delivery>,
+}
+
+/// A session's way to chats: the process's outbox, and whether the running turn already
+/// answered the session's own chat with `message.send` (then the framework does not post the
+/// final answer again).
+#[derive(Default)]
+pub struct Delivery {
+    pub outbox: Arc<Outbox>,
+    pub answered: AtomicBool,
 }
 
 /// One tool.

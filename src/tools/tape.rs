@@ -180,7 +180,7 @@ pub fn tools() -> Vec<Tool> {
             "tape.reset",
             "Reset the tape",
             "Starts the session's tape afresh (archived as a .bak file with archive=true, else \
-             deleted) and forgets expanded tool details.",
+             deleted) and forgets expanded tool and skill details.",
             schema(
                 json!({"archive": {"type": "boolean", "default": false,
                                    "description": "keep the old tape as a .bak file"}}),
@@ -201,7 +201,6 @@ pub fn tools() -> Vec<Tool> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeSet;
     use std::sync::{Arc, Mutex};
 
     use super::*;
@@ -219,7 +218,8 @@ mod tests {
             )),
             tape: Arc::new(Mutex::new(tape)),
             registry: Arc::new(Registry::new(tools(), &[])),
-            expanded: Arc::new(Mutex::new(BTreeSet::from(["fs.read".to_string()]))),
+            expanded: Arc::default(),
+            delivery: Arc::default(),
         }
     }
 
@@ -277,6 +277,7 @@ mod tests {
     async fn reset_archives_and_clears_expanded() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = context(dir.path());
+        ctx.expanded.lock().unwrap().tool("fs.read");
         assert_eq!(
             run(&ctx, "tape.anchors", json!({})).await.unwrap(),
             "(no anchors)"
@@ -287,7 +288,7 @@ mod tests {
             .unwrap();
         let path = out.strip_prefix("Archived: ").expect(&out);
         assert!(std::path::Path::new(path).exists());
-        assert!(ctx.expanded.lock().unwrap().is_empty());
+        assert!(!ctx.expanded.lock().unwrap().has_tool("fs.read"));
         let anchors = run(&ctx, "tape.anchors", json!({})).await.unwrap();
         assert!(
             anchors.starts_with("session/start state={\"owner\":\"human\",\"archived\":"),

@@ -31,7 +31,7 @@ use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context as _, anyhow, bail};
+use anyhow::{Context as _, anyhow};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use serenity::client::{ClientBuilder, Context, EventHandler};
@@ -49,7 +49,7 @@ use lookup::Lookups;
 use rest::{Rest, RestError};
 
 use super::{Channel, Inbound, Outbound, text};
-use crate::config::{DEFAULT_DISCORD_API_BASE, Settings};
+use crate::config::{ConfigError, DEFAULT_DISCORD_API_BASE, Settings};
 
 /// Discord's message size limit, in characters.
 pub const MESSAGE_LIMIT: usize = 2000;
@@ -86,7 +86,9 @@ impl Discord {
         let d = &settings.discord;
         let token = d.token.clone().unwrap_or_default().trim().to_owned();
         if token.is_empty() {
-            bail!("discord token is empty: set BUB_DISCORD_TOKEN");
+            return Err(
+                ConfigError::new("BUB_DISCORD_TOKEN", "no Discord bot token is set").into(),
+            );
         }
         let base = d.api_base.trim().trim_end_matches('/');
         let api_base =
@@ -258,7 +260,9 @@ impl Channel for Discord {
         shutdown: CancellationToken,
     ) -> anyhow::Result<()> {
         if self.token.is_empty() {
-            bail!("discord token is empty: set BUB_DISCORD_TOKEN");
+            return Err(
+                ConfigError::new("BUB_DISCORD_TOKEN", "no Discord bot token is set").into(),
+            );
         }
         if self.proxied {
             tracing::warn!(

@@ -71,12 +71,7 @@ impl Telegram {
             .as_deref()
             .map(str::trim)
             .filter(|t| !t.is_empty())
-            .ok_or_else(|| {
-                ConfigError::new(
-                    "BUB_TELEGRAM_TOKEN",
-                    "Telegram is enabled but no token is set",
-                )
-            })?
+            .ok_or_else(|| ConfigError::new("BUB_TELEGRAM_TOKEN", "no Telegram bot token is set"))?
             .to_owned();
         // A trailing slash would produce `//bot<token>/...` for a base with a path.
         let base = tg.api_base.trim().trim_end_matches('/');

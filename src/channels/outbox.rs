@@ -1,0 +1,64 @@
+//! The outbox: sending a text to any chat of any channel from outside a session's own turn
+//! delivery — the `message.send` tool, `bub send`, scheduled runs.
+//!
+//! Every message goes through the channel adapter's `send`, the same code the daemon uses for
+//! answers (rendering, splitting, retries). In `bub message` and `bub idle` the outbox uses the
+//! process's adapters; elsewhere (`bub run`, `bub chat`, `bub send`) it builds a send-only
+//! adapter on first use from the settings (a token is enough; the channel need not be enabled).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use super::{Channel, Outbound, discord, telegram};
+use crate::config::{ConfigError, Settings};
+
+/// The names `bub send` and `message.send` accept.
+pub const CHANNELS: [&str; 2] = ["telegram", "discord"];
+
+/// Channel adapters by name, shared by the sessions of a process.
+#[derive(Default)]
+pub struct Outbox {
+    adapters: Mutex<HashMap<&'static str, Arc<dyn Channel>>>,
+}
+
+impl Outbox {
+    /// Uses these (running) adapters instead of building send-only ones.
+    pub fn install(&self, channels: &[Arc<dyn Channel>]) {
+        let mut adapters = self.adapters.lock().expect("outbox lock");
+        for channel in channels {
+            adapters.insert(channel.name(), channel.clone());
+        }
+    }
+
+    /// The adapter for `name`, built from `settings` on first use.
+    pub fn adapter(&self, settings: &Settings, name: &str) -> anyhow::Result<Arc<dyn Channel>> {
+        let mut adapters = self.adapters.lock().expect("outbox lock");
+        if let Some(adapter) = adapters.get(name) {
+            return Ok(adapter.clone());
+        }
+        let adapter: Arc<dyn Channel> = match name {
+            "telegram" => Arc::new(telegram::Telegram::new(settings)?),
+            "discord" => Arc::new(discord::Discord::new(settings)?),
+            other => {
+                return Err(ConfigError::new(
+                    "CHANNEL",
+                    format!("unknown channel {other:?} (use {})", CHANNELS.join(" or ")),
+                )
+                .into());
+            }
+        };
+        adapters.insert(adapter.name(), adapter.clone());
+        Ok(adapter)
+    }
+
+    /// Sends `out` through channel `name`.
+    pub async fn send(
+        &self,
+        settings: &Settings,
+        name: &str,
+        out: &Outbound,
+    ) -> anyhow::Result<()> {
+        let adapter = self.adapter(settings, name)?;
+        adapter.send(out).await
+    }
+}

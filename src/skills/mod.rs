@@ -1,0 +1,213 @@
+//! Skills: knowledge packs (`<name>/SKILL.md` plus optional files) the agent reads on demand.
+//!
+//! Roots, in precedence order (the first skill of a name wins): the workspace's
+//! `.agents/skills` and `.agent/skills` (project), `~/.agents/skills` and `~/.agent/skills`
+//! (global), and the built-in skills of the top-level `skills/` folder, embedded in the binary.
+//! Discovery re-reads the roots each time (skills written by the agent appear at once); a skill
+//! that does not validate is reported and skipped, never fatal.
+
+pub mod parse;
+
+use std::path::{Path, PathBuf};
+
+use include_dir::{Dir, include_dir};
+
+use crate::config::Settings;
+pub use parse::{SkillFile, parse_skill};
+
+/// The built-in skills (`skills/` at the repository root).
+static BUILTIN: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/skills");
+
+/// Files listed per skill by `skills.describe`.
+const MAX_LISTED_FILES: usize = 50;
+
+/// Where a skill comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Project,
+    Global,
+    Builtin,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Project => "project",
+            Source::Global => "global",
+            Source::Builtin => "builtin",
+        }
+    }
+}
+
+/// A skill's folder: on disk, or embedded.
+#[derive(Debug, Clone)]
+enum Folder {
+    Disk(PathBuf),
+    Embedded(&'static Dir<'static>),
+}
+
+/// One valid skill.
+#[derive(Debug, Clone)]
+pub struct Skill {
+    pub file: SkillFile,
+    pub source: Source,
+    /// The SKILL.md path (`builtin:skills/<name>/SKILL.md` for built-in skills).
+    pub location: String,
+    folder: Folder,
+}
+
+impl Skill {
+    pub fn name(&self) -> &str {
+        &self.file.name
+    }
+
+    /// The other files of the skill's folder, relative to it, sorted (at most 50).
+    pub fn files(&self) -> Vec<String> {
+        let mut files = Vec::new();
+        match &self.folder {
+            Folder::Disk(dir) => {
+                for entry in ignore::WalkBuilder::new(dir).hidden(true).build().flatten() {
+                    if entry.file_type().is_some_and(|t| t.is_file())
+                        && let Ok(rel) = entry.path().strip_prefix(dir)
+                    {
+                        files.push(rel.to_string_lossy().into_owned());
+                    }
+                }
+            }
+            Folder::Embedded(dir) => embedded_files(dir, dir.path(), &mut files),
+        }
+        files.retain(|f| f != "SKILL.md");
+        files.sort();
+        files.truncate(MAX_LISTED_FILES);
+        files
+    }
+}
+
+fn embedded_files(dir: &Dir<'_>, base: &Path, out: &mut Vec<String>) {
+    for file in dir.files() {
+        if let Ok(rel) = file.path().strip_prefix(base) {
+            out.push(rel.to_string_lossy().into_owned());
+        }
+    }
+    for sub in dir.dirs() {
+        embedded_files(sub, base, out);
+    }
+}
+
+/// A skill folder that was skipped, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkillIssue {
+    pub location: String,
+    pub problem: String,
+}
+
+/// The skills available to a session, and the folders that were skipped.
+#[derive(Debug, Clone, Default)]
+pub struct Discovery {
+    /// Sorted by name.
+    pub skills: Vec<Skill>,
+    pub issues: Vec<SkillIssue>,
+}
+
+impl Discovery {
+    /// The skill named `name` (case-insensitive).
+    pub fn get(&self, name: &str) -> Option<&Skill> {
+        let name = name.to_lowercase();
+        self.skills.iter().find(|s| s.file.name == name)
+    }
+}
+
+/// The skill roots of `settings`: (root, source), in precedence order.
+fn roots(settings: &Settings) -> Vec<(PathBuf, Source)> {
+    let ws = &settings.workspace;
+    let mut roots = vec![
+        (ws.join(".agents/skills"), Source::Project),
+        (ws.join(".agent/skills"), Source::Project),
+    ];
+    if let Some(home) = &settings.user_home {
+        roots.push((home.join(".agents/skills"), Source::Global));
+        roots.push((home.join(".agent/skills"), Source::Global));
+    }
+    roots
+}
+
+/// Finds the skills of `settings` (restricted to `settings.allowed_skills` when non-empty).
+pub fn discover(settings: &Settings) -> Discovery {
+    let mut found = Discovery::default();
+    for (root, source) in roots(settings) {
+        let Ok(entries) = std::fs::read_dir(&root) else {
+            continue;
+        };
+        let mut dirs: Vec<PathBuf> = entries
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.join("SKILL.md").is_file())
+            .collect();
+        dirs.sort();
+        for dir in dirs {
+            let md = dir.join("SKILL.md");
+            let location = md.display().to_string();
+            let folder_name = dir.file_name().unwrap_or_default().to_string_lossy();
+            let parsed = std::fs::read_to_string(&md)
+                .map_err(|e| format!("cannot read: {e}"))
+                .and_then(|text| parse_skill(&text, &folder_name));
+            add(
+                &mut found,
+                parsed,
+                source,
+                location,
+                Folder::Disk(dir.clone()),
+            );
+        }
+    }
+    for dir in BUILTIN.dirs() {
+        let Some(md) = dir.get_file(dir.path().join("SKILL.md")) else {
+            continue;
+        };
+        let folder_name = dir.path().to_string_lossy();
+        let location = format!("builtin:skills/{folder_name}/SKILL.md");
+        let parsed = md
+            .contents_utf8()
+            .ok_or_else(|| "not UTF-8".to_owned())
+            .and_then(|text| parse_skill(text, &folder_name));
+        add(
+            &mut found,
+            parsed,
+            Source::Builtin,
+            location,
+            Folder::Embedded(dir),
+        );
+    }
+    let allowed: Vec<String> = settings
+        .allowed_skills
+        .iter()
+        .map(|s| s.trim().to_lowercase())
+        .collect();
+    if !allowed.is_empty() {
+        found.skills.retain(|s| allowed.contains(&s.file.name));
+    }
+    found.skills.sort_by(|a, b| a.file.name.cmp(&b.file.name));
+    found
+}
+
+fn add(
+    found: &mut Discovery,
+    parsed: Result<SkillFile, String>,
+    source: Source,
+    location: String,
+    folder: Folder,
+) {
+    match parsed {
+        Ok(file) if found.get(&file.name).is_none() => found.skills.push(Skill {
+            file,
+            source,
+            location,
+            folder,
+        }),
+        Ok(_) => {} // shadowed by a skill of higher precedence
+        Err(problem) => {
+            tracing::warn!(location = %location, problem = %problem, "skills.invalid");
+            found.issues.push(SkillIssue { location, problem });
+        }
+    }
+}

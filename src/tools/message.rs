@@ -1,0 +1,101 @@
+//! `message.send`: the agent sends a message to a chat itself — the current one by default, or
+//! any chat of a configured channel — through the same outbound code as the daemon's answers.
+
+use std::sync::atomic::Ordering;
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::registry::parse_args;
+use super::{Tool, ToolContext, ToolError};
+use crate::channels::Outbound;
+use crate::channels::outbox::CHANNELS;
+
+#[derive(Deserialize)]
+struct SendArgs {
+    text: String,
+    #[serde(default)]
+    channel: Option<String>,
+    #[serde(default)]
+    chat_id: Option<String>,
+    #[serde(default)]
+    reply_to: Option<String>,
+}
+
+/// The (channel, chat id) of a chat session (`telegram:42`), if it is one.
+fn session_chat(session_id: &str) -> Option<(&str, &str)> {
+    let (channel, chat) = session_id.split_once(':')?;
+    CHANNELS.contains(&channel).then_some((channel, chat))
+}
+
+async fn send(args: serde_json::Value, ctx: ToolContext) -> Result<String, ToolError> {
+    let args: SendArgs = parse_args(args)?;
+    if args.text.trim().is_empty() {
+        return Err(ToolError::new("text must not be empty"));
+    }
+    let current = session_chat(&ctx.session_id);
+    let channel = args
+        .channel
+        .as_deref()
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .or(current.map(|(c, _)| c))
+        .ok_or_else(|| {
+            ToolError::new(format!(
+                "this session ({}) is not a chat: give channel ({}) and chat_id",
+                ctx.session_id,
+                CHANNELS.join(" or ")
+            ))
+        })?
+        .to_lowercase();
+    let chat_id = match args
+        .chat_id
+        .as_deref()
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+    {
+        Some(chat) => chat.to_owned(),
+        None => match current {
+            Some((c, chat)) if c == channel => chat.to_owned(),
+            _ => return Err(ToolError::new("chat_id is required for another channel")),
+        },
+    };
+    let out = Outbound {
+        chat_id: chat_id.clone(),
+        text: args.text,
+        reply_to: args.reply_to.filter(|r| !r.trim().is_empty()),
+    };
+    ctx.delivery
+        .outbox
+        .send(&ctx.settings, &channel, &out)
+        .await
+        .map_err(|e| ToolError::new(format!("{e:#}")))?;
+    if current == Some((channel.as_str(), chat_id.as_str())) {
+        ctx.delivery.answered.store(true, Ordering::Relaxed);
+    }
+    Ok(format!("sent to {channel}:{chat_id}"))
+}
+
+/// The messaging tool.
+pub fn tools() -> Vec<Tool> {
+    vec![Tool::new(
+        "message.send",
+        "Send a message to a chat",
+        "Sends `text` (Markdown) to a chat: by default the chat of this session; `channel` \
+         (telegram or discord) and `chat_id` address any other chat, `reply_to` replies to a \
+         message id. Long texts are split and formatting falls back to plain text as needed. \
+         When you answer this session's chat this way, the framework does not post your final \
+         reply again — so do not repeat it.",
+        json!({
+            "type": "object",
+            "properties": {
+                "text": {"type": "string", "description": "The message (Markdown)"},
+                "channel": {"type": "string", "description": "telegram or discord (default: this session's)"},
+                "chat_id": {"type": "string", "description": "Chat / channel id (default: this session's)"},
+                "reply_to": {"type": "string", "description": "Message id to reply to"},
+            },
+            "required": ["text"],
+        }),
+        send,
+    )]
+}

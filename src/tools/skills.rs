@@ -1,0 +1,104 @@
+//! Skill tools: `skills.list` and `skills.describe` (the full SKILL.md body and the skill's
+//! other files). Describing a skill also expands it in the system prompt (bounded).
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::registry::parse_args;
+use super::{Tool, ToolContext, ToolError};
+use crate::skills::{self, Discovery, Skill};
+
+#[derive(Deserialize)]
+struct DescribeArgs {
+    name: String,
+}
+
+/// `skills.list` output: `name: description (source, location)` per skill, then skipped ones.
+pub fn list_text(found: &Discovery) -> String {
+    let mut rows: Vec<String> = found
+        .skills
+        .iter()
+        .map(|s| {
+            format!(
+                "{}: {} ({}, {})",
+                s.name(),
+                s.file.description,
+                s.source.as_str(),
+                s.location
+            )
+        })
+        .collect();
+    if rows.is_empty() {
+        rows.push("(no skills)".to_owned());
+    }
+    for issue in &found.issues {
+        rows.push(format!("skipped {}: {}", issue.location, issue.problem));
+    }
+    rows.join("\n")
+}
+
+/// `skills.describe` output: metadata, body, and the folder's other files.
+pub fn describe_text(skill: &Skill) -> String {
+    let f = &skill.file;
+    let mut out = format!(
+        "name: {}\ndescription: {}\nsource: {}\nlocation: {}\n",
+        f.name,
+        f.description,
+        skill.source.as_str(),
+        skill.location
+    );
+    if let Some(license) = &f.license {
+        out.push_str(&format!("license: {license}\n"));
+    }
+    if !f.allowed_tools.is_empty() {
+        out.push_str(&format!("allowed-tools: {}\n", f.allowed_tools.join(", ")));
+    }
+    if !f.metadata.is_empty() {
+        out.push_str(&format!(
+            "metadata: {}\n",
+            serde_json::Value::Object(f.metadata.clone())
+        ));
+    }
+    out.push_str(&format!("\n{}\n", f.body));
+    let files = skill.files();
+    if !files.is_empty() {
+        out.push_str("\nfiles (relative to the skill folder):\n");
+        for file in files {
+            out.push_str(&format!("  {file}\n"));
+        }
+    }
+    out
+}
+
+/// The skill tools.
+pub fn tools() -> Vec<Tool> {
+    vec![
+        Tool::new(
+            "skills.list",
+            "List available skills",
+            "Lists the skills of this workspace (project), of ~/.agents/skills (global) and the \
+             built-in ones: name, description, source and location; invalid SKILL.md files are \
+             listed as skipped with the reason.",
+            json!({"type": "object", "properties": {}, "required": []}),
+            |_, ctx: ToolContext| async move { Ok(list_text(&skills::discover(&ctx.settings))) },
+        ),
+        Tool::new(
+            "skills.describe",
+            "Show one skill's instructions",
+            "Shows a skill's full SKILL.md (frontmatter fields and body) and lists the other \
+             files in its folder; the skill's body also stays in the system prompt for a while.",
+            json!({"type": "object", "properties": {"name": {"type": "string", "description": "skill name, e.g. gh"}}, "required": ["name"]}),
+            |args, ctx: ToolContext| async move {
+                let DescribeArgs { name } = parse_args(args)?;
+                let found = skills::discover(&ctx.settings);
+                let skill = found.get(name.trim()).ok_or_else(|| {
+                    ToolError::new(format!("unknown skill: {name} (see skills.list)"))
+                })?;
+                if let Ok(mut expanded) = ctx.expanded.lock() {
+                    expanded.skill(skill.name());
+                }
+                Ok(describe_text(skill))
+            },
+        ),
+    ]
+}

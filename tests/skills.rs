@@ -1,0 +1,279 @@
+//! Skills: discovery across the project, global and built-in roots (precedence, invalid
+//! SKILL.md files reported and skipped, `--skills` allow-list), the prompt's skill list and its
+//! bounded expansion, the `skills.*` tools, and `bub skills check`.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use bub::agent::expansion::{Expanded, MAX_SKILL_DETAILS};
+use bub::agent::prompt::{activate_hints, skills_view};
+use bub::config::Settings;
+use bub::skills::{Source, discover, parse_skill};
+use bub::tools::builtin_registry;
+use support::bub_env::Env;
+
+struct Roots {
+    _dir: tempfile::TempDir,
+    settings: Settings,
+}
+
+impl Roots {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = dir.path().join("ws");
+        std::fs::create_dir_all(&workspace).unwrap();
+        let mut settings = Settings::with_defaults(dir.path().join("home"), workspace);
+        settings.user_home = Some(dir.path().join("user"));
+        Self {
+            _dir: dir,
+            settings,
+        }
+    }
+
+    fn project(&self, root: &str) -> PathBuf {
+        self.settings.workspace.join(root).join("skills")
+    }
+
+    fn global(&self) -> PathBuf {
+        self.settings
+            .user_home
+            .clone()
+            .unwrap()
+            .join(".agents/skills")
+    }
+}
+
+fn write_skill(root: &Path, folder: &str, text: &str) {
+    let dir = root.join(folder);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("SKILL.md"), text).unwrap();
+}
+
+fn skill_md(name: &str, description: &str, body: &str) -> String {
+    format!("---\nname: {name}\ndescription: {description}\n---\n{body}\n")
+}
+
+#[test]
+fn frontmatter_is_parsed_and_validated() {
+    let ok = parse_skill(
+        "---\nname: deploy\ndescription: Deploy the site.\nlicense: MIT\nallowed-tools: [bash, fs.read]\nmetadata:\n  channel: telegram\n  version: 2\n---\n# Deploy\n\nRun it.\n",
+        "deploy",
+    )
+    .unwrap();
+    assert_eq!(ok.name, "deploy");
+    assert_eq!(ok.license.as_deref(), Some("MIT"));
+    assert_eq!(ok.allowed_tools, ["bash", "fs.read"]);
+    assert_eq!(ok.metadata["channel"], "telegram");
+    assert_eq!(ok.metadata["version"], 2);
+    assert_eq!(ok.body, "# Deploy\n\nRun it.");
+
+    let err = |text: &str| parse_skill(text, "deploy").unwrap_err();
+    assert!(err("# no frontmatter").contains("no YAML frontmatter"));
+    assert!(err("---\nname: deploy\n").contains("not closed"));
+    assert!(err("---\nname: [deploy\n---\n").contains("invalid YAML"));
+    assert!(
+        err("---\nname: deploy\ndescription: d\nauthor: me\n---\n")
+            .contains("unknown frontmatter key `author`")
+    );
+    assert!(err("---\nname: other\ndescription: d\n---\n").contains("must match"));
+    assert!(err("---\nname: Deploy\ndescription: d\n---\n").contains("hyphen-case"));
+    assert!(err("---\nname: deploy\n---\n").contains("missing `description`"));
+    assert!(err("---\nname: deploy\ndescription: use <b>\n---\n").contains("`<` or `>`"));
+    assert!(err("---\n- a list\n---\n").contains("mapping"));
+}
+
+#[test]
+fn project_beats_global_beats_builtin_and_invalid_skills_are_skipped() {
+    let roots = Roots::new();
+    write_skill(
+        &roots.project(".agents"),
+        "gh",
+        &skill_md("gh", "Project gh.", "project body"),
+    );
+    write_skill(
+        &roots.global(),
+        "gh",
+        &skill_md("gh", "Global gh.", "global body"),
+    );
+    write_skill(
+        &roots.global(),
+        "notes",
+        &skill_md("notes", "Global notes.", "notes body"),
+    );
+    write_skill(
+        &roots.project(".agent"),
+        "legacy",
+        &skill_md("legacy", "Old root.", "legacy"),
+    );
+    write_skill(
+        &roots.project(".agents"),
+        "broken",
+        "---\nname: broken\n---\nno description\n",
+    );
+    let found = discover(&roots.settings);
+    let names: Vec<&str> = found.skills.iter().map(|s| s.name()).collect();
+    for expected in [
+        "gh",
+        "notes",
+        "legacy",
+        "telegram",
+        "discord",
+        "schedule",
+        "skill-creator",
+    ] {
+        assert!(names.contains(&expected), "{expected} in {names:?}");
+    }
+    assert!(!names.contains(&"broken"));
+    let mut sorted = names.clone();
+    sorted.sort();
+    assert_eq!(names, sorted, "sorted by name");
+    let gh = found.get("GH").unwrap();
+    assert_eq!(
+        (gh.source, gh.file.body.as_str()),
+        (Source::Project, "project body")
+    );
+    assert_eq!(found.get("notes").unwrap().source, Source::Global);
+    assert_eq!(found.get("telegram").unwrap().source, Source::Builtin);
+    assert_eq!(
+        found.get("telegram").unwrap().location,
+        "builtin:skills/telegram/SKILL.md"
+    );
+    assert_eq!(found.issues.len(), 1);
+    assert!(found.issues[0].location.ends_with("broken/SKILL.md"));
+    assert!(found.issues[0].problem.contains("description"));
+
+    let mut only = roots.settings.clone();
+    only.allowed_skills = vec!["notes".into(), " Telegram ".into()];
+    let names: Vec<String> = discover(&only)
+        .skills
+        .iter()
+        .map(|s| s.name().to_owned())
+        .collect();
+    assert_eq!(names, ["notes", "telegram"]);
+}
+
+#[test]
+fn every_builtin_skill_is_valid() {
+    let roots = Roots::new();
+    let found = discover(&roots.settings);
+    assert!(found.issues.is_empty(), "{:?}", found.issues);
+    let builtin: Vec<&str> = found
+        .skills
+        .iter()
+        .filter(|s| s.source == Source::Builtin)
+        .map(|s| s.name())
+        .collect();
+    assert_eq!(
+        builtin,
+        ["discord", "gh", "schedule", "skill-creator", "telegram"]
+    );
+}
+
+#[test]
+fn the_prompt_lists_skills_and_shows_a_bounded_set_of_bodies() {
+    let roots = Roots::new();
+    for i in 0..5 {
+        let name = format!("s{i}");
+        write_skill(
+            &roots.project(".agents"),
+            &name,
+            &skill_md(&name, &format!("Skill {i}."), &format!("BODY-{i}")),
+        );
+    }
+    let found = discover(&roots.settings);
+    let registry = builtin_registry(&[]);
+    let mut expanded = Expanded::default();
+    let view = skills_view(&found, &expanded);
+    assert!(view.contains("  - s0: Skill 0. ("), "{view}");
+    assert!(view.contains("  - telegram: "), "{view}");
+    assert!(!view.contains("<skill_details>"), "nothing expanded yet");
+
+    // A channel header expands the channel skill; `$name` hints expand others.
+    activate_hints("channel: $telegram\n{}", &registry, &found, &mut expanded);
+    let view = skills_view(&found, &expanded);
+    assert!(
+        view.contains("<skill name=\"telegram\" location=\"builtin:skills/telegram/SKILL.md\">")
+    );
+    activate_hints(
+        "use $s0 and $s1, then $s2",
+        &registry,
+        &found,
+        &mut expanded,
+    );
+    let view = skills_view(&found, &expanded);
+    assert_eq!(MAX_SKILL_DETAILS, 3);
+    assert!(
+        !view.contains("<skill name=\"telegram\""),
+        "least recently used dropped out"
+    );
+    for i in 0..3 {
+        assert!(view.contains(&format!("BODY-{i}")), "{view}");
+    }
+    activate_hints("$s0 again, and $s3", &registry, &found, &mut expanded);
+    let view = skills_view(&found, &expanded);
+    assert!(view.contains("BODY-0") && view.contains("BODY-2") && view.contains("BODY-3"));
+    assert!(!view.contains("BODY-1"));
+}
+
+#[test]
+fn a_huge_skill_body_is_cut_in_the_prompt() {
+    let roots = Roots::new();
+    let body = "x".repeat(50_000);
+    write_skill(
+        &roots.project(".agents"),
+        "big",
+        &skill_md("big", "Big.", &body),
+    );
+    let found = discover(&roots.settings);
+    let mut expanded = Expanded::default();
+    expanded.skill("big");
+    let view = skills_view(&found, &expanded);
+    assert!(view.len() < 12_000, "{}", view.len());
+    assert!(view.contains("skills.describe` shows the whole skill"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn skills_tools_and_check_command() {
+    let env = Env::new().await;
+    let project = env.workspace.join(".agents/skills");
+    write_skill(
+        &project,
+        "deploy",
+        &skill_md("deploy", "Deploy the site.", "Run `make deploy`."),
+    );
+    std::fs::write(project.join("deploy/deploy.sh"), "#!/bin/sh\n").unwrap();
+    let out = env.run(&["run", ",skills.list"]).await;
+    let listed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        listed.contains("deploy: Deploy the site. (project, "),
+        "{listed}"
+    );
+    assert!(listed.contains("gh: "), "{listed}");
+    let out = env.run(&["run", ",skills.describe name=deploy"]).await;
+    let described = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        described.contains("name: deploy\ndescription: Deploy the site.\nsource: project"),
+        "{described}"
+    );
+    assert!(described.contains("Run `make deploy`."));
+    assert!(
+        described.contains("files (relative to the skill folder):\n  deploy.sh"),
+        "{described}"
+    );
+    let out = env.run(&["run", "--skills", "gh", ",skills.list"]).await;
+    let listed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+
+    let out = env.run(&["skills", "check"]).await;
+    assert!(out.status.success());
+    write_skill(&project, "Bad", "---\nname: Bad\ndescription: x\n---\n");
+    let out = env.run(&["skills", "check"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let report = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        report.contains("invalid  ") && report.contains("hyphen-case"),
+        "{report}"
+    );
+    assert!(report.contains("ok       deploy"), "{report}");
+}
