@@ -539,7 +539,11 @@ async fn unknown_subcommand_and_missing_workspace_fail_clearly() {
     // `bub send` without a token: a configuration error naming the variable.
     let out = env.run(&["send", "telegram", "1", "hi"]).await;
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("BUB_TELEGRAM_TOKEN"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("BUB_TELEGRAM_TOKEN"),
+        "{}",
+        stderr(&out)
+    );
     let out = env.run(&["message"]).await;
     assert_eq!(
         out.status.code(),

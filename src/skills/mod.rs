@@ -9,6 +9,7 @@
 pub mod parse;
 
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
 use include_dir::{Dir, include_dir};
 
@@ -17,6 +18,26 @@ pub use parse::{SkillFile, parse_skill};
 
 /// The built-in skills (`skills/` at the repository root).
 static BUILTIN: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/skills");
+
+/// A built-in skill: its parse result, location and embedded folder.
+type BuiltinSkill = (Result<SkillFile, String>, String, &'static Dir<'static>);
+
+/// The built-in skills, parsed once (they are part of the binary).
+static BUILTIN_PARSED: LazyLock<Vec<BuiltinSkill>> = LazyLock::new(|| {
+    BUILTIN
+        .dirs()
+        .filter_map(|dir| {
+            let md = dir.get_file(dir.path().join("SKILL.md"))?;
+            let folder_name = dir.path().to_string_lossy();
+            let location = format!("builtin:skills/{folder_name}/SKILL.md");
+            let parsed = md
+                .contents_utf8()
+                .ok_or_else(|| "not UTF-8".to_owned())
+                .and_then(|text| parse_skill(text, &folder_name));
+            Some((parsed, location, dir))
+        })
+        .collect()
+});
 
 /// Files listed per skill by `skills.describe`.
 const MAX_LISTED_FILES: usize = 50;
@@ -160,22 +181,14 @@ pub fn discover(settings: &Settings) -> Discovery {
             );
         }
     }
-    for dir in BUILTIN.dirs() {
-        let Some(md) = dir.get_file(dir.path().join("SKILL.md")) else {
-            continue;
-        };
-        let folder_name = dir.path().to_string_lossy();
-        let location = format!("builtin:skills/{folder_name}/SKILL.md");
-        let parsed = md
-            .contents_utf8()
-            .ok_or_else(|| "not UTF-8".to_owned())
-            .and_then(|text| parse_skill(text, &folder_name));
+    for (parsed, location, dir) in BUILTIN_PARSED.iter() {
+        let folder = Folder::Embedded(dir);
         add(
             &mut found,
-            parsed,
+            parsed.clone(),
             Source::Builtin,
-            location,
-            Folder::Embedded(dir),
+            location.clone(),
+            folder,
         );
     }
     let allowed: Vec<String> = settings

@@ -9,6 +9,7 @@ pub mod schedule;
 pub mod shell;
 pub mod skills;
 pub mod tape;
+pub mod web;
 
 pub use registry::{Delivery, Registry, Tool, ToolContext, ToolError, ToolFuture};
 
@@ -22,6 +23,7 @@ pub fn builtin_registry(allowed: &[String]) -> Registry {
     tools.extend(schedule::tools());
     tools.extend(skills::tools());
     tools.extend(message::tools());
+    tools.extend(web::tools());
     tools.extend(meta::tools());
     Registry::new(tools, allowed)
 }

@@ -1,0 +1,565 @@
+//! `web.fetch` and `web.search` through the built-in registry, against a local axum server on
+//! 127.0.0.1 (pages of each kind, a fake SearXNG and a fake Ollama web-search API). Nothing
+//! reaches the internet, and every call is bounded by a timeout.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, to_bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use bub::config::{LoadOptions, Settings};
+use bub::tape::Tape;
+use bub::tools::{ToolContext, ToolError, builtin_registry};
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+/// Bound on every tool call: a hung request fails the test instead of blocking it.
+const CALL_LIMIT: Duration = Duration::from_secs(20);
+
+const PAGE: &str = r#"<!DOCTYPE html>
+<html><head><title>Test Page</title>
+<style>body { color: red; }</style>
+<script>var trackingSecret = "do-not-show";</script></head>
+<body>
+<nav><a href="/home">Home</a> | <a href="/about">About</a></nav>
+<h1>Welcome</h1>
+<p>The first paragraph with <em>emphasis</em>.</p>
+<p>Read <a href="/docs/guide?x=1">the guide</a> or <a href="https://example.org/x">elsewhere</a>.</p>
+<script>document.write("injected");</script>
+</body></html>"#;
+
+const TEXT: &str = "plain text, <b>not</b> HTML\n  indented line\n";
+
+/// One request as the server saw it.
+#[derive(Clone, Debug)]
+struct Seen {
+    method: String,
+    path: String,
+    query: Option<String>,
+    headers: HeaderMap,
+    body: Vec<u8>,
+}
+
+#[derive(Default)]
+struct Shared {
+    seen: Mutex<Vec<Seen>>,
+}
+
+struct Server {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Server {
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    fn seen(&self) -> Vec<Seen> {
+        self.shared.seen.lock().unwrap().clone()
+    }
+}
+
+async fn start() -> Server {
+    let shared = Arc::new(Shared::default());
+    let app = Router::new().fallback(handle).with_state(shared.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app).await.unwrap();
+    });
+    Server { addr, shared, task }
+}
+
+fn respond(status: StatusCode, content_type: &str, body: impl Into<Body>) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, content_type.to_owned())],
+        body.into(),
+    )
+        .into_response()
+}
+
+/// Every route: records the request, then answers by path.
+async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
+    let (parts, body) = req.into_parts();
+    let body = to_bytes(body, 1 << 20).await.unwrap_or_default().to_vec();
+    shared.seen.lock().unwrap().push(Seen {
+        method: parts.method.to_string(),
+        path: parts.uri.path().to_owned(),
+        query: parts.uri.query().map(str::to_owned),
+        headers: parts.headers.clone(),
+        body: body.clone(),
+    });
+    match parts.uri.path() {
+        "/page" => respond(StatusCode::OK, "text/html; charset=utf-8", PAGE),
+        "/text" => respond(StatusCode::OK, "text/plain; charset=utf-8", TEXT),
+        "/json" => respond(StatusCode::OK, "application/json", r#"{"a": [1, 2]}"#),
+        "/missing" => respond(StatusCode::NOT_FOUND, "text/plain", "no such page here\n"),
+        "/redirect" => (StatusCode::FOUND, [(header::LOCATION, "/text")]).into_response(),
+        "/loop" => (StatusCode::FOUND, [(header::LOCATION, "/loop")]).into_response(),
+        // 6 MB of text, more than the 5 MB download cap.
+        "/big" => respond(StatusCode::OK, "text/plain", "0123456789\n".repeat(600_000)),
+        "/image.png" => respond(StatusCode::OK, "image/png", png_bytes()),
+        "/nul" => respond(
+            StatusCode::OK,
+            "text/plain",
+            b"looks like text\x00\x01\x02 but is not".to_vec(),
+        ),
+        // No Content-Type header at all.
+        "/untyped" => Response::new(Body::from("<!doctype html><p>untyped page</p>")),
+        // Fake SearXNG.
+        "/searx/search" => respond(
+            StatusCode::OK,
+            "application/json",
+            json!({
+                "query": "rust",
+                "results": [
+                    {"title": "Rust Language", "url": "https://www.rust-lang.org/",
+                     "content": "A language empowering everyone\n to build reliable software.",
+                     "engine": "duckduckgo"},
+                    {"title": "Rust (video game)", "url": "https://rust.facepunch.com/",
+                     "content": null},
+                    {"title": "Third", "url": "https://example.org/3", "content": "third"},
+                ]
+            })
+            .to_string(),
+        ),
+        "/searx-off/search" => respond(StatusCode::FORBIDDEN, "text/html", "Forbidden"),
+        // Fake Ollama web search.
+        "/ollama/api/web_search" => respond(
+            StatusCode::OK,
+            "application/json",
+            json!({"results": [
+                {"title": "Ollama", "url": "https://ollama.com/", "content": "Get up and running."},
+                {"title": "Ollama blog", "url": "https://ollama.com/blog", "content": "News."},
+            ]})
+            .to_string(),
+        ),
+        "/ollama-empty/api/web_search" => {
+            respond(StatusCode::OK, "application/json", r#"{"results": []}"#)
+        }
+        "/ollama-bad/api/web_search" => respond(StatusCode::OK, "text/html", "<html>oops</html>"),
+        // Echoes the Authorization header: the key must still not reach the error.
+        "/ollama-denied/api/web_search" => {
+            let auth = parts
+                .headers
+                .get(header::AUTHORIZATION)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            respond(
+                StatusCode::UNAUTHORIZED,
+                "application/json",
+                json!({"error": format!("unauthorized: {auth}")}).to_string(),
+            )
+        }
+        _ => respond(StatusCode::NOT_FOUND, "text/plain", "unknown route"),
+    }
+}
+
+/// A PNG signature and IHDR chunk, then zeros: binary by type and by content.
+fn png_bytes() -> Vec<u8> {
+    let mut bytes = vec![0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a];
+    bytes.extend_from_slice(&[0, 0, 0, 13, b'I', b'H', b'D', b'R']);
+    bytes.resize(2048, 0);
+    bytes
+}
+
+fn context(dir: &Path, configure: impl FnOnce(&mut Settings)) -> ToolContext {
+    let tape = Tape::open(dir, dir, "bub", "cli:web").unwrap();
+    let mut settings = Settings::with_defaults(dir.to_path_buf(), dir.to_path_buf());
+    configure(&mut settings);
+    ToolContext {
+        session_id: "cli:web".into(),
+        workspace: dir.to_path_buf(),
+        settings: Arc::new(settings),
+        tape: Arc::new(Mutex::new(tape)),
+        registry: Arc::new(builtin_registry(&[])),
+        expanded: Arc::new(Mutex::new(Default::default())),
+        delivery: Arc::default(),
+    }
+}
+
+async fn call(ctx: &ToolContext, tool: &str, args: Value) -> Result<String, ToolError> {
+    let run = ctx.registry.execute(tool, args, ctx.clone());
+    tokio::time::timeout(CALL_LIMIT, run)
+        .await
+        .unwrap_or_else(|_| panic!("{tool} did not finish within {CALL_LIMIT:?}"))
+}
+
+async fn fetch(ctx: &ToolContext, url: &str) -> Result<String, ToolError> {
+    call(ctx, "web.fetch", json!({"url": url})).await
+}
+
+fn plain(dir: &Path) -> ToolContext {
+    context(dir, |_| {})
+}
+
+// ---------------------------------------------------------------------------------------------
+// web.fetch
+
+#[tokio::test]
+async fn html_becomes_markdown_with_links_and_without_scripts() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start().await;
+    let out = fetch(&plain(dir.path()), &server.url("/page"))
+        .await
+        .unwrap();
+    let mut lines = out.lines();
+    assert_eq!(
+        lines.next(),
+        Some(format!("URL: {}", server.url("/page")).as_str())
+    );
+    assert_eq!(lines.next(), Some("Title: Test Page"));
+    assert!(out.contains("# Welcome"), "{out}");
+    assert!(
+        out.contains("The first paragraph with *emphasis*."),
+        "{out}"
+    );
+    // Relative links are resolved against the page, absolute ones kept.
+    let guide = format!("[the guide]({})", server.url("/docs/guide?x=1"));
+    assert!(out.contains(&guide), "{out}");
+    assert!(out.contains("[elsewhere](https://example.org/x)"), "{out}");
+    for absent in [
+        "trackingSecret",
+        "do-not-show",
+        "injected",
+        "color: red",
+        "About",
+    ] {
+        assert!(!out.contains(absent), "{absent:?} in {out}");
+    }
+    let seen = server.seen();
+    assert_eq!(seen.len(), 1);
+    let agent = seen[0].headers[header::USER_AGENT].to_str().unwrap();
+    assert!(agent.starts_with("bub/"), "{agent}");
+}
+
+#[tokio::test]
+async fn text_and_json_are_returned_as_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start().await;
+    let ctx = plain(dir.path());
+    let out = fetch(&ctx, &server.url("/text")).await.unwrap();
+    assert_eq!(
+        out,
+        format!("URL: {}\n\n{}", server.url("/text"), TEXT.trim())
+    );
+    let out = fetch(&ctx, &server.url("/json")).await.unwrap();
+    assert!(out.ends_with("\n\n{\"a\": [1, 2]}"), "{out}");
+    // No Content-Type: recognised as HTML from the body.
+    let out = fetch(&ctx, &server.url("/untyped")).await.unwrap();
+    assert!(out.ends_with("\n\nuntyped page"), "{out}");
+}
+
+#[tokio::test]
+async fn not_found_is_an_error_naming_the_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start().await;
+    let err = fetch(&plain(dir.path()), &server.url("/missing"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.0,
+        format!(
+            "HTTP 404 Not Found for {}: no such page here",
+            server.url("/missing")
+        )
+    );
+}
+
+#[tokio::test]
+async fn redirects_are_followed_and_the_final_url_noted() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start().await;
+    let ctx = plain(dir.path());
+    let out = fetch(&ctx, &server.url("/redirect")).await.unwrap();
+    assert!(
+        out.starts_with(&format!(
+            "URL: {} (redirected from {})\n",
+            server.url("/text"),
+            server.url("/redirect")
+        )),
+        "{out}"
+    );
+    assert!(out.ends_with(TEXT.trim()), "{out}");
+    let paths: Vec<_> = server.seen().into_iter().map(|s| s.path).collect();
+    assert_eq!(paths, ["/redirect", "/text"]);
+
+    let err = fetch(&ctx, &server.url("/loop")).await.unwrap_err();
+    assert!(err.0.contains("too many redirects"), "{err}");
+}
+
+#[tokio::test]
+async fn oversized_bodies_are_cut_with_a_visible_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start().await;
+    let ctx = plain(dir.path());
+    let started = Instant::now();
+    let out = fetch(&ctx, &server.url("/big")).await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(10));
+    let (content, note) = out.split_once("\n\n[truncated").expect("a truncation note");
+    let content = content.split_once("\n\n").unwrap().1;
+    assert_eq!(content.chars().count(), 20_000);
+    assert!(content.starts_with("0123456789\n0123456789"));
+    assert!(note.contains("more than"), "{note}");
+    assert!(
+        out.ends_with("[the download also stopped at 5 MB]"),
+        "{out:.200}"
+    );
+
+    // A larger max_chars (coerced from a string, as in a comma command) shows more.
+    let out = call(
+        &ctx,
+        "web.fetch",
+        json!({"url": server.url("/big"), "max_chars": "50000"}),
+    )
+    .await
+    .unwrap();
+    assert!(
+        out.contains("showing the first 50000 of more than"),
+        "{out:.200}"
+    );
+    let err = call(
+        &ctx,
+        "web.fetch",
+        json!({"url": server.url("/text"), "max_chars": 0}),
+    )
+    .await
+    .unwrap_err();
+    assert!(err.0.contains("max_chars"), "{err}");
+}
+
+#[tokio::test]
+async fn binary_content_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start().await;
+    let ctx = plain(dir.path());
+    let err = fetch(&ctx, &server.url("/image.png")).await.unwrap_err();
+    assert!(
+        err.0
+            .starts_with("binary content (image/png, 2048 bytes) is not shown"),
+        "{err}"
+    );
+    assert!(err.0.contains("bash"), "{err}");
+    // Declared as text, but NUL bytes say otherwise.
+    let err = fetch(&ctx, &server.url("/nul")).await.unwrap_err();
+    assert!(
+        err.0.starts_with("binary content (text/plain, 29 bytes)"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn only_http_urls_are_fetched() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = plain(dir.path());
+    for url in ["file:///etc/passwd", "ftp://127.0.0.1/file"] {
+        let err = fetch(&ctx, url).await.unwrap_err();
+        assert!(
+            err.0.contains("only fetches http and https"),
+            "{url}: {err}"
+        );
+    }
+    let err = fetch(&ctx, "no url at all").await.unwrap_err();
+    assert!(err.0.starts_with("invalid URL"), "{err}");
+    let err = call(&ctx, "web.fetch", json!({})).await.unwrap_err();
+    assert_eq!(err.0, "missing required argument: url");
+}
+
+#[tokio::test]
+async fn connection_failures_are_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    // A port that was just free: nothing listens there.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://user:pw@127.0.0.1:{port}/x");
+    let err = fetch(&plain(dir.path()), &url).await.unwrap_err();
+    assert!(err.0.contains("could not connect"), "{err}");
+    assert!(!err.0.contains("pw"), "credentials leaked: {err}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// web.search
+
+#[tokio::test]
+async fn search_without_a_backend_says_how_to_configure_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = call(&plain(dir.path()), "web.search", json!({"query": "rust"}))
+        .await
+        .unwrap_err();
+    assert!(err.0.contains("BUB_SEARXNG_URL"), "{err}");
+    assert!(err.0.contains("BUB_OLLAMA_API_KEY"), "{err}");
+}
+
+#[tokio::test]
+async fn searxng_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start().await;
+    let base = server.url("/searx");
+    let ctx = context(dir.path(), |s| {
+        s.searxng_url = Some(base);
+        // SearXNG wins over Ollama when both are set.
+        s.ollama_api_key = Some("unused-key".into());
+    });
+    let out = call(
+        &ctx,
+        "web.search",
+        json!({"query": "rust & cargo", "max_results": 2}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        out,
+        "1. Rust Language\n   https://www.rust-lang.org/\n   A language empowering everyone to \
+         build reliable software.\n\n2. Rust (video game)\n   https://rust.facepunch.com/"
+    );
+    let seen = server.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].method, "GET");
+    assert_eq!(seen[0].path, "/searx/search");
+    let query =
+        reqwest::Url::parse(&format!("http://x/?{}", seen[0].query.as_deref().unwrap())).unwrap();
+    let pairs: Vec<(String, String)> = query.query_pairs().into_owned().collect();
+    assert_eq!(
+        pairs,
+        [
+            ("q".to_owned(), "rust & cargo".to_owned()),
+            ("format".to_owned(), "json".to_owned())
+        ]
+    );
+    assert!(seen[0].headers.get(header::AUTHORIZATION).is_none());
+
+    // An instance without the JSON format answers 403: the error says what to check.
+    let base = server.url("/searx-off");
+    let ctx = context(dir.path(), |s| s.searxng_url = Some(base));
+    let err = call(&ctx, "web.search", json!({"query": "x"}))
+        .await
+        .unwrap_err();
+    assert!(
+        err.0
+            .starts_with("SearXNG search failed: HTTP 403 Forbidden from"),
+        "{err}"
+    );
+    assert!(err.0.contains("json format"), "{err}");
+}
+
+#[tokio::test]
+async fn ollama_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start().await;
+    let base = server.url("/ollama/api");
+    let ctx = context(dir.path(), |s| {
+        s.ollama_api_key = Some("sk-test-123".into());
+        s.ollama_api_base = base;
+    });
+    let out = call(&ctx, "web.search", json!({"query": "what is ollama"}))
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        "1. Ollama\n   https://ollama.com/\n   Get up and running.\n\n\
+         2. Ollama blog\n   https://ollama.com/blog\n   News."
+    );
+    let seen = server.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].method, "POST");
+    assert_eq!(seen[0].path, "/ollama/api/web_search");
+    assert_eq!(
+        seen[0].headers[header::AUTHORIZATION].to_str().unwrap(),
+        "Bearer sk-test-123"
+    );
+    let body: Value = serde_json::from_slice(&seen[0].body).unwrap();
+    assert_eq!(body, json!({"query": "what is ollama", "max_results": 5}));
+
+    // max_results is sent (clamped to Ollama's limit of 10), also when given as a string.
+    call(
+        &ctx,
+        "web.search",
+        json!({"query": "q", "max_results": "50"}),
+    )
+    .await
+    .unwrap();
+    let body: Value = serde_json::from_slice(&server.seen()[1].body).unwrap();
+    assert_eq!(body["max_results"], 10);
+}
+
+#[tokio::test]
+async fn ollama_errors_name_the_backend_and_never_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start().await;
+    let with_base = |path: &str| {
+        let base = server.url(path);
+        context(dir.path(), move |s| {
+            s.ollama_api_key = Some("sk-secret-456".into());
+            s.ollama_api_base = base;
+        })
+    };
+    let q = json!({"query": "x"});
+
+    let out = call(&with_base("/ollama-empty/api"), "web.search", q.clone())
+        .await
+        .unwrap();
+    assert_eq!(out, "(no results)");
+
+    let err = call(&with_base("/ollama-denied/api"), "web.search", q.clone())
+        .await
+        .unwrap_err();
+    assert!(
+        err.0
+            .starts_with("Ollama web search failed: HTTP 401 Unauthorized"),
+        "{err}"
+    );
+    assert!(err.0.contains("BUB_OLLAMA_API_KEY"), "{err}");
+    assert!(!err.0.contains("sk-secret-456"), "key leaked: {err}");
+
+    let err = call(&with_base("/ollama-bad/api"), "web.search", q.clone())
+        .await
+        .unwrap_err();
+    assert!(
+        err.0.starts_with("Ollama web search: the answer from"),
+        "{err}"
+    );
+    assert!(err.0.contains("not the expected JSON"), "{err}");
+}
+
+#[test]
+fn searxng_url_setting_is_validated() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let load = |value: &str| {
+        let env = [
+            ("HOME", root.display().to_string()),
+            ("BUB_SEARXNG_URL", value.to_owned()),
+        ];
+        Settings::load(&LoadOptions {
+            workspace: Some(root.clone()),
+            config_file: None,
+            env: Some(env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()),
+            cwd: Some(root.clone()),
+        })
+    };
+    let settings = load("http://127.0.0.1:8888/").unwrap();
+    assert_eq!(
+        settings.searxng_url.as_deref(),
+        Some("http://127.0.0.1:8888")
+    );
+    assert_eq!(load("").unwrap().searxng_url, None);
+    let err = load("ftp://searx.local").unwrap_err();
+    assert_eq!(err.var, "BUB_SEARXNG_URL");
+}
