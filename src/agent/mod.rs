@@ -55,7 +55,8 @@ struct Session {
 pub struct AgentRuntime {
     settings: Arc<Settings>,
     llm: SharedLlm,
-    allowed_tools: Vec<String>,
+    /// The tools, built once and shared by every session (they hold no session state).
+    registry: Arc<Registry>,
     sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Session>>>>,
     outbox: Arc<Outbox>,
 }
@@ -78,7 +79,7 @@ impl AgentRuntime {
         Self {
             settings: Arc::new(settings),
             llm,
-            allowed_tools,
+            registry: Arc::new(tools::builtin_registry(&allowed_tools)),
             sessions: Mutex::new(HashMap::new()),
             outbox: Arc::default(),
         }
@@ -101,13 +102,12 @@ impl AgentRuntime {
         }
         let s = &self.settings;
         let tape = Tape::open(&s.home, &s.workspace, &s.tape_name, session_id)?;
-        let registry: Arc<Registry> = Arc::new(tools::builtin_registry(&self.allowed_tools));
         let ctx = ToolContext {
             session_id: session_id.to_string(),
             workspace: s.workspace.clone(),
             settings: self.settings.clone(),
             tape: Arc::new(Mutex::new(tape)),
-            registry,
+            registry: self.registry.clone(),
             expanded: Arc::default(),
             delivery: Arc::new(Delivery {
                 outbox: self.outbox.clone(),

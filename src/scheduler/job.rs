@@ -8,7 +8,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use chrono::{DateTime, Local, NaiveDateTime, TimeZone, Utc};
+use chrono::{DateTime, Local, NaiveDateTime, Utc};
+use jiff::tz::TimeZone;
 use serde::{Deserialize, Serialize};
 
 /// A job: a message that is run as a turn in `session` whenever its trigger fires.
@@ -67,21 +68,11 @@ impl Trigger {
             }
             Trigger::Cron { expr, timezone } => {
                 let cron = parse_cron(expr).ok()?;
-                match timezone {
-                    Some(name) => {
-                        let tz = parse_timezone(name).ok()?;
-                        let next = cron
-                            .find_next_occurrence(&now.with_timezone(&tz), false)
-                            .ok()?;
-                        Some(next.with_timezone(&Utc))
-                    }
-                    None => {
-                        let next = cron
-                            .find_next_occurrence(&now.with_timezone(&Local), false)
-                            .ok()?;
-                        Some(next.with_timezone(&Utc))
-                    }
-                }
+                let zone = zone(timezone.as_deref()).ok()?;
+                let next = cron
+                    .find_next_occurrence(&to_jiff(now)?.to_zoned(zone), false)
+                    .ok()?;
+                from_jiff(next.timestamp())
             }
         }
     }
@@ -196,14 +187,29 @@ pub fn parse_cron(expr: &str) -> Result<croner::Cron, String> {
 }
 
 /// Parses an IANA time zone name (`Europe/Berlin`, `UTC`).
-pub fn parse_timezone(name: &str) -> Result<chrono_tz::Tz, String> {
-    name.trim().parse::<chrono_tz::Tz>().map_err(|_| {
+pub fn parse_timezone(name: &str) -> Result<TimeZone, String> {
+    TimeZone::get(name.trim()).map_err(|_| {
         format!("unknown time zone: {name:?} (use an IANA name such as Europe/Berlin or UTC)")
     })
 }
 
+/// The zone `timezone` names, or the machine's local zone.
+fn zone(timezone: Option<&str>) -> Result<TimeZone, String> {
+    timezone.map_or_else(|| Ok(TimeZone::system()), parse_timezone)
+}
+
+fn to_jiff(t: DateTime<Utc>) -> Option<jiff::Timestamp> {
+    let nanos = i32::try_from(t.timestamp_subsec_nanos()).ok()?;
+    jiff::Timestamp::new(t.timestamp(), nanos).ok()
+}
+
+fn from_jiff(t: jiff::Timestamp) -> Option<DateTime<Utc>> {
+    DateTime::from_timestamp(t.as_second(), u32::try_from(t.subsec_nanosecond()).ok()?)
+}
+
 /// Parses an `at` time: RFC 3339 with an offset, or a date-time without one in `timezone`
-/// (local when `None`); `T` or a space between date and time, seconds optional.
+/// (local when `None`; a time skipped by a DST change moves forward); `T` or a space between
+/// date and time, seconds optional.
 pub fn parse_at(raw: &str, timezone: Option<&str>) -> Result<DateTime<Utc>, String> {
     let raw = raw.trim();
     if let Ok(t) = DateTime::parse_from_rfc3339(raw) {
@@ -215,17 +221,16 @@ pub fn parse_at(raw: &str, timezone: Option<&str>) -> Result<DateTime<Utc>, Stri
         .ok_or_else(|| {
             format!("invalid `at` time: {raw:?} (use ISO 8601, e.g. 2026-12-24T18:00 or 2026-12-24T18:00:00+01:00)")
         })?;
-    let resolved = match timezone {
-        Some(name) => in_zone(&parse_timezone(name)?, naive),
-        None => in_zone(&Local, naive),
-    };
-    resolved.ok_or_else(|| format!("`at` time {raw:?} does not exist in that time zone"))
-}
-
-fn in_zone<Tz: TimeZone>(tz: &Tz, naive: NaiveDateTime) -> Option<DateTime<Utc>> {
-    tz.from_local_datetime(&naive)
-        .earliest()
-        .map(|t| t.with_timezone(&Utc))
+    let civil: jiff::civil::DateTime = naive
+        .format("%Y-%m-%dT%H:%M:%S")
+        .to_string()
+        .parse()
+        .map_err(|e| format!("invalid `at` time: {raw:?} ({e})"))?;
+    let zoned = zone(timezone)?
+        .to_ambiguous_zoned(civil)
+        .compatible()
+        .map_err(|e| format!("invalid `at` time: {raw:?} ({e})"))?;
+    from_jiff(zoned.timestamp()).ok_or_else(|| format!("`at` time {raw:?} is out of range"))
 }
 
 /// A time as the machine's local ISO time, to the second.
