@@ -11,6 +11,8 @@ COPY Cargo.toml Cargo.lock ./
 COPY benches ./benches
 COPY config ./config
 COPY src ./src
+# The built-in skills are compiled into the binary.
+COPY skills ./skills
 # The registry and target directories are BuildKit caches, so rebuilds only compile what changed;
 # the binary is copied out of the cache mount in the same step.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \

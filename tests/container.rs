@@ -502,6 +502,8 @@ fn dockerfile_compose_and_readme_agree() {
         assert!(has("COPY benches ./benches"), "benches are copied");
     }
     assert!(has("COPY src ./src"));
+    // The built-in skills are compiled into the binary (include_dir!).
+    assert!(has("COPY skills ./skills"), "built-in skills are copied");
 
     let ignore = read_repo_file(".dockerignore");
     let ignored: Vec<&str> = ignore
@@ -512,7 +514,11 @@ fn dockerfile_compose_and_readme_agree() {
     for p in ["target", ".git", ".env"] {
         assert!(ignored.contains(&p), ".dockerignore lacks {p}");
     }
-    for needed in ["src", "entrypoint.sh", "Cargo.lock", "benches"] {
+    assert!(
+        ignored.contains(&"!skills/**"),
+        "SKILL.md files are not caught by `*.md`"
+    );
+    for needed in ["src", "entrypoint.sh", "Cargo.lock", "benches", "skills"] {
         assert!(
             !ignored.contains(&needed),
             ".dockerignore excludes {needed}"
