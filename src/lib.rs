@@ -25,3 +25,16 @@ pub const HTTP_IDLE_CONNECTIONS: usize = 64;
 /// How long an idle keep-alive connection stays open: well below the session idle TTL, so by
 /// the time sessions are evicted (and the heap trimmed) their connections are gone too.
 pub const HTTP_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Whether the URL's host is this machine (`localhost`, 127.0.0.0/8, `::1`): such requests never
+/// go through a proxy from the environment.
+pub fn is_loopback(url: &reqwest::Url) -> bool {
+    let Some(host) = url.host_str() else {
+        return false;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
+use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
@@ -204,7 +205,7 @@ async fn run(settings: Settings, session_id: &str, message: &str, tools: &[Strin
     let result = tokio::select! {
         result = agent.handle_input(session_id, message) => result,
         _ = tokio::signal::ctrl_c() => {
-            agent.record_event(session_id, "turn.interrupted", serde_json::json!({"by": "SIGINT"}));
+            agent.append_event(session_id, "turn.interrupted", serde_json::json!({"by": "SIGINT"})).await;
             eprintln!("Operation interrupted.");
             return ExitCode::from(EXIT_INTERRUPTED);
         }
@@ -225,13 +226,7 @@ async fn chat(settings: Settings, session_id: String) -> ExitCode {
     let log_file = settings.home.join("logs").join("chat.log");
     logging::init(&settings, LogTarget::File(&log_file));
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
-    match bub::cli::run_chat(agent, session_id).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bub: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    finished(bub::cli::run_chat(agent, session_id).await)
 }
 
 /// `bub message`: the channel daemon.
@@ -239,11 +234,7 @@ async fn message(settings: Settings) -> ExitCode {
     logging::init(&settings, LogTarget::Stderr);
     let channels = match bub::channels::enabled_channels(&settings) {
         Ok(channels) => channels,
-        Err(e) => {
-            eprintln!("bub: {e:#}");
-            let config = e.downcast_ref::<bub::config::ConfigError>().is_some();
-            return ExitCode::from(if config { EXIT_CONFIG } else { 1 });
-        }
+        Err(e) => return setup_failed(&e),
     };
     let cfg = SessionConfig::from_settings(&settings);
     let scheduler_enabled = settings.scheduler_enabled;
@@ -265,13 +256,7 @@ async fn message(settings: Settings) -> ExitCode {
     if let Some(scheduler) = scheduler {
         report_scheduler(scheduler.await);
     }
-    match served {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bub: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    finished(served)
 }
 
 /// `bub idle`: only the scheduler, with send-only channel clients for delivering answers.
@@ -279,11 +264,7 @@ async fn idle(settings: Settings) -> ExitCode {
     logging::init(&settings, LogTarget::Stderr);
     let channels = match bub::channels::configured_channels(&settings) {
         Ok(channels) => channels,
-        Err(e) => {
-            eprintln!("bub: {e:#}");
-            let config = e.downcast_ref::<bub::config::ConfigError>().is_some();
-            return ExitCode::from(if config { EXIT_CONFIG } else { 1 });
-        }
+        Err(e) => return setup_failed(&e),
     };
     let names: Vec<&str> = channels.iter().map(|c| c.name()).collect();
     tracing::info!(home = %settings.home.display(), channels = ?names, "idle.start");
@@ -293,13 +274,7 @@ async fn idle(settings: Settings) -> ExitCode {
     tokio::spawn(stop_on_signal(shutdown.clone()));
     let result = scheduler(agent).run(shutdown).await;
     tracing::info!("idle.stop");
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bub: scheduler: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    finished(result.context("scheduler"))
 }
 
 /// The scheduler of this process: jobs run as turns of `agent`, answers go out via its outbox.
@@ -334,23 +309,14 @@ async fn send(
     }
     let adapter = match Outbox::default().adapter(&settings, &channel.to_lowercase()) {
         Ok(adapter) => adapter,
-        Err(e) => {
-            eprintln!("bub: {e:#}");
-            return ExitCode::from(EXIT_CONFIG);
-        }
+        Err(e) => return setup_failed(&e),
     };
     let out = Outbound {
         chat_id,
         text,
         reply_to,
     };
-    match adapter.send(&out).await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bub: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    finished(adapter.send(&out).await)
 }
 
 /// `bub skills list` / `bub skills check`.
@@ -378,6 +344,24 @@ fn report_scheduler(result: Result<anyhow::Result<()>, tokio::task::JoinError>) 
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::error!(error = %format!("{e:#}"), "scheduler.error"),
         Err(e) => tracing::error!(error = %e, "scheduler.panicked"),
+    }
+}
+
+/// Reports a failed start: exit 2 for a configuration error (the variable is named), else 1.
+fn setup_failed(e: &anyhow::Error) -> ExitCode {
+    eprintln!("bub: {e:#}");
+    let config = e.downcast_ref::<bub::config::ConfigError>().is_some();
+    ExitCode::from(if config { EXIT_CONFIG } else { 1 })
+}
+
+/// Exit 0, or 1 with the error on stderr.
+fn finished(result: anyhow::Result<()>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bub: {e:#}");
+            ExitCode::FAILURE
+        }
     }
 }
 

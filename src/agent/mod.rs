@@ -166,21 +166,8 @@ impl AgentRuntime {
             .collect()
     }
 
-    /// Records an event on a session's tape outside a turn (e.g. `turn.interrupted`).
-    pub fn record_event(&self, session_id: &str, name: &str, data: serde_json::Value) {
-        let result = self.session(session_id).and_then(|s| {
-            let s = s
-                .try_lock()
-                .map_err(|_| anyhow::anyhow!("a turn is running"))?;
-            let entry = s.ctx.tape.lock().expect("tape lock").event(name, data);
-            entry.map(|_| ())
-        });
-        if let Err(e) = result {
-            tracing::error!(error = %e, "tape.append.error");
-        }
-    }
-
-    /// Records an event on a session's tape, after the session's running turn (if any) ends.
+    /// Records an event on a session's tape outside a turn (`turn.interrupted`, `schedule.run`),
+    /// after the session's running turn (if any) ends.
     pub async fn append_event(&self, session_id: &str, name: &str, data: serde_json::Value) {
         let result = match self.session(session_id) {
             Ok(session) => {

@@ -147,11 +147,13 @@ impl ModelLoop<'_> {
     async fn step(&mut self, prompt: &str) -> Result<Step, String> {
         let llm = self.llm.map_err(|e| e.to_string())?;
         let run = json!({"run_id": uuid::Uuid::new_v4().simple().to_string()});
-        self.record_system(&run);
+        // Built once per step: recorded on the tape (when changed) and sent.
+        let system = self.system_prompt();
+        self.record_system(&system, &run);
         self.append("message", json!({"role": "user", "content": prompt}), &run);
         let mut retried = false;
         let response = loop {
-            match self.call(llm).await {
+            match self.call(llm, &system).await {
                 Ok(r) => break r,
                 Err(e) if !retried && e.is_context_overflow() => {
                     retried = true;
@@ -182,8 +184,7 @@ impl ModelLoop<'_> {
         Ok(Step::Tools)
     }
 
-    async fn call(&self, llm: &LlmClient) -> Result<ChatResponse, LlmError> {
-        let system = self.system_prompt();
+    async fn call(&self, llm: &LlmClient, system: &str) -> Result<ChatResponse, LlmError> {
         let context = self.ctx.tape.lock().expect("tape lock").context_messages();
         let context = context.map_err(|e| LlmError::InvalidResponse(format!("tape: {e:#}")))?;
         let mut messages = vec![json!({"role": "system", "content": system})];
@@ -210,12 +211,11 @@ impl ModelLoop<'_> {
     }
 
     /// Records the system prompt when it differs from the last one recorded this session.
-    fn record_system(&mut self, run: &Value) {
-        let system = self.system_prompt();
+    fn record_system(&mut self, system: &str, run: &Value) {
         // The date line changes every minute; hash without it.
         let stable = system
             .rsplit_once("\n\nCurrent date and time:")
-            .map_or(system.as_str(), |(s, _)| s);
+            .map_or(system, |(s, _)| s);
         let mut hasher = DefaultHasher::new();
         stable.hash(&mut hasher);
         let hash = hasher.finish();

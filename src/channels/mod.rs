@@ -122,3 +122,30 @@ pub fn enabled_channels(settings: &Settings) -> anyhow::Result<Vec<Arc<dyn Chann
     }
     Ok(channels)
 }
+
+/// The keyword rule of both platforms: `word` occurs in `text` case-insensitively with no
+/// letter, digit or `_` right before or after it ("bubble" does not contain "bub"). An empty
+/// `word` never matches.
+pub fn contains_word(text: &str, word: &str) -> bool {
+    let word = word.trim().to_lowercase();
+    if word.is_empty() {
+        return false;
+    }
+    let text = text.to_lowercase();
+    let is_word_char = |c: char| c.is_alphanumeric() || c == '_';
+    let mut from = 0;
+    while let Some(pos) = text[from..].find(&word) {
+        let start = from + pos;
+        let end = start + word.len();
+        let before_ok = text[..start]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !is_word_char(c));
+        let after_ok = text[end..].chars().next().is_none_or(|c| !is_word_char(c));
+        if before_ok && after_ok {
+            return true;
+        }
+        from = start + text[start..].chars().next().map_or(1, char::len_utf8);
+    }
+    false
+}

@@ -146,11 +146,13 @@ async fn turn(
             Some(result)
         }
         None => {
-            agent.record_event(
-                session_id,
-                "turn.interrupted",
-                serde_json::json!({"by": "Ctrl-C"}),
-            );
+            agent
+                .append_event(
+                    session_id,
+                    "turn.interrupted",
+                    serde_json::json!({"by": "Ctrl-C"}),
+                )
+                .await;
             println!("{}", style.dim("Interrupted. The session is still open."));
             None
         }

@@ -85,7 +85,7 @@ impl LlmClient {
         }
         let endpoint = Url::parse(&format!("{}/chat/completions", cfg.base_url))
             .map_err(|e| LlmError::Config(format!("base URL {:?}: {e}", cfg.base_url)))?;
-        let local = is_local(&base);
+        let local = crate::is_loopback(&base);
 
         cfg.api_key = cfg
             .api_key
@@ -381,18 +381,6 @@ fn feed(
         sink(&text);
     }
     Ok(())
-}
-
-/// Whether the URL's host is this machine.
-fn is_local(url: &Url) -> bool {
-    let Some(host) = url.host_str() else {
-        return false;
-    };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// A reqwest error with its causes (`error sending request …: tcp connect error: …`).

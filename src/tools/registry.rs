@@ -300,6 +300,11 @@ fn coerce_value(key: &str, ty: &str, value: Value) -> Result<Value, ToolError> {
     }
 }
 
+/// A tool's argument schema: an object with these `properties`, of which `required` must be set.
+pub fn object_schema(properties: Value, required: &[&str]) -> Value {
+    serde_json::json!({"type": "object", "properties": properties, "required": required})
+}
+
 /// Deserializes a tool's argument object into its typed argument struct.
 pub fn parse_args<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, ToolError> {
     serde_json::from_value(args).map_err(|e| ToolError::new(format!("invalid arguments: {e}")))

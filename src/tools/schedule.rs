@@ -7,7 +7,7 @@ use chrono::Utc;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::registry::parse_args;
+use super::registry::{object_schema as schema, parse_args};
 use super::{Tool, ToolContext, ToolError};
 use crate::scheduler::job::{self, Job, TriggerSpec, local_time};
 use crate::scheduler::{CHANGED, JobStore};
@@ -138,10 +138,6 @@ async fn remove(args: Value, ctx: ToolContext) -> Result<String, ToolError> {
     }
     CHANGED.notify_one();
     Ok(format!("removed: {id}"))
-}
-
-fn schema(properties: Value, required: &[&str]) -> Value {
-    json!({"type": "object", "properties": properties, "required": required})
 }
 
 /// The schedule tools.

@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use super::registry::parse_args;
+use super::registry::{object_schema, parse_args};
 use super::{Tool, ToolContext, ToolError};
 use crate::skills::{self, Discovery, Skill};
 
@@ -79,7 +79,7 @@ pub fn tools() -> Vec<Tool> {
             "Lists the skills of this workspace (project), of ~/.agents/skills (global) and the \
              built-in ones: name, description, source and location; invalid SKILL.md files are \
              listed as skipped with the reason.",
-            json!({"type": "object", "properties": {}, "required": []}),
+            object_schema(json!({}), &[]),
             |_, ctx: ToolContext| async move { Ok(list_text(&skills::discover(&ctx.settings))) },
         ),
         Tool::new(
@@ -87,7 +87,10 @@ pub fn tools() -> Vec<Tool> {
             "Show one skill's instructions",
             "Shows a skill's full SKILL.md (frontmatter fields and body) and lists the other \
              files in its folder; the skill's body also stays in the system prompt for a while.",
-            json!({"type": "object", "properties": {"name": {"type": "string", "description": "skill name, e.g. gh"}}, "required": ["name"]}),
+            object_schema(
+                json!({"name": {"type": "string", "description": "skill name, e.g. gh"}}),
+                &["name"],
+            ),
             |args, ctx: ToolContext| async move {
                 let DescribeArgs { name } = parse_args(args)?;
                 let found = skills::discover(&ctx.settings);

@@ -4,9 +4,9 @@
 //! I/O, and a search over a large tape takes milliseconds), never across an `.await`.
 
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
-use super::registry::parse_args;
+use super::registry::{object_schema as schema, parse_args};
 use super::{Tool, ToolContext, ToolError};
 use crate::tape::{Tape, TapeEntry};
 
@@ -99,10 +99,6 @@ pub fn reset_text(tape: &mut Tape, archive: bool) -> anyhow::Result<String> {
         Some(path) => format!("Archived: {}", path.display()),
         None => "ok".to_string(),
     })
-}
-
-fn schema(properties: Value, required: &[&str]) -> Value {
-    json!({"type": "object", "properties": properties, "required": required})
 }
 
 /// The tape tools.
@@ -223,7 +219,11 @@ mod tests {
         }
     }
 
-    async fn run(ctx: &ToolContext, name: &str, args: Value) -> Result<String, ToolError> {
+    async fn run(
+        ctx: &ToolContext,
+        name: &str,
+        args: serde_json::Value,
+    ) -> Result<String, ToolError> {
         ctx.registry.clone().execute(name, args, ctx.clone()).await
     }
 

@@ -8,6 +8,7 @@
 //! that need Discord lookups (a mention of one of the bot's roles, a thread named `bub…`) are
 //! decided by the adapter with [`is_bub_thread`] and the bot's role list.
 
+use crate::channels::contains_word;
 use serenity::model::channel::{Message, MessageType};
 use serenity::model::id::UserId;
 
@@ -136,22 +137,6 @@ impl Rules {
 pub fn is_bub_thread(name: &str) -> bool {
     name.get(..COMMAND_WORD.len())
         .is_some_and(|p| p.eq_ignore_ascii_case(COMMAND_WORD))
-}
-
-/// `word` occurs in `text` (case-insensitively) with no letter, digit or `_` right before or
-/// after it.
-pub fn contains_word(text: &str, word: &str) -> bool {
-    let word = word.trim().to_lowercase();
-    if word.is_empty() {
-        return false;
-    }
-    let text = text.to_lowercase();
-    let is_word_char = |c: char| c.is_alphanumeric() || c == '_';
-    text.match_indices(&word).any(|(at, _)| {
-        let before = text[..at].chars().next_back();
-        let after = text[at + word.len()..].chars().next();
-        !before.is_some_and(is_word_char) && !after.is_some_and(is_word_char)
-    })
 }
 
 /// Why a message should be dropped before the allow-lists are even consulted: bots, system

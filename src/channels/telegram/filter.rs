@@ -9,6 +9,7 @@
 //! a leading `@` (Telegram usernames are case-insensitive), and `/bub@BotName text` is stripped
 //! like `/bub text`.
 
+use crate::channels::contains_word;
 use teloxide::types::{Message, MessageEntityKind};
 
 /// The bot's own account, learned from `getMe`.
@@ -122,32 +123,6 @@ fn mentions_bot(msg: &Message, bot: &BotIdentity) -> bool {
         MessageEntityKind::TextMention { user } => user.id.0 == bot.id,
         _ => false,
     })
-}
-
-/// `word` occurs in `text` case-insensitively with no letter, digit or `_` right before or
-/// after it. An empty `word` never matches.
-pub fn contains_word(text: &str, word: &str) -> bool {
-    let word = word.trim().to_lowercase();
-    if word.is_empty() {
-        return false;
-    }
-    let text = text.to_lowercase();
-    let is_word_char = |c: char| c.is_alphanumeric() || c == '_';
-    let mut from = 0;
-    while let Some(pos) = text[from..].find(&word) {
-        let start = from + pos;
-        let end = start + word.len();
-        let before_ok = text[..start]
-            .chars()
-            .next_back()
-            .is_none_or(|c| !is_word_char(c));
-        let after_ok = text[end..].chars().next().is_none_or(|c| !is_word_char(c));
-        if before_ok && after_ok {
-            return true;
-        }
-        from = start + text[start..].chars().next().map_or(1, char::len_utf8);
-    }
-    false
 }
 
 #[cfg(test)]

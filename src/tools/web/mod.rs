@@ -51,20 +51,12 @@ fn build_client(proxies: bool) -> Result<Client, String> {
 
 /// The shared client for requests to `url`.
 fn client_for(url: &Url) -> Result<&'static Client, ToolError> {
-    let shared = if is_loopback(url) { &DIRECT } else { &PROXIED };
-    shared.as_ref().map_err(|e| ToolError::new(e.clone()))
-}
-
-/// Whether the URL's host is this machine (`localhost`, 127.0.0.0/8, `::1`).
-fn is_loopback(url: &Url) -> bool {
-    let Some(host) = url.host_str() else {
-        return false;
+    let shared = if crate::is_loopback(url) {
+        &DIRECT
+    } else {
+        &PROXIED
     };
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+    shared.as_ref().map_err(|e| ToolError::new(e.clone()))
 }
 
 /// `url` without `user:password@`, for messages.
