@@ -565,3 +565,65 @@ async fn unknown_subcommand_and_missing_workspace_fail_clearly() {
         stderr(&out)
     );
 }
+
+/// The pids of `pid`'s child processes (from `/proc`).
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|c| {
+            c.split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigint_interrupts_the_turn_kills_its_command_and_is_recorded() {
+    let env = Env::new().await;
+    let mut child = env
+        .command(&["run", ",bash cmd='sleep 30'"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id().unwrap();
+    // The shell command is running once bub has a child process.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let shell = loop {
+        if let Some(&shell) = children(pid).first() {
+            break shell;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the command started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+    let status = tokio::time::timeout(Duration::from_secs(20), child.wait())
+        .await
+        .expect("bub stops after SIGINT")
+        .unwrap();
+    assert_eq!(status.code(), Some(130));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{shell}")).exists() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the shell command was killed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let interrupted: Vec<Value> = env
+        .tape_entries()
+        .into_iter()
+        .filter(|e| e["payload"]["name"] == "turn.interrupted")
+        .collect();
+    assert_eq!(interrupted.len(), 1);
+    assert_eq!(interrupted[0]["payload"]["data"]["by"], "SIGINT");
+}
