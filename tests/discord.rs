@@ -33,7 +33,7 @@ async fn bounded<T>(fut: impl Future<Output = T>) -> T {
 fn settings(fake: &FakeDiscord, configure: impl FnOnce(&mut Settings)) -> Settings {
     let mut s = Settings::with_defaults(PathBuf::from("/nonexistent/home"), PathBuf::from("."));
     s.discord.enabled = true;
-    s.discord.token = Some(TOKEN.to_owned());
+    s.discord.token = Some(TOKEN.into());
     s.discord.api_base = fake.api_base();
     configure(&mut s);
     s

@@ -21,7 +21,7 @@ async fn bounded<T>(fut: impl Future<Output = T>) -> T {
 
 fn config(fake: &FakeOpenAi) -> LlmConfig {
     let mut cfg = LlmConfig::new("openai", "fake-model", fake.base_url());
-    cfg.api_key = Some(KEY.to_owned());
+    cfg.api_key = Some(KEY.into());
     cfg.retry_base_delay = Duration::from_millis(10);
     cfg.timeout = Some(Duration::from_secs(5));
     cfg

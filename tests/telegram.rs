@@ -26,7 +26,7 @@ fn settings(fake: &FakeTelegram, configure: impl FnOnce(&mut Settings)) -> Setti
     let dir = std::env::temp_dir();
     let mut s = Settings::with_defaults(dir.clone(), dir);
     s.telegram.enabled = true;
-    s.telegram.token = Some(TOKEN.to_owned());
+    s.telegram.token = Some(TOKEN.into());
     s.telegram.api_base = fake.api_base();
     configure(&mut s);
     s
@@ -549,7 +549,7 @@ async fn send_errors_name_the_chat_not_the_token() {
     };
     let dir = std::env::temp_dir();
     let mut s = Settings::with_defaults(dir.clone(), dir);
-    s.telegram.token = Some(TOKEN.to_owned());
+    s.telegram.token = Some(TOKEN.into());
     s.telegram.api_base = format!("http://{closed}");
     let tg = Telegram::new(&s).expect("adapter");
     let err = tg
@@ -569,7 +569,7 @@ async fn api_base_trailing_slash_is_tolerated() {
     let fake = fake_telegram::start().await;
     let dir = std::env::temp_dir();
     let mut s = Settings::with_defaults(dir.clone(), dir);
-    s.telegram.token = Some(TOKEN.to_owned());
+    s.telegram.token = Some(TOKEN.into());
     s.telegram.api_base = format!("{}/", fake.api_base());
     let tg = Telegram::new(&s).expect("adapter");
     tg.send(&outbound("42", "hi", None))

@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 
 use super::parse::{
     absolute, expand_tilde, is_null, parse_bool, parse_list, parse_log_format, parse_log_level,
-    parse_model, parse_seconds, parse_secret, parse_timeout, parse_u32_min, parse_url,
+    parse_model, parse_sandbox, parse_seconds, parse_secret, parse_timeout, parse_u32_min,
+    parse_url,
 };
 use super::sources::{self, Layers};
-use super::{ConfigError, DEFAULT_MODEL, Settings};
+use super::{ConfigError, DEFAULT_MODEL, Secret, Settings};
 
 /// Where to look for configuration. `Default` means: workspace = CWD, no `--config`, the
 /// process environment and the process CWD.
@@ -168,6 +169,22 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     s.searxng_url = l
         .parse("BUB_SEARXNG_URL", optional_url("BUB_SEARXNG_URL"))?
         .flatten();
+    set(
+        l,
+        "BUB_WEB_ALLOW_PRIVATE",
+        &mut s.web_allow_private,
+        parse_bool,
+    )?;
+    set(l, "BUB_SANDBOX", &mut s.sandbox, parse_sandbox)?;
+    s.guest_tools = l
+        .parse("BUB_GUEST_TOOLS", |v| {
+            if is_null(v) {
+                Ok(None)
+            } else {
+                parse_list("BUB_GUEST_TOOLS", v).map(Some)
+            }
+        })?
+        .flatten();
     set(l, "BUB_LOG_LEVEL", &mut s.log_level, parse_log_level)?;
     set(l, "BUB_LOG_FORMAT", &mut s.log_format, parse_log_format)?;
 
@@ -175,6 +192,7 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     set(l, "BUB_TELEGRAM_ENABLED", &mut t.enabled, parse_bool)?;
     t.token = secret(l, "BUB_TELEGRAM_TOKEN")?;
     set(l, "BUB_TELEGRAM_ALLOW_FROM", &mut t.allow_from, parse_list)?;
+    set(l, "BUB_TELEGRAM_OWNERS", &mut t.owners, parse_ids)?;
     set(
         l,
         "BUB_TELEGRAM_ALLOW_CHATS",
@@ -197,6 +215,7 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     set(l, "BUB_DISCORD_ENABLED", &mut d.enabled, parse_bool)?;
     d.token = secret(l, "BUB_DISCORD_TOKEN")?;
     set(l, "BUB_DISCORD_ALLOW_FROM", &mut d.allow_from, parse_list)?;
+    set(l, "BUB_DISCORD_OWNERS", &mut d.owners, parse_ids)?;
     set(
         l,
         "BUB_DISCORD_ALLOW_CHANNELS",
@@ -250,12 +269,24 @@ fn optional_url(var: &str) -> impl FnOnce(&str) -> Result<Option<String>, Config
     }
 }
 
-fn secret(l: &Layers, var: &str) -> Result<Option<String>, ConfigError> {
+/// A list of numeric user ids (owners are named by id: names can be changed by their holder).
+fn parse_ids(var: &str, raw: &str) -> Result<Vec<String>, ConfigError> {
+    let ids = parse_list(var, raw)?;
+    if let Some(bad) = ids.iter().find(|id| id.parse::<u64>().is_err()) {
+        return Err(ConfigError::new(
+            var,
+            format!("{bad:?} is not a numeric user id (owners are listed by id)"),
+        ));
+    }
+    Ok(ids)
+}
+
+fn secret(l: &Layers, var: &str) -> Result<Option<Secret>, ConfigError> {
     Ok(l.parse(var, |v| parse_secret(var, v))?.flatten())
 }
 
 /// An enabled channel needs its token.
-fn require_token(enabled: bool, token: &Option<String>, prefix: &str) -> Result<(), ConfigError> {
+fn require_token(enabled: bool, token: &Option<Secret>, prefix: &str) -> Result<(), ConfigError> {
     if enabled && token.is_none() {
         return Err(ConfigError::new(
             format!("{prefix}_TOKEN"),

@@ -11,6 +11,7 @@
 mod load;
 mod parse;
 pub mod providers;
+mod secret;
 mod sources;
 #[cfg(test)]
 mod tests;
@@ -20,6 +21,20 @@ use std::path::PathBuf;
 
 pub use load::LoadOptions;
 pub use providers::provider_base_url;
+pub use secret::Secret;
+
+/// The variables whose values are Bub's own secrets: they are removed from the environment of
+/// every child process (`bash`), and their values are redacted from tool output.
+pub const SECRET_VARS: &[&str] = &[
+    "BUB_API_KEY",
+    "LLM_API_KEY",
+    "OPENROUTER_API_KEY",
+    "BUB_OLLAMA_API_KEY",
+    "BUB_TELEGRAM_TOKEN",
+    "BUB_DISCORD_TOKEN",
+    "BUB_TELEGRAM_PROXY",
+    "BUB_DISCORD_PROXY",
+];
 
 /// `BUB_MODEL` default.
 pub const DEFAULT_MODEL: &str = "openrouter:qwen/qwen3-coder-next";
@@ -47,6 +62,18 @@ impl ConfigError {
     }
 }
 
+/// Which `bash` commands run in the Landlock sandbox (`BUB_SANDBOX`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SandboxMode {
+    /// Commands of guest turns (the default).
+    #[default]
+    Guests,
+    /// Every command, owners' included.
+    All,
+    /// None (guests still get no shell unless `BUB_GUEST_TOOLS` grants it).
+    Off,
+}
+
 /// Log output format (`BUB_LOG_FORMAT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LogFormat {
@@ -61,7 +88,7 @@ pub struct Settings {
     /// `BUB_MODEL`: `provider:model`, default `openrouter:qwen/qwen3-coder-next`.
     pub model: String,
     /// First non-empty of `BUB_API_KEY`, `LLM_API_KEY`, `OPENROUTER_API_KEY`. Never logged.
-    pub api_key: Option<String>,
+    pub api_key: Option<Secret>,
     /// `BUB_API_BASE`: overrides the provider's default base URL.
     pub api_base: Option<String>,
     /// `BUB_MAX_TOKENS` (default 1024, ≥ 1).
@@ -103,12 +130,19 @@ pub struct Settings {
     /// once at startup (recurring ones coalesced); `false` skips them.
     pub scheduler_catch_up: bool,
     /// `BUB_OLLAMA_API_KEY`.
-    pub ollama_api_key: Option<String>,
+    pub ollama_api_key: Option<Secret>,
     /// `BUB_OLLAMA_API_BASE` (default `https://ollama.com/api`).
     pub ollama_api_base: String,
     /// `BUB_SEARXNG_URL`: a SearXNG instance (JSON format enabled) for `web.search`; preferred
     /// over Ollama's web search when both are set.
     pub searxng_url: Option<String>,
+    /// `BUB_WEB_ALLOW_PRIVATE` (default false): `web.fetch` may reach loopback, private and
+    /// link-local addresses.
+    pub web_allow_private: bool,
+    /// `BUB_SANDBOX` (default `guests`).
+    pub sandbox: SandboxMode,
+    /// `BUB_GUEST_TOOLS`: the tools a guest's turn may use; `None` = the built-in guest set.
+    pub guest_tools: Option<Vec<String>>,
     pub telegram: TelegramSettings,
     pub discord: DiscordSettings,
     /// `BUB_LOG_LEVEL` (default `info`).
@@ -121,8 +155,11 @@ pub struct Settings {
 #[derive(Clone)]
 pub struct TelegramSettings {
     pub enabled: bool,
-    pub token: Option<String>,
+    pub token: Option<Secret>,
+    /// `BUB_TELEGRAM_ALLOW_FROM`: user ids or usernames; empty admits nobody, `*` everyone.
     pub allow_from: Vec<String>,
+    /// `BUB_TELEGRAM_OWNERS`: user ids that get every tool.
+    pub owners: Vec<String>,
     pub allow_chats: Vec<String>,
     pub proxy: Option<String>,
     /// `BUB_TELEGRAM_API_BASE` (default `https://api.telegram.org`).
@@ -136,8 +173,11 @@ pub struct TelegramSettings {
 #[derive(Clone)]
 pub struct DiscordSettings {
     pub enabled: bool,
-    pub token: Option<String>,
+    pub token: Option<Secret>,
+    /// `BUB_DISCORD_ALLOW_FROM`: user ids or usernames; empty admits nobody, `*` everyone.
     pub allow_from: Vec<String>,
+    /// `BUB_DISCORD_OWNERS`: user ids that get every tool.
+    pub owners: Vec<String>,
     pub allow_channels: Vec<String>,
     pub command_prefix: String,
     pub proxy: Option<String>,
@@ -174,6 +214,9 @@ impl Settings {
             ollama_api_key: None,
             ollama_api_base: DEFAULT_OLLAMA_API_BASE.to_owned(),
             searxng_url: None,
+            web_allow_private: false,
+            sandbox: SandboxMode::Guests,
+            guest_tools: None,
             telegram: TelegramSettings::default(),
             discord: DiscordSettings::default(),
             log_level: "info".to_owned(),
@@ -206,6 +249,31 @@ impl Settings {
         }
     }
 
+    /// Every secret value Bub read for itself: keys, tokens, and passwords inside the URLs it
+    /// was given (proxies, API bases). The redactor removes these from tool output.
+    pub fn secret_values(&self) -> Vec<String> {
+        let keys = [
+            &self.api_key,
+            &self.ollama_api_key,
+            &self.telegram.token,
+            &self.discord.token,
+        ];
+        let mut values: Vec<String> = keys
+            .into_iter()
+            .flatten()
+            .map(|s| s.expose().to_owned())
+            .collect();
+        let urls = [
+            self.api_base.as_deref(),
+            self.searxng_url.as_deref(),
+            Some(self.ollama_api_base.as_str()),
+            self.telegram.proxy.as_deref(),
+            self.discord.proxy.as_deref(),
+        ];
+        values.extend(urls.into_iter().flatten().filter_map(parse::url_password));
+        values
+    }
+
     /// Replaces `model` (e.g. from `--model`) after validating it like `BUB_MODEL`.
     pub fn set_model(&mut self, model: &str) -> Result<(), ConfigError> {
         self.model = parse::parse_model("--model", model, self.api_base.as_deref())?;
@@ -219,6 +287,7 @@ impl Default for TelegramSettings {
             enabled: false,
             token: None,
             allow_from: Vec::new(),
+            owners: Vec::new(),
             allow_chats: Vec::new(),
             proxy: None,
             api_base: DEFAULT_TELEGRAM_API_BASE.to_owned(),
@@ -233,17 +302,13 @@ impl Default for DiscordSettings {
             enabled: false,
             token: None,
             allow_from: Vec::new(),
+            owners: Vec::new(),
             allow_channels: Vec::new(),
             command_prefix: "!".to_owned(),
             proxy: None,
             api_base: DEFAULT_DISCORD_API_BASE.to_owned(),
         }
     }
-}
-
-/// `Some("***")` / `None`: shows whether a secret is set, never its value.
-fn secret(value: &Option<String>) -> Option<&'static str> {
-    value.as_ref().map(|_| "***")
 }
 
 /// A proxy URL with its `user:password@` masked.
@@ -255,7 +320,7 @@ impl fmt::Debug for Settings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Settings")
             .field("model", &self.model)
-            .field("api_key", &secret(&self.api_key))
+            .field("api_key", &self.api_key)
             .field(
                 "api_base",
                 &self.api_base.as_deref().map(parse::redact_url_text),
@@ -278,12 +343,15 @@ impl fmt::Debug for Settings {
             .field("session_idle_seconds", &self.session_idle_seconds)
             .field("scheduler_enabled", &self.scheduler_enabled)
             .field("scheduler_catch_up", &self.scheduler_catch_up)
-            .field("ollama_api_key", &secret(&self.ollama_api_key))
+            .field("ollama_api_key", &self.ollama_api_key)
             .field("ollama_api_base", &self.ollama_api_base)
             .field(
                 "searxng_url",
                 &self.searxng_url.as_deref().map(parse::redact_url_text),
             )
+            .field("web_allow_private", &self.web_allow_private)
+            .field("sandbox", &self.sandbox)
+            .field("guest_tools", &self.guest_tools)
             .field("telegram", &self.telegram)
             .field("discord", &self.discord)
             .field("log_level", &self.log_level)
@@ -296,8 +364,9 @@ impl fmt::Debug for TelegramSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("TelegramSettings")
             .field("enabled", &self.enabled)
-            .field("token", &secret(&self.token))
+            .field("token", &self.token)
             .field("allow_from", &self.allow_from)
+            .field("owners", &self.owners)
             .field("allow_chats", &self.allow_chats)
             .field("proxy", &proxy(&self.proxy))
             .field("api_base", &self.api_base)
@@ -310,8 +379,9 @@ impl fmt::Debug for DiscordSettings {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DiscordSettings")
             .field("enabled", &self.enabled)
-            .field("token", &secret(&self.token))
+            .field("token", &self.token)
             .field("allow_from", &self.allow_from)
+            .field("owners", &self.owners)
             .field("allow_channels", &self.allow_channels)
             .field("command_prefix", &self.command_prefix)
             .field("proxy", &proxy(&self.proxy))

@@ -149,9 +149,30 @@ pub fn redact_url_text(text: &str) -> String {
     }
 }
 
+/// The password of a URL's `user:password@` part, if it has one.
+pub fn url_password(url: &str) -> Option<String> {
+    let url = reqwest::Url::parse(url.trim()).ok()?;
+    let password = url.password()?;
+    let decoded = percent_encoding::percent_decode_str(password).decode_utf8_lossy();
+    Some(decoded.into_owned())
+}
+
+/// `guests`, `all` or `off`, case-insensitive.
+pub fn parse_sandbox(var: &str, raw: &str) -> Result<super::SandboxMode, ConfigError> {
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "guests" => Ok(super::SandboxMode::Guests),
+        "all" => Ok(super::SandboxMode::All),
+        "off" => Ok(super::SandboxMode::Off),
+        _ => Err(ConfigError::new(
+            var,
+            format!("invalid sandbox mode {raw:?} (expected guests, all or off)"),
+        )),
+    }
+}
+
 /// A secret (API key, token): trimmed; must not contain whitespace or control characters.
 /// The value never appears in the error.
-pub fn parse_secret(var: &str, raw: &str) -> Result<Option<String>, ConfigError> {
+pub fn parse_secret(var: &str, raw: &str) -> Result<Option<super::Secret>, ConfigError> {
     let trimmed = raw.trim();
     if trimmed.is_empty() || is_null(trimmed) {
         return Ok(None);
@@ -162,7 +183,7 @@ pub fn parse_secret(var: &str, raw: &str) -> Result<Option<String>, ConfigError>
             "invalid value: contains whitespace or control characters (value not shown)",
         ));
     }
-    Ok(Some(trimmed.to_owned()))
+    Ok(Some(super::Secret::new(trimmed)))
 }
 
 /// Splits `provider:model` at the first `:`; both parts non-empty. Without `api_base` the
@@ -328,7 +349,7 @@ mod tests {
 
     #[test]
     fn secrets() {
-        assert_eq!(parse_secret("V", " abc ").unwrap().as_deref(), Some("abc"));
+        assert_eq!(parse_secret("V", " abc ").unwrap().unwrap().expose(), "abc");
         assert_eq!(parse_secret("V", "null").unwrap(), None);
         let err = parse_secret("V", "ab cd-secret").unwrap_err();
         assert!(!err.to_string().contains("secret"), "{err}");

@@ -37,9 +37,13 @@ pub const VARS: &[&str] = &[
     "BUB_SESSION_IDLE_SECONDS",
     "BUB_SCHEDULER_ENABLED",
     "BUB_SCHEDULER_CATCH_UP",
+    "BUB_WEB_ALLOW_PRIVATE",
+    "BUB_SANDBOX",
+    "BUB_GUEST_TOOLS",
     "BUB_TELEGRAM_ENABLED",
     "BUB_TELEGRAM_TOKEN",
     "BUB_TELEGRAM_ALLOW_FROM",
+    "BUB_TELEGRAM_OWNERS",
     "BUB_TELEGRAM_ALLOW_CHATS",
     "BUB_TELEGRAM_PROXY",
     "BUB_TELEGRAM_API_BASE",
@@ -47,6 +51,7 @@ pub const VARS: &[&str] = &[
     "BUB_DISCORD_ENABLED",
     "BUB_DISCORD_TOKEN",
     "BUB_DISCORD_ALLOW_FROM",
+    "BUB_DISCORD_OWNERS",
     "BUB_DISCORD_ALLOW_CHANNELS",
     "BUB_DISCORD_COMMAND_PREFIX",
     "BUB_DISCORD_PROXY",
@@ -58,9 +63,12 @@ pub const VARS: &[&str] = &[
 /// Variables holding a list; only these may be TOML arrays.
 const LIST_VARS: &[&str] = &[
     "BUB_TELEGRAM_ALLOW_FROM",
+    "BUB_TELEGRAM_OWNERS",
     "BUB_TELEGRAM_ALLOW_CHATS",
     "BUB_DISCORD_ALLOW_FROM",
+    "BUB_DISCORD_OWNERS",
     "BUB_DISCORD_ALLOW_CHANNELS",
+    "BUB_GUEST_TOOLS",
 ];
 
 /// Where a raw value came from.

@@ -262,16 +262,17 @@ fn api_key_order_urls_and_providers() {
         &fx.cwd.join(".env"),
         "OPENROUTER_API_KEY=k3\nLLM_API_KEY=k2\n",
     );
-    assert_eq!(fx.load(&[]).unwrap().api_key.as_deref(), Some("k2"));
+    assert_eq!(fx.load(&[]).unwrap().api_key.as_ref().map(|k| k.expose()), Some("k2"));
     assert_eq!(
         fx.load(&[("BUB_API_KEY", "k1")])
             .unwrap()
             .api_key
-            .as_deref(),
+            .as_ref()
+            .map(|k| k.expose()),
         Some("k1")
     );
     assert_eq!(
-        fx.load(&[("LLM_API_KEY", "")]).unwrap().api_key.as_deref(),
+        fx.load(&[("LLM_API_KEY", "")]).unwrap().api_key.as_ref().map(|k| k.expose()),
         Some("k3")
     );
 
@@ -449,7 +450,7 @@ fn debug_redacts_secrets() {
     assert!(text.contains(r#"token: Some("***")"#), "{text}");
     assert!(text.contains("http://***@proxy.local:3128"), "{text}");
     assert!(text.contains("http://proxy.local:3128"), "{text}");
-    assert_eq!(s.telegram.token.as_deref(), Some("123:tg-secret"));
+    assert_eq!(s.telegram.token.as_ref().map(|k| k.expose()), Some("123:tg-secret"));
 }
 
 #[test]

@@ -84,7 +84,12 @@ impl Discord {
     /// or an unusable proxy URL is an error.
     pub fn new(settings: &Settings) -> anyhow::Result<Self> {
         let d = &settings.discord;
-        let token = d.token.clone().unwrap_or_default().trim().to_owned();
+        let token = d
+            .token
+            .as_ref()
+            .map_or("", |t| t.expose())
+            .trim()
+            .to_owned();
         if token.is_empty() {
             return Err(
                 ConfigError::new("BUB_DISCORD_TOKEN", "no Discord bot token is set").into(),

@@ -68,8 +68,8 @@ impl Telegram {
         let tg = &settings.telegram;
         let token = tg
             .token
-            .as_deref()
-            .map(str::trim)
+            .as_ref()
+            .map(|t| t.expose().trim())
             .filter(|t| !t.is_empty())
             .ok_or_else(|| ConfigError::new("BUB_TELEGRAM_TOKEN", "no Telegram bot token is set"))?
             .to_owned();

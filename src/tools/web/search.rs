@@ -47,7 +47,7 @@ impl<'a> Backend<'a> {
         if let Some(base) = s.searxng_url.as_deref().filter(|u| !u.trim().is_empty()) {
             return Some(Self::SearXng { base: base.trim() });
         }
-        let key = s.ollama_api_key.as_deref().map(str::trim)?;
+        let key = s.ollama_api_key.as_ref().map(|k| k.expose().trim())?;
         (!key.is_empty()).then_some(Self::Ollama {
             base: s.ollama_api_base.trim(),
             key,
