@@ -14,10 +14,10 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use std::sync::{Arc, Mutex};
-
+use bub::access::Authority;
 use bub::agent::router::Router;
 use bub::config::Settings;
+use bub::redact::Redactor;
 use bub::tape::Tape;
 use bub::tools::{ToolContext, builtin_registry};
 use serde_json::{Value, json};
@@ -31,6 +31,34 @@ fn main() {
     bench_tape_open_context(&tape_path);
     bench_tape_search(&tape_path);
     bench_router(dir.path());
+    bench_redact();
+}
+
+/// The redactor on one 32 KiB tool result (shell output), with no secret in it and with two.
+fn bench_redact() {
+    let secrets = [
+        "123456789:AAH4-telegram-bot-token-example-xyz",
+        "sk-or-v1-0123456789abcdef0123456789abcdef",
+        "discord.bot.token.example.0123456789",
+        "ollama-key-0123456789",
+    ];
+    let redactor = Redactor::new(secrets);
+    let clean = Prose(7).text(32 * 1024);
+    let mut leaky = clean.clone();
+    leaky.insert_str(1000, secrets[0]);
+    leaky.insert_str(20_000, secrets[1]);
+    const N: u32 = 2_000;
+    for (label, text) in [("no secret", &clean), ("two secrets", &leaky)] {
+        let time = median(|| {
+            for _ in 0..N {
+                black_box(redactor.redact(black_box(text)));
+            }
+        });
+        println!(
+            "redact 32 KiB tool result ({label}): {:.1} µs per result",
+            time.as_secs_f64() * 1e6 / f64::from(N)
+        );
+    }
 }
 
 /// Median wall time of `RUNS` runs of `f`.
@@ -244,17 +272,16 @@ fn bench_tape_search(path: &Path) {
 fn bench_router(dir: &Path) {
     let workspace = dir.join("ws");
     std::fs::create_dir_all(&workspace).expect("workspace");
-    let settings = Settings::with_defaults(dir.join("home"), workspace.clone());
-    let tape = Tape::open(&settings.home, &workspace, "bench", "router").expect("tape");
-    let router = Router::new(ToolContext {
-        session_id: "router".into(),
-        workspace,
-        settings: Arc::new(settings),
-        tape: Arc::new(Mutex::new(tape)),
-        registry: Arc::new(builtin_registry(&[])),
-        expanded: Arc::default(),
-        delivery: Arc::default(),
-    });
+    let mut settings = Settings::with_defaults(dir.join("home"), workspace);
+    settings.tape_name = "bench".into();
+    let ctx = ToolContext::standalone(
+        settings,
+        builtin_registry(&[]),
+        "router",
+        Authority::terminal(),
+    )
+    .expect("context");
+    let router = Router::new(ctx);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -68,6 +68,7 @@ fn job(id: &str, trigger: Trigger, now: DateTime<Utc>) -> Job {
         created: now,
         last_run: None,
         last_status: None,
+        creator: None,
     }
 }
 

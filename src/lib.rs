@@ -6,14 +6,17 @@
 //! (router → model loop → tape), `channels` serves chat platforms, `scheduler` fires the jobs
 //! the agent scheduled, and `cli` is the interactive terminal.
 
+pub mod access;
 pub mod agent;
 pub mod channels;
 pub mod cli;
 pub mod config;
 pub mod llm;
 pub mod logging;
+pub mod redact;
 pub mod scheduler;
 pub mod skills;
+pub mod storage;
 pub mod tape;
 pub mod tools;
 

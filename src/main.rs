@@ -1,6 +1,7 @@
 //! The `bub` command line: parses arguments, loads settings (exit code 2 on a configuration
 //! error, before anything runs) and dispatches to the terminal chat, a one-shot turn, the
-//! channel daemon, the scheduler (`idle`) or the job list.
+//! channel daemon, the scheduler (`idle`), the job list, or access management (`pair`,
+//! `access`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,6 +11,7 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
+use bub::access::{Access, Authority, Role};
 use bub::agent::AgentRuntime;
 use bub::channels::Outbound;
 use bub::channels::manager::ChannelManager;
@@ -107,6 +109,55 @@ enum Command {
         #[command(subcommand)]
         action: SkillsAction,
     },
+    /// Pairing: admit a user who asked for access from a private chat.
+    Pair {
+        #[command(subcommand)]
+        action: PairAction,
+    },
+    /// Who may use a chat, and with which tools.
+    Access {
+        #[command(subcommand)]
+        action: AccessAction,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum PairAction {
+    /// Pending requests (code, channel, user, expiry) and approved users.
+    List,
+    /// Admit the sender of a pending request by its code.
+    Approve {
+        /// `telegram` or `discord`.
+        channel: String,
+        /// The 8-character code the sender received.
+        code: String,
+        /// Approve as a guest, even as the channel's first user.
+        #[arg(long, conflicts_with = "owner")]
+        guest: bool,
+        /// Approve as an owner (every tool, the shell).
+        #[arg(long)]
+        owner: bool,
+    },
+    /// Remove an approved user.
+    Revoke {
+        /// `telegram` or `discord`.
+        channel: String,
+        /// The user's platform id.
+        user_id: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum AccessAction {
+    /// The effective policy of a chat: who is admitted, the owners, pending pairings, and the
+    /// tools a user gets there.
+    Explain {
+        /// `telegram:42`, `discord:1234`.
+        chat: String,
+        /// Show this user's role and tools.
+        #[arg(long, value_name = "ID")]
+        user: Option<String>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -140,6 +191,15 @@ fn main() -> ExitCode {
     }
     if let Command::Skills { action } = &command {
         return skills(&settings, action);
+    }
+    if let Command::Pair { action } = &command {
+        return pair(&settings, action);
+    }
+    if let Command::Access {
+        action: AccessAction::Explain { chat, user },
+    } = &command
+    {
+        return explain(&settings, chat, user.as_deref());
     }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
@@ -185,6 +245,8 @@ fn load_settings(common: &Common) -> Result<Settings, bub::config::ConfigError> 
     if let Some(max_tokens) = common.max_tokens {
         settings.max_tokens = max_tokens;
     }
+    let names = bub::tools::builtin_names();
+    bub::access::policy::check_guest_tools(&settings, names.iter().map(String::as_str))?;
     Ok(settings)
 }
 
@@ -202,8 +264,9 @@ fn split_names(values: &[String]) -> Vec<String> {
 async fn run(settings: Settings, session_id: &str, message: &str, tools: &[String]) -> ExitCode {
     logging::init(&settings, LogTarget::Stderr);
     let agent = AgentRuntime::new(settings, split_names(tools));
+    let you = Authority::terminal();
     let result = tokio::select! {
-        result = agent.handle_input(session_id, message) => result,
+        result = agent.handle_input(session_id, message, &you) => result,
         _ = tokio::signal::ctrl_c() => {
             agent.append_event(session_id, "turn.interrupted", serde_json::json!({"by": "SIGINT"})).await;
             eprintln!("Operation interrupted.");
@@ -232,13 +295,13 @@ async fn chat(settings: Settings, session_id: String) -> ExitCode {
 /// `bub message`: the channel daemon.
 async fn message(settings: Settings) -> ExitCode {
     logging::init(&settings, LogTarget::Stderr);
-    let channels = match bub::channels::enabled_channels(&settings) {
-        Ok(channels) => channels,
-        Err(e) => return setup_failed(&e),
-    };
     let cfg = SessionConfig::from_settings(&settings);
     let scheduler_enabled = settings.scheduler_enabled;
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
+    let channels = match bub::channels::enabled_channels(agent.settings(), agent.access()) {
+        Ok(channels) => channels,
+        Err(e) => return setup_failed(&e),
+    };
     agent.outbox().install(&channels);
     let mut manager = ChannelManager::new(agent.clone(), cfg);
     for channel in &channels {
@@ -262,13 +325,13 @@ async fn message(settings: Settings) -> ExitCode {
 /// `bub idle`: only the scheduler, with send-only channel clients for delivering answers.
 async fn idle(settings: Settings) -> ExitCode {
     logging::init(&settings, LogTarget::Stderr);
-    let channels = match bub::channels::configured_channels(&settings) {
+    let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
+    let channels = match bub::channels::configured_channels(agent.settings(), agent.access()) {
         Ok(channels) => channels,
         Err(e) => return setup_failed(&e),
     };
     let names: Vec<&str> = channels.iter().map(|c| c.name()).collect();
-    tracing::info!(home = %settings.home.display(), channels = ?names, "idle.start");
-    let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
+    tracing::info!(home = %agent.settings().home.display(), channels = ?names, "idle.start");
     agent.outbox().install(&channels);
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
@@ -284,7 +347,8 @@ fn scheduler(agent: Arc<AgentRuntime>) -> Scheduler {
     Scheduler::new(&home, catch_up, Arc::new(AgentJobs::new(agent)))
 }
 
-/// `bub send CHANNEL CHAT_ID TEXT`: exit 0 sent, 1 not delivered, 2 bad channel or no token.
+/// `bub send CHANNEL CHAT_ID TEXT`: exit 0 sent, 1 not delivered (or the chat is not admitted),
+/// 2 bad channel or no token.
 async fn send(
     settings: Settings,
     channel: &str,
@@ -307,16 +371,123 @@ async fn send(
         eprintln!("bub: TEXT: the message is empty");
         return ExitCode::from(EXIT_CONFIG);
     }
-    let adapter = match Outbox::default().adapter(&settings, &channel.to_lowercase()) {
-        Ok(adapter) => adapter,
-        Err(e) => return setup_failed(&e),
-    };
+    let outbox = Outbox::new(Arc::new(Access::new(&settings)));
+    let channel = channel.to_lowercase();
+    if let Err(e) = outbox.adapter(&settings, &channel) {
+        return setup_failed(&e);
+    }
     let out = Outbound {
         chat_id,
         text,
         reply_to,
     };
-    finished(adapter.send(&out).await)
+    finished(outbox.send(&settings, &channel, &out).await)
+}
+
+/// `bub pair list|approve|revoke`.
+fn pair(settings: &Settings, action: &PairAction) -> ExitCode {
+    let access = Access::new(settings);
+    let now = chrono::Utc::now();
+    match action {
+        PairAction::List => {
+            let pending = access.pending(now);
+            if pending.is_empty() {
+                print_out("(no pending requests)");
+            }
+            for p in &pending {
+                let name = p
+                    .username
+                    .as_deref()
+                    .map(|n| format!(" @{n}"))
+                    .unwrap_or_default();
+                let left = (p.expires_at() - now).num_minutes().max(0);
+                print_out(&format!(
+                    "pending  {} {} user {}{name} (expires in {left} min): bub pair approve {} {}",
+                    p.code, p.channel, p.user_id, p.channel, p.code
+                ));
+            }
+            for u in &access.file().users {
+                let name = u
+                    .username
+                    .as_deref()
+                    .map(|n| format!(" @{n}"))
+                    .unwrap_or_default();
+                print_out(&format!(
+                    "paired   {} user {}{name} {} (approved {})",
+                    u.channel,
+                    u.user_id,
+                    u.role,
+                    u.approved_at.format("%Y-%m-%d %H:%M UTC")
+                ));
+            }
+            ExitCode::SUCCESS
+        }
+        PairAction::Approve {
+            channel,
+            code,
+            guest,
+            owner,
+        } => {
+            let role = match (guest, owner) {
+                (true, _) => Some(Role::Guest),
+                (_, true) => Some(Role::Owner),
+                _ => None,
+            };
+            match access.approve(&channel.to_lowercase(), code, role, now) {
+                Ok(p) => {
+                    print_out(&format!(
+                        "approved: {} user {} as {} (effective at once)",
+                        p.channel, p.user_id, p.role
+                    ));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("bub: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+        PairAction::Revoke { channel, user_id } => {
+            match access.revoke(&channel.to_lowercase(), user_id) {
+                Ok(r) => {
+                    if r.removed {
+                        print_out(&format!("revoked: {channel} user {user_id}"));
+                    } else {
+                        print_out(&format!("{channel} user {user_id} was not paired"));
+                    }
+                    if let Some(var) = r.still_admitted_by {
+                        eprintln!("bub: note: user {user_id} is still admitted by {var}");
+                    }
+                    if r.removed {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => {
+                    eprintln!("bub: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
+        }
+    }
+}
+
+/// `bub access explain CHANNEL:CHAT [--user ID]`.
+fn explain(settings: &Settings, chat: &str, user: Option<&str>) -> ExitCode {
+    let names = bub::tools::builtin_names();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let access = Access::new(settings);
+    match access.explain(settings, &names, chat, user, chrono::Utc::now()) {
+        Ok(text) => {
+            print_out(&text);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("bub: {e:#}");
+            ExitCode::from(EXIT_CONFIG)
+        }
+    }
 }
 
 /// `bub skills list` / `bub skills check`.

@@ -4,6 +4,7 @@
 
 mod support;
 
+use bub::access::{Access, Role};
 use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -30,13 +31,19 @@ async fn bounded<T>(fut: impl Future<Output = T>) -> T {
         .expect("test step timed out")
 }
 
+/// Settings against `fake`: everyone admitted (as guests) unless `configure` says otherwise.
 fn settings(fake: &FakeDiscord, configure: impl FnOnce(&mut Settings)) -> Settings {
     let mut s = Settings::with_defaults(PathBuf::from("/nonexistent/home"), PathBuf::from("."));
     s.discord.enabled = true;
     s.discord.token = Some(TOKEN.into());
     s.discord.api_base = fake.api_base();
+    s.discord.allow_from = vec!["*".into()];
     configure(&mut s);
     s
+}
+
+fn discord(s: &Settings) -> Discord {
+    Discord::new(s, Arc::new(Access::new(s))).unwrap()
 }
 
 /// The adapter's `run` in a task, connected to the fake.
@@ -55,7 +62,7 @@ impl Bot {
     }
 
     fn spawn(fake: &FakeDiscord, configure: impl FnOnce(&mut Settings)) -> Bot {
-        let discord = Arc::new(Discord::new(&settings(fake, configure)).unwrap());
+        let discord = Arc::new(discord(&settings(fake, configure)));
         let (tx, rx) = mpsc::unbounded_channel();
         let stop = CancellationToken::new();
         let task = tokio::spawn({
@@ -298,9 +305,11 @@ async fn the_keyword_counts_only_as_a_whole_word() {
 }
 
 #[tokio::test]
-async fn allow_from_drops_every_message_of_other_senders() {
+async fn allow_from_drops_every_message_of_other_senders_and_pairs_in_dms() {
     let fake = fake_discord::start().await;
+    let home = tempfile::tempdir().unwrap();
     let mut bot = Bot::start(&fake, |s| {
+        s.home = home.path().to_path_buf();
         s.discord.allow_from = vec!["alice".into(), "7".into(), "Dora D".into()];
     })
     .await;
@@ -318,16 +327,33 @@ async fn allow_from_drops_every_message_of_other_senders() {
         .await;
     let got = bot.next().await;
     assert_eq!(got.sender_id, "42", "{got:?}");
+    assert_eq!(got.role, Role::Owner, "named users own the bot");
     bot.assert_idle();
+    // Only the DM got an answer: a pairing code, no mention of anyone.
+    let posts = fake.wait_for_posts(1, WAIT).await;
+    assert_eq!(posts.len(), 1, "{posts:?}");
+    assert_eq!(posts[0].channel_id, "31");
+    assert!(
+        posts[0].content().contains("bub pair approve discord "),
+        "{}",
+        posts[0].content()
+    );
+    assert_eq!(posts[0].body["allowed_mentions"]["parse"], json!([]));
 
-    // By id and by global name too.
+    // By id too; never by display name (anyone can set "Dora D" or "alice" as theirs).
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, user("7", "bob"), ",help"))
         .await;
     assert_eq!(bot.next().await.prompt, ",help");
-    let dora = fake_discord::user_with_global_name("8", "dora", "Dora D");
-    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, dora, "hi"))
+    let fake_dora = fake_discord::user_with_global_name("8", "dora", "Dora D");
+    let fake_alice = fake_discord::user_with_global_name("9", "eve", "alice");
+    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, fake_dora, ",touch pwned"))
         .await;
-    assert_eq!(bot.next().await.sender_id, "8");
+    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, fake_alice, ",touch pwned").nick("alice"))
+        .await;
+    fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "marker 2"))
+        .await;
+    assert_eq!(bot.next().await.sender_id, "42");
+    bot.assert_idle();
     bot.stop().await.unwrap();
 }
 
@@ -413,7 +439,7 @@ async fn attachments_and_stickers_are_described_in_the_metadata() {
 }
 
 fn sender(fake: &FakeDiscord) -> Discord {
-    Discord::new(&settings(fake, |_| {})).unwrap()
+    discord(&settings(fake, |_| {}))
 }
 
 #[tokio::test]

@@ -3,6 +3,7 @@
 //! The platform adapters are covered against fake servers in `tests/telegram.rs`,
 //! `tests/discord.rs` and `tests/daemon.rs`.
 
+use bub::access::{Authority, Role};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -88,6 +89,10 @@ impl Channel for Scripted {
         self.sent_notify.notify_waiters();
         Ok(())
     }
+
+    async fn check_recipient(&self, _: &str) -> anyhow::Result<()> {
+        Ok(())
+    }
 }
 
 /// Answers `echo <session>: <prompt>`; never answers prompts containing `hang`.
@@ -98,7 +103,7 @@ struct Echo {
 
 #[async_trait]
 impl TurnRunner for Echo {
-    async fn run_turn(&self, session_id: &str, prompt: &str) -> TurnResult {
+    async fn run_turn(&self, session_id: &str, prompt: &str, _: &Authority) -> TurnResult {
         if prompt.contains("hang") {
             std::future::pending::<()>().await;
         }
@@ -130,6 +135,8 @@ fn inbound(channel: &str, chat: &str, id: &str, prompt: &str) -> Inbound {
         chat_id: chat.into(),
         message_id: id.into(),
         sender_id: "42".into(),
+        sender_name: None,
+        role: Role::Owner,
         prompt: prompt.into(),
         mentioned: true,
         reply: false,

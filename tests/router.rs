@@ -3,53 +3,58 @@
 //! Real tools run (bash included) in a temporary workspace; assertions are on the routes and on
 //! the `command` events written to the tape.
 
-use std::sync::{Arc, Mutex};
-
+use bub::access::{Authority, Principal, Role};
 use bub::agent::router::Router;
 use bub::config::Settings;
-use bub::tape::Tape;
 use bub::tools::{ToolContext, builtin_registry};
 use serde_json::Value;
 
 struct Fixture {
     _dir: tempfile::TempDir,
     router: Router,
-    tape: Arc<Mutex<Tape>>,
+    ctx: ToolContext,
 }
 
 fn fixture() -> Fixture {
+    fixture_as(Authority::terminal())
+}
+
+fn fixture_as(who: Authority) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let workspace = dir.path().join("ws");
     std::fs::create_dir_all(&workspace).unwrap();
-    let settings = Settings::with_defaults(dir.path().join("home"), workspace.clone());
-    let tape = Tape::open(&settings.home, &workspace, "bub", "cli").unwrap();
-    let tape = Arc::new(Mutex::new(tape));
-    let router = Router::new(ToolContext {
-        session_id: "cli".into(),
-        workspace,
-        settings: Arc::new(settings),
-        tape: tape.clone(),
-        registry: Arc::new(builtin_registry(&[])),
-        expanded: Arc::default(),
-        delivery: Arc::default(),
-    });
+    let settings = Settings::with_defaults(dir.path().join("home"), workspace);
+    let ctx = ToolContext::standalone(settings, builtin_registry(&[]), "telegram:5", who).unwrap();
     Fixture {
         _dir: dir,
-        router,
-        tape,
+        router: Router::new(ctx.clone()),
+        ctx,
     }
+}
+
+fn guest() -> Authority {
+    let sender = Principal {
+        channel: "telegram".into(),
+        id: "77".into(),
+        name: None,
+    };
+    Authority::sender(Role::Guest, sender)
 }
 
 impl Fixture {
     /// The payload data of every `command` event on the tape.
     fn commands(&self) -> Vec<Value> {
-        self.tape
-            .lock()
-            .unwrap()
+        self.events("command")
+    }
+
+    /// The payload data of every `name` event on the tape.
+    fn events(&self, name: &str) -> Vec<Value> {
+        self.ctx
+            .tape()
             .entries()
             .unwrap()
             .into_iter()
-            .filter(|e| e.kind == "event" && e.payload["name"] == "command")
+            .filter(|e| e.kind == "event" && e.payload["name"] == name)
             .map(|e| e.payload["data"].clone())
             .collect()
     }
@@ -240,9 +245,70 @@ async fn internal_command_arguments_are_coerced() {
         .await;
     assert!(!route.enter_model, "{}", route.immediate_output);
     assert!(route.immediate_output.contains("handoff created: phase-2"));
-    let anchors = f.tape.lock().unwrap().anchors(10).unwrap();
+    let anchors = f.ctx.tape().anchors(10).unwrap();
     let last = anchors.last().unwrap();
     assert_eq!(last.payload["name"], "phase-2");
     assert_eq!(last.payload["state"]["summary"], "chose sqlite");
     assert_eq!(last.payload["state"]["next_steps"], "write schema");
+}
+
+#[tokio::test]
+async fn a_guest_gets_no_comma_shell_and_the_refusal_is_recorded() {
+    let f = fixture_as(guest());
+    let marker = f.ctx.workspace().join("pwned");
+    let route = f
+        .router
+        .route_user(&format!(",touch {}", marker.display()))
+        .await;
+    assert!(
+        !route.enter_model,
+        "a refusal does not fall back to the model"
+    );
+    assert_eq!(
+        route.immediate_output,
+        "`bash` is not allowed for guests in this chat"
+    );
+    assert!(!marker.exists(), "the command did not run");
+    let refused = f.events("tool.refused");
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0]["tool"], "bash");
+    assert_eq!(refused[0]["role"], "guest");
+    assert_eq!(f.commands()[0]["status"], "error");
+}
+
+#[tokio::test]
+async fn a_guest_may_read_the_workspace_but_nothing_outside_it() {
+    let f = fixture_as(guest());
+    std::fs::write(f.ctx.workspace().join("notes.txt"), "inside\n").unwrap();
+    std::fs::write(f._dir.path().join("secret.txt"), "outside\n").unwrap();
+    std::os::unix::fs::symlink(
+        f._dir.path().join("secret.txt"),
+        f.ctx.workspace().join("link.txt"),
+    )
+    .unwrap();
+    let route = f.router.route_user(",fs.read path=notes.txt").await;
+    assert_eq!(route.immediate_output, "inside\n");
+    for path in ["../secret.txt", "link.txt", "/etc/hostname", "~/x"] {
+        let route = f.router.route_user(&format!(",fs.read path={path}")).await;
+        assert!(
+            route.immediate_output.contains("outside the workspace"),
+            "{path}: {}",
+            route.immediate_output
+        );
+        assert!(!route.immediate_output.contains("outside\n"), "{path}");
+    }
+    let route = f.router.route_user(",fs.grep pattern=outside").await;
+    assert!(
+        !route.immediate_output.contains("link.txt"),
+        "grep does not follow a link out of the workspace: {}",
+        route.immediate_output
+    );
+    let route = f
+        .router
+        .route_user(",fs.write path=new.txt content=x")
+        .await;
+    assert_eq!(
+        route.immediate_output,
+        "`fs.write` is not allowed for guests in this chat"
+    );
 }

@@ -28,6 +28,7 @@ fn job(id: &str, trigger: Trigger, next_run: Option<DateTime<Utc>>) -> Job {
         next_run,
         last_run: None,
         last_status: None,
+        creator: None,
     }
 }
 

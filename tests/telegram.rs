@@ -8,7 +8,8 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bub::channels::telegram::{ACCESS_DENIED, START_REPLY, Telegram};
+use bub::access::{Access, Role};
+use bub::channels::telegram::{START_REPLY, Telegram};
 use bub::channels::{Channel, Inbound, Outbound};
 use bub::config::Settings;
 use serde_json::{Value, json};
@@ -22,14 +23,21 @@ use tokio_util::sync::CancellationToken;
 /// Upper bound for every wait in this file.
 const WAIT: Duration = Duration::from_secs(10);
 
+/// Settings against `fake`: everyone admitted (as guests) unless `configure` says otherwise.
+/// `BUB_HOME` is a path no test creates (tests that pair set their own).
 fn settings(fake: &FakeTelegram, configure: impl FnOnce(&mut Settings)) -> Settings {
-    let dir = std::env::temp_dir();
-    let mut s = Settings::with_defaults(dir.clone(), dir);
+    let home = std::env::temp_dir().join("bub-telegram-tests-no-home");
+    let mut s = Settings::with_defaults(home.clone(), home);
     s.telegram.enabled = true;
     s.telegram.token = Some(TOKEN.into());
     s.telegram.api_base = fake.api_base();
+    s.telegram.allow_from = vec!["*".into()];
     configure(&mut s);
     s
+}
+
+fn telegram(s: &Settings) -> Telegram {
+    Telegram::new(s, Arc::new(Access::new(s))).expect("adapter")
 }
 
 /// The adapter running against a fake.
@@ -41,7 +49,7 @@ struct Running {
 }
 
 fn run(fake: &FakeTelegram, configure: impl FnOnce(&mut Settings)) -> Running {
-    let tg = Arc::new(Telegram::new(&settings(fake, configure)).expect("adapter"));
+    let tg = Arc::new(telegram(&settings(fake, configure)));
     let (tx, rx) = mpsc::unbounded_channel();
     let shutdown = CancellationToken::new();
     let task = tokio::spawn({
@@ -249,31 +257,63 @@ async fn allow_chats_drops_other_chats_silently() {
 }
 
 #[tokio::test]
-async fn allow_from_denies_privately_and_stays_silent_in_groups() {
+async fn unknown_senders_get_one_pairing_code_privately_and_silence_in_groups() {
     let fake = fake_telegram::start().await;
+    let home = tempfile::tempdir().unwrap();
     fake.push_message(private_text(50, 50, "hello"));
+    fake.push_message(private_text(50, 50, "hello again"));
     fake.push_message(group_text(-100, 50, "bub hello"));
     fake.push_message(group_text(-100, 50, "/start"));
+    fake.push_message(group_text(-100, 50, ",touch pwned"));
     fake.push_message(group_text(-100, 1, "bub hi").from(json!({"id": 1,
         "is_bot": false, "first_name": "Ann", "username": "Ann_Allowed"})));
-    fake.push_message(private_text(7, 7, "hi"));
+    let last = fake.push_message(private_text(7, 7, "hi"));
     let mut bot = run(&fake, |s| {
+        s.home = home.path().to_path_buf();
         s.telegram.allow_from = vec!["@ann_allowed".into(), "7".into()];
     });
-    // Two chats are handled concurrently: compare as a set.
-    let mut senders = vec![bot.next().await.sender_id, bot.next().await.sender_id];
-    senders.sort();
-    assert_eq!(senders, ["1", "7"], "allowed by username and by id");
-    let denied = fake.wait_for_calls("sendMessage", 1, WAIT).await;
+    let mut admitted = [bot.next().await, bot.next().await];
+    admitted.sort_by(|a, b| a.sender_id.cmp(&b.sender_id));
+    let senders: Vec<&str> = admitted.iter().map(|i| i.sender_id.as_str()).collect();
+    assert_eq!(senders, ["1", "7"], "admitted by username and by id");
+    assert_eq!(admitted[0].sender_name.as_deref(), Some("Ann_Allowed"));
+    assert!(
+        admitted.iter().all(|i| i.role == Role::Owner),
+        "named users own the bot"
+    );
+    fake.wait_for_confirmed(last, WAIT).await;
     let rest = bot.stop().await;
     assert!(
         rest.is_empty(),
-        "denied senders produce no inbound: {rest:?}"
+        "unknown senders produce no inbound: {rest:?}"
     );
     let sent = fake.sent_messages();
-    assert_eq!(sent.len(), 1, "only the private chat is told: {sent:?}");
-    assert_eq!(denied[0].body["chat_id"], 50);
-    assert_eq!(denied[0].body["text"], ACCESS_DENIED);
+    assert_eq!(
+        sent.len(),
+        1,
+        "one code, only in the private chat: {sent:?}"
+    );
+    assert_eq!(sent[0]["chat_id"], 50);
+    let text = sent[0]["text"].as_str().unwrap();
+    let code = text
+        .split_whitespace()
+        .find(|w| {
+            w.len() == 8
+                && w.chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+        })
+        .unwrap_or_else(|| panic!("a code in {text:?}"));
+    assert!(
+        text.contains(&format!("bub pair approve telegram {code}")),
+        "{text}"
+    );
+    let access = Access::new(&settings(&fake, |s| s.home = home.path().to_path_buf()));
+    let pending = access.pending(chrono::Utc::now());
+    assert_eq!(pending.len(), 1);
+    assert_eq!(
+        (pending[0].user_id.as_str(), pending[0].code.as_str()),
+        ("50", code)
+    );
 }
 
 #[tokio::test]
@@ -441,7 +481,7 @@ fn outbound(chat_id: &str, text: &str, reply_to: Option<&str>) -> Outbound {
 }
 
 fn adapter(fake: &FakeTelegram) -> Telegram {
-    Telegram::new(&settings(fake, |_| {})).expect("adapter")
+    telegram(&settings(fake, |_| {}))
 }
 
 #[tokio::test]
@@ -551,7 +591,7 @@ async fn send_errors_name_the_chat_not_the_token() {
     let mut s = Settings::with_defaults(dir.clone(), dir);
     s.telegram.token = Some(TOKEN.into());
     s.telegram.api_base = format!("http://{closed}");
-    let tg = Telegram::new(&s).expect("adapter");
+    let tg = telegram(&s);
     let err = tg
         .send(&outbound("42", "hi", None))
         .await
@@ -571,7 +611,7 @@ async fn api_base_trailing_slash_is_tolerated() {
     let mut s = Settings::with_defaults(dir.clone(), dir);
     s.telegram.token = Some(TOKEN.into());
     s.telegram.api_base = format!("{}/", fake.api_base());
-    let tg = Telegram::new(&s).expect("adapter");
+    let tg = telegram(&s);
     tg.send(&outbound("42", "hi", None))
         .await
         .expect("trailing slash tolerated");

@@ -5,11 +5,10 @@
 //! only timeouts are the tools' own.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bub::access::Authority;
 use bub::config::Settings;
-use bub::tape::Tape;
 use bub::tools::fs::{self, EditArgs, GlobArgs, GrepArgs, ReadArgs, WriteArgs};
 use bub::tools::shell::{BashArgs, run_bash};
 use bub::tools::{ToolContext, builtin_registry};
@@ -531,26 +530,16 @@ async fn grep_caps_matches() {
 // Through the registry
 
 fn context(dir: &Path) -> ToolContext {
-    let tape = Tape::open(dir, dir, "bub", "cli:reg").unwrap();
-    ToolContext {
-        session_id: "cli:reg".into(),
-        workspace: dir.to_path_buf(),
-        settings: Arc::new(Settings::with_defaults(
-            dir.to_path_buf(),
-            dir.to_path_buf(),
-        )),
-        tape: Arc::new(Mutex::new(tape)),
-        registry: Arc::new(builtin_registry(&[])),
-        expanded: Arc::new(Mutex::new(Default::default())),
-        delivery: Arc::default(),
-    }
+    let settings = Settings::with_defaults(dir.to_path_buf(), dir.to_path_buf());
+    let registry = builtin_registry(&[]);
+    ToolContext::standalone(settings, registry, "cli:reg", Authority::terminal()).unwrap()
 }
 
 #[tokio::test]
 async fn tools_are_registered_and_callable() {
     let ws = tempfile::tempdir().unwrap();
     let ctx = context(ws.path());
-    let reg = ctx.registry.clone();
+    let reg = ctx.registry().clone();
     for name in [
         "bash", "fs.read", "fs.write", "fs.edit", "fs.glob", "fs.grep",
     ] {

@@ -12,8 +12,8 @@ use axum::body::{Body, to_bytes};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use bub::access::Authority;
 use bub::config::{LoadOptions, Settings};
-use bub::tape::Tape;
 use bub::tools::{ToolContext, ToolError, builtin_registry};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -179,22 +179,14 @@ fn png_bytes() -> Vec<u8> {
 }
 
 fn context(dir: &Path, configure: impl FnOnce(&mut Settings)) -> ToolContext {
-    let tape = Tape::open(dir, dir, "bub", "cli:web").unwrap();
     let mut settings = Settings::with_defaults(dir.to_path_buf(), dir.to_path_buf());
     configure(&mut settings);
-    ToolContext {
-        session_id: "cli:web".into(),
-        workspace: dir.to_path_buf(),
-        settings: Arc::new(settings),
-        tape: Arc::new(Mutex::new(tape)),
-        registry: Arc::new(builtin_registry(&[])),
-        expanded: Arc::new(Mutex::new(Default::default())),
-        delivery: Arc::default(),
-    }
+    let registry = builtin_registry(&[]);
+    ToolContext::standalone(settings, registry, "cli:web", Authority::terminal()).unwrap()
 }
 
 async fn call(ctx: &ToolContext, tool: &str, args: Value) -> Result<String, ToolError> {
-    let run = ctx.registry.execute(tool, args, ctx.clone());
+    let run = ctx.registry().execute(tool, args, ctx.clone());
     tokio::time::timeout(CALL_LIMIT, run)
         .await
         .unwrap_or_else(|_| panic!("{tool} did not finish within {CALL_LIMIT:?}"))

@@ -12,17 +12,18 @@ pub mod router;
 pub mod runner;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
 
+use crate::access::{Access, Authority};
 use crate::channels::outbox::Outbox;
 use crate::config::Settings;
 use crate::llm::{LlmClient, LlmConfig};
-use crate::tape::{Tape, TapeInfo};
-use crate::tools::{self, Delivery, Registry, ToolContext};
+use crate::tape::TapeInfo;
+use crate::tools::{self, ProcessCtx, SessionCtx, ToolContext};
 use router::Router;
 use runner::{ModelLoop, SharedLlm};
 
@@ -44,27 +45,30 @@ pub struct TurnResult {
     pub answered: bool,
 }
 
-/// Per-session state: its tape, tools and router.
+/// Per-session state: its tape and what the loop remembers between turns.
 struct Session {
-    ctx: ToolContext,
-    router: Router,
+    state: Arc<SessionCtx>,
     last_system: Option<u64>,
 }
 
-/// The agent of one process: settings, the model client and the sessions.
+/// The agent of one process: the process parts (settings, tools, outbox, access, redactor), the
+/// model client and the sessions.
 pub struct AgentRuntime {
-    settings: Arc<Settings>,
+    process: Arc<ProcessCtx>,
     llm: SharedLlm,
-    /// The tools, built once and shared by every session (they hold no session state).
-    registry: Arc<Registry>,
     sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Session>>>>,
-    outbox: Arc<Outbox>,
 }
 
 impl AgentRuntime {
     /// Creates the runtime. A model client that cannot be built (no API key, say) is not an
     /// error here: comma commands still work and each model turn reports the reason.
     pub fn new(settings: Settings, allowed_tools: Vec<String>) -> Self {
+        let registry = tools::builtin_registry(&allowed_tools);
+        Self::with_process(Arc::new(ProcessCtx::new(settings, registry)))
+    }
+
+    fn with_process(process: Arc<ProcessCtx>) -> Self {
+        let settings = &process.settings;
         let llm = LlmClient::new(LlmConfig {
             provider: settings.provider().to_string(),
             model: settings.model_id().to_string(),
@@ -77,22 +81,33 @@ impl AgentRuntime {
         .map(Arc::new)
         .map_err(|e| e.to_string());
         Self {
-            settings: Arc::new(settings),
+            process,
             llm,
-            registry: Arc::new(tools::builtin_registry(&allowed_tools)),
             sessions: Mutex::new(HashMap::new()),
-            outbox: Arc::default(),
         }
     }
 
+    /// A runtime for another workspace (a scheduled job created there): its own tapes, this
+    /// process's tools, outbox and access gate.
+    pub fn for_workspace(&self, workspace: &std::path::Path) -> Self {
+        let mut settings = (*self.process.settings).clone();
+        settings.workspace = workspace.to_path_buf();
+        Self::with_process(Arc::new(self.process.with_settings(settings)))
+    }
+
     pub fn settings(&self) -> &Settings {
-        &self.settings
+        &self.process.settings
     }
 
     /// The process's way to any chat (`message.send`, scheduled runs); the daemon installs its
     /// running adapters here.
     pub fn outbox(&self) -> &Arc<Outbox> {
-        &self.outbox
+        &self.process.outbox
+    }
+
+    /// Who may talk to this process's channels, and with which role.
+    pub fn access(&self) -> &Arc<Access> {
+        &self.process.access
     }
 
     fn session(&self, session_id: &str) -> anyhow::Result<Arc<tokio::sync::Mutex<Session>>> {
@@ -100,31 +115,17 @@ impl AgentRuntime {
         if let Some(s) = sessions.get(session_id) {
             return Ok(s.clone());
         }
-        let s = &self.settings;
-        let tape = Tape::open(&s.home, &s.workspace, &s.tape_name, session_id)?;
-        let ctx = ToolContext {
-            session_id: session_id.to_string(),
-            workspace: s.workspace.clone(),
-            settings: self.settings.clone(),
-            tape: Arc::new(Mutex::new(tape)),
-            registry: self.registry.clone(),
-            expanded: Arc::default(),
-            delivery: Arc::new(Delivery {
-                outbox: self.outbox.clone(),
-                answered: AtomicBool::new(false),
-            }),
-        };
+        let state = Arc::new(SessionCtx::open(&self.process.settings, session_id)?);
         let session = Arc::new(tokio::sync::Mutex::new(Session {
-            router: Router::new(ctx.clone()),
-            ctx,
+            state,
             last_system: None,
         }));
         sessions.insert(session_id.to_string(), session.clone());
         Ok(session)
     }
 
-    /// Forgets an idle session (its tape handle and router); the next input reopens it. A
-    /// session in use elsewhere (a running turn) is kept.
+    /// Forgets an idle session (its tape handle); the next input reopens it. A session in use
+    /// elsewhere (a running turn) is kept.
     pub fn release_session(&self, session_id: &str) {
         let mut sessions = self.sessions.lock().expect("sessions lock");
         let idle = sessions
@@ -146,20 +147,13 @@ impl AgentRuntime {
         let session = session
             .try_lock()
             .map_err(|_| anyhow::anyhow!("a turn is running"))?;
-        let info = session.ctx.tape.lock().expect("tape lock").info()?;
+        let info = session.state.tape.lock().expect("tape lock").info()?;
         Ok(info)
     }
 
-    /// The command names of a session's tools (for completion).
-    pub fn tool_names(&self, session_id: &str) -> Vec<String> {
-        let Ok(session) = self.session(session_id) else {
-            return Vec::new();
-        };
-        let Ok(session) = session.try_lock() else {
-            return Vec::new();
-        };
-        session
-            .ctx
+    /// The command names of the tools (for completion).
+    pub fn tool_names(&self) -> Vec<String> {
+        self.process
             .registry
             .tools()
             .map(|t| t.name.clone())
@@ -172,7 +166,7 @@ impl AgentRuntime {
         let result = match self.session(session_id) {
             Ok(session) => {
                 let session = session.lock().await;
-                let mut tape = session.ctx.tape.lock().expect("tape lock");
+                let mut tape = session.state.tape.lock().expect("tape lock");
                 tape.event(name, data).map(|_| ())
             }
             Err(e) => Err(e),
@@ -182,8 +176,9 @@ impl AgentRuntime {
         }
     }
 
-    /// Runs one turn in `session_id`. Waits for the session's previous turn to finish first.
-    pub async fn handle_input(&self, session_id: &str, text: &str) -> TurnResult {
+    /// Runs one turn in `session_id` for `who` (their role decides the tool policy). Waits for
+    /// the session's previous turn to finish first.
+    pub async fn handle_input(&self, session_id: &str, text: &str, who: &Authority) -> TurnResult {
         let session = match self.session(session_id) {
             Ok(s) => s,
             Err(e) => {
@@ -194,28 +189,22 @@ impl AgentRuntime {
             }
         };
         let mut session = session.lock().await;
-        let answered = session.ctx.delivery.clone();
-        answered.answered.store(false, Ordering::Relaxed);
-        let mut result = self.turn(&mut session, text).await;
-        result.answered = answered.answered.swap(false, Ordering::Relaxed);
+        let ctx = ToolContext::new(self.process.clone(), session.state.clone(), who.clone());
+        let mut result = self.turn(&mut session, &ctx, text).await;
+        result.answered = ctx.turn.answered.load(Ordering::Relaxed);
         result
     }
 
     /// One turn in a locked session.
-    async fn turn(&self, session: &mut Session, text: &str) -> TurnResult {
-        if let Err(e) = session
-            .ctx
-            .tape
-            .lock()
-            .expect("tape lock")
-            .ensure_bootstrap()
-        {
+    async fn turn(&self, session: &mut Session, ctx: &ToolContext, text: &str) -> TurnResult {
+        if let Err(e) = ctx.tape().ensure_bootstrap() {
             return TurnResult {
                 error: Some(format!("tape: {e:#}")),
                 ..Default::default()
             };
         }
-        let route = session.router.route_user(text).await;
+        let router = Router::new(ctx.clone());
+        let route = router.route_user(text).await;
         if route.exit_requested {
             return TurnResult {
                 exit_requested: true,
@@ -234,10 +223,10 @@ impl AgentRuntime {
         };
         let outcome = ModelLoop {
             llm,
-            ctx: &session.ctx,
-            router: &session.router,
-            max_steps: self.settings.max_steps,
-            max_tokens: self.settings.max_tokens,
+            ctx,
+            router: &router,
+            max_steps: self.settings().max_steps,
+            max_tokens: self.settings().max_tokens,
             last_system: &mut session.last_system,
         }
         .run(&route.model_prompt)
@@ -248,13 +237,7 @@ impl AgentRuntime {
             "exit_requested": outcome.exit_requested,
             "error": outcome.error,
         });
-        if let Err(e) = session
-            .ctx
-            .tape
-            .lock()
-            .expect("tape lock")
-            .event("loop.result", result)
-        {
+        if let Err(e) = ctx.tape().event("loop.result", result) {
             tracing::error!(error = %e, "tape.append.error");
         }
         TurnResult {

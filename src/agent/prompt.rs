@@ -9,6 +9,7 @@ use std::sync::LazyLock;
 use regex::Regex;
 
 use super::expansion::Expanded;
+use crate::access::{Policy, Role};
 use crate::skills::Discovery;
 use crate::tools::Registry;
 
@@ -65,10 +66,10 @@ pub fn activate_hints(
     }
 }
 
-/// The compact tool list plus details of the expanded tools.
-pub fn tool_view(registry: &Registry, expanded: &Expanded) -> String {
+/// The compact tool list plus details of the expanded tools — only the tools `policy` allows.
+pub fn tool_view(registry: &Registry, expanded: &Expanded, policy: &Policy) -> String {
     let mut out = String::from("<tool_view>\n");
-    for tool in registry.tools() {
+    for tool in registry.tools().filter(|t| policy.allows(&t.name)) {
         let model = tool.model_name();
         if model == tool.name {
             out.push_str(&format!("  - {}: {}\n", tool.name, tool.description));
@@ -82,7 +83,7 @@ pub fn tool_view(registry: &Registry, expanded: &Expanded) -> String {
     out.push_str("</tool_view>");
     let details: Vec<_> = registry
         .tools()
-        .filter(|t| expanded.has_tool(&t.name))
+        .filter(|t| expanded.has_tool(&t.name) && policy.allows(&t.name))
         .collect();
     if !details.is_empty() {
         out.push_str("\n\n<tool_details>\n");
@@ -145,11 +146,24 @@ pub fn skills_view(skills: &Discovery, expanded: &Expanded) -> String {
     out
 }
 
+/// For a guest turn: what the model cannot do, so it says so instead of trying.
+fn guest_note(policy: &Policy) -> String {
+    if policy.role != Role::Guest {
+        return String::new();
+    }
+    "This turn was asked by a guest of this chat, not the owner. Only the tools listed above \
+     are available: no shell, files only inside the workspace, messages only to this chat. \
+     When a request needs more, say that only the owner can do it."
+        .to_owned()
+}
+
 /// Inputs of [`system_prompt`].
 pub struct PromptParts<'a> {
     pub base: &'a str,
     pub workspace: &'a Path,
     pub registry: &'a Registry,
+    /// The turn's policy: the prompt lists only the tools it allows.
+    pub policy: &'a Policy,
     pub expanded: &'a Expanded,
     pub skills: &'a Discovery,
     pub now: chrono::DateTime<chrono::Local>,
@@ -165,9 +179,10 @@ pub fn system_prompt(parts: &PromptParts<'_>) -> String {
     let blocks = [
         parts.base.trim().to_string(),
         agents.trim().to_string(),
-        tool_view(parts.registry, parts.expanded),
+        tool_view(parts.registry, parts.expanded, parts.policy),
         skills_view(parts.skills, parts.expanded),
         RUNTIME_CONTRACT.to_string(),
+        guest_note(parts.policy),
         date,
     ];
     blocks
@@ -180,8 +195,13 @@ pub fn system_prompt(parts: &PromptParts<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Settings;
     use crate::tools::Tool;
     use serde_json::json;
+
+    fn policy(role: Role) -> Policy {
+        Policy::for_role(role, &Settings::with_defaults("/h".into(), "/w".into()))
+    }
 
     fn registry() -> Registry {
         let t = |n: &str| {
@@ -214,7 +234,7 @@ mod tests {
             &Discovery::default(),
             &mut expanded,
         );
-        let view = tool_view(&reg, &expanded);
+        let view = tool_view(&reg, &expanded, &policy(Role::Owner));
         assert!(
             view.contains("  - fs_read (command: fs.read): short"),
             "{view}"
@@ -222,6 +242,17 @@ mod tests {
         assert!(view.contains("<tool name=\"fs_read\">"), "{view}");
         assert!(view.contains("detail: long detail"));
         assert!(!view.contains("<tool name=\"bash\">"));
+    }
+
+    #[test]
+    fn a_guest_prompt_lists_only_the_guest_tools() {
+        let reg = registry();
+        let mut expanded = Expanded::default();
+        expanded.tool("bash");
+        let view = tool_view(&reg, &expanded, &policy(Role::Guest));
+        assert!(view.contains("fs_read") && !view.contains("bash"), "{view}");
+        assert!(guest_note(&policy(Role::Guest)).contains("guest"));
+        assert!(guest_note(&policy(Role::Owner)).is_empty());
     }
 
     #[test]
@@ -235,6 +266,7 @@ mod tests {
             base: "You are Bub.",
             workspace: dir.path(),
             registry: &reg,
+            policy: &policy(Role::Owner),
             expanded: &expanded,
             skills: &Discovery::default(),
             now,

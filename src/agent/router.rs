@@ -2,7 +2,8 @@
 //! (give it to the model), for human input and for the model's own text (reference §4, fixed).
 //!
 //! Every executed command is recorded on the tape as a `command` event; a failed human command
-//! falls back into the model as an escaped `<command>` block.
+//! falls back into the model as an escaped `<command>` block — unless the turn's policy refused
+//! it (a guest's `,ls`): then the refusal is the answer and the model is not called.
 
 use std::time::Instant;
 
@@ -39,6 +40,8 @@ pub struct CommandOutcome {
     pub output: String,
     /// `,quit` succeeded.
     pub exit: bool,
+    /// The turn's policy refused the command.
+    pub refused: bool,
 }
 
 impl CommandOutcome {
@@ -86,7 +89,7 @@ impl Router {
         if text.is_empty() {
             return UserRoute::default();
         }
-        let Some(cmd) = commands::detect(text, &self.ctx.registry) else {
+        let Some(cmd) = commands::detect(text, self.ctx.registry()) else {
             return UserRoute {
                 enter_model: true,
                 model_prompt: text.to_string(),
@@ -100,7 +103,7 @@ impl Router {
                 ..Default::default()
             };
         }
-        if outcome.ok {
+        if outcome.ok || outcome.refused {
             return UserRoute {
                 immediate_output: outcome.output,
                 ..Default::default()
@@ -146,7 +149,7 @@ impl Router {
             let command = if stripped.is_empty() {
                 None
             } else {
-                commands::detect(stripped, &self.ctx.registry)
+                commands::detect(stripped, self.ctx.registry())
             };
             if let Some((lines, ran)) = fence.as_mut() {
                 match command {
@@ -227,57 +230,56 @@ impl Router {
             "elapsed_ms": started.elapsed().as_millis() as u64,
             "output": outcome.output,
         });
-        if let Err(e) = self
-            .ctx
-            .tape
-            .lock()
-            .expect("tape lock")
-            .event("command", event)
-        {
+        if let Err(e) = self.ctx.tape().event("command", event) {
             tracing::error!(error = %e, "tape.append.error");
         }
         outcome
     }
 
     async fn run_shell(&self, raw: &str, origin: Origin) -> CommandOutcome {
-        let mut args = json!({"cmd": raw, "cwd": self.ctx.workspace.display().to_string()});
+        let mut args = json!({"cmd": raw});
         if origin == Origin::Human {
             args["timeout_seconds"] = json!(HUMAN_SHELL_TIMEOUT_SECONDS);
         }
-        let result = if self.ctx.registry.get("bash").is_some() {
-            self.ctx
-                .registry
-                .execute("bash", args, self.ctx.clone())
-                .await
-        } else {
-            Err(crate::tools::ToolError::new(
-                "the bash tool is not enabled in this session",
-            ))
-        };
-        let (ok, output) = match result {
+        if self.ctx.registry().get("bash").is_none() {
+            return CommandOutcome {
+                name: "bash".into(),
+                ok: false,
+                output: "the bash tool is not enabled in this session".into(),
+                exit: false,
+                refused: false,
+            };
+        }
+        self.run_tool("bash", args).await
+    }
+
+    /// Runs a tool through the registry (policy, redaction) as a command.
+    async fn run_tool(&self, name: &str, args: Value) -> CommandOutcome {
+        let registry = self.ctx.registry();
+        let refused = registry.authorize(name, &args, &self.ctx).is_err();
+        let (ok, output) = match registry.execute(name, args, self.ctx.clone()).await {
             Ok(out) => (true, out),
             Err(e) => (false, e.0),
         };
         CommandOutcome {
-            name: "bash".into(),
+            name: name.to_owned(),
             ok,
             output,
             exit: false,
+            refused,
         }
     }
 
     async fn run_internal(&self, cmd: &ParsedCommand) -> CommandOutcome {
         let name = cmd.name.clone();
-        let fail = |output: String| CommandOutcome {
-            name: name.clone(),
-            ok: false,
-            output,
-            exit: false,
-        };
         let Some(words) = &cmd.args else {
-            return fail(format!(
-                "could not parse arguments of ,{name}: unbalanced quotes"
-            ));
+            return CommandOutcome {
+                name: name.clone(),
+                ok: false,
+                output: format!("could not parse arguments of ,{name}: unbalanced quotes"),
+                exit: false,
+                refused: false,
+            };
         };
         let (mut kwargs, positional) = commands::parse_kv(words);
         if let Some(first) = positional.first() {
@@ -297,33 +299,21 @@ impl Router {
             .get("name")
             .and_then(Value::as_str)
             .map(str::to_string);
-        match self
-            .ctx
-            .registry
-            .execute(&name, Value::Object(kwargs), self.ctx.clone())
-            .await
-        {
-            Ok(output) => {
-                let expand = match name.as_str() {
-                    "help" | "tools" | "quit" => None,
-                    "tool.describe" => {
-                        described.and_then(|d| self.ctx.registry.get(&d).map(|t| t.name.clone()))
-                    }
-                    _ => Some(name.clone()),
-                };
-                if let Some(e) = expand {
-                    self.ctx.expanded.lock().expect("expanded lock").tool(&e);
+        let mut outcome = self.run_tool(&name, Value::Object(kwargs)).await;
+        if outcome.ok {
+            let expand = match name.as_str() {
+                "help" | "tools" | "quit" => None,
+                "tool.describe" => {
+                    described.and_then(|d| self.ctx.registry().get(&d).map(|t| t.name.clone()))
                 }
-                let exit = name == "quit" && output == "exit";
-                CommandOutcome {
-                    name,
-                    ok: true,
-                    output,
-                    exit,
-                }
+                _ => Some(name.clone()),
+            };
+            if let Some(e) = expand {
+                self.ctx.expanded().tool(&e);
             }
-            Err(e) => fail(e.0),
+            outcome.exit = name == "quit" && outcome.output == "exit";
         }
+        outcome
     }
 }
 

@@ -115,29 +115,24 @@ impl ModelLoop<'_> {
     fn model_label(&self) -> String {
         match self.llm {
             Ok(llm) => format!("{}:{}", llm.provider(), llm.model()),
-            Err(_) => self.ctx.settings.model.clone(),
+            Err(_) => self.ctx.settings().model.clone(),
         }
     }
 
     fn activate_hints(&self, text: &str) {
-        let skills = crate::skills::discover(&self.ctx.settings);
-        let mut expanded = self.ctx.expanded.lock().expect("expanded lock");
-        prompt::activate_hints(text, &self.ctx.registry, &skills, &mut expanded);
+        let skills = crate::skills::discover(self.ctx.settings());
+        let mut expanded = self.ctx.expanded();
+        prompt::activate_hints(text, self.ctx.registry(), &skills, &mut expanded);
     }
 
     fn event(&self, name: &str, data: Value) {
-        if let Err(e) = self.ctx.tape.lock().expect("tape lock").event(name, data) {
+        if let Err(e) = self.ctx.tape().event(name, data) {
             tracing::error!(error = %e, "tape.append.error");
         }
     }
 
     fn append(&self, kind: &str, payload: Value, meta: &Value) {
-        let result = self
-            .ctx
-            .tape
-            .lock()
-            .expect("tape lock")
-            .append(kind, payload, meta.clone());
+        let result = self.ctx.tape().append(kind, payload, meta.clone());
         if let Err(e) = result {
             tracing::error!(error = %e, kind, "tape.append.error");
         }
@@ -185,25 +180,27 @@ impl ModelLoop<'_> {
     }
 
     async fn call(&self, llm: &LlmClient, system: &str) -> Result<ChatResponse, LlmError> {
-        let context = self.ctx.tape.lock().expect("tape lock").context_messages();
+        let context = self.ctx.tape().context_messages();
         let context = context.map_err(|e| LlmError::InvalidResponse(format!("tape: {e:#}")))?;
         let mut messages = vec![json!({"role": "system", "content": system})];
         messages.extend(sanitize_context(context));
         let request = ChatRequest {
             messages,
-            tools: self.ctx.registry.openai_specs(),
+            tools: self.ctx.registry().openai_specs_for(&self.ctx.turn.policy),
             max_tokens: self.max_tokens,
         };
         llm.chat(&request).await
     }
 
     fn system_prompt(&self) -> String {
-        let expanded = self.ctx.expanded.lock().expect("expanded lock").clone();
-        let skills = crate::skills::discover(&self.ctx.settings);
+        let expanded = self.ctx.expanded().clone();
+        let settings = self.ctx.settings();
+        let skills = crate::skills::discover(settings);
         prompt::system_prompt(&PromptParts {
-            base: &self.ctx.settings.system_prompt,
-            workspace: &self.ctx.workspace,
-            registry: &self.ctx.registry,
+            base: &settings.system_prompt,
+            workspace: self.ctx.workspace(),
+            registry: self.ctx.registry(),
+            policy: &self.ctx.turn.policy,
             expanded: &expanded,
             skills: &skills,
             now: chrono::Local::now(),
@@ -229,7 +226,7 @@ impl ModelLoop<'_> {
     fn auto_handoff(&self, prompt: &str, run: &Value) {
         tracing::warn!("model.context_overflow: automatic handoff");
         let summary = "The previous context exceeded the model's window and was cut here.";
-        let mut tape = self.ctx.tape.lock().expect("tape lock");
+        let mut tape = self.ctx.tape();
         if let Err(e) = tape.handoff("auto_handoff/context_overflow", Some(summary), None) {
             tracing::error!(error = %e, "tape.append.error");
         }
@@ -258,8 +255,9 @@ impl ModelLoop<'_> {
     }
 
     async fn run_tool(&self, call: &ToolCall) -> String {
-        let Some(tool) = self.ctx.registry.get(&call.name) else {
-            let known: Vec<String> = self.ctx.registry.tools().map(|t| t.model_name()).collect();
+        let registry = self.ctx.registry();
+        let Some(tool) = registry.get(&call.name) else {
+            let known: Vec<String> = registry.tools().map(|t| t.model_name()).collect();
             return format!(
                 "error: unknown tool '{}'; available tools: {}",
                 call.name,
@@ -280,12 +278,7 @@ impl ModelLoop<'_> {
             }
         };
         let name = tool.name.clone();
-        match self
-            .ctx
-            .registry
-            .execute(&name, args, self.ctx.clone())
-            .await
-        {
+        match registry.execute(&name, args, self.ctx.clone()).await {
             Ok(out) => out,
             Err(e) => format!("error: tool '{name}' failed: {e}"),
         }

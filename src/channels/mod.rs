@@ -8,8 +8,10 @@
 //! * [`manager`] — starts the adapters, routes each `Inbound` to its session actor (created
 //!   lazily, evicted when idle), and stops everything on shutdown.
 //!
-//! Division of work: the adapter decides *who may talk* (allow-lists, checked first, for every
-//! message and command) and *whether the bot was addressed* (mentions, replies, keyword); the
+//! Division of work: the adapter decides *who may talk* (the chat allow-list, then the sender's
+//! admission and role from [`crate::access`], checked first, for every message and command —
+//! an unknown sender in a private chat gets a pairing code, in a group nothing) and *whether
+//! the bot was addressed* (mentions, replies, keyword); the
 //! actor decides *when a turn runs* (window, debounce, batching); the agent runs the turn; the
 //! actor hands the answer back to the adapter, which renders and splits it for its platform.
 
@@ -26,9 +28,10 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::access::{Access, Authority, Principal, Role};
 use crate::config::{ConfigError, Settings};
 
-/// One inbound platform message that passed the adapter's allow-lists.
+/// One inbound platform message from an admitted sender in an allowed chat.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Inbound {
     /// The adapter's name (`telegram`, `discord`).
@@ -40,6 +43,10 @@ pub struct Inbound {
     pub message_id: String,
     /// The sender's platform id (for logs; never the message text).
     pub sender_id: String,
+    /// The sender's username, if they have one (never a display name).
+    pub sender_name: Option<String>,
+    /// The sender's role: the turn runs with the least trusted role of its batch.
+    pub role: Role,
     /// What the session sees: the raw text for a comma command (`,help`), otherwise the
     /// reference's metadata JSON (message, chat, sender, reply context, media).
     pub prompt: String,
@@ -53,6 +60,18 @@ impl Inbound {
     /// `"<channel>:<chat_id>"`.
     pub fn session_id(&self) -> String {
         format!("{}:{}", self.channel, self.chat_id)
+    }
+
+    /// Who sent this message, with their role.
+    pub fn authority(&self) -> Authority {
+        Authority::sender(
+            self.role,
+            Principal {
+                channel: self.channel.clone(),
+                id: self.sender_id.clone(),
+                name: self.sender_name.clone(),
+            },
+        )
     }
 
     /// A comma command (`,help`): runs at once, without debounce or batching.
@@ -90,6 +109,10 @@ pub trait Channel: Send + Sync + 'static {
     /// Errors are returned after the adapter's own retries; the caller logs them.
     async fn send(&self, out: &Outbound) -> anyhow::Result<()>;
 
+    /// Whether this channel may send to `chat_id` outside a reply (`message.send`, `bub send`,
+    /// scheduled runs): the chat must pass the channel's chat allow-list. An error says why not.
+    async fn check_recipient(&self, chat_id: &str) -> anyhow::Result<()>;
+
     /// Shows the typing indicator once; the session repeats it while a turn runs.
     async fn typing(&self, _chat_id: &str) -> anyhow::Result<()> {
         Ok(())
@@ -98,21 +121,35 @@ pub trait Channel: Send + Sync + 'static {
 
 /// The adapters enabled in `settings` (`BUB_TELEGRAM_ENABLED`, `BUB_DISCORD_ENABLED`), possibly
 /// none.
-pub fn configured_channels(settings: &Settings) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
+pub fn configured_channels(
+    settings: &Settings,
+    access: &Arc<Access>,
+) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
     let mut channels: Vec<Arc<dyn Channel>> = Vec::new();
     if settings.telegram.enabled {
-        channels.push(Arc::new(telegram::Telegram::new(settings)?));
+        channels.push(Arc::new(telegram::Telegram::new(settings, access.clone())?));
     }
     if settings.discord.enabled {
-        channels.push(Arc::new(discord::Discord::new(settings)?));
+        channels.push(Arc::new(discord::Discord::new(settings, access.clone())?));
+    }
+    for channel in &channels {
+        if access.admits_everyone(channel.name()) {
+            tracing::warn!(
+                channel = channel.name(),
+                "access.open: the allow-list is `*`: everyone may talk to the bot (as a guest)"
+            );
+        }
     }
     Ok(channels)
 }
 
 /// The adapters enabled in `settings`. None enabled is a configuration error: the daemon would
 /// have nothing to serve.
-pub fn enabled_channels(settings: &Settings) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
-    let channels = configured_channels(settings)?;
+pub fn enabled_channels(
+    settings: &Settings,
+    access: &Arc<Access>,
+) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
+    let channels = configured_channels(settings, access)?;
     if channels.is_empty() {
         return Err(ConfigError::new(
             "BUB_TELEGRAM_ENABLED",

@@ -5,23 +5,31 @@
 //! answers (rendering, splitting, retries). In `bub message` and `bub idle` the outbox uses the
 //! process's adapters; elsewhere (`bub run`, `bub chat`, `bub send`) it builds a send-only
 //! adapter on first use from the settings (a token is enough; the channel need not be enabled).
+//!
+//! Invariant: a message reaches only a chat the channel's allow-list admits
+//! ([`Channel::check_recipient`]); a refused send is an error to the caller and a log line.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::{Channel, Outbound, discord, telegram};
+use crate::access::{Access, CHANNELS};
 use crate::config::{ConfigError, Settings};
 
-/// The names `bub send` and `message.send` accept.
-pub const CHANNELS: [&str; 2] = ["telegram", "discord"];
-
 /// Channel adapters by name, shared by the sessions of a process.
-#[derive(Default)]
 pub struct Outbox {
+    access: Arc<Access>,
     adapters: Mutex<HashMap<&'static str, Arc<dyn Channel>>>,
 }
 
 impl Outbox {
+    pub fn new(access: Arc<Access>) -> Self {
+        Self {
+            access,
+            adapters: Mutex::default(),
+        }
+    }
+
     /// Uses these (running) adapters instead of building send-only ones.
     pub fn install(&self, channels: &[Arc<dyn Channel>]) {
         let mut adapters = self.adapters.lock().expect("outbox lock");
@@ -37,8 +45,8 @@ impl Outbox {
             return Ok(adapter.clone());
         }
         let adapter: Arc<dyn Channel> = match name {
-            "telegram" => Arc::new(telegram::Telegram::new(settings)?),
-            "discord" => Arc::new(discord::Discord::new(settings)?),
+            "telegram" => Arc::new(telegram::Telegram::new(settings, self.access.clone())?),
+            "discord" => Arc::new(discord::Discord::new(settings, self.access.clone())?),
             other => {
                 return Err(ConfigError::new(
                     "CHANNEL",
@@ -51,7 +59,7 @@ impl Outbox {
         Ok(adapter)
     }
 
-    /// Sends `out` through channel `name`.
+    /// Sends `out` through channel `name`, if its allow-list admits the chat.
     pub async fn send(
         &self,
         settings: &Settings,
@@ -59,6 +67,10 @@ impl Outbox {
         out: &Outbound,
     ) -> anyhow::Result<()> {
         let adapter = self.adapter(settings, name)?;
+        if let Err(e) = adapter.check_recipient(&out.chat_id).await {
+            tracing::warn!(channel = name, chat_id = %out.chat_id, error = %format!("{e:#}"), "outbox.refused");
+            return Err(e);
+        }
         adapter.send(out).await
     }
 }

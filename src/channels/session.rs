@@ -11,6 +11,9 @@
 //!   scheduled it is scheduled `BUB_MESSAGE_DELAY_SECONDS` from now.
 //! * Anything else is skipped (logged with its reason) and closes the window.
 //!
+//! A turn runs with the rights of the least trusted sender of its batch (an owner's message
+//! batched with a guest's runs as guest); a command runs with its own sender's rights.
+//!
 //! Invariants: **at most one turn per session at a time** — messages that arrive during a turn
 //! are batched into the next one, commands queue behind it; turns and their deliveries happen
 //! in arrival order. An actor with nothing to do for `BUB_SESSION_IDLE_SECONDS` removes itself
@@ -29,13 +32,15 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Channel, Inbound, Outbound};
+use crate::access::Authority;
 use crate::agent::{AgentRuntime, TurnResult};
 use crate::config::Settings;
 
 /// Runs turns for sessions (the agent; a fake in tests).
 #[async_trait]
 pub trait TurnRunner: Send + Sync + 'static {
-    async fn run_turn(&self, session_id: &str, prompt: &str) -> TurnResult;
+    /// Runs one turn in `session_id` for `who`.
+    async fn run_turn(&self, session_id: &str, prompt: &str, who: &Authority) -> TurnResult;
 
     /// The session's actor ended: its resources may be released.
     fn release(&self, _session_id: &str) {}
@@ -43,8 +48,8 @@ pub trait TurnRunner: Send + Sync + 'static {
 
 #[async_trait]
 impl TurnRunner for AgentRuntime {
-    async fn run_turn(&self, session_id: &str, prompt: &str) -> TurnResult {
-        self.handle_input(session_id, prompt).await
+    async fn run_turn(&self, session_id: &str, prompt: &str, who: &Authority) -> TurnResult {
+        self.handle_input(session_id, prompt, who).await
     }
 
     fn release(&self, session_id: &str) {
@@ -221,7 +226,7 @@ impl SessionActor {
     fn next_turn(&mut self, stopping: bool) -> Option<TurnFuture> {
         if let Some(command) = self.commands.pop_front() {
             let prompt = command.prompt.trim().to_owned();
-            return Some(self.start_turn(prompt, &command));
+            return Some(self.start_turn(prompt, &command, command.authority()));
         }
         let due = self.due?;
         if !stopping && Instant::now() < due {
@@ -232,11 +237,12 @@ impl SessionActor {
         let last = batch.last()?.clone();
         let lines: Vec<&str> = batch.iter().map(|m| m.prompt.as_str()).collect();
         let prompt = format!("channel: ${}\n{}", self.channel.name(), lines.join("\n"));
-        Some(self.start_turn(prompt, &last))
+        let who = Authority::least(&batch.iter().map(Inbound::authority).collect::<Vec<_>>());
+        Some(self.start_turn(prompt, &last, who))
     }
 
     /// The turn as one future: typing indicator while it runs, then delivery of the answer.
-    fn start_turn(&self, prompt: String, trigger: &Inbound) -> TurnFuture {
+    fn start_turn(&self, prompt: String, trigger: &Inbound, who: Authority) -> TurnFuture {
         let runner = self.runner.clone();
         let channel = self.channel.clone();
         let session_id = self.session_id.clone();
@@ -244,7 +250,8 @@ impl SessionActor {
         let reply_to = trigger.reply.then(|| trigger.message_id.clone());
         let proactive = self.cfg.proactive_response;
         let typing_interval = self.cfg.typing_interval;
-        tracing::info!(session = %session_id, message_id = %trigger.message_id, "session.turn.start");
+        tracing::info!(session = %session_id, message_id = %trigger.message_id,
+            role = %who.role, "session.turn.start");
         Box::pin(async move {
             let typing = tokio::spawn({
                 let channel = channel.clone();
@@ -260,7 +267,7 @@ impl SessionActor {
                 }
             });
             let _stop_typing = AbortOnDrop(typing);
-            let result = runner.run_turn(&session_id, &prompt).await;
+            let result = runner.run_turn(&session_id, &prompt, &who).await;
             drop(_stop_typing);
             let text = render_output(&result, proactive);
             if text.is_empty() {

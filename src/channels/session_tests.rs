@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokio::sync::Semaphore;
 
 use super::*;
+use crate::access::Role;
 
 #[derive(Default)]
 struct FakeChannel {
@@ -29,15 +30,19 @@ impl Channel for FakeChannel {
         self.sent.lock().unwrap().push(out.clone());
         Ok(())
     }
+    async fn check_recipient(&self, _: &str) -> anyhow::Result<()> {
+        Ok(())
+    }
     async fn typing(&self, _: &str) -> anyhow::Result<()> {
         self.typing.lock().unwrap().push(Instant::now());
         Ok(())
     }
 }
 
-/// Records prompts with their start time; turns wait for a permit when `gated`.
+/// Records prompts with their start time and authority; turns wait for a permit when `gated`.
 struct FakeRunner {
     prompts: Mutex<Vec<(Instant, String)>>,
+    authorities: Mutex<Vec<Authority>>,
     running: AtomicUsize,
     max_running: AtomicUsize,
     gate: Option<Semaphore>,
@@ -49,6 +54,7 @@ impl FakeRunner {
     fn new(gated: bool) -> Self {
         Self {
             prompts: Mutex::default(),
+            authorities: Mutex::default(),
             running: AtomicUsize::new(0),
             max_running: AtomicUsize::new(0),
             gate: gated.then(|| Semaphore::new(0)),
@@ -72,11 +78,12 @@ impl FakeRunner {
 
 #[async_trait]
 impl TurnRunner for FakeRunner {
-    async fn run_turn(&self, _session_id: &str, prompt: &str) -> TurnResult {
+    async fn run_turn(&self, _session_id: &str, prompt: &str, who: &Authority) -> TurnResult {
         self.prompts
             .lock()
             .unwrap()
             .push((Instant::now(), prompt.to_owned()));
+        self.authorities.lock().unwrap().push(who.clone());
         let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
         self.max_running.fetch_max(now, Ordering::SeqCst);
         if let Some(gate) = &self.gate {
@@ -149,13 +156,19 @@ fn harness(cfg: SessionConfig, runner: FakeRunner) -> Harness {
 
 impl Harness {
     fn send(&mut self, prompt: &str, mentioned: bool) {
+        self.send_as(prompt, mentioned, "42", Role::Owner);
+    }
+
+    fn send_as(&mut self, prompt: &str, mentioned: bool, sender: &str, role: Role) {
         self.next_id += 1;
         self.tx
             .send(Inbound {
                 channel: "fake".into(),
                 chat_id: "1".into(),
                 message_id: self.next_id.to_string(),
-                sender_id: "42".into(),
+                sender_id: sender.into(),
+                sender_name: None,
+                role,
                 prompt: prompt.into(),
                 mentioned,
                 reply: true,
@@ -242,6 +255,28 @@ async fn commands_bypass_debounce_and_the_window() {
     let sent = h.channel.sent.lock().unwrap().clone();
     assert_eq!(sent[0].text, "ran ,help");
     assert_eq!(sent[1].text, "answer");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_batch_runs_with_its_least_trusted_sender_and_a_command_with_its_own() {
+    let mut cfg = config();
+    cfg.debounce = Duration::ZERO;
+    let mut h = harness(cfg, FakeRunner::new(false));
+    h.send_as("owner asks", true, "1", Role::Owner);
+    h.send_as("guest adds", false, "2", Role::Guest);
+    at(&h, 0.5).await;
+    h.send_as(",tape.info", false, "1", Role::Owner);
+    at(&h, 1.0).await;
+    let who = h.runner.authorities.lock().unwrap().clone();
+    assert_eq!(who.len(), 2, "{who:?}");
+    assert_eq!(
+        who[0].role,
+        Role::Guest,
+        "owner + guest batch runs as guest"
+    );
+    let senders: Vec<&str> = who[0].senders.iter().map(|s| s.id.as_str()).collect();
+    assert_eq!(senders, ["1", "2"]);
+    assert_eq!(who[1].role, Role::Owner, "the owner's own command");
 }
 
 #[tokio::test(start_paused = true)]

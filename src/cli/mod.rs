@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use tokio::io::AsyncBufReadExt;
 
+use crate::access::Authority;
 use crate::agent::{AgentRuntime, TurnResult};
 use crate::tape::md5_hex;
 use editor::{LineEditor, Read};
@@ -61,7 +62,7 @@ async fn interactive(
         "{}.history",
         md5_hex(&settings.workspace.to_string_lossy())
     ));
-    let mut commands = agent.tool_names(session_id);
+    let mut commands = agent.tool_names();
     commands.sort();
     let mut editor = LineEditor::new(history, commands)?;
     let folder = settings
@@ -133,8 +134,9 @@ async fn turn(
         print!("{}", style.dim("Processing..."));
         let _ = std::io::stdout().flush();
     }
+    let you = Authority::terminal();
     let outcome = tokio::select! {
-        result = agent.handle_input(session_id, input) => Some(result),
+        result = agent.handle_input(session_id, input, &you) => Some(result),
         _ = tokio::signal::ctrl_c() => None,
     };
     if style.color {

@@ -1,6 +1,10 @@
 //! What a fired job does in this process: one turn in the job's session (in-process, queued
 //! behind any turn already running there), delivery of the answer to the session's chat
 //! through its channel, and a `schedule.run` record on the session's tape.
+//!
+//! A job runs with the rights of its creator, re-checked when it fires: a creator who lost
+//! access stops their jobs, a demoted one runs them as a guest, and a chat the allow-list no
+//! longer admits gets nothing (the turn does not run).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -12,10 +16,11 @@ use serde_json::json;
 
 use super::JobRunner;
 use super::job::{Job, local_time};
+use crate::access::Authority;
 use crate::agent::AgentRuntime;
 use crate::channels::Outbound;
-use crate::channels::outbox::CHANNELS;
 use crate::channels::session::render_output;
+use crate::tools::context::session_chat;
 
 /// Runs jobs with the agent and delivers answers through its outbox (the running adapters in
 /// `bub message`, send-only ones in `bub idle`).
@@ -42,12 +47,23 @@ impl AgentJobs {
         let mut others = self.others.lock().expect("runtimes lock");
         others
             .entry(workspace.to_path_buf())
-            .or_insert_with(|| {
-                let mut settings = self.agent.settings().clone();
-                settings.workspace = workspace.to_path_buf();
-                Arc::new(AgentRuntime::new(settings, Vec::new()))
-            })
+            .or_insert_with(|| Arc::new(self.agent.for_workspace(workspace)))
             .clone()
+    }
+
+    /// The rights the job runs with now, or why it may not run: its creator must still be
+    /// admitted and its chat must still be served.
+    async fn authority(&self, job: &Job) -> Result<Authority, String> {
+        let who = self.agent.access().reconfirm(&job.recorded_authority())?;
+        if let Some((channel, chat_id)) = session_chat(&job.session)
+            && let Ok(adapter) = self.agent.outbox().adapter(self.agent.settings(), channel)
+        {
+            adapter
+                .check_recipient(chat_id)
+                .await
+                .map_err(|e| format!("{e:#}"))?;
+        }
+        Ok(who)
     }
 }
 
@@ -55,14 +71,22 @@ impl AgentJobs {
 impl JobRunner for AgentJobs {
     async fn run(&self, job: Job, due: DateTime<Utc>) -> Result<(), String> {
         let agent = self.agent_for(&job.workspace);
+        let who = match self.authority(&job).await {
+            Ok(who) => who,
+            Err(reason) => {
+                tracing::warn!(job = %job.id, session = %job.session, reason = %reason, "schedule.refused");
+                let record = json!({"job": job.id, "due": due, "refused": reason});
+                agent
+                    .append_event(&job.session, "schedule.run", record)
+                    .await;
+                return Err(format!("refused: {reason}"));
+            }
+        };
         let result = agent
-            .handle_input(&job.session, &scheduled_prompt(&job, due))
+            .handle_input(&job.session, &scheduled_prompt(&job, due), &who)
             .await;
         let text = render_output(&result, agent.settings().proactive_response);
-        let chat = job
-            .session
-            .split_once(':')
-            .filter(|(channel, _)| CHANNELS.contains(channel));
+        let chat = session_chat(&job.session);
         let delivery = match chat {
             _ if text.is_empty() => Ok("nothing to send".to_owned()),
             None => Ok("no channel for this session; the answer is on the tape".to_owned()),

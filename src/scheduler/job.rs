@@ -12,6 +12,8 @@ use chrono::{DateTime, Local, NaiveDateTime, Utc};
 use jiff::tz::TimeZone;
 use serde::{Deserialize, Serialize};
 
+use crate::access::{Authority, Role};
+
 /// A job: a message that is run as a turn in `session` whenever its trigger fires.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Job {
@@ -33,6 +35,25 @@ pub struct Job {
     /// `running`, `ok`, `error: …`, `missed`.
     #[serde(default)]
     pub last_status: Option<String>,
+    /// Who created the job, with their role: the job runs with these rights (never more than
+    /// the creator has when it fires). Absent in jobs written before rights were recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creator: Option<Authority>,
+}
+
+impl Job {
+    /// The rights the job was created with. A job without a record runs as the owner in a
+    /// terminal session and as a guest in a chat session (fail closed: its creator is unknown).
+    pub fn recorded_authority(&self) -> Authority {
+        match &self.creator {
+            Some(creator) => creator.clone(),
+            None if crate::tools::context::session_chat(&self.session).is_some() => Authority {
+                role: Role::Guest,
+                senders: Vec::new(),
+            },
+            None => Authority::terminal(),
+        }
+    }
 }
 
 /// When a job fires.

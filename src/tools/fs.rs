@@ -14,7 +14,10 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::registry::parse_args;
-use super::{Tool, ToolContext, ToolError};
+use super::{Scope, Tool, ToolContext, ToolError};
+
+/// The `path` argument of the fs tools is a file path (confined to the workspace for guests).
+pub(crate) const PATH: Scope = Scope::Paths(&["path"]);
 
 pub use search::{GlobArgs, GrepArgs, glob, grep};
 
@@ -84,8 +87,9 @@ pub fn tools() -> Vec<Tool> {
                 },
                 "required": ["path"],
             }),
-            |args, ctx: ToolContext| async move { read(parse_args(args)?, &ctx.workspace).await },
-        ),
+            |args, ctx: ToolContext| async move { read(parse_args(args)?, ctx.workspace()).await },
+        )
+        .scoped(PATH),
         Tool::new(
             "fs.write",
             "Write file content",
@@ -98,8 +102,9 @@ pub fn tools() -> Vec<Tool> {
                 },
                 "required": ["path", "content"],
             }),
-            |args, ctx: ToolContext| async move { write(parse_args(args)?, &ctx.workspace).await },
-        ),
+            |args, ctx: ToolContext| async move { write(parse_args(args)?, ctx.workspace()).await },
+        )
+        .scoped(PATH),
         Tool::new(
             "fs.edit",
             "Edit file content",
@@ -115,8 +120,9 @@ pub fn tools() -> Vec<Tool> {
                 },
                 "required": ["path", "old", "new"],
             }),
-            |args, ctx: ToolContext| async move { edit(parse_args(args)?, &ctx.workspace).await },
-        ),
+            |args, ctx: ToolContext| async move { edit(parse_args(args)?, ctx.workspace()).await },
+        )
+        .scoped(PATH),
     ];
     tools.extend(search::tools());
     tools
@@ -150,6 +156,43 @@ pub fn resolve_path(workspace: &Path, raw: &str) -> PathBuf {
         .components()
         .filter(|c| !matches!(c, Component::CurDir))
         .collect()
+}
+
+/// The real path `raw` names, which must lie inside `workspace`: `..`, absolute paths, `~` and
+/// symlinks that lead out of it are refused, as is a path through a dangling symlink. Used by
+/// the registry for turns whose policy confines files.
+pub fn confine(workspace: &Path, raw: &str) -> Result<PathBuf, ToolError> {
+    let outside = || {
+        ToolError::new(format!(
+            "{raw}: outside the workspace (only files inside it are allowed here)"
+        ))
+    };
+    let root = workspace
+        .canonicalize()
+        .map_err(|e| ToolError::new(format!("workspace {}: {e}", workspace.display())))?;
+    let path = resolve_path(workspace, raw);
+    // The longest prefix that exists (a dangling symlink exists too), resolved; the rest must
+    // be plain names.
+    let mut existing = path.as_path();
+    let mut rest = Vec::new();
+    while existing.symlink_metadata().is_err() {
+        let (Some(parent), Some(last)) = (existing.parent(), existing.components().next_back())
+        else {
+            return Err(outside());
+        };
+        match last {
+            Component::Normal(name) => rest.push(name),
+            _ => return Err(outside()),
+        }
+        existing = parent;
+    }
+    let mut real = existing.canonicalize().map_err(|_| outside())?;
+    real.extend(rest.iter().rev());
+    if real.starts_with(&root) {
+        Ok(real)
+    } else {
+        Err(outside())
+    }
 }
 
 fn not_found(path: &Path) -> ToolError {

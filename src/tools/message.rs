@@ -7,9 +7,9 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::registry::parse_args;
-use super::{Tool, ToolContext, ToolError};
+use super::{Scope, Tool, ToolContext, ToolError};
+use crate::access::CHANNELS;
 use crate::channels::Outbound;
-use crate::channels::outbox::CHANNELS;
 
 #[derive(Deserialize)]
 struct SendArgs {
@@ -22,18 +22,12 @@ struct SendArgs {
     reply_to: Option<String>,
 }
 
-/// The (channel, chat id) of a chat session (`telegram:42`), if it is one.
-fn session_chat(session_id: &str) -> Option<(&str, &str)> {
-    let (channel, chat) = session_id.split_once(':')?;
-    CHANNELS.contains(&channel).then_some((channel, chat))
-}
-
 async fn send(args: serde_json::Value, ctx: ToolContext) -> Result<String, ToolError> {
     let args: SendArgs = parse_args(args)?;
     if args.text.trim().is_empty() {
         return Err(ToolError::new("text must not be empty"));
     }
-    let current = session_chat(&ctx.session_id);
+    let current = ctx.session_chat();
     let channel = args
         .channel
         .as_deref()
@@ -43,7 +37,7 @@ async fn send(args: serde_json::Value, ctx: ToolContext) -> Result<String, ToolE
         .ok_or_else(|| {
             ToolError::new(format!(
                 "this session ({}) is not a chat: give channel ({}) and chat_id",
-                ctx.session_id,
+                ctx.session_id(),
                 CHANNELS.join(" or ")
             ))
         })?
@@ -65,13 +59,13 @@ async fn send(args: serde_json::Value, ctx: ToolContext) -> Result<String, ToolE
         text: args.text,
         reply_to: args.reply_to.filter(|r| !r.trim().is_empty()),
     };
-    ctx.delivery
+    ctx.process
         .outbox
-        .send(&ctx.settings, &channel, &out)
+        .send(ctx.settings(), &channel, &out)
         .await
         .map_err(|e| ToolError::new(format!("{e:#}")))?;
     if current == Some((channel.as_str(), chat_id.as_str())) {
-        ctx.delivery.answered.store(true, Ordering::Relaxed);
+        ctx.turn.answered.store(true, Ordering::Relaxed);
     }
     Ok(format!("sent to {channel}:{chat_id}"))
 }
@@ -97,5 +91,6 @@ pub fn tools() -> Vec<Tool> {
             "required": ["text"],
         }),
         send,
-    )]
+    )
+    .scoped(Scope::Chat)]
 }

@@ -45,7 +45,7 @@ pub fn tools() -> Vec<Tool> {
             empty.clone(),
             |_, ctx: ToolContext| async move {
                 Ok(ctx
-                    .registry
+                    .registry()
                     .tools()
                     .map(|t| format!("{}: {}", t.name, t.description))
                     .collect::<Vec<_>>()
@@ -60,7 +60,7 @@ pub fn tools() -> Vec<Tool> {
             |args, ctx: ToolContext| async move {
                 let DescribeArgs { name } = parse_args(args)?;
                 let tool = ctx
-                    .registry
+                    .registry()
                     .get(&name)
                     .ok_or_else(|| ToolError::new(format!("unknown tool: {name}")))?;
                 Ok(format!(

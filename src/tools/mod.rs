@@ -1,6 +1,7 @@
 //! Tools: everything the agent can do, callable by the model (function calling) and by humans
 //! (comma commands). [`registry`] holds them; the other files are the built-in tools by domain.
 
+pub mod context;
 pub mod fs;
 pub mod message;
 pub mod meta;
@@ -11,7 +12,16 @@ pub mod skills;
 pub mod tape;
 pub mod web;
 
-pub use registry::{Delivery, Registry, Tool, ToolContext, ToolError, ToolFuture};
+pub use context::{ProcessCtx, SessionCtx, ToolContext, TurnCtx};
+pub use registry::{Registry, Scope, Tool, ToolError, ToolFuture};
+
+/// The command names of every built-in tool.
+pub fn builtin_names() -> Vec<String> {
+    builtin_registry(&[])
+        .tools()
+        .map(|t| t.name.clone())
+        .collect()
+}
 
 /// Builds the registry of built-in tools, restricted to `allowed` when non-empty
 /// (names match the command name `fs.read` or the model name `fs_read`, case-insensitively).

@@ -7,18 +7,14 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
-use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
-use crate::agent::expansion::Expanded;
-use crate::channels::outbox::Outbox;
-use crate::config::Settings;
-use crate::tape::Tape;
+use super::ToolContext;
+use crate::access::Policy;
 
 /// The future a tool handler returns.
 pub type ToolFuture = Pin<Box<dyn Future<Output = Result<String, ToolError>> + Send>>;
@@ -48,30 +44,16 @@ impl From<anyhow::Error> for ToolError {
     }
 }
 
-/// What a tool call can see: its session, workspace, tape and settings.
-#[derive(Clone)]
-pub struct ToolContext {
-    pub session_id: String,
-    pub workspace: PathBuf,
-    pub settings: Arc<Settings>,
-    /// The session's tape (one turn at a time per session, so the lock is uncontended).
-    pub tape: Arc<Mutex<Tape>>,
-    /// The session's registry (for `tools`, `tool.describe`).
-    pub registry: Arc<Registry>,
-    /// Tools and skills whose details the system prompt shows (`$name` hints, use);
-    /// bounded, `tape.reset` clears it.
-    pub expanded: Arc<Mutex<Expanded>>,
-    /// How the session reaches chats (`message.send`).
-    pub delivery: Arc<Delivery>,
-}
-
-/// A session's way to chats: the process's outbox, and whether the running turn already
-/// answered the session's own chat with `message.send` (then the framework does not post the
-/// final answer again).
-#[derive(Default)]
-pub struct Delivery {
-    pub outbox: Arc<Outbox>,
-    pub answered: AtomicBool,
+/// What a tool's arguments reach beyond itself, so the registry can bound them for guests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scope {
+    /// Nothing the policy bounds.
+    #[default]
+    Local,
+    /// These arguments are file paths (absent = the workspace): confined to the workspace.
+    Paths(&'static [&'static str]),
+    /// `channel` / `chat_id` arguments address a chat (absent = the session's own).
+    Chat,
 }
 
 /// One tool.
@@ -85,6 +67,8 @@ pub struct Tool {
     pub detail: String,
     /// JSON schema of the arguments (`{"type":"object","properties":{…},"required":[…]}`).
     pub schema: Value,
+    /// What the arguments reach (paths, chats), for the turn's policy.
+    pub scope: Scope,
     handler: Handler,
 }
 
@@ -106,8 +90,15 @@ impl Tool {
             description: description.to_string(),
             detail: detail.to_string(),
             schema,
+            scope: Scope::Local,
             handler: Arc::new(move |args, ctx| Box::pin(handler(args, ctx))),
         }
+    }
+
+    /// Declares what the tool's arguments reach.
+    pub fn scoped(mut self, scope: Scope) -> Self {
+        self.scope = scope;
+        self
     }
 
     /// The name offered to the model: `.` replaced by `_`.
@@ -133,7 +124,7 @@ pub fn model_name(name: &str) -> String {
     name.replace('.', "_")
 }
 
-/// The tools of one session, sorted by command name.
+/// The tools of the process, sorted by command name.
 pub struct Registry {
     tools: BTreeMap<String, Tool>,
     by_model_name: BTreeMap<String, String>,
@@ -198,8 +189,24 @@ impl Registry {
         self.specs.clone()
     }
 
-    /// Runs a tool. `args` must be a JSON object (or null); string values are coerced to the
-    /// schema's types and required arguments are checked before the handler runs.
+    /// The OpenAI `tools` array of the tools `policy` allows (the shared array when it allows
+    /// them all).
+    pub fn openai_specs_for(&self, policy: &Policy) -> Arc<[Value]> {
+        if self.tools.keys().all(|name| policy.allows(name)) {
+            return self.specs.clone();
+        }
+        self.tools
+            .values()
+            .zip(self.specs.iter())
+            .filter(|(tool, _)| policy.allows(&tool.name))
+            .map(|(_, spec)| spec.clone())
+            .collect()
+    }
+
+    /// Runs a tool for the turn in `ctx`. `args` must be a JSON object (or null); string values
+    /// are coerced to the schema's types and required arguments are checked, then the turn's
+    /// policy ([`Registry::authorize`]); a refusal is recorded on the session's tape. The result —
+    /// output or error — has every known secret redacted before anyone sees it.
     pub async fn execute(
         &self,
         name: &str,
@@ -210,30 +217,100 @@ impl Registry {
             .get(name)
             .ok_or_else(|| ToolError::new(format!("unknown tool: {name}")))?;
         let args = coerce_args(&tool.schema, args)?;
+        if let Err(refusal) = authorize(tool, &args, &ctx) {
+            let role = ctx.turn.policy.role;
+            tracing::info!(tool = %tool.name, %role, "tool.call.refused");
+            let event = json!({"tool": tool.name, "role": role, "reason": refusal.0});
+            if let Err(e) = ctx.tape().event("tool.refused", event) {
+                tracing::error!(error = %e, "tape.append.error");
+            }
+            return Err(refusal);
+        }
+        let redactor = ctx.process.redactor.clone();
         let started = Instant::now();
-        tracing::info!(tool = %tool.name, args = %summarize_args(&args), "tool.call.start");
-        let result = (tool.handler)(args, ctx).await;
+        tracing::info!(tool = %tool.name, args = %arg_shapes(&args), "tool.call.start");
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let full = redactor.redact(&args.to_string()).into_owned();
+            tracing::debug!(tool = %tool.name, args = %full, "tool.call.args");
+        }
+        let mut result = (tool.handler)(args, ctx).await;
+        match &mut result {
+            Ok(out) => redactor.scrub(out),
+            Err(e) => redactor.scrub(&mut e.0),
+        }
         let ms = started.elapsed().as_millis();
         match &result {
-            Ok(_) => tracing::info!(tool = %tool.name, duration_ms = ms, "tool.call.end"),
+            Ok(out) => {
+                tracing::info!(tool = %tool.name, duration_ms = ms, output_chars = out.len(), "tool.call.end")
+            }
             Err(e) => {
-                tracing::warn!(tool = %tool.name, duration_ms = ms, error = %e, "tool.call.error")
+                tracing::warn!(tool = %tool.name, duration_ms = ms, error_chars = e.0.len(), "tool.call.error");
+                tracing::debug!(tool = %tool.name, error = %e, "tool.call.error.detail");
             }
         }
         result
     }
+
+    /// Whether the turn in `ctx` may call `name` with `args` (see [`authorize`]).
+    pub fn authorize(&self, name: &str, args: &Value, ctx: &ToolContext) -> Result<(), ToolError> {
+        match self.get(name) {
+            Some(tool) => authorize(tool, args, ctx),
+            None => Ok(()),
+        }
+    }
 }
 
-/// `k=v …` for logs, each value cut to 60 characters.
-fn summarize_args(args: &Value) -> String {
+/// The turn's policy, applied to one call: the tool must be allowed; for a confined turn every
+/// path argument must stay inside the workspace (`..`, absolute paths and symlinks that leave it
+/// are refused) and a chat argument must be the session's own chat.
+fn authorize(tool: &Tool, args: &Value, ctx: &ToolContext) -> Result<(), ToolError> {
+    let policy = &ctx.turn.policy;
+    if !policy.allows(&tool.name) {
+        return Err(ToolError::new(policy.refusal(&tool.name)));
+    }
+    let text = |key: &str| {
+        args.get(key)
+            .and_then(Value::as_str)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+    };
+    match tool.scope {
+        Scope::Paths(keys) if policy.confines_files() => {
+            for raw in keys.iter().filter_map(|k| text(k)) {
+                super::fs::confine(ctx.workspace(), raw)?;
+            }
+        }
+        Scope::Chat if policy.own_chat_only() => {
+            let own = ctx.session_chat();
+            let channel = text("channel").map(str::to_lowercase);
+            let same_channel = channel
+                .as_deref()
+                .is_none_or(|c| Some(c) == own.map(|o| o.0));
+            let same_chat = text("chat_id").is_none_or(|c| Some(c) == own.map(|o| o.1));
+            if own.is_none() || !same_channel || !same_chat {
+                return Err(ToolError::new(format!(
+                    "`{}`: {}s may only send to their own chat",
+                    tool.name, policy.role
+                )));
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// `name(len) …` for logs: argument names and value sizes, never the values.
+fn arg_shapes(args: &Value) -> String {
     let Some(map) = args.as_object() else {
         return String::new();
     };
     map.iter()
         .map(|(k, v)| {
-            let s = v.to_string();
-            let cut: String = s.chars().take(60).collect();
-            format!("{k}={cut}")
+            let len = match v {
+                Value::String(s) => s.chars().count(),
+                other => other.to_string().len(),
+            };
+            format!("{k}({len})")
         })
         .collect::<Vec<_>>()
         .join(" ")

@@ -56,7 +56,7 @@ async fn with_store<R: Send + 'static>(
     ctx: &ToolContext,
     f: impl FnOnce(JobStore) -> Result<R, ToolError> + Send + 'static,
 ) -> Result<R, ToolError> {
-    let store = JobStore::new(&ctx.settings.home);
+    let store = JobStore::new(&ctx.settings().home);
     tokio::task::spawn_blocking(move || f(store))
         .await
         .map_err(|e| ToolError::new(format!("schedule task failed: {e}")))?
@@ -79,14 +79,15 @@ async fn add(args: Value, ctx: ToolContext) -> Result<String, ToolError> {
     .map_err(ToolError::new)?;
     let job = Job {
         id: job::new_id(),
-        session: ctx.session_id.clone(),
+        session: ctx.session_id().to_owned(),
         message: args.message,
-        workspace: ctx.workspace.clone(),
+        workspace: ctx.workspace().to_path_buf(),
         next_run: trigger.next_after(now - chrono::Duration::milliseconds(1)),
         trigger,
         created: now,
         last_run: None,
         last_status: None,
+        creator: Some(ctx.turn.authority.clone()),
     };
     let text = format!(
         "scheduled: {} next={}",
@@ -102,7 +103,7 @@ async fn add(args: Value, ctx: ToolContext) -> Result<String, ToolError> {
 }
 
 async fn list(ctx: ToolContext) -> Result<String, ToolError> {
-    let session = ctx.session_id.clone();
+    let session = ctx.session_id().to_owned();
     let jobs = with_store(&ctx, |store| store.load().map_err(ToolError::from)).await?;
     let rows: Vec<String> = jobs
         .iter()
@@ -118,7 +119,7 @@ async fn list(ctx: ToolContext) -> Result<String, ToolError> {
 async fn remove(args: Value, ctx: ToolContext) -> Result<String, ToolError> {
     let args: RemoveArgs = parse_args(args)?;
     let id = args.job_id.trim().to_owned();
-    let session = ctx.session_id.clone();
+    let session = ctx.session_id().to_owned();
     let removed = with_store(&ctx, {
         let id = id.clone();
         move |store| {

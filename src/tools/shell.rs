@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 
 use super::fs::resolve_path;
 use super::registry::parse_args;
-use super::{Tool, ToolContext, ToolError};
+use super::{Scope, Tool, ToolContext, ToolError};
 
 /// Default `timeout_seconds`.
 pub const DEFAULT_TIMEOUT_SECONDS: u64 = 30;
@@ -70,9 +70,10 @@ pub fn tools() -> Vec<Tool> {
         }),
         |args, ctx: ToolContext| async move {
             let args: BashArgs = parse_args(args)?;
-            run_bash(args, &ctx.workspace, &ctx.session_id).await
+            run_bash(args, ctx.workspace(), ctx.session_id()).await
         },
-    )]
+    )
+    .scoped(Scope::Paths(&["cwd"]))]
 }
 
 /// Runs one `bash` call (the tool's logic, independent of the registry).

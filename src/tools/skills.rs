@@ -80,7 +80,7 @@ pub fn tools() -> Vec<Tool> {
              built-in ones: name, description, source and location; invalid SKILL.md files are \
              listed as skipped with the reason.",
             object_schema(json!({}), &[]),
-            |_, ctx: ToolContext| async move { Ok(list_text(&skills::discover(&ctx.settings))) },
+            |_, ctx: ToolContext| async move { Ok(list_text(&skills::discover(ctx.settings()))) },
         ),
         Tool::new(
             "skills.describe",
@@ -93,13 +93,11 @@ pub fn tools() -> Vec<Tool> {
             ),
             |args, ctx: ToolContext| async move {
                 let DescribeArgs { name } = parse_args(args)?;
-                let found = skills::discover(&ctx.settings);
+                let found = skills::discover(ctx.settings());
                 let skill = found.get(name.trim()).ok_or_else(|| {
                     ToolError::new(format!("unknown skill: {name} (see skills.list)"))
                 })?;
-                if let Ok(mut expanded) = ctx.expanded.lock() {
-                    expanded.skill(skill.name());
-                }
+                ctx.expanded().skill(skill.name());
                 Ok(describe_text(skill))
             },
         ),

@@ -46,9 +46,10 @@ where
     R: Send + 'static,
     F: FnOnce(&mut Tape) -> anyhow::Result<R> + Send + 'static,
 {
-    let tape = ctx.tape.clone();
+    let session = ctx.session.clone();
     tokio::task::spawn_blocking(move || {
-        let mut tape = tape
+        let mut tape = session
+            .tape
             .lock()
             .map_err(|_| ToolError::new("tape lock poisoned"))?;
         f(&mut tape).map_err(ToolError::from)
@@ -185,10 +186,7 @@ pub fn tools() -> Vec<Tool> {
             |args, ctx: ToolContext| async move {
                 let ResetArgs { archive } = parse_args(args)?;
                 let out = with_tape(&ctx, move |tape| reset_text(tape, archive)).await?;
-                ctx.expanded
-                    .lock()
-                    .map_err(|_| ToolError::new("lock poisoned"))?
-                    .clear();
+                ctx.expanded().clear();
                 Ok(out)
             },
         ),
@@ -197,26 +195,15 @@ pub fn tools() -> Vec<Tool> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
     use super::*;
+    use crate::access::Authority;
     use crate::config::Settings;
     use crate::tools::Registry;
 
     fn context(dir: &std::path::Path) -> ToolContext {
-        let tape = Tape::open(dir, dir, "bub", "cli:test").unwrap();
-        ToolContext {
-            session_id: "cli:test".into(),
-            workspace: dir.to_path_buf(),
-            settings: Arc::new(Settings::with_defaults(
-                dir.to_path_buf(),
-                dir.to_path_buf(),
-            )),
-            tape: Arc::new(Mutex::new(tape)),
-            registry: Arc::new(Registry::new(tools(), &[])),
-            expanded: Arc::default(),
-            delivery: Arc::default(),
-        }
+        let settings = Settings::with_defaults(dir.to_path_buf(), dir.to_path_buf());
+        let registry = Registry::new(tools(), &[]);
+        ToolContext::standalone(settings, registry, "cli:test", Authority::terminal()).unwrap()
     }
 
     async fn run(
@@ -224,20 +211,16 @@ mod tests {
         name: &str,
         args: serde_json::Value,
     ) -> Result<String, ToolError> {
-        ctx.registry.clone().execute(name, args, ctx.clone()).await
+        ctx.registry().execute(name, args, ctx.clone()).await
     }
 
     #[tokio::test]
     async fn handoff_info_anchors_search() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = context(dir.path());
-        ctx.tape.lock().unwrap().ensure_bootstrap().unwrap();
+        ctx.tape().ensure_bootstrap().unwrap();
         let msg = json!({"role": "user", "content": "Please review the database migration plan."});
-        ctx.tape
-            .lock()
-            .unwrap()
-            .append("message", msg, json!({}))
-            .unwrap();
+        ctx.tape().append("message", msg, json!({})).unwrap();
         let out = run(
             &ctx,
             "tape.handoff",
@@ -277,24 +260,24 @@ mod tests {
     async fn reset_archives_and_clears_expanded() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = context(dir.path());
-        ctx.expanded.lock().unwrap().tool("fs.read");
+        ctx.expanded().tool("fs.read");
         assert_eq!(
             run(&ctx, "tape.anchors", json!({})).await.unwrap(),
             "(no anchors)"
         );
-        ctx.tape.lock().unwrap().event("x", json!(1)).unwrap();
+        ctx.tape().event("x", json!(1)).unwrap();
         let out = run(&ctx, "tape.reset", json!({"archive": "true"}))
             .await
             .unwrap();
         let path = out.strip_prefix("Archived: ").expect(&out);
         assert!(std::path::Path::new(path).exists());
-        assert!(!ctx.expanded.lock().unwrap().has_tool("fs.read"));
+        assert!(!ctx.expanded().has_tool("fs.read"));
         let anchors = run(&ctx, "tape.anchors", json!({})).await.unwrap();
         assert!(
             anchors.starts_with("session/start state={\"owner\":\"human\",\"archived\":"),
             "{anchors}"
         );
         assert_eq!(run(&ctx, "tape.reset", json!({})).await.unwrap(), "ok");
-        assert_eq!(ctx.tape.lock().unwrap().len().unwrap(), 2);
+        assert_eq!(ctx.tape().len().unwrap(), 2);
     }
 }

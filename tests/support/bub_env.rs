@@ -52,6 +52,12 @@ impl Env {
             ("BUB_TELEGRAM_ENABLED", "true".into()),
             ("BUB_TELEGRAM_TOKEN", fake_telegram::TOKEN.into()),
             ("BUB_TELEGRAM_API_BASE", telegram.api_base()),
+            // Everyone is admitted; the users the tests run comma commands as are owners, the
+            // rest are guests. Tests of access control set their own lists.
+            ("BUB_TELEGRAM_ALLOW_FROM", "*".into()),
+            ("BUB_TELEGRAM_OWNERS", "1,7,9,42".into()),
+            ("BUB_DISCORD_ALLOW_FROM", "*".into()),
+            ("BUB_DISCORD_OWNERS", "42".into()),
             ("BUB_MESSAGE_DEBOUNCE_SECONDS", "0".into()),
             ("BUB_MESSAGE_DELAY_SECONDS", "0".into()),
             ("BUB_LOG_LEVEL", "info".into()),

@@ -1,10 +1,10 @@
 //! Who may talk to the bot on Discord, and whether a message addresses it.
 //!
 //! Pure rules over ids and text, no I/O. The adapter applies them to every `MESSAGE_CREATE`:
-//! first the allow-lists ([`Rules::channel_allowed`], [`Rules::sender_allowed`]) — for **every**
-//! message, addressed or not, command or not (the reference only checked them when deciding
-//! about mentions, so follow-ups and `,commands` of non-allowed users got through) — then the
-//! addressing rules. [`addressed`] covers the rules that need nothing but the message; the two
+//! first the channel allow-list ([`Rules::channel_allowed`]) and the sender's admission
+//! ([`crate::access`]) — for **every** message, addressed or not, command or not (the reference
+//! only checked them when deciding about mentions, so follow-ups and `,commands` of non-allowed
+//! users got through) — then the addressing rules. [`addressed`] covers the rules that need nothing but the message; the two
 //! that need Discord lookups (a mention of one of the bot's roles, a thread named `bub…`) are
 //! decided by the adapter with [`is_bub_thread`] and the bot's role list.
 
@@ -16,12 +16,11 @@ use serenity::model::id::UserId;
 /// that address the bot.
 pub const COMMAND_WORD: &str = "bub";
 
-/// The allow-lists and addressing settings (`BUB_DISCORD_ALLOW_FROM`,
-/// `BUB_DISCORD_ALLOW_CHANNELS`, `BUB_DISCORD_COMMAND_PREFIX`, `BUB_MENTION_KEYWORD`).
+/// The channel allow-list and addressing settings (`BUB_DISCORD_ALLOW_CHANNELS`,
+/// `BUB_DISCORD_COMMAND_PREFIX`, `BUB_MENTION_KEYWORD`); senders are admitted by
+/// [`crate::access`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Rules {
-    /// Sender ids or names allowed to talk to the bot; empty = everyone.
-    pub allow_from: Vec<String>,
     /// Channel ids the bot serves (a thread is served when its parent is listed); empty = all.
     pub allow_channels: Vec<String>,
     /// Prefix of the `<prefix>bub` command (default `!`).
@@ -41,7 +40,7 @@ pub enum Skip {
     Empty,
     /// The channel (and, for a thread, its parent) is not in `allow_channels`.
     Channel,
-    /// The author is not in `allow_from`.
+    /// The author is not admitted (not in `allow_from`, not paired, not an owner).
     Sender,
 }
 
@@ -95,16 +94,6 @@ impl Rules {
     pub fn channel_allowed(&self, channel_id: &str, thread_parent: Option<&str>) -> bool {
         self.channel_listed(channel_id)
             || thread_parent.is_some_and(|p| self.allow_channels.iter().any(|c| c == p))
-    }
-
-    /// Any of the author's id, user name or global (display) name is in `allow_from` (or the
-    /// list is empty). Case-sensitive, like the reference.
-    pub fn sender_allowed(&self, id: &str, name: &str, global_name: Option<&str>) -> bool {
-        self.allow_from.is_empty()
-            || self
-                .allow_from
-                .iter()
-                .any(|a| a == id || a == name || Some(a.as_str()) == global_name)
     }
 
     /// For `<prefix>bub` (the word `bub` in any case, then whitespace or the end), the rest of
@@ -270,20 +259,6 @@ mod tests {
             "thread of an allowed channel"
         );
         assert!(!r.channel_allowed("11", Some("12")));
-    }
-
-    #[test]
-    fn sender_allow_list_matches_id_name_or_global_name() {
-        let mut r = rules();
-        assert!(r.sender_allowed("42", "alice", None));
-        r.allow_from = vec!["42".into(), "bob".into(), "Carol C".into()];
-        assert!(r.sender_allowed("42", "x", None));
-        assert!(r.sender_allowed("1", "bob", None));
-        assert!(r.sender_allowed("2", "carol", Some("Carol C")));
-        assert!(
-            !r.sender_allowed("3", "Bob", Some("dave")),
-            "case-sensitive"
-        );
     }
 
     #[test]

@@ -1,11 +1,17 @@
 //! From gateway `MESSAGE_CREATE` to [`Inbound`]: one task that takes the messages in arrival
-//! order and, for each, drops it (bot author, system/empty message, channel or sender not
-//! allowed), decides whether the bot was addressed, and builds the prompt.
+//! order and, for each, drops it (bot author, system/empty message, channel not allowed, sender
+//! not admitted — who gets a pairing code when they wrote a DM), decides whether the bot was
+//! addressed, and builds the prompt.
 //!
-//! Order matters: allow-lists come first and apply to every message, commands included.
+//! Order matters: the allow-list and admission come first and apply to every message, commands
+//! included. Senders match by id or username, never by display name or nickname.
 //! Lookups (channel info, the bot's roles) are made only when a rule needs them and are
 //! cached (see `lookup`). Logs carry ids and reasons, never message text.
 
+use std::sync::Arc;
+
+use serde_json::json;
+use serenity::http::Route;
 use serenity::model::channel::Message;
 use serenity::model::id::UserId;
 use tokio::sync::{mpsc, watch};
@@ -13,6 +19,8 @@ use tokio::sync::{mpsc, watch};
 use super::filter::{self, Addressed, Rules, Skip};
 use super::lookup::Lookups;
 use super::prompt;
+use super::rest::Rest;
+use crate::access::{Access, Request, Role, User, pairing};
 use crate::channels::Inbound;
 
 /// The bot's own user, known once the gateway said READY.
@@ -25,6 +33,8 @@ pub struct BotUser {
 /// The inbound side of one gateway session.
 pub struct Pipeline {
     pub rules: Rules,
+    pub access: Arc<Access>,
+    pub rest: Arc<Rest>,
     pub lookups: Lookups,
     pub bot: watch::Receiver<Option<BotUser>>,
     pub inbound: mpsc::UnboundedSender<Inbound>,
@@ -51,10 +61,16 @@ impl Pipeline {
 
     /// The [`Inbound`] for `msg`, or `None` when it is dropped.
     pub async fn handle(&mut self, msg: &Message, bot: UserId) -> Option<Inbound> {
-        if let Err(skip) = self.admit(msg).await {
-            log_skip(msg, skip);
-            return None;
-        }
+        let role = match self.admit(msg).await {
+            Ok(role) => role,
+            Err(skip) => {
+                log_skip(msg, skip);
+                if skip == Skip::Sender && msg.guild_id.is_none() {
+                    self.pair(msg).await;
+                }
+                return None;
+            }
+        };
         let reason = self.addressed(msg, bot).await;
         let text = self
             .rules
@@ -65,18 +81,20 @@ impl Pipeline {
             chat_id: msg.channel_id.to_string(),
             message_id: msg.id.to_string(),
             sender_id: msg.author.id.to_string(),
+            sender_name: Some(msg.author.name.clone()),
+            role,
             prompt: prompt::build(msg, text),
             mentioned: reason.is_some(),
             reply: true,
         };
         tracing::info!(channel_id = %msg.channel_id, message_id = %msg.id,
-            sender_id = %msg.author.id, mentioned = item.mentioned,
+            sender_id = %msg.author.id, mentioned = item.mentioned, %role,
             reason = reason.map_or("none", Addressed::as_str), "discord.inbound");
         Some(item)
     }
 
-    /// Bots, system and empty messages, then the allow-lists.
-    async fn admit(&mut self, msg: &Message) -> Result<(), Skip> {
+    /// Bots, system and empty messages, then the channel allow-list, then the sender's role.
+    async fn admit(&mut self, msg: &Message) -> Result<Role, Skip> {
         if let Some(skip) = filter::ignored(msg) {
             return Err(skip);
         }
@@ -95,15 +113,52 @@ impl Pipeline {
                 return Err(Skip::Channel);
             }
         }
-        let author = &msg.author;
-        let id = author.id.to_string();
-        if !self
-            .rules
-            .sender_allowed(&id, &author.name, author.global_name.as_deref())
-        {
-            return Err(Skip::Sender);
+        let id = msg.author.id.to_string();
+        let user = User {
+            id: &id,
+            name: Some(&msg.author.name),
+        };
+        self.access.role("discord", user).ok_or(Skip::Sender)
+    }
+
+    /// An unknown sender wrote a DM: a pairing code, at most one per hour (the message itself
+    /// goes nowhere).
+    async fn pair(&self, msg: &Message) {
+        let access = self.access.clone();
+        let (id, name) = (msg.author.id.to_string(), msg.author.name.clone());
+        let chat = msg.channel_id.to_string();
+        let request = tokio::task::spawn_blocking(move || {
+            let user = User {
+                id: &id,
+                name: Some(&name),
+            };
+            access.request_pairing("discord", user, &chat, chrono::Utc::now())
+        })
+        .await;
+        let (channel_id, sender_id) = (msg.channel_id, msg.author.id);
+        match request {
+            Ok(Ok(Request::New(pending))) => {
+                tracing::info!(%channel_id, %sender_id, "discord.pairing.requested");
+                let body = json!({
+                    "content": pairing::code_message(&pending.code, "discord"),
+                    "allowed_mentions": {"parse": []},
+                });
+                if let Err(e) = self
+                    .rest
+                    .post(Route::ChannelMessages { channel_id }, &body)
+                    .await
+                {
+                    tracing::warn!(%channel_id, error = %format!("{e:#}"), "discord.pairing.reply_error");
+                }
+            }
+            Ok(Ok(other)) => {
+                tracing::info!(%channel_id, %sender_id, outcome = ?other, "discord.pairing.skip");
+            }
+            Ok(Err(e)) => {
+                tracing::error!(%channel_id, error = %format!("{e:#}"), "discord.pairing.error");
+            }
+            Err(e) => tracing::error!(%channel_id, error = %e, "discord.pairing.error"),
         }
-        Ok(())
     }
 
     /// The cheap rules first, then a role mention, then a `bub…` thread (both need lookups).

@@ -49,6 +49,7 @@ use lookup::Lookups;
 use rest::{Rest, RestError};
 
 use super::{Channel, Inbound, Outbound, text};
+use crate::access::Access;
 use crate::config::{ConfigError, DEFAULT_DISCORD_API_BASE, Settings};
 
 /// Discord's message size limit, in characters.
@@ -75,14 +76,15 @@ pub struct Discord {
     proxied: bool,
     client: reqwest::Client,
     rules: Rules,
+    access: Arc<Access>,
     rest: Arc<Rest>,
 }
 
 impl Discord {
-    /// Builds the REST client from `settings.discord` (token, API base, proxy, allow-lists,
-    /// command prefix) and `settings.mention_keyword`. Nothing is contacted yet. An empty token
-    /// or an unusable proxy URL is an error.
-    pub fn new(settings: &Settings) -> anyhow::Result<Self> {
+    /// Builds the REST client from `settings.discord` (token, API base, proxy, channel list,
+    /// command prefix) and `settings.mention_keyword`; senders are admitted by `access`. Nothing
+    /// is contacted yet. An empty token or an unusable proxy URL is an error.
+    pub fn new(settings: &Settings, access: Arc<Access>) -> anyhow::Result<Self> {
         let d = &settings.discord;
         let token = d
             .token
@@ -122,8 +124,8 @@ impl Discord {
             api_base,
             proxied: proxy.is_some(),
             client,
+            access,
             rules: Rules {
-                allow_from: d.allow_from.clone(),
                 allow_channels: d.allow_channels.clone(),
                 command_prefix: d.command_prefix.clone(),
                 keyword: settings.mention_keyword.clone(),
@@ -294,6 +296,8 @@ impl Channel for Discord {
         };
         let pipeline = Pipeline {
             rules: self.rules.clone(),
+            access: Arc::clone(&self.access),
+            rest: Arc::clone(&self.rest),
             lookups: Lookups::new(Arc::clone(&self.rest)),
             bot: bot_rx,
             inbound,
@@ -336,6 +340,25 @@ impl Channel for Discord {
             })?;
         }
         Ok(())
+    }
+
+    async fn check_recipient(&self, chat_id: &str) -> anyhow::Result<()> {
+        let id = channel_id(chat_id)?;
+        if self.rules.channel_listed(chat_id) {
+            return Ok(());
+        }
+        // A thread is served when its parent channel is listed.
+        let parent = Lookups::new(Arc::clone(&self.rest))
+            .channel(id)
+            .await
+            .and_then(|c| c.thread_parent);
+        if self.rules.channel_allowed(chat_id, parent.as_deref()) {
+            Ok(())
+        } else {
+            Err(anyhow!(
+                "refused: discord channel {chat_id} is not in BUB_DISCORD_ALLOW_CHANNELS"
+            ))
+        }
     }
 
     async fn typing(&self, chat_id: &str) -> anyhow::Result<()> {
@@ -382,24 +405,30 @@ mod tests {
     #[test]
     fn new_rejects_an_empty_token_and_keeps_it_out_of_errors() {
         let mut s = Settings::with_defaults("/tmp/h".into(), "/tmp/w".into());
-        let err = Discord::new(&s).err().expect("no token").to_string();
+        let err = Discord::new(&s, Arc::new(Access::new(&s)))
+            .err()
+            .expect("no token")
+            .to_string();
         assert!(err.contains("BUB_DISCORD_TOKEN"), "{err}");
         s.discord.token = Some("secret-token-123".into());
         s.discord.proxy = Some("::not a url::".into());
-        let err = Discord::new(&s).err().expect("bad proxy").to_string();
+        let err = Discord::new(&s, Arc::new(Access::new(&s)))
+            .err()
+            .expect("bad proxy")
+            .to_string();
         assert!(
             !err.contains("secret-token-123") && err.contains("BUB_DISCORD_PROXY"),
             "{err}"
         );
         s.discord.proxy = None;
-        let d = Discord::new(&s).unwrap();
+        let d = Discord::new(&s, Arc::new(Access::new(&s))).unwrap();
         assert!(
             d.api_base.is_none(),
             "default base keeps serenity's rate limiter"
         );
         assert!(d.rest.http.ratelimiter.is_some());
         s.discord.api_base = "http://127.0.0.1:9/".into();
-        let d = Discord::new(&s).unwrap();
+        let d = Discord::new(&s, Arc::new(Access::new(&s))).unwrap();
         assert_eq!(d.api_base.as_deref(), Some("http://127.0.0.1:9"));
         assert!(d.rest.http.ratelimiter.is_none());
         assert_eq!(d.rest.http.proxy.as_deref(), Some("http://127.0.0.1:9"));

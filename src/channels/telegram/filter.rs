@@ -1,13 +1,11 @@
 //! Who may talk to the bot and whether a Telegram message addresses it.
 //!
 //! Pure functions over teloxide's [`Message`], so every rule is unit-tested here without a
-//! network. The adapter applies them in this order: sender present → `allow_chats` →
-//! `allow_from` → commands ([`parse_command`]) → [`is_addressed`].
+//! network. The adapter applies them in this order: sender present → `allow_chats` → the
+//! sender's admission ([`crate::access`]) → commands ([`parse_command`]) → [`is_addressed`].
 //!
 //! Fixes against the reference: the keyword counts only as a whole word (`"bubble"` does not
-//! address the bot, §14.21), usernames in `allow_from` match case-insensitively with or without
-//! a leading `@` (Telegram usernames are case-insensitive), and `/bub@BotName text` is stripped
-//! like `/bub text`.
+//! address the bot, §14.21), and `/bub@BotName text` is stripped like `/bub text`.
 
 use crate::channels::contains_word;
 use teloxide::types::{Message, MessageEntityKind};
@@ -23,23 +21,6 @@ pub struct BotIdentity {
 /// `allow_chats` check: an empty list allows every chat.
 pub fn chat_allowed(allow_chats: &[String], chat_id: i64) -> bool {
     allow_chats.is_empty() || allow_chats.iter().any(|c| c.trim() == chat_id.to_string())
-}
-
-/// `allow_from` check: an empty list allows everyone; otherwise the sender's numeric id or its
-/// username (case-insensitive, `@` optional in the list) must be listed.
-pub fn sender_allowed(allow_from: &[String], user_id: u64, username: Option<&str>) -> bool {
-    if allow_from.is_empty() {
-        return true;
-    }
-    let id = user_id.to_string();
-    allow_from.iter().any(|entry| {
-        let entry = entry.trim();
-        if entry == id {
-            return true;
-        }
-        let name = entry.strip_prefix('@').unwrap_or(entry);
-        !name.is_empty() && username.is_some_and(|u| u.eq_ignore_ascii_case(name))
-    })
 }
 
 /// A leading bot command of a text message.
@@ -158,18 +139,6 @@ mod tests {
         assert!(chat_allowed(&list, 42));
         assert!(chat_allowed(&list, -100));
         assert!(!chat_allowed(&list, 43));
-    }
-
-    #[test]
-    fn allow_from_matches_id_or_username() {
-        assert!(sender_allowed(&[], 1, None));
-        let list = vec!["42".to_owned(), "@Alice".to_owned(), "bob".to_owned()];
-        assert!(sender_allowed(&list, 42, None));
-        assert!(sender_allowed(&list, 1, Some("alice")));
-        assert!(sender_allowed(&list, 1, Some("Bob")));
-        assert!(!sender_allowed(&list, 1, Some("carol")));
-        assert!(!sender_allowed(&list, 1, None));
-        assert!(!sender_allowed(&["@".to_owned()], 1, Some("")));
     }
 
     #[test]

@@ -4,9 +4,10 @@
 //!   reqwest client: the explicit `BUB_TELEGRAM_PROXY` if set, otherwise **no** proxy (ambient
 //!   `HTTPS_PROXY` is ignored by design, as in the reference).
 //! * [`Channel::run`] checks the token with `getMe`, then long-polls `message` updates through a
-//!   teloxide [`Dispatcher`] until the shutdown token fires. Each message goes through
-//!   [`filter`] (allow-lists first, then commands, then "is the bot addressed") and [`prompt`]
-//!   (content + metadata JSON) and becomes an [`Inbound`]. Pending updates are delivered after a
+//!   teloxide [`Dispatcher`] until the shutdown token fires. Each message goes through the chat
+//!   allow-list and the sender's admission ([`crate::access`]: an unknown sender gets a pairing
+//!   code in a private chat and nothing in a group), then [`filter`] (commands, "is the bot
+//!   addressed") and [`prompt`] (content + metadata JSON) and becomes an [`Inbound`]. Pending updates are delivered after a
 //!   restart unless `BUB_TELEGRAM_DROP_PENDING_UPDATES` is set (fixes §14.24).
 //! * [`Channel::send`] splits answers at 4096 characters, renders them as Telegram HTML, falls
 //!   back to plain text when Telegram rejects the entities, and honours `retry_after`.
@@ -35,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::filter::{BotIdentity, Command};
 use super::{Channel, Inbound, Outbound, text};
+use crate::access::{Access, User, pairing};
 use crate::config::{ConfigError, Settings};
 
 /// Telegram's message size limit (characters after entity parsing).
@@ -48,14 +50,12 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// Reply to `/start`.
 pub const START_REPLY: &str = "Bub is online. Send text to start.";
-/// Reply to a non-allowed sender in a private chat (groups get no reply).
-pub const ACCESS_DENIED: &str = "Access denied.";
 
 /// The Telegram channel adapter.
 pub struct Telegram {
     bot: Bot,
     token: String,
-    allow_from: Vec<String>,
+    access: Arc<Access>,
     allow_chats: Vec<String>,
     keyword: String,
     drop_pending_updates: bool,
@@ -63,8 +63,8 @@ pub struct Telegram {
 
 impl Telegram {
     /// Builds the client from `settings.telegram` (token, API base, proxy) without any network
-    /// call. A missing token or a bad URL is a [`ConfigError`].
-    pub fn new(settings: &Settings) -> anyhow::Result<Self> {
+    /// call; senders are admitted by `access`. A missing token or a bad URL is a [`ConfigError`].
+    pub fn new(settings: &Settings, access: Arc<Access>) -> anyhow::Result<Self> {
         let tg = &settings.telegram;
         let token = tg
             .token
@@ -95,7 +95,7 @@ impl Telegram {
         Ok(Self {
             bot,
             token,
-            allow_from: tg.allow_from.clone(),
+            access,
             allow_chats: tg.allow_chats.clone(),
             keyword: settings.mention_keyword.clone(),
             drop_pending_updates: tg.drop_pending_updates,
@@ -230,7 +230,7 @@ impl Channel for Telegram {
             bot: self.bot.clone(),
             token: self.token.clone(),
             me: identity,
-            allow_from: self.allow_from.clone(),
+            access: self.access.clone(),
             allow_chats: self.allow_chats.clone(),
             keyword: self.keyword.clone(),
             inbound,
@@ -299,6 +299,22 @@ impl Channel for Telegram {
         Ok(())
     }
 
+    async fn check_recipient(&self, chat_id: &str) -> anyhow::Result<()> {
+        let listed = match recipient(chat_id)? {
+            Recipient::Id(id) => filter::chat_allowed(&self.allow_chats, id.0),
+            Recipient::ChannelUsername(name) => {
+                self.allow_chats.is_empty() || self.allow_chats.iter().any(|c| c.trim() == name)
+            }
+        };
+        if listed {
+            Ok(())
+        } else {
+            Err(anyhow!(
+                "refused: telegram chat {chat_id} is not in BUB_TELEGRAM_ALLOW_CHATS"
+            ))
+        }
+    }
+
     async fn typing(&self, chat_id: &str) -> anyhow::Result<()> {
         self.bot
             .send_chat_action(recipient(chat_id)?, ChatAction::Typing)
@@ -319,15 +335,15 @@ struct Handler {
     bot: Bot,
     token: String,
     me: BotIdentity,
-    allow_from: Vec<String>,
+    access: Arc<Access>,
     allow_chats: Vec<String>,
     keyword: String,
     inbound: mpsc::UnboundedSender<Inbound>,
 }
 
 impl Handler {
-    /// Applies the rules in order (sender, allow-lists, commands, addressing) and forwards the
-    /// message. Logs reasons and ids, never the text.
+    /// Applies the rules in order (sender, chat allow-list, admission, commands, addressing) and
+    /// forwards the message. Logs reasons and ids, never the text.
     async fn on_message(&self, msg: Message) {
         let chat_id = msg.chat.id.0;
         let message_id = msg.id.0;
@@ -344,20 +360,25 @@ impl Handler {
             return;
         }
         let sender_id = from.id.0;
-        if !filter::sender_allowed(&self.allow_from, sender_id, from.username.as_deref()) {
+        let sender = sender_id.to_string();
+        let user = User {
+            id: &sender,
+            name: from.username.as_deref(),
+        };
+        let Some(role) = self.access.role("telegram", user) else {
             let private = msg.chat.is_private();
             tracing::info!(
                 chat_id,
                 message_id,
                 sender_id,
                 private,
-                "telegram.skip: sender not in allow_from"
+                "telegram.skip: sender not admitted"
             );
             if private {
-                self.reply_plain(chat_id, ACCESS_DENIED).await;
+                self.pair(chat_id, user).await;
             }
             return;
-        }
+        };
         let described = prompt::describe(&msg);
         let mut content = described.content.as_str();
         let mut mentioned = filter::is_addressed(&msg, &self.me, &self.keyword);
@@ -383,7 +404,9 @@ impl Handler {
             channel: "telegram".to_owned(),
             chat_id: chat_id.to_string(),
             message_id: message_id.to_string(),
-            sender_id: sender_id.to_string(),
+            sender_id: sender,
+            sender_name: from.username.clone(),
+            role,
             prompt: prompt::build(&msg, &described, content),
             mentioned,
             reply: !msg.chat.is_private(),
@@ -393,6 +416,7 @@ impl Handler {
             message_id,
             sender_id,
             mentioned,
+            %role,
             kind = described.kind,
             "telegram.inbound"
         );
@@ -402,6 +426,35 @@ impl Handler {
                 message_id,
                 "telegram.skip: inbound receiver closed"
             );
+        }
+    }
+
+    /// An unknown sender wrote in a private chat: a pairing code, at most one per hour (the
+    /// message itself goes nowhere).
+    async fn pair(&self, chat_id: i64, user: User<'_>) {
+        let access = self.access.clone();
+        let (id, name) = (user.id.to_owned(), user.name.map(str::to_owned));
+        let request = tokio::task::spawn_blocking(move || {
+            let user = User {
+                id: &id,
+                name: name.as_deref(),
+            };
+            access.request_pairing("telegram", user, &chat_id.to_string(), chrono::Utc::now())
+        })
+        .await;
+        match request {
+            Ok(Ok(pairing::Request::New(pending))) => {
+                tracing::info!(chat_id, sender_id = user.id, "telegram.pairing.requested");
+                let text = pairing::code_message(&pending.code, "telegram");
+                self.reply_plain(chat_id, &text).await;
+            }
+            Ok(Ok(other)) => {
+                tracing::info!(chat_id, sender_id = user.id, outcome = ?other, "telegram.pairing.skip");
+            }
+            Ok(Err(e)) => {
+                tracing::error!(chat_id, error = %format!("{e:#}"), "telegram.pairing.error");
+            }
+            Err(e) => tracing::error!(chat_id, error = %e, "telegram.pairing.error"),
         }
     }
 
@@ -418,6 +471,10 @@ impl Handler {
 mod tests {
     use super::*;
 
+    fn telegram(s: &Settings) -> anyhow::Result<Telegram> {
+        Telegram::new(s, Arc::new(Access::new(s)))
+    }
+
     fn settings(f: impl FnOnce(&mut Settings)) -> Settings {
         let mut s = Settings::with_defaults("/tmp".into(), "/tmp".into());
         s.telegram.enabled = true;
@@ -428,20 +485,20 @@ mod tests {
 
     #[test]
     fn new_requires_token_and_valid_urls() {
-        let err = Telegram::new(&settings(|s| s.telegram.token = None))
+        let err = telegram(&settings(|s| s.telegram.token = None))
             .err()
             .unwrap();
         assert!(err.to_string().contains("BUB_TELEGRAM_TOKEN"), "{err}");
-        let err = Telegram::new(&settings(|s| s.telegram.api_base = "not a url".into()))
+        let err = telegram(&settings(|s| s.telegram.api_base = "not a url".into()))
             .err()
             .unwrap();
         assert!(err.to_string().contains("BUB_TELEGRAM_API_BASE"), "{err}");
-        let err = Telegram::new(&settings(|s| s.telegram.proxy = Some("::bad::".into())))
+        let err = telegram(&settings(|s| s.telegram.proxy = Some("::bad::".into())))
             .err()
             .unwrap();
         assert!(err.to_string().contains("BUB_TELEGRAM_PROXY"), "{err}");
         assert!(
-            Telegram::new(&settings(
+            telegram(&settings(
                 |s| s.telegram.proxy = Some("http://127.0.0.1:1".into())
             ))
             .is_ok()
@@ -450,8 +507,7 @@ mod tests {
 
     #[test]
     fn api_base_trailing_slash_is_dropped() {
-        let tg =
-            Telegram::new(&settings(|s| s.telegram.api_base = "http://h:1/tg/".into())).unwrap();
+        let tg = telegram(&settings(|s| s.telegram.api_base = "http://h:1/tg/".into())).unwrap();
         assert_eq!(tg.bot.api_url().as_str(), "http://h:1/tg");
     }
 

@@ -72,8 +72,9 @@ pub(super) fn tools() -> Vec<Tool> {
                 },
                 "required": ["pattern"],
             }),
-            |args, ctx: ToolContext| async move { glob(parse_args(args)?, &ctx.workspace).await },
-        ),
+            |args, ctx: ToolContext| async move { glob(parse_args(args)?, ctx.workspace()).await },
+        )
+        .scoped(super::PATH),
         Tool::new(
             "fs.grep",
             "Search file contents by regex",
@@ -88,8 +89,9 @@ pub(super) fn tools() -> Vec<Tool> {
                 },
                 "required": ["pattern"],
             }),
-            |args, ctx: ToolContext| async move { grep(parse_args(args)?, &ctx.workspace).await },
-        ),
+            |args, ctx: ToolContext| async move { grep(parse_args(args)?, ctx.workspace()).await },
+        )
+        .scoped(super::PATH),
     ]
 }
 
@@ -129,6 +131,8 @@ impl PathGlob {
 struct Base {
     dir: PathBuf,
     shown: Option<String>,
+    /// Where symlinked files may point: the canonical base and workspace.
+    roots: Vec<PathBuf>,
 }
 
 impl Base {
@@ -144,7 +148,26 @@ impl Base {
             return Err(ToolError::new(format!("path not found: {}", dir.display())));
         }
         let shown = raw.map(|p| p.trim_end_matches('/').to_string());
-        Ok(Self { dir, shown })
+        let roots = [dir.as_path(), workspace]
+            .iter()
+            .filter_map(|p| p.canonicalize().ok())
+            .collect();
+        Ok(Self { dir, shown, roots })
+    }
+
+    /// A regular file, or a symlink to a regular file inside the base or the workspace (the
+    /// walker does not follow links; a link out of them is skipped, so a search never reads
+    /// what a planted link points at elsewhere).
+    fn is_file(&self, entry: &ignore::DirEntry) -> bool {
+        let Some(t) = entry.file_type() else {
+            return false;
+        };
+        if !t.is_symlink() {
+            return t.is_file();
+        }
+        entry.path().canonicalize().is_ok_and(|real| {
+            real.is_file() && self.roots.iter().any(|root| real.starts_with(root))
+        })
     }
 
     /// `rel` (relative to the base) as shown to the model.
@@ -184,7 +207,7 @@ fn glob_sync(args: &GlobArgs, workspace: &Path) -> Result<String, ToolError> {
     let mut found: Vec<String> = base
         .walker()
         .filter_map(Result::ok)
-        .filter(|e| e.depth() > 0 && is_file(e))
+        .filter(|e| e.depth() > 0 && base.is_file(e))
         .filter_map(|e| {
             let rel = e.path().strip_prefix(&base.dir).ok()?;
             matcher.is_match(rel).then(|| base.show(rel))
@@ -230,7 +253,7 @@ fn grep_sync(args: &GrepArgs, workspace: &Path) -> Result<String, ToolError> {
     let mut out: Vec<String> = Vec::new();
     let mut capped = false;
     'files: for entry in base.walker().filter_map(Result::ok) {
-        if !is_file(&entry) {
+        if !base.is_file(&entry) {
             continue;
         }
         let Ok(rel) = entry.path().strip_prefix(&base.dir) else {
@@ -269,13 +292,6 @@ fn grep_sync(args: &GrepArgs, workspace: &Path) -> Result<String, ToolError> {
         ));
     }
     Ok(out)
-}
-
-/// A regular file, or a symlink to one (the walker does not follow links).
-fn is_file(entry: &ignore::DirEntry) -> bool {
-    entry
-        .file_type()
-        .is_some_and(|t| t.is_file() || (t.is_symlink() && entry.path().is_file()))
 }
 
 /// `line` cut to [`GREP_LINE_CHARS`] characters.

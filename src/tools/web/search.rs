@@ -82,7 +82,7 @@ pub(super) async fn search(args: Value, ctx: ToolContext) -> Result<String, Tool
         .max_results
         .unwrap_or(DEFAULT_MAX_RESULTS)
         .clamp(1, MAX_RESULTS_LIMIT);
-    let backend = Backend::from_settings(&ctx.settings).ok_or(ToolError::new(NOT_CONFIGURED))?;
+    let backend = Backend::from_settings(ctx.settings()).ok_or(ToolError::new(NOT_CONFIGURED))?;
     let max = max as usize;
     let hits = match &backend {
         Backend::SearXng { base } => searxng(base, query).await?,

@@ -1,0 +1,172 @@
+//! `bub access explain CHANNEL:CHAT [--user ID]`: the effective access of one chat in plain
+//! words — who is admitted, the owners, pending pairings, and the exact tools a user gets there.
+
+use std::fmt::Write as _;
+
+use chrono::{DateTime, Utc};
+
+use super::{Access, Lists, Policy, Role, User, allow_var, owners_var};
+use crate::config::Settings;
+
+impl Access {
+    /// The report (see the module docs). `tools` are the registry's command names.
+    pub fn explain(
+        &self,
+        settings: &Settings,
+        tools: &[&str],
+        session: &str,
+        user: Option<&str>,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<String> {
+        let (channel, chat_id) = session
+            .split_once(':')
+            .ok_or_else(|| anyhow::anyhow!("expected CHANNEL:CHAT_ID, e.g. telegram:42"))?;
+        let lists = self.known(channel)?;
+        let file = self.file();
+        let mut out = String::new();
+        let _ = writeln!(out, "chat {channel}:{chat_id}");
+        let _ = writeln!(out, "  chat: {}", chat_rule(settings, channel, chat_id));
+        let _ = writeln!(
+            out,
+            "  senders ({}): {}",
+            allow_var(channel),
+            senders(lists)
+        );
+        let owners = if lists.owners.is_empty() {
+            "none configured".to_owned()
+        } else {
+            lists.owners.join(", ")
+        };
+        let _ = writeln!(out, "  owners ({}): {owners}", owners_var(channel));
+        let paired: Vec<String> = file
+            .users
+            .iter()
+            .filter(|p| p.channel == channel)
+            .map(|p| {
+                let name = p
+                    .username
+                    .as_deref()
+                    .map(|n| format!(" @{n}"))
+                    .unwrap_or_default();
+                format!(
+                    "{}{name} {} (approved {})",
+                    p.user_id,
+                    p.role,
+                    p.approved_at.format("%Y-%m-%d %H:%M UTC")
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "  paired: {}", list_or_none(&paired));
+        let pending: Vec<String> = self
+            .pending(now)
+            .into_iter()
+            .filter(|p| p.channel == channel)
+            .map(|p| {
+                let name = p
+                    .username
+                    .as_deref()
+                    .map(|n| format!(" @{n}"))
+                    .unwrap_or_default();
+                format!(
+                    "{} from {}{name} (expires {})",
+                    p.code,
+                    p.user_id,
+                    p.expires_at().format("%H:%M UTC")
+                )
+            })
+            .collect();
+        let _ = writeln!(out, "  pending: {}", list_or_none(&pending));
+        match user {
+            Some(id) => {
+                let role = self.role(channel, User { id, name: None });
+                match role {
+                    Some(role) => {
+                        let _ = writeln!(out, "user {id}: {role}");
+                        describe_policy(
+                            &mut out,
+                            &Policy::for_role(role, settings),
+                            tools,
+                            session,
+                        );
+                    }
+                    None => {
+                        let _ = writeln!(
+                            out,
+                            "user {id}: not admitted (a private message gets a pairing code; groups ignore them)"
+                        );
+                    }
+                }
+            }
+            None => {
+                for role in [Role::Owner, Role::Guest] {
+                    let _ = writeln!(out, "{role}s get:");
+                    describe_policy(&mut out, &Policy::for_role(role, settings), tools, session);
+                }
+            }
+        }
+        Ok(out.trim_end().to_owned())
+    }
+}
+
+fn chat_rule(settings: &Settings, channel: &str, chat_id: &str) -> String {
+    let (var, list) = if channel == "discord" {
+        (
+            "BUB_DISCORD_ALLOW_CHANNELS",
+            &settings.discord.allow_channels,
+        )
+    } else {
+        ("BUB_TELEGRAM_ALLOW_CHATS", &settings.telegram.allow_chats)
+    };
+    if list.is_empty() {
+        format!("served ({var} is empty: every chat)")
+    } else if list.iter().any(|c| c.trim() == chat_id) {
+        format!("served (listed in {var})")
+    } else if channel == "discord" {
+        format!("not listed in {var} (served only if it is a thread of a listed channel)")
+    } else {
+        format!("NOT served (not in {var}): no messages in or out")
+    }
+}
+
+fn senders(lists: &Lists) -> String {
+    let mut parts: Vec<String> = lists.named.clone();
+    if lists.everyone {
+        parts.push("* (everyone; as guests unless listed as owners)".to_owned());
+    }
+    if parts.is_empty() {
+        "empty: nobody (users pair from a private chat)".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn list_or_none(items: &[String]) -> String {
+    if items.is_empty() {
+        "none".to_owned()
+    } else {
+        items.join("; ")
+    }
+}
+
+fn describe_policy(out: &mut String, policy: &Policy, tools: &[&str], session: &str) {
+    let allowed = policy.allowed(tools.iter().copied());
+    let _ = writeln!(out, "  tools ({}): {}", allowed.len(), allowed.join(", "));
+    let files = if policy.confines_files() {
+        "only inside the workspace"
+    } else {
+        "anywhere the process may"
+    };
+    let _ = writeln!(out, "  files: {files}");
+    let messages = if policy.own_chat_only() {
+        format!("only to {session}")
+    } else {
+        "to any chat the allow-lists admit".to_owned()
+    };
+    let _ = writeln!(out, "  messages: {messages}");
+    let shell = match (policy.allows("bash"), policy.sandbox) {
+        (false, _) => "no shell (no bash, no comma shell)",
+        (true, true) => "bash in the Landlock sandbox (workspace and a private tmp only)",
+        (true, false) => "bash unsandboxed",
+    };
+    let _ = writeln!(out, "  shell: {shell}");
+}

@@ -1,0 +1,438 @@
+//! Access: who may talk to Bub, and with which rights.
+//!
+//! * Admission — a sender is admitted on a channel when they are one of its owners
+//!   (`BUB_<CHANNEL>_OWNERS`), were approved by pairing (`BUB_HOME/access.json`), are named in
+//!   `BUB_<CHANNEL>_ALLOW_FROM` (by id or username — never a display name), or the list is `*`.
+//!   An empty list admits nobody. Unknown senders may ask for access from a private chat
+//!   ([`pairing`]); in groups they are ignored.
+//! * Roles — owners get every tool; everyone else admitted is a guest, whose turns run under the
+//!   guest [`Policy`]. Named users are owners while `*_OWNERS` is empty; `*` makes nobody an
+//!   owner.
+//! * [`Authority`] — who asked for a turn and with which role: the least trusted sender of a
+//!   batch; a scheduled job keeps its creator's (and loses it when the creator loses access).
+//!
+//! Invariants: every decision reads the lists and the current `access.json` (a `stat` per
+//! decision, re-read when it changed), so an approval or revocation applies to the next message
+//! without a restart; a file that cannot be read admits no one beyond the configured lists.
+
+mod explain;
+pub mod pairing;
+pub mod policy;
+mod store;
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{anyhow, bail};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::config::Settings;
+use crate::storage::Stamp;
+pub use pairing::{Pending, Request};
+pub use policy::Policy;
+pub use store::{AccessFile, AccessStore, Paired};
+
+/// The channels access applies to.
+pub const CHANNELS: [&str; 2] = ["telegram", "discord"];
+
+/// What an admitted sender may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// Talks to the agent; the turn runs under the guest policy.
+    Guest,
+    /// Every tool, the comma commands and the shell.
+    Owner,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Guest => "guest",
+            Role::Owner => "owner",
+        }
+    }
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A platform user as an adapter sees them: id, and username if they have one (never a
+/// display name or nickname, which anyone can set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct User<'a> {
+    pub id: &'a str,
+    pub name: Option<&'a str>,
+}
+
+/// One sender of a turn.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Principal {
+    pub channel: String,
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl Principal {
+    pub fn user(&self) -> User<'_> {
+        User {
+            id: &self.id,
+            name: self.name.as_deref(),
+        }
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.channel, self.id)
+    }
+}
+
+/// Who asked for a turn, with the role it runs under.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Authority {
+    pub role: Role,
+    /// The chat users behind the turn; empty for the local operator (terminal, `bub run`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub senders: Vec<Principal>,
+}
+
+impl Authority {
+    /// The person at this machine's terminal: an owner.
+    pub fn terminal() -> Self {
+        Self {
+            role: Role::Owner,
+            senders: Vec::new(),
+        }
+    }
+
+    /// A turn asked for by one chat user.
+    pub fn sender(role: Role, sender: Principal) -> Self {
+        Self {
+            role,
+            senders: vec![sender],
+        }
+    }
+
+    /// The authority of a batch: the least trusted role, every distinct sender.
+    pub fn least<'a>(all: impl IntoIterator<Item = &'a Authority>) -> Self {
+        let mut out = Authority::terminal();
+        for a in all {
+            out.role = out.role.min(a.role);
+            for s in &a.senders {
+                if !out.senders.contains(s) {
+                    out.senders.push(s.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// `owner (terminal)`, `guest (telegram:42, telegram:43)`.
+    pub fn describe(&self) -> String {
+        if self.senders.is_empty() {
+            return format!("{} (terminal)", self.role);
+        }
+        let who: Vec<String> = self.senders.iter().map(ToString::to_string).collect();
+        format!("{} ({})", self.role, who.join(", "))
+    }
+}
+
+/// One channel's configured lists.
+#[derive(Debug, Clone, Default)]
+struct Lists {
+    /// `*` is in the allow-list.
+    everyone: bool,
+    /// The other entries of the allow-list: ids and usernames.
+    named: Vec<String>,
+    /// `*_OWNERS`.
+    owners: Vec<String>,
+}
+
+impl Lists {
+    fn new(allow_from: &[String], owners: &[String]) -> Self {
+        Self {
+            everyone: allow_from.iter().any(|e| e.trim() == "*"),
+            named: allow_from
+                .iter()
+                .map(|e| e.trim().to_owned())
+                .filter(|e| e != "*" && !e.is_empty())
+                .collect(),
+            owners: owners.to_vec(),
+        }
+    }
+
+    /// The sender is named: by id, or by username (case-insensitive, `@` optional).
+    fn names(&self, user: User<'_>) -> bool {
+        self.named.iter().any(|entry| {
+            if entry == user.id {
+                return true;
+            }
+            let name = entry.strip_prefix('@').unwrap_or(entry);
+            !name.is_empty() && user.name.is_some_and(|u| u.eq_ignore_ascii_case(name))
+        })
+    }
+}
+
+/// The access gate of one process (see the module docs).
+pub struct Access {
+    telegram: Lists,
+    discord: Lists,
+    store: AccessStore,
+    cache: Mutex<Cached>,
+}
+
+struct Cached {
+    stamp: Option<Stamp>,
+    file: Arc<AccessFile>,
+}
+
+/// What `revoke` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Revoked {
+    /// A pairing was removed.
+    pub removed: bool,
+    /// The variable that still admits the user, if any.
+    pub still_admitted_by: Option<&'static str>,
+}
+
+impl Access {
+    pub fn new(settings: &Settings) -> Self {
+        Self {
+            telegram: Lists::new(&settings.telegram.allow_from, &settings.telegram.owners),
+            discord: Lists::new(&settings.discord.allow_from, &settings.discord.owners),
+            store: AccessStore::new(&settings.home),
+            cache: Mutex::new(Cached {
+                stamp: None,
+                file: Arc::default(),
+            }),
+        }
+    }
+
+    fn lists(&self, channel: &str) -> Option<&Lists> {
+        match channel {
+            "telegram" => Some(&self.telegram),
+            "discord" => Some(&self.discord),
+            _ => None,
+        }
+    }
+
+    fn known(&self, channel: &str) -> anyhow::Result<&Lists> {
+        self.lists(channel).ok_or_else(|| {
+            anyhow!(
+                "unknown channel {channel:?} (use {})",
+                CHANNELS.join(" or ")
+            )
+        })
+    }
+
+    /// The store behind the pairings (for `bub pair list`).
+    pub fn store(&self) -> &AccessStore {
+        &self.store
+    }
+
+    /// The current `access.json`: re-read when its stamp changed; unreadable = empty.
+    pub fn file(&self) -> Arc<AccessFile> {
+        let stamp = self.store.stamp();
+        let mut cache = self.cache.lock().expect("access cache");
+        if cache.stamp != stamp || stamp.is_none() {
+            let file = match self.store.load() {
+                Ok(file) => file,
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "access.file.error");
+                    AccessFile::default()
+                }
+            };
+            *cache = Cached {
+                stamp,
+                file: Arc::new(file),
+            };
+        }
+        cache.file.clone()
+    }
+
+    /// The channel's allow-list is `*`.
+    pub fn admits_everyone(&self, channel: &str) -> bool {
+        self.lists(channel).is_some_and(|l| l.everyone)
+    }
+
+    /// The sender's role on `channel`, or `None` when they are not admitted.
+    pub fn role(&self, channel: &str, user: User<'_>) -> Option<Role> {
+        let lists = self.lists(channel)?;
+        if lists.owners.iter().any(|o| o == user.id) {
+            return Some(Role::Owner);
+        }
+        let file = self.file();
+        if let Some(paired) = file
+            .users
+            .iter()
+            .find(|p| p.channel == channel && p.user_id == user.id)
+        {
+            return Some(paired.role);
+        }
+        if lists.names(user) {
+            return Some(if lists.owners.is_empty() {
+                Role::Owner
+            } else {
+                Role::Guest
+            });
+        }
+        lists.everyone.then_some(Role::Guest)
+    }
+
+    /// Checks a recorded authority again (a scheduled job's creator): each sender must still be
+    /// admitted, and the role is the lower of the recorded and the current one.
+    pub fn reconfirm(&self, recorded: &Authority) -> Result<Authority, String> {
+        let mut out = recorded.clone();
+        for sender in &recorded.senders {
+            match self.role(&sender.channel, sender.user()) {
+                Some(role) => out.role = out.role.min(role),
+                None => return Err(format!("{sender} is no longer admitted")),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Whether the channel already has an owner: configured, approved, or named.
+    fn has_owner(&self, channel: &str, lists: &Lists, file: &AccessFile) -> bool {
+        !lists.owners.is_empty()
+            || !lists.named.is_empty()
+            || file
+                .users
+                .iter()
+                .any(|p| p.channel == channel && p.role == Role::Owner)
+    }
+
+    /// An unknown sender asks for access from private chat `chat_id`. Writes `access.json` only
+    /// for a new request.
+    pub fn request_pairing(
+        &self,
+        channel: &str,
+        user: User<'_>,
+        chat_id: &str,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<Request> {
+        self.known(channel)?;
+        let template = Pending {
+            channel: channel.to_owned(),
+            code: pairing::new_code(),
+            user_id: user.id.to_owned(),
+            username: user.name.map(str::to_owned),
+            chat_id: chat_id.to_owned(),
+            requested_at: now,
+        };
+        // Decide on the cached copy first: repeated messages of a stranger cost no file I/O.
+        let mut cached = self.file().pending.clone();
+        match pairing::request(&mut cached, template.clone(), now) {
+            Request::New(_) => {}
+            other => return Ok(other),
+        }
+        self.store
+            .update(|file| pairing::request(&mut file.pending, template, now))
+    }
+
+    /// Approves the pending request with `code`: the sender is admitted by id, as `role` or, when
+    /// none is given, as owner if the channel has none yet, else as guest.
+    pub fn approve(
+        &self,
+        channel: &str,
+        code: &str,
+        role: Option<Role>,
+        now: DateTime<Utc>,
+    ) -> anyhow::Result<Paired> {
+        let lists = self.known(channel)?;
+        let code = pairing::normalize_code(code);
+        let result = self.store.update(|file| {
+            pairing::prune(&mut file.pending, now);
+            let at = file
+                .pending
+                .iter()
+                .position(|p| p.channel == channel && p.code == code)?;
+            let request = file.pending.remove(at);
+            let role = role.unwrap_or(if self.has_owner(channel, lists, file) {
+                Role::Guest
+            } else {
+                Role::Owner
+            });
+            let paired = Paired {
+                channel: channel.to_owned(),
+                user_id: request.user_id,
+                username: request.username,
+                role,
+                approved_at: now,
+            };
+            file.users
+                .retain(|p| !(p.channel == channel && p.user_id == paired.user_id));
+            file.users.push(paired.clone());
+            Some(paired)
+        })?;
+        match result {
+            Some(paired) => Ok(paired),
+            None => bail!(
+                "no pending request with code {code} on {channel} (codes expire after one hour; \
+                 see `bub pair list`)"
+            ),
+        }
+    }
+
+    /// Removes the pairing of `user_id` (and their pending request).
+    pub fn revoke(&self, channel: &str, user_id: &str) -> anyhow::Result<Revoked> {
+        let lists = self.known(channel)?;
+        let removed = self.store.update(|file| {
+            let before = (file.users.len(), file.pending.len());
+            file.users
+                .retain(|p| !(p.channel == channel && p.user_id == user_id));
+            file.pending
+                .retain(|p| !(p.channel == channel && p.user_id == user_id));
+            before != (file.users.len(), file.pending.len())
+        })?;
+        let user = User {
+            id: user_id,
+            name: None,
+        };
+        let still_admitted_by = if lists.owners.iter().any(|o| o == user_id) {
+            Some(owners_var(channel))
+        } else if lists.names(user) || lists.everyone {
+            Some(allow_var(channel))
+        } else {
+            None
+        };
+        Ok(Revoked {
+            removed,
+            still_admitted_by,
+        })
+    }
+
+    /// Unexpired pending requests of every channel.
+    pub fn pending(&self, now: DateTime<Utc>) -> Vec<Pending> {
+        let mut pending = self.file().pending.clone();
+        pairing::prune(&mut pending, now);
+        pending
+    }
+}
+
+/// `BUB_TELEGRAM_ALLOW_FROM` / `BUB_DISCORD_ALLOW_FROM`.
+pub fn allow_var(channel: &str) -> &'static str {
+    if channel == "discord" {
+        "BUB_DISCORD_ALLOW_FROM"
+    } else {
+        "BUB_TELEGRAM_ALLOW_FROM"
+    }
+}
+
+/// `BUB_TELEGRAM_OWNERS` / `BUB_DISCORD_OWNERS`.
+pub fn owners_var(channel: &str) -> &'static str {
+    if channel == "discord" {
+        "BUB_DISCORD_OWNERS"
+    } else {
+        "BUB_TELEGRAM_OWNERS"
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,179 @@
+//! The tool policy of a turn: which tools it may call and within which bounds, derived from the
+//! turn's role and the settings. The registry enforces it on every call (one place); tools never
+//! check roles themselves.
+//!
+//! Owners: every tool, unconfined; their `bash` runs in the sandbox only with `BUB_SANDBOX=all`.
+//! Guests: the tools of `BUB_GUEST_TOOLS` (default [`GUEST_TOOLS`]: no `bash`, no `fs.write` or
+//! `fs.edit`), file paths only inside the workspace, messages only to their own chat, and a
+//! sandboxed `bash` if they are given one (unless `BUB_SANDBOX=off`).
+
+use std::collections::BTreeSet;
+
+use super::Role;
+use crate::config::{ConfigError, SandboxMode, Settings};
+
+/// The tools a guest gets by default: reading the workspace, the web, their own tape, skills,
+/// messages to their own chat and their own schedules.
+pub const GUEST_TOOLS: &[&str] = &[
+    "fs.read",
+    "fs.glob",
+    "fs.grep",
+    "web.fetch",
+    "web.search",
+    "tape.info",
+    "tape.search",
+    "tape.anchors",
+    "tape.handoff",
+    "tape.reset",
+    "skills.list",
+    "skills.describe",
+    "message.send",
+    "schedule.add",
+    "schedule.list",
+    "schedule.remove",
+    "help",
+    "tools",
+    "tool.describe",
+];
+
+/// What one turn may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    pub role: Role,
+    /// The allowed tools by command name; `None` = all.
+    tools: Option<BTreeSet<String>>,
+    /// `bash` runs in the Landlock sandbox.
+    pub sandbox: bool,
+}
+
+impl Policy {
+    /// The policy of a turn run with `role`.
+    pub fn for_role(role: Role, settings: &Settings) -> Self {
+        let sandbox = match settings.sandbox {
+            SandboxMode::All => true,
+            SandboxMode::Guests => role == Role::Guest,
+            SandboxMode::Off => false,
+        };
+        let tools = (role == Role::Guest).then(|| {
+            let names: Vec<&str> = match &settings.guest_tools {
+                Some(list) => list.iter().map(String::as_str).collect(),
+                None => GUEST_TOOLS.to_vec(),
+            };
+            names.into_iter().map(command_name).collect()
+        });
+        Self {
+            role,
+            tools,
+            sandbox,
+        }
+    }
+
+    /// The tool (by command name) may be called.
+    pub fn allows(&self, tool: &str) -> bool {
+        self.tools.as_ref().is_none_or(|t| t.contains(tool))
+    }
+
+    /// File paths must stay inside the workspace.
+    pub fn confines_files(&self) -> bool {
+        self.role == Role::Guest
+    }
+
+    /// Messages may only go to the session's own chat.
+    pub fn own_chat_only(&self) -> bool {
+        self.role == Role::Guest
+    }
+
+    /// The error a refused call returns.
+    pub fn refusal(&self, tool: &str) -> String {
+        format!("`{tool}` is not allowed for {}s in this chat", self.role)
+    }
+
+    /// The allowed tools among `all` (command names), for `bub access explain`.
+    pub fn allowed<'a>(&self, all: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+        all.into_iter().filter(|t| self.allows(t)).collect()
+    }
+}
+
+/// `fs_read` / `FS.Read` → `fs.read` (the command names have no `_`).
+fn command_name(name: &str) -> String {
+    name.trim().to_lowercase().replace('_', ".")
+}
+
+/// `BUB_GUEST_TOOLS` names tools that exist (`known`: the registry's command names).
+pub fn check_guest_tools<'a>(
+    settings: &Settings,
+    known: impl IntoIterator<Item = &'a str> + Clone,
+) -> Result<(), ConfigError> {
+    let Some(list) = &settings.guest_tools else {
+        return Ok(());
+    };
+    for name in list {
+        let wanted = command_name(name);
+        if !known.clone().into_iter().any(|k| k == wanted) {
+            let all: Vec<&str> = known.into_iter().collect();
+            return Err(ConfigError::new(
+                "BUB_GUEST_TOOLS",
+                format!("unknown tool {name:?} (known: {})", all.join(", ")),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(f: impl FnOnce(&mut Settings)) -> Settings {
+        let mut s = Settings::with_defaults("/h".into(), "/w".into());
+        f(&mut s);
+        s
+    }
+
+    #[test]
+    fn owners_get_everything_guests_the_guest_set() {
+        let s = settings(|_| {});
+        let owner = Policy::for_role(Role::Owner, &s);
+        assert!(owner.allows("bash") && owner.allows("fs.write"));
+        assert!(!owner.sandbox && !owner.confines_files() && !owner.own_chat_only());
+        let guest = Policy::for_role(Role::Guest, &s);
+        for denied in ["bash", "fs.write", "fs.edit", "quit"] {
+            assert!(!guest.allows(denied), "{denied}");
+        }
+        for allowed in ["fs.read", "web.fetch", "tape.search", "message.send"] {
+            assert!(guest.allows(allowed), "{allowed}");
+        }
+        assert!(guest.sandbox && guest.confines_files() && guest.own_chat_only());
+        assert_eq!(
+            guest.refusal("bash"),
+            "`bash` is not allowed for guests in this chat"
+        );
+    }
+
+    #[test]
+    fn guest_tools_and_sandbox_mode_override_the_defaults() {
+        let s = settings(|s| {
+            s.guest_tools = Some(vec!["BASH".into(), "fs_read".into()]);
+            s.sandbox = SandboxMode::Off;
+        });
+        let guest = Policy::for_role(Role::Guest, &s);
+        assert!(guest.allows("bash") && guest.allows("fs.read"));
+        assert!(!guest.allows("web.fetch"));
+        assert!(!guest.sandbox);
+        let s = settings(|s| s.sandbox = SandboxMode::All);
+        assert!(Policy::for_role(Role::Owner, &s).sandbox);
+        let s = settings(|s| s.guest_tools = Some(Vec::new()));
+        assert!(!Policy::for_role(Role::Guest, &s).allows("fs.read"));
+    }
+
+    #[test]
+    fn unknown_guest_tools_are_a_configuration_error() {
+        let known = ["bash", "fs.read"];
+        let s = settings(|s| s.guest_tools = Some(vec!["fs_read".into()]));
+        assert!(check_guest_tools(&s, known).is_ok());
+        let s = settings(|s| s.guest_tools = Some(vec!["rm".into()]));
+        let err = check_guest_tools(&s, known).unwrap_err();
+        assert_eq!(err.var, "BUB_GUEST_TOOLS");
+        assert!(err.message.contains("\"rm\""), "{err}");
+    }
+}

@@ -1,0 +1,96 @@
+//! Small state files under `BUB_HOME` (`jobs.json`, `access.json`): an exclusive advisory lock
+//! for read-modify-write across processes, atomic replacement, and a cheap [`Stamp`] to notice
+//! changes made by other processes.
+//!
+//! Invariants: a reader never sees half a file (temp file in the same folder, fsync, rename,
+//! fsync of the folder); a file written with a mode gets it before it holds any data.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::time::SystemTime;
+
+use anyhow::Context;
+
+/// What identifies one version of a file, to notice changes by other processes with a `stat`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    modified: Option<SystemTime>,
+    len: u64,
+    inode: u64,
+}
+
+impl Stamp {
+    /// The file's current version (`None` when it does not exist).
+    pub fn of(path: &Path) -> Option<Stamp> {
+        let meta = fs::metadata(path).ok()?;
+        Some(Stamp {
+            modified: meta.modified().ok(),
+            len: meta.len(),
+            inode: meta.ino(),
+        })
+    }
+}
+
+/// Takes the exclusive advisory lock on `path` (created if missing, with its folder); released
+/// when the returned file is dropped.
+pub fn lock(path: &Path) -> anyhow::Result<File> {
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    file.lock()
+        .with_context(|| format!("locking {}", path.display()))?;
+    Ok(file)
+}
+
+/// Atomically replaces `path` with `body` (plus a final newline); `mode` (e.g. `0o600`) is set
+/// on the temp file before anything is written to it. The temp file is removed on failure.
+pub fn write_atomic(path: &Path, body: &[u8], mode: Option<u32>) -> anyhow::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("creating a temp file in {}", dir.display()))?;
+    if let Some(mode) = mode {
+        tmp.as_file()
+            .set_permissions(fs::Permissions::from_mode(mode))?;
+    }
+    tmp.write_all(body)?;
+    tmp.write_all(b"\n")?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path)
+        .with_context(|| format!("replacing {}", path.display()))?;
+    if let Ok(dir) = File::open(dir) {
+        let _ = dir.sync_all();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_sets_the_mode_and_changes_the_stamp() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.json");
+        assert_eq!(Stamp::of(&path), None);
+        write_atomic(&path, b"{}", Some(0o600)).unwrap();
+        let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+        assert_eq!(fs::read_to_string(&path).unwrap(), "{}\n");
+        let first = Stamp::of(&path).unwrap();
+        write_atomic(&path, b"{\"a\":1}", Some(0o600)).unwrap();
+        assert_ne!(
+            Stamp::of(&path),
+            Some(first),
+            "a replaced file has a new stamp"
+        );
+    }
+}

@@ -1,0 +1,177 @@
+//! What a tool call can see, split by who owns it:
+//!
+//! * [`ProcessCtx`] — the process: settings, the tool registry, the outbox (channel clients),
+//!   the access gate and the secret redactor. One per process, shared by every session.
+//! * [`SessionCtx`] — one session: its id, workspace, tape and expanded tool/skill details.
+//! * [`TurnCtx`] — one turn: who asked ([`Authority`]), the [`Policy`] it runs under, and
+//!   whether it already answered its own chat.
+//!
+//! A [`ToolContext`] is the three together; the registry checks the turn's policy before any
+//! tool runs, so the turn's authority is explicit in every call.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::access::{Access, Authority, Policy};
+use crate::agent::expansion::Expanded;
+use crate::channels::outbox::Outbox;
+use crate::config::Settings;
+use crate::redact::Redactor;
+use crate::tape::Tape;
+
+use super::Registry;
+
+/// What the process owns.
+pub struct ProcessCtx {
+    pub settings: Arc<Settings>,
+    pub registry: Arc<Registry>,
+    /// How the process reaches chats outside a turn's own delivery (`message.send`, jobs).
+    pub outbox: Arc<Outbox>,
+    pub access: Arc<Access>,
+    pub redactor: Arc<Redactor>,
+}
+
+impl ProcessCtx {
+    /// The process parts for `settings` and `registry`: access gate, outbox and redactor built
+    /// from the settings.
+    pub fn new(settings: Settings, registry: Registry) -> Self {
+        let access = Arc::new(Access::new(&settings));
+        Self {
+            redactor: Arc::new(Redactor::from_settings(&settings)),
+            outbox: Arc::new(Outbox::new(access.clone())),
+            access,
+            registry: Arc::new(registry),
+            settings: Arc::new(settings),
+        }
+    }
+
+    /// The same process parts with other settings (a job of another workspace).
+    pub fn with_settings(&self, settings: Settings) -> Self {
+        Self {
+            settings: Arc::new(settings),
+            registry: self.registry.clone(),
+            outbox: self.outbox.clone(),
+            access: self.access.clone(),
+            redactor: self.redactor.clone(),
+        }
+    }
+}
+
+/// What a session owns. The tape and the expansion list are behind std mutexes: one turn at a
+/// time per session, and they are never held across an `.await`.
+pub struct SessionCtx {
+    pub id: String,
+    pub workspace: PathBuf,
+    pub tape: Mutex<Tape>,
+    /// Tools and skills whose details the system prompt shows (bounded; `tape.reset` clears it).
+    pub expanded: Mutex<Expanded>,
+}
+
+impl SessionCtx {
+    /// Opens the session's tape under `settings.home` for `settings.workspace`.
+    pub fn open(settings: &Settings, session_id: &str) -> anyhow::Result<Self> {
+        let tape = Tape::open(
+            &settings.home,
+            &settings.workspace,
+            &settings.tape_name,
+            session_id,
+        )?;
+        Ok(Self {
+            id: session_id.to_owned(),
+            workspace: settings.workspace.clone(),
+            tape: Mutex::new(tape),
+            expanded: Mutex::default(),
+        })
+    }
+}
+
+/// What one turn owns.
+pub struct TurnCtx {
+    pub authority: Authority,
+    pub policy: Policy,
+    /// The turn answered its own chat with `message.send`: the framework does not post the
+    /// final answer again.
+    pub answered: AtomicBool,
+}
+
+impl TurnCtx {
+    /// A turn asked for by `authority`, under the policy of its role.
+    pub fn new(authority: Authority, settings: &Settings) -> Self {
+        Self {
+            policy: Policy::for_role(authority.role, settings),
+            authority,
+            answered: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Everything a tool call can see.
+#[derive(Clone)]
+pub struct ToolContext {
+    pub process: Arc<ProcessCtx>,
+    pub session: Arc<SessionCtx>,
+    pub turn: Arc<TurnCtx>,
+}
+
+impl ToolContext {
+    /// A context for `authority`'s turn in `session`.
+    pub fn new(process: Arc<ProcessCtx>, session: Arc<SessionCtx>, authority: Authority) -> Self {
+        let turn = Arc::new(TurnCtx::new(authority, &process.settings));
+        Self {
+            process,
+            session,
+            turn,
+        }
+    }
+
+    /// A self-contained context (its own process parts and session) — for tests and embedding.
+    pub fn standalone(
+        settings: Settings,
+        registry: Registry,
+        session_id: &str,
+        authority: Authority,
+    ) -> anyhow::Result<Self> {
+        let session = Arc::new(SessionCtx::open(&settings, session_id)?);
+        let process = Arc::new(ProcessCtx::new(settings, registry));
+        Ok(Self::new(process, session, authority))
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.process.settings
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.process.registry
+    }
+
+    pub fn session_id(&self) -> &str {
+        &self.session.id
+    }
+
+    pub fn workspace(&self) -> &Path {
+        &self.session.workspace
+    }
+
+    /// The session's tape (uncontended: one turn at a time per session).
+    pub fn tape(&self) -> MutexGuard<'_, Tape> {
+        self.session.tape.lock().expect("tape lock")
+    }
+
+    pub fn expanded(&self) -> MutexGuard<'_, Expanded> {
+        self.session.expanded.lock().expect("expanded lock")
+    }
+
+    /// The (channel, chat id) of this session when it is a chat (`telegram:42`).
+    pub fn session_chat(&self) -> Option<(&str, &str)> {
+        session_chat(&self.session.id)
+    }
+}
+
+/// The (channel, chat id) of a chat session id (`telegram:42`), if it is one.
+pub fn session_chat(session_id: &str) -> Option<(&str, &str)> {
+    let (channel, chat) = session_id.split_once(':')?;
+    crate::access::CHANNELS
+        .contains(&channel)
+        .then_some((channel, chat))
+}
