@@ -6,6 +6,7 @@ pub mod fs;
 pub mod message;
 pub mod meta;
 pub mod registry;
+pub mod sandbox;
 pub mod schedule;
 pub mod shell;
 pub mod skills;

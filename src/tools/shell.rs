@@ -1,11 +1,22 @@
 //! The `bash` tool: runs `bash -lc <cmd>` in its own process group with a timeout that kills
-//! the whole group, bounded output capture and the workspace `.env` in its environment.
+//! the whole group, bounded output capture, and an environment built by [`child_env`];
+//! optionally inside the Landlock sandbox ([`super::sandbox`]), as [`Launch`] says.
 //!
-//! Invariants: the spawned process group never outlives the call unless the command finished
-//! normally (shell exited and both output pipes closed) — a timeout or a dropped future (turn
-//! cancelled) sends `SIGKILL` to the group; each output stream keeps at most [`STREAM_CAP`]
-//! bytes (head and tail, with a visible note in between).
+//! Invariants:
+//! * the spawned process group never outlives the call unless the command finished normally
+//!   (shell exited and both output pipes closed) — a timeout or a dropped future (turn
+//!   cancelled) sends `SIGKILL` to the group;
+//! * each output stream keeps at most [`STREAM_CAP`] bytes (head and tail, with a visible note
+//!   in between);
+//! * Bub's own secrets ([`SECRET_VARS`]: API keys, bot tokens, proxies) never reach a child,
+//!   whether inherited from the process environment or listed in the workspace `.env`;
+//! * a sandboxed command starts from a cleared environment (PATH, locale, TERM, TZ, `HOME` =
+//!   `TMPDIR` = its private directory, `BUB_SESSION_ID`) without the workspace `.env` — a guest
+//!   must not get the owner's `GH_TOKEN` — and runs only if the sandbox could be applied
+//!   (fail closed: otherwise an error and nothing is started).
 
+use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -19,7 +30,9 @@ use tokio::task::JoinHandle;
 
 use super::fs::resolve_path;
 use super::registry::parse_args;
+use super::sandbox::{self, Sandbox, Support};
 use super::{Scope, Tool, ToolContext, ToolError};
+use crate::config::SECRET_VARS;
 
 /// Default `timeout_seconds`.
 pub const DEFAULT_TIMEOUT_SECONDS: u64 = 30;
@@ -34,7 +47,11 @@ Args:
   cwd: working directory (default: the workspace; relative paths are joined to it, ~ expanded).
   timeout_seconds: integer >= 1, default 30. On timeout the whole process group is killed and an
     error with the partial output is returned.
-Environment: the process environment plus KEY=VAL pairs of <workspace>/.env and BUB_SESSION_ID.
+Environment: the process environment plus KEY=VAL pairs of <workspace>/.env and BUB_SESSION_ID;
+Bub's own API keys and bot tokens are removed.
+Sandboxed sessions: only the workspace and $TMPDIR (a fresh directory per call, also $HOME) can
+be written; system directories can be read; everything else is denied, and the environment is
+minimal (no .env).
 Output: stdout, then stderr after a `[stderr]` line; `(no output)` when both are empty. A
 non-zero exit is an error `exit=<code>: ...`. Each stream is capped at 32 KiB (head and tail
 kept); write large output to a file and read it with fs.read.
@@ -50,6 +67,23 @@ pub struct BashArgs {
     pub cwd: Option<String>,
     #[serde(default)]
     pub timeout_seconds: Option<i64>,
+}
+
+/// How [`run_bash`] launches a command.
+#[derive(Debug, Clone, Copy)]
+pub struct Launch<'a> {
+    /// The default working directory; for a sandboxed command also the only directory (besides
+    /// its private temporary one) it may write.
+    pub workspace: &'a Path,
+    /// `BUB_SESSION_ID` in the child's environment.
+    pub session_id: &'a str,
+    /// `BUB_HOME`: a sandboxed command has no access to it (sandboxing is refused when it cannot
+    /// be protected).
+    pub home: &'a Path,
+    /// The user's home directory, denied like `BUB_HOME` (`None`: `$HOME`).
+    pub user_home: Option<&'a Path>,
+    /// Run in the Landlock sandbox with the minimal environment.
+    pub sandboxed: bool,
 }
 
 /// `bash`.
@@ -70,18 +104,35 @@ pub fn tools() -> Vec<Tool> {
         }),
         |args, ctx: ToolContext| async move {
             let args: BashArgs = parse_args(args)?;
-            run_bash(args, ctx.workspace(), ctx.session_id()).await
+            let settings = ctx.settings();
+            let launch = Launch {
+                workspace: ctx.workspace(),
+                session_id: ctx.session_id(),
+                home: &settings.home,
+                user_home: settings.user_home.as_deref(),
+                sandboxed: ctx.turn.policy.sandbox,
+            };
+            run_bash(args, launch).await
         },
     )
     .scoped(Scope::Paths(&["cwd"]))]
 }
 
 /// Runs one `bash` call (the tool's logic, independent of the registry).
-pub async fn run_bash(
+pub async fn run_bash(args: BashArgs, launch: Launch<'_>) -> Result<String, ToolError> {
+    let parent_env: Vec<_> = std::env::vars_os().collect();
+    run_bash_with(args, launch, parent_env, sandbox::available).await
+}
+
+/// [`run_bash`] with the parent environment and the Landlock probe (consulted only for a
+/// sandboxed command) given, for tests.
+async fn run_bash_with(
     args: BashArgs,
-    workspace: &Path,
-    session_id: &str,
+    launch: Launch<'_>,
+    parent_env: impl IntoIterator<Item = (OsString, OsString)>,
+    support: impl FnOnce() -> Support,
 ) -> Result<String, ToolError> {
+    let workspace = launch.workspace;
     let secs = args
         .timeout_seconds
         .unwrap_or(DEFAULT_TIMEOUT_SECONDS as i64);
@@ -98,6 +149,30 @@ pub async fn run_bash(
             cwd.display()
         )));
     }
+    // Kept alive until the call returns: it owns the private directory.
+    let sandbox = if launch.sandboxed {
+        let sandbox = Sandbox::new(support(), workspace, launch.home, launch.user_home)
+            .map_err(|e| ToolError::new(e.to_string()))?;
+        let inside = cwd
+            .canonicalize()
+            .is_ok_and(|c| c.starts_with(sandbox.workspace()));
+        if !inside {
+            return Err(ToolError::new(format!(
+                "cwd {} is outside the workspace, where sandboxed commands run; the command was \
+                 not run",
+                cwd.display()
+            )));
+        }
+        Some(sandbox)
+    } else {
+        None
+    };
+    let env = child_env(
+        parent_env,
+        workspace,
+        launch.session_id,
+        sandbox.as_ref().map(Sandbox::tmp_dir),
+    );
 
     let mut command = tokio::process::Command::new("bash");
     command
@@ -107,13 +182,19 @@ pub async fn run_bash(
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .envs(workspace_env(workspace))
-        .env("BUB_SESSION_ID", session_id)
+        .env_clear()
+        .envs(env)
         .process_group(0)
         .kill_on_drop(true);
-    let mut child = command
-        .spawn()
-        .map_err(|e| ToolError::new(format!("failed to start bash: {e}")))?;
+    if let Some(sandbox) = &sandbox {
+        sandbox.confine(&mut command);
+    }
+    let mut child = command.spawn().map_err(|e| match sandbox {
+        Some(_) => ToolError::new(format!(
+            "failed to start bash in the sandbox: {e}; the command was not run"
+        )),
+        None => ToolError::new(format!("failed to start bash: {e}")),
+    })?;
     let pgid = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
@@ -165,6 +246,51 @@ pub async fn run_bash(
             Err(ToolError(msg))
         }
     }
+}
+
+/// Variables a sandboxed command inherits (besides `LC_*`).
+const SANDBOX_KEPT_VARS: &[&str] = &["PATH", "LANG", "LANGUAGE", "TERM", "TZ"];
+/// `PATH` of a sandboxed command when the process has none.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The complete environment of a `bash` child, from the parent's environment `parent`.
+///
+/// Unsandboxed (`sandbox_tmp` is `None`): `parent`, then the pairs of `<workspace>/.env`
+/// (overriding), then `BUB_SESSION_ID`; [`SECRET_VARS`] are removed from both sources.
+/// Sandboxed: only `PATH` (a default when unset), `LANG`, `LANGUAGE`, `LC_*`, `TERM` and `TZ`
+/// of `parent`, `HOME` and `TMPDIR` set to `sandbox_tmp`, and `BUB_SESSION_ID`; the workspace
+/// `.env` is not read.
+pub fn child_env(
+    parent: impl IntoIterator<Item = (OsString, OsString)>,
+    workspace: &Path,
+    session_id: &str,
+    sandbox_tmp: Option<&Path>,
+) -> Vec<(OsString, OsString)> {
+    let is_secret = |key: &OsString| SECRET_VARS.iter().any(|s| key == *s);
+    let mut env: BTreeMap<OsString, OsString> = BTreeMap::new();
+    match sandbox_tmp {
+        None => {
+            env.extend(parent.into_iter().filter(|(k, _)| !is_secret(k)));
+            env.extend(
+                workspace_env(workspace)
+                    .into_iter()
+                    .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+                    .filter(|(k, _)| !is_secret(k)),
+            );
+        }
+        Some(tmp) => {
+            env.extend(parent.into_iter().filter(|(k, _)| {
+                SANDBOX_KEPT_VARS.iter().any(|kept| k == *kept)
+                    || k.to_str().is_some_and(|k| k.starts_with("LC_"))
+            }));
+            env.entry("PATH".into())
+                .or_insert_with(|| DEFAULT_PATH.into());
+            env.insert("HOME".into(), tmp.into());
+            env.insert("TMPDIR".into(), tmp.into());
+        }
+    }
+    env.insert("BUB_SESSION_ID".into(), session_id.into());
+    env.into_iter().collect()
 }
 
 /// `KEY=VAL` pairs of `<workspace>/.env` (none when the file is missing; bad lines end parsing,
@@ -368,6 +494,179 @@ fn resolve_cwd(workspace: &Path, cwd: Option<&str>) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn os(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect()
+    }
+
+    fn env_map(env: Vec<(OsString, OsString)>) -> BTreeMap<String, String> {
+        env.into_iter()
+            .map(|(k, v)| (k.into_string().unwrap(), v.into_string().unwrap()))
+            .collect()
+    }
+
+    /// A parent environment carrying Bub's secrets and an ordinary variable.
+    fn parent_with_secrets() -> Vec<(OsString, OsString)> {
+        let mut parent = os(&[
+            ("BUB_TELEGRAM_TOKEN", "tg-secret"),
+            ("BUB_API_KEY", "api-secret"),
+            ("LLM_API_KEY", "llm-secret"),
+            ("BUB_OLLAMA_API_KEY", "ollama-secret"),
+            ("BUB_TELEGRAM_PROXY", "http://u:proxy-secret@p"),
+            ("KEEP_ME", "1"),
+            ("LC_ALL", "C.UTF-8"),
+        ]);
+        parent.push(("PATH".into(), std::env::var_os("PATH").unwrap_or_default()));
+        parent
+    }
+
+    /// A workspace whose `.env` holds GH_TOKEN and more secrets.
+    fn workspace_with_dotenv() -> tempfile::TempDir {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(
+            ws.path().join(".env"),
+            "GH_TOKEN=gh-visible\nBUB_DISCORD_TOKEN=dc-secret\nOPENROUTER_API_KEY=or-secret\n\
+             KEEP_ME=from-dotenv\n",
+        )
+        .unwrap();
+        ws
+    }
+
+    #[test]
+    fn child_env_drops_secrets_from_both_sources() {
+        let ws = workspace_with_dotenv();
+        let env = env_map(child_env(parent_with_secrets(), ws.path(), "cli:x", None));
+        for var in SECRET_VARS {
+            assert!(!env.contains_key(*var), "{var} passed: {env:?}");
+        }
+        assert_eq!(env["GH_TOKEN"], "gh-visible");
+        assert_eq!(env["KEEP_ME"], "from-dotenv", ".env overrides the process");
+        assert_eq!(env["LC_ALL"], "C.UTF-8");
+        assert_eq!(env["BUB_SESSION_ID"], "cli:x");
+    }
+
+    #[test]
+    fn sandboxed_child_env_is_a_safe_set_without_dotenv() {
+        let ws = workspace_with_dotenv();
+        let tmp = Path::new("/tmp/bub-sandbox-x");
+        let mut parent = parent_with_secrets();
+        parent.push(("TERM".into(), "xterm".into()));
+        let env = env_map(child_env(parent, ws.path(), "telegram:1", Some(tmp)));
+        let names: Vec<&str> = env.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            ["BUB_SESSION_ID", "HOME", "LC_ALL", "PATH", "TERM", "TMPDIR"]
+        );
+        assert_eq!(env["HOME"], "/tmp/bub-sandbox-x");
+        assert_eq!(env["TMPDIR"], "/tmp/bub-sandbox-x");
+
+        let env = env_map(child_env(Vec::new(), ws.path(), "s", Some(tmp)));
+        assert_eq!(env["PATH"], DEFAULT_PATH);
+    }
+
+    fn launch(ws: &Path, sandboxed: bool) -> Launch<'_> {
+        Launch {
+            workspace: ws,
+            session_id: "cli:env",
+            home: Path::new("/nonexistent/bub-home"),
+            user_home: Some(Path::new("/nonexistent/user")),
+            sandboxed,
+        }
+    }
+
+    fn args(cmd: &str) -> BashArgs {
+        BashArgs {
+            cmd: cmd.into(),
+            cwd: None,
+            timeout_seconds: Some(20),
+        }
+    }
+
+    #[tokio::test]
+    async fn secrets_never_reach_a_child() {
+        let ws = workspace_with_dotenv();
+        let out = run_bash_with(
+            args("printenv"),
+            launch(ws.path(), false),
+            parent_with_secrets(),
+            || panic!("probed without the sandbox"),
+        )
+        .await
+        .unwrap();
+        assert!(out.contains("GH_TOKEN=gh-visible"), "{out}");
+        assert!(out.contains("KEEP_ME=from-dotenv"), "{out}");
+        assert!(!out.contains("secret"), "{out}");
+
+        let result = run_bash_with(
+            args("printenv"),
+            launch(ws.path(), true),
+            parent_with_secrets(),
+            sandbox::available,
+        )
+        .await;
+        if !sandbox::available().is_available() {
+            assert!(result.unwrap_err().0.contains("the command was not run"));
+            return;
+        }
+        let out = result.unwrap();
+        assert!(!out.contains("GH_TOKEN"), "{out}");
+        assert!(!out.contains("KEEP_ME"), "{out}");
+        assert!(!out.contains("secret"), "{out}");
+        assert!(out.contains("BUB_SESSION_ID=cli:env"), "{out}");
+    }
+
+    #[tokio::test]
+    async fn without_landlock_sandboxed_commands_fail_closed() {
+        let ws = tempfile::tempdir().unwrap();
+        let marker = ws.path().join("marker");
+        for support in [Support::NotBuilt, Support::TooOld { abi: 2 }] {
+            let err = run_bash_with(
+                args("touch marker"),
+                launch(ws.path(), true),
+                Vec::new(),
+                || support,
+            )
+            .await
+            .unwrap_err();
+            assert!(
+                err.0
+                    .starts_with("the sandbox is not available on this kernel (Landlock"),
+                "{err}"
+            );
+            assert!(err.0.ends_with("; the command was not run"), "{err}");
+            assert!(!marker.exists(), "the command ran: {err}");
+        }
+        // The same command runs unsandboxed (the marker check above is meaningful).
+        run_bash_with(
+            args("touch marker"),
+            launch(ws.path(), false),
+            Vec::new(),
+            || Support::NotBuilt,
+        )
+        .await
+        .unwrap();
+        assert!(marker.exists());
+    }
+
+    #[tokio::test]
+    async fn sandboxed_cwd_must_be_inside_the_workspace() {
+        if !sandbox::available().is_available() {
+            return; // refused earlier, for the kernel: covered above
+        }
+        let root = tempfile::tempdir().unwrap();
+        let ws = root.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        let mut a = args("touch marker");
+        a.cwd = Some(root.path().display().to_string());
+        let err = run_bash_with(a, launch(&ws, true), Vec::new(), sandbox::available)
+            .await
+            .unwrap_err();
+        assert!(err.0.contains("is outside the workspace"), "{err}");
+        assert!(!root.path().join("marker").exists());
+    }
 
     #[test]
     fn capture_keeps_head_and_tail() {
