@@ -1,6 +1,10 @@
 //! `web.fetch` and `web.search` through the built-in registry, against a local axum server on
 //! 127.0.0.1 (pages of each kind, a fake SearXNG and a fake Ollama web-search API). Nothing
 //! reaches the internet, and every call is bounded by a timeout.
+//!
+//! The server is on loopback, which web.fetch's destination guard refuses: most tests turn the
+//! guard off (`BUB_WEB_ALLOW_PRIVATE=true`, as [`context`] does); the guard's own tests turn it
+//! on and check that the server received nothing.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -14,6 +18,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bub::access::Authority;
 use bub::config::{LoadOptions, Settings};
+use bub::tools::web::{Guard, fetch_with_guard};
 use bub::tools::{ToolContext, ToolError, builtin_registry};
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
@@ -110,6 +115,17 @@ async fn handle(State(shared): State<Arc<Shared>>, req: Request) -> Response {
         "/missing" => respond(StatusCode::NOT_FOUND, "text/plain", "no such page here\n"),
         "/redirect" => (StatusCode::FOUND, [(header::LOCATION, "/text")]).into_response(),
         "/loop" => (StatusCode::FOUND, [(header::LOCATION, "/loop")]).into_response(),
+        // Redirects to the URL in `?u=`.
+        "/to" => {
+            let query = format!("http://x/?{}", parts.uri.query().unwrap_or_default());
+            let target = reqwest::Url::parse(&query)
+                .unwrap()
+                .query_pairs()
+                .find(|(k, _)| k == "u")
+                .map(|(_, v)| v.into_owned())
+                .unwrap_or_default();
+            (StatusCode::FOUND, [(header::LOCATION, target)]).into_response()
+        }
         // 6 MB of text, more than the 5 MB download cap.
         "/big" => respond(StatusCode::OK, "text/plain", "0123456789\n".repeat(600_000)),
         "/image.png" => respond(StatusCode::OK, "image/png", png_bytes()),
@@ -178,8 +194,11 @@ fn png_bytes() -> Vec<u8> {
     bytes
 }
 
+/// A tool context with `configure`d settings, the guard off (`BUB_WEB_ALLOW_PRIVATE=true`) unless
+/// `configure` turns it on: the test server is on loopback.
 fn context(dir: &Path, configure: impl FnOnce(&mut Settings)) -> ToolContext {
     let mut settings = Settings::with_defaults(dir.to_path_buf(), dir.to_path_buf());
+    settings.web_allow_private = true;
     configure(&mut settings);
     let registry = builtin_registry(&[]);
     ToolContext::standalone(settings, registry, "cli:web", Authority::terminal()).unwrap()
@@ -199,6 +218,14 @@ async fn fetch(ctx: &ToolContext, url: &str) -> Result<String, ToolError> {
 fn plain(dir: &Path) -> ToolContext {
     context(dir, |_| {})
 }
+
+/// The guard on, as by default (`BUB_WEB_ALLOW_PRIVATE` unset).
+fn guarded(dir: &Path) -> ToolContext {
+    context(dir, |s| s.web_allow_private = false)
+}
+
+/// How every refusal ends.
+const HINT: &str = "(set BUB_WEB_ALLOW_PRIVATE=true to allow private destinations)";
 
 // ---------------------------------------------------------------------------------------------
 // web.fetch
@@ -387,6 +414,195 @@ async fn connection_failures_are_reported() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// web.fetch's destination guard
+
+#[tokio::test]
+async fn loopback_is_refused_before_any_request_unless_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start().await;
+    let url = server.url("/text");
+    let err = fetch(&guarded(dir.path()), &url).await.unwrap_err();
+    assert_eq!(
+        err.0,
+        format!("refused: 127.0.0.1 is a loopback address {HINT}")
+    );
+    assert!(server.seen().is_empty(), "the server was reached");
+
+    // BUB_WEB_ALLOW_PRIVATE=true: the same fetch reaches the server.
+    let out = fetch(&plain(dir.path()), &url).await.unwrap();
+    assert!(out.ends_with(TEXT.trim()), "{out}");
+    assert_eq!(server.seen().len(), 1);
+}
+
+#[tokio::test]
+async fn a_name_resolving_to_loopback_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start().await;
+    let port = server.addr.port();
+    let ctx = guarded(dir.path());
+    // Also without a scheme (https:// is assumed).
+    for url in [
+        format!("http://localhost:{port}/text"),
+        format!("localhost:{port}/text"),
+    ] {
+        let err = fetch(&ctx, &url).await.unwrap_err();
+        assert!(
+            err.0.starts_with("refused: localhost resolves to "),
+            "{url}: {err}"
+        );
+        assert!(err.0.contains(", a loopback address (set"), "{url}: {err}");
+        assert!(err.0.ends_with(HINT), "{url}: {err}");
+    }
+    assert!(server.seen().is_empty(), "the server was reached");
+
+    let url = format!("http://localhost:{port}/text");
+    let out = fetch(&plain(dir.path()), &url).await.unwrap();
+    assert!(out.ends_with(TEXT.trim()), "{out}");
+}
+
+#[tokio::test]
+async fn other_spellings_of_loopback_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start().await;
+    let port = server.addr.port();
+    let ctx = guarded(dir.path());
+    for (host, refusal) in [
+        (
+            "[::ffff:127.0.0.1]",
+            "::ffff:127.0.0.1 is an IPv6 form of 127.0.0.1, a loopback address",
+        ),
+        (
+            "[::ffff:7f00:1]",
+            "::ffff:127.0.0.1 is an IPv6 form of 127.0.0.1, a loopback address",
+        ),
+        ("[::1]", "::1 is a loopback address"),
+        ("127.1", "127.0.0.1 is a loopback address"),
+        ("0x7f.0.0.1", "127.0.0.1 is a loopback address"),
+        ("2130706433", "127.0.0.1 is a loopback address"),
+        ("127.0.0.2", "127.0.0.2 is a loopback address"),
+        ("0.0.0.0", "0.0.0.0 is an unspecified address"),
+    ] {
+        let url = format!("http://{host}:{port}/text");
+        let err = fetch(&ctx, &url).await.unwrap_err();
+        assert_eq!(err.0, format!("refused: {refusal} {HINT}"), "{url}");
+    }
+    assert!(server.seen().is_empty(), "the server was reached");
+}
+
+#[tokio::test]
+async fn metadata_and_private_networks_are_refused_without_connecting() {
+    let dir = tempfile::tempdir().unwrap();
+    let ctx = guarded(dir.path());
+    for (url, refusal) in [
+        (
+            "http://169.254.169.254/latest/meta-data",
+            "169.254.169.254 is a link-local address",
+        ),
+        ("http://[fe80::1]/", "fe80::1 is a link-local address"),
+        ("http://10.0.0.1/", "10.0.0.1 is a private address"),
+        ("https://172.16.0.1/", "172.16.0.1 is a private address"),
+        (
+            "http://192.168.0.1:8080/",
+            "192.168.0.1 is a private address",
+        ),
+        ("http://[fd00::1]/", "fd00::1 is a private address"),
+        (
+            "http://100.64.0.1/",
+            "100.64.0.1 is a carrier-grade NAT address",
+        ),
+        ("http://224.0.0.1/", "224.0.0.1 is a multicast address"),
+        (
+            "http://255.255.255.255/",
+            "255.255.255.255 is a broadcast address",
+        ),
+    ] {
+        // Refused before connecting (an attempt could take the 10 s connect timeout).
+        let started = Instant::now();
+        let err = fetch(&ctx, url).await.unwrap_err();
+        assert_eq!(err.0, format!("refused: {refusal} {HINT}"), "{url}");
+        assert!(started.elapsed() < Duration::from_secs(2), "{url}");
+    }
+}
+
+/// `fetch_with_guard` with the guard's test exception for `server` (its exact address and port).
+async fn fetch_through_exception(server: &Server, url: &str) -> Result<String, ToolError> {
+    let guard = Guard::for_tests_allowing(server.addr);
+    let run = fetch_with_guard(json!({ "url": url }), guard);
+    tokio::time::timeout(CALL_LIMIT, run)
+        .await
+        .expect("the fetch finished in time")
+}
+
+#[tokio::test]
+async fn redirects_to_forbidden_destinations_are_refused() {
+    let server = start().await;
+    let port = server.addr.port();
+    let paths = || -> Vec<String> { server.seen().into_iter().map(|s| s.path).collect() };
+
+    // The exception lets the test server answer, including a redirect to itself.
+    let out = fetch_through_exception(&server, &server.url("/redirect"))
+        .await
+        .unwrap();
+    assert!(out.contains("(redirected from"), "{out}");
+    assert_eq!(paths(), ["/redirect", "/text"]);
+
+    // Each hop is checked: a redirect anywhere else is refused before it is followed.
+    for (target, refusal) in [
+        (
+            format!("http://[::ffff:127.0.0.1]:{port}/text"),
+            "::ffff:127.0.0.1 is an IPv6 form of 127.0.0.1, a loopback address".to_owned(),
+        ),
+        (
+            format!("http://127.0.0.2:{port}/text"),
+            "127.0.0.2 is a loopback address".to_owned(),
+        ),
+        (
+            "http://169.254.169.254/latest/meta-data".to_owned(),
+            "169.254.169.254 is a link-local address".to_owned(),
+        ),
+        (
+            "http://10.0.0.1/admin".to_owned(),
+            "10.0.0.1 is a private address".to_owned(),
+        ),
+    ] {
+        let before = paths().len();
+        let url = reqwest::Url::parse_with_params(&server.url("/to"), [("u", &target)]).unwrap();
+        let err = fetch_through_exception(&server, url.as_str())
+            .await
+            .unwrap_err();
+        let shown = reqwest::Url::parse(&target).unwrap();
+        let expected = format!("refused: redirect to {shown}: {refusal}");
+        assert!(err.0.starts_with(&expected), "{target}: {err}");
+        assert!(err.0.ends_with(HINT), "{target}: {err}");
+        assert_eq!(paths()[before..], ["/to"], "{target} was followed");
+    }
+
+    // The same socket under a host name: the exception covers the literal address only, and
+    // the resolver refuses the name (it knows the name, not the redirect's URL).
+    let before = paths().len();
+    let target = format!("http://localhost:{port}/text");
+    let url = reqwest::Url::parse_with_params(&server.url("/to"), [("u", &target)]).unwrap();
+    let err = fetch_through_exception(&server, url.as_str())
+        .await
+        .unwrap_err();
+    assert!(
+        err.0
+            .starts_with("refused: after a redirect, localhost resolves to "),
+        "{err}"
+    );
+    assert!(err.0.ends_with(HINT), "{err}");
+    assert_eq!(paths()[before..], ["/to"], "the redirect was followed");
+
+    // The redirect limit is kept: the first request and 10 redirects, then an error.
+    let before = paths().len();
+    let err = fetch_through_exception(&server, &server.url("/loop"))
+        .await
+        .unwrap_err();
+    assert!(err.0.contains("too many redirects"), "{err}");
+    assert_eq!(paths().len() - before, 11);
+}
+
+// ---------------------------------------------------------------------------------------------
 // web.search
 
 #[tokio::test]
@@ -408,6 +624,8 @@ async fn searxng_backend() {
         s.searxng_url = Some(base);
         // SearXNG wins over Ollama when both are set.
         s.ollama_api_key = Some("unused-key".into());
+        // The configured backend is reached with web.fetch's guard on (it is on loopback here).
+        s.web_allow_private = false;
     });
     let out = call(
         &ctx,

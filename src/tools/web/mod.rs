@@ -1,24 +1,34 @@
 //! Web tools: `web.fetch` reads a page (HTML as Markdown, other text as is) and `web.search`
 //! queries the configured search backend (a SearXNG instance or Ollama's web search).
 //!
-//! Both share one HTTP client per proxy mode, built on first use: user agent `bub/<version>`,
-//! connect and total timeouts, the process-wide keep-alive bounds. Proxies come from the
-//! environment (`HTTPS_PROXY`, `NO_PROXY`, ...) as reqwest reads them, except for loopback
-//! hosts, which are always reached directly.
+//! Both share HTTP clients built on first use: user agent `bub/<version>`, connect and total
+//! timeouts, the process-wide keep-alive bounds, at most [`MAX_REDIRECTS`] redirects. Proxies
+//! come from the environment (`HTTPS_PROXY`, `NO_PROXY`, ...) as reqwest reads them, except for
+//! loopback hosts, which are always reached directly.
+//!
+//! `web.fetch` refuses loopback, private, link-local and other non-public destinations unless
+//! `BUB_WEB_ALLOW_PRIVATE` is set ([`guard`] says how, and what remains when a proxy is used):
+//! its guarded clients check each address after DNS resolution and on every redirect hop.
+//! `web.search` is not guarded: it talks to the URLs the operator configured.
 //!
 //! Invariants: only http(s) URLs are requested; downloads are capped and outputs bounded with a
 //! visible note; binary bodies are refused, never shown; errors name the URL without its
 //! credentials and never contain an API key.
 
 mod fetch;
+mod guard;
 mod html;
 mod search;
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use reqwest::{Client, Url};
-use serde_json::json;
+use hyper_util::client::proxy::matcher::Matcher;
+use reqwest::redirect::Policy;
+use reqwest::{Client, ClientBuilder, Url};
+use serde_json::{Value, json};
+
+pub use guard::Guard;
 
 use super::{Tool, ToolError};
 
@@ -26,37 +36,78 @@ use super::{Tool, ToolError};
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Time for a whole request, body included.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// Redirects followed at most (reqwest's default, kept by the guarded clients).
+const MAX_REDIRECTS: usize = 10;
 
 type SharedClient = LazyLock<Result<Client, String>>;
 
 /// For remote hosts: proxies from the environment apply.
-static PROXIED: SharedClient = LazyLock::new(|| build_client(true));
+static PROXIED: SharedClient = LazyLock::new(|| build(common().redirect(redirect_limit())));
 /// For loopback hosts: never through a proxy.
-static DIRECT: SharedClient = LazyLock::new(|| build_client(false));
+static DIRECT: SharedClient =
+    LazyLock::new(|| build(common().no_proxy().redirect(redirect_limit())));
+/// `web.fetch` with the guard on, without a proxy: every address checked by the resolver and
+/// every redirect by the policy (see [`guarded_client`]).
+static GUARDED: SharedClient = LazyLock::new(|| guarded_client(Guard::strict()));
+/// `web.fetch` with the guard on, through a proxy: redirects are not followed here but in
+/// fetch.rs, which checks each hop before the proxy resolves it.
+static GUARDED_VIA_PROXY: SharedClient = LazyLock::new(|| build(common().redirect(Policy::none())));
 
-fn build_client(proxies: bool) -> Result<Client, String> {
-    let mut builder = Client::builder()
+/// The proxy rules reqwest applies, read the same way (environment, then system settings), so
+/// that `web.fetch` knows when a proxy — not the guarded resolver — will resolve a host.
+static PROXY_RULES: LazyLock<Matcher> = LazyLock::new(Matcher::from_system);
+
+/// Settings every client shares.
+fn common() -> ClientBuilder {
+    Client::builder()
         .user_agent(concat!("bub/", env!("CARGO_PKG_VERSION")))
         .connect_timeout(CONNECT_TIMEOUT)
         .timeout(REQUEST_TIMEOUT)
         .pool_max_idle_per_host(crate::HTTP_IDLE_CONNECTIONS)
-        .pool_idle_timeout(crate::HTTP_IDLE_TIMEOUT);
-    if !proxies {
-        builder = builder.no_proxy();
-    }
+        .pool_idle_timeout(crate::HTTP_IDLE_TIMEOUT)
+}
+
+fn redirect_limit() -> Policy {
+    Policy::limited(MAX_REDIRECTS)
+}
+
+fn build(builder: ClientBuilder) -> Result<Client, String> {
     builder
         .build()
         .map_err(|e| format!("cannot create the HTTP client: {}", describe(&e)))
 }
 
-/// The shared client for requests to `url`.
+/// A client whose every destination `guard` checks: never through a proxy, host names resolved
+/// by [`guard::GuardedResolver`], redirects checked by [`guard::redirect_policy`].
+fn guarded_client(guard: Guard) -> Result<Client, String> {
+    build(
+        common()
+            .no_proxy()
+            .dns_resolver(Arc::new(guard::GuardedResolver))
+            .redirect(guard::redirect_policy(guard)),
+    )
+}
+
+fn shared(client: &'static SharedClient) -> Result<&'static Client, ToolError> {
+    client.as_ref().map_err(|e| ToolError::new(e.clone()))
+}
+
+/// The unguarded shared client for requests to `url`.
 fn client_for(url: &Url) -> Result<&'static Client, ToolError> {
-    let shared = if crate::is_loopback(url) {
+    shared(if crate::is_loopback(url) {
         &DIRECT
     } else {
         &PROXIED
-    };
-    shared.as_ref().map_err(|e| ToolError::new(e.clone()))
+    })
+}
+
+/// Whether a request to `url` goes through a proxy (never for loopback hosts).
+fn goes_through_proxy(url: &Url) -> bool {
+    !crate::is_loopback(url)
+        && url
+            .as_str()
+            .parse::<http::Uri>()
+            .is_ok_and(|uri| PROXY_RULES.intercept(&uri).is_some())
 }
 
 /// `url` without `user:password@`, for messages.
@@ -80,6 +131,7 @@ fn describe(e: &reqwest::Error) -> String {
     if e.is_connect() {
         text.push_str("could not connect");
     } else if e.is_redirect() {
+        // The limit (refusals by the guard's policy are reported before this is called).
         text.push_str("too many redirects");
         source = None;
     } else if e.is_body() || e.is_decode() {
@@ -109,6 +161,13 @@ fn excerpt(text: &str, max: usize) -> String {
     cut
 }
 
+/// `web.fetch` with an explicit guard instead of the one `BUB_WEB_ALLOW_PRIVATE` selects: for
+/// tests, with [`Guard::for_tests_allowing`] (a test server's own address passes, so a redirect
+/// from it can be served and its later hops checked). The tool itself never calls this.
+pub async fn fetch_with_guard(args: Value, guard: Guard) -> Result<String, ToolError> {
+    fetch::fetch_with(args, Some(guard)).await
+}
+
 /// The web tools.
 pub fn tools() -> Vec<Tool> {
     vec![
@@ -121,11 +180,13 @@ pub fn tools() -> Vec<Tool> {
              final URL and the page title. At most `max_chars` characters (default 20000) are \
              returned, with a note when the page is longer; downloads stop at 5 MB. Binary \
              content (images, PDFs, archives) is refused: download it with bash instead. A \
-             non-2xx status is an error naming it.",
+             non-2xx status is an error naming it. A URL without a scheme gets https://. \
+             Loopback, private and link-local destinations (checked after DNS and on every \
+             redirect) are refused unless the operator sets BUB_WEB_ALLOW_PRIVATE=true.",
             json!({
                 "type": "object",
                 "properties": {
-                    "url": {"type": "string", "description": "http(s) URL to fetch"},
+                    "url": {"type": "string", "description": "http(s) URL to fetch (https:// when none is given)"},
                     "max_chars": {
                         "type": "integer",
                         "description": "Maximum characters returned (default 20000, at most 200000)"
