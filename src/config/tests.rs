@@ -262,7 +262,10 @@ fn api_key_order_urls_and_providers() {
         &fx.cwd.join(".env"),
         "OPENROUTER_API_KEY=k3\nLLM_API_KEY=k2\n",
     );
-    assert_eq!(fx.load(&[]).unwrap().api_key.as_ref().map(|k| k.expose()), Some("k2"));
+    assert_eq!(
+        fx.load(&[]).unwrap().api_key.as_ref().map(|k| k.expose()),
+        Some("k2")
+    );
     assert_eq!(
         fx.load(&[("BUB_API_KEY", "k1")])
             .unwrap()
@@ -272,7 +275,11 @@ fn api_key_order_urls_and_providers() {
         Some("k1")
     );
     assert_eq!(
-        fx.load(&[("LLM_API_KEY", "")]).unwrap().api_key.as_ref().map(|k| k.expose()),
+        fx.load(&[("LLM_API_KEY", "")])
+            .unwrap()
+            .api_key
+            .as_ref()
+            .map(|k| k.expose()),
         Some("k3")
     );
 
@@ -450,7 +457,10 @@ fn debug_redacts_secrets() {
     assert!(text.contains(r#"token: Some("***")"#), "{text}");
     assert!(text.contains("http://***@proxy.local:3128"), "{text}");
     assert!(text.contains("http://proxy.local:3128"), "{text}");
-    assert_eq!(s.telegram.token.as_ref().map(|k| k.expose()), Some("123:tg-secret"));
+    assert_eq!(
+        s.telegram.token.as_ref().map(|k| k.expose()),
+        Some("123:tg-secret")
+    );
 }
 
 #[test]
