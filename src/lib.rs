@@ -4,7 +4,8 @@
 //! `config` loads settings, `llm` talks to an OpenAI-compatible model, `tape` is the append-only
 //! conversation log, `tools` holds the registry and built-in tools, `agent` runs one turn
 //! (router → model loop → tape), `channels` serves chat platforms, `scheduler` fires the jobs
-//! the agent scheduled, and `cli` is the interactive terminal.
+//! the agent scheduled, `cli` is the interactive terminal, and `time` holds duration and
+//! deadline arithmetic that never panics.
 
 pub mod access;
 pub mod agent;
@@ -18,6 +19,7 @@ pub mod scheduler;
 pub mod skills;
 pub mod storage;
 pub mod tape;
+pub mod time;
 pub mod tools;
 
 /// Idle keep-alive connections each HTTP client keeps per host. A burst of concurrent turns may

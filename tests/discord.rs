@@ -535,6 +535,43 @@ async fn a_429_is_retried_after_retry_after() {
 }
 
 #[tokio::test]
+async fn a_429_asking_for_a_huge_wait_fails_at_once() {
+    let fake = fake_discord::start().await;
+    let discord = sender(&fake);
+    let out = Outbound {
+        chat_id: CHANNEL.into(),
+        text: "hello".into(),
+        reply_to: None,
+    };
+    // 1e19 s does not fit in a Duration (this panicked); 3600 s fits but is too long to wait.
+    for (body_wait, header) in [(json!(1e19), None), (json!(0.5), Some("3600"))] {
+        let limited = json!({"message": "You are being rate limited.",
+                             "retry_after": body_wait, "global": false});
+        let headers: Vec<(&str, &str)> = header.map(|h| ("retry-after", h)).into_iter().collect();
+        fake.fail_next_post(429, limited, &headers);
+        let started = std::time::Instant::now();
+        let err = format!("{:#}", bounded(discord.send(&out)).await.unwrap_err());
+        assert!(started.elapsed() < Duration::from_secs(5), "not waited for");
+        let asked = header.unwrap_or("1e19");
+        assert!(
+            err.contains(CHANNEL)
+                && err.contains(&format!("rate limited: the server asks to wait {asked} s")),
+            "{err}"
+        );
+    }
+    let attempts = fake.requests_to("POST", "/api/v10/channels/555/messages");
+    assert_eq!(
+        attempts.iter().map(|r| r.status).collect::<Vec<_>>(),
+        [429, 429],
+        "one attempt each, no retry"
+    );
+    assert!(fake.posted_messages().is_empty());
+    // The adapter still works afterwards.
+    bounded(discord.send(&out)).await.unwrap();
+    assert_eq!(fake.posted_messages().len(), 1);
+}
+
+#[tokio::test]
 async fn send_errors_name_the_channel_and_never_the_token() {
     let fake = fake_discord::start().await;
     let discord = sender(&fake);

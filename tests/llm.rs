@@ -182,6 +182,27 @@ async fn rate_limit_with_retry_after_is_retried() {
 }
 
 #[tokio::test]
+async fn a_retry_after_beyond_the_maximum_fails_at_once() {
+    let fake = fake_openai::start().await;
+    let err = json!({"error": {"message": "slow down", "type": "rate_limit"}}).to_string();
+    fake.push_raw(429, err, vec![("Retry-After".into(), "99999999999".into())]);
+    fake.push_text("never served");
+    let started = Instant::now();
+    let err = bounded(client(&fake).chat(&request())).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5), "not waited for");
+    assert_eq!(fake.request_count(), 1, "not retried");
+    assert_eq!(err.kind(), "rate_limited");
+    assert!(!err.is_temporary());
+    let text = err.to_string();
+    assert!(
+        text.starts_with("rate limited: the server asks to wait 99999999999 s")
+            && text.contains("HTTP 429: slow down"),
+        "{text}"
+    );
+    assert!(!text.contains(KEY));
+}
+
+#[tokio::test]
 async fn server_error_is_retried() {
     let fake = fake_openai::start().await;
     fake.push_raw(500, "internal oops".to_string(), vec![]);

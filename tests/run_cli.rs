@@ -319,6 +319,23 @@ async fn configuration_error_exits_2_naming_the_variable() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_duration_beyond_its_maximum_exits_2_naming_the_variable() {
+    for (var, value) in [
+        ("BUB_SESSION_IDLE_SECONDS", "1e20"),
+        ("BUB_MESSAGE_DEBOUNCE_SECONDS", "1e19"),
+    ] {
+        let mut env = Env::new().await;
+        env.set(var, value);
+        let out = env.run(&["run", "hi"]).await;
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{var}={value}: {err}");
+        assert!(err.contains(var) && err.contains("at most"), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(env.fake.requests().is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn malformed_tool_arguments_and_unknown_tools_reach_the_model_as_errors() {
     let env = Env::new().await;
     env.fake.push_raw(

@@ -184,6 +184,68 @@ fn bad_triggers_get_clear_errors() {
     assert!(zero.contains("interval_seconds"), "{zero}");
 }
 
+#[test]
+fn out_of_range_trigger_values_are_errors_not_panics() {
+    let now = t(12, 0, 0);
+    for value in [
+        1e300,
+        1e19,
+        -1.0,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+    ] {
+        let after = TriggerSpec {
+            after_seconds: Some(value),
+            ..spec()
+        }
+        .build(now)
+        .unwrap_err();
+        assert!(
+            after.contains("after_seconds must be between 0 and 315360000"),
+            "{after}"
+        );
+        let interval = TriggerSpec {
+            interval_seconds: Some(value),
+            ..spec()
+        }
+        .build(now)
+        .unwrap_err();
+        assert!(
+            interval.contains("interval_seconds must be between 1 and 315360000"),
+            "{interval}"
+        );
+    }
+    let huge = TriggerSpec {
+        after_seconds: Some(1e300),
+        ..spec()
+    }
+    .build(now)
+    .unwrap_err();
+    assert!(huge.ends_with("got 1e300"), "short, not 301 digits: {huge}");
+}
+
+#[test]
+fn an_interval_beyond_the_last_date_has_no_next_run() {
+    // Values a hand-edited jobs.json can hold; each one panicked in the trigger math.
+    let start = t(12, 0, 0);
+    for seconds in [
+        u64::MAX,
+        i64::MAX as u64,
+        i64::MAX as u64 / 1000 + 1,
+        9_000_000_000_000_000,
+    ] {
+        assert_eq!(every(seconds, start).next_after(start), None, "{seconds}");
+    }
+    // A start long ago: the grid point after now is still found.
+    let ancient = Utc.with_ymd_and_hms(1, 1, 1, 0, 0, 0).unwrap();
+    let next = every(7, ancient).next_after(start).unwrap();
+    assert!(next > start && next <= start + chrono::Duration::seconds(7));
+    // A start near the last representable date: no next run, no overflow.
+    let last = DateTime::<Utc>::MAX_UTC - chrono::Duration::seconds(10);
+    assert_eq!(every(60, last).next_after(last), None);
+}
+
 // ---- catch-up and claiming ------------------------------------------------------------------
 
 #[test]

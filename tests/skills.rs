@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use bub::agent::expansion::{Expanded, MAX_SKILL_DETAILS};
 use bub::agent::prompt::{activate_hints, skills_view};
 use bub::config::Settings;
-use bub::skills::{Source, discover, parse_skill};
+use bub::skills::{MAX_SKILL_BYTES, Source, discover, parse_skill};
 use bub::tools::builtin_registry;
 use support::bub_env::Env;
 
@@ -276,4 +276,132 @@ async fn skills_tools_and_check_command() {
         "{report}"
     );
     assert!(report.contains("ok       deploy"), "{report}");
+}
+
+/// A 408-byte "billion laughs" SKILL.md: nine levels of nine-fold aliases, 9⁹ strings expanded.
+fn alias_bomb(name: &str) -> String {
+    let mut text = format!("---\nname: {name}\ndescription: Boom.\nmetadata:\n");
+    text.push_str(
+        "  a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+    );
+    for (prev, key) in ["a", "b", "c", "d", "e", "f", "g", "h"]
+        .iter()
+        .zip("bcdefghi".chars())
+    {
+        let refs = vec![format!("*{prev}"); 9].join(",");
+        text.push_str(&format!("  {key}: &{key} [{refs}]\n"));
+    }
+    text.push_str("---\n");
+    text
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_alias_bomb_is_invalid_and_check_still_lists_the_valid_skills() {
+    let env = Env::new().await;
+    let project = env.workspace.join(".agents/skills");
+    write_skill(&project, "bomb", &alias_bomb("bomb"));
+    write_skill(
+        &project,
+        "deploy",
+        &skill_md("deploy", "Deploy.", "Run it."),
+    );
+    let mut cmd = env.command(&["skills", "check"]);
+    // Without the check the loader expands the aliases into ~21 GB: cap the child's address
+    // space so a regression fails here instead of exhausting the machine.
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = libc::rlimit {
+                rlim_cur: 2 << 30,
+                rlim_max: 2 << 30,
+            };
+            if libc::setrlimit(libc::RLIMIT_AS, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let started = std::time::Instant::now();
+    let out = tokio::time::timeout(support::bub_env::WAIT, cmd.output())
+        .await
+        .expect("bub skills check finished in time")
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout).to_string();
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    let bomb_line = report
+        .lines()
+        .find(|l| l.contains("bomb/SKILL.md"))
+        .unwrap_or_else(|| panic!("the bomb is listed: {report}"));
+    assert!(
+        bomb_line.starts_with("invalid  ")
+            && report.contains("YAML aliases/anchors are not allowed"),
+        "{report}"
+    );
+    assert!(report.contains("ok       deploy"), "{report}");
+    assert!(report.contains("ok       telegram"), "{report}");
+}
+
+#[test]
+fn an_oversized_skill_md_is_invalid() {
+    let roots = Roots::new();
+    let body = "x".repeat(MAX_SKILL_BYTES as usize + 1);
+    write_skill(
+        &roots.project(".agents"),
+        "huge",
+        &skill_md("huge", "Huge.", &body),
+    );
+    let found = discover(&roots.settings);
+    assert!(found.get("huge").is_none());
+    assert_eq!(found.issues.len(), 1, "{:?}", found.issues);
+    assert!(found.issues[0].location.ends_with("huge/SKILL.md"));
+    assert!(
+        found.issues[0].problem.contains("may be at most 256 KiB"),
+        "{:?}",
+        found.issues
+    );
+}
+
+/// Sets the file's modification time.
+fn set_mtime(path: &Path, time: std::time::SystemTime) {
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(time)
+        .unwrap();
+}
+
+#[test]
+fn a_skill_md_is_parsed_again_only_when_its_mtime_or_length_changes() {
+    let roots = Roots::new();
+    let root = roots.project(".agents");
+    let md = root.join("notes/SKILL.md");
+    let body = |found: &bub::skills::Discovery| found.get("notes").unwrap().file.body.clone();
+    write_skill(&root, "notes", &skill_md("notes", "Notes.", "first"));
+    let t0 = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
+    set_mtime(&md, t0);
+    assert_eq!(body(&discover(&roots.settings)), "first");
+
+    // Same length, same modification time: the cached parse is used (the file is not re-read).
+    std::fs::write(&md, skill_md("notes", "Notes.", "FIRST")).unwrap();
+    set_mtime(&md, t0);
+    assert_eq!(body(&discover(&roots.settings)), "first");
+
+    // Same length, new modification time: read again.
+    set_mtime(&md, t0 + std::time::Duration::from_secs(1));
+    assert_eq!(body(&discover(&roots.settings)), "FIRST");
+
+    // New length, same modification time: read again.
+    std::fs::write(&md, skill_md("notes", "Notes.", "second, longer")).unwrap();
+    set_mtime(&md, t0 + std::time::Duration::from_secs(1));
+    assert_eq!(body(&discover(&roots.settings)), "second, longer");
+
+    // An edit that breaks the skill is noticed too, and so is the repair.
+    std::fs::write(&md, "---\nname: notes\n---\n").unwrap();
+    let found = discover(&roots.settings);
+    assert!(found.get("notes").is_none());
+    assert!(found.issues[0].problem.contains("description"));
+    std::fs::write(&md, skill_md("notes", "Notes.", "third")).unwrap();
+    assert_eq!(body(&discover(&roots.settings)), "third");
 }

@@ -512,3 +512,53 @@ fn info_counts_by_position_and_reports_last_usage() {
         "tape=t\nentries=7\nanchors=2\nlast_anchor=phase-2\nentries_since_last_anchor=3\nlast_token_usage=120"
     );
 }
+
+/// A foreign line with id `id` (another writer, or a hand-edited file).
+fn foreign_line(id: u64) -> String {
+    format!(
+        "{{\"id\":{id},\"kind\":\"message\",\"payload\":{{\"role\":\"user\",\"content\":\"x\"}},\"meta\":{{}},\"date\":\"2026-01-01T00:00:00.000Z\"}}\n"
+    )
+}
+
+#[test]
+fn ids_never_wrap_around() {
+    assert_eq!(bub::tape::MAX_ID, i64::MAX as u64);
+    for last in [u64::MAX, i64::MAX as u64, u64::MAX - 1, i64::MAX as u64 + 7] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tape = tape_at(dir.path(), "full");
+        msg(&mut tape, "user", "first");
+        raw_append(tape.path(), foreign_line(last).as_bytes());
+        let before = std::fs::read(tape.path()).unwrap();
+        let err = tape
+            .append(
+                "message",
+                json!({"role": "user", "content": "y"}),
+                json!({}),
+            )
+            .unwrap_err();
+        let text = format!("{err:#}");
+        assert!(
+            text.contains("tape id space exhausted")
+                && text.contains(&format!("the largest entry id is {last}")),
+            "{text}"
+        );
+        // A handoff (two entries) writes nothing either, not half of itself.
+        assert!(tape.handoff("later", Some("s"), None).is_err());
+        assert_eq!(
+            std::fs::read(tape.path()).unwrap(),
+            before,
+            "nothing written"
+        );
+        assert_eq!(ids(&mut tape), vec![1, last]);
+        // The way out: a reset starts the ids afresh.
+        tape.reset(false).unwrap();
+        assert_eq!(ids(&mut tape), vec![1, 2]);
+        assert_eq!(msg(&mut tape, "user", "again").id, 3);
+    }
+    // The largest id itself is still given out, once.
+    let dir = tempfile::tempdir().unwrap();
+    let mut tape = tape_at(dir.path(), "almost");
+    raw_append(tape.path(), foreign_line(i64::MAX as u64 - 1).as_bytes());
+    assert_eq!(msg(&mut tape, "user", "last").id, i64::MAX as u64);
+    assert!(tape.append("message", json!({}), json!({})).is_err());
+}

@@ -560,6 +560,25 @@ async fn rate_limit_retry_after_is_honoured() {
 }
 
 #[tokio::test]
+async fn a_retry_after_beyond_the_maximum_fails_at_once() {
+    let fake = fake_telegram::start().await;
+    fake.fail_next("sendMessage", 429, fake_telegram::retry_after_body(3600));
+    let tg = adapter(&fake);
+    let started = Instant::now();
+    let err = tokio::time::timeout(WAIT, tg.send(&outbound("42", "hello", None)))
+        .await
+        .expect("not waited for")
+        .expect_err("rate limited");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("42") && text.contains("rate limited: the server asks to wait 3600 s"),
+        "{text}"
+    );
+    assert_eq!(fake.calls_of("sendMessage").len(), 1, "no retry");
+}
+
+#[tokio::test]
 async fn typing_sends_chat_action() {
     let fake = fake_telegram::start().await;
     let tg = adapter(&fake);

@@ -35,6 +35,7 @@ use super::{Channel, Inbound, Outbound};
 use crate::access::Authority;
 use crate::agent::{AgentRuntime, TurnResult};
 use crate::config::Settings;
+use crate::time;
 
 /// Runs turns for sessions (the agent; a fake in tests).
 #[async_trait]
@@ -73,10 +74,10 @@ pub struct SessionConfig {
 impl SessionConfig {
     pub fn from_settings(s: &Settings) -> Self {
         Self {
-            debounce: Duration::from_secs_f64(s.message_debounce_seconds),
-            delay: Duration::from_secs_f64(s.message_delay_seconds),
-            window: Duration::from_secs_f64(s.active_time_window_seconds),
-            idle_ttl: Duration::from_secs_f64(s.session_idle_seconds),
+            debounce: time::secs(s.message_debounce_seconds),
+            delay: time::secs(s.message_delay_seconds),
+            window: time::secs(s.active_time_window_seconds),
+            idle_ttl: time::secs(s.session_idle_seconds),
             typing_interval: Duration::from_secs(4),
             proactive_response: s.proactive_response,
         }
@@ -176,7 +177,7 @@ impl SessionActor {
                     None => stopping = true,
                 },
                 () = tokio::time::sleep_until(due), if turn.is_none() && self.due.is_some() => {}
-                () = tokio::time::sleep_until(idle_since + self.cfg.idle_ttl), if idle => {
+                () = tokio::time::sleep_until(time::deadline(idle_since, self.cfg.idle_ttl)), if idle => {
                     if self.try_evict(&rx) {
                         break;
                     }
@@ -200,9 +201,9 @@ impl SessionActor {
             .is_some_and(|at| now.duration_since(at) <= self.cfg.window);
         if message.mentioned {
             self.last_mention = Some(now);
-            self.due = Some(now + self.cfg.debounce);
+            self.due = Some(time::deadline(now, self.cfg.debounce));
         } else if in_window {
-            self.due.get_or_insert(now + self.cfg.delay);
+            self.due.get_or_insert(time::deadline(now, self.cfg.delay));
         } else {
             let reason = if self.last_mention.is_some() {
                 "window closed"

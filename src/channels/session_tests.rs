@@ -397,3 +397,36 @@ async fn shutdown_runs_the_pending_batch_then_stops() {
     assert_eq!(h.runner.prompts(), ["channel: $fake\nm0\nm1"]);
     assert_eq!(h.channel.sent.lock().unwrap().len(), 1);
 }
+
+#[tokio::test(start_paused = true)]
+async fn out_of_range_durations_in_settings_neither_panic_nor_fire() {
+    let mut s = Settings::with_defaults("/nonexistent/home".into(), "/nonexistent/ws".into());
+    // Loaded settings are bounded; these come from code that builds `Settings` itself.
+    s.message_debounce_seconds = 1e19; // fits a Duration, overflows `now + debounce`
+    s.session_idle_seconds = 1e20; // does not even fit a Duration
+    s.message_delay_seconds = f64::NAN;
+    s.active_time_window_seconds = -5.0;
+    let cfg = SessionConfig::from_settings(&s);
+    assert_eq!(cfg.idle_ttl, Duration::MAX);
+    assert_eq!(cfg.delay, Duration::ZERO);
+    assert_eq!(cfg.window, Duration::ZERO);
+    let mut h = harness(cfg, FakeRunner::new(false));
+    h.send("m0", true);
+    h.send(",help", false);
+    at(&h, 86_400.0).await;
+    assert!(
+        !h.task.is_finished(),
+        "the actor is alive (no panic, not evicted)"
+    );
+    assert_eq!(
+        h.runner.prompts(),
+        [",help"],
+        "the batch waits out its debounce"
+    );
+    h.shutdown.cancel();
+    tokio::time::timeout(Duration::from_secs(1), &mut h.task)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(h.runner.prompts(), [",help", "channel: $fake\nm0"]);
+}

@@ -13,7 +13,11 @@ use super::parse::{
     parse_url,
 };
 use super::sources::{self, Layers};
-use super::{ConfigError, DEFAULT_MODEL, Secret, Settings};
+use super::{
+    ConfigError, DEFAULT_MODEL, MAX_ACTIVE_TIME_WINDOW_SECONDS, MAX_MESSAGE_DEBOUNCE_SECONDS,
+    MAX_MESSAGE_DELAY_SECONDS, MAX_MODEL_TIMEOUT_SECONDS, MAX_SESSION_IDLE_SECONDS, Secret,
+    Settings,
+};
 
 /// Where to look for configuration. `Default` means: workspace = CWD, no `--config`, the
 /// process environment and the process CWD.
@@ -106,7 +110,7 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
         parse_u32_min(var, v, 1)
     })?;
     if let Some(timeout) = l.parse("BUB_MODEL_TIMEOUT_SECONDS", |v| {
-        parse_timeout("BUB_MODEL_TIMEOUT_SECONDS", v)
+        parse_timeout("BUB_MODEL_TIMEOUT_SECONDS", v, MAX_MODEL_TIMEOUT_SECONDS)
     })? {
         s.model_timeout_seconds = timeout;
     }
@@ -129,19 +133,19 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
         l,
         "BUB_MESSAGE_DELAY_SECONDS",
         &mut s.message_delay_seconds,
-        parse_seconds,
+        |var, v| parse_seconds(var, v, MAX_MESSAGE_DELAY_SECONDS),
     )?;
     set(
         l,
         "BUB_MESSAGE_DEBOUNCE_SECONDS",
         &mut s.message_debounce_seconds,
-        parse_seconds,
+        |var, v| parse_seconds(var, v, MAX_MESSAGE_DEBOUNCE_SECONDS),
     )?;
     set(
         l,
         "BUB_ACTIVE_TIME_WINDOW_SECONDS",
         &mut s.active_time_window_seconds,
-        parse_seconds,
+        |var, v| parse_seconds(var, v, MAX_ACTIVE_TIME_WINDOW_SECONDS),
     )?;
     set(l, "BUB_MENTION_KEYWORD", &mut s.mention_keyword, |_, v| {
         Ok(v.trim().to_lowercase())
@@ -150,7 +154,7 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
         l,
         "BUB_SESSION_IDLE_SECONDS",
         &mut s.session_idle_seconds,
-        parse_seconds,
+        |var, v| parse_seconds(var, v, MAX_SESSION_IDLE_SECONDS),
     )?;
     set(
         l,

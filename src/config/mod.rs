@@ -2,7 +2,8 @@
 //!
 //! Every setting keeps the reference's variable name (`BUB_MODEL`, `BUB_MAX_STEPS`, ...). A bad
 //! value is a [`ConfigError`] naming the variable; the CLI turns it into exit code 2 before
-//! anything starts serving.
+//! anything starts serving. Every duration has a documented maximum (the `MAX_*_SECONDS`
+//! constants), so no deadline computed from a setting can overflow.
 //!
 //! [`Settings::load`] (in `load.rs`) gathers the sources ([`sources`]) by precedence, then parses
 //! each value ([`parse`]). Secrets (API keys, tokens, proxy credentials) are redacted by the
@@ -82,6 +83,17 @@ pub enum LogFormat {
     Json,
 }
 
+/// The largest `BUB_MODEL_TIMEOUT_SECONDS`: one day.
+pub const MAX_MODEL_TIMEOUT_SECONDS: f64 = 86_400.0;
+/// The largest `BUB_MESSAGE_DELAY_SECONDS`: one hour.
+pub const MAX_MESSAGE_DELAY_SECONDS: f64 = 3_600.0;
+/// The largest `BUB_MESSAGE_DEBOUNCE_SECONDS`: one hour.
+pub const MAX_MESSAGE_DEBOUNCE_SECONDS: f64 = 3_600.0;
+/// The largest `BUB_ACTIVE_TIME_WINDOW_SECONDS`: one day.
+pub const MAX_ACTIVE_TIME_WINDOW_SECONDS: f64 = 86_400.0;
+/// The largest `BUB_SESSION_IDLE_SECONDS`: 30 days.
+pub const MAX_SESSION_IDLE_SECONDS: f64 = 2_592_000.0;
+
 /// All settings of one process. Field docs name the environment variable.
 #[derive(Clone)]
 pub struct Settings {
@@ -93,7 +105,8 @@ pub struct Settings {
     pub api_base: Option<String>,
     /// `BUB_MAX_TOKENS` (default 1024, ≥ 1).
     pub max_tokens: u32,
-    /// `BUB_MODEL_TIMEOUT_SECONDS` (default 90; `null`/`0` = none). Covers the HTTP call only.
+    /// `BUB_MODEL_TIMEOUT_SECONDS` (default 90, at most one day; `null`/`0` = none). Covers the
+    /// HTTP call only.
     pub model_timeout_seconds: Option<f64>,
     /// `BUB_SYSTEM_PROMPT` (default empty).
     pub system_prompt: String,
@@ -111,16 +124,16 @@ pub struct Settings {
     pub max_steps: u32,
     /// `BUB_PROACTIVE_RESPONSE` (default false).
     pub proactive_response: bool,
-    /// `BUB_MESSAGE_DELAY_SECONDS` (default 10).
+    /// `BUB_MESSAGE_DELAY_SECONDS` (default 10, at most one hour).
     pub message_delay_seconds: f64,
-    /// `BUB_MESSAGE_DEBOUNCE_SECONDS` (default 1).
+    /// `BUB_MESSAGE_DEBOUNCE_SECONDS` (default 1, at most one hour).
     pub message_debounce_seconds: f64,
-    /// `BUB_ACTIVE_TIME_WINDOW_SECONDS` (default 60).
+    /// `BUB_ACTIVE_TIME_WINDOW_SECONDS` (default 60, at most one day).
     pub active_time_window_seconds: f64,
     /// `BUB_MENTION_KEYWORD` (default `bub`; empty = none): in groups, this word (whole word,
     /// case-insensitive) addresses the bot like a mention.
     pub mention_keyword: String,
-    /// `BUB_SESSION_IDLE_SECONDS` (default 600): a chat's session actor is evicted after this
+    /// `BUB_SESSION_IDLE_SECONDS` (default 600, at most 30 days): a chat's session actor is evicted after this
     /// long without messages or turns.
     pub session_idle_seconds: f64,
     /// `BUB_SCHEDULER_ENABLED` (default true): `bub message` also runs scheduled jobs (when no

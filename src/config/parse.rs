@@ -43,8 +43,9 @@ pub fn parse_u32_min(var: &str, raw: &str, min: u32) -> Result<u32, ConfigError>
     Ok(value)
 }
 
-/// Seconds as a finite number `>= 0`; fractions allowed (`0`, `0.2`).
-pub fn parse_seconds(var: &str, raw: &str) -> Result<f64, ConfigError> {
+/// Seconds as a finite number in `0..=max`; fractions allowed (`0`, `0.2`). The maximum keeps
+/// every duration built from the value (and every deadline `now + value`) representable.
+pub fn parse_seconds(var: &str, raw: &str, max: f64) -> Result<f64, ConfigError> {
     let value: f64 = raw.trim().parse().map_err(|_| {
         ConfigError::new(
             var,
@@ -57,15 +58,21 @@ pub fn parse_seconds(var: &str, raw: &str) -> Result<f64, ConfigError> {
             format!("must be a finite number of seconds >= 0, got {raw:?}"),
         ));
     }
+    if value > max {
+        return Err(ConfigError::new(
+            var,
+            format!("must be at most {max} seconds, got {raw:?}"),
+        ));
+    }
     Ok(value)
 }
 
-/// An optional timeout: `null`, `none` or `0` mean no timeout.
-pub fn parse_timeout(var: &str, raw: &str) -> Result<Option<f64>, ConfigError> {
+/// An optional timeout of at most `max` seconds: `null`, `none` or `0` mean no timeout.
+pub fn parse_timeout(var: &str, raw: &str, max: f64) -> Result<Option<f64>, ConfigError> {
     if is_null(raw) || raw.trim().eq_ignore_ascii_case("none") {
         return Ok(None);
     }
-    let value = parse_seconds(var, raw)?;
+    let value = parse_seconds(var, raw, max)?;
     Ok((value > 0.0).then_some(value))
 }
 
@@ -298,15 +305,21 @@ mod tests {
 
     #[test]
     fn durations_and_timeouts() {
-        assert_eq!(parse_seconds("V", "0").unwrap(), 0.0);
-        assert_eq!(parse_seconds("V", "0.2").unwrap(), 0.2);
-        assert!(parse_seconds("V", "-1").is_err());
-        assert!(parse_seconds("V", "inf").is_err());
-        assert!(parse_seconds("V", "NaN").is_err());
-        assert_eq!(parse_timeout("V", "null").unwrap(), None);
-        assert_eq!(parse_timeout("V", "None").unwrap(), None);
-        assert_eq!(parse_timeout("V", "0").unwrap(), None);
-        assert_eq!(parse_timeout("V", "2.5").unwrap(), Some(2.5));
+        assert_eq!(parse_seconds("V", "0", 60.0).unwrap(), 0.0);
+        assert_eq!(parse_seconds("V", "0.2", 60.0).unwrap(), 0.2);
+        assert_eq!(parse_seconds("V", "60", 60.0).unwrap(), 60.0);
+        assert!(parse_seconds("V", "-1", 60.0).is_err());
+        assert!(parse_seconds("V", "inf", 60.0).is_err());
+        assert!(parse_seconds("V", "NaN", 60.0).is_err());
+        let err = parse_seconds("V", "60.5", 60.0).unwrap_err();
+        assert_eq!(err.var, "V");
+        assert!(err.message.contains("at most 60 seconds"), "{err}");
+        assert!(parse_seconds("V", "1e20", 60.0).is_err());
+        assert_eq!(parse_timeout("V", "null", 60.0).unwrap(), None);
+        assert_eq!(parse_timeout("V", "None", 60.0).unwrap(), None);
+        assert_eq!(parse_timeout("V", "0", 60.0).unwrap(), None);
+        assert_eq!(parse_timeout("V", "2.5", 60.0).unwrap(), Some(2.5));
+        assert!(parse_timeout("V", "61", 60.0).is_err());
     }
 
     #[test]

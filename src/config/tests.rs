@@ -256,6 +256,59 @@ fn durations_timeouts_and_booleans() {
 }
 
 #[test]
+fn every_duration_has_a_maximum() {
+    let bounds = [
+        (
+            "BUB_MESSAGE_DELAY_SECONDS",
+            MAX_MESSAGE_DELAY_SECONDS,
+            3_600.0,
+        ),
+        (
+            "BUB_MESSAGE_DEBOUNCE_SECONDS",
+            MAX_MESSAGE_DEBOUNCE_SECONDS,
+            3_600.0,
+        ),
+        (
+            "BUB_ACTIVE_TIME_WINDOW_SECONDS",
+            MAX_ACTIVE_TIME_WINDOW_SECONDS,
+            86_400.0,
+        ),
+        (
+            "BUB_SESSION_IDLE_SECONDS",
+            MAX_SESSION_IDLE_SECONDS,
+            2_592_000.0,
+        ),
+        (
+            "BUB_MODEL_TIMEOUT_SECONDS",
+            MAX_MODEL_TIMEOUT_SECONDS,
+            86_400.0,
+        ),
+    ];
+    let fx = Fixture::new();
+    for (var, max, documented) in bounds {
+        assert_eq!(max, documented, "{var}");
+        // The maximum itself is accepted.
+        fx.load(&[(var, &max.to_string())])
+            .unwrap_or_else(|e| panic!("{var}={max}: {e}"));
+        for too_big in [format!("{}", max + 0.5), "1e19".into(), "1e20".into()] {
+            let err = err_for(&[(var, &too_big)], var);
+            assert!(
+                err.message.contains(&format!("at most {max} seconds")),
+                "{var}={too_big}: {err}"
+            );
+        }
+    }
+    // From a TOML file too (a float there, not a string).
+    let fx = Fixture::new();
+    write(
+        &fx.bub_home().join("config.toml"),
+        "session_idle_seconds = 1e20\n",
+    );
+    let err = fx.load(&[]).unwrap_err();
+    assert_eq!(err.var, "BUB_SESSION_IDLE_SECONDS", "{err}");
+}
+
+#[test]
 fn api_key_order_urls_and_providers() {
     let fx = Fixture::new();
     write(

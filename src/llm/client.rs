@@ -3,8 +3,10 @@
 //!
 //! Retry policy: up to `max_retries` attempts in total for temporary failures (429, 5xx,
 //! connection errors, timeouts); other 4xx fail at once. The wait before retry `n` (0-based) is
-//! `retry_base_delay × 2^n × U(0.5, 1.5)`, or the provider's `Retry-After` seconds when given,
-//! capped at 60 s. A stream that has already delivered text is never retried (the caller has
+//! `retry_base_delay × 2^n × U(0.5, 1.5)` capped at 60 s, or the provider's `Retry-After`
+//! seconds when given — unless those are more than 60 s: then the call fails at once with
+//! [`LlmError::RateLimited`] ("rate limited: the server asks to wait N s", the rule of
+//! [`crate::time`]). A stream that has already delivered text is never retried (the caller has
 //! shown that text).
 
 use std::time::{Duration, Instant};
@@ -17,9 +19,10 @@ use serde_json::Value;
 use super::response::{error_message, parse_completion, parse_retry_after};
 use super::sse::{SseDecoder, StreamAccumulator};
 use super::{ChatRequest, ChatResponse, LlmConfig, LlmError};
+use crate::time::{MAX_SERVER_WAIT, server_wait};
 
-/// Longest wait between two attempts, whatever the provider asks for.
-const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
+/// Longest backoff between two attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// Connection establishment limit (the per-call timeout, when shorter, wins).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -274,13 +277,27 @@ impl LlmClient {
                 .get(RETRY_AFTER)
                 .and_then(|v| v.to_str().ok())
                 .and_then(parse_retry_after)
-                .map(|s| Duration::from_secs_f64(s.min(MAX_RETRY_WAIT.as_secs_f64())));
+                .map(server_wait);
             let text = resp.text().await.unwrap_or_default();
             let error = LlmError::Http {
                 status: status.as_u16(),
                 message: error_message(&text),
             };
-            return Err(Failure { error, retry_after });
+            return Err(match retry_after {
+                Some(Err(wait)) if error.is_temporary() => Failure {
+                    error: LlmError::RateLimited {
+                        status: status.as_u16(),
+                        message: error_message(&text),
+                        wait,
+                    },
+                    retry_after: None,
+                },
+                Some(Ok(wait)) => Failure {
+                    error,
+                    retry_after: Some(wait),
+                },
+                _ => error.into(),
+            });
         }
         let is_json = resp
             .headers()
@@ -305,11 +322,11 @@ impl LlmClient {
     /// The wait before the next attempt, after failed attempt number `failed` (0-based).
     fn retry_delay(&self, failed: u32, retry_after: Option<Duration>) -> Duration {
         if let Some(wait) = retry_after {
-            return wait.min(MAX_RETRY_WAIT);
+            return wait.min(MAX_SERVER_WAIT);
         }
         let factor = 2f64.powi(failed.min(30) as i32) * (0.5 + fastrand::f64());
         let secs = self.cfg.retry_base_delay.as_secs_f64() * factor;
-        Duration::from_secs_f64(secs.min(MAX_RETRY_WAIT.as_secs_f64()))
+        crate::time::secs(secs).min(MAX_BACKOFF)
     }
 
     /// Removes the API key from an error message, should a provider or library ever echo it.
@@ -328,6 +345,15 @@ impl LlmClient {
             LlmError::Http { status, message } => LlmError::Http {
                 status,
                 message: clean(message),
+            },
+            LlmError::RateLimited {
+                status,
+                message,
+                wait,
+            } => LlmError::RateLimited {
+                status,
+                message: clean(message),
+                wait,
             },
             LlmError::Connect(m) => LlmError::Connect(clean(m)),
             LlmError::InvalidResponse(m) => LlmError::InvalidResponse(clean(m)),
@@ -481,9 +507,9 @@ mod tests {
         );
         assert_eq!(
             c.retry_delay(0, Some(Duration::from_secs(600))),
-            MAX_RETRY_WAIT
+            MAX_SERVER_WAIT
         );
-        assert_eq!(c.retry_delay(40, None), MAX_RETRY_WAIT);
+        assert_eq!(c.retry_delay(40, None), MAX_BACKOFF);
     }
 
     #[test]

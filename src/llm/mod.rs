@@ -102,6 +102,14 @@ pub enum LlmError {
     /// The provider answered with an error status (or an error object).
     #[error("provider returned HTTP {status}: {message}")]
     Http { status: u16, message: String },
+    /// A temporary error whose `Retry-After` asks for a longer wait than Bub waits
+    /// ([`crate::time::MAX_SERVER_WAIT`]): not retried.
+    #[error("{wait} (provider returned HTTP {status}: {message})")]
+    RateLimited {
+        status: u16,
+        message: String,
+        wait: crate::time::WaitTooLong,
+    },
     /// The provider could not be reached (DNS, refused connection, reset, ...).
     #[error("cannot reach the model provider: {0}")]
     Connect(String),
@@ -117,6 +125,7 @@ impl LlmError {
             LlmError::MissingApiKey { .. } | LlmError::Config(_) => "config",
             LlmError::Timeout { .. } => "timeout",
             LlmError::Http { .. } => "provider",
+            LlmError::RateLimited { .. } => "rate_limited",
             LlmError::Connect(_) => "connect",
             LlmError::InvalidResponse(_) => "invalid_response",
         }

@@ -1,14 +1,15 @@
 //! One scheduled job and its trigger: what `jobs.json` holds, and the trigger math.
 //!
 //! All time arithmetic takes `now` as an argument (never reads the clock), so it is tested with
-//! fixed instants. Times are stored in UTC (RFC 3339); a cron trigger is evaluated in its own
+//! fixed instants, and it is checked: a trigger (perhaps from a hand-edited `jobs.json`) whose
+//! next run is beyond the representable dates has none, and never panics. Times are stored in UTC (RFC 3339); a cron trigger is evaluated in its own
 //! time zone (an IANA name, or the machine's local zone when none is given).
 
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use chrono::{DateTime, Local, NaiveDateTime, Utc};
+use chrono::{DateTime, Local, NaiveDateTime, TimeDelta, Utc};
 use jiff::tz::TimeZone;
 use serde::{Deserialize, Serialize};
 
@@ -73,19 +74,23 @@ pub enum Trigger {
 }
 
 impl Trigger {
-    /// The first run strictly after `now`, or `None` when the trigger will not fire again.
+    /// The first run strictly after `now`, or `None` when the trigger will not fire again (or
+    /// its next run is not a representable date).
     pub fn next_after(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         match self {
             Trigger::Once { at } => (*at > now).then_some(*at),
             Trigger::Interval { seconds, start } => {
                 // Runs at start + k·seconds, k ≥ 1.
                 let step = i64::try_from(*seconds).ok().filter(|s| *s > 0)?;
-                let first = *start + chrono::Duration::seconds(step);
+                let after = |periods: i64| {
+                    let offset = TimeDelta::try_seconds(periods.checked_mul(step)?)?;
+                    start.checked_add_signed(offset)
+                };
+                let first = after(1)?;
                 if first > now {
                     return Some(first);
                 }
-                let periods = (now - *start).num_seconds() / step + 1;
-                Some(*start + chrono::Duration::seconds(periods * step))
+                after((now - *start).num_seconds() / step + 1)
             }
             Trigger::Cron { expr, timezone } => {
                 let cron = parse_cron(expr).ok()?;
@@ -150,16 +155,19 @@ impl TriggerSpec {
         if let Some(seconds) = self.after_seconds {
             if !(0.0..=MAX_SECONDS).contains(&seconds) {
                 return Err(format!(
-                    "after_seconds must be between 0 and {MAX_SECONDS}, got {seconds}"
+                    "after_seconds must be between 0 and {MAX_SECONDS}, got {seconds:?}"
                 ));
             }
-            let delay = chrono::Duration::milliseconds((seconds * 1000.0).round() as i64);
-            return Ok(Trigger::Once { at: now + delay });
+            let delay = TimeDelta::try_milliseconds((seconds * 1000.0).round() as i64);
+            let at = delay.and_then(|delay| now.checked_add_signed(delay));
+            return at
+                .map(|at| Trigger::Once { at })
+                .ok_or_else(|| format!("after_seconds {seconds} is beyond the last date"));
         }
         if let Some(seconds) = self.interval_seconds {
             if !(1.0..=MAX_SECONDS).contains(&seconds) {
                 return Err(format!(
-                    "interval_seconds must be between 1 and {MAX_SECONDS}, got {seconds}"
+                    "interval_seconds must be between 1 and {MAX_SECONDS}, got {seconds:?}"
                 ));
             }
             return Ok(Trigger::Interval {

@@ -3,18 +3,23 @@
 //! Roots, in precedence order (the first skill of a name wins): the workspace's
 //! `.agents/skills` and `.agent/skills` (project), `~/.agents/skills` and `~/.agent/skills`
 //! (global), and the built-in skills of the top-level `skills/` folder, embedded in the binary.
-//! Discovery re-reads the roots each time (skills written by the agent appear at once); a skill
-//! that does not validate is reported and skipped, never fatal.
+//! Discovery re-lists the roots each time (skills written by the agent appear at once); a skill
+//! that does not validate is reported and skipped, never fatal. A SKILL.md is parsed again only
+//! when its modification time or length changed (a bounded process-wide cache), and one larger
+//! than [`parse::MAX_SKILL_BYTES`] is reported without being read.
 
 pub mod parse;
 
+use std::collections::HashMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::LazyLock;
+use std::sync::{LazyLock, Mutex};
+use std::time::SystemTime;
 
 use include_dir::{Dir, include_dir};
 
 use crate::config::Settings;
-pub use parse::{SkillFile, parse_skill};
+pub use parse::{MAX_SKILL_BYTES, SkillFile, parse_skill};
 
 /// The built-in skills (`skills/` at the repository root).
 static BUILTIN: Dir<'static> = include_dir!("$CARGO_MANIFEST_DIR/skills");
@@ -38,6 +43,15 @@ static BUILTIN_PARSED: LazyLock<Vec<BuiltinSkill>> = LazyLock::new(|| {
         })
         .collect()
 });
+
+/// A SKILL.md's parse result, remembered with the modification time and length it was read at.
+type Cached = (Option<SystemTime>, u64, Result<SkillFile, String>);
+
+/// Parsed SKILL.md files by path, at most [`CACHE_CAPACITY`] of them.
+static CACHE: LazyLock<Mutex<HashMap<PathBuf, Cached>>> = LazyLock::new(Default::default);
+
+/// The most SKILL.md files the cache remembers; when full, an arbitrary entry makes room.
+pub const CACHE_CAPACITY: usize = 256;
 
 /// Files listed per skill by `skills.describe`.
 const MAX_LISTED_FILES: usize = 50;
@@ -169,9 +183,7 @@ pub fn discover(settings: &Settings) -> Discovery {
             let md = dir.join("SKILL.md");
             let location = md.display().to_string();
             let folder_name = dir.file_name().unwrap_or_default().to_string_lossy();
-            let parsed = std::fs::read_to_string(&md)
-                .map_err(|e| format!("cannot read: {e}"))
-                .and_then(|text| parse_skill(&text, &folder_name));
+            let parsed = load_skill(&md, &folder_name);
             add(
                 &mut found,
                 parsed,
@@ -201,6 +213,45 @@ pub fn discover(settings: &Settings) -> Discovery {
     }
     found.skills.sort_by(|a, b| a.file.name.cmp(&b.file.name));
     found
+}
+
+/// The parse result of the SKILL.md at `path` in folder `folder`: from the cache when the file's
+/// modification time and length are unchanged, else read (at most [`MAX_SKILL_BYTES`]) and
+/// parsed.
+fn load_skill(path: &Path, folder: &str) -> Result<SkillFile, String> {
+    let mut file = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
+    let (modified, len) = (meta.modified().ok(), meta.len());
+    let cache = || CACHE.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((m, l, parsed)) = cache().get(path)
+        && (*m, *l) == (modified, len)
+        && modified.is_some()
+    {
+        return parsed.clone();
+    }
+    let parsed = if len > MAX_SKILL_BYTES {
+        Err(parse::too_large(len))
+    } else {
+        // `take`: a file that grows after the `stat` is still read only up to the cap (+1, so
+        // the growth is noticed).
+        let mut text = String::new();
+        match (&mut file)
+            .take(MAX_SKILL_BYTES + 1)
+            .read_to_string(&mut text)
+        {
+            Ok(_) => parse_skill(&text, folder),
+            Err(e) => Err(format!("cannot read: {e}")),
+        }
+    };
+    let mut cache = cache();
+    if cache.len() >= CACHE_CAPACITY
+        && !cache.contains_key(path)
+        && let Some(evicted) = cache.keys().next().cloned()
+    {
+        cache.remove(&evicted);
+    }
+    cache.insert(path.to_owned(), (modified, len, parsed.clone()));
+    parsed
 }
 
 fn add(

@@ -21,4 +21,4 @@ pub mod store;
 
 pub use context::{TapeInfo, handoff_note, select_messages};
 pub use entry::TapeEntry;
-pub use store::{SESSION_START, Tape, md5_hex, tape_name_for, tape_path};
+pub use store::{MAX_ID, SESSION_START, Tape, md5_hex, tape_name_for, tape_path};

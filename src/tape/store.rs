@@ -6,6 +6,11 @@
 //! operation, and releases the lock when done. Appends are O(1): one `write_all` of the new
 //! line(s) at the end of the file, no copy of the tape. Several handles — in one process or in
 //! several — can append to one tape without interleaving lines or duplicating ids.
+//!
+//! Ids never wrap around: the next id is the largest so far + 1 (checked), at most [`MAX_ID`]
+//! (`i64::MAX`, so every id is a valid signed 64-bit integer for other readers). A foreign line
+//! with the largest id makes every further append an error ("tape id space exhausted"), with
+//! nothing written; `,tape.reset` starts the tape afresh.
 
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Write};
@@ -21,6 +26,9 @@ use super::index::{FileId, Index, Slot, read_at};
 
 /// Name of the anchor that starts every tape (bootstrap and reset).
 pub const SESSION_START: &str = "session/start";
+
+/// The largest entry id a tape gives out.
+pub const MAX_ID: u64 = i64::MAX as u64;
 
 /// A handle on one tape file. Cheap to open; the index is built on the first operation.
 #[derive(Debug)]
@@ -159,8 +167,11 @@ impl Tape {
     }
 
     /// Runs `f` with the file locked exclusively and the index synced; entries `f` appends to
-    /// the [`Writer`] are written with one `write_all` when it returns.
-    pub(crate) fn write<R>(&mut self, f: impl FnOnce(&mut Writer<'_>) -> R) -> anyhow::Result<R> {
+    /// the [`Writer`] are written with one `write_all` when it returns `Ok` (none when it fails).
+    pub(crate) fn write<R>(
+        &mut self,
+        f: impl FnOnce(&mut Writer<'_>) -> anyhow::Result<R>,
+    ) -> anyhow::Result<R> {
         let file = self
             .open_locked(Lock::Exclusive)?
             .expect("exclusive open creates the file");
@@ -169,8 +180,14 @@ impl Tape {
             index: &self.index,
             pending: Vec::new(),
         };
-        let out = f(&mut writer);
-        let pending = writer.pending;
+        // One flat message: loggers that show only the outermost error still see the reason.
+        let out = f(&mut writer)
+            .map_err(|e| anyhow::anyhow!("appending to {}: {e:#}", self.path.display()));
+        let pending = if out.is_ok() {
+            writer.pending
+        } else {
+            Vec::new()
+        };
         // A torn tail is terminated even when nothing is appended, so the index (which may
         // have taken it in as a valid entry) and the file agree.
         if (!pending.is_empty() || self.index.tail > 0)
@@ -178,10 +195,10 @@ impl Tape {
         {
             // The file may now hold part of the write: rebuild the index from the file.
             self.index.reset();
-            return Err(e).with_context(|| format!("appending to {}", self.path.display()));
+            return Err(anyhow::anyhow!("appending to {}: {e}", self.path.display()));
         }
         let _ = file.unlock();
-        Ok(out)
+        out
     }
 
     fn flush(&mut self, file: &File, pending: Vec<(u64, Kind, Vec<u8>)>) -> std::io::Result<()> {
@@ -227,8 +244,9 @@ impl Tape {
     pub fn ensure_bootstrap(&mut self) -> anyhow::Result<()> {
         self.write(|w| {
             if w.index.anchors.is_empty() {
-                w.handoff(SESSION_START, json!({"owner": "human"}));
+                w.handoff(SESSION_START, json!({"owner": "human"}))?;
             }
+            Ok(())
         })
     }
 
@@ -272,7 +290,7 @@ impl Tape {
             index: &empty,
             pending: Vec::new(),
         };
-        writer.handoff(SESSION_START, state);
+        writer.handoff(SESSION_START, state)?;
         let buf: Vec<u8> = writer.pending.into_iter().flat_map(|p| p.2).collect();
         let mut tmp = self.path.as_os_str().to_owned();
         tmp.push(format!(".tmp-{}", std::process::id()));
@@ -369,9 +387,18 @@ pub(crate) struct Writer<'a> {
 }
 
 impl Writer<'_> {
-    /// Queues an entry with the next id.
-    pub fn append(&mut self, kind: &str, payload: Value, meta: Value) -> TapeEntry {
-        let id = self.pending.last().map_or(self.index.max_id, |p| p.0) + 1;
+    /// Queues an entry with the next id; an error when the ids are exhausted ([`MAX_ID`]).
+    pub fn append(&mut self, kind: &str, payload: Value, meta: Value) -> anyhow::Result<TapeEntry> {
+        let last = self.pending.last().map_or(self.index.max_id, |p| p.0);
+        let id = last
+            .checked_add(1)
+            .filter(|id| *id <= MAX_ID)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "tape id space exhausted: the largest entry id is {last} (ids go up to \
+                 {MAX_ID}); start the tape afresh with ,tape.reset"
+                )
+            })?;
         let meta = if meta.is_object() { meta } else { json!({}) };
         let entry = TapeEntry {
             id,
@@ -384,21 +411,22 @@ impl Writer<'_> {
         entry.write_line(&mut line);
         self.pending
             .push((id, Kind::from_bytes(kind.as_bytes()), line));
-        entry
+        Ok(entry)
     }
 
     /// Anchor `{name, state}` plus its `handoff` event.
-    fn handoff(&mut self, name: &str, state: Value) {
-        self.handoff_with(name, Some(state));
+    fn handoff(&mut self, name: &str, state: Value) -> anyhow::Result<()> {
+        self.handoff_with(name, Some(state))
     }
 
-    fn handoff_with(&mut self, name: &str, state: Option<Value>) {
+    fn handoff_with(&mut self, name: &str, state: Option<Value>) -> anyhow::Result<()> {
         let mut anchor = json!({"name": name});
         if let Some(s) = &state {
             anchor["state"] = s.clone();
         }
-        self.append("anchor", anchor, json!({}));
+        self.append("anchor", anchor, json!({}))?;
         let data = json!({"name": name, "state": state.unwrap_or_else(|| json!({}))});
-        self.append("event", json!({"name": "handoff", "data": data}), json!({}));
+        self.append("event", json!({"name": "handoff", "data": data}), json!({}))?;
+        Ok(())
     }
 }

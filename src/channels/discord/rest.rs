@@ -5,8 +5,10 @@
 //! override are serenity's) but executed here, so the raw response is visible: with the
 //! serenity rate limiter disabled (the `BUB_DISCORD_API_BASE` override) a 429 comes back to us,
 //! and serenity's error type drops the `retry_after` value. [`Rest::post`] therefore retries
-//! 429s itself, waiting `retry-after` (header) or `retry_after` (body). With the default API
-//! base the rate limiter is on and serenity handles buckets and 429s before we see them.
+//! 429s itself, waiting `retry-after` (header) or `retry_after` (body) — up to 60 s; a longer
+//! wait is not waited for, the call fails at once ("rate limited: the server asks to wait N s",
+//! the rule of [`crate::time`]). With the default API base the rate limiter is on and serenity
+//! handles buckets and 429s before we see them.
 //!
 //! Errors never contain the token: they name the route, the status and Discord's message.
 
@@ -17,10 +19,10 @@ use reqwest::header::HeaderMap;
 use serde_json::Value;
 use serenity::http::{Http, LightMethod, Request, Route};
 
+use crate::time::{WaitTooLong, server_wait};
+
 /// Attempts per request when Discord answers 429.
 pub const MAX_ATTEMPTS: u32 = 5;
-/// Longest single wait for a 429's `retry_after`.
-pub const MAX_RETRY_WAIT: Duration = Duration::from_secs(60);
 /// Wait when a 429 names no `retry_after`.
 const DEFAULT_RETRY_WAIT: Duration = Duration::from_secs(1);
 
@@ -69,7 +71,19 @@ impl Rest {
                 return Ok(bytes.to_vec());
             }
             if status.as_u16() == 429 && attempt < attempts {
-                let wait = retry_after(&headers, &bytes);
+                let wait = match retry_after(&headers, &bytes) {
+                    Ok(wait) => wait,
+                    Err(too_long) => {
+                        tracing::warn!(route = %what, retry_after = too_long.seconds, attempt,
+                            "discord.rate_limited: wait too long, giving up");
+                        return Err(RestError {
+                            what,
+                            status: 429,
+                            detail: too_long.to_string(),
+                        }
+                        .into());
+                    }
+                };
                 tracing::warn!(route = %what, wait_ms = wait.as_millis() as u64, attempt,
                     "discord.rate_limited");
                 tokio::time::sleep(wait).await;
@@ -132,8 +146,9 @@ fn route_name(method: LightMethod, route: Route<'_>) -> String {
 }
 
 /// How long a 429 asks us to wait: the `retry-after` header, else the body's `retry_after`
-/// (both seconds, fractional allowed), capped at [`MAX_RETRY_WAIT`].
-pub fn retry_after(headers: &HeaderMap, body: &[u8]) -> Duration {
+/// (both seconds, fractional allowed; [`DEFAULT_RETRY_WAIT`] when neither is a usable number),
+/// or [`WaitTooLong`] beyond [`MAX_SERVER_WAIT`](crate::time::MAX_SERVER_WAIT).
+pub fn retry_after(headers: &HeaderMap, body: &[u8]) -> Result<Duration, WaitTooLong> {
     let from_header = headers
         .get("retry-after")
         .and_then(|v| v.to_str().ok())
@@ -144,10 +159,8 @@ pub fn retry_after(headers: &HeaderMap, body: &[u8]) -> Duration {
             .and_then(|v| v.get("retry_after").and_then(Value::as_f64))
     };
     match from_header.or_else(from_body) {
-        Some(secs) if secs.is_finite() && secs >= 0.0 => {
-            Duration::from_secs_f64(secs).min(MAX_RETRY_WAIT)
-        }
-        _ => DEFAULT_RETRY_WAIT,
+        Some(secs) if secs >= 0.0 => server_wait(secs),
+        _ => Ok(DEFAULT_RETRY_WAIT),
     }
 }
 
@@ -179,19 +192,30 @@ fn describe(status: reqwest::StatusCode, body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::MAX_SERVER_WAIT;
 
     #[test]
     fn retry_after_prefers_header_then_body() {
         let mut h = HeaderMap::new();
         let body = br#"{"message":"You are being rate limited.","retry_after":0.5,"global":false}"#;
-        assert_eq!(retry_after(&h, body), Duration::from_millis(500));
+        assert_eq!(retry_after(&h, body), Ok(Duration::from_millis(500)));
         h.insert("retry-after", "2".parse().unwrap());
-        assert_eq!(retry_after(&h, body), Duration::from_secs(2));
+        assert_eq!(retry_after(&h, body), Ok(Duration::from_secs(2)));
+        h.insert("retry-after", "60".parse().unwrap());
+        assert_eq!(retry_after(&h, body), Ok(MAX_SERVER_WAIT));
         h.insert("retry-after", "9999".parse().unwrap());
-        assert_eq!(retry_after(&h, body), MAX_RETRY_WAIT);
-        assert_eq!(retry_after(&HeaderMap::new(), b"nope"), DEFAULT_RETRY_WAIT);
+        assert_eq!(retry_after(&h, body), Err(WaitTooLong { seconds: 9999.0 }));
+        let none = HeaderMap::new();
+        assert_eq!(retry_after(&none, b"nope"), Ok(DEFAULT_RETRY_WAIT));
         let negative = br#"{"retry_after":-1}"#;
-        assert_eq!(retry_after(&HeaderMap::new(), negative), DEFAULT_RETRY_WAIT);
+        assert_eq!(retry_after(&none, negative), Ok(DEFAULT_RETRY_WAIT));
+        // Too large for a Duration: an error, not a panic.
+        let huge = br#"{"retry_after":1e19}"#;
+        assert_eq!(retry_after(&none, huge), Err(WaitTooLong { seconds: 1e19 }));
+        h.insert("retry-after", "inf".parse().unwrap());
+        assert!(retry_after(&h, body).is_err());
+        h.insert("retry-after", "NaN".parse().unwrap());
+        assert_eq!(retry_after(&h, body), Ok(DEFAULT_RETRY_WAIT));
     }
 
     #[test]

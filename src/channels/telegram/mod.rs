@@ -10,7 +10,9 @@
 //!   addressed") and [`prompt`] (content + metadata JSON) and becomes an [`Inbound`]. Pending updates are delivered after a
 //!   restart unless `BUB_TELEGRAM_DROP_PENDING_UPDATES` is set (fixes §14.24).
 //! * [`Channel::send`] splits answers at 4096 characters, renders them as Telegram HTML, falls
-//!   back to plain text when Telegram rejects the entities, and honours `retry_after`.
+//!   back to plain text when Telegram rejects the entities, and honours `retry_after` up to
+//!   60 s (a longer one fails the send at once: "rate limited: the server asks to wait N s",
+//!   the rule of [`crate::time`]).
 //!
 //! The bot token is part of every request URL; error texts are scrubbed of it before they are
 //! logged or returned, and message texts are never logged (§14.25).
@@ -38,6 +40,7 @@ use self::filter::{BotIdentity, Command};
 use super::{Channel, Inbound, Outbound, text};
 use crate::access::{Access, User, pairing};
 use crate::config::{ConfigError, Settings};
+use crate::time::server_wait;
 
 /// Telegram's message size limit (characters after entity parsing).
 pub const MESSAGE_LIMIT: usize = 4096;
@@ -118,13 +121,15 @@ impl Telegram {
         }
     }
 
-    /// Sends one chunk: HTML first, plain text if the entities are rejected, waiting out 429s.
+    /// Sends one chunk: HTML first, plain text if the entities are rejected, waiting out 429s
+    /// (up to [`crate::time::MAX_SERVER_WAIT`]; a longer `retry_after` fails the send at once).
+    /// The error is the reason, token redacted.
     async fn send_chunk(
         &self,
         to: &Recipient,
         chunk: &str,
         reply_to: Option<MessageId>,
-    ) -> Result<(), RequestError> {
+    ) -> Result<(), String> {
         let html = text::telegram_html(chunk);
         let mut formatted = !html.trim().is_empty();
         let mut attempt = 0;
@@ -144,16 +149,21 @@ impl Telegram {
             match request.send().await {
                 Ok(_) => return Ok(()),
                 Err(RequestError::RetryAfter(wait)) if attempt < MAX_SEND_ATTEMPTS => {
-                    tracing::warn!(chat_id = %to, retry_after = wait.seconds(), attempt,
+                    let wait = server_wait(f64::from(wait.seconds())).map_err(|too_long| {
+                        tracing::warn!(chat_id = %to, retry_after = too_long.seconds, attempt,
+                            "telegram.send: rate limited for too long, giving up");
+                        too_long.to_string()
+                    })?;
+                    tracing::warn!(chat_id = %to, retry_after = wait.as_secs(), attempt,
                         "telegram.send: rate limited, waiting");
-                    tokio::time::sleep(wait.duration()).await;
+                    tokio::time::sleep(wait).await;
                 }
                 Err(err) if formatted && is_format_error(&err) => {
                     tracing::warn!(chat_id = %to, error = %self.redact(&err.to_string()),
                         "telegram.send: formatting rejected, resending as plain text");
                     formatted = false;
                 }
-                Err(err) => return Err(err),
+                Err(err) => return Err(self.redact(&err.to_string())),
             }
         }
     }
@@ -288,13 +298,9 @@ impl Channel for Telegram {
             .map(MessageId);
         for (i, chunk) in text::split(&out.text, MESSAGE_LIMIT).iter().enumerate() {
             let reply = if i == 0 { reply_to } else { None };
-            self.send_chunk(&to, chunk, reply).await.map_err(|e| {
-                anyhow!(
-                    "telegram: sending to chat {} failed: {}",
-                    out.chat_id,
-                    self.redact(&e.to_string())
-                )
-            })?;
+            self.send_chunk(&to, chunk, reply)
+                .await
+                .map_err(|e| anyhow!("telegram: sending to chat {} failed: {e}", out.chat_id))?;
         }
         Ok(())
     }
