@@ -15,6 +15,20 @@ pub struct Daemon {
 }
 
 impl Daemon {
+    /// Sends SIGTERM, waits for the exit status (bounded) and returns everything the daemon
+    /// wrote to stderr (its log).
+    pub async fn stop_with_log(mut self) -> (std::process::ExitStatus, String) {
+        use tokio::io::AsyncReadExt;
+        let mut stderr = self.child.stderr.take().expect("stderr is piped");
+        let log = tokio::spawn(async move {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text).await;
+            text
+        });
+        let status = self.stop().await;
+        (status, log.await.unwrap())
+    }
+
     /// Sends SIGTERM and waits for the exit status (bounded).
     pub async fn stop(mut self) -> std::process::ExitStatus {
         let pid = self.child.id().expect("running") as i32;
