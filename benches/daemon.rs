@@ -72,6 +72,10 @@ async fn bench() {
         .env("BUB_DISCORD_ENABLED", "true")
         .env("BUB_DISCORD_TOKEN", "bench-discord-token")
         .env("BUB_DISCORD_API_BASE", discord.api_base())
+        // Everyone admitted as a guest: the turns run under the guest tool policy (the costlier
+        // path: filtered tool specs, confined paths).
+        .env("BUB_TELEGRAM_ALLOW_FROM", "*")
+        .env("BUB_DISCORD_ALLOW_FROM", "*")
         .env("BUB_MESSAGE_DEBOUNCE_SECONDS", "0")
         .env("BUB_MESSAGE_DELAY_SECONDS", "0")
         .env("BUB_SESSION_IDLE_SECONDS", IDLE_SECONDS.to_string())

@@ -1,7 +1,7 @@
 //! Bub: a tape-first, multi-channel AI agent.
 //!
 //! The binary (`src/main.rs`) is a thin CLI over this library. Each module has one job:
-//! `config` loads settings, `llm` talks to an OpenAI-compatible model, `tape` is the append-only
+//! `access` decides who may talk to Bub and with which rights, `config` loads settings, `llm` talks to an OpenAI-compatible model, `tape` is the append-only
 //! conversation log, `tools` holds the registry and built-in tools, `agent` runs one turn
 //! (router → model loop → tape), `channels` serves chat platforms, `scheduler` fires the jobs
 //! the agent scheduled, `cli` is the interactive terminal, and `time` holds duration and

@@ -449,3 +449,59 @@ async fn access_explain_and_configuration_errors() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("BUB_TELEGRAM_OWNERS"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guest_given_bash_runs_it_in_the_sandbox_and_owners_only_with_sandbox_all() {
+    let mut env = Env::new().await;
+    env.set("BUB_GUEST_TOOLS", "bash");
+    std::fs::create_dir_all(&env.home).unwrap();
+    let jobs = r#"{"version": 1, "jobs": [], "note": "sandbox-probe"}"#;
+    std::fs::write(env.home.join("jobs.json"), jobs).unwrap();
+    let outside = env.home.join("written-from-the-sandbox");
+    let probe = format!(
+        ",cat {}; touch {}; touch inside && echo inside-ok",
+        env.home.join("jobs.json").display(),
+        outside.display()
+    );
+    let daemon = env.start();
+    // User 50 is a guest: sandboxed.
+    env.telegram.push_message(private_text(50, 50, &probe));
+    let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    let guest = sent[0].body["text"].as_str().unwrap().to_owned();
+    assert!(
+        !guest.contains("sandbox-probe"),
+        "BUB_HOME is out of reach: {guest}"
+    );
+    assert!(guest.contains("Permission denied"), "{guest}");
+    assert!(
+        guest.contains("inside-ok"),
+        "the workspace is writable: {guest}"
+    );
+    assert!(!outside.exists(), "nothing written outside the workspace");
+    // User 42 is an owner: not sandboxed by default.
+    env.telegram.push_message(private_text(42, 42, &probe));
+    let sent = env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
+    assert!(
+        sent[1].body["text"]
+            .as_str()
+            .unwrap()
+            .contains("sandbox-probe")
+    );
+    assert!(outside.exists());
+    assert!(daemon.stop().await.success());
+
+    // BUB_SANDBOX=all: the owner is sandboxed too.
+    std::fs::remove_file(&outside).unwrap();
+    env.set("BUB_SANDBOX", "all");
+    let daemon = env.start();
+    env.telegram.push_message(private_text(42, 42, &probe));
+    let sent = env.telegram.wait_for_calls("sendMessage", 3, WAIT).await;
+    assert!(
+        !sent[2].body["text"]
+            .as_str()
+            .unwrap()
+            .contains("sandbox-probe")
+    );
+    assert!(!outside.exists());
+    assert!(daemon.stop().await.success());
+}

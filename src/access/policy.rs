@@ -8,6 +8,9 @@
 //! sandboxed `bash` if they are given one (unless `BUB_SANDBOX=off`).
 
 use std::collections::BTreeSet;
+use std::sync::{Arc, OnceLock};
+
+use serde_json::Value;
 
 use super::Role;
 use crate::config::{ConfigError, SandboxMode, Settings};
@@ -36,14 +39,16 @@ pub const GUEST_TOOLS: &[&str] = &[
     "tool.describe",
 ];
 
-/// What one turn may do.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What one turn may do. A process builds one per role and shares it with every turn.
+#[derive(Debug, Clone)]
 pub struct Policy {
     pub role: Role,
     /// The allowed tools by command name; `None` = all.
     tools: Option<BTreeSet<String>>,
     /// `bash` runs in the Landlock sandbox.
     pub sandbox: bool,
+    /// The OpenAI tool specs this policy offers, built by the process's registry on first use.
+    specs: OnceLock<Arc<[Value]>>,
 }
 
 impl Policy {
@@ -65,7 +70,14 @@ impl Policy {
             role,
             tools,
             sandbox,
+            specs: OnceLock::new(),
         }
+    }
+
+    /// The tool specs of the allowed tools, built by `build` once per policy (a policy belongs
+    /// to one process, so to one registry).
+    pub fn specs(&self, build: impl FnOnce() -> Arc<[Value]>) -> Arc<[Value]> {
+        self.specs.get_or_init(build).clone()
     }
 
     /// The tool (by command name) may be called.

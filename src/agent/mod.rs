@@ -3,7 +3,9 @@
 //!
 //! Invariant: **one turn at a time per session** — a session is behind an async mutex held for
 //! the whole turn, so two inputs to one session (a chat line and a scheduled job, say) queue up
-//! instead of interleaving on the tape.
+//! instead of interleaving on the tape. Every turn is run for an explicit [`Authority`] (who
+//! asked, with which role); its tool context carries that role's policy, which the registry
+//! enforces on every tool call.
 
 pub mod commands;
 pub mod expansion;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::access::{Access, Authority, Policy};
+use crate::access::{Access, Authority, Policy, Role};
 use crate::agent::expansion::Expanded;
 use crate::channels::outbox::Outbox;
 use crate::config::Settings;
@@ -30,6 +30,9 @@ pub struct ProcessCtx {
     pub outbox: Arc<Outbox>,
     pub access: Arc<Access>,
     pub redactor: Arc<Redactor>,
+    /// The policies of owner and guest turns, built once from the settings.
+    owner: Arc<Policy>,
+    guest: Arc<Policy>,
 }
 
 impl ProcessCtx {
@@ -38,6 +41,8 @@ impl ProcessCtx {
     pub fn new(settings: Settings, registry: Registry) -> Self {
         let access = Arc::new(Access::new(&settings));
         Self {
+            owner: Arc::new(Policy::for_role(Role::Owner, &settings)),
+            guest: Arc::new(Policy::for_role(Role::Guest, &settings)),
             redactor: Arc::new(Redactor::from_settings(&settings)),
             outbox: Arc::new(Outbox::new(access.clone())),
             access,
@@ -54,6 +59,16 @@ impl ProcessCtx {
             outbox: self.outbox.clone(),
             access: self.access.clone(),
             redactor: self.redactor.clone(),
+            owner: self.owner.clone(),
+            guest: self.guest.clone(),
+        }
+    }
+
+    /// The policy of a turn run with `role`.
+    pub fn policy(&self, role: Role) -> Arc<Policy> {
+        match role {
+            Role::Owner => self.owner.clone(),
+            Role::Guest => self.guest.clone(),
         }
     }
 }
@@ -89,17 +104,17 @@ impl SessionCtx {
 /// What one turn owns.
 pub struct TurnCtx {
     pub authority: Authority,
-    pub policy: Policy,
+    pub policy: Arc<Policy>,
     /// The turn answered its own chat with `message.send`: the framework does not post the
     /// final answer again.
     pub answered: AtomicBool,
 }
 
 impl TurnCtx {
-    /// A turn asked for by `authority`, under the policy of its role.
-    pub fn new(authority: Authority, settings: &Settings) -> Self {
+    /// A turn asked for by `authority`, under the process's policy for its role.
+    pub fn new(authority: Authority, process: &ProcessCtx) -> Self {
         Self {
-            policy: Policy::for_role(authority.role, settings),
+            policy: process.policy(authority.role),
             authority,
             answered: AtomicBool::new(false),
         }
@@ -117,7 +132,7 @@ pub struct ToolContext {
 impl ToolContext {
     /// A context for `authority`'s turn in `session`.
     pub fn new(process: Arc<ProcessCtx>, session: Arc<SessionCtx>, authority: Authority) -> Self {
-        let turn = Arc::new(TurnCtx::new(authority, &process.settings));
+        let turn = Arc::new(TurnCtx::new(authority, &process));
         Self {
             process,
             session,

@@ -190,17 +190,19 @@ impl Registry {
     }
 
     /// The OpenAI `tools` array of the tools `policy` allows (the shared array when it allows
-    /// them all).
+    /// them all; else built once and kept by the policy).
     pub fn openai_specs_for(&self, policy: &Policy) -> Arc<[Value]> {
         if self.tools.keys().all(|name| policy.allows(name)) {
             return self.specs.clone();
         }
-        self.tools
-            .values()
-            .zip(self.specs.iter())
-            .filter(|(tool, _)| policy.allows(&tool.name))
-            .map(|(_, spec)| spec.clone())
-            .collect()
+        policy.specs(|| {
+            self.tools
+                .values()
+                .zip(self.specs.iter())
+                .filter(|(tool, _)| policy.allows(&tool.name))
+                .map(|(_, spec)| spec.clone())
+                .collect()
+        })
     }
 
     /// Runs a tool for the turn in `ctx`. `args` must be a JSON object (or null); string values
