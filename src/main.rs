@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use bub::access::{Access, Authority, Role};
+use bub::access::{Access, Authority, Role, who};
 use bub::agent::AgentRuntime;
 use bub::channels::Outbound;
 use bub::channels::manager::ChannelManager;
@@ -395,27 +395,21 @@ fn pair(settings: &Settings, action: &PairAction) -> ExitCode {
                 print_out("(no pending requests)");
             }
             for p in &pending {
-                let name = p
-                    .username
-                    .as_deref()
-                    .map(|n| format!(" @{n}"))
-                    .unwrap_or_default();
                 let left = (p.expires_at() - now).num_minutes().max(0);
                 print_out(&format!(
-                    "pending  {} {} user {}{name} (expires in {left} min): bub pair approve {} {}",
-                    p.code, p.channel, p.user_id, p.channel, p.code
+                    "pending  {} {} user {} (expires in {left} min): bub pair approve {} {}",
+                    p.code,
+                    p.channel,
+                    who(&p.user_id, p.username.as_deref()),
+                    p.channel,
+                    p.code
                 ));
             }
             for u in &access.file().users {
-                let name = u
-                    .username
-                    .as_deref()
-                    .map(|n| format!(" @{n}"))
-                    .unwrap_or_default();
                 print_out(&format!(
-                    "paired   {} user {}{name} {} (approved {})",
+                    "paired   {} user {} {} (approved {})",
                     u.channel,
-                    u.user_id,
+                    who(&u.user_id, u.username.as_deref()),
                     u.role,
                     u.approved_at.format("%Y-%m-%d %H:%M UTC")
                 ));

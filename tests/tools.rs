@@ -38,6 +38,20 @@ async fn sh(ws: &Path, cmd: &str) -> Result<String, bub::tools::ToolError> {
     run_bash(bash_args(cmd, 20), plain(ws, "cli:test")).await
 }
 
+/// The background process whose pid a command wrote to `dir/pid` has exited (its group was
+/// killed).
+fn assert_background_killed(dir: &Path) {
+    let pid: i32 = std::fs::read_to_string(dir.join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(
+        exits_within(pid, Duration::from_secs(5)),
+        "background sleep {pid} still alive"
+    );
+}
+
 /// Waits (blocking, at most `within`) for process `pid` to exit; true once it has exited
 /// (zombies count as exited: they no longer run).
 fn exits_within(pid: i32, within: Duration) -> bool {
@@ -174,15 +188,7 @@ async fn bash_timeout_kills_the_process_group() {
     );
     assert!(err.0.contains("started"), "partial output kept: {err}");
     assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
-    let pid: i32 = std::fs::read_to_string(ws.path().join("pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(
-        exits_within(pid, Duration::from_secs(5)),
-        "background sleep {pid} still alive"
-    );
+    assert_background_killed(ws.path());
 }
 
 #[tokio::test]
@@ -480,15 +486,7 @@ async fn sandbox_timeout_still_kills_the_process_group() {
     }
     let err = result.unwrap_err();
     assert!(err.0.starts_with("timeout: "), "{err}");
-    let pid: i32 = std::fs::read_to_string(ws.join("pid"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    assert!(
-        exits_within(pid, Duration::from_secs(5)),
-        "background sleep {pid} still alive"
-    );
+    assert_background_killed(&ws);
 }
 
 #[tokio::test]

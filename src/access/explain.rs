@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 
-use super::{Access, Lists, Policy, Role, User, allow_var, owners_var};
+use super::{Access, Lists, Policy, Role, User, allow_var, owners_var, who};
 use crate::config::Settings;
 
 impl Access {
@@ -43,14 +43,9 @@ impl Access {
             .iter()
             .filter(|p| p.channel == channel)
             .map(|p| {
-                let name = p
-                    .username
-                    .as_deref()
-                    .map(|n| format!(" @{n}"))
-                    .unwrap_or_default();
                 format!(
-                    "{}{name} {} (approved {})",
-                    p.user_id,
+                    "{} {} (approved {})",
+                    who(&p.user_id, p.username.as_deref()),
                     p.role,
                     p.approved_at.format("%Y-%m-%d %H:%M UTC")
                 )
@@ -62,15 +57,10 @@ impl Access {
             .into_iter()
             .filter(|p| p.channel == channel)
             .map(|p| {
-                let name = p
-                    .username
-                    .as_deref()
-                    .map(|n| format!(" @{n}"))
-                    .unwrap_or_default();
                 format!(
-                    "{} from {}{name} (expires {})",
+                    "{} from {} (expires {})",
                     p.code,
-                    p.user_id,
+                    who(&p.user_id, p.username.as_deref()),
                     p.expires_at().format("%H:%M UTC")
                 )
             })

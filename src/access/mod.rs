@@ -416,6 +416,14 @@ impl Access {
     }
 }
 
+/// `42 @ann` (the username when there is one), for listings.
+pub fn who(user_id: &str, username: Option<&str>) -> String {
+    match username {
+        Some(name) => format!("{user_id} @{name}"),
+        None => user_id.to_owned(),
+    }
+}
+
 /// `BUB_TELEGRAM_ALLOW_FROM` / `BUB_DISCORD_ALLOW_FROM`.
 pub fn allow_var(channel: &str) -> &'static str {
     if channel == "discord" {
