@@ -14,6 +14,7 @@ pub mod cli;
 pub mod config;
 pub mod llm;
 pub mod logging;
+pub mod memory;
 pub mod redact;
 pub mod scheduler;
 pub mod skills;

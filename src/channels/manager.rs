@@ -4,7 +4,8 @@
 //! Invariants: one actor per live session (the [`ActorMap`]); an evicted actor is replaced by a
 //! fresh one on the next message, so memory is bounded by the number of *active* chats;
 //! shutdown stops the adapters first (no new messages), then lets actors finish their pending
-//! work for at most [`SHUTDOWN_GRACE`] before dropping it.
+//! work for at most [`SHUTDOWN_GRACE`] before dropping it. Memory goes back to the system when
+//! serving starts and after sessions are evicted ([`crate::memory`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,7 +22,8 @@ use super::{Channel, Inbound};
 /// How long running turns may take to finish after a shutdown signal.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
 
-/// How often the manager checks whether sessions were evicted and, if so, trims the heap.
+/// How often the manager checks whether sessions were evicted and, if so, trims the heap and
+/// releases code pages.
 const TRIM_CHECK_EVERY: Duration = Duration::from_secs(5);
 
 /// Runs channels and their session actors.
@@ -89,13 +91,17 @@ impl ChannelManager {
         let mut receiving = true;
         let mut trim = tokio::time::interval(TRIM_CHECK_EVERY);
         let mut peak_sessions = 0;
+        let mut started = false;
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 _ = trim.tick() => {
                     let live = self.actors.lock().expect("actor map").len();
-                    if live < peak_sessions {
-                        trim_heap();
+                    // At start (startup code has run) and after evictions (the burst's code).
+                    if live < peak_sessions || !started {
+                        crate::memory::trim_heap();
+                        crate::memory::release_code_pages();
+                        started = true;
                     }
                     peak_sessions = live;
                 }
@@ -167,15 +173,5 @@ impl ChannelManager {
             self.actors.clone(),
         );
         tracker.spawn(actor.run(rx, stop.clone()));
-    }
-}
-
-/// Gives the heap pages freed by evicted sessions back to the OS. glibc keeps freed memory in
-/// its arenas, so without this the daemon's RSS would stay at its busiest level forever.
-fn trim_heap() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free memory to the OS; it has no other effect.
-    unsafe {
-        libc::malloc_trim(0);
     }
 }

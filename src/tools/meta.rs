@@ -41,12 +41,13 @@ pub fn tools() -> Vec<Tool> {
         Tool::new(
             "tools",
             "List available tools",
-            "One line per tool: name and description.",
+            "One line per tool this turn may use: name and description.",
             empty.clone(),
             |_, ctx: ToolContext| async move {
                 Ok(ctx
                     .registry()
                     .tools()
+                    .filter(|t| ctx.turn.policy.allows(&t.name))
                     .map(|t| format!("{}: {}", t.name, t.description))
                     .collect::<Vec<_>>()
                     .join("\n"))
