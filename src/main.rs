@@ -538,8 +538,11 @@ fn print_out(text: &str) {
 
 /// `bub jobs list` / `bub jobs remove ID`.
 fn jobs(settings: &Settings, action: &JobsAction) -> ExitCode {
+    // Reading the store may set jobs aside (or a broken file); that is logged to stderr.
+    logging::init(settings, LogTarget::Stderr);
     let store = JobStore::new(&settings.home);
     let result = match action {
+        // Loading sets aside jobs that cannot run; they are listed after the others, with why.
         JobsAction::List => store.load().map(|jobs| {
             if jobs.is_empty() {
                 print_out("(no scheduled jobs)");
@@ -547,7 +550,24 @@ fn jobs(settings: &Settings, action: &JobsAction) -> ExitCode {
             for job in &jobs {
                 print_out(&bub::tools::schedule::job_row(job, true));
             }
-            ExitCode::SUCCESS
+            match store.rejected() {
+                Ok(rejected) => {
+                    for entry in &rejected {
+                        print_out(&format!(
+                            "rejected {} {} (set aside in {})",
+                            entry.id().unwrap_or("-"),
+                            entry.reason,
+                            store.rejected_path().display()
+                        ));
+                    }
+                    ExitCode::SUCCESS
+                }
+                // The error names the rejected file (not jobs.json, as the message below would).
+                Err(e) => {
+                    eprintln!("bub: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
         }),
         JobsAction::Remove { id } => store
             .update(|jobs| {

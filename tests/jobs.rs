@@ -1,7 +1,8 @@
 //! End-to-end tests of scheduled jobs with the real binary: a job added through a model tool call
 //! fires in `bub message` and its answer reaches the Telegram chat; `bub idle` fires jobs with
 //! send-only clients (no polling); a job survives a restart and fires once even with two
-//! processes on one BUB_HOME; sessions only see their own jobs; `bub jobs` lists all of them.
+//! processes on one BUB_HOME; sessions only see their own jobs; `bub jobs` lists all of them,
+//! and the jobs set aside because they cannot run, with the reason.
 
 mod support;
 
@@ -218,4 +219,72 @@ async fn sessions_see_and_remove_only_their_own_jobs() {
     let out = env.run(&["jobs", "remove", &id]).await;
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("job not found"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn jobs_list_shows_the_valid_jobs_and_why_a_bad_one_was_set_aside() {
+    let env = Env::new().await;
+    std::fs::create_dir_all(&env.home).unwrap();
+    let job = |id: &str, trigger: Value| {
+        json!({
+            "id": id,
+            "session": "telegram:1",
+            "message": format!("confidential plans {id}"),
+            "workspace": env.workspace,
+            "trigger": trigger,
+            "created": "2026-01-01T00:00:00Z",
+            "next_run": "2099-01-01T09:00:00Z",
+        })
+    };
+    // Written by hand, as a person editing jobs.json would.
+    let file = json!({"version": 1, "jobs": [
+        job("good1", json!({"kind": "cron", "expr": "0 9 * * *", "timezone": "UTC"})),
+        job("late1", json!({"kind": "once", "at": "tomorrow"})),
+    ]});
+    std::fs::write(
+        env.home.join("jobs.json"),
+        serde_json::to_string_pretty(&file).unwrap(),
+    )
+    .unwrap();
+
+    let out = env.run(&["jobs", "list"]).await;
+    let (listed, log) = (
+        stdout(&out),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
+    assert!(out.status.success(), "{listed}\n{log}");
+    let lines: Vec<&str> = listed.lines().collect();
+    assert_eq!(lines.len(), 2, "{listed}");
+    assert!(
+        lines[0].starts_with("good1 ") && lines[0].contains("session=telegram:1"),
+        "{listed}"
+    );
+    let rejected_file = env.home.join("jobs.rejected.json");
+    assert_eq!(
+        lines[1],
+        format!(
+            "rejected late1 trigger.at: \"tomorrow\" is not an RFC 3339 time (e.g. \
+             2026-12-24T18:00:00Z) (set aside in {})",
+            rejected_file.display()
+        )
+    );
+    assert!(
+        log.contains("scheduler.store.rejected") && log.contains("late1"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("confidential"),
+        "no message text in logs: {log}"
+    );
+    assert_eq!(jobs_file(&env)["jobs"].as_array().unwrap().len(), 1);
+
+    // Listing again: the same, no duplicate rejection, nothing new logged.
+    let again = env.run(&["jobs", "list"]).await;
+    assert!(again.status.success());
+    assert_eq!(stdout(&again), listed);
+    assert!(
+        again.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
 }

@@ -1,6 +1,7 @@
 //! The scheduler's parts: trigger math and the catch-up / claim decisions at fixed instants, the
-//! jobs.json store (atomic, shared, corrupt files moved aside), and the owner loop with a
-//! recording job runner (firing, one owner per BUB_HOME, no double firing across a restart).
+//! jobs.json store (atomic, shared, corrupt files moved aside, jobs that cannot run set aside one
+//! by one into jobs.rejected.json), and the owner loop with a recording job runner (firing, one
+//! owner per BUB_HOME, no double firing across a restart, valid jobs firing next to bad ones).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -395,6 +396,331 @@ fn corrupt_store_is_moved_aside_and_never_overwritten() {
     assert_eq!(store.load().unwrap().len(), 1);
 }
 
+/// A job as a person would write it into jobs.json.
+fn hand_job(id: &str, trigger: serde_json::Value, next_run: &str) -> serde_json::Value {
+    serde_json::json!({
+        "id": id,
+        "session": "telegram:42",
+        "message": format!("private words of {id}"),
+        "workspace": "/ws",
+        "trigger": trigger,
+        "created": "2026-11-23T00:00:00Z",
+        "next_run": next_run,
+    })
+}
+
+fn write_jobs(store: &JobStore, jobs: &[serde_json::Value]) {
+    let file = serde_json::json!({"version": 1, "jobs": jobs});
+    std::fs::write(store.path(), serde_json::to_vec_pretty(&file).unwrap()).unwrap();
+}
+
+/// The ids in jobs.json as it is on disk.
+fn ids_on_disk(store: &JobStore) -> Vec<String> {
+    let text = std::fs::read_to_string(store.path()).unwrap();
+    let value: serde_json::Value = serde_json::from_str(&text).unwrap();
+    value["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+/// Files in `dir` whose name contains `part`.
+fn files_named(dir: &std::path::Path, part: &str) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().contains(part))
+        .collect()
+}
+
+/// Log lines written while `f` runs (text format, no colours).
+fn logged<R>(f: impl FnOnce() -> R) -> (R, String) {
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let result = tracing::subscriber::with_default(subscriber, f);
+    let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    (result, text)
+}
+
+#[test]
+fn a_job_that_cannot_run_is_set_aside_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JobStore::new(dir.path());
+    let tomorrow = hand_job(
+        "tmrw",
+        serde_json::json!({"kind": "once", "at": "tomorrow"}),
+        "2026-11-24T09:00:00Z",
+    );
+    let bad_cron = hand_job(
+        "badcron",
+        serde_json::json!({"kind": "cron", "expr": "61 * * * *", "timezone": "UTC"}),
+        "2026-11-23T13:00:00Z",
+    );
+    write_jobs(
+        &store,
+        &[
+            hand_job(
+                "first",
+                serde_json::json!({"kind": "once", "at": "2026-11-23T13:00:00Z"}),
+                "2026-11-23T13:00:00Z",
+            ),
+            tomorrow.clone(),
+            hand_job(
+                "second",
+                serde_json::json!({"kind": "cron", "expr": "0 9 * * *", "timezone": "Europe/Berlin"}),
+                "2026-11-24T08:00:00Z",
+            ),
+            bad_cron.clone(),
+        ],
+    );
+
+    let (jobs, log) = logged(|| store.load().unwrap());
+    let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(ids, ["first", "second"], "the valid jobs stay");
+    assert_eq!(
+        ids_on_disk(&store),
+        ["first", "second"],
+        "jobs.json without them"
+    );
+
+    let rejected = store.rejected().unwrap();
+    assert_eq!(rejected.len(), 2, "{rejected:?}");
+    assert_eq!(rejected[0].job, tomorrow, "kept exactly as it was");
+    assert_eq!(rejected[0].id(), Some("tmrw"));
+    assert!(
+        rejected[0].reason.contains("trigger.at")
+            && rejected[0]
+                .reason
+                .contains("\"tomorrow\" is not an RFC 3339 time"),
+        "{}",
+        rejected[0].reason
+    );
+    assert_eq!(rejected[1].job, bad_cron);
+    assert!(
+        rejected[1].reason.contains("invalid cron expression"),
+        "{}",
+        rejected[1].reason
+    );
+    let on_disk: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(store.rejected_path()).unwrap()).unwrap();
+    assert_eq!(on_disk["version"], 1);
+    assert_eq!(on_disk["rejected"][0]["job"]["id"], "tmrw");
+    assert!(on_disk["rejected"][0]["rejected_at"].is_string());
+
+    // Logged at error level with the id and the reason, never the message.
+    for (id, reason) in [
+        ("tmrw", &rejected[0].reason),
+        ("badcron", &rejected[1].reason),
+    ] {
+        assert!(
+            log.lines().any(|l| l.contains("ERROR")
+                && l.contains("scheduler.store.rejected")
+                && l.contains(&format!("job=\"{id}\""))
+                && l.contains("reason=")),
+            "{id} / {reason}: {log}"
+        );
+    }
+    assert!(!log.contains("private words"), "{log}");
+
+    // Loading again (and changing the store) neither duplicates nor loses anything.
+    assert_eq!(store.load().unwrap().len(), 2);
+    store
+        .update(|jobs| jobs.push(job("third", once(t(14, 0, 0)), Some(t(14, 0, 0)))))
+        .unwrap();
+    assert_eq!(ids_on_disk(&store), ["first", "second", "third"]);
+    assert_eq!(
+        store.rejected().unwrap(),
+        rejected,
+        "no duplicate rejections"
+    );
+    assert!(files_named(dir.path(), "corrupt").is_empty());
+}
+
+#[test]
+fn every_kind_of_unrunnable_job_gets_its_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JobStore::new(dir.path());
+    let once_at = serde_json::json!({"kind": "once", "at": "2026-11-23T13:00:00Z"});
+    let next = "2026-11-23T13:00:00Z";
+    let mut no_session = hand_job("nosession", once_at.clone(), next);
+    no_session["session"] = " ".into();
+    let mut bad_created = hand_job("badcreated", once_at.clone(), next);
+    bad_created["created"] = "yesterday".into();
+    let mut no_message = hand_job("nomessage", once_at.clone(), next);
+    no_message.as_object_mut().unwrap().remove("message");
+    let mut duplicate = hand_job("keep", once_at.clone(), next);
+    duplicate["message"] = "the second one".into();
+    let cases = [
+        (hand_job("keep", once_at.clone(), next), None),
+        (
+            hand_job(
+                "zero",
+                serde_json::json!({"kind": "interval", "seconds": 0, "start": next}),
+                next,
+            ),
+            Some("interval of 0 seconds"),
+        ),
+        (
+            // Far beyond the calendar: computing its next run would overflow.
+            hand_job(
+                "huge",
+                serde_json::json!({"kind": "interval", "seconds": 1_000_000_000_000_000u64, "start": next}),
+                next,
+            ),
+            Some("out of range"),
+        ),
+        (
+            hand_job(
+                "mars",
+                serde_json::json!({"kind": "cron", "expr": "* * * * *", "timezone": "Mars/Olympus"}),
+                next,
+            ),
+            Some("unknown time zone"),
+        ),
+        (
+            hand_job(
+                "short",
+                serde_json::json!({"kind": "cron", "expr": "* * *"}),
+                next,
+            ),
+            Some("invalid cron expression"),
+        ),
+        (
+            hand_job("weekly", serde_json::json!({"kind": "weekly"}), next),
+            Some("trigger: unknown variant `weekly`"),
+        ),
+        (hand_job("", once_at.clone(), next), Some("empty id")),
+        (no_session, Some("empty session")),
+        (
+            bad_created,
+            Some("created: \"yesterday\" is not an RFC 3339 time"),
+        ),
+        (no_message, Some("missing field `message`")),
+        (duplicate, Some("duplicate id \"keep\"")),
+        (serde_json::json!(42), Some("a job must be a JSON object")),
+    ];
+    let raw: Vec<serde_json::Value> = cases.iter().map(|(job, _)| job.clone()).collect();
+    write_jobs(&store, &raw);
+
+    let jobs = store.load().unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(jobs[0].id, "keep");
+    assert_eq!(
+        jobs[0].message, "private words of keep",
+        "the first of two ids is kept"
+    );
+    let rejected = store.rejected().unwrap();
+    let expected: Vec<&str> = cases.iter().filter_map(|(_, reason)| *reason).collect();
+    assert_eq!(rejected.len(), expected.len(), "{rejected:#?}");
+    for (entry, reason) in rejected.iter().zip(expected) {
+        assert!(
+            entry.reason.contains(reason),
+            "{reason:?} in {:?}",
+            entry.reason
+        );
+        assert!(!entry.reason.contains("private words"), "{}", entry.reason);
+        assert!(
+            !entry.reason.contains(" at line "),
+            "position dropped: {}",
+            entry.reason
+        );
+    }
+    assert_eq!(ids_on_disk(&store), ["keep"]);
+}
+
+#[test]
+fn a_file_without_a_jobs_array_is_still_moved_aside_whole() {
+    for (i, text) in [
+        "[1, 2]",
+        "{\"version\": 1}",
+        "{\"version\": 1, \"jobs\": {}}",
+        "not json",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let store = JobStore::new(dir.path());
+        std::fs::write(store.path(), text).unwrap();
+        assert!(store.load().unwrap().is_empty(), "case {i}");
+        let aside = files_named(dir.path(), "jobs.json.corrupt-");
+        assert_eq!(aside.len(), 1, "case {i}");
+        assert_eq!(std::fs::read_to_string(&aside[0]).unwrap(), text);
+        assert!(!store.path().exists(), "case {i}");
+        assert!(
+            !store.rejected_path().exists(),
+            "case {i}: nothing rejected job by job"
+        );
+    }
+}
+
+#[test]
+fn a_broken_rejected_file_is_moved_aside_and_an_unwritable_one_keeps_the_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JobStore::new(dir.path());
+    let valid = hand_job(
+        "ok",
+        serde_json::json!({"kind": "once", "at": "2026-11-23T13:00:00Z"}),
+        "2026-11-23T13:00:00Z",
+    );
+    let bad = hand_job(
+        "bad",
+        serde_json::json!({"kind": "once", "at": "tomorrow"}),
+        "2026-11-23T13:00:00Z",
+    );
+
+    // A rejected file that does not parse: moved aside, never overwritten.
+    std::fs::write(store.rejected_path(), "{oops").unwrap();
+    assert!(store.rejected().is_err(), "listing it reports the problem");
+    write_jobs(&store, &[valid.clone(), bad.clone()]);
+    assert_eq!(store.load().unwrap().len(), 1);
+    let aside = files_named(dir.path(), "jobs.rejected.json.corrupt-");
+    assert_eq!(aside.len(), 1);
+    assert_eq!(std::fs::read_to_string(&aside[0]).unwrap(), "{oops");
+    assert_eq!(store.rejected().unwrap().len(), 1);
+    assert_eq!(ids_on_disk(&store), ["ok"]);
+
+    // A rejected file that cannot be written: the bad job stays in jobs.json as it was, even
+    // through updates; the valid jobs are unaffected. Once it can be written, it is set aside.
+    std::fs::remove_file(store.rejected_path()).unwrap();
+    std::fs::create_dir(store.rejected_path()).unwrap();
+    write_jobs(&store, &[valid.clone(), bad.clone()]);
+    let jobs = store.load().unwrap();
+    assert_eq!(jobs.len(), 1);
+    assert_eq!(ids_on_disk(&store), ["ok", "bad"]);
+    store
+        .update(|jobs| jobs.push(job("new", once(t(14, 0, 0)), Some(t(14, 0, 0)))))
+        .unwrap();
+    assert_eq!(ids_on_disk(&store), ["ok", "new", "bad"]);
+    let text = std::fs::read_to_string(store.path()).unwrap();
+    let on_disk: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(on_disk["jobs"][2], bad, "kept exactly as it was");
+
+    std::fs::remove_dir(store.rejected_path()).unwrap();
+    assert_eq!(store.load().unwrap().len(), 2);
+    assert_eq!(ids_on_disk(&store), ["ok", "new"]);
+    let rejected = store.rejected().unwrap();
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0].job, bad);
+}
+
 // ---- the owner loop -------------------------------------------------------------------------
 
 /// One recorded run: job id, due time, when it started.
@@ -559,4 +885,52 @@ async fn a_claimed_run_does_not_fire_again_after_a_restart() {
         .unwrap()
         .unwrap()
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_valid_job_fires_next_to_a_rejected_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JobStore::new(dir.path());
+    let due = Utc::now() + chrono::Duration::milliseconds(500);
+    let due_text = due.to_rfc3339();
+    write_jobs(
+        &store,
+        &[
+            hand_job(
+                "bad",
+                serde_json::json!({"kind": "once", "at": "tomorrow"}),
+                &due_text,
+            ),
+            hand_job(
+                "good",
+                serde_json::json!({"kind": "once", "at": due_text}),
+                &due_text,
+            ),
+            hand_job(
+                "badcron",
+                serde_json::json!({"kind": "cron", "expr": "every day"}),
+                &due_text,
+            ),
+        ],
+    );
+    let recorder = Arc::new(Recorder::default());
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(Scheduler::new(dir.path(), true, recorder.clone()).run(stop.clone()));
+    recorder.wait_for(1).await;
+    assert_eq!(recorder.ids(), ["good"]);
+    assert_eq!(recorder.runs.lock().unwrap()[0].1, due);
+    let rejected: Vec<String> = store
+        .rejected()
+        .unwrap()
+        .iter()
+        .map(|r| r.id().unwrap().to_owned())
+        .collect();
+    assert_eq!(rejected, ["bad", "badcron"]);
+    stop.cancel();
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(recorder.ids(), ["good"]);
 }

@@ -4,10 +4,16 @@
 //! fixed instants, and it is checked: a trigger (perhaps from a hand-edited `jobs.json`) whose
 //! next run is beyond the representable dates has none, and never panics. Times are stored in UTC (RFC 3339); a cron trigger is evaluated in its own
 //! time zone (an IANA name, or the machine's local zone when none is given).
+//!
+//! A job read from the file is checked before it is trusted ([`Job::from_json`]): one that cannot
+//! run (bad time, cron expression or zone, zero interval, empty id or session) is refused with a
+//! reason naming the field, and the store sets it aside on its own.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::{LazyLock, Mutex, PoisonError};
 
 use chrono::{DateTime, Local, NaiveDateTime, TimeDelta, Utc};
 use jiff::tz::TimeZone;
@@ -57,6 +63,69 @@ impl Job {
     }
 }
 
+impl Job {
+    /// Reads one job of `jobs.json` (the JSON object as stored there) and checks that it can run
+    /// ([`Job::check`]). The error names the field and the problem (`trigger.at: "tomorrow" is
+    /// not an RFC 3339 time …`); it never quotes the job's message.
+    pub fn from_json(raw: &str) -> Result<Job, String> {
+        let job: Job = serde_json::from_str(raw).map_err(|e| explain(raw, &e))?;
+        job.check()?;
+        Ok(job)
+    }
+
+    /// Why the job can never run, if it cannot: an empty id or session, or a trigger that
+    /// cannot fire ([`Trigger::check`]).
+    pub fn check(&self) -> Result<(), String> {
+        if self.id.trim().is_empty() {
+            return Err("empty id".to_owned());
+        }
+        if self.session.trim().is_empty() {
+            return Err("empty session".to_owned());
+        }
+        self.trigger.check()
+    }
+}
+
+/// What serde's error for a job that does not deserialize leaves unsaid: which time field is
+/// not a time (chrono's own error is only "input contains invalid characters"). Falls back to
+/// serde's message without its position (which is relative to the job, not the file).
+fn explain(raw: &str, error: &serde_json::Error) -> String {
+    let fallback = || {
+        let text = error.to_string();
+        let position = format!(" at line {} column {}", error.line(), error.column());
+        text.strip_suffix(&position).unwrap_or(&text).to_owned()
+    };
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(raw) else {
+        return fallback();
+    };
+    let Some(object) = value.as_object() else {
+        return "a job must be a JSON object".to_owned();
+    };
+    if let Some(trigger) = object.get("trigger")
+        && let Err(e) = Trigger::deserialize(trigger)
+    {
+        let problem = ["at", "start"]
+            .into_iter()
+            .find_map(|field| Some(format!("{field}: {}", not_a_time(trigger.get(field)?)?)));
+        return match problem {
+            Some(problem) => format!("trigger.{problem}"),
+            None => format!("trigger: {e}"),
+        };
+    }
+    ["created", "next_run", "last_run"]
+        .into_iter()
+        .find_map(|field| Some(format!("{field}: {}", not_a_time(object.get(field)?)?)))
+        .unwrap_or_else(fallback)
+}
+
+/// The problem with a string that should be a stored time, if it is not one.
+fn not_a_time(value: &serde_json::Value) -> Option<String> {
+    let text = value.as_str()?;
+    text.parse::<DateTime<Utc>>()
+        .is_err()
+        .then(|| format!("{text:?} is not an RFC 3339 time (e.g. 2026-12-24T18:00:00Z)"))
+}
+
 /// When a job fires.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -81,6 +150,8 @@ impl Trigger {
             Trigger::Once { at } => (*at > now).then_some(*at),
             Trigger::Interval { seconds, start } => {
                 // Runs at start + k·seconds, k ≥ 1.
+                // Checked: a hand-edited interval too large for the calendar never fires
+                // rather than panicking (and `Trigger::check` rejects it on load).
                 let step = i64::try_from(*seconds).ok().filter(|s| *s > 0)?;
                 let after = |periods: i64| {
                     let offset = TimeDelta::try_seconds(periods.checked_mul(step)?)?;
@@ -106,6 +177,33 @@ impl Trigger {
     /// Fires more than once.
     pub fn is_recurring(&self) -> bool {
         !matches!(self, Trigger::Once { .. })
+    }
+
+    /// Why the trigger can never fire, if it cannot: an interval of 0 seconds or one too large
+    /// for the calendar, a cron expression that does not parse, an unknown time zone. (A `once`
+    /// time in the past is fine: it is a missed run.) No clock reads and no search for the next
+    /// run, so checking every job of a large file on each load stays cheap.
+    pub fn check(&self) -> Result<(), String> {
+        match self {
+            Trigger::Once { .. } => Ok(()),
+            Trigger::Interval { seconds: 0, .. } => {
+                Err("interval of 0 seconds (use at least 1)".to_owned())
+            }
+            Trigger::Interval { seconds, start } => match self.next_after(*start) {
+                Some(_) => Ok(()),
+                None => Err(format!(
+                    "interval of {seconds} seconds is out of range (its first run after \
+                     {start} is not a representable time)"
+                )),
+            },
+            Trigger::Cron { expr, timezone } => {
+                check_cron(expr)?;
+                // No zone is the machine's own, which always exists.
+                timezone
+                    .as_deref()
+                    .map_or(Ok(()), |tz| parse_timezone(tz).map(drop))
+            }
+        }
     }
 }
 
@@ -213,6 +311,30 @@ pub fn parse_cron(expr: &str) -> Result<croner::Cron, String> {
         ));
     }
     croner::Cron::from_str(expr).map_err(|e| format!("invalid cron expression: {expr:?} ({e})"))
+}
+
+/// Cron expressions known to parse. croner takes ~50 µs per expression, so parsing every cron
+/// job of a large file on each load would dominate it; the owner re-reads the same expressions
+/// whenever the file changes. Bounded: emptied when full.
+static VALID_CRON: LazyLock<Mutex<HashSet<String>>> = LazyLock::new(Mutex::default);
+const VALID_CRON_MAX: usize = 16_384;
+
+/// [`parse_cron`]'s verdict without its result, remembered for expressions that parse.
+fn check_cron(expr: &str) -> Result<(), String> {
+    if VALID_CRON
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .contains(expr)
+    {
+        return Ok(());
+    }
+    parse_cron(expr)?;
+    let mut valid = VALID_CRON.lock().unwrap_or_else(PoisonError::into_inner);
+    if valid.len() >= VALID_CRON_MAX {
+        valid.clear();
+    }
+    valid.insert(expr.to_owned());
+    Ok(())
 }
 
 /// Parses an IANA time zone name (`Europe/Berlin`, `UTC`).

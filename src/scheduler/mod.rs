@@ -1,7 +1,8 @@
 //! The scheduler: jobs the agent created with `schedule.add`, fired as turns in their session.
 //!
 //! * [`job`] — a job, its trigger and the trigger math;
-//! * [`store`] — `BUB_HOME/jobs.json` (locked read-modify-write, atomic replace);
+//! * [`store`] — `BUB_HOME/jobs.json` (locked read-modify-write, atomic replace; a job that
+//!   cannot run is set aside on its own in `jobs.rejected.json`);
 //! * [`plan`] — pure decisions: catch-up, claiming due runs, finishing them;
 //! * [`fire`] — what a fired job does in this process: a turn, delivery, a tape record.
 //!

@@ -7,9 +7,18 @@
 //!   processes never lose each other's changes;
 //! * writes are atomic (temp file, fsync, rename, fsync of the folder): a crash leaves the old
 //!   or the new file, never half of one;
-//! * a file that does not parse is moved aside to `jobs.json.corrupt-<time>` (logged) and never
-//!   overwritten.
+//! * each job is read and checked on its own ([`Job::from_json`]; duplicate ids: the first is
+//!   kept): one that cannot run is appended to `jobs.rejected.json` with its reason (logged
+//!   with its id, never its message) and `jobs.json` is rewritten without it, so one bad job
+//!   never costs the others; both files change under the same lock, the rejected file first,
+//!   so a crash between the two writes repeats the rejection rather than losing the job (the
+//!   repeat replaces the earlier entry for the same job). If the rejected file cannot be
+//!   written, the job stays in `jobs.json` as it was and is only skipped;
+//! * a file that is not JSON or has no `jobs` array is moved aside whole to
+//!   `jobs.json.corrupt-<time>` (logged) and never overwritten; the same holds for a
+//!   `jobs.rejected.json` that does not parse.
 
+use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
@@ -18,15 +27,76 @@ use std::time::SystemTime;
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
 use super::job::Job;
 
 const VERSION: u32 = 1;
 
-#[derive(Serialize, Deserialize)]
-struct JobsFile {
-    version: u32,
+/// `jobs.json` as read when every job deserializes (the usual case: one pass). Other fields
+/// (`version`) are ignored.
+#[derive(Deserialize)]
+struct JobsIn {
     jobs: Vec<Job>,
+}
+
+/// `jobs.json` as read when some job does not: each job is kept as its raw text and read on
+/// its own.
+#[derive(Deserialize)]
+struct RawJobsFile<'a> {
+    #[serde(borrow)]
+    jobs: Vec<&'a RawValue>,
+}
+
+/// `jobs.json` as written.
+#[derive(Serialize)]
+struct JobsFile<'a> {
+    version: u32,
+    jobs: Vec<Entry<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Entry<'a> {
+    Job(&'a Job),
+    /// A job that cannot run but could not be set aside: written back as it was.
+    Kept(&'a RawValue),
+}
+
+/// `jobs.rejected.json`.
+#[derive(Default, Serialize, Deserialize)]
+struct RejectedFile {
+    #[serde(default)]
+    version: u32,
+    rejected: Vec<Rejected>,
+}
+
+/// A job taken out of `jobs.json` because it cannot run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Rejected {
+    /// The job exactly as it was in `jobs.json`.
+    pub job: serde_json::Value,
+    /// Why it cannot run (`trigger.at: "tomorrow" is not an RFC 3339 time …`).
+    pub reason: String,
+    pub rejected_at: DateTime<Utc>,
+}
+
+impl Rejected {
+    /// The job's id, when it has a non-empty string one.
+    pub fn id(&self) -> Option<&str> {
+        self.job
+            .get("id")?
+            .as_str()
+            .filter(|id| !id.trim().is_empty())
+    }
+}
+
+/// The jobs read from the file (lock held).
+#[derive(Default)]
+struct Read {
+    jobs: Vec<Job>,
+    /// Jobs that cannot run and could not be set aside; a rewrite keeps them as they were.
+    kept: Vec<Box<RawValue>>,
 }
 
 /// What identifies one version of the file, to notice changes by other processes cheaply.
@@ -42,6 +112,7 @@ pub struct Stamp {
 pub struct JobStore {
     path: PathBuf,
     lock_path: PathBuf,
+    rejected_path: PathBuf,
 }
 
 impl JobStore {
@@ -50,11 +121,29 @@ impl JobStore {
         Self {
             path: home.join("jobs.json"),
             lock_path: home.join("jobs.lock"),
+            rejected_path: home.join("jobs.rejected.json"),
         }
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// `jobs.rejected.json`, where jobs that cannot run are set aside.
+    pub fn rejected_path(&self) -> &Path {
+        &self.rejected_path
+    }
+
+    /// The jobs set aside so far, oldest first (none when the file does not exist). A file that
+    /// does not parse is an error here (it is moved aside only when a job is next set aside).
+    pub fn rejected(&self) -> anyhow::Result<Vec<Rejected>> {
+        let _lock = self.lock()?;
+        match read_rejected(&self.rejected_path)? {
+            None => Ok(Vec::new()),
+            Some(parsed) => Ok(parsed
+                .with_context(|| format!("{} does not parse", self.rejected_path.display()))?
+                .rejected),
+        }
     }
 
     /// All jobs, sorted by next run (jobs that will not run again last).
@@ -67,7 +156,7 @@ impl JobStore {
     /// The jobs in file order, with the version of the file they were read from.
     pub fn load_stamped(&self) -> anyhow::Result<(Vec<Job>, Option<Stamp>)> {
         let _lock = self.lock()?;
-        let jobs = self.read()?;
+        let jobs = self.read()?.jobs;
         Ok((jobs, self.stamp()))
     }
 
@@ -83,11 +172,11 @@ impl JobStore {
         change: impl FnOnce(&mut Vec<Job>) -> R,
     ) -> anyhow::Result<(R, Option<Stamp>)> {
         let _lock = self.lock()?;
-        let mut jobs = self.read()?;
+        let Read { mut jobs, kept } = self.read()?;
         let before = jobs.clone();
         let result = change(&mut jobs);
         if jobs != before {
-            self.write(&jobs)?;
+            self.write(&jobs, &kept)?;
         }
         Ok((result, self.stamp()))
     }
@@ -118,59 +207,216 @@ impl JobStore {
         Ok(file)
     }
 
-    /// Reads the jobs (lock held). A missing file is an empty list; an unparsable one is moved
-    /// aside and read as empty.
-    fn read(&self) -> anyhow::Result<Vec<Job>> {
+    /// Reads the jobs (lock held). A missing file is an empty list; one that is not JSON or has
+    /// no `jobs` array is moved aside and read as empty; jobs that cannot run are set aside
+    /// ([`JobStore::reject`]).
+    fn read(&self) -> anyhow::Result<Read> {
         let text = match fs::read_to_string(&self.path) {
             Ok(text) => text,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Read::default()),
             Err(e) => return Err(e).with_context(|| format!("reading {}", self.path.display())),
         };
         if text.trim().is_empty() {
-            return Ok(Vec::new());
+            return Ok(Read::default());
         }
-        match serde_json::from_str::<JobsFile>(&text) {
-            Ok(file) => Ok(file.jobs),
+        // The usual case in one pass over the text: every job deserializes and can run.
+        if let Ok(file) = serde_json::from_str::<JobsIn>(&text)
+            && file.jobs.iter().all(|job| job.check().is_ok())
+            && duplicate_ids(&file.jobs).is_empty()
+        {
+            return Ok(Read {
+                jobs: file.jobs,
+                kept: Vec::new(),
+            });
+        }
+        // Otherwise job by job, to set aside only the ones that cannot run.
+        let raw = match serde_json::from_str::<RawJobsFile>(&text) {
+            Ok(file) => file.jobs,
             Err(e) => {
-                let aside = self.move_aside(Utc::now())?;
+                let aside = move_aside(&self.path, Utc::now())?;
                 tracing::error!(
                     file = %self.path.display(),
                     moved_to = %aside.display(),
                     error = %e,
                     "scheduler.store.corrupt: the jobs file does not parse; it was moved aside and the scheduler starts with no jobs"
                 );
+                return Ok(Read::default());
+            }
+        };
+        // Each job on its own; `at`: its position in the file.
+        let (mut jobs, mut positions, mut bad) = (
+            Vec::with_capacity(raw.len()),
+            Vec::with_capacity(raw.len()),
+            Vec::new(),
+        );
+        for (at, raw) in raw.iter().enumerate() {
+            match Job::from_json(raw.get()) {
+                Ok(job) => {
+                    jobs.push(job);
+                    positions.push(at);
+                }
+                Err(reason) => bad.push((at, *raw, reason)),
+            }
+        }
+        let duplicates = duplicate_ids(&jobs);
+        for i in duplicates.into_iter().rev() {
+            let job = jobs.remove(i);
+            let at = positions.remove(i);
+            let reason = format!("duplicate id {:?} (the first job with it is kept)", job.id);
+            bad.push((at, raw[at], reason));
+        }
+        bad.sort_by_key(|(at, ..)| *at);
+        let bad: Vec<_> = bad
+            .into_iter()
+            .map(|(_, raw, reason)| (raw, reason))
+            .collect();
+        if bad.is_empty() {
+            return Ok(Read {
+                jobs,
+                kept: Vec::new(),
+            });
+        }
+        let kept = self.reject(&jobs, bad)?;
+        Ok(Read { jobs, kept })
+    }
+
+    /// Sets aside the jobs that cannot run (lock held): appends them to `jobs.rejected.json`,
+    /// then rewrites `jobs.json` with only the `valid` ones. Returns the jobs to keep in
+    /// `jobs.json` as they were: all of them when the rejected file cannot be written.
+    fn reject(
+        &self,
+        valid: &[Job],
+        bad: Vec<(&RawValue, String)>,
+    ) -> anyhow::Result<Vec<Box<RawValue>>> {
+        let now = Utc::now();
+        let entries = bad
+            .iter()
+            .map(|(raw, reason)| {
+                Ok(Rejected {
+                    job: serde_json::from_str(raw.get())?,
+                    reason: reason.clone(),
+                    rejected_at: now,
+                })
+            })
+            .collect::<serde_json::Result<Vec<_>>>()?;
+        match self.append_rejected(entries.clone(), now) {
+            Ok(()) => {
+                for entry in &entries {
+                    tracing::error!(
+                        job = entry.id().unwrap_or("-"),
+                        reason = %entry.reason,
+                        file = %self.path.display(),
+                        set_aside_in = %self.rejected_path.display(),
+                        "scheduler.store.rejected: a job cannot run; it was set aside and the other jobs keep running"
+                    );
+                }
+                self.write(valid, &[])?;
                 Ok(Vec::new())
+            }
+            Err(e) => {
+                for entry in &entries {
+                    tracing::error!(
+                        job = entry.id().unwrap_or("-"),
+                        reason = %entry.reason,
+                        file = %self.path.display(),
+                        error = %format!("{e:#}"),
+                        "scheduler.store.rejected: a job cannot run and could not be set aside; it stays in the jobs file and is skipped"
+                    );
+                }
+                Ok(bad.into_iter().map(|(raw, _)| raw.to_owned()).collect())
             }
         }
     }
 
-    fn move_aside(&self, now: DateTime<Utc>) -> anyhow::Result<PathBuf> {
-        let stamp = now.format("%Y%m%dT%H%M%S%.3fZ");
-        let aside = self
-            .path
-            .with_file_name(format!("jobs.json.corrupt-{stamp}"));
-        fs::rename(&self.path, &aside)
-            .with_context(|| format!("moving {} aside", self.path.display()))?;
-        Ok(aside)
+    /// Appends `entries` to `jobs.rejected.json` (lock held; atomic replace). An entry for the
+    /// same job as an earlier one replaces it, so a rejection repeated after a crash between
+    /// the two writes is not listed twice. A file that does not parse is moved aside first.
+    fn append_rejected(&self, entries: Vec<Rejected>, now: DateTime<Utc>) -> anyhow::Result<()> {
+        let path = &self.rejected_path;
+        let mut file = match read_rejected(path)? {
+            None => RejectedFile::default(),
+            Some(Ok(file)) => file,
+            Some(Err(e)) => {
+                let aside = move_aside(path, now)?;
+                tracing::error!(
+                    file = %path.display(),
+                    moved_to = %aside.display(),
+                    error = %e,
+                    "scheduler.store.corrupt: the rejected jobs file does not parse; it was moved aside"
+                );
+                RejectedFile::default()
+            }
+        };
+        file.version = VERSION;
+        for entry in entries {
+            file.rejected.retain(|old| old.job != entry.job);
+            file.rejected.push(entry);
+        }
+        write_atomic(path, &file)
     }
 
-    /// Atomically replaces the file (lock held). The temp file is removed if anything fails.
-    fn write(&self, jobs: &[Job]) -> anyhow::Result<()> {
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        let body = serde_json::to_vec_pretty(&JobsFile {
-            version: VERSION,
-            jobs: jobs.to_vec(),
-        })?;
-        let mut tmp = tempfile::NamedTempFile::new_in(dir)
-            .with_context(|| format!("creating a temp file in {}", dir.display()))?;
-        tmp.write_all(&body)?;
-        tmp.write_all(b"\n")?;
-        tmp.as_file().sync_all()?;
-        tmp.persist(&self.path)
-            .with_context(|| format!("replacing {}", self.path.display()))?;
-        if let Ok(dir) = File::open(dir) {
-            let _ = dir.sync_all();
-        }
-        Ok(())
+    /// Atomically replaces `jobs.json` (lock held).
+    fn write(&self, jobs: &[Job], kept: &[Box<RawValue>]) -> anyhow::Result<()> {
+        let jobs = jobs
+            .iter()
+            .map(Entry::Job)
+            .chain(kept.iter().map(|raw| Entry::Kept(raw)))
+            .collect();
+        write_atomic(
+            &self.path,
+            &JobsFile {
+                version: VERSION,
+                jobs,
+            },
+        )
     }
+}
+
+/// The positions of jobs whose id an earlier job has (the first job of an id is kept).
+fn duplicate_ids(jobs: &[Job]) -> Vec<usize> {
+    let mut seen = HashSet::with_capacity(jobs.len());
+    (0..jobs.len())
+        .filter(|&i| !seen.insert(jobs[i].id.as_str()))
+        .collect()
+}
+
+/// Reads `jobs.rejected.json`: `None` when it is missing or empty, the parse error when it
+/// does not parse; an I/O error is the outer error.
+fn read_rejected(path: &Path) -> anyhow::Result<Option<serde_json::Result<RejectedFile>>> {
+    let text = match fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(serde_json::from_str(&text)))
+}
+
+/// Renames `path` to `<name>.corrupt-<time>` next to it.
+fn move_aside(path: &Path, now: DateTime<Utc>) -> anyhow::Result<PathBuf> {
+    let stamp = now.format("%Y%m%dT%H%M%S%.3fZ");
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    let aside = path.with_file_name(format!("{name}.corrupt-{stamp}"));
+    fs::rename(path, &aside).with_context(|| format!("moving {} aside", path.display()))?;
+    Ok(aside)
+}
+
+/// Atomically replaces `path` with `value` as pretty JSON: temp file in the same folder,
+/// fsync, rename, fsync of the folder. The temp file is removed if anything fails.
+fn write_atomic(path: &Path, value: &impl Serialize) -> anyhow::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let body = serde_json::to_vec_pretty(value)?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .with_context(|| format!("creating a temp file in {}", dir.display()))?;
+    tmp.write_all(&body)?;
+    tmp.write_all(b"\n")?;
+    tmp.as_file().sync_all()?;
+    tmp.persist(path)
+        .with_context(|| format!("replacing {}", path.display()))?;
+    if let Ok(dir) = File::open(dir) {
+        let _ = dir.sync_all();
+    }
+    Ok(())
 }
