@@ -36,7 +36,7 @@ fn settings(fake: &FakeDiscord, configure: impl FnOnce(&mut Settings)) -> Settin
     let mut s = Settings::with_defaults(PathBuf::from("/nonexistent/home"), PathBuf::from("."));
     s.discord.enabled = true;
     s.discord.token = Some(TOKEN.into());
-    s.discord.api_base = fake.api_base();
+    s.discord.api_base = fake.api_base().into();
     s.discord.allow_from = vec!["*".into()];
     configure(&mut s);
     s

@@ -30,7 +30,7 @@ fn settings(fake: &FakeTelegram, configure: impl FnOnce(&mut Settings)) -> Setti
     let mut s = Settings::with_defaults(home.clone(), home);
     s.telegram.enabled = true;
     s.telegram.token = Some(TOKEN.into());
-    s.telegram.api_base = fake.api_base();
+    s.telegram.api_base = fake.api_base().into();
     s.telegram.allow_from = vec!["*".into()];
     configure(&mut s);
     s
@@ -609,7 +609,7 @@ async fn send_errors_name_the_chat_not_the_token() {
     let dir = std::env::temp_dir();
     let mut s = Settings::with_defaults(dir.clone(), dir);
     s.telegram.token = Some(TOKEN.into());
-    s.telegram.api_base = format!("http://{closed}");
+    s.telegram.api_base = format!("http://{closed}").into();
     let tg = telegram(&s);
     let err = tg
         .send(&outbound("42", "hi", None))
@@ -629,7 +629,7 @@ async fn api_base_trailing_slash_is_tolerated() {
     let dir = std::env::temp_dir();
     let mut s = Settings::with_defaults(dir.clone(), dir);
     s.telegram.token = Some(TOKEN.into());
-    s.telegram.api_base = format!("{}/", fake.api_base());
+    s.telegram.api_base = format!("{}/", fake.api_base()).into();
     let tg = telegram(&s);
     tg.send(&outbound("42", "hi", None))
         .await

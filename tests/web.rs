@@ -621,7 +621,7 @@ async fn searxng_backend() {
     let server = start().await;
     let base = server.url("/searx");
     let ctx = context(dir.path(), |s| {
-        s.searxng_url = Some(base);
+        s.searxng_url = Some(base.into());
         // SearXNG wins over Ollama when both are set.
         s.ollama_api_key = Some("unused-key".into());
         // The configured backend is reached with web.fetch's guard on (it is on loopback here).
@@ -657,7 +657,7 @@ async fn searxng_backend() {
 
     // An instance without the JSON format answers 403: the error says what to check.
     let base = server.url("/searx-off");
-    let ctx = context(dir.path(), |s| s.searxng_url = Some(base));
+    let ctx = context(dir.path(), |s| s.searxng_url = Some(base.into()));
     let err = call(&ctx, "web.search", json!({"query": "x"}))
         .await
         .unwrap_err();
@@ -676,7 +676,7 @@ async fn ollama_backend() {
     let base = server.url("/ollama/api");
     let ctx = context(dir.path(), |s| {
         s.ollama_api_key = Some("sk-test-123".into());
-        s.ollama_api_base = base;
+        s.ollama_api_base = base.into();
     });
     let out = call(&ctx, "web.search", json!({"query": "what is ollama"}))
         .await
@@ -717,7 +717,7 @@ async fn ollama_errors_name_the_backend_and_never_the_key() {
         let base = server.url(path);
         context(dir.path(), move |s| {
             s.ollama_api_key = Some("sk-secret-456".into());
-            s.ollama_api_base = base;
+            s.ollama_api_base = base.into();
         })
     };
     let q = json!({"query": "x"});

@@ -15,8 +15,8 @@ use super::parse::{
 use super::sources::{self, Layers};
 use super::{
     ConfigError, DEFAULT_MODEL, MAX_ACTIVE_TIME_WINDOW_SECONDS, MAX_MESSAGE_DEBOUNCE_SECONDS,
-    MAX_MESSAGE_DELAY_SECONDS, MAX_MODEL_TIMEOUT_SECONDS, MAX_SESSION_IDLE_SECONDS, Secret,
-    Settings,
+    MAX_MESSAGE_DELAY_SECONDS, MAX_MODEL_TIMEOUT_SECONDS, MAX_SESSION_IDLE_SECONDS, MaskedUrl,
+    Secret, Settings,
 };
 
 /// Where to look for configuration. `Default` means: workspace = CWD, no `--config`, the
@@ -93,7 +93,8 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
 
     s.api_base = l
         .parse("BUB_API_BASE", optional_url("BUB_API_BASE"))?
-        .flatten();
+        .flatten()
+        .map(MaskedUrl::from);
     s.model = match l.parse("BUB_MODEL", |v| {
         parse_model("BUB_MODEL", v, s.api_base.as_deref())
     })? {
@@ -172,7 +173,8 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     set_url(l, "BUB_OLLAMA_API_BASE", &mut s.ollama_api_base)?;
     s.searxng_url = l
         .parse("BUB_SEARXNG_URL", optional_url("BUB_SEARXNG_URL"))?
-        .flatten();
+        .flatten()
+        .map(MaskedUrl::from);
     set(
         l,
         "BUB_WEB_ALLOW_PRIVATE",
@@ -205,7 +207,8 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     )?;
     t.proxy = l
         .parse("BUB_TELEGRAM_PROXY", optional_url("BUB_TELEGRAM_PROXY"))?
-        .flatten();
+        .flatten()
+        .map(MaskedUrl::from);
     set_url(l, "BUB_TELEGRAM_API_BASE", &mut t.api_base)?;
     set(
         l,
@@ -234,7 +237,8 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     )?;
     d.proxy = l
         .parse("BUB_DISCORD_PROXY", optional_url("BUB_DISCORD_PROXY"))?
-        .flatten();
+        .flatten()
+        .map(MaskedUrl::from);
     set_url(l, "BUB_DISCORD_API_BASE", &mut d.api_base)?;
     require_token(d.enabled, &d.token, "BUB_DISCORD")?;
 
@@ -255,9 +259,9 @@ fn set<T>(
 }
 
 /// A URL with a default: `null` keeps the default.
-fn set_url(l: &Layers, var: &str, field: &mut String) -> Result<(), ConfigError> {
+fn set_url(l: &Layers, var: &str, field: &mut MaskedUrl) -> Result<(), ConfigError> {
     if let Some(Some(url)) = l.parse(var, optional_url(var))? {
-        *field = url;
+        *field = url.into();
     }
     Ok(())
 }

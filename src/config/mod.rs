@@ -6,8 +6,8 @@
 //! constants), so no deadline computed from a setting can overflow.
 //!
 //! [`Settings::load`] (in `load.rs`) gathers the sources ([`sources`]) by precedence, then parses
-//! each value ([`parse`]). Secrets (API keys, tokens, proxy credentials) are redacted by the
-//! `Debug` impls here, so a logged `Settings` never leaks them.
+//! each value ([`parse`]). Secrets (API keys, tokens, URL credentials) have types whose `Debug`
+//! hides them ([`secret`]), so a logged `Settings` never leaks them.
 
 mod load;
 mod parse;
@@ -17,12 +17,11 @@ mod sources;
 #[cfg(test)]
 mod tests;
 
-use std::fmt;
 use std::path::PathBuf;
 
 pub use load::LoadOptions;
 pub use providers::provider_base_url;
-pub use secret::Secret;
+pub use secret::{MaskedUrl, Secret};
 
 /// The variables whose values are Bub's own secrets: they are removed from the environment of
 /// every child process (`bash`), and their values are redacted from tool output.
@@ -94,15 +93,16 @@ pub const MAX_ACTIVE_TIME_WINDOW_SECONDS: f64 = 86_400.0;
 /// The largest `BUB_SESSION_IDLE_SECONDS`: 30 days.
 pub const MAX_SESSION_IDLE_SECONDS: f64 = 2_592_000.0;
 
-/// All settings of one process. Field docs name the environment variable.
-#[derive(Clone)]
+/// All settings of one process. Field docs name the environment variable. `Debug` shows no
+/// secret: keys and tokens are [`Secret`]s, URLs [`MaskedUrl`]s.
+#[derive(Debug, Clone)]
 pub struct Settings {
     /// `BUB_MODEL`: `provider:model`, default `openrouter:qwen/qwen3-coder-next`.
     pub model: String,
     /// First non-empty of `BUB_API_KEY`, `LLM_API_KEY`, `OPENROUTER_API_KEY`. Never logged.
     pub api_key: Option<Secret>,
     /// `BUB_API_BASE`: overrides the provider's default base URL.
-    pub api_base: Option<String>,
+    pub api_base: Option<MaskedUrl>,
     /// `BUB_MAX_TOKENS` (default 1024, ≥ 1).
     pub max_tokens: u32,
     /// `BUB_MODEL_TIMEOUT_SECONDS` (default 90, at most one day; `null`/`0` = none). Covers the
@@ -145,10 +145,10 @@ pub struct Settings {
     /// `BUB_OLLAMA_API_KEY`.
     pub ollama_api_key: Option<Secret>,
     /// `BUB_OLLAMA_API_BASE` (default `https://ollama.com/api`).
-    pub ollama_api_base: String,
+    pub ollama_api_base: MaskedUrl,
     /// `BUB_SEARXNG_URL`: a SearXNG instance (JSON format enabled) for `web.search`; preferred
     /// over Ollama's web search when both are set.
-    pub searxng_url: Option<String>,
+    pub searxng_url: Option<MaskedUrl>,
     /// `BUB_WEB_ALLOW_PRIVATE` (default false): `web.fetch` may reach loopback, private and
     /// link-local addresses.
     pub web_allow_private: bool,
@@ -165,7 +165,7 @@ pub struct Settings {
 }
 
 /// `BUB_TELEGRAM_*`.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct TelegramSettings {
     pub enabled: bool,
     pub token: Option<Secret>,
@@ -174,16 +174,16 @@ pub struct TelegramSettings {
     /// `BUB_TELEGRAM_OWNERS`: user ids that get every tool.
     pub owners: Vec<String>,
     pub allow_chats: Vec<String>,
-    pub proxy: Option<String>,
+    pub proxy: Option<MaskedUrl>,
     /// `BUB_TELEGRAM_API_BASE` (default `https://api.telegram.org`).
-    pub api_base: String,
+    pub api_base: MaskedUrl,
     /// `BUB_TELEGRAM_DROP_PENDING_UPDATES` (default false): discard messages sent while the
     /// daemon was not running.
     pub drop_pending_updates: bool,
 }
 
 /// `BUB_DISCORD_*`.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct DiscordSettings {
     pub enabled: bool,
     pub token: Option<Secret>,
@@ -193,9 +193,9 @@ pub struct DiscordSettings {
     pub owners: Vec<String>,
     pub allow_channels: Vec<String>,
     pub command_prefix: String,
-    pub proxy: Option<String>,
+    pub proxy: Option<MaskedUrl>,
     /// `BUB_DISCORD_API_BASE` (default `https://discord.com`).
-    pub api_base: String,
+    pub api_base: MaskedUrl,
 }
 
 impl Settings {
@@ -225,7 +225,7 @@ impl Settings {
             scheduler_enabled: true,
             scheduler_catch_up: true,
             ollama_api_key: None,
-            ollama_api_base: DEFAULT_OLLAMA_API_BASE.to_owned(),
+            ollama_api_base: DEFAULT_OLLAMA_API_BASE.into(),
             searxng_url: None,
             web_allow_private: false,
             sandbox: SandboxMode::Guests,
@@ -255,7 +255,7 @@ impl Settings {
     /// provider, which [`Settings::load`] and [`Settings::set_model`] reject).
     pub fn model_base_url(&self) -> String {
         match &self.api_base {
-            Some(base) => base.clone(),
+            Some(base) => base.to_string(),
             None => provider_base_url(self.provider())
                 .unwrap_or_default()
                 .to_owned(),
@@ -279,7 +279,7 @@ impl Settings {
         let urls = [
             self.api_base.as_deref(),
             self.searxng_url.as_deref(),
-            Some(self.ollama_api_base.as_str()),
+            Some(&*self.ollama_api_base),
             self.telegram.proxy.as_deref(),
             self.discord.proxy.as_deref(),
         ];
@@ -303,7 +303,7 @@ impl Default for TelegramSettings {
             owners: Vec::new(),
             allow_chats: Vec::new(),
             proxy: None,
-            api_base: DEFAULT_TELEGRAM_API_BASE.to_owned(),
+            api_base: DEFAULT_TELEGRAM_API_BASE.into(),
             drop_pending_updates: false,
         }
     }
@@ -319,86 +319,7 @@ impl Default for DiscordSettings {
             allow_channels: Vec::new(),
             command_prefix: "!".to_owned(),
             proxy: None,
-            api_base: DEFAULT_DISCORD_API_BASE.to_owned(),
+            api_base: DEFAULT_DISCORD_API_BASE.into(),
         }
-    }
-}
-
-/// A proxy URL with its `user:password@` masked.
-fn proxy(value: &Option<String>) -> Option<String> {
-    value.as_deref().map(parse::redact_url_text)
-}
-
-impl fmt::Debug for Settings {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Settings")
-            .field("model", &self.model)
-            .field("api_key", &self.api_key)
-            .field(
-                "api_base",
-                &self.api_base.as_deref().map(parse::redact_url_text),
-            )
-            .field("max_tokens", &self.max_tokens)
-            .field("model_timeout_seconds", &self.model_timeout_seconds)
-            .field("system_prompt", &self.system_prompt)
-            .field("home", &self.home)
-            .field("workspace", &self.workspace)
-            .field("tape_name", &self.tape_name)
-            .field("max_steps", &self.max_steps)
-            .field("proactive_response", &self.proactive_response)
-            .field("message_delay_seconds", &self.message_delay_seconds)
-            .field("message_debounce_seconds", &self.message_debounce_seconds)
-            .field(
-                "active_time_window_seconds",
-                &self.active_time_window_seconds,
-            )
-            .field("mention_keyword", &self.mention_keyword)
-            .field("session_idle_seconds", &self.session_idle_seconds)
-            .field("scheduler_enabled", &self.scheduler_enabled)
-            .field("scheduler_catch_up", &self.scheduler_catch_up)
-            .field("ollama_api_key", &self.ollama_api_key)
-            .field("ollama_api_base", &self.ollama_api_base)
-            .field(
-                "searxng_url",
-                &self.searxng_url.as_deref().map(parse::redact_url_text),
-            )
-            .field("web_allow_private", &self.web_allow_private)
-            .field("sandbox", &self.sandbox)
-            .field("guest_tools", &self.guest_tools)
-            .field("telegram", &self.telegram)
-            .field("discord", &self.discord)
-            .field("log_level", &self.log_level)
-            .field("log_format", &self.log_format)
-            .finish()
-    }
-}
-
-impl fmt::Debug for TelegramSettings {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("TelegramSettings")
-            .field("enabled", &self.enabled)
-            .field("token", &self.token)
-            .field("allow_from", &self.allow_from)
-            .field("owners", &self.owners)
-            .field("allow_chats", &self.allow_chats)
-            .field("proxy", &proxy(&self.proxy))
-            .field("api_base", &self.api_base)
-            .field("drop_pending_updates", &self.drop_pending_updates)
-            .finish()
-    }
-}
-
-impl fmt::Debug for DiscordSettings {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DiscordSettings")
-            .field("enabled", &self.enabled)
-            .field("token", &self.token)
-            .field("allow_from", &self.allow_from)
-            .field("owners", &self.owners)
-            .field("allow_channels", &self.allow_channels)
-            .field("command_prefix", &self.command_prefix)
-            .field("proxy", &proxy(&self.proxy))
-            .field("api_base", &self.api_base)
-            .finish()
     }
 }

@@ -1,8 +1,10 @@
-//! [`Secret`]: a token or API key read from the configuration. Its `Debug` and `Display` show
-//! `***`, so settings can derive `Debug` and be logged without leaking it; the value is read
-//! only through [`Secret::expose`], which makes every use easy to find.
+//! Values of the configuration that must not show in a log: [`Secret`], a token or API key
+//! (`Debug` and `Display` show `***`; the value is read only through [`Secret::expose`], which
+//! makes every use easy to find), and [`MaskedUrl`], a URL that may carry `user:password@`
+//! (`Debug` masks the credentials). With them, the settings derive `Debug` without leaking.
 
 use std::fmt;
+use std::ops::Deref;
 
 /// A secret value (bot token, API key). Never printed.
 #[derive(Clone, PartialEq, Eq)]
@@ -43,9 +45,54 @@ impl fmt::Display for Secret {
     }
 }
 
+/// A URL from the configuration (a proxy, an API base) that may carry `user:password@`. It
+/// reads as the `str` it is; `Debug` masks the credentials.
+#[derive(Clone, PartialEq, Eq)]
+pub struct MaskedUrl(String);
+
+impl Deref for MaskedUrl {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for MaskedUrl {
+    fn from(value: &str) -> Self {
+        Self(value.to_owned())
+    }
+}
+
+impl From<String> for MaskedUrl {
+    fn from(value: String) -> Self {
+        Self(value)
+    }
+}
+
+impl PartialEq<&str> for MaskedUrl {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl fmt::Debug for MaskedUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&super::parse::redact_url_text(&self.0), f)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn urls_show_without_their_credentials() {
+        let url = MaskedUrl::from("http://user:hunter2@proxy:3128");
+        assert_eq!(format!("{url:?}"), "\"http://***@proxy:3128\"");
+        assert_eq!(&*url, "http://user:hunter2@proxy:3128");
+        assert_eq!(url, "http://user:hunter2@proxy:3128");
+    }
 
     #[test]
     fn never_printed() {

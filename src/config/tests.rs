@@ -115,7 +115,8 @@ fn defaults_match_the_reference() {
 fn with_defaults_agrees_with_load() {
     let fx = Fixture::new();
     let loaded = fx.load(&[]).unwrap();
-    let built = Settings::with_defaults(loaded.home.clone(), loaded.workspace.clone());
+    let mut built = Settings::with_defaults(loaded.home.clone(), loaded.workspace.clone());
+    built.user_home = loaded.user_home.clone(); // from HOME, not a setting
     assert_eq!(format!("{loaded:?}"), format!("{built:?}"));
 }
 
