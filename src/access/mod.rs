@@ -240,7 +240,7 @@ impl Access {
     pub fn file(&self) -> Arc<AccessFile> {
         let stamp = self.store.stamp();
         let mut cache = self.cache.lock().expect("access cache");
-        if cache.stamp != stamp || stamp.is_none() {
+        if cache.stamp != stamp {
             let file = match self.store.load() {
                 Ok(file) => file,
                 Err(e) => {

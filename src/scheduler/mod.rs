@@ -29,7 +29,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use job::{Job, Trigger};
-pub use store::{JobStore, Stamp};
+pub use crate::storage::Stamp;
+pub use store::JobStore;
 
 /// How often the owner looks for changes made by other processes (a `stat` of `jobs.json`).
 pub const POLL: Duration = Duration::from_secs(1);

@@ -19,10 +19,9 @@
 //!   `jobs.rejected.json` that does not parse.
 
 use std::collections::HashSet;
-use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind, Write};
+use std::fs::{self, File};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
@@ -30,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::job::Job;
+use crate::storage::{self, Stamp};
 
 const VERSION: u32 = 1;
 
@@ -97,14 +97,6 @@ struct Read {
     jobs: Vec<Job>,
     /// Jobs that cannot run and could not be set aside; a rewrite keeps them as they were.
     kept: Vec<Box<RawValue>>,
-}
-
-/// What identifies one version of the file, to notice changes by other processes cheaply.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamp {
-    modified: Option<SystemTime>,
-    len: u64,
-    inode: u64,
 }
 
 /// Handle on `jobs.json` (cheap to create; holds no open file).
@@ -183,28 +175,11 @@ impl JobStore {
 
     /// The file's current version (`None` when it does not exist).
     pub fn stamp(&self) -> Option<Stamp> {
-        use std::os::unix::fs::MetadataExt;
-        let meta = fs::metadata(&self.path).ok()?;
-        Some(Stamp {
-            modified: meta.modified().ok(),
-            len: meta.len(),
-            inode: meta.ino(),
-        })
+        Stamp::of(&self.path)
     }
 
     fn lock(&self) -> anyhow::Result<File> {
-        if let Some(dir) = self.lock_path.parent() {
-            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        }
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&self.lock_path)
-            .with_context(|| format!("opening {}", self.lock_path.display()))?;
-        file.lock()
-            .with_context(|| format!("locking {}", self.lock_path.display()))?;
-        Ok(file)
+        storage::lock(&self.lock_path)
     }
 
     /// Reads the jobs (lock held). A missing file is an empty list; one that is not JSON or has
@@ -403,20 +378,7 @@ fn move_aside(path: &Path, now: DateTime<Utc>) -> anyhow::Result<PathBuf> {
     Ok(aside)
 }
 
-/// Atomically replaces `path` with `value` as pretty JSON: temp file in the same folder,
-/// fsync, rename, fsync of the folder. The temp file is removed if anything fails.
+/// Atomically replaces `path` with `value` as pretty JSON ([`storage::write_atomic`]).
 fn write_atomic(path: &Path, value: &impl Serialize) -> anyhow::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let body = serde_json::to_vec_pretty(value)?;
-    let mut tmp = tempfile::NamedTempFile::new_in(dir)
-        .with_context(|| format!("creating a temp file in {}", dir.display()))?;
-    tmp.write_all(&body)?;
-    tmp.write_all(b"\n")?;
-    tmp.as_file().sync_all()?;
-    tmp.persist(path)
-        .with_context(|| format!("replacing {}", path.display()))?;
-    if let Ok(dir) = File::open(dir) {
-        let _ = dir.sync_all();
-    }
-    Ok(())
+    storage::write_atomic(path, &serde_json::to_vec_pretty(value)?, None)
 }
