@@ -28,8 +28,8 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use job::{Job, Trigger};
 pub use crate::storage::Stamp;
+pub use job::{Job, Trigger};
 pub use store::JobStore;
 
 /// How often the owner looks for changes made by other processes (a `stat` of `jobs.json`).
