@@ -36,6 +36,12 @@ pub use store::{AccessFile, AccessStore, Paired};
 /// The channels access applies to.
 pub const CHANNELS: [&str; 2] = ["telegram", "discord"];
 
+/// The (channel, chat id) of a chat session id (`telegram:42`), if it is one.
+pub fn session_chat(session_id: &str) -> Option<(&str, &str)> {
+    let (channel, chat) = session_id.split_once(':')?;
+    CHANNELS.contains(&channel).then_some((channel, chat))
+}
+
 /// What an admitted sender may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -16,11 +16,10 @@ use serde_json::json;
 
 use super::JobRunner;
 use super::job::{Job, local_time};
-use crate::access::Authority;
+use crate::access::{Authority, session_chat};
 use crate::agent::AgentRuntime;
 use crate::channels::Outbound;
 use crate::channels::session::render_output;
-use crate::tools::context::session_chat;
 
 /// Runs jobs with the agent and delivers answers through its outbox (the running adapters in
 /// `bub message`, send-only ones in `bub idle`).

@@ -54,7 +54,7 @@ impl Job {
     pub fn recorded_authority(&self) -> Authority {
         match &self.creator {
             Some(creator) => creator.clone(),
-            None if crate::tools::context::session_chat(&self.session).is_some() => Authority {
+            None if crate::access::session_chat(&self.session).is_some() => Authority {
                 role: Role::Guest,
                 senders: Vec::new(),
             },

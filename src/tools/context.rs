@@ -179,14 +179,6 @@ impl ToolContext {
 
     /// The (channel, chat id) of this session when it is a chat (`telegram:42`).
     pub fn session_chat(&self) -> Option<(&str, &str)> {
-        session_chat(&self.session.id)
+        crate::access::session_chat(&self.session.id)
     }
-}
-
-/// The (channel, chat id) of a chat session id (`telegram:42`), if it is one.
-pub fn session_chat(session_id: &str) -> Option<(&str, &str)> {
-    let (channel, chat) = session_id.split_once(':')?;
-    crate::access::CHANNELS
-        .contains(&channel)
-        .then_some((channel, chat))
 }
