@@ -12,6 +12,7 @@ pub mod agent;
 pub mod channels;
 pub mod cli;
 pub mod config;
+pub mod inbox;
 pub mod llm;
 pub mod logging;
 pub mod memory;

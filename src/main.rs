@@ -303,7 +303,12 @@ async fn message(settings: Settings) -> ExitCode {
         Err(e) => return setup_failed(&e),
     };
     agent.outbox().install(&channels);
-    let mut manager = ChannelManager::new(agent.clone(), cfg);
+    let inbox_path = agent.settings().home.join("inbox.jsonl");
+    let (inbox, _resume) = match bub::inbox::Inbox::open(&inbox_path, |m| Some(m.role)) {
+        Ok(opened) => opened,
+        Err(e) => return setup_failed(&e),
+    };
+    let mut manager = ChannelManager::new(agent.clone(), cfg, Arc::new(inbox));
     for channel in &channels {
         if let Err(e) = manager.add(channel.clone()) {
             eprintln!("bub: {e:#}");

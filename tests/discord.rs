@@ -11,8 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bub::channels::discord::Discord;
-use bub::channels::{Channel, Inbound, Outbound};
+use bub::channels::{Channel, Inbound, InboundSink, Outbound};
 use bub::config::Settings;
+use bub::inbox::Inbox;
 use serde_json::{Value, json};
 use support::fake_discord::{self, FakeDiscord, Msg, user};
 use tokio::sync::mpsc;
@@ -67,7 +68,11 @@ impl Bot {
         let stop = CancellationToken::new();
         let task = tokio::spawn({
             let (discord, stop) = (Arc::clone(&discord), stop.clone());
-            async move { discord.run(tx, stop).await }
+            async move {
+                discord
+                    .run(InboundSink::new(Arc::new(Inbox::memory()), tx), stop)
+                    .await
+            }
         });
         Bot {
             discord,

@@ -11,7 +11,8 @@ use async_trait::async_trait;
 use bub::agent::TurnResult;
 use bub::channels::manager::ChannelManager;
 use bub::channels::session::{SessionConfig, TurnRunner};
-use bub::channels::{Channel, Inbound, Outbound};
+use bub::channels::{Channel, Inbound, InboundSink, Outbound};
+use bub::inbox::Inbox;
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -64,22 +65,18 @@ impl Channel for Scripted {
         self.name
     }
 
-    async fn run(
-        &self,
-        inbound: mpsc::UnboundedSender<Inbound>,
-        shutdown: CancellationToken,
-    ) -> anyhow::Result<()> {
+    async fn run(&self, inbound: InboundSink, shutdown: CancellationToken) -> anyhow::Result<()> {
         if let Some(message) = self.fail {
             anyhow::bail!("{message}");
         }
         for message in &self.script {
-            inbound.send(message.clone()).unwrap();
+            inbound.deliver(message.clone(), None).unwrap();
         }
         let mut inject = self.inject.lock().unwrap().take().unwrap();
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return Ok(()),
-                Some(message) = inject.recv() => inbound.send(message).unwrap(),
+                Some(message) = inject.recv() => { inbound.deliver(message, None).unwrap(); }
             }
         }
     }
@@ -140,6 +137,8 @@ fn inbound(channel: &str, chat: &str, id: &str, prompt: &str) -> Inbound {
         prompt: prompt.into(),
         mentioned: true,
         reply: false,
+        seq: 0,
+        interrupted: false,
     }
 }
 
@@ -152,7 +151,11 @@ async fn each_chat_gets_its_own_session_and_its_own_replies() {
             inbound("tg", "2", "20", "hi"),
         ],
     );
-    let mut manager = ChannelManager::new(Arc::new(Echo::default()), config());
+    let mut manager = ChannelManager::new(
+        Arc::new(Echo::default()),
+        config(),
+        Arc::new(Inbox::memory()),
+    );
     manager.add(tg.clone()).unwrap();
     let shutdown = CancellationToken::new();
     let run = tokio::spawn({
@@ -176,7 +179,11 @@ async fn each_chat_gets_its_own_session_and_its_own_replies() {
 async fn replies_go_back_through_the_channel_that_owns_the_chat() {
     let (a, _ta) = Scripted::new("alpha", vec![inbound("alpha", "7", "1", "from alpha")]);
     let (b, _tb) = Scripted::new("beta", vec![inbound("beta", "7", "1", "from beta")]);
-    let mut manager = ChannelManager::new(Arc::new(Echo::default()), config());
+    let mut manager = ChannelManager::new(
+        Arc::new(Echo::default()),
+        config(),
+        Arc::new(Inbox::memory()),
+    );
     manager.add(a.clone()).unwrap();
     manager.add(b.clone()).unwrap();
     assert_eq!(manager.channel_names(), ["alpha", "beta"]);
@@ -199,14 +206,22 @@ async fn replies_go_back_through_the_channel_that_owns_the_chat() {
 
 #[tokio::test]
 async fn duplicate_names_and_failing_channels_are_errors() {
-    let mut manager = ChannelManager::new(Arc::new(Echo::default()), config());
+    let mut manager = ChannelManager::new(
+        Arc::new(Echo::default()),
+        config(),
+        Arc::new(Inbox::memory()),
+    );
     let (a, _) = Scripted::new("same", vec![]);
     let (b, _) = Scripted::new("same", vec![]);
     manager.add(a).unwrap();
     let err = manager.add(b).unwrap_err().to_string();
     assert!(err.contains("channel 'same' already registered"), "{err}");
 
-    let mut manager = ChannelManager::new(Arc::new(Echo::default()), config());
+    let mut manager = ChannelManager::new(
+        Arc::new(Echo::default()),
+        config(),
+        Arc::new(Inbox::memory()),
+    );
     manager
         .add(Arc::new(Scripted {
             name: "broken",
@@ -230,7 +245,7 @@ async fn idle_sessions_are_evicted_and_come_back_on_the_next_message() {
     let runner = Arc::new(Echo::default());
     let mut cfg = config();
     cfg.idle_ttl = Duration::from_secs(30);
-    let mut manager = ChannelManager::new(runner.clone(), cfg);
+    let mut manager = ChannelManager::new(runner.clone(), cfg, Arc::new(Inbox::memory()));
     manager.add(tg.clone()).unwrap();
     let actors = manager.actors();
     let shutdown = CancellationToken::new();
@@ -260,7 +275,11 @@ async fn idle_sessions_are_evicted_and_come_back_on_the_next_message() {
 #[tokio::test(start_paused = true)]
 async fn shutdown_drops_a_hanging_turn_after_the_grace_period() {
     let (tg, _tx) = Scripted::new("tg", vec![inbound("tg", "1", "1", "hang forever")]);
-    let mut manager = ChannelManager::new(Arc::new(Echo::default()), config());
+    let mut manager = ChannelManager::new(
+        Arc::new(Echo::default()),
+        config(),
+        Arc::new(Inbox::memory()),
+    );
     manager.add(tg).unwrap();
     let shutdown = CancellationToken::new();
     let started = tokio::time::Instant::now();

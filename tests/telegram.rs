@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 
 use bub::access::{Access, Role};
 use bub::channels::telegram::{START_REPLY, Telegram};
-use bub::channels::{Channel, Inbound, Outbound};
+use bub::channels::{Channel, Inbound, InboundSink, Outbound};
 use bub::config::Settings;
+use bub::inbox::Inbox;
 use serde_json::{Value, json};
 use support::fake_telegram::{
     self, BOT_USERNAME, FakeTelegram, TOKEN, bot_user, group_text, private_text, user,
@@ -55,7 +56,10 @@ fn run(fake: &FakeTelegram, configure: impl FnOnce(&mut Settings)) -> Running {
     let task = tokio::spawn({
         let tg = tg.clone();
         let shutdown = shutdown.clone();
-        async move { tg.run(tx, shutdown).await }
+        async move {
+            tg.run(InboundSink::new(Arc::new(Inbox::memory()), tx), shutdown)
+                .await
+        }
     });
     Running {
         tg,

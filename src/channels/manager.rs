@@ -17,7 +17,8 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::session::{ActorMap, SessionActor, SessionConfig, TurnRunner};
-use super::{Channel, Inbound};
+use super::{Channel, Inbound, InboundSink};
+use crate::inbox::Inbox;
 
 /// How long running turns may take to finish after a shutdown signal.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
@@ -32,15 +33,17 @@ pub struct ChannelManager {
     runner: Arc<dyn TurnRunner>,
     cfg: SessionConfig,
     actors: ActorMap,
+    inbox: Arc<Inbox>,
 }
 
 impl ChannelManager {
-    pub fn new(runner: Arc<dyn TurnRunner>, cfg: SessionConfig) -> Self {
+    pub fn new(runner: Arc<dyn TurnRunner>, cfg: SessionConfig, inbox: Arc<Inbox>) -> Self {
         Self {
             channels: HashMap::new(),
             runner,
             cfg,
             actors: ActorMap::default(),
+            inbox,
         }
     }
 
@@ -78,9 +81,10 @@ impl ChannelManager {
         for channel in self.channels.values() {
             let channel = channel.clone();
             let (tx, stop) = (tx.clone(), stop_channels.clone());
+            let sink = InboundSink::new(self.inbox.clone(), tx);
             adapters.spawn(async move {
                 let name = channel.name();
-                (name, channel.run(tx, stop).await)
+                (name, channel.run(sink, stop).await)
             });
         }
         drop(tx);

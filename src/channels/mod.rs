@@ -28,11 +28,14 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use serde::{Deserialize, Serialize};
+
 use crate::access::{Access, Authority, Principal, Role};
 use crate::config::{ConfigError, Settings};
+use crate::inbox::{Inbox, Received};
 
 /// One inbound platform message from an admitted sender in an allowed chat.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Inbound {
     /// The adapter's name (`telegram`, `discord`).
     pub channel: String,
@@ -54,6 +57,13 @@ pub struct Inbound {
     pub mentioned: bool,
     /// Answers to this message should be sent as a reply to it (groups).
     pub reply: bool,
+    /// The inbox's sequence number (0: not journaled, e.g. in tests).
+    #[serde(skip)]
+    pub seq: u64,
+    /// A restart interrupted the turn that was answering this message: it runs again once,
+    /// and the prompt says so.
+    #[serde(skip)]
+    pub interrupted: bool,
 }
 
 impl Inbound {
@@ -81,7 +91,7 @@ impl Inbound {
 }
 
 /// One text to deliver to a chat.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Outbound {
     pub chat_id: String,
     /// The answer as Markdown-ish text; the adapter renders and splits it for its platform.
@@ -96,14 +106,11 @@ pub trait Channel: Send + Sync + 'static {
     /// Unique name, also the session prefix (`telegram`).
     fn name(&self) -> &'static str;
 
-    /// Connects and receives until `shutdown` is cancelled, sending every allowed message to
-    /// `inbound` (addressed or not: the session decides about follow-ups). Returns an error only
-    /// when the platform cannot be served at all (e.g. the token is rejected at startup).
-    async fn run(
-        &self,
-        inbound: mpsc::UnboundedSender<Inbound>,
-        shutdown: CancellationToken,
-    ) -> anyhow::Result<()>;
+    /// Connects and receives until `shutdown` is cancelled, handing every allowed message to
+    /// `inbound` (addressed or not: the session decides about follow-ups) **before** confirming
+    /// it to the platform. Returns an error only when the platform cannot be served at all
+    /// (e.g. the token is rejected at startup).
+    async fn run(&self, inbound: InboundSink, shutdown: CancellationToken) -> anyhow::Result<()>;
 
     /// Delivers one text (rendered, split into platform-sized messages, rate limits honoured).
     /// Errors are returned after the adapter's own retries; the caller logs them.
@@ -116,6 +123,49 @@ pub trait Channel: Send + Sync + 'static {
     /// Shows the typing indicator once; the session repeats it while a turn runs.
     async fn typing(&self, _chat_id: &str) -> anyhow::Result<()> {
         Ok(())
+    }
+}
+
+/// Where an adapter hands what it received: the durable inbox first, then the session actors.
+#[derive(Clone)]
+pub struct InboundSink {
+    inbox: Arc<Inbox>,
+    tx: mpsc::UnboundedSender<Inbound>,
+}
+
+impl InboundSink {
+    pub fn new(inbox: Arc<Inbox>, tx: mpsc::UnboundedSender<Inbound>) -> Self {
+        Self { inbox, tx }
+    }
+
+    /// Journals `inbound` and passes it on. `cursor` is the platform's position to resume
+    /// from (Telegram's update id). `Ok(false)`: a message received before, dropped. An error
+    /// means it is **not** on disk: the adapter must not confirm it to the platform.
+    pub fn deliver(&self, mut inbound: Inbound, cursor: Option<u64>) -> anyhow::Result<bool> {
+        match self.inbox.receive(&mut inbound, cursor)? {
+            Received::Duplicate => {
+                tracing::info!(session = %inbound.session_id(),
+                    message_id = %inbound.message_id, "inbox.duplicate");
+                Ok(false)
+            }
+            Received::New(_) => {
+                if self.tx.send(inbound).is_err() {
+                    // The manager stopped: the message is journaled and resumes on restart.
+                    tracing::debug!("inbound receiver closed");
+                }
+                Ok(true)
+            }
+        }
+    }
+
+    /// The platform cursor journaled for `channel` (Telegram: the last update id taken).
+    pub fn cursor(&self, channel: &str) -> Option<u64> {
+        self.inbox.cursor(channel)
+    }
+
+    /// The newest message id seen per chat of `channel`, most recently active first.
+    pub fn last_seen(&self, channel: &str, limit: usize) -> Vec<(String, u64)> {
+        self.inbox.last_seen(channel, limit)
     }
 }
 

@@ -19,11 +19,7 @@ impl Channel for FakeChannel {
     fn name(&self) -> &'static str {
         "fake"
     }
-    async fn run(
-        &self,
-        _: mpsc::UnboundedSender<Inbound>,
-        _: CancellationToken,
-    ) -> anyhow::Result<()> {
+    async fn run(&self, _: super::super::InboundSink, _: CancellationToken) -> anyhow::Result<()> {
         Ok(())
     }
     async fn send(&self, out: &Outbound) -> anyhow::Result<()> {
@@ -172,6 +168,8 @@ impl Harness {
                 prompt: prompt.into(),
                 mentioned,
                 reply: true,
+                seq: 0,
+                interrupted: false,
             })
             .unwrap();
     }

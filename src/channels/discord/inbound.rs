@@ -21,7 +21,7 @@ use super::lookup::Lookups;
 use super::prompt;
 use super::rest::Rest;
 use crate::access::{Access, Request, Role, User, pairing};
-use crate::channels::Inbound;
+use crate::channels::{Inbound, InboundSink};
 
 /// The bot's own user, known once the gateway said READY.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,7 +37,7 @@ pub struct Pipeline {
     pub rest: Arc<Rest>,
     pub lookups: Lookups,
     pub bot: watch::Receiver<Option<BotUser>>,
-    pub inbound: mpsc::UnboundedSender<Inbound>,
+    pub inbound: InboundSink,
 }
 
 impl Pipeline {
@@ -52,9 +52,12 @@ impl Pipeline {
             };
             let Some(bot) = bot else { return };
             if let Some(item) = self.handle(&msg, bot).await
-                && self.inbound.send(item).is_err()
+                && let Err(e) = self.inbound.deliver(item, None)
             {
-                return;
+                // Discord does not replay messages: this one is lost unless the catch-up
+                // after a restart finds it.
+                tracing::error!(channel_id = %msg.channel_id, message_id = %msg.id,
+                    error = %format!("{e:#}"), "discord.inbox.error");
             }
         }
     }
@@ -86,6 +89,8 @@ impl Pipeline {
             prompt: prompt::build(msg, text),
             mentioned: reason.is_some(),
             reply: true,
+            seq: 0,
+            interrupted: false,
         };
         tracing::info!(channel_id = %msg.channel_id, message_id = %msg.id,
             sender_id = %msg.author.id, mentioned = item.mentioned, %role,

@@ -48,7 +48,7 @@ use inbound::{BotUser, Pipeline};
 use lookup::Lookups;
 use rest::{Rest, RestError};
 
-use super::{Channel, Inbound, Outbound, text};
+use super::{Channel, InboundSink, Outbound, text};
 use crate::access::Access;
 use crate::config::{ConfigError, DEFAULT_DISCORD_API_BASE, Settings};
 
@@ -261,11 +261,7 @@ impl Channel for Discord {
         "discord"
     }
 
-    async fn run(
-        &self,
-        inbound: mpsc::UnboundedSender<Inbound>,
-        shutdown: CancellationToken,
-    ) -> anyhow::Result<()> {
+    async fn run(&self, inbound: InboundSink, shutdown: CancellationToken) -> anyhow::Result<()> {
         if self.token.is_empty() {
             return Err(
                 ConfigError::new("BUB_DISCORD_TOKEN", "no Discord bot token is set").into(),

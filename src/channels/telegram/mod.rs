@@ -33,11 +33,10 @@ use teloxide::types::{
     AllowedUpdate, ChatAction, MessageId, ParseMode, Recipient, ReplyParameters,
 };
 use teloxide::update_listeners::Polling;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use self::filter::{BotIdentity, Command};
-use super::{Channel, Inbound, Outbound, text};
+use super::{Channel, Inbound, InboundSink, Outbound, text};
 use crate::access::{Access, User, pairing};
 use crate::config::{ConfigError, Settings};
 use crate::time::server_wait;
@@ -209,11 +208,7 @@ impl Channel for Telegram {
         "telegram"
     }
 
-    async fn run(
-        &self,
-        inbound: mpsc::UnboundedSender<Inbound>,
-        shutdown: CancellationToken,
-    ) -> anyhow::Result<()> {
+    async fn run(&self, inbound: InboundSink, shutdown: CancellationToken) -> anyhow::Result<()> {
         let me = tokio::select! {
             me = self.bot.get_me().send() => me.map_err(|e| self.startup_error(&e))?,
             () = shutdown.cancelled() => return Ok(()),
@@ -344,7 +339,7 @@ struct Handler {
     access: Arc<Access>,
     allow_chats: Vec<String>,
     keyword: String,
-    inbound: mpsc::UnboundedSender<Inbound>,
+    inbound: InboundSink,
 }
 
 impl Handler {
@@ -416,6 +411,8 @@ impl Handler {
             prompt: prompt::build(&msg, &described, content),
             mentioned,
             reply: !msg.chat.is_private(),
+            seq: 0,
+            interrupted: false,
         };
         tracing::info!(
             chat_id,
@@ -426,12 +423,8 @@ impl Handler {
             kind = described.kind,
             "telegram.inbound"
         );
-        if self.inbound.send(inbound).is_err() {
-            tracing::debug!(
-                chat_id,
-                message_id,
-                "telegram.skip: inbound receiver closed"
-            );
+        if let Err(e) = self.inbound.deliver(inbound, None) {
+            tracing::error!(chat_id, message_id, error = %format!("{e:#}"), "telegram.inbox.error");
         }
     }
 

@@ -1,0 +1,118 @@
+//! The inbox journal's line format: one JSON record per line, tagged by `op`.
+//!
+//! ```text
+//! {"op":"recv","seq":7,"cursor":1042,"msg":{...the Inbound...}}
+//! {"op":"start","seqs":[7,8]}
+//! {"op":"answer","channel":"telegram","seqs":[7,8],"out":{"chat_id":"42","text":"...","reply_to":null}}
+//! {"op":"done","seqs":[7,8],"outcome":"sent"}
+//! {"op":"next","seq":8}  {"op":"cursor",...}  {"op":"seen",...}   (written by compaction)
+//! ```
+//!
+//! Reading is tolerant: a torn last line (a crash mid-write) or a line this version does not
+//! understand is skipped and logged, never fatal.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Delivery, Outcome, State};
+use crate::channels::Inbound;
+
+/// One journal line.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub(super) enum Record {
+    Recv {
+        seq: u64,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        cursor: Option<u64>,
+        msg: Inbound,
+    },
+    Start {
+        seqs: Vec<u64>,
+    },
+    Answer(Delivery),
+    Done {
+        seqs: Vec<u64>,
+        outcome: Outcome,
+    },
+    Seen {
+        channel: String,
+        chat: String,
+        id: u64,
+    },
+    Cursor {
+        channel: String,
+        at: u64,
+    },
+    Next {
+        seq: u64,
+    },
+}
+
+impl Record {
+    /// The messages a progress record is about (empty for the others).
+    pub(super) fn seqs(&self) -> &[u64] {
+        match self {
+            Record::Start { seqs } | Record::Done { seqs, .. } => seqs,
+            Record::Answer(d) => &d.seqs,
+            _ => &[],
+        }
+    }
+}
+
+/// The records of a journal file, skipping lines that do not parse.
+pub(super) fn parse(text: &[u8]) -> impl Iterator<Item = Record> + '_ {
+    text.split(|b| *b == b'\n')
+        .enumerate()
+        .filter(|(_, line)| !line.iter().all(u8::is_ascii_whitespace))
+        .filter_map(|(n, line)| match serde_json::from_slice(line) {
+            Ok(record) => Some(record),
+            Err(e) => {
+                tracing::warn!(line = n + 1, error = %e, "inbox.journal.skip");
+                None
+            }
+        })
+}
+
+/// The journal that describes `state` and nothing else: counters, cursors, the chats' last
+/// ids, and each pending message with its progress.
+pub(super) fn snapshot(state: &State) -> String {
+    let mut records = vec![Record::Next {
+        seq: state.next_seq,
+    }];
+    records.extend(state.cursors.iter().map(|(channel, at)| Record::Cursor {
+        channel: channel.clone(),
+        at: *at,
+    }));
+    let mut seen: Vec<_> = state.seen.iter().collect();
+    seen.sort_unstable_by_key(|(_, (_, tick))| *tick);
+    records.extend(
+        seen.into_iter()
+            .map(|((channel, chat), (id, _))| Record::Seen {
+                channel: channel.clone(),
+                chat: chat.clone(),
+                id: *id,
+            }),
+    );
+    for (seq, p) in &state.pending {
+        records.push(Record::Recv {
+            seq: *seq,
+            cursor: None,
+            msg: p.msg.clone(),
+        });
+        records.extend((0..p.attempts).map(|_| Record::Start { seqs: vec![*seq] }));
+    }
+    // Answers after all their messages, once each.
+    for (seq, p) in &state.pending {
+        if let Some(answer) = p.answer.as_ref().filter(|a| a.seqs.first() == Some(seq)) {
+            records.push(Record::Answer(answer.clone()));
+        }
+    }
+    let mut body = String::new();
+    for record in records {
+        if let Ok(line) = serde_json::to_string(&record) {
+            body.push_str(&line);
+            body.push('\n');
+        }
+    }
+    body
+}

@@ -1,0 +1,478 @@
+//! The durable inbox: every admitted inbound message is written to a journal
+//! (`BUB_HOME/inbox.jsonl`) **before** the platform is told it was received, and follows it
+//! through received → in a turn → answered → delivered.
+//!
+//! * [`Inbox::receive`] journals a message (a `recv` record) and gives it a sequence number; a
+//!   message already received (same channel, chat and message id) is reported as a duplicate.
+//! * [`Inbox::started`], [`Inbox::answered`], [`Inbox::done`] record a turn's progress.
+//! * [`Inbox::open`] reads the journal after a restart and returns what is left to do
+//!   ([`Resume`]): answers recorded but not delivered are delivered (never re-run), messages
+//!   whose turn was interrupted run again **once** with a note, messages never started run as
+//!   usual. A message interrupted twice, or an interrupted comma command (commands are not
+//!   idempotent), is given up with a notice to its chat.
+//!
+//! Invariants: a `recv` record is written before [`Inbox::receive`] returns; records are
+//! appended with one `write` each (no fsync: they survive a crash of the process, not of the
+//! machine — see the README's delivery guarantees); the journal is compacted (pending work
+//! and cursors only, atomically replaced) at open and whenever it grows past
+//! [`COMPACT_AT`]; every map is bounded except the pending messages themselves.
+
+mod journal;
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use anyhow::Context;
+use serde::{Deserialize, Serialize};
+
+use crate::channels::{Inbound, Outbound};
+use journal::Record;
+
+/// The journal is rewritten without finished records when it grows past this size.
+pub const COMPACT_AT: u64 = 4 << 20;
+/// Chats whose last message id is remembered (for Discord's catch-up after a restart).
+const SEEN_CHATS: usize = 10_000;
+/// Message keys remembered to recognise a platform delivering the same message twice.
+const RECENT_KEYS: usize = 4_096;
+/// How many times a message's turn may start before it is given up.
+const MAX_ATTEMPTS: u32 = 2;
+
+/// Why a message needs no more work (recorded in `done` records, for the reader).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The answer was accepted by the platform.
+    Sent,
+    /// The turn ended with nothing to send.
+    Silent,
+    /// Not addressed to the bot (outside the follow-up window).
+    Skipped,
+    /// `/stop` cancelled its turn.
+    Cancelled,
+    /// The answer could not be delivered after the adapter's retries.
+    Failed,
+    /// Interrupted too often (or an interrupted command); its chat was told.
+    GaveUp,
+}
+
+/// What a restart has to finish, in the order it was received.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resume {
+    /// A message to handle (again). `interrupted` is set on it when a turn had started.
+    Message(Inbound),
+    /// An answer recorded but not yet accepted by the platform.
+    Deliver(Delivery),
+}
+
+/// An answer to deliver to a chat, with the messages it answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delivery {
+    pub channel: String,
+    pub seqs: Vec<u64>,
+    pub out: Outbound,
+}
+
+impl Resume {
+    /// The session the work belongs to.
+    pub fn session_id(&self) -> String {
+        match self {
+            Resume::Message(m) => m.session_id(),
+            Resume::Deliver(d) => format!("{}:{}", d.channel, d.out.chat_id),
+        }
+    }
+}
+
+/// Whether [`Inbox::receive`] took the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Received {
+    /// Journaled with this sequence number.
+    New(u64),
+    /// Received before (the platform delivered it again): drop it.
+    Duplicate,
+}
+
+/// A message between `recv` and `done`.
+#[derive(Debug, Clone)]
+struct Pending {
+    msg: Inbound,
+    attempts: u32,
+    answer: Option<Delivery>,
+}
+
+/// The in-memory state the journal describes.
+#[derive(Default)]
+struct State {
+    next_seq: u64,
+    pending: BTreeMap<u64, Pending>,
+    /// (channel, chat) → (largest message id seen, recency tick).
+    seen: HashMap<(String, String), (u64, u64)>,
+    tick: u64,
+    /// channel → platform cursor (Telegram's update id).
+    cursors: HashMap<String, u64>,
+    recent: HashSet<(String, String, String)>,
+    recent_order: VecDeque<(String, String, String)>,
+}
+
+/// The inbox of one daemon (one per `BUB_HOME`, see the daemon lock).
+pub struct Inbox {
+    path: Option<PathBuf>,
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    state: State,
+    file: Option<File>,
+    bytes: u64,
+}
+
+impl Inbox {
+    /// An inbox that keeps nothing on disk (tests, embedding): the same rules, no durability.
+    pub fn memory() -> Self {
+        Self {
+            path: None,
+            inner: Mutex::new(Inner {
+                state: State::default(),
+                file: None,
+                bytes: 0,
+            }),
+        }
+    }
+
+    /// Opens (or creates) the journal at `path`, compacts it and returns the work left by the
+    /// previous run. `admitted` re-checks each resumed message's sender (access may have changed
+    /// while Bub was down): `None` drops the message, `Some(role)` sets its role.
+    pub fn open(
+        path: &Path,
+        admitted: impl Fn(&Inbound) -> Option<crate::access::Role>,
+    ) -> anyhow::Result<(Self, Vec<Resume>)> {
+        let mut state = State::default();
+        if path.exists() {
+            let text =
+                std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            for record in journal::parse(&text) {
+                state.apply(record);
+            }
+        }
+        let mut resume = Vec::new();
+        let mut gave_up = Vec::new();
+        // Given-up messages of one chat share one notice.
+        let mut notices: Vec<Delivery> = Vec::new();
+        for (seq, p) in &mut state.pending {
+            if let Some(answer) = &p.answer {
+                if answer.seqs.first() == Some(seq) {
+                    resume.push(Resume::Deliver(answer.clone()));
+                }
+                continue;
+            }
+            let Some(role) = admitted(&p.msg) else {
+                tracing::info!(session = %p.msg.session_id(), seq, "inbox.resume.refused");
+                gave_up.push(*seq);
+                continue;
+            };
+            p.msg.role = role;
+            p.msg.seq = *seq;
+            let interrupted = p.attempts > 0;
+            if interrupted && (p.attempts >= MAX_ATTEMPTS || p.msg.is_command()) {
+                let notice = give_up_notice(*seq, &p.msg);
+                match notices
+                    .iter_mut()
+                    .find(|n| n.channel == notice.channel && n.out.chat_id == notice.out.chat_id)
+                {
+                    Some(n) => n.seqs.push(*seq),
+                    None => notices.push(notice),
+                }
+                continue;
+            }
+            p.msg.interrupted = interrupted;
+            resume.push(Resume::Message(p.msg.clone()));
+        }
+        for seq in gave_up {
+            state.pending.remove(&seq);
+        }
+        for notice in notices {
+            for seq in &notice.seqs {
+                if let Some(p) = state.pending.get_mut(seq) {
+                    p.answer = Some(notice.clone());
+                }
+            }
+            resume.push(Resume::Deliver(notice));
+        }
+        let body = journal::snapshot(&state);
+        crate::storage::write_atomic(path, body.trim_end().as_bytes(), Some(0o600))?;
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        let bytes = body.len() as u64;
+        if !resume.is_empty() {
+            tracing::info!(count = resume.len(), "inbox.resume");
+        }
+        let inbox = Self {
+            path: Some(path.to_path_buf()),
+            inner: Mutex::new(Inner {
+                state,
+                file: Some(file),
+                bytes,
+            }),
+        };
+        Ok((inbox, resume))
+    }
+
+    /// Journals an admitted message before its receipt is confirmed to the platform. `cursor`
+    /// is the platform's position (Telegram's update id), remembered for the next start. An
+    /// error means the message is **not** on disk: do not confirm it.
+    pub fn receive(&self, msg: &mut Inbound, cursor: Option<u64>) -> anyhow::Result<Received> {
+        let mut inner = self.inner.lock().expect("inbox lock");
+        let key = (
+            msg.channel.clone(),
+            msg.chat_id.clone(),
+            msg.message_id.clone(),
+        );
+        if inner.state.recent.contains(&key) {
+            return Ok(Received::Duplicate);
+        }
+        let seq = inner.state.next_seq + 1;
+        msg.seq = seq;
+        inner.append(&Record::Recv {
+            seq,
+            cursor,
+            msg: msg.clone(),
+        })?;
+        inner.state.apply(Record::Recv {
+            seq,
+            cursor,
+            msg: msg.clone(),
+        });
+        inner.maybe_compact(self.path.as_deref());
+        Ok(Received::New(seq))
+    }
+
+    /// A turn started with these messages.
+    pub fn started(&self, seqs: &[u64]) {
+        self.record(Record::Start {
+            seqs: journaled(seqs),
+        });
+    }
+
+    /// The turn's answer, before it is sent (a restart delivers it instead of re-running).
+    pub fn answered(&self, delivery: &Delivery) {
+        let seqs = journaled(&delivery.seqs);
+        if seqs.is_empty() {
+            return;
+        }
+        self.record(Record::Answer(Delivery {
+            seqs,
+            ..delivery.clone()
+        }));
+    }
+
+    /// The messages need no more work.
+    pub fn done(&self, seqs: &[u64], outcome: Outcome) {
+        self.record(Record::Done {
+            seqs: journaled(seqs),
+            outcome,
+        });
+    }
+
+    /// The platform cursor of `channel` (Telegram: the last update id journaled).
+    pub fn cursor(&self, channel: &str) -> Option<u64> {
+        let inner = self.inner.lock().expect("inbox lock");
+        inner.state.cursors.get(channel).copied()
+    }
+
+    /// The newest message id seen per chat of `channel`, most recently active chats first, at
+    /// most `limit` (Discord's catch-up after a restart or a gateway resume).
+    pub fn last_seen(&self, channel: &str, limit: usize) -> Vec<(String, u64)> {
+        let inner = self.inner.lock().expect("inbox lock");
+        let mut chats: Vec<(&String, u64, u64)> = inner
+            .state
+            .seen
+            .iter()
+            .filter(|((ch, _), _)| ch == channel)
+            .map(|((_, chat), (id, tick))| (chat, *id, *tick))
+            .collect();
+        chats.sort_unstable_by_key(|(_, _, tick)| std::cmp::Reverse(*tick));
+        chats
+            .into_iter()
+            .take(limit)
+            .map(|(chat, id, _)| (chat.clone(), id))
+            .collect()
+    }
+
+    /// Messages received and not yet finished.
+    pub fn pending(&self) -> usize {
+        self.inner.lock().expect("inbox lock").state.pending.len()
+    }
+
+    /// Appends a progress record; a failure is logged (the message stays pending and resumes
+    /// after a restart, which is the safe side).
+    fn record(&self, record: Record) {
+        if record.seqs().is_empty() {
+            return;
+        }
+        let mut inner = self.inner.lock().expect("inbox lock");
+        if let Err(e) = inner.append(&record) {
+            tracing::error!(error = %format!("{e:#}"), "inbox.append.error");
+        }
+        inner.state.apply(record);
+        inner.maybe_compact(self.path.as_deref());
+    }
+}
+
+impl Inner {
+    fn append(&mut self, record: &Record) -> anyhow::Result<()> {
+        let Some(file) = self.file.as_mut() else {
+            return Ok(());
+        };
+        let mut line = serde_json::to_vec(record)?;
+        line.push(b'\n');
+        file.write_all(&line).context("writing the inbox journal")?;
+        self.bytes += line.len() as u64;
+        Ok(())
+    }
+
+    /// Rewrites the journal with only what is still needed once it passed [`COMPACT_AT`].
+    fn maybe_compact(&mut self, path: Option<&Path>) {
+        let Some(path) = path else { return };
+        if self.bytes < COMPACT_AT {
+            return;
+        }
+        let body = journal::snapshot(&self.state);
+        let reopened = crate::storage::write_atomic(path, body.trim_end().as_bytes(), Some(0o600))
+            .and_then(|()| {
+                Ok(std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(path)
+                    .with_context(|| format!("opening {}", path.display()))?)
+            });
+        match reopened {
+            Ok(file) => {
+                self.file = Some(file);
+                self.bytes = body.len() as u64;
+                tracing::debug!(bytes = self.bytes, "inbox.compact");
+            }
+            // Keep appending to the old file; the next append retries.
+            Err(e) => tracing::error!(error = %format!("{e:#}"), "inbox.compact.error"),
+        }
+    }
+}
+
+impl State {
+    /// Applies one record (while reading the journal, and after each append).
+    fn apply(&mut self, record: Record) {
+        match record {
+            Record::Recv { seq, cursor, msg } => {
+                self.next_seq = self.next_seq.max(seq);
+                if let Some(cursor) = cursor {
+                    let at = self.cursors.entry(msg.channel.clone()).or_default();
+                    *at = (*at).max(cursor);
+                }
+                if let Ok(id) = msg.message_id.parse::<u64>() {
+                    self.saw(&msg.channel, &msg.chat_id, id);
+                }
+                self.remember(&msg);
+                self.pending.insert(
+                    seq,
+                    Pending {
+                        msg,
+                        attempts: 0,
+                        answer: None,
+                    },
+                );
+            }
+            Record::Start { seqs } => {
+                for seq in seqs {
+                    if let Some(p) = self.pending.get_mut(&seq) {
+                        p.attempts += 1;
+                    }
+                }
+            }
+            Record::Answer(delivery) => {
+                for seq in &delivery.seqs {
+                    if let Some(p) = self.pending.get_mut(seq) {
+                        p.answer = Some(delivery.clone());
+                    }
+                }
+            }
+            Record::Done { seqs, .. } => {
+                for seq in seqs {
+                    self.pending.remove(&seq);
+                }
+            }
+            Record::Seen { channel, chat, id } => self.saw(&channel, &chat, id),
+            Record::Cursor { channel, at } => {
+                let cursor = self.cursors.entry(channel).or_default();
+                *cursor = (*cursor).max(at);
+            }
+            Record::Next { seq } => self.next_seq = self.next_seq.max(seq),
+        }
+    }
+
+    fn saw(&mut self, channel: &str, chat: &str, id: u64) {
+        self.tick += 1;
+        let entry = self
+            .seen
+            .entry((channel.to_owned(), chat.to_owned()))
+            .or_default();
+        entry.0 = entry.0.max(id);
+        entry.1 = self.tick;
+        if self.seen.len() > SEEN_CHATS {
+            // Keep the most recently active half (amortised: once per SEEN_CHATS / 2 chats).
+            let mut ticks: Vec<u64> = self.seen.values().map(|(_, t)| *t).collect();
+            let cut = ticks.len() - SEEN_CHATS / 2;
+            let (_, nth, _) = ticks.select_nth_unstable(cut);
+            let keep_from = *nth;
+            self.seen.retain(|_, (_, t)| *t >= keep_from);
+        }
+    }
+
+    fn remember(&mut self, msg: &Inbound) {
+        let key = (
+            msg.channel.clone(),
+            msg.chat_id.clone(),
+            msg.message_id.clone(),
+        );
+        if self.recent.insert(key.clone()) {
+            self.recent_order.push_back(key);
+        }
+        while self.recent_order.len() > RECENT_KEYS {
+            if let Some(old) = self.recent_order.pop_front() {
+                self.recent.remove(&old);
+            }
+        }
+    }
+}
+
+/// Sequence numbers of journaled messages (0 = a message that never went through the inbox).
+fn journaled(seqs: &[u64]) -> Vec<u64> {
+    seqs.iter().copied().filter(|s| *s > 0).collect()
+}
+
+/// The notice for a message that will not be handled again after a restart.
+fn give_up_notice(seq: u64, msg: &Inbound) -> Delivery {
+    let text = if msg.is_command() {
+        let command = msg.prompt.trim();
+        let command: String = command.chars().take(80).collect();
+        format!(
+            "`{command}` was interrupted by a restart and was not run again. Send it again if it should run."
+        )
+    } else {
+        "I was interrupted twice while answering your message and gave up. Please send it again."
+            .to_owned()
+    };
+    Delivery {
+        channel: msg.channel.clone(),
+        seqs: vec![seq],
+        out: Outbound {
+            chat_id: msg.chat_id.clone(),
+            text,
+            reply_to: msg.reply.then(|| msg.message_id.clone()),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,208 @@
+//! The inbox journal: what a restart resumes, duplicates, compaction, a torn line.
+
+use super::*;
+use crate::access::Role;
+
+fn msg(chat: &str, id: &str, prompt: &str) -> Inbound {
+    Inbound {
+        channel: "telegram".into(),
+        chat_id: chat.into(),
+        message_id: id.into(),
+        sender_id: "7".into(),
+        sender_name: None,
+        role: Role::Owner,
+        prompt: prompt.into(),
+        mentioned: true,
+        reply: false,
+        seq: 0,
+        interrupted: false,
+    }
+}
+
+fn open(path: &Path) -> (Inbox, Vec<Resume>) {
+    Inbox::open(path, |m| Some(m.role)).unwrap()
+}
+
+fn receive(inbox: &Inbox, m: &Inbound) -> u64 {
+    match inbox.receive(&mut m.clone(), None).unwrap() {
+        Received::New(seq) => seq,
+        Received::Duplicate => panic!("duplicate"),
+    }
+}
+
+fn delivery(seqs: Vec<u64>, text: &str) -> Delivery {
+    Delivery {
+        channel: "telegram".into(),
+        seqs,
+        out: Outbound {
+            chat_id: "42".into(),
+            text: text.into(),
+            reply_to: None,
+        },
+    }
+}
+
+#[test]
+fn a_restart_resumes_what_was_not_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let (inbox, resume) = open(&path);
+    assert!(resume.is_empty());
+    let done = receive(&inbox, &msg("42", "1", "answered"));
+    let answered = receive(&inbox, &msg("42", "2", "answer recorded"));
+    let started = receive(&inbox, &msg("42", "3", "in a turn"));
+    let waiting = receive(&inbox, &msg("42", "4", "queued"));
+    inbox.started(&[done]);
+    inbox.answered(&delivery(vec![done], "one"));
+    inbox.done(&[done], Outcome::Sent);
+    inbox.started(&[answered]);
+    inbox.answered(&delivery(vec![answered], "two"));
+    inbox.started(&[started]);
+    drop(inbox);
+
+    let (inbox, resume) = open(&path);
+    assert_eq!(inbox.pending(), 3);
+    assert_eq!(resume.len(), 3, "{resume:?}");
+    assert_eq!(resume[0], Resume::Deliver(delivery(vec![answered], "two")));
+    let Resume::Message(m) = &resume[1] else {
+        panic!("{resume:?}")
+    };
+    assert_eq!(
+        (m.message_id.as_str(), m.interrupted, m.seq),
+        ("3", true, started)
+    );
+    let Resume::Message(m) = &resume[2] else {
+        panic!("{resume:?}")
+    };
+    assert_eq!(
+        (m.message_id.as_str(), m.interrupted, m.seq),
+        ("4", false, waiting)
+    );
+    // New messages continue the numbering.
+    assert_eq!(receive(&inbox, &msg("42", "5", "new")), waiting + 1);
+}
+
+#[test]
+fn an_interrupted_message_runs_again_only_once_and_commands_not_at_all() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let (inbox, _) = open(&path);
+    let twice = receive(&inbox, &msg("42", "1", "crashes me"));
+    let command = receive(&inbox, &msg("42", "2", ",bash cmd='rm x'"));
+    inbox.started(&[twice]);
+    inbox.started(&[command]);
+    drop(inbox);
+    let (inbox, resume) = open(&path);
+    assert!(matches!(&resume[0], Resume::Message(m) if m.seq == twice && m.interrupted));
+    let Resume::Deliver(notice) = &resume[1] else {
+        panic!("{resume:?}")
+    };
+    assert_eq!(notice.seqs, vec![command]);
+    assert!(notice.out.text.contains("was not run again"), "{notice:?}");
+    inbox.started(&[twice]);
+    drop(inbox);
+    let (_, resume) = open(&path);
+    // The notice for the command is still undelivered; the message gave up, in one notice.
+    let notices: Vec<_> = resume
+        .iter()
+        .map(|r| match r {
+            Resume::Deliver(d) => d.seqs.clone(),
+            Resume::Message(m) => panic!("ran a third time: {m:?}"),
+        })
+        .collect();
+    assert_eq!(notices, vec![vec![command], vec![twice]]);
+}
+
+#[test]
+fn duplicates_are_recognised_and_cursors_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let (inbox, _) = open(&path);
+    let mut m = msg("42", "10", "hi");
+    assert!(matches!(
+        inbox.receive(&mut m, Some(500)),
+        Ok(Received::New(_))
+    ));
+    assert_eq!(
+        inbox.receive(&mut m.clone(), Some(500)).unwrap(),
+        Received::Duplicate
+    );
+    let mut other = msg("43", "3", "yo");
+    inbox.receive(&mut other, Some(501)).unwrap();
+    drop(inbox);
+    let (inbox, _) = open(&path);
+    assert_eq!(inbox.cursor("telegram"), Some(501));
+    assert_eq!(
+        inbox.last_seen("telegram", 10),
+        vec![("43".to_owned(), 3), ("42".to_owned(), 10)]
+    );
+    assert_eq!(inbox.last_seen("telegram", 1).len(), 1);
+    assert!(inbox.last_seen("discord", 10).is_empty());
+}
+
+#[test]
+fn refused_senders_are_not_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let (inbox, _) = open(&path);
+    receive(&inbox, &msg("42", "1", "from a revoked user"));
+    drop(inbox);
+    let (inbox, resume) = Inbox::open(&path, |_| None).unwrap();
+    assert!(resume.is_empty());
+    assert_eq!(inbox.pending(), 0);
+}
+
+#[test]
+fn a_torn_last_line_is_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let (inbox, _) = open(&path);
+    receive(&inbox, &msg("42", "1", "kept"));
+    drop(inbox);
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    file.write_all(b"{\"op\":\"recv\",\"seq\":2,\"msg\":{\"chan")
+        .unwrap();
+    let (inbox, resume) = open(&path);
+    assert_eq!(resume.len(), 1);
+    assert_eq!(inbox.pending(), 1);
+    // The journal was rewritten whole: appending works.
+    receive(&inbox, &msg("42", "2", "next"));
+    drop(inbox);
+    assert_eq!(open(&path).1.len(), 2);
+}
+
+#[test]
+fn the_journal_is_compacted_to_pending_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let (inbox, _) = open(&path);
+    let text = "x".repeat(4096);
+    let mut last = 0;
+    for i in 0..2_000 {
+        let seq = receive(&inbox, &msg("42", &i.to_string(), &text));
+        inbox.done(&[seq], Outcome::Silent);
+        last = seq;
+    }
+    let keep = receive(&inbox, &msg("42", "9999", "still waiting"));
+    let size = std::fs::metadata(&path).unwrap().len();
+    assert!(size < COMPACT_AT, "compacted: {size} bytes");
+    drop(inbox);
+    let (inbox, resume) = open(&path);
+    assert_eq!(resume.len(), 1);
+    assert!(matches!(&resume[0], Resume::Message(m) if m.seq == keep));
+    assert_eq!(receive(&inbox, &msg("42", "10000", "n")), last + 2);
+}
+
+#[test]
+fn a_memory_inbox_keeps_the_rules_without_a_file() {
+    let inbox = Inbox::memory();
+    let mut m = msg("42", "1", "hi");
+    assert_eq!(inbox.receive(&mut m, None).unwrap(), Received::New(1));
+    assert_eq!(m.seq, 1);
+    assert_eq!(inbox.receive(&mut m, None).unwrap(), Received::Duplicate);
+    inbox.done(&[1], Outcome::Sent);
+    assert_eq!(inbox.pending(), 0);
+}
