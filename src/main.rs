@@ -11,19 +11,23 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use bub::access::{Access, Authority, Role, who};
+use bub::access::{Access, Authority, Role, User, who};
 use bub::agent::AgentRuntime;
-use bub::channels::Outbound;
 use bub::channels::manager::ChannelManager;
 use bub::channels::outbox::Outbox;
 use bub::channels::session::SessionConfig;
+use bub::channels::{Inbound, Outbound};
 use bub::config::{LoadOptions, Settings};
+use bub::inbox::Inbox;
 use bub::logging::{self, LogTarget};
 use bub::scheduler::fire::AgentJobs;
 use bub::scheduler::{JobStore, Scheduler};
+use bub::storage::PidLock;
 
 /// Exit code for configuration and usage errors.
 const EXIT_CONFIG: u8 = 2;
+/// The daemon's lock file in `BUB_HOME`: one `bub message` per data directory.
+const DAEMON_LOCK: &str = "daemon.lock";
 /// Exit code when a run is interrupted by Ctrl-C (128 + SIGINT).
 const EXIT_INTERRUPTED: u8 = 130;
 
@@ -209,7 +213,7 @@ fn main() -> ExitCode {
         }
     };
     let session_id = cli.common.session_id;
-    runtime.block_on(async move {
+    let code = runtime.block_on(async move {
         match command {
             Command::Run {
                 message,
@@ -230,7 +234,11 @@ fn main() -> ExitCode {
             Command::Idle => idle(settings).await,
             _ => chat(settings, session_id).await,
         }
-    })
+    });
+    // A tool stuck in the kernel (a FIFO, a hung mount) holds a blocking thread that cannot be
+    // cancelled: do not wait for it.
+    runtime.shutdown_background();
+    code
 }
 
 fn load_settings(common: &Common) -> Result<Settings, bub::config::ConfigError> {
@@ -292,9 +300,21 @@ async fn chat(settings: Settings, session_id: String) -> ExitCode {
     finished(bub::cli::run_chat(agent, session_id).await)
 }
 
-/// `bub message`: the channel daemon.
+/// `bub message`: the channel daemon (one per `BUB_HOME`).
 async fn message(settings: Settings) -> ExitCode {
     logging::init(&settings, LogTarget::Stderr);
+    let _daemon = match PidLock::try_take(&settings.home.join(DAEMON_LOCK)) {
+        Ok(PidLock::Held(file)) => file,
+        Ok(PidLock::Taken(pid)) => {
+            let pid = pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
+            eprintln!(
+                "bub: another `bub message` (pid {pid}) is serving BUB_HOME={}; stop it first or use another BUB_HOME",
+                settings.home.display()
+            );
+            return ExitCode::from(EXIT_CONFIG);
+        }
+        Err(e) => return setup_failed(&e),
+    };
     let cfg = SessionConfig::from_settings(&settings);
     let scheduler_enabled = settings.scheduler_enabled;
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
@@ -304,11 +324,20 @@ async fn message(settings: Settings) -> ExitCode {
     };
     agent.outbox().install(&channels);
     let inbox_path = agent.settings().home.join("inbox.jsonl");
-    let (inbox, _resume) = match bub::inbox::Inbox::open(&inbox_path, |m| Some(m.role)) {
+    let access = agent.access().clone();
+    let readmitted = |m: &Inbound| {
+        let user = User {
+            id: &m.sender_id,
+            name: m.sender_name.as_deref(),
+        };
+        access.role(&m.channel, user)
+    };
+    let (inbox, resume) = match Inbox::open(&inbox_path, readmitted) {
         Ok(opened) => opened,
         Err(e) => return setup_failed(&e),
     };
     let mut manager = ChannelManager::new(agent.clone(), cfg, Arc::new(inbox));
+    manager.resume(resume);
     for channel in &channels {
         if let Err(e) = manager.add(channel.clone()) {
             eprintln!("bub: {e:#}");

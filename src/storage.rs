@@ -50,6 +50,48 @@ pub fn lock(path: &Path) -> anyhow::Result<File> {
     Ok(file)
 }
 
+/// An exclusive lock file that names its holder's pid (`BUB_HOME/daemon.lock`): the lock is the
+/// truth (released by the kernel when the process dies, even by SIGKILL); the pid is for
+/// messages.
+pub enum PidLock {
+    /// This process holds the lock while the file is open.
+    Held(File),
+    /// Another process holds it (its pid, when readable).
+    Taken(Option<u32>),
+}
+
+impl PidLock {
+    /// Tries to take the lock on `path` without waiting.
+    pub fn try_take(path: &Path) -> anyhow::Result<PidLock> {
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        let mut file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        match file.try_lock() {
+            Ok(()) => {
+                file.set_len(0)?;
+                writeln!(file, "{}", std::process::id())?;
+                Ok(PidLock::Held(file))
+            }
+            Err(fs::TryLockError::WouldBlock) => {
+                let pid = fs::read_to_string(path)
+                    .ok()
+                    .and_then(|text| text.trim().parse().ok());
+                Ok(PidLock::Taken(pid))
+            }
+            Err(fs::TryLockError::Error(e)) => {
+                Err(e).with_context(|| format!("locking {}", path.display()))
+            }
+        }
+    }
+}
+
 /// Atomically replaces `path` with `body` (plus a final newline); `mode` (e.g. `0o600`) is set
 /// on the temp file before anything is written to it. The temp file is removed on failure.
 pub fn write_atomic(path: &Path, body: &[u8], mode: Option<u32>) -> anyhow::Result<()> {

@@ -120,6 +120,7 @@ fn config() -> SessionConfig {
         debounce: Duration::ZERO,
         delay: Duration::ZERO,
         window: Duration::from_secs(60),
+        max_wait: Duration::from_secs(10),
         idle_ttl: Duration::from_secs(600),
         typing_interval: Duration::from_secs(4),
         proactive_response: false,

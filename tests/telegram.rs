@@ -615,6 +615,9 @@ async fn send_errors_name_the_chat_not_the_token() {
     s.telegram.token = Some(TOKEN.into());
     s.telegram.api_base = format!("http://{closed}").into();
     let tg = telegram(&s);
+    // Connection errors are retried for two minutes (an outage delays, not loses, an answer):
+    // let the paused clock run through the pauses.
+    tokio::time::pause();
     let err = tg
         .send(&outbound("42", "hi", None))
         .await

@@ -47,10 +47,11 @@ pub struct TurnResult {
     pub answered: bool,
 }
 
-/// Per-session state: its tape and what the loop remembers between turns.
+/// Per-session state: its tape, and the turn lock with what the loop remembers between turns.
 struct Session {
     state: Arc<SessionCtx>,
-    last_system: Option<u64>,
+    /// Held for a whole turn; holds the hash of the last system prompt recorded.
+    turn: tokio::sync::Mutex<Option<u64>>,
 }
 
 /// The agent of one process: the process parts (settings, tools, outbox, access, redactor), the
@@ -58,7 +59,8 @@ struct Session {
 pub struct AgentRuntime {
     process: Arc<ProcessCtx>,
     llm: SharedLlm,
-    sessions: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Session>>>>,
+    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    started: std::time::Instant,
 }
 
 impl AgentRuntime {
@@ -86,6 +88,7 @@ impl AgentRuntime {
             process,
             llm,
             sessions: Mutex::new(HashMap::new()),
+            started: std::time::Instant::now(),
         }
     }
 
@@ -112,16 +115,16 @@ impl AgentRuntime {
         &self.process.access
     }
 
-    fn session(&self, session_id: &str) -> anyhow::Result<Arc<tokio::sync::Mutex<Session>>> {
+    fn session(&self, session_id: &str) -> anyhow::Result<Arc<Session>> {
         let mut sessions = self.sessions.lock().expect("sessions lock");
         if let Some(s) = sessions.get(session_id) {
             return Ok(s.clone());
         }
         let state = Arc::new(SessionCtx::open(&self.process.settings, session_id)?);
-        let session = Arc::new(tokio::sync::Mutex::new(Session {
+        let session = Arc::new(Session {
             state,
-            last_system: None,
-        }));
+            turn: tokio::sync::Mutex::new(None),
+        });
         sessions.insert(session_id.to_string(), session.clone());
         Ok(session)
     }
@@ -132,7 +135,7 @@ impl AgentRuntime {
         let mut sessions = self.sessions.lock().expect("sessions lock");
         let idle = sessions
             .get(session_id)
-            .is_some_and(|s| Arc::strong_count(s) == 1 && s.try_lock().is_ok());
+            .is_some_and(|s| Arc::strong_count(s) == 1 && s.turn.try_lock().is_ok());
         if idle {
             sessions.remove(session_id);
         }
@@ -146,9 +149,6 @@ impl AgentRuntime {
     /// The tape summary of a session (for status lines).
     pub fn tape_info(&self, session_id: &str) -> anyhow::Result<TapeInfo> {
         let session = self.session(session_id)?;
-        let session = session
-            .try_lock()
-            .map_err(|_| anyhow::anyhow!("a turn is running"))?;
         let info = session.state.tape.lock().expect("tape lock").info()?;
         Ok(info)
     }
@@ -167,7 +167,7 @@ impl AgentRuntime {
     pub async fn append_event(&self, session_id: &str, name: &str, data: serde_json::Value) {
         let result = match self.session(session_id) {
             Ok(session) => {
-                let session = session.lock().await;
+                let _turn = session.turn.lock().await;
                 let mut tape = session.state.tape.lock().expect("tape lock");
                 tape.event(name, data).map(|_| ())
             }
@@ -176,6 +176,59 @@ impl AgentRuntime {
         if let Err(e) = result {
             tracing::error!(session = session_id, error = %e, "tape.append.error");
         }
+    }
+
+    /// `,new`: a handoff anchor named `new` (after the session's running turn), so the next
+    /// context starts empty; the tape keeps everything before it.
+    pub async fn fresh_context(&self, session_id: &str, who: &Authority) -> anyhow::Result<()> {
+        let session = self.session(session_id)?;
+        let _turn = session.turn.lock().await;
+        let mut tape = session.state.tape.lock().expect("tape lock");
+        tape.ensure_bootstrap()?;
+        let summary = format!("Fresh context requested by {}.", who.describe());
+        tape.handoff("new", Some(&summary), None)
+    }
+
+    /// `,status`: the model, the tape since its last anchor, this chat's scheduled jobs, the
+    /// process's uptime and version. Reads the tape without waiting for a running turn.
+    pub async fn status_text(&self, session_id: &str) -> String {
+        let settings = self.settings();
+        let mut lines = vec![format!(
+            "bub {} · up {}",
+            env!("CARGO_PKG_VERSION"),
+            human_duration(self.started.elapsed())
+        )];
+        lines.push(format!("model: {}", settings.model));
+        match self.tape_info(session_id) {
+            Ok(info) => lines.push(format!(
+                "context: {} entries since anchor {}{}",
+                info.entries_since_last_anchor,
+                info.last_anchor.as_deref().unwrap_or("-"),
+                info.last_token_usage
+                    .map(|t| format!(", {t} tokens in the last request"))
+                    .unwrap_or_default()
+            )),
+            Err(e) => lines.push(format!("context: unavailable ({e:#})")),
+        }
+        let store = crate::scheduler::store::JobStore::new(&settings.home);
+        let jobs = tokio::task::spawn_blocking(move || store.load()).await;
+        match jobs {
+            Ok(Ok(jobs)) => {
+                let mine: Vec<String> = jobs
+                    .iter()
+                    .filter(|j| j.session == session_id)
+                    .map(|j| crate::tools::schedule::job_row(j, false))
+                    .collect();
+                if mine.is_empty() {
+                    lines.push("jobs: none".to_owned());
+                } else {
+                    lines.push(format!("jobs ({}):", mine.len()));
+                    lines.extend(mine.into_iter().map(|row| format!("  {row}")));
+                }
+            }
+            _ => lines.push("jobs: unavailable".to_owned()),
+        }
+        lines.join("\n")
     }
 
     /// Runs one turn in `session_id` for `who` (their role decides the tool policy). Waits for
@@ -190,15 +243,20 @@ impl AgentRuntime {
                 };
             }
         };
-        let mut session = session.lock().await;
+        let mut last_system = session.turn.lock().await;
         let ctx = ToolContext::new(self.process.clone(), session.state.clone(), who.clone());
-        let mut result = self.turn(&mut session, &ctx, text).await;
+        let mut result = self.turn(&mut last_system, &ctx, text).await;
         result.answered = ctx.turn.answered.load(Ordering::Relaxed);
         result
     }
 
     /// One turn in a locked session.
-    async fn turn(&self, session: &mut Session, ctx: &ToolContext, text: &str) -> TurnResult {
+    async fn turn(
+        &self,
+        last_system: &mut Option<u64>,
+        ctx: &ToolContext,
+        text: &str,
+    ) -> TurnResult {
         if let Err(e) = ctx.tape().ensure_bootstrap() {
             return TurnResult {
                 error: Some(format!("tape: {e:#}")),
@@ -229,7 +287,7 @@ impl AgentRuntime {
             router: &router,
             max_steps: self.settings().max_steps,
             max_tokens: self.settings().max_tokens,
-            last_system: &mut session.last_system,
+            last_system,
         }
         .run(&route.model_prompt)
         .await;
@@ -250,5 +308,17 @@ impl AgentRuntime {
             steps: outcome.steps,
             answered: false,
         }
+    }
+}
+
+/// `3d 4h`, `2h 5m`, `4m 10s`, `12s`: the two largest units.
+fn human_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    let (days, hours, minutes, seconds) = (s / 86_400, s / 3_600 % 24, s / 60 % 60, s % 60);
+    match (days, hours, minutes) {
+        (0, 0, 0) => format!("{seconds}s"),
+        (0, 0, _) => format!("{minutes}m {seconds}s"),
+        (0, _, _) => format!("{hours}h {minutes}m"),
+        _ => format!("{days}d {hours}h"),
     }
 }

@@ -2,10 +2,12 @@
 //! session (creating it on first use), and shuts everything down on a signal.
 //!
 //! Invariants: one actor per live session (the [`ActorMap`]); an evicted actor is replaced by a
-//! fresh one on the next message, so memory is bounded by the number of *active* chats;
-//! shutdown stops the adapters first (no new messages), then lets actors finish their pending
-//! work for at most [`SHUTDOWN_GRACE`] before dropping it. Memory goes back to the system when
-//! serving starts and after sessions are evicted ([`crate::memory`]).
+//! fresh one on the next message, so memory is bounded by the number of *active* chats; the
+//! work a restart left ([`Resume`]) reaches its actors before any new message; shutdown stops
+//! the adapters first (no new messages), lets running turns finish for at most
+//! [`SHUTDOWN_GRACE`], then drops them (their shell commands are killed; the inbox resumes
+//! them on the next start). Memory goes back to the system when serving starts and after
+//! sessions are evicted ([`crate::memory`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,9 +18,16 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::session::{ActorMap, SessionActor, SessionConfig, TurnRunner};
+use super::session::{ActorMap, Mail, SessionActor, SessionConfig, TurnRunner};
 use super::{Channel, Inbound, InboundSink};
-use crate::inbox::Inbox;
+
+/// The actors' task tracker, stop and abort tokens.
+type Tokens<'a> = (
+    &'a TaskTracker,
+    &'a CancellationToken,
+    &'a CancellationToken,
+);
+use crate::inbox::{Inbox, Resume};
 
 /// How long running turns may take to finish after a shutdown signal.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
@@ -34,6 +43,7 @@ pub struct ChannelManager {
     cfg: SessionConfig,
     actors: ActorMap,
     inbox: Arc<Inbox>,
+    resume: std::sync::Mutex<Vec<Resume>>,
 }
 
 impl ChannelManager {
@@ -44,7 +54,13 @@ impl ChannelManager {
             cfg,
             actors: ActorMap::default(),
             inbox,
+            resume: std::sync::Mutex::default(),
         }
+    }
+
+    /// Work left by the previous run ([`Inbox::open`]), handed to the actors when serving starts.
+    pub fn resume(&mut self, work: Vec<Resume>) {
+        *self.resume.get_mut().expect("resume lock") = work;
     }
 
     /// Adds an adapter; names must be unique.
@@ -90,7 +106,17 @@ impl ChannelManager {
         drop(tx);
 
         let actors_stop = CancellationToken::new();
+        let actors_abort = CancellationToken::new();
         let tracker = TaskTracker::new();
+        let tokens = (&tracker, &actors_stop, &actors_abort);
+        let resume = std::mem::take(&mut *self.resume.lock().expect("resume lock"));
+        for work in resume {
+            let (channel, mail) = match work {
+                Resume::Message(m) => (m.channel.clone(), Mail::Resumed(m)),
+                Resume::Deliver(d) => (d.channel.clone(), Mail::Deliver(d)),
+            };
+            self.route(&channel, mail, tokens);
+        }
         let mut failure = None;
         let mut receiving = true;
         let mut trim = tokio::time::interval(TRIM_CHECK_EVERY);
@@ -110,7 +136,7 @@ impl ChannelManager {
                     peak_sessions = live;
                 }
                 inbound = rx.recv(), if receiving => match inbound {
-                    Some(inbound) => self.route(inbound, &tracker, &actors_stop),
+                    Some(inbound) => self.route(&inbound.channel.clone(), Mail::Message(inbound), tokens),
                     None => receiving = false,
                 },
                 done = adapters.join_next() => {
@@ -129,7 +155,7 @@ impl ChannelManager {
         stop_channels.cancel();
         // Messages already received still reach their sessions.
         while let Ok(inbound) = rx.try_recv() {
-            self.route(inbound, &tracker, &actors_stop);
+            self.route(&inbound.channel.clone(), Mail::Message(inbound), tokens);
         }
         actors_stop.cancel();
         tracker.close();
@@ -137,7 +163,11 @@ impl ChannelManager {
             .await
             .is_err()
         {
-            tracing::warn!("channel.manager.stop: turns still running were dropped");
+            tracing::warn!(
+                "channel.manager.stop: turns still running were dropped (they resume on the next start)"
+            );
+            actors_abort.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(1), tracker.wait()).await;
         }
         if tokio::time::timeout(Duration::from_secs(2), async {
             while adapters.join_next().await.is_some() {}
@@ -151,31 +181,36 @@ impl ChannelManager {
         failure.map_or(Ok(()), Err)
     }
 
-    /// Hands `inbound` to its session's actor, starting one if needed.
-    fn route(&self, inbound: Inbound, tracker: &TaskTracker, stop: &CancellationToken) {
-        let Some(channel) = self.channels.get(inbound.channel.as_str()) else {
-            tracing::warn!(channel = %inbound.channel, "inbound from an unknown channel");
+    /// Hands `mail` to its session's actor on `channel`, starting one if needed.
+    fn route(&self, channel: &str, mail: Mail, tokens: Tokens<'_>) {
+        let Some(adapter) = self.channels.get(channel) else {
+            tracing::warn!(channel, "inbound from an unknown channel");
             return;
         };
-        let session_id = inbound.session_id();
+        let session_id = match &mail {
+            Mail::Message(m) | Mail::Resumed(m) => m.session_id(),
+            Mail::Deliver(d) => format!("{channel}:{}", d.out.chat_id),
+        };
         let mut actors = self.actors.lock().expect("actor map");
-        let inbound = match actors.get(&session_id) {
-            Some(tx) => match tx.send(inbound) {
+        let mail = match actors.get(&session_id) {
+            Some(tx) => match tx.send(mail) {
                 Ok(()) => return,
-                Err(mpsc::error::SendError(inbound)) => inbound,
+                Err(mpsc::error::SendError(mail)) => mail,
             },
-            None => inbound,
+            None => mail,
         };
         let (tx, rx) = mpsc::unbounded_channel();
-        tx.send(inbound).expect("fresh channel");
+        tx.send(mail).expect("fresh channel");
         actors.insert(session_id.clone(), tx);
         let actor = SessionActor::new(
             session_id,
-            channel.clone(),
+            adapter.clone(),
             self.runner.clone(),
+            self.inbox.clone(),
             self.cfg.clone(),
             self.actors.clone(),
         );
-        tracker.spawn(actor.run(rx, stop.clone()));
+        let (tracker, stop, abort) = tokens;
+        tracker.spawn(actor.run(rx, stop.clone(), abort.clone()));
     }
 }

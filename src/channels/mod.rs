@@ -88,6 +88,49 @@ impl Inbound {
     pub fn is_command(&self) -> bool {
         self.prompt.trim_start().starts_with(',')
     }
+
+    /// A chat control (`,stop`, `,new`, `,status`; Telegram's `/stop` arrives as `,stop`).
+    pub fn control(&self) -> Option<Control> {
+        Control::parse(&self.prompt)
+    }
+}
+
+/// A chat control: handled by the session itself, never by the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// Cancel the running turn (queued messages stay queued).
+    Stop,
+    /// Start a fresh context (a handoff anchor).
+    New,
+    /// Show the session's state.
+    Status,
+}
+
+impl Control {
+    /// Every control with its description (Telegram's command menu).
+    pub const ALL: [(Control, &'static str); 3] = [
+        (Control::Stop, "Stop the running turn"),
+        (Control::New, "Start a fresh context"),
+        (Control::Status, "Show the session's state"),
+    ];
+
+    /// The command word (`stop`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Control::Stop => "stop",
+            Control::New => "new",
+            Control::Status => "status",
+        }
+    }
+
+    /// `,stop` / `,new` / `,status` (case-insensitive, surrounding blanks ignored).
+    pub fn parse(text: &str) -> Option<Control> {
+        let word = text.trim().strip_prefix(',')?.trim();
+        Self::ALL
+            .iter()
+            .map(|(c, _)| *c)
+            .find(|c| word.eq_ignore_ascii_case(c.name()))
+    }
 }
 
 /// One text to deliver to a chat.

@@ -1,15 +1,28 @@
 //! The session actor: one tokio task per chat (`"<channel>:<chat_id>"`) that decides when a turn
-//! runs and delivers its answer.
+//! runs, delivers its answer, and answers the chat controls.
 //!
 //! Rules (the reference's §8.3, fixed):
 //! * A comma command (`,help`) runs as its own turn without debounce or batching — also from a
 //!   sender who did not address the bot (§14.22); the adapter already applied the allow-lists.
 //! * A message that addresses the bot opens (or extends) the follow-up window
 //!   (`BUB_ACTIVE_TIME_WINDOW_SECONDS`) and schedules the batch `BUB_MESSAGE_DEBOUNCE_SECONDS`
-//!   from now (a later mention postpones it again).
+//!   from now (a later mention postpones it again) — but never later than `BUB_MAX_WAIT_SECONDS`
+//!   after the batch's first message, so a chat that keeps talking is still answered.
 //! * A message inside the window that does not address the bot joins the batch; if no batch is
 //!   scheduled it is scheduled `BUB_MESSAGE_DELAY_SECONDS` from now.
 //! * Anything else is skipped (logged with its reason) and closes the window.
+//! * A batch carries at most [`BATCH_MESSAGES`] messages and [`BATCH_BYTES`] into the model
+//!   request, the newest; the older ones are recorded on the tape (a `messages.left_out` event
+//!   that `tape.search` finds) and the prompt says how many were left out.
+//! * Controls: `,stop` cancels the running turn at once (owners any turn, a guest only a turn
+//!   that answers them; queued messages stay queued), `,status` answers at once, `,new` queues
+//!   like a command and starts a fresh context.
+//!
+//! Durability: every message went through the [`Inbox`] before it reached the actor; the actor
+//! records each turn's start, its answer before sending, and the end (sent, silent, skipped,
+//! cancelled, failed). On shutdown no new turn starts; the running one gets the manager's grace
+//! period; whatever is left stays in the journal and resumes on the next start ([`Mail::Resumed`],
+//! [`Mail::Deliver`]).
 //!
 //! A turn runs with the rights of the least trusted sender of its batch (an owner's message
 //! batched with a guest's runs as guest); a command runs with its own sender's rights.
@@ -18,7 +31,7 @@
 //! are batched into the next one, commands queue behind it; turns and their deliveries happen
 //! in arrival order. An actor with nothing to do for `BUB_SESSION_IDLE_SECONDS` removes itself
 //! from the manager's map (under the map's lock, only when its queue is empty, so no message is
-//! lost) and ends. On shutdown, a pending batch runs at once and the actor ends when idle.
+//! lost) and ends.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -27,21 +40,42 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Channel, Inbound, Outbound};
-use crate::access::Authority;
+use super::{Channel, Control, Inbound, Outbound};
+use crate::access::{Authority, Role};
 use crate::agent::{AgentRuntime, TurnResult};
 use crate::config::Settings;
+use crate::inbox::{Delivery, Inbox, Outcome};
+use crate::tape::search::LEFT_OUT_EVENT;
 use crate::time;
+
+/// The most messages one batch carries into a model request (the newest).
+pub const BATCH_MESSAGES: usize = 50;
+/// The most prompt bytes one batch carries into a model request.
+pub const BATCH_BYTES: usize = 64 * 1024;
 
 /// Runs turns for sessions (the agent; a fake in tests).
 #[async_trait]
 pub trait TurnRunner: Send + Sync + 'static {
     /// Runs one turn in `session_id` for `who`.
     async fn run_turn(&self, session_id: &str, prompt: &str, who: &Authority) -> TurnResult;
+
+    /// Records an event on the session's tape (after its running turn, if any).
+    async fn record(&self, _session_id: &str, _name: &str, _data: Value) {}
+
+    /// Starts a fresh context in the session (a handoff anchor).
+    async fn new_context(&self, _session_id: &str, _who: &Authority) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// Lines about the session for `,status` (model, tape, jobs, uptime, version).
+    async fn status(&self, _session_id: &str) -> String {
+        String::new()
+    }
 
     /// The session's actor ended: its resources may be released.
     fn release(&self, _session_id: &str) {}
@@ -51,6 +85,18 @@ pub trait TurnRunner: Send + Sync + 'static {
 impl TurnRunner for AgentRuntime {
     async fn run_turn(&self, session_id: &str, prompt: &str, who: &Authority) -> TurnResult {
         self.handle_input(session_id, prompt, who).await
+    }
+
+    async fn record(&self, session_id: &str, name: &str, data: Value) {
+        self.append_event(session_id, name, data).await;
+    }
+
+    async fn new_context(&self, session_id: &str, who: &Authority) -> anyhow::Result<()> {
+        self.fresh_context(session_id, who).await
+    }
+
+    async fn status(&self, session_id: &str) -> String {
+        self.status_text(session_id).await
     }
 
     fn release(&self, session_id: &str) {
@@ -64,6 +110,8 @@ pub struct SessionConfig {
     pub debounce: Duration,
     pub delay: Duration,
     pub window: Duration,
+    /// `BUB_MAX_WAIT_SECONDS`: a batch runs at most this long after its first message.
+    pub max_wait: Duration,
     pub idle_ttl: Duration,
     pub typing_interval: Duration,
     /// `BUB_PROACTIVE_RESPONSE`: the agent sends its own answers; the framework only delivers
@@ -77,6 +125,7 @@ impl SessionConfig {
             debounce: time::secs(s.message_debounce_seconds),
             delay: time::secs(s.message_delay_seconds),
             window: time::secs(s.active_time_window_seconds),
+            max_wait: time::secs(s.max_wait_seconds),
             idle_ttl: time::secs(s.session_idle_seconds),
             typing_interval: Duration::from_secs(4),
             proactive_response: s.proactive_response,
@@ -84,9 +133,21 @@ impl SessionConfig {
     }
 }
 
+/// What the manager hands a session actor.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Mail {
+    /// A message just received.
+    Message(Inbound),
+    /// A message received before a restart, not yet answered: it runs without waiting for a
+    /// mention or a debounce.
+    Resumed(Inbound),
+    /// An answer recorded before a restart, not yet delivered.
+    Deliver(Delivery),
+}
+
 /// The live actors by session id. A sender is only used under this lock, and an actor only
 /// removes itself under it, which makes eviction race-free.
-pub type ActorMap = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Inbound>>>>;
+pub type ActorMap = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Mail>>>>;
 
 /// What the framework posts for a finished turn: command output, the answer (unless the agent
 /// answers proactively, or already sent it with `message.send`) and the error, separated by
@@ -108,17 +169,30 @@ pub fn render_output(result: &TurnResult, proactive_response: bool) -> String {
 
 type TurnFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
+/// The turn in progress, for `,stop` and `,status`.
+struct Running {
+    started: Instant,
+    who: Authority,
+    seqs: Vec<u64>,
+    what: String,
+}
+
 /// One chat's actor (see the module docs).
 pub struct SessionActor {
     session_id: String,
     channel: Arc<dyn Channel>,
     runner: Arc<dyn TurnRunner>,
+    inbox: Arc<Inbox>,
     cfg: SessionConfig,
     actors: ActorMap,
     batch: Vec<Inbound>,
     commands: VecDeque<Inbound>,
+    deliveries: VecDeque<Delivery>,
     due: Option<Instant>,
+    /// When the batch's first message arrived (for `max_wait`).
+    batch_since: Option<Instant>,
     last_mention: Option<Instant>,
+    running: Option<Running>,
 }
 
 impl SessionActor {
@@ -126,6 +200,7 @@ impl SessionActor {
         session_id: String,
         channel: Arc<dyn Channel>,
         runner: Arc<dyn TurnRunner>,
+        inbox: Arc<Inbox>,
         cfg: SessionConfig,
         actors: ActorMap,
     ) -> Self {
@@ -133,45 +208,56 @@ impl SessionActor {
             session_id,
             channel,
             runner,
+            inbox,
             cfg,
             actors,
             batch: Vec::new(),
             commands: VecDeque::new(),
+            deliveries: VecDeque::new(),
             due: None,
+            batch_since: None,
             last_mention: None,
+            running: None,
         }
     }
 
-    /// Runs until evicted, or until shutdown once its work is done.
+    /// Runs until evicted; after `stop`, until its running turn ends (no new turn starts);
+    /// after `abort`, at once (the running turn is dropped and resumes after a restart).
     pub async fn run(
         mut self,
-        mut rx: mpsc::UnboundedReceiver<Inbound>,
-        shutdown: CancellationToken,
+        mut rx: mpsc::UnboundedReceiver<Mail>,
+        stop: CancellationToken,
+        abort: CancellationToken,
     ) {
         let mut turn: Option<TurnFuture> = None;
         let mut idle_since = Instant::now();
         let mut stopping = false;
         loop {
             if turn.is_none() {
-                turn = self.next_turn(stopping);
+                self.running = None;
+                if stopping {
+                    break;
+                }
+                turn = self.next_turn();
             }
-            let idle = turn.is_none() && self.batch.is_empty() && self.commands.is_empty();
-            if idle && stopping {
-                break;
-            }
+            let idle = turn.is_none()
+                && self.batch.is_empty()
+                && self.commands.is_empty()
+                && self.deliveries.is_empty();
             let due = self.due.unwrap_or_else(Instant::now);
             tokio::select! {
-                _ = shutdown.cancelled(), if !stopping => stopping = true,
+                () = abort.cancelled() => break,
+                () = stop.cancelled(), if !stopping => stopping = true,
                 () = async { turn.as_mut().expect("turn").await }, if turn.is_some() => {
                     turn = None;
                     idle_since = Instant::now();
                 }
-                message = rx.recv() => match message {
-                    Some(message) => {
+                mail = rx.recv() => match mail {
+                    Some(mail) => {
                         idle_since = Instant::now();
-                        self.accept(message);
-                        while let Ok(message) = rx.try_recv() {
-                            self.accept(message);
+                        self.accept(mail, &mut turn);
+                        while let Ok(mail) = rx.try_recv() {
+                            self.accept(mail, &mut turn);
                         }
                     }
                     None => stopping = true,
@@ -185,17 +271,39 @@ impl SessionActor {
                 }
             }
         }
+        if !self.batch.is_empty() || !self.commands.is_empty() || turn.is_some() {
+            tracing::info!(session = %self.session_id, queued = self.batch.len() + self.commands.len(),
+                running = turn.is_some(), "session.stop: left for the next start");
+        }
         self.runner.release(&self.session_id);
         tracing::debug!(session = %self.session_id, "session.actor.stop");
     }
 
-    /// Applies the rules of the module docs to one message.
-    fn accept(&mut self, message: Inbound) {
-        let now = Instant::now();
-        if message.is_command() {
-            self.commands.push_back(message);
-            return;
+    /// Takes one piece of mail: controls act at once, the rest is queued by the module's rules.
+    fn accept(&mut self, mail: Mail, turn: &mut Option<TurnFuture>) {
+        let message = match mail {
+            Mail::Deliver(delivery) => return self.deliveries.push_back(delivery),
+            Mail::Resumed(message) => {
+                if message.is_command() {
+                    self.commands.push_back(message);
+                } else {
+                    self.batch_since.get_or_insert_with(Instant::now);
+                    self.batch.push(message);
+                    self.due = Some(Instant::now());
+                }
+                return;
+            }
+            Mail::Message(message) => message,
+        };
+        match message.control() {
+            Some(Control::Stop) => return self.stop(&message, turn),
+            Some(Control::Status) => return self.status(&message),
+            Some(Control::New) | None if message.is_command() => {
+                return self.commands.push_back(message);
+            }
+            _ => {}
         }
+        let now = Instant::now();
         let in_window = self
             .last_mention
             .is_some_and(|at| now.duration_since(at) <= self.cfg.window);
@@ -211,82 +319,260 @@ impl SessionActor {
                 "not addressed"
             };
             self.last_mention = None;
-            tracing::info!(
-                session = %self.session_id,
-                message_id = %message.message_id,
-                reason,
-                "session.skip"
-            );
+            tracing::info!(session = %self.session_id, message_id = %message.message_id,
+                reason, "session.skip");
+            self.inbox.done(&[message.seq], Outcome::Skipped);
             return;
         }
+        let first = *self.batch_since.get_or_insert(now);
+        let latest = time::deadline(first, self.cfg.max_wait);
+        self.due = self.due.map(|due| due.min(latest));
         self.batch.push(message);
     }
 
-    /// The next turn to start: a queued command first, then the batch once it is due (at once
-    /// when stopping).
-    fn next_turn(&mut self, stopping: bool) -> Option<TurnFuture> {
+    /// `,stop`: cancels the running turn if `message`'s sender may (an owner, or a sender of
+    /// the turn), then confirms; queued work stays queued.
+    fn stop(&mut self, message: &Inbound, turn: &mut Option<TurnFuture>) {
+        let who = message.authority();
+        let reply = |text: &str| Outbound {
+            chat_id: message.chat_id.clone(),
+            text: text.to_owned(),
+            reply_to: message.reply.then(|| message.message_id.clone()),
+        };
+        self.inbox.done(&[message.seq], Outcome::Sent);
+        let Some(running) = self.running.take().filter(|_| turn.is_some()) else {
+            return self.notify(reply("Nothing is running."));
+        };
+        let allowed =
+            who.role == Role::Owner || who.senders.iter().any(|s| running.who.senders.contains(s));
+        if !allowed {
+            self.running = Some(running);
+            return self.notify(reply(
+                "Only an owner or the person it answers can stop this turn.",
+            ));
+        }
+        *turn = None; // Drops the model call and kills the turn's shell commands.
+        let age = running.started.elapsed();
+        tracing::info!(session = %self.session_id, by = %who.describe(), age_ms = age.as_millis() as u64,
+            "session.turn.cancelled");
+        self.inbox.done(&running.seqs, Outcome::Cancelled);
+        let runner = self.runner.clone();
+        let channel = self.channel.clone();
+        let session_id = self.session_id.clone();
+        let data = json!({"by": who.describe(), "after_ms": age.as_millis() as u64,
+            "what": running.what});
+        let out = reply("Stopped.");
+        self.running = Some(Running {
+            started: Instant::now(),
+            who,
+            seqs: Vec::new(),
+            what: "stop".into(),
+        });
+        *turn = Some(Box::pin(async move {
+            runner.record(&session_id, "turn.cancelled", data).await;
+            deliver(&*channel, &session_id, &out).await;
+        }));
+    }
+
+    /// `,status`: answered at once, beside a running turn.
+    fn status(&self, message: &Inbound) {
+        let runner = self.runner.clone();
+        let channel = self.channel.clone();
+        let session_id = self.session_id.clone();
+        let mut lines = Vec::new();
+        match &self.running {
+            Some(r) => lines.push(format!(
+                "running: {} for {} s",
+                r.what,
+                r.started.elapsed().as_secs()
+            )),
+            None => lines.push("running: nothing".to_owned()),
+        }
+        lines.push(format!(
+            "queued: {} message(s), {} command(s)",
+            self.batch.len(),
+            self.commands.len()
+        ));
+        let mut out = Outbound {
+            chat_id: message.chat_id.clone(),
+            text: String::new(),
+            reply_to: message.reply.then(|| message.message_id.clone()),
+        };
+        self.inbox.done(&[message.seq], Outcome::Sent);
+        tokio::spawn(async move {
+            let about = runner.status(&session_id).await;
+            out.text = [about.trim(), &lines.join("\n")]
+                .into_iter()
+                .filter(|p| !p.is_empty())
+                .collect::<Vec<_>>()
+                .join("\n");
+            deliver(&*channel, &session_id, &out).await;
+        });
+    }
+
+    /// Sends a short notice beside the running turn.
+    fn notify(&self, out: Outbound) {
+        let channel = self.channel.clone();
+        let session_id = self.session_id.clone();
+        tokio::spawn(async move { deliver(&*channel, &session_id, &out).await });
+    }
+
+    /// The next turn to start: a recorded answer first, then a queued command, then the batch
+    /// once it is due.
+    fn next_turn(&mut self) -> Option<TurnFuture> {
+        if let Some(delivery) = self.deliveries.pop_front() {
+            return Some(self.redeliver(delivery));
+        }
         if let Some(command) = self.commands.pop_front() {
+            if command.control() == Some(Control::New) {
+                return Some(self.new_context(command));
+            }
             let prompt = command.prompt.trim().to_owned();
-            return Some(self.start_turn(prompt, &command, command.authority()));
+            let who = command.authority();
+            return Some(self.start_turn(prompt, &command, who, vec![command.seq], Vec::new()));
         }
         let due = self.due?;
-        if !stopping && Instant::now() < due {
+        if Instant::now() < due {
             return None;
         }
         self.due = None;
-        let batch = std::mem::take(&mut self.batch);
+        self.batch_since = None;
+        let mut batch = std::mem::take(&mut self.batch);
         let last = batch.last()?.clone();
-        let lines: Vec<&str> = batch.iter().map(|m| m.prompt.as_str()).collect();
-        let prompt = format!("channel: ${}\n{}", self.channel.name(), lines.join("\n"));
         let who = Authority::least(&batch.iter().map(Inbound::authority).collect::<Vec<_>>());
-        Some(self.start_turn(prompt, &last, who))
+        let seqs = batch.iter().map(|m| m.seq).collect();
+        let shown = shown_count(&batch);
+        let left_out: Vec<Inbound> = batch.drain(..batch.len() - shown).collect();
+        let mut prompt = format!("channel: ${}\n", self.channel.name());
+        if batch.iter().chain(&left_out).any(|m| m.interrupted) {
+            prompt.push_str(
+                "[Bub restarted while answering these messages; the previous attempt was \
+                 interrupted. Answer them now.]\n",
+            );
+        }
+        if !left_out.is_empty() {
+            prompt.push_str(&format!(
+                "[{} earlier messages of this batch are not shown here; they are on the tape \
+                 (event `{LEFT_OUT_EVENT}`): use tape.search to find them.]\n",
+                left_out.len()
+            ));
+        }
+        let lines: Vec<&str> = batch.iter().map(|m| m.prompt.as_str()).collect();
+        prompt.push_str(&lines.join("\n"));
+        let left_out = left_out.into_iter().map(|m| m.prompt).collect();
+        Some(self.start_turn(prompt, &last, who, seqs, left_out))
     }
 
-    /// The turn as one future: typing indicator while it runs, then delivery of the answer.
-    fn start_turn(&self, prompt: String, trigger: &Inbound, who: Authority) -> TurnFuture {
+    /// The turn as one future: typing indicator while it runs, then the answer — recorded in
+    /// the inbox before it is sent, and marked sent once the platform accepted it.
+    fn start_turn(
+        &mut self,
+        prompt: String,
+        trigger: &Inbound,
+        who: Authority,
+        seqs: Vec<u64>,
+        left_out: Vec<String>,
+    ) -> TurnFuture {
         let runner = self.runner.clone();
         let channel = self.channel.clone();
+        let inbox = self.inbox.clone();
         let session_id = self.session_id.clone();
         let chat_id = trigger.chat_id.clone();
         let reply_to = trigger.reply.then(|| trigger.message_id.clone());
         let proactive = self.cfg.proactive_response;
         let typing_interval = self.cfg.typing_interval;
         tracing::info!(session = %session_id, message_id = %trigger.message_id,
-            role = %who.role, "session.turn.start");
+            role = %who.role, messages = seqs.len(), "session.turn.start");
+        inbox.started(&seqs);
+        let what = if trigger.is_command() {
+            "a command".to_owned()
+        } else {
+            format!("an answer to {} message(s)", seqs.len())
+        };
+        self.running = Some(Running {
+            started: Instant::now(),
+            who: who.clone(),
+            seqs: seqs.clone(),
+            what,
+        });
         Box::pin(async move {
-            let typing = tokio::spawn({
-                let channel = channel.clone();
-                let chat_id = chat_id.clone();
-                async move {
-                    let mut tick = tokio::time::interval(typing_interval);
-                    loop {
-                        tick.tick().await;
-                        if let Err(e) = channel.typing(&chat_id).await {
-                            tracing::debug!(chat_id = %chat_id, error = %e, "typing.error");
-                        }
-                    }
-                }
-            });
-            let _stop_typing = AbortOnDrop(typing);
+            let _typing = typing(channel.clone(), chat_id.clone(), typing_interval);
+            if !left_out.is_empty() {
+                let data = json!({"count": left_out.len(), "messages": left_out});
+                runner.record(&session_id, LEFT_OUT_EVENT, data).await;
+            }
             let result = runner.run_turn(&session_id, &prompt, &who).await;
-            drop(_stop_typing);
+            drop(_typing);
             let text = render_output(&result, proactive);
             if text.is_empty() {
+                inbox.done(&seqs, Outcome::Silent);
                 return;
             }
-            let out = Outbound {
-                chat_id: chat_id.clone(),
-                text,
-                reply_to,
+            let delivery = Delivery {
+                channel: channel.name().to_owned(),
+                seqs,
+                out: Outbound {
+                    chat_id,
+                    text,
+                    reply_to,
+                },
             };
-            if let Err(e) = channel.send(&out).await {
-                tracing::error!(session = %session_id, chat_id = %chat_id, error = %e, "session.deliver.error");
-            }
+            inbox.answered(&delivery);
+            let sent = deliver(&*channel, &session_id, &delivery.out).await;
+            inbox.done(&delivery.seqs, sent);
+        })
+    }
+
+    /// An answer recorded before a restart: sent, not re-run.
+    fn redeliver(&mut self, delivery: Delivery) -> TurnFuture {
+        let channel = self.channel.clone();
+        let inbox = self.inbox.clone();
+        let session_id = self.session_id.clone();
+        self.running = Some(Running {
+            started: Instant::now(),
+            who: Authority::terminal(),
+            seqs: delivery.seqs.clone(),
+            what: "a delivery".into(),
+        });
+        tracing::info!(session = %session_id, messages = delivery.seqs.len(), "session.redeliver");
+        Box::pin(async move {
+            let sent = deliver(&*channel, &session_id, &delivery.out).await;
+            inbox.done(&delivery.seqs, sent);
+        })
+    }
+
+    /// `,new`: a handoff anchor, confirmed in the chat.
+    fn new_context(&mut self, command: Inbound) -> TurnFuture {
+        let runner = self.runner.clone();
+        let channel = self.channel.clone();
+        let inbox = self.inbox.clone();
+        let session_id = self.session_id.clone();
+        let who = command.authority();
+        self.running = Some(Running {
+            started: Instant::now(),
+            who: who.clone(),
+            seqs: vec![command.seq],
+            what: "a new context".into(),
+        });
+        Box::pin(async move {
+            let text = match runner.new_context(&session_id, &who).await {
+                Ok(()) => "Started a fresh context. Earlier messages stay on the tape \
+                           (tape.search finds them)."
+                    .to_owned(),
+                Err(e) => format!("Error: could not start a fresh context: {e:#}"),
+            };
+            let out = Outbound {
+                chat_id: command.chat_id.clone(),
+                text,
+                reply_to: command.reply.then(|| command.message_id.clone()),
+            };
+            let sent = deliver(&*channel, &session_id, &out).await;
+            inbox.done(&[command.seq], sent);
         })
     }
 
     /// Removes this actor from the map if no message is waiting for it.
-    fn try_evict(&self, rx: &mpsc::UnboundedReceiver<Inbound>) -> bool {
+    fn try_evict(&self, rx: &mpsc::UnboundedReceiver<Mail>) -> bool {
         let mut actors = self.actors.lock().expect("actor map");
         if !rx.is_empty() {
             return false;
@@ -295,6 +581,47 @@ impl SessionActor {
         tracing::debug!(session = %self.session_id, "session.evict");
         true
     }
+}
+
+/// How many of the newest messages of `batch` fit one request ([`BATCH_MESSAGES`],
+/// [`BATCH_BYTES`]); at least one.
+fn shown_count(batch: &[Inbound]) -> usize {
+    let mut bytes = 0;
+    let fitting = batch
+        .iter()
+        .rev()
+        .take(BATCH_MESSAGES)
+        .take_while(|m| {
+            bytes += m.prompt.len() + 1;
+            bytes <= BATCH_BYTES
+        })
+        .count();
+    fitting.max(1).min(batch.len())
+}
+
+/// Sends `out` (the adapter retries on its own); the outcome for the inbox.
+async fn deliver(channel: &dyn Channel, session_id: &str, out: &Outbound) -> Outcome {
+    match channel.send(out).await {
+        Ok(()) => Outcome::Sent,
+        Err(e) => {
+            tracing::error!(session = %session_id, chat_id = %out.chat_id, error = %format!("{e:#}"),
+                "session.deliver.error");
+            Outcome::Failed
+        }
+    }
+}
+
+/// Shows the typing indicator every `interval` until the returned guard is dropped.
+fn typing(channel: Arc<dyn Channel>, chat_id: String, interval: Duration) -> AbortOnDrop {
+    AbortOnDrop(tokio::spawn(async move {
+        let mut tick = tokio::time::interval(interval);
+        loop {
+            tick.tick().await;
+            if let Err(e) = channel.typing(&chat_id).await {
+                tracing::debug!(chat_id = %chat_id, error = %e, "typing.error");
+            }
+        }
+    }))
 }
 
 /// Aborts a task when dropped (the typing loop stops when its turn ends or is cancelled).

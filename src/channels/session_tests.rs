@@ -7,6 +7,7 @@ use tokio::sync::Semaphore;
 
 use super::*;
 use crate::access::Role;
+use crate::inbox::Inbox;
 
 #[derive(Default)]
 struct FakeChannel {
@@ -43,6 +44,7 @@ struct FakeRunner {
     max_running: AtomicUsize,
     gate: Option<Semaphore>,
     released: Mutex<Vec<String>>,
+    events: Mutex<Vec<(String, serde_json::Value)>>,
     result: TurnResult,
 }
 
@@ -55,6 +57,7 @@ impl FakeRunner {
             max_running: AtomicUsize::new(0),
             gate: gated.then(|| Semaphore::new(0)),
             released: Mutex::default(),
+            events: Mutex::default(),
             result: TurnResult {
                 assistant_output: "answer".into(),
                 ..Default::default()
@@ -96,13 +99,30 @@ impl TurnRunner for FakeRunner {
         result
     }
 
+    async fn record(&self, _session_id: &str, name: &str, data: serde_json::Value) {
+        self.events.lock().unwrap().push((name.to_owned(), data));
+    }
+
+    async fn new_context(&self, _session_id: &str, _who: &Authority) -> anyhow::Result<()> {
+        self.events
+            .lock()
+            .unwrap()
+            .push(("new".to_owned(), serde_json::Value::Null));
+        Ok(())
+    }
+
+    async fn status(&self, _session_id: &str) -> String {
+        "model: fake".to_owned()
+    }
+
     fn release(&self, session_id: &str) {
         self.released.lock().unwrap().push(session_id.to_owned());
     }
 }
 
 struct Harness {
-    tx: mpsc::UnboundedSender<Inbound>,
+    tx: mpsc::UnboundedSender<Mail>,
+    inbox: Arc<Inbox>,
     channel: Arc<FakeChannel>,
     runner: Arc<FakeRunner>,
     actors: ActorMap,
@@ -117,6 +137,7 @@ fn config() -> SessionConfig {
         debounce: Duration::from_secs(1),
         delay: Duration::from_secs(10),
         window: Duration::from_secs(60),
+        max_wait: Duration::from_secs(10),
         idle_ttl: Duration::from_secs(600),
         typing_interval: Duration::from_secs(4),
         proactive_response: false,
@@ -130,16 +151,19 @@ fn harness(cfg: SessionConfig, runner: FakeRunner) -> Harness {
     let (tx, rx) = mpsc::unbounded_channel();
     actors.lock().unwrap().insert("fake:1".into(), tx.clone());
     let shutdown = CancellationToken::new();
+    let inbox = Arc::new(Inbox::memory());
     let actor = SessionActor::new(
         "fake:1".into(),
         channel.clone(),
         runner.clone(),
+        inbox.clone(),
         cfg,
         actors.clone(),
     );
-    let task = tokio::spawn(actor.run(rx, shutdown.clone()));
+    let task = tokio::spawn(actor.run(rx, shutdown.clone(), CancellationToken::new()));
     Harness {
         tx,
+        inbox,
         channel,
         runner,
         actors,
@@ -157,21 +181,9 @@ impl Harness {
 
     fn send_as(&mut self, prompt: &str, mentioned: bool, sender: &str, role: Role) {
         self.next_id += 1;
-        self.tx
-            .send(Inbound {
-                channel: "fake".into(),
-                chat_id: "1".into(),
-                message_id: self.next_id.to_string(),
-                sender_id: sender.into(),
-                sender_name: None,
-                role,
-                prompt: prompt.into(),
-                mentioned,
-                reply: true,
-                seq: 0,
-                interrupted: false,
-            })
-            .unwrap();
+        let mut message = inbound(self.next_id, prompt, mentioned, sender, role);
+        self.inbox.receive(&mut message, None).unwrap();
+        self.tx.send(Mail::Message(message)).unwrap();
     }
 
     /// Seconds after the start at which each turn began.
@@ -181,6 +193,22 @@ impl Harness {
             .iter()
             .map(|(at, _)| (*at - self.start).as_secs_f64())
             .collect()
+    }
+}
+
+fn inbound(id: usize, prompt: &str, mentioned: bool, sender: &str, role: Role) -> Inbound {
+    Inbound {
+        channel: "fake".into(),
+        chat_id: "1".into(),
+        message_id: id.to_string(),
+        sender_id: sender.into(),
+        sender_name: None,
+        role,
+        prompt: prompt.into(),
+        mentioned,
+        reply: true,
+        seq: 0,
+        interrupted: false,
     }
 }
 
@@ -381,7 +409,7 @@ async fn idle_actor_evicts_itself_and_releases_the_session() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn shutdown_runs_the_pending_batch_then_stops() {
+async fn shutdown_starts_no_new_turn_and_leaves_the_batch_in_the_inbox() {
     let mut h = harness(config(), FakeRunner::new(false));
     h.send("m0", true);
     h.send("m1", false);
@@ -392,8 +420,9 @@ async fn shutdown_runs_the_pending_batch_then_stops() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(h.runner.prompts(), ["channel: $fake\nm0\nm1"]);
-    assert_eq!(h.channel.sent.lock().unwrap().len(), 1);
+    assert!(h.runner.prompts().is_empty());
+    assert!(h.channel.sent.lock().unwrap().is_empty());
+    assert_eq!(h.inbox.pending(), 2, "both resume on the next start");
 }
 
 #[tokio::test(start_paused = true)]
@@ -404,6 +433,7 @@ async fn out_of_range_durations_in_settings_neither_panic_nor_fire() {
     s.session_idle_seconds = 1e20; // does not even fit a Duration
     s.message_delay_seconds = f64::NAN;
     s.active_time_window_seconds = -5.0;
+    s.max_wait_seconds = 1e19;
     let cfg = SessionConfig::from_settings(&s);
     assert_eq!(cfg.idle_ttl, Duration::MAX);
     assert_eq!(cfg.delay, Duration::ZERO);
@@ -426,5 +456,176 @@ async fn out_of_range_durations_in_settings_neither_panic_nor_fire() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(h.runner.prompts(), [",help", "channel: $fake\nm0"]);
+    assert_eq!(h.runner.prompts(), [",help"], "no new turn after shutdown");
+}
+
+fn sent_texts(h: &Harness) -> Vec<String> {
+    h.channel
+        .sent
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|o| o.text.clone())
+        .collect()
+}
+
+fn events(h: &Harness) -> Vec<String> {
+    h.runner
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_chat_that_keeps_mentioning_is_answered_within_max_wait() {
+    let mut h = harness(config(), FakeRunner::new(false));
+    // A mention every 0.7 s, each postponing the 1 s debounce: answered 10 s after the first
+    // (no message at that instant, so the batch's end is deterministic).
+    for i in 0..30 {
+        at(&h, 0.3 + f64::from(i) * 0.7).await;
+        h.send(&format!("m{i}"), true);
+    }
+    assert!(
+        (h.turn_times()[0] - 10.3).abs() < 0.01,
+        "{:?}",
+        h.turn_times()
+    );
+    assert!(
+        h.runner.prompts()[0].ends_with("m14"),
+        "{:?}",
+        h.runner.prompts()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_huge_batch_carries_the_newest_messages_and_records_the_rest() {
+    let mut h = harness(config(), FakeRunner::new(true));
+    h.send(",first", false);
+    at(&h, 0.1).await;
+    for i in 0..120 {
+        h.send(&format!("follow-up {i}"), true);
+    }
+    h.runner.gate.as_ref().unwrap().add_permits(2);
+    at(&h, 5.0).await;
+    let prompts = h.runner.prompts();
+    assert_eq!(prompts.len(), 2, "{prompts:?}");
+    let batch = &prompts[1];
+    assert!(batch.contains("70 earlier messages"), "{batch}");
+    assert!(batch.contains("follow-up 119") && batch.contains("follow-up 70\n"));
+    assert!(!batch.contains("follow-up 69\n"), "{batch}");
+    let recorded = h.runner.events.lock().unwrap();
+    let (name, data) = &recorded[0];
+    assert_eq!(name, LEFT_OUT_EVENT);
+    assert_eq!(data["count"], 70);
+    assert_eq!(data["messages"][0], "follow-up 0");
+    drop(recorded);
+    assert_eq!(h.inbox.pending(), 0, "all 121 messages finished");
+}
+
+#[tokio::test(start_paused = true)]
+async fn stop_cancels_the_running_turn_and_keeps_the_queue() {
+    let mut h = harness(config(), FakeRunner::new(true));
+    h.send(",sleep 987", false);
+    at(&h, 1.0).await;
+    h.send("queued", true);
+    h.send(",stop", false);
+    at(&h, 1.5).await;
+    assert_eq!(sent_texts(&h), ["Stopped."]);
+    assert_eq!(events(&h), ["turn.cancelled"]);
+    // The queued message runs next (the gate lets it through).
+    h.runner.gate.as_ref().unwrap().add_permits(1);
+    at(&h, 5.0).await;
+    assert_eq!(h.runner.prompts(), [",sleep 987", "channel: $fake\nqueued"]);
+    assert_eq!(sent_texts(&h), ["Stopped.", "answer"]);
+    assert_eq!(h.inbox.pending(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_guest_stops_only_their_own_turn() {
+    let mut h = harness(config(), FakeRunner::new(true));
+    h.send_as("owner asks", true, "1", Role::Owner);
+    at(&h, 2.0).await;
+    h.send_as(",stop", false, "2", Role::Guest);
+    at(&h, 2.5).await;
+    assert_eq!(
+        sent_texts(&h),
+        ["Only an owner or the person it answers can stop this turn."]
+    );
+    assert!(events(&h).is_empty());
+    h.runner.gate.as_ref().unwrap().add_permits(1);
+    at(&h, 3.0).await;
+    h.send_as("guest asks", true, "2", Role::Guest);
+    at(&h, 5.0).await;
+    h.send_as(",stop", false, "2", Role::Guest);
+    at(&h, 5.5).await;
+    assert_eq!(events(&h), ["turn.cancelled"]);
+    assert_eq!(sent_texts(&h).last().unwrap(), "Stopped.");
+}
+
+#[tokio::test(start_paused = true)]
+async fn status_answers_beside_a_running_turn_and_new_queues_like_a_command() {
+    let mut h = harness(config(), FakeRunner::new(true));
+    h.send("long question", true);
+    at(&h, 2.0).await;
+    h.send("next", true);
+    h.send(",new", false);
+    h.send(",status", false);
+    at(&h, 3.0).await;
+    let status = sent_texts(&h).pop().expect("status sent during the turn");
+    assert!(
+        status.starts_with("model: fake\nrunning: an answer to 1 message(s) for 1 s"),
+        "{status}"
+    );
+    assert!(
+        status.contains("queued: 1 message(s), 1 command(s)"),
+        "{status}"
+    );
+    assert_eq!(h.runner.prompts().len(), 1, "status is not a turn");
+    h.runner.gate.as_ref().unwrap().add_permits(2);
+    at(&h, 10.0).await;
+    assert_eq!(events(&h), ["new"]);
+    assert!(
+        sent_texts(&h)
+            .iter()
+            .any(|t| t.starts_with("Started a fresh context"))
+    );
+    let _ = h.tx.send(Mail::Message(inbound(
+        99,
+        ",stop",
+        false,
+        "42",
+        Role::Owner,
+    )));
+    at(&h, 11.0).await;
+    assert_eq!(sent_texts(&h).last().unwrap(), "Nothing is running.");
+}
+
+#[tokio::test(start_paused = true)]
+async fn resumed_work_runs_at_once_and_recorded_answers_are_only_delivered() {
+    let h = harness(config(), FakeRunner::new(false));
+    let mut interrupted = inbound(1, "asked before the crash", false, "42", Role::Owner);
+    interrupted.interrupted = true;
+    h.tx.send(Mail::Resumed(interrupted)).unwrap();
+    h.tx.send(Mail::Deliver(Delivery {
+        channel: "fake".into(),
+        seqs: vec![],
+        out: Outbound {
+            chat_id: "1".into(),
+            text: "answered before the crash".into(),
+            reply_to: None,
+        },
+    }))
+    .unwrap();
+    at(&h, 0.1).await;
+    assert_eq!(sent_texts(&h), ["answered before the crash", "answer"]);
+    let prompts = h.runner.prompts();
+    assert_eq!(prompts.len(), 1, "the delivery ran no turn");
+    assert!(
+        prompts[0].contains("previous attempt was interrupted"),
+        "{prompts:?}"
+    );
+    assert!(prompts[0].ends_with("asked before the crash"));
 }

@@ -153,6 +153,12 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     })?;
     set(
         l,
+        "BUB_MAX_WAIT_SECONDS",
+        &mut s.max_wait_seconds,
+        |var, v| parse_seconds(var, v, MAX_MESSAGE_DEBOUNCE_SECONDS),
+    )?;
+    set(
+        l,
         "BUB_SESSION_IDLE_SECONDS",
         &mut s.session_idle_seconds,
         |var, v| parse_seconds(var, v, MAX_SESSION_IDLE_SECONDS),

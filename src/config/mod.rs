@@ -133,6 +133,10 @@ pub struct Settings {
     /// `BUB_MENTION_KEYWORD` (default `bub`; empty = none): in groups, this word (whole word,
     /// case-insensitive) addresses the bot like a mention.
     pub mention_keyword: String,
+    /// `BUB_MAX_WAIT_SECONDS` (default 10, at most one hour): a chat that keeps sending is
+    /// answered at most this long after the first message of its batch (later mentions no
+    /// longer postpone it).
+    pub max_wait_seconds: f64,
     /// `BUB_SESSION_IDLE_SECONDS` (default 600, at most 30 days): a chat's session actor is evicted after this
     /// long without messages or turns.
     pub session_idle_seconds: f64,
@@ -221,6 +225,7 @@ impl Settings {
             message_debounce_seconds: 1.0,
             active_time_window_seconds: 60.0,
             mention_keyword: "bub".to_owned(),
+            max_wait_seconds: 10.0,
             session_idle_seconds: 600.0,
             scheduler_enabled: true,
             scheduler_catch_up: true,

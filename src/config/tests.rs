@@ -275,6 +275,11 @@ fn every_duration_has_a_maximum() {
             86_400.0,
         ),
         (
+            "BUB_MAX_WAIT_SECONDS",
+            MAX_MESSAGE_DEBOUNCE_SECONDS,
+            3_600.0,
+        ),
+        (
             "BUB_SESSION_IDLE_SECONDS",
             MAX_SESSION_IDLE_SECONDS,
             2_592_000.0,

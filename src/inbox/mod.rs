@@ -9,7 +9,8 @@
 //!   ([`Resume`]): answers recorded but not delivered are delivered (never re-run), messages
 //!   whose turn was interrupted run again **once** with a note, messages never started run as
 //!   usual. A message interrupted twice, or an interrupted comma command (commands are not
-//!   idempotent), is given up with a notice to its chat.
+//!   idempotent), is given up with a notice to its chat. Chat controls (`,stop`, `,status`)
+//!   are not resumed; senders no longer admitted are dropped.
 //!
 //! Invariants: a `recv` record is written before [`Inbox::receive`] returns; records are
 //! appended with one `write` each (no fsync: they survive a crash of the process, not of the
@@ -167,6 +168,11 @@ impl Inbox {
                 }
                 continue;
             }
+            if p.msg.control().is_some() {
+                // `,stop` / `,status` answer the moment they were sent, not a later one.
+                gave_up.push(*seq);
+                continue;
+            }
             let Some(role) = admitted(&p.msg) else {
                 tracing::info!(session = %p.msg.session_id(), seq, "inbox.resume.refused");
                 gave_up.push(*seq);
@@ -200,13 +206,7 @@ impl Inbox {
             }
             resume.push(Resume::Deliver(notice));
         }
-        let body = journal::snapshot(&state);
-        crate::storage::write_atomic(path, body.trim_end().as_bytes(), Some(0o600))?;
-        let file = std::fs::OpenOptions::new()
-            .append(true)
-            .open(path)
-            .with_context(|| format!("opening {}", path.display()))?;
-        let bytes = body.len() as u64;
+        let (file, bytes) = rewrite(path, &state)?;
         if !resume.is_empty() {
             tracing::info!(count = resume.len(), "inbox.resume");
         }
@@ -340,18 +340,10 @@ impl Inner {
         if self.bytes < COMPACT_AT {
             return;
         }
-        let body = journal::snapshot(&self.state);
-        let reopened = crate::storage::write_atomic(path, body.trim_end().as_bytes(), Some(0o600))
-            .and_then(|()| {
-                Ok(std::fs::OpenOptions::new()
-                    .append(true)
-                    .open(path)
-                    .with_context(|| format!("opening {}", path.display()))?)
-            });
-        match reopened {
-            Ok(file) => {
+        match rewrite(path, &self.state) {
+            Ok((file, bytes)) => {
                 self.file = Some(file);
-                self.bytes = body.len() as u64;
+                self.bytes = bytes;
                 tracing::debug!(bytes = self.bytes, "inbox.compact");
             }
             // Keep appending to the old file; the next append retries.
@@ -444,6 +436,18 @@ impl State {
             }
         }
     }
+}
+
+/// Replaces the journal at `path` with the snapshot of `state` (atomically) and opens it for
+/// appending; returns the file and its size.
+fn rewrite(path: &Path, state: &State) -> anyhow::Result<(File, u64)> {
+    let body = journal::snapshot(state);
+    crate::storage::write_atomic(path, body.trim_end().as_bytes(), Some(0o600))?;
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    Ok((file, body.len() as u64))
 }
 
 /// Sequence numbers of journaled messages (0 = a message that never went through the inbox).

@@ -147,6 +147,12 @@ fn refused_senders_are_not_resumed() {
     let (inbox, _) = open(&path);
     receive(&inbox, &msg("42", "1", "from a revoked user"));
     drop(inbox);
+    let (inbox, resume) = open(&path);
+    assert_eq!(resume.len(), 1);
+    receive(&inbox, &msg("42", "2", ",stop"));
+    drop(inbox);
+    let (_, resume) = open(&path);
+    assert_eq!(resume.len(), 1, "a control is not resumed");
     let (inbox, resume) = Inbox::open(&path, |_| None).unwrap();
     assert!(resume.is_empty());
     assert_eq!(inbox.pending(), 0);

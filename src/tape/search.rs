@@ -1,4 +1,5 @@
-//! `tape.search`: substring or fuzzy matching over `message` and `tool_result` entries,
+//! `tape.search`: substring or fuzzy matching over `message` and `tool_result` entries (and
+//! the `messages.left_out` events holding the overflow of very large batches),
 //! newest first.
 //!
 //! Semantics follow the reference (§7.7), over `message` **and** `tool_result` entries (fix
@@ -48,9 +49,12 @@ impl Tape {
                 .slots
                 .iter()
                 .rev()
-                .filter(|s| matches!(s.kind, Kind::Message | Kind::ToolResult));
+                .filter(|s| matches!(s.kind, Kind::Message | Kind::ToolResult | Kind::Event));
             for slot in searched {
                 let line = reader.line(slot)?;
+                if slot.kind == Kind::Event && !is_left_out(line) {
+                    continue;
+                }
                 if matcher.matches_line(line, &mut scratch)
                     && let Some(entry) = parse_entry(line)
                 {
@@ -63,6 +67,16 @@ impl Tape {
             Ok(out)
         })
     }
+}
+
+/// The name of the event that holds the messages of a batch too large for one model request
+/// (written by the session actor): searchable like messages.
+pub const LEFT_OUT_EVENT: &str = "messages.left_out";
+
+/// Whether an event line is a [`LEFT_OUT_EVENT`] (its name comes first in the payload).
+fn is_left_out(line: &[u8]) -> bool {
+    let needle = br#"{"name":"messages.left_out""#;
+    line.windows(needle.len()).take(64).any(|w| w == needle)
 }
 
 /// A normalized query, ready to test entries.

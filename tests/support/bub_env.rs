@@ -29,6 +29,15 @@ impl Daemon {
         (status, log.await.unwrap())
     }
 
+    /// SIGKILL: the process dies at once, with whatever it had in flight.
+    pub async fn kill(mut self) {
+        self.child.start_kill().unwrap();
+        tokio::time::timeout(Duration::from_secs(5), self.child.wait())
+            .await
+            .expect("killed")
+            .unwrap();
+    }
+
     /// Sends SIGTERM and waits for the exit status (bounded).
     pub async fn stop(mut self) -> std::process::ExitStatus {
         let pid = self.child.id().expect("running") as i32;

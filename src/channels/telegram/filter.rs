@@ -7,7 +7,7 @@
 //! Fixes against the reference: the keyword counts only as a whole word (`"bubble"` does not
 //! address the bot, §14.21), and `/bub@BotName text` is stripped like `/bub text`.
 
-use crate::channels::contains_word;
+use crate::channels::{Control, contains_word};
 use teloxide::types::{Message, MessageEntityKind};
 
 /// The bot's own account, learned from `getMe`.
@@ -32,6 +32,8 @@ pub enum Command<'a> {
     Start,
     /// `/bub <rest>` (or `/bub@ThisBot <rest>`): the rest is the content and addresses the bot.
     Bub(&'a str),
+    /// `/stop`, `/new`, `/status`: a chat control (see [`Control`]).
+    Control(Control),
     /// Any other command, a bare `/bub`, or a command for another bot: ignored.
     Ignored,
 }
@@ -63,7 +65,7 @@ pub fn parse_command<'a>(text: &'a str, bot_username: &str) -> Command<'a> {
     match name.to_ascii_lowercase().as_str() {
         "start" => Command::Start,
         "bub" if !rest.trim().is_empty() => Command::Bub(rest),
-        _ => Command::Ignored,
+        name => Control::parse(&format!(",{name}")).map_or(Command::Ignored, Command::Control),
     }
 }
 

@@ -27,16 +27,15 @@ use anyhow::anyhow;
 use async_trait::async_trait;
 use teloxide::ApiError;
 use teloxide::RequestError;
-use teloxide::dispatching::{Dispatcher, UpdateFilterExt};
 use teloxide::prelude::*;
 use teloxide::types::{
-    AllowedUpdate, ChatAction, MessageId, ParseMode, Recipient, ReplyParameters,
+    AllowedUpdate, BotCommand, ChatAction, MessageId, ParseMode, Recipient, ReplyParameters,
+    UpdateKind,
 };
-use teloxide::update_listeners::Polling;
 use tokio_util::sync::CancellationToken;
 
 use self::filter::{BotIdentity, Command};
-use super::{Channel, Inbound, InboundSink, Outbound, text};
+use super::{Channel, Control, Inbound, InboundSink, Outbound, text};
 use crate::access::{Access, User, pairing};
 use crate::config::{ConfigError, Settings};
 use crate::time::server_wait;
@@ -45,8 +44,19 @@ use crate::time::server_wait;
 pub const MESSAGE_LIMIT: usize = 4096;
 /// Attempts per chunk when Telegram answers 429 `retry_after`.
 const MAX_SEND_ATTEMPTS: u32 = 5;
-/// Long-poll timeout sent to `getUpdates` (teloxide's HTTP client times out after 17 s).
+/// How long one chunk is retried through network errors and Telegram's 5xx answers (an outage
+/// shorter than this delays the answer instead of losing it).
+const SEND_RETRY_BUDGET: Duration = Duration::from_secs(120);
+/// First pause before retrying a failed send (doubled on each failure in a row).
+const SEND_BACKOFF_MIN: Duration = Duration::from_secs(1);
+/// Longest pause between retries of a send.
+const SEND_BACKOFF_MAX: Duration = Duration::from_secs(15);
+/// Long-poll timeout sent to `getUpdates` (the request's own timeout is extended by it).
 const POLL_TIMEOUT: Duration = Duration::from_secs(10);
+/// First pause after a failed `getUpdates` (doubled on each failure in a row).
+const POLL_BACKOFF_MIN: Duration = Duration::from_millis(500);
+/// Longest pause between failed `getUpdates`.
+const POLL_BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// How long a stop may take to confirm the last offset and finish in-flight handlers.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
@@ -132,6 +142,8 @@ impl Telegram {
         let html = text::telegram_html(chunk);
         let mut formatted = !html.trim().is_empty();
         let mut attempt = 0;
+        let give_up_at = tokio::time::Instant::now() + SEND_RETRY_BUDGET;
+        let mut backoff = SEND_BACKOFF_MIN;
         loop {
             attempt += 1;
             let mut request = if formatted {
@@ -157,6 +169,14 @@ impl Telegram {
                         "telegram.send: rate limited, waiting");
                     tokio::time::sleep(wait).await;
                 }
+                Err(err)
+                    if is_transient(&err) && tokio::time::Instant::now() + backoff < give_up_at =>
+                {
+                    tracing::warn!(chat_id = %to, error = %self.redact(&err.to_string()),
+                        retry_in_ms = backoff.as_millis() as u64, "telegram.send: failed, retrying");
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(SEND_BACKOFF_MAX);
+                }
                 Err(err) if formatted && is_format_error(&err) => {
                     tracing::warn!(chat_id = %to, error = %self.redact(&err.to_string()),
                         "telegram.send: formatting rejected, resending as plain text");
@@ -165,6 +185,107 @@ impl Telegram {
                 Err(err) => return Err(self.redact(&err.to_string())),
             }
         }
+    }
+}
+
+impl Telegram {
+    /// Long-polls `getUpdates` until `shutdown`. Each update is journaled (through the sink)
+    /// **before** the next `getUpdates` confirms it with a higher offset; an update that could
+    /// not be journaled is fetched again after a pause. Starts after the last update the inbox
+    /// journaled, so a restart neither loses nor repeats one. Errors are retried with backoff
+    /// (a rejected token stops the channel).
+    async fn poll(&self, handler: &Handler, shutdown: CancellationToken) -> anyhow::Result<()> {
+        let mut offset = handler
+            .inbound
+            .cursor("telegram")
+            .and_then(|id| i32::try_from(id + 1).ok());
+        let mut backoff = POLL_BACKOFF_MIN;
+        loop {
+            let mut request = self
+                .bot
+                .get_updates()
+                .timeout(POLL_TIMEOUT.as_secs() as u32)
+                .allowed_updates(vec![AllowedUpdate::Message]);
+            if let Some(offset) = offset {
+                request = request.offset(offset);
+            }
+            let updates = tokio::select! {
+                updates = request.send() => updates,
+                () = shutdown.cancelled() => break,
+            };
+            let failed = match updates {
+                Ok(updates) => {
+                    let mut failed = false;
+                    for update in updates {
+                        let id = update.id.0;
+                        if let Err(e) = handler.on_update(update).await {
+                            tracing::error!(update_id = id, error = %format!("{e:#}"),
+                                "telegram.inbox.error: not confirmed, fetched again later");
+                            failed = true;
+                            break;
+                        }
+                        offset = i32::try_from(u64::from(id) + 1).ok();
+                    }
+                    failed
+                }
+                Err(RequestError::Api(ApiError::InvalidToken)) => {
+                    return Err(self.startup_error(&RequestError::Api(ApiError::InvalidToken)));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %self.redact(&e.to_string()),
+                        retry_in_ms = backoff.as_millis() as u64, "telegram.poll.error");
+                    true
+                }
+            };
+            if failed {
+                tokio::select! {
+                    () = tokio::time::sleep(backoff) => {}
+                    () = shutdown.cancelled() => break,
+                }
+                backoff = (backoff * 2).min(POLL_BACKOFF_MAX);
+            } else {
+                backoff = POLL_BACKOFF_MIN;
+            }
+        }
+        // Confirm what was taken, so Telegram forgets it (best effort: the inbox's cursor
+        // protects the next start anyway).
+        if let Some(offset) = offset {
+            let confirm = self.bot.get_updates().offset(offset).limit(1).timeout(0);
+            let _ = tokio::time::timeout(STOP_GRACE, confirm.send()).await;
+        }
+        tracing::info!("telegram.stop");
+        Ok(())
+    }
+
+    /// Registers the chat controls in Telegram's command menu (`setMyCommands`); a failure is
+    /// only logged.
+    async fn register_commands(&self) {
+        let commands: Vec<BotCommand> = Control::ALL
+            .iter()
+            .map(|(control, about)| BotCommand::new(control.name(), *about))
+            .collect();
+        if let Err(e) = self.bot.set_my_commands(commands).send().await {
+            tracing::warn!(error = %self.redact(&e.to_string()), "telegram.set_my_commands.error");
+        }
+    }
+}
+
+/// A failure worth retrying: the network, a body that is not Telegram's JSON (a proxy's error
+/// page), or an error Telegram does not describe as the request's fault (its 5xx answers).
+fn is_transient(err: &RequestError) -> bool {
+    match err {
+        RequestError::Network(_) | RequestError::Io(_) | RequestError::InvalidJson { .. } => true,
+        RequestError::Api(ApiError::Unknown(text)) => {
+            let permanent = [
+                "Bad Request",
+                "Forbidden",
+                "Unauthorized",
+                "Not Found",
+                "Conflict",
+            ];
+            !permanent.iter().any(|p| text.starts_with(p))
+        }
+        _ => false,
     }
 }
 
@@ -219,19 +340,20 @@ impl Channel for Telegram {
         };
         tracing::info!(bot_id = identity.id, username = %identity.username,
             drop_pending_updates = self.drop_pending_updates, "telegram.start");
-
-        let mut polling = Polling::builder(self.bot.clone())
-            .timeout(POLL_TIMEOUT)
-            .allowed_updates(vec![AllowedUpdate::Message]);
-        if self.drop_pending_updates {
-            polling = polling.drop_pending_updates();
-        }
-        let polling = tokio::select! {
-            p = polling.delete_webhook() => p.build(),
+        self.register_commands().await;
+        let delete = self
+            .bot
+            .delete_webhook()
+            .drop_pending_updates(self.drop_pending_updates);
+        tokio::select! {
+            done = delete.send() => {
+                if let Err(e) = done {
+                    tracing::warn!(error = %self.redact(&e.to_string()), "telegram.delete_webhook.error");
+                }
+            }
             () = shutdown.cancelled() => return Ok(()),
-        };
-
-        let handler_ctx = Arc::new(Handler {
+        }
+        let handler = Handler {
             bot: self.bot.clone(),
             token: self.token.clone(),
             me: identity,
@@ -239,49 +361,8 @@ impl Channel for Telegram {
             allow_chats: self.allow_chats.clone(),
             keyword: self.keyword.clone(),
             inbound,
-        });
-        let handler = Update::filter_message().endpoint(move |msg: Message| {
-            let ctx = handler_ctx.clone();
-            async move {
-                ctx.on_message(msg).await;
-                respond(())
-            }
-        });
-        // One worker for all chats, in arrival order: the handler only filters and forwards
-        // (sessions do the per-chat work), and teloxide's per-chat workers would otherwise
-        // stay alive for every chat ever seen.
-        let mut dispatcher = Dispatcher::builder(self.bot.clone(), handler)
-            .distribution_function(|_| None::<()>)
-            .default_handler(|update: Arc<Update>| async move {
-                tracing::debug!(
-                    update_id = update.id.0,
-                    "telegram.skip: not a message update"
-                );
-            })
-            .build();
-        let stop = dispatcher.shutdown_token();
-        let token = self.token.clone();
-        let listener_errors = Arc::new(move |err: RequestError| {
-            let text = redact(&err.to_string(), &token);
-            async move { tracing::warn!(error = %text, "telegram.poll.error") }
-        });
-        let dispatch = dispatcher.try_dispatch_with_listener(polling, listener_errors);
-        tokio::pin!(dispatch);
-        tokio::select! {
-            res = &mut dispatch => res.map_err(|e| self.startup_error(&e)),
-            () = shutdown.cancelled() => {
-                // Idle means teloxide is still in its own getMe: nothing fetched, nothing to
-                // confirm, so dropping the future is a clean stop.
-                if let Ok(done) = stop.shutdown() {
-                    let both = futures_util::future::join(dispatch, done);
-                    if tokio::time::timeout(STOP_GRACE, both).await.is_err() {
-                        tracing::warn!("telegram.stop: polling did not stop in time");
-                    }
-                }
-                tracing::info!("telegram.stop");
-                Ok(())
-            }
-        }
+        };
+        self.poll(&handler, shutdown).await
     }
 
     async fn send(&self, out: &Outbound) -> anyhow::Result<()> {
@@ -343,14 +424,27 @@ struct Handler {
 }
 
 impl Handler {
+    /// One update: messages go through [`Handler::on_message`], everything else is skipped.
+    /// An error means the message could not be journaled (do not confirm it).
+    async fn on_update(&self, update: Update) -> anyhow::Result<()> {
+        let cursor = u64::from(update.id.0);
+        match update.kind {
+            UpdateKind::Message(msg) => self.on_message(msg, cursor).await,
+            _ => {
+                tracing::debug!(update_id = cursor, "telegram.skip: not a message update");
+                Ok(())
+            }
+        }
+    }
+
     /// Applies the rules in order (sender, chat allow-list, admission, commands, addressing) and
     /// forwards the message. Logs reasons and ids, never the text.
-    async fn on_message(&self, msg: Message) {
+    async fn on_message(&self, msg: Message, cursor: u64) -> anyhow::Result<()> {
         let chat_id = msg.chat.id.0;
         let message_id = msg.id.0;
         let Some(from) = msg.from.as_ref() else {
             tracing::debug!(chat_id, message_id, "telegram.skip: no sender");
-            return;
+            return Ok(());
         };
         if !filter::chat_allowed(&self.allow_chats, chat_id) {
             tracing::info!(
@@ -358,7 +452,7 @@ impl Handler {
                 message_id,
                 "telegram.skip: chat not in allow_chats"
             );
-            return;
+            return Ok(());
         }
         let sender_id = from.id.0;
         let sender = sender_id.to_string();
@@ -378,10 +472,11 @@ impl Handler {
             if private {
                 self.pair(chat_id, user).await;
             }
-            return;
+            return Ok(());
         };
         let described = prompt::describe(&msg);
         let mut content = described.content.as_str();
+        let control_prompt;
         let mut mentioned = filter::is_addressed(&msg, &self.me, &self.keyword);
         if let Some(text) = msg.text() {
             match filter::parse_command(text, &self.me.username) {
@@ -389,15 +484,20 @@ impl Handler {
                 Command::Start => {
                     tracing::info!(chat_id, message_id, sender_id, "telegram.start_command");
                     self.reply_plain(chat_id, START_REPLY).await;
-                    return;
+                    return Ok(());
                 }
                 Command::Bub(rest) => {
                     content = rest;
                     mentioned = true;
                 }
+                Command::Control(control) => {
+                    control_prompt = format!(",{}", control.name());
+                    content = &control_prompt;
+                    mentioned = true;
+                }
                 Command::Ignored => {
                     tracing::debug!(chat_id, message_id, "telegram.skip: other command");
-                    return;
+                    return Ok(());
                 }
             }
         }
@@ -408,7 +508,11 @@ impl Handler {
             sender_id: sender,
             sender_name: from.username.clone(),
             role,
-            prompt: prompt::build(&msg, &described, content),
+            prompt: if content.starts_with(',') {
+                content.trim().to_owned()
+            } else {
+                prompt::build(&msg, &described, content)
+            },
             mentioned,
             reply: !msg.chat.is_private(),
             seq: 0,
@@ -423,9 +527,8 @@ impl Handler {
             kind = described.kind,
             "telegram.inbound"
         );
-        if let Err(e) = self.inbound.deliver(inbound, None) {
-            tracing::error!(chat_id, message_id, error = %format!("{e:#}"), "telegram.inbox.error");
-        }
+        self.inbound.deliver(inbound, Some(cursor))?;
+        Ok(())
     }
 
     /// An unknown sender wrote in a private chat: a pairing code, at most one per hour (the

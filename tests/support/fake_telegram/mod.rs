@@ -237,8 +237,16 @@ impl FakeTelegram {
             .collect()
     }
 
-    /// Whether a `getUpdates` call used a negative offset (teloxide's `drop_pending_updates`).
+    /// Whether the client dropped pending updates: `deleteWebhook` with
+    /// `drop_pending_updates`, or a `getUpdates` call with a negative offset.
     pub fn dropped_pending_updates(&self) -> bool {
+        if self
+            .calls_of("deleteWebhook")
+            .iter()
+            .any(|c| c.body["drop_pending_updates"] == true)
+        {
+            return true;
+        }
         self.calls_of("getupdates")
             .iter()
             .any(|c| c.body.get("offset").and_then(Value::as_i64).unwrap_or(0) < 0)
@@ -372,8 +380,15 @@ async fn handle(
             let id = body.get("message_id").and_then(Value::as_i64).unwrap_or(0);
             ok(sent_message(id, &body))
         }
-        "sendchataction" | "deletewebhook" | "setmycommands" | "deletemessage"
-        | "setmessagereaction" => ok(json!(true)),
+        "deletewebhook" => {
+            if body["drop_pending_updates"] == true {
+                shared.state.lock().unwrap().updates.clear();
+            }
+            ok(json!(true))
+        }
+        "sendchataction" | "setmycommands" | "deletemessage" | "setmessagereaction" => {
+            ok(json!(true))
+        }
         _ => error(
             404,
             json!({"ok": false, "error_code": 404,
