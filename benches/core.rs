@@ -32,6 +32,66 @@ fn main() {
     bench_tape_search(&tape_path);
     bench_router(dir.path());
     bench_redact();
+    bench_inbox(dir.path());
+}
+
+/// The durable inbox: the cost of journaling one received message (a ~600-byte Telegram
+/// prompt) and of each progress record of its turn (start, answer, done) — one `write` each,
+/// no fsync. `done` alone is the duplicate window: a crash between the platform accepting an
+/// answer and that write repeats the answer after a restart.
+fn bench_inbox(dir: &Path) {
+    use bub::access::Role;
+    use bub::channels::{Inbound, Outbound};
+    use bub::inbox::{Delivery, Inbox, Outcome};
+    const N: u64 = 20_000;
+    let prompt = Prose(11).text(600);
+    let path = dir.join("inbox.jsonl");
+    let (inbox, _) = Inbox::open(&path, |m| Some(m.role)).expect("inbox");
+    let mut received = Duration::ZERO;
+    let mut progress = Duration::ZERO;
+    let mut done = Duration::ZERO;
+    for i in 0..N {
+        let mut message = Inbound {
+            channel: "telegram".into(),
+            chat_id: (i % 300).to_string(),
+            message_id: i.to_string(),
+            sender_id: "42".into(),
+            sender_name: None,
+            role: Role::Owner,
+            prompt: prompt.clone(),
+            mentioned: true,
+            reply: false,
+            seq: 0,
+            interrupted: false,
+        };
+        let at = Instant::now();
+        inbox.receive(&mut message, Some(i)).expect("receive");
+        received += at.elapsed();
+        let delivery = Delivery {
+            channel: "telegram".into(),
+            seqs: vec![message.seq],
+            out: Outbound {
+                chat_id: message.chat_id.clone(),
+                text: "An answer of a typical length, a sentence or two.".into(),
+                reply_to: None,
+            },
+        };
+        let at = Instant::now();
+        inbox.started(&delivery.seqs);
+        inbox.answered(&delivery);
+        progress += at.elapsed();
+        let at = Instant::now();
+        inbox.done(&delivery.seqs, Outcome::Sent);
+        done += at.elapsed();
+    }
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / N as f64;
+    println!(
+        "inbox: receive {:.1} µs per message, start + answer {:.1} µs, done {:.1} µs (journal {} KiB after compaction)",
+        per(received),
+        per(progress),
+        per(done),
+        std::fs::metadata(&path).map_or(0, |m| m.len() / 1024)
+    );
 }
 
 /// The redactor on one 32 KiB tool result (shell output), with no secret in it and with two.
