@@ -26,6 +26,9 @@ use bub::scheduler::{JobStore, Scheduler};
 const EXIT_CONFIG: u8 = 2;
 /// Exit code when a run is interrupted by Ctrl-C (128 + SIGINT).
 const EXIT_INTERRUPTED: u8 = 130;
+/// How long the exit waits for blocking work still running (a file call stuck on a hung mount
+/// is abandoned, not waited for).
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Bub: a tape-first AI agent for terminals and chat platforms.
 ///
@@ -177,6 +180,12 @@ enum JobsAction {
 }
 
 fn main() -> ExitCode {
+    // A write past RLIMIT_FSIZE then fails with EFBIG (a tape append reports it) instead of the
+    // signal killing the daemon. Children get the default action back (`tools::shell`).
+    // SAFETY: setting a signal's disposition to SIG_IGN before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     let cli = Cli::parse();
     let command = cli.command.unwrap_or(Command::Chat);
     let settings = match load_settings(&cli.common) {
@@ -209,7 +218,7 @@ fn main() -> ExitCode {
         }
     };
     let session_id = cli.common.session_id;
-    runtime.block_on(async move {
+    let code = runtime.block_on(async move {
         match command {
             Command::Run {
                 message,
@@ -230,7 +239,9 @@ fn main() -> ExitCode {
             Command::Idle => idle(settings).await,
             _ => chat(settings, session_id).await,
         }
-    })
+    });
+    runtime.shutdown_timeout(EXIT_GRACE);
+    code
 }
 
 fn load_settings(common: &Common) -> Result<Settings, bub::config::ConfigError> {
