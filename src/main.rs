@@ -30,6 +30,9 @@ const EXIT_CONFIG: u8 = 2;
 const DAEMON_LOCK: &str = "daemon.lock";
 /// Exit code when a run is interrupted by Ctrl-C (128 + SIGINT).
 const EXIT_INTERRUPTED: u8 = 130;
+/// How long the exit waits for blocking work still running (a file call stuck on a hung mount
+/// is abandoned, not waited for).
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Bub: a tape-first AI agent for terminals and chat platforms.
 ///
@@ -181,6 +184,12 @@ enum JobsAction {
 }
 
 fn main() -> ExitCode {
+    // A write past RLIMIT_FSIZE then fails with EFBIG (a tape append reports it) instead of the
+    // signal killing the daemon. Children get the default action back (`tools::shell`).
+    // SAFETY: setting a signal's disposition to SIG_IGN before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+    }
     let cli = Cli::parse();
     let command = cli.command.unwrap_or(Command::Chat);
     let settings = match load_settings(&cli.common) {
@@ -236,8 +245,8 @@ fn main() -> ExitCode {
         }
     });
     // A tool stuck in the kernel (a FIFO, a hung mount) holds a blocking thread that cannot be
-    // cancelled: do not wait for it.
-    runtime.shutdown_background();
+    // cancelled: wait for blocking work at most EXIT_GRACE.
+    runtime.shutdown_timeout(EXIT_GRACE);
     code
 }
 

@@ -291,6 +291,51 @@ async fn model_failure_exits_non_zero_and_is_recorded() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_prompt_the_tape_cannot_record_fails_the_turn_before_the_model() {
+    let env = Env::new().await;
+    env.fake.push_text("First answer.");
+    assert!(env.run(&["run", "hello"]).await.status.success());
+    let tapes: Vec<PathBuf> = std::fs::read_dir(env.home.join("tapes"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "jsonl"))
+        .collect();
+    let [tape] = tapes.as_slice() else {
+        panic!("one tape: {tapes:?}")
+    };
+    let size = std::fs::metadata(tape).unwrap().len();
+    // RLIMIT_FSIZE at the tape's length: every append fails with EFBIG, even for root (chmod
+    // would not stop root). Without SIGXFSZ ignored, the signal would kill bub instead.
+    let mut cmd = env.command(&["run", "are you there?"]);
+    // SAFETY: setrlimit is async-signal-safe; the closure allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: size,
+                rlim_max: size,
+            };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), cmd.output())
+        .await
+        .expect("bub finished in time")
+        .unwrap();
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("Error: could not record your message on the tape: appending to ")
+            && err.contains("File too large"),
+        "{err}"
+    );
+    assert_eq!(env.fake.requests().len(), 1, "the model was not called");
+    assert_eq!(std::fs::metadata(tape).unwrap().len(), size);
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn missing_api_key_is_a_clear_turn_error() {
     let mut env = Env::new().await;
     env.set("BUB_MODEL", "openrouter:some/model");

@@ -256,7 +256,7 @@ impl Router {
     /// Runs a tool through the registry (policy, redaction) as a command.
     async fn run_tool(&self, name: &str, args: Value) -> CommandOutcome {
         let registry = self.ctx.registry();
-        let refused = registry.authorize(name, &args, &self.ctx).is_err();
+        let refused = registry.authorize(name, &args, &self.ctx).await.is_err();
         let (ok, output) = match registry.execute(name, args, self.ctx.clone()).await {
             Ok(out) => (true, out),
             Err(e) => (false, e.0),

@@ -3,6 +3,8 @@
 //!
 //! Everything is recorded on the tape as it happens: the user prompt before the call (so a failed
 //! call loses nothing), the tool calls before they run, their results after, then the answer.
+//! A prompt that cannot be recorded (disk full, a file over `RLIMIT_FSIZE`) ends the turn with an
+//! error before the model is called; other failed appends are logged and the turn goes on.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -59,7 +61,7 @@ impl ModelLoop<'_> {
                 "loop.step.start",
                 json!({"step": step, "model": self.model_label()}),
             );
-            match self.step(&prompt).await {
+            match self.step(&prompt, step == 1).await {
                 Err(error) => {
                     self.event("loop.step.error", json!({"step": step, "error": error}));
                     out.error = Some(error);
@@ -131,21 +133,38 @@ impl ModelLoop<'_> {
         }
     }
 
-    fn append(&self, kind: &str, payload: Value, meta: &Value) {
+    /// Appends one entry; a failure is logged and returned.
+    fn record(&self, kind: &str, payload: Value, meta: &Value) -> anyhow::Result<()> {
         let result = self.ctx.tape().append(kind, payload, meta.clone());
-        if let Err(e) = result {
+        if let Err(e) = &result {
             tracing::error!(error = %e, kind, "tape.append.error");
         }
+        result.map(drop)
+    }
+
+    /// Appends one entry; a failure is logged and the turn goes on.
+    fn append(&self, kind: &str, payload: Value, meta: &Value) {
+        let _ = self.record(kind, payload, meta);
     }
 
     /// One model call (retried once after an automatic handoff when the context overflows).
-    async fn step(&mut self, prompt: &str) -> Result<Step, String> {
+    /// `first`: `prompt` is the user's input (else a follow-up prompt of the loop). When the
+    /// prompt cannot be recorded, the model is not called.
+    async fn step(&mut self, prompt: &str, first: bool) -> Result<Step, String> {
         let llm = self.llm.map_err(|e| e.to_string())?;
         let run = json!({"run_id": uuid::Uuid::new_v4().simple().to_string()});
         // Built once per step: recorded on the tape (when changed) and sent.
         let system = self.system_prompt();
         self.record_system(&system, &run);
-        self.append("message", json!({"role": "user", "content": prompt}), &run);
+        let message = json!({"role": "user", "content": prompt});
+        if let Err(e) = self.record("message", message, &run) {
+            let what = if first {
+                "your message"
+            } else {
+                "the next prompt"
+            };
+            return Err(format!("could not record {what} on the tape: {e:#}"));
+        }
         let mut retried = false;
         let response = loop {
             match self.call(llm, &system).await {
@@ -216,9 +235,12 @@ impl ModelLoop<'_> {
         let mut hasher = DefaultHasher::new();
         stable.hash(&mut hasher);
         let hash = hasher.finish();
-        if *self.last_system != Some(hash) {
+        if *self.last_system != Some(hash)
+            && self
+                .record("system", json!({"content": system}), run)
+                .is_ok()
+        {
             *self.last_system = Some(hash);
-            self.append("system", json!({"content": system}), run);
         }
     }
 

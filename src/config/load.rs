@@ -9,12 +9,13 @@ use std::path::{Path, PathBuf};
 
 use super::parse::{
     absolute, expand_tilde, is_null, parse_bool, parse_list, parse_log_format, parse_log_level,
-    parse_model, parse_sandbox, parse_seconds, parse_secret, parse_timeout, parse_u32_min,
-    parse_url,
+    parse_model, parse_positive_seconds, parse_sandbox, parse_seconds, parse_secret, parse_timeout,
+    parse_u32_min, parse_u32_range, parse_url,
 };
 use super::sources::{self, Layers};
 use super::{
-    ConfigError, DEFAULT_MODEL, MAX_ACTIVE_TIME_WINDOW_SECONDS, MAX_MESSAGE_DEBOUNCE_SECONDS,
+    ConfigError, DEFAULT_MODEL, MAX_ACTIVE_TIME_WINDOW_SECONDS, MAX_BASH_MAX_TIMEOUT_SECONDS,
+    MAX_FS_TIMEOUT_SECONDS, MAX_MAX_CONCURRENT_COMMANDS, MAX_MESSAGE_DEBOUNCE_SECONDS,
     MAX_MESSAGE_DELAY_SECONDS, MAX_MODEL_TIMEOUT_SECONDS, MAX_SESSION_IDLE_SECONDS, MaskedUrl,
     Secret, Settings,
 };
@@ -188,6 +189,24 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
         parse_bool,
     )?;
     set(l, "BUB_SANDBOX", &mut s.sandbox, parse_sandbox)?;
+    set(
+        l,
+        "BUB_FS_TIMEOUT_SECONDS",
+        &mut s.fs_timeout_seconds,
+        |var, v| parse_positive_seconds(var, v, MAX_FS_TIMEOUT_SECONDS),
+    )?;
+    set(
+        l,
+        "BUB_BASH_MAX_TIMEOUT_SECONDS",
+        &mut s.bash_max_timeout_seconds,
+        |var, v| parse_u32_range(var, v, 1, MAX_BASH_MAX_TIMEOUT_SECONDS),
+    )?;
+    set(
+        l,
+        "BUB_MAX_CONCURRENT_COMMANDS",
+        &mut s.max_concurrent_commands,
+        |var, v| parse_u32_range(var, v, 1, MAX_MAX_CONCURRENT_COMMANDS),
+    )?;
     s.guest_tools = l
         .parse("BUB_GUEST_TOOLS", |v| {
             if is_null(v) {

@@ -92,6 +92,18 @@ pub const MAX_MESSAGE_DEBOUNCE_SECONDS: f64 = 3_600.0;
 pub const MAX_ACTIVE_TIME_WINDOW_SECONDS: f64 = 86_400.0;
 /// The largest `BUB_SESSION_IDLE_SECONDS`: 30 days.
 pub const MAX_SESSION_IDLE_SECONDS: f64 = 2_592_000.0;
+/// `BUB_FS_TIMEOUT_SECONDS` default: how long one `fs.*` call's file work may take.
+pub const DEFAULT_FS_TIMEOUT_SECONDS: f64 = 10.0;
+/// The largest `BUB_FS_TIMEOUT_SECONDS`: one hour.
+pub const MAX_FS_TIMEOUT_SECONDS: f64 = 3_600.0;
+/// `BUB_BASH_MAX_TIMEOUT_SECONDS` default: one hour.
+pub const DEFAULT_BASH_MAX_TIMEOUT_SECONDS: u32 = 3_600;
+/// The largest `BUB_BASH_MAX_TIMEOUT_SECONDS`: one day.
+pub const MAX_BASH_MAX_TIMEOUT_SECONDS: u32 = 86_400;
+/// `BUB_MAX_CONCURRENT_COMMANDS` default.
+pub const DEFAULT_MAX_CONCURRENT_COMMANDS: u32 = 8;
+/// The largest `BUB_MAX_CONCURRENT_COMMANDS`.
+pub const MAX_MAX_CONCURRENT_COMMANDS: u32 = 1_024;
 
 /// All settings of one process. Field docs name the environment variable. `Debug` shows no
 /// secret: keys and tokens are [`Secret`]s, URLs [`MaskedUrl`]s.
@@ -158,6 +170,16 @@ pub struct Settings {
     pub web_allow_private: bool,
     /// `BUB_SANDBOX` (default `guests`).
     pub sandbox: SandboxMode,
+    /// `BUB_FS_TIMEOUT_SECONDS` (default 10, > 0, at most one hour): the file work of one
+    /// `fs.*` call (and the path check of a confined turn) that takes longer — a hung mount —
+    /// is abandoned with an error.
+    pub fs_timeout_seconds: f64,
+    /// `BUB_BASH_MAX_TIMEOUT_SECONDS` (default 3600, 1..=86400): the largest `timeout_seconds`
+    /// of a `bash` call; a larger request is lowered to it, with a note in the output.
+    pub bash_max_timeout_seconds: u32,
+    /// `BUB_MAX_CONCURRENT_COMMANDS` (default 8, 1..=1024): `bash` commands running at once in
+    /// the process; more wait their turn.
+    pub max_concurrent_commands: u32,
     /// `BUB_GUEST_TOOLS`: the tools a guest's turn may use; `None` = the built-in guest set.
     pub guest_tools: Option<Vec<String>>,
     pub telegram: TelegramSettings,
@@ -234,6 +256,9 @@ impl Settings {
             searxng_url: None,
             web_allow_private: false,
             sandbox: SandboxMode::Guests,
+            fs_timeout_seconds: DEFAULT_FS_TIMEOUT_SECONDS,
+            bash_max_timeout_seconds: DEFAULT_BASH_MAX_TIMEOUT_SECONDS,
+            max_concurrent_commands: DEFAULT_MAX_CONCURRENT_COMMANDS,
             guest_tools: None,
             telegram: TelegramSettings::default(),
             discord: DiscordSettings::default(),
@@ -290,6 +315,11 @@ impl Settings {
         ];
         values.extend(urls.into_iter().flatten().filter_map(parse::url_password));
         values
+    }
+
+    /// `BUB_FS_TIMEOUT_SECONDS` as a duration.
+    pub fn fs_timeout(&self) -> std::time::Duration {
+        crate::time::secs(self.fs_timeout_seconds)
     }
 
     /// Replaces `model` (e.g. from `--model`) after validating it like `BUB_MODEL`.

@@ -28,6 +28,11 @@ pub fn parse_bool(var: &str, raw: &str) -> Result<bool, ConfigError> {
 
 /// A whole number `>= min` that fits in `u32`.
 pub fn parse_u32_min(var: &str, raw: &str, min: u32) -> Result<u32, ConfigError> {
+    parse_u32_range(var, raw, min, u32::MAX)
+}
+
+/// A whole number in `min..=max`.
+pub fn parse_u32_range(var: &str, raw: &str, min: u32, max: u32) -> Result<u32, ConfigError> {
     let value: u32 = raw.trim().parse().map_err(|_| {
         ConfigError::new(
             var,
@@ -38,6 +43,12 @@ pub fn parse_u32_min(var: &str, raw: &str, min: u32) -> Result<u32, ConfigError>
         return Err(ConfigError::new(
             var,
             format!("must be >= {min}, got {value}"),
+        ));
+    }
+    if value > max {
+        return Err(ConfigError::new(
+            var,
+            format!("must be at most {max}, got {value}"),
         ));
     }
     Ok(value)
@@ -62,6 +73,19 @@ pub fn parse_seconds(var: &str, raw: &str, max: f64) -> Result<f64, ConfigError>
         return Err(ConfigError::new(
             var,
             format!("must be at most {max} seconds, got {raw:?}"),
+        ));
+    }
+    Ok(value)
+}
+
+/// Seconds as a finite number in `(0, max]`: a duration that must not be zero (a deadline of
+/// zero would fail every call).
+pub fn parse_positive_seconds(var: &str, raw: &str, max: f64) -> Result<f64, ConfigError> {
+    let value = parse_seconds(var, raw, max)?;
+    if value == 0.0 {
+        return Err(ConfigError::new(
+            var,
+            format!("must be more than 0 seconds, got {raw:?}"),
         ));
     }
     Ok(value)
@@ -301,6 +325,10 @@ mod tests {
         );
         assert!(parse_u32_min("V", "-3", 1).is_err());
         assert!(parse_u32_min("V", "2.5", 1).is_err());
+        assert_eq!(parse_u32_range("V", "8", 1, 8).unwrap(), 8);
+        let err = parse_u32_range("V", "9", 1, 8).unwrap_err();
+        assert_eq!(err.message, "must be at most 8, got 9");
+        assert!(parse_u32_range("V", "99999999999", 1, 8).is_err());
     }
 
     #[test]
@@ -320,6 +348,10 @@ mod tests {
         assert_eq!(parse_timeout("V", "0", 60.0).unwrap(), None);
         assert_eq!(parse_timeout("V", "2.5", 60.0).unwrap(), Some(2.5));
         assert!(parse_timeout("V", "61", 60.0).is_err());
+        assert_eq!(parse_positive_seconds("V", "0.01", 60.0).unwrap(), 0.01);
+        let err = parse_positive_seconds("V", "0", 60.0).unwrap_err();
+        assert!(err.message.contains("more than 0 seconds"), "{err}");
+        assert!(parse_positive_seconds("V", "61", 60.0).is_err());
     }
 
     #[test]

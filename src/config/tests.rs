@@ -100,6 +100,10 @@ fn defaults_match_the_reference() {
     assert_eq!(s.ollama_api_base, "https://ollama.com/api");
     assert_eq!(s.log_level, "info");
     assert_eq!(s.log_format, LogFormat::Text);
+    assert_eq!(s.fs_timeout_seconds, 10.0);
+    assert_eq!(s.fs_timeout(), std::time::Duration::from_secs(10));
+    assert_eq!(s.bash_max_timeout_seconds, 3_600);
+    assert_eq!(s.max_concurrent_commands, 8);
     let t = &s.telegram;
     assert!(!t.enabled && t.token.is_none() && t.proxy.is_none());
     assert!(t.allow_from.is_empty() && t.allow_chats.is_empty());
@@ -289,6 +293,7 @@ fn every_duration_has_a_maximum() {
             MAX_MODEL_TIMEOUT_SECONDS,
             86_400.0,
         ),
+        ("BUB_FS_TIMEOUT_SECONDS", MAX_FS_TIMEOUT_SECONDS, 3_600.0),
     ];
     let fx = Fixture::new();
     for (var, max, documented) in bounds {
@@ -312,6 +317,58 @@ fn every_duration_has_a_maximum() {
     );
     let err = fx.load(&[]).unwrap_err();
     assert_eq!(err.var, "BUB_SESSION_IDLE_SECONDS", "{err}");
+}
+
+#[test]
+fn command_limits_and_fs_timeout() {
+    let fx = Fixture::new();
+    let s = fx
+        .load(&[
+            ("BUB_FS_TIMEOUT_SECONDS", "0.5"),
+            ("BUB_BASH_MAX_TIMEOUT_SECONDS", "60"),
+            ("BUB_MAX_CONCURRENT_COMMANDS", "1"),
+        ])
+        .unwrap();
+    assert_eq!(s.fs_timeout(), std::time::Duration::from_millis(500));
+    assert_eq!(s.bash_max_timeout_seconds, 60);
+    assert_eq!(s.max_concurrent_commands, 1);
+    // The documented maxima are accepted, one more is not.
+    assert_eq!(MAX_BASH_MAX_TIMEOUT_SECONDS, 86_400);
+    assert_eq!(MAX_MAX_CONCURRENT_COMMANDS, 1_024);
+    let s = fx
+        .load(&[
+            ("BUB_BASH_MAX_TIMEOUT_SECONDS", "86400"),
+            ("BUB_MAX_CONCURRENT_COMMANDS", "1024"),
+        ])
+        .unwrap();
+    assert_eq!(
+        (s.bash_max_timeout_seconds, s.max_concurrent_commands),
+        (86_400, 1_024)
+    );
+    let var = "BUB_BASH_MAX_TIMEOUT_SECONDS";
+    let err = err_for(&[(var, "86401")], var);
+    assert_eq!(err.message, "must be at most 86400, got 86401");
+    for bad in ["0", "-1", "1.5", "lots"] {
+        err_for(&[(var, bad)], var);
+    }
+    let var = "BUB_MAX_CONCURRENT_COMMANDS";
+    let err = err_for(&[(var, "1025")], var);
+    assert_eq!(err.message, "must be at most 1024, got 1025");
+    let err = err_for(&[(var, "0")], var);
+    assert_eq!(err.message, "must be >= 1, got 0");
+    let var = "BUB_FS_TIMEOUT_SECONDS";
+    let err = err_for(&[(var, "0")], var);
+    assert!(err.message.contains("more than 0 seconds"), "{err}");
+    err_for(&[(var, "-2")], var);
+    // From a TOML file (integers there, not strings).
+    write(
+        &fx.bub_home().join("config.toml"),
+        "bash_max_timeout_seconds = 120\nmax_concurrent_commands = 2\nfs_timeout_seconds = 3\n",
+    );
+    let s = fx.load(&[]).unwrap();
+    assert_eq!(s.bash_max_timeout_seconds, 120);
+    assert_eq!(s.max_concurrent_commands, 2);
+    assert_eq!(s.fs_timeout_seconds, 3.0);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! What a tool call can see, split by who owns it:
 //!
 //! * [`ProcessCtx`] — the process: settings, the tool registry, the outbox (channel clients),
-//!   the access gate and the secret redactor. One per process, shared by every session.
+//!   the access gate, the secret redactor and the `bash` command limits. One per process,
+//!   shared by every session.
 //! * [`SessionCtx`] — one session: its id, workspace, tape and expanded tool/skill details.
 //! * [`TurnCtx`] — one turn: who asked ([`Authority`]), the [`Policy`] it runs under, and
 //!   whether it already answered its own chat.
@@ -21,6 +22,7 @@ use crate::redact::Redactor;
 use crate::tape::Tape;
 
 use super::Registry;
+use super::shell::CommandLimits;
 
 /// What the process owns.
 pub struct ProcessCtx {
@@ -30,6 +32,9 @@ pub struct ProcessCtx {
     pub outbox: Arc<Outbox>,
     pub access: Arc<Access>,
     pub redactor: Arc<Redactor>,
+    /// How many `bash` commands may run at once, and their longest timeout (shared by every
+    /// session and workspace of the process).
+    pub commands: Arc<CommandLimits>,
     /// The policies of owner and guest turns, built once from the settings.
     owner: Arc<Policy>,
     guest: Arc<Policy>,
@@ -44,6 +49,7 @@ impl ProcessCtx {
             owner: Arc::new(Policy::for_role(Role::Owner, &settings)),
             guest: Arc::new(Policy::for_role(Role::Guest, &settings)),
             redactor: Arc::new(Redactor::from_settings(&settings)),
+            commands: Arc::new(CommandLimits::from_settings(&settings)),
             outbox: Arc::new(Outbox::new(access.clone())),
             access,
             registry: Arc::new(registry),
@@ -59,6 +65,7 @@ impl ProcessCtx {
             outbox: self.outbox.clone(),
             access: self.access.clone(),
             redactor: self.redactor.clone(),
+            commands: self.commands.clone(),
             owner: self.owner.clone(),
             guest: self.guest.clone(),
         }

@@ -4,11 +4,20 @@
 //! allowed. Invariants: text is never re-joined — reads and edits keep the file's own line
 //! endings, so an edit changes exactly the replaced bytes; binary files (NUL in the first
 //! 8 KiB, or invalid UTF-8) are refused rather than shown.
+//!
+//! Bounded: file work runs on the blocking pool and the call waits for it at most
+//! [`Files::timeout`] (`BUB_FS_TIMEOUT_SECONDS`); past it the call fails and the stuck thread is
+//! left behind, never waited for. FIFOs, sockets and devices are refused before they are opened
+//! (opening a FIFO blocks until its other end is opened), so the deadline is the backstop for a
+//! hung mount only.
 
 mod search;
 
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::json;
@@ -25,6 +34,35 @@ pub use search::{GlobArgs, GrepArgs, glob, grep};
 pub const READ_CAP: usize = 256 * 1024;
 /// Bytes sniffed for a NUL to decide a file is binary.
 pub const BINARY_SNIFF: usize = 8 * 1024;
+
+/// Where an fs call works: the workspace relative paths resolve against, and how long its file
+/// work may take before the call gives up.
+#[derive(Debug, Clone, Copy)]
+pub struct Files<'a> {
+    pub workspace: &'a Path,
+    /// `BUB_FS_TIMEOUT_SECONDS`.
+    pub timeout: Duration,
+}
+
+impl<'a> Files<'a> {
+    /// The files of the call in `ctx`: its session's workspace and the configured timeout.
+    pub fn of(ctx: &'a ToolContext) -> Self {
+        Self {
+            workspace: ctx.workspace(),
+            timeout: ctx.settings().fs_timeout(),
+        }
+    }
+}
+
+impl<'a> From<&'a Path> for Files<'a> {
+    /// `workspace` with the default timeout.
+    fn from(workspace: &'a Path) -> Self {
+        Self {
+            workspace,
+            timeout: crate::time::secs(crate::config::DEFAULT_FS_TIMEOUT_SECONDS),
+        }
+    }
+}
 
 /// Arguments of `fs.read`.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -59,7 +97,7 @@ const READ_DETAIL: &str =
     "Returns lines [offset, offset+limit) of a text file, with the file's own line endings.
 Args: path (relative to the workspace, ~ expanded, absolute allowed); offset: 0-based first line
 (default 0); limit: number of lines (default: to the end). Output is capped at 256 KiB; a note
-then tells the offset to continue from. Binary files are refused.";
+then tells the offset to continue from. Binary files, FIFOs, sockets and devices are refused.";
 
 const WRITE_DETAIL: &str =
     "Writes `content` to `path` (replacing the file), creating parent directories.
@@ -87,7 +125,7 @@ pub fn tools() -> Vec<Tool> {
                 },
                 "required": ["path"],
             }),
-            |args, ctx: ToolContext| async move { read(parse_args(args)?, ctx.workspace()).await },
+            |args, ctx: ToolContext| async move { read(parse_args(args)?, Files::of(&ctx)).await },
         )
         .scoped(PATH),
         Tool::new(
@@ -102,7 +140,7 @@ pub fn tools() -> Vec<Tool> {
                 },
                 "required": ["path", "content"],
             }),
-            |args, ctx: ToolContext| async move { write(parse_args(args)?, ctx.workspace()).await },
+            |args, ctx: ToolContext| async move { write(parse_args(args)?, Files::of(&ctx)).await },
         )
         .scoped(PATH),
         Tool::new(
@@ -120,7 +158,7 @@ pub fn tools() -> Vec<Tool> {
                 },
                 "required": ["path", "old", "new"],
             }),
-            |args, ctx: ToolContext| async move { edit(parse_args(args)?, ctx.workspace()).await },
+            |args, ctx: ToolContext| async move { edit(parse_args(args)?, Files::of(&ctx)).await },
         )
         .scoped(PATH),
     ];
@@ -207,6 +245,62 @@ fn io_error(path: &Path, e: std::io::Error) -> ToolError {
     }
 }
 
+/// Opens `path` with `opts`, refusing anything but a regular file before it is opened: opening
+/// a FIFO blocks until its other end is opened, and opening a device may act on it. A missing
+/// file is left to `opts` (created, or not found). `O_NONBLOCK` covers a file swapped for a FIFO
+/// between the check and the open; on a regular file it changes nothing.
+fn open_regular(path: &Path, opts: &mut OpenOptions) -> Result<File, ToolError> {
+    match std::fs::metadata(path) {
+        Ok(meta) => check_regular(path, &meta)?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_error(path, e)),
+    }
+    let file = opts
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| io_error(path, e))?;
+    check_regular(path, &file.metadata().map_err(|e| io_error(path, e))?)?;
+    Ok(file)
+}
+
+/// An error unless `meta` is a regular file's.
+fn check_regular(path: &Path, meta: &std::fs::Metadata) -> Result<(), ToolError> {
+    let t = meta.file_type();
+    let kind = if t.is_file() {
+        return Ok(());
+    } else if t.is_dir() {
+        return Err(ToolError::new(format!(
+            "is a directory: {}",
+            path.display()
+        )));
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_block_device() || t.is_char_device() {
+        "a device"
+    } else {
+        "a special file"
+    };
+    Err(ToolError::new(format!(
+        "{} is {kind}, not a regular file; fs tools only read and write regular files",
+        path.display()
+    )))
+}
+
+/// Replaces the content of `path` (created, with its parent directories, when missing).
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), ToolError> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)
+            .map_err(|e| ToolError::new(format!("{}: {e}", parent.display())))?;
+    }
+    let mut opts = OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    open_regular(path, &mut opts)?
+        .write_all(bytes)
+        .map_err(|e| ToolError::new(format!("{}: {e}", path.display())))
+}
+
 fn binary(path: &Path, size: u64) -> ToolError {
     ToolError::new(format!(
         "binary file: {} ({size} bytes); not shown",
@@ -222,24 +316,63 @@ fn non_negative(name: &str, v: Option<i64>) -> Result<usize, ToolError> {
     }
 }
 
+/// Runs `f` on the blocking pool and waits for it at most `timeout`. Past it the call fails with
+/// [`timed_out`] for `path`; the thread, which cannot be cancelled, finishes on its own and
+/// nothing waits for it (its result is dropped).
 async fn blocking<T: Send + 'static>(
+    path: &Path,
+    timeout: Duration,
     f: impl FnOnce() -> Result<T, ToolError> + Send + 'static,
 ) -> Result<T, ToolError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ToolError::new(format!("task failed: {e}")))?
+    match tokio::time::timeout(timeout, tokio::task::spawn_blocking(f)).await {
+        Ok(joined) => joined.map_err(|e| ToolError::new(format!("task failed: {e}")))?,
+        Err(_) => {
+            tracing::warn!(timeout_ms = timeout.as_millis() as u64, "fs.timeout");
+            Err(timed_out(path, timeout))
+        }
+    }
+}
+
+/// The error of file work on `path` that took longer than `timeout`.
+fn timed_out(path: &Path, timeout: Duration) -> ToolError {
+    ToolError::new(format!(
+        "{}: no answer from the file system within {timeout:?} (a hung mount?); gave up \
+         (BUB_FS_TIMEOUT_SECONDS)",
+        path.display()
+    ))
+}
+
+/// Checks that every argument in `raws` names a path inside `workspace` (see [`confine`]), on
+/// the blocking pool within `timeout`: a path whose check does not finish in time (a hung
+/// mount) is refused.
+pub async fn confine_all(
+    workspace: &Path,
+    raws: Vec<String>,
+    timeout: Duration,
+) -> Result<(), ToolError> {
+    let root = workspace.to_path_buf();
+    blocking(workspace, timeout, move || {
+        raws.iter()
+            .try_for_each(|raw| confine(&root, raw).map(drop))
+    })
+    .await
 }
 
 /// `fs.read`.
-pub async fn read(args: ReadArgs, workspace: &Path) -> Result<String, ToolError> {
+pub async fn read(args: ReadArgs, files: impl Into<Files<'_>>) -> Result<String, ToolError> {
+    let files = files.into();
     let offset = non_negative("offset", args.offset)?;
     let limit = match args.limit {
         None => None,
         Some(n) if n >= 1 => Some(n as usize),
         Some(n) => return Err(ToolError::new(format!("limit must be >= 1, got {n}"))),
     };
-    let path = resolve_path(workspace, &args.path);
-    blocking(move || read_lines(&path, offset, limit, READ_CAP)).await
+    let path = resolve_path(files.workspace, &args.path);
+    let shown = path.clone();
+    blocking(&shown, files.timeout, move || {
+        read_lines(&path, offset, limit, READ_CAP)
+    })
+    .await
 }
 
 /// Lines `[offset, offset+limit)` of `path`, at most `cap` bytes (plus a continuation note).
@@ -249,15 +382,8 @@ fn read_lines(
     limit: Option<usize>,
     cap: usize,
 ) -> Result<String, ToolError> {
-    let mut file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
-    let meta = file.metadata().map_err(|e| io_error(path, e))?;
-    if meta.is_dir() {
-        return Err(ToolError::new(format!(
-            "is a directory: {}",
-            path.display()
-        )));
-    }
-    let size = meta.len();
+    let mut file = open_regular(path, OpenOptions::new().read(true))?;
+    let size = file.metadata().map_err(|e| io_error(path, e))?.len();
     let mut sniff = Vec::with_capacity(BINARY_SNIFF);
     (&mut file)
         .take(BINARY_SNIFF as u64)
@@ -358,38 +484,49 @@ fn read_line_capped<R: BufRead>(
 }
 
 /// `fs.write`.
-pub async fn write(args: WriteArgs, workspace: &Path) -> Result<String, ToolError> {
-    let path = resolve_path(workspace, &args.path);
-    if let Some(parent) = path.parent() {
-        tokio::fs::create_dir_all(parent)
-            .await
-            .map_err(|e| ToolError::new(format!("{}: {e}", parent.display())))?;
-    }
-    tokio::fs::write(&path, args.content.as_bytes())
-        .await
-        .map_err(|e| ToolError::new(format!("{}: {e}", path.display())))?;
-    Ok(format!(
-        "wrote: {} ({} bytes)",
-        path.display(),
-        args.content.len()
-    ))
+pub async fn write(args: WriteArgs, files: impl Into<Files<'_>>) -> Result<String, ToolError> {
+    let files = files.into();
+    let path = resolve_path(files.workspace, &args.path);
+    let shown = path.clone();
+    let len = args.content.len();
+    blocking(&shown, files.timeout, move || {
+        write_file(&path, args.content.as_bytes())
+    })
+    .await?;
+    Ok(format!("wrote: {} ({len} bytes)", shown.display()))
 }
 
 /// `fs.edit`.
-pub async fn edit(args: EditArgs, workspace: &Path) -> Result<String, ToolError> {
+pub async fn edit(args: EditArgs, files: impl Into<Files<'_>>) -> Result<String, ToolError> {
+    let files = files.into();
     let start_line = non_negative("start_line", args.start_line)?;
-    let path = resolve_path(workspace, &args.path);
+    let path = resolve_path(files.workspace, &args.path);
     if args.old.is_empty() {
         return Err(ToolError::new("old must not be empty"));
     }
-    let bytes = tokio::fs::read(&path)
-        .await
-        .map_err(|e| io_error(&path, e))?;
+    let shown = path.clone();
+    let count = blocking(&shown, files.timeout, move || {
+        edit_file(&path, &args, start_line)
+    })
+    .await?;
+    Ok(if count > 1 {
+        format!("edited: {} ({count} replacements)", shown.display())
+    } else {
+        format!("edited: {}", shown.display())
+    })
+}
+
+/// The blocking part of `fs.edit`: read, replace, write back; returns the replacement count.
+fn edit_file(path: &Path, args: &EditArgs, start_line: usize) -> Result<usize, ToolError> {
+    let mut bytes = Vec::new();
+    open_regular(path, OpenOptions::new().read(true))?
+        .read_to_end(&mut bytes)
+        .map_err(|e| io_error(path, e))?;
     let size = bytes.len() as u64;
     if bytes[..bytes.len().min(BINARY_SNIFF)].contains(&0) {
-        return Err(binary(&path, size));
+        return Err(binary(path, size));
     }
-    let text = String::from_utf8(bytes).map_err(|_| binary(&path, size))?;
+    let text = String::from_utf8(bytes).map_err(|_| binary(path, size))?;
     let edited = replace_from_line(
         &text,
         &args.old,
@@ -409,14 +546,8 @@ pub async fn edit(args: EditArgs, workspace: &Path) -> Result<String, ToolError>
             path.display()
         )),
     })?;
-    tokio::fs::write(&path, edited.text.as_bytes())
-        .await
-        .map_err(|e| ToolError::new(format!("{}: {e}", path.display())))?;
-    Ok(if edited.count > 1 {
-        format!("edited: {} ({} replacements)", path.display(), edited.count)
-    } else {
-        format!("edited: {}", path.display())
-    })
+    write_file(path, edited.text.as_bytes())?;
+    Ok(edited.count)
 }
 
 /// Why [`replace_from_line`] refused.
@@ -511,6 +642,37 @@ mod tests {
             replace_from_line(text, "c", "z", 9, false),
             Err(EditError::NotFound)
         );
+    }
+
+    #[tokio::test]
+    async fn stuck_file_work_fails_at_its_deadline_and_is_not_waited_for() {
+        // A closure that blocks until released: what open() on a hung mount does.
+        let (release, stuck) = std::sync::mpsc::channel::<()>();
+        let started = std::time::Instant::now();
+        let err = blocking(
+            Path::new("/mnt/hung/f"),
+            Duration::from_millis(50),
+            move || {
+                let _ = stuck.recv();
+                Ok(())
+            },
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            err.0,
+            "/mnt/hung/f: no answer from the file system within 50ms (a hung mount?); gave up \
+             (BUB_FS_TIMEOUT_SECONDS)"
+        );
+        // The deadline is per call: the next call succeeds.
+        let out = blocking(Path::new("/x"), Duration::from_millis(50), || Ok(7)).await;
+        assert_eq!(out, Ok(7));
+        drop(release); // lets the abandoned thread end (the runtime's shutdown waits for it)
     }
 
     #[test]

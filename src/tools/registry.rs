@@ -219,7 +219,7 @@ impl Registry {
             .get(name)
             .ok_or_else(|| ToolError::new(format!("unknown tool: {name}")))?;
         let args = coerce_args(&tool.schema, args)?;
-        if let Err(refusal) = authorize(tool, &args, &ctx) {
+        if let Err(refusal) = authorize(tool, &args, &ctx).await {
             let role = ctx.turn.policy.role;
             tracing::info!(tool = %tool.name, %role, "tool.call.refused");
             let event = json!({"tool": tool.name, "role": role, "reason": refusal.0});
@@ -254,9 +254,14 @@ impl Registry {
     }
 
     /// Whether the turn in `ctx` may call `name` with `args` (see [`authorize`]).
-    pub fn authorize(&self, name: &str, args: &Value, ctx: &ToolContext) -> Result<(), ToolError> {
+    pub async fn authorize(
+        &self,
+        name: &str,
+        args: &Value,
+        ctx: &ToolContext,
+    ) -> Result<(), ToolError> {
         match self.get(name) {
-            Some(tool) => authorize(tool, args, ctx),
+            Some(tool) => authorize(tool, args, ctx).await,
             None => Ok(()),
         }
     }
@@ -264,8 +269,10 @@ impl Registry {
 
 /// The turn's policy, applied to one call: the tool must be allowed; for a confined turn every
 /// path argument must stay inside the workspace (`..`, absolute paths and symlinks that leave it
-/// are refused) and a chat argument must be the session's own chat.
-fn authorize(tool: &Tool, args: &Value, ctx: &ToolContext) -> Result<(), ToolError> {
+/// are refused) and a chat argument must be the session's own chat. Paths are checked on the
+/// blocking pool within `BUB_FS_TIMEOUT_SECONDS`: one that cannot be checked in time (a hung
+/// mount) is refused.
+async fn authorize(tool: &Tool, args: &Value, ctx: &ToolContext) -> Result<(), ToolError> {
     let policy = &ctx.turn.policy;
     if !policy.allows(&tool.name) {
         return Err(ToolError::new(policy.refusal(&tool.name)));
@@ -278,8 +285,14 @@ fn authorize(tool: &Tool, args: &Value, ctx: &ToolContext) -> Result<(), ToolErr
     };
     match tool.scope {
         Scope::Paths(keys) if policy.confines_files() => {
-            for raw in keys.iter().filter_map(|k| text(k)) {
-                super::fs::confine(ctx.workspace(), raw)?;
+            let raws: Vec<String> = keys
+                .iter()
+                .filter_map(|k| text(k))
+                .map(str::to_owned)
+                .collect();
+            if !raws.is_empty() {
+                let timeout = ctx.settings().fs_timeout();
+                super::fs::confine_all(ctx.workspace(), raws, timeout).await?;
             }
         }
         Scope::Chat if policy.own_chat_only() => {

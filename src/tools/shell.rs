@@ -13,7 +13,10 @@
 //! * a sandboxed command starts from a cleared environment (PATH, locale, TERM, TZ, `HOME` =
 //!   `TMPDIR` = its private directory, `BUB_SESSION_ID`) without the workspace `.env` — a guest
 //!   must not get the owner's `GH_TOKEN` — and runs only if the sandbox could be applied
-//!   (fail closed: otherwise an error and nothing is started).
+//!   (fail closed: otherwise an error and nothing is started);
+//! * through the tool, at most `BUB_MAX_CONCURRENT_COMMANDS` commands run at once in the process
+//!   and no timeout exceeds `BUB_BASH_MAX_TIMEOUT_SECONDS` ([`CommandLimits`], [`run_limited`]);
+//! * a child starts with `SIGXFSZ` at its default action, although Bub itself ignores it.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -27,6 +30,10 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::task::JoinHandle;
+
+mod limits;
+
+pub use limits::{CommandLimits, Timeout};
 
 use super::fs::resolve_path;
 use super::registry::parse_args;
@@ -45,8 +52,11 @@ const DETAIL: &str = "Runs `bash -lc <cmd>` and returns its output.
 Args:
   cmd: the shell command line (pipes, redirections, && etc. allowed).
   cwd: working directory (default: the workspace; relative paths are joined to it, ~ expanded).
-  timeout_seconds: integer >= 1, default 30. On timeout the whole process group is killed and an
-    error with the partial output is returned.
+  timeout_seconds: integer >= 1, default 30, at most BUB_BASH_MAX_TIMEOUT_SECONDS (3600 unless
+    configured; a larger value is lowered to it, with a note). On timeout the whole process group
+    is killed and an error with the partial output is returned.
+At most BUB_MAX_CONCURRENT_COMMANDS (8 unless configured) commands run at once; more wait their
+turn (the timeout starts when the command starts).
 Environment: the process environment plus KEY=VAL pairs of <workspace>/.env and BUB_SESSION_ID;
 Bub's own API keys and bot tokens are removed.
 Sandboxed sessions: only the workspace and $TMPDIR (a fresh directory per call, also $HOME) can
@@ -112,13 +122,37 @@ pub fn tools() -> Vec<Tool> {
                 user_home: settings.user_home.as_deref(),
                 sandboxed: ctx.turn.policy.sandbox,
             };
-            run_bash(args, launch).await
+            run_limited(args, launch, &ctx.process.commands).await
         },
     )
     .scoped(Scope::Paths(&["cwd"]))]
 }
 
-/// Runs one `bash` call (the tool's logic, independent of the registry).
+/// [`run_bash`] within the process's [`CommandLimits`]: the timeout lowered to the maximum (a
+/// note at the end of the output or error says so), and the command started only when a slot
+/// is free. The slot is held until the call returns or is dropped (its process group killed).
+pub async fn run_limited(
+    mut args: BashArgs,
+    launch: Launch<'_>,
+    limits: &CommandLimits,
+) -> Result<String, ToolError> {
+    let timeout = limits.timeout(
+        args.timeout_seconds
+            .unwrap_or(DEFAULT_TIMEOUT_SECONDS as i64),
+    );
+    args.timeout_seconds = Some(timeout.seconds);
+    let _slot = limits.slot().await?;
+    let result = run_bash(args, launch).await;
+    match timeout.note {
+        None => result,
+        Some(note) => match result {
+            Ok(out) => Ok(format!("{out}\n{note}")),
+            Err(e) => Err(ToolError(format!("{}\n{note}", e.0))),
+        },
+    }
+}
+
+/// Runs one `bash` call (the tool's logic, independent of the registry and its limits).
 pub async fn run_bash(args: BashArgs, launch: Launch<'_>) -> Result<String, ToolError> {
     let parent_env: Vec<_> = std::env::vars_os().collect();
     run_bash_with(args, launch, parent_env, sandbox::available).await
@@ -186,6 +220,15 @@ async fn run_bash_with(
         .envs(env)
         .process_group(0)
         .kill_on_drop(true);
+    // SAFETY: `signal` is async-signal-safe and the closure allocates nothing. Bub ignores
+    // SIGXFSZ (a file over RLIMIT_FSIZE is an error, not death) and an ignored signal stays
+    // ignored across exec: the child gets the default action back.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
+            Ok(())
+        });
+    }
     if let Some(sandbox) = &sandbox {
         sandbox.confine(&mut command);
     }

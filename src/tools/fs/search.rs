@@ -6,8 +6,11 @@
 //! order); output size is bounded ([`GLOB_CAP`] paths, [`GREP_CAP`] matches, lines cut to
 //! [`GREP_LINE_CHARS`] characters) with a visible note when capped. Paths are shown as the
 //! `path` argument joined with the path relative to it (relative to the workspace by default).
+//! A walk is bounded in time like every fs call ([`Files::timeout`]); it also stops by itself
+//! at that deadline, so an abandoned walk does not go on reading the tree.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use globset::{GlobBuilder, GlobMatcher};
 use ignore::WalkBuilder;
@@ -15,7 +18,7 @@ use regex::RegexBuilder;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{BINARY_SNIFF, blocking, resolve_path};
+use super::{BINARY_SNIFF, Files, blocking, resolve_path, timed_out};
 use crate::tools::registry::parse_args;
 use crate::tools::{Tool, ToolContext, ToolError};
 
@@ -72,7 +75,7 @@ pub(super) fn tools() -> Vec<Tool> {
                 },
                 "required": ["pattern"],
             }),
-            |args, ctx: ToolContext| async move { glob(parse_args(args)?, ctx.workspace()).await },
+            |args, ctx: ToolContext| async move { glob(parse_args(args)?, Files::of(&ctx)).await },
         )
         .scoped(super::PATH),
         Tool::new(
@@ -89,7 +92,7 @@ pub(super) fn tools() -> Vec<Tool> {
                 },
                 "required": ["pattern"],
             }),
-            |args, ctx: ToolContext| async move { grep(parse_args(args)?, ctx.workspace()).await },
+            |args, ctx: ToolContext| async move { grep(parse_args(args)?, Files::of(&ctx)).await },
         )
         .scoped(super::PATH),
     ]
@@ -189,13 +192,58 @@ impl Base {
     }
 }
 
-/// `fs.glob`.
-pub async fn glob(args: GlobArgs, workspace: &Path) -> Result<String, ToolError> {
-    let workspace = workspace.to_path_buf();
-    blocking(move || glob_sync(&args, &workspace)).await
+/// When a walk started with `timeout` must stop.
+struct Deadline {
+    at: Option<Instant>,
+    timeout: Duration,
 }
 
-fn glob_sync(args: &GlobArgs, workspace: &Path) -> Result<String, ToolError> {
+impl Deadline {
+    /// `timeout` from now (none when that instant cannot be represented).
+    fn after(timeout: Duration) -> Self {
+        Self {
+            at: Instant::now().checked_add(timeout),
+            timeout,
+        }
+    }
+
+    /// The timeout error for a walk of `dir` once the deadline has passed.
+    fn check(&self, dir: &Path) -> Result<(), ToolError> {
+        match self.at {
+            Some(at) if Instant::now() >= at => Err(timed_out(dir, self.timeout)),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Runs a walk of `args_path` (the `path` argument) on the blocking pool within the deadline.
+async fn walk<T: Send + 'static>(
+    files: Files<'_>,
+    args_path: Option<&str>,
+    f: impl FnOnce(&Path, Deadline) -> Result<T, ToolError> + Send + 'static,
+) -> Result<T, ToolError> {
+    let workspace = files.workspace.to_path_buf();
+    let shown = match args_path.map(str::trim).filter(|p| !p.is_empty()) {
+        Some(p) => resolve_path(&workspace, p),
+        None => workspace.clone(),
+    };
+    let timeout = files.timeout;
+    blocking(&shown, timeout, move || {
+        f(&workspace, Deadline::after(timeout))
+    })
+    .await
+}
+
+/// `fs.glob`.
+pub async fn glob(args: GlobArgs, files: impl Into<Files<'_>>) -> Result<String, ToolError> {
+    let path = args.path.clone();
+    walk(files.into(), path.as_deref(), move |ws, deadline| {
+        glob_sync(&args, ws, &deadline)
+    })
+    .await
+}
+
+fn glob_sync(args: &GlobArgs, workspace: &Path, deadline: &Deadline) -> Result<String, ToolError> {
     let matcher = PathGlob::new(&args.pattern)?;
     let base = Base::new(workspace, args.path.as_deref())?;
     if !base.dir.is_dir() {
@@ -204,15 +252,18 @@ fn glob_sync(args: &GlobArgs, workspace: &Path) -> Result<String, ToolError> {
             base.dir.display()
         )));
     }
-    let mut found: Vec<String> = base
-        .walker()
-        .filter_map(Result::ok)
-        .filter(|e| e.depth() > 0 && base.is_file(e))
-        .filter_map(|e| {
-            let rel = e.path().strip_prefix(&base.dir).ok()?;
-            matcher.is_match(rel).then(|| base.show(rel))
-        })
-        .collect();
+    let mut found: Vec<String> = Vec::new();
+    for entry in base.walker().filter_map(Result::ok) {
+        deadline.check(&base.dir)?;
+        if entry.depth() == 0 || !base.is_file(&entry) {
+            continue;
+        }
+        if let Ok(rel) = entry.path().strip_prefix(&base.dir)
+            && matcher.is_match(rel)
+        {
+            found.push(base.show(rel));
+        }
+    }
     if found.is_empty() {
         return Ok("(no matches)".to_string());
     }
@@ -230,12 +281,15 @@ fn glob_sync(args: &GlobArgs, workspace: &Path) -> Result<String, ToolError> {
 }
 
 /// `fs.grep`.
-pub async fn grep(args: GrepArgs, workspace: &Path) -> Result<String, ToolError> {
-    let workspace = workspace.to_path_buf();
-    blocking(move || grep_sync(&args, &workspace)).await
+pub async fn grep(args: GrepArgs, files: impl Into<Files<'_>>) -> Result<String, ToolError> {
+    let path = args.path.clone();
+    walk(files.into(), path.as_deref(), move |ws, deadline| {
+        grep_sync(&args, ws, &deadline)
+    })
+    .await
 }
 
-fn grep_sync(args: &GrepArgs, workspace: &Path) -> Result<String, ToolError> {
+fn grep_sync(args: &GrepArgs, workspace: &Path, deadline: &Deadline) -> Result<String, ToolError> {
     let re = RegexBuilder::new(&args.pattern)
         .case_insensitive(args.ignore_case.unwrap_or(false))
         .build()
@@ -253,6 +307,7 @@ fn grep_sync(args: &GrepArgs, workspace: &Path) -> Result<String, ToolError> {
     let mut out: Vec<String> = Vec::new();
     let mut capped = false;
     'files: for entry in base.walker().filter_map(Result::ok) {
+        deadline.check(&base.dir)?;
         if !base.is_file(&entry) {
             continue;
         }
