@@ -34,7 +34,8 @@ use journal::Record;
 
 /// The journal is rewritten without finished records when it grows past this size.
 pub const COMPACT_AT: u64 = 4 << 20;
-/// Chats whose last message id is remembered (for Discord's catch-up after a restart).
+/// Chats whose last message id is remembered (for Discord's catch-up after a restart; a
+/// platform with a cursor, like Telegram, needs none).
 const SEEN_CHATS: usize = 10_000;
 /// Message keys remembered to recognise a platform delivering the same message twice.
 const RECENT_KEYS: usize = 4_096;
@@ -113,8 +114,10 @@ struct State {
     tick: u64,
     /// channel → platform cursor (Telegram's update id).
     cursors: HashMap<String, u64>,
-    recent: HashSet<(String, String, String)>,
-    recent_order: VecDeque<(String, String, String)>,
+    /// Hashes of the recent message keys: two flat allocations, so a long-lived map does not
+    /// pin thousands of small heap blocks (which would keep a burst's heap from shrinking).
+    recent: HashSet<u64>,
+    recent_order: VecDeque<u64>,
 }
 
 /// The inbox of one daemon (one per `BUB_HOME`, see the daemon lock).
@@ -226,12 +229,7 @@ impl Inbox {
     /// error means the message is **not** on disk: do not confirm it.
     pub fn receive(&self, msg: &mut Inbound, cursor: Option<u64>) -> anyhow::Result<Received> {
         let mut inner = self.inner.lock().expect("inbox lock");
-        let key = (
-            msg.channel.clone(),
-            msg.chat_id.clone(),
-            msg.message_id.clone(),
-        );
-        if inner.state.recent.contains(&key) {
+        if inner.state.recent.contains(&key_of(msg)) {
             return Ok(Received::Duplicate);
         }
         let seq = inner.state.next_seq + 1;
@@ -358,11 +356,11 @@ impl State {
         match record {
             Record::Recv { seq, cursor, msg } => {
                 self.next_seq = self.next_seq.max(seq);
+                // A platform with a replay cursor (Telegram) needs no per-chat catch-up.
                 if let Some(cursor) = cursor {
                     let at = self.cursors.entry(msg.channel.clone()).or_default();
                     *at = (*at).max(cursor);
-                }
-                if let Ok(id) = msg.message_id.parse::<u64>() {
+                } else if let Ok(id) = msg.message_id.parse::<u64>() {
                     self.saw(&msg.channel, &msg.chat_id, id);
                 }
                 self.remember(&msg);
@@ -422,12 +420,8 @@ impl State {
     }
 
     fn remember(&mut self, msg: &Inbound) {
-        let key = (
-            msg.channel.clone(),
-            msg.chat_id.clone(),
-            msg.message_id.clone(),
-        );
-        if self.recent.insert(key.clone()) {
+        let key = key_of(msg);
+        if self.recent.insert(key) {
             self.recent_order.push_back(key);
         }
         while self.recent_order.len() > RECENT_KEYS {
@@ -448,6 +442,17 @@ fn rewrite(path: &Path, state: &State) -> anyhow::Result<(File, u64)> {
         .open(path)
         .with_context(|| format!("opening {}", path.display()))?;
     Ok((file, body.len() as u64))
+}
+
+/// A message's identity (channel, chat, platform message id) as a hash; a collision would
+/// only make one message in ~2^64 look like a duplicate of a recent one.
+fn key_of(msg: &Inbound) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    static SEED: std::sync::OnceLock<std::collections::hash_map::RandomState> =
+        std::sync::OnceLock::new();
+    let mut hasher = SEED.get_or_init(Default::default).build_hasher();
+    (&msg.channel, &msg.chat_id, &msg.message_id).hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Sequence numbers of journaled messages (0 = a message that never went through the inbox).
