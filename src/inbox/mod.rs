@@ -447,12 +447,11 @@ fn rewrite(path: &Path, state: &State) -> anyhow::Result<(File, u64)> {
 /// A message's identity (channel, chat, platform message id) as a hash; a collision would
 /// only make one message in ~2^64 look like a duplicate of a recent one.
 fn key_of(msg: &Inbound) -> u64 {
-    use std::hash::{BuildHasher, Hash, Hasher};
+    use std::hash::BuildHasher;
     static SEED: std::sync::OnceLock<std::collections::hash_map::RandomState> =
         std::sync::OnceLock::new();
-    let mut hasher = SEED.get_or_init(Default::default).build_hasher();
-    (&msg.channel, &msg.chat_id, &msg.message_id).hash(&mut hasher);
-    hasher.finish()
+    SEED.get_or_init(Default::default)
+        .hash_one((&msg.channel, &msg.chat_id, &msg.message_id))
 }
 
 /// Sequence numbers of journaled messages (0 = a message that never went through the inbox).
