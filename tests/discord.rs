@@ -1,8 +1,12 @@
 //! The real Discord adapter (serenity gateway + REST) against the fake Discord: what crossed
 //! the wire (IDENTIFY, posted messages, typing, retries) and what reached the session
-//! (`Inbound`: addressed or not, prompt, allow-lists on every message).
+//! (`Inbound`: addressed or not, prompt, allow-lists on every message). The catch-up after
+//! READY and RESUMED is tested in `discord/catchup.rs`.
 
 mod support;
+
+#[path = "discord/catchup.rs"]
+mod catchup;
 
 use bub::access::{Access, Role};
 use std::future::Future;
@@ -63,16 +67,21 @@ impl Bot {
     }
 
     fn spawn(fake: &FakeDiscord, configure: impl FnOnce(&mut Settings)) -> Bot {
+        Bot::spawn_with(fake, Arc::new(Inbox::memory()), configure)
+    }
+
+    /// [`Bot::spawn`] with the inbox a previous run left.
+    fn spawn_with(
+        fake: &FakeDiscord,
+        inbox: Arc<Inbox>,
+        configure: impl FnOnce(&mut Settings),
+    ) -> Bot {
         let discord = Arc::new(discord(&settings(fake, configure)));
         let (tx, rx) = mpsc::unbounded_channel();
         let stop = CancellationToken::new();
         let task = tokio::spawn({
             let (discord, stop) = (Arc::clone(&discord), stop.clone());
-            async move {
-                discord
-                    .run(InboundSink::new(Arc::new(Inbox::memory()), tx), stop)
-                    .await
-            }
+            async move { discord.run(InboundSink::new(inbox, tx), stop).await }
         });
         Bot {
             discord,

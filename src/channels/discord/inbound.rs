@@ -1,7 +1,9 @@
-//! From gateway `MESSAGE_CREATE` to [`Inbound`]: one task that takes the messages in arrival
-//! order and, for each, drops it (bot author, system/empty message, channel not allowed, sender
-//! not admitted — who gets a pairing code when they wrote a DM), decides whether the bot was
-//! addressed, and builds the prompt.
+//! From gateway `MESSAGE_CREATE` to [`Inbound`]: one task that takes the gateway's events in
+//! arrival order — messages, and the catch-up after READY/RESUMED (`catchup`), whose fetched
+//! messages take the same path — and, for each message, drops it (bot author, system/empty
+//! message, channel not allowed, sender not admitted — who gets a pairing code when they wrote
+//! a DM), decides whether the bot was addressed, builds the prompt, and hands the result to
+//! the inbox (which drops a message it already has).
 //!
 //! Order matters: the allow-list and admission come first and apply to every message, commands
 //! included. Senders match by id or username, never by display name or nickname.
@@ -16,6 +18,7 @@ use serenity::model::channel::Message;
 use serenity::model::id::UserId;
 use tokio::sync::{mpsc, watch};
 
+use super::catchup::CatchUp;
 use super::filter::{self, Addressed, Rules, Skip};
 use super::lookup::Lookups;
 use super::prompt;
@@ -40,24 +43,48 @@ pub struct Pipeline {
     pub inbound: InboundSink,
 }
 
+/// What the gateway handler hands the pipeline, in the order serenity delivered it.
+pub enum Event {
+    /// A `MESSAGE_CREATE` (boxed: a `Message` is large).
+    Message(Box<Message>),
+    /// READY or RESUMED: fetch what was missed while the bot was away (`catchup`).
+    CatchUp(CatchUp),
+}
+
 impl Pipeline {
-    /// Handles messages until the queue closes (the gateway client was dropped) or the
-    /// session side stopped listening.
-    pub async fn run(mut self, mut queue: mpsc::Receiver<Message>) {
-        while let Some(msg) = queue.recv().await {
+    /// Handles events until the queue closes (the gateway client was dropped) or the session
+    /// side stopped listening.
+    pub async fn run(mut self, mut queue: mpsc::Receiver<Event>) {
+        while let Some(event) = queue.recv().await {
             // READY is dispatched before any message, but by serenity in its own task.
             let bot = match self.bot.wait_for(Option::is_some).await {
                 Ok(user) => user.as_ref().map(|u| u.id),
                 Err(_) => return,
             };
             let Some(bot) = bot else { return };
-            if let Some(item) = self.handle(&msg, bot).await
-                && let Err(e) = self.inbound.deliver(item, None)
-            {
-                // Discord does not replay messages: this one is lost unless the catch-up
-                // after a restart finds it.
+            match event {
+                Event::Message(msg) => {
+                    self.process(&msg, bot).await;
+                }
+                Event::CatchUp(plan) => self.catch_up(plan, bot).await,
+            }
+        }
+    }
+
+    /// One message, from the gateway or the catch-up: [`Pipeline::handle`], then the inbox,
+    /// which drops a message it already has. `true` when it was handed on as new.
+    pub async fn process(&mut self, msg: &Message, bot: UserId) -> bool {
+        let Some(item) = self.handle(msg, bot).await else {
+            return false;
+        };
+        match self.inbound.deliver(item, None) {
+            Ok(new) => new,
+            Err(e) => {
+                // Not journaled, so the chat's last seen id did not move: a catch-up finds it
+                // again unless a newer message of the chat is journaled first.
                 tracing::error!(channel_id = %msg.channel_id, message_id = %msg.id,
                     error = %format!("{e:#}"), "discord.inbox.error");
+                false
             }
         }
     }

@@ -1,8 +1,9 @@
 //! The two Discord facts the addressing rules cannot read from a message, fetched over REST
 //! on demand and kept in small bounded caches:
 //!
-//! * channel info (`GET /channels/{id}`): is it a thread, its name, its parent — for the
-//!   `bub…` thread rule and for `allow_channels` on threads;
+//! * channel info (`GET /channels/{id}`): is it a thread, its name, its parent, its guild — for
+//!   the `bub…` thread rule, for `allow_channels` on threads, and for messages fetched by the
+//!   catch-up (REST messages carry no `guild_id`);
 //! * the bot's roles in a guild (`GET /guilds/{id}/members/{bot}`) — a mention of one of them
 //!   addresses the bot.
 //!
@@ -83,6 +84,8 @@ pub struct ChannelInfo {
     /// count for `allow_channels`).
     pub thread_parent: Option<String>,
     pub is_thread: bool,
+    /// The guild the channel belongs to; `None` for a DM channel.
+    pub guild_id: Option<GuildId>,
 }
 
 impl ChannelInfo {
@@ -101,6 +104,12 @@ impl ChannelInfo {
                 .to_owned(),
             thread_parent: if is_thread { parent } else { None },
             is_thread,
+            guild_id: v
+                .get("guild_id")
+                .and_then(Value::as_str)
+                .and_then(|id| id.parse::<u64>().ok())
+                .filter(|id| *id != 0)
+                .map(GuildId::new),
         }
     }
 }
@@ -207,7 +216,8 @@ mod tests {
             ChannelInfo {
                 name: "bub-help".into(),
                 thread_parent: Some("10".into()),
-                is_thread: true
+                is_thread: true,
+                guild_id: Some(GuildId::new(9)),
             }
         );
         let text = json!({"id":"10","type":0,"name":"general","parent_id":"3"});
@@ -217,6 +227,7 @@ mod tests {
             info.thread_parent, None,
             "a category is not a thread parent"
         );
+        assert_eq!(info.guild_id, None, "no guild_id, as for a DM channel");
         assert_eq!(ChannelInfo::from_json(&json!({})), ChannelInfo::default());
     }
 }

@@ -4,7 +4,13 @@
 //!   MESSAGE_CONTENT`) and turns every `MESSAGE_CREATE` that passes the allow-lists into an
 //!   [`Inbound`] (`inbound`: bots ignored, allow-lists on every message, addressing rules in
 //!   `filter`, the prompt in `prompt`). Messages the bot was not addressed in still go to the
-//!   session with `mentioned = false`; the session decides about follow-ups.
+//!   session with `mentioned = false`; the session decides about follow-ups. Each one is
+//!   journaled (`InboundSink::deliver`) before the session sees it.
+//! * Discord does not replay what a bot missed, so after READY (startup, new session) and
+//!   RESUMED the adapter catches up (`catchup`): for the most recently active chats in the
+//!   inbox it reads one page of the messages after the last one journaled and runs them,
+//!   oldest first, through the same pipeline; the inbox drops any that also came over the
+//!   gateway. The catch-up runs in the pipeline task, in order with the gateway's messages.
 //! * [`Discord::send`] splits the answer at 2000 characters (`text::split`, fences kept
 //!   balanced) and posts the parts; the first replies to the triggering message
 //!   (`fail_if_not_exists: false`, no ping of the replied-to user, no `@everyone`/role pings).
@@ -21,6 +27,7 @@
 //! The token is kept out of logs and errors: nothing here formats it, `Discord` has no `Debug`,
 //! and REST errors are rebuilt from route, status and Discord's message.
 
+mod catchup;
 mod filter;
 mod inbound;
 mod lookup;
@@ -38,13 +45,15 @@ use serenity::client::{ClientBuilder, Context, EventHandler};
 use serenity::gateway::GatewayError;
 use serenity::http::{Http, HttpBuilder, LightMethod, Route};
 use serenity::model::channel::Message;
+use serenity::model::event::ResumedEvent;
 use serenity::model::gateway::{GatewayIntents, Ready};
 use serenity::model::id::ChannelId;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
+use catchup::{CatchUp, Reason};
 pub use filter::Rules;
-use inbound::{BotUser, Pipeline};
+use inbound::{BotUser, Event, Pipeline};
 use lookup::Lookups;
 use rest::{Rest, RestError};
 
@@ -181,25 +190,38 @@ fn build_http(token: &str, client: &reqwest::Client, api_base: Option<&str>) -> 
     builder.build()
 }
 
-/// serenity's event handler: hands READY and MESSAGE_CREATE to the inbound task.
+/// serenity's event handler: hands MESSAGE_CREATE, and a catch-up for READY and RESUMED, to
+/// the inbound task.
 struct Gateway {
     bot: watch::Sender<Option<BotUser>>,
-    queue: mpsc::Sender<Message>,
+    queue: mpsc::Sender<Event>,
+    /// Read for the catch-up's last seen ids only (the pipeline delivers).
+    sink: InboundSink,
 }
 
 #[async_trait]
 impl EventHandler for Gateway {
     async fn ready(&self, _ctx: Context, ready: Ready) {
         tracing::info!(bot_id = %ready.user.id, bot_name = %ready.user.name, "discord.ready");
+        // The snapshot comes before the bot user is known: on the first READY the pipeline
+        // journals nothing before that.
+        let plan = CatchUp::snapshot(&self.sink, Reason::Ready);
         self.bot.send_replace(Some(BotUser {
             id: ready.user.id,
             name: ready.user.name.clone(),
         }));
+        // Sends fail only while shutting down.
+        let _ = self.queue.send(Event::CatchUp(plan)).await;
+    }
+
+    async fn resume(&self, _ctx: Context, _resumed: ResumedEvent) {
+        tracing::info!("discord.resumed");
+        let plan = CatchUp::snapshot(&self.sink, Reason::Resumed);
+        let _ = self.queue.send(Event::CatchUp(plan)).await;
     }
 
     async fn message(&self, _ctx: Context, msg: Message) {
-        // Fails only while shutting down.
-        let _ = self.queue.send(msg).await;
+        let _ = self.queue.send(Event::Message(Box::new(msg))).await;
     }
 }
 
@@ -277,6 +299,7 @@ impl Channel for Discord {
         let handler = Gateway {
             bot: bot_tx,
             queue: queue_tx,
+            sink: inbound.clone(),
         };
         let connect = async {
             self.check_token().await?;

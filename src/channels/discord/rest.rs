@@ -1,5 +1,6 @@
-//! Discord REST calls made by the adapter itself: posting messages, typing, and the two
-//! lookups the addressing rules need (channel info, the bot's roles in a guild).
+//! Discord REST calls made by the adapter itself: posting messages, typing, the two lookups
+//! the addressing rules need (channel info, the bot's roles in a guild), and the message
+//! history the catch-up reads (a `GET` with query parameters).
 //!
 //! Requests are built by serenity (`Request` + `Route`, so URLs, headers and the `proxy`
 //! override are serenity's) but executed here, so the raw response is visible: with the
@@ -58,11 +59,28 @@ impl Rest {
         body: Option<&Value>,
         attempts: u32,
     ) -> anyhow::Result<Vec<u8>> {
+        self.call_with_query(method, route, &[], body, attempts)
+            .await
+    }
+
+    /// [`Rest::call`] with query parameters (`?after=…&limit=…`; values are sent as given, so
+    /// only pass numbers or URL-safe text).
+    async fn call_with_query(
+        &self,
+        method: LightMethod,
+        route: Route<'_>,
+        query: &[(&'static str, String)],
+        body: Option<&Value>,
+        attempts: u32,
+    ) -> anyhow::Result<Vec<u8>> {
         let what = route_name(method, route);
         let body = body.map(serde_json::to_vec).transpose()?;
         let mut attempt = 1;
         loop {
-            let req = Request::new(route, method).body(body.clone());
+            let mut req = Request::new(route, method).body(body.clone());
+            if !query.is_empty() {
+                req = req.params(Some(query.to_vec()));
+            }
             let resp = self.execute(req).await.with_context(|| what.clone())?;
             let status = resp.status();
             let headers = resp.headers().clone();
@@ -108,6 +126,19 @@ impl Rest {
     /// `GET` returning JSON, one attempt (lookups fall back to "unknown" on errors).
     pub async fn get_json(&self, route: Route<'_>) -> anyhow::Result<Value> {
         let bytes = self.call(LightMethod::Get, route, None, 1).await?;
+        Ok(serde_json::from_slice(&bytes)?)
+    }
+
+    /// `GET` with query parameters returning JSON, with 429 retries ([`MAX_ATTEMPTS`]): the
+    /// catch-up's history pages, which nothing else would fetch again.
+    pub async fn get_json_query(
+        &self,
+        route: Route<'_>,
+        query: &[(&'static str, String)],
+    ) -> anyhow::Result<Value> {
+        let bytes = self
+            .call_with_query(LightMethod::Get, route, query, None, MAX_ATTEMPTS)
+            .await?;
         Ok(serde_json::from_slice(&bytes)?)
     }
 

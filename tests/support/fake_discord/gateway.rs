@@ -1,6 +1,6 @@
 //! The fake's gateway: one task per websocket connection speaking just enough of Discord's
 //! protocol for serenity (HELLO, IDENTIFY → READY or close 4004, heartbeat ACK, RESUME →
-//! RESUMED); dispatches are pushed to identified connections through `Shared::sessions`.
+//! RESUMED, recording the RESUME); dispatches are pushed to identified connections through `Shared::sessions`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -49,6 +49,8 @@ pub(super) async fn serve(shared: Arc<Shared>, stream: TcpStream) {
             }
             Some(2) => identify(&shared, &tx, &payload["d"]),
             Some(6) => {
+                let resume = payload["d"].clone();
+                shared.update(|s| s.resumes.push(resume));
                 let seq = shared.seq.fetch_add(1, Ordering::SeqCst) + 1;
                 let resumed = json!({"op": 0, "t": "RESUMED", "s": seq, "d": {}});
                 let _ = tx.send(WsMessage::Text(resumed.to_string()));

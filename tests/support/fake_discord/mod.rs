@@ -19,6 +19,7 @@
 //! | `GET /users/@me` | the bot user ([`BOT_ID`], [`BOT_NAME`]) |
 //! | `POST /channels/{id}/messages` | a full Message (ids from 900001 up, content echoed, author = the bot), or the next injected fault ([`FakeDiscord::fail_next_post`]) |
 //! | `POST /channels/{id}/typing` | 204 |
+//! | `GET /channels/{id}/messages?after=&limit=` | the history of [`FakeDiscord::add_history`] newer than `after`: the `limit` (default 50, at most 100) oldest of them, newest first, as Discord does; or the status of [`FakeDiscord::fail_history`] |
 //! | `GET /channels/{id}` | what [`FakeDiscord::set_thread`] / [`FakeDiscord::set_text_channel`] configured, else a text channel `channel-{id}` |
 //! | `GET /guilds/{g}/members/{u}` | a member with the roles of [`FakeDiscord::set_bot_roles`] (default none) |
 //! | anything else | 404 `{"message": "404: Not Found", "code": 0}` |
@@ -28,9 +29,11 @@
 //!
 //! Gateway: each connection gets HELLO (interval [`DEFAULT_HEARTBEAT_MS`] unless
 //! [`FakeDiscord::set_heartbeat_interval`]), IDENTIFY is recorded and answered with READY (bot
-//! user 777 "bub"), heartbeats with ACK, RESUME with RESUMED. [`FakeDiscord::dispatch`] sends an
-//! event (increasing `s`) to every identified connection. Note serenity's shard queue waits 5 s
-//! before it re-identifies after a reconnect.
+//! user 777 "bub"), heartbeats with ACK, RESUME (recorded, see [`FakeDiscord::wait_for_resume`])
+//! with RESUMED. [`FakeDiscord::dispatch`] sends an event (increasing `s`) to every identified
+//! connection; [`FakeDiscord::request_reconnect`] sends op 7 RECONNECT, after which serenity
+//! reconnects at once and resumes. Note serenity's shard queue waits 5 s before it
+//! re-identifies after a reconnect (a resume does not wait).
 //!
 //! The fake runs on the test's tokio runtime: tests that run the `bub` binary as a subprocess
 //! need `#[tokio::test(flavor = "multi_thread")]` so it keeps serving while the test waits.
@@ -71,6 +74,8 @@ pub struct RecordedRequest {
     pub method: String,
     /// Path without the query, e.g. `/api/v10/channels/555/messages`.
     pub path: String,
+    /// The raw query string (`&after=100&limit=100`; empty when none).
+    pub query: String,
     /// The JSON body (`Null` when empty, a JSON string when not JSON).
     pub body: Value,
     /// All headers, names lowercase.
@@ -87,6 +92,11 @@ impl RecordedRequest {
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
+    }
+
+    /// The value of a query parameter.
+    pub fn query_param(&self, name: &str) -> Option<&str> {
+        query_param(&self.query, name)
     }
 }
 
@@ -132,12 +142,18 @@ struct Fault {
 struct Inner {
     valid_token: Option<String>,
     channels: HashMap<String, Value>,
+    /// channel → messages served by `GET /channels/{id}/messages`.
+    history: HashMap<String, Vec<Value>>,
+    /// channel → the status its history requests fail with.
+    history_errors: HashMap<String, u16>,
     bot_roles: HashMap<String, Vec<String>>,
     faults: VecDeque<Fault>,
     requests: Vec<RecordedRequest>,
     posts: Vec<PostedMessage>,
     typing: Vec<String>,
     identifies: Vec<Identify>,
+    /// The `d` of every RESUME (op 6) received.
+    resumes: Vec<Value>,
     sessions: Vec<mpsc::UnboundedSender<WsMessage>>,
 }
 
@@ -284,6 +300,27 @@ impl FakeDiscord {
         self.shared.update(|s| s.channels.insert(id.to_owned(), v));
     }
 
+    /// Adds `msg` (a [`Msg`] or message JSON) to the history of its `channel_id`, served by
+    /// `GET /channels/{id}/messages`. As in Discord's REST answers, `guild_id` and `member` are
+    /// left out (they come only with gateway events).
+    pub fn add_history(&self, msg: impl Into<Value>) {
+        let mut msg: Value = msg.into();
+        if let Some(obj) = msg.as_object_mut() {
+            obj.remove("guild_id");
+            obj.remove("member");
+        }
+        let channel = msg["channel_id"].as_str().unwrap_or_default().to_owned();
+        self.shared
+            .update(|s| s.history.entry(channel).or_default().push(msg));
+    }
+
+    /// `GET /channels/{channel_id}/messages` answers `status` (403: Missing Access, else
+    /// 404: Unknown Channel).
+    pub fn fail_history(&self, channel_id: &str, status: u16) {
+        self.shared
+            .update(|s| s.history_errors.insert(channel_id.to_owned(), status));
+    }
+
     /// The bot's roles in `guild_id` (`GET /guilds/{guild_id}/members/777`).
     pub fn set_bot_roles(&self, guild_id: &str, roles: &[&str]) {
         let roles = roles.iter().map(|r| r.to_string()).collect();
@@ -324,12 +361,7 @@ impl FakeDiscord {
     /// Sends a dispatch event (`op 0`, next `s`) to every identified connection, waiting up to
     /// 10 s for one (panics otherwise). Returns the sequence number.
     pub async fn dispatch(&self, event: &str, data: Value) -> u64 {
-        let sessions = self
-            .shared
-            .wait(DISPATCH_WAIT, "no identified gateway connection", |s| {
-                (!s.sessions.is_empty()).then(|| s.sessions.clone())
-            })
-            .await;
+        let sessions = self.identified_sessions().await;
         let seq = self.shared.seq.fetch_add(1, Ordering::SeqCst) + 1;
         let frame = json!({"op": 0, "s": seq, "t": event, "d": data}).to_string();
         for tx in sessions {
@@ -338,9 +370,39 @@ impl FakeDiscord {
         seq
     }
 
+    /// The identified connections, waiting up to 10 s for one (panics otherwise).
+    async fn identified_sessions(&self) -> Vec<mpsc::UnboundedSender<WsMessage>> {
+        self.shared
+            .wait(DISPATCH_WAIT, "no identified gateway connection", |s| {
+                (!s.sessions.is_empty()).then(|| s.sessions.clone())
+            })
+            .await
+    }
+
     /// Sends `MESSAGE_CREATE` with `msg` (a [`Msg`] or raw message JSON).
     pub async fn dispatch_message(&self, msg: impl Into<Value>) -> u64 {
         self.dispatch("MESSAGE_CREATE", msg.into()).await
+    }
+
+    /// Sends op 7 RECONNECT to every identified connection: serenity drops the connection,
+    /// opens a new one and sends RESUME (answered with RESUMED).
+    pub async fn request_reconnect(&self) {
+        let sessions = self.identified_sessions().await;
+        let frame = json!({"op": 7, "d": null}).to_string();
+        for tx in sessions {
+            let _ = tx.send(WsMessage::Text(frame.clone()));
+        }
+    }
+
+    /// Waits until at least `n` RESUMEs arrived and returns their payloads (`session_id`,
+    /// `seq`, `token`); panics after `timeout`.
+    pub async fn wait_for_resume(&self, n: usize, timeout: Duration) -> Vec<Value> {
+        let what = format!("fewer than {n} RESUME(s)");
+        self.shared
+            .wait(timeout, &what, |s| {
+                (s.resumes.len() >= n).then(|| s.resumes.clone())
+            })
+            .await
     }
 
     /// Every REST request so far (including failed and rejected ones).
@@ -350,10 +412,25 @@ impl FakeDiscord {
 
     /// The REST requests with this method and exactly this path (`/api/v10/...`).
     pub fn requests_to(&self, method: &str, path: &str) -> Vec<RecordedRequest> {
-        let all = self.requests();
-        all.into_iter()
-            .filter(|r| r.method.eq_ignore_ascii_case(method) && r.path == path)
-            .collect()
+        requests_to(&self.shared.state().requests, method, path)
+    }
+
+    /// Waits until at least `n` requests with this method and path were answered and returns
+    /// them all; panics after `timeout`.
+    pub async fn wait_for_requests(
+        &self,
+        method: &str,
+        path: &str,
+        n: usize,
+        timeout: Duration,
+    ) -> Vec<RecordedRequest> {
+        let what = format!("fewer than {n} {method} {path}");
+        self.shared
+            .wait(timeout, &what, |s| {
+                let seen = requests_to(&s.requests, method, path);
+                (seen.len() >= n).then_some(seen)
+            })
+            .await
     }
 
     /// The messages posted successfully so far, in order.
@@ -391,4 +468,22 @@ impl FakeDiscord {
     pub fn heartbeats(&self) -> u64 {
         self.shared.heartbeats.load(Ordering::SeqCst)
     }
+}
+
+/// The requests with this method and exactly this path.
+fn requests_to(requests: &[RecordedRequest], method: &str, path: &str) -> Vec<RecordedRequest> {
+    requests
+        .iter()
+        .filter(|r| r.method.eq_ignore_ascii_case(method) && r.path == path)
+        .cloned()
+        .collect()
+}
+
+/// The value of `name` in a raw query string (serenity writes `?&after=1&limit=2`).
+fn query_param<'a>(query: &'a str, name: &str) -> Option<&'a str> {
+    query
+        .split('&')
+        .filter_map(|pair| pair.split_once('='))
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v)
 }

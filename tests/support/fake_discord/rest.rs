@@ -12,7 +12,7 @@ use axum::response::Response;
 use serde_json::{Value, json};
 
 use super::msg::{bot_user, user};
-use super::{BOT_ID, PostedMessage, RecordedRequest, Shared};
+use super::{BOT_ID, PostedMessage, RecordedRequest, Shared, query_param};
 
 fn json_response(status: u16, body: &Value, headers: &[(String, String)]) -> Response {
     let mut resp = Response::builder()
@@ -36,6 +36,7 @@ pub(super) async fn handler(
     body: Bytes,
 ) -> Response {
     let path = uri.path().to_owned();
+    let query = uri.query().unwrap_or_default().to_owned();
     let body_json = if body.is_empty() {
         Value::Null
     } else {
@@ -51,11 +52,12 @@ pub(super) async fn handler(
             )
         })
         .collect();
-    let (status, resp) = answer(&shared, &method, &path, &headers, &body_json);
+    let (status, resp) = answer(&shared, &method, &path, &query, &headers, &body_json);
     shared.update(|s| {
         s.requests.push(RecordedRequest {
             method: method.to_string(),
             path,
+            query,
             body: body_json,
             headers: header_list,
             status,
@@ -70,6 +72,7 @@ fn answer(
     shared: &Shared,
     method: &Method,
     path: &str,
+    query: &str,
     headers: &HeaderMap,
     body: &Value,
 ) -> (u16, Response) {
@@ -106,6 +109,7 @@ fn answer(
                     .unwrap(),
             )
         }
+        ("GET", ["channels", channel, "messages"]) => history(shared, channel, query),
         ("GET", ["channels", channel]) => {
             let known = shared.state().channels.get(*channel).cloned();
             let default = json!({"id": channel, "type": 0, "name": format!("channel-{channel}"),
@@ -165,4 +169,33 @@ fn post_message(shared: &Shared, channel: &str, body: &Value) -> (u16, Response)
     };
     shared.update(|s| s.posts.push(posted));
     (200, json_response(200, &message, &[]))
+}
+
+/// `GET /channels/{id}/messages?after=&limit=`: the `limit` oldest messages of the channel's
+/// history newer than `after` (all when `after` is absent), newest first — Discord's order —
+/// or the channel's injected failure.
+fn history(shared: &Shared, channel: &str, query: &str) -> (u16, Response) {
+    let param = |name: &str| query_param(query, name).and_then(|v| v.parse::<u64>().ok());
+    let (after, limit) = (param("after").unwrap_or(0), param("limit").unwrap_or(50));
+    let id = |m: &Value| m["id"].as_str().and_then(|id| id.parse::<u64>().ok());
+    let state = shared.state();
+    if let Some(&status) = state.history_errors.get(channel) {
+        let body = match status {
+            403 => json!({"message": "Missing Access", "code": 50001}),
+            _ => json!({"message": "Unknown Channel", "code": 10003}),
+        };
+        return (status, json_response(status, &body, &[]));
+    }
+    let mut page: Vec<Value> = state
+        .history
+        .get(channel)
+        .into_iter()
+        .flatten()
+        .filter(|m| id(m).is_some_and(|id| id > after))
+        .cloned()
+        .collect();
+    page.sort_by_key(|m| id(m));
+    page.truncate(limit.clamp(1, 100) as usize);
+    page.reverse();
+    (200, json_response(200, &Value::Array(page), &[]))
 }
