@@ -50,6 +50,25 @@ impl AgentJobs {
             .clone()
     }
 
+    /// After a run: the session's tape handle is let go (a chat's actor, if it has one, reopens
+    /// it on its next message), and so is another workspace's runtime once nothing uses it — a
+    /// process that only runs jobs keeps nothing per job between runs.
+    fn release(&self, agent: &Arc<AgentRuntime>, session: &str) {
+        agent.release_session(session);
+        let mut others = self.others.lock().expect("runtimes lock");
+        // Under the map's lock no new user can appear; a runtime held only by the map (and by
+        // this call, for its own) is in no job's hands.
+        others.retain(|_, other| {
+            let idle_count = if Arc::ptr_eq(other, agent) { 2 } else { 1 };
+            Arc::strong_count(other) > idle_count || other.open_sessions() > 0
+        });
+    }
+
+    /// How many runtimes of other workspaces are kept (for tests).
+    pub fn other_runtimes(&self) -> usize {
+        self.others.lock().expect("runtimes lock").len()
+    }
+
     /// The rights the job runs with now, or why it may not run: its creator must still be
     /// admitted and its chat must still be served.
     async fn authority(&self, job: &Job) -> Result<Authority, String> {
@@ -78,6 +97,7 @@ impl JobRunner for AgentJobs {
                 agent
                     .append_event(&job.session, "schedule.run", record)
                     .await;
+                self.release(&agent, &job.session);
                 return Err(format!("refused: {reason}"));
             }
         };
@@ -112,6 +132,7 @@ impl JobRunner for AgentJobs {
         agent
             .append_event(&job.session, "schedule.run", record)
             .await;
+        self.release(&agent, &job.session);
         match (result.error, delivery) {
             (Some(e), _) => Err(e),
             (None, Err(e)) => Err(format!("delivery failed: {e}")),
@@ -134,4 +155,51 @@ pub fn scheduled_prompt(job: &Job, due: DateTime<Utc>) -> String {
         due = local_time(due),
         message = job.message,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Settings;
+    use crate::scheduler::job::Trigger;
+
+    fn job(session: &str, workspace: &std::path::Path) -> Job {
+        let now = Utc::now();
+        Job {
+            id: "0badf00d".into(),
+            session: session.into(),
+            message: ",tape.info".into(),
+            workspace: workspace.to_path_buf(),
+            trigger: Trigger::Once { at: now },
+            created: now,
+            next_run: None,
+            last_run: None,
+            last_status: None,
+            creator: Some(Authority::terminal()),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_job_keeps_no_session_or_runtime_after_its_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ws, other) = (dir.path().join("ws"), dir.path().join("other"));
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::create_dir_all(&other).unwrap();
+        let settings = Settings::with_defaults(dir.path().join("home"), ws.clone());
+        let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
+        let jobs = AgentJobs::new(agent.clone());
+
+        for (session, workspace) in [("cli", &ws), ("cli:2", &other), ("cli", &other)] {
+            jobs.run(job(session, workspace), Utc::now()).await.unwrap();
+            assert_eq!(agent.open_sessions(), 0, "{session} in {workspace:?}");
+            assert_eq!(jobs.other_runtimes(), 0, "{session} in {workspace:?}");
+        }
+        // The runs are on the tapes of their workspaces all the same.
+        let tapes: Vec<_> = std::fs::read_dir(dir.path().join("home/tapes"))
+            .unwrap()
+            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+            .collect();
+        assert_eq!(tapes.len(), 3, "one tape per (workspace, session)");
+        assert!(tapes.iter().all(|t| t.contains("schedule.run")));
+    }
 }
