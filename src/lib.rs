@@ -19,6 +19,7 @@ pub mod memory;
 pub mod redact;
 pub mod scheduler;
 pub mod skills;
+pub mod status;
 pub mod storage;
 pub mod tape;
 pub mod time;

@@ -22,6 +22,7 @@ use bub::inbox::Inbox;
 use bub::logging::{self, LogTarget};
 use bub::scheduler::fire::AgentJobs;
 use bub::scheduler::{JobStore, Scheduler};
+use bub::status::Board;
 use bub::storage::PidLock;
 
 /// Exit code for configuration and usage errors.
@@ -93,6 +94,13 @@ enum Command {
     /// The scheduler alone, for autonomous containers: fires scheduled jobs and sends their
     /// answers to the chats (no polling), until SIGINT/SIGTERM.
     Idle,
+    /// What the running `bub message` is doing: sessions, running turns, queues, scheduled jobs,
+    /// the last errors. Exits 1 when no daemon runs for BUB_HOME.
+    Status {
+        /// Print the daemon's answer as JSON (without the jobs).
+        #[arg(long)]
+        json: bool,
+    },
     /// Scheduled jobs of every session in BUB_HOME.
     Jobs {
         #[command(subcommand)]
@@ -241,6 +249,7 @@ fn main() -> ExitCode {
             } => send(settings, &channel, chat_id, &text, reply_to).await,
             Command::Message => message(settings).await,
             Command::Idle => idle(settings).await,
+            Command::Status { json } => status(&settings, json).await,
             _ => chat(settings, session_id).await,
         }
     });
@@ -355,6 +364,20 @@ async fn message(settings: Settings) -> ExitCode {
     }
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
+    let board = Arc::new(Board::new(
+        &agent.settings().model,
+        &manager.channel_names(),
+    ));
+    manager.show_on(board.clone());
+    match bub::status::bind(&agent.settings().home) {
+        Ok(socket) => drop(tokio::spawn(bub::status::serve(
+            socket,
+            board,
+            shutdown.child_token(),
+        ))),
+        // Serving chats matters more than `bub status`.
+        Err(e) => tracing::warn!(error = %format!("{e:#}"), "status.unavailable"),
+    }
     let scheduler =
         scheduler_enabled.then(|| tokio::spawn(scheduler(agent).run(shutdown.child_token())));
     let served = manager.run(shutdown.clone()).await;
@@ -363,6 +386,40 @@ async fn message(settings: Settings) -> ExitCode {
         report_scheduler(scheduler.await);
     }
     finished(served)
+}
+
+/// `bub status`: the daemon's own answer on its socket, with the scheduled jobs; exit 1 when
+/// no daemon runs (or it does not answer).
+async fn status(settings: &Settings, json: bool) -> ExitCode {
+    let home = &settings.home;
+    let snapshot = match bub::status::query(home).await {
+        Ok(snapshot) => snapshot,
+        Err(e) => {
+            let lock = home.join(DAEMON_LOCK);
+            match lock.exists().then(|| PidLock::try_take(&lock)) {
+                Some(Ok(PidLock::Taken(pid))) => eprintln!(
+                    "bub: the daemon (pid {}) does not answer: {e:#}",
+                    pid.map_or_else(|| "?".to_owned(), |p| p.to_string())
+                ),
+                _ => eprintln!("bub: no daemon is running for BUB_HOME={}", home.display()),
+            }
+            return ExitCode::FAILURE;
+        }
+    };
+    if json {
+        print_out(&serde_json::to_string_pretty(&snapshot).expect("snapshot serializes"));
+        return ExitCode::SUCCESS;
+    }
+    let store = bub::scheduler::store::JobStore::new(home);
+    let jobs = match store.load() {
+        Ok(jobs) => jobs
+            .iter()
+            .map(|j| bub::tools::schedule::job_row(j, true))
+            .collect(),
+        Err(e) => vec![format!("unavailable: {e:#}")],
+    };
+    print_out(&bub::status::render(&snapshot, &jobs));
+    ExitCode::SUCCESS
 }
 
 /// `bub idle`: only the scheduler, with send-only channel clients for delivering answers.

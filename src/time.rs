@@ -72,6 +72,18 @@ fn show_secs(seconds: f64) -> String {
     }
 }
 
+/// `3d 4h`, `2h 5m`, `4m 10s`, `12s`: the two largest units.
+pub fn human_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    let (days, hours, minutes, seconds) = (s / 86_400, s / 3_600 % 24, s / 60 % 60, s % 60);
+    match (days, hours, minutes) {
+        (0, 0, 0) => format!("{seconds}s"),
+        (0, 0, _) => format!("{minutes}m {seconds}s"),
+        (0, _, _) => format!("{hours}h {minutes}m"),
+        _ => format!("{days}d {hours}h"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

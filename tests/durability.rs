@@ -207,3 +207,72 @@ async fn a_telegram_outage_delays_the_answer_but_does_not_lose_it() {
     assert!(daemon.stop().await.success());
     assert_eq!(env.telegram.calls_of("sendMessage").len(), 3);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bub_status_shows_the_running_daemon_and_exits_1_without_one() {
+    let env = Env::new().await;
+    let out = env.run(&["status"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no daemon is running"),
+        "{out:?}"
+    );
+
+    // A turn that fails (the model answers 400), then one that hangs with a message queued.
+    env.model.push_raw(
+        400,
+        r#"{"error":{"message":"bad model"}}"#.into(),
+        Vec::new(),
+    );
+    env.model.push_delay(Duration::from_secs(60));
+    env.model.push_text("late");
+    let daemon = env.start();
+    push(&env, 1, "first");
+    env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    push(&env, 2, "second");
+    env.model.wait_for_requests(2, WAIT).await;
+    push(&env, 3, "third");
+    let mut shown = String::new();
+    eventually("the queued message on the status", || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_bub"))
+            .env_clear()
+            .envs(env.vars.iter().map(|(k, v)| (k, v)))
+            .current_dir(&env.workspace)
+            .arg("status")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        shown = String::from_utf8_lossy(&out.stdout).to_string();
+        shown.contains("queued 1 message(s)")
+    })
+    .await;
+    assert!(shown.contains("model: openai:test-model"), "{shown}");
+    assert!(shown.contains("channels: telegram"), "{shown}");
+    assert!(
+        shown.contains("sessions: 1 live, 1 running, 1 queued"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("telegram:42  running an answer to 1 message(s) for "),
+        "{shown}"
+    );
+    assert!(shown.contains("last errors (newest first):"), "{shown}");
+    let error = shown.lines().last().unwrap();
+    assert!(
+        error.contains("telegram:42  ") && error.contains("bad model"),
+        "{shown}"
+    );
+    assert!(!shown.contains("sk-test-secret"), "{shown}");
+
+    let out = env.run(&["status", "--json"]).await;
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["sessions"][0]["session"], "telegram:42");
+    assert_eq!(json["errors"].as_array().unwrap().len(), 1);
+
+    assert!(daemon.stop().await.success());
+    assert!(
+        !env.home.join("daemon.sock").exists(),
+        "the socket goes with the daemon"
+    );
+    assert_eq!(env.run(&["status"]).await.status.code(), Some(1));
+}

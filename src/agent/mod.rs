@@ -196,7 +196,7 @@ impl AgentRuntime {
         let mut lines = vec![format!(
             "bub {} · up {}",
             env!("CARGO_PKG_VERSION"),
-            human_duration(self.started.elapsed())
+            crate::time::human_duration(self.started.elapsed())
         )];
         lines.push(format!("model: {}", settings.model));
         match self.tape_info(session_id) {
@@ -308,17 +308,5 @@ impl AgentRuntime {
             steps: outcome.steps,
             answered: false,
         }
-    }
-}
-
-/// `3d 4h`, `2h 5m`, `4m 10s`, `12s`: the two largest units.
-fn human_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    let (days, hours, minutes, seconds) = (s / 86_400, s / 3_600 % 24, s / 60 % 60, s % 60);
-    match (days, hours, minutes) {
-        (0, 0, 0) => format!("{seconds}s"),
-        (0, 0, _) => format!("{minutes}m {seconds}s"),
-        (0, _, _) => format!("{hours}h {minutes}m"),
-        _ => format!("{days}d {hours}h"),
     }
 }

@@ -28,6 +28,7 @@ type Tokens<'a> = (
     &'a CancellationToken,
 );
 use crate::inbox::{Inbox, Resume};
+use crate::status::Board;
 
 /// How long running turns may take to finish after a shutdown signal.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
@@ -43,6 +44,7 @@ pub struct ChannelManager {
     cfg: SessionConfig,
     actors: ActorMap,
     inbox: Arc<Inbox>,
+    board: Arc<Board>,
     resume: std::sync::Mutex<Vec<Resume>>,
 }
 
@@ -54,6 +56,7 @@ impl ChannelManager {
             cfg,
             actors: ActorMap::default(),
             inbox,
+            board: Arc::new(Board::new("", &[])),
             resume: std::sync::Mutex::default(),
         }
     }
@@ -77,6 +80,11 @@ impl ChannelManager {
         let mut names: Vec<_> = self.channels.keys().copied().collect();
         names.sort_unstable();
         names
+    }
+
+    /// Shows the sessions on `board` (for `bub status`; by default on a board nobody reads).
+    pub fn show_on(&mut self, board: Arc<Board>) {
+        self.board = board;
     }
 
     /// The live session actors (shared; for tests and benchmarks).
@@ -207,6 +215,7 @@ impl ChannelManager {
             adapter.clone(),
             self.runner.clone(),
             self.inbox.clone(),
+            self.board.clone(),
             self.cfg.clone(),
             self.actors.clone(),
         );

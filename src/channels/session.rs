@@ -50,6 +50,7 @@ use crate::access::{Authority, Role};
 use crate::agent::{AgentRuntime, TurnResult};
 use crate::config::Settings;
 use crate::inbox::{Delivery, Inbox, Outcome};
+use crate::status::{Board, SessionState};
 use crate::tape::search::LEFT_OUT_EVENT;
 use crate::time;
 
@@ -183,6 +184,8 @@ pub struct SessionActor {
     channel: Arc<dyn Channel>,
     runner: Arc<dyn TurnRunner>,
     inbox: Arc<Inbox>,
+    /// What `bub status` shows of this session.
+    board: Arc<Board>,
     cfg: SessionConfig,
     actors: ActorMap,
     batch: Vec<Inbound>,
@@ -201,6 +204,7 @@ impl SessionActor {
         channel: Arc<dyn Channel>,
         runner: Arc<dyn TurnRunner>,
         inbox: Arc<Inbox>,
+        board: Arc<Board>,
         cfg: SessionConfig,
         actors: ActorMap,
     ) -> Self {
@@ -209,6 +213,7 @@ impl SessionActor {
             channel,
             runner,
             inbox,
+            board,
             cfg,
             actors,
             batch: Vec::new(),
@@ -240,6 +245,7 @@ impl SessionActor {
                 }
                 turn = self.next_turn();
             }
+            self.publish();
             let idle = turn.is_none()
                 && self.batch.is_empty()
                 && self.commands.is_empty()
@@ -275,8 +281,30 @@ impl SessionActor {
             tracing::info!(session = %self.session_id, queued = self.batch.len() + self.commands.len(),
                 running = turn.is_some(), "session.stop: left for the next start");
         }
+        self.board.remove(&self.session_id);
         self.runner.release(&self.session_id);
         tracing::debug!(session = %self.session_id, "session.actor.stop");
+    }
+
+    fn courier(&self) -> Courier {
+        Courier {
+            channel: self.channel.clone(),
+            session_id: self.session_id.clone(),
+            board: self.board.clone(),
+        }
+    }
+
+    /// Shows the running turn and the queue on the status board.
+    fn publish(&self) {
+        let row = SessionState {
+            running: self
+                .running
+                .as_ref()
+                .map(|r| (r.what.clone(), r.started.into_std())),
+            queued_messages: self.batch.len(),
+            queued_commands: self.commands.len() + self.deliveries.len(),
+        };
+        self.board.set(&self.session_id, row);
     }
 
     /// Takes one piece of mail: controls act at once, the rest is queued by the module's rules.
@@ -357,7 +385,7 @@ impl SessionActor {
             "session.turn.cancelled");
         self.inbox.done(&running.seqs, Outcome::Cancelled);
         let runner = self.runner.clone();
-        let channel = self.channel.clone();
+        let courier = self.courier();
         let session_id = self.session_id.clone();
         let data = json!({"by": who.describe(), "after_ms": age.as_millis() as u64,
             "what": running.what});
@@ -370,15 +398,14 @@ impl SessionActor {
         });
         *turn = Some(Box::pin(async move {
             runner.record(&session_id, "turn.cancelled", data).await;
-            deliver(&*channel, &session_id, &out).await;
+            courier.deliver(&out).await;
         }));
     }
 
     /// `,status`: answered at once, beside a running turn.
     fn status(&self, message: &Inbound) {
         let runner = self.runner.clone();
-        let channel = self.channel.clone();
-        let session_id = self.session_id.clone();
+        let courier = self.courier();
         let mut lines = Vec::new();
         match &self.running {
             Some(r) => lines.push(format!(
@@ -400,21 +427,20 @@ impl SessionActor {
         };
         self.inbox.done(&[message.seq], Outcome::Sent);
         tokio::spawn(async move {
-            let about = runner.status(&session_id).await;
+            let about = runner.status(&courier.session_id).await;
             out.text = [about.trim(), &lines.join("\n")]
                 .into_iter()
                 .filter(|p| !p.is_empty())
                 .collect::<Vec<_>>()
                 .join("\n");
-            deliver(&*channel, &session_id, &out).await;
+            courier.deliver(&out).await;
         });
     }
 
     /// Sends a short notice beside the running turn.
     fn notify(&self, out: Outbound) {
-        let channel = self.channel.clone();
-        let session_id = self.session_id.clone();
-        tokio::spawn(async move { deliver(&*channel, &session_id, &out).await });
+        let courier = self.courier();
+        tokio::spawn(async move { courier.deliver(&out).await });
     }
 
     /// The next turn to start: a recorded answer first, then a queued command, then the batch
@@ -474,7 +500,7 @@ impl SessionActor {
         left_out: Vec<String>,
     ) -> TurnFuture {
         let runner = self.runner.clone();
-        let channel = self.channel.clone();
+        let courier = self.courier();
         let inbox = self.inbox.clone();
         let session_id = self.session_id.clone();
         let chat_id = trigger.chat_id.clone();
@@ -496,20 +522,23 @@ impl SessionActor {
             what,
         });
         Box::pin(async move {
-            let _typing = typing(channel.clone(), chat_id.clone(), typing_interval);
+            let _typing = typing(courier.channel.clone(), chat_id.clone(), typing_interval);
             if !left_out.is_empty() {
                 let data = json!({"count": left_out.len(), "messages": left_out});
                 runner.record(&session_id, LEFT_OUT_EVENT, data).await;
             }
             let result = runner.run_turn(&session_id, &prompt, &who).await;
             drop(_typing);
+            if let Some(error) = &result.error {
+                courier.board.error(&session_id, error);
+            }
             let text = render_output(&result, proactive);
             if text.is_empty() {
                 inbox.done(&seqs, Outcome::Silent);
                 return;
             }
             let delivery = Delivery {
-                channel: channel.name().to_owned(),
+                channel: courier.channel.name().to_owned(),
                 seqs,
                 out: Outbound {
                     chat_id,
@@ -518,25 +547,24 @@ impl SessionActor {
                 },
             };
             inbox.answered(&delivery);
-            let sent = deliver(&*channel, &session_id, &delivery.out).await;
+            let sent = courier.deliver(&delivery.out).await;
             inbox.done(&delivery.seqs, sent);
         })
     }
 
     /// An answer recorded before a restart: sent, not re-run.
     fn redeliver(&mut self, delivery: Delivery) -> TurnFuture {
-        let channel = self.channel.clone();
+        let courier = self.courier();
         let inbox = self.inbox.clone();
-        let session_id = self.session_id.clone();
         self.running = Some(Running {
             started: Instant::now(),
             who: Authority::terminal(),
             seqs: delivery.seqs.clone(),
             what: "a delivery".into(),
         });
-        tracing::info!(session = %session_id, messages = delivery.seqs.len(), "session.redeliver");
+        tracing::info!(session = %self.session_id, messages = delivery.seqs.len(), "session.redeliver");
         Box::pin(async move {
-            let sent = deliver(&*channel, &session_id, &delivery.out).await;
+            let sent = courier.deliver(&delivery.out).await;
             inbox.done(&delivery.seqs, sent);
         })
     }
@@ -544,7 +572,7 @@ impl SessionActor {
     /// `,new`: a handoff anchor, confirmed in the chat.
     fn new_context(&mut self, command: Inbound) -> TurnFuture {
         let runner = self.runner.clone();
-        let channel = self.channel.clone();
+        let courier = self.courier();
         let inbox = self.inbox.clone();
         let session_id = self.session_id.clone();
         let who = command.authority();
@@ -566,7 +594,7 @@ impl SessionActor {
                 text,
                 reply_to: command.reply.then(|| command.message_id.clone()),
             };
-            let sent = deliver(&*channel, &session_id, &out).await;
+            let sent = courier.deliver(&out).await;
             inbox.done(&[command.seq], sent);
         })
     }
@@ -599,14 +627,27 @@ fn shown_count(batch: &[Inbound]) -> usize {
     fitting.max(1).min(batch.len())
 }
 
-/// Sends `out` (the adapter retries on its own); the outcome for the inbox.
-async fn deliver(channel: &dyn Channel, session_id: &str, out: &Outbound) -> Outcome {
-    match channel.send(out).await {
-        Ok(()) => Outcome::Sent,
-        Err(e) => {
-            tracing::error!(session = %session_id, chat_id = %out.chat_id, error = %format!("{e:#}"),
-                "session.deliver.error");
-            Outcome::Failed
+/// How an actor's tasks reach its chat: the adapter, and the board that shows failures.
+#[derive(Clone)]
+struct Courier {
+    channel: Arc<dyn Channel>,
+    session_id: String,
+    board: Arc<Board>,
+}
+
+impl Courier {
+    /// Sends `out` (the adapter retries on its own); the outcome for the inbox.
+    async fn deliver(&self, out: &Outbound) -> Outcome {
+        match self.channel.send(out).await {
+            Ok(()) => Outcome::Sent,
+            Err(e) => {
+                let error = format!("{e:#}");
+                tracing::error!(session = %self.session_id, chat_id = %out.chat_id, error = %error,
+                    "session.deliver.error");
+                self.board
+                    .error(&self.session_id, &format!("delivery failed: {error}"));
+                Outcome::Failed
+            }
         }
     }
 }

@@ -126,6 +126,7 @@ struct Harness {
     channel: Arc<FakeChannel>,
     runner: Arc<FakeRunner>,
     actors: ActorMap,
+    board: Arc<Board>,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<()>,
     start: Instant,
@@ -152,11 +153,13 @@ fn harness(cfg: SessionConfig, runner: FakeRunner) -> Harness {
     actors.lock().unwrap().insert("fake:1".into(), tx.clone());
     let shutdown = CancellationToken::new();
     let inbox = Arc::new(Inbox::memory());
+    let board = Arc::new(Board::new("fake:model", &["fake"]));
     let actor = SessionActor::new(
         "fake:1".into(),
         channel.clone(),
         runner.clone(),
         inbox.clone(),
+        board.clone(),
         cfg,
         actors.clone(),
     );
@@ -167,6 +170,7 @@ fn harness(cfg: SessionConfig, runner: FakeRunner) -> Harness {
         channel,
         runner,
         actors,
+        board,
         shutdown,
         task,
         start: Instant::now(),
@@ -628,4 +632,57 @@ async fn resumed_work_runs_at_once_and_recorded_answers_are_only_delivered() {
         "{prompts:?}"
     );
     assert!(prompts[0].ends_with("asked before the crash"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_status_board_shows_the_turn_the_queue_and_errors_until_eviction() {
+    let mut cfg = config();
+    cfg.debounce = Duration::ZERO;
+    let mut runner = FakeRunner::new(true);
+    runner.result.error = Some("model: connection refused".into());
+    let mut h = harness(cfg, runner);
+    h.send("first", true);
+    at(&h, 1.0).await;
+    h.send("second", true);
+    h.send(",tape.info", false);
+    at(&h, 2.0).await;
+    let board = h.board.snapshot();
+    let row = &board.sessions[0];
+    assert_eq!(row.session, "fake:1");
+    assert_eq!(
+        row.running.as_ref().unwrap().what,
+        "an answer to 1 message(s)"
+    );
+    assert_eq!((row.queued_messages, row.queued_commands), (1, 1));
+    assert!(board.errors.is_empty());
+
+    h.runner.gate.as_ref().unwrap().add_permits(1);
+    at(&h, 3.0).await;
+    let board = h.board.snapshot();
+    assert_eq!(board.errors.len(), 1);
+    assert_eq!(board.errors[0].session, "fake:1");
+    assert_eq!(board.errors[0].error, "model: connection refused");
+    assert_eq!(
+        board.sessions[0].running.as_ref().unwrap().what,
+        "a command"
+    );
+    assert_eq!(board.sessions[0].queued_messages, 1);
+
+    h.runner.gate.as_ref().unwrap().add_permits(2);
+    at(&h, 4.0).await;
+    let row = &h.board.snapshot().sessions[0];
+    assert_eq!(
+        (
+            row.running.is_none(),
+            row.queued_messages,
+            row.queued_commands
+        ),
+        (true, 0, 0)
+    );
+    at(&h, 700.0).await;
+    assert!(h.task.is_finished(), "evicted");
+    assert!(
+        h.board.snapshot().sessions.is_empty(),
+        "the row goes with the actor"
+    );
 }
