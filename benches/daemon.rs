@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use support::fake_discord;
 use support::fake_openai;
 use support::fake_telegram::{self, private_text};
+use support::proc_status::{rss_mb, status_mb};
 
 const LATENCY_SAMPLES: i64 = 300;
 const BURST_CHATS: i64 = 1000;
@@ -31,21 +32,6 @@ const IDLE_SECONDS: u64 = 2 * bub::HTTP_IDLE_TIMEOUT.as_secs() + 5;
 fn main() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(bench());
-}
-
-/// A `/proc/PID/status` memory field in MB (`VmRSS`, `RssAnon`, `RssFile`).
-fn status_mb(pid: u32, field: &str) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kb: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0);
-    kb / 1024.0
-}
-
-fn rss_mb(pid: u32) -> f64 {
-    status_mb(pid, "VmRSS")
 }
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {

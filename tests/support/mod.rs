@@ -7,3 +7,4 @@ pub mod bub_env;
 pub mod fake_discord;
 pub mod fake_openai;
 pub mod fake_telegram;
+pub mod proc_status;
