@@ -527,7 +527,7 @@ async fn metadata_and_private_networks_are_refused_without_connecting() {
 /// `fetch_with_guard` with the guard's test exception for `server` (its exact address and port).
 async fn fetch_through_exception(server: &Server, url: &str) -> Result<String, ToolError> {
     let guard = Guard::for_tests_allowing(server.addr);
-    let run = fetch_with_guard(json!({ "url": url }), guard);
+    let run = fetch_with_guard(url, guard);
     tokio::time::timeout(CALL_LIMIT, run)
         .await
         .expect("the fetch finished in time")

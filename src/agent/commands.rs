@@ -147,7 +147,7 @@ mod tests {
 
     fn registry() -> Registry {
         let t = |n: &str| {
-            Tool::new(n, "d", "", json!({"type":"object"}), |_, _| async {
+            Tool::new(n, "d", "", |_: crate::tools::registry::NoArgs, _| async {
                 Ok(String::new())
             })
         };

@@ -197,7 +197,6 @@ mod tests {
     use super::*;
     use crate::config::Settings;
     use crate::tools::Tool;
-    use serde_json::json;
 
     fn policy(role: Role) -> Policy {
         Policy::for_role(role, &Settings::with_defaults("/h".into(), "/w".into()))
@@ -209,8 +208,7 @@ mod tests {
                 n,
                 "short",
                 "long detail",
-                json!({"type":"object"}),
-                |_, _| async { Ok(String::new()) },
+                |_: crate::tools::registry::NoArgs, _| async { Ok(String::new()) },
             )
         };
         Registry::new(vec![t("fs.read"), t("bash")], &[])

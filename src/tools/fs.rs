@@ -19,10 +19,9 @@ use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
-use super::registry::parse_args;
 use super::{Scope, Tool, ToolContext, ToolError};
 
 /// The `path` argument of the fs tools is a file path (confined to the workspace for guests).
@@ -65,30 +64,43 @@ impl<'a> From<&'a Path> for Files<'a> {
 }
 
 /// Arguments of `fs.read`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 pub struct ReadArgs {
+    /// file path
     pub path: String,
+    /// first line (0-based)
     #[serde(default)]
+    #[schemars(range(min = 0))]
     pub offset: Option<i64>,
+    /// number of lines
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub limit: Option<i64>,
 }
 
 /// Arguments of `fs.write`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 pub struct WriteArgs {
+    /// file path
     pub path: String,
+    /// the whole new content
     pub content: String,
 }
 
 /// Arguments of `fs.edit`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 pub struct EditArgs {
+    /// file path
     pub path: String,
+    /// exact text to replace
     pub old: String,
+    /// replacement text
     pub new: String,
+    /// search from this line (0-based)
     #[serde(default)]
+    #[schemars(range(min = 0))]
     pub start_line: Option<i64>,
+    /// replace every occurrence
     #[serde(default)]
     pub replace_all: Option<bool>,
 }
@@ -116,49 +128,21 @@ pub fn tools() -> Vec<Tool> {
             "fs.read",
             "Read file content",
             READ_DETAIL,
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "file path"},
-                    "offset": {"type": "integer", "minimum": 0, "default": 0, "description": "first line (0-based)"},
-                    "limit": {"type": "integer", "minimum": 1, "description": "number of lines"},
-                },
-                "required": ["path"],
-            }),
-            |args, ctx: ToolContext| async move { read(parse_args(args)?, Files::of(&ctx)).await },
+            |args, ctx: ToolContext| async move { read(args, Files::of(&ctx)).await },
         )
         .scoped(PATH),
         Tool::new(
             "fs.write",
             "Write file content",
             WRITE_DETAIL,
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "file path"},
-                    "content": {"type": "string", "description": "the whole new content"},
-                },
-                "required": ["path", "content"],
-            }),
-            |args, ctx: ToolContext| async move { write(parse_args(args)?, Files::of(&ctx)).await },
+            |args, ctx: ToolContext| async move { write(args, Files::of(&ctx)).await },
         )
         .scoped(PATH),
         Tool::new(
             "fs.edit",
             "Edit file content",
             EDIT_DETAIL,
-            json!({
-                "type": "object",
-                "properties": {
-                    "path": {"type": "string", "description": "file path"},
-                    "old": {"type": "string", "description": "exact text to replace"},
-                    "new": {"type": "string", "description": "replacement text"},
-                    "start_line": {"type": "integer", "minimum": 0, "default": 0, "description": "search from this line (0-based)"},
-                    "replace_all": {"type": "boolean", "default": false, "description": "replace every occurrence"},
-                },
-                "required": ["path", "old", "new"],
-            }),
-            |args, ctx: ToolContext| async move { edit(parse_args(args)?, Files::of(&ctx)).await },
+            |args, ctx: ToolContext| async move { edit(args, Files::of(&ctx)).await },
         )
         .scoped(PATH),
     ];

@@ -3,27 +3,29 @@
 
 use std::sync::atomic::Ordering;
 
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
-use super::registry::parse_args;
 use super::{Scope, Tool, ToolContext, ToolError};
 use crate::access::CHANNELS;
 use crate::channels::Outbound;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct SendArgs {
+    /// The message (Markdown)
     text: String,
+    /// telegram or discord (default: this session's)
     #[serde(default)]
     channel: Option<String>,
+    /// Chat / channel id (default: this session's)
     #[serde(default)]
     chat_id: Option<String>,
+    /// Message id to reply to
     #[serde(default)]
     reply_to: Option<String>,
 }
 
-async fn send(args: serde_json::Value, ctx: ToolContext) -> Result<String, ToolError> {
-    let args: SendArgs = parse_args(args)?;
+async fn send(args: SendArgs, ctx: ToolContext) -> Result<String, ToolError> {
     if args.text.trim().is_empty() {
         return Err(ToolError::new("text must not be empty"));
     }
@@ -72,25 +74,17 @@ async fn send(args: serde_json::Value, ctx: ToolContext) -> Result<String, ToolE
 
 /// The messaging tool.
 pub fn tools() -> Vec<Tool> {
-    vec![Tool::new(
-        "message.send",
-        "Send a message to a chat",
-        "Sends `text` (Markdown) to a chat: by default the chat of this session; `channel` \
+    vec![
+        Tool::new(
+            "message.send",
+            "Send a message to a chat",
+            "Sends `text` (Markdown) to a chat: by default the chat of this session; `channel` \
          (telegram or discord) and `chat_id` address any other chat, `reply_to` replies to a \
          message id. Long texts are split and formatting falls back to plain text as needed. \
          When you answer this session's chat this way, the framework does not post your final \
          reply again — so do not repeat it.",
-        json!({
-            "type": "object",
-            "properties": {
-                "text": {"type": "string", "description": "The message (Markdown)"},
-                "channel": {"type": "string", "description": "telegram or discord (default: this session's)"},
-                "chat_id": {"type": "string", "description": "Chat / channel id (default: this session's)"},
-                "reply_to": {"type": "string", "description": "Message id to reply to"},
-            },
-            "required": ["text"],
-        }),
-        send,
-    )
-    .scoped(Scope::Chat)]
+            send,
+        )
+        .scoped(Scope::Chat),
+    ]
 }

@@ -1,9 +1,9 @@
 //! Tools about the agent itself: `help`, `tools`, `tool.describe`, `quit`.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
-use super::registry::parse_args;
+use super::registry::NoArgs;
 use super::{Tool, ToolContext, ToolError};
 
 const HELP: &str = "Commands start with ',' at the beginning of a line.
@@ -22,28 +22,23 @@ Known names run internal tools; anything else runs in the shell (bash).
 
 Mention $name (e.g. $fs.read) in a message to show that tool's details to the model.";
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct DescribeArgs {
+    /// tool name, e.g. fs.read
     name: String,
 }
 
 /// `help`, `tools`, `tool.describe`, `quit`.
 pub fn tools() -> Vec<Tool> {
-    let empty = json!({"type": "object", "properties": {}});
     vec![
-        Tool::new(
-            "help",
-            "Show command help",
-            HELP,
-            empty.clone(),
-            |_, _| async { Ok(HELP.to_string()) },
-        ),
+        Tool::new("help", "Show command help", HELP, |_: NoArgs, _| async {
+            Ok(HELP.to_string())
+        }),
         Tool::new(
             "tools",
             "List available tools",
             "One line per tool this turn may use: name and description.",
-            empty.clone(),
-            |_, ctx: ToolContext| async move {
+            |_: NoArgs, ctx: ToolContext| async move {
                 Ok(ctx
                     .registry()
                     .tools()
@@ -57,9 +52,7 @@ pub fn tools() -> Vec<Tool> {
             "tool.describe",
             "Show one tool's details",
             "Shows the name, description, detail and argument schema of a tool.",
-            json!({"type": "object", "properties": {"name": {"type": "string", "description": "tool name, e.g. fs.read"}}, "required": ["name"]}),
-            |args, ctx: ToolContext| async move {
-                let DescribeArgs { name } = parse_args(args)?;
+            |DescribeArgs { name }, ctx: ToolContext| async move {
                 let tool = ctx
                     .registry()
                     .get(&name)
@@ -74,8 +67,7 @@ pub fn tools() -> Vec<Tool> {
             "quit",
             "End the session",
             "Ends the interactive session (acted upon when typed as ,quit).",
-            empty,
-            |_, _| async { Ok("exit".to_string()) },
+            |_: NoArgs, _| async { Ok("exit".to_string()) },
         ),
     ]
 }

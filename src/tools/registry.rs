@@ -11,6 +11,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use super::ToolContext;
@@ -73,30 +75,43 @@ pub struct Tool {
 }
 
 impl Tool {
-    /// Creates a tool whose handler receives the (coerced) argument object and the context.
-    pub fn new<F, Fut>(
-        name: &str,
-        description: &str,
-        detail: &str,
-        schema: Value,
-        handler: F,
-    ) -> Self
+    /// Creates a tool whose arguments are the struct `A`: the JSON schema offered to the model is
+    /// derived from `A` ([`schema_of`]), and the handler receives the (coerced) arguments parsed
+    /// into it — schema and parser cannot drift.
+    pub fn new<A, F, Fut>(name: &str, description: &str, detail: &str, handler: F) -> Self
     where
-        F: Fn(Value, ToolContext) -> Fut + Send + Sync + 'static,
+        A: DeserializeOwned + JsonSchema,
+        F: Fn(A, ToolContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<String, ToolError>> + Send + 'static,
     {
         Self {
             name: name.to_string(),
             description: description.to_string(),
             detail: detail.to_string(),
-            schema,
+            schema: schema_of::<A>(),
             scope: Scope::Local,
-            handler: Arc::new(move |args, ctx| Box::pin(handler(args, ctx))),
+            handler: Arc::new(move |args, ctx| match parse_args::<A>(args) {
+                Ok(args) => Box::pin(handler(args, ctx)),
+                Err(e) => Box::pin(std::future::ready(Err(e))),
+            }),
         }
     }
 
     /// Declares what the tool's arguments reach.
+    ///
+    /// # Panics
+    /// When a path argument named by `scope` is not one of the tool's arguments (a programming
+    /// error in the built-in set: the policy would not see it).
     pub fn scoped(mut self, scope: Scope) -> Self {
+        if let Scope::Paths(keys) = scope {
+            for key in keys {
+                assert!(
+                    self.schema["properties"].get(key).is_some(),
+                    "{}: scoped path argument `{key}` is not an argument",
+                    self.name
+                );
+            }
+        }
         self.scope = scope;
         self
     }
@@ -392,13 +407,51 @@ fn coerce_value(key: &str, ty: &str, value: Value) -> Result<Value, ToolError> {
     }
 }
 
-/// A tool's argument schema: an object with these `properties`, of which `required` must be set.
-pub fn object_schema(properties: Value, required: &[&str]) -> Value {
-    serde_json::json!({"type": "object", "properties": properties, "required": required})
+/// The arguments of a tool that takes none.
+#[derive(Debug, Clone, Copy, Default, serde::Deserialize, JsonSchema)]
+pub struct NoArgs {}
+
+/// The JSON schema of an argument struct as offered to the model: an object with `properties`
+/// (described by the fields' doc comments) and `required` (the fields that are neither `Option`
+/// nor defaulted). Optional fields keep their plain type (never `[T, "null"]`, which some
+/// providers refuse), and nothing is referenced out of line.
+pub fn schema_of<A: JsonSchema>() -> Value {
+    let mut settings = schemars::generate::SchemaSettings::draft07();
+    settings.inline_subschemas = true;
+    settings.meta_schema = None;
+    let mut schema = settings
+        .into_generator()
+        .into_root_schema_for::<A>()
+        .to_value();
+    if let Some(map) = schema.as_object_mut() {
+        map.remove("title");
+        map.remove("description");
+        let properties = map.entry("properties").or_insert_with(|| json!({}));
+        for property in properties
+            .as_object_mut()
+            .into_iter()
+            .flat_map(|p| p.values_mut())
+        {
+            // `Option<T>`: `"type": ["integer", "null"]` → `"type": "integer"`, and no
+            // `"default": null`.
+            if let Some(p) = property.as_object_mut()
+                && p.get("default") == Some(&Value::Null)
+            {
+                p.remove("default");
+            }
+            if let Some(Value::Array(types)) = property.get_mut("type") {
+                types.retain(|t| t != "null");
+                if let [only] = types.as_slice() {
+                    property["type"] = only.clone();
+                }
+            }
+        }
+    }
+    schema
 }
 
 /// Deserializes a tool's argument object into its typed argument struct.
-pub fn parse_args<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, ToolError> {
+fn parse_args<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, ToolError> {
     serde_json::from_value(args).map_err(|e| ToolError::new(format!("invalid arguments: {e}")))
 }
 
@@ -408,13 +461,74 @@ mod tests {
     use serde_json::json;
 
     fn noop(name: &str) -> Tool {
-        Tool::new(
-            name,
-            "d",
-            "",
-            json!({"type":"object","properties":{}}),
-            |_, _| async { Ok("ok".to_string()) },
-        )
+        Tool::new(name, "d", "", |_: NoArgs, _| async { Ok("ok".to_string()) })
+    }
+
+    /// Arguments of a test tool.
+    #[derive(serde::Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Args {
+        /// where to look
+        path: String,
+        /// how many
+        #[serde(default)]
+        #[schemars(range(min = 1))]
+        limit: Option<i64>,
+        #[serde(default)]
+        all: bool,
+    }
+
+    #[test]
+    fn the_schema_is_derived_from_the_argument_struct() {
+        let schema = schema_of::<Args>();
+        assert_eq!(
+            schema,
+            json!({
+                "type": "object",
+                "properties": {
+                    "path": {"type": "string", "description": "where to look"},
+                    "limit": {"type": "integer", "format": "int64", "minimum": 1, "description": "how many"},
+                    "all": {"type": "boolean", "default": false},
+                },
+                "required": ["path"],
+            })
+        );
+        assert_eq!(
+            schema_of::<NoArgs>(),
+            json!({"type": "object", "properties": {}})
+        );
+    }
+
+    #[tokio::test]
+    async fn arguments_reach_the_handler_typed_or_fail_with_a_clear_error() {
+        let tool = Tool::new("t", "d", "", |a: Args, _| async move {
+            Ok(format!("{} {:?} {}", a.path, a.limit, a.all))
+        });
+        let ctx = ToolContext::standalone(
+            crate::config::Settings::with_defaults("/nonexistent".into(), "/nonexistent".into()),
+            Registry::new(Vec::new(), &[]),
+            "cli",
+            crate::access::Authority::terminal(),
+        );
+        let ctx = ctx.unwrap();
+        let args = coerce_args(&tool.schema, json!({"path": "x", "limit": "3"})).unwrap();
+        assert_eq!(
+            (tool.handler)(args, ctx.clone()).await.unwrap(),
+            "x Some(3) false"
+        );
+        let err = (tool.handler)(json!({"path": 5}), ctx).await.unwrap_err();
+        assert!(
+            err.0
+                .starts_with("invalid arguments: invalid type: integer `5`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "t: scoped path argument `cwd` is not an argument")]
+    fn a_scope_naming_a_missing_argument_is_refused() {
+        let _ = Tool::new("t", "d", "", |_: Args, _| async { Ok(String::new()) })
+            .scoped(Scope::Paths(&["cwd"]));
     }
 
     #[test]

@@ -4,31 +4,38 @@
 //! fires the jobs. A session sees and removes only its own jobs.
 
 use chrono::Utc;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
 
-use super::registry::{object_schema as schema, parse_args};
+use super::registry::NoArgs;
 use super::{Tool, ToolContext, ToolError};
 use crate::scheduler::job::{self, Job, TriggerSpec, local_time};
 use crate::scheduler::{CHANGED, JobStore};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct AddArgs {
+    /// What to do when the job fires
     message: String,
+    /// Run once after this many seconds
     #[serde(default)]
     after_seconds: Option<f64>,
+    /// Run every N seconds
     #[serde(default)]
     interval_seconds: Option<f64>,
+    /// 5-field crontab expression
     #[serde(default)]
     cron: Option<String>,
+    /// Run once at this ISO 8601 time
     #[serde(default)]
     at: Option<String>,
+    /// IANA time zone for cron / at
     #[serde(default)]
     timezone: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct RemoveArgs {
+    /// The job id
     job_id: String,
 }
 
@@ -62,8 +69,7 @@ async fn with_store<R: Send + 'static>(
         .map_err(|e| ToolError::new(format!("schedule task failed: {e}")))?
 }
 
-async fn add(args: Value, ctx: ToolContext) -> Result<String, ToolError> {
-    let args: AddArgs = parse_args(args)?;
+async fn add(args: AddArgs, ctx: ToolContext) -> Result<String, ToolError> {
     if args.message.trim().is_empty() {
         return Err(ToolError::new("message must not be empty"));
     }
@@ -116,8 +122,7 @@ async fn list(ctx: ToolContext) -> Result<String, ToolError> {
     Ok(rows.join("\n"))
 }
 
-async fn remove(args: Value, ctx: ToolContext) -> Result<String, ToolError> {
-    let args: RemoveArgs = parse_args(args)?;
+async fn remove(args: RemoveArgs, ctx: ToolContext) -> Result<String, ToolError> {
     let id = args.job_id.trim().to_owned();
     let session = ctx.session_id().to_owned();
     let removed = with_store(&ctx, {
@@ -154,35 +159,19 @@ pub fn tools() -> Vec<Tool> {
              e.g. Europe/Berlin) applies to cron and to an `at` without offset; default: the \
              machine's local zone. When it fires, you get the message as a scheduled run and your \
              answer goes to this chat. Use this instead of `sleep` for anything later than now.",
-            schema(
-                json!({
-                    "message": {"type": "string", "description": "What to do when the job fires"},
-                    "after_seconds": {"type": "number", "description": "Run once after this many seconds"},
-                    "interval_seconds": {"type": "number", "description": "Run every N seconds"},
-                    "cron": {"type": "string", "description": "5-field crontab expression"},
-                    "at": {"type": "string", "description": "Run once at this ISO 8601 time"},
-                    "timezone": {"type": "string", "description": "IANA time zone for cron / at"},
-                }),
-                &["message"],
-            ),
             add,
         ),
         Tool::new(
             "schedule.list",
             "List this session's scheduled jobs",
             "Lists the jobs of this session: id, next run, trigger, last status and message.",
-            schema(json!({}), &[]),
-            |_, ctx: ToolContext| list(ctx),
+            |_: NoArgs, ctx: ToolContext| list(ctx),
         ),
         Tool::new(
             "schedule.remove",
             "Remove one of this session's scheduled jobs",
             "Removes the job with `job_id` (see schedule.list). Only jobs of this session can be \
              removed.",
-            schema(
-                json!({"job_id": {"type": "string", "description": "The job id"}}),
-                &["job_id"],
-            ),
             remove,
         ),
     ]

@@ -27,7 +27,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde::Deserialize;
-use serde_json::json;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::task::JoinHandle;
 
@@ -36,7 +35,6 @@ mod limits;
 pub use limits::{CommandLimits, Timeout};
 
 use super::fs::resolve_path;
-use super::registry::parse_args;
 use super::sandbox::{self, Sandbox, Support};
 use super::{Scope, Tool, ToolContext, ToolError};
 use crate::config::SECRET_VARS;
@@ -70,12 +68,16 @@ with their output redirected (`server > server.log 2>&1 &`).
 Do not use `sleep` to wait for something to happen later; use schedule.add instead.";
 
 /// Arguments of `bash`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 pub struct BashArgs {
+    /// shell command line
     pub cmd: String,
+    /// working directory (default: workspace)
     #[serde(default)]
     pub cwd: Option<String>,
+    /// kill the command after this many seconds (default 30)
     #[serde(default)]
+    #[schemars(range(min = 1))]
     pub timeout_seconds: Option<i64>,
 }
 
@@ -98,34 +100,25 @@ pub struct Launch<'a> {
 
 /// `bash`.
 pub fn tools() -> Vec<Tool> {
-    vec![Tool::new(
-        "bash",
-        "Run shell command",
-        DETAIL,
-        json!({
-            "type": "object",
-            "properties": {
-                "cmd": {"type": "string", "description": "shell command line"},
-                "cwd": {"type": "string", "description": "working directory (default: workspace)"},
-                "timeout_seconds": {"type": "integer", "minimum": 1, "default": DEFAULT_TIMEOUT_SECONDS,
-                    "description": "kill the command after this many seconds"},
+    vec![
+        Tool::new(
+            "bash",
+            "Run shell command",
+            DETAIL,
+            |args: BashArgs, ctx: ToolContext| async move {
+                let settings = ctx.settings();
+                let launch = Launch {
+                    workspace: ctx.workspace(),
+                    session_id: ctx.session_id(),
+                    home: &settings.home,
+                    user_home: settings.user_home.as_deref(),
+                    sandboxed: ctx.turn.policy.sandbox,
+                };
+                run_limited(args, launch, &ctx.process.commands).await
             },
-            "required": ["cmd"],
-        }),
-        |args, ctx: ToolContext| async move {
-            let args: BashArgs = parse_args(args)?;
-            let settings = ctx.settings();
-            let launch = Launch {
-                workspace: ctx.workspace(),
-                session_id: ctx.session_id(),
-                home: &settings.home,
-                user_home: settings.user_home.as_deref(),
-                sandboxed: ctx.turn.policy.sandbox,
-            };
-            run_limited(args, launch, &ctx.process.commands).await
-        },
-    )
-    .scoped(Scope::Paths(&["cwd"]))]
+        )
+        .scoped(Scope::Paths(&["cwd"])),
+    ]
 }
 
 /// [`run_bash`] within the process's [`CommandLimits`]: the timeout lowered to the maximum (a

@@ -1,15 +1,16 @@
 //! Skill tools: `skills.list` and `skills.describe` (the full SKILL.md body and the skill's
 //! other files). Describing a skill also expands it in the system prompt (bounded).
 
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
-use super::registry::{object_schema, parse_args};
+use super::registry::NoArgs;
 use super::{Tool, ToolContext, ToolError};
 use crate::skills::{self, Discovery, Skill};
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct DescribeArgs {
+    /// skill name, e.g. gh
     name: String,
 }
 
@@ -79,20 +80,16 @@ pub fn tools() -> Vec<Tool> {
             "Lists the skills of this workspace (project), of ~/.agents/skills (global) and the \
              built-in ones: name, description, source and location; invalid SKILL.md files are \
              listed as skipped with the reason.",
-            object_schema(json!({}), &[]),
-            |_, ctx: ToolContext| async move { Ok(list_text(&skills::discover(ctx.settings()))) },
+            |_: NoArgs, ctx: ToolContext| async move {
+                Ok(list_text(&skills::discover(ctx.settings())))
+            },
         ),
         Tool::new(
             "skills.describe",
             "Show one skill's instructions",
             "Shows a skill's full SKILL.md (frontmatter fields and body) and lists the other \
              files in its folder; the skill's body also stays in the system prompt for a while.",
-            object_schema(
-                json!({"name": {"type": "string", "description": "skill name, e.g. gh"}}),
-                &["name"],
-            ),
-            |args, ctx: ToolContext| async move {
-                let DescribeArgs { name } = parse_args(args)?;
+            |DescribeArgs { name }, ctx: ToolContext| async move {
                 let found = skills::discover(ctx.settings());
                 let skill = found.get(name.trim()).ok_or_else(|| {
                     ToolError::new(format!("unknown skill: {name} (see skills.list)"))

@@ -3,20 +3,24 @@
 //! Each tool locks the session's tape only inside a blocking task (tape operations are file
 //! I/O, and a search over a large tape takes milliseconds), never across an `.await`.
 
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::registry::{object_schema as schema, parse_args};
+use super::registry::NoArgs;
 use super::{Tool, ToolContext, ToolError};
 use crate::tape::{Tape, TapeEntry};
 
 /// How many anchors `tape.anchors` lists.
 const ANCHORS_SHOWN: usize = 50;
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct SearchArgs {
+    /// text to look for
     query: String,
+    /// maximum number of matches
     #[serde(default = "default_limit")]
+    #[schemars(range(min = 1))]
     limit: i64,
 }
 
@@ -24,18 +28,22 @@ fn default_limit() -> i64 {
     20
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct HandoffArgs {
+    /// anchor name (default: handoff)
     #[serde(default)]
     name: Option<String>,
+    /// what was done and learned
     #[serde(default)]
     summary: Option<String>,
+    /// what to do next
     #[serde(default)]
     next_steps: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, JsonSchema)]
 struct ResetArgs {
+    /// keep the old tape as a .bak file
     #[serde(default)]
     archive: bool,
 }
@@ -110,8 +118,7 @@ pub fn tools() -> Vec<Tool> {
             "Show tape summary",
             "Shows the tape name, the number of entries and anchors, the last anchor, the entries \
              since it (the current context) and the token usage of the last model call.",
-            schema(json!({}), &[]),
-            |_, ctx: ToolContext| async move { with_tape(&ctx, info_text).await },
+            |_: NoArgs, ctx: ToolContext| async move { with_tape(&ctx, info_text).await },
         ),
         Tool::new(
             "tape.search",
@@ -119,16 +126,7 @@ pub fn tools() -> Vec<Tool> {
             "Searches messages and tool results of the whole tape (not only the current context), \
              newest first. Matches substrings and, for queries of 3+ characters, typos \
              (fuzzy). Output: one `#<id> <kind> <payload>` line per match.",
-            schema(
-                json!({
-                    "query": {"type": "string", "description": "text to look for"},
-                    "limit": {"type": "integer", "minimum": 1, "default": 20,
-                              "description": "maximum number of matches"}
-                }),
-                &["query"],
-            ),
-            |args, ctx: ToolContext| async move {
-                let SearchArgs { query, limit } = parse_args(args)?;
+            |SearchArgs { query, limit }, ctx: ToolContext| async move {
                 if limit < 1 {
                     return Err(ToolError::new("limit must be at least 1"));
                 }
@@ -140,8 +138,7 @@ pub fn tools() -> Vec<Tool> {
             "tape.anchors",
             "List tape anchors",
             "Lists the last 50 anchors (handoff points) as `<name> state=<JSON>`, oldest first.",
-            schema(json!({}), &[]),
-            |_, ctx: ToolContext| async move { with_tape(&ctx, anchors_text).await },
+            |_: NoArgs, ctx: ToolContext| async move { with_tape(&ctx, anchors_text).await },
         ),
         Tool::new(
             "tape.handoff",
@@ -149,20 +146,12 @@ pub fn tools() -> Vec<Tool> {
             "Writes an anchor: your context then starts after it, with `summary` and `next_steps` \
              shown first. Use it when the context grows long or a phase of work is done; put \
              everything you still need into the summary.",
-            schema(
-                json!({
-                    "name": {"type": "string", "default": "handoff", "description": "anchor name"},
-                    "summary": {"type": "string", "description": "what was done and learned"},
-                    "next_steps": {"type": "string", "description": "what to do next"}
-                }),
-                &[],
-            ),
-            |args, ctx: ToolContext| async move {
+            |args: HandoffArgs, ctx: ToolContext| async move {
                 let HandoffArgs {
                     name,
                     summary,
                     next_steps,
-                } = parse_args(args)?;
+                } = args;
                 let name = name
                     .filter(|n| !n.trim().is_empty())
                     .unwrap_or_else(|| "handoff".into());
@@ -178,13 +167,7 @@ pub fn tools() -> Vec<Tool> {
             "Reset the tape",
             "Starts the session's tape afresh (archived as a .bak file with archive=true, else \
              deleted) and forgets expanded tool and skill details.",
-            schema(
-                json!({"archive": {"type": "boolean", "default": false,
-                                   "description": "keep the old tape as a .bak file"}}),
-                &[],
-            ),
-            |args, ctx: ToolContext| async move {
-                let ResetArgs { archive } = parse_args(args)?;
+            |ResetArgs { archive }, ctx: ToolContext| async move {
                 let out = with_tape(&ctx, move |tape| reset_text(tape, archive)).await?;
                 ctx.expanded().clear();
                 Ok(out)

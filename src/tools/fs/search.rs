@@ -15,11 +15,10 @@ use std::time::{Duration, Instant};
 use globset::{GlobBuilder, GlobMatcher};
 use ignore::WalkBuilder;
 use regex::RegexBuilder;
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::{BINARY_SNIFF, Files, blocking, resolve_path, timed_out};
-use crate::tools::registry::parse_args;
 use crate::tools::{Tool, ToolContext, ToolError};
 
 /// Maximum paths `fs.glob` lists.
@@ -30,21 +29,27 @@ pub const GREP_CAP: usize = 200;
 pub const GREP_LINE_CHARS: usize = 300;
 
 /// Arguments of `fs.glob`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 pub struct GlobArgs {
+    /// glob, e.g. src/**/*.rs
     pub pattern: String,
+    /// base directory (default: workspace)
     #[serde(default)]
     pub path: Option<String>,
 }
 
 /// Arguments of `fs.grep`.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 pub struct GrepArgs {
+    /// regular expression
     pub pattern: String,
+    /// file or directory (default: workspace)
     #[serde(default)]
     pub path: Option<String>,
+    /// only search files matching this glob
     #[serde(default)]
     pub glob: Option<String>,
+    /// case-insensitive (default false)
     #[serde(default)]
     pub ignore_case: Option<bool>,
 }
@@ -67,32 +72,14 @@ pub(super) fn tools() -> Vec<Tool> {
             "fs.glob",
             "Find files by glob pattern",
             GLOB_DETAIL,
-            json!({
-                "type": "object",
-                "properties": {
-                    "pattern": {"type": "string", "description": "glob, e.g. src/**/*.rs"},
-                    "path": {"type": "string", "description": "base directory (default: workspace)"},
-                },
-                "required": ["pattern"],
-            }),
-            |args, ctx: ToolContext| async move { glob(parse_args(args)?, Files::of(&ctx)).await },
+            |args, ctx: ToolContext| async move { glob(args, Files::of(&ctx)).await },
         )
         .scoped(super::PATH),
         Tool::new(
             "fs.grep",
             "Search file contents by regex",
             GREP_DETAIL,
-            json!({
-                "type": "object",
-                "properties": {
-                    "pattern": {"type": "string", "description": "regular expression"},
-                    "path": {"type": "string", "description": "file or directory (default: workspace)"},
-                    "glob": {"type": "string", "description": "only search files matching this glob"},
-                    "ignore_case": {"type": "boolean", "default": false},
-                },
-                "required": ["pattern"],
-            }),
-            |args, ctx: ToolContext| async move { grep(parse_args(args)?, Files::of(&ctx)).await },
+            |args, ctx: ToolContext| async move { grep(args, Files::of(&ctx)).await },
         )
         .scoped(super::PATH),
     ]

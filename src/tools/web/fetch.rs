@@ -7,7 +7,6 @@ use std::borrow::Cow;
 use reqwest::header::{ACCEPT, CONTENT_TYPE, LOCATION};
 use reqwest::{Client, Response, StatusCode, Url};
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::guard::{self, Guard, Refused};
 use super::html::{self, Page};
@@ -15,7 +14,6 @@ use super::{
     GUARDED, GUARDED_VIA_PROXY, MAX_REDIRECTS, client_for, describe, excerpt, goes_through_proxy,
     guarded_client, shared, shown,
 };
-use crate::tools::registry::parse_args;
 use crate::tools::{ToolContext, ToolError};
 
 /// Characters returned when `max_chars` is not given.
@@ -31,11 +29,13 @@ const ERROR_BODY_BYTES: usize = 64 * 1024;
 /// Characters of an error page quoted in the error message.
 const ERROR_EXCERPT_CHARS: usize = 300;
 
-#[derive(Deserialize)]
-struct FetchArgs {
-    url: String,
+#[derive(Deserialize, schemars::JsonSchema)]
+pub(super) struct FetchArgs {
+    /// http(s) URL to fetch (https:// when none is given)
+    pub url: String,
+    /// Maximum characters returned (default 20000, at most 200000)
     #[serde(default)]
-    max_chars: Option<i64>,
+    pub max_chars: Option<i64>,
 }
 
 /// How a body is shown, from its `Content-Type` (or, without one, its first bytes).
@@ -289,14 +289,13 @@ fn byte_count(bytes: usize, cut: bool) -> String {
     }
 }
 
-pub(super) async fn fetch(args: Value, ctx: ToolContext) -> Result<String, ToolError> {
+pub(super) async fn fetch(args: FetchArgs, ctx: ToolContext) -> Result<String, ToolError> {
     let guard = (!ctx.settings().web_allow_private).then(Guard::strict);
     fetch_with(args, guard).await
 }
 
 /// `web.fetch` with `guard` checking every destination (`None`: `BUB_WEB_ALLOW_PRIVATE`).
-pub(super) async fn fetch_with(args: Value, guard: Option<Guard>) -> Result<String, ToolError> {
-    let args: FetchArgs = parse_args(args)?;
+pub(super) async fn fetch_with(args: FetchArgs, guard: Option<Guard>) -> Result<String, ToolError> {
     let max_chars = match args.max_chars {
         None => DEFAULT_MAX_CHARS,
         Some(n) if n >= 1 => usize::try_from(n).map_or(MAX_CHARS_LIMIT, |n| n.min(MAX_CHARS_LIMIT)),

@@ -26,7 +26,6 @@ use std::time::Duration;
 use hyper_util::client::proxy::matcher::Matcher;
 use reqwest::redirect::Policy;
 use reqwest::{Client, ClientBuilder, Url};
-use serde_json::{Value, json};
 
 pub use guard::Guard;
 
@@ -164,7 +163,11 @@ fn excerpt(text: &str, max: usize) -> String {
 /// `web.fetch` with an explicit guard instead of the one `BUB_WEB_ALLOW_PRIVATE` selects: for
 /// tests, with [`Guard::for_tests_allowing`] (a test server's own address passes, so a redirect
 /// from it can be served and its later hops checked). The tool itself never calls this.
-pub async fn fetch_with_guard(args: Value, guard: Guard) -> Result<String, ToolError> {
+pub async fn fetch_with_guard(url: &str, guard: Guard) -> Result<String, ToolError> {
+    let args = fetch::FetchArgs {
+        url: url.to_owned(),
+        max_chars: None,
+    };
     fetch::fetch_with(args, Some(guard)).await
 }
 
@@ -183,17 +186,6 @@ pub fn tools() -> Vec<Tool> {
              non-2xx status is an error naming it. A URL without a scheme gets https://. \
              Loopback, private and link-local destinations (checked after DNS and on every \
              redirect) are refused unless the operator sets BUB_WEB_ALLOW_PRIVATE=true.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "url": {"type": "string", "description": "http(s) URL to fetch (https:// when none is given)"},
-                    "max_chars": {
-                        "type": "integer",
-                        "description": "Maximum characters returned (default 20000, at most 200000)"
-                    },
-                },
-                "required": ["url"],
-            }),
             fetch::fetch,
         ),
         Tool::new(
@@ -204,17 +196,6 @@ pub fn tools() -> Vec<Tool> {
              The backend is configured by the user: BUB_SEARXNG_URL (a SearXNG instance) or \
              BUB_OLLAMA_API_KEY (Ollama's web search, at most 10 results); without one the \
              tool says so.",
-            json!({
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "description": "What to search for"},
-                    "max_results": {
-                        "type": "integer",
-                        "description": "Number of results (default 5, 1 to 20)"
-                    },
-                },
-                "required": ["query"],
-            }),
             search::search,
         ),
     ]

@@ -4,11 +4,10 @@
 use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderValue};
 use reqwest::{Response, Url};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{client_for, describe, excerpt, shown};
 use crate::config::Settings;
-use crate::tools::registry::parse_args;
 use crate::tools::{ToolContext, ToolError};
 
 /// Results listed when `max_results` is not given.
@@ -29,9 +28,11 @@ pub const NOT_CONFIGURED: &str = "web.search has no search backend configured. S
      from https://ollama.com/settings/keys) — in the environment, a .env file or \
      BUB_HOME/config.toml — then restart Bub. web.fetch works without a backend.";
 
-#[derive(Deserialize)]
-struct SearchArgs {
+#[derive(Deserialize, schemars::JsonSchema)]
+pub(super) struct SearchArgs {
+    /// What to search for
     query: String,
+    /// Number of results (default 5, 1 to 20)
     #[serde(default)]
     max_results: Option<i64>,
 }
@@ -72,8 +73,7 @@ struct Hits {
     results: Option<Vec<Hit>>,
 }
 
-pub(super) async fn search(args: Value, ctx: ToolContext) -> Result<String, ToolError> {
-    let args: SearchArgs = parse_args(args)?;
+pub(super) async fn search(args: SearchArgs, ctx: ToolContext) -> Result<String, ToolError> {
     let query = args.query.trim();
     if query.is_empty() {
         return Err(ToolError::new("query must not be empty"));
