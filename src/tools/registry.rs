@@ -142,6 +142,7 @@ pub fn model_name(name: &str) -> String {
 /// The tools of the process, sorted by command name.
 pub struct Registry {
     tools: BTreeMap<String, Tool>,
+    /// Lowercased model name → command name: every spelling `get` accepts.
     by_model_name: BTreeMap<String, String>,
     /// The OpenAI `tools[]` entries, built once (every model call sends them).
     specs: Arc<[Value]>,
@@ -171,7 +172,7 @@ impl Registry {
             if !keep {
                 continue;
             }
-            let mn = tool.model_name();
+            let mn = tool.model_name().to_lowercase();
             assert!(
                 !reg.by_model_name.contains_key(&mn),
                 "Duplicate model tool name after conversion: {mn}"
@@ -193,10 +194,8 @@ impl Registry {
         if let Some(t) = self.tools.get(name) {
             return Some(t);
         }
-        let lower = name.to_lowercase();
-        self.tools
-            .values()
-            .find(|t| t.name.to_lowercase() == lower || t.model_name().to_lowercase() == lower)
+        let name = self.by_model_name.get(&model_name(&name.to_lowercase()))?;
+        self.tools.get(name)
     }
 
     /// The OpenAI `tools` array.
@@ -539,7 +538,11 @@ mod tests {
         );
         let names: Vec<_> = reg.tools().map(|t| t.name.clone()).collect();
         assert_eq!(names, vec!["fs.read"]);
-        assert!(reg.get("fs_read").is_some());
+        for spelling in ["fs.read", "fs_read", "FS.Read", "Fs_READ"] {
+            assert_eq!(reg.get(spelling).unwrap().name, "fs.read", "{spelling}");
+        }
+        assert!(reg.get("web.search").is_none(), "not allowed");
+        assert!(reg.get("fs").is_none());
     }
 
     #[test]
