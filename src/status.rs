@@ -34,7 +34,7 @@ const IO_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionState {
     /// What the running turn does ("an answer to 2 message(s)") and since when.
-    pub running: Option<(String, Instant)>,
+    pub running: Option<(std::sync::Arc<str>, Instant)>,
     pub queued_messages: usize,
     pub queued_commands: usize,
 }
@@ -108,7 +108,7 @@ impl Board {
             .map(|(id, s)| SessionRow {
                 session: id.clone(),
                 running: s.running.as_ref().map(|(what, since)| Running {
-                    what: what.clone(),
+                    what: what.to_string(),
                     seconds: now.saturating_duration_since(*since).as_secs(),
                 }),
                 queued_messages: s.queued_messages,

@@ -175,7 +175,7 @@ struct Running {
     started: Instant,
     who: Authority,
     seqs: Vec<u64>,
-    what: String,
+    what: Arc<str>,
 }
 
 /// One chat's actor (see the module docs).
@@ -196,6 +196,8 @@ pub struct SessionActor {
     batch_since: Option<Instant>,
     last_mention: Option<Instant>,
     running: Option<Running>,
+    /// The row last shown on the board.
+    published: Option<SessionState>,
 }
 
 impl SessionActor {
@@ -223,6 +225,7 @@ impl SessionActor {
             batch_since: None,
             last_mention: None,
             running: None,
+            published: None,
         }
     }
 
@@ -294,8 +297,8 @@ impl SessionActor {
         }
     }
 
-    /// Shows the running turn and the queue on the status board.
-    fn publish(&self) {
+    /// Shows the running turn and the queue on the status board (when they changed).
+    fn publish(&mut self) {
         let row = SessionState {
             running: self
                 .running
@@ -304,7 +307,10 @@ impl SessionActor {
             queued_messages: self.batch.len(),
             queued_commands: self.commands.len() + self.deliveries.len(),
         };
-        self.board.set(&self.session_id, row);
+        if self.published.as_ref() != Some(&row) {
+            self.board.set(&self.session_id, row.clone());
+            self.published = Some(row);
+        }
     }
 
     /// Takes one piece of mail: controls act at once, the rest is queued by the module's rules.
@@ -388,7 +394,7 @@ impl SessionActor {
         let courier = self.courier();
         let session_id = self.session_id.clone();
         let data = json!({"by": who.describe(), "after_ms": age.as_millis() as u64,
-            "what": running.what});
+            "what": &*running.what});
         let out = reply("Stopped.");
         self.running = Some(Running {
             started: Instant::now(),
@@ -511,9 +517,9 @@ impl SessionActor {
             role = %who.role, messages = seqs.len(), "session.turn.start");
         inbox.started(&seqs);
         let what = if trigger.is_command() {
-            "a command".to_owned()
+            "a command".into()
         } else {
-            format!("an answer to {} message(s)", seqs.len())
+            format!("an answer to {} message(s)", seqs.len()).into()
         };
         self.running = Some(Running {
             started: Instant::now(),
