@@ -51,6 +51,7 @@ impl Fixture {
     fn events(&self, name: &str) -> Vec<Value> {
         self.ctx
             .tape()
+            .lock()
             .entries()
             .unwrap()
             .into_iter()
@@ -245,7 +246,7 @@ async fn internal_command_arguments_are_coerced() {
         .await;
     assert!(!route.enter_model, "{}", route.immediate_output);
     assert!(route.immediate_output.contains("handoff created: phase-2"));
-    let anchors = f.ctx.tape().anchors(10).unwrap();
+    let anchors = f.ctx.tape().lock().anchors(10).unwrap();
     let last = anchors.last().unwrap();
     assert_eq!(last.payload["name"], "phase-2");
     assert_eq!(last.payload["state"]["summary"], "chose sqlite");

@@ -115,18 +115,26 @@ impl AgentRuntime {
         &self.process.access
     }
 
-    fn session(&self, session_id: &str) -> anyhow::Result<Arc<Session>> {
-        let mut sessions = self.sessions.lock().expect("sessions lock");
-        if let Some(s) = sessions.get(session_id) {
+    /// The session's state, opened on first use. Opening (directories, the tape's index) is
+    /// file work: it runs on the blocking pool, outside the sessions lock.
+    async fn session(&self, session_id: &str) -> anyhow::Result<Arc<Session>> {
+        if let Some(s) = self.sessions.lock().expect("sessions lock").get(session_id) {
             return Ok(s.clone());
         }
-        let state = Arc::new(SessionCtx::open(&self.process.settings, session_id)?);
-        let session = Arc::new(Session {
-            state,
-            turn: tokio::sync::Mutex::new(None),
+        let settings = self.process.settings.clone();
+        let id = session_id.to_owned();
+        let state = tokio::task::spawn_blocking(move || SessionCtx::open(&settings, &id))
+            .await
+            .map_err(|e| anyhow::anyhow!("opening the session failed: {e}"))??;
+        let mut sessions = self.sessions.lock().expect("sessions lock");
+        // Another caller may have opened it meanwhile: one state per session.
+        let session = sessions.entry(session_id.to_owned()).or_insert_with(|| {
+            Arc::new(Session {
+                state: Arc::new(state),
+                turn: tokio::sync::Mutex::new(None),
+            })
         });
-        sessions.insert(session_id.to_string(), session.clone());
-        Ok(session)
+        Ok(session.clone())
     }
 
     /// Forgets an idle session (its tape handle); the next input reopens it. A session in use
@@ -147,10 +155,9 @@ impl AgentRuntime {
     }
 
     /// The tape summary of a session (for status lines).
-    pub fn tape_info(&self, session_id: &str) -> anyhow::Result<TapeInfo> {
-        let session = self.session(session_id)?;
-        let info = session.state.tape.lock().expect("tape lock").info()?;
-        Ok(info)
+    pub async fn tape_info(&self, session_id: &str) -> anyhow::Result<TapeInfo> {
+        let session = self.session(session_id).await?;
+        session.state.tape.run(|t| t.info()).await
     }
 
     /// The command names of the tools (for completion).
@@ -165,28 +172,29 @@ impl AgentRuntime {
     /// Records an event on a session's tape outside a turn (`turn.interrupted`, `schedule.run`),
     /// after the session's running turn (if any) ends.
     pub async fn append_event(&self, session_id: &str, name: &str, data: serde_json::Value) {
-        let result = match self.session(session_id) {
+        match self.session(session_id).await {
             Ok(session) => {
                 let _turn = session.turn.lock().await;
-                let mut tape = session.state.tape.lock().expect("tape lock");
-                tape.event(name, data).map(|_| ())
+                session.state.tape.event(name, data).await;
             }
-            Err(e) => Err(e),
-        };
-        if let Err(e) = result {
-            tracing::error!(session = session_id, error = %e, "tape.append.error");
+            Err(e) => crate::tape::shared::append_failed("event", &e),
         }
     }
 
     /// `,new`: a handoff anchor named `new` (after the session's running turn), so the next
     /// context starts empty; the tape keeps everything before it.
     pub async fn fresh_context(&self, session_id: &str, who: &Authority) -> anyhow::Result<()> {
-        let session = self.session(session_id)?;
+        let session = self.session(session_id).await?;
         let _turn = session.turn.lock().await;
-        let mut tape = session.state.tape.lock().expect("tape lock");
-        tape.ensure_bootstrap()?;
         let summary = format!("Fresh context requested by {}.", who.describe());
-        tape.handoff("new", Some(&summary), None)
+        session
+            .state
+            .tape
+            .run(move |tape| {
+                tape.ensure_bootstrap()?;
+                tape.handoff("new", Some(&summary), None)
+            })
+            .await
     }
 
     /// `,status`: the model, the tape since its last anchor, this chat's scheduled jobs, the
@@ -199,7 +207,7 @@ impl AgentRuntime {
             crate::time::human_duration(self.started.elapsed())
         )];
         lines.push(format!("model: {}", settings.model));
-        match self.tape_info(session_id) {
+        match self.tape_info(session_id).await {
             Ok(info) => lines.push(format!(
                 "context: {} entries since anchor {}{}",
                 info.entries_since_last_anchor,
@@ -234,7 +242,7 @@ impl AgentRuntime {
     /// Runs one turn in `session_id` for `who` (their role decides the tool policy). Waits for
     /// the session's previous turn to finish first.
     pub async fn handle_input(&self, session_id: &str, text: &str, who: &Authority) -> TurnResult {
-        let session = match self.session(session_id) {
+        let session = match self.session(session_id).await {
             Ok(s) => s,
             Err(e) => {
                 return TurnResult {
@@ -257,7 +265,7 @@ impl AgentRuntime {
         ctx: &ToolContext,
         text: &str,
     ) -> TurnResult {
-        if let Err(e) = ctx.tape().ensure_bootstrap() {
+        if let Err(e) = ctx.tape().run(|t| t.ensure_bootstrap()).await {
             return TurnResult {
                 error: Some(format!("tape: {e:#}")),
                 ..Default::default()
@@ -297,9 +305,7 @@ impl AgentRuntime {
             "exit_requested": outcome.exit_requested,
             "error": outcome.error,
         });
-        if let Err(e) = ctx.tape().event("loop.result", result) {
-            tracing::error!(error = %e, "tape.append.error");
-        }
+        ctx.tape().event("loop.result", result).await;
         TurnResult {
             immediate_output: route.immediate_output,
             assistant_output: outcome.visible_text,

@@ -230,9 +230,7 @@ impl Router {
             "elapsed_ms": started.elapsed().as_millis() as u64,
             "output": outcome.output,
         });
-        if let Err(e) = self.ctx.tape().event("command", event) {
-            tracing::error!(error = %e, "tape.append.error");
-        }
+        self.ctx.tape().event("command", event).await;
         outcome
     }
 

@@ -60,20 +60,22 @@ impl ModelLoop<'_> {
             self.event(
                 "loop.step.start",
                 json!({"step": step, "model": self.model_label()}),
-            );
+            )
+            .await;
             match self.step(&prompt, step == 1).await {
                 Err(error) => {
-                    self.event("loop.step.error", json!({"step": step, "error": error}));
+                    self.event("loop.step.error", json!({"step": step, "error": error}))
+                        .await;
                     out.error = Some(error);
                     done = true;
                 }
                 Ok(Step::Tools) => {
-                    self.finish(step, false, true, false);
+                    self.finish(step, false, true, false).await;
                     prompt = CONTINUE_PROMPT.to_string();
                     out.followups += 1;
                 }
                 Ok(Step::Text(text)) if text.trim().is_empty() => {
-                    self.event("loop.step.empty", json!({"step": step}));
+                    self.event("loop.step.empty", json!({"step": step})).await;
                     done = true;
                 }
                 Ok(Step::Text(text)) => {
@@ -89,7 +91,8 @@ impl ModelLoop<'_> {
                         !route.visible_text.is_empty(),
                         followup,
                         route.exit_requested,
-                    );
+                    )
+                    .await;
                     if followup {
                         prompt = route.next_prompt;
                         out.followups += 1;
@@ -101,17 +104,19 @@ impl ModelLoop<'_> {
         }
         if !done && out.error.is_none() {
             out.error = Some(format!("max_steps_reached={}", self.max_steps));
-            self.event("loop.max_steps", json!({"max_steps": self.max_steps}));
+            self.event("loop.max_steps", json!({"max_steps": self.max_steps}))
+                .await;
         }
         out.visible_text = visible.join("\n\n").trim().to_string();
         out
     }
 
-    fn finish(&self, step: u32, visible: bool, followup: bool, exit: bool) {
+    async fn finish(&self, step: u32, visible: bool, followup: bool, exit: bool) {
         self.event(
             "loop.step.finish",
             json!({"step": step, "visible_text": visible, "followup": followup, "exit_requested": exit}),
-        );
+        )
+        .await;
     }
 
     fn model_label(&self) -> String {
@@ -127,24 +132,18 @@ impl ModelLoop<'_> {
         prompt::activate_hints(text, self.ctx.registry(), &skills, &mut expanded);
     }
 
-    fn event(&self, name: &str, data: Value) {
-        if let Err(e) = self.ctx.tape().event(name, data) {
-            tracing::error!(error = %e, "tape.append.error");
-        }
+    async fn event(&self, name: &str, data: Value) {
+        self.ctx.tape().event(name, data).await;
     }
 
     /// Appends one entry; a failure is logged and returned.
-    fn record(&self, kind: &str, payload: Value, meta: &Value) -> anyhow::Result<()> {
-        let result = self.ctx.tape().append(kind, payload, meta.clone());
-        if let Err(e) = &result {
-            tracing::error!(error = %e, kind, "tape.append.error");
-        }
-        result.map(drop)
+    async fn record(&self, kind: &'static str, payload: Value, meta: &Value) -> anyhow::Result<()> {
+        self.ctx.tape().append(kind, payload, meta.clone()).await
     }
 
     /// Appends one entry; a failure is logged and the turn goes on.
-    fn append(&self, kind: &str, payload: Value, meta: &Value) {
-        let _ = self.record(kind, payload, meta);
+    async fn append(&self, kind: &'static str, payload: Value, meta: &Value) {
+        self.ctx.tape().record(kind, payload, meta.clone()).await;
     }
 
     /// One model call (retried once after an automatic handoff when the context overflows).
@@ -155,9 +154,9 @@ impl ModelLoop<'_> {
         let run = json!({"run_id": uuid::Uuid::new_v4().simple().to_string()});
         // Built once per step: recorded on the tape (when changed) and sent.
         let system = self.system_prompt();
-        self.record_system(&system, &run);
+        self.record_system(&system, &run).await;
         let message = json!({"role": "user", "content": prompt});
-        if let Err(e) = self.record("message", message, &run) {
+        if let Err(e) = self.record("message", message, &run).await {
             let what = if first {
                 "your message"
             } else {
@@ -171,12 +170,13 @@ impl ModelLoop<'_> {
                 Ok(r) => break r,
                 Err(e) if !retried && e.is_context_overflow() => {
                     retried = true;
-                    self.auto_handoff(prompt, &run);
+                    self.auto_handoff(prompt, &run).await;
                 }
                 Err(e) => {
                     let payload = json!({"kind": e.kind(), "message": e.to_string()});
-                    self.append("error", payload, &run);
-                    self.event("run", json!({"status": "error", "provider": llm.provider(), "model": llm.model()}));
+                    self.append("error", payload, &run).await;
+                    self.event("run", json!({"status": "error", "provider": llm.provider(), "model": llm.model()}))
+                        .await;
                     return Err(e.to_string());
                 }
             }
@@ -184,14 +184,16 @@ impl ModelLoop<'_> {
         self.event(
             "run",
             json!({"status": "ok", "usage": response.usage, "provider": llm.provider(), "model": llm.model()}),
-        );
+        )
+        .await;
         if response.tool_calls.is_empty() {
             let text = response.content.unwrap_or_default();
             self.append(
                 "message",
                 json!({"role": "assistant", "content": text}),
                 &run,
-            );
+            )
+            .await;
             return Ok(Step::Text(text));
         }
         self.run_tools(&response, &run).await;
@@ -199,7 +201,7 @@ impl ModelLoop<'_> {
     }
 
     async fn call(&self, llm: &LlmClient, system: &str) -> Result<ChatResponse, LlmError> {
-        let context = self.ctx.tape().context_messages();
+        let context = self.ctx.tape().run(|t| t.context_messages()).await;
         let context = context.map_err(|e| LlmError::InvalidResponse(format!("tape: {e:#}")))?;
         let mut messages = vec![json!({"role": "system", "content": system})];
         messages.extend(sanitize_context(context));
@@ -227,7 +229,7 @@ impl ModelLoop<'_> {
     }
 
     /// Records the system prompt when it differs from the last one recorded this session.
-    fn record_system(&mut self, system: &str, run: &Value) {
+    async fn record_system(&mut self, system: &str, run: &Value) {
         // The date line changes every minute; hash without it.
         let stable = system
             .rsplit_once("\n\nCurrent date and time:")
@@ -238,6 +240,7 @@ impl ModelLoop<'_> {
         if *self.last_system != Some(hash)
             && self
                 .record("system", json!({"content": system}), run)
+                .await
                 .is_ok()
         {
             *self.last_system = Some(hash);
@@ -245,20 +248,19 @@ impl ModelLoop<'_> {
     }
 
     /// Writes an anchor so the next call starts from a short context (fix for reference §14.7).
-    fn auto_handoff(&self, prompt: &str, run: &Value) {
+    async fn auto_handoff(&self, prompt: &str, run: &Value) {
         tracing::warn!("model.context_overflow: automatic handoff");
         let summary = "The previous context exceeded the model's window and was cut here.";
-        let mut tape = self.ctx.tape();
-        if let Err(e) = tape.handoff("auto_handoff/context_overflow", Some(summary), None) {
-            tracing::error!(error = %e, "tape.append.error");
+        let result = self
+            .ctx
+            .tape()
+            .run(|t| t.handoff("auto_handoff/context_overflow", Some(summary), None))
+            .await;
+        if let Err(e) = result {
+            crate::tape::shared::append_failed("anchor", &e);
         }
-        if let Err(e) = tape.append(
-            "message",
-            json!({"role": "user", "content": prompt}),
-            run.clone(),
-        ) {
-            tracing::error!(error = %e, "tape.append.error");
-        }
+        let message = json!({"role": "user", "content": prompt});
+        self.append("message", message, run).await;
     }
 
     /// Records the calls, runs them one by one, records their results.
@@ -268,12 +270,13 @@ impl ModelLoop<'_> {
             .iter()
             .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
             .collect();
-        self.append("tool_call", json!({"calls": calls}), run);
+        self.append("tool_call", json!({"calls": calls}), run).await;
         let mut results = Vec::with_capacity(response.tool_calls.len());
         for call in &response.tool_calls {
             results.push(Value::String(self.run_tool(call).await));
         }
-        self.append("tool_result", json!({"results": results}), run);
+        self.append("tool_result", json!({"results": results}), run)
+            .await;
     }
 
     async fn run_tool(&self, call: &ToolCall) -> String {

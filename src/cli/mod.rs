@@ -76,7 +76,7 @@ async fn interactive(
     loop {
         println!(
             "{}",
-            style.dim(&status_line(&agent, session_id, shell_mode))
+            style.dim(&status_line(&agent, session_id, shell_mode).await)
         );
         let prompt = format!("{folder} {} ", if shell_mode { "," } else { ">" });
         let (left, right) = std::mem::take(&mut initial);
@@ -172,11 +172,11 @@ fn print_welcome(agent: &AgentRuntime, style: Style) {
     );
 }
 
-fn status_line(agent: &AgentRuntime, session_id: &str, shell_mode: bool) -> String {
+async fn status_line(agent: &AgentRuntime, session_id: &str, shell_mode: bool) -> String {
     let time = chrono::Local::now().format("%H:%M");
     let mode = if shell_mode { "shell" } else { "agent" };
     let model = &agent.settings().model;
-    match agent.tape_info(session_id) {
+    match agent.tape_info(session_id).await {
         Ok(info) => format!(
             "{time}  mode:{mode}  model:{model}  entries:{} anchors:{} last:{}",
             info.entries,

@@ -7,6 +7,8 @@
 //! * [`context`] — the model's context (entries after the last anchor, with its handoff note)
 //!   and the tape summary.
 //! * [`search`] — substring/fuzzy search, newest first.
+//! * [`shared`] — a session's tape for async code: work on the blocking pool, one policy for
+//!   failed appends.
 //!
 //! Invariants: the file is only ever appended to (reset replaces it atomically); ids are unique
 //! and increasing, even with several processes appending (each append holds an exclusive
@@ -17,8 +19,10 @@ pub mod context;
 pub mod entry;
 mod index;
 pub mod search;
+pub mod shared;
 pub mod store;
 
 pub use context::{TapeInfo, handoff_note, select_messages};
 pub use entry::TapeEntry;
+pub use shared::SharedTape;
 pub use store::{MAX_ID, SESSION_START, Tape, md5_hex, tape_name_for, tape_path};

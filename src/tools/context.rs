@@ -19,7 +19,7 @@ use crate::agent::expansion::Expanded;
 use crate::channels::outbox::Outbox;
 use crate::config::Settings;
 use crate::redact::Redactor;
-use crate::tape::Tape;
+use crate::tape::{SharedTape, Tape};
 
 use super::Registry;
 use super::shell::CommandLimits;
@@ -80,12 +80,12 @@ impl ProcessCtx {
     }
 }
 
-/// What a session owns. The tape and the expansion list are behind std mutexes: one turn at a
-/// time per session, and they are never held across an `.await`.
+/// What a session owns. The tape is used on the blocking pool ([`SharedTape`]); the expansion
+/// list is behind a std mutex never held across an `.await`.
 pub struct SessionCtx {
     pub id: String,
     pub workspace: PathBuf,
-    pub tape: Mutex<Tape>,
+    pub tape: SharedTape,
     /// Tools and skills whose details the system prompt shows (bounded; `tape.reset` clears it).
     pub expanded: Mutex<Expanded>,
 }
@@ -102,7 +102,7 @@ impl SessionCtx {
         Ok(Self {
             id: session_id.to_owned(),
             workspace: settings.workspace.clone(),
-            tape: Mutex::new(tape),
+            tape: SharedTape::new(tape),
             expanded: Mutex::default(),
         })
     }
@@ -175,9 +175,9 @@ impl ToolContext {
         &self.session.workspace
     }
 
-    /// The session's tape (uncontended: one turn at a time per session).
-    pub fn tape(&self) -> MutexGuard<'_, Tape> {
-        self.session.tape.lock().expect("tape lock")
+    /// The session's tape.
+    pub fn tape(&self) -> &SharedTape {
+        &self.session.tape
     }
 
     pub fn expanded(&self) -> MutexGuard<'_, Expanded> {

@@ -237,9 +237,7 @@ impl Registry {
             let role = ctx.turn.policy.role;
             tracing::info!(tool = %tool.name, %role, "tool.call.refused");
             let event = json!({"tool": tool.name, "role": role, "reason": refusal.0});
-            if let Err(e) = ctx.tape().event("tool.refused", event) {
-                tracing::error!(error = %e, "tape.append.error");
-            }
+            ctx.tape().event("tool.refused", event).await;
             return Err(refusal);
         }
         let redactor = ctx.process.redactor.clone();

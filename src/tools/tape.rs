@@ -1,7 +1,7 @@
 //! Tape tools: `tape.info`, `tape.search`, `tape.anchors`, `tape.handoff`, `tape.reset`.
 //!
-//! Each tool locks the session's tape only inside a blocking task (tape operations are file
-//! I/O, and a search over a large tape takes milliseconds), never across an `.await`.
+//! Each tool works on the session's tape on the blocking pool ([`crate::tape::SharedTape`]):
+//! tape operations are file I/O, and a search over a large tape takes milliseconds.
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -54,16 +54,7 @@ where
     R: Send + 'static,
     F: FnOnce(&mut Tape) -> anyhow::Result<R> + Send + 'static,
 {
-    let session = ctx.session.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut tape = session
-            .tape
-            .lock()
-            .map_err(|_| ToolError::new("tape lock poisoned"))?;
-        f(&mut tape).map_err(ToolError::from)
-    })
-    .await
-    .map_err(|e| ToolError::new(format!("tape task failed: {e}")))?
+    ctx.tape().run(f).await.map_err(ToolError::from)
 }
 
 /// `tape.info` output.
@@ -201,9 +192,9 @@ mod tests {
     async fn handoff_info_anchors_search() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = context(dir.path());
-        ctx.tape().ensure_bootstrap().unwrap();
+        ctx.tape().lock().ensure_bootstrap().unwrap();
         let msg = json!({"role": "user", "content": "Please review the database migration plan."});
-        ctx.tape().append("message", msg, json!({})).unwrap();
+        ctx.tape().lock().append("message", msg, json!({})).unwrap();
         let out = run(
             &ctx,
             "tape.handoff",
@@ -248,7 +239,7 @@ mod tests {
             run(&ctx, "tape.anchors", json!({})).await.unwrap(),
             "(no anchors)"
         );
-        ctx.tape().event("x", json!(1)).unwrap();
+        ctx.tape().lock().event("x", json!(1)).unwrap();
         let out = run(&ctx, "tape.reset", json!({"archive": "true"}))
             .await
             .unwrap();
@@ -261,6 +252,6 @@ mod tests {
             "{anchors}"
         );
         assert_eq!(run(&ctx, "tape.reset", json!({})).await.unwrap(), "ok");
-        assert_eq!(ctx.tape().len().unwrap(), 2);
+        assert_eq!(ctx.tape().lock().len().unwrap(), 2);
     }
 }

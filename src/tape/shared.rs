@@ -1,0 +1,113 @@
+//! A session's tape as async code uses it: every operation runs on the blocking pool (tape work
+//! is file I/O — appends, index re-syncs, reads since the last anchor) under the tape's mutex,
+//! which is therefore never held across an `.await` nor on an async worker thread.
+//!
+//! One failure policy for what a turn records along the way ([`SharedTape::record`],
+//! [`SharedTape::event`]): a failed append is logged as `tape.append.error` and the turn goes
+//! on. Writes whose failure must change what the user gets (the user's own prompt) use
+//! [`SharedTape::run`] and handle the error.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde_json::Value;
+
+use super::Tape;
+
+/// A session's tape, shared by its turns, tools and status readers.
+#[derive(Clone)]
+pub struct SharedTape(Arc<Mutex<Tape>>);
+
+impl SharedTape {
+    pub fn new(tape: Tape) -> Self {
+        Self(Arc::new(Mutex::new(tape)))
+    }
+
+    /// Runs `f` on the tape on the blocking pool.
+    pub async fn run<R, F>(&self, f: F) -> anyhow::Result<R>
+    where
+        R: Send + 'static,
+        F: FnOnce(&mut Tape) -> anyhow::Result<R> + Send + 'static,
+    {
+        let tape = self.0.clone();
+        tokio::task::spawn_blocking(move || f(&mut lock(&tape)))
+            .await
+            .map_err(|e| anyhow::anyhow!("tape task failed: {e}"))?
+    }
+
+    /// Appends an entry; a failure is logged ([`append_failed`]) and returned.
+    pub async fn append(
+        &self,
+        kind: &'static str,
+        payload: Value,
+        meta: Value,
+    ) -> anyhow::Result<()> {
+        let result = self.run(move |t| t.append(kind, payload, meta)).await;
+        if let Err(e) = &result {
+            append_failed(kind, e);
+        }
+        result.map(drop)
+    }
+
+    /// Appends an entry; a failure is logged and the turn goes on.
+    pub async fn record(&self, kind: &'static str, payload: Value, meta: Value) {
+        let _ = self.append(kind, payload, meta).await;
+    }
+
+    /// Appends an event; a failure is logged and the turn goes on.
+    pub async fn event(&self, name: &str, data: Value) {
+        let name = name.to_owned();
+        if let Err(e) = self.run(move |t| t.event(&name, data)).await {
+            append_failed("event", &e);
+        }
+    }
+
+    /// The tape for code that is already off the async threads (a blocking task, a terminal
+    /// status line between turns, tests).
+    pub fn lock(&self) -> MutexGuard<'_, Tape> {
+        lock(&self.0)
+    }
+}
+
+/// The one log line for an append that failed (`tape.append.error`), whatever wrote it.
+pub fn append_failed(kind: &str, e: &anyhow::Error) {
+    tracing::error!(error = %format!("{e:#}"), kind, "tape.append.error");
+}
+
+/// The tape behind `mutex`; a panic in an earlier holder leaves the tape usable (every
+/// operation is a whole append or read, and the index re-syncs from the file).
+fn lock(mutex: &Mutex<Tape>) -> MutexGuard<'_, Tape> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn records_land_in_order_and_a_failed_append_is_survived() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let tape = SharedTape::new(Tape::open_path(path.clone(), "t".into()).unwrap());
+        tape.record(
+            "message",
+            json!({"role": "user", "content": "hi"}),
+            json!({}),
+        )
+        .await;
+        tape.event("step", json!({"n": 1})).await;
+        let kinds: Vec<String> = tape
+            .run(|t| Ok(t.entries()?.into_iter().map(|e| e.kind).collect()))
+            .await
+            .unwrap();
+        assert_eq!(kinds, ["message", "event"]);
+
+        // The tape's file replaced by a directory: appends fail, the caller goes on.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::create_dir(&path).unwrap();
+        tape.event("step", json!({"n": 2})).await;
+        assert!(tape.run(|t| t.event("x", json!({}))).await.is_err());
+    }
+}
