@@ -198,37 +198,42 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
     }
-    let cli = Cli::parse();
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("bub: {e:#}");
+            ExitCode::from(exit_code(&e))
+        }
+    }
+}
+
+/// The one place errors become exit codes: 2 for a configuration or usage error (the message
+/// names the variable or argument), 1 for anything else. Commands that end unsuccessfully
+/// without an error (a failed turn, an invalid skill) return their code themselves.
+fn exit_code(e: &anyhow::Error) -> u8 {
+    let usage = e.downcast_ref::<bub::config::ConfigError>().is_some()
+        || e.downcast_ref::<Usage>().is_some();
+    if usage { EXIT_CONFIG } else { 1 }
+}
+
+/// A usage error a command finds (exit 2, like a configuration error).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct Usage(String);
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let command = cli.command.unwrap_or(Command::Chat);
-    let settings = match load_settings(&cli.common) {
-        Ok(s) => s,
-        Err(e) => {
-            eprintln!("bub: {e}");
-            return ExitCode::from(EXIT_CONFIG);
-        }
-    };
-    if let Command::Jobs { action } = &command {
-        return jobs(&settings, action);
+    let settings = load_settings(&cli.common)?;
+    match &command {
+        Command::Jobs { action } => return jobs(&settings, action),
+        Command::Skills { action } => return Ok(skills(&settings, action)),
+        Command::Pair { action } => return pair(&settings, action),
+        Command::Access {
+            action: AccessAction::Explain { chat, user },
+        } => return explain(&settings, chat, user.as_deref()),
+        _ => {}
     }
-    if let Command::Skills { action } = &command {
-        return skills(&settings, action);
-    }
-    if let Command::Pair { action } = &command {
-        return pair(&settings, action);
-    }
-    if let Command::Access {
-        action: AccessAction::Explain { chat, user },
-    } = &command
-    {
-        return explain(&settings, chat, user.as_deref());
-    }
-    let runtime = match tokio::runtime::Runtime::new() {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("bub: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
+    let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let session_id = cli.common.session_id;
     let code = runtime.block_on(async move {
         match command {
@@ -239,18 +244,20 @@ fn main() -> ExitCode {
             } => {
                 let mut settings = settings;
                 settings.allowed_skills = split_names(&skills);
-                run(settings, &session_id, &message, &tools).await
+                turn(settings, &session_id, &message, &tools).await
             }
             Command::Send {
                 channel,
                 chat_id,
                 text,
                 reply_to,
-            } => send(settings, &channel, chat_id, &text, reply_to).await,
-            Command::Message => message(settings).await,
-            Command::Idle => idle(settings).await,
-            Command::Status { json } => status(&settings, json).await,
-            _ => chat(settings, session_id).await,
+            } => send(settings, &channel, chat_id, &text, reply_to)
+                .await
+                .map(|()| ExitCode::SUCCESS),
+            Command::Message => message(settings).await.map(|()| ExitCode::SUCCESS),
+            Command::Idle => idle(settings).await.map(|()| ExitCode::SUCCESS),
+            Command::Status { json } => status(&settings, json).await.map(|()| ExitCode::SUCCESS),
+            _ => chat(settings, session_id).await.map(|()| ExitCode::SUCCESS),
         }
     });
     // A tool stuck in the kernel (a FIFO, a hung mount) holds a blocking thread that cannot be
@@ -287,7 +294,13 @@ fn split_names(values: &[String]) -> Vec<String> {
         .collect()
 }
 
-async fn run(settings: Settings, session_id: &str, message: &str, tools: &[String]) -> ExitCode {
+/// `bub run`: one turn; exit 1 when it failed (its error on stderr), 130 when interrupted.
+async fn turn(
+    settings: Settings,
+    session_id: &str,
+    message: &str,
+    tools: &[String],
+) -> anyhow::Result<ExitCode> {
     logging::init(&settings, LogTarget::Stderr);
     let agent = AgentRuntime::new(settings, split_names(tools));
     let you = Authority::terminal();
@@ -296,50 +309,46 @@ async fn run(settings: Settings, session_id: &str, message: &str, tools: &[Strin
         _ = tokio::signal::ctrl_c() => {
             agent.append_event(session_id, "turn.interrupted", serde_json::json!({"by": "SIGINT"})).await;
             eprintln!("Operation interrupted.");
-            return ExitCode::from(EXIT_INTERRUPTED);
+            return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }
     };
     if let Some(error) = &result.error {
         eprintln!("Error: {error}");
-        return ExitCode::FAILURE;
+        return Ok(ExitCode::FAILURE);
     }
     let text = [&result.assistant_output, &result.immediate_output]
         .into_iter()
         .find(|t| !t.trim().is_empty())
         .map_or("", |t| t.as_str());
     print_out(text);
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
-async fn chat(settings: Settings, session_id: String) -> ExitCode {
+async fn chat(settings: Settings, session_id: String) -> anyhow::Result<()> {
     let log_file = settings.home.join("logs").join("chat.log");
     logging::init(&settings, LogTarget::File(&log_file));
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
-    finished(bub::cli::run_chat(agent, session_id).await)
+    bub::cli::run_chat(agent, session_id).await
 }
 
 /// `bub message`: the channel daemon (one per `BUB_HOME`).
-async fn message(settings: Settings) -> ExitCode {
+async fn message(settings: Settings) -> anyhow::Result<()> {
     logging::init(&settings, LogTarget::Stderr);
-    let _daemon = match PidLock::try_take(&settings.home.join(DAEMON_LOCK)) {
-        Ok(PidLock::Held(file)) => file,
-        Ok(PidLock::Taken(pid)) => {
+    let _daemon = match PidLock::try_take(&settings.home.join(DAEMON_LOCK))? {
+        PidLock::Held(file) => file,
+        PidLock::Taken(pid) => {
             let pid = pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
-            eprintln!(
-                "bub: another `bub message` (pid {pid}) is serving BUB_HOME={}; stop it first or use another BUB_HOME",
+            return Err(Usage(format!(
+                "another `bub message` (pid {pid}) is serving BUB_HOME={}; stop it first or use another BUB_HOME",
                 settings.home.display()
-            );
-            return ExitCode::from(EXIT_CONFIG);
+            ))
+            .into());
         }
-        Err(e) => return setup_failed(&e),
     };
     let cfg = SessionConfig::from_settings(&settings);
     let scheduler_enabled = settings.scheduler_enabled;
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
-    let channels = match bub::channels::enabled_channels(agent.settings(), agent.access()) {
-        Ok(channels) => channels,
-        Err(e) => return setup_failed(&e),
-    };
+    let channels = bub::channels::enabled_channels(agent.settings(), agent.access())?;
     agent.outbox().install(&channels);
     let inbox_path = agent.settings().home.join("inbox.jsonl");
     let access = agent.access().clone();
@@ -350,17 +359,13 @@ async fn message(settings: Settings) -> ExitCode {
         };
         access.role(&m.channel, user)
     };
-    let (inbox, resume) = match Inbox::open(&inbox_path, readmitted) {
-        Ok(opened) => opened,
-        Err(e) => return setup_failed(&e),
-    };
+    let (inbox, resume) = Inbox::open(&inbox_path, readmitted)?;
     let mut manager = ChannelManager::new(agent.clone(), cfg, Arc::new(inbox));
     manager.resume(resume);
     for channel in &channels {
-        if let Err(e) = manager.add(channel.clone()) {
-            eprintln!("bub: {e:#}");
-            return ExitCode::from(EXIT_CONFIG);
-        }
+        manager
+            .add(channel.clone())
+            .map_err(|e| Usage(format!("{e:#}")))?;
     }
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
@@ -385,30 +390,29 @@ async fn message(settings: Settings) -> ExitCode {
     if let Some(scheduler) = scheduler {
         report_scheduler(scheduler.await);
     }
-    finished(served)
+    served
 }
 
 /// `bub status`: the daemon's own answer on its socket, with the scheduled jobs; exit 1 when
 /// no daemon runs (or it does not answer).
-async fn status(settings: &Settings, json: bool) -> ExitCode {
+async fn status(settings: &Settings, json: bool) -> anyhow::Result<()> {
     let home = &settings.home;
     let snapshot = match bub::status::query(home).await {
         Ok(snapshot) => snapshot,
         Err(e) => {
             let lock = home.join(DAEMON_LOCK);
-            match lock.exists().then(|| PidLock::try_take(&lock)) {
-                Some(Ok(PidLock::Taken(pid))) => eprintln!(
-                    "bub: the daemon (pid {}) does not answer: {e:#}",
+            return Err(match lock.exists().then(|| PidLock::try_take(&lock)) {
+                Some(Ok(PidLock::Taken(pid))) => e.context(format!(
+                    "the daemon (pid {}) does not answer",
                     pid.map_or_else(|| "?".to_owned(), |p| p.to_string())
-                ),
-                _ => eprintln!("bub: no daemon is running for BUB_HOME={}", home.display()),
-            }
-            return ExitCode::FAILURE;
+                )),
+                _ => anyhow::anyhow!("no daemon is running for BUB_HOME={}", home.display()),
+            });
         }
     };
     if json {
         print_out(&serde_json::to_string_pretty(&snapshot).expect("snapshot serializes"));
-        return ExitCode::SUCCESS;
+        return Ok(());
     }
     let store = bub::scheduler::store::JobStore::new(home);
     let jobs = match store.load() {
@@ -419,17 +423,14 @@ async fn status(settings: &Settings, json: bool) -> ExitCode {
         Err(e) => vec![format!("unavailable: {e:#}")],
     };
     print_out(&bub::status::render(&snapshot, &jobs));
-    ExitCode::SUCCESS
+    Ok(())
 }
 
 /// `bub idle`: only the scheduler, with send-only channel clients for delivering answers.
-async fn idle(settings: Settings) -> ExitCode {
+async fn idle(settings: Settings) -> anyhow::Result<()> {
     logging::init(&settings, LogTarget::Stderr);
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
-    let channels = match bub::channels::configured_channels(agent.settings(), agent.access()) {
-        Ok(channels) => channels,
-        Err(e) => return setup_failed(&e),
-    };
+    let channels = bub::channels::configured_channels(agent.settings(), agent.access())?;
     let names: Vec<&str> = channels.iter().map(|c| c.name()).collect();
     tracing::info!(home = %agent.settings().home.display(), channels = ?names, "idle.start");
     agent.outbox().install(&channels);
@@ -437,7 +438,7 @@ async fn idle(settings: Settings) -> ExitCode {
     tokio::spawn(stop_on_signal(shutdown.clone()));
     let result = scheduler(agent).run(shutdown).await;
     tracing::info!("idle.stop");
-    finished(result.context("scheduler"))
+    result.context("scheduler")
 }
 
 /// The scheduler of this process: jobs run as turns of `agent`, answers go out via its outbox.
@@ -455,37 +456,32 @@ async fn send(
     chat_id: String,
     text: &str,
     reply_to: Option<String>,
-) -> ExitCode {
+) -> anyhow::Result<()> {
     logging::init(&settings, LogTarget::Stderr);
     let text = if text == "-" {
         let mut buf = String::new();
-        if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut buf) {
-            eprintln!("bub: cannot read the text from stdin: {e}");
-            return ExitCode::FAILURE;
-        }
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut buf)
+            .context("cannot read the text from stdin")?;
         buf
     } else {
         text.to_owned()
     };
     if text.trim().is_empty() {
-        eprintln!("bub: TEXT: the message is empty");
-        return ExitCode::from(EXIT_CONFIG);
+        return Err(Usage("TEXT: the message is empty".into()).into());
     }
     let outbox = Outbox::new(Arc::new(Access::new(&settings)));
     let channel = channel.to_lowercase();
-    if let Err(e) = outbox.adapter(&settings, &channel) {
-        return setup_failed(&e);
-    }
+    outbox.adapter(&settings, &channel)?;
     let out = Outbound {
         chat_id,
         text,
         reply_to,
     };
-    finished(outbox.send(&settings, &channel, &out).await)
+    outbox.send(&settings, &channel, &out).await
 }
 
 /// `bub pair list|approve|revoke`.
-fn pair(settings: &Settings, action: &PairAction) -> ExitCode {
+fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<ExitCode> {
     let access = Access::new(settings);
     let now = chrono::Utc::now();
     match action {
@@ -514,7 +510,7 @@ fn pair(settings: &Settings, action: &PairAction) -> ExitCode {
                     u.approved_at.format("%Y-%m-%d %H:%M UTC")
                 ));
             }
-            ExitCode::SUCCESS
+            Ok(ExitCode::SUCCESS)
         }
         PairAction::Approve {
             channel,
@@ -527,61 +523,42 @@ fn pair(settings: &Settings, action: &PairAction) -> ExitCode {
                 (_, true) => Some(Role::Owner),
                 _ => None,
             };
-            match access.approve(&channel.to_lowercase(), code, role, now) {
-                Ok(p) => {
-                    print_out(&format!(
-                        "approved: {} user {} as {} (effective at once)",
-                        p.channel, p.user_id, p.role
-                    ));
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("bub: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
+            let p = access.approve(&channel.to_lowercase(), code, role, now)?;
+            print_out(&format!(
+                "approved: {} user {} as {} (effective at once)",
+                p.channel, p.user_id, p.role
+            ));
+            Ok(ExitCode::SUCCESS)
         }
         PairAction::Revoke { channel, user_id } => {
-            match access.revoke(&channel.to_lowercase(), user_id) {
-                Ok(r) => {
-                    if r.removed {
-                        print_out(&format!("revoked: {channel} user {user_id}"));
-                    } else {
-                        print_out(&format!("{channel} user {user_id} was not paired"));
-                    }
-                    if let Some(var) = r.still_admitted_by {
-                        eprintln!("bub: note: user {user_id} is still admitted by {var}");
-                    }
-                    if r.removed {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::FAILURE
-                    }
-                }
-                Err(e) => {
-                    eprintln!("bub: {e:#}");
-                    ExitCode::FAILURE
-                }
+            let r = access.revoke(&channel.to_lowercase(), user_id)?;
+            if r.removed {
+                print_out(&format!("revoked: {channel} user {user_id}"));
+            } else {
+                print_out(&format!("{channel} user {user_id} was not paired"));
             }
+            if let Some(var) = r.still_admitted_by {
+                eprintln!("bub: note: user {user_id} is still admitted by {var}");
+            }
+            Ok(if r.removed {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
         }
     }
 }
 
 /// `bub access explain CHANNEL:CHAT [--user ID]`.
-fn explain(settings: &Settings, chat: &str, user: Option<&str>) -> ExitCode {
+fn explain(settings: &Settings, chat: &str, user: Option<&str>) -> anyhow::Result<ExitCode> {
     let names = bub::tools::builtin_names();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let access = Access::new(settings);
-    match access.explain(settings, &names, chat, user, chrono::Utc::now()) {
-        Ok(text) => {
-            print_out(&text);
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("bub: {e:#}");
-            ExitCode::from(EXIT_CONFIG)
-        }
-    }
+    let text = access
+        .explain(settings, &names, chat, user, chrono::Utc::now())
+        .map_err(|e| Usage(format!("{e:#}")))?;
+    print_out(&text);
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `bub skills list` / `bub skills check`.
@@ -612,24 +589,6 @@ fn report_scheduler(result: Result<anyhow::Result<()>, tokio::task::JoinError>) 
     }
 }
 
-/// Reports a failed start: exit 2 for a configuration error (the variable is named), else 1.
-fn setup_failed(e: &anyhow::Error) -> ExitCode {
-    eprintln!("bub: {e:#}");
-    let config = e.downcast_ref::<bub::config::ConfigError>().is_some();
-    ExitCode::from(if config { EXIT_CONFIG } else { 1 })
-}
-
-/// Exit 0, or 1 with the error on stderr.
-fn finished(result: anyhow::Result<()>) -> ExitCode {
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("bub: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
 /// Prints a line to stdout; a closed pipe (`bub jobs list | head`) is not an error.
 fn print_out(text: &str) {
     use std::io::Write;
@@ -637,58 +596,44 @@ fn print_out(text: &str) {
 }
 
 /// `bub jobs list` / `bub jobs remove ID`.
-fn jobs(settings: &Settings, action: &JobsAction) -> ExitCode {
+fn jobs(settings: &Settings, action: &JobsAction) -> anyhow::Result<ExitCode> {
     // Reading the store may set jobs aside (or a broken file); that is logged to stderr.
     logging::init(settings, LogTarget::Stderr);
     let store = JobStore::new(&settings.home);
-    let result = match action {
+    let in_store = || store.path().display().to_string();
+    match action {
         // Loading sets aside jobs that cannot run; they are listed after the others, with why.
-        JobsAction::List => store.load().map(|jobs| {
+        JobsAction::List => {
+            let jobs = store.load().with_context(in_store)?;
             if jobs.is_empty() {
                 print_out("(no scheduled jobs)");
             }
             for job in &jobs {
                 print_out(&bub::tools::schedule::job_row(job, true));
             }
-            match store.rejected() {
-                Ok(rejected) => {
-                    for entry in &rejected {
-                        print_out(&format!(
-                            "rejected {} {} (set aside in {})",
-                            entry.id().unwrap_or("-"),
-                            entry.reason,
-                            store.rejected_path().display()
-                        ));
-                    }
-                    ExitCode::SUCCESS
-                }
-                // The error names the rejected file (not jobs.json, as the message below would).
-                Err(e) => {
-                    eprintln!("bub: {e:#}");
-                    ExitCode::FAILURE
-                }
+            // The error names the rejected file itself.
+            for entry in &store.rejected()? {
+                print_out(&format!(
+                    "rejected {} {} (set aside in {})",
+                    entry.id().unwrap_or("-"),
+                    entry.reason,
+                    store.rejected_path().display()
+                ));
             }
-        }),
-        JobsAction::Remove { id } => store
-            .update(|jobs| {
-                let before = jobs.len();
-                jobs.retain(|j| j.id != *id);
-                jobs.len() < before
-            })
-            .map(|removed| {
-                if removed {
-                    println!("removed: {id}");
-                    ExitCode::SUCCESS
-                } else {
-                    eprintln!("bub: job not found: {id}");
-                    ExitCode::FAILURE
-                }
-            }),
-    };
-    result.unwrap_or_else(|e| {
-        eprintln!("bub: {}: {e:#}", store.path().display());
-        ExitCode::FAILURE
-    })
+        }
+        JobsAction::Remove { id } => {
+            let removed = store
+                .update(|jobs| {
+                    let before = jobs.len();
+                    jobs.retain(|j| j.id != *id);
+                    jobs.len() < before
+                })
+                .with_context(in_store)?;
+            anyhow::ensure!(removed, "job not found: {id}");
+            print_out(&format!("removed: {id}"));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Cancels `shutdown` on SIGINT or SIGTERM; a second signal, or 10 s without a clean stop,
