@@ -255,20 +255,16 @@ async fn idle_sessions_are_evicted_and_come_back_on_the_next_message() {
         async move { manager.run(shutdown).await }
     });
     tg.wait_sent(1).await;
-    assert_eq!(actors.lock().unwrap().len(), 1);
+    assert_eq!(actors.len(), 1);
     tokio::time::sleep(Duration::from_secs(31)).await;
-    assert_eq!(
-        actors.lock().unwrap().len(),
-        0,
-        "evicted after the idle TTL"
-    );
+    assert_eq!(actors.len(), 0, "evicted after the idle TTL");
     assert_eq!(*runner.released.lock().unwrap(), ["tg:1"]);
     inject.send(inbound("tg", "1", "2", "two")).unwrap();
     assert_eq!(
         tg.wait_sent(2).await[1].text,
         "echo tg:1: channel: $tg\ntwo"
     );
-    assert_eq!(actors.lock().unwrap().len(), 1);
+    assert_eq!(actors.len(), 1);
     shutdown.cancel();
     run.await.unwrap().unwrap();
 }

@@ -13,11 +13,11 @@ pub mod prompt;
 pub mod router;
 pub mod runner;
 
-use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dashmap::DashMap;
 use serde_json::json;
 
 use crate::access::{Access, Authority};
@@ -59,7 +59,7 @@ struct Session {
 pub struct AgentRuntime {
     process: Arc<ProcessCtx>,
     llm: SharedLlm,
-    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    sessions: DashMap<String, Arc<Session>>,
     started: std::time::Instant,
 }
 
@@ -87,7 +87,7 @@ impl AgentRuntime {
         Self {
             process,
             llm,
-            sessions: Mutex::new(HashMap::new()),
+            sessions: DashMap::new(),
             started: std::time::Instant::now(),
         }
     }
@@ -118,7 +118,7 @@ impl AgentRuntime {
     /// The session's state, opened on first use. Opening (directories, the tape's index) is
     /// file work: it runs on the blocking pool, outside the sessions lock.
     async fn session(&self, session_id: &str) -> anyhow::Result<Arc<Session>> {
-        if let Some(s) = self.sessions.lock().expect("sessions lock").get(session_id) {
+        if let Some(s) = self.sessions.get(session_id) {
             return Ok(s.clone());
         }
         let settings = self.process.settings.clone();
@@ -126,32 +126,30 @@ impl AgentRuntime {
         let state = tokio::task::spawn_blocking(move || SessionCtx::open(&settings, &id))
             .await
             .map_err(|e| anyhow::anyhow!("opening the session failed: {e}"))??;
-        let mut sessions = self.sessions.lock().expect("sessions lock");
         // Another caller may have opened it meanwhile: one state per session.
-        let session = sessions.entry(session_id.to_owned()).or_insert_with(|| {
-            Arc::new(Session {
-                state: Arc::new(state),
-                turn: tokio::sync::Mutex::new(None),
-            })
-        });
+        let session = self
+            .sessions
+            .entry(session_id.to_owned())
+            .or_insert_with(|| {
+                Arc::new(Session {
+                    state: Arc::new(state),
+                    turn: tokio::sync::Mutex::new(None),
+                })
+            });
         Ok(session.clone())
     }
 
     /// Forgets an idle session (its tape handle); the next input reopens it. A session in use
     /// elsewhere (a running turn) is kept.
     pub fn release_session(&self, session_id: &str) {
-        let mut sessions = self.sessions.lock().expect("sessions lock");
-        let idle = sessions
-            .get(session_id)
-            .is_some_and(|s| Arc::strong_count(s) == 1 && s.turn.try_lock().is_ok());
-        if idle {
-            sessions.remove(session_id);
-        }
+        self.sessions.remove_if(session_id, |_, s| {
+            Arc::strong_count(s) == 1 && s.turn.try_lock().is_ok()
+        });
     }
 
     /// How many sessions are open (for tests and benchmarks of eviction).
     pub fn open_sessions(&self) -> usize {
-        self.sessions.lock().expect("sessions lock").len()
+        self.sessions.len()
     }
 
     /// The tape summary of a session (for status lines).

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use dashmap::mapref::entry::Entry;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -134,7 +135,7 @@ impl ChannelManager {
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 _ = trim.tick() => {
-                    let live = self.actors.lock().expect("actor map").len();
+                    let live = self.actors.len();
                     // At start (startup code has run) and after evictions (the burst's code).
                     if live < peak_sessions || !started {
                         crate::memory::trim_heap();
@@ -199,17 +200,25 @@ impl ChannelManager {
             Mail::Message(m) | Mail::Resumed(m) => m.session_id(),
             Mail::Deliver(d) => format!("{channel}:{}", d.out.chat_id),
         };
-        let mut actors = self.actors.lock().expect("actor map");
-        let mail = match actors.get(&session_id) {
-            Some(tx) => match tx.send(mail) {
+        // The entry stays locked from the send to the replacement: an idle actor cannot evict
+        // itself in between, so no message is left in a dead queue.
+        let rx = match self.actors.entry(session_id.clone()) {
+            Entry::Occupied(mut live) => match live.get().send(mail) {
                 Ok(()) => return,
-                Err(mpsc::error::SendError(mail)) => mail,
+                Err(mpsc::error::SendError(mail)) => {
+                    let (tx, rx) = mpsc::unbounded_channel();
+                    tx.send(mail).expect("fresh channel");
+                    live.insert(tx);
+                    rx
+                }
             },
-            None => mail,
+            Entry::Vacant(free) => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                tx.send(mail).expect("fresh channel");
+                free.insert(tx);
+                rx
+            }
         };
-        let (tx, rx) = mpsc::unbounded_channel();
-        tx.send(mail).expect("fresh channel");
-        actors.insert(session_id.clone(), tx);
         let actor = SessionActor::new(
             session_id,
             adapter.clone(),

@@ -33,10 +33,10 @@
 //! from the manager's map (under the map's lock, only when its queue is empty, so no message is
 //! lost) and ends.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -146,9 +146,10 @@ pub enum Mail {
     Deliver(Delivery),
 }
 
-/// The live actors by session id. A sender is only used under this lock, and an actor only
-/// removes itself under it, which makes eviction race-free.
-pub type ActorMap = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Mail>>>>;
+/// The live actors by session id. A sender is only used under its entry's lock, and an actor
+/// only removes itself under it (`remove_if` its queue is empty), which makes eviction
+/// race-free.
+pub type ActorMap = Arc<dashmap::DashMap<String, mpsc::UnboundedSender<Mail>>>;
 
 /// What the framework posts for a finished turn: command output, the answer (unless the agent
 /// answers proactively, or already sent it with `message.send`) and the error, separated by
@@ -607,13 +608,16 @@ impl SessionActor {
 
     /// Removes this actor from the map if no message is waiting for it.
     fn try_evict(&self, rx: &mpsc::UnboundedReceiver<Mail>) -> bool {
-        let mut actors = self.actors.lock().expect("actor map");
-        if !rx.is_empty() {
-            return false;
+        let removed = self
+            .actors
+            .remove_if(&self.session_id, |_, _| rx.is_empty())
+            .is_some();
+        // Absent from the map: nothing can reach this actor any more.
+        let evicted = removed || (rx.is_empty() && !self.actors.contains_key(&self.session_id));
+        if evicted {
+            tracing::debug!(session = %self.session_id, "session.evict");
         }
-        actors.remove(&self.session_id);
-        tracing::debug!(session = %self.session_id, "session.evict");
-        true
+        evicted
     }
 }
 

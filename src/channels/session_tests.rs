@@ -1,6 +1,7 @@
 //! Session actor tests on tokio's paused clock: time only moves when every task waits, so the
 //! `sleep`s below advance virtual time deterministically.
 
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::Semaphore;
@@ -150,7 +151,7 @@ fn harness(cfg: SessionConfig, runner: FakeRunner) -> Harness {
     let runner = Arc::new(runner);
     let actors: ActorMap = Arc::default();
     let (tx, rx) = mpsc::unbounded_channel();
-    actors.lock().unwrap().insert("fake:1".into(), tx.clone());
+    actors.insert("fake:1".into(), tx.clone());
     let shutdown = CancellationToken::new();
     let inbox = Arc::new(Inbox::memory());
     let board = Arc::new(Board::new("fake:model", &["fake"]));
@@ -405,10 +406,10 @@ async fn idle_actor_evicts_itself_and_releases_the_session() {
     let mut h = harness(cfg, FakeRunner::new(false));
     h.send("hi", true);
     at(&h, 599.0).await;
-    assert!(h.actors.lock().unwrap().contains_key("fake:1"));
+    assert!(h.actors.contains_key("fake:1"));
     at(&h, 601.0).await;
     assert!(h.task.is_finished());
-    assert!(h.actors.lock().unwrap().is_empty());
+    assert!(h.actors.is_empty());
     assert_eq!(*h.runner.released.lock().unwrap(), ["fake:1"]);
 }
 
