@@ -14,7 +14,8 @@
 //!
 //! Invariants: a `recv` record is written before [`Inbox::receive`] returns; records are
 //! appended with one `write` each (no fsync: they survive a crash of the process, not of the
-//! machine — see the README's delivery guarantees); the journal is compacted (pending work
+//! machine — see the README's delivery guarantees); after a failed append (which may have left
+//! part of a line) the next record starts on a new line; the journal is compacted (pending work
 //! and cursors only, atomically replaced) at open and whenever it grows past
 //! [`COMPACT_AT`]; every map is bounded except the pending messages themselves.
 
@@ -130,6 +131,10 @@ struct Inner {
     state: State,
     file: Option<File>,
     bytes: u64,
+    /// The last append failed, maybe after part of its line reached the file (`EFBIG`,
+    /// `ENOSPC`): the next record starts on a new line, or it would be glued to the fragment
+    /// and unreadable after a restart.
+    torn: bool,
 }
 
 impl Inbox {
@@ -141,6 +146,7 @@ impl Inbox {
                 state: State::default(),
                 file: None,
                 bytes: 0,
+                torn: false,
             }),
         }
     }
@@ -219,6 +225,7 @@ impl Inbox {
                 state,
                 file: Some(file),
                 bytes,
+                torn: false,
             }),
         };
         Ok((inbox, resume))
@@ -325,9 +332,17 @@ impl Inner {
         let Some(file) = self.file.as_mut() else {
             return Ok(());
         };
-        let mut line = serde_json::to_vec(record)?;
+        let mut line = Vec::with_capacity(256);
+        if self.torn {
+            line.push(b'\n');
+        }
+        serde_json::to_writer(&mut line, record)?;
         line.push(b'\n');
-        file.write_all(&line).context("writing the inbox journal")?;
+        if let Err(e) = file.write_all(&line) {
+            self.torn = true;
+            return Err(e).context("writing the inbox journal");
+        }
+        self.torn = false;
         self.bytes += line.len() as u64;
         Ok(())
     }
@@ -342,6 +357,7 @@ impl Inner {
             Ok((file, bytes)) => {
                 self.file = Some(file);
                 self.bytes = bytes;
+                self.torn = false;
                 tracing::debug!(bytes = self.bytes, "inbox.compact");
             }
             // Keep appending to the old file; the next append retries.

@@ -187,6 +187,44 @@ fn a_torn_last_line_is_skipped() {
 }
 
 #[test]
+fn a_failed_append_does_not_glue_the_next_record_to_its_fragment() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let (inbox, _) = open(&path);
+    // A write cut short (EFBIG past RLIMIT_FSIZE, ENOSPC): part of a line, then an error.
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&path)
+        .unwrap();
+    file.write_all(b"{\"op\":\"recv\",\"seq\":1,\"msg\":{\"chan")
+        .unwrap();
+    let writable = inbox
+        .inner
+        .lock()
+        .unwrap()
+        .file
+        .replace(File::open(&path).unwrap());
+    assert!(
+        inbox
+            .receive(&mut msg("42", "1", "first try"), None)
+            .is_err()
+    );
+    inbox.inner.lock().unwrap().file = writable;
+    // The platform delivers it again (it was not confirmed): journaled on a line of its own.
+    let seq = receive(&inbox, &msg("42", "1", "second try"));
+    inbox.started(&[seq]);
+    drop(inbox);
+    let (_, resume) = open(&path);
+    let [Resume::Message(m)] = resume.as_slice() else {
+        panic!("the message survives the restart: {resume:?}")
+    };
+    assert_eq!(
+        (m.prompt.as_str(), m.seq, m.interrupted),
+        ("second try", seq, true)
+    );
+}
+
+#[test]
 fn the_journal_is_compacted_to_pending_work() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inbox.jsonl");

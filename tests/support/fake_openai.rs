@@ -13,7 +13,10 @@
 //! `delta.content` pieces, tool calls as fragments with the arguments split in two, a usage chunk
 //! with `choices: []` when `stream_options.include_usage` is set, then `data: [DONE]`), each event
 //! written in several pieces split mid-line; [`StreamStyle`] adds `\r\n` and keep-alives. When the
-//! script is empty the answer is the text [`DEFAULT_REPLY`]. The server runs on the test's tokio
+//! script is empty the answer is the text [`DEFAULT_REPLY`], or what the responder set with
+//! [`FakeOpenAi::set_responder`] / [`FakeOpenAi::echo_tokens`] makes of the request.
+//! [`FakeOpenAi::go_down`] closes the port (connections are refused) and
+//! [`FakeOpenAi::come_up`] opens it again, same address. The server runs on the test's tokio
 //! runtime: tests that run the `bub` binary as a subprocess need
 //! `#[tokio::test(flavor = "multi_thread")]` so it keeps serving while the test waits.
 
@@ -33,6 +36,7 @@ use axum::routing::post;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 /// The text served when the script is empty.
 pub const DEFAULT_REPLY: &str = "(fake: no scripted reply)";
@@ -118,13 +122,23 @@ struct Shared {
     next_call_id: AtomicU64,
     style: Mutex<StreamStyle>,
     latency: Mutex<Duration>,
+    responder: Mutex<Option<Responder>>,
+}
+
+/// Makes the text of the answer to a request when the script is empty.
+type Responder = Arc<dyn Fn(&Value) -> String + Send + Sync>;
+
+/// The serving task and the token that stops it gracefully.
+struct Server {
+    stop: CancellationToken,
+    task: JoinHandle<()>,
 }
 
 /// A running fake server; it stops when dropped.
 pub struct FakeOpenAi {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    task: JoinHandle<()>,
+    server: Mutex<Option<Server>>,
 }
 
 /// Starts a fake on an ephemeral port of 127.0.0.1.
@@ -136,26 +150,42 @@ pub async fn start() -> FakeOpenAi {
         next_call_id: AtomicU64::new(1),
         style: Mutex::new(StreamStyle::default()),
         latency: Mutex::new(Duration::ZERO),
+        responder: Mutex::new(None),
     });
-    let app = Router::new()
-        .route("/v1/chat/completions", post(chat_completions))
-        .fallback(unknown_route)
-        .with_state(shared.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind fake openai");
     let addr = listener.local_addr().expect("fake openai address");
+    let server = serve(listener, shared.clone());
+    FakeOpenAi {
+        addr,
+        shared,
+        server: Mutex::new(Some(server)),
+    }
+}
+
+fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>) -> Server {
+    let app = Router::new()
+        .route("/v1/chat/completions", post(chat_completions))
+        .fallback(unknown_route)
+        .with_state(shared);
+    let stop = CancellationToken::new();
+    let stopped = stop.clone();
     let task = tokio::spawn(async move {
         axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stopped.cancelled().await })
             .await
             .expect("fake openai server");
     });
-    FakeOpenAi { addr, shared, task }
+    Server { stop, task }
 }
 
 impl Drop for FakeOpenAi {
     fn drop(&mut self) {
-        self.task.abort();
+        if let Some(server) = self.server.lock().unwrap().take() {
+            server.stop.cancel();
+            server.task.abort();
+        }
     }
 }
 
@@ -207,6 +237,54 @@ impl FakeOpenAi {
     /// Delays every reply by `latency` (in addition to scripted delays).
     pub fn set_latency(&self, latency: Duration) {
         *self.shared.latency.lock().unwrap() = latency;
+    }
+
+    /// Answers with `respond(request body)` whenever the script is empty (instead of
+    /// [`DEFAULT_REPLY`]).
+    pub fn set_responder(&self, respond: impl Fn(&Value) -> String + Send + Sync + 'static) {
+        *self.shared.responder.lock().unwrap() = Some(Arc::new(respond));
+    }
+
+    /// Echo mode: whenever the script is empty, the answer lists the tokens of the request's
+    /// last user message that are `prefix` followed by digits and `-` (`m12-3` for prefix
+    /// `m`), space-separated, after `"answering: "` — so each answer tells which messages it
+    /// answers.
+    pub fn echo_tokens(&self, prefix: &str) {
+        let prefix = prefix.to_owned();
+        self.set_responder(move |request| {
+            let tokens = tokens(&last_user_text(request), &prefix);
+            format!("answering: {}", tokens.join(" "))
+        });
+    }
+
+    /// Closes the port: requests in flight are finished, idle connections closed, and new
+    /// connections are refused until [`Self::come_up`]. Waits (bounded) until the server
+    /// has stopped.
+    pub async fn go_down(&self) {
+        let server = self.server.lock().unwrap().take();
+        if let Some(server) = server {
+            server.stop.cancel();
+            let _ = tokio::time::timeout(Duration::from_secs(10), server.task).await;
+        }
+    }
+
+    /// Serves again on the same address after [`Self::go_down`] (retrying the bind for a
+    /// moment: the port may still be held by the old listener's closing).
+    pub async fn come_up(&self) {
+        if self.server.lock().unwrap().is_some() {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        let listener = loop {
+            match tokio::net::TcpListener::bind(self.addr).await {
+                Ok(listener) => break listener,
+                Err(_) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("fake openai: cannot bind {} again: {e}", self.addr),
+            }
+        };
+        *self.server.lock().unwrap() = Some(serve(listener, self.shared.clone()));
     }
 
     /// Changes how streamed replies are written.
@@ -304,8 +382,9 @@ impl Shared {
         json
     }
 
-    /// Pops leading delays and the next reply (the default text when the script runs out).
-    fn next_reply(&self) -> (Duration, Reply) {
+    /// Pops leading delays and the next reply (the responder's or the default text when the
+    /// script runs out).
+    fn next_reply(&self, request: &Value) -> (Duration, Reply) {
         let mut script = self.script.lock().unwrap();
         let mut delay = *self.latency.lock().unwrap();
         loop {
@@ -313,11 +392,15 @@ impl Shared {
                 Some(Step::Delay(d)) => delay += d,
                 Some(Step::Reply(reply)) => return (delay, reply),
                 None => {
-                    let text = Some(DEFAULT_REPLY.to_owned());
+                    let responder = self.responder.lock().unwrap().clone();
+                    let text = match responder {
+                        Some(respond) => respond(request),
+                        None => DEFAULT_REPLY.to_owned(),
+                    };
                     return (
                         delay,
                         Reply::Message {
-                            text,
+                            text: Some(text),
                             calls: Vec::new(),
                         },
                     );
@@ -334,7 +417,7 @@ async fn chat_completions(
     body: Bytes,
 ) -> Response {
     let request = shared.record(&uri, &headers, &body);
-    let (delay, reply) = shared.next_reply();
+    let (delay, reply) = shared.next_reply(&request);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
@@ -393,6 +476,31 @@ fn raw_response(status: u16, body: String, headers: Vec<(String, String)>) -> Re
     builder
         .body(Body::from(body))
         .expect("fake openai response")
+}
+
+/// The text of the last `user` message of a chat-completions request (empty when none).
+pub fn last_user_text(request: &Value) -> String {
+    request["messages"]
+        .as_array()
+        .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The words of `text` that are `prefix` followed by at least one digit and then only digits
+/// and `-` (`m12-3`), in order of appearance. Words are split at anything but ASCII letters,
+/// digits, `-` and `_`.
+pub fn tokens(text: &str, prefix: &str) -> Vec<String> {
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+        .filter(|word| {
+            word.strip_prefix(prefix).is_some_and(|rest| {
+                rest.starts_with(|c: char| c.is_ascii_digit())
+                    && rest.chars().all(|c| c.is_ascii_digit() || c == '-')
+            })
+        })
+        .map(str::to_owned)
+        .collect()
 }
 
 /// The assistant message for text and/or calls.

@@ -9,6 +9,8 @@
 //! fake.push_message(private_text(42, 42, "hello"));         // delivered by getUpdates
 //! fake.push_message(group_text(-100, 42, "hi @bub_test_bot").mention("@bub_test_bot"));
 //! fake.fail_next("sendMessage", 429, fake_telegram::retry_after_body(1));
+//! fake.fail_for("getUpdates", 502, Duration::from_secs(3));    // an outage: 5xx for 3 s
+//! fake.stall_for("sendMessage", Duration::from_secs(20));       // calls in 20 s never answered
 //! let sent = fake.wait_for_calls("sendMessage", 1, Duration::from_secs(5)).await;
 //! assert_eq!(sent[0].body["chat_id"], 42);
 //! ```
@@ -21,7 +23,10 @@
 //! forgotten; a negative offset keeps only the newest updates, which is how teloxide drops
 //! pending updates — see [`FakeTelegram::dropped_pending_updates`]), `limit` and `timeout`
 //! (held at most 10 s, woken at once by a push, released when the fake is dropped). Errors are
-//! answered with Telegram's error body and a 4xx status, never 5xx (teloxide sleeps 10 s on 5xx).
+//! answered with Telegram's error body and the given status. Mind that teloxide sleeps 10 s
+//! after any 5xx answer before it returns the error, and gives up on a call after 17 s: an
+//! outage made with [`FakeTelegram::fail_for`] (5xx) or [`FakeTelegram::stall_for`] (no answer,
+//! so the client times out) costs a test at least that long.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -69,12 +74,33 @@ pub struct Call {
     pub body: Value,
     /// When it arrived.
     pub at: Instant,
+    /// The fake did not answer it with success: an injected error ([`FakeTelegram::fail_next`],
+    /// [`FakeTelegram::fail_for`]) or a stall ([`FakeTelegram::stall_for`]). A failed
+    /// `sendMessage` delivered nothing.
+    pub failed: bool,
+}
+
+/// A time-bounded fault of one method.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// Answer with this status and Telegram's error body.
+    Status(u16),
+    /// Never answer (until the fake is dropped): the client times out.
+    Stall,
+}
+
+#[derive(Debug, Clone)]
+struct Window {
+    method: String,
+    until: Instant,
+    fault: Fault,
 }
 
 struct Inner {
     updates: VecDeque<Value>,
     calls: Vec<Call>,
     failures: HashMap<String, VecDeque<(u16, Value)>>,
+    windows: Vec<Window>,
     accepted_token: Option<String>,
 }
 
@@ -102,6 +128,7 @@ pub async fn start() -> FakeTelegram {
             updates: VecDeque::new(),
             calls: Vec::new(),
             failures: HashMap::new(),
+            windows: Vec::new(),
             accepted_token: None,
         }),
         changed: Notify::new(),
@@ -197,6 +224,29 @@ impl FakeTelegram {
             .push_back((status, body));
     }
 
+    /// For `duration` from now, every call of `method` (case-insensitive) is answered with
+    /// `status` and Telegram's error body (`{"ok":false,"error_code":status,...}`). Calls
+    /// [`Self::fail_next`] queued are answered first; of overlapping windows the one added
+    /// first applies.
+    pub fn fail_for(&self, method: &str, status: u16, duration: Duration) {
+        self.add_window(method, duration, Fault::Status(status));
+    }
+
+    /// For `duration` from now, calls of `method` are recorded and never answered (held until
+    /// the client gives up or the fake is dropped): a network timeout. A stalled `sendMessage`
+    /// delivers nothing.
+    pub fn stall_for(&self, method: &str, duration: Duration) {
+        self.add_window(method, duration, Fault::Stall);
+    }
+
+    fn add_window(&self, method: &str, duration: Duration, fault: Fault) {
+        self.shared.state.lock().unwrap().windows.push(Window {
+            method: method.to_ascii_lowercase(),
+            until: Instant::now() + duration,
+            fault,
+        });
+    }
+
     /// Only this token is accepted; any other gets 401 `Unauthorized` (as Telegram does).
     pub fn accept_only_token(&self, token: &str) {
         self.shared.state.lock().unwrap().accepted_token = Some(token.to_owned());
@@ -217,6 +267,13 @@ impl FakeTelegram {
             .filter(|c| c.method == method)
             .cloned()
             .collect()
+    }
+
+    /// The `sendMessage` calls answered with success (what reached the chats), oldest first.
+    pub fn delivered(&self) -> Vec<Call> {
+        let mut calls = self.calls_of("sendMessage");
+        calls.retain(|c| !c.failed);
+        calls
     }
 
     /// How many `sendMessage` calls arrived (cheap, for polling long runs).
@@ -315,6 +372,19 @@ pub fn chat_not_found_body() -> Value {
     json!({"ok": false, "error_code": 400, "description": "Bad Request: chat not found"})
 }
 
+/// Telegram's error body for a fault window.
+fn window_body(fault: Fault) -> Value {
+    let status = match fault {
+        Fault::Status(status) => status,
+        Fault::Stall => 504,
+    };
+    let reason = StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("Error");
+    json!({"ok": false, "error_code": status, "description": reason})
+}
+
 fn ok(result: Value) -> Response {
     axum::Json(json!({"ok": true, "result": result})).into_response()
 }
@@ -339,28 +409,43 @@ async fn handle(
     };
     let injected = {
         let mut state = shared.state.lock().unwrap();
+        let now = Instant::now();
+        state.windows.retain(|w| w.until > now);
+        let rejected = state.accepted_token.as_ref().is_some_and(|t| *t != token);
+        let injected = if rejected {
+            let body = json!({"ok": false, "error_code": 401, "description": "Unauthorized"});
+            Some((Fault::Status(401), body))
+        } else if let Some((status, body)) = state
+            .failures
+            .get_mut(&method)
+            .and_then(VecDeque::pop_front)
+        {
+            Some((Fault::Status(status), body))
+        } else {
+            state
+                .windows
+                .iter()
+                .find(|w| w.method == method)
+                .map(|w| (w.fault, window_body(w.fault)))
+        };
         state.calls.push(Call {
             method: method.clone(),
             token: token.clone(),
             body: body.clone(),
-            at: Instant::now(),
+            at: now,
+            failed: injected.is_some(),
         });
-        let rejected = state.accepted_token.as_ref().is_some_and(|t| *t != token);
-        if rejected {
-            Some((
-                401,
-                json!({"ok": false, "error_code": 401, "description": "Unauthorized"}),
-            ))
-        } else {
-            state
-                .failures
-                .get_mut(&method)
-                .and_then(VecDeque::pop_front)
-        }
+        injected
     };
     shared.changed.notify_waiters();
-    if let Some((status, body)) = injected {
-        return error(status, body);
+    match injected {
+        Some((Fault::Status(status), body)) => return error(status, body),
+        Some((Fault::Stall, body)) => {
+            // Held until the client gives up (hyper then drops this future) or the fake stops.
+            shared.closed.cancelled().await;
+            return error(504, body);
+        }
+        None => {}
     }
     match method.as_str() {
         "getme" => ok(json!({"id": BOT_ID, "is_bot": true, "first_name": "Bub",
