@@ -334,8 +334,8 @@ async fn failing_tape_and_inbox_appends_are_reported_and_the_daemon_serves_on() 
     let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
     let error = text(&sent[0]);
     assert!(
-        error.starts_with("Error: could not record your message on the tape: appending to ")
-            && error.contains("File too large"),
+        error.starts_with("Error: could not record your message on the tape: File too large")
+            && !error.contains(&*env.home.to_string_lossy()),
         "{error}"
     );
     assert_eq!(env.model.request_count(), 0, "the model was not called");

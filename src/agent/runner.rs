@@ -162,7 +162,12 @@ impl ModelLoop<'_> {
             } else {
                 "the next prompt"
             };
-            return Err(format!("could not record {what} on the tape: {e:#}"));
+            // The cause only: the full chain (with the tape's path under BUB_HOME) is in the
+            // log, not in a chat that may be a guest's.
+            return Err(format!(
+                "could not record {what} on the tape: {}",
+                e.root_cause()
+            ));
         }
         let mut retried = false;
         let response = loop {

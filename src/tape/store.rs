@@ -180,9 +180,9 @@ impl Tape {
             index: &self.index,
             pending: Vec::new(),
         };
-        // One flat message: loggers that show only the outermost error still see the reason.
-        let out = f(&mut writer)
-            .map_err(|e| anyhow::anyhow!("appending to {}: {e:#}", self.path.display()));
+        // The path as context: `{:#}` shows it with the reason, the root cause is the reason
+        // alone (what a chat is told).
+        let out = f(&mut writer).with_context(|| format!("appending to {}", self.path.display()));
         let pending = if out.is_ok() {
             writer.pending
         } else {
@@ -195,7 +195,9 @@ impl Tape {
         {
             // The file may now hold part of the write: rebuild the index from the file.
             self.index.reset();
-            return Err(anyhow::anyhow!("appending to {}: {e}", self.path.display()));
+            return Err(
+                anyhow::Error::new(e).context(format!("appending to {}", self.path.display()))
+            );
         }
         let _ = file.unlock();
         out
