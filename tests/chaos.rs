@@ -8,7 +8,7 @@
 //! Timing: teloxide sleeps 10 s after any 5xx answer and gives up on a call after 17 s, so the
 //! two Telegram outage tests take about 30 s each (they run in parallel).
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Stdio;

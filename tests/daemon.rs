@@ -2,7 +2,7 @@
 //! clients against the fake Telegram / Discord servers and the fake model on 127.0.0.1.
 //! Assertions are on what crossed the wire and what is on disk.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! (`Inbound`: addressed or not, prompt, allow-lists on every message). The catch-up after
 //! READY and RESUMED is tested in `discord/catchup.rs`.
 
-mod support;
+use crate::support;
 
 #[path = "discord/catchup.rs"]
 mod catchup;

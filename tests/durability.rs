@@ -2,7 +2,7 @@
 //! model, killed (SIGKILL) or stopped (SIGTERM) at the moments that used to lose messages, and
 //! the chat controls (`/stop`, `/new`, `/status`).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

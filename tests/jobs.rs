@@ -4,7 +4,7 @@
 //! processes on one BUB_HOME; sessions only see their own jobs; `bub jobs` lists all of them,
 //! and the jobs set aside because they cannot run, with the reason.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

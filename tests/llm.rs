@@ -1,7 +1,7 @@
 //! The real model client against the fake OpenAI-compatible server: replies, request shape,
 //! retries, errors, timeouts and streaming.
 
-mod support;
+use crate::support;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! fake Discord, no duplicate final reply after the agent answered with `message.send`, and
 //! `bub send` (delivery, stdin, exit codes).
 
-mod support;
+use crate::support;
 
 use std::process::Stdio;
 

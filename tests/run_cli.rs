@@ -2,7 +2,7 @@
 //! the real model client, a fake OpenAI-compatible server on 127.0.0.1, a temporary BUB_HOME and
 //! workspace. Assertions are on what crossed the wire, what was printed and what is on disk.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Output;

@@ -3,7 +3,7 @@
 //! shell, secrets reach neither the model, the tape, the chat nor the log, and messages go only
 //! to chats the allow-lists admit. Assertions are on what crossed the wire and what is on disk.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};

@@ -2,7 +2,7 @@
 //! SKILL.md files reported and skipped, `--skills` allow-list), the prompt's skill list and its
 //! bounded expansion, the `skills.*` tools, and `bub skills check`.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

@@ -252,9 +252,11 @@ fn threads_with_separate_handles_never_duplicate_ids() {
     assert_eq!(tape.len().unwrap(), 800);
 }
 
-/// Child half of `processes_appending_concurrently_never_duplicate_ids`: does nothing unless
-/// started by it with `BUB_TAPE_CHILD_PATH` set.
+/// Child half of `processes_appending_concurrently_never_duplicate_ids` (a helper, not a test:
+/// that test starts this binary with `--ignored --exact tape::child_process_appender` and
+/// `BUB_TAPE_CHILD_PATH` set; without it, it does nothing).
 #[test]
+#[ignore = "helper process of processes_appending_concurrently_never_duplicate_ids"]
 fn child_process_appender() {
     let Some(path) = std::env::var_os("BUB_TAPE_CHILD_PATH") else {
         return;
@@ -275,8 +277,9 @@ fn processes_appending_concurrently_never_duplicate_ids() {
         .map(|_| {
             std::process::Command::new(&exe)
                 .args([
+                    "--ignored",
                     "--exact",
-                    "child_process_appender",
+                    "tape::child_process_appender",
                     "--test-threads",
                     "1",
                     "--quiet",

@@ -3,7 +3,7 @@
 //! delivery (splitting, HTML with plain-text fallback, 429 `retry_after`, typing), plus startup
 //! and shutdown behaviour. Every wait is bounded; nothing reaches the internet.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,0 +1,25 @@
+//! The integration tests, as one test binary (one link instead of one per file): each module
+//! is a feature area; `support` holds the fake servers and the `bub` process helpers they share.
+//! Run one area with `cargo test --test tests telegram::`.
+
+mod support;
+
+mod chaos;
+mod container;
+mod daemon;
+mod discord;
+mod durability;
+mod jobs;
+mod limits;
+mod llm;
+mod manager;
+mod message;
+mod router;
+mod run_cli;
+mod scheduler;
+mod security;
+mod skills;
+mod tape;
+mod telegram;
+mod tools;
+mod web;
