@@ -385,7 +385,7 @@ async fn reply_context_in_prompt() {
     let prompt = prompt_json(&bot.next().await);
     assert_eq!(
         prompt["reply_to_message"],
-        json!({"message_id": 1001, "from_user_id": "777", "from_username": BOT_USERNAME,
+        json!({"message_id": 1001, "from_user_id": 777, "from_username": BOT_USERNAME,
             "from_is_bot": true, "text": "q".repeat(100)})
     );
     bot.stop().await;

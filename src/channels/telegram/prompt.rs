@@ -215,7 +215,8 @@ pub fn metadata(msg: &Message, described: &Described, content: &str) -> Value {
             .map(|t| t.chars().take(REPLY_TEXT_LIMIT).collect());
         let reply = json!({
             "message_id": reply.id.0,
-            "from_user_id": author.map(|u| u.id.0.to_string()),
+            // A number, as upstream Bub's own tests expect (sender ids are strings).
+            "from_user_id": author.map(|u| u.id.0),
             "from_username": author.and_then(|u| u.username.clone()),
             "from_is_bot": author.map(|u| u.is_bot),
             "text": text,
@@ -377,7 +378,7 @@ mod tests {
                 "text": long}}));
         assert_eq!(
             p["reply_to_message"],
-            json!({"message_id": 7, "from_user_id": "777", "from_username": "bub_test_bot",
+            json!({"message_id": 7, "from_user_id": 777, "from_username": "bub_test_bot",
                 "from_is_bot": true, "text": "x".repeat(100)})
         );
         let p = prompt_of(json!({"text": "yes",
@@ -387,7 +388,7 @@ mod tests {
                 "photo": [{"file_id": "a", "file_unique_id": "u", "width": 1, "height": 1}]}}));
         assert_eq!(
             p["reply_to_message"],
-            json!({"message_id": 8, "from_user_id": "9", "from_is_bot": false})
+            json!({"message_id": 8, "from_user_id": 9, "from_is_bot": false})
         );
     }
 
