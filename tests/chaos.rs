@@ -1,6 +1,6 @@
-//! Fault injection against the real `bub message` binary (issue 9, "Nothing lost, nothing
-//! stuck"): the model server refusing connections, Telegram answering 5xx and timing out on
-//! `getUpdates` and on `sendMessage`, and tape (then inbox) appends failing with `EFBIG` under
+//! Fault injection against the real `bub message` binary (nothing lost, nothing stuck): the
+//! model server refusing connections, Telegram answering 5xx and timing out on `getUpdates` and
+//! on `sendMessage`, and tape (then inbox) appends failing with `EFBIG` under
 //! `RLIMIT_FSIZE`. Each test checks what crossed the wire (the fakes' records) and what is on
 //! disk (tapes, the inbox journal). The fake model echoes the message tokens of its last user
 //! prompt (`answering: q1-1`), so every answer says which messages it answers.

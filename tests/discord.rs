@@ -328,7 +328,7 @@ async fn allow_from_drops_every_message_of_other_senders_and_pairs_in_dms() {
     })
     .await;
     let mallory = user("66", "mallory");
-    // The reference's bypass (§14.18): follow-ups and comma commands of non-allowed users.
+    // Bub v0.2.3's bypass: follow-ups and comma commands of non-allowed users.
     for msg in [
         Msg::guild(GUILD, CHANNEL, mallory.clone(), ",bash rm -rf /"),
         Msg::guild(GUILD, CHANNEL, mallory.clone(), "just a follow-up"),

@@ -1,4 +1,4 @@
-//! The router against the reference's `test_router.py` rows (§13) and its fixes (§14): human
+//! The router against the cases of Bub v0.2.3's `test_router.py` and its fixes: human
 //! comma commands, fallback into the model, the model's own commands, fences and escaping.
 //! Real tools run (bash included) in a temporary workspace; assertions are on the routes and on
 //! the `command` events written to the tape.

@@ -129,7 +129,7 @@ pub fn escape_html(text: &str, quote: bool) -> String {
     out
 }
 
-/// The exact block of reference §4.4; output cannot forge or close a block.
+/// The `<command>` block Bub v0.2.3 feeds back to the model; output cannot forge or close a block.
 pub fn command_block(name: &str, status: &str, output: &str) -> String {
     format!(
         "<command name=\"{}\" status=\"{}\">\n{}\n</command>",

@@ -1,5 +1,5 @@
 //! The system prompt: base prompt, workspace `AGENTS.md`, the progressive tool view, the skills
-//! view, the runtime contract and the current date/time (reference §5.3–§5.4, fixed).
+//! view, the runtime contract and the current date/time (as Bub v0.2.3 builds it, fixed).
 //!
 //! Rebuilt every model step, so edits to `AGENTS.md` and newly expanded tools take effect at once.
 

@@ -1,4 +1,4 @@
-//! The bounded model loop of one turn (reference §5.1–§5.2, fixed): call the model, run the tool
+//! The bounded model loop of one turn (as in Bub v0.2.3, fixed): call the model, run the tool
 //! calls it asks for, route its final text, repeat until it answers, fails or hits the step bound.
 //!
 //! Everything is recorded on the tape as it happens: the user prompt before the call (so a failed
@@ -252,7 +252,8 @@ impl ModelLoop<'_> {
         }
     }
 
-    /// Writes an anchor so the next call starts from a short context (fix for reference §14.7).
+    /// Writes an anchor so the next call starts from a short context (Bub v0.2.3 only failed
+    /// the turn).
     async fn auto_handoff(&self, prompt: &str, run: &Value) {
         tracing::warn!("model.context_overflow: automatic handoff");
         let summary = "The previous context exceeded the model's window and was cut here.";

@@ -1,9 +1,9 @@
 //! The session actor: one tokio task per chat (`"<channel>:<chat_id>"`) that decides when a turn
 //! runs, delivers its answer, and answers the chat controls.
 //!
-//! Rules (the reference's §8.3, fixed):
+//! Rules (Bub v0.2.3's, fixed):
 //! * A comma command (`,help`) runs as its own turn without debounce or batching — also from a
-//!   sender who did not address the bot (§14.22); the adapter already applied the allow-lists.
+//!   sender who did not address the bot; the adapter already applied the allow-lists.
 //! * A message that addresses the bot opens (or extends) the follow-up window
 //!   (`BUB_ACTIVE_TIME_WINDOW_SECONDS`) and schedules the batch `BUB_MESSAGE_DEBOUNCE_SECONDS`
 //!   from now (a later mention postpones it again) — but never later than `BUB_MAX_WAIT_SECONDS`

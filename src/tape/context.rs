@@ -1,7 +1,7 @@
 //! What the model sees of a tape (its context) and the tape summary (`tape.info`).
 //!
 //! The context is the entries strictly after the last anchor, mapped to OpenAI chat messages
-//! as the reference does (§7.6), with two fixes:
+//! as Bub v0.2.3 does, with two fixes:
 //! * **Handoff note.** When the last anchor has a `summary` or `next_steps`, the context starts
 //!   with one user message carrying them, so a handoff carries its summary forward:
 //!   ```text
@@ -171,7 +171,7 @@ pub fn handoff_note(anchor: &TapeEntry) -> Option<String> {
     Some(note)
 }
 
-/// Maps entries (those after the last anchor) to chat messages, per the reference §7.6 plus
+/// Maps entries (those after the last anchor) to chat messages, as Bub v0.2.3 does, plus
 /// synthetic results for unanswered tool calls.
 pub fn select_messages(entries: &[TapeEntry]) -> Vec<Value> {
     let mut out = Vec::new();

@@ -17,7 +17,8 @@ pub struct TapeEntry {
     pub id: u64,
     /// `anchor`, `event`, `message`, `system`, `tool_call`, `tool_result` or `error`.
     pub kind: String,
-    /// Kind-specific object (see the reference §7.3).
+    /// Kind-specific object: `{role, content}` for a message, `{name, state}` for an anchor,
+    /// `{name, data}` for an event, `{calls}` / `{results}` for tool calls and results.
     pub payload: Value,
     /// Free-form object, e.g. `{"run_id": "…"}`; `{}` when there is none.
     pub meta: Value,

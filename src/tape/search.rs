@@ -2,8 +2,8 @@
 //! the `messages.left_out` events holding the overflow of very large batches),
 //! newest first.
 //!
-//! Semantics follow the reference (§7.7), over `message` **and** `tool_result` entries (fix
-//! §14.14): the query is trimmed and lower-cased (empty → no results). An entry matches when
+//! Semantics follow Bub v0.2.3, over `message` **and** `tool_result` entries (it searched
+//! messages only): the query is trimmed and lower-cased (empty → no results). An entry matches when
 //! the query is a substring of the lower-cased JSON of its payload or of its meta, or — for
 //! queries of at least 3 characters — fuzzily: the query's tokens (`[a-z0-9_/-]+`) joined by
 //! one space are compared with candidates taken from the entry's tokens (payload then meta):

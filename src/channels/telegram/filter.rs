@@ -4,8 +4,8 @@
 //! network. The adapter applies them in this order: sender present → `allow_chats` → the
 //! sender's admission ([`crate::access`]) → commands ([`parse_command`]) → [`is_addressed`].
 //!
-//! Fixes against the reference: the keyword counts only as a whole word (`"bubble"` does not
-//! address the bot, §14.21), and `/bub@BotName text` is stripped like `/bub text`.
+//! Fixes against Bub v0.2.3: the keyword counts only as a whole word (`"bubble"` does not
+//! address the bot), and `/bub@BotName text` is stripped like `/bub text`.
 
 use crate::channels::{Control, contains_word};
 use teloxide::types::{Message, MessageEntityKind};

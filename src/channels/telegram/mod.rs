@@ -8,14 +8,14 @@
 //!   allow-list and the sender's admission ([`crate::access`]: an unknown sender gets a pairing
 //!   code in a private chat and nothing in a group), then [`filter`] (commands, "is the bot
 //!   addressed") and [`prompt`] (content + metadata JSON) and becomes an [`Inbound`]. Pending updates are delivered after a
-//!   restart unless `BUB_TELEGRAM_DROP_PENDING_UPDATES` is set (fixes §14.24).
+//!   restart unless `BUB_TELEGRAM_DROP_PENDING_UPDATES` is set (Bub v0.2.3 dropped them).
 //! * [`Channel::send`] splits answers at 4096 characters, renders them as Telegram HTML, falls
 //!   back to plain text when Telegram rejects the entities, and honours `retry_after` up to
 //!   60 s (a longer one fails the send at once: "rate limited: the server asks to wait N s",
 //!   the rule of [`crate::time`]).
 //!
 //! The bot token is part of every request URL; error texts are scrubbed of it before they are
-//! logged or returned, and message texts are never logged (§14.25).
+//! logged or returned, and message texts are never logged.
 
 pub mod filter;
 pub mod prompt;

@@ -1,4 +1,4 @@
-//! What the session sees of one Telegram message (reference §8.6).
+//! What the session sees of one Telegram message (Bub v0.2.3's content and metadata JSON).
 //!
 //! [`describe`] turns a message into its content text (the text itself, or a line such as
 //! `[Photo message] Caption: look`) plus the media metadata; [`build`] turns that content into
@@ -179,7 +179,7 @@ pub fn build(msg: &Message, described: &Described, content: &str) -> String {
     metadata(msg, described, content).to_string()
 }
 
-/// The metadata JSON object of the reference (§8.6).
+/// The metadata JSON object, with Bub v0.2.3's field names.
 pub fn metadata(msg: &Message, described: &Described, content: &str) -> Value {
     let from = msg.from.as_ref();
     let mut out = Map::new();
