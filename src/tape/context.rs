@@ -15,8 +15,9 @@
 //!   message per call. When a turn died between recording a `tool_call` and its
 //!   `tool_result`, the missing results are filled in with
 //!   `{"role":"tool","content":"error: no result recorded","tool_call_id","name"}` so the
-//!   sequence stays valid. Orphan tool results (no pending call) keep the reference's output,
-//!   a tool message without `tool_call_id`.
+//!   sequence stays valid. Orphan tool results (no pending call) keep Bub v0.2.3's output, a
+//!   tool message without `tool_call_id`, on the tape's view; the model loop drops them before
+//!   the request (`agent::runner::sanitize_context`), since providers reject them.
 
 use std::fmt;
 
