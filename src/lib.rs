@@ -12,6 +12,8 @@ pub mod agent;
 pub mod channels;
 pub mod cli;
 pub mod config;
+pub mod daemon;
+pub mod delivery;
 pub mod inbox;
 pub mod llm;
 pub mod logging;

@@ -13,14 +13,13 @@ use tokio_util::sync::CancellationToken;
 
 use bub::access::{Access, Authority, Role, User, who};
 use bub::agent::AgentRuntime;
-use bub::channels::manager::ChannelManager;
-use bub::channels::outbox::Outbox;
-use bub::channels::session::SessionConfig;
-use bub::channels::{Inbound, Outbound};
+use bub::channels::Inbound;
 use bub::config::{LoadOptions, Settings};
+use bub::daemon::jobs::AgentJobs;
+use bub::daemon::{ChannelManager, SessionConfig};
+use bub::delivery::{Outbound, Outbox};
 use bub::inbox::Inbox;
 use bub::logging::{self, LogTarget};
-use bub::scheduler::fire::AgentJobs;
 use bub::scheduler::{JobStore, Scheduler};
 use bub::status::Board;
 use bub::storage::PidLock;
@@ -348,7 +347,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     let cfg = SessionConfig::from_settings(&settings);
     let scheduler_enabled = settings.scheduler_enabled;
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
-    let channels = bub::channels::enabled_channels(agent.settings(), agent.access())?;
+    let channels = bub::delivery::enabled_channels(agent.settings(), agent.access())?;
     agent.outbox().install(&channels);
     let inbox_path = agent.settings().home.join("inbox.jsonl");
     let access = agent.access().clone();
@@ -416,10 +415,7 @@ async fn status(settings: &Settings, json: bool) -> anyhow::Result<()> {
     }
     let store = bub::scheduler::store::JobStore::new(home);
     let jobs = match store.load() {
-        Ok(jobs) => jobs
-            .iter()
-            .map(|j| bub::tools::schedule::job_row(j, true))
-            .collect(),
+        Ok(jobs) => jobs.iter().map(|j| j.row(true)).collect(),
         Err(e) => vec![format!("unavailable: {e:#}")],
     };
     print_out(&bub::status::render(&snapshot, &jobs));
@@ -430,7 +426,7 @@ async fn status(settings: &Settings, json: bool) -> anyhow::Result<()> {
 async fn idle(settings: Settings) -> anyhow::Result<()> {
     logging::init(&settings, LogTarget::Stderr);
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
-    let channels = bub::channels::configured_channels(agent.settings(), agent.access())?;
+    let channels = bub::delivery::configured_channels(agent.settings(), agent.access())?;
     let names: Vec<&str> = channels.iter().map(|c| c.name()).collect();
     tracing::info!(home = %agent.settings().home.display(), channels = ?names, "idle.start");
     agent.outbox().install(&channels);
@@ -565,7 +561,7 @@ fn explain(settings: &Settings, chat: &str, user: Option<&str>) -> anyhow::Resul
 fn skills(settings: &Settings, action: &SkillsAction) -> ExitCode {
     let found = bub::skills::discover(settings);
     if let SkillsAction::List = action {
-        print_out(&bub::tools::skills::list_text(&found));
+        print_out(&found.listing());
         return ExitCode::SUCCESS;
     }
     for skill in &found.skills {
@@ -609,7 +605,7 @@ fn jobs(settings: &Settings, action: &JobsAction) -> anyhow::Result<ExitCode> {
                 print_out("(no scheduled jobs)");
             }
             for job in &jobs {
-                print_out(&bub::tools::schedule::job_row(job, true));
+                print_out(&job.row(true));
             }
             // The error names the rejected file itself.
             for entry in &store.rejected()? {

@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bub::agent::TurnResult;
-use bub::channels::manager::ChannelManager;
-use bub::channels::session::{SessionConfig, TurnRunner};
 use bub::channels::{Channel, Inbound, InboundSink, Outbound};
+use bub::daemon::{ChannelManager, SessionConfig, TurnRunner};
 use bub::inbox::Inbox;
 use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;

@@ -6,11 +6,11 @@ use crate::support;
 
 use std::path::{Path, PathBuf};
 
-use bub::agent::expansion::{Expanded, MAX_SKILL_DETAILS};
 use bub::agent::prompt::{activate_hints, skills_view};
 use bub::config::Settings;
 use bub::skills::{MAX_SKILL_BYTES, Source, discover, parse_skill};
 use bub::tools::builtin_registry;
+use bub::tools::expansion::{Expanded, MAX_SKILL_DETAILS};
 use support::bub_env::Env;
 
 struct Roots {

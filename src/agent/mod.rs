@@ -8,7 +8,6 @@
 //! enforces on every tool call.
 
 pub mod commands;
-pub mod expansion;
 pub mod prompt;
 pub mod router;
 pub mod runner;
@@ -21,31 +20,15 @@ use dashmap::DashMap;
 use serde_json::json;
 
 use crate::access::{Access, Authority};
-use crate::channels::outbox::Outbox;
 use crate::config::Settings;
+use crate::delivery::Outbox;
 use crate::llm::{LlmClient, LlmConfig};
 use crate::tape::TapeInfo;
 use crate::tools::{self, ProcessCtx, SessionCtx, ToolContext};
 use router::Router;
 use runner::{ModelLoop, SharedLlm};
 
-/// What one turn produced.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TurnResult {
-    /// Output of a comma command typed by the human.
-    pub immediate_output: String,
-    /// The model's visible answer.
-    pub assistant_output: String,
-    /// Why the turn failed, if it did.
-    pub error: Option<String>,
-    /// `,quit` was executed.
-    pub exit_requested: bool,
-    /// Model steps taken.
-    pub steps: u32,
-    /// The agent already answered the session's own chat with `message.send` during the turn:
-    /// the framework does not post `assistant_output` again.
-    pub answered: bool,
-}
+pub use crate::delivery::TurnResult;
 
 /// Per-session state: its tape, and the turn lock with what the loop remembers between turns.
 struct Session {
@@ -223,7 +206,7 @@ impl AgentRuntime {
                 let mine: Vec<String> = jobs
                     .iter()
                     .filter(|j| j.session == session_id)
-                    .map(|j| crate::tools::schedule::job_row(j, false))
+                    .map(|j| j.row(false))
                     .collect();
                 if mine.is_empty() {
                     lines.push("jobs: none".to_owned());

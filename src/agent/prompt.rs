@@ -8,10 +8,10 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-use super::expansion::Expanded;
 use crate::access::{Policy, Role};
 use crate::skills::Discovery;
 use crate::tools::Registry;
+use crate::tools::expansion::Expanded;
 
 /// A skill body longer than this is cut in the prompt (the rest via `skills.describe`).
 const MAX_SKILL_BODY_CHARS: usize = 8_000;

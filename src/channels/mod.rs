@@ -2,11 +2,11 @@
 //!
 //! * [`Channel`] — what an adapter does: run (receive platform messages and turn them into
 //!   [`Inbound`] values), send an [`Outbound`] text, show a typing indicator. A third platform is
-//!   one new file implementing it.
-//! * [`session`] — the per-chat `SessionActor`: debounce/batching, the follow-up window, and
-//!   **at most one turn per session at a time**.
-//! * [`manager`] — starts the adapters, routes each `Inbound` to its session actor (created
-//!   lazily, evicted when idle), and stops everything on shutdown.
+//!   one new module implementing it plus one line in [`crate::delivery::PLATFORMS`].
+//! * [`InboundSink`] — where an adapter hands what it received: the durable inbox first.
+//!
+//! What is built on top: [`crate::delivery`] (the platform table, the outbox, how a turn's
+//! result becomes a message) and [`crate::daemon`] (the session actors and the manager).
 //!
 //! Division of work: the adapter decides *who may talk* (the chat allow-list, then the sender's
 //! admission and role from [`crate::access`], checked first, for every message and command —
@@ -16,9 +16,6 @@
 //! actor hands the answer back to the adapter, which renders and splits it for its platform.
 
 pub mod discord;
-pub mod manager;
-pub mod outbox;
-pub mod session;
 pub mod telegram;
 pub mod text;
 
@@ -30,8 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use serde::{Deserialize, Serialize};
 
-use crate::access::{Access, Authority, Principal, Role};
-use crate::config::{ConfigError, Settings};
+use crate::access::{Authority, Principal, Role};
 use crate::inbox::{Inbox, Received};
 
 /// One inbound platform message from an admitted sender in an allowed chat.
@@ -210,47 +206,6 @@ impl InboundSink {
     pub fn last_seen(&self, channel: &str, limit: usize) -> Vec<(String, u64)> {
         self.inbox.last_seen(channel, limit)
     }
-}
-
-/// The adapters enabled in `settings` (`BUB_TELEGRAM_ENABLED`, `BUB_DISCORD_ENABLED`), possibly
-/// none.
-pub fn configured_channels(
-    settings: &Settings,
-    access: &Arc<Access>,
-) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
-    let mut channels: Vec<Arc<dyn Channel>> = Vec::new();
-    if settings.telegram.enabled {
-        channels.push(Arc::new(telegram::Telegram::new(settings, access.clone())?));
-    }
-    if settings.discord.enabled {
-        channels.push(Arc::new(discord::Discord::new(settings, access.clone())?));
-    }
-    for channel in &channels {
-        if access.admits_everyone(channel.name()) {
-            tracing::warn!(
-                channel = channel.name(),
-                "access.open: the allow-list is `*`: everyone may talk to the bot (as a guest)"
-            );
-        }
-    }
-    Ok(channels)
-}
-
-/// The adapters enabled in `settings`. None enabled is a configuration error: the daemon would
-/// have nothing to serve.
-pub fn enabled_channels(
-    settings: &Settings,
-    access: &Arc<Access>,
-) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
-    let channels = configured_channels(settings, access)?;
-    if channels.is_empty() {
-        return Err(ConfigError::new(
-            "BUB_TELEGRAM_ENABLED",
-            "no channel is enabled: set BUB_TELEGRAM_ENABLED=true and/or BUB_DISCORD_ENABLED=true",
-        )
-        .into());
-    }
-    Ok(channels)
 }
 
 /// The keyword rule of both platforms: `word` occurs in `text` case-insensitively with no

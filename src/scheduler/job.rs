@@ -49,6 +49,26 @@ pub struct Job {
 }
 
 impl Job {
+    /// The job as one line (`schedule.list`, `bub jobs list`, `/status`):
+    /// `<id> next=<time or -> trigger=<t> [session=<s>] [last=<status>] msg=<message>`.
+    pub fn row(&self, with_session: bool) -> String {
+        let next = self.next_run.map_or_else(|| "-".to_owned(), local_time);
+        let session = if with_session {
+            format!(" session={}", self.session)
+        } else {
+            String::new()
+        };
+        let status = self
+            .last_status
+            .as_deref()
+            .map(|s| format!(" last={s}"))
+            .unwrap_or_default();
+        format!(
+            "{} next={next} trigger={}{session}{status} msg={}",
+            self.id, self.trigger, self.message
+        )
+    }
+
     /// The rights the job was created with. A job without a record runs as the owner in a
     /// terminal session and as a guest in a chat session (fail closed: its creator is unknown).
     pub fn recorded_authority(&self) -> Authority {

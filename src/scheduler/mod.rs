@@ -4,7 +4,8 @@
 //! * [`store`] — `BUB_HOME/jobs.json` (locked read-modify-write, atomic replace; a job that
 //!   cannot run is set aside on its own in `jobs.rejected.json`);
 //! * [`plan`] — pure decisions: catch-up, claiming due runs, finishing them;
-//! * [`fire`] — what a fired job does in this process: a turn, delivery, a tape record.
+//! * [`JobRunner`] — what firing a job does, implemented above the scheduler
+//!   (`daemon::jobs`: a turn, delivery, a tape record).
 //!
 //! Invariants: **one scheduler owner per `BUB_HOME`** — many processes (`bub message`, `bub idle`,
 //! `bub run`, `bub chat`) may add, list and remove jobs, but only the process holding the
@@ -12,7 +13,6 @@
 //! over when the owner exits. The owner notices jobs added by other processes within
 //! [`POLL`]. A due time fires at most once (see [`plan`]).
 
-pub mod fire;
 pub mod job;
 pub mod plan;
 pub mod store;

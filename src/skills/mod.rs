@@ -145,6 +145,31 @@ pub struct Discovery {
 }
 
 impl Discovery {
+    /// `skills.list` and `bub skills list`: `name: description (source, location)` per skill,
+    /// then the skipped ones.
+    pub fn listing(&self) -> String {
+        let mut rows: Vec<String> = self
+            .skills
+            .iter()
+            .map(|s| {
+                format!(
+                    "{}: {} ({}, {})",
+                    s.name(),
+                    s.file.description,
+                    s.source.as_str(),
+                    s.location
+                )
+            })
+            .collect();
+        if rows.is_empty() {
+            rows.push("(no skills)".to_owned());
+        }
+        for issue in &self.issues {
+            rows.push(format!("skipped {}: {}", issue.location, issue.problem));
+        }
+        rows.join("\n")
+    }
+
     /// The skill named `name` (case-insensitive).
     pub fn get(&self, name: &str) -> Option<&Skill> {
         let name = name.to_lowercase();

@@ -15,11 +15,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::access::{Access, Authority, Policy, Role};
-use crate::agent::expansion::Expanded;
-use crate::channels::outbox::Outbox;
 use crate::config::Settings;
+use crate::delivery::Outbox;
 use crate::redact::Redactor;
 use crate::tape::{SharedTape, Tape};
+use crate::tools::expansion::Expanded;
 
 use super::Registry;
 use super::shell::CommandLimits;

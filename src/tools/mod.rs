@@ -2,6 +2,7 @@
 //! (comma commands). [`registry`] holds them; the other files are the built-in tools by domain.
 
 pub mod context;
+pub mod expansion;
 pub mod fs;
 pub mod message;
 pub mod meta;

@@ -39,25 +39,6 @@ struct RemoveArgs {
     job_id: String,
 }
 
-/// One job as a line: `<id> next=<time or -> <trigger> [session=<s>] msg=<message>`.
-pub fn job_row(job: &Job, with_session: bool) -> String {
-    let next = job.next_run.map_or_else(|| "-".to_owned(), local_time);
-    let session = if with_session {
-        format!(" session={}", job.session)
-    } else {
-        String::new()
-    };
-    let status = job
-        .last_status
-        .as_deref()
-        .map(|s| format!(" last={s}"))
-        .unwrap_or_default();
-    format!(
-        "{} next={next} trigger={}{session}{status} msg={}",
-        job.id, job.trigger, job.message
-    )
-}
-
 /// Runs a store operation off the async threads (file I/O under a lock).
 async fn with_store<R: Send + 'static>(
     ctx: &ToolContext,
@@ -114,7 +95,7 @@ async fn list(ctx: ToolContext) -> Result<String, ToolError> {
     let rows: Vec<String> = jobs
         .iter()
         .filter(|j| j.session == session)
-        .map(|j| job_row(j, false))
+        .map(|j| j.row(false))
         .collect();
     if rows.is_empty() {
         return Ok("(no scheduled jobs)".to_owned());

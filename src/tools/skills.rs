@@ -6,36 +6,12 @@ use serde::Deserialize;
 
 use super::registry::NoArgs;
 use super::{Tool, ToolContext, ToolError};
-use crate::skills::{self, Discovery, Skill};
+use crate::skills::{self, Skill};
 
 #[derive(Deserialize, JsonSchema)]
 struct DescribeArgs {
     /// skill name, e.g. gh
     name: String,
-}
-
-/// `skills.list` output: `name: description (source, location)` per skill, then skipped ones.
-pub fn list_text(found: &Discovery) -> String {
-    let mut rows: Vec<String> = found
-        .skills
-        .iter()
-        .map(|s| {
-            format!(
-                "{}: {} ({}, {})",
-                s.name(),
-                s.file.description,
-                s.source.as_str(),
-                s.location
-            )
-        })
-        .collect();
-    if rows.is_empty() {
-        rows.push("(no skills)".to_owned());
-    }
-    for issue in &found.issues {
-        rows.push(format!("skipped {}: {}", issue.location, issue.problem));
-    }
-    rows.join("\n")
 }
 
 /// `skills.describe` output: metadata, body, and the folder's other files.
@@ -80,9 +56,7 @@ pub fn tools() -> Vec<Tool> {
             "Lists the skills of this workspace (project), of ~/.agents/skills (global) and the \
              built-in ones: name, description, source and location; invalid SKILL.md files are \
              listed as skipped with the reason.",
-            |_: NoArgs, ctx: ToolContext| async move {
-                Ok(list_text(&skills::discover(ctx.settings())))
-            },
+            |_: NoArgs, ctx: ToolContext| async move { Ok(skills::discover(ctx.settings()).listing()) },
         ),
         Tool::new(
             "skills.describe",

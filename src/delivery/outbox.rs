@@ -12,9 +12,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::{Channel, Outbound, discord, telegram};
-use crate::access::{Access, CHANNELS};
-use crate::config::{ConfigError, Settings};
+use super::{Outbound, platform};
+use crate::access::Access;
+use crate::channels::Channel;
+use crate::config::Settings;
 
 /// Channel adapters by name, shared by the sessions of a process.
 pub struct Outbox {
@@ -44,17 +45,7 @@ impl Outbox {
         if let Some(adapter) = adapters.get(name) {
             return Ok(adapter.clone());
         }
-        let adapter: Arc<dyn Channel> = match name {
-            "telegram" => Arc::new(telegram::Telegram::new(settings, self.access.clone())?),
-            "discord" => Arc::new(discord::Discord::new(settings, self.access.clone())?),
-            other => {
-                return Err(ConfigError::new(
-                    "CHANNEL",
-                    format!("unknown channel {other:?} (use {})", CHANNELS.join(" or ")),
-                )
-                .into());
-            }
-        };
+        let adapter = (platform(name)?.build)(settings, self.access.clone())?;
         adapters.insert(adapter.name(), adapter.clone());
         Ok(adapter)
     }

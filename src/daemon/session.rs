@@ -45,10 +45,11 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Channel, Control, Inbound, Outbound};
 use crate::access::{Authority, Role};
-use crate::agent::{AgentRuntime, TurnResult};
+use crate::agent::AgentRuntime;
+use crate::channels::{Channel, Control, Inbound, Outbound};
 use crate::config::Settings;
+use crate::delivery::{TurnResult, render_output};
 use crate::inbox::{Delivery, Inbox, Outcome};
 use crate::status::{Board, SessionState};
 use crate::tape::search::LEFT_OUT_EVENT;
@@ -150,24 +151,6 @@ pub enum Mail {
 /// only removes itself under it (`remove_if` its queue is empty), which makes eviction
 /// race-free.
 pub type ActorMap = Arc<dashmap::DashMap<String, mpsc::UnboundedSender<Mail>>>;
-
-/// What the framework posts for a finished turn: command output, the answer (unless the agent
-/// answers proactively, or already sent it with `message.send`) and the error, separated by
-/// blank lines. Empty = nothing to send.
-pub fn render_output(result: &TurnResult, proactive_response: bool) -> String {
-    let error = result.error.as_ref().map(|e| format!("Error: {e}"));
-    let mut parts = vec![result.immediate_output.as_str()];
-    if !proactive_response && !result.answered {
-        parts.push(&result.assistant_output);
-    }
-    parts.extend(error.as_deref());
-    parts
-        .into_iter()
-        .map(str::trim)
-        .filter(|p| !p.is_empty())
-        .collect::<Vec<_>>()
-        .join("\n\n")
-}
 
 type TurnFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 

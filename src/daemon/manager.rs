@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::session::{ActorMap, Mail, SessionActor, SessionConfig, TurnRunner};
-use super::{Channel, Inbound, InboundSink};
+use crate::channels::{Channel, Inbound, InboundSink};
 
 /// The actors' task tracker, stop and abort tokens.
 type Tokens<'a> = (

@@ -14,12 +14,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use serde_json::json;
 
-use super::JobRunner;
-use super::job::{Job, local_time};
 use crate::access::{Authority, session_chat};
 use crate::agent::AgentRuntime;
-use crate::channels::Outbound;
-use crate::channels::session::render_output;
+use crate::delivery::{Outbound, render_output};
+use crate::scheduler::JobRunner;
+use crate::scheduler::job::{Job, local_time};
 
 /// Runs jobs with the agent and delivers answers through its outbox (the running adapters in
 /// `bub message`, send-only ones in `bub idle`).

@@ -21,7 +21,11 @@ impl Channel for FakeChannel {
     fn name(&self) -> &'static str {
         "fake"
     }
-    async fn run(&self, _: super::super::InboundSink, _: CancellationToken) -> anyhow::Result<()> {
+    async fn run(
+        &self,
+        _: crate::channels::InboundSink,
+        _: CancellationToken,
+    ) -> anyhow::Result<()> {
         Ok(())
     }
     async fn send(&self, out: &Outbound) -> anyhow::Result<()> {
@@ -381,22 +385,6 @@ async fn proactive_mode_delivers_only_command_output_and_errors() {
         "the model's answer is not posted by the framework: {sent:?}"
     );
     assert_eq!(sent[0].text, "ran ,echo");
-}
-
-#[test]
-fn output_parts_are_joined_by_blank_lines() {
-    let result = TurnResult {
-        immediate_output: "cmd out\n".into(),
-        assistant_output: "answer".into(),
-        error: Some("boom".into()),
-        ..Default::default()
-    };
-    assert_eq!(
-        render_output(&result, false),
-        "cmd out\n\nanswer\n\nError: boom"
-    );
-    assert_eq!(render_output(&result, true), "cmd out\n\nError: boom");
-    assert_eq!(render_output(&TurnResult::default(), false), "");
 }
 
 #[tokio::test(start_paused = true)]

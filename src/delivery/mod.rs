@@ -1,0 +1,173 @@
+//! Delivery: how Bub reaches a chat, on top of the channel adapters.
+//!
+//! * [`PLATFORMS`] — the one place that knows the platforms and builds their adapters (for the
+//!   daemon, for `bub idle`, and send-only for everything else). A third platform is one new
+//!   module under `channels/` implementing [`Channel`] plus one line here.
+//! * [`Outbox`] — sending to any chat outside a turn's own delivery (`message.send`, `bub send`,
+//!   scheduled runs), always through the adapter and its chat allow-list.
+//! * [`render_output`] — what the framework posts for a finished turn.
+//!
+//! [`Outbound`] (a text for one chat) is the [`Channel`] trait's own type and lives beside it;
+//! it is re-exported here, so nothing above the adapters needs to know where.
+
+pub mod outbox;
+
+use std::sync::Arc;
+
+use crate::access::Access;
+pub use crate::channels::Outbound;
+use crate::channels::{Channel, discord, telegram};
+use crate::config::{ConfigError, Settings};
+pub use outbox::Outbox;
+
+/// Builds a platform's adapter from the settings.
+pub type Build = fn(&Settings, Arc<Access>) -> anyhow::Result<Arc<dyn Channel>>;
+
+/// A platform: its name, whether the settings enable it, and how its adapter is built.
+pub struct Platform {
+    pub name: &'static str,
+    pub enabled: fn(&Settings) -> bool,
+    pub build: Build,
+}
+
+/// Every platform Bub serves. Their names are also [`crate::access::CHANNELS`] (the access
+/// rules sit below delivery and tell a chat session id from a terminal one by them); a test
+/// keeps the two lists equal.
+pub const PLATFORMS: &[Platform] = &[
+    Platform {
+        name: "telegram",
+        enabled: |s| s.telegram.enabled,
+        build: |s, access| Ok(Arc::new(telegram::Telegram::new(s, access)?)),
+    },
+    Platform {
+        name: "discord",
+        enabled: |s| s.discord.enabled,
+        build: |s, access| Ok(Arc::new(discord::Discord::new(s, access)?)),
+    },
+];
+
+/// The platform called `name`, or a configuration error naming the known ones.
+pub fn platform(name: &str) -> anyhow::Result<&'static Platform> {
+    PLATFORMS.iter().find(|p| p.name == name).ok_or_else(|| {
+        let known: Vec<&str> = PLATFORMS.iter().map(|p| p.name).collect();
+        ConfigError::new(
+            "CHANNEL",
+            format!("unknown channel {name:?} (use {})", known.join(" or ")),
+        )
+        .into()
+    })
+}
+
+/// The adapters enabled in `settings` (`BUB_TELEGRAM_ENABLED`, `BUB_DISCORD_ENABLED`), possibly
+/// none.
+pub fn configured_channels(
+    settings: &Settings,
+    access: &Arc<Access>,
+) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
+    let mut channels = Vec::new();
+    for platform in PLATFORMS.iter().filter(|p| (p.enabled)(settings)) {
+        let channel = (platform.build)(settings, access.clone())?;
+        if access.admits_everyone(channel.name()) {
+            tracing::warn!(
+                channel = channel.name(),
+                "access.open: the allow-list is `*`: everyone may talk to the bot (as a guest)"
+            );
+        }
+        channels.push(channel);
+    }
+    Ok(channels)
+}
+
+/// The adapters enabled in `settings`. None enabled is a configuration error: the daemon would
+/// have nothing to serve.
+pub fn enabled_channels(
+    settings: &Settings,
+    access: &Arc<Access>,
+) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
+    let channels = configured_channels(settings, access)?;
+    if channels.is_empty() {
+        return Err(ConfigError::new(
+            "BUB_TELEGRAM_ENABLED",
+            "no channel is enabled: set BUB_TELEGRAM_ENABLED=true and/or BUB_DISCORD_ENABLED=true",
+        )
+        .into());
+    }
+    Ok(channels)
+}
+
+/// What one turn produced: what delivery posts (command output, answer, error, whether the
+/// agent already answered) and the loop's figures. The agent builds it; it lives here, below
+/// the agent, so delivery needs nothing from above.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TurnResult {
+    /// Output of a comma command typed by the human.
+    pub immediate_output: String,
+    /// The model's visible answer.
+    pub assistant_output: String,
+    /// Why the turn failed, if it did.
+    pub error: Option<String>,
+    /// `,quit` was executed.
+    pub exit_requested: bool,
+    /// Model steps taken.
+    pub steps: u32,
+    /// The agent already answered the session's own chat with `message.send` during the turn:
+    /// the framework does not post `assistant_output` again.
+    pub answered: bool,
+}
+
+/// What the framework posts for a finished turn: command output, the answer (unless the agent
+/// answers proactively, or already sent it with `message.send`) and the error, separated by
+/// blank lines. Empty = nothing to send.
+pub fn render_output(result: &TurnResult, proactive_response: bool) -> String {
+    let error = result.error.as_ref().map(|e| format!("Error: {e}"));
+    let mut parts = vec![result.immediate_output.as_str()];
+    if !proactive_response && !result.answered {
+        parts.push(&result.assistant_output);
+    }
+    parts.extend(error.as_deref());
+    parts
+        .into_iter()
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_parts_are_joined_by_blank_lines() {
+        let result = TurnResult {
+            immediate_output: "cmd out\n".into(),
+            assistant_output: "answer".into(),
+            error: Some("boom".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            render_output(&result, false),
+            "cmd out\n\nanswer\n\nError: boom"
+        );
+        assert_eq!(render_output(&result, true), "cmd out\n\nError: boom");
+        assert_eq!(render_output(&TurnResult::default(), false), "");
+    }
+
+    #[test]
+    fn every_platform_is_known_by_name() {
+        for p in PLATFORMS {
+            assert_eq!(platform(p.name).unwrap().name, p.name);
+        }
+        let names: Vec<&str> = PLATFORMS.iter().map(|p| p.name).collect();
+        assert_eq!(
+            names,
+            crate::access::CHANNELS,
+            "access knows the same platforms"
+        );
+        let err = platform("matrix").err().unwrap();
+        assert!(
+            err.to_string().contains("unknown channel \"matrix\""),
+            "{err}"
+        );
+    }
+}
