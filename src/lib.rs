@@ -10,6 +10,7 @@
 pub mod access;
 pub mod agent;
 pub mod channels;
+pub mod chat;
 pub mod cli;
 pub mod config;
 pub mod daemon;

@@ -7,16 +7,16 @@
 //!   scheduled runs), always through the adapter and its chat allow-list.
 //! * [`render_output`] — what the framework posts for a finished turn.
 //!
-//! [`Outbound`] (a text for one chat) is the [`Channel`] trait's own type and lives beside it;
-//! it is re-exported here, so nothing above the adapters needs to know where.
+//! [`Outbound`] (a text for one chat) is spoken by the adapters and the journal too, so it
+//! lives below them ([`crate::chat`]); it is re-exported here.
 
 pub mod outbox;
 
 use std::sync::Arc;
 
 use crate::access::Access;
-pub use crate::channels::Outbound;
 use crate::channels::{Channel, discord, telegram};
+pub use crate::chat::Outbound;
 use crate::config::{ConfigError, Settings};
 pub use outbox::Outbox;
 

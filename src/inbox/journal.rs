@@ -14,7 +14,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{Delivery, Outcome, State};
-use crate::channels::Inbound;
+use crate::chat::Inbound;
 
 /// One journal line.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -30,7 +30,7 @@ use std::sync::Mutex;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
-use crate::channels::{Inbound, Outbound};
+use crate::chat::{Inbound, Outbound};
 use journal::Record;
 
 /// The journal is rewritten without finished records when it grows past this size.

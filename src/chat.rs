@@ -1,0 +1,117 @@
+//! The messages of a chat, as every layer sees them: [`Inbound`] (one platform message from an
+//! admitted sender), [`Control`] (the chat controls a session answers itself) and [`Outbound`]
+//! (one text for a chat). They sit below the adapters (`channels`) and the journal (`inbox`),
+//! which both speak them.
+
+use serde::{Deserialize, Serialize};
+
+use crate::access::{Authority, Principal, Role};
+
+/// One inbound platform message from an admitted sender in an allowed chat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Inbound {
+    /// The adapter's name (`telegram`, `discord`).
+    pub channel: String,
+    /// The platform chat (Telegram chat id, Discord channel id); the session is
+    /// `"<channel>:<chat_id>"`.
+    pub chat_id: String,
+    /// The platform message id (answers reply to it when [`Inbound::reply`] is set).
+    pub message_id: String,
+    /// The sender's platform id (for logs; never the message text).
+    pub sender_id: String,
+    /// The sender's username, if they have one (never a display name).
+    pub sender_name: Option<String>,
+    /// The sender's role: the turn runs with the least trusted role of its batch.
+    pub role: Role,
+    /// What the session sees: the raw text for a comma command (`,help`), otherwise the
+    /// platform's metadata JSON (message, chat, sender, reply context, media).
+    pub prompt: String,
+    /// The bot was addressed: private chat, mention, reply to the bot, keyword, ...
+    pub mentioned: bool,
+    /// Answers to this message should be sent as a reply to it (groups).
+    pub reply: bool,
+    /// The inbox's sequence number (0: not journaled, e.g. in tests).
+    #[serde(skip)]
+    pub seq: u64,
+    /// A restart interrupted the turn that was answering this message: it runs again once,
+    /// and the prompt says so.
+    #[serde(skip)]
+    pub interrupted: bool,
+}
+
+impl Inbound {
+    /// `"<channel>:<chat_id>"`.
+    pub fn session_id(&self) -> String {
+        format!("{}:{}", self.channel, self.chat_id)
+    }
+
+    /// Who sent this message, with their role.
+    pub fn authority(&self) -> Authority {
+        Authority::sender(
+            self.role,
+            Principal {
+                channel: self.channel.clone(),
+                id: self.sender_id.clone(),
+                name: self.sender_name.clone(),
+            },
+        )
+    }
+
+    /// A comma command (`,help`): runs at once, without debounce or batching.
+    pub fn is_command(&self) -> bool {
+        self.prompt.trim_start().starts_with(',')
+    }
+
+    /// A chat control (`,stop`, `,new`, `,status`; Telegram's `/stop` arrives as `,stop`).
+    pub fn control(&self) -> Option<Control> {
+        Control::parse(&self.prompt)
+    }
+}
+
+/// A chat control: handled by the session itself, never by the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+    /// Cancel the running turn (queued messages stay queued).
+    Stop,
+    /// Start a fresh context (a handoff anchor).
+    New,
+    /// Show the session's state.
+    Status,
+}
+
+impl Control {
+    /// Every control with its description (Telegram's command menu).
+    pub const ALL: [(Control, &'static str); 3] = [
+        (Control::Stop, "Stop the running turn"),
+        (Control::New, "Start a fresh context"),
+        (Control::Status, "Show the session's state"),
+    ];
+
+    /// The command word (`stop`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Control::Stop => "stop",
+            Control::New => "new",
+            Control::Status => "status",
+        }
+    }
+
+    /// `,stop` / `,new` / `,status` (case-insensitive, surrounding blanks ignored).
+    pub fn parse(text: &str) -> Option<Control> {
+        let word = text.trim().strip_prefix(',')?.trim();
+        Self::ALL
+            .iter()
+            .map(|(c, _)| *c)
+            .find(|c| word.eq_ignore_ascii_case(c.name()))
+    }
+}
+
+/// One text to deliver to a chat.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outbound {
+    pub chat_id: String,
+    /// The answer as Markdown-ish text; the adapter renders and splits it for its platform.
+    pub text: String,
+    /// Reply to this platform message id.
+    pub reply_to: Option<String>,
+}
