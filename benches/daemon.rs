@@ -13,13 +13,12 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use support::bench::{daemon_command, rss_mb, status_mb};
 use support::fake_discord;
 use support::fake_openai;
 use support::fake_telegram::{self, private_text};
-use support::proc_status::{rss_mb, status_mb};
 
 const LATENCY_SAMPLES: i64 = 300;
 const BURST_CHATS: i64 = 1000;
@@ -43,35 +42,11 @@ async fn bench() {
     let model = fake_openai::start().await;
     let telegram = fake_telegram::start().await;
     let discord = fake_discord::start().await;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bub"))
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", dir.path())
-        .env("NO_PROXY", "127.0.0.1")
-        .env("BUB_HOME", dir.path().join("home"))
-        .env("BUB_MODEL", "openai:bench")
-        .env("BUB_API_KEY", "sk-bench")
-        .env("BUB_API_BASE", model.base_url())
-        .env("BUB_TELEGRAM_ENABLED", "true")
-        .env("BUB_TELEGRAM_TOKEN", fake_telegram::TOKEN)
-        .env("BUB_TELEGRAM_API_BASE", telegram.api_base())
+    let mut child = daemon_command(dir.path(), &model, &telegram, IDLE_SECONDS)
         .env("BUB_DISCORD_ENABLED", "true")
         .env("BUB_DISCORD_TOKEN", "bench-discord-token")
         .env("BUB_DISCORD_API_BASE", discord.api_base())
-        // Everyone admitted as a guest: the turns run under the guest tool policy (the costlier
-        // path: filtered tool specs, confined paths).
-        .env("BUB_TELEGRAM_ALLOW_FROM", "*")
         .env("BUB_DISCORD_ALLOW_FROM", "*")
-        .env("BUB_MESSAGE_DEBOUNCE_SECONDS", "0")
-        .env("BUB_MESSAGE_DELAY_SECONDS", "0")
-        .env("BUB_SESSION_IDLE_SECONDS", IDLE_SECONDS.to_string())
-        .env("BUB_LOG_LEVEL", "warn")
-        .envs(std::env::vars().filter(|(k, _)| k.starts_with("MALLOC_")))
-        .current_dir(dir.path())
-        .arg("message")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
         .spawn()
         .expect("start bub message");
     let pid = child.id().expect("pid");

@@ -9,12 +9,11 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use support::bench::{daemon_command, rss_mb, status_mb};
 use support::fake_openai;
 use support::fake_telegram::{self, private_text};
-use support::proc_status::{rss_mb, status_mb};
 
 const CHATS: i64 = 300;
 const RATE_PER_SECOND: u64 = 4;
@@ -52,29 +51,7 @@ async fn bench() {
     let dir = tempfile::tempdir().expect("temp dir");
     let model = fake_openai::start().await;
     let telegram = fake_telegram::start().await;
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_bub"))
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", dir.path())
-        .env("NO_PROXY", "127.0.0.1")
-        .env("BUB_HOME", dir.path().join("home"))
-        .env("BUB_MODEL", "openai:soak")
-        .env("BUB_API_KEY", "sk-soak")
-        .env("BUB_API_BASE", model.base_url())
-        .env("BUB_TELEGRAM_ENABLED", "true")
-        .env("BUB_TELEGRAM_TOKEN", fake_telegram::TOKEN)
-        .env("BUB_TELEGRAM_API_BASE", telegram.api_base())
-        .env("BUB_TELEGRAM_ALLOW_FROM", "*")
-        .env("BUB_MESSAGE_DEBOUNCE_SECONDS", "0")
-        .env("BUB_MESSAGE_DELAY_SECONDS", "0")
-        .env("BUB_SESSION_IDLE_SECONDS", IDLE_SECONDS.to_string())
-        .env("BUB_LOG_LEVEL", "warn")
-        .envs(std::env::vars().filter(|(k, _)| k.starts_with("MALLOC_")))
-        .current_dir(dir.path())
-        .arg("message")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true)
+    let mut child = daemon_command(dir.path(), &model, &telegram, IDLE_SECONDS)
         .spawn()
         .expect("start bub message");
     let pid = child.id().expect("pid");

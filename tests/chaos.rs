@@ -94,6 +94,19 @@ fn answer_counts(env: &Env, prefix: &str) -> BTreeMap<String, usize> {
     counts
 }
 
+/// Every token in `tokens` — and no other — was answered exactly once.
+fn assert_answered_once(env: &Env, prefix: &str, tokens: &[&str]) {
+    let counts = answer_counts(env, prefix);
+    assert_eq!(
+        counts.keys().map(String::as_str).collect::<BTreeSet<_>>(),
+        tokens.iter().copied().collect()
+    );
+    assert!(
+        counts.values().all(|n| *n == 1),
+        "answered once: {counts:?}"
+    );
+}
+
 /// Waits until every token in `tokens` was answered at least once; panics after `timeout`.
 async fn wait_answered(env: &Env, prefix: &str, tokens: &[&str], timeout: Duration) {
     env.telegram
@@ -212,15 +225,7 @@ async fn get_updates_failing_with_5xx_then_timing_out_delays_messages_but_answer
         "the stalled poll was given up by the client, not answered"
     );
     assert!(daemon.stop().await.success());
-    let counts = answer_counts(&env, "u");
-    assert_eq!(
-        counts.keys().map(String::as_str).collect::<BTreeSet<_>>(),
-        tokens.into_iter().collect()
-    );
-    assert!(
-        counts.values().all(|n| *n == 1),
-        "answered once: {counts:?}"
-    );
+    assert_answered_once(&env, "u", &tokens);
     assert!(
         env.telegram
             .delivered()
@@ -267,15 +272,7 @@ async fn send_message_failing_with_5xx_then_timing_out_delivers_each_answer_once
         .count();
     assert!(stalled >= 2, "each chat's retry hit the stall: {sends:?}");
     assert!(daemon.stop().await.success());
-    let counts = answer_counts(&env, "s");
-    assert_eq!(
-        counts.keys().map(String::as_str).collect::<BTreeSet<_>>(),
-        tokens.into_iter().collect()
-    );
-    assert!(
-        counts.values().all(|n| *n == 1),
-        "answered once: {counts:?}"
-    );
+    assert_answered_once(&env, "s", &tokens);
     assert_eq!(
         delivered_to(&env, 1),
         ["answering: s1-1", "answering: s1-2"]

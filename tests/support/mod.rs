@@ -3,8 +3,8 @@
 //! internet.
 #![allow(dead_code)]
 
+pub mod bench;
 pub mod bub_env;
 pub mod fake_discord;
 pub mod fake_openai;
 pub mod fake_telegram;
-pub mod proc_status;

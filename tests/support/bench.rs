@@ -1,0 +1,60 @@
+//! Helpers of the daemon benchmarks: the release `bub message` started against the fakes, and
+//! memory figures of a running process from `/proc/PID/status`.
+
+use std::path::Path;
+use std::process::Stdio;
+
+use super::fake_openai::FakeOpenAi;
+use super::fake_telegram::{self, FakeTelegram};
+
+/// `bub message` against `model` and `telegram` with its home in `dir`: everyone admitted (as a
+/// guest: turns run under the guest policy, the costlier path), debounce 0, sessions evicted
+/// after `idle_seconds`, warnings only on stderr, `MALLOC_*` passed through. Add variables
+/// (e.g. Discord's) before spawning.
+pub fn daemon_command(
+    dir: &Path,
+    model: &FakeOpenAi,
+    telegram: &FakeTelegram,
+    idle_seconds: u64,
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_bub"));
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", dir)
+        .env("NO_PROXY", "127.0.0.1")
+        .env("BUB_HOME", dir.join("home"))
+        .env("BUB_MODEL", "openai:bench")
+        .env("BUB_API_KEY", "sk-bench")
+        .env("BUB_API_BASE", model.base_url())
+        .env("BUB_TELEGRAM_ENABLED", "true")
+        .env("BUB_TELEGRAM_TOKEN", fake_telegram::TOKEN)
+        .env("BUB_TELEGRAM_API_BASE", telegram.api_base())
+        .env("BUB_TELEGRAM_ALLOW_FROM", "*")
+        .env("BUB_MESSAGE_DEBOUNCE_SECONDS", "0")
+        .env("BUB_MESSAGE_DELAY_SECONDS", "0")
+        .env("BUB_SESSION_IDLE_SECONDS", idle_seconds.to_string())
+        .env("BUB_LOG_LEVEL", "warn")
+        .envs(std::env::vars().filter(|(k, _)| k.starts_with("MALLOC_")))
+        .current_dir(dir)
+        .arg("message")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// A `/proc/PID/status` memory field in MB (`VmRSS`, `RssAnon`, `RssFile`); 0 when unreadable.
+pub fn status_mb(pid: u32, field: &str) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    kb / 1024.0
+}
+
+/// The resident set (`VmRSS`) in MB.
+pub fn rss_mb(pid: u32) -> f64 {
+    status_mb(pid, "VmRSS")
+}
