@@ -10,8 +10,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
 use tokio_util::sync::CancellationToken;
 
+use bub::scheduler::job::RunStatus;
 use bub::scheduler::job::{Job, Trigger, TriggerSpec};
-use bub::scheduler::plan::{self, RUNNING};
+use bub::scheduler::plan;
 use bub::scheduler::{JobRunner, JobStore, Scheduler};
 
 fn t(h: u32, m: u32, s: u32) -> DateTime<Utc> {
@@ -275,7 +276,7 @@ fn catch_up_keeps_missed_runs_to_fire_once() {
     assert!(
         jobs[..2]
             .iter()
-            .all(|j| j.last_status.as_deref() == Some(RUNNING))
+            .all(|j| j.last_status == Some(RunStatus::Running))
     );
     assert!(jobs[..2].iter().all(|j| j.last_run == Some(now)));
     assert!(
@@ -283,8 +284,10 @@ fn catch_up_keeps_missed_runs_to_fire_once() {
         "claimed runs never fire twice"
     );
 
-    let ended = [("late-once", "ok"), ("late-every", "error: boom")]
-        .map(|(id, status)| (id.to_owned(), status.to_owned()));
+    let ended = [
+        ("late-once".to_owned(), RunStatus::Ok),
+        ("late-every".to_owned(), RunStatus::Error("boom".into())),
+    ];
     plan::finish(&mut jobs, &ended);
     let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
     assert_eq!(
@@ -292,7 +295,7 @@ fn catch_up_keeps_missed_runs_to_fire_once() {
         ["late-every", "future"],
         "a finished one-shot job is removed"
     );
-    assert_eq!(jobs[0].last_status.as_deref(), Some("error: boom"));
+    assert_eq!(jobs[0].last_status, Some(RunStatus::Error("boom".into())));
     assert_eq!(plan::next_due(&jobs), Some(t(12, 10, 0)));
 }
 
@@ -309,7 +312,7 @@ fn without_catch_up_missed_runs_are_skipped() {
     let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
     assert_eq!(ids, ["late-every", "due-now"]);
     assert_eq!(jobs[0].next_run, Some(t(12, 10, 0)));
-    assert_eq!(jobs[0].last_status.as_deref(), Some("missed"));
+    assert_eq!(jobs[0].last_status, Some(RunStatus::Missed));
     assert_eq!(
         plan::claim_due(&mut jobs, now).len(),
         1,
@@ -321,14 +324,14 @@ fn without_catch_up_missed_runs_are_skipped() {
 fn runs_interrupted_by_a_crash_are_not_repeated() {
     let now = t(12, 0, 0);
     let mut once_running = job("once", once(t(11, 0, 0)), None);
-    once_running.last_status = Some(RUNNING.into());
+    once_running.last_status = Some(RunStatus::Running);
     let mut every_running = job("every", every(600, t(8, 0, 0)), Some(t(12, 10, 0)));
-    every_running.last_status = Some(RUNNING.into());
+    every_running.last_status = Some(RunStatus::Running);
     let mut jobs = vec![once_running, every_running];
     let notes = plan::recover(&mut jobs, now, true);
     assert_eq!(notes.len(), 1, "{notes:?}");
     assert_eq!(jobs.len(), 1);
-    assert_eq!(jobs[0].last_status.as_deref(), Some("interrupted"));
+    assert_eq!(jobs[0].last_status, Some(RunStatus::Interrupted));
     assert!(plan::claim_due(&mut jobs, now).is_empty());
 }
 
@@ -862,7 +865,7 @@ async fn a_claimed_run_does_not_fire_again_after_a_restart() {
         None,
     );
     every_job.next_run = every_job.trigger.next_after(now);
-    every_job.last_status = Some(RUNNING.into());
+    every_job.last_status = Some(RunStatus::Running);
     store.update(|jobs| jobs.push(every_job)).unwrap();
     add_once(&store, "missed", now - chrono::Duration::hours(2));
 
@@ -878,7 +881,7 @@ async fn a_claimed_run_does_not_fire_again_after_a_restart() {
     );
     let jobs = store.load().unwrap();
     assert_eq!(jobs.len(), 1);
-    assert_eq!(jobs[0].last_status.as_deref(), Some("interrupted"));
+    assert_eq!(jobs[0].last_status, Some(RunStatus::Interrupted));
     stop.cancel();
     tokio::time::timeout(Duration::from_secs(10), task)
         .await

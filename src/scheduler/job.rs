@@ -39,13 +39,59 @@ pub struct Job {
     /// When the job last fired (claimed for a run).
     #[serde(default)]
     pub last_run: Option<DateTime<Utc>>,
-    /// `running`, `ok`, `error: …`, `missed`.
+    /// How the last run went (`running`, `ok`, `error: …`, `missed`, `interrupted` in the file).
     #[serde(default)]
-    pub last_status: Option<String>,
+    pub last_status: Option<RunStatus>,
     /// Who created the job, with their role: the job runs with these rights (never more than
     /// the creator has when it fires). Absent in jobs written before rights were recorded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub creator: Option<Authority>,
+}
+
+/// How a job's last run went. Stored as the text `bub jobs list` shows (`running`, `ok`,
+/// `error: <reason>`, `missed`, `interrupted`), so `jobs.json` stays plain and readable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(from = "String", into = "String")]
+pub enum RunStatus {
+    /// Claimed and not finished (a crash leaves it so; the next owner marks it interrupted).
+    Running,
+    Ok,
+    Error(String),
+    /// Its due time passed while no scheduler ran, and catch-up is off.
+    Missed,
+    /// A restart cut the run short.
+    Interrupted,
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunStatus::Running => f.write_str("running"),
+            RunStatus::Ok => f.write_str("ok"),
+            RunStatus::Error(e) => write!(f, "error: {e}"),
+            RunStatus::Missed => f.write_str("missed"),
+            RunStatus::Interrupted => f.write_str("interrupted"),
+        }
+    }
+}
+
+impl From<RunStatus> for String {
+    fn from(status: RunStatus) -> String {
+        status.to_string()
+    }
+}
+
+impl From<String> for RunStatus {
+    /// Any text that is not a known status is an error's reason (files written by hand).
+    fn from(text: String) -> RunStatus {
+        match text.as_str() {
+            "running" => RunStatus::Running,
+            "ok" => RunStatus::Ok,
+            "missed" => RunStatus::Missed,
+            "interrupted" => RunStatus::Interrupted,
+            _ => RunStatus::Error(text.strip_prefix("error: ").unwrap_or(&text).to_owned()),
+        }
+    }
 }
 
 impl Job {
@@ -60,7 +106,7 @@ impl Job {
         };
         let status = self
             .last_status
-            .as_deref()
+            .as_ref()
             .map(|s| format!(" last={s}"))
             .unwrap_or_default();
         format!(
@@ -413,4 +459,27 @@ pub fn local_time(t: DateTime<Utc>) -> String {
 /// A fresh job id: 8 hex digits.
 pub fn new_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_statuses_are_stored_as_their_text() {
+        let all = [
+            (RunStatus::Running, "running"),
+            (RunStatus::Ok, "ok"),
+            (RunStatus::Error("boom".into()), "error: boom"),
+            (RunStatus::Missed, "missed"),
+            (RunStatus::Interrupted, "interrupted"),
+        ];
+        for (status, text) in all {
+            assert_eq!(serde_json::to_value(&status).unwrap(), text);
+            let read: RunStatus = serde_json::from_value(text.into()).unwrap();
+            assert_eq!(read, status);
+        }
+        let by_hand: RunStatus = serde_json::from_value("gave up".into()).unwrap();
+        assert_eq!(by_hand, RunStatus::Error("gave up".into()));
+    }
 }

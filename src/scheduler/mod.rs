@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use crate::storage::Stamp;
+use job::RunStatus;
 pub use job::{Job, Trigger};
 pub use store::JobStore;
 
@@ -39,8 +40,8 @@ const OWNER_RETRY: Duration = Duration::from_secs(5);
 /// How long running jobs may finish after shutdown is requested.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
 
-/// A run that ended: job id and status (`ok`, `error: …`).
-type Ended = (String, String);
+/// A run that ended: job id and how.
+type Ended = (String, RunStatus);
 
 /// What the loop knows of `jobs.json`: the version it read and the earliest due run in it
 /// (`None`: unknown, read it again).
@@ -221,17 +222,13 @@ impl Scheduler {
 }
 
 /// One claimed run: execute it and report its status to the owner loop.
-async fn fire(
-    runner: Arc<dyn JobRunner>,
-    claim: plan::Claim,
-    done: mpsc::UnboundedSender<(String, String)>,
-) {
+async fn fire(runner: Arc<dyn JobRunner>, claim: plan::Claim, done: mpsc::UnboundedSender<Ended>) {
     let id = claim.job.id.clone();
     let late_ms = (Utc::now() - claim.due).num_milliseconds();
     tracing::info!(job = %id, session = %claim.job.session, late_ms, "scheduler.fire");
     let status = match runner.run(claim.job, claim.due).await {
-        Ok(()) => "ok".to_owned(),
-        Err(e) => format!("error: {e}"),
+        Ok(()) => RunStatus::Ok,
+        Err(e) => RunStatus::Error(e),
     };
     tracing::info!(job = %id, status = %status, "scheduler.done");
     let _ = done.send((id, status));

@@ -7,10 +7,7 @@
 
 use chrono::{DateTime, Utc};
 
-use super::job::Job;
-
-/// `last_status` of a claimed run that has not finished.
-pub const RUNNING: &str = "running";
+use super::job::{Job, RunStatus};
 
 /// A run to execute: the job as claimed and the due time it fires for.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,8 +22,8 @@ pub struct Claim {
 pub fn recover(jobs: &mut Vec<Job>, now: DateTime<Utc>, catch_up: bool) -> Vec<String> {
     let mut notes = Vec::new();
     jobs.retain_mut(|job| {
-        if job.last_status.as_deref() == Some(RUNNING) {
-            job.last_status = Some("interrupted".into());
+        if job.last_status == Some(RunStatus::Running) {
+            job.last_status = Some(RunStatus::Interrupted);
             if job.next_run.is_none() {
                 notes.push(format!(
                     "job {} was interrupted by a restart; not repeated",
@@ -45,7 +42,7 @@ pub fn recover(jobs: &mut Vec<Job>, now: DateTime<Utc>, catch_up: bool) -> Vec<S
             "job {} missed its run at {next} (catch-up is off)",
             job.id
         ));
-        job.last_status = Some("missed".into());
+        job.last_status = Some(RunStatus::Missed);
         job.next_run = job.trigger.next_after(now);
         job.next_run.is_some()
     });
@@ -61,11 +58,11 @@ pub fn claim_due(jobs: &mut [Job], now: DateTime<Utc>) -> Vec<Claim> {
         let Some(due) = job.next_run.filter(|due| *due <= now) else {
             continue;
         };
-        if job.last_status.as_deref() == Some(RUNNING) {
+        if job.last_status == Some(RunStatus::Running) {
             continue;
         }
         job.last_run = Some(now);
-        job.last_status = Some(RUNNING.into());
+        job.last_status = Some(RunStatus::Running);
         job.next_run = job.trigger.next_after(now);
         claims.push(Claim {
             job: job.clone(),
@@ -76,7 +73,7 @@ pub fn claim_due(jobs: &mut [Job], now: DateTime<Utc>) -> Vec<Claim> {
 }
 
 /// Records how runs ended (`(job id, status)`); a one-shot job with no further run is removed.
-pub fn finish(jobs: &mut Vec<Job>, ended: &[(String, String)]) {
+pub fn finish(jobs: &mut Vec<Job>, ended: &[(String, RunStatus)]) {
     jobs.retain_mut(|job| {
         let Some((_, status)) = ended.iter().find(|(id, _)| *id == job.id) else {
             return true;
@@ -89,7 +86,7 @@ pub fn finish(jobs: &mut Vec<Job>, ended: &[(String, String)]) {
 /// The earliest next run among jobs that are not running.
 pub fn next_due(jobs: &[Job]) -> Option<DateTime<Utc>> {
     jobs.iter()
-        .filter(|j| j.last_status.as_deref() != Some(RUNNING))
+        .filter(|j| j.last_status != Some(RunStatus::Running))
         .filter_map(|j| j.next_run)
         .min()
 }
