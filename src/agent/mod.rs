@@ -28,7 +28,7 @@ use crate::tools::{self, ProcessCtx, SessionCtx, ToolContext};
 use router::Router;
 use runner::{ModelLoop, SharedLlm};
 
-pub use crate::delivery::TurnResult;
+pub use crate::delivery::{TurnError, TurnResult};
 
 /// Per-session state: its tape, and the turn lock with what the loop remembers between turns.
 struct Session {
@@ -227,7 +227,7 @@ impl AgentRuntime {
             Ok(s) => s,
             Err(e) => {
                 return TurnResult {
-                    error: Some(format!("tape: {e:#}")),
+                    error: Some(TurnError::tape("tape", &e)),
                     ..Default::default()
                 };
             }
@@ -248,7 +248,7 @@ impl AgentRuntime {
     ) -> TurnResult {
         if let Err(e) = ctx.tape().run(|t| t.ensure_bootstrap()).await {
             return TurnResult {
-                error: Some(format!("tape: {e:#}")),
+                error: Some(TurnError::tape("tape", &e)),
                 ..Default::default()
             };
         }

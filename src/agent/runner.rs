@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::prompt::{self, PromptParts};
 use super::router::Router;
+use crate::delivery::TurnError;
 use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, ToolCall};
 use crate::tools::ToolContext;
 
@@ -27,7 +28,7 @@ pub struct LoopOutcome {
     pub exit_requested: bool,
     pub steps: u32,
     pub followups: u32,
-    pub error: Option<String>,
+    pub error: Option<TurnError>,
 }
 
 enum Step {
@@ -103,7 +104,7 @@ impl ModelLoop<'_> {
             }
         }
         if !done && out.error.is_none() {
-            out.error = Some(format!("max_steps_reached={}", self.max_steps));
+            out.error = Some(TurnError::MaxSteps(self.max_steps));
             self.event("loop.max_steps", json!({"max_steps": self.max_steps}))
                 .await;
         }
@@ -149,8 +150,8 @@ impl ModelLoop<'_> {
     /// One model call (retried once after an automatic handoff when the context overflows).
     /// `first`: `prompt` is the user's input (else a follow-up prompt of the loop). When the
     /// prompt cannot be recorded, the model is not called.
-    async fn step(&mut self, prompt: &str, first: bool) -> Result<Step, String> {
-        let llm = self.llm.map_err(|e| e.to_string())?;
+    async fn step(&mut self, prompt: &str, first: bool) -> Result<Step, TurnError> {
+        let llm = self.llm.map_err(|e| TurnError::Model(e.to_string()))?;
         let run = json!({"run_id": uuid::Uuid::new_v4().simple().to_string()});
         // Built once per step: recorded on the tape (when changed) and sent.
         let system = self.system_prompt();
@@ -162,11 +163,9 @@ impl ModelLoop<'_> {
             } else {
                 "the next prompt"
             };
-            // The cause only: the full chain (with the tape's path under BUB_HOME) is in the
-            // log, not in a chat that may be a guest's.
-            return Err(format!(
-                "could not record {what} on the tape: {}",
-                e.root_cause()
+            return Err(TurnError::tape(
+                &format!("could not record {what} on the tape"),
+                &e,
             ));
         }
         let mut retried = false;
@@ -182,7 +181,7 @@ impl ModelLoop<'_> {
                     self.append("error", payload, &run).await;
                     self.event("run", json!({"status": "error", "provider": llm.provider(), "model": llm.model()}))
                         .await;
-                    return Err(e.to_string());
+                    return Err(TurnError::Model(e.to_string()));
                 }
             }
         };

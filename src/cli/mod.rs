@@ -193,7 +193,11 @@ fn print_result(result: &TurnResult, style: Style) {
         (
             "Error",
             BOLD_RED,
-            result.error.as_deref().unwrap_or_default(),
+            &result
+                .error
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
         ),
         ("Assistant", BOLD_BLUE, result.assistant_output.as_str()),
     ];

@@ -133,7 +133,7 @@ impl JobRunner for AgentJobs {
             .await;
         self.release(&agent, &job.session);
         match (result.error, delivery) {
-            (Some(e), _) => Err(e),
+            (Some(e), _) => Err(e.to_string()),
             (None, Err(e)) => Err(format!("delivery failed: {e}")),
             (None, Ok(_)) => Ok(()),
         }

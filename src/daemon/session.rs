@@ -520,7 +520,7 @@ impl SessionActor {
             let result = runner.run_turn(&session_id, &prompt, &who).await;
             drop(_typing);
             if let Some(error) = &result.error {
-                courier.board.error(&session_id, error);
+                courier.board.error(&session_id, &error.to_string());
             }
             let text = render_output(&result, proactive);
             if text.is_empty() {

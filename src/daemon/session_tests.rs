@@ -8,6 +8,7 @@ use tokio::sync::Semaphore;
 
 use super::*;
 use crate::access::Role;
+use crate::delivery::TurnError;
 use crate::inbox::Inbox;
 
 #[derive(Default)]
@@ -628,7 +629,7 @@ async fn the_status_board_shows_the_turn_the_queue_and_errors_until_eviction() {
     let mut cfg = config();
     cfg.debounce = Duration::ZERO;
     let mut runner = FakeRunner::new(true);
-    runner.result.error = Some("model: connection refused".into());
+    runner.result.error = Some(TurnError::Model("model: connection refused".into()));
     let mut h = harness(cfg, runner);
     h.send("first", true);
     at(&h, 1.0).await;

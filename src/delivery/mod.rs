@@ -105,7 +105,7 @@ pub struct TurnResult {
     /// The model's visible answer.
     pub assistant_output: String,
     /// Why the turn failed, if it did.
-    pub error: Option<String>,
+    pub error: Option<TurnError>,
     /// `,quit` was executed.
     pub exit_requested: bool,
     /// Model steps taken.
@@ -113,6 +113,43 @@ pub struct TurnResult {
     /// The agent already answered the session's own chat with `message.send` during the turn:
     /// the framework does not post `assistant_output` again.
     pub answered: bool,
+}
+
+/// Why a turn failed. Its text is what the chat is told (`Error: <text>`) and what the tape
+/// records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnError {
+    /// No model client (no API key, say), or the model call failed after its retries.
+    Model(String),
+    /// The session's tape could not be opened, or could not record the prompt.
+    Tape(String),
+    /// The model was still calling tools when the step bound was reached.
+    MaxSteps(u32),
+}
+
+impl TurnError {
+    /// A tape failure: the chat is told the cause only (the full error, with the tape's path
+    /// under `BUB_HOME`, goes to the log).
+    pub fn tape(what: &str, e: &anyhow::Error) -> Self {
+        tracing::error!(error = %format!("{e:#}"), what, "turn.tape.error");
+        TurnError::Tape(format!("{what}: {}", e.root_cause()))
+    }
+}
+
+impl std::fmt::Display for TurnError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TurnError::Model(e) | TurnError::Tape(e) => f.write_str(e),
+            TurnError::MaxSteps(n) => write!(f, "max_steps_reached={n}"),
+        }
+    }
+}
+
+impl serde::Serialize for TurnError {
+    /// As its text (tape events, `schedule.run` records).
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
 }
 
 /// What the framework posts for a finished turn: command output, the answer (unless the agent
@@ -142,7 +179,7 @@ mod tests {
         let result = TurnResult {
             immediate_output: "cmd out\n".into(),
             assistant_output: "answer".into(),
-            error: Some("boom".into()),
+            error: Some(TurnError::Model("boom".into())),
             ..Default::default()
         };
         assert_eq!(
