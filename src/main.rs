@@ -369,7 +369,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
     let board = Arc::new(Board::new(
-        &agent.settings().model,
+        &agent.settings().model.to_string(),
         &manager.channel_names(),
     ));
     manager.show_on(board.clone());

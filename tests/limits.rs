@@ -220,7 +220,9 @@ async fn a_cancelled_command_frees_its_slot() {
 
 #[tokio::test]
 async fn bash_timeouts_over_the_maximum_are_lowered_with_a_note() {
-    let fx = Fixture::new(Authority::terminal(), |s| s.bash_max_timeout_seconds = 1);
+    let fx = Fixture::new(Authority::terminal(), |s| {
+        s.bash_max_timeout = Duration::from_secs(1)
+    });
     let note = "[note: timeout_seconds=600 is over the maximum of 1 \
                 (BUB_BASH_MAX_TIMEOUT_SECONDS); 1 was used]";
     let out = fx

@@ -61,7 +61,7 @@ impl AgentRuntime {
             model: settings.model_id().to_string(),
             base_url: settings.model_base_url(),
             api_key: settings.api_key.as_ref().map(|k| k.expose().to_owned()),
-            timeout: settings.model_timeout_seconds.map(crate::time::secs),
+            timeout: settings.model_timeout,
             max_retries: 3,
             retry_base_delay: Duration::from_millis(500),
         })

@@ -123,7 +123,7 @@ impl ModelLoop<'_> {
     fn model_label(&self) -> String {
         match self.llm {
             Ok(llm) => format!("{}:{}", llm.provider(), llm.model()),
-            Err(_) => self.ctx.settings().model.clone(),
+            Err(_) => self.ctx.settings().model.to_string(),
         }
     }
 

@@ -6,6 +6,9 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::time::secs;
 
 use super::parse::{
     absolute, expand_tilde, is_null, parse_bool, parse_list, parse_log_format, parse_log_level,
@@ -114,7 +117,7 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     if let Some(timeout) = l.parse("BUB_MODEL_TIMEOUT_SECONDS", |v| {
         parse_timeout("BUB_MODEL_TIMEOUT_SECONDS", v, MAX_MODEL_TIMEOUT_SECONDS)
     })? {
-        s.model_timeout_seconds = timeout;
+        s.model_timeout = timeout.map(secs);
     }
     if let Some(raw) = l.get("BUB_SYSTEM_PROMPT") {
         s.system_prompt = raw.value.clone();
@@ -134,35 +137,32 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     set(
         l,
         "BUB_MESSAGE_DELAY_SECONDS",
-        &mut s.message_delay_seconds,
-        |var, v| parse_seconds(var, v, MAX_MESSAGE_DELAY_SECONDS),
+        &mut s.message_delay,
+        |var, v| parse_seconds(var, v, MAX_MESSAGE_DELAY_SECONDS).map(secs),
     )?;
     set(
         l,
         "BUB_MESSAGE_DEBOUNCE_SECONDS",
-        &mut s.message_debounce_seconds,
-        |var, v| parse_seconds(var, v, MAX_MESSAGE_DEBOUNCE_SECONDS),
+        &mut s.message_debounce,
+        |var, v| parse_seconds(var, v, MAX_MESSAGE_DEBOUNCE_SECONDS).map(secs),
     )?;
     set(
         l,
         "BUB_ACTIVE_TIME_WINDOW_SECONDS",
-        &mut s.active_time_window_seconds,
-        |var, v| parse_seconds(var, v, MAX_ACTIVE_TIME_WINDOW_SECONDS),
+        &mut s.active_time_window,
+        |var, v| parse_seconds(var, v, MAX_ACTIVE_TIME_WINDOW_SECONDS).map(secs),
     )?;
     set(l, "BUB_MENTION_KEYWORD", &mut s.mention_keyword, |_, v| {
         Ok(v.trim().to_lowercase())
     })?;
-    set(
-        l,
-        "BUB_MAX_WAIT_SECONDS",
-        &mut s.max_wait_seconds,
-        |var, v| parse_seconds(var, v, MAX_MESSAGE_DEBOUNCE_SECONDS),
-    )?;
+    set(l, "BUB_MAX_WAIT_SECONDS", &mut s.max_wait, |var, v| {
+        parse_seconds(var, v, MAX_MESSAGE_DEBOUNCE_SECONDS).map(secs)
+    })?;
     set(
         l,
         "BUB_SESSION_IDLE_SECONDS",
-        &mut s.session_idle_seconds,
-        |var, v| parse_seconds(var, v, MAX_SESSION_IDLE_SECONDS),
+        &mut s.session_idle,
+        |var, v| parse_seconds(var, v, MAX_SESSION_IDLE_SECONDS).map(secs),
     )?;
     set(
         l,
@@ -189,17 +189,17 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
         parse_bool,
     )?;
     set(l, "BUB_SANDBOX", &mut s.sandbox, parse_sandbox)?;
-    set(
-        l,
-        "BUB_FS_TIMEOUT_SECONDS",
-        &mut s.fs_timeout_seconds,
-        |var, v| parse_positive_seconds(var, v, MAX_FS_TIMEOUT_SECONDS),
-    )?;
+    set(l, "BUB_FS_TIMEOUT_SECONDS", &mut s.fs_timeout, |var, v| {
+        parse_positive_seconds(var, v, MAX_FS_TIMEOUT_SECONDS).map(secs)
+    })?;
     set(
         l,
         "BUB_BASH_MAX_TIMEOUT_SECONDS",
-        &mut s.bash_max_timeout_seconds,
-        |var, v| parse_u32_range(var, v, 1, MAX_BASH_MAX_TIMEOUT_SECONDS),
+        &mut s.bash_max_timeout,
+        |var, v| {
+            parse_u32_range(var, v, 1, MAX_BASH_MAX_TIMEOUT_SECONDS)
+                .map(|n| Duration::from_secs(n.into()))
+        },
     )?;
     set(
         l,

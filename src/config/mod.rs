@@ -18,6 +18,7 @@ mod sources;
 mod tests;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub use load::LoadOptions;
 pub use providers::provider_base_url;
@@ -107,10 +108,35 @@ pub const MAX_MAX_CONCURRENT_COMMANDS: u32 = 1_024;
 
 /// All settings of one process. Field docs name the environment variable. `Debug` shows no
 /// secret: keys and tokens are [`Secret`]s, URLs [`MaskedUrl`]s.
+/// `BUB_MODEL` parsed once: the provider (which gives the default base URL) and the model id
+/// sent to it. Shown as `provider:model`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Model {
+    pub provider: String,
+    pub id: String,
+}
+
+impl Model {
+    /// `openrouter:qwen/qwen3-coder-next`.
+    fn default_model() -> Self {
+        let (provider, id) = DEFAULT_MODEL.split_once(':').expect("provider:model");
+        Self {
+            provider: provider.to_owned(),
+            id: id.to_owned(),
+        }
+    }
+}
+
+impl std::fmt::Display for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.provider, self.id)
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// `BUB_MODEL`: `provider:model`, default `openrouter:qwen/qwen3-coder-next`.
-    pub model: String,
+    pub model: Model,
     /// First non-empty of `BUB_API_KEY`, `LLM_API_KEY`, `OPENROUTER_API_KEY`. Never logged.
     pub api_key: Option<Secret>,
     /// `BUB_API_BASE`: overrides the provider's default base URL.
@@ -119,7 +145,7 @@ pub struct Settings {
     pub max_tokens: u32,
     /// `BUB_MODEL_TIMEOUT_SECONDS` (default 90, at most one day; `null`/`0` = none). Covers the
     /// HTTP call only.
-    pub model_timeout_seconds: Option<f64>,
+    pub model_timeout: Option<Duration>,
     /// `BUB_SYSTEM_PROMPT` (default empty).
     pub system_prompt: String,
     /// `BUB_HOME` (default `~/.bub`), expanded and absolute.
@@ -137,21 +163,21 @@ pub struct Settings {
     /// `BUB_PROACTIVE_RESPONSE` (default false).
     pub proactive_response: bool,
     /// `BUB_MESSAGE_DELAY_SECONDS` (default 10, at most one hour).
-    pub message_delay_seconds: f64,
+    pub message_delay: Duration,
     /// `BUB_MESSAGE_DEBOUNCE_SECONDS` (default 1, at most one hour).
-    pub message_debounce_seconds: f64,
+    pub message_debounce: Duration,
     /// `BUB_ACTIVE_TIME_WINDOW_SECONDS` (default 60, at most one day).
-    pub active_time_window_seconds: f64,
+    pub active_time_window: Duration,
     /// `BUB_MENTION_KEYWORD` (default `bub`; empty = none): in groups, this word (whole word,
     /// case-insensitive) addresses the bot like a mention.
     pub mention_keyword: String,
     /// `BUB_MAX_WAIT_SECONDS` (default 10, at most one hour): a chat that keeps sending is
     /// answered at most this long after the first message of its batch (later mentions no
     /// longer postpone it).
-    pub max_wait_seconds: f64,
+    pub max_wait: Duration,
     /// `BUB_SESSION_IDLE_SECONDS` (default 600, at most 30 days): a chat's session actor is evicted after this
     /// long without messages or turns.
-    pub session_idle_seconds: f64,
+    pub session_idle: Duration,
     /// `BUB_SCHEDULER_ENABLED` (default true): `bub message` also runs scheduled jobs (when no
     /// other process on this `BUB_HOME` does).
     pub scheduler_enabled: bool,
@@ -173,10 +199,10 @@ pub struct Settings {
     /// `BUB_FS_TIMEOUT_SECONDS` (default 10, > 0, at most one hour): the file work of one
     /// `fs.*` call (and the path check of a confined turn) that takes longer — a hung mount —
     /// is abandoned with an error.
-    pub fs_timeout_seconds: f64,
+    pub fs_timeout: Duration,
     /// `BUB_BASH_MAX_TIMEOUT_SECONDS` (default 3600, 1..=86400): the largest `timeout_seconds`
     /// of a `bash` call; a larger request is lowered to it, with a note in the output.
-    pub bash_max_timeout_seconds: u32,
+    pub bash_max_timeout: Duration,
     /// `BUB_MAX_CONCURRENT_COMMANDS` (default 8, 1..=1024): `bash` commands running at once in
     /// the process; more wait their turn.
     pub max_concurrent_commands: u32,
@@ -230,11 +256,11 @@ impl Settings {
     /// tests and embedding.
     pub fn with_defaults(home: PathBuf, workspace: PathBuf) -> Self {
         Self {
-            model: DEFAULT_MODEL.to_owned(),
+            model: Model::default_model(),
             api_key: None,
             api_base: None,
             max_tokens: 1024,
-            model_timeout_seconds: Some(90.0),
+            model_timeout: Some(Duration::from_secs(90)),
             system_prompt: String::new(),
             home,
             workspace,
@@ -243,12 +269,12 @@ impl Settings {
             tape_name: "bub".to_owned(),
             max_steps: 20,
             proactive_response: false,
-            message_delay_seconds: 10.0,
-            message_debounce_seconds: 1.0,
-            active_time_window_seconds: 60.0,
+            message_delay: Duration::from_secs(10),
+            message_debounce: Duration::from_secs(1),
+            active_time_window: Duration::from_secs(60),
             mention_keyword: "bub".to_owned(),
-            max_wait_seconds: 10.0,
-            session_idle_seconds: 600.0,
+            max_wait: Duration::from_secs(10),
+            session_idle: Duration::from_secs(600),
             scheduler_enabled: true,
             scheduler_catch_up: true,
             ollama_api_key: None,
@@ -256,8 +282,8 @@ impl Settings {
             searxng_url: None,
             web_allow_private: false,
             sandbox: SandboxMode::Guests,
-            fs_timeout_seconds: DEFAULT_FS_TIMEOUT_SECONDS,
-            bash_max_timeout_seconds: DEFAULT_BASH_MAX_TIMEOUT_SECONDS,
+            fs_timeout: crate::time::secs(DEFAULT_FS_TIMEOUT_SECONDS),
+            bash_max_timeout: Duration::from_secs(DEFAULT_BASH_MAX_TIMEOUT_SECONDS.into()),
             max_concurrent_commands: DEFAULT_MAX_CONCURRENT_COMMANDS,
             guest_tools: None,
             telegram: TelegramSettings::default(),
@@ -269,16 +295,12 @@ impl Settings {
 
     /// The provider part of `model` (before the first `:`), as written.
     pub fn provider(&self) -> &str {
-        self.model
-            .split_once(':')
-            .map_or("", |(provider, _)| provider)
+        &self.model.provider
     }
 
     /// The model id part of `model` (after the first `:`).
     pub fn model_id(&self) -> &str {
-        self.model
-            .split_once(':')
-            .map_or(self.model.as_str(), |(_, id)| id)
+        &self.model.id
     }
 
     /// `BUB_API_BASE` if set, else the provider's default base URL (empty for an unknown
@@ -315,11 +337,6 @@ impl Settings {
         ];
         values.extend(urls.into_iter().flatten().filter_map(parse::url_password));
         values
-    }
-
-    /// `BUB_FS_TIMEOUT_SECONDS` as a duration.
-    pub fn fs_timeout(&self) -> std::time::Duration {
-        crate::time::secs(self.fs_timeout_seconds)
     }
 
     /// Replaces `model` (e.g. from `--model`) after validating it like `BUB_MODEL`.

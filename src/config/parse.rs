@@ -4,6 +4,7 @@
 //! Every parser takes the variable name so its error names it. Values are echoed in errors with
 //! `{:?}` (one line, escapes visible); secrets are never echoed and URL credentials are masked.
 
+use super::Model;
 use std::path::{Path, PathBuf};
 
 use super::ConfigError;
@@ -219,7 +220,7 @@ pub fn parse_secret(var: &str, raw: &str) -> Result<Option<super::Secret>, Confi
 
 /// Splits `provider:model` at the first `:`; both parts non-empty. Without `api_base` the
 /// provider must be known.
-pub fn parse_model(var: &str, raw: &str, api_base: Option<&str>) -> Result<String, ConfigError> {
+pub fn parse_model(var: &str, raw: &str, api_base: Option<&str>) -> Result<Model, ConfigError> {
     let model = raw.trim();
     let Some((provider, id)) = model.split_once(':') else {
         return Err(ConfigError::new(
@@ -245,7 +246,10 @@ pub fn parse_model(var: &str, raw: &str, api_base: Option<&str>) -> Result<Strin
             ),
         ));
     }
-    Ok(model.to_owned())
+    Ok(Model {
+        provider: provider.to_owned(),
+        id: id.to_owned(),
+    })
 }
 
 /// `trace/debug/info/warn/error` (case-insensitive; `warning` means `warn`), returned lowercase.

@@ -77,7 +77,7 @@ fn err_for(env: &[(&str, &str)], var: &str) -> ConfigError {
 fn defaults_match_the_reference() {
     let fx = Fixture::new();
     let s = fx.load(&[]).unwrap();
-    assert_eq!(s.model, "openrouter:qwen/qwen3-coder-next");
+    assert_eq!(s.model.to_string(), "openrouter:qwen/qwen3-coder-next");
     assert_eq!(
         (s.provider(), s.model_id()),
         ("openrouter", "qwen/qwen3-coder-next")
@@ -86,23 +86,22 @@ fn defaults_match_the_reference() {
     assert_eq!(s.api_key, None);
     assert_eq!(s.api_base, None);
     assert_eq!(s.max_tokens, 1024);
-    assert_eq!(s.model_timeout_seconds, Some(90.0));
+    assert_eq!(s.model_timeout, Some(std::time::Duration::from_secs(90)));
     assert_eq!(s.system_prompt, "");
     assert_eq!(s.home, fx.user_home.join(".bub"));
     assert_eq!(s.workspace, fx.workspace);
     assert_eq!(s.tape_name, "bub");
     assert_eq!(s.max_steps, 20);
     assert!(!s.proactive_response);
-    assert_eq!(s.message_delay_seconds, 10.0);
-    assert_eq!(s.message_debounce_seconds, 1.0);
-    assert_eq!(s.active_time_window_seconds, 60.0);
+    assert_eq!(s.message_delay, std::time::Duration::from_secs(10));
+    assert_eq!(s.message_debounce, std::time::Duration::from_secs(1));
+    assert_eq!(s.active_time_window, std::time::Duration::from_secs(60));
     assert_eq!(s.ollama_api_key, None);
     assert_eq!(s.ollama_api_base, "https://ollama.com/api");
     assert_eq!(s.log_level, "info");
     assert_eq!(s.log_format, LogFormat::Text);
-    assert_eq!(s.fs_timeout_seconds, 10.0);
-    assert_eq!(s.fs_timeout(), std::time::Duration::from_secs(10));
-    assert_eq!(s.bash_max_timeout_seconds, 3_600);
+    assert_eq!(s.fs_timeout, std::time::Duration::from_secs(10));
+    assert_eq!(s.bash_max_timeout, std::time::Duration::from_secs(3_600));
     assert_eq!(s.max_concurrent_commands, 8);
     let t = &s.telegram;
     assert!(!t.enabled && t.token.is_none() && t.proxy.is_none());
@@ -234,29 +233,29 @@ fn durations_timeouts_and_booleans() {
             ("BUB_PROACTIVE_RESPONSE", "YES"),
         ])
         .unwrap();
-    assert_eq!(s.message_delay_seconds, 0.0);
-    assert_eq!(s.message_debounce_seconds, 0.2);
-    assert_eq!(s.active_time_window_seconds, 1.5);
-    assert_eq!(s.model_timeout_seconds, None);
+    assert_eq!(s.message_delay, std::time::Duration::ZERO);
+    assert_eq!(s.message_debounce, std::time::Duration::from_millis(200));
+    assert_eq!(s.active_time_window, std::time::Duration::from_millis(1500));
+    assert_eq!(s.model_timeout, None);
     assert!(s.proactive_response);
     assert_eq!(
         fx.load(&[("BUB_MODEL_TIMEOUT_SECONDS", "0")])
             .unwrap()
-            .model_timeout_seconds,
+            .model_timeout,
         None
     );
     assert_eq!(
         fx.load(&[("BUB_MODEL_TIMEOUT_SECONDS", "2.5")])
             .unwrap()
-            .model_timeout_seconds,
-        Some(2.5)
+            .model_timeout,
+        Some(std::time::Duration::from_millis(2500))
     );
     write(
         &fx.bub_home().join("config.toml"),
         "message_debounce_seconds = 0.25\nproactive_response = true\n",
     );
     let s = fx.load(&[]).unwrap();
-    assert_eq!(s.message_debounce_seconds, 0.25);
+    assert_eq!(s.message_debounce, std::time::Duration::from_millis(250));
     assert!(s.proactive_response);
 }
 
@@ -329,8 +328,8 @@ fn command_limits_and_fs_timeout() {
             ("BUB_MAX_CONCURRENT_COMMANDS", "1"),
         ])
         .unwrap();
-    assert_eq!(s.fs_timeout(), std::time::Duration::from_millis(500));
-    assert_eq!(s.bash_max_timeout_seconds, 60);
+    assert_eq!(s.fs_timeout, std::time::Duration::from_millis(500));
+    assert_eq!(s.bash_max_timeout, std::time::Duration::from_secs(60));
     assert_eq!(s.max_concurrent_commands, 1);
     // The documented maxima are accepted, one more is not.
     assert_eq!(MAX_BASH_MAX_TIMEOUT_SECONDS, 86_400);
@@ -342,8 +341,8 @@ fn command_limits_and_fs_timeout() {
         ])
         .unwrap();
     assert_eq!(
-        (s.bash_max_timeout_seconds, s.max_concurrent_commands),
-        (86_400, 1_024)
+        (s.bash_max_timeout, s.max_concurrent_commands),
+        (std::time::Duration::from_secs(86_400), 1_024)
     );
     let var = "BUB_BASH_MAX_TIMEOUT_SECONDS";
     let err = err_for(&[(var, "86401")], var);
@@ -366,9 +365,9 @@ fn command_limits_and_fs_timeout() {
         "bash_max_timeout_seconds = 120\nmax_concurrent_commands = 2\nfs_timeout_seconds = 3\n",
     );
     let s = fx.load(&[]).unwrap();
-    assert_eq!(s.bash_max_timeout_seconds, 120);
+    assert_eq!(s.bash_max_timeout, std::time::Duration::from_secs(120));
     assert_eq!(s.max_concurrent_commands, 2);
-    assert_eq!(s.fs_timeout_seconds, 3.0);
+    assert_eq!(s.fs_timeout, std::time::Duration::from_secs(3));
 }
 
 #[test]

@@ -124,11 +124,11 @@ pub struct SessionConfig {
 impl SessionConfig {
     pub fn from_settings(s: &Settings) -> Self {
         Self {
-            debounce: time::secs(s.message_debounce_seconds),
-            delay: time::secs(s.message_delay_seconds),
-            window: time::secs(s.active_time_window_seconds),
-            max_wait: time::secs(s.max_wait_seconds),
-            idle_ttl: time::secs(s.session_idle_seconds),
+            debounce: s.message_debounce,
+            delay: s.message_delay,
+            window: s.active_time_window,
+            max_wait: s.max_wait,
+            idle_ttl: s.session_idle,
             typing_interval: Duration::from_secs(4),
             proactive_response: s.proactive_response,
         }

@@ -48,7 +48,7 @@ impl<'a> Files<'a> {
     pub fn of(ctx: &'a ToolContext) -> Self {
         Self {
             workspace: ctx.workspace(),
-            timeout: ctx.settings().fs_timeout(),
+            timeout: ctx.settings().fs_timeout,
         }
     }
 }

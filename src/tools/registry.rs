@@ -303,7 +303,7 @@ async fn authorize(tool: &Tool, args: &Value, ctx: &ToolContext) -> Result<(), T
                 .map(str::to_owned)
                 .collect();
             if !raws.is_empty() {
-                let timeout = ctx.settings().fs_timeout();
+                let timeout = ctx.settings().fs_timeout;
                 super::fs::confine_all(ctx.workspace(), raws, timeout).await?;
             }
         }

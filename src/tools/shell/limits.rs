@@ -49,7 +49,7 @@ impl CommandLimits {
     pub fn from_settings(settings: &Settings) -> Self {
         Self::new(
             settings.max_concurrent_commands as usize,
-            u64::from(settings.bash_max_timeout_seconds),
+            settings.bash_max_timeout.as_secs(),
         )
     }
 
