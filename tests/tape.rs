@@ -565,3 +565,83 @@ fn ids_never_wrap_around() {
     assert_eq!(msg(&mut tape, "user", "last").id, i64::MAX as u64);
     assert!(tape.append("message", json!({}), json!({})).is_err());
 }
+
+#[test]
+fn torn_anchor_line_is_dropped_from_the_counts() {
+    // A torn anchor (completed by a repairing append's `\n`) is indexed as an anchor until its
+    // successor reuses its id; then it no longer counts, and a bootstrap anchor is written.
+    let dir = tempfile::tempdir().unwrap();
+    let mut tape = tape_at(dir.path(), "t");
+    msg(&mut tape, "user", "one");
+    raw_append(
+        tape.path(),
+        br#"{"id":2,"kind":"anchor","payload":{"name":"torn"}"#,
+    );
+    assert_eq!(tape.event("y", json!(null)).unwrap().id, 2);
+    let mut fresh = tape_at(dir.path(), "t");
+    let info = fresh.info().unwrap();
+    assert_eq!(
+        (
+            info.entries,
+            info.anchors,
+            info.last_anchor,
+            info.entries_since_last_anchor
+        ),
+        (2, 0, None, 2)
+    );
+    assert!(fresh.anchors(10).unwrap().is_empty());
+    fresh.ensure_bootstrap().unwrap();
+    assert_eq!(ids(&mut fresh), vec![1, 2, 3, 4]);
+    assert_eq!(fresh.anchors(10).unwrap()[0].name(), Some("session/start"));
+    assert_eq!(fresh.info().unwrap().entries_since_last_anchor, 1);
+}
+
+#[test]
+fn dropping_a_torn_line_keeps_the_valid_line_before_it() {
+    // Two torn lines after a valid one: the first is dropped when the second reuses its id,
+    // the second is invalid too; a later line with the valid line's id re-checks that line
+    // itself (not the dropped one) and keeps it.
+    let dir = tempfile::tempdir().unwrap();
+    let mut tape = tape_at(dir.path(), "t");
+    msg(&mut tape, "user", "one");
+    raw_append(
+        tape.path(),
+        b"{\"id\":2,\"kind\":\"event\",\"payload\":{\"name\":\"x\"}\n{\"id\":2,\"kind\":\"event\",\"payload\":{\"name\":\"x\"}\n",
+    );
+    raw_append(tape.path(), foreign_line(1).as_bytes());
+    let mut fresh = tape_at(dir.path(), "t");
+    assert_eq!(fresh.len().unwrap(), 2);
+    assert_eq!(ids(&mut fresh), vec![1, 1]);
+    assert_eq!(msg(&mut fresh, "user", "next").id, 2);
+}
+
+#[test]
+fn anchors_older_than_those_the_index_keeps_come_from_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut tape = tape_at(dir.path(), "t");
+    tape.ensure_bootstrap().unwrap();
+    for i in 1..=120 {
+        msg(&mut tape, "user", &format!("m{i}"));
+        tape.handoff(&format!("phase-{i}"), Some("s"), None)
+            .unwrap();
+    }
+    let names = |anchors: Vec<TapeEntry>| -> Vec<String> {
+        anchors
+            .iter()
+            .map(|a| a.name().unwrap().to_string())
+            .collect()
+    };
+    let expected: Vec<String> = std::iter::once("session/start".to_string())
+        .chain((1..=120).map(|i| format!("phase-{i}")))
+        .collect();
+    let mut fresh = tape_at(dir.path(), "t");
+    for limit in [1, 50, 64, 65, 100, 121, 500] {
+        let want = &expected[expected.len().saturating_sub(limit)..];
+        assert_eq!(names(fresh.anchors(limit).unwrap()), want, "limit {limit}");
+        assert_eq!(names(tape.anchors(limit).unwrap()), want, "limit {limit}");
+    }
+    let info = fresh.info().unwrap();
+    assert_eq!((info.entries, info.anchors), (2 + 120 * 3, 121));
+    assert_eq!(info.last_anchor.as_deref(), Some("phase-120"));
+    assert_eq!(info.entries_since_last_anchor, 1);
+}

@@ -18,14 +18,20 @@
 //!   sequence stays valid. Orphan tool results (no pending call) keep Bub v0.2.3's output, a
 //!   tool message without `tool_call_id`, on the tape's view; the model loop drops them before
 //!   the request (`agent::runner::sanitize_context`), since providers reject them.
+//!
+//! Both are read from the file, not from per-entry records (the index keeps none): the context
+//! parses the bytes from the last anchor's offset (or the start) to the end of the last
+//! complete line, line by line, skipping lines that are not valid entries. The counts of
+//! `tape.info` are the index's counters; the last token usage is found by reading lines
+//! backwards from the end, stopping at the first `run` event that has one.
 
 use std::fmt;
 
 use serde_json::{Value, json};
 
 use super::entry::{Kind, TapeEntry, parse_entry};
-use super::index::{BackReader, read_at};
-use super::store::{Tape, parse_slots};
+use super::index::{BackLines, line_kind, lines, read_at};
+use super::store::Tape;
 
 /// Content of a synthetic tool message answering a call whose result was never recorded.
 pub const NO_RESULT: &str = "error: no result recorded";
@@ -73,19 +79,15 @@ impl Tape {
             let Some(file) = file else {
                 return Ok((None, Vec::new()));
             };
-            let start = index.last_anchor().unwrap_or(0);
-            let Some(first) = index.slots.get(start) else {
-                return Ok((None, Vec::new()));
+            let last_anchor = index.last_anchor();
+            let from = last_anchor.map_or(0, |a| a.offset);
+            let bytes = read_at(file, from, index.synced - from)?;
+            let mut entries = lines(&bytes).filter_map(parse_entry).peekable();
+            let anchor = match last_anchor {
+                Some(_) => entries.next_if(|e| e.kind == "anchor"),
+                None => None,
             };
-            let bytes = read_at(file, first.offset, index.synced - first.offset)?;
-            let mut entries = parse_slots(&bytes, first.offset, &index.slots[start..]);
-            let anchor = match index.last_anchor() {
-                Some(_) if entries.first().is_some_and(|e| e.kind == "anchor") => {
-                    Some(entries.remove(0))
-                }
-                _ => None,
-            };
-            Ok((anchor, entries))
+            Ok((anchor, entries.collect::<Vec<_>>()))
         })?;
         let mut messages = Vec::with_capacity(entries.len() + 1);
         if let Some(note) = anchor.as_ref().and_then(handoff_note) {
@@ -95,29 +97,27 @@ impl Tape {
         Ok(messages)
     }
 
-    /// The tape summary.
+    /// The tape summary. The counts come from the index; the last token usage from the newest
+    /// `run` event that has it, found by reading the file backwards.
     pub fn info(&mut self) -> anyhow::Result<TapeInfo> {
         let name = self.name().to_string();
         self.read(|index, file| {
             let mut info = TapeInfo {
                 name,
-                entries: index.slots.len(),
-                anchors: index.anchors.len(),
+                entries: index.entries,
+                anchors: index.anchor_count,
                 last_anchor: None,
-                entries_since_last_anchor: index.slots.len(),
+                entries_since_last_anchor: index.entries_since_last_anchor(),
                 last_token_usage: None,
             };
             let Some(file) = file else { return Ok(info) };
-            if let Some(pos) = index.last_anchor() {
-                let slot = index.slots[pos];
+            if let Some(slot) = index.last_anchor() {
                 let anchor = parse_entry(&read_at(file, slot.offset, slot.len)?);
                 info.last_anchor = anchor.as_ref().and_then(|a| a.name()).map(str::to_string);
-                info.entries_since_last_anchor = index.slots.len() - pos - 1;
             }
-            let mut reader = BackReader::new(file);
-            for slot in index.slots.iter().rev().filter(|s| s.kind == Kind::Event) {
-                let line = reader.line(slot)?;
-                if !contains(line, b"total_tokens") {
+            let mut back = BackLines::new(file, index.synced);
+            while let Some(line) = back.next_line()? {
+                if !contains(line, b"total_tokens") || line_kind(line) != Some(Kind::Event) {
                     continue;
                 }
                 let Some(event) = parse_entry(line) else {

@@ -1,5 +1,14 @@
-//! The in-memory index of a tape file: one small [`Slot`] per entry (id, byte range, kind),
-//! never the parsed entries themselves.
+//! The in-memory index of a tape file: counters and positions only, never one record per
+//! entry and never parsed entries. It holds the number of entries and of anchors, the largest
+//! id, how far the file has been read (`synced`, `tail`), the file's identity, the last
+//! [`UNDO_DEPTH`] lines indexed (for the torn-line repair below) and the byte ranges of the
+//! newest [`ANCHORS_KEPT`] anchors. Its size is therefore bounded by a constant (the tests
+//! check it with `Index::footprint`), however long the tape grows.
+//!
+//! What needs the entries themselves reads them from the file: the context parses the lines
+//! from the last anchor's offset to `synced`, `entries` the lines from the start, and search,
+//! the last token usage and anchors older than those kept scan the file backwards with
+//! [`BackLines`], taking each line's kind from its header.
 //!
 //! The index is re-synced before every operation by reading only the bytes appended since the
 //! last sync (other handles and processes append too). Invariants:
@@ -7,11 +16,18 @@
 //!   (a torn write, or a write in progress by a non-locking writer) is not indexed yet.
 //! * A file that is now shorter than `synced`, or is another file (inode) than the one indexed,
 //!   resets the index, which is then rebuilt from the start.
-//! * A line whose id is not greater than the previous slot's id means the previous line is
-//!   suspect (a torn line later completed by the `\n` of a repairing append carries the same id
-//!   as the entry written after it): both are then validated by a full parse and invalid ones
-//!   dropped, so ids in the index stay unique.
+//! * A line whose id is not greater than the previous indexed line's id means the previous line
+//!   is suspect (a torn line later completed by the `\n` of a repairing append carries the same
+//!   id as the entry written after it): both are then validated by a full parse and invalid
+//!   ones dropped, so ids stay unique. Dropping a line undoes what it added to the counters
+//!   (entries, anchors, largest id); the index remembers the last [`UNDO_DEPTH`] lines for
+//!   that, enough for two suspect lines in a row — after that, the line before is not
+//!   re-checked.
+//! * The newest `min(anchors, ANCHORS_KEPT - UNDO_DEPTH)` anchors are always kept (a drop
+//!   removes at most the newest kept anchor and cannot bring back the oldest one evicted), so
+//!   the last anchor is always known and `tape.anchors` (50) never needs the file.
 
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
 
@@ -26,6 +42,27 @@ pub(crate) struct Slot {
     /// Length of the line without its line terminator.
     pub len: u64,
     pub kind: Kind,
+}
+
+/// An anchor the index keeps: its line, and its position among the entries (0-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AnchorSlot {
+    pub offset: u64,
+    pub len: u64,
+    pub pos: usize,
+}
+
+/// How many of the newest anchors the index keeps (`tape.anchors` shows at most 50).
+pub(crate) const ANCHORS_KEPT: usize = 64;
+
+/// How many of the last indexed lines can be dropped again (see the module documentation).
+pub(crate) const UNDO_DEPTH: usize = 2;
+
+/// An indexed line and the largest id before it, to drop it again.
+#[derive(Debug, Clone, Copy)]
+struct Undo {
+    slot: Slot,
+    max_before: u64,
 }
 
 /// Identity of an open file (device + inode on Unix), to notice replaced files.
@@ -47,22 +84,30 @@ impl FileId {
     }
 }
 
-/// Index of one tape file.
+/// Index of one tape file (see the module documentation).
 #[derive(Debug, Default)]
 pub(crate) struct Index {
-    pub slots: Vec<Slot>,
-    /// Positions (into `slots`) of the anchors, oldest first.
-    pub anchors: Vec<usize>,
+    /// Entries indexed.
+    pub entries: usize,
+    /// Anchors indexed (all of them, not only those kept).
+    pub anchor_count: usize,
+    /// The newest anchors, oldest first, at most [`ANCHORS_KEPT`].
+    anchors: VecDeque<AnchorSlot>,
     pub max_id: u64,
     /// Bytes of the file consumed so far (always just after a `\n`).
     pub synced: u64,
     /// Length of the partial line after `synced` seen by the last sync (0 if none).
     pub tail: u64,
     file: Option<FileId>,
+    /// The last indexed lines, newest first.
+    recent: [Option<Undo>; UNDO_DEPTH],
 }
 
-/// Size of the read buffer for syncing and of the chunks read for backward scans.
+/// Size of the chunks read for backward scans, and the largest read buffer for syncing.
 pub(crate) const CHUNK: usize = 1 << 20;
+
+/// The smallest read buffer for syncing (a sync usually reads one or two appended lines).
+const MIN_SYNC_BUFFER: usize = 8 << 10;
 
 impl Index {
     /// Forgets everything (the file was deleted, truncated or replaced).
@@ -86,46 +131,63 @@ impl Index {
         if len == self.synced {
             return Ok(());
         }
-        let mut reader = BufReader::with_capacity(CHUNK, file);
+        let unread = usize::try_from(len - self.synced).unwrap_or(CHUNK);
+        let mut reader = BufReader::with_capacity(unread.clamp(MIN_SYNC_BUFFER, CHUNK), file);
         reader.seek(SeekFrom::Start(self.synced))?;
-        let mut line = Vec::with_capacity(512);
-        let mut prev = Vec::with_capacity(512);
-        // Whether `prev` holds the line of the last slot (same batch); otherwise it is re-read.
-        let mut prev_valid = false;
+        // The start of a line whose end is not read yet (a long line, or the last one).
+        let mut carry = Vec::new();
         loop {
-            line.clear();
-            let n = reader.read_until(b'\n', &mut line)?;
-            if n == 0 {
+            let buf = reader.fill_buf()?;
+            let filled = buf.len();
+            if filled == 0 {
                 break;
             }
-            let offset = self.synced;
-            if line.last() != Some(&b'\n') {
-                // A partial last line: leave it for a later sync.
-                self.tail = n as u64;
-                if repair_tail {
-                    self.index_line(file, &line, offset, true, &prev, prev_valid)?;
+            let mut used = 0;
+            if !carry.is_empty() {
+                let Some(nl) = find_newline(buf) else {
+                    carry.extend_from_slice(buf);
+                    reader.consume(filled);
+                    continue;
+                };
+                carry.extend_from_slice(&buf[..=nl]);
+                used = nl + 1;
+                self.index_line(file, &carry, false, None)?;
+                self.synced += carry.len() as u64;
+                carry.clear();
+            }
+            // Complete lines are indexed where they are in the read buffer.
+            let mut prev = None;
+            while let Some(nl) = find_newline(&buf[used..]) {
+                let line = &buf[used..used + nl + 1];
+                let offset = self.synced;
+                if self.index_line(file, line, false, prev)? {
+                    prev = Some((offset, line));
                 }
-                break;
+                self.synced += line.len() as u64;
+                used += nl + 1;
             }
-            let indexed = self.index_line(file, &line, offset, false, &prev, prev_valid)?;
-            self.synced += n as u64;
-            if indexed {
-                std::mem::swap(&mut line, &mut prev);
-                prev_valid = true;
+            carry.extend_from_slice(&buf[used..]);
+            reader.consume(filled);
+        }
+        if !carry.is_empty() {
+            // A partial last line: leave it for a later sync.
+            self.tail = carry.len() as u64;
+            if repair_tail {
+                self.index_line(file, &carry, true, None)?;
             }
         }
         Ok(())
     }
 
-    /// Indexes one line at `offset`; returns whether it was added.
+    /// Indexes the line at `synced` (raw, with its terminator if any); returns whether it was
+    /// added. `prev` is the offset and raw line of an earlier line at hand: when it is the
+    /// last indexed line, it is not read again from the file.
     fn index_line(
         &mut self,
         file: &File,
         raw: &[u8],
-        offset: u64,
         force_full: bool,
-        prev: &[u8],
-        prev_valid: bool,
+        prev: Option<(u64, &[u8])>,
     ) -> std::io::Result<bool> {
         let line = trim_end(raw);
         if line.is_empty() {
@@ -140,52 +202,94 @@ impl Index {
             Some(h) => h,
             None => return Ok(false),
         };
-        if let Some(last) = self.slots.last().copied()
+        if let Some(last) = self.last()
             && id <= last.id
         {
-            let prev_line = if prev_valid {
-                trim_end(prev).to_vec()
-            } else {
-                read_at(file, last.offset, last.len)?
+            let prev_ok = match prev {
+                Some((at, p)) if at == last.offset => full_header(trim_end(p)).is_some(),
+                _ => full_header(&read_at(file, last.offset, last.len)?).is_some(),
             };
-            if full_header(&prev_line).is_none() {
+            if !prev_ok {
                 self.pop();
             }
             if fast.is_some() && full_header(line).is_none() {
                 return Ok(false);
             }
         }
-        let len = line.len() as u64;
         self.push(Slot {
             id,
-            offset,
-            len,
+            offset: self.synced,
+            len: line.len() as u64,
             kind,
         });
         Ok(true)
     }
 
-    /// Adds a slot (also used by appends, which know the slot without reading it back).
+    /// Counts an indexed line (also used by appends, which know the slot without reading it
+    /// back).
     pub fn push(&mut self, slot: Slot) {
         if slot.kind == Kind::Anchor {
-            self.anchors.push(self.slots.len());
-        }
-        self.max_id = self.max_id.max(slot.id);
-        self.slots.push(slot);
-    }
-
-    fn pop(&mut self) {
-        if self.slots.pop().is_some() {
-            if self.anchors.last() == Some(&self.slots.len()) {
-                self.anchors.pop();
+            if self.anchors.len() == ANCHORS_KEPT {
+                self.anchors.pop_front();
             }
-            self.max_id = self.slots.iter().map(|s| s.id).max().unwrap_or(0);
+            self.anchors.push_back(AnchorSlot {
+                offset: slot.offset,
+                len: slot.len,
+                pos: self.entries,
+            });
+            self.anchor_count += 1;
         }
+        self.recent.rotate_right(1);
+        self.recent[0] = Some(Undo {
+            slot,
+            max_before: self.max_id,
+        });
+        self.max_id = self.max_id.max(slot.id);
+        self.entries += 1;
     }
 
-    /// Position of the last anchor in `slots`.
-    pub fn last_anchor(&self) -> Option<usize> {
-        self.anchors.last().copied()
+    /// Drops the last indexed line again (it turned out to be torn).
+    fn pop(&mut self) {
+        let Some(undo) = self.recent[0].take() else {
+            return;
+        };
+        self.recent.rotate_left(1);
+        self.entries -= 1;
+        if undo.slot.kind == Kind::Anchor {
+            self.anchor_count -= 1;
+            let dropped = self.anchors.pop_back();
+            debug_assert_eq!(dropped.map(|a| a.offset), Some(undo.slot.offset));
+        }
+        self.max_id = undo.max_before;
+    }
+
+    /// The last indexed line, when known.
+    fn last(&self) -> Option<Slot> {
+        self.recent[0].map(|u| u.slot)
+    }
+
+    /// The newest anchors the index keeps, oldest first (all of them when
+    /// `kept_anchors().len() == anchor_count`).
+    pub fn kept_anchors(&self) -> &VecDeque<AnchorSlot> {
+        &self.anchors
+    }
+
+    /// The last anchor.
+    pub fn last_anchor(&self) -> Option<AnchorSlot> {
+        self.anchors.back().copied()
+    }
+
+    /// Entries after the last anchor, by position (all entries when there is no anchor).
+    pub fn entries_since_last_anchor(&self) -> usize {
+        self.last_anchor()
+            .map_or(self.entries, |a| self.entries - a.pos - 1)
+    }
+
+    /// Bytes the index occupies, its heap allocations included (bounded by a constant: see
+    /// the module documentation).
+    #[cfg(test)]
+    pub fn footprint(&self) -> usize {
+        std::mem::size_of::<Self>() + self.anchors.capacity() * std::mem::size_of::<AnchorSlot>()
     }
 }
 
@@ -232,34 +336,388 @@ fn read_exact_at(_: &File, _: &mut [u8], _: u64) -> std::io::Result<()> {
     ))
 }
 
-/// Reads lines of a file backwards (newest first) in chunks, for scans that usually stop
-/// early (search, last token usage).
-pub(crate) struct BackReader<'a> {
-    file: &'a File,
-    buf: Vec<u8>,
-    start: u64,
+/// The kind of an entry line, from its header (the cheap prefix read for our own lines, a full
+/// parse otherwise); `None` when the line is not a valid entry.
+pub(crate) fn line_kind(line: &[u8]) -> Option<Kind> {
+    match fast_header(line) {
+        Some((_, kind, _)) => Some(kind),
+        None => full_header(line).map(|(_, kind)| kind),
+    }
 }
 
-impl<'a> BackReader<'a> {
-    pub fn new(file: &'a File) -> Self {
+/// The lines of `bytes` (complete lines of the file), without terminators; blank lines left
+/// out.
+pub(crate) fn lines(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    bytes
+        .split(|&b| b == b'\n')
+        .map(trim_end)
+        .filter(|l| !l.is_empty())
+}
+
+/// Reads the lines of a file before a given offset backwards (newest first), in chunks of
+/// [`CHUNK`] bytes, without an index: for scans that usually stop early (search, last token
+/// usage, anchors older than those the index keeps). Lines come without terminators and
+/// trailing blanks (as the index measures them); blank lines are returned empty.
+pub(crate) struct BackLines<'a> {
+    file: &'a File,
+    buf: Vec<u8>,
+    /// File offset of `buf[0]`.
+    start: u64,
+    /// `buf[..rest]` is not returned yet; it ends at a line end.
+    rest: usize,
+}
+
+impl<'a> BackLines<'a> {
+    /// Lines of `file` before `end`, which must be the end of a line (`synced`).
+    pub fn new(file: &'a File, end: u64) -> Self {
         Self {
             file,
             buf: Vec::new(),
-            start: 0,
+            start: end,
+            rest: 0,
         }
     }
 
-    /// The bytes of `slot`'s line; slots must be requested in decreasing offset order for the
-    /// chunking to pay off (any order is correct).
-    pub fn line(&mut self, slot: &Slot) -> std::io::Result<&[u8]> {
-        let end = slot.offset + slot.len;
-        let buf_end = self.start + self.buf.len() as u64;
-        if slot.offset < self.start || end > buf_end {
-            let begin = end.saturating_sub((CHUNK as u64).max(slot.len));
-            self.buf = read_at(self.file, begin, end - begin)?;
-            self.start = begin;
+    /// The next line going backwards, `None` at the start of the file.
+    pub fn next_line(&mut self) -> std::io::Result<Option<&[u8]>> {
+        if self.rest == 0 && self.start == 0 {
+            return Ok(None);
         }
-        let from = (slot.offset - self.start) as usize;
-        Ok(&self.buf[from..from + slot.len as usize])
+        let (from, to) = loop {
+            let to = if self.buf[..self.rest].last() == Some(&b'\n') {
+                self.rest - 1
+            } else {
+                self.rest
+            };
+            if let Some(nl) = rfind_newline(&self.buf[..to]) {
+                break (nl + 1, to);
+            }
+            if self.start == 0 {
+                break (0, to);
+            }
+            self.extend()?;
+        };
+        self.rest = from;
+        Ok(Some(trim_end(&self.buf[from..to])))
+    }
+
+    /// Reads the chunk before `buf[..rest]` (at least as many bytes as it holds, so a long line
+    /// costs amortized linear time) and puts it in front.
+    fn extend(&mut self) -> std::io::Result<()> {
+        let keep = self.rest;
+        let more = self.start.min(CHUNK.max(keep) as u64) as usize;
+        // Bytes after `rest` are stale; the buffer only grows (no zeroing once it is large).
+        if self.buf.len() < keep + more {
+            self.buf.resize(keep + more, 0);
+        }
+        self.buf.copy_within(0..keep, more);
+        self.start -= more as u64;
+        read_exact_at(self.file, &mut self.buf[..more], self.start)?;
+        self.rest = keep + more;
+        Ok(())
+    }
+}
+
+/// Whether a 32-byte block holds a `\n` (a branch-free test the compiler vectorizes).
+#[inline(always)]
+fn has_newline(block: &[u8; 32]) -> bool {
+    block.iter().fold(0u8, |any, &b| any | u8::from(b == b'\n')) != 0
+}
+
+/// Position of the first `\n` in `bytes`, 32 bytes at a time.
+fn find_newline(bytes: &[u8]) -> Option<usize> {
+    let mut start = 0;
+    while let Some(block) = bytes.get(start..start + 32) {
+        if has_newline(block.try_into().expect("32 bytes")) {
+            break;
+        }
+        start += 32;
+    }
+    bytes[start..]
+        .iter()
+        .position(|&b| b == b'\n')
+        .map(|p| start + p)
+}
+
+/// Position of the last `\n` in `bytes`, 32 bytes at a time.
+fn rfind_newline(bytes: &[u8]) -> Option<usize> {
+    let mut end = bytes.len();
+    while end >= 32 {
+        if has_newline(bytes[end - 32..end].try_into().expect("32 bytes")) {
+            break;
+        }
+        end -= 32;
+    }
+    bytes[..end].iter().rposition(|&b| b == b'\n')
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::tape::Tape;
+
+    /// The bound the index must stay under, whatever the tape's length.
+    fn bound() -> usize {
+        std::mem::size_of::<Index>() + ANCHORS_KEPT * std::mem::size_of::<AnchorSlot>()
+    }
+
+    fn text(e: &crate::tape::TapeEntry) -> &str {
+        e.payload["content"].as_str().unwrap_or_default()
+    }
+
+    #[test]
+    fn footprint_is_bounded_without_anchors() {
+        const N: usize = 20_000;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let mut tape = Tape::open_path(path.clone(), "t".into()).unwrap();
+        tape.event(
+            "run",
+            json!({"status": "ok", "usage": {"total_tokens": 77}}),
+        )
+        .unwrap();
+        for i in 1..N {
+            let word = if i == 1 { "kumquat" } else { "lorem" };
+            let content = format!("needle-{i} {}", format!("{word} ipsum ").repeat(8));
+            tape.append(
+                "message",
+                json!({"role": "user", "content": content}),
+                json!({}),
+            )
+            .unwrap();
+        }
+        assert!(std::fs::metadata(&path).unwrap().len() > 2 * CHUNK as u64);
+        assert_eq!(tape.index.footprint(), std::mem::size_of::<Index>());
+        // A cold open builds the same index from the file.
+        let mut cold = Tape::open_path(path, "t".into()).unwrap();
+        assert_eq!(cold.len().unwrap(), N);
+        assert_eq!(cold.index.footprint(), std::mem::size_of::<Index>());
+        assert!(cold.index.footprint() < 256, "{}", cold.index.footprint());
+
+        let info = cold.info().unwrap();
+        assert_eq!(
+            (info.entries, info.anchors, info.entries_since_last_anchor),
+            (N, 0, N)
+        );
+        assert_eq!(info.last_token_usage, Some(77), "found at the very start");
+        let entries = cold.entries().unwrap();
+        assert_eq!(
+            entries.iter().map(|e| e.id).collect::<Vec<_>>(),
+            (1..=N as u64).collect::<Vec<_>>()
+        );
+        let context = cold.context_messages().unwrap();
+        assert_eq!(context.len(), N - 1);
+        assert!(
+            context[0]["content"]
+                .as_str()
+                .unwrap()
+                .starts_with("needle-1 ")
+        );
+        // Search: newest first, and a full backward scan across chunks.
+        let newest = cold.search("needle", 3).unwrap();
+        assert_eq!(
+            newest.iter().map(|e| e.id).collect::<Vec<_>>(),
+            vec![N as u64, N as u64 - 1, N as u64 - 2]
+        );
+        let oldest = cold.search("kumquat", 5).unwrap();
+        assert_eq!(oldest.len(), 1);
+        assert!(
+            text(&oldest[0]).starts_with("needle-1 "),
+            "{}",
+            text(&oldest[0])
+        );
+        assert!(cold.search("quixotic zephyr", 5).unwrap().is_empty());
+        assert_eq!(cold.index.footprint(), std::mem::size_of::<Index>());
+    }
+
+    #[test]
+    fn footprint_is_bounded_with_many_anchors() {
+        const N: usize = 20_000;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let mut tape = Tape::open_path(path.clone(), "t".into()).unwrap();
+        tape.ensure_bootstrap().unwrap();
+        tape.event("run", json!({"status": "ok", "usage": {"total_tokens": 5}}))
+            .unwrap();
+        let mut handoffs = 0;
+        // Entries so far; the next one gets id `total + 1`.
+        let mut total = 3;
+        while total < N {
+            if total % 50 == 0 {
+                handoffs += 1;
+                tape.handoff(&format!("phase-{handoffs}"), Some("did things"), None)
+                    .unwrap();
+                total += 2;
+            } else {
+                let word = if total + 1 == 1000 {
+                    "persimmon"
+                } else {
+                    "dolor"
+                };
+                let content = format!(
+                    "entry-{} {}",
+                    total + 1,
+                    format!("{word} sit amet ").repeat(6)
+                );
+                tape.append(
+                    "message",
+                    json!({"role": "user", "content": content}),
+                    json!({}),
+                )
+                .unwrap();
+                total += 1;
+            }
+        }
+        let anchors = handoffs + 1;
+        assert!(tape.index.footprint() <= bound());
+        assert!(bound() < 2048, "{}", bound());
+
+        let mut cold = Tape::open_path(path, "t".into()).unwrap();
+        assert_eq!(cold.len().unwrap(), total);
+        assert!(
+            cold.index.footprint() <= bound(),
+            "{}",
+            cold.index.footprint()
+        );
+        assert_eq!(cold.index.kept_anchors().len(), ANCHORS_KEPT);
+
+        let info = cold.info().unwrap();
+        assert_eq!((info.entries, info.anchors), (total, anchors));
+        assert_eq!(
+            info.last_anchor.as_deref(),
+            Some(format!("phase-{handoffs}").as_str())
+        );
+        let entries = cold.entries().unwrap();
+        assert_eq!(entries.len(), total);
+        let last_anchor = entries.iter().rposition(|e| e.kind == "anchor").unwrap();
+        assert_eq!(info.entries_since_last_anchor, total - last_anchor - 1);
+        assert_eq!(info.last_token_usage, Some(5));
+
+        // The context: the last anchor's note, then the messages after it.
+        let context = cold.context_messages().unwrap();
+        let after: Vec<&Value> = entries[last_anchor + 1..]
+            .iter()
+            .filter(|e| e.kind == "message")
+            .map(|e| &e.payload)
+            .collect();
+        assert_eq!(context.len(), after.len() + 1);
+        assert_eq!(
+            context[0]["content"],
+            format!("[context from handoff 'phase-{handoffs}']\nsummary: did things")
+        );
+        assert_eq!(context[1..].iter().collect::<Vec<_>>(), after);
+
+        // Anchors: the newest from the index, older ones from the file.
+        let names = |list: Vec<crate::tape::TapeEntry>| -> Vec<String> {
+            list.iter().map(|a| a.name().unwrap().to_string()).collect()
+        };
+        let expected: Vec<String> = std::iter::once("session/start".to_string())
+            .chain((1..=handoffs).map(|i| format!("phase-{i}")))
+            .collect();
+        assert_eq!(names(cold.anchors(50).unwrap()), expected[anchors - 50..]);
+        assert_eq!(names(cold.anchors(100).unwrap()), expected[anchors - 100..]);
+        assert_eq!(names(cold.anchors(usize::MAX).unwrap()), expected);
+
+        let found = cold.search("persimmon", 5).unwrap();
+        assert_eq!(found.iter().map(|e| e.id).collect::<Vec<_>>(), vec![1000]);
+        assert!(cold.index.footprint() <= bound());
+    }
+
+    #[test]
+    fn lines_longer_than_the_read_buffer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let mut tape = Tape::open_path(path.clone(), "t".into()).unwrap();
+        let mut other = Tape::open_path(path.clone(), "t".into()).unwrap();
+        let huge = "x".repeat(CHUNK * 2 + 100);
+        for content in ["small", huge.as_str(), "small again"] {
+            tape.append(
+                "message",
+                json!({"role": "user", "content": content}),
+                json!({}),
+            )
+            .unwrap();
+            // Synced one line at a time (small buffers) and all at once (cold).
+            assert_eq!(other.len().unwrap(), tape.len().unwrap());
+        }
+        let mut cold = Tape::open_path(path.clone(), "t".into()).unwrap();
+        assert_eq!(cold.len().unwrap(), 3);
+        let entries = cold.entries().unwrap();
+        assert_eq!(text(&entries[1]).len(), huge.len());
+        assert_eq!(cold.context_messages().unwrap().len(), 3);
+        // An unterminated long last line is not indexed, and is repaired by the next append.
+        let mut torn = b"{\"id\":4,\"kind\":\"message\",\"payload\":{\"content\":\"".to_vec();
+        torn.extend_from_slice(huge.as_bytes());
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(&torn)
+            .unwrap();
+        assert_eq!(cold.len().unwrap(), 3);
+        assert_eq!(cold.index.tail, torn.len() as u64);
+        assert_eq!(other.event("after", json!(null)).unwrap().id, 4);
+        assert_eq!(cold.len().unwrap(), 4);
+        assert_eq!(cold.entries().unwrap().len(), 4);
+        assert_eq!(cold.index.footprint(), std::mem::size_of::<Index>());
+    }
+
+    #[test]
+    fn back_lines_match_forward_lines_across_chunks() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lines");
+        let long = "x".repeat(CHUNK * 5 / 2);
+        let mut expected: Vec<String> = Vec::new();
+        let mut file = File::create(&path).unwrap();
+        for i in 0..3000 {
+            let line = match i {
+                7 => String::new(),
+                1500 => long.clone(),
+                2999 => format!("{long}y"),
+                _ => format!("line {i} {}.", "z".repeat(i % 700)),
+            };
+            writeln!(file, "{line}  \r").unwrap();
+            expected.push(line);
+        }
+        drop(file);
+        let file = File::open(&path).unwrap();
+        let end = file.metadata().unwrap().len();
+        let mut back = BackLines::new(&file, end);
+        let mut got = Vec::new();
+        while let Some(line) = back.next_line().unwrap() {
+            got.push(String::from_utf8(line.to_vec()).unwrap());
+        }
+        got.reverse();
+        assert_eq!(got.len(), expected.len());
+        if let Some(i) = (0..got.len()).find(|&i| got[i] != expected[i]) {
+            panic!(
+                "line {i}: {:?} != {:?}",
+                &got[i][..got[i].len().min(80)],
+                &expected[i][..expected[i].len().min(80)]
+            );
+        }
+        assert!(BackLines::new(&file, 0).next_line().unwrap().is_none());
+    }
+
+    #[test]
+    fn newline_search_finds_the_first_and_the_last() {
+        for len in [0, 1, 31, 32, 33, 64, 100] {
+            let mut bytes = vec![b'a'; len];
+            assert_eq!(find_newline(&bytes), None);
+            assert_eq!(rfind_newline(&bytes), None);
+            for at in (0..len).rev() {
+                bytes[at] = b'\n';
+                assert_eq!(find_newline(&bytes), Some(at));
+            }
+            bytes.fill(b'a');
+            for at in 0..len {
+                bytes[at] = b'\n';
+                assert_eq!(rfind_newline(&bytes), Some(at));
+            }
+        }
     }
 }

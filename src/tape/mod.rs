@@ -2,7 +2,8 @@
 //! did — messages, tool calls and results, events, anchors.
 //!
 //! * [`entry`] — the entry type and its one-line JSON format (`{"id","kind","payload","meta","date"}`).
-//! * `index` — the in-memory index (id, byte range, kind per entry), re-synced incrementally.
+//! * `index` — the in-memory index: counters (entries, anchors, largest id, bytes read) and the
+//!   newest anchors' byte ranges — bounded, never a record per entry — re-synced incrementally.
 //! * [`store`] — file naming, advisory locking, O(1) appends, bootstrap/handoff anchors, reset.
 //! * [`context`] — the model's context (entries after the last anchor, with its handoff note)
 //!   and the tape summary.

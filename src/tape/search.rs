@@ -12,16 +12,17 @@
 //! is at least 0.8. The reference used `WRatio`, which rapidfuzz 0.5 lacks; the ratio over
 //! windows is our approximation of it.
 //!
-//! Performance: entries are scanned newest first straight from the file in 1 MiB chunks,
-//! without parsing JSON (payload and meta are located by a bracket scan of the line); only
-//! matches are parsed. Candidates that cannot reach a 0.8 ratio by their length or by the
+//! Performance: entries are scanned newest first straight from the file in 1 MiB chunks (the
+//! index keeps no record per entry: lines are found by a backward scan for `\n`, and each
+//! line's kind is read from its header prefix), without parsing JSON (payload and meta are
+//! located by a bracket scan of the line); only matches are parsed. Candidates that cannot reach a 0.8 ratio by their length or by the
 //! query characters they lack are skipped before the ratio is computed (the ratio is
 //! `2·LCS/(a+b)`, so it needs `LCS ≥ 0.4·(a+b)`).
 
 use rapidfuzz::fuzz::{Args, RatioBatchComparator};
 
 use super::entry::{Kind, TapeEntry, parse_entry, payload_meta_spans};
-use super::index::BackReader;
+use super::index::{BackLines, line_kind};
 use super::store::Tape;
 
 /// Fuzzy threshold (the reference's `WRatio ≥ 80`, on rapidfuzz-rs's 0..1 scale).
@@ -42,20 +43,17 @@ impl Tape {
             let Some(file) = file else {
                 return Ok(Vec::new());
             };
-            let mut reader = BackReader::new(file);
+            let mut back = BackLines::new(file, index.synced);
             let mut scratch = Scratch::default();
             let mut out = Vec::new();
-            let searched = index
-                .slots
-                .iter()
-                .rev()
-                .filter(|s| matches!(s.kind, Kind::Message | Kind::ToolResult | Kind::Event));
-            for slot in searched {
-                let line = reader.line(slot)?;
-                if slot.kind == Kind::Event && !is_left_out(line) {
-                    continue;
-                }
-                if matcher.matches_line(line, &mut scratch)
+            while let Some(line) = back.next_line()? {
+                let searched = match line_kind(line) {
+                    Some(Kind::Message | Kind::ToolResult) => true,
+                    Some(Kind::Event) => is_left_out(line),
+                    _ => false,
+                };
+                if searched
+                    && matcher.matches_line(line, &mut scratch)
                     && let Some(entry) = parse_entry(line)
                 {
                     out.push(entry);

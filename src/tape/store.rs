@@ -3,7 +3,10 @@
 //! Every operation opens the file, takes an advisory lock (exclusive for writes, shared for
 //! reads) with `File::lock`, checks that the path still names the locked file (a concurrent
 //! `reset` may have replaced it), re-syncs the in-memory index with the bytes appended since the last
-//! operation, and releases the lock when done. Appends are O(1): one `write_all` of the new
+//! operation, and releases the lock when done. The index holds counters and the newest anchors
+//! only (O(anchors kept), never a record per entry), so an open tape's memory does not grow
+//! with its length: `entries` parses the file, and `anchors` beyond those kept scans it
+//! backwards. Appends are O(1): one `write_all` of the new
 //! line(s) at the end of the file, no copy of the tape. Several handles — in one process or in
 //! several — can append to one tape without interleaving lines or duplicating ids.
 //!
@@ -22,7 +25,7 @@ use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Value, json};
 
 use super::entry::{Kind, TapeEntry, now_date, parse_entry};
-use super::index::{FileId, Index, Slot, read_at};
+use super::index::{BackLines, FileId, Index, Slot, line_kind, lines, read_at};
 
 /// Name of the anchor that starts every tape (bootstrap and reset).
 pub const SESSION_START: &str = "session/start";
@@ -245,7 +248,7 @@ impl Tape {
     /// `{"owner":"human"}` and its `handoff` event. Called at the start of every turn.
     pub fn ensure_bootstrap(&mut self) -> anyhow::Result<()> {
         self.write(|w| {
-            if w.index.anchors.is_empty() {
+            if w.index.anchor_count == 0 {
                 w.handoff(SESSION_START, json!({"owner": "human"}))?;
             }
             Ok(())
@@ -334,7 +337,7 @@ impl Tape {
 
     /// Number of entries.
     pub fn len(&mut self) -> anyhow::Result<usize> {
-        self.read(|index, _| Ok(index.slots.len()))
+        self.read(|index, _| Ok(index.entries))
     }
 
     /// Whether the tape has no entries.
@@ -342,44 +345,47 @@ impl Tape {
         Ok(self.len()? == 0)
     }
 
-    /// All entries, oldest first.
+    /// All entries, oldest first: every line of the file that parses (the others skipped).
     pub fn entries(&mut self) -> anyhow::Result<Vec<TapeEntry>> {
         self.read(|index, file| {
-            let (Some(file), Some(first)) = (file, index.slots.first()) else {
+            let Some(file) = file else {
                 return Ok(Vec::new());
             };
-            let bytes = read_at(file, first.offset, index.synced - first.offset)?;
-            Ok(parse_slots(&bytes, first.offset, &index.slots))
+            let bytes = read_at(file, 0, index.synced)?;
+            Ok(lines(&bytes).filter_map(parse_entry).collect())
         })
     }
 
-    /// The last `limit` anchors, oldest first.
+    /// The last `limit` anchors, oldest first. They come from the anchors the index keeps;
+    /// only a `limit` beyond those (more than [`ANCHORS_KEPT`](super::index::ANCHORS_KEPT)
+    /// minus a drop or two) scans the file backwards.
     pub fn anchors(&mut self, limit: usize) -> anyhow::Result<Vec<TapeEntry>> {
         self.read(|index, file| {
             let Some(file) = file else {
                 return Ok(Vec::new());
             };
-            let skip = index.anchors.len().saturating_sub(limit);
+            let kept = index.kept_anchors();
             let mut out = Vec::new();
-            for &pos in &index.anchors[skip..] {
-                let slot = index.slots[pos];
-                out.extend(parse_entry(&read_at(file, slot.offset, slot.len)?));
+            if limit <= kept.len() || kept.len() == index.anchor_count {
+                for anchor in kept.iter().skip(kept.len().saturating_sub(limit)) {
+                    out.extend(parse_entry(&read_at(file, anchor.offset, anchor.len)?));
+                }
+                return Ok(out);
             }
+            let mut back = BackLines::new(file, index.synced);
+            let mut seen = 0;
+            while seen < limit
+                && let Some(line) = back.next_line()?
+            {
+                if line_kind(line) == Some(Kind::Anchor) {
+                    seen += 1;
+                    out.extend(parse_entry(line));
+                }
+            }
+            out.reverse();
             Ok(out)
         })
     }
-}
-
-/// Parses the lines of `slots` out of `bytes` (which starts at file offset `base`), skipping
-/// lines that do not parse.
-pub(crate) fn parse_slots(bytes: &[u8], base: u64, slots: &[Slot]) -> Vec<TapeEntry> {
-    slots
-        .iter()
-        .filter_map(|s| {
-            let from = usize::try_from(s.offset - base).ok()?;
-            parse_entry(bytes.get(from..from + s.len as usize)?)
-        })
-        .collect()
 }
 
 /// Collects the entries of one write operation (they share one lock and one `write_all`).
