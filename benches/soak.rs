@@ -4,7 +4,8 @@
 //!
 //! Reports the daemon's RSS (and its anonymous part: heap and stacks) every minute, and the
 //! growth per hour after `SOAK_WARMUP_MINUTES` (default 10): the least-squares slope of samples
-//! taken every 10 s. Target: ≤ 1 MiB/h.
+//! taken every 10 s. Target: ≤ 1 MiB/h. `SOAK_FRESH_CHATS=1` sends every message to a new chat
+//! (no conversation grows), to tell what grows per message from what grows with the contexts.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -48,6 +49,7 @@ fn slope(points: &[(f64, f64)]) -> f64 {
 async fn bench() {
     let total = Duration::from_secs(60 * minutes("SOAK_MINUTES", 60));
     let warmup = Duration::from_secs(60 * minutes("SOAK_WARMUP_MINUTES", 10));
+    let fresh = std::env::var("SOAK_FRESH_CHATS").is_ok_and(|v| v == "1");
     let dir = tempfile::tempdir().expect("temp dir");
     let model = fake_openai::start().await;
     let telegram = fake_telegram::start().await;
@@ -75,7 +77,9 @@ async fn bench() {
                 // A fixed stride through the chats: every chat gets a message every 75 s, longer
                 // than the idle TTL, so sessions keep being evicted and recreated.
                 next_chat = (next_chat + 7) % CHATS;
-                let chat = 1 + next_chat;
+                // `SOAK_FRESH_CHATS=1`: every message in a chat of its own, so no conversation
+                // grows (what stays is what the daemon keeps per message, not per context).
+                let chat = if fresh { 1_000_000 + sent } else { 1 + next_chat };
                 telegram.push_message(private_text(chat, chat, &format!("soak {sent}")));
                 sent += 1;
             }
