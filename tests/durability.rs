@@ -164,6 +164,12 @@ async fn status_and_new_from_the_chat() {
     let daemon = env.start();
     push(&env, 1, "hi");
     env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    // The turn ends once the delivery is recorded (a moment after Telegram has the answer).
+    eventually("the first turn's end in the inbox", || {
+        std::fs::read_to_string(env.home.join("inbox.jsonl"))
+            .is_ok_and(|j| j.contains(r#""outcome":"sent""#))
+    })
+    .await;
     push(&env, 2, "/status");
     let sent = env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
     let status = texts(&sent).pop().unwrap();
