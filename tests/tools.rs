@@ -79,13 +79,24 @@ fn exits_within(pid: i32, within: Duration) -> bool {
         return false;
     }
     let fd = fd as i32;
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
+    let deadline = Instant::now() + within;
+    let ready = loop {
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ms = i32::try_from(left.as_millis()).unwrap_or(i32::MAX);
+        let ready = unsafe { libc::poll(&mut pfd, 1, ms) };
+        // poll is never restarted after a signal handler ran (SIGCHLD from the killed shell
+        // reaches whichever thread of this process it likes): wait again for the time left.
+        let interrupted =
+            ready < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR);
+        if !interrupted || left.is_zero() {
+            break ready;
+        }
     };
-    let ms = i32::try_from(within.as_millis()).unwrap_or(i32::MAX);
-    let ready = unsafe { libc::poll(&mut pfd, 1, ms) };
     unsafe { libc::close(fd) };
     ready == 1
 }
