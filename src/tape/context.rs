@@ -33,6 +33,9 @@ use super::entry::{Kind, TapeEntry, parse_entry};
 use super::index::{BackLines, line_kind, lines, read_at};
 use super::store::Tape;
 
+/// The entry kinds a context is built from (besides the anchor it starts after).
+const CONTEXT_KINDS: [Kind; 3] = [Kind::Message, Kind::ToolCall, Kind::ToolResult];
+
 /// Content of a synthetic tool message answering a call whose result was never recorded.
 pub const NO_RESULT: &str = "error: no result recorded";
 
@@ -82,18 +85,26 @@ impl Tape {
             let last_anchor = index.last_anchor();
             let from = last_anchor.map_or(0, |a| a.offset);
             let bytes = read_at(file, from, index.synced - from)?;
-            let mut entries = lines(&bytes).filter_map(parse_entry).peekable();
+            let mut lines = lines(&bytes).peekable();
             let anchor = match last_anchor {
-                Some(_) => entries.next_if(|e| e.kind == "anchor"),
+                Some(_) => lines
+                    .next_if(|l| line_kind(l) == Some(Kind::Anchor))
+                    .and_then(parse_entry),
                 None => None,
             };
-            Ok((anchor, entries.collect::<Vec<_>>()))
+            // Only the kinds the context is made of are parsed: events (most of a tape) and
+            // system prompts are recognised from the line's header and skipped.
+            let entries = lines
+                .filter(|l| line_kind(l).is_none_or(|k| CONTEXT_KINDS.contains(&k)))
+                .filter_map(parse_entry)
+                .collect::<Vec<_>>();
+            Ok((anchor, entries))
         })?;
         let mut messages = Vec::with_capacity(entries.len() + 1);
         if let Some(note) = anchor.as_ref().and_then(handoff_note) {
             messages.push(json!({"role": "user", "content": note}));
         }
-        messages.extend(select_messages(&entries));
+        messages.extend(select_messages(entries));
         Ok(messages)
     }
 
@@ -174,14 +185,14 @@ pub fn handoff_note(anchor: &TapeEntry) -> Option<String> {
 
 /// Maps entries (those after the last anchor) to chat messages, as Bub v0.2.3 does, plus
 /// synthetic results for unanswered tool calls.
-pub fn select_messages(entries: &[TapeEntry]) -> Vec<Value> {
+pub fn select_messages(entries: impl IntoIterator<Item = TapeEntry>) -> Vec<Value> {
     let mut out = Vec::new();
     let mut pending: Vec<Value> = Vec::new();
     for entry in entries {
         match entry.kind.as_str() {
             "message" => {
                 answer_unanswered(&mut out, &mut pending);
-                out.push(entry.payload.clone());
+                out.push(entry.payload);
             }
             "tool_call" => {
                 answer_unanswered(&mut out, &mut pending);
@@ -303,7 +314,7 @@ mod tests {
             ),
             entry(4, "message", json!({"role":"assistant","content":"done"})),
         ];
-        let out = select_messages(&entries);
+        let out = select_messages(entries.clone());
         assert_eq!(out.len(), 5);
         assert_eq!(out[0], json!({"role":"user","content":"hello"}));
         assert_eq!(out[1]["role"], "assistant");
@@ -322,7 +333,7 @@ mod tests {
 
     #[test]
     fn orphan_result_has_no_call_id() {
-        let out = select_messages(&[entry(
+        let out = select_messages([entry(
             1,
             "tool_result",
             json!({"results":[{"status":"ok"}]}),
@@ -336,7 +347,7 @@ mod tests {
     #[test]
     fn unanswered_calls_get_synthetic_results() {
         let call = json!({"id":"c1","type":"function","function":{"name":"bash","arguments":"{}"}});
-        let out = select_messages(&[
+        let out = select_messages([
             entry(1, "tool_call", json!({"calls":[call]})),
             entry(2, "message", json!({"role":"user","content":"again"})),
         ]);
@@ -349,7 +360,7 @@ mod tests {
 
     #[test]
     fn system_event_error_and_empty_calls_are_dropped() {
-        let out = select_messages(&[
+        let out = select_messages([
             entry(1, "system", json!({"content":"sys"})),
             entry(2, "event", json!({"name":"run"})),
             entry(3, "error", json!({"kind":"x","message":"y"})),
@@ -390,6 +401,41 @@ mod tests {
         assert_eq!(
             info.to_string(),
             "tape=bub:x\nentries=3\nanchors=1\nlast_anchor=-\nentries_since_last_anchor=2\nlast_token_usage=unknown"
+        );
+    }
+
+    #[test]
+    fn context_skips_events_and_system_prompts_but_reads_foreign_lines() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let mut tape = Tape::open_path(path.clone(), "t".into()).unwrap();
+        tape.handoff("phase", Some("did A"), None).unwrap();
+        tape.event("loop.step.start", json!({"step": 1})).unwrap();
+        tape.append("system", json!({"content": "be brief"}), json!({}))
+            .unwrap();
+        tape.append("message", json!({"role":"user","content":"hi"}), json!({}))
+            .unwrap();
+        tape.append("error", json!({"kind":"x","message":"m"}), json!({}))
+            .unwrap();
+        // Lines written by another program, fields in another order: read by a full parse.
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(
+            &mut file,
+            b"{\"kind\":\"event\",\"id\":6,\"payload\":{\"name\":\"x\",\"data\":{}}}\n\
+              {\"kind\":\"message\",\"id\":7,\"payload\":{\"role\":\"assistant\",\"content\":\"hello\"}}\n",
+        )
+        .unwrap();
+        let context = tape.context_messages().unwrap();
+        assert_eq!(
+            context,
+            vec![
+                json!({"role":"user","content":"[context from handoff 'phase']\nsummary: did A"}),
+                json!({"role":"user","content":"hi"}),
+                json!({"role":"assistant","content":"hello"}),
+            ]
         );
     }
 }
