@@ -689,3 +689,39 @@ async fn sigint_interrupts_the_turn_kills_its_command_and_is_recorded() {
     assert_eq!(interrupted.len(), 1);
     assert_eq!(interrupted[0]["payload"]["data"]["by"], "SIGINT");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_records_its_steps_in_order() {
+    let env = Env::new().await;
+    env.fake.push_text("Hello back.");
+    let out = env.run(&["run", "hello"]).await;
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    let steps: Vec<String> = env
+        .tape_entries()
+        .iter()
+        .map(|e| {
+            let kind = e["kind"].as_str().unwrap();
+            match kind {
+                "event" | "anchor" => format!("{kind} {}", e["payload"]["name"].as_str().unwrap()),
+                "message" => format!("{kind} {}", e["payload"]["role"].as_str().unwrap()),
+                _ => kind.to_owned(),
+            }
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            "anchor session/start",
+            "event handoff",
+            "event loop.step.start",
+            "system",
+            "message user",
+            "event run",
+            "message assistant",
+            "event loop.step.finish",
+            "event loop.result",
+        ]
+    );
+    let messages = messages(&env.fake.requests()[0]);
+    assert_eq!(messages.last().unwrap()["content"], "hello");
+}

@@ -58,12 +58,7 @@ impl ModelLoop<'_> {
         while out.steps < self.max_steps && !done {
             out.steps += 1;
             let step = out.steps;
-            self.event(
-                "loop.step.start",
-                json!({"step": step, "model": self.model_label()}),
-            )
-            .await;
-            match self.step(&prompt, step == 1).await {
+            match self.step(&prompt, step).await {
                 Err(error) => {
                     self.event("loop.step.error", json!({"step": step, "error": error}))
                         .await;
@@ -137,40 +132,44 @@ impl ModelLoop<'_> {
         self.ctx.tape().event(name, data).await;
     }
 
-    /// Appends one entry; a failure is logged and returned.
-    async fn record(&self, kind: &'static str, payload: Value, meta: &Value) -> anyhow::Result<()> {
-        self.ctx.tape().append(kind, payload, meta.clone()).await
-    }
-
     /// Appends one entry; a failure is logged and the turn goes on.
     async fn append(&self, kind: &'static str, payload: Value, meta: &Value) {
         self.ctx.tape().record(kind, payload, meta.clone()).await;
     }
 
     /// One model call (retried once after an automatic handoff when the context overflows).
-    /// `first`: `prompt` is the user's input (else a follow-up prompt of the loop). When the
+    /// Step 1's `prompt` is the user's input (else a follow-up prompt of the loop). When the
     /// prompt cannot be recorded, the model is not called.
-    async fn step(&mut self, prompt: &str, first: bool) -> Result<Step, TurnError> {
-        let llm = self.llm.map_err(|e| TurnError::Model(e.to_string()))?;
+    async fn step(&mut self, prompt: &str, step: u32) -> Result<Step, TurnError> {
+        let start = json!({"step": step, "model": self.model_label()});
+        let llm = match self.llm {
+            Ok(llm) => llm,
+            Err(e) => {
+                self.event("loop.step.start", start).await;
+                return Err(TurnError::Model(e.to_string()));
+            }
+        };
         let run = json!({"run_id": uuid::Uuid::new_v4().simple().to_string()});
         // Built once per step: recorded on the tape (when changed) and sent.
         let system = self.system_prompt();
-        self.record_system(&system, &run).await;
-        let message = json!({"role": "user", "content": prompt});
-        if let Err(e) = self.record("message", message, &run).await {
-            let what = if first {
+        let context = self.prepare(start, &system, prompt, &run).await;
+        let context = context.map_err(|e| {
+            let what = if step == 1 {
                 "your message"
             } else {
                 "the next prompt"
             };
-            return Err(TurnError::tape(
-                &format!("could not record {what} on the tape"),
-                &e,
-            ));
-        }
+            TurnError::tape(&format!("could not record {what} on the tape"), &e)
+        })?;
+        // The context read with the prompt; after an automatic handoff it is read again.
+        let mut context = Some(context);
         let mut retried = false;
         let response = loop {
-            match self.call(llm, &system).await {
+            let messages = match context.take() {
+                Some(messages) => messages,
+                None => self.context().await,
+            };
+            match self.call(llm, &system, messages).await {
                 Ok(r) => break r,
                 Err(e) if !retried && e.is_context_overflow() => {
                     retried = true;
@@ -185,27 +184,89 @@ impl ModelLoop<'_> {
                 }
             }
         };
-        self.event(
-            "run",
-            json!({"status": "ok", "usage": response.usage, "provider": llm.provider(), "model": llm.model()}),
-        )
-        .await;
+        let ran = json!({"status": "ok", "usage": response.usage, "provider": llm.provider(), "model": llm.model()});
         if response.tool_calls.is_empty() {
             let text = response.content.unwrap_or_default();
-            self.append(
-                "message",
-                json!({"role": "assistant", "content": text}),
-                &run,
-            )
-            .await;
+            let answer = json!({"role": "assistant", "content": text});
+            // One hop to the tape for the event and the answer.
+            let result = self
+                .ctx
+                .tape()
+                .run(move |t| {
+                    if let Err(e) = t.event("run", ran) {
+                        crate::tape::shared::append_failed("event", &e);
+                    }
+                    t.append("message", answer, run)
+                })
+                .await;
+            if let Err(e) = result {
+                crate::tape::shared::append_failed("message", &e);
+            }
             return Ok(Step::Text(text));
         }
+        self.event("run", ran).await;
         self.run_tools(&response, &run).await;
         Ok(Step::Tools)
     }
 
-    async fn call(&self, llm: &LlmClient, system: &str) -> Result<ChatResponse, LlmError> {
-        let context = self.ctx.tape().run(|t| t.context_messages()).await;
+    /// The tape work before a model call, in one hop to the blocking pool: the step's start
+    /// event, the system prompt (when it changed), the prompt, then the context to send. An
+    /// error means the prompt could not be recorded (the other records only log theirs).
+    async fn prepare(
+        &mut self,
+        start: Value,
+        system: &str,
+        prompt: &str,
+        run: &Value,
+    ) -> anyhow::Result<anyhow::Result<Vec<Value>>> {
+        let (hash, system_entry) = match self.system_change(system) {
+            Some(hash) => (Some(hash), Some(json!({"content": system}))),
+            None => (None, None),
+        };
+        let message = json!({"role": "user", "content": prompt});
+        let run = run.clone();
+        let recorded_system = self
+            .ctx
+            .tape()
+            .run(move |t| {
+                if let Err(e) = t.event("loop.step.start", start) {
+                    crate::tape::shared::append_failed("event", &e);
+                }
+                let recorded_system = match system_entry {
+                    Some(entry) => match t.append("system", entry, run.clone()) {
+                        Ok(_) => true,
+                        Err(e) => {
+                            crate::tape::shared::append_failed("system", &e);
+                            false
+                        }
+                    },
+                    None => false,
+                };
+                if let Err(e) = t.append("message", message, run) {
+                    crate::tape::shared::append_failed("message", &e);
+                    return Err(e);
+                }
+                Ok((recorded_system, t.context_messages()))
+            })
+            .await;
+        let (recorded_system, context) = recorded_system?;
+        if recorded_system {
+            *self.last_system = hash;
+        }
+        Ok(context)
+    }
+
+    /// The context to send, read from the tape.
+    async fn context(&self) -> anyhow::Result<Vec<Value>> {
+        self.ctx.tape().run(|t| t.context_messages()).await
+    }
+
+    async fn call(
+        &self,
+        llm: &LlmClient,
+        system: &str,
+        context: anyhow::Result<Vec<Value>>,
+    ) -> Result<ChatResponse, LlmError> {
         let context = context.map_err(|e| LlmError::InvalidResponse(format!("tape: {e:#}")))?;
         let mut messages = vec![json!({"role": "system", "content": system})];
         messages.extend(sanitize_context(context));
@@ -232,8 +293,9 @@ impl ModelLoop<'_> {
         })
     }
 
-    /// Records the system prompt when it differs from the last one recorded this session.
-    async fn record_system(&mut self, system: &str, run: &Value) {
+    /// The hash of the system prompt when it differs from the last one recorded this session
+    /// (it is recorded then).
+    fn system_change(&self, system: &str) -> Option<u64> {
         // The date line changes every minute; hash without it.
         let stable = system
             .rsplit_once("\n\nCurrent date and time:")
@@ -241,14 +303,7 @@ impl ModelLoop<'_> {
         let mut hasher = DefaultHasher::new();
         stable.hash(&mut hasher);
         let hash = hasher.finish();
-        if *self.last_system != Some(hash)
-            && self
-                .record("system", json!({"content": system}), run)
-                .await
-                .is_ok()
-        {
-            *self.last_system = Some(hash);
-        }
+        (*self.last_system != Some(hash)).then_some(hash)
     }
 
     /// Writes an anchor so the next call starts from a short context (Bub v0.2.3 only failed
