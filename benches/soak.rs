@@ -6,6 +6,8 @@
 //! growth per hour after `SOAK_WARMUP_MINUTES` (default 10): the least-squares slope of samples
 //! taken every 10 s. Target: ≤ 1 MiB/h. `SOAK_FRESH_CHATS=1` sends every message to a new chat
 //! (no conversation grows), to tell what grows per message from what grows with the contexts.
+//! `SOAK_RATE` (messages a second) and `SOAK_IDLE_SECONDS` speed the same pattern up: at 40/s
+//! with sessions evicted after 6 s, ten minutes carry the conversations of a 100-minute soak.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -17,11 +19,9 @@ use support::fake_openai;
 use support::fake_telegram::{self, private_text};
 
 const CHATS: i64 = 300;
-const RATE_PER_SECOND: u64 = 4;
-const IDLE_SECONDS: u64 = 60;
 const SAMPLE_EVERY: Duration = Duration::from_secs(10);
 
-fn minutes(var: &str, default: u64) -> u64 {
+fn number(var: &str, default: u64) -> u64 {
     std::env::var(var)
         .ok()
         .and_then(|v| v.parse().ok())
@@ -47,13 +47,15 @@ fn slope(points: &[(f64, f64)]) -> f64 {
 }
 
 async fn bench() {
-    let total = Duration::from_secs(60 * minutes("SOAK_MINUTES", 60));
-    let warmup = Duration::from_secs(60 * minutes("SOAK_WARMUP_MINUTES", 10));
+    let total = Duration::from_secs(60 * number("SOAK_MINUTES", 60));
+    let warmup = Duration::from_secs(60 * number("SOAK_WARMUP_MINUTES", 10));
     let fresh = std::env::var("SOAK_FRESH_CHATS").is_ok_and(|v| v == "1");
+    let rate = number("SOAK_RATE", 4).max(1);
+    let idle = number("SOAK_IDLE_SECONDS", 60);
     let dir = tempfile::tempdir().expect("temp dir");
     let model = fake_openai::start().await;
     let telegram = fake_telegram::start().await;
-    let mut child = daemon_command(dir.path(), &model, &telegram, IDLE_SECONDS)
+    let mut child = daemon_command(dir.path(), &model, &telegram, idle)
         .spawn()
         .expect("start bub message");
     let pid = child.id().expect("pid");
@@ -61,21 +63,22 @@ async fn bench() {
         .wait_for_calls("getUpdates", 1, Duration::from_secs(30))
         .await;
     println!(
-        "soak: {} min, {RATE_PER_SECOND} messages/s over {CHATS} chats, sessions evicted after {IDLE_SECONDS} s idle; growth measured after {} min",
+        "soak: {} min, {rate} messages/s over {CHATS} chats, sessions evicted after {idle} s idle; growth measured after {} min",
         total.as_secs() / 60,
         warmup.as_secs() / 60
     );
 
     let start = Instant::now();
-    let mut send = tokio::time::interval(Duration::from_millis(1000 / RATE_PER_SECOND));
+    let mut send = tokio::time::interval(Duration::from_secs(1) / rate as u32);
     let mut sample = tokio::time::interval(SAMPLE_EVERY);
     let (mut sent, mut next_chat) = (0i64, 0i64);
     let (mut rss, mut anon) = (Vec::new(), Vec::new());
     while start.elapsed() < total {
         tokio::select! {
             _ = send.tick() => {
-                // A fixed stride through the chats: every chat gets a message every 75 s, longer
-                // than the idle TTL, so sessions keep being evicted and recreated.
+                // A fixed stride through the chats: every chat gets a message every 300/rate s
+                // (75 s by default), longer than the idle TTL, so sessions keep being evicted
+                // and recreated.
                 next_chat = (next_chat + 7) % CHATS;
                 // `SOAK_FRESH_CHATS=1`: every message in a chat of its own, so no conversation
                 // grows (what stays is what the daemon keeps per message, not per context).

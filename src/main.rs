@@ -191,6 +191,7 @@ enum JobsAction {
 }
 
 fn main() -> ExitCode {
+    bub::memory::tune_allocator();
     // A write past RLIMIT_FSIZE then fails with EFBIG (a tape append reports it) instead of the
     // signal killing the daemon. Children get the default action back (`tools::shell`).
     // SAFETY: setting a signal's disposition to SIG_IGN before any other thread exists.

@@ -1,11 +1,43 @@
 //! Giving memory back to the system once it is no longer needed, so a long-running daemon's
 //! resident set follows what it does now, not what it once did.
 //!
+//! * [`tune_allocator`] — glibc's defaults let a daemon's heap creep up under steady load: up to
+//!   16 arenas on two cores (one per thread that ever allocated, blocking-pool threads come and
+//!   go), and a mmap threshold that rises after each large free, so buffers that grow with the
+//!   conversations (a context read, a model request) are carved from the arenas and leave holes
+//!   the next, slightly larger one does not fit. Two arenas and a fixed 64 KiB threshold (larger
+//!   blocks are mapped and unmapped on their own) keep the resident set flat.
 //! * [`trim_heap`] — glibc keeps freed memory in its arenas; `malloc_trim` returns it (after a
 //!   burst of sessions was evicted).
 //! * [`release_code_pages`] — the binary's code pages that ran once (startup, a burst) stay
 //!   mapped in the process; dropping them from its page tables leaves them in the page cache,
 //!   and code that runs again is mapped back by a minor fault.
+
+/// Arenas the process allocates from (glibc's default is 8 per core).
+const ARENAS: i32 = 2;
+/// Blocks of this size and larger get a mapping of their own, returned to the OS when freed.
+const MMAP_THRESHOLD: i32 = 64 * 1024;
+
+/// Sets the allocator's arena count and mmap threshold (see the module docs), unless the
+/// operator chose them with glibc's own variables. Call before any other thread exists.
+pub fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let chosen = |var: &str| std::env::var_os(var).is_some();
+        if chosen("GLIBC_TUNABLES") {
+            return;
+        }
+        // SAFETY: mallopt only changes allocator parameters; called while single-threaded.
+        unsafe {
+            if !chosen("MALLOC_ARENA_MAX") {
+                libc::mallopt(libc::M_ARENA_MAX, ARENAS);
+            }
+            if !chosen("MALLOC_MMAP_THRESHOLD_") {
+                libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD);
+            }
+        }
+    }
+}
 
 /// Gives free heap memory back to the OS.
 pub fn trim_heap() {
