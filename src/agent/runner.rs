@@ -16,6 +16,7 @@ use super::prompt::{self, PromptParts};
 use super::router::Router;
 use crate::delivery::TurnError;
 use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, ToolCall};
+use crate::tape::shared::{append_failed, logged};
 use crate::tools::ToolContext;
 
 /// The follow-up prompt after tool calls.
@@ -189,19 +190,11 @@ impl ModelLoop<'_> {
             let text = response.content.unwrap_or_default();
             let answer = json!({"role": "assistant", "content": text});
             // One hop to the tape for the event and the answer.
-            let result = self
-                .ctx
-                .tape()
-                .run(move |t| {
-                    if let Err(e) = t.event("run", ran) {
-                        crate::tape::shared::append_failed("event", &e);
-                    }
-                    t.append("message", answer, run)
-                })
-                .await;
-            if let Err(e) = result {
-                crate::tape::shared::append_failed("message", &e);
-            }
+            let recorded = self.ctx.tape().run(move |t| {
+                logged("event", t.event("run", ran));
+                t.append("message", answer, run)
+            });
+            logged("message", recorded.await);
             return Ok(Step::Text(text));
         }
         self.event("run", ran).await;
@@ -225,31 +218,16 @@ impl ModelLoop<'_> {
         };
         let message = json!({"role": "user", "content": prompt});
         let run = run.clone();
-        let recorded_system = self
-            .ctx
-            .tape()
-            .run(move |t| {
-                if let Err(e) = t.event("loop.step.start", start) {
-                    crate::tape::shared::append_failed("event", &e);
-                }
-                let recorded_system = match system_entry {
-                    Some(entry) => match t.append("system", entry, run.clone()) {
-                        Ok(_) => true,
-                        Err(e) => {
-                            crate::tape::shared::append_failed("system", &e);
-                            false
-                        }
-                    },
-                    None => false,
-                };
-                if let Err(e) = t.append("message", message, run) {
-                    crate::tape::shared::append_failed("message", &e);
-                    return Err(e);
-                }
-                Ok((recorded_system, t.context_messages()))
-            })
-            .await;
-        let (recorded_system, context) = recorded_system?;
+        let recorded = self.ctx.tape().run(move |t| {
+            logged("event", t.event("loop.step.start", start));
+            let recorded_system = system_entry
+                .and_then(|entry| logged("system", t.append("system", entry, run.clone())))
+                .is_some();
+            t.append("message", message, run)
+                .inspect_err(|e| append_failed("message", e))?;
+            Ok((recorded_system, t.context_messages()))
+        });
+        let (recorded_system, context) = recorded.await?;
         if recorded_system {
             *self.last_system = hash;
         }
@@ -317,7 +295,7 @@ impl ModelLoop<'_> {
             .run(|t| t.handoff("auto_handoff/context_overflow", Some(summary), None))
             .await;
         if let Err(e) = result {
-            crate::tape::shared::append_failed("anchor", &e);
+            append_failed("anchor", &e);
         }
         let message = json!({"role": "user", "content": prompt});
         self.append("message", message, run).await;

@@ -56,9 +56,7 @@ impl SharedTape {
     /// Appends an event; a failure is logged and the turn goes on.
     pub async fn event(&self, name: &str, data: Value) {
         let name = name.to_owned();
-        if let Err(e) = self.run(move |t| t.event(&name, data)).await {
-            append_failed("event", &e);
-        }
+        logged("event", self.run(move |t| t.event(&name, data)).await);
     }
 
     /// The tape for code that is already off the async threads (a blocking task, a terminal
@@ -71,6 +69,12 @@ impl SharedTape {
 /// The one log line for an append that failed (`tape.append.error`), whatever wrote it.
 pub fn append_failed(kind: &str, e: &anyhow::Error) {
     tracing::error!(error = %format!("{e:#}"), kind, "tape.append.error");
+}
+
+/// `result` of an append of `kind`, with a failure logged ([`append_failed`]): for records
+/// the turn goes on without, written inside [`SharedTape::run`].
+pub fn logged<T>(kind: &str, result: anyhow::Result<T>) -> Option<T> {
+    result.inspect_err(|e| append_failed(kind, e)).ok()
 }
 
 /// The tape behind `mutex`; a panic in an earlier holder leaves the tape usable (every
