@@ -153,8 +153,8 @@ impl ModelLoop<'_> {
         let run = json!({"run_id": uuid::Uuid::new_v4().simple().to_string()});
         // Built once per step: recorded on the tape (when changed) and sent.
         let system = self.system_prompt();
-        let context = self.prepare(start, &system, prompt, &run).await;
-        let context = context.map_err(|e| {
+        let recorded = self.prepare(start, &system, prompt, &run).await;
+        let context = recorded.map_err(|e| {
             let what = if step == 1 {
                 "your message"
             } else {
@@ -212,10 +212,8 @@ impl ModelLoop<'_> {
         prompt: &str,
         run: &Value,
     ) -> anyhow::Result<anyhow::Result<Vec<Value>>> {
-        let (hash, system_entry) = match self.system_change(system) {
-            Some(hash) => (Some(hash), Some(json!({"content": system}))),
-            None => (None, None),
-        };
+        let hash = self.system_change(system);
+        let system_entry = hash.map(|_| json!({"content": system}));
         let message = json!({"role": "user", "content": prompt});
         let run = run.clone();
         let recorded = self.ctx.tape().run(move |t| {

@@ -405,7 +405,7 @@ mod tests {
     }
 
     #[test]
-    fn context_skips_events_and_system_prompts_but_reads_foreign_lines() {
+    fn context_of_a_mixed_tape_keeps_messages_and_lines_in_foreign_field_order() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.jsonl");
         let mut tape = Tape::open_path(path.clone(), "t".into()).unwrap();
