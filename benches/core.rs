@@ -18,7 +18,7 @@ use bub::access::Authority;
 use bub::agent::router::Router;
 use bub::config::Settings;
 use bub::redact::Redactor;
-use bub::tape::Tape;
+use bub::tape::FileTape;
 use bub::tools::{ToolContext, builtin_registry};
 use serde_json::{Value, json};
 
@@ -257,7 +257,7 @@ fn synthetic_entry(i: usize, prose: &mut Prose) -> (&'static str, Value, Value) 
 /// Builds the 100k-entry tape through `Tape::append` and reports the append rate.
 fn bench_tape_append(dir: &Path) -> PathBuf {
     let path = dir.join("bench.jsonl");
-    let mut tape = Tape::open_path(path.clone(), "bench".into()).expect("open tape");
+    let mut tape = FileTape::open_path(path.clone(), "bench".into()).expect("open tape");
     let mut prose = Prose(0x9E37_79B9_7F4A_7C15);
     tape.ensure_bootstrap().expect("bootstrap");
     let mut appended = 0usize;
@@ -291,7 +291,7 @@ fn bench_tape_append(dir: &Path) -> PathBuf {
 fn bench_tape_open_context(path: &Path) {
     let mut messages = 0;
     let time = median(|| {
-        let mut tape = Tape::open_path(path.to_path_buf(), "bench".into()).expect("open tape");
+        let mut tape = FileTape::open_path(path.to_path_buf(), "bench".into()).expect("open tape");
         let context = tape.context_messages().expect("context");
         messages = context.len();
         black_box(context);
@@ -304,7 +304,7 @@ fn bench_tape_open_context(path: &Path) {
 
 /// Searches an open tape: a typo'd query that matches recent entries, and a no-match query.
 fn bench_tape_search(path: &Path) {
-    let mut tape = Tape::open_path(path.to_path_buf(), "bench".into()).expect("open tape");
+    let mut tape = FileTape::open_path(path.to_path_buf(), "bench".into()).expect("open tape");
     tape.len().expect("index");
     for (label, query, limit) in [
         (

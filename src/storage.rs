@@ -31,6 +31,11 @@ impl Stamp {
             inode: meta.ino(),
         })
     }
+
+    /// When the file was last modified, if the file system says.
+    pub fn modified(&self) -> Option<SystemTime> {
+        self.modified
+    }
 }
 
 /// Takes the exclusive advisory lock on `path` (created if missing, with its folder); released

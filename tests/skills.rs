@@ -5,6 +5,7 @@
 use crate::support;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bub::agent::prompt::{activate_hints, skills_view};
 use bub::config::Settings;
@@ -404,4 +405,74 @@ fn a_skill_md_is_parsed_again_only_when_its_mtime_or_length_changes() {
     assert!(found.issues[0].problem.contains("description"));
     std::fs::write(&md, skill_md("notes", "Notes.", "third")).unwrap();
     assert_eq!(body(&discover(&roots.settings)), "third");
+}
+
+/// Sets the modification time of a folder or file to a settled past.
+fn age(path: &Path, secs: u64) {
+    let time = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+    std::fs::File::open(path)
+        .unwrap()
+        .set_modified(time)
+        .unwrap();
+}
+
+#[test]
+fn a_discovery_is_kept_until_a_folder_or_skill_md_changes() {
+    let roots = Roots::new();
+    let root = roots.project(".agents");
+    write_skill(&root, "notes", &skill_md("notes", "Notes.", "first"));
+    let settle = || {
+        for path in [
+            root.clone(),
+            root.join("notes"),
+            root.join("notes/SKILL.md"),
+        ] {
+            age(&path, 1_700_000_000);
+        }
+    };
+    settle();
+    let first = discover(&roots.settings);
+    let again = discover(&roots.settings);
+    assert!(
+        Arc::ptr_eq(&first, &again),
+        "nothing changed: the same discovery"
+    );
+
+    // A new folder, then its SKILL.md a moment later (the same timestamp tick, possibly):
+    // both are seen, because a discovery that saw a recent change is not kept.
+    std::fs::create_dir(root.join("later")).unwrap();
+    let found = discover(&roots.settings);
+    assert!(!Arc::ptr_eq(&first, &found), "the root changed");
+    assert!(found.get("later").is_none());
+    std::fs::write(
+        root.join("later/SKILL.md"),
+        skill_md("later", "Later.", "x"),
+    )
+    .unwrap();
+    assert!(discover(&roots.settings).get("later").is_some());
+
+    // An edit in place (settled again, another length) is seen.
+    std::fs::write(
+        root.join("notes/SKILL.md"),
+        skill_md("notes", "Notes.", "edited"),
+    )
+    .unwrap();
+    settle();
+    for path in [root.join("later"), root.join("later/SKILL.md")] {
+        age(&path, 1_700_000_000);
+    }
+    let edited = discover(&roots.settings);
+    assert_eq!(edited.get("notes").unwrap().file.body, "edited");
+    assert!(
+        Arc::ptr_eq(&edited, &discover(&roots.settings)),
+        "kept again"
+    );
+
+    // A root that did not exist appears.
+    write_skill(
+        &roots.global(),
+        "global-one",
+        &skill_md("global-one", "G.", "g"),
+    );
+    assert!(discover(&roots.settings).get("global-one").is_some());
 }

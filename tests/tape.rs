@@ -6,14 +6,14 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use bub::tape::{Tape, TapeEntry};
+use bub::tape::{FileTape, TapeEntry};
 use serde_json::{Value, json};
 
-fn tape_at(dir: &Path, name: &str) -> Tape {
-    Tape::open_path(dir.join(format!("{name}.jsonl")), name.to_string()).unwrap()
+fn tape_at(dir: &Path, name: &str) -> FileTape {
+    FileTape::open_path(dir.join(format!("{name}.jsonl")), name.to_string()).unwrap()
 }
 
-fn msg(tape: &mut Tape, role: &str, content: &str) -> TapeEntry {
+fn msg(tape: &mut FileTape, role: &str, content: &str) -> TapeEntry {
     tape.append(
         "message",
         json!({"role": role, "content": content}),
@@ -22,7 +22,7 @@ fn msg(tape: &mut Tape, role: &str, content: &str) -> TapeEntry {
     .unwrap()
 }
 
-fn ids(tape: &mut Tape) -> Vec<u64> {
+fn ids(tape: &mut FileTape) -> Vec<u64> {
     tape.entries().unwrap().iter().map(|e| e.id).collect()
 }
 
@@ -40,7 +40,7 @@ fn raw_append(path: &Path, bytes: &[u8]) {
 fn file_name_follows_workspace_hash_and_encoded_tape_name() {
     let home = tempfile::tempdir().unwrap();
     let ws = tempfile::tempdir().unwrap();
-    let tape = Tape::open(home.path(), ws.path(), "bub", "telegram:42").unwrap();
+    let tape = FileTape::open(home.path(), ws.path(), "bub", "telegram:42").unwrap();
     let session_hash = bub::tape::md5_hex("telegram:42");
     assert_eq!(tape.name(), format!("bub:{}", &session_hash[..16]));
     let ws_hash = bub::tape::md5_hex(&ws.path().canonicalize().unwrap().to_string_lossy());
@@ -239,7 +239,7 @@ fn threads_with_separate_handles_never_duplicate_ids() {
         for t in 0..4 {
             let path = path.clone();
             s.spawn(move || {
-                let mut tape = Tape::open_path(path, "t".into()).unwrap();
+                let mut tape = FileTape::open_path(path, "t".into()).unwrap();
                 for i in 0..200 {
                     tape.append("message", json!({"role": "user", "content": format!("t{t} m{i} {}", "x".repeat(150))}), json!({}))
                         .unwrap();
@@ -248,7 +248,7 @@ fn threads_with_separate_handles_never_duplicate_ids() {
         }
     });
     check_unique_and_valid(&path, 800);
-    let mut tape = Tape::open_path(path, "t".into()).unwrap();
+    let mut tape = FileTape::open_path(path, "t".into()).unwrap();
     assert_eq!(tape.len().unwrap(), 800);
 }
 
@@ -261,7 +261,7 @@ fn child_process_appender() {
     let Some(path) = std::env::var_os("BUB_TAPE_CHILD_PATH") else {
         return;
     };
-    let mut tape = Tape::open_path(PathBuf::from(path), "t".into()).unwrap();
+    let mut tape = FileTape::open_path(PathBuf::from(path), "t".into()).unwrap();
     for i in 0..200 {
         tape.event("child", json!({"i": i, "pid": std::process::id()}))
             .unwrap();
@@ -290,7 +290,7 @@ fn processes_appending_concurrently_never_duplicate_ids() {
                 .unwrap()
         })
         .collect();
-    let mut tape = Tape::open_path(path.clone(), "t".into()).unwrap();
+    let mut tape = FileTape::open_path(path.clone(), "t".into()).unwrap();
     for i in 0..200 {
         tape.event("parent", json!({"i": i})).unwrap();
     }

@@ -270,16 +270,9 @@ impl AgentRuntime {
             Ok(llm) => Ok(llm.as_ref()),
             Err(e) => Err(e.as_str()),
         };
-        let outcome = ModelLoop {
-            llm,
-            ctx,
-            router: &router,
-            max_steps: self.settings().max_steps,
-            max_tokens: self.settings().max_tokens,
-            last_system,
-        }
-        .run(&route.model_prompt)
-        .await;
+        let outcome = ModelLoop::new(llm, ctx, &router, last_system)
+            .run(&route.model_prompt)
+            .await;
         let result = json!({
             "steps": outcome.steps,
             "followups": outcome.followups,

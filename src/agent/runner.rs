@@ -16,6 +16,8 @@ use super::prompt::{self, PromptParts};
 use super::router::Router;
 use crate::delivery::TurnError;
 use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, ToolCall};
+use crate::skills::Discovery;
+use crate::tape::ContextCursor;
 use crate::tape::shared::{append_failed, logged};
 use crate::tools::ToolContext;
 
@@ -39,19 +41,43 @@ enum Step {
 
 /// Runs the model loop for one session turn.
 pub struct ModelLoop<'a> {
-    pub llm: Result<&'a LlmClient, &'a str>,
-    pub ctx: &'a ToolContext,
-    pub router: &'a Router,
-    pub max_steps: u32,
-    pub max_tokens: u32,
+    llm: Result<&'a LlmClient, &'a str>,
+    ctx: &'a ToolContext,
+    router: &'a Router,
+    max_steps: u32,
+    max_tokens: u32,
     /// Hash of the last system prompt written to the tape, to record it only when it changes.
-    pub last_system: &'a mut Option<u64>,
+    last_system: &'a mut Option<u64>,
+    /// The turn's context, read from the tape where the previous step left off.
+    context: ContextCursor,
+    /// The skills as the last step's system prompt showed them (for `$hints` in answers).
+    skills: Arc<Discovery>,
 }
 
-impl ModelLoop<'_> {
+impl<'a> ModelLoop<'a> {
+    /// The loop of a turn in `ctx`'s session, bounded by its settings' steps and tokens.
+    /// `last_system` is the session's memory of the system prompt it recorded last.
+    pub fn new(
+        llm: Result<&'a LlmClient, &'a str>,
+        ctx: &'a ToolContext,
+        router: &'a Router,
+        last_system: &'a mut Option<u64>,
+    ) -> Self {
+        Self {
+            llm,
+            ctx,
+            router,
+            max_steps: ctx.settings().max_steps,
+            max_tokens: ctx.settings().max_tokens,
+            last_system,
+            context: ContextCursor::default(),
+            skills: Arc::default(),
+        }
+    }
+
     /// Runs until the model answers without commands, fails, asks to quit, or `max_steps`.
+    /// `$hints` in the prompt and in the model's answers expand the tools and skills they name.
     pub async fn run(&mut self, prompt: &str) -> LoopOutcome {
-        self.activate_hints(prompt);
         let mut out = LoopOutcome::default();
         let mut prompt = prompt.to_string();
         let mut visible: Vec<String> = Vec::new();
@@ -123,10 +149,10 @@ impl ModelLoop<'_> {
         }
     }
 
+    /// Expands the tools and skills `text` names, with the skills of this step.
     fn activate_hints(&self, text: &str) {
-        let skills = crate::skills::discover(self.ctx.settings());
         let mut expanded = self.ctx.expanded();
-        prompt::activate_hints(text, self.ctx.registry(), &skills, &mut expanded);
+        prompt::activate_hints(text, self.ctx.registry(), &self.skills, &mut expanded);
     }
 
     async fn event(&self, name: &str, data: Value) {
@@ -151,10 +177,10 @@ impl ModelLoop<'_> {
             }
         };
         let run = json!({"run_id": uuid::Uuid::new_v4().simple().to_string()});
-        // Built once per step: recorded on the tape (when changed) and sent.
-        let system = self.system_prompt();
-        let recorded = self.prepare(start, &system, prompt, &run).await;
-        let context = recorded.map_err(|e| {
+        // The user's own prompt may name tools and skills to expand.
+        let hints = (step == 1).then(|| prompt.to_owned());
+        let recorded = self.prepare(start, prompt, &run, hints).await;
+        let (system, context) = recorded.map_err(|e| {
             let what = if step == 1 {
                 "your message"
             } else {
@@ -202,39 +228,66 @@ impl ModelLoop<'_> {
         Ok(Step::Tools)
     }
 
-    /// The tape work before a model call, in one hop to the blocking pool: the step's start
-    /// event, the system prompt (when it changed), the prompt, then the context to send. An
-    /// error means the prompt could not be recorded (the other records only log theirs).
+    /// The work before a model call, in one hop to the blocking pool: the skills (expanding
+    /// those `hints` names) and the system prompt built from them, then on the tape the step's
+    /// start event, the system prompt (when it changed), the prompt, and the context to send.
+    /// Returns the system prompt and the context; an error means the prompt could not be
+    /// recorded (the other records only log theirs).
     async fn prepare(
         &mut self,
         start: Value,
-        system: &str,
         prompt: &str,
         run: &Value,
-    ) -> anyhow::Result<anyhow::Result<Vec<Value>>> {
-        let hash = self.system_change(system);
-        let system_entry = hash.map(|_| json!({"content": system}));
+        hints: Option<String>,
+    ) -> anyhow::Result<(String, anyhow::Result<Vec<Value>>)> {
         let message = json!({"role": "user", "content": prompt});
         let run = run.clone();
+        let mut cursor = std::mem::take(&mut self.context);
+        let (ctx, last_system) = (self.ctx.clone(), *self.last_system);
         let recorded = self.ctx.tape().run(move |t| {
+            let skills = crate::skills::discover(ctx.settings());
+            if let Some(text) = hints {
+                prompt::activate_hints(&text, ctx.registry(), &skills, &mut ctx.expanded());
+            }
+            let system = system_prompt(&ctx, &skills);
+            let hash = stable_hash(&system);
             logged("event", t.event("loop.step.start", start));
-            let recorded_system = system_entry
+            let recorded_system = (last_system != Some(hash))
+                .then(|| json!({"content": system}))
                 .and_then(|entry| logged("system", t.append("system", entry, run.clone())))
                 .is_some();
             t.append("message", message, run)
                 .inspect_err(|e| append_failed("message", e))?;
-            Ok((recorded_system, t.context_messages()))
+            let context = t.context(&mut cursor);
+            Ok((
+                system,
+                recorded_system.then_some(hash),
+                context,
+                cursor,
+                skills,
+            ))
         });
-        let (recorded_system, context) = recorded.await?;
-        if recorded_system {
-            *self.last_system = hash;
+        let (system, recorded, context, cursor, skills) = recorded.await?;
+        (self.context, self.skills) = (cursor, skills);
+        if recorded.is_some() {
+            *self.last_system = recorded;
         }
-        Ok(context)
+        Ok((system, context))
     }
 
-    /// The context to send, read from the tape.
-    async fn context(&self) -> anyhow::Result<Vec<Value>> {
-        self.ctx.tape().run(|t| t.context_messages()).await
+    /// The context to send, read from the tape where the last read left off.
+    async fn context(&mut self) -> anyhow::Result<Vec<Value>> {
+        let mut cursor = std::mem::take(&mut self.context);
+        let (context, cursor) = self
+            .ctx
+            .tape()
+            .run(|t| {
+                let context = t.context(&mut cursor);
+                Ok((context, cursor))
+            })
+            .await?;
+        self.context = cursor;
+        context
     }
 
     async fn call(
@@ -252,34 +305,6 @@ impl ModelLoop<'_> {
             max_tokens: self.max_tokens,
         };
         llm.chat(&request).await
-    }
-
-    fn system_prompt(&self) -> String {
-        let expanded = self.ctx.expanded().clone();
-        let settings = self.ctx.settings();
-        let skills = crate::skills::discover(settings);
-        prompt::system_prompt(&PromptParts {
-            base: &settings.system_prompt,
-            workspace: self.ctx.workspace(),
-            registry: self.ctx.registry(),
-            policy: &self.ctx.turn.policy,
-            expanded: &expanded,
-            skills: &skills,
-            now: chrono::Local::now(),
-        })
-    }
-
-    /// The hash of the system prompt when it differs from the last one recorded this session
-    /// (it is recorded then).
-    fn system_change(&self, system: &str) -> Option<u64> {
-        // The date line changes every minute; hash without it.
-        let stable = system
-            .rsplit_once("\n\nCurrent date and time:")
-            .map_or(system, |(s, _)| s);
-        let mut hasher = DefaultHasher::new();
-        stable.hash(&mut hasher);
-        let hash = hasher.finish();
-        (*self.last_system != Some(hash)).then_some(hash)
     }
 
     /// Writes an anchor so the next call starts from a short context (Bub v0.2.3 only failed
@@ -344,6 +369,32 @@ impl ModelLoop<'_> {
             Err(e) => format!("error: tool '{name}' failed: {e}"),
         }
     }
+}
+
+/// The system prompt of a step in `ctx`'s session, showing `skills`.
+fn system_prompt(ctx: &ToolContext, skills: &Discovery) -> String {
+    let expanded = ctx.expanded().clone();
+    let settings = ctx.settings();
+    prompt::system_prompt(&PromptParts {
+        base: &settings.system_prompt,
+        workspace: ctx.workspace(),
+        registry: ctx.registry(),
+        policy: &ctx.turn.policy,
+        expanded: &expanded,
+        skills,
+        now: chrono::Local::now(),
+    })
+}
+
+/// A hash of the system prompt without its date line (which changes every minute): the
+/// prompt is recorded on the tape when this changes.
+fn stable_hash(system: &str) -> u64 {
+    let stable = system
+        .rsplit_once("\n\nCurrent date and time:")
+        .map_or(system, |(s, _)| s);
+    let mut hasher = DefaultHasher::new();
+    stable.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Keeps the message sequence valid for OpenAI-compatible providers: an assistant message's

@@ -3,22 +3,26 @@
 //! Roots, in precedence order (the first skill of a name wins): the workspace's
 //! `.agents/skills` and `.agent/skills` (project), `~/.agents/skills` and `~/.agent/skills`
 //! (global), and the built-in skills of the top-level `skills/` folder, embedded in the binary.
-//! Discovery re-lists the roots each time (skills written by the agent appear at once); a skill
-//! that does not validate is reported and skipped, never fatal. A SKILL.md is parsed again only
-//! when its modification time or length changed (a bounded process-wide cache), and one larger
-//! than [`parse::MAX_SKILL_BYTES`] is reported without being read.
+//! A discovery is kept while nothing it was made from changed: each root folder, each folder in
+//! a root and each SKILL.md is remembered with its modification time, length and inode (a
+//! `stat` each), so skills written by the agent appear at once and an unchanged set costs no
+//! listing and no parse. A skill that does not validate is reported and skipped, never fatal.
+//! A SKILL.md is parsed again only when its modification time or length changed (a bounded
+//! process-wide cache), and one larger than [`parse::MAX_SKILL_BYTES`] is reported without
+//! being read. Discovery is file I/O: async code runs it on the blocking pool.
 
 pub mod parse;
 
 use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::sync::{LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::SystemTime;
 
 use include_dir::{Dir, include_dir};
 
 use crate::config::Settings;
+use crate::storage::Stamp;
 pub use parse::{MAX_SKILL_BYTES, SkillFile, parse_skill};
 
 /// The built-in skills (`skills/` at the repository root).
@@ -52,6 +56,37 @@ static CACHE: LazyLock<Mutex<HashMap<PathBuf, Cached>>> = LazyLock::new(Default:
 
 /// The most SKILL.md files the cache remembers; when full, an arbitrary entry makes room.
 pub const CACHE_CAPACITY: usize = 256;
+
+/// A discovery and the version of every path it was made from (taken before reading each).
+struct Snapshot {
+    stamps: Vec<(PathBuf, Option<Stamp>)>,
+    found: Arc<Discovery>,
+}
+
+impl Snapshot {
+    /// Whether every path it was made from is older than [`SETTLED`] (one with an unknown
+    /// modification time never is).
+    fn settled(&self) -> bool {
+        let Some(limit) = SystemTime::now().checked_sub(SETTLED) else {
+            return false;
+        };
+        self.stamps
+            .iter()
+            .all(|(_, stamp)| stamp.is_none_or(|s| s.modified().is_some_and(|m| m <= limit)))
+    }
+}
+
+/// The last discovery per set of roots and allow-list, at most [`SNAPSHOTS_KEPT`].
+static SNAPSHOTS: LazyLock<Mutex<HashMap<String, Arc<Snapshot>>>> = LazyLock::new(Default::default);
+
+/// Discoveries kept (one per workspace and allow-list in use); when full, an arbitrary one
+/// makes room.
+const SNAPSHOTS_KEPT: usize = 16;
+
+/// How old every path of a discovery must be for it to be kept. A change within the file
+/// system's timestamp granularity (a few milliseconds, up to 2 s on some) may leave the same
+/// modification time, so a discovery that saw a path this recent is made again next time.
+const SETTLED: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Files listed per skill by `skills.describe`.
 const MAX_LISTED_FILES: usize = 50;
@@ -191,21 +226,56 @@ fn roots(settings: &Settings) -> Vec<(PathBuf, Source)> {
     roots
 }
 
-/// Finds the skills of `settings` (restricted to `settings.allowed_skills` when non-empty).
-pub fn discover(settings: &Settings) -> Discovery {
+/// The skills of `settings` (restricted to `settings.allowed_skills` when non-empty): the last
+/// discovery when none of the paths it was made from changed, else a new one.
+pub fn discover(settings: &Settings) -> Arc<Discovery> {
+    let roots = roots(settings);
+    let key = format!("{roots:?} {:?}", settings.allowed_skills);
+    let snapshots = || SNAPSHOTS.lock().unwrap_or_else(|e| e.into_inner());
+    let last = snapshots().get(&key).cloned();
+    if let Some(last) = last
+        && last.stamps.iter().all(|(path, at)| Stamp::of(path) == *at)
+    {
+        return last.found.clone();
+    }
+    let snapshot = Arc::new(discover_now(settings, roots));
+    let found = snapshot.found.clone();
+    let mut snapshots = snapshots();
+    if !snapshot.settled() {
+        snapshots.remove(&key);
+        return found;
+    }
+    if snapshots.len() >= SNAPSHOTS_KEPT
+        && !snapshots.contains_key(&key)
+        && let Some(evicted) = snapshots.keys().next().cloned()
+    {
+        snapshots.remove(&evicted);
+    }
+    snapshots.insert(key, snapshot);
+    found
+}
+
+/// Lists the roots and loads their skills, stamping each path before it is read (so a change
+/// during the discovery makes the next call discover again, never keeps a stale one).
+fn discover_now(settings: &Settings, roots: Vec<(PathBuf, Source)>) -> Snapshot {
     let mut found = Discovery::default();
-    for (root, source) in roots(settings) {
+    let mut stamps = Vec::new();
+    for (root, source) in roots {
+        stamps.push((root.clone(), Stamp::of(&root)));
         let Ok(entries) = std::fs::read_dir(&root) else {
             continue;
         };
-        let mut dirs: Vec<PathBuf> = entries
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.join("SKILL.md").is_file())
-            .collect();
+        let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
         dirs.sort();
         for dir in dirs {
+            // Every folder is stamped: a SKILL.md created in it later changes its mtime.
+            stamps.push((dir.clone(), Stamp::of(&dir)));
             let md = dir.join("SKILL.md");
+            let stamp = Stamp::of(&md);
+            if !md.is_file() {
+                continue;
+            }
+            stamps.push((md.clone(), stamp));
             let location = md.display().to_string();
             let folder_name = dir.file_name().unwrap_or_default().to_string_lossy();
             let parsed = load_skill(&md, &folder_name);
@@ -237,7 +307,10 @@ pub fn discover(settings: &Settings) -> Discovery {
         found.skills.retain(|s| allowed.contains(&s.file.name));
     }
     found.skills.sort_by(|a, b| a.file.name.cmp(&b.file.name));
-    found
+    Snapshot {
+        stamps,
+        found: Arc::new(found),
+    }
 }
 
 /// The parse result of the SKILL.md at `path` in folder `folder`: from the cache when the file's

@@ -31,7 +31,7 @@ use serde_json::{Value, json};
 
 use super::entry::{Kind, TapeEntry, parse_entry};
 use super::index::{BackLines, line_kind, lines, read_at};
-use super::store::Tape;
+use super::store::FileTape;
 
 /// The entry kinds a context is built from (besides the anchor it starts after).
 const CONTEXT_KINDS: [Kind; 3] = [Kind::Message, Kind::ToolCall, Kind::ToolResult];
@@ -74,38 +74,92 @@ impl fmt::Display for TapeInfo {
     }
 }
 
-impl Tape {
+/// The model's context of one turn, kept from step to step. The first read parses the entries
+/// after the last anchor; each later read parses only what was appended since. A new anchor (a
+/// handoff), a reset or a replaced file starts it over from the new last anchor.
+///
+/// Its positions are the store's: for a file, the identity of the file, the last anchor's byte
+/// offset and the bytes read so far. It lives as long as the turn (its messages are the context
+/// the turn sends anyway), so a session keeps nothing between turns.
+#[derive(Debug, Default)]
+pub struct ContextCursor {
+    /// What the context starts after (store-defined; `None` until the first read).
+    origin: Option<[u64; 3]>,
+    /// How far the store has been read (store-defined: a byte offset for a file).
+    read_to: u64,
+    /// The last anchor's handoff note, as a user message.
+    note: Option<Value>,
+    messages: Messages,
+    /// How much the last read parsed (store-defined: bytes for a file).
+    pub last_read: u64,
+}
+
+impl ContextCursor {
+    /// The context: the handoff note, then the messages, with synthetic results for calls
+    /// still unanswered.
+    pub fn messages(&self) -> Vec<Value> {
+        let mut out = Vec::with_capacity(self.messages.out.len() + self.messages.pending.len() + 1);
+        out.extend(self.note.iter().cloned());
+        out.extend(self.messages.out.iter().cloned());
+        out.extend(
+            self.messages
+                .pending
+                .iter()
+                .map(|call| tool_message(NO_RESULT.to_string(), Some(call))),
+        );
+        out
+    }
+}
+
+impl FileTape {
     /// The model's context: the entries after the last anchor as chat messages (see the module
-    /// documentation), preceded by the anchor's handoff note when it has one.
+    /// documentation), preceded by the anchor's handoff note when it has one. Read from the
+    /// anchor, for one-off readers; a turn keeps a [`ContextCursor`].
     pub fn context_messages(&mut self) -> anyhow::Result<Vec<Value>> {
-        let (anchor, entries) = self.read(|index, file| {
+        self.context(&mut ContextCursor::default())
+    }
+
+    /// The context through `cursor`: only the lines appended since its last read are parsed,
+    /// unless the last anchor or the file changed (then it starts over from the last anchor).
+    /// Only the kinds the context is made of are parsed: events (most of a tape) and system
+    /// prompts are recognised from the line's header and skipped.
+    pub fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<Value>> {
+        self.read(|index, file| {
             let Some(file) = file else {
-                return Ok((None, Vec::new()));
+                *cursor = ContextCursor::default();
+                return Ok(());
             };
             let last_anchor = index.last_anchor();
-            let from = last_anchor.map_or(0, |a| a.offset);
-            let bytes = read_at(file, from, index.synced - from)?;
+            let (dev, ino) = index.file_id();
+            let origin = [dev, ino, last_anchor.map_or(u64::MAX, |a| a.offset)];
+            let fresh = cursor.origin != Some(origin) || cursor.read_to > index.synced;
+            if fresh {
+                *cursor = ContextCursor {
+                    origin: Some(origin),
+                    read_to: last_anchor.map_or(0, |a| a.offset),
+                    ..ContextCursor::default()
+                };
+            }
+            let bytes = read_at(file, cursor.read_to, index.synced - cursor.read_to)?;
             let mut lines = lines(&bytes).peekable();
-            let anchor = match last_anchor {
-                Some(_) => lines
+            if fresh && last_anchor.is_some() {
+                let anchor = lines
                     .next_if(|l| line_kind(l) == Some(Kind::Anchor))
-                    .and_then(parse_entry),
-                None => None,
-            };
-            // Only the kinds the context is made of are parsed: events (most of a tape) and
-            // system prompts are recognised from the line's header and skipped.
-            let entries = lines
+                    .and_then(parse_entry);
+                cursor.note = anchor
+                    .as_ref()
+                    .and_then(handoff_note)
+                    .map(|note| json!({"role": "user", "content": note}));
+            }
+            lines
                 .filter(|l| line_kind(l).is_none_or(|k| CONTEXT_KINDS.contains(&k)))
                 .filter_map(parse_entry)
-                .collect::<Vec<_>>();
-            Ok((anchor, entries))
+                .for_each(|entry| cursor.messages.push(entry));
+            cursor.last_read = bytes.len() as u64;
+            cursor.read_to = index.synced;
+            Ok(())
         })?;
-        let mut messages = Vec::with_capacity(entries.len() + 1);
-        if let Some(note) = anchor.as_ref().and_then(handoff_note) {
-            messages.push(json!({"role": "user", "content": note}));
-        }
-        messages.extend(select_messages(entries));
-        Ok(messages)
+        Ok(cursor.messages())
     }
 
     /// The tape summary. The counts come from the index; the last token usage from the newest
@@ -186,25 +240,40 @@ pub fn handoff_note(anchor: &TapeEntry) -> Option<String> {
 /// Maps entries (those after the last anchor) to chat messages, as Bub v0.2.3 does, plus
 /// synthetic results for unanswered tool calls.
 pub fn select_messages(entries: impl IntoIterator<Item = TapeEntry>) -> Vec<Value> {
-    let mut out = Vec::new();
-    let mut pending: Vec<Value> = Vec::new();
-    for entry in entries {
+    let mut messages = Messages::default();
+    entries.into_iter().for_each(|e| messages.push(e));
+    let Messages { mut out, pending } = messages;
+    answer_unanswered(&mut out, pending);
+    out
+}
+
+/// Chat messages built entry by entry: those final so far, and the calls of the last
+/// `tool_call` still waiting for their results.
+#[derive(Debug, Default)]
+struct Messages {
+    out: Vec<Value>,
+    pending: Vec<Value>,
+}
+
+impl Messages {
+    fn push(&mut self, entry: TapeEntry) {
+        let out = &mut self.out;
         match entry.kind.as_str() {
             "message" => {
-                answer_unanswered(&mut out, &mut pending);
+                answer_unanswered(out, std::mem::take(&mut self.pending));
                 out.push(entry.payload);
             }
             "tool_call" => {
-                answer_unanswered(&mut out, &mut pending);
+                answer_unanswered(out, std::mem::take(&mut self.pending));
                 let calls = entry.payload.get("calls").and_then(Value::as_array);
                 if let Some(calls) = calls.filter(|c| !c.is_empty()) {
                     out.push(json!({"role": "assistant", "content": "", "tool_calls": calls}));
-                    pending = calls.clone();
+                    self.pending = calls.clone();
                 }
             }
             "tool_result" => {
                 let results = entry.payload.get("results").and_then(Value::as_array);
-                let calls = std::mem::take(&mut pending);
+                let calls = std::mem::take(&mut self.pending);
                 let results = results.map(Vec::as_slice).unwrap_or_default();
                 for (i, result) in results.iter().enumerate() {
                     out.push(tool_message(result_content(result), calls.get(i)));
@@ -216,12 +285,10 @@ pub fn select_messages(entries: impl IntoIterator<Item = TapeEntry>) -> Vec<Valu
             _ => {}
         }
     }
-    answer_unanswered(&mut out, &mut pending);
-    out
 }
 
-fn answer_unanswered(out: &mut Vec<Value>, pending: &mut Vec<Value>) {
-    for call in pending.drain(..) {
+fn answer_unanswered(out: &mut Vec<Value>, pending: Vec<Value>) {
+    for call in pending {
         out.push(tool_message(NO_RESULT.to_string(), Some(&call)));
     }
 }
@@ -408,7 +475,7 @@ mod tests {
     fn context_of_a_mixed_tape_keeps_messages_and_lines_in_foreign_field_order() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.jsonl");
-        let mut tape = Tape::open_path(path.clone(), "t".into()).unwrap();
+        let mut tape = FileTape::open_path(path.clone(), "t".into()).unwrap();
         tape.handoff("phase", Some("did A"), None).unwrap();
         tape.event("loop.step.start", json!({"step": 1})).unwrap();
         tape.append("system", json!({"content": "be brief"}), json!({}))
@@ -437,5 +504,57 @@ mod tests {
                 json!({"role":"assistant","content":"hello"}),
             ]
         );
+    }
+
+    /// A tape whose every kind of change is followed by a read through one cursor: the cursor's
+    /// context equals a fresh read each time, and after the first read it parses only the
+    /// bytes appended since (or starts over from the new anchor).
+    #[test]
+    fn a_cursor_reads_only_what_was_appended_and_matches_a_fresh_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let mut tape = FileTape::open_path(path.clone(), "t".into()).unwrap();
+        let mut cursor = ContextCursor::default();
+        let call = json!({"id":"c1","type":"function","function":{"name":"bash","arguments":"{}"}});
+        let user = |text: &str| json!({"role": "user", "content": text});
+        type Change = Box<dyn Fn(&mut FileTape)>;
+        let steps: Vec<Change> = vec![
+            Box::new(|t| t.ensure_bootstrap().unwrap()),
+            Box::new(move |t| drop(t.append("message", user("hi"), json!({})).unwrap())),
+            Box::new(|t| drop(t.event("run", json!({})).unwrap())),
+            Box::new(move |t| {
+                drop(
+                    t.append("tool_call", json!({"calls": [call.clone()]}), json!({}))
+                        .unwrap(),
+                )
+            }),
+            Box::new(|t| {
+                drop(
+                    t.append("tool_result", json!({"results": ["ok"]}), json!({}))
+                        .unwrap(),
+                )
+            }),
+            Box::new(|t| t.handoff("phase-2", Some("did A"), Some("do B")).unwrap()),
+            Box::new(move |t| drop(t.append("message", user("next"), json!({})).unwrap())),
+            Box::new(|t| drop(t.reset(false).unwrap())),
+            Box::new(move |t| drop(t.append("message", user("fresh"), json!({})).unwrap())),
+        ];
+        for (i, step) in steps.iter().enumerate() {
+            let before = std::fs::metadata(&path).map_or(0, |m| m.len());
+            step(&mut tape);
+            let after = std::fs::metadata(&path).unwrap().len();
+            let through_cursor = tape.context(&mut cursor).unwrap();
+            let fresh = FileTape::open_path(path.clone(), "t".into())
+                .unwrap()
+                .context_messages()
+                .unwrap();
+            assert_eq!(through_cursor, fresh, "after step {i}");
+            // Appends (not the first read, a handoff or a reset) parse only the new bytes.
+            if matches!(i, 1 | 2 | 3 | 4 | 6 | 8) {
+                assert_eq!(cursor.last_read, after - before, "bytes parsed at step {i}");
+            }
+        }
+        assert_eq!(tape.context(&mut cursor).unwrap(), vec![user("fresh")]);
+        assert_eq!(cursor.last_read, 0, "nothing appended, nothing parsed");
     }
 }

@@ -279,6 +279,11 @@ impl Index {
         self.anchors.back().copied()
     }
 
+    /// The identity (device, inode) of the file last synced; `(0, 0)` before the first sync.
+    pub fn file_id(&self) -> (u64, u64) {
+        self.file.map_or((0, 0), |f| (f.0, f.1))
+    }
+
     /// Entries after the last anchor, by position (all entries when there is no anchor).
     pub fn entries_since_last_anchor(&self) -> usize {
         self.last_anchor()
@@ -458,7 +463,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::tape::Tape;
+    use crate::tape::FileTape;
 
     /// The bound the index must stay under, whatever the tape's length.
     fn bound() -> usize {
@@ -474,7 +479,7 @@ mod tests {
         const N: usize = 20_000;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.jsonl");
-        let mut tape = Tape::open_path(path.clone(), "t".into()).unwrap();
+        let mut tape = FileTape::open_path(path.clone(), "t".into()).unwrap();
         tape.event(
             "run",
             json!({"status": "ok", "usage": {"total_tokens": 77}}),
@@ -493,7 +498,7 @@ mod tests {
         assert!(std::fs::metadata(&path).unwrap().len() > 2 * CHUNK as u64);
         assert_eq!(tape.index.footprint(), std::mem::size_of::<Index>());
         // A cold open builds the same index from the file.
-        let mut cold = Tape::open_path(path, "t".into()).unwrap();
+        let mut cold = FileTape::open_path(path, "t".into()).unwrap();
         assert_eq!(cold.len().unwrap(), N);
         assert_eq!(cold.index.footprint(), std::mem::size_of::<Index>());
         assert!(cold.index.footprint() < 256, "{}", cold.index.footprint());
@@ -539,7 +544,7 @@ mod tests {
         const N: usize = 20_000;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.jsonl");
-        let mut tape = Tape::open_path(path.clone(), "t".into()).unwrap();
+        let mut tape = FileTape::open_path(path.clone(), "t".into()).unwrap();
         tape.ensure_bootstrap().unwrap();
         tape.event("run", json!({"status": "ok", "usage": {"total_tokens": 5}}))
             .unwrap();
@@ -576,7 +581,7 @@ mod tests {
         assert!(tape.index.footprint() <= bound());
         assert!(bound() < 2048, "{}", bound());
 
-        let mut cold = Tape::open_path(path, "t".into()).unwrap();
+        let mut cold = FileTape::open_path(path, "t".into()).unwrap();
         assert_eq!(cold.len().unwrap(), total);
         assert!(
             cold.index.footprint() <= bound(),
@@ -631,8 +636,8 @@ mod tests {
     fn lines_longer_than_the_read_buffer() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.jsonl");
-        let mut tape = Tape::open_path(path.clone(), "t".into()).unwrap();
-        let mut other = Tape::open_path(path.clone(), "t".into()).unwrap();
+        let mut tape = FileTape::open_path(path.clone(), "t".into()).unwrap();
+        let mut other = FileTape::open_path(path.clone(), "t".into()).unwrap();
         let huge = "x".repeat(CHUNK * 2 + 100);
         for content in ["small", huge.as_str(), "small again"] {
             tape.append(
@@ -644,7 +649,7 @@ mod tests {
             // Synced one line at a time (small buffers) and all at once (cold).
             assert_eq!(other.len().unwrap(), tape.len().unwrap());
         }
-        let mut cold = Tape::open_path(path.clone(), "t".into()).unwrap();
+        let mut cold = FileTape::open_path(path.clone(), "t".into()).unwrap();
         assert_eq!(cold.len().unwrap(), 3);
         let entries = cold.entries().unwrap();
         assert_eq!(text(&entries[1]).len(), huge.len());

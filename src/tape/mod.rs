@@ -1,6 +1,8 @@
 //! The tape: one append-only JSONL file per (workspace, session) holding everything a session
 //! did — messages, tool calls and results, events, anchors.
 //!
+//! * [`backend`] — the [`TapeStore`] trait (what the agent needs of a tape) and `open`, the one
+//!   place a session's tape is opened; [`FileTape`] is today's implementation.
 //! * [`entry`] — the entry type and its one-line JSON format (`{"id","kind","payload","meta","date"}`).
 //! * `index` — the in-memory index: counters (entries, anchors, largest id, bytes read) and the
 //!   newest anchors' byte ranges — bounded, never a record per entry — re-synced incrementally.
@@ -16,6 +18,7 @@
 //! `File::lock` while it re-syncs and writes); a torn last line from a crash is skipped and the
 //! tape stays appendable.
 
+pub mod backend;
 pub mod context;
 pub mod entry;
 mod index;
@@ -23,7 +26,8 @@ pub mod search;
 pub mod shared;
 pub mod store;
 
-pub use context::{TapeInfo, handoff_note, select_messages};
+pub use backend::TapeStore;
+pub use context::{ContextCursor, TapeInfo, handoff_note, select_messages};
 pub use entry::TapeEntry;
 pub use shared::SharedTape;
-pub use store::{MAX_ID, SESSION_START, Tape, md5_hex, tape_name_for, tape_path};
+pub use store::{FileTape, MAX_ID, SESSION_START, md5_hex, tape_name_for, tape_path};

@@ -23,14 +23,14 @@ use rapidfuzz::fuzz::{Args, RatioBatchComparator};
 
 use super::entry::{Kind, TapeEntry, parse_entry, payload_meta_spans};
 use super::index::{BackLines, line_kind};
-use super::store::Tape;
+use super::store::FileTape;
 
 /// Fuzzy threshold (the reference's `WRatio ≥ 80`, on rapidfuzz-rs's 0..1 scale).
 const THRESHOLD: f64 = 0.8;
 /// How many single tokens and how many windows are tried per entry.
 const MAX_CANDIDATES: usize = 128;
 
-impl Tape {
+impl FileTape {
     /// Entries matching `query`, newest first, at most `limit` (see the module documentation).
     pub fn search(&mut self, query: &str, limit: usize) -> anyhow::Result<Vec<TapeEntry>> {
         let Some(matcher) = Matcher::new(query) else {

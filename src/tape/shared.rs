@@ -11,14 +11,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 
-use super::Tape;
+use super::TapeStore;
 
 /// A session's tape, shared by its turns, tools and status readers.
 #[derive(Clone)]
-pub struct SharedTape(Arc<Mutex<Tape>>);
+pub struct SharedTape(Arc<Mutex<Box<dyn TapeStore>>>);
 
 impl SharedTape {
-    pub fn new(tape: Tape) -> Self {
+    pub fn new(tape: Box<dyn TapeStore>) -> Self {
         Self(Arc::new(Mutex::new(tape)))
     }
 
@@ -26,10 +26,10 @@ impl SharedTape {
     pub async fn run<R, F>(&self, f: F) -> anyhow::Result<R>
     where
         R: Send + 'static,
-        F: FnOnce(&mut Tape) -> anyhow::Result<R> + Send + 'static,
+        F: FnOnce(&mut dyn TapeStore) -> anyhow::Result<R> + Send + 'static,
     {
         let tape = self.0.clone();
-        tokio::task::spawn_blocking(move || f(&mut lock(&tape)))
+        tokio::task::spawn_blocking(move || f(lock(&tape).as_mut()))
             .await
             .map_err(|e| anyhow::anyhow!("tape task failed: {e}"))?
     }
@@ -61,7 +61,7 @@ impl SharedTape {
 
     /// The tape for code that is already off the async threads (a blocking task, a terminal
     /// status line between turns, tests).
-    pub fn lock(&self) -> MutexGuard<'_, Tape> {
+    pub fn lock(&self) -> MutexGuard<'_, Box<dyn TapeStore>> {
         lock(&self.0)
     }
 }
@@ -79,7 +79,7 @@ pub fn logged<T>(kind: &str, result: anyhow::Result<T>) -> Option<T> {
 
 /// The tape behind `mutex`; a panic in an earlier holder leaves the tape usable (every
 /// operation is a whole append or read, and the index re-syncs from the file).
-fn lock(mutex: &Mutex<Tape>) -> MutexGuard<'_, Tape> {
+fn lock(mutex: &Mutex<Box<dyn TapeStore>>) -> MutexGuard<'_, Box<dyn TapeStore>> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -94,7 +94,9 @@ mod tests {
     async fn records_land_in_order_and_a_failed_append_is_survived() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.jsonl");
-        let tape = SharedTape::new(Tape::open_path(path.clone(), "t".into()).unwrap());
+        let tape = SharedTape::new(Box::new(
+            crate::tape::FileTape::open_path(path.clone(), "t".into()).unwrap(),
+        ));
         tape.record(
             "message",
             json!({"role": "user", "content": "hi"}),

@@ -35,7 +35,7 @@ pub const MAX_ID: u64 = i64::MAX as u64;
 
 /// A handle on one tape file. Cheap to open; the index is built on the first operation.
 #[derive(Debug)]
-pub struct Tape {
+pub struct FileTape {
     path: PathBuf,
     name: String,
     pub(crate) index: Index,
@@ -73,7 +73,7 @@ pub fn tape_path(home: &Path, workspace: &Path, name: &str) -> PathBuf {
         .join(format!("{ws_hash}__{encoded}.jsonl"))
 }
 
-impl Tape {
+impl FileTape {
     /// The tape of `session_id` in `workspace`, stored under `<home>/tapes/` (created here; the
     /// file itself is created by the first append).
     pub fn open(
@@ -81,17 +81,17 @@ impl Tape {
         workspace: &Path,
         tape_name: &str,
         session_id: &str,
-    ) -> anyhow::Result<Tape> {
+    ) -> anyhow::Result<FileTape> {
         let name = tape_name_for(tape_name, session_id);
         Self::open_path(tape_path(home, workspace, &name), name)
     }
 
     /// A tape stored at `path` (its parent directory is created).
-    pub fn open_path(path: PathBuf, name: String) -> anyhow::Result<Tape> {
+    pub fn open_path(path: PathBuf, name: String) -> anyhow::Result<FileTape> {
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        Ok(Tape {
+        Ok(FileTape {
             path,
             name,
             index: Index::default(),

@@ -18,7 +18,7 @@ use crate::access::{Access, Authority, Policy, Role};
 use crate::config::Settings;
 use crate::delivery::Outbox;
 use crate::redact::Redactor;
-use crate::tape::{SharedTape, Tape};
+use crate::tape::SharedTape;
 use crate::tools::expansion::Expanded;
 
 use super::Registry;
@@ -93,12 +93,7 @@ pub struct SessionCtx {
 impl SessionCtx {
     /// Opens the session's tape under `settings.home` for `settings.workspace`.
     pub fn open(settings: &Settings, session_id: &str) -> anyhow::Result<Self> {
-        let tape = Tape::open(
-            &settings.home,
-            &settings.workspace,
-            &settings.tape_name,
-            session_id,
-        )?;
+        let tape = crate::tape::backend::open(settings, session_id)?;
         Ok(Self {
             id: session_id.to_owned(),
             workspace: settings.workspace.clone(),

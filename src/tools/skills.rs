@@ -1,5 +1,6 @@
 //! Skill tools: `skills.list` and `skills.describe` (the full SKILL.md body and the skill's
-//! other files). Describing a skill also expands it in the system prompt (bounded).
+//! other files). Describing a skill also expands it in the system prompt (bounded). Both read
+//! the skill folders on the blocking pool.
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -12,6 +13,16 @@ use crate::skills::{self, Skill};
 struct DescribeArgs {
     /// skill name, e.g. gh
     name: String,
+}
+
+/// Runs `f` on the blocking pool (skill discovery reads folders and files).
+async fn blocking<F>(ctx: ToolContext, f: F) -> Result<String, ToolError>
+where
+    F: FnOnce(&ToolContext) -> Result<String, ToolError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(move || f(&ctx))
+        .await
+        .map_err(|e| ToolError::new(format!("skills task failed: {e}")))?
 }
 
 /// `skills.describe` output: metadata, body, and the folder's other files.
@@ -56,7 +67,9 @@ pub fn tools() -> Vec<Tool> {
             "Lists the skills of this workspace (project), of ~/.agents/skills (global) and the \
              built-in ones: name, description, source and location; invalid SKILL.md files are \
              listed as skipped with the reason.",
-            |_: NoArgs, ctx: ToolContext| async move { Ok(skills::discover(ctx.settings()).listing()) },
+            |_: NoArgs, ctx: ToolContext| async move {
+                blocking(ctx, |ctx| Ok(skills::discover(ctx.settings()).listing())).await
+            },
         ),
         Tool::new(
             "skills.describe",
@@ -64,12 +77,15 @@ pub fn tools() -> Vec<Tool> {
             "Shows a skill's full SKILL.md (frontmatter fields and body) and lists the other \
              files in its folder; the skill's body also stays in the system prompt for a while.",
             |DescribeArgs { name }, ctx: ToolContext| async move {
-                let found = skills::discover(ctx.settings());
-                let skill = found.get(name.trim()).ok_or_else(|| {
-                    ToolError::new(format!("unknown skill: {name} (see skills.list)"))
-                })?;
-                ctx.expanded().skill(skill.name());
-                Ok(describe_text(skill))
+                blocking(ctx, move |ctx| {
+                    let found = skills::discover(ctx.settings());
+                    let skill = found.get(name.trim()).ok_or_else(|| {
+                        ToolError::new(format!("unknown skill: {name} (see skills.list)"))
+                    })?;
+                    ctx.expanded().skill(skill.name());
+                    Ok(describe_text(skill))
+                })
+                .await
             },
         ),
     ]

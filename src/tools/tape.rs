@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::registry::NoArgs;
 use super::{Tool, ToolContext, ToolError};
-use crate::tape::{Tape, TapeEntry};
+use crate::tape::{TapeEntry, TapeStore};
 
 /// How many anchors `tape.anchors` lists.
 const ANCHORS_SHOWN: usize = 50;
@@ -52,18 +52,18 @@ struct ResetArgs {
 async fn with_tape<R, F>(ctx: &ToolContext, f: F) -> Result<R, ToolError>
 where
     R: Send + 'static,
-    F: FnOnce(&mut Tape) -> anyhow::Result<R> + Send + 'static,
+    F: FnOnce(&mut dyn TapeStore) -> anyhow::Result<R> + Send + 'static,
 {
     ctx.tape().run(f).await.map_err(ToolError::from)
 }
 
 /// `tape.info` output.
-pub fn info_text(tape: &mut Tape) -> anyhow::Result<String> {
+pub fn info_text(tape: &mut dyn TapeStore) -> anyhow::Result<String> {
     Ok(tape.info()?.to_string())
 }
 
 /// `tape.search` output: `#<id> <kind> <payload JSON>` per match, newest first.
-pub fn search_text(tape: &mut Tape, query: &str, limit: usize) -> anyhow::Result<String> {
+pub fn search_text(tape: &mut dyn TapeStore, query: &str, limit: usize) -> anyhow::Result<String> {
     let found = tape.search(query, limit)?;
     if found.is_empty() {
         return Ok("(no matches)".to_string());
@@ -76,7 +76,7 @@ pub fn search_text(tape: &mut Tape, query: &str, limit: usize) -> anyhow::Result
 }
 
 /// `tape.anchors` output: `<name> state=<JSON>` per anchor, oldest first.
-pub fn anchors_text(tape: &mut Tape) -> anyhow::Result<String> {
+pub fn anchors_text(tape: &mut dyn TapeStore) -> anyhow::Result<String> {
     let anchors = tape.anchors(ANCHORS_SHOWN)?;
     if anchors.is_empty() {
         return Ok("(no anchors)".to_string());
@@ -94,9 +94,9 @@ fn anchor_row(anchor: &TapeEntry) -> String {
 }
 
 /// `tape.reset` output: `ok` or `Archived: <path>`.
-pub fn reset_text(tape: &mut Tape, archive: bool) -> anyhow::Result<String> {
+pub fn reset_text(tape: &mut dyn TapeStore, archive: bool) -> anyhow::Result<String> {
     Ok(match tape.reset(archive)? {
-        Some(path) => format!("Archived: {}", path.display()),
+        Some(path) => format!("Archived: {path}"),
         None => "ok".to_string(),
     })
 }

@@ -1,0 +1,134 @@
+//! What the agent needs of a tape, as a trait ([`TapeStore`]), and the one place a session's
+//! tape is opened ([`open`]). Today's implementation is the JSONL file ([`FileTape`]); another
+//! backend (a database shared by several replicas, say) implements the trait and is chosen in
+//! [`open`], without a change to the agent, the tools or the daemon.
+//!
+//! Every method is blocking I/O: async code reaches a tape through
+//! [`SharedTape`](super::SharedTape), on the blocking pool.
+
+use serde_json::{Value, json};
+
+use super::context::{ContextCursor, TapeInfo};
+use super::entry::TapeEntry;
+use super::store::FileTape;
+use crate::config::Settings;
+
+/// One session's tape: an append-only log of entries with anchors.
+///
+/// Promises every implementation keeps: ids are unique and increasing, also with several
+/// writers; an append is whole or absent; entries are never changed or removed, except by
+/// [`reset`](Self::reset), which replaces the tape with a fresh one at once.
+pub trait TapeStore: Send + 'static {
+    /// The tape name (`bub:0123456789abcdef`).
+    fn name(&self) -> &str;
+
+    /// Appends one entry and returns it (with its id and date).
+    fn append(&mut self, kind: &str, payload: Value, meta: Value) -> anyhow::Result<TapeEntry>;
+
+    /// Appends an `event` entry `{name, data}`.
+    fn event(&mut self, name: &str, data: Value) -> anyhow::Result<TapeEntry> {
+        self.append("event", json!({"name": name, "data": data}), json!({}))
+    }
+
+    /// Makes sure the tape has an anchor (a new or emptied tape gets `session/start`).
+    fn ensure_bootstrap(&mut self) -> anyhow::Result<()>;
+
+    /// Writes an anchor with an optional summary and next steps, and its `handoff` event: the
+    /// context after it starts from this anchor.
+    fn handoff(
+        &mut self,
+        name: &str,
+        summary: Option<&str>,
+        next_steps: Option<&str>,
+    ) -> anyhow::Result<()>;
+
+    /// Starts the tape afresh; with `archive`, the old one is kept and where is returned.
+    fn reset(&mut self, archive: bool) -> anyhow::Result<Option<String>>;
+
+    /// Number of entries.
+    fn len(&mut self) -> anyhow::Result<usize>;
+
+    /// Whether the tape has no entries.
+    fn is_empty(&mut self) -> anyhow::Result<bool> {
+        Ok(self.len()? == 0)
+    }
+
+    /// All entries, oldest first.
+    fn entries(&mut self) -> anyhow::Result<Vec<TapeEntry>>;
+
+    /// The last `limit` anchors, oldest first.
+    fn anchors(&mut self, limit: usize) -> anyhow::Result<Vec<TapeEntry>>;
+
+    /// Messages and tool results matching `query` (substring or fuzzy), newest first.
+    fn search(&mut self, query: &str, limit: usize) -> anyhow::Result<Vec<TapeEntry>>;
+
+    /// The tape summary (`tape.info`).
+    fn info(&mut self) -> anyhow::Result<TapeInfo>;
+
+    /// The model's context through `cursor` (read only where it left off, see
+    /// [`ContextCursor`]).
+    fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<Value>>;
+}
+
+/// The tape of `session_id` in the settings' workspace (files under `BUB_HOME/tapes/`).
+pub fn open(settings: &Settings, session_id: &str) -> anyhow::Result<Box<dyn TapeStore>> {
+    let tape = FileTape::open(
+        &settings.home,
+        &settings.workspace,
+        &settings.tape_name,
+        session_id,
+    )?;
+    Ok(Box::new(tape))
+}
+
+impl TapeStore for FileTape {
+    fn name(&self) -> &str {
+        FileTape::name(self)
+    }
+
+    fn append(&mut self, kind: &str, payload: Value, meta: Value) -> anyhow::Result<TapeEntry> {
+        FileTape::append(self, kind, payload, meta)
+    }
+
+    fn ensure_bootstrap(&mut self) -> anyhow::Result<()> {
+        FileTape::ensure_bootstrap(self)
+    }
+
+    fn handoff(
+        &mut self,
+        name: &str,
+        summary: Option<&str>,
+        next_steps: Option<&str>,
+    ) -> anyhow::Result<()> {
+        FileTape::handoff(self, name, summary, next_steps)
+    }
+
+    fn reset(&mut self, archive: bool) -> anyhow::Result<Option<String>> {
+        let archived = FileTape::reset(self, archive)?;
+        Ok(archived.map(|path| path.display().to_string()))
+    }
+
+    fn len(&mut self) -> anyhow::Result<usize> {
+        FileTape::len(self)
+    }
+
+    fn entries(&mut self) -> anyhow::Result<Vec<TapeEntry>> {
+        FileTape::entries(self)
+    }
+
+    fn anchors(&mut self, limit: usize) -> anyhow::Result<Vec<TapeEntry>> {
+        FileTape::anchors(self, limit)
+    }
+
+    fn search(&mut self, query: &str, limit: usize) -> anyhow::Result<Vec<TapeEntry>> {
+        FileTape::search(self, query, limit)
+    }
+
+    fn info(&mut self) -> anyhow::Result<TapeInfo> {
+        FileTape::info(self)
+    }
+
+    fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<Value>> {
+        FileTape::context(self, cursor)
+    }
+}
