@@ -44,7 +44,7 @@ impl Fixture {
         tokio::time::timeout(WITHIN, run)
             .await
             .unwrap_or_else(|_| panic!("{tool} did not return within {WITHIN:?}"))
-            .map_err(|e| e.0)
+            .map_err(|e| e.to_string())
     }
 }
 

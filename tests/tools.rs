@@ -149,7 +149,10 @@ async fn bash_runs_in_cwd() {
         timeout_seconds: None,
     };
     let err = run_bash(args, plain(ws.path(), "s")).await.unwrap_err();
-    assert!(err.0.starts_with("cwd is not a directory:"), "{err}");
+    assert!(
+        err.message().starts_with("cwd is not a directory:"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -163,13 +166,13 @@ async fn bash_keeps_stderr_on_success() {
 async fn bash_nonzero_exit_is_an_error() {
     let ws = tempfile::tempdir().unwrap();
     let err = sh(ws.path(), "echo oops >&2; exit 3").await.unwrap_err();
-    assert_eq!(err.0, "exit=3: oops");
+    assert_eq!(err.message(), "exit=3: oops");
     let err = sh(ws.path(), "echo partial; exit 1").await.unwrap_err();
-    assert_eq!(err.0, "exit=1: partial");
+    assert_eq!(err.message(), "exit=1: partial");
     let err = sh(ws.path(), "exit 2").await.unwrap_err();
-    assert_eq!(err.0, "exit=2: (no output)");
+    assert_eq!(err.message(), "exit=2: (no output)");
     let err = sh(ws.path(), "kill -TERM $$").await.unwrap_err();
-    assert_eq!(err.0, "signal=15: (no output)");
+    assert_eq!(err.message(), "signal=15: (no output)");
 }
 
 #[tokio::test]
@@ -178,7 +181,10 @@ async fn bash_rejects_zero_timeout() {
     let err = run_bash(bash_args("true", 0), plain(ws.path(), "s"))
         .await
         .unwrap_err();
-    assert!(err.0.contains("timeout_seconds must be >= 1"), "{err}");
+    assert!(
+        err.message().contains("timeout_seconds must be >= 1"),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -193,11 +199,14 @@ async fn bash_timeout_kills_the_process_group() {
     .unwrap_err();
     let elapsed = started.elapsed();
     assert!(
-        err.0
+        err.message()
             .starts_with("timeout: command did not finish within 2s (process group killed)"),
         "{err}"
     );
-    assert!(err.0.contains("started"), "partial output kept: {err}");
+    assert!(
+        err.message().contains("started"),
+        "partial output kept: {err}"
+    );
     assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
     assert_background_killed(ws.path());
 }
@@ -317,9 +326,9 @@ fn landlock_or_refused(result: &Result<String, bub::tools::ToolError>) -> bool {
     }
     let err = result.as_ref().expect_err("ran without the sandbox");
     assert!(
-        err.0
+        err.message()
             .starts_with("the sandbox is not available on this kernel (Landlock")
-            && err.0.ends_with("the command was not run"),
+            && err.message().ends_with("the command was not run"),
         "{err}"
     );
     eprintln!(
@@ -358,19 +367,19 @@ async fn sandbox_denies_bub_home_and_the_users_home() {
         return;
     }
     let err = result.unwrap_err();
-    assert!(err.0.starts_with("exit=1:"), "{err}");
-    assert!(err.0.contains("Permission denied"), "{err}");
-    assert!(!err.0.contains("JOBS-CONTENT"), "{err}");
+    assert!(err.message().starts_with("exit=1:"), "{err}");
+    assert!(err.message().contains("Permission denied"), "{err}");
+    assert!(!err.message().contains("JOBS-CONTENT"), "{err}");
 
     let err = l.run(&read_bashrc, true).await.unwrap_err();
-    assert!(err.0.contains("Permission denied"), "{err}");
-    assert!(!err.0.contains("BASHRC=CONTENT"), "{err}");
+    assert!(err.message().contains("Permission denied"), "{err}");
+    assert!(!err.message().contains("BASHRC=CONTENT"), "{err}");
     let err = l.run(&list_home, true).await.unwrap_err();
-    assert!(err.0.contains("Permission denied"), "{err}");
-    assert!(!err.0.contains("jobs.json\n"), "{err}");
+    assert!(err.message().contains("Permission denied"), "{err}");
+    assert!(!err.message().contains("jobs.json\n"), "{err}");
     // Other processes' /proc entries are out of reach too (/proc is not granted).
     let err = l.run("cat /proc/1/cmdline", true).await.unwrap_err();
-    assert!(err.0.contains("Permission denied"), "{err}");
+    assert!(err.message().contains("Permission denied"), "{err}");
     // Nor can BUB_HOME's files be emptied or removed.
     let err = l
         .run(
@@ -379,7 +388,7 @@ async fn sandbox_denies_bub_home_and_the_users_home() {
         )
         .await
         .unwrap_err();
-    assert!(err.0.contains("Permission denied"), "{err}");
+    assert!(err.message().contains("Permission denied"), "{err}");
     assert!(
         std::fs::read_to_string(&jobs)
             .unwrap()
@@ -400,10 +409,10 @@ async fn sandbox_confines_writes_to_the_workspace_and_tmpdir() {
         return;
     }
     let err = result.unwrap_err();
-    assert!(err.0.contains("Permission denied"), "{err}");
+    assert!(err.message().contains("Permission denied"), "{err}");
     assert!(!beside.exists(), "file written next to the workspace");
     let err = l.run(&write_tmp, true).await.unwrap_err();
-    assert!(err.0.contains("Permission denied"), "{err}");
+    assert!(err.message().contains("Permission denied"), "{err}");
     assert!(!in_tmp.exists(), "file written in {}", in_tmp.display());
 
     // Inside the workspace (cwd) and the private TMPDIR everything works.
@@ -496,7 +505,7 @@ async fn sandbox_timeout_still_kills_the_process_group() {
         return;
     }
     let err = result.unwrap_err();
-    assert!(err.0.starts_with("timeout: "), "{err}");
+    assert!(err.message().starts_with("timeout: "), "{err}");
     assert_background_killed(&ws);
 }
 
@@ -533,7 +542,10 @@ async fn sandbox_refuses_layouts_it_cannot_protect() {
         ),
     ];
     for (launch, what) in cases {
-        let err = run_bash(bash_args(&cmd, 20), launch).await.unwrap_err().0;
+        let err = run_bash(bash_args(&cmd, 20), launch)
+            .await
+            .unwrap_err()
+            .to_string();
         assert!(err.ends_with("; the command was not run"), "{err}");
         if sandbox::available().is_available() {
             assert!(
@@ -603,14 +615,14 @@ async fn read_offset_limit_keeps_line_endings() {
         read(Some(-1), None)
             .await
             .unwrap_err()
-            .0
+            .to_string()
             .contains("offset must be >= 0")
     );
     assert!(
         read(None, Some(0))
             .await
             .unwrap_err()
-            .0
+            .to_string()
             .contains("limit must be >= 1")
     );
 
@@ -630,19 +642,19 @@ async fn read_refuses_binary_and_reports_missing() {
         .unwrap_err();
     let bin = ws.path().join("bin");
     assert_eq!(
-        err.0,
+        err.message(),
         format!("binary file: {} (7 bytes); not shown", bin.display())
     );
     std::fs::write(ws.path().join("gbk"), b"\xc4\xe3\xba\xc3\n").unwrap();
     let err = fs::read(read_args("gbk", None, None), ws.path())
         .await
         .unwrap_err();
-    assert!(err.0.starts_with("binary file:"), "{err}");
+    assert!(err.message().starts_with("binary file:"), "{err}");
     let err = fs::read(read_args("nope.txt", None, None), ws.path())
         .await
         .unwrap_err();
     assert_eq!(
-        err.0,
+        err.message(),
         format!("file not found: {}", ws.path().join("nope.txt").display())
     );
 }
@@ -730,7 +742,7 @@ async fn edit_errors_and_replace_all() {
         .await
         .unwrap_err();
     assert_eq!(
-        err.0,
+        err.message(),
         format!(
             "'foo' occurs 2 times in {}; add context or set replace_all=true",
             path.display()
@@ -740,7 +752,7 @@ async fn edit_errors_and_replace_all() {
         .await
         .unwrap_err();
     assert_eq!(
-        err.0,
+        err.message(),
         format!("'foo' not found in {} from line 2", path.display())
     );
     assert_eq!(
@@ -761,7 +773,7 @@ async fn edit_errors_and_replace_all() {
     };
     let err = fs::edit(args, ws.path()).await.unwrap_err();
     assert_eq!(
-        err.0,
+        err.message(),
         format!(
             "file not found: {}",
             ws.path().join("missing.txt").display()
@@ -809,7 +821,7 @@ async fn glob_respects_gitignore_and_hidden() {
         glob("*.rs", Some("nope"))
             .await
             .unwrap_err()
-            .0
+            .to_string()
             .starts_with("path not found:")
     );
 }
@@ -864,7 +876,7 @@ async fn grep_matches_with_filters() {
         "(no matches)"
     );
     let err = grep("(unclosed", None, None, false).await.unwrap_err();
-    assert!(err.0.starts_with("invalid regex:"), "{err}");
+    assert!(err.message().starts_with("invalid regex:"), "{err}");
 }
 
 #[tokio::test]
@@ -932,5 +944,5 @@ async fn tools_are_registered_and_callable() {
         .execute("fs.edit", json!({"path": "n.txt", "old": "2"}), ctx)
         .await
         .unwrap_err();
-    assert_eq!(err.0, "missing required argument: new");
+    assert_eq!(err.message(), "missing required argument: new");
 }

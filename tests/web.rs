@@ -292,7 +292,7 @@ async fn not_found_is_an_error_naming_the_status() {
         .await
         .unwrap_err();
     assert_eq!(
-        err.0,
+        err.message(),
         format!(
             "HTTP 404 Not Found for {}: no such page here",
             server.url("/missing")
@@ -319,7 +319,7 @@ async fn redirects_are_followed_and_the_final_url_noted() {
     assert_eq!(paths, ["/redirect", "/text"]);
 
     let err = fetch(&ctx, &server.url("/loop")).await.unwrap_err();
-    assert!(err.0.contains("too many redirects"), "{err}");
+    assert!(err.message().contains("too many redirects"), "{err}");
 }
 
 #[tokio::test]
@@ -359,7 +359,7 @@ async fn oversized_bodies_are_cut_with_a_visible_note() {
     )
     .await
     .unwrap_err();
-    assert!(err.0.contains("max_chars"), "{err}");
+    assert!(err.message().contains("max_chars"), "{err}");
 }
 
 #[tokio::test]
@@ -369,15 +369,16 @@ async fn binary_content_is_refused() {
     let ctx = plain(dir.path());
     let err = fetch(&ctx, &server.url("/image.png")).await.unwrap_err();
     assert!(
-        err.0
+        err.message()
             .starts_with("binary content (image/png, 2048 bytes) is not shown"),
         "{err}"
     );
-    assert!(err.0.contains("bash"), "{err}");
+    assert!(err.message().contains("bash"), "{err}");
     // Declared as text, but NUL bytes say otherwise.
     let err = fetch(&ctx, &server.url("/nul")).await.unwrap_err();
     assert!(
-        err.0.starts_with("binary content (text/plain, 29 bytes)"),
+        err.message()
+            .starts_with("binary content (text/plain, 29 bytes)"),
         "{err}"
     );
 }
@@ -389,14 +390,14 @@ async fn only_http_urls_are_fetched() {
     for url in ["file:///etc/passwd", "ftp://127.0.0.1/file"] {
         let err = fetch(&ctx, url).await.unwrap_err();
         assert!(
-            err.0.contains("only fetches http and https"),
+            err.message().contains("only fetches http and https"),
             "{url}: {err}"
         );
     }
     let err = fetch(&ctx, "no url at all").await.unwrap_err();
-    assert!(err.0.starts_with("invalid URL"), "{err}");
+    assert!(err.message().starts_with("invalid URL"), "{err}");
     let err = call(&ctx, "web.fetch", json!({})).await.unwrap_err();
-    assert_eq!(err.0, "missing required argument: url");
+    assert_eq!(err.message(), "missing required argument: url");
 }
 
 #[tokio::test]
@@ -409,8 +410,8 @@ async fn connection_failures_are_reported() {
     };
     let url = format!("http://user:pw@127.0.0.1:{port}/x");
     let err = fetch(&plain(dir.path()), &url).await.unwrap_err();
-    assert!(err.0.contains("could not connect"), "{err}");
-    assert!(!err.0.contains("pw"), "credentials leaked: {err}");
+    assert!(err.message().contains("could not connect"), "{err}");
+    assert!(!err.message().contains("pw"), "credentials leaked: {err}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -423,7 +424,7 @@ async fn loopback_is_refused_before_any_request_unless_allowed() {
     let url = server.url("/text");
     let err = fetch(&guarded(dir.path()), &url).await.unwrap_err();
     assert_eq!(
-        err.0,
+        err.message(),
         format!("refused: 127.0.0.1 is a loopback address {HINT}")
     );
     assert!(server.seen().is_empty(), "the server was reached");
@@ -447,11 +448,14 @@ async fn a_name_resolving_to_loopback_is_refused() {
     ] {
         let err = fetch(&ctx, &url).await.unwrap_err();
         assert!(
-            err.0.starts_with("refused: localhost resolves to "),
+            err.message().starts_with("refused: localhost resolves to "),
             "{url}: {err}"
         );
-        assert!(err.0.contains(", a loopback address (set"), "{url}: {err}");
-        assert!(err.0.ends_with(HINT), "{url}: {err}");
+        assert!(
+            err.message().contains(", a loopback address (set"),
+            "{url}: {err}"
+        );
+        assert!(err.message().ends_with(HINT), "{url}: {err}");
     }
     assert!(server.seen().is_empty(), "the server was reached");
 
@@ -484,7 +488,7 @@ async fn other_spellings_of_loopback_are_refused() {
     ] {
         let url = format!("http://{host}:{port}/text");
         let err = fetch(&ctx, &url).await.unwrap_err();
-        assert_eq!(err.0, format!("refused: {refusal} {HINT}"), "{url}");
+        assert_eq!(err.message(), format!("refused: {refusal} {HINT}"), "{url}");
     }
     assert!(server.seen().is_empty(), "the server was reached");
 }
@@ -519,7 +523,7 @@ async fn metadata_and_private_networks_are_refused_without_connecting() {
         // Refused before connecting (an attempt could take the 10 s connect timeout).
         let started = Instant::now();
         let err = fetch(&ctx, url).await.unwrap_err();
-        assert_eq!(err.0, format!("refused: {refusal} {HINT}"), "{url}");
+        assert_eq!(err.message(), format!("refused: {refusal} {HINT}"), "{url}");
         assert!(started.elapsed() < Duration::from_secs(2), "{url}");
     }
 }
@@ -572,8 +576,8 @@ async fn redirects_to_forbidden_destinations_are_refused() {
             .unwrap_err();
         let shown = reqwest::Url::parse(&target).unwrap();
         let expected = format!("refused: redirect to {shown}: {refusal}");
-        assert!(err.0.starts_with(&expected), "{target}: {err}");
-        assert!(err.0.ends_with(HINT), "{target}: {err}");
+        assert!(err.message().starts_with(&expected), "{target}: {err}");
+        assert!(err.message().ends_with(HINT), "{target}: {err}");
         assert_eq!(paths()[before..], ["/to"], "{target} was followed");
     }
 
@@ -586,11 +590,11 @@ async fn redirects_to_forbidden_destinations_are_refused() {
         .await
         .unwrap_err();
     assert!(
-        err.0
+        err.message()
             .starts_with("refused: after a redirect, localhost resolves to "),
         "{err}"
     );
-    assert!(err.0.ends_with(HINT), "{err}");
+    assert!(err.message().ends_with(HINT), "{err}");
     assert_eq!(paths()[before..], ["/to"], "the redirect was followed");
 
     // The redirect limit is kept: the first request and 10 redirects, then an error.
@@ -598,7 +602,7 @@ async fn redirects_to_forbidden_destinations_are_refused() {
     let err = fetch_through_exception(&server, &server.url("/loop"))
         .await
         .unwrap_err();
-    assert!(err.0.contains("too many redirects"), "{err}");
+    assert!(err.message().contains("too many redirects"), "{err}");
     assert_eq!(paths().len() - before, 11);
 }
 
@@ -611,8 +615,8 @@ async fn search_without_a_backend_says_how_to_configure_one() {
     let err = call(&plain(dir.path()), "web.search", json!({"query": "rust"}))
         .await
         .unwrap_err();
-    assert!(err.0.contains("BUB_SEARXNG_URL"), "{err}");
-    assert!(err.0.contains("BUB_OLLAMA_API_KEY"), "{err}");
+    assert!(err.message().contains("BUB_SEARXNG_URL"), "{err}");
+    assert!(err.message().contains("BUB_OLLAMA_API_KEY"), "{err}");
 }
 
 #[tokio::test]
@@ -662,11 +666,11 @@ async fn searxng_backend() {
         .await
         .unwrap_err();
     assert!(
-        err.0
+        err.message()
             .starts_with("SearXNG search failed: HTTP 403 Forbidden from"),
         "{err}"
     );
-    assert!(err.0.contains("json format"), "{err}");
+    assert!(err.message().contains("json format"), "{err}");
 }
 
 #[tokio::test]
@@ -731,21 +735,25 @@ async fn ollama_errors_name_the_backend_and_never_the_key() {
         .await
         .unwrap_err();
     assert!(
-        err.0
+        err.message()
             .starts_with("Ollama web search failed: HTTP 401 Unauthorized"),
         "{err}"
     );
-    assert!(err.0.contains("BUB_OLLAMA_API_KEY"), "{err}");
-    assert!(!err.0.contains("sk-secret-456"), "key leaked: {err}");
+    assert!(err.message().contains("BUB_OLLAMA_API_KEY"), "{err}");
+    assert!(
+        !err.message().contains("sk-secret-456"),
+        "key leaked: {err}"
+    );
 
     let err = call(&with_base("/ollama-bad/api"), "web.search", q.clone())
         .await
         .unwrap_err();
     assert!(
-        err.0.starts_with("Ollama web search: the answer from"),
+        err.message()
+            .starts_with("Ollama web search: the answer from"),
         "{err}"
     );
-    assert!(err.0.contains("not the expected JSON"), "{err}");
+    assert!(err.message().contains("not the expected JSON"), "{err}");
 }
 
 #[test]

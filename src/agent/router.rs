@@ -257,7 +257,7 @@ impl Router {
         let refused = registry.authorize(name, &args, &self.ctx).await.is_err();
         let (ok, output) = match registry.execute(name, args, self.ctx.clone()).await {
             Ok(out) => (true, out),
-            Err(e) => (false, e.0),
+            Err(e) => (false, e.to_string()),
         };
         CommandOutcome {
             name: name.to_owned(),

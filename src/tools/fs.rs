@@ -296,7 +296,7 @@ fn non_negative(name: &str, v: Option<i64>) -> Result<usize, ToolError> {
     match v {
         None => Ok(0),
         Some(n) if n >= 0 => Ok(n as usize),
-        Some(n) => Err(ToolError::new(format!("{name} must be >= 0, got {n}"))),
+        Some(n) => Err(ToolError::invalid(format!("{name} must be >= 0, got {n}"))),
     }
 }
 
@@ -349,7 +349,7 @@ pub async fn read(args: ReadArgs, files: impl Into<Files<'_>>) -> Result<String,
     let limit = match args.limit {
         None => None,
         Some(n) if n >= 1 => Some(n as usize),
-        Some(n) => return Err(ToolError::new(format!("limit must be >= 1, got {n}"))),
+        Some(n) => return Err(ToolError::invalid(format!("limit must be >= 1, got {n}"))),
     };
     let path = resolve_path(files.workspace, &args.path);
     let shown = path.clone();
@@ -486,7 +486,7 @@ pub async fn edit(args: EditArgs, files: impl Into<Files<'_>>) -> Result<String,
     let start_line = non_negative("start_line", args.start_line)?;
     let path = resolve_path(files.workspace, &args.path);
     if args.old.is_empty() {
-        return Err(ToolError::new("old must not be empty"));
+        return Err(ToolError::invalid("old must not be empty"));
     }
     let shown = path.clone();
     let count = blocking(&shown, files.timeout, move || {
@@ -649,7 +649,7 @@ mod tests {
             started.elapsed()
         );
         assert_eq!(
-            err.0,
+            err.message(),
             "/mnt/hung/f: no answer from the file system within 50ms (a hung mount?); gave up \
              (BUB_FS_TIMEOUT_SECONDS)"
         );

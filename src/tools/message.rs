@@ -27,7 +27,7 @@ struct SendArgs {
 
 async fn send(args: SendArgs, ctx: ToolContext) -> Result<String, ToolError> {
     if args.text.trim().is_empty() {
-        return Err(ToolError::new("text must not be empty"));
+        return Err(ToolError::invalid("text must not be empty"));
     }
     let current = ctx.session_chat();
     let channel = args
@@ -53,7 +53,11 @@ async fn send(args: SendArgs, ctx: ToolContext) -> Result<String, ToolError> {
         Some(chat) => chat.to_owned(),
         None => match current {
             Some((c, chat)) if c == channel => chat.to_owned(),
-            _ => return Err(ToolError::new("chat_id is required for another channel")),
+            _ => {
+                return Err(ToolError::invalid(
+                    "chat_id is required for another channel",
+                ));
+            }
         },
     };
     let out = Outbound {

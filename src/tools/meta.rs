@@ -56,7 +56,7 @@ pub fn tools() -> Vec<Tool> {
                 let tool = ctx
                     .registry()
                     .get(&name)
-                    .ok_or_else(|| ToolError::new(format!("unknown tool: {name}")))?;
+                    .ok_or_else(|| ToolError::Unknown(format!("unknown tool: {name}")))?;
                 Ok(format!(
                     "name: {}\ndescription: {}\ndetail: {}\nschema: {}",
                     tool.name, tool.description, tool.detail, tool.schema

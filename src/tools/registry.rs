@@ -23,26 +23,65 @@ pub type ToolFuture = Pin<Box<dyn Future<Output = Result<String, ToolError>> + S
 
 type Handler = Arc<dyn Fn(Value, ToolContext) -> ToolFuture + Send + Sync>;
 
-/// A failed tool call: the message reaches the user / the model verbatim.
+/// A failed tool call. Its text reaches the user and the model verbatim, whatever the kind;
+/// the kind says where the call stopped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ToolError(pub String);
+pub enum ToolError {
+    /// No tool has this name.
+    #[error("{0}")]
+    Unknown(String),
+    /// The arguments do not fit the tool: one missing, of the wrong type, or out of range.
+    #[error("{0}")]
+    InvalidArguments(String),
+    /// The turn's policy does not allow the call (recorded on the tape as `tool.refused`).
+    #[error("{0}")]
+    Refused(String),
+    /// The tool ran and failed.
+    #[error("{0}")]
+    Failed(String),
+}
 
 impl ToolError {
+    /// The tool ran and failed.
     pub fn new(msg: impl Into<String>) -> Self {
-        Self(msg.into())
+        Self::Failed(msg.into())
+    }
+
+    /// The arguments do not fit the tool.
+    pub fn invalid(msg: impl Into<String>) -> Self {
+        Self::InvalidArguments(msg.into())
+    }
+
+    /// The text the user and the model get.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::Unknown(m) | Self::InvalidArguments(m) | Self::Refused(m) | Self::Failed(m) => m,
+        }
+    }
+
+    fn message_mut(&mut self) -> &mut String {
+        match self {
+            Self::Unknown(m) | Self::InvalidArguments(m) | Self::Refused(m) | Self::Failed(m) => m,
+        }
+    }
+
+    /// The same kind of error with `f` applied to its text.
+    pub fn map_message(mut self, f: impl FnOnce(String) -> String) -> Self {
+        let text = std::mem::take(self.message_mut());
+        *self.message_mut() = f(text);
+        self
     }
 }
 
 impl From<std::io::Error> for ToolError {
     fn from(e: std::io::Error) -> Self {
-        Self(e.to_string())
+        Self::Failed(e.to_string())
     }
 }
 
 impl From<anyhow::Error> for ToolError {
     fn from(e: anyhow::Error) -> Self {
-        Self(format!("{e:#}"))
+        Self::Failed(format!("{e:#}"))
     }
 }
 
@@ -231,12 +270,12 @@ impl Registry {
     ) -> Result<String, ToolError> {
         let tool = self
             .get(name)
-            .ok_or_else(|| ToolError::new(format!("unknown tool: {name}")))?;
+            .ok_or_else(|| ToolError::Unknown(format!("unknown tool: {name}")))?;
         let args = coerce_args(&tool.schema, args)?;
         if let Err(refusal) = authorize(tool, &args, &ctx).await {
             let role = ctx.turn.policy.role;
             tracing::info!(tool = %tool.name, %role, "tool.call.refused");
-            let event = json!({"tool": tool.name, "role": role, "reason": refusal.0});
+            let event = json!({"tool": tool.name, "role": role, "reason": refusal.message()});
             ctx.tape().event("tool.refused", event).await;
             return Err(refusal);
         }
@@ -250,7 +289,7 @@ impl Registry {
         let mut result = (tool.handler)(args, ctx).await;
         match &mut result {
             Ok(out) => redactor.scrub(out),
-            Err(e) => redactor.scrub(&mut e.0),
+            Err(e) => redactor.scrub(e.message_mut()),
         }
         let ms = started.elapsed().as_millis();
         match &result {
@@ -258,7 +297,7 @@ impl Registry {
                 tracing::info!(tool = %tool.name, duration_ms = ms, output_chars = out.len(), "tool.call.end")
             }
             Err(e) => {
-                tracing::warn!(tool = %tool.name, duration_ms = ms, error_chars = e.0.len(), "tool.call.error");
+                tracing::warn!(tool = %tool.name, duration_ms = ms, error_chars = e.message().len(), "tool.call.error");
                 tracing::debug!(tool = %tool.name, error = %e, "tool.call.error.detail");
             }
         }
@@ -287,7 +326,7 @@ impl Registry {
 async fn authorize(tool: &Tool, args: &Value, ctx: &ToolContext) -> Result<(), ToolError> {
     let policy = &ctx.turn.policy;
     if !policy.allows(&tool.name) {
-        return Err(ToolError::new(policy.refusal(&tool.name)));
+        return Err(ToolError::Refused(policy.refusal(&tool.name)));
     }
     let text = |key: &str| {
         args.get(key)
@@ -304,7 +343,9 @@ async fn authorize(tool: &Tool, args: &Value, ctx: &ToolContext) -> Result<(), T
                 .collect();
             if !raws.is_empty() {
                 let timeout = ctx.settings().fs_timeout;
-                super::fs::confine_all(ctx.workspace(), raws, timeout).await?;
+                super::fs::confine_all(ctx.workspace(), raws, timeout)
+                    .await
+                    .map_err(|e| ToolError::Refused(e.message().to_owned()))?;
             }
         }
         Scope::Chat if policy.own_chat_only() => {
@@ -315,7 +356,7 @@ async fn authorize(tool: &Tool, args: &Value, ctx: &ToolContext) -> Result<(), T
                 .is_none_or(|c| Some(c) == own.map(|o| o.0));
             let same_chat = text("chat_id").is_none_or(|c| Some(c) == own.map(|o| o.1));
             if own.is_none() || !same_channel || !same_chat {
-                return Err(ToolError::new(format!(
+                return Err(ToolError::Refused(format!(
                     "`{}`: {}s may only send to their own chat",
                     tool.name, policy.role
                 )));
@@ -350,7 +391,7 @@ pub fn coerce_args(schema: &Value, args: Value) -> Result<Value, ToolError> {
         Value::Null => Map::new(),
         Value::Object(m) => m,
         other => {
-            return Err(ToolError::new(format!(
+            return Err(ToolError::invalid(format!(
                 "arguments must be an object, got {other}"
             )));
         }
@@ -371,7 +412,9 @@ pub fn coerce_args(schema: &Value, args: Value) -> Result<Value, ToolError> {
     if let Some(required) = schema.get("required").and_then(Value::as_array) {
         for r in required.iter().filter_map(Value::as_str) {
             if map.get(r).is_none_or(Value::is_null) {
-                return Err(ToolError::new(format!("missing required argument: {r}")));
+                return Err(ToolError::invalid(format!(
+                    "missing required argument: {r}"
+                )));
             }
         }
     }
@@ -379,7 +422,7 @@ pub fn coerce_args(schema: &Value, args: Value) -> Result<Value, ToolError> {
 }
 
 fn coerce_value(key: &str, ty: &str, value: Value) -> Result<Value, ToolError> {
-    let bad = |v: &Value| ToolError::new(format!("argument {key}: expected {ty}, got {v}"));
+    let bad = |v: &Value| ToolError::invalid(format!("argument {key}: expected {ty}, got {v}"));
     match (ty, value) {
         ("integer", Value::String(s)) => s
             .trim()
@@ -449,7 +492,7 @@ pub fn schema_of<A: JsonSchema>() -> Value {
 
 /// Deserializes a tool's argument object into its typed argument struct.
 fn parse_args<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, ToolError> {
-    serde_json::from_value(args).map_err(|e| ToolError::new(format!("invalid arguments: {e}")))
+    serde_json::from_value(args).map_err(|e| ToolError::invalid(format!("invalid arguments: {e}")))
 }
 
 #[cfg(test)]
@@ -515,10 +558,35 @@ mod tests {
         );
         let err = (tool.handler)(json!({"path": 5}), ctx).await.unwrap_err();
         assert!(
-            err.0
+            err.message()
                 .starts_with("invalid arguments: invalid type: integer `5`"),
             "{err}"
         );
+    }
+
+    /// Where a call stopped is its error's kind; the text is what the model is told.
+    #[tokio::test]
+    async fn a_failed_call_says_whether_the_name_the_arguments_or_the_policy_stopped_it() {
+        let settings =
+            crate::config::Settings::with_defaults("/nonexistent".into(), "/nonexistent".into());
+        let registry = Registry::new(vec![noop("fs.read"), noop("bash")], &[]);
+        let mut guest = crate::access::Authority::terminal();
+        guest.role = crate::access::Role::Guest;
+        let ctx = ToolContext::standalone(settings, registry, "cli", guest).unwrap();
+        let registry = ctx.registry().clone();
+        let unknown = registry.execute("nope", json!({}), ctx.clone()).await;
+        assert_eq!(
+            unknown.unwrap_err(),
+            ToolError::Unknown("unknown tool: nope".into())
+        );
+        let invalid = registry.execute("fs.read", json!(5), ctx.clone()).await;
+        assert!(
+            matches!(invalid, Err(ToolError::InvalidArguments(_))),
+            "{invalid:?}"
+        );
+        let refused = registry.execute("bash", json!({}), ctx).await.unwrap_err();
+        assert!(matches!(refused, ToolError::Refused(_)), "{refused:?}");
+        assert_eq!(refused.to_string(), refused.message());
     }
 
     #[test]
@@ -557,8 +625,11 @@ mod tests {
         let out = coerce_args(&schema, json!({"limit":"5","archive":"true","q":"x"})).unwrap();
         assert_eq!(out, json!({"limit":5,"archive":true,"q":"x"}));
         let err = coerce_args(&schema, json!({"limit":"five","q":"x"})).unwrap_err();
-        assert!(err.0.contains("argument limit: expected integer"), "{err}");
+        assert!(
+            err.message().contains("argument limit: expected integer"),
+            "{err}"
+        );
         let err = coerce_args(&schema, json!({})).unwrap_err();
-        assert_eq!(err.0, "missing required argument: q");
+        assert_eq!(err.message(), "missing required argument: q");
     }
 }

@@ -52,7 +52,7 @@ async fn with_store<R: Send + 'static>(
 
 async fn add(args: AddArgs, ctx: ToolContext) -> Result<String, ToolError> {
     if args.message.trim().is_empty() {
-        return Err(ToolError::new("message must not be empty"));
+        return Err(ToolError::invalid("message must not be empty"));
     }
     let now = Utc::now();
     let trigger = TriggerSpec {
@@ -63,7 +63,7 @@ async fn add(args: AddArgs, ctx: ToolContext) -> Result<String, ToolError> {
         timezone: args.timezone,
     }
     .build(now)
-    .map_err(ToolError::new)?;
+    .map_err(ToolError::invalid)?;
     let job = Job {
         id: job::new_id(),
         session: ctx.session_id().to_owned(),

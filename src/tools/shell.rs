@@ -140,7 +140,7 @@ pub async fn run_limited(
         None => result,
         Some(note) => match result {
             Ok(out) => Ok(format!("{out}\n{note}")),
-            Err(e) => Err(ToolError(format!("{}\n{note}", e.0))),
+            Err(e) => Err(e.map_message(|m| format!("{m}\n{note}"))),
         },
     }
 }
@@ -164,7 +164,7 @@ async fn run_bash_with(
         .timeout_seconds
         .unwrap_or(DEFAULT_TIMEOUT_SECONDS as i64);
     if secs < 1 {
-        return Err(ToolError::new(format!(
+        return Err(ToolError::invalid(format!(
             "timeout_seconds must be >= 1, got {secs}"
         )));
     }
@@ -279,7 +279,7 @@ async fn run_bash_with(
                 msg.push_str("\npartial output:\n");
                 msg.push_str(&partial);
             }
-            Err(ToolError(msg))
+            Err(ToolError::Failed(msg))
         }
     }
 }
@@ -516,7 +516,7 @@ fn format_result(status: ExitStatus, stdout: &str, stderr: &str) -> Result<Strin
         (None, Some(sig)) => format!("signal={sig}"),
         (None, None) => "exit=?".to_string(),
     };
-    Err(ToolError(format!("{head}: {body}")))
+    Err(ToolError::Failed(format!("{head}: {body}")))
 }
 
 /// The directory a `cwd` argument names: the workspace when absent or blank.
@@ -644,7 +644,12 @@ mod tests {
         )
         .await;
         if !sandbox::available().is_available() {
-            assert!(result.unwrap_err().0.contains("the command was not run"));
+            assert!(
+                result
+                    .unwrap_err()
+                    .message()
+                    .contains("the command was not run")
+            );
             return;
         }
         let out = result.unwrap();
@@ -668,11 +673,14 @@ mod tests {
             .await
             .unwrap_err();
             assert!(
-                err.0
+                err.message()
                     .starts_with("the sandbox is not available on this kernel (Landlock"),
                 "{err}"
             );
-            assert!(err.0.ends_with("; the command was not run"), "{err}");
+            assert!(
+                err.message().ends_with("; the command was not run"),
+                "{err}"
+            );
             assert!(!marker.exists(), "the command ran: {err}");
         }
         // The same command runs unsandboxed (the marker check above is meaningful).
@@ -700,7 +708,7 @@ mod tests {
         let err = run_bash_with(a, launch(&ws, true), Vec::new(), sandbox::available)
             .await
             .unwrap_err();
-        assert!(err.0.contains("is outside the workspace"), "{err}");
+        assert!(err.message().contains("is outside the workspace"), "{err}");
         assert!(!root.path().join("marker").exists());
     }
 
@@ -748,14 +756,17 @@ mod tests {
         );
         let fail = ExitStatus::from_raw(3 << 8);
         assert_eq!(
-            format_result(fail, "", "").unwrap_err().0,
+            format_result(fail, "", "").unwrap_err().to_string(),
             "exit=3: (no output)"
         );
         assert_eq!(
-            format_result(fail, "o", "e").unwrap_err().0,
+            format_result(fail, "o", "e").unwrap_err().to_string(),
             "exit=3: e\n[stdout]\no"
         );
         let killed = ExitStatus::from_raw(9);
-        assert_eq!(format_result(killed, "o", "").unwrap_err().0, "signal=9: o");
+        assert_eq!(
+            format_result(killed, "o", "").unwrap_err().to_string(),
+            "signal=9: o"
+        );
     }
 }

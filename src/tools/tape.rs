@@ -119,7 +119,7 @@ pub fn tools() -> Vec<Tool> {
              (fuzzy). Output: one `#<id> <kind> <payload>` line per match.",
             |SearchArgs { query, limit }, ctx: ToolContext| async move {
                 if limit < 1 {
-                    return Err(ToolError::new("limit must be at least 1"));
+                    return Err(ToolError::invalid("limit must be at least 1"));
                 }
                 let limit = usize::try_from(limit).unwrap_or(usize::MAX);
                 with_tape(&ctx, move |tape| search_text(tape, &query, limit)).await

@@ -96,12 +96,12 @@ impl PathGlob {
         let pattern = pattern.trim();
         let pattern = pattern.strip_prefix("./").unwrap_or(pattern);
         if pattern.is_empty() {
-            return Err(ToolError::new("glob pattern must not be empty"));
+            return Err(ToolError::invalid("glob pattern must not be empty"));
         }
         let glob = GlobBuilder::new(pattern)
             .literal_separator(true)
             .build()
-            .map_err(|e| ToolError::new(format!("invalid glob pattern: {e}")))?;
+            .map_err(|e| ToolError::invalid(format!("invalid glob pattern: {e}")))?;
         Ok(Self {
             matcher: glob.compile_matcher(),
             by_name: !pattern.contains('/'),
@@ -280,7 +280,7 @@ fn grep_sync(args: &GrepArgs, workspace: &Path, deadline: &Deadline) -> Result<S
     let re = RegexBuilder::new(&args.pattern)
         .case_insensitive(args.ignore_case.unwrap_or(false))
         .build()
-        .map_err(|e| ToolError::new(format!("invalid regex: {e}")))?;
+        .map_err(|e| ToolError::invalid(format!("invalid regex: {e}")))?;
     let filter = match args
         .glob
         .as_deref()

@@ -147,16 +147,16 @@ fn with_scheme(raw: &str) -> Cow<'_, str> {
 fn parse_http_url(raw: &str) -> Result<Url, ToolError> {
     let raw = raw.trim();
     let url = Url::parse(&with_scheme(raw))
-        .map_err(|e| ToolError::new(format!("invalid URL {raw:?}: {e}")))?;
+        .map_err(|e| ToolError::invalid(format!("invalid URL {raw:?}: {e}")))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(ToolError::new(format!(
+        return Err(ToolError::invalid(format!(
             "unsupported URL scheme {:?}: web.fetch only fetches http and https URLs (read \
              local files with fs.read)",
             url.scheme()
         )));
     }
     if url.host_str().is_none_or(str::is_empty) {
-        return Err(ToolError::new(format!("URL {raw:?} has no host")));
+        return Err(ToolError::invalid(format!("URL {raw:?} has no host")));
     }
     Ok(url)
 }
@@ -299,7 +299,7 @@ pub(super) async fn fetch_with(args: FetchArgs, guard: Option<Guard>) -> Result<
     let max_chars = match args.max_chars {
         None => DEFAULT_MAX_CHARS,
         Some(n) if n >= 1 => usize::try_from(n).map_or(MAX_CHARS_LIMIT, |n| n.min(MAX_CHARS_LIMIT)),
-        Some(_) => return Err(ToolError::new("max_chars must be at least 1")),
+        Some(_) => return Err(ToolError::invalid("max_chars must be at least 1")),
     };
     let url = parse_http_url(&args.url)?;
     let resp = match guard {
@@ -492,7 +492,10 @@ mod tests {
             "ftp://example.com/",
         ] {
             let err = parse_http_url(raw).unwrap_err();
-            assert!(err.0.starts_with("unsupported URL scheme"), "{raw}: {err}");
+            assert!(
+                err.message().starts_with("unsupported URL scheme"),
+                "{raw}: {err}"
+            );
         }
     }
 
@@ -588,23 +591,27 @@ mod tests {
         // Forbidden first destinations never reach the proxy: an IP literal, a name.
         let err = get("http://10.1.2.3/page").await.unwrap_err();
         assert!(
-            err.0.starts_with("refused: 10.1.2.3 is a private address"),
+            err.message()
+                .starts_with("refused: 10.1.2.3 is a private address"),
             "{err}"
         );
         let err = get("http://localhost/page").await.unwrap_err();
-        assert!(err.0.starts_with("refused: localhost resolves to"), "{err}");
+        assert!(
+            err.message().starts_with("refused: localhost resolves to"),
+            "{err}"
+        );
         assert!(proxy.seen().is_empty());
 
         // A redirect to a forbidden destination is refused before it is sent.
         let err = get("http://93.184.215.14/to-metadata").await.unwrap_err();
         assert_eq!(
-            err.0,
+            err.message(),
             "refused: redirect to http://169.254.169.254/latest/meta-data: 169.254.169.254 is \
              a link-local address (set BUB_WEB_ALLOW_PRIVATE=true to allow private destinations)"
         );
         let err = get("http://93.184.215.14/to-localhost").await.unwrap_err();
         assert!(
-            err.0
+            err.message()
                 .starts_with("refused: redirect to http://localhost/page: localhost resolves to"),
             "{err}"
         );
@@ -619,7 +626,7 @@ mod tests {
         // The redirect limit holds: the first request and 10 redirects, then an error.
         let err = get("http://93.184.215.14/loop").await.unwrap_err();
         assert_eq!(
-            err.0,
+            err.message(),
             "fetching http://93.184.215.14/loop: too many redirects"
         );
         assert_eq!(proxy.seen().len(), 1 + MAX_REDIRECTS);

@@ -76,7 +76,7 @@ struct Hits {
 pub(super) async fn search(args: SearchArgs, ctx: ToolContext) -> Result<String, ToolError> {
     let query = args.query.trim();
     if query.is_empty() {
-        return Err(ToolError::new("query must not be empty"));
+        return Err(ToolError::invalid("query must not be empty"));
     }
     let max = args
         .max_results
@@ -89,7 +89,7 @@ pub(super) async fn search(args: SearchArgs, ctx: ToolContext) -> Result<String,
         Backend::Ollama { base, key } => ollama(base, key, query, max)
             .await
             // Belt and braces: whatever the backend echoed, the key never leaves.
-            .map_err(|e| ToolError::new(e.0.replace(key, "***")))?,
+            .map_err(|e| e.map_message(|m| m.replace(key, "***")))?,
     };
     Ok(render(hits.into_iter().take(max)))
 }
