@@ -46,7 +46,7 @@ impl Inbound {
     }
 
     /// Who sent this message, with their role.
-    pub fn authority(&self) -> Authority {
+    pub(crate) fn authority(&self) -> Authority {
         Authority::sender(
             self.role,
             Principal {
@@ -63,7 +63,7 @@ impl Inbound {
     }
 
     /// A chat control (`,stop`, `,new`, `,status`; Telegram's `/stop` arrives as `,stop`).
-    pub fn control(&self) -> Option<Control> {
+    pub(crate) fn control(&self) -> Option<Control> {
         Control::parse(&self.prompt)
     }
 }
@@ -81,14 +81,14 @@ pub enum Control {
 
 impl Control {
     /// Every control with its description (Telegram's command menu).
-    pub const ALL: [(Control, &'static str); 3] = [
+    pub(crate) const ALL: [(Control, &'static str); 3] = [
         (Control::Stop, "Stop the running turn"),
         (Control::New, "Start a fresh context"),
         (Control::Status, "Show the session's state"),
     ];
 
     /// The command word (`stop`).
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Control::Stop => "stop",
             Control::New => "new",
@@ -97,7 +97,7 @@ impl Control {
     }
 
     /// `,stop` / `,new` / `,status` (case-insensitive, surrounding blanks ignored).
-    pub fn parse(text: &str) -> Option<Control> {
+    pub(crate) fn parse(text: &str) -> Option<Control> {
         let word = text.trim().strip_prefix(',')?.trim();
         Self::ALL
             .iter()

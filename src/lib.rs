@@ -10,7 +10,7 @@
 pub mod access;
 pub mod agent;
 pub mod channels;
-pub mod chat;
+pub(crate) mod chat;
 pub mod cli;
 pub mod config;
 pub mod daemon;
@@ -25,13 +25,13 @@ pub mod skills;
 pub mod status;
 pub mod storage;
 pub mod tape;
-pub mod time;
+pub(crate) mod time;
 pub mod tools;
 
 /// Idle keep-alive connections each HTTP client keeps per host. A burst of concurrent turns may
 /// open hundreds of connections; keeping them all would pin their buffers in memory long after
 /// the burst, so only some stay warm, and only for [`HTTP_IDLE_TIMEOUT`].
-pub const HTTP_IDLE_CONNECTIONS: usize = 64;
+pub(crate) const HTTP_IDLE_CONNECTIONS: usize = 64;
 
 /// How long an idle keep-alive connection stays open: well below the session idle TTL, so by
 /// the time sessions are evicted (and the heap trimmed) their connections are gone too.
@@ -39,7 +39,7 @@ pub const HTTP_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_sec
 
 /// Whether the URL's host is this machine (`localhost`, 127.0.0.0/8, `::1`): such requests never
 /// go through a proxy from the environment.
-pub fn is_loopback(url: &reqwest::Url) -> bool {
+pub(crate) fn is_loopback(url: &reqwest::Url) -> bool {
     let Some(host) = url.host_str() else {
         return false;
     };

@@ -40,7 +40,7 @@ pub fn tune_allocator() {
 }
 
 /// Gives free heap memory back to the OS.
-pub fn trim_heap() {
+pub(crate) fn trim_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free memory to the OS; it has no other effect.
     unsafe {
@@ -51,7 +51,7 @@ pub fn trim_heap() {
 /// Unmaps this binary's executable pages from the process (see the module docs). Only
 /// read-only executable mappings of the binary itself are touched: their pages are never
 /// written, so nothing is lost.
-pub fn release_code_pages() {
+pub(crate) fn release_code_pages() {
     let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
         return;
     };

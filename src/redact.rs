@@ -12,9 +12,9 @@ use aho_corasick::{AhoCorasick, MatchKind};
 use crate::config::Settings;
 
 /// Secrets shorter than this are not redacted (they would match ordinary text).
-pub const MIN_SECRET_LEN: usize = 8;
+pub(crate) const MIN_SECRET_LEN: usize = 8;
 /// What a secret is replaced with.
-pub const REDACTED: &str = "[redacted]";
+pub(crate) const REDACTED: &str = "[redacted]";
 
 /// Replaces known secret values in text.
 #[derive(Debug, Clone, Default)]
@@ -48,7 +48,7 @@ impl Redactor {
     }
 
     /// The redactor of Bub's own secrets (see [`Settings::secret_values`]).
-    pub fn from_settings(settings: &Settings) -> Self {
+    pub(crate) fn from_settings(settings: &Settings) -> Self {
         Self::new(settings.secret_values())
     }
 
@@ -63,7 +63,7 @@ impl Redactor {
     }
 
     /// Redacts `text` in place (no allocation when there is no secret in it).
-    pub fn scrub(&self, text: &mut String) {
+    pub(crate) fn scrub(&self, text: &mut String) {
         if let Cow::Owned(clean) = self.redact(text) {
             *text = clean;
         }

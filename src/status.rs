@@ -22,9 +22,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 /// The socket `bub message` answers status requests on, in `BUB_HOME`.
-pub const SOCKET: &str = "daemon.sock";
+pub(crate) const SOCKET: &str = "daemon.sock";
 /// The most recent errors kept.
-pub const MAX_ERRORS: usize = 10;
+pub(crate) const MAX_ERRORS: usize = 10;
 /// The longest error text kept (characters).
 const MAX_ERROR_CHARS: usize = 300;
 /// How long a client or the server waits for the other side.
@@ -32,7 +32,7 @@ const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One live session as the board shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionState {
+pub(crate) struct SessionState {
     /// What the running turn does ("an answer to 2 message(s)") and since when.
     pub running: Option<(std::sync::Arc<str>, Instant)>,
     pub queued_messages: usize,
@@ -66,7 +66,7 @@ impl Board {
     }
 
     /// Sets a session's row (an actor after each change of its queue or turn).
-    pub fn set(&self, session: &str, row: SessionState) {
+    pub(crate) fn set(&self, session: &str, row: SessionState) {
         let mut state = self.state.lock().expect("status board");
         match state.sessions.get_mut(session) {
             Some(old) => *old = row,
@@ -77,7 +77,7 @@ impl Board {
     }
 
     /// Removes a session's row (its actor ended).
-    pub fn remove(&self, session: &str) {
+    pub(crate) fn remove(&self, session: &str) {
         self.state
             .lock()
             .expect("status board")
@@ -86,7 +86,7 @@ impl Board {
     }
 
     /// Records an error a session met; the oldest goes beyond [`MAX_ERRORS`].
-    pub fn error(&self, session: &str, error: &str) {
+    pub(crate) fn error(&self, session: &str, error: &str) {
         let mut state = self.state.lock().expect("status board");
         if state.errors.len() == MAX_ERRORS {
             state.errors.pop_front();
@@ -99,7 +99,7 @@ impl Board {
     }
 
     /// The board as `bub status` receives it.
-    pub fn snapshot(&self) -> Snapshot {
+    pub(crate) fn snapshot(&self) -> Snapshot {
         let now = Instant::now();
         let state = self.state.lock().expect("status board");
         let mut sessions: Vec<SessionRow> = state
@@ -166,7 +166,7 @@ pub struct ErrorRow {
 }
 
 /// The status socket of `home`.
-pub fn socket_path(home: &Path) -> PathBuf {
+pub(crate) fn socket_path(home: &Path) -> PathBuf {
     home.join(SOCKET)
 }
 

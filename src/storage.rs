@@ -15,7 +15,7 @@ use anyhow::Context;
 
 /// What identifies one version of a file, to notice changes by other processes with a `stat`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stamp {
+pub(crate) struct Stamp {
     modified: Option<SystemTime>,
     len: u64,
     inode: u64,
@@ -23,7 +23,7 @@ pub struct Stamp {
 
 impl Stamp {
     /// The file's current version (`None` when it does not exist).
-    pub fn of(path: &Path) -> Option<Stamp> {
+    pub(crate) fn of(path: &Path) -> Option<Stamp> {
         let meta = fs::metadata(path).ok()?;
         Some(Stamp {
             modified: meta.modified().ok(),
@@ -33,14 +33,14 @@ impl Stamp {
     }
 
     /// When the file was last modified, if the file system says.
-    pub fn modified(&self) -> Option<SystemTime> {
+    pub(crate) fn modified(&self) -> Option<SystemTime> {
         self.modified
     }
 }
 
 /// Takes the exclusive advisory lock on `path` (created if missing, with its folder); released
 /// when the returned file is dropped.
-pub fn lock(path: &Path) -> anyhow::Result<File> {
+pub(crate) fn lock(path: &Path) -> anyhow::Result<File> {
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -99,7 +99,7 @@ impl PidLock {
 
 /// Atomically replaces `path` with `body` (plus a final newline); `mode` (e.g. `0o600`) is set
 /// on the temp file before anything is written to it. The temp file is removed on failure.
-pub fn write_atomic(path: &Path, body: &[u8], mode: Option<u32>) -> anyhow::Result<()> {
+pub(crate) fn write_atomic(path: &Path, body: &[u8], mode: Option<u32>) -> anyhow::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)

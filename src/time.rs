@@ -15,14 +15,14 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 /// The longest wait a server may ask for before a retry; a longer one fails the call instead.
-pub const MAX_SERVER_WAIT: Duration = Duration::from_secs(60);
+pub(crate) const MAX_SERVER_WAIT: Duration = Duration::from_secs(60);
 
 /// Thirty years: the deadline used when `now + wait` does not fit in an [`Instant`].
 const FAR_FUTURE: Duration = Duration::from_secs(30 * 365 * 86_400);
 
 /// `seconds` as a duration, saturating: NaN and negative values are zero, values too large for
 /// a [`Duration`] (and `+∞`) are [`Duration::MAX`].
-pub fn secs(seconds: f64) -> Duration {
+pub(crate) fn secs(seconds: f64) -> Duration {
     match Duration::try_from_secs_f64(seconds) {
         Ok(d) => d,
         Err(_) if seconds > 0.0 => Duration::MAX,
@@ -31,7 +31,7 @@ pub fn secs(seconds: f64) -> Duration {
 }
 
 /// `now + wait`, or a far-future instant (thirty years on) when the sum does not fit.
-pub fn deadline(now: Instant, wait: Duration) -> Instant {
+pub(crate) fn deadline(now: Instant, wait: Duration) -> Instant {
     now.checked_add(wait)
         .or_else(|| now.checked_add(FAR_FUTURE))
         // Unreachable on real clocks (an Instant is seconds since boot in 64 bits); `now` at
@@ -53,7 +53,7 @@ pub struct WaitTooLong {
 /// How long to wait when a server asks for `seconds`: the wait itself up to
 /// [`MAX_SERVER_WAIT`], else [`WaitTooLong`]. NaN and negative values (not a wait) are zero;
 /// callers that have a default for them apply it first.
-pub fn server_wait(seconds: f64) -> Result<Duration, WaitTooLong> {
+pub(crate) fn server_wait(seconds: f64) -> Result<Duration, WaitTooLong> {
     if seconds > MAX_SERVER_WAIT.as_secs_f64() {
         return Err(WaitTooLong { seconds });
     }
@@ -73,7 +73,7 @@ fn show_secs(seconds: f64) -> String {
 }
 
 /// `3d 4h`, `2h 5m`, `4m 10s`, `12s`: the two largest units.
-pub fn human_duration(d: Duration) -> String {
+pub(crate) fn human_duration(d: Duration) -> String {
     let s = d.as_secs();
     let (days, hours, minutes, seconds) = (s / 86_400, s / 3_600 % 24, s / 60 % 60, s % 60);
     match (days, hours, minutes) {

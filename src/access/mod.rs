@@ -16,7 +16,7 @@
 //! without a restart; a file that cannot be read admits no one beyond the configured lists.
 
 mod explain;
-pub mod pairing;
+pub(crate) mod pairing;
 pub mod policy;
 mod store;
 
@@ -29,15 +29,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Settings;
 use crate::storage::Stamp;
-pub use pairing::{Pending, Request};
-pub use policy::Policy;
-pub use store::{AccessFile, AccessStore, Paired};
+pub(crate) use pairing::{Pending, Request};
+pub(crate) use policy::Policy;
+pub(crate) use store::{AccessFile, AccessStore, Paired};
 
 /// The channels access applies to.
-pub const CHANNELS: [&str; 2] = ["telegram", "discord"];
+pub(crate) const CHANNELS: [&str; 2] = ["telegram", "discord"];
 
 /// The (channel, chat id) of a chat session id (`telegram:42`), if it is one.
-pub fn session_chat(session_id: &str) -> Option<(&str, &str)> {
+pub(crate) fn session_chat(session_id: &str) -> Option<(&str, &str)> {
     let (channel, chat) = session_id.split_once(':')?;
     CHANNELS.contains(&channel).then_some((channel, chat))
 }
@@ -53,7 +53,7 @@ pub enum Role {
 }
 
 impl Role {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Role::Guest => "guest",
             Role::Owner => "owner",
@@ -85,7 +85,7 @@ pub struct Principal {
 }
 
 impl Principal {
-    pub fn user(&self) -> User<'_> {
+    pub(crate) fn user(&self) -> User<'_> {
         User {
             id: &self.id,
             name: self.name.as_deref(),
@@ -126,7 +126,7 @@ impl Authority {
     }
 
     /// The authority of a batch: the least trusted role, every distinct sender.
-    pub fn least<'a>(all: impl IntoIterator<Item = &'a Authority>) -> Self {
+    pub(crate) fn least<'a>(all: impl IntoIterator<Item = &'a Authority>) -> Self {
         let mut out = Authority::terminal();
         for a in all {
             out.role = out.role.min(a.role);
@@ -140,7 +140,7 @@ impl Authority {
     }
 
     /// `owner (terminal)`, `guest (telegram:42, telegram:43)`.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         if self.senders.is_empty() {
             return format!("{} (terminal)", self.role);
         }
@@ -237,11 +237,6 @@ impl Access {
         })
     }
 
-    /// The store behind the pairings (for `bub pair list`).
-    pub fn store(&self) -> &AccessStore {
-        &self.store
-    }
-
     /// The current `access.json`: re-read when its stamp changed; unreadable = empty.
     pub fn file(&self) -> Arc<AccessFile> {
         let stamp = self.store.stamp();
@@ -263,7 +258,7 @@ impl Access {
     }
 
     /// The channel's allow-list is `*`.
-    pub fn admits_everyone(&self, channel: &str) -> bool {
+    pub(crate) fn admits_everyone(&self, channel: &str) -> bool {
         self.lists(channel).is_some_and(|l| l.everyone)
     }
 
@@ -293,7 +288,7 @@ impl Access {
 
     /// Checks a recorded authority again (a scheduled job's creator): each sender must still be
     /// admitted, and the role is the lower of the recorded and the current one.
-    pub fn reconfirm(&self, recorded: &Authority) -> Result<Authority, String> {
+    pub(crate) fn reconfirm(&self, recorded: &Authority) -> Result<Authority, String> {
         let mut out = recorded.clone();
         for sender in &recorded.senders {
             match self.role(&sender.channel, sender.user()) {
@@ -316,7 +311,7 @@ impl Access {
 
     /// An unknown sender asks for access from private chat `chat_id`. Writes `access.json` only
     /// for a new request.
-    pub fn request_pairing(
+    pub(crate) fn request_pairing(
         &self,
         channel: &str,
         user: User<'_>,
@@ -431,7 +426,7 @@ pub fn who(user_id: &str, username: Option<&str>) -> String {
 }
 
 /// `BUB_TELEGRAM_ALLOW_FROM` / `BUB_DISCORD_ALLOW_FROM`.
-pub fn allow_var(channel: &str) -> &'static str {
+pub(crate) fn allow_var(channel: &str) -> &'static str {
     if channel == "discord" {
         "BUB_DISCORD_ALLOW_FROM"
     } else {
@@ -440,7 +435,7 @@ pub fn allow_var(channel: &str) -> &'static str {
 }
 
 /// `BUB_TELEGRAM_OWNERS` / `BUB_DISCORD_OWNERS`.
-pub fn owners_var(channel: &str) -> &'static str {
+pub(crate) fn owners_var(channel: &str) -> &'static str {
     if channel == "discord" {
         "BUB_DISCORD_OWNERS"
     } else {

@@ -11,13 +11,13 @@ use chrono::{DateTime, Duration, Utc};
 use serde::{Deserialize, Serialize};
 
 /// The alphabet of pairing codes: no `0`/`O`, no `1`/`I`.
-pub const ALPHABET: &[u8; 32] = b"ABCDEFGHJKLMNPQRSTUVWXYZ23456789";
+pub(crate) const ALPHABET: &[u8; 32] = b"ABCDEFGHJKLMNPQRSTUVWXYZ23456789";
 /// Length of a pairing code.
-pub const CODE_LEN: usize = 8;
+pub(crate) const CODE_LEN: usize = 8;
 /// Unexpired requests per channel; more strangers get no code until one expires or is handled.
-pub const MAX_PENDING: usize = 3;
+pub(crate) const MAX_PENDING: usize = 3;
 /// How long a code is valid (and how long a sender waits for a second code message).
-pub const CODE_TTL: Duration = Duration::hours(1);
+pub(crate) const CODE_TTL: Duration = Duration::hours(1);
 
 /// One pending request: who asked, where, and the code the owner approves it with.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -37,14 +37,14 @@ impl Pending {
         self.requested_at + CODE_TTL
     }
 
-    pub fn is_expired(&self, now: DateTime<Utc>) -> bool {
+    pub(crate) fn is_expired(&self, now: DateTime<Utc>) -> bool {
         now >= self.expires_at()
     }
 }
 
 /// What a request from an unknown sender leads to.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Request {
+pub(crate) enum Request {
     /// A new code: tell the sender.
     New(Pending),
     /// The sender already has an unexpired code: send nothing.
@@ -54,7 +54,7 @@ pub enum Request {
 }
 
 /// A fresh random code (from the OS's CSPRNG, via uuid's v4 generator).
-pub fn new_code() -> String {
+pub(crate) fn new_code() -> String {
     let bytes = uuid::Uuid::new_v4().into_bytes();
     bytes
         .iter()
@@ -64,7 +64,7 @@ pub fn new_code() -> String {
 }
 
 /// A typed code as stored: trimmed, upper case, spaces and dashes dropped.
-pub fn normalize_code(code: &str) -> String {
+pub(crate) fn normalize_code(code: &str) -> String {
     code.chars()
         .filter(|c| !c.is_whitespace() && *c != '-')
         .collect::<String>()
@@ -72,13 +72,17 @@ pub fn normalize_code(code: &str) -> String {
 }
 
 /// Drops expired requests.
-pub fn prune(pending: &mut Vec<Pending>, now: DateTime<Utc>) {
+pub(crate) fn prune(pending: &mut Vec<Pending>, now: DateTime<Utc>) {
     pending.retain(|p| !p.is_expired(now));
 }
 
 /// Decides about a request of `user_id` on `channel` (expired requests are pruned first).
 /// `code` is the code a new request gets.
-pub fn request(pending: &mut Vec<Pending>, template: Pending, now: DateTime<Utc>) -> Request {
+pub(crate) fn request(
+    pending: &mut Vec<Pending>,
+    template: Pending,
+    now: DateTime<Utc>,
+) -> Request {
     prune(pending, now);
     let same_sender = |p: &Pending| p.channel == template.channel && p.user_id == template.user_id;
     if pending.iter().any(same_sender) {
@@ -96,7 +100,7 @@ pub fn request(pending: &mut Vec<Pending>, template: Pending, now: DateTime<Utc>
 }
 
 /// The text a sender gets with their code.
-pub fn code_message(code: &str, channel: &str) -> String {
+pub(crate) fn code_message(code: &str, channel: &str) -> String {
     format!(
         "I don't know you yet. To get access, ask the owner of this bot to run:\n\n\
          bub pair approve {channel} {code}\n\n\

@@ -17,7 +17,7 @@ use crate::config::{ConfigError, SandboxMode, Settings};
 
 /// The tools a guest gets by default: reading the workspace, the web, their own tape, skills,
 /// messages to their own chat and their own schedules.
-pub const GUEST_TOOLS: &[&str] = &[
+pub(crate) const GUEST_TOOLS: &[&str] = &[
     "fs.read",
     "fs.glob",
     "fs.grep",
@@ -53,7 +53,7 @@ pub struct Policy {
 
 impl Policy {
     /// The policy of a turn run with `role`.
-    pub fn for_role(role: Role, settings: &Settings) -> Self {
+    pub(crate) fn for_role(role: Role, settings: &Settings) -> Self {
         let sandbox = match settings.sandbox {
             SandboxMode::All => true,
             SandboxMode::Guests => role == Role::Guest,
@@ -76,32 +76,32 @@ impl Policy {
 
     /// The tool specs of the allowed tools, built by `build` once per policy (a policy belongs
     /// to one process, so to one registry).
-    pub fn specs(&self, build: impl FnOnce() -> Arc<[Value]>) -> Arc<[Value]> {
+    pub(crate) fn specs(&self, build: impl FnOnce() -> Arc<[Value]>) -> Arc<[Value]> {
         self.specs.get_or_init(build).clone()
     }
 
     /// The tool (by command name) may be called.
-    pub fn allows(&self, tool: &str) -> bool {
+    pub(crate) fn allows(&self, tool: &str) -> bool {
         self.tools.as_ref().is_none_or(|t| t.contains(tool))
     }
 
     /// File paths must stay inside the workspace.
-    pub fn confines_files(&self) -> bool {
+    pub(crate) fn confines_files(&self) -> bool {
         self.role == Role::Guest
     }
 
     /// Messages may only go to the session's own chat.
-    pub fn own_chat_only(&self) -> bool {
+    pub(crate) fn own_chat_only(&self) -> bool {
         self.role == Role::Guest
     }
 
     /// The error a refused call returns.
-    pub fn refusal(&self, tool: &str) -> String {
+    pub(crate) fn refusal(&self, tool: &str) -> String {
         format!("`{tool}` is not allowed for {}s in this chat", self.role)
     }
 
     /// The allowed tools among `all` (command names), for `bub access explain`.
-    pub fn allowed<'a>(&self, all: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
+    pub(crate) fn allowed<'a>(&self, all: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
         all.into_iter().filter(|t| self.allows(t)).collect()
     }
 }

@@ -49,29 +49,25 @@ struct OnDisk {
 
 /// Handle on `access.json` (holds no open file).
 #[derive(Debug, Clone)]
-pub struct AccessStore {
+pub(crate) struct AccessStore {
     path: PathBuf,
     lock_path: PathBuf,
 }
 
 impl AccessStore {
-    pub fn new(home: &Path) -> Self {
+    pub(crate) fn new(home: &Path) -> Self {
         Self {
             path: home.join("access.json"),
             lock_path: home.join("access.lock"),
         }
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    pub fn stamp(&self) -> Option<Stamp> {
+    pub(crate) fn stamp(&self) -> Option<Stamp> {
         Stamp::of(&self.path)
     }
 
     /// The file's contents (empty when it does not exist). No lock is needed: writes are atomic.
-    pub fn load(&self) -> anyhow::Result<AccessFile> {
+    pub(crate) fn load(&self) -> anyhow::Result<AccessFile> {
         let text = match fs::read_to_string(&self.path) {
             Ok(text) => text,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(AccessFile::default()),
@@ -90,7 +86,7 @@ impl AccessStore {
     }
 
     /// Applies `change` under the lock and writes the result (mode 0600) when it changed.
-    pub fn update<R>(&self, change: impl FnOnce(&mut AccessFile) -> R) -> anyhow::Result<R> {
+    pub(crate) fn update<R>(&self, change: impl FnOnce(&mut AccessFile) -> R) -> anyhow::Result<R> {
         let _lock = storage::lock(&self.lock_path)?;
         let mut file = self.load()?;
         let before = file.clone();

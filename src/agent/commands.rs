@@ -9,13 +9,13 @@ use crate::tools::Registry;
 
 /// Whether a comma command runs a registered tool or goes to the shell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CommandKind {
+pub(crate) enum CommandKind {
     Internal,
     Shell,
 }
 
 impl CommandKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             CommandKind::Internal => "internal",
             CommandKind::Shell => "shell",
@@ -25,7 +25,7 @@ impl CommandKind {
 
 /// A detected comma command.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ParsedCommand {
+pub(crate) struct ParsedCommand {
     pub kind: CommandKind,
     /// Tool name as resolved (aliases applied) for internal commands; first word for shell.
     pub name: String,
@@ -36,7 +36,7 @@ pub struct ParsedCommand {
 }
 
 /// Aliases of the reference: `,tool` → `tool.describe`, `,tape` → `tape.info`.
-pub fn resolve_alias(name: &str) -> &str {
+pub(crate) fn resolve_alias(name: &str) -> &str {
     match name {
         "tool" => "tool.describe",
         "tape" => "tape.info",
@@ -45,7 +45,7 @@ pub fn resolve_alias(name: &str) -> &str {
 }
 
 /// POSIX word splitting; `None` when quotes are unbalanced.
-pub fn split_words(text: &str) -> Option<Vec<String>> {
+pub(crate) fn split_words(text: &str) -> Option<Vec<String>> {
     shlex::split(text)
 }
 
@@ -54,7 +54,7 @@ pub fn split_words(text: &str) -> Option<Vec<String>> {
 /// Unlike the reference, a line starting with `,` and a non-empty body is *always* a command:
 /// unbalanced quotes no longer turn it into model prose (the shell, or the argument parser,
 /// reports the error instead).
-pub fn detect(line: &str, registry: &Registry) -> Option<ParsedCommand> {
+pub(crate) fn detect(line: &str, registry: &Registry) -> Option<ParsedCommand> {
     let line = line.trim();
     let body = line.strip_prefix(',')?.trim_start();
     if body.is_empty() {
@@ -88,7 +88,7 @@ pub fn detect(line: &str, registry: &Registry) -> Option<ParsedCommand> {
 /// Parses `--key=value`, `--key value`, `--flag` and `key=value` tokens; everything else is
 /// positional. Values are strings (or `true` for flags); the registry coerces them to the
 /// tool's schema types.
-pub fn parse_kv(tokens: &[String]) -> (Map<String, Value>, Vec<String>) {
+pub(crate) fn parse_kv(tokens: &[String]) -> (Map<String, Value>, Vec<String>) {
     let mut kwargs = Map::new();
     let mut positional = Vec::new();
     let mut i = 0;
@@ -114,7 +114,7 @@ pub fn parse_kv(tokens: &[String]) -> (Map<String, Value>, Vec<String>) {
 }
 
 /// Escapes `& < >` (and quotes when `quote`), as Python's `html.escape`.
-pub fn escape_html(text: &str, quote: bool) -> String {
+pub(crate) fn escape_html(text: &str, quote: bool) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {
@@ -130,7 +130,7 @@ pub fn escape_html(text: &str, quote: bool) -> String {
 }
 
 /// The `<command>` block Bub v0.2.3 feeds back to the model; output cannot forge or close a block.
-pub fn command_block(name: &str, status: &str, output: &str) -> String {
+pub(crate) fn command_block(name: &str, status: &str, output: &str) -> String {
     format!(
         "<command name=\"{}\" status=\"{}\">\n{}\n</command>",
         escape_html(name, true),

@@ -7,10 +7,10 @@
 //! asked, with which role); its tool context carries that role's policy, which the registry
 //! enforces on every tool call.
 
-pub mod commands;
+pub(crate) mod commands;
 pub mod prompt;
 pub mod router;
-pub mod runner;
+pub(crate) mod runner;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -77,7 +77,7 @@ impl AgentRuntime {
 
     /// A runtime for another workspace (a scheduled job created there): its own tapes, this
     /// process's tools, outbox and access gate.
-    pub fn for_workspace(&self, workspace: &std::path::Path) -> Self {
+    pub(crate) fn for_workspace(&self, workspace: &std::path::Path) -> Self {
         let mut settings = (*self.process.settings).clone();
         settings.workspace = workspace.to_path_buf();
         Self::with_process(Arc::new(self.process.with_settings(settings)))
@@ -124,25 +124,25 @@ impl AgentRuntime {
 
     /// Forgets an idle session (its tape handle); the next input reopens it. A session in use
     /// elsewhere (a running turn) is kept.
-    pub fn release_session(&self, session_id: &str) {
+    pub(crate) fn release_session(&self, session_id: &str) {
         self.sessions.remove_if(session_id, |_, s| {
             Arc::strong_count(s) == 1 && s.turn.try_lock().is_ok()
         });
     }
 
     /// How many sessions are open (for tests and benchmarks of eviction).
-    pub fn open_sessions(&self) -> usize {
+    pub(crate) fn open_sessions(&self) -> usize {
         self.sessions.len()
     }
 
     /// The tape summary of a session (for status lines).
-    pub async fn tape_info(&self, session_id: &str) -> anyhow::Result<TapeInfo> {
+    pub(crate) async fn tape_info(&self, session_id: &str) -> anyhow::Result<TapeInfo> {
         let session = self.session(session_id).await?;
         session.state.tape.run(|t| t.info()).await
     }
 
     /// The command names of the tools (for completion).
-    pub fn tool_names(&self) -> Vec<String> {
+    pub(crate) fn tool_names(&self) -> Vec<String> {
         self.process
             .registry
             .tools()
@@ -164,7 +164,11 @@ impl AgentRuntime {
 
     /// `,new`: a handoff anchor named `new` (after the session's running turn), so the next
     /// context starts empty; the tape keeps everything before it.
-    pub async fn fresh_context(&self, session_id: &str, who: &Authority) -> anyhow::Result<()> {
+    pub(crate) async fn fresh_context(
+        &self,
+        session_id: &str,
+        who: &Authority,
+    ) -> anyhow::Result<()> {
         let session = self.session(session_id).await?;
         let _turn = session.turn.lock().await;
         let summary = format!("Fresh context requested by {}.", who.describe());
@@ -180,7 +184,7 @@ impl AgentRuntime {
 
     /// `,status`: the model, the tape since its last anchor, this chat's scheduled jobs, the
     /// process's uptime and version. Reads the tape without waiting for a running turn.
-    pub async fn status_text(&self, session_id: &str) -> String {
+    pub(crate) async fn status_text(&self, session_id: &str) -> String {
         let settings = self.settings();
         let mut lines = vec![format!(
             "bub {} · up {}",

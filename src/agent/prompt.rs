@@ -42,7 +42,7 @@ with the scheduler alongside.
 
 /// Names referenced as `$name` in `text` (trailing dots and dashes dropped, so `$fs.read.` at
 /// the end of a sentence still matches `fs.read`).
-pub fn hints(text: &str) -> Vec<String> {
+pub(crate) fn hints(text: &str) -> Vec<String> {
     HINT.captures_iter(text)
         .map(|c| c[1].trim_end_matches(['.', '-']).to_string())
         .filter(|h| !h.is_empty())
@@ -67,7 +67,7 @@ pub fn activate_hints(
 }
 
 /// The compact tool list plus details of the expanded tools — only the tools `policy` allows.
-pub fn tool_view(registry: &Registry, expanded: &Expanded, policy: &Policy) -> String {
+pub(crate) fn tool_view(registry: &Registry, expanded: &Expanded, policy: &Policy) -> String {
     let mut out = String::from("<tool_view>\n");
     for tool in registry.tools().filter(|t| policy.allows(&t.name)) {
         let model = tool.model_name();
@@ -158,7 +158,7 @@ fn guest_note(policy: &Policy) -> String {
 }
 
 /// Inputs of [`system_prompt`].
-pub struct PromptParts<'a> {
+pub(crate) struct PromptParts<'a> {
     pub base: &'a str,
     pub workspace: &'a Path,
     pub registry: &'a Registry,
@@ -170,7 +170,7 @@ pub struct PromptParts<'a> {
 }
 
 /// Assembles the system prompt; empty blocks are dropped, blocks joined by a blank line.
-pub fn system_prompt(parts: &PromptParts<'_>) -> String {
+pub(crate) fn system_prompt(parts: &PromptParts<'_>) -> String {
     let agents = std::fs::read_to_string(parts.workspace.join("AGENTS.md")).unwrap_or_default();
     let date = format!(
         "Current date and time: {}",

@@ -18,7 +18,7 @@ const HUMAN_SHELL_TIMEOUT_SECONDS: u64 = 600;
 
 /// Who wrote the command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
+pub(crate) enum Origin {
     Human,
     Assistant,
 }
@@ -34,7 +34,7 @@ impl Origin {
 
 /// The result of one executed command.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CommandOutcome {
+pub(crate) struct CommandOutcome {
     pub name: String,
     pub ok: bool,
     pub output: String,
@@ -45,11 +45,11 @@ pub struct CommandOutcome {
 }
 
 impl CommandOutcome {
-    pub fn status(&self) -> &'static str {
+    pub(crate) fn status(&self) -> &'static str {
         if self.ok { "ok" } else { "error" }
     }
 
-    pub fn block(&self) -> String {
+    pub(crate) fn block(&self) -> String {
         commands::command_block(&self.name, self.status(), &self.output)
     }
 }
@@ -215,7 +215,7 @@ impl Router {
     }
 
     /// Executes one command and records it on the tape.
-    pub async fn execute(&self, cmd: &ParsedCommand, origin: Origin) -> CommandOutcome {
+    pub(crate) async fn execute(&self, cmd: &ParsedCommand, origin: Origin) -> CommandOutcome {
         let started = Instant::now();
         let outcome = match cmd.kind {
             CommandKind::Shell => self.run_shell(&cmd.raw, origin).await,

@@ -22,11 +22,11 @@ use crate::tape::shared::{append_failed, logged};
 use crate::tools::ToolContext;
 
 /// The follow-up prompt after tool calls.
-pub const CONTINUE_PROMPT: &str = "Continue the task.";
+pub(crate) const CONTINUE_PROMPT: &str = "Continue the task.";
 
 /// What the loop produced.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LoopOutcome {
+pub(crate) struct LoopOutcome {
     pub visible_text: String,
     pub exit_requested: bool,
     pub steps: u32,
@@ -40,7 +40,7 @@ enum Step {
 }
 
 /// Runs the model loop for one session turn.
-pub struct ModelLoop<'a> {
+pub(crate) struct ModelLoop<'a> {
     llm: Result<&'a LlmClient, &'a str>,
     ctx: &'a ToolContext,
     router: &'a Router,
@@ -57,7 +57,7 @@ pub struct ModelLoop<'a> {
 impl<'a> ModelLoop<'a> {
     /// The loop of a turn in `ctx`'s session, bounded by its settings' steps and tokens.
     /// `last_system` is the session's memory of the system prompt it recorded last.
-    pub fn new(
+    pub(crate) fn new(
         llm: Result<&'a LlmClient, &'a str>,
         ctx: &'a ToolContext,
         router: &'a Router,
@@ -77,7 +77,7 @@ impl<'a> ModelLoop<'a> {
 
     /// Runs until the model answers without commands, fails, asks to quit, or `max_steps`.
     /// `$hints` in the prompt and in the model's answers expand the tools and skills they name.
-    pub async fn run(&mut self, prompt: &str) -> LoopOutcome {
+    pub(crate) async fn run(&mut self, prompt: &str) -> LoopOutcome {
         let mut out = LoopOutcome::default();
         let mut prompt = prompt.to_string();
         let mut visible: Vec<String> = Vec::new();
@@ -401,7 +401,7 @@ fn stable_hash(system: &str) -> u64 {
 /// `tool_calls` must be answered by `tool` messages with matching ids (a crash between call and
 /// result leaves them unanswered), and a `tool` message needs a preceding call (a handoff made by
 /// a tool puts the anchor between the call and its result).
-pub fn sanitize_context(messages: Vec<Value>) -> Vec<Value> {
+pub(crate) fn sanitize_context(messages: Vec<Value>) -> Vec<Value> {
     let mut out: Vec<Value> = Vec::with_capacity(messages.len());
     let mut i = 0;
     while i < messages.len() {
@@ -444,7 +444,7 @@ pub fn sanitize_context(messages: Vec<Value>) -> Vec<Value> {
 }
 
 /// Shared model client or the reason there is none (e.g. no API key), reported per turn.
-pub type SharedLlm = Result<Arc<LlmClient>, String>;
+pub(crate) type SharedLlm = Result<Arc<LlmClient>, String>;
 
 #[cfg(test)]
 mod tests {

@@ -17,7 +17,7 @@
 
 pub mod discord;
 pub mod telegram;
-pub mod text;
+pub(crate) mod text;
 
 use std::sync::Arc;
 
@@ -87,12 +87,12 @@ impl InboundSink {
     }
 
     /// The platform cursor journaled for `channel` (Telegram: the last update id taken).
-    pub fn cursor(&self, channel: &str) -> Option<u64> {
+    pub(crate) fn cursor(&self, channel: &str) -> Option<u64> {
         self.inbox.cursor(channel)
     }
 
     /// The newest message id seen per chat of `channel`, most recently active first.
-    pub fn last_seen(&self, channel: &str, limit: usize) -> Vec<(String, u64)> {
+    pub(crate) fn last_seen(&self, channel: &str, limit: usize) -> Vec<(String, u64)> {
         self.inbox.last_seen(channel, limit)
     }
 }
@@ -100,7 +100,7 @@ impl InboundSink {
 /// The keyword rule of both platforms: `word` occurs in `text` case-insensitively with no
 /// letter, digit or `_` right before or after it ("bubble" does not contain "bub"). An empty
 /// `word` never matches.
-pub fn contains_word(text: &str, word: &str) -> bool {
+pub(crate) fn contains_word(text: &str, word: &str) -> bool {
     let word = word.trim().to_lowercase();
     if word.is_empty() {
         return false;

@@ -19,7 +19,7 @@ use rustyline::{
 type Pending = Arc<Mutex<Option<(String, usize)>>>;
 
 /// What one prompt produced.
-pub enum Read {
+pub(crate) enum Read {
     Line(String),
     /// Ctrl-C at the prompt.
     Interrupted,
@@ -30,7 +30,7 @@ pub enum Read {
 }
 
 /// A rustyline editor plus the history file it appends to.
-pub struct LineEditor {
+pub(crate) struct LineEditor {
     editor: Editor<CommandHelper, FileHistory>,
     history: PathBuf,
     pending: Pending,
@@ -38,7 +38,7 @@ pub struct LineEditor {
 
 impl LineEditor {
     /// Opens the editor and loads `history` (a missing file is an empty history).
-    pub fn new(history: PathBuf, commands: Vec<String>) -> anyhow::Result<Self> {
+    pub(crate) fn new(history: PathBuf, commands: Vec<String>) -> anyhow::Result<Self> {
         let mut editor = Editor::<CommandHelper, FileHistory>::new()?;
         editor.set_helper(Some(CommandHelper { commands }));
         let pending: Pending = Arc::default();
@@ -62,7 +62,7 @@ impl LineEditor {
     }
 
     /// Reads one line (blocking: call it from `spawn_blocking`).
-    pub fn read(&mut self, prompt: &str, initial: (&str, &str)) -> anyhow::Result<Read> {
+    pub(crate) fn read(&mut self, prompt: &str, initial: (&str, &str)) -> anyhow::Result<Read> {
         match self.editor.readline_with_initial(prompt, initial) {
             Ok(line) => {
                 if !line.trim().is_empty() {

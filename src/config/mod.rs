@@ -11,7 +11,7 @@
 
 mod load;
 mod parse;
-pub mod providers;
+pub(crate) mod providers;
 mod secret;
 mod sources;
 #[cfg(test)]
@@ -21,8 +21,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use load::LoadOptions;
-pub use providers::provider_base_url;
-pub use secret::{MaskedUrl, Secret};
+pub(crate) use providers::provider_base_url;
+pub(crate) use secret::{MaskedUrl, Secret};
 
 /// The variables whose values are Bub's own secrets: they are removed from the environment of
 /// every child process (`bash`), and their values are redacted from tool output.
@@ -38,13 +38,13 @@ pub const SECRET_VARS: &[&str] = &[
 ];
 
 /// `BUB_MODEL` default.
-pub const DEFAULT_MODEL: &str = "openrouter:qwen/qwen3-coder-next";
+pub(crate) const DEFAULT_MODEL: &str = "openrouter:qwen/qwen3-coder-next";
 /// `BUB_OLLAMA_API_BASE` default.
-pub const DEFAULT_OLLAMA_API_BASE: &str = "https://ollama.com/api";
+pub(crate) const DEFAULT_OLLAMA_API_BASE: &str = "https://ollama.com/api";
 /// `BUB_TELEGRAM_API_BASE` default.
-pub const DEFAULT_TELEGRAM_API_BASE: &str = "https://api.telegram.org";
+pub(crate) const DEFAULT_TELEGRAM_API_BASE: &str = "https://api.telegram.org";
 /// `BUB_DISCORD_API_BASE` default.
-pub const DEFAULT_DISCORD_API_BASE: &str = "https://discord.com";
+pub(crate) const DEFAULT_DISCORD_API_BASE: &str = "https://discord.com";
 
 /// A configuration problem, reported as one line naming the variable.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -55,7 +55,7 @@ pub struct ConfigError {
 }
 
 impl ConfigError {
-    pub fn new(var: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(var: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             var: var.into(),
             message: message.into(),
@@ -84,27 +84,27 @@ pub enum LogFormat {
 }
 
 /// The largest `BUB_MODEL_TIMEOUT_SECONDS`: one day.
-pub const MAX_MODEL_TIMEOUT_SECONDS: f64 = 86_400.0;
+pub(crate) const MAX_MODEL_TIMEOUT_SECONDS: f64 = 86_400.0;
 /// The largest `BUB_MESSAGE_DELAY_SECONDS`: one hour.
-pub const MAX_MESSAGE_DELAY_SECONDS: f64 = 3_600.0;
+pub(crate) const MAX_MESSAGE_DELAY_SECONDS: f64 = 3_600.0;
 /// The largest `BUB_MESSAGE_DEBOUNCE_SECONDS`: one hour.
-pub const MAX_MESSAGE_DEBOUNCE_SECONDS: f64 = 3_600.0;
+pub(crate) const MAX_MESSAGE_DEBOUNCE_SECONDS: f64 = 3_600.0;
 /// The largest `BUB_ACTIVE_TIME_WINDOW_SECONDS`: one day.
-pub const MAX_ACTIVE_TIME_WINDOW_SECONDS: f64 = 86_400.0;
+pub(crate) const MAX_ACTIVE_TIME_WINDOW_SECONDS: f64 = 86_400.0;
 /// The largest `BUB_SESSION_IDLE_SECONDS`: 30 days.
-pub const MAX_SESSION_IDLE_SECONDS: f64 = 2_592_000.0;
+pub(crate) const MAX_SESSION_IDLE_SECONDS: f64 = 2_592_000.0;
 /// `BUB_FS_TIMEOUT_SECONDS` default: how long one `fs.*` call's file work may take.
-pub const DEFAULT_FS_TIMEOUT_SECONDS: f64 = 10.0;
+pub(crate) const DEFAULT_FS_TIMEOUT_SECONDS: f64 = 10.0;
 /// The largest `BUB_FS_TIMEOUT_SECONDS`: one hour.
-pub const MAX_FS_TIMEOUT_SECONDS: f64 = 3_600.0;
+pub(crate) const MAX_FS_TIMEOUT_SECONDS: f64 = 3_600.0;
 /// `BUB_BASH_MAX_TIMEOUT_SECONDS` default: one hour.
-pub const DEFAULT_BASH_MAX_TIMEOUT_SECONDS: u32 = 3_600;
+pub(crate) const DEFAULT_BASH_MAX_TIMEOUT_SECONDS: u32 = 3_600;
 /// The largest `BUB_BASH_MAX_TIMEOUT_SECONDS`: one day.
-pub const MAX_BASH_MAX_TIMEOUT_SECONDS: u32 = 86_400;
+pub(crate) const MAX_BASH_MAX_TIMEOUT_SECONDS: u32 = 86_400;
 /// `BUB_MAX_CONCURRENT_COMMANDS` default.
-pub const DEFAULT_MAX_CONCURRENT_COMMANDS: u32 = 8;
+pub(crate) const DEFAULT_MAX_CONCURRENT_COMMANDS: u32 = 8;
 /// The largest `BUB_MAX_CONCURRENT_COMMANDS`.
-pub const MAX_MAX_CONCURRENT_COMMANDS: u32 = 1_024;
+pub(crate) const MAX_MAX_CONCURRENT_COMMANDS: u32 = 1_024;
 
 /// All settings of one process. Field docs name the environment variable. `Debug` shows no
 /// secret: keys and tokens are [`Secret`]s, URLs [`MaskedUrl`]s.
@@ -294,18 +294,18 @@ impl Settings {
     }
 
     /// The provider part of `model` (before the first `:`), as written.
-    pub fn provider(&self) -> &str {
+    pub(crate) fn provider(&self) -> &str {
         &self.model.provider
     }
 
     /// The model id part of `model` (after the first `:`).
-    pub fn model_id(&self) -> &str {
+    pub(crate) fn model_id(&self) -> &str {
         &self.model.id
     }
 
     /// `BUB_API_BASE` if set, else the provider's default base URL (empty for an unknown
     /// provider, which [`Settings::load`] and [`Settings::set_model`] reject).
-    pub fn model_base_url(&self) -> String {
+    pub(crate) fn model_base_url(&self) -> String {
         match &self.api_base {
             Some(base) => base.to_string(),
             None => provider_base_url(self.provider())
@@ -316,7 +316,7 @@ impl Settings {
 
     /// Every secret value Bub read for itself: keys, tokens, and passwords inside the URLs it
     /// was given (proxies, API bases). The redactor removes these from tool output.
-    pub fn secret_values(&self) -> Vec<String> {
+    pub(crate) fn secret_values(&self) -> Vec<String> {
         let keys = [
             &self.api_key,
             &self.ollama_api_key,

@@ -11,12 +11,12 @@ use super::ConfigError;
 use super::providers::{known_providers, provider_base_url};
 
 /// The literal that means "unset" for optional fields (case-insensitive).
-pub fn is_null(raw: &str) -> bool {
+pub(crate) fn is_null(raw: &str) -> bool {
     raw.trim().eq_ignore_ascii_case("null")
 }
 
 /// `true/false/1/0/yes/no/on/off/t/f/y/n`, case-insensitive (pydantic's spellings).
-pub fn parse_bool(var: &str, raw: &str) -> Result<bool, ConfigError> {
+pub(crate) fn parse_bool(var: &str, raw: &str) -> Result<bool, ConfigError> {
     match raw.trim().to_ascii_lowercase().as_str() {
         "true" | "1" | "yes" | "on" | "t" | "y" => Ok(true),
         "false" | "0" | "no" | "off" | "f" | "n" => Ok(false),
@@ -28,12 +28,17 @@ pub fn parse_bool(var: &str, raw: &str) -> Result<bool, ConfigError> {
 }
 
 /// A whole number `>= min` that fits in `u32`.
-pub fn parse_u32_min(var: &str, raw: &str, min: u32) -> Result<u32, ConfigError> {
+pub(crate) fn parse_u32_min(var: &str, raw: &str, min: u32) -> Result<u32, ConfigError> {
     parse_u32_range(var, raw, min, u32::MAX)
 }
 
 /// A whole number in `min..=max`.
-pub fn parse_u32_range(var: &str, raw: &str, min: u32, max: u32) -> Result<u32, ConfigError> {
+pub(crate) fn parse_u32_range(
+    var: &str,
+    raw: &str,
+    min: u32,
+    max: u32,
+) -> Result<u32, ConfigError> {
     let value: u32 = raw.trim().parse().map_err(|_| {
         ConfigError::new(
             var,
@@ -57,7 +62,7 @@ pub fn parse_u32_range(var: &str, raw: &str, min: u32, max: u32) -> Result<u32, 
 
 /// Seconds as a finite number in `0..=max`; fractions allowed (`0`, `0.2`). The maximum keeps
 /// every duration built from the value (and every deadline `now + value`) representable.
-pub fn parse_seconds(var: &str, raw: &str, max: f64) -> Result<f64, ConfigError> {
+pub(crate) fn parse_seconds(var: &str, raw: &str, max: f64) -> Result<f64, ConfigError> {
     let value: f64 = raw.trim().parse().map_err(|_| {
         ConfigError::new(
             var,
@@ -81,7 +86,7 @@ pub fn parse_seconds(var: &str, raw: &str, max: f64) -> Result<f64, ConfigError>
 
 /// Seconds as a finite number in `(0, max]`: a duration that must not be zero (a deadline of
 /// zero would fail every call).
-pub fn parse_positive_seconds(var: &str, raw: &str, max: f64) -> Result<f64, ConfigError> {
+pub(crate) fn parse_positive_seconds(var: &str, raw: &str, max: f64) -> Result<f64, ConfigError> {
     let value = parse_seconds(var, raw, max)?;
     if value == 0.0 {
         return Err(ConfigError::new(
@@ -93,7 +98,7 @@ pub fn parse_positive_seconds(var: &str, raw: &str, max: f64) -> Result<f64, Con
 }
 
 /// An optional timeout of at most `max` seconds: `null`, `none` or `0` mean no timeout.
-pub fn parse_timeout(var: &str, raw: &str, max: f64) -> Result<Option<f64>, ConfigError> {
+pub(crate) fn parse_timeout(var: &str, raw: &str, max: f64) -> Result<Option<f64>, ConfigError> {
     if is_null(raw) || raw.trim().eq_ignore_ascii_case("none") {
         return Ok(None);
     }
@@ -103,7 +108,7 @@ pub fn parse_timeout(var: &str, raw: &str, max: f64) -> Result<Option<f64>, Conf
 
 /// A list: a JSON array of strings/numbers, or a comma-separated list. Items are trimmed and
 /// empty items dropped; `null` is the empty list. A value starting with `[` must be valid JSON.
-pub fn parse_list(var: &str, raw: &str) -> Result<Vec<String>, ConfigError> {
+pub(crate) fn parse_list(var: &str, raw: &str) -> Result<Vec<String>, ConfigError> {
     let trimmed = raw.trim();
     if is_null(trimmed) {
         return Ok(Vec::new());
@@ -146,7 +151,7 @@ pub fn parse_list(var: &str, raw: &str) -> Result<Vec<String>, ConfigError> {
 const HTTP_SCHEMES: &[&str] = &["http", "https"];
 
 /// An `http(s)` URL with a host; returned as written, trailing `/` stripped.
-pub fn parse_url(var: &str, raw: &str) -> Result<String, ConfigError> {
+pub(crate) fn parse_url(var: &str, raw: &str) -> Result<String, ConfigError> {
     let trimmed = raw.trim();
     let shown = redact_url_text(trimmed);
     let url = reqwest::Url::parse(trimmed)
@@ -164,7 +169,7 @@ pub fn parse_url(var: &str, raw: &str) -> Result<String, ConfigError> {
 }
 
 /// Masks the `user:password@` part of a URL-looking string, parsed or not.
-pub fn redact_url_text(text: &str) -> String {
+pub(crate) fn redact_url_text(text: &str) -> String {
     let Some(scheme_end) = text.find("://") else {
         return text.to_owned();
     };
@@ -182,7 +187,7 @@ pub fn redact_url_text(text: &str) -> String {
 }
 
 /// The password of a URL's `user:password@` part, if it has one.
-pub fn url_password(url: &str) -> Option<String> {
+pub(crate) fn url_password(url: &str) -> Option<String> {
     let url = reqwest::Url::parse(url.trim()).ok()?;
     let password = url.password()?;
     let decoded = percent_encoding::percent_decode_str(password).decode_utf8_lossy();
@@ -190,7 +195,7 @@ pub fn url_password(url: &str) -> Option<String> {
 }
 
 /// `guests`, `all` or `off`, case-insensitive.
-pub fn parse_sandbox(var: &str, raw: &str) -> Result<super::SandboxMode, ConfigError> {
+pub(crate) fn parse_sandbox(var: &str, raw: &str) -> Result<super::SandboxMode, ConfigError> {
     match raw.trim().to_ascii_lowercase().as_str() {
         "guests" => Ok(super::SandboxMode::Guests),
         "all" => Ok(super::SandboxMode::All),
@@ -204,7 +209,7 @@ pub fn parse_sandbox(var: &str, raw: &str) -> Result<super::SandboxMode, ConfigE
 
 /// A secret (API key, token): trimmed; must not contain whitespace or control characters.
 /// The value never appears in the error.
-pub fn parse_secret(var: &str, raw: &str) -> Result<Option<super::Secret>, ConfigError> {
+pub(crate) fn parse_secret(var: &str, raw: &str) -> Result<Option<super::Secret>, ConfigError> {
     let trimmed = raw.trim();
     if trimmed.is_empty() || is_null(trimmed) {
         return Ok(None);
@@ -220,7 +225,11 @@ pub fn parse_secret(var: &str, raw: &str) -> Result<Option<super::Secret>, Confi
 
 /// Splits `provider:model` at the first `:`; both parts non-empty. Without `api_base` the
 /// provider must be known.
-pub fn parse_model(var: &str, raw: &str, api_base: Option<&str>) -> Result<Model, ConfigError> {
+pub(crate) fn parse_model(
+    var: &str,
+    raw: &str,
+    api_base: Option<&str>,
+) -> Result<Model, ConfigError> {
     let model = raw.trim();
     let Some((provider, id)) = model.split_once(':') else {
         return Err(ConfigError::new(
@@ -253,7 +262,7 @@ pub fn parse_model(var: &str, raw: &str, api_base: Option<&str>) -> Result<Model
 }
 
 /// `trace/debug/info/warn/error` (case-insensitive; `warning` means `warn`), returned lowercase.
-pub fn parse_log_level(var: &str, raw: &str) -> Result<String, ConfigError> {
+pub(crate) fn parse_log_level(var: &str, raw: &str) -> Result<String, ConfigError> {
     let level = raw.trim().to_ascii_lowercase();
     match level.as_str() {
         "trace" | "debug" | "info" | "warn" | "error" => Ok(level),
@@ -266,7 +275,7 @@ pub fn parse_log_level(var: &str, raw: &str) -> Result<String, ConfigError> {
 }
 
 /// `text` or `json`, case-insensitive.
-pub fn parse_log_format(var: &str, raw: &str) -> Result<super::LogFormat, ConfigError> {
+pub(crate) fn parse_log_format(var: &str, raw: &str) -> Result<super::LogFormat, ConfigError> {
     match raw.trim().to_ascii_lowercase().as_str() {
         "text" => Ok(super::LogFormat::Text),
         "json" => Ok(super::LogFormat::Json),
@@ -278,7 +287,11 @@ pub fn parse_log_format(var: &str, raw: &str) -> Result<super::LogFormat, Config
 }
 
 /// Expands a leading `~` (alone or followed by `/`) with `home`; other paths are unchanged.
-pub fn expand_tilde(var: &str, raw: &str, home: Option<&Path>) -> Result<PathBuf, ConfigError> {
+pub(crate) fn expand_tilde(
+    var: &str,
+    raw: &str,
+    home: Option<&Path>,
+) -> Result<PathBuf, ConfigError> {
     let rest = match raw.strip_prefix('~') {
         Some("") => "",
         Some(rest) if rest.starts_with('/') => rest.trim_start_matches('/'),
@@ -295,7 +308,7 @@ pub fn expand_tilde(var: &str, raw: &str, home: Option<&Path>) -> Result<PathBuf
 }
 
 /// Makes `path` absolute against `base` (no filesystem access).
-pub fn absolute(path: PathBuf, base: &Path) -> PathBuf {
+pub(crate) fn absolute(path: PathBuf, base: &Path) -> PathBuf {
     if path.is_absolute() {
         path
     } else {

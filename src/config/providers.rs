@@ -4,7 +4,7 @@
 //! overrides it, in which case any provider name is accepted (any OpenAI-compatible server).
 
 /// Provider name (lowercase) → default base URL, without a trailing `/`.
-pub const PROVIDERS: &[(&str, &str)] = &[
+pub(crate) const PROVIDERS: &[(&str, &str)] = &[
     ("openrouter", "https://openrouter.ai/api/v1"),
     ("openai", "https://api.openai.com/v1"),
     ("ollama", "http://localhost:11434/v1"),
@@ -16,7 +16,7 @@ pub const PROVIDERS: &[(&str, &str)] = &[
 ];
 
 /// The default base URL of a known provider (case-insensitive), `None` for an unknown one.
-pub fn provider_base_url(provider: &str) -> Option<&'static str> {
+pub(crate) fn provider_base_url(provider: &str) -> Option<&'static str> {
     PROVIDERS
         .iter()
         .find(|(name, _)| name.eq_ignore_ascii_case(provider))
@@ -24,7 +24,7 @@ pub fn provider_base_url(provider: &str) -> Option<&'static str> {
 }
 
 /// The known provider names, comma-separated, for error messages.
-pub fn known_providers() -> String {
+pub(crate) fn known_providers() -> String {
     PROVIDERS
         .iter()
         .map(|(name, _)| *name)

@@ -13,7 +13,7 @@ use config::Source;
 use super::ConfigError;
 
 /// Every variable a source may set. Keys elsewhere in the environment are ignored.
-pub const VARS: &[&str] = &[
+pub(crate) const VARS: &[&str] = &[
     "BUB_MODEL",
     "BUB_API_KEY",
     "LLM_API_KEY",
@@ -77,7 +77,7 @@ const LIST_VARS: &[&str] = &[
 
 /// Where a raw value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Origin {
+pub(crate) enum Origin {
     Env,
     File(PathBuf),
 }
@@ -93,14 +93,14 @@ impl fmt::Display for Origin {
 
 /// One variable's text and origin.
 #[derive(Debug, Clone)]
-pub struct Raw {
+pub(crate) struct Raw {
     pub value: String,
     pub origin: Origin,
 }
 
 /// Variable name → raw value, merged by precedence.
 #[derive(Debug, Default, Clone)]
-pub struct Layers {
+pub(crate) struct Layers {
     values: HashMap<&'static str, Raw>,
 }
 
@@ -110,19 +110,19 @@ impl Layers {
     }
 
     /// Overlays `higher` on `self`: every variable `higher` sets wins.
-    pub fn overlay(&mut self, higher: Layers) {
+    pub(crate) fn overlay(&mut self, higher: Layers) {
         self.values.extend(higher.values);
     }
 
     /// The value in effect; `None` if unset or blank (blank means "use the default").
-    pub fn get(&self, var: &str) -> Option<&Raw> {
+    pub(crate) fn get(&self, var: &str) -> Option<&Raw> {
         self.values
             .get(var)
             .filter(|raw| !raw.value.trim().is_empty())
     }
 
     /// Parses the value in effect with `parse`; an error says which file the value came from.
-    pub fn parse<T>(
+    pub(crate) fn parse<T>(
         &self,
         var: &str,
         parse: impl FnOnce(&str) -> Result<T, ConfigError>,
@@ -139,7 +139,7 @@ impl Layers {
     }
 
     /// Removes `var`, returning its raw value.
-    pub fn take(&mut self, var: &str) -> Option<Raw> {
+    pub(crate) fn take(&mut self, var: &str) -> Option<Raw> {
         self.values.remove(var)
     }
 }
@@ -158,7 +158,7 @@ fn toml_key_var(key: &str) -> Option<&'static str> {
 
 /// Known variables from an environment map. Names match case-insensitively; an exact
 /// (uppercase) name wins over a differently-cased duplicate.
-pub fn from_env(env: &HashMap<String, String>) -> Layers {
+pub(crate) fn from_env(env: &HashMap<String, String>) -> Layers {
     let mut layers = Layers::default();
     let mut entries: Vec<(&String, &String)> = env.iter().collect();
     // Exact names last so they win.
@@ -172,7 +172,7 @@ pub fn from_env(env: &HashMap<String, String>) -> Layers {
 }
 
 /// Known variables from a `.env` file, read without touching the process environment.
-pub fn from_dotenv(path: &Path) -> Result<Layers, ConfigError> {
+pub(crate) fn from_dotenv(path: &Path) -> Result<Layers, ConfigError> {
     let file_var = path.display().to_string();
     let iter = dotenvy::from_path_iter(path)
         .map_err(|err| ConfigError::new(&file_var, format!("cannot read: {err}")))?;
@@ -207,7 +207,7 @@ fn dotenv_error(path: &Path, err: dotenvy::Error) -> ConfigError {
 /// Known variables from a TOML file. A syntax error is reported under `err_var` (e.g.
 /// `--config`), or under the file's path when `None`; unknown keys, tables, and arrays for
 /// non-list variables are errors naming the key.
-pub fn from_toml(path: &Path, err_var: Option<&str>) -> Result<Layers, ConfigError> {
+pub(crate) fn from_toml(path: &Path, err_var: Option<&str>) -> Result<Layers, ConfigError> {
     let map = config::File::from(path)
         .format(config::FileFormat::Toml)
         .required(true)

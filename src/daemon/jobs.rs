@@ -64,7 +64,8 @@ impl AgentJobs {
     }
 
     /// How many runtimes of other workspaces are kept (for tests).
-    pub fn other_runtimes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn other_runtimes(&self) -> usize {
         self.others.lock().expect("runtimes lock").len()
     }
 
@@ -142,7 +143,7 @@ impl JobRunner for AgentJobs {
 
 /// The turn input of a fired job: the job's message, introduced as a scheduled run. A comma
 /// command (`,bash …`) is run as is.
-pub fn scheduled_prompt(job: &Job, due: DateTime<Utc>) -> String {
+pub(crate) fn scheduled_prompt(job: &Job, due: DateTime<Utc>) -> String {
     if job.message.trim_start().starts_with(',') {
         return job.message.clone();
     }

@@ -32,7 +32,7 @@ use crate::inbox::{Inbox, Resume};
 use crate::status::Board;
 
 /// How long running turns may take to finish after a shutdown signal.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
+pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
 
 /// How often the manager checks whether sessions were evicted and, if so, trims the heap and
 /// releases code pages.

@@ -7,8 +7,8 @@
 //! adapters; nothing below depends on it.
 
 pub mod jobs;
-pub mod manager;
-pub mod session;
+pub(crate) mod manager;
+pub(crate) mod session;
 
 pub use manager::ChannelManager;
 pub use session::{SessionConfig, TurnRunner};

@@ -56,9 +56,9 @@ use crate::tape::search::LEFT_OUT_EVENT;
 use crate::time;
 
 /// The most messages one batch carries into a model request (the newest).
-pub const BATCH_MESSAGES: usize = 50;
+pub(crate) const BATCH_MESSAGES: usize = 50;
 /// The most prompt bytes one batch carries into a model request.
-pub const BATCH_BYTES: usize = 64 * 1024;
+pub(crate) const BATCH_BYTES: usize = 64 * 1024;
 
 /// Runs turns for sessions (the agent; a fake in tests).
 #[async_trait]
@@ -150,7 +150,7 @@ pub enum Mail {
 /// The live actors by session id. A sender is only used under its entry's lock, and an actor
 /// only removes itself under it (`remove_if` its queue is empty), which makes eviction
 /// race-free.
-pub type ActorMap = Arc<dashmap::DashMap<String, mpsc::UnboundedSender<Mail>>>;
+pub(crate) type ActorMap = Arc<dashmap::DashMap<String, mpsc::UnboundedSender<Mail>>>;
 
 type TurnFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -163,7 +163,7 @@ struct Running {
 }
 
 /// One chat's actor (see the module docs).
-pub struct SessionActor {
+pub(crate) struct SessionActor {
     session_id: String,
     channel: Arc<dyn Channel>,
     runner: Arc<dyn TurnRunner>,
@@ -185,7 +185,7 @@ pub struct SessionActor {
 }
 
 impl SessionActor {
-    pub fn new(
+    pub(crate) fn new(
         session_id: String,
         channel: Arc<dyn Channel>,
         runner: Arc<dyn TurnRunner>,
@@ -215,7 +215,7 @@ impl SessionActor {
 
     /// Runs until evicted; after `stop`, until its running turn ends (no new turn starts);
     /// after `abort`, at once (the running turn is dropped and resumes after a restart).
-    pub async fn run(
+    pub(crate) async fn run(
         mut self,
         mut rx: mpsc::UnboundedReceiver<Mail>,
         stop: CancellationToken,

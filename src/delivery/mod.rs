@@ -10,7 +10,7 @@
 //! [`Outbound`] (a text for one chat) is spoken by the adapters and the journal too, so it
 //! lives below them ([`crate::chat`]); it is re-exported here.
 
-pub mod outbox;
+pub(crate) mod outbox;
 
 use std::sync::Arc;
 
@@ -21,10 +21,10 @@ use crate::config::{ConfigError, Settings};
 pub use outbox::Outbox;
 
 /// Builds a platform's adapter from the settings.
-pub type Build = fn(&Settings, Arc<Access>) -> anyhow::Result<Arc<dyn Channel>>;
+pub(crate) type Build = fn(&Settings, Arc<Access>) -> anyhow::Result<Arc<dyn Channel>>;
 
 /// A platform: its name, whether the settings enable it, and how its adapter is built.
-pub struct Platform {
+pub(crate) struct Platform {
     pub name: &'static str,
     pub enabled: fn(&Settings) -> bool,
     pub build: Build,
@@ -33,7 +33,7 @@ pub struct Platform {
 /// Every platform Bub serves. Their names are also [`crate::access::CHANNELS`] (the access
 /// rules sit below delivery and tell a chat session id from a terminal one by them); a test
 /// keeps the two lists equal.
-pub const PLATFORMS: &[Platform] = &[
+pub(crate) const PLATFORMS: &[Platform] = &[
     Platform {
         name: "telegram",
         enabled: |s| s.telegram.enabled,
@@ -47,7 +47,7 @@ pub const PLATFORMS: &[Platform] = &[
 ];
 
 /// The platform called `name`, or a configuration error naming the known ones.
-pub fn platform(name: &str) -> anyhow::Result<&'static Platform> {
+pub(crate) fn platform(name: &str) -> anyhow::Result<&'static Platform> {
     PLATFORMS.iter().find(|p| p.name == name).ok_or_else(|| {
         let known: Vec<&str> = PLATFORMS.iter().map(|p| p.name).collect();
         ConfigError::new(
@@ -130,7 +130,7 @@ pub enum TurnError {
 impl TurnError {
     /// A tape failure: the chat is told the cause only (the full error, with the tape's path
     /// under `BUB_HOME`, goes to the log).
-    pub fn tape(what: &str, e: &anyhow::Error) -> Self {
+    pub(crate) fn tape(what: &str, e: &anyhow::Error) -> Self {
         tracing::error!(error = %format!("{e:#}"), what, "turn.tape.error");
         TurnError::Tape(format!("{what}: {}", e.root_cause()))
     }
@@ -155,7 +155,7 @@ impl serde::Serialize for TurnError {
 /// What the framework posts for a finished turn: command output, the answer (unless the agent
 /// answers proactively, or already sent it with `message.send`) and the error, separated by
 /// blank lines. Empty = nothing to send.
-pub fn render_output(result: &TurnResult, proactive_response: bool) -> String {
+pub(crate) fn render_output(result: &TurnResult, proactive_response: bool) -> String {
     let error = result.error.as_ref().map(|e| format!("Error: {e}"));
     let mut parts = vec![result.immediate_output.as_str()];
     if !proactive_response && !result.answered {

@@ -34,7 +34,7 @@ use crate::chat::{Inbound, Outbound};
 use journal::Record;
 
 /// The journal is rewritten without finished records when it grows past this size.
-pub const COMPACT_AT: u64 = 4 << 20;
+pub(crate) const COMPACT_AT: u64 = 4 << 20;
 /// Chats whose last message id is remembered (for Discord's catch-up after a restart; a
 /// platform with a cursor, like Telegram, needs none).
 const SEEN_CHATS: usize = 10_000;
@@ -76,16 +76,6 @@ pub struct Delivery {
     pub channel: String,
     pub seqs: Vec<u64>,
     pub out: Outbound,
-}
-
-impl Resume {
-    /// The session the work belongs to.
-    pub fn session_id(&self) -> String {
-        match self {
-            Resume::Message(m) => m.session_id(),
-            Resume::Deliver(d) => format!("{}:{}", d.channel, d.out.chat_id),
-        }
-    }
 }
 
 /// Whether [`Inbox::receive`] took the message.
@@ -283,14 +273,14 @@ impl Inbox {
     }
 
     /// The platform cursor of `channel` (Telegram: the last update id journaled).
-    pub fn cursor(&self, channel: &str) -> Option<u64> {
+    pub(crate) fn cursor(&self, channel: &str) -> Option<u64> {
         let inner = self.inner.lock().expect("inbox lock");
         inner.state.cursors.get(channel).copied()
     }
 
     /// The newest message id seen per chat of `channel`, most recently active chats first, at
     /// most `limit` (Discord's catch-up after a restart or a gateway resume).
-    pub fn last_seen(&self, channel: &str, limit: usize) -> Vec<(String, u64)> {
+    pub(crate) fn last_seen(&self, channel: &str, limit: usize) -> Vec<(String, u64)> {
         let inner = self.inner.lock().expect("inbox lock");
         let mut chats: Vec<(&String, u64, u64)> = inner
             .state
@@ -308,7 +298,8 @@ impl Inbox {
     }
 
     /// Messages received and not yet finished.
-    pub fn pending(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> usize {
         self.inner.lock().expect("inbox lock").state.pending.len()
     }
 

@@ -131,18 +131,13 @@ impl LlmClient {
     }
 
     /// The provider name (`openrouter`, `ollama`, ...).
-    pub fn provider(&self) -> &str {
+    pub(crate) fn provider(&self) -> &str {
         &self.cfg.provider
     }
 
     /// The model name sent in requests.
-    pub fn model(&self) -> &str {
+    pub(crate) fn model(&self) -> &str {
         &self.cfg.model
-    }
-
-    /// The base URL, without a trailing `/`.
-    pub fn base_url(&self) -> &str {
-        &self.cfg.base_url
     }
 
     /// One non-streamed call (`"stream": false`), with retries.
@@ -161,7 +156,8 @@ impl LlmClient {
     }
 
     /// The request body. Key order follows the OpenAI documentation.
-    pub fn request_body(&self, req: &ChatRequest, stream: bool) -> Value {
+    #[cfg(test)]
+    pub(crate) fn request_body(&self, req: &ChatRequest, stream: bool) -> Value {
         serde_json::to_value(self.body(req, stream)).expect("a request body serializes")
     }
 

@@ -11,9 +11,9 @@
 //! never part of an error message, a log line or a `Debug` rendering; the per-call timeout
 //! covers the HTTP exchange only (tools run outside it).
 
-pub mod client;
-pub mod response;
-pub mod sse;
+pub(crate) mod client;
+pub(crate) mod response;
+pub(crate) mod sse;
 
 use std::fmt;
 use std::time::Duration;
@@ -58,31 +58,6 @@ pub struct ChatResponse {
     pub usage: Option<Value>,
     /// `stop`, `tool_calls`, `length`, ... when the provider sent one.
     pub finish_reason: Option<String>,
-}
-
-impl ChatResponse {
-    /// The assistant message to append to the conversation before sending tool results back.
-    pub fn assistant_message(&self) -> Value {
-        let mut msg = serde_json::json!({
-            "role": "assistant",
-            "content": self.content.clone().map(Value::String).unwrap_or(Value::Null),
-        });
-        if !self.tool_calls.is_empty() {
-            let calls: Vec<Value> = self
-                .tool_calls
-                .iter()
-                .map(|c| {
-                    serde_json::json!({
-                        "id": c.id,
-                        "type": "function",
-                        "function": {"name": c.name, "arguments": c.arguments},
-                    })
-                })
-                .collect();
-            msg["tool_calls"] = Value::Array(calls);
-        }
-        msg
-    }
 }
 
 /// A failed model call. Messages are short, human-readable and never contain the API key.
@@ -142,7 +117,7 @@ impl LlmError {
 
     /// Whether the provider rejected the request because the conversation is too long for the
     /// model's context window (the caller may hand off and retry with a shorter context).
-    pub fn is_context_overflow(&self) -> bool {
+    pub(crate) fn is_context_overflow(&self) -> bool {
         let LlmError::Http { status, message } = self else {
             return false;
         };
@@ -267,26 +242,5 @@ mod tests {
             message: "bad tool schema".into(),
         };
         assert!(!e.is_context_overflow());
-    }
-
-    #[test]
-    fn assistant_message_carries_text_and_calls() {
-        let r = ChatResponse {
-            content: None,
-            tool_calls: vec![ToolCall {
-                id: "call_1".into(),
-                name: "fs_read".into(),
-                arguments: "{\"path\":\"a\"}".into(),
-            }],
-            usage: None,
-            finish_reason: Some("tool_calls".into()),
-        };
-        let m = r.assistant_message();
-        assert_eq!(m["content"], Value::Null);
-        assert_eq!(
-            m["tool_calls"][0]["function"]["arguments"],
-            "{\"path\":\"a\"}"
-        );
-        assert_eq!(m["tool_calls"][0]["type"], "function");
     }
 }

@@ -12,7 +12,7 @@ use super::{ChatResponse, LlmError, ToolCall};
 const BODY_SNIPPET_CHARS: usize = 300;
 
 /// Decodes a 2xx chat-completion body.
-pub fn parse_completion(body: &str) -> Result<ChatResponse, LlmError> {
+pub(crate) fn parse_completion(body: &str) -> Result<ChatResponse, LlmError> {
     let json: Value = serde_json::from_str(body).map_err(|e| {
         LlmError::InvalidResponse(format!("malformed JSON ({e}): {}", snippet(body, 120)))
     })?;
@@ -127,7 +127,7 @@ pub(crate) fn error_object(json: &Value) -> Option<LlmError> {
 
 /// The human message of an error response: `error.message` (or a string `error` / `message`)
 /// when the body is JSON, else the first 300 characters of the body.
-pub fn error_message(body: &str) -> String {
+pub(crate) fn error_message(body: &str) -> String {
     if let Ok(json) = serde_json::from_str::<Value>(body) {
         let from_json = match json.get("error") {
             Some(Value::String(s)) => Some(s.clone()),
@@ -153,7 +153,7 @@ pub fn error_message(body: &str) -> String {
 }
 
 /// A `Retry-After` value in seconds (fractions allowed); HTTP dates and junk are ignored.
-pub fn parse_retry_after(value: &str) -> Option<f64> {
+pub(crate) fn parse_retry_after(value: &str) -> Option<f64> {
     value
         .trim()
         .parse::<f64>()

@@ -16,7 +16,7 @@ use super::{ChatResponse, LlmError, ToolCall};
 
 /// One dispatched SSE event.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SseEvent {
+pub(crate) struct SseEvent {
     /// The `event:` field, when the server sent one.
     pub event: Option<String>,
     /// The `data:` lines joined by `\n`.
@@ -26,7 +26,7 @@ pub struct SseEvent {
 /// Incremental SSE decoder: feed it chunks with [`SseDecoder::push`], call
 /// [`SseDecoder::finish`] at end of stream.
 #[derive(Debug, Default)]
-pub struct SseDecoder {
+pub(crate) struct SseDecoder {
     /// Bytes of the current, not yet terminated line.
     line: Vec<u8>,
     /// The previous byte was `\r`, so a following `\n` belongs to the same line ending.
@@ -37,12 +37,12 @@ pub struct SseDecoder {
 }
 
 impl SseDecoder {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Consumes a chunk and returns the events it completed.
-    pub fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
+    pub(crate) fn push(&mut self, chunk: &[u8]) -> Vec<SseEvent> {
         let mut out = Vec::new();
         for &b in chunk {
             match b {
@@ -65,7 +65,7 @@ impl SseDecoder {
 
     /// Flushes an unterminated last line / event at end of stream (lenient towards servers that
     /// omit the final blank line).
-    pub fn finish(&mut self) -> Option<SseEvent> {
+    pub(crate) fn finish(&mut self) -> Option<SseEvent> {
         if !self.line.is_empty() {
             let line = std::mem::take(&mut self.line);
             if let Some(ev) = self.end_line(&String::from_utf8_lossy(&line)) {
@@ -111,7 +111,7 @@ struct PartialCall {
 
 /// Folds streamed chunks into a [`ChatResponse`].
 #[derive(Debug, Default)]
-pub struct StreamAccumulator {
+pub(crate) struct StreamAccumulator {
     content: String,
     calls: BTreeMap<u64, PartialCall>,
     usage: Option<Value>,
@@ -120,13 +120,13 @@ pub struct StreamAccumulator {
 }
 
 impl StreamAccumulator {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Handles the `data` of one event. Returns the text delta it carried (possibly empty).
     /// `[DONE]` marks the end; an `{"error": ...}` chunk becomes an [`LlmError::Http`].
-    pub fn handle_data(&mut self, data: &str) -> Result<String, LlmError> {
+    pub(crate) fn handle_data(&mut self, data: &str) -> Result<String, LlmError> {
         let data = data.trim();
         if data == "[DONE]" {
             self.done = true;
@@ -142,7 +142,7 @@ impl StreamAccumulator {
     }
 
     /// Handles one parsed `chat.completion.chunk`.
-    pub fn handle_chunk(&mut self, chunk: &Value) -> Result<String, LlmError> {
+    pub(crate) fn handle_chunk(&mut self, chunk: &Value) -> Result<String, LlmError> {
         if let Some(err) = error_object(chunk) {
             return Err(err);
         }
@@ -207,18 +207,18 @@ impl StreamAccumulator {
     }
 
     /// Whether `[DONE]` was seen.
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.done
     }
 
     /// Whether the stream reached a natural end (`[DONE]` or a `finish_reason`).
-    pub fn is_complete(&self) -> bool {
+    pub(crate) fn is_complete(&self) -> bool {
         self.done || self.finish_reason.is_some()
     }
 
     /// The accumulated response. Calls without a name are dropped; missing ids become
     /// `call_<index>` and empty arguments `{}`.
-    pub fn finish(self) -> ChatResponse {
+    pub(crate) fn finish(self) -> ChatResponse {
         let tool_calls = self
             .calls
             .into_iter()

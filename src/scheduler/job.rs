@@ -117,7 +117,7 @@ impl Job {
 
     /// The rights the job was created with. A job without a record runs as the owner in a
     /// terminal session and as a guest in a chat session (fail closed: its creator is unknown).
-    pub fn recorded_authority(&self) -> Authority {
+    pub(crate) fn recorded_authority(&self) -> Authority {
         match &self.creator {
             Some(creator) => creator.clone(),
             None if crate::access::session_chat(&self.session).is_some() => Authority {
@@ -133,7 +133,7 @@ impl Job {
     /// Reads one job of `jobs.json` (the JSON object as stored there) and checks that it can run
     /// ([`Job::check`]). The error names the field and the problem (`trigger.at: "tomorrow" is
     /// not an RFC 3339 time …`); it never quotes the job's message.
-    pub fn from_json(raw: &str) -> Result<Job, String> {
+    pub(crate) fn from_json(raw: &str) -> Result<Job, String> {
         let job: Job = serde_json::from_str(raw).map_err(|e| explain(raw, &e))?;
         job.check()?;
         Ok(job)
@@ -141,7 +141,7 @@ impl Job {
 
     /// Why the job can never run, if it cannot: an empty id or session, or a trigger that
     /// cannot fire ([`Trigger::check`]).
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         if self.id.trim().is_empty() {
             return Err("empty id".to_owned());
         }
@@ -249,7 +249,7 @@ impl Trigger {
     /// for the calendar, a cron expression that does not parse, an unknown time zone. (A `once`
     /// time in the past is fine: it is a missed run.) No clock reads and no search for the next
     /// run, so checking every job of a large file on each load stays cheap.
-    pub fn check(&self) -> Result<(), String> {
+    pub(crate) fn check(&self) -> Result<(), String> {
         match self {
             Trigger::Once { .. } => Ok(()),
             Trigger::Interval { seconds: 0, .. } => {
@@ -367,7 +367,7 @@ const ONE_TRIGGER: &str = "give exactly one trigger — after_seconds, interval_
 const MAX_SECONDS: f64 = 10.0 * 365.0 * 86_400.0;
 
 /// Parses a 5-field crontab expression (or an `@daily`-style alias).
-pub fn parse_cron(expr: &str) -> Result<croner::Cron, String> {
+pub(crate) fn parse_cron(expr: &str) -> Result<croner::Cron, String> {
     let fields = expr.split_whitespace().count();
     let alias = expr.trim_start().starts_with('@');
     if !alias && fields != 5 {
@@ -404,7 +404,7 @@ fn check_cron(expr: &str) -> Result<(), String> {
 }
 
 /// Parses an IANA time zone name (`Europe/Berlin`, `UTC`).
-pub fn parse_timezone(name: &str) -> Result<TimeZone, String> {
+pub(crate) fn parse_timezone(name: &str) -> Result<TimeZone, String> {
     TimeZone::get(name.trim()).map_err(|_| {
         format!("unknown time zone: {name:?} (use an IANA name such as Europe/Berlin or UTC)")
     })
@@ -427,7 +427,7 @@ fn from_jiff(t: jiff::Timestamp) -> Option<DateTime<Utc>> {
 /// Parses an `at` time: RFC 3339 with an offset, or a date-time without one in `timezone`
 /// (local when `None`; a time skipped by a DST change moves forward); `T` or a space between
 /// date and time, seconds optional.
-pub fn parse_at(raw: &str, timezone: Option<&str>) -> Result<DateTime<Utc>, String> {
+pub(crate) fn parse_at(raw: &str, timezone: Option<&str>) -> Result<DateTime<Utc>, String> {
     let raw = raw.trim();
     if let Ok(t) = DateTime::parse_from_rfc3339(raw) {
         return Ok(t.with_timezone(&Utc));
@@ -451,13 +451,13 @@ pub fn parse_at(raw: &str, timezone: Option<&str>) -> Result<DateTime<Utc>, Stri
 }
 
 /// A time as the machine's local ISO time, to the second.
-pub fn local_time(t: DateTime<Utc>) -> String {
+pub(crate) fn local_time(t: DateTime<Utc>) -> String {
     t.with_timezone(&Local)
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, false)
 }
 
 /// A fresh job id: 8 hex digits.
-pub fn new_id() -> String {
+pub(crate) fn new_id() -> String {
     uuid::Uuid::new_v4().simple().to_string()[..8].to_owned()
 }
 

@@ -28,13 +28,13 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub use crate::storage::Stamp;
+pub(crate) use crate::storage::Stamp;
+pub(crate) use job::Job;
 use job::RunStatus;
-pub use job::{Job, Trigger};
 pub use store::JobStore;
 
 /// How often the owner looks for changes made by other processes (a `stat` of `jobs.json`).
-pub const POLL: Duration = Duration::from_secs(1);
+pub(crate) const POLL: Duration = Duration::from_secs(1);
 /// How often a standby process tries to become the owner.
 const OWNER_RETRY: Duration = Duration::from_secs(5);
 /// How long running jobs may finish after shutdown is requested.
@@ -48,7 +48,7 @@ type Ended = (String, RunStatus);
 type Known = Option<(Option<Stamp>, Option<DateTime<Utc>>)>;
 
 /// Wakes this process's scheduler at once after a job was added or removed here.
-pub static CHANGED: Notify = Notify::const_new();
+pub(crate) static CHANGED: Notify = Notify::const_new();
 
 /// Executes one claimed run. Returns the run's status (`ok`, or the error).
 #[async_trait]

@@ -146,7 +146,7 @@ impl JobStore {
     }
 
     /// The jobs in file order, with the version of the file they were read from.
-    pub fn load_stamped(&self) -> anyhow::Result<(Vec<Job>, Option<Stamp>)> {
+    pub(crate) fn load_stamped(&self) -> anyhow::Result<(Vec<Job>, Option<Stamp>)> {
         let _lock = self.lock()?;
         let jobs = self.read()?.jobs;
         Ok((jobs, self.stamp()))
@@ -159,7 +159,7 @@ impl JobStore {
     }
 
     /// [`JobStore::update`], also returning the version of the file it left.
-    pub fn update_stamped<R>(
+    pub(crate) fn update_stamped<R>(
         &self,
         change: impl FnOnce(&mut Vec<Job>) -> R,
     ) -> anyhow::Result<(R, Option<Stamp>)> {
@@ -174,7 +174,7 @@ impl JobStore {
     }
 
     /// The file's current version (`None` when it does not exist).
-    pub fn stamp(&self) -> Option<Stamp> {
+    pub(crate) fn stamp(&self) -> Option<Stamp> {
         Stamp::of(&self.path)
     }
 

@@ -11,7 +11,7 @@
 //! process-wide cache), and one larger than [`parse::MAX_SKILL_BYTES`] is reported without
 //! being read. Discovery is file I/O: async code runs it on the blocking pool.
 
-pub mod parse;
+pub(crate) mod parse;
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -55,7 +55,7 @@ type Cached = (Option<SystemTime>, u64, Result<SkillFile, String>);
 static CACHE: LazyLock<Mutex<HashMap<PathBuf, Cached>>> = LazyLock::new(Default::default);
 
 /// The most SKILL.md files the cache remembers; when full, an arbitrary entry makes room.
-pub const CACHE_CAPACITY: usize = 256;
+pub(crate) const CACHE_CAPACITY: usize = 256;
 
 /// A discovery and the version of every path it was made from (taken before reading each).
 struct Snapshot {
@@ -100,7 +100,7 @@ pub enum Source {
 }
 
 impl Source {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Source::Project => "project",
             Source::Global => "global",
@@ -132,7 +132,7 @@ impl Skill {
     }
 
     /// The other files of the skill's folder, relative to it, sorted (at most 50).
-    pub fn files(&self) -> Vec<String> {
+    pub(crate) fn files(&self) -> Vec<String> {
         let mut files = Vec::new();
         match &self.folder {
             Folder::Disk(dir) => {

@@ -18,7 +18,7 @@ use yaml_rust2::{Event, Yaml, YamlLoader};
 pub const MAX_SKILL_BYTES: u64 = 256 * 1024;
 
 /// The deepest nesting of sequences and mappings accepted in the frontmatter.
-pub const MAX_YAML_DEPTH: usize = 32;
+pub(crate) const MAX_YAML_DEPTH: usize = 32;
 
 /// The parsed contents of one SKILL.md.
 #[derive(Debug, Clone, PartialEq)]
@@ -128,7 +128,7 @@ pub fn parse_skill(text: &str, folder: &str) -> Result<SkillFile, String> {
 }
 
 /// The error for a SKILL.md of `len` bytes (more than [`MAX_SKILL_BYTES`]).
-pub fn too_large(len: u64) -> String {
+pub(crate) fn too_large(len: u64) -> String {
     format!(
         "the file is {len} bytes; a SKILL.md may be at most {} KiB",
         MAX_SKILL_BYTES / 1024

@@ -71,7 +71,7 @@ pub trait TapeStore: Send + 'static {
 }
 
 /// The tape of `session_id` in the settings' workspace (files under `BUB_HOME/tapes/`).
-pub fn open(settings: &Settings, session_id: &str) -> anyhow::Result<Box<dyn TapeStore>> {
+pub(crate) fn open(settings: &Settings, session_id: &str) -> anyhow::Result<Box<dyn TapeStore>> {
     let tape = FileTape::open(
         &settings.home,
         &settings.workspace,

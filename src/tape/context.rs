@@ -37,7 +37,7 @@ use super::store::FileTape;
 const CONTEXT_KINDS: [Kind; 3] = [Kind::Message, Kind::ToolCall, Kind::ToolResult];
 
 /// Content of a synthetic tool message answering a call whose result was never recorded.
-pub const NO_RESULT: &str = "error: no result recorded";
+pub(crate) const NO_RESULT: &str = "error: no result recorded";
 
 /// Summary of a tape, as shown by `tape.info`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,7 +97,7 @@ pub struct ContextCursor {
 impl ContextCursor {
     /// The context: the handoff note, then the messages, with synthetic results for calls
     /// still unanswered.
-    pub fn messages(&self) -> Vec<Value> {
+    pub(crate) fn messages(&self) -> Vec<Value> {
         let mut out = Vec::with_capacity(self.messages.out.len() + self.messages.pending.len() + 1);
         out.extend(self.note.iter().cloned());
         out.extend(self.messages.out.iter().cloned());
@@ -123,7 +123,7 @@ impl FileTape {
     /// unless the last anchor or the file changed (then it starts over from the last anchor).
     /// Only the kinds the context is made of are parsed: events (most of a tape) and system
     /// prompts are recognised from the line's header and skipped.
-    pub fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<Value>> {
+    pub(crate) fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<Value>> {
         self.read(|index, file| {
             let Some(file) = file else {
                 *cursor = ContextCursor::default();
@@ -210,7 +210,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 }
 
 /// The handoff note of an anchor with a summary or next steps.
-pub fn handoff_note(anchor: &TapeEntry) -> Option<String> {
+pub(crate) fn handoff_note(anchor: &TapeEntry) -> Option<String> {
     let state = anchor.state()?;
     let field = |key: &str| {
         state
@@ -239,7 +239,8 @@ pub fn handoff_note(anchor: &TapeEntry) -> Option<String> {
 
 /// Maps entries (those after the last anchor) to chat messages, as Bub v0.2.3 does, plus
 /// synthetic results for unanswered tool calls.
-pub fn select_messages(entries: impl IntoIterator<Item = TapeEntry>) -> Vec<Value> {
+#[cfg(test)]
+pub(crate) fn select_messages(entries: impl IntoIterator<Item = TapeEntry>) -> Vec<Value> {
     let mut messages = Messages::default();
     entries.into_iter().for_each(|e| messages.push(e));
     let Messages { mut out, pending } = messages;

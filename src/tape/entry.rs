@@ -33,7 +33,7 @@ impl TapeEntry {
     }
 
     /// The `state` of an anchor payload (`None` when absent).
-    pub fn state(&self) -> Option<&Value> {
+    pub(crate) fn state(&self) -> Option<&Value> {
         self.payload.get("state")
     }
 

@@ -70,7 +70,7 @@ struct Undo {
 pub(crate) struct FileId(u64, u64);
 
 impl FileId {
-    pub fn of(meta: &std::fs::Metadata) -> Self {
+    pub(crate) fn of(meta: &std::fs::Metadata) -> Self {
         #[cfg(unix)]
         {
             use std::os::unix::fs::MetadataExt;
@@ -111,7 +111,7 @@ const MIN_SYNC_BUFFER: usize = 8 << 10;
 
 impl Index {
     /// Forgets everything (the file was deleted, truncated or replaced).
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         *self = Self::default();
     }
 
@@ -119,7 +119,7 @@ impl Index {
     /// `file` must be locked (shared or exclusive) by the caller. With `repair_tail` (the
     /// caller holds the exclusive lock and is about to append a `\n` after a partial last
     /// line), that partial line is validated fully and indexed if it is a valid entry.
-    pub fn sync(&mut self, file: &File, repair_tail: bool) -> std::io::Result<()> {
+    pub(crate) fn sync(&mut self, file: &File, repair_tail: bool) -> std::io::Result<()> {
         let meta = file.metadata()?;
         let id = FileId::of(&meta);
         let len = meta.len();
@@ -227,7 +227,7 @@ impl Index {
 
     /// Counts an indexed line (also used by appends, which know the slot without reading it
     /// back).
-    pub fn push(&mut self, slot: Slot) {
+    pub(crate) fn push(&mut self, slot: Slot) {
         if slot.kind == Kind::Anchor {
             if self.anchors.len() == ANCHORS_KEPT {
                 self.anchors.pop_front();
@@ -270,22 +270,22 @@ impl Index {
 
     /// The newest anchors the index keeps, oldest first (all of them when
     /// `kept_anchors().len() == anchor_count`).
-    pub fn kept_anchors(&self) -> &VecDeque<AnchorSlot> {
+    pub(crate) fn kept_anchors(&self) -> &VecDeque<AnchorSlot> {
         &self.anchors
     }
 
     /// The last anchor.
-    pub fn last_anchor(&self) -> Option<AnchorSlot> {
+    pub(crate) fn last_anchor(&self) -> Option<AnchorSlot> {
         self.anchors.back().copied()
     }
 
     /// The identity (device, inode) of the file last synced; `(0, 0)` before the first sync.
-    pub fn file_id(&self) -> (u64, u64) {
+    pub(crate) fn file_id(&self) -> (u64, u64) {
         self.file.map_or((0, 0), |f| (f.0, f.1))
     }
 
     /// Entries after the last anchor, by position (all entries when there is no anchor).
-    pub fn entries_since_last_anchor(&self) -> usize {
+    pub(crate) fn entries_since_last_anchor(&self) -> usize {
         self.last_anchor()
             .map_or(self.entries, |a| self.entries - a.pos - 1)
     }
@@ -293,7 +293,7 @@ impl Index {
     /// Bytes the index occupies, its heap allocations included (bounded by a constant: see
     /// the module documentation).
     #[cfg(test)]
-    pub fn footprint(&self) -> usize {
+    pub(crate) fn footprint(&self) -> usize {
         std::mem::size_of::<Self>() + self.anchors.capacity() * std::mem::size_of::<AnchorSlot>()
     }
 }
@@ -374,7 +374,7 @@ pub(crate) struct BackLines<'a> {
 
 impl<'a> BackLines<'a> {
     /// Lines of `file` before `end`, which must be the end of a line (`synced`).
-    pub fn new(file: &'a File, end: u64) -> Self {
+    pub(crate) fn new(file: &'a File, end: u64) -> Self {
         Self {
             file,
             buf: Vec::new(),
@@ -384,7 +384,7 @@ impl<'a> BackLines<'a> {
     }
 
     /// The next line going backwards, `None` at the start of the file.
-    pub fn next_line(&mut self) -> std::io::Result<Option<&[u8]>> {
+    pub(crate) fn next_line(&mut self) -> std::io::Result<Option<&[u8]>> {
         if self.rest == 0 && self.start == 0 {
             return Ok(None);
         }

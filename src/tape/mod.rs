@@ -18,16 +18,16 @@
 //! `File::lock` while it re-syncs and writes); a torn last line from a crash is skipped and the
 //! tape stays appendable.
 
-pub mod backend;
-pub mod context;
-pub mod entry;
+pub(crate) mod backend;
+pub(crate) mod context;
+pub(crate) mod entry;
 mod index;
-pub mod search;
-pub mod shared;
-pub mod store;
+pub(crate) mod search;
+pub(crate) mod shared;
+pub(crate) mod store;
 
-pub use backend::TapeStore;
-pub use context::{ContextCursor, TapeInfo, handoff_note, select_messages};
+pub(crate) use backend::TapeStore;
+pub(crate) use context::{ContextCursor, TapeInfo};
 pub use entry::TapeEntry;
-pub use shared::SharedTape;
+pub(crate) use shared::SharedTape;
 pub use store::{FileTape, MAX_ID, SESSION_START, md5_hex, tape_name_for, tape_path};

@@ -69,7 +69,7 @@ impl FileTape {
 
 /// The name of the event that holds the messages of a batch too large for one model request
 /// (written by the session actor): searchable like messages.
-pub const LEFT_OUT_EVENT: &str = "messages.left_out";
+pub(crate) const LEFT_OUT_EVENT: &str = "messages.left_out";
 
 /// Whether an event line is a [`LEFT_OUT_EVENT`] (its name comes first in the payload).
 fn is_left_out(line: &[u8]) -> bool {
@@ -166,7 +166,7 @@ struct Scratch {
 }
 
 impl Matcher {
-    pub fn new(query: &str) -> Option<Self> {
+    pub(crate) fn new(query: &str) -> Option<Self> {
         let text = query.trim().to_lowercase();
         if text.is_empty() {
             return None;

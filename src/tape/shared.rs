@@ -18,12 +18,12 @@ use super::TapeStore;
 pub struct SharedTape(Arc<Mutex<Box<dyn TapeStore>>>);
 
 impl SharedTape {
-    pub fn new(tape: Box<dyn TapeStore>) -> Self {
+    pub(crate) fn new(tape: Box<dyn TapeStore>) -> Self {
         Self(Arc::new(Mutex::new(tape)))
     }
 
     /// Runs `f` on the tape on the blocking pool.
-    pub async fn run<R, F>(&self, f: F) -> anyhow::Result<R>
+    pub(crate) async fn run<R, F>(&self, f: F) -> anyhow::Result<R>
     where
         R: Send + 'static,
         F: FnOnce(&mut dyn TapeStore) -> anyhow::Result<R> + Send + 'static,
@@ -35,7 +35,7 @@ impl SharedTape {
     }
 
     /// Appends an entry; a failure is logged ([`append_failed`]) and returned.
-    pub async fn append(
+    pub(crate) async fn append(
         &self,
         kind: &'static str,
         payload: Value,
@@ -49,12 +49,12 @@ impl SharedTape {
     }
 
     /// Appends an entry; a failure is logged and the turn goes on.
-    pub async fn record(&self, kind: &'static str, payload: Value, meta: Value) {
+    pub(crate) async fn record(&self, kind: &'static str, payload: Value, meta: Value) {
         let _ = self.append(kind, payload, meta).await;
     }
 
     /// Appends an event; a failure is logged and the turn goes on.
-    pub async fn event(&self, name: &str, data: Value) {
+    pub(crate) async fn event(&self, name: &str, data: Value) {
         let name = name.to_owned();
         logged("event", self.run(move |t| t.event(&name, data)).await);
     }
@@ -67,13 +67,13 @@ impl SharedTape {
 }
 
 /// The one log line for an append that failed (`tape.append.error`), whatever wrote it.
-pub fn append_failed(kind: &str, e: &anyhow::Error) {
+pub(crate) fn append_failed(kind: &str, e: &anyhow::Error) {
     tracing::error!(error = %format!("{e:#}"), kind, "tape.append.error");
 }
 
 /// `result` of an append of `kind`, with a failure logged ([`append_failed`]): for records
 /// the turn goes on without, written inside [`SharedTape::run`].
-pub fn logged<T>(kind: &str, result: anyhow::Result<T>) -> Option<T> {
+pub(crate) fn logged<T>(kind: &str, result: anyhow::Result<T>) -> Option<T> {
     result.inspect_err(|e| append_failed(kind, e)).ok()
 }
 

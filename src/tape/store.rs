@@ -396,7 +396,12 @@ pub(crate) struct Writer<'a> {
 
 impl Writer<'_> {
     /// Queues an entry with the next id; an error when the ids are exhausted ([`MAX_ID`]).
-    pub fn append(&mut self, kind: &str, payload: Value, meta: Value) -> anyhow::Result<TapeEntry> {
+    pub(crate) fn append(
+        &mut self,
+        kind: &str,
+        payload: Value,
+        meta: Value,
+    ) -> anyhow::Result<TapeEntry> {
         let last = self.pending.last().map_or(self.index.max_id, |p| p.0);
         let id = last
             .checked_add(1)

@@ -43,7 +43,7 @@ pub struct ProcessCtx {
 impl ProcessCtx {
     /// The process parts for `settings` and `registry`: access gate, outbox and redactor built
     /// from the settings.
-    pub fn new(settings: Settings, registry: Registry) -> Self {
+    pub(crate) fn new(settings: Settings, registry: Registry) -> Self {
         let access = Arc::new(Access::new(&settings));
         Self {
             owner: Arc::new(Policy::for_role(Role::Owner, &settings)),
@@ -58,7 +58,7 @@ impl ProcessCtx {
     }
 
     /// The same process parts with other settings (a job of another workspace).
-    pub fn with_settings(&self, settings: Settings) -> Self {
+    pub(crate) fn with_settings(&self, settings: Settings) -> Self {
         Self {
             settings: Arc::new(settings),
             registry: self.registry.clone(),
@@ -72,7 +72,7 @@ impl ProcessCtx {
     }
 
     /// The policy of a turn run with `role`.
-    pub fn policy(&self, role: Role) -> Arc<Policy> {
+    pub(crate) fn policy(&self, role: Role) -> Arc<Policy> {
         match role {
             Role::Owner => self.owner.clone(),
             Role::Guest => self.guest.clone(),
@@ -92,7 +92,7 @@ pub struct SessionCtx {
 
 impl SessionCtx {
     /// Opens the session's tape under `settings.home` for `settings.workspace`.
-    pub fn open(settings: &Settings, session_id: &str) -> anyhow::Result<Self> {
+    pub(crate) fn open(settings: &Settings, session_id: &str) -> anyhow::Result<Self> {
         let tape = crate::tape::backend::open(settings, session_id)?;
         Ok(Self {
             id: session_id.to_owned(),
@@ -114,7 +114,7 @@ pub struct TurnCtx {
 
 impl TurnCtx {
     /// A turn asked for by `authority`, under the process's policy for its role.
-    pub fn new(authority: Authority, process: &ProcessCtx) -> Self {
+    pub(crate) fn new(authority: Authority, process: &ProcessCtx) -> Self {
         Self {
             policy: process.policy(authority.role),
             authority,
@@ -133,7 +133,11 @@ pub struct ToolContext {
 
 impl ToolContext {
     /// A context for `authority`'s turn in `session`.
-    pub fn new(process: Arc<ProcessCtx>, session: Arc<SessionCtx>, authority: Authority) -> Self {
+    pub(crate) fn new(
+        process: Arc<ProcessCtx>,
+        session: Arc<SessionCtx>,
+        authority: Authority,
+    ) -> Self {
         let turn = Arc::new(TurnCtx::new(authority, &process));
         Self {
             process,
@@ -154,7 +158,7 @@ impl ToolContext {
         Ok(Self::new(process, session, authority))
     }
 
-    pub fn settings(&self) -> &Settings {
+    pub(crate) fn settings(&self) -> &Settings {
         &self.process.settings
     }
 
@@ -162,7 +166,7 @@ impl ToolContext {
         &self.process.registry
     }
 
-    pub fn session_id(&self) -> &str {
+    pub(crate) fn session_id(&self) -> &str {
         &self.session.id
     }
 
@@ -175,12 +179,12 @@ impl ToolContext {
         &self.session.tape
     }
 
-    pub fn expanded(&self) -> MutexGuard<'_, Expanded> {
+    pub(crate) fn expanded(&self) -> MutexGuard<'_, Expanded> {
         self.session.expanded.lock().expect("expanded lock")
     }
 
     /// The (channel, chat id) of this session when it is a chat (`telegram:42`).
-    pub fn session_chat(&self) -> Option<(&str, &str)> {
+    pub(crate) fn session_chat(&self) -> Option<(&str, &str)> {
         crate::access::session_chat(&self.session.id)
     }
 }

@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 
 /// Tool details shown at once.
-pub const MAX_TOOL_DETAILS: usize = 6;
+pub(crate) const MAX_TOOL_DETAILS: usize = 6;
 /// Skill bodies shown at once.
 pub const MAX_SKILL_DETAILS: usize = 3;
 
@@ -21,7 +21,7 @@ pub struct Expanded {
 
 impl Expanded {
     /// Shows `name`'s tool details (most recent).
-    pub fn tool(&mut self, name: &str) {
+    pub(crate) fn tool(&mut self, name: &str) {
         touch(&mut self.tools, name, MAX_TOOL_DETAILS);
     }
 
@@ -30,21 +30,22 @@ impl Expanded {
         touch(&mut self.skills, name, MAX_SKILL_DETAILS);
     }
 
-    pub fn has_tool(&self, name: &str) -> bool {
+    pub(crate) fn has_tool(&self, name: &str) -> bool {
         self.tools.iter().any(|t| t == name)
     }
 
-    pub fn has_skill(&self, name: &str) -> bool {
+    #[cfg(test)]
+    pub(crate) fn has_skill(&self, name: &str) -> bool {
         self.skills.iter().any(|s| s == name)
     }
 
     /// Expanded skills, least recently used first.
-    pub fn skills(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn skills(&self) -> impl Iterator<Item = &str> {
         self.skills.iter().map(String::as_str)
     }
 
     /// Forgets everything (`tape.reset`).
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.tools.clear();
         self.skills.clear();
     }

@@ -32,7 +32,7 @@ pub use search::{GlobArgs, GrepArgs, glob, grep};
 /// Maximum bytes `fs.read` returns in one call (a note tells how to read on).
 pub const READ_CAP: usize = 256 * 1024;
 /// Bytes sniffed for a NUL to decide a file is binary.
-pub const BINARY_SNIFF: usize = 8 * 1024;
+pub(crate) const BINARY_SNIFF: usize = 8 * 1024;
 
 /// Where an fs call works: the workspace relative paths resolve against, and how long its file
 /// work may take before the call gives up.
@@ -45,7 +45,7 @@ pub struct Files<'a> {
 
 impl<'a> Files<'a> {
     /// The files of the call in `ctx`: its session's workspace and the configured timeout.
-    pub fn of(ctx: &'a ToolContext) -> Self {
+    pub(crate) fn of(ctx: &'a ToolContext) -> Self {
         Self {
             workspace: ctx.workspace(),
             timeout: ctx.settings().fs_timeout,
@@ -122,7 +122,7 @@ than once, include more surrounding lines in `old` to make it unique. Line endin
 of the file are kept byte for byte. Returns `edited: <path>`.";
 
 /// `fs.read`, `fs.write`, `fs.edit`, `fs.glob`, `fs.grep`.
-pub fn tools() -> Vec<Tool> {
+pub(crate) fn tools() -> Vec<Tool> {
     let mut tools = vec![
         Tool::new(
             "fs.read",
@@ -151,7 +151,7 @@ pub fn tools() -> Vec<Tool> {
 }
 
 /// `~` / `~/x` → the home directory (other paths unchanged).
-pub fn expand_tilde(raw: &str) -> PathBuf {
+pub(crate) fn expand_tilde(raw: &str) -> PathBuf {
     let home = || std::env::var_os("HOME").map(PathBuf::from);
     if raw == "~" {
         if let Some(h) = home() {
@@ -167,7 +167,7 @@ pub fn expand_tilde(raw: &str) -> PathBuf {
 
 /// The path a tool argument names: `~` expanded, relative → joined to `workspace`, `.`
 /// components dropped.
-pub fn resolve_path(workspace: &Path, raw: &str) -> PathBuf {
+pub(crate) fn resolve_path(workspace: &Path, raw: &str) -> PathBuf {
     let p = expand_tilde(raw);
     let joined = if p.is_absolute() {
         p
@@ -183,7 +183,7 @@ pub fn resolve_path(workspace: &Path, raw: &str) -> PathBuf {
 /// The real path `raw` names, which must lie inside `workspace`: `..`, absolute paths, `~` and
 /// symlinks that lead out of it are refused, as is a path through a dangling symlink. Used by
 /// the registry for turns whose policy confines files.
-pub fn confine(workspace: &Path, raw: &str) -> Result<PathBuf, ToolError> {
+pub(crate) fn confine(workspace: &Path, raw: &str) -> Result<PathBuf, ToolError> {
     let outside = || {
         ToolError::new(format!(
             "{raw}: outside the workspace (only files inside it are allowed here)"
@@ -329,7 +329,7 @@ fn timed_out(path: &Path, timeout: Duration) -> ToolError {
 /// Checks that every argument in `raws` names a path inside `workspace` (see [`confine`]), on
 /// the blocking pool within `timeout`: a path whose check does not finish in time (a hung
 /// mount) is refused.
-pub async fn confine_all(
+pub(crate) async fn confine_all(
     workspace: &Path,
     raws: Vec<String>,
     timeout: Duration,
@@ -536,7 +536,7 @@ fn edit_file(path: &Path, args: &EditArgs, start_line: usize) -> Result<usize, T
 
 /// Why [`replace_from_line`] refused.
 #[derive(Debug, PartialEq, Eq)]
-pub enum EditError {
+pub(crate) enum EditError {
     NotFound,
     /// `old` occurs this many times and `replace_all` was false.
     Ambiguous(usize),
@@ -544,14 +544,14 @@ pub enum EditError {
 
 /// The result of [`replace_from_line`].
 #[derive(Debug, PartialEq, Eq)]
-pub struct Edited {
+pub(crate) struct Edited {
     pub text: String,
     pub count: usize,
 }
 
 /// Replaces `old` with `new` in `text` from the start of line `start_line` (0-based) on; the
 /// text before that line is untouched.
-pub fn replace_from_line(
+pub(crate) fn replace_from_line(
     text: &str,
     old: &str,
     new: &str,

@@ -77,7 +77,7 @@ async fn send(args: SendArgs, ctx: ToolContext) -> Result<String, ToolError> {
 }
 
 /// The messaging tool.
-pub fn tools() -> Vec<Tool> {
+pub(crate) fn tools() -> Vec<Tool> {
     vec![
         Tool::new(
             "message.send",

@@ -29,7 +29,7 @@ struct DescribeArgs {
 }
 
 /// `help`, `tools`, `tool.describe`, `quit`.
-pub fn tools() -> Vec<Tool> {
+pub(crate) fn tools() -> Vec<Tool> {
     vec![
         Tool::new("help", "Show command help", HELP, |_: NoArgs, _| async {
             Ok(HELP.to_string())

@@ -1,17 +1,17 @@
 //! Tools: everything the agent can do, callable by the model (function calling) and by humans
 //! (comma commands). [`registry`] holds them; the other files are the built-in tools by domain.
 
-pub mod context;
+pub(crate) mod context;
 pub mod expansion;
 pub mod fs;
-pub mod message;
-pub mod meta;
-pub mod registry;
+pub(crate) mod message;
+pub(crate) mod meta;
+pub(crate) mod registry;
 pub mod sandbox;
-pub mod schedule;
+pub(crate) mod schedule;
 pub mod shell;
-pub mod skills;
-pub mod tape;
+pub(crate) mod skills;
+pub(crate) mod tape;
 pub mod web;
 
 pub use context::{ProcessCtx, SessionCtx, ToolContext, TurnCtx};

@@ -43,12 +43,12 @@ pub enum ToolError {
 
 impl ToolError {
     /// The tool ran and failed.
-    pub fn new(msg: impl Into<String>) -> Self {
+    pub(crate) fn new(msg: impl Into<String>) -> Self {
         Self::Failed(msg.into())
     }
 
     /// The arguments do not fit the tool.
-    pub fn invalid(msg: impl Into<String>) -> Self {
+    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
         Self::InvalidArguments(msg.into())
     }
 
@@ -66,7 +66,7 @@ impl ToolError {
     }
 
     /// The same kind of error with `f` applied to its text.
-    pub fn map_message(mut self, f: impl FnOnce(String) -> String) -> Self {
+    pub(crate) fn map_message(mut self, f: impl FnOnce(String) -> String) -> Self {
         let text = std::mem::take(self.message_mut());
         *self.message_mut() = f(text);
         self
@@ -117,7 +117,7 @@ impl Tool {
     /// Creates a tool whose arguments are the struct `A`: the JSON schema offered to the model is
     /// derived from `A` ([`schema_of`]), and the handler receives the (coerced) arguments parsed
     /// into it — schema and parser cannot drift.
-    pub fn new<A, F, Fut>(name: &str, description: &str, detail: &str, handler: F) -> Self
+    pub(crate) fn new<A, F, Fut>(name: &str, description: &str, detail: &str, handler: F) -> Self
     where
         A: DeserializeOwned + JsonSchema,
         F: Fn(A, ToolContext) -> Fut + Send + Sync + 'static,
@@ -141,7 +141,7 @@ impl Tool {
     /// # Panics
     /// When a path argument named by `scope` is not one of the tool's arguments (a programming
     /// error in the built-in set: the policy would not see it).
-    pub fn scoped(mut self, scope: Scope) -> Self {
+    pub(crate) fn scoped(mut self, scope: Scope) -> Self {
         if let Scope::Paths(keys) = scope {
             for key in keys {
                 assert!(
@@ -156,12 +156,12 @@ impl Tool {
     }
 
     /// The name offered to the model: `.` replaced by `_`.
-    pub fn model_name(&self) -> String {
+    pub(crate) fn model_name(&self) -> String {
         model_name(&self.name)
     }
 
     /// The OpenAI `tools[]` entry for this tool.
-    pub fn openai_spec(&self) -> Value {
+    pub(crate) fn openai_spec(&self) -> Value {
         serde_json::json!({
             "type": "function",
             "function": {
@@ -174,7 +174,7 @@ impl Tool {
 }
 
 /// `fs.read` → `fs_read`.
-pub fn model_name(name: &str) -> String {
+pub(crate) fn model_name(name: &str) -> String {
     name.replace('.', "_")
 }
 
@@ -192,7 +192,7 @@ impl Registry {
     ///
     /// # Panics
     /// When two tools share a model name — a programming error in the built-in set.
-    pub fn new(tools: Vec<Tool>, allowed: &[String]) -> Self {
+    pub(crate) fn new(tools: Vec<Tool>, allowed: &[String]) -> Self {
         let allowed: Vec<String> = allowed
             .iter()
             .map(|a| a.trim().to_lowercase())
@@ -224,7 +224,7 @@ impl Registry {
     }
 
     /// All tools, sorted by command name.
-    pub fn tools(&self) -> impl Iterator<Item = &Tool> {
+    pub(crate) fn tools(&self) -> impl Iterator<Item = &Tool> {
         self.tools.values()
     }
 
@@ -237,14 +237,9 @@ impl Registry {
         self.tools.get(name)
     }
 
-    /// The OpenAI `tools` array.
-    pub fn openai_specs(&self) -> Arc<[Value]> {
-        self.specs.clone()
-    }
-
     /// The OpenAI `tools` array of the tools `policy` allows (the shared array when it allows
     /// them all; else built once and kept by the policy).
-    pub fn openai_specs_for(&self, policy: &Policy) -> Arc<[Value]> {
+    pub(crate) fn openai_specs_for(&self, policy: &Policy) -> Arc<[Value]> {
         if self.tools.keys().all(|name| policy.allows(name)) {
             return self.specs.clone();
         }
@@ -305,7 +300,7 @@ impl Registry {
     }
 
     /// Whether the turn in `ctx` may call `name` with `args` (see [`authorize`]).
-    pub async fn authorize(
+    pub(crate) async fn authorize(
         &self,
         name: &str,
         args: &Value,
@@ -386,7 +381,7 @@ fn arg_shapes(args: &Value) -> String {
 
 /// Coerces string values to the schema's declared types (`"5"` → 5 for integers, `"true"` →
 /// true for booleans) and checks required arguments.
-pub fn coerce_args(schema: &Value, args: Value) -> Result<Value, ToolError> {
+pub(crate) fn coerce_args(schema: &Value, args: Value) -> Result<Value, ToolError> {
     let mut map = match args {
         Value::Null => Map::new(),
         Value::Object(m) => m,
@@ -449,13 +444,13 @@ fn coerce_value(key: &str, ty: &str, value: Value) -> Result<Value, ToolError> {
 
 /// The arguments of a tool that takes none.
 #[derive(Debug, Clone, Copy, Default, serde::Deserialize, JsonSchema)]
-pub struct NoArgs {}
+pub(crate) struct NoArgs {}
 
 /// The JSON schema of an argument struct as offered to the model: an object with `properties`
 /// (described by the fields' doc comments) and `required` (the fields that are neither `Option`
 /// nor defaulted). Optional fields keep their plain type (never `[T, "null"]`, which some
 /// providers refuse), and nothing is referenced out of line.
-pub fn schema_of<A: JsonSchema>() -> Value {
+pub(crate) fn schema_of<A: JsonSchema>() -> Value {
     let mut settings = schemars::generate::SchemaSettings::draft07();
     settings.inline_subschemas = true;
     settings.meta_schema = None;

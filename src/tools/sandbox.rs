@@ -49,16 +49,16 @@ use landlock::{
 
 /// The oldest Landlock ABI the sandbox accepts: ABI 3 (Linux 6.2) is the first that can deny
 /// `truncate(2)`; with older ones a command could empty any file it can name, `BUB_HOME`'s too.
-pub const MIN_ABI: i32 = 3;
+pub(crate) const MIN_ABI: i32 = 3;
 
 /// Directories a sandboxed command may read and execute (those that exist).
-pub const SYSTEM_DIRS: &[&str] = &[
+pub(crate) const SYSTEM_DIRS: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
 ];
 
 /// Device files a sandboxed command may read and write (not `/dev/tty`: its stdin is
 /// `/dev/null` and its output goes to pipes).
-pub const DEVICES: &[&str] = &[
+pub(crate) const DEVICES: &[&str] = &[
     "/dev/null",
     "/dev/zero",
     "/dev/full",
@@ -95,7 +95,7 @@ impl Support {
     }
 
     /// Classifies the result of the version probe: the ABI, or the errno.
-    pub fn from_probe(result: Result<i32, i32>) -> Self {
+    pub(crate) fn from_probe(result: Result<i32, i32>) -> Self {
         match result {
             Ok(abi) if abi >= MIN_ABI => Support::Available { abi },
             Ok(abi) => Support::TooOld { abi },
@@ -155,7 +155,7 @@ fn probe() -> Support {
 
 /// Why a command was not run in the sandbox. Every message ends "the command was not run".
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SandboxError {
+pub(crate) enum SandboxError {
     #[error("the sandbox is not available on this kernel ({0}); the command was not run")]
     Unavailable(Support),
     #[error("the sandbox cannot protect {what} ({path}): {problem}; the command was not run")]
@@ -177,7 +177,7 @@ impl From<RulesetError> for SandboxError {
 /// A Landlock ruleset ready to be applied to one command, and the command's private temporary
 /// directory (deleted on drop).
 #[derive(Debug)]
-pub struct Sandbox {
+pub(crate) struct Sandbox {
     ruleset: OwnedFd,
     /// Owns the directory: removed on drop.
     _tmp: tempfile::TempDir,
@@ -189,7 +189,7 @@ impl Sandbox {
     /// Builds the ruleset for a command in `workspace`, refusing (fail closed) when `support`
     /// is not [`Support::Available`] or when `bub_home` or `user_home` (`None`: `$HOME`) would
     /// be readable.
-    pub fn new(
+    pub(crate) fn new(
         support: Support,
         workspace: &Path,
         bub_home: &Path,
@@ -255,18 +255,18 @@ impl Sandbox {
     }
 
     /// The workspace, canonical (symbolic links resolved).
-    pub fn workspace(&self) -> &Path {
+    pub(crate) fn workspace(&self) -> &Path {
         &self.workspace
     }
 
     /// The command's private temporary directory (canonical); removed when `self` drops.
-    pub fn tmp_dir(&self) -> &Path {
+    pub(crate) fn tmp_dir(&self) -> &Path {
         &self.tmp_path
     }
 
     /// Makes `command` restrict itself to this sandbox between fork and exec. `self` must stay
     /// alive until the command has been spawned (else the spawn fails: closed fd).
-    pub fn confine(&self, command: &mut tokio::process::Command) {
+    pub(crate) fn confine(&self, command: &mut tokio::process::Command) {
         let ruleset = self.ruleset.as_raw_fd();
         // SAFETY: the closure runs in the forked child before exec; `restrict_child` makes only
         // async-signal-safe system calls on integers and stack values and does not allocate.

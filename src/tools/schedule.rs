@@ -128,7 +128,7 @@ async fn remove(args: RemoveArgs, ctx: ToolContext) -> Result<String, ToolError>
 }
 
 /// The schedule tools.
-pub fn tools() -> Vec<Tool> {
+pub(crate) fn tools() -> Vec<Tool> {
     vec![
         Tool::new(
             "schedule.add",

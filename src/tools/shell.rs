@@ -32,7 +32,7 @@ use tokio::task::JoinHandle;
 
 mod limits;
 
-pub use limits::{CommandLimits, Timeout};
+pub(crate) use limits::CommandLimits;
 
 use super::fs::resolve_path;
 use super::sandbox::{self, Sandbox, Support};
@@ -40,9 +40,9 @@ use super::{Scope, Tool, ToolContext, ToolError};
 use crate::config::SECRET_VARS;
 
 /// Default `timeout_seconds`.
-pub const DEFAULT_TIMEOUT_SECONDS: u64 = 30;
+pub(crate) const DEFAULT_TIMEOUT_SECONDS: u64 = 30;
 /// Bytes kept of each of stdout and stderr (half from the head, half from the tail).
-pub const STREAM_CAP: usize = 32 * 1024;
+pub(crate) const STREAM_CAP: usize = 32 * 1024;
 /// How long to wait for the pipes to drain after the group was killed.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
 
@@ -99,7 +99,7 @@ pub struct Launch<'a> {
 }
 
 /// `bash`.
-pub fn tools() -> Vec<Tool> {
+pub(crate) fn tools() -> Vec<Tool> {
     vec![
         Tool::new(
             "bash",
@@ -124,7 +124,7 @@ pub fn tools() -> Vec<Tool> {
 /// [`run_bash`] within the process's [`CommandLimits`]: the timeout lowered to the maximum (a
 /// note at the end of the output or error says so), and the command started only when a slot
 /// is free. The slot is held until the call returns or is dropped (its process group killed).
-pub async fn run_limited(
+pub(crate) async fn run_limited(
     mut args: BashArgs,
     launch: Launch<'_>,
     limits: &CommandLimits,
@@ -296,7 +296,7 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 /// Sandboxed: only `PATH` (a default when unset), `LANG`, `LANGUAGE`, `LC_*`, `TERM` and `TZ`
 /// of `parent`, `HOME` and `TMPDIR` set to `sandbox_tmp`, and `BUB_SESSION_ID`; the workspace
 /// `.env` is not read.
-pub fn child_env(
+pub(crate) fn child_env(
     parent: impl IntoIterator<Item = (OsString, OsString)>,
     workspace: &Path,
     session_id: &str,
@@ -331,7 +331,7 @@ pub fn child_env(
 
 /// `KEY=VAL` pairs of `<workspace>/.env` (none when the file is missing; bad lines end parsing,
 /// keeping the pairs before them). The process environment is not touched.
-pub fn workspace_env(workspace: &Path) -> Vec<(String, String)> {
+pub(crate) fn workspace_env(workspace: &Path) -> Vec<(String, String)> {
     let path = workspace.join(".env");
     let Ok(iter) = dotenvy::from_path_iter(&path) else {
         return Vec::new();
@@ -403,7 +403,7 @@ fn take_text(capture: &Mutex<Capture>) -> String {
 
 /// A byte stream capped at `cap` bytes: the first `cap/2` and the last `cap/2` are kept.
 #[derive(Debug)]
-pub struct Capture {
+pub(crate) struct Capture {
     head: Vec<u8>,
     tail: Vec<u8>,
     half: usize,
@@ -412,7 +412,7 @@ pub struct Capture {
 
 impl Capture {
     /// An empty capture keeping at most `cap` bytes.
-    pub fn new(cap: usize) -> Self {
+    pub(crate) fn new(cap: usize) -> Self {
         Self {
             head: Vec::new(),
             tail: Vec::new(),
@@ -422,7 +422,7 @@ impl Capture {
     }
 
     /// Appends `data`, dropping bytes between the head and the tail as needed.
-    pub fn push(&mut self, mut data: &[u8]) {
+    pub(crate) fn push(&mut self, mut data: &[u8]) {
         self.total += data.len();
         if self.head.len() < self.half {
             let n = (self.half - self.head.len()).min(data.len());
@@ -440,7 +440,7 @@ impl Capture {
     }
 
     /// Lossy UTF-8 text, trimmed, with `… [truncated N bytes] …` where bytes were dropped.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         let kept_tail = self.tail.len().min(self.half);
         let tail = &self.tail[self.tail.len() - kept_tail..];
         let dropped = self.total - self.head.len() - kept_tail;

@@ -26,7 +26,7 @@ where
 }
 
 /// `skills.describe` output: metadata, body, and the folder's other files.
-pub fn describe_text(skill: &Skill) -> String {
+pub(crate) fn describe_text(skill: &Skill) -> String {
     let f = &skill.file;
     let mut out = format!(
         "name: {}\ndescription: {}\nsource: {}\nlocation: {}\n",
@@ -59,7 +59,7 @@ pub fn describe_text(skill: &Skill) -> String {
 }
 
 /// The skill tools.
-pub fn tools() -> Vec<Tool> {
+pub(crate) fn tools() -> Vec<Tool> {
     vec![
         Tool::new(
             "skills.list",

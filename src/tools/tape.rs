@@ -58,12 +58,16 @@ where
 }
 
 /// `tape.info` output.
-pub fn info_text(tape: &mut dyn TapeStore) -> anyhow::Result<String> {
+pub(crate) fn info_text(tape: &mut dyn TapeStore) -> anyhow::Result<String> {
     Ok(tape.info()?.to_string())
 }
 
 /// `tape.search` output: `#<id> <kind> <payload JSON>` per match, newest first.
-pub fn search_text(tape: &mut dyn TapeStore, query: &str, limit: usize) -> anyhow::Result<String> {
+pub(crate) fn search_text(
+    tape: &mut dyn TapeStore,
+    query: &str,
+    limit: usize,
+) -> anyhow::Result<String> {
     let found = tape.search(query, limit)?;
     if found.is_empty() {
         return Ok("(no matches)".to_string());
@@ -76,7 +80,7 @@ pub fn search_text(tape: &mut dyn TapeStore, query: &str, limit: usize) -> anyho
 }
 
 /// `tape.anchors` output: `<name> state=<JSON>` per anchor, oldest first.
-pub fn anchors_text(tape: &mut dyn TapeStore) -> anyhow::Result<String> {
+pub(crate) fn anchors_text(tape: &mut dyn TapeStore) -> anyhow::Result<String> {
     let anchors = tape.anchors(ANCHORS_SHOWN)?;
     if anchors.is_empty() {
         return Ok("(no anchors)".to_string());
@@ -94,7 +98,7 @@ fn anchor_row(anchor: &TapeEntry) -> String {
 }
 
 /// `tape.reset` output: `ok` or `Archived: <path>`.
-pub fn reset_text(tape: &mut dyn TapeStore, archive: bool) -> anyhow::Result<String> {
+pub(crate) fn reset_text(tape: &mut dyn TapeStore, archive: bool) -> anyhow::Result<String> {
     Ok(match tape.reset(archive)? {
         Some(path) => format!("Archived: {path}"),
         None => "ok".to_string(),
@@ -102,7 +106,7 @@ pub fn reset_text(tape: &mut dyn TapeStore, archive: bool) -> anyhow::Result<Str
 }
 
 /// The tape tools.
-pub fn tools() -> Vec<Tool> {
+pub(crate) fn tools() -> Vec<Tool> {
     vec![
         Tool::new(
             "tape.info",

@@ -45,15 +45,15 @@ use super::inbound::Pipeline;
 use crate::channels::InboundSink;
 
 /// Chats read per catch-up, the most recently active first.
-pub const MAX_CHATS: usize = 50;
+pub(crate) const MAX_CHATS: usize = 50;
 /// Messages read per chat: one page, Discord's largest.
-pub const PAGE: usize = 100;
+pub(crate) const PAGE: usize = 100;
 /// No chat is started after this (live messages wait while the catch-up runs).
-pub const BUDGET: Duration = Duration::from_secs(60);
+pub(crate) const BUDGET: Duration = Duration::from_secs(60);
 
 /// What made the catch-up run (for the logs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reason {
+pub(crate) enum Reason {
     /// READY: a start, or a new gateway session.
     Ready,
     /// RESUMED: the session went on after a reconnect.
@@ -61,7 +61,7 @@ pub enum Reason {
 }
 
 impl Reason {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Reason::Ready => "ready",
             Reason::Resumed => "resumed",
@@ -72,7 +72,7 @@ impl Reason {
 /// A catch-up to run: the chats and the newest message id journaled in each, as they were
 /// when the gateway said READY or RESUMED.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CatchUp {
+pub(crate) struct CatchUp {
     pub reason: Reason,
     /// `(channel id, last seen message id)`, most recently active first.
     pub chats: Vec<(String, u64)>,
@@ -80,7 +80,7 @@ pub struct CatchUp {
 
 impl CatchUp {
     /// The inbox's last seen ids for Discord, now (at most [`MAX_CHATS`] chats).
-    pub fn snapshot(sink: &InboundSink, reason: Reason) -> Self {
+    pub(crate) fn snapshot(sink: &InboundSink, reason: Reason) -> Self {
         Self {
             reason,
             chats: sink.last_seen("discord", MAX_CHATS),
@@ -92,7 +92,7 @@ impl Pipeline {
     /// Runs `plan`: for each chat, one page of the messages after its last seen one, oldest
     /// first, each through [`Pipeline::process`]. A failing chat is logged and skipped; no chat
     /// starts after [`BUDGET`].
-    pub async fn catch_up(&mut self, plan: CatchUp, bot: UserId) {
+    pub(crate) async fn catch_up(&mut self, plan: CatchUp, bot: UserId) {
         if plan.chats.is_empty() {
             return;
         }

@@ -14,13 +14,13 @@ use serenity::model::id::UserId;
 
 /// The command word after the prefix (`!bub do x`) and the prefix of thread names (`bub-help`)
 /// that address the bot.
-pub const COMMAND_WORD: &str = "bub";
+pub(crate) const COMMAND_WORD: &str = "bub";
 
 /// The channel allow-list and addressing settings (`BUB_DISCORD_ALLOW_CHANNELS`,
 /// `BUB_DISCORD_COMMAND_PREFIX`, `BUB_MENTION_KEYWORD`); senders are admitted by
 /// [`crate::access`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Rules {
+pub(crate) struct Rules {
     /// Channel ids the bot serves (a thread is served when its parent is listed); empty = all.
     pub allow_channels: Vec<String>,
     /// Prefix of the `<prefix>bub` command (default `!`).
@@ -31,7 +31,7 @@ pub struct Rules {
 
 /// Why a message was dropped before reaching the session (logged with ids only).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Skip {
+pub(crate) enum Skip {
     /// Written by a bot (including this one) or a webhook.
     BotAuthor,
     /// A system message (join, pin, thread created, ...), not something a person wrote.
@@ -45,7 +45,7 @@ pub enum Skip {
 }
 
 impl Skip {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Skip::BotAuthor => "bot_author",
             Skip::System => "system_message",
@@ -58,7 +58,7 @@ impl Skip {
 
 /// Why a message addresses the bot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Addressed {
+pub(crate) enum Addressed {
     DirectMessage,
     UserMention,
     RoleMention,
@@ -69,7 +69,7 @@ pub enum Addressed {
 }
 
 impl Addressed {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Addressed::DirectMessage => "dm",
             Addressed::UserMention => "mention",
@@ -86,19 +86,19 @@ impl Rules {
     /// `channel_id` itself is in `allow_channels` (or the list is empty). When this is false for
     /// a guild message, the caller looks up whether the channel is a thread and passes its
     /// parent to [`Rules::channel_allowed`].
-    pub fn channel_listed(&self, channel_id: &str) -> bool {
+    pub(crate) fn channel_listed(&self, channel_id: &str) -> bool {
         self.allow_channels.is_empty() || self.allow_channels.iter().any(|c| c == channel_id)
     }
 
     /// The channel, or the parent of the thread the message was posted in, is allowed.
-    pub fn channel_allowed(&self, channel_id: &str, thread_parent: Option<&str>) -> bool {
+    pub(crate) fn channel_allowed(&self, channel_id: &str, thread_parent: Option<&str>) -> bool {
         self.channel_listed(channel_id)
             || thread_parent.is_some_and(|p| self.allow_channels.iter().any(|c| c == p))
     }
 
     /// For `<prefix>bub` (the word `bub` in any case, then whitespace or the end), the rest of
     /// the content without leading whitespace; `None` otherwise.
-    pub fn strip_command<'a>(&self, content: &'a str) -> Option<&'a str> {
+    pub(crate) fn strip_command<'a>(&self, content: &'a str) -> Option<&'a str> {
         let rest = content
             .trim_start()
             .strip_prefix(self.command_prefix.as_str())?;
@@ -116,21 +116,21 @@ impl Rules {
 
     /// The keyword occurs in `content` as a whole word, case-insensitively ("bubble" is not
     /// "bub"). An empty keyword never matches.
-    pub fn mentions_keyword(&self, content: &str) -> bool {
+    pub(crate) fn mentions_keyword(&self, content: &str) -> bool {
         contains_word(content, &self.keyword)
     }
 }
 
 /// A thread whose own name starts with `bub` (any case) addresses the bot; the parent's name
 /// does not matter.
-pub fn is_bub_thread(name: &str) -> bool {
+pub(crate) fn is_bub_thread(name: &str) -> bool {
     name.get(..COMMAND_WORD.len())
         .is_some_and(|p| p.eq_ignore_ascii_case(COMMAND_WORD))
 }
 
 /// Why a message should be dropped before the allow-lists are even consulted: bots, system
 /// messages, empty messages.
-pub fn ignored(msg: &Message) -> Option<Skip> {
+pub(crate) fn ignored(msg: &Message) -> Option<Skip> {
     if msg.author.bot || msg.webhook_id.is_some() {
         return Some(Skip::BotAuthor);
     }
@@ -146,7 +146,7 @@ pub fn ignored(msg: &Message) -> Option<Skip> {
 /// The addressing rules that need nothing but the message: a DM, a mention of the bot user, a
 /// reply to one of the bot's messages, the `<prefix>bub` command, the keyword. `None` means
 /// "not by these rules" — the caller may still find a role mention or a `bub…` thread.
-pub fn addressed(rules: &Rules, msg: &Message, bot: UserId) -> Option<Addressed> {
+pub(crate) fn addressed(rules: &Rules, msg: &Message, bot: UserId) -> Option<Addressed> {
     if msg.guild_id.is_none() {
         return Some(Addressed::DirectMessage);
     }

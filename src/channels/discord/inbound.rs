@@ -28,13 +28,13 @@ use crate::channels::{Inbound, InboundSink};
 
 /// The bot's own user, known once the gateway said READY.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BotUser {
+pub(crate) struct BotUser {
     pub id: UserId,
     pub name: String,
 }
 
 /// The inbound side of one gateway session.
-pub struct Pipeline {
+pub(crate) struct Pipeline {
     pub rules: Rules,
     pub access: Arc<Access>,
     pub rest: Arc<Rest>,
@@ -44,7 +44,7 @@ pub struct Pipeline {
 }
 
 /// What the gateway handler hands the pipeline, in the order serenity delivered it.
-pub enum Event {
+pub(crate) enum Event {
     /// A `MESSAGE_CREATE` (boxed: a `Message` is large).
     Message(Box<Message>),
     /// READY or RESUMED: fetch what was missed while the bot was away (`catchup`).
@@ -54,7 +54,7 @@ pub enum Event {
 impl Pipeline {
     /// Handles events until the queue closes (the gateway client was dropped) or the session
     /// side stopped listening.
-    pub async fn run(mut self, mut queue: mpsc::Receiver<Event>) {
+    pub(crate) async fn run(mut self, mut queue: mpsc::Receiver<Event>) {
         while let Some(event) = queue.recv().await {
             // READY is dispatched before any message, but by serenity in its own task.
             let bot = match self.bot.wait_for(Option::is_some).await {
@@ -73,7 +73,7 @@ impl Pipeline {
 
     /// One message, from the gateway or the catch-up: [`Pipeline::handle`], then the inbox,
     /// which drops a message it already has. `true` when it was handed on as new.
-    pub async fn process(&mut self, msg: &Message, bot: UserId) -> bool {
+    pub(crate) async fn process(&mut self, msg: &Message, bot: UserId) -> bool {
         let Some(item) = self.handle(msg, bot).await else {
             return false;
         };
@@ -90,7 +90,7 @@ impl Pipeline {
     }
 
     /// The [`Inbound`] for `msg`, or `None` when it is dropped.
-    pub async fn handle(&mut self, msg: &Message, bot: UserId) -> Option<Inbound> {
+    pub(crate) async fn handle(&mut self, msg: &Message, bot: UserId) -> Option<Inbound> {
         let role = match self.admit(msg).await {
             Ok(role) => role,
             Err(skip) => {

@@ -25,13 +25,13 @@ use serenity::model::id::{ChannelId, GuildId, RoleId, UserId};
 use super::rest::Rest;
 
 /// Keys per cache.
-pub const CAPACITY: usize = 512;
+pub(crate) const CAPACITY: usize = 512;
 /// How long a looked-up fact is trusted.
-pub const TTL: Duration = Duration::from_secs(600);
+pub(crate) const TTL: Duration = Duration::from_secs(600);
 
 /// A map with at most `capacity` entries, each valid for `ttl`; inserting into a full map
 /// evicts the oldest entry.
-pub struct BoundedCache<K, V> {
+pub(crate) struct BoundedCache<K, V> {
     capacity: usize,
     ttl: Duration,
     entries: HashMap<K, (Instant, V)>,
@@ -39,7 +39,7 @@ pub struct BoundedCache<K, V> {
 }
 
 impl<K: Eq + Hash + Clone, V: Clone> BoundedCache<K, V> {
-    pub fn new(capacity: usize, ttl: Duration) -> Self {
+    pub(crate) fn new(capacity: usize, ttl: Duration) -> Self {
         Self {
             capacity: capacity.max(1),
             ttl,
@@ -49,12 +49,12 @@ impl<K: Eq + Hash + Clone, V: Clone> BoundedCache<K, V> {
     }
 
     /// The value for `key` if present and younger than the TTL.
-    pub fn get(&self, key: &K) -> Option<V> {
+    pub(crate) fn get(&self, key: &K) -> Option<V> {
         let (at, value) = self.entries.get(key)?;
         (at.elapsed() < self.ttl).then(|| value.clone())
     }
 
-    pub fn insert(&mut self, key: K, value: V) {
+    pub(crate) fn insert(&mut self, key: K, value: V) {
         if self
             .entries
             .insert(key.clone(), (Instant::now(), value))
@@ -78,7 +78,7 @@ impl<K: Eq + Hash + Clone, V: Clone> BoundedCache<K, V> {
 
 /// What the adapter needs to know about a channel.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ChannelInfo {
+pub(crate) struct ChannelInfo {
     pub name: String,
     /// Set for threads only (a text channel's `parent_id` is its category, which does not
     /// count for `allow_channels`).
@@ -90,7 +90,7 @@ pub struct ChannelInfo {
 
 impl ChannelInfo {
     /// From a Discord channel object: types 10, 11 and 12 are threads.
-    pub fn from_json(v: &Value) -> Self {
+    pub(crate) fn from_json(v: &Value) -> Self {
         let is_thread = matches!(v.get("type").and_then(Value::as_u64), Some(10..=12));
         let parent = v
             .get("parent_id")
@@ -115,14 +115,14 @@ impl ChannelInfo {
 }
 
 /// Cached lookups over [`Rest`].
-pub struct Lookups {
+pub(crate) struct Lookups {
     rest: Arc<Rest>,
     channels: BoundedCache<ChannelId, ChannelInfo>,
     roles: BoundedCache<GuildId, Vec<RoleId>>,
 }
 
 impl Lookups {
-    pub fn new(rest: Arc<Rest>) -> Self {
+    pub(crate) fn new(rest: Arc<Rest>) -> Self {
         Self {
             rest,
             channels: BoundedCache::new(CAPACITY, TTL),
@@ -131,7 +131,7 @@ impl Lookups {
     }
 
     /// The channel's info; `None` when the lookup failed.
-    pub async fn channel(&mut self, channel_id: ChannelId) -> Option<ChannelInfo> {
+    pub(crate) async fn channel(&mut self, channel_id: ChannelId) -> Option<ChannelInfo> {
         if let Some(info) = self.channels.get(&channel_id) {
             return Some(info);
         }
@@ -149,7 +149,7 @@ impl Lookups {
     }
 
     /// The bot's roles in `guild_id` (empty when the lookup failed).
-    pub async fn bot_roles(&mut self, guild_id: GuildId, bot: UserId) -> Vec<RoleId> {
+    pub(crate) async fn bot_roles(&mut self, guild_id: GuildId, bot: UserId) -> Vec<RoleId> {
         if let Some(roles) = self.roles.get(&guild_id) {
             return roles;
         }

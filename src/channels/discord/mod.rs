@@ -52,7 +52,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 
 use catchup::{CatchUp, Reason};
-pub use filter::Rules;
+pub(crate) use filter::Rules;
 use inbound::{BotUser, Event, Pipeline};
 use lookup::Lookups;
 use rest::{Rest, RestError};
@@ -62,7 +62,7 @@ use crate::access::Access;
 use crate::config::{ConfigError, DEFAULT_DISCORD_API_BASE, Settings};
 
 /// Discord's message size limit, in characters.
-pub const MESSAGE_LIMIT: usize = 2000;
+pub(crate) const MESSAGE_LIMIT: usize = 2000;
 /// Gateway messages waiting for the inbound task (back-pressure beyond that).
 const QUEUE: usize = 256;
 /// How long shutdown waits for serenity to close the gateway.
@@ -71,7 +71,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The intents the adapter asks for: guild messages, DMs and message content (37376).
-pub fn intents() -> GatewayIntents {
+pub(crate) fn intents() -> GatewayIntents {
     GatewayIntents::GUILD_MESSAGES
         | GatewayIntents::DIRECT_MESSAGES
         | GatewayIntents::MESSAGE_CONTENT
@@ -140,11 +140,6 @@ impl Discord {
                 keyword: settings.mention_keyword.clone(),
             },
         })
-    }
-
-    /// The allow-lists and addressing settings in use.
-    pub fn rules(&self) -> &Rules {
-        &self.rules
     }
 
     /// A serenity `Http` for this configuration (one for REST, one per gateway client: the

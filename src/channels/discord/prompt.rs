@@ -14,12 +14,12 @@ use serde_json::{Map, Value, json};
 use serenity::model::channel::Message;
 
 /// Longest excerpt of the replied-to message, in characters.
-pub const REPLY_EXCERPT_CHARS: usize = 100;
+pub(crate) const REPLY_EXCERPT_CHARS: usize = 100;
 
 /// The prompt for `msg`. `text` is the message text with a `<prefix>bub` command prefix already
 /// removed (see `filter::Rules::strip_command`). A text starting with `,` is a comma command and
 /// is returned as it is; anything else becomes the metadata JSON.
-pub fn build(msg: &Message, text: &str) -> String {
+pub(crate) fn build(msg: &Message, text: &str) -> String {
     if text.trim_start().starts_with(',') {
         return text.trim().to_owned();
     }
@@ -27,7 +27,7 @@ pub fn build(msg: &Message, text: &str) -> String {
 }
 
 /// The message kind named in the JSON `type` field.
-pub fn kind(msg: &Message, text: &str) -> &'static str {
+pub(crate) fn kind(msg: &Message, text: &str) -> &'static str {
     if !text.trim().is_empty() {
         "text"
     } else if !msg.attachments.is_empty() {
@@ -41,7 +41,7 @@ pub fn kind(msg: &Message, text: &str) -> &'static str {
 
 /// The `message` field: the text, else one `[Attachment: name]` line per attachment, else one
 /// `[Sticker: name]` line per sticker, else `[Unknown message type]`.
-pub fn content(msg: &Message, text: &str) -> String {
+pub(crate) fn content(msg: &Message, text: &str) -> String {
     match kind(msg, text) {
         "text" => text.to_owned(),
         "attachment" => lines(
@@ -63,7 +63,7 @@ fn lines(items: impl Iterator<Item = String>) -> String {
 }
 
 /// The metadata JSON object (nulls dropped).
-pub fn metadata(msg: &Message, text: &str) -> Value {
+pub(crate) fn metadata(msg: &Message, text: &str) -> Value {
     let author = &msg.author;
     let full_name = msg
         .member

@@ -23,14 +23,14 @@ use serenity::http::{Http, LightMethod, Request, Route};
 use crate::time::{WaitTooLong, server_wait};
 
 /// Attempts per request when Discord answers 429.
-pub const MAX_ATTEMPTS: u32 = 5;
+pub(crate) const MAX_ATTEMPTS: u32 = 5;
 /// Wait when a 429 names no `retry_after`.
 const DEFAULT_RETRY_WAIT: Duration = Duration::from_secs(1);
 
 /// Discord answered with an error status (after the 429 retries).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{what}: {detail}")]
-pub struct RestError {
+pub(crate) struct RestError {
     /// `discord POST /channels/555/messages`.
     pub what: String,
     pub status: u16,
@@ -40,19 +40,19 @@ pub struct RestError {
 
 /// The REST side of the adapter: serenity's `Http` (token, proxy override, rate limiter) plus
 /// the reqwest client it was built with.
-pub struct Rest {
+pub(crate) struct Rest {
     pub http: std::sync::Arc<Http>,
     client: reqwest::Client,
 }
 
 impl Rest {
-    pub fn new(http: std::sync::Arc<Http>, client: reqwest::Client) -> Self {
+    pub(crate) fn new(http: std::sync::Arc<Http>, client: reqwest::Client) -> Self {
         Self { http, client }
     }
 
     /// Sends `body` (JSON) with `method` to `route`; on 429 waits and resends, at most
     /// `attempts` times in all. Returns the response body of the first success.
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         method: LightMethod,
         route: Route<'_>,
@@ -118,20 +118,20 @@ impl Rest {
     }
 
     /// `POST` with 429 retries ([`MAX_ATTEMPTS`]).
-    pub async fn post(&self, route: Route<'_>, body: &Value) -> anyhow::Result<Vec<u8>> {
+    pub(crate) async fn post(&self, route: Route<'_>, body: &Value) -> anyhow::Result<Vec<u8>> {
         self.call(LightMethod::Post, route, Some(body), MAX_ATTEMPTS)
             .await
     }
 
     /// `GET` returning JSON, one attempt (lookups fall back to "unknown" on errors).
-    pub async fn get_json(&self, route: Route<'_>) -> anyhow::Result<Value> {
+    pub(crate) async fn get_json(&self, route: Route<'_>) -> anyhow::Result<Value> {
         let bytes = self.call(LightMethod::Get, route, None, 1).await?;
         Ok(serde_json::from_slice(&bytes)?)
     }
 
     /// `GET` with query parameters returning JSON, with 429 retries ([`MAX_ATTEMPTS`]): the
     /// catch-up's history pages, which nothing else would fetch again.
-    pub async fn get_json_query(
+    pub(crate) async fn get_json_query(
         &self,
         route: Route<'_>,
         query: &[(&'static str, String)],
@@ -179,7 +179,7 @@ fn route_name(method: LightMethod, route: Route<'_>) -> String {
 /// How long a 429 asks us to wait: the `retry-after` header, else the body's `retry_after`
 /// (both seconds, fractional allowed; [`DEFAULT_RETRY_WAIT`] when neither is a usable number),
 /// or [`WaitTooLong`] beyond [`MAX_SERVER_WAIT`](crate::time::MAX_SERVER_WAIT).
-pub fn retry_after(headers: &HeaderMap, body: &[u8]) -> Result<Duration, WaitTooLong> {
+pub(crate) fn retry_after(headers: &HeaderMap, body: &[u8]) -> Result<Duration, WaitTooLong> {
     let from_header = headers
         .get("retry-after")
         .and_then(|v| v.to_str().ok())

@@ -12,20 +12,20 @@ use teloxide::types::{Message, MessageEntityKind};
 
 /// The bot's own account, learned from `getMe`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BotIdentity {
+pub(crate) struct BotIdentity {
     pub id: u64,
     /// Without the leading `@`.
     pub username: String,
 }
 
 /// `allow_chats` check: an empty list allows every chat.
-pub fn chat_allowed(allow_chats: &[String], chat_id: i64) -> bool {
+pub(crate) fn chat_allowed(allow_chats: &[String], chat_id: i64) -> bool {
     allow_chats.is_empty() || allow_chats.iter().any(|c| c.trim() == chat_id.to_string())
 }
 
 /// A leading bot command of a text message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Command<'a> {
+pub(crate) enum Command<'a> {
     /// Not a command: a normal message.
     None,
     /// `/start` (or `/start@ThisBot`).
@@ -40,7 +40,7 @@ pub enum Command<'a> {
 
 /// Parses a leading `/command[@bot]` of `text` (Telegram's syntax: 1–32 of `[A-Za-z0-9_]`).
 /// Text that starts with `/` but is not a command (`/usr/bin is full`) is a normal message.
-pub fn parse_command<'a>(text: &'a str, bot_username: &str) -> Command<'a> {
+pub(crate) fn parse_command<'a>(text: &'a str, bot_username: &str) -> Command<'a> {
     let Some(after_slash) = text.strip_prefix('/') else {
         return Command::None;
     };
@@ -74,7 +74,7 @@ pub fn parse_command<'a>(text: &'a str, bot_username: &str) -> Command<'a> {
 /// the bot, a reply to one of the bot's messages, or `keyword` as a whole word
 /// (case-insensitive; empty disables it).
 /// Channel posts never address it.
-pub fn is_addressed(msg: &Message, bot: &BotIdentity, keyword: &str) -> bool {
+pub(crate) fn is_addressed(msg: &Message, bot: &BotIdentity, keyword: &str) -> bool {
     if msg.chat.is_private() {
         return true;
     }

@@ -17,8 +17,8 @@
 //! The bot token is part of every request URL; error texts are scrubbed of it before they are
 //! logged or returned, and message texts are never logged.
 
-pub mod filter;
-pub mod prompt;
+pub(crate) mod filter;
+pub(crate) mod prompt;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,7 +41,7 @@ use crate::config::{ConfigError, Settings};
 use crate::time::server_wait;
 
 /// Telegram's message size limit (characters after entity parsing).
-pub const MESSAGE_LIMIT: usize = 4096;
+pub(crate) const MESSAGE_LIMIT: usize = 4096;
 /// Attempts per chunk when Telegram answers 429 `retry_after`.
 const MAX_SEND_ATTEMPTS: u32 = 5;
 /// How long one chunk is retried through network errors and Telegram's 5xx answers (an outage

@@ -15,7 +15,7 @@ const REPLY_TEXT_LIMIT: usize = 100;
 
 /// The content and metadata of one message.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Described {
+pub(crate) struct Described {
     /// `text`, `photo`, `audio`, `sticker`, `video`, `voice`, `document`, `video_note` or
     /// `unknown`.
     pub kind: &'static str,
@@ -28,7 +28,7 @@ pub struct Described {
 }
 
 /// Describes `msg`: its type, content text and media metadata.
-pub fn describe(msg: &Message) -> Described {
+pub(crate) fn describe(msg: &Message) -> Described {
     let media_kind = match &msg.kind {
         MessageKind::Common(common) => Some(&common.media_kind),
         _ => None,
@@ -172,7 +172,7 @@ fn drop_nulls(value: Value) -> Value {
 
 /// The session prompt for `msg` whose content (after stripping a `/bub` command) is
 /// `content`: the content verbatim for a comma command, else the metadata JSON.
-pub fn build(msg: &Message, described: &Described, content: &str) -> String {
+pub(crate) fn build(msg: &Message, described: &Described, content: &str) -> String {
     if content.trim_start().starts_with(',') {
         return content.to_owned();
     }
@@ -180,7 +180,7 @@ pub fn build(msg: &Message, described: &Described, content: &str) -> String {
 }
 
 /// The metadata JSON object, with Bub v0.2.3's field names.
-pub fn metadata(msg: &Message, described: &Described, content: &str) -> Value {
+pub(crate) fn metadata(msg: &Message, described: &Described, content: &str) -> Value {
     let from = msg.from.as_ref();
     let mut out = Map::new();
     out.insert("message".into(), json!(content));

@@ -36,7 +36,7 @@ mod tests;
 const MIN_FENCED_BODY: usize = 8;
 
 /// Splits `text` into chunks of at most `limit` characters (Unicode scalar values, not bytes).
-pub fn split(text: &str, limit: usize) -> Vec<String> {
+pub(crate) fn split(text: &str, limit: usize) -> Vec<String> {
     let doc = Doc::parse(text, limit.max(1));
     plan(&doc).iter().map(|piece| doc.render(piece)).collect()
 }
@@ -314,7 +314,7 @@ fn plan(doc: &Doc) -> Vec<Piece> {
 }
 
 /// Renders Markdown as Telegram HTML (`parse_mode = HTML`).
-pub fn telegram_html(markdown: &str) -> String {
+pub(crate) fn telegram_html(markdown: &str) -> String {
     let options =
         Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TABLES | Options::ENABLE_TASKLISTS;
     let mut html = Html::default();

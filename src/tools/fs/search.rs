@@ -22,11 +22,11 @@ use super::{BINARY_SNIFF, Files, blocking, resolve_path, timed_out};
 use crate::tools::{Tool, ToolContext, ToolError};
 
 /// Maximum paths `fs.glob` lists.
-pub const GLOB_CAP: usize = 500;
+pub(crate) const GLOB_CAP: usize = 500;
 /// Maximum matches `fs.grep` lists.
-pub const GREP_CAP: usize = 200;
+pub(crate) const GREP_CAP: usize = 200;
 /// Matched lines are cut to this many characters.
-pub const GREP_LINE_CHARS: usize = 300;
+pub(crate) const GREP_LINE_CHARS: usize = 300;
 
 /// Arguments of `fs.glob`.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]

@@ -27,7 +27,7 @@ pub struct CommandLimits {
 /// A requested `timeout_seconds` after [`CommandLimits::timeout`]: the value to use and, when it
 /// was lowered, a note for the output.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Timeout {
+pub(crate) struct Timeout {
     pub seconds: i64,
     pub note: Option<String>,
 }
@@ -35,7 +35,7 @@ pub struct Timeout {
 impl CommandLimits {
     /// At most `max_concurrent` commands at once (at least one), timeouts of at most
     /// `max_timeout_seconds`.
-    pub fn new(max_concurrent: usize, max_timeout_seconds: u64) -> Self {
+    pub(crate) fn new(max_concurrent: usize, max_timeout_seconds: u64) -> Self {
         let capacity = max_concurrent.clamp(1, Semaphore::MAX_PERMITS);
         Self {
             slots: Semaphore::new(capacity),
@@ -46,7 +46,7 @@ impl CommandLimits {
     }
 
     /// The limits `BUB_MAX_CONCURRENT_COMMANDS` and `BUB_BASH_MAX_TIMEOUT_SECONDS` set.
-    pub fn from_settings(settings: &Settings) -> Self {
+    pub(crate) fn from_settings(settings: &Settings) -> Self {
         Self::new(
             settings.max_concurrent_commands as usize,
             settings.bash_max_timeout.as_secs(),
@@ -55,7 +55,7 @@ impl CommandLimits {
 
     /// Waits for a free slot; the command may run while the permit lives. Dropping the returned
     /// future gives up the place in the queue.
-    pub async fn slot(&self) -> Result<SemaphorePermit<'_>, ToolError> {
+    pub(crate) async fn slot(&self) -> Result<SemaphorePermit<'_>, ToolError> {
         if let Ok(permit) = self.slots.try_acquire() {
             return Ok(permit);
         }
@@ -83,7 +83,7 @@ impl CommandLimits {
 
     /// `requested` lowered to the maximum, with a note saying so. Values below 1 are left for
     /// the caller to refuse.
-    pub fn timeout(&self, requested: i64) -> Timeout {
+    pub(crate) fn timeout(&self, requested: i64) -> Timeout {
         let max = i64::try_from(self.max_timeout_seconds).unwrap_or(i64::MAX);
         if requested <= max {
             return Timeout {

@@ -17,11 +17,11 @@ use super::{
 use crate::tools::{ToolContext, ToolError};
 
 /// Characters returned when `max_chars` is not given.
-pub const DEFAULT_MAX_CHARS: usize = 20_000;
+pub(crate) const DEFAULT_MAX_CHARS: usize = 20_000;
 /// The largest `max_chars` honoured.
-pub const MAX_CHARS_LIMIT: usize = 200_000;
+pub(crate) const MAX_CHARS_LIMIT: usize = 200_000;
 /// Bytes downloaded at most; the rest of a longer body is not read.
-pub const MAX_DOWNLOAD_BYTES: usize = 5 * 1024 * 1024;
+pub(crate) const MAX_DOWNLOAD_BYTES: usize = 5 * 1024 * 1024;
 /// Leading bytes checked for NUL (binary content served as text).
 const SNIFF_BYTES: usize = 8 * 1024;
 /// Bytes of an error page read for the excerpt in the error message.
@@ -509,7 +509,7 @@ mod tests {
         use axum::http::{StatusCode, header};
         use axum::response::{IntoResponse, Response};
 
-        pub struct FakeProxy {
+        pub(crate) struct FakeProxy {
             pub addr: SocketAddr,
             pub seen: Arc<Mutex<Vec<String>>>,
             task: tokio::task::JoinHandle<()>,
@@ -522,7 +522,7 @@ mod tests {
         }
 
         impl FakeProxy {
-            pub fn seen(&self) -> Vec<String> {
+            pub(crate) fn seen(&self) -> Vec<String> {
                 std::mem::take(&mut *self.seen.lock().unwrap())
             }
         }
@@ -542,7 +542,7 @@ mod tests {
             }
         }
 
-        pub async fn start() -> FakeProxy {
+        pub(crate) async fn start() -> FakeProxy {
             let seen = Arc::new(Mutex::new(Vec::new()));
             let app = axum::Router::new()
                 .fallback(forward)

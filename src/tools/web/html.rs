@@ -18,9 +18,9 @@ use reqwest::Url;
 use super::excerpt;
 
 /// Deepest element nesting converted to Markdown (real pages stay well below 100).
-pub const MAX_DEPTH: usize = 512;
+pub(crate) const MAX_DEPTH: usize = 512;
 /// Longest a conversion may take before the plain text is shown instead.
-pub const CONVERT_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CONVERT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Below this many characters of filtered Markdown, the page is converted again without the
 /// furniture filter (see [`convert_now`]).
 const FILTER_SANITY_CHARS: usize = 200;
@@ -78,7 +78,7 @@ const FURNITURE_WORDS: &[&str] = &[
 ];
 
 /// A page ready to show.
-pub struct Page {
+pub(crate) struct Page {
     pub title: Option<String>,
     pub markdown: String,
     /// Why the page is shown differently than usual (plain text instead of Markdown).
@@ -87,7 +87,7 @@ pub struct Page {
 
 /// Converts `html` (links resolved against `base`) off the async workers; pages too deep or
 /// too slow to convert become plain text with a note.
-pub async fn convert(html: String, base: Url) -> Page {
+pub(crate) async fn convert(html: String, base: Url) -> Page {
     let html: Arc<str> = Arc::from(html);
     let (tx, rx) = tokio::sync::oneshot::channel();
     let input = html.clone();

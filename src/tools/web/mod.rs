@@ -172,7 +172,7 @@ pub async fn fetch_with_guard(url: &str, guard: Guard) -> Result<String, ToolErr
 }
 
 /// The web tools.
-pub fn tools() -> Vec<Tool> {
+pub(crate) fn tools() -> Vec<Tool> {
     vec![
         Tool::new(
             "web.fetch",

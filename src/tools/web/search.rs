@@ -11,9 +11,9 @@ use crate::config::Settings;
 use crate::tools::{ToolContext, ToolError};
 
 /// Results listed when `max_results` is not given.
-pub const DEFAULT_MAX_RESULTS: i64 = 5;
+pub(crate) const DEFAULT_MAX_RESULTS: i64 = 5;
 /// The most results listed.
-pub const MAX_RESULTS_LIMIT: i64 = 20;
+pub(crate) const MAX_RESULTS_LIMIT: i64 = 20;
 /// The most results Ollama's web search returns (its documented limit).
 const OLLAMA_MAX_RESULTS: usize = 10;
 /// Characters of a result's content shown as its snippet.
@@ -22,7 +22,7 @@ const SNIPPET_CHARS: usize = 300;
 const ERROR_EXCERPT_CHARS: usize = 200;
 
 /// What web.search says when no backend is configured.
-pub const NOT_CONFIGURED: &str = "web.search has no search backend configured. Set \
+pub(crate) const NOT_CONFIGURED: &str = "web.search has no search backend configured. Set \
      BUB_SEARXNG_URL to the URL of a SearXNG instance (with the json format enabled in its \
      settings.yml, search.formats), or BUB_OLLAMA_API_KEY to use Ollama's web search (a key \
      from https://ollama.com/settings/keys) — in the environment, a .env file or \
