@@ -9,32 +9,25 @@ use crate::support;
 mod catchup;
 
 use bub::access::{Access, Role};
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bub::channels::discord::Discord;
-use bub::channels::{Channel, Inbound, InboundSink, Outbound};
+use bub::channels::{Channel, Inbound, InboundSink};
 use bub::config::Settings;
 use bub::inbox::Inbox;
 use serde_json::{Value, json};
 use support::fake_discord::{self, FakeDiscord, Msg, user};
+use support::outbound;
+use support::wait::{WAIT, bounded};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 const TOKEN: &str = "tok-SECRET-5f1e9c";
-const WAIT: Duration = Duration::from_secs(10);
 const GUILD: &str = "9";
 const CHANNEL: &str = "555";
-
-/// Fails the test instead of hanging.
-async fn bounded<T>(fut: impl Future<Output = T>) -> T {
-    tokio::time::timeout(WAIT, fut)
-        .await
-        .expect("test step timed out")
-}
 
 /// Settings against `fake`: everyone admitted (as guests) unless `configure` says otherwise.
 fn settings(fake: &FakeDiscord, configure: impl FnOnce(&mut Settings)) -> Settings {
@@ -463,11 +456,7 @@ async fn a_long_answer_is_split_and_the_first_part_replies() {
     let paragraph = "word ".repeat(299) + "end.";
     let text = [paragraph.as_str(); 3].join("\n\n");
     assert_eq!(text.chars().count(), 4501);
-    let out = Outbound {
-        chat_id: CHANNEL.into(),
-        text,
-        reply_to: Some("1001".into()),
-    };
+    let out = outbound(CHANNEL, &text, Some("1001"));
     // Posting runs in the background here, as it does when a session delivers an answer.
     let send = tokio::spawn(async move { discord.send(&out).await });
     let posts = fake.wait_for_posts(3, WAIT).await;
@@ -500,11 +489,7 @@ async fn a_code_block_split_across_parts_stays_balanced() {
         .collect();
     let text = format!("Here it is:\n\n```rust\n{code}```\n\nDone.");
     assert!(text.chars().count() > 4000);
-    let out = Outbound {
-        chat_id: CHANNEL.into(),
-        text,
-        reply_to: None,
-    };
+    let out = outbound(CHANNEL, &text, None);
     bounded(discord.send(&out)).await.unwrap();
     let posts = fake.posted_messages();
     assert!(posts.len() >= 3, "{}", posts.len());
@@ -528,11 +513,7 @@ async fn a_429_is_retried_after_retry_after() {
                          "global": false, "code": 0});
     fake.fail_next_post(429, limited.clone(), &[("retry-after", "0.5")]);
     fake.fail_next_post(429, limited, &[]); // body only
-    let out = Outbound {
-        chat_id: CHANNEL.into(),
-        text: "hello".into(),
-        reply_to: None,
-    };
+    let out = outbound(CHANNEL, "hello", None);
     bounded(discord.send(&out)).await.unwrap();
     let attempts = fake.requests_to("POST", "/api/v10/channels/555/messages");
     assert_eq!(
@@ -552,11 +533,7 @@ async fn a_429_is_retried_after_retry_after() {
 async fn a_429_asking_for_a_huge_wait_fails_at_once() {
     let fake = fake_discord::start().await;
     let discord = sender(&fake);
-    let out = Outbound {
-        chat_id: CHANNEL.into(),
-        text: "hello".into(),
-        reply_to: None,
-    };
+    let out = outbound(CHANNEL, "hello", None);
     // 1e19 s does not fit in a Duration (this panicked); 3600 s fits but is too long to wait.
     for (body_wait, header) in [(json!(1e19), None), (json!(0.5), Some("3600"))] {
         let limited = json!({"message": "You are being rate limited.",
@@ -594,11 +571,7 @@ async fn send_errors_name_the_channel_and_never_the_token() {
         json!({"message": "Missing Access", "code": 50001}),
         &[],
     );
-    let out = Outbound {
-        chat_id: CHANNEL.into(),
-        text: "hello".into(),
-        reply_to: None,
-    };
+    let out = outbound(CHANNEL, "hello", None);
     let err = format!("{:#}", bounded(discord.send(&out)).await.unwrap_err());
     assert!(
         err.contains(CHANNEL) && err.contains("Missing Access"),
@@ -606,10 +579,7 @@ async fn send_errors_name_the_channel_and_never_the_token() {
     );
     assert!(!err.contains(TOKEN), "{err}");
 
-    let bad = Outbound {
-        chat_id: "general".into(),
-        ..out
-    };
+    let bad = outbound("general", "hello", None);
     let err = format!("{:#}", discord.send(&bad).await.unwrap_err());
     assert!(err.contains("general"), "{err}");
 }
@@ -670,11 +640,7 @@ async fn heartbeats_are_acknowledged_and_the_connection_stays_up() {
     let fake = fake_discord::start().await;
     fake.set_heartbeat_interval(Duration::from_millis(200));
     let mut bot = Bot::start(&fake, |_| {}).await;
-    let deadline = Instant::now() + WAIT;
-    while fake.heartbeats() < 3 {
-        assert!(Instant::now() < deadline, "no heartbeats");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    fake.wait_for_heartbeats(3, WAIT).await;
     fake.dispatch_message(Msg::dm("31", alice(), "still there?"))
         .await;
     assert!(bot.next().await.mentioned);
@@ -722,11 +688,7 @@ async fn logs_carry_neither_the_token_nor_message_text() {
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "private-words-2").mention_bot())
         .await;
     assert!(bot.next().await.mentioned);
-    let out = Outbound {
-        chat_id: CHANNEL.into(),
-        text: "x".into(),
-        reply_to: None,
-    };
+    let out = outbound(CHANNEL, "x", None);
     fake.fail_next_post(
         429,
         json!({"message": "slow down", "retry_after": 0.01}),
