@@ -43,17 +43,13 @@ async fn fs_tools_refuse_a_fifo_at_once_and_the_chat_goes_on() {
     let fx = fixture(Authority::terminal(), |_| {});
     let fifo = fx.ws.join("pipe");
     mkfifo(&fifo);
-    let err = fx
-        .call("fs.read", json!({"path": "pipe"}))
-        .await
-        .unwrap_err()
-        .0;
+    let err = fx.error("fs.read", json!({"path": "pipe"})).await;
     assert_eq!(err, fifo_refusal(&fifo));
     let args = json!({"path": "pipe", "old": "a", "new": "b"});
-    let err = fx.call("fs.edit", args).await.unwrap_err().0;
+    let err = fx.error("fs.edit", args).await;
     assert_eq!(err, fifo_refusal(&fifo));
     let args = json!({"path": "pipe", "content": "x"});
-    let err = fx.call("fs.write", args).await.unwrap_err().0;
+    let err = fx.error("fs.write", args).await;
     assert_eq!(err, fifo_refusal(&fifo));
     // The next calls work; searches skip the FIFO.
     let args = json!({"path": "a.txt", "content": "needle\n"});
@@ -71,14 +67,10 @@ async fn a_guest_reading_a_fifo_is_refused_after_the_path_check() {
     let fx = fixture(guest(), |_| {});
     let fifo = fx.ws.join("pipe");
     mkfifo(&fifo);
-    let err = fx
-        .call("fs.read", json!({"path": "pipe"}))
-        .await
-        .unwrap_err()
-        .0;
+    let err = fx.error("fs.read", json!({"path": "pipe"})).await;
     assert_eq!(err, fifo_refusal(&fifo));
-    let err = fx.call("fs.read", json!({"path": "/etc/hostname"})).await;
-    assert!(err.unwrap_err().0.contains("outside the workspace"));
+    let err = fx.error("fs.read", json!({"path": "/etc/hostname"})).await;
+    assert!(err.contains("outside the workspace"), "{err}");
 }
 
 #[tokio::test]
@@ -86,31 +78,21 @@ async fn fs_read_refuses_sockets_and_devices() {
     let fx = fixture(Authority::terminal(), |_| {});
     let socket = fx.ws.join("sock");
     let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    let err = fx
-        .call("fs.read", json!({"path": "sock"}))
-        .await
-        .unwrap_err()
-        .0;
+    let err = fx.error("fs.read", json!({"path": "sock"})).await;
     assert!(
         err.ends_with(
             "sock is a socket, not a regular file; fs tools only read and write regular files"
         ),
         "{err}"
     );
-    let err = fx
-        .call("fs.read", json!({"path": "/dev/zero"}))
-        .await
-        .unwrap_err()
-        .0;
+    let err = fx.error("fs.read", json!({"path": "/dev/zero"})).await;
     assert!(
         err.starts_with("/dev/zero is a device, not a regular file"),
         "{err}"
     );
     let err = fx
-        .call("fs.write", json!({"path": "/dev/null", "content": "x"}))
-        .await
-        .unwrap_err()
-        .0;
+        .error("fs.write", json!({"path": "/dev/null", "content": "x"}))
+        .await;
     assert!(err.starts_with("/dev/null is a device"), "{err}");
 }
 
@@ -203,13 +185,11 @@ async fn bash_timeouts_over_the_maximum_are_lowered_with_a_note() {
     // The lowered timeout is the one applied: a FIFO nobody writes to never ends the read.
     mkfifo(&fx.ws.join("never"));
     let err = fx
-        .call(
+        .error(
             "bash",
             json!({"cmd": "read x < never", "timeout_seconds": 600}),
         )
-        .await
-        .unwrap_err()
-        .0;
+        .await;
     assert!(
         err.starts_with("timeout: command did not finish within 1s (process group killed)"),
         "{err}"

@@ -10,18 +10,16 @@ use std::time::{Duration, Instant};
 
 use bub::access::{Access, Role};
 use bub::channels::telegram::{START_REPLY, Telegram};
-use bub::channels::{Channel, Inbound, InboundSink};
+use bub::channels::{Channel, Inbound};
 use bub::config::Settings;
 use bub::inbox::Inbox;
 use serde_json::{Value, json};
+use support::adapter::Running;
 use support::fake_telegram::{
     self, BOT_USERNAME, FakeTelegram, TOKEN, bot_user, group_text, private_text, user,
 };
 use support::outbound;
 use support::wait::{WAIT, bounded};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
 
 /// Settings against `fake`: everyone admitted (as guests) unless `configure` says otherwise.
 /// `BUB_HOME` is a path no test creates (tests that pair set their own).
@@ -40,52 +38,12 @@ fn telegram(s: &Settings) -> Telegram {
     Telegram::new(s, Arc::new(Access::new(s))).expect("adapter")
 }
 
-/// The adapter running against a fake.
-struct Running {
-    tg: Arc<Telegram>,
-    rx: mpsc::UnboundedReceiver<Inbound>,
-    shutdown: CancellationToken,
-    task: JoinHandle<anyhow::Result<()>>,
-}
-
-fn run(fake: &FakeTelegram, configure: impl FnOnce(&mut Settings)) -> Running {
-    let tg = Arc::new(telegram(&settings(fake, configure)));
-    let (tx, rx) = mpsc::unbounded_channel();
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn({
-        let tg = tg.clone();
-        let shutdown = shutdown.clone();
-        async move {
-            tg.run(InboundSink::new(Arc::new(Inbox::memory()), tx), shutdown)
-                .await
-        }
-    });
-    Running {
-        tg,
-        rx,
-        shutdown,
-        task,
-    }
-}
-
-impl Running {
-    async fn next(&mut self) -> Inbound {
-        bounded(self.rx.recv()).await.expect("inbound channel open")
-    }
-
-    /// Stops the adapter (which finishes in-flight handlers) and returns what else arrived.
-    async fn stop(mut self) -> Vec<Inbound> {
-        self.shutdown.cancel();
-        bounded(self.task)
-            .await
-            .expect("run task")
-            .expect("run() ok");
-        let mut rest = Vec::new();
-        while let Ok(inbound) = self.rx.try_recv() {
-            rest.push(inbound);
-        }
-        rest
-    }
+/// The adapter running against `fake` with an inbox in memory.
+fn run(fake: &FakeTelegram, configure: impl FnOnce(&mut Settings)) -> Running<Telegram> {
+    Running::spawn(
+        telegram(&settings(fake, configure)),
+        Arc::new(Inbox::memory()),
+    )
 }
 
 /// Waits until the adapter has a normal long poll out (it is past its start-up).
@@ -126,7 +84,7 @@ async fn private_text_becomes_inbound_with_metadata_prompt() {
 
     // Answering while polling runs: the send goes out through the same client.
     let answer = outbound(&inbound.chat_id, "hi *there*", None);
-    bot.tg.send(&answer).await.expect("answer sent");
+    bot.adapter.send(&answer).await.expect("answer sent");
     let sent = fake.sent_messages();
     assert_eq!(sent[0]["text"], "hi <i>there</i>");
     assert!(bot.stop().await.is_empty());

@@ -1,8 +1,10 @@
 //! What the integration tests share: the fake servers (every fake binds 127.0.0.1:0, records
-//! requests and never reaches the internet), the `bub` process environment, the in-process tool
-//! environment and the bounded waits. Each test module uses what it needs.
+//! requests and never reaches the internet), the `bub` process environment (`bub_env`), a
+//! channel adapter running against a fake (`adapter`), the in-process tool environment
+//! (`tool_env`) and the bounded waits (`wait`). Each test module uses what it needs.
 #![allow(dead_code)]
 
+pub mod adapter;
 pub mod bench;
 pub mod bub_env;
 pub mod fake_discord;

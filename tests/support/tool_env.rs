@@ -38,6 +38,14 @@ impl ToolEnv {
             .await
             .unwrap_or_else(|_| panic!("{tool} did not return within {WAIT:?}"))
     }
+
+    /// Runs `tool` with `args`, which must fail; returns the error text.
+    pub async fn error(&self, tool: &str, args: Value) -> String {
+        match self.call(tool, args).await {
+            Ok(out) => panic!("{tool} succeeded: {out}"),
+            Err(e) => e.0,
+        }
+    }
 }
 
 /// A guest: Telegram user 77, neither owner nor paired.
