@@ -542,7 +542,7 @@ async fn send_errors_name_the_channel_and_never_the_token() {
     assert!(!err.contains(TOKEN), "{err}");
 
     let bad = outbound("general", "hello", None);
-    let err = format!("{:#}", discord.send(&bad).await.unwrap_err());
+    let err = format!("{:#}", bounded(discord.send(&bad)).await.unwrap_err());
     assert!(err.contains("general"), "{err}");
 }
 
@@ -656,7 +656,7 @@ async fn logs_carry_neither_the_token_nor_message_text() {
         json!({"message": "slow down", "retry_after": 0.01}),
         &[],
     );
-    bot.adapter.send(&out).await.unwrap();
+    bounded(bot.adapter.send(&out)).await.unwrap();
     bot.stop().await;
 
     let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();

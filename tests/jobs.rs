@@ -1,8 +1,9 @@
 //! End-to-end tests of scheduled jobs with the real binary: a job added through a model tool call
 //! fires in `bub message` and its answer reaches the Telegram chat; `bub idle` fires jobs with
 //! send-only clients (no polling); a job survives a restart and fires once even with two
-//! processes on one BUB_HOME (the standby that takes over does not fire it again); sessions only see their own jobs; `bub jobs` lists all of them,
-//! and the jobs set aside because they cannot run, with the reason.
+//! processes on one BUB_HOME (the standby that takes over does not fire it again); sessions
+//! only see their own jobs; `bub jobs` lists all of them, and the jobs set aside because they
+//! cannot run, with the reason.
 
 use crate::support;
 

@@ -84,7 +84,9 @@ async fn private_text_becomes_inbound_with_metadata_prompt() {
 
     // Answering while polling runs: the send goes out through the same client.
     let answer = outbound(&inbound.chat_id, "hi *there*", None);
-    bot.adapter.send(&answer).await.expect("answer sent");
+    bounded(bot.adapter.send(&answer))
+        .await
+        .expect("answer sent");
     let sent = fake.sent_messages();
     assert_eq!(sent[0]["text"], "hi <i>there</i>");
     assert!(bot.stop().await.is_empty());
@@ -434,7 +436,7 @@ async fn long_answer_is_split_into_html_chunks_replying_first() {
     let paragraph = "lorem ipsum dolor sit amet ".repeat(20);
     let text = vec![paragraph.trim(); 17].join("\n\n");
     assert!(text.chars().count() > 9000);
-    tg.send(&outbound("-100", &text, Some("55")))
+    bounded(tg.send(&outbound("-100", &text, Some("55"))))
         .await
         .expect("sent");
     let sent = fake.sent_messages();
@@ -474,7 +476,7 @@ async fn rejected_formatting_is_resent_as_plain_text() {
         fake_telegram::cant_parse_entities_body(),
     );
     let tg = adapter(&fake);
-    tg.send(&outbound("42", "**bold** and <tags>", None))
+    bounded(tg.send(&outbound("42", "**bold** and <tags>", None)))
         .await
         .expect("plain retry succeeds");
     let sent = fake.sent_messages();
@@ -521,7 +523,7 @@ async fn a_retry_after_beyond_the_maximum_fails_at_once() {
 async fn typing_sends_chat_action() {
     let fake = fake_telegram::start().await;
     let tg = adapter(&fake);
-    tg.typing("-100").await.expect("typing");
+    bounded(tg.typing("-100")).await.expect("typing");
     let calls = fake.calls_of("sendChatAction");
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].body, json!({"chat_id": -100, "action": "typing"}));
@@ -532,8 +534,7 @@ async fn send_errors_name_the_chat_not_the_token() {
     let fake = fake_telegram::start().await;
     fake.fail_next("sendMessage", 400, fake_telegram::chat_not_found_body());
     let tg = adapter(&fake);
-    let err = tg
-        .send(&outbound("31337", "hi", None))
+    let err = bounded(tg.send(&outbound("31337", "hi", None)))
         .await
         .expect_err("chat not found");
     let text = format!("{err:#}");
@@ -566,7 +567,7 @@ async fn api_base_trailing_slash_is_tolerated() {
     let tg = telegram(&settings(&fake, |s| {
         s.telegram.api_base = format!("{}/", fake.api_base()).into()
     }));
-    tg.send(&outbound("42", "hi", None))
+    bounded(tg.send(&outbound("42", "hi", None)))
         .await
         .expect("trailing slash tolerated");
     assert_eq!(fake.sent_messages().len(), 1);
