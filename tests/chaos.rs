@@ -11,45 +11,26 @@
 use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::process::Stdio;
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
-use support::bub_env::{Daemon, Env, WAIT};
+use serde_json::Value;
+use support::bub_env::{Daemon, Env, WAIT, limit_file_size};
 use support::fake_telegram::{Call, private_text};
+use support::wait::wait_until;
 
 /// Bound for waits that sit out a Telegram outage (10 s 5xx pause + 17 s timeout + backoff).
 const OUTAGE_WAIT: Duration = Duration::from_secs(75);
 
 /// Queues a text message from user `chat` in its private chat; returns the update id.
 fn push(env: &Env, chat: i64, text: &str) -> i64 {
-    static NEXT_ID: AtomicI64 = AtomicI64::new(1);
-    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-    let message: Value = private_text(chat, chat, text).id(id).into();
-    env.telegram.push_update(json!({ "message": message }))
-}
-
-/// Every tape line of the environment, joined.
-fn tapes(env: &Env) -> String {
-    let mut all = String::new();
-    for entry in std::fs::read_dir(env.home.join("tapes")).unwrap() {
-        all.push_str(&String::from_utf8_lossy(
-            &std::fs::read(entry.unwrap().path()).unwrap(),
-        ));
-    }
-    all
-}
-
-fn inbox(env: &Env) -> String {
-    String::from_utf8_lossy(&std::fs::read(env.home.join("inbox.jsonl")).unwrap_or_default())
-        .into_owned()
+    env.telegram
+        .push_message_update(private_text(chat, chat, text))
 }
 
 /// The prompts of the messages the inbox journal holds without a `done` record.
 fn unfinished(env: &Env) -> Vec<String> {
     let mut pending = BTreeMap::new();
-    for line in inbox(env).lines() {
+    for line in env.inbox_text().lines() {
         let Ok(record) = serde_json::from_str::<Value>(line) else {
             continue;
         };
@@ -117,15 +98,6 @@ async fn wait_answered(env: &Env, prefix: &str, tokens: &[&str], timeout: Durati
         .await;
 }
 
-/// Waits (bounded) until `check` holds, polling every 20 ms.
-async fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 fn assert_running(daemon: &mut Daemon) {
     assert!(
         daemon.child.try_wait().unwrap().is_none(),
@@ -169,7 +141,7 @@ async fn a_refusing_model_server_gets_each_chat_one_clear_error_and_the_daemon_s
         assert!(!texts[0].contains("sk-test-secret"), "{texts:?}");
     }
     // Nothing lost: the messages are on the tapes, with the failed run.
-    let tapes = tapes(&env);
+    let tapes = env.tape_text();
     for token in ["q1-2", "q7-1", "q9-1"] {
         assert!(tapes.contains(token), "{token} is not on a tape");
     }
@@ -306,23 +278,8 @@ async fn failing_tape_and_inbox_appends_are_reported_and_the_daemon_serves_on() 
     let env = Env::new().await;
     env.model.echo_tokens("t");
     let mut cmd = env.command(&["message"]);
-    cmd.stdout(Stdio::null()).stderr(Stdio::piped());
-    // SAFETY: setrlimit is async-signal-safe; the closure allocates nothing.
-    unsafe {
-        cmd.pre_exec(|| {
-            let limit = libc::rlimit {
-                rlim_cur: LIMIT,
-                rlim_max: libc::RLIM_INFINITY,
-            };
-            if libc::setrlimit(libc::RLIMIT_FSIZE, &limit) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    let mut daemon = Daemon {
-        child: cmd.spawn().unwrap(),
-    };
+    limit_file_size(&mut cmd, LIMIT);
+    let mut daemon = Daemon::spawn(cmd);
     let pid = daemon.child.id().unwrap();
     env.telegram.wait_for_calls("getUpdates", 1, WAIT).await;
 
@@ -336,17 +293,17 @@ async fn failing_tape_and_inbox_appends_are_reported_and_the_daemon_serves_on() 
         "{error}"
     );
     assert_eq!(env.model.request_count(), 0, "the model was not called");
-    eventually("the turn to be finished in the inbox", WAIT, || {
-        unfinished(&env).is_empty() && inbox(&env).contains(r#""outcome":"sent""#)
+    wait_until(WAIT, "the turn to be finished in the inbox", || {
+        unfinished(&env).is_empty() && env.inbox_text().contains(r#""outcome":"sent""#)
     })
     .await;
     assert_running(&mut daemon);
+    let inbox = env.inbox_text();
     assert!(
-        inbox(&env)
+        inbox
             .lines()
             .all(|l| serde_json::from_str::<Value>(l).is_ok()),
-        "the inbox journal fit under the limit:\n{}",
-        inbox(&env)
+        "the inbox journal fit under the limit:\n{inbox}"
     );
 
     // 2. Now the inbox itself: a journal line that only partly fits (EFBIG after a partial
@@ -357,7 +314,7 @@ async fn failing_tape_and_inbox_appends_are_reported_and_the_daemon_serves_on() 
         .len();
     set_file_size_limit(pid, journal + 64);
     let update = push(&env, 7, "t7-1");
-    eventually("a partial journal write", WAIT, || {
+    wait_until(WAIT, "a partial journal write", || {
         std::fs::metadata(env.home.join("inbox.jsonl"))
             .unwrap()
             .len()
@@ -402,5 +359,5 @@ async fn failing_tape_and_inbox_appends_are_reported_and_the_daemon_serves_on() 
     assert_eq!(delivered_to(&env, 42)[1], "answering: t42-2");
     assert_eq!(env.model.request_count(), 3);
     assert!(unfinished(&env).is_empty(), "{:?}", unfinished(&env));
-    assert!(tapes(&env).contains("t42-2"));
+    assert!(env.tape_text().contains("t42-2"));
 }

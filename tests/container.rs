@@ -4,12 +4,16 @@
 //! No Docker daemon and no network are needed. Every wait is bounded by a deadline, and every
 //! entrypoint runs in its own process group, which is killed when the test ends.
 
+use crate::support;
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
+
+use support::wait::wait_for_blocking;
 
 /// How long any single step may take before the test fails (generous: the other test modules
 /// of the one test binary load the machine meanwhile).
@@ -142,15 +146,12 @@ impl Sandbox {
 
     /// Polls the stub log until it contains `needle`; fails after the deadline.
     fn wait_for_log(&self, needle: &str) {
-        let start = Instant::now();
-        while !self.log().contains(needle) {
-            assert!(
-                start.elapsed() < DEADLINE,
+        if wait_for_blocking(DEADLINE, || self.log().contains(needle).then_some(())).is_none() {
+            panic!(
                 "log never got {needle:?}; log:\n{}\nstderr:\n{}",
                 self.log(),
                 self.stderr()
             );
-            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -207,20 +208,16 @@ impl Running {
 
     /// Waits for the exit, polling, at most `DEADLINE`.
     fn wait(&mut self, sandbox: &Sandbox) -> ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                self.reaped = true;
-                return status;
-            }
-            assert!(
-                start.elapsed() < DEADLINE,
+        let status = wait_for_blocking(DEADLINE, || self.child.try_wait().unwrap());
+        let Some(status) = status else {
+            panic!(
                 "the entrypoint did not exit within {DEADLINE:?}; log:\n{}\nstderr:\n{}",
                 sandbox.log(),
                 sandbox.stderr()
             );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        };
+        self.reaped = true;
+        status
     }
 }
 

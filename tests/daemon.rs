@@ -43,8 +43,7 @@ async fn private_message_is_answered_once_and_recorded() {
         1,
         "answered exactly once"
     );
-    let tapes = std::fs::read_dir(env.home.join("tapes")).unwrap().count();
-    assert_eq!(tapes, 1);
+    assert_eq!(env.tape_paths().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -193,13 +192,8 @@ async fn model_errors_reach_the_chat_and_the_daemon_keeps_running() {
 async fn rejected_token_stops_the_daemon_with_a_clear_error() {
     let env = Env::new().await;
     env.telegram.accept_only_token("999:other");
-    let daemon = env.start();
-    let out = tokio::time::timeout(WAIT, daemon.child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let (status, stderr) = env.start().exit_with_log().await;
+    assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("telegram"), "{stderr}");
     assert!(
         !stderr.contains(fake_telegram::TOKEN),

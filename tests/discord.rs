@@ -9,32 +9,23 @@ use crate::support;
 mod catchup;
 
 use bub::access::{Access, Role};
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bub::channels::discord::Discord;
-use bub::channels::{Channel, Inbound, InboundSink, Outbound};
+use bub::channels::{Channel, Inbound};
 use bub::config::Settings;
 use bub::inbox::Inbox;
 use serde_json::{Value, json};
+use support::adapter::Running;
 use support::fake_discord::{self, FakeDiscord, Msg, user};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use support::outbound;
+use support::wait::{WAIT, bounded};
 
 const TOKEN: &str = "tok-SECRET-5f1e9c";
-const WAIT: Duration = Duration::from_secs(10);
 const GUILD: &str = "9";
 const CHANNEL: &str = "555";
-
-/// Fails the test instead of hanging.
-async fn bounded<T>(fut: impl Future<Output = T>) -> T {
-    tokio::time::timeout(WAIT, fut)
-        .await
-        .expect("test step timed out")
-}
 
 /// Settings against `fake`: everyone admitted (as guests) unless `configure` says otherwise.
 fn settings(fake: &FakeDiscord, configure: impl FnOnce(&mut Settings)) -> Settings {
@@ -52,63 +43,27 @@ fn discord(s: &Settings) -> Discord {
 }
 
 /// The adapter's `run` in a task, connected to the fake.
-struct Bot {
-    discord: Arc<Discord>,
-    rx: mpsc::UnboundedReceiver<Inbound>,
-    stop: CancellationToken,
-    task: JoinHandle<anyhow::Result<()>>,
+type Bot = Running<Discord>;
+
+/// [`spawn_bot`], once the adapter has identified.
+async fn start_bot(fake: &FakeDiscord, configure: impl FnOnce(&mut Settings)) -> Bot {
+    let bot = spawn_bot(fake, configure);
+    fake.wait_for_identify(WAIT).await;
+    bot
 }
 
-impl Bot {
-    async fn start(fake: &FakeDiscord, configure: impl FnOnce(&mut Settings)) -> Bot {
-        let bot = Bot::spawn(fake, configure);
-        fake.wait_for_identify(WAIT).await;
-        bot
-    }
+/// The adapter running against `fake` with an inbox in memory.
+fn spawn_bot(fake: &FakeDiscord, configure: impl FnOnce(&mut Settings)) -> Bot {
+    spawn_bot_with(fake, Arc::new(Inbox::memory()), configure)
+}
 
-    fn spawn(fake: &FakeDiscord, configure: impl FnOnce(&mut Settings)) -> Bot {
-        Bot::spawn_with(fake, Arc::new(Inbox::memory()), configure)
-    }
-
-    /// [`Bot::spawn`] with the inbox a previous run left.
-    fn spawn_with(
-        fake: &FakeDiscord,
-        inbox: Arc<Inbox>,
-        configure: impl FnOnce(&mut Settings),
-    ) -> Bot {
-        let discord = Arc::new(discord(&settings(fake, configure)));
-        let (tx, rx) = mpsc::unbounded_channel();
-        let stop = CancellationToken::new();
-        let task = tokio::spawn({
-            let (discord, stop) = (Arc::clone(&discord), stop.clone());
-            async move { discord.run(InboundSink::new(inbox, tx), stop).await }
-        });
-        Bot {
-            discord,
-            rx,
-            stop,
-            task,
-        }
-    }
-
-    async fn next(&mut self) -> Inbound {
-        bounded(self.rx.recv())
-            .await
-            .expect("inbound channel closed")
-    }
-
-    /// Nothing else arrived (call after a later message was received: the adapter handles
-    /// messages in order, so anything dispatched before it would have come first).
-    fn assert_idle(&mut self) {
-        if let Ok(extra) = self.rx.try_recv() {
-            panic!("unexpected inbound: {extra:?}");
-        }
-    }
-
-    async fn stop(self) -> anyhow::Result<()> {
-        self.stop.cancel();
-        bounded(self.task).await.expect("run task panicked")
-    }
+/// [`spawn_bot`] with the inbox a previous run left.
+fn spawn_bot_with(
+    fake: &FakeDiscord,
+    inbox: Arc<Inbox>,
+    configure: impl FnOnce(&mut Settings),
+) -> Bot {
+    Running::spawn(discord(&settings(fake, configure)), inbox)
 }
 
 fn alice() -> Value {
@@ -123,7 +78,7 @@ fn prompt_json(inbound: &Inbound) -> Value {
 #[tokio::test]
 async fn identify_carries_intents_and_bot_token() {
     let fake = fake_discord::start().await;
-    let bot = Bot::start(&fake, |_| {}).await;
+    let bot = start_bot(&fake, |_| {}).await;
     let ident = fake.wait_for_identify(WAIT).await;
     assert_eq!(
         ident.intents, 37376,
@@ -136,13 +91,13 @@ async fn identify_carries_intents_and_bot_token() {
         gateway[0].header("authorization"),
         Some(format!("Bot {TOKEN}").as_str())
     );
-    bot.stop().await.unwrap();
+    bot.stop().await;
 }
 
 #[tokio::test]
 async fn dm_is_addressed_with_a_json_prompt_without_guild_id() {
     let fake = fake_discord::start().await;
-    let mut bot = Bot::start(&fake, |_| {}).await;
+    let mut bot = start_bot(&fake, |_| {}).await;
     let msg = Msg::dm(
         "31",
         fake_discord::user_with_global_name("42", "alice", "Alice"),
@@ -166,13 +121,13 @@ async fn dm_is_addressed_with_a_json_prompt_without_guild_id() {
     assert_eq!(p["sender_id"], "42");
     assert_eq!(p["date"], json!(1704067200.0));
     assert!(p.get("guild_id").is_none(), "{p}");
-    bot.stop().await.unwrap();
+    bot.stop().await;
 }
 
 #[tokio::test]
 async fn guild_message_without_mention_still_reaches_the_session() {
     let fake = fake_discord::start().await;
-    let mut bot = Bot::start(&fake, |_| {}).await;
+    let mut bot = start_bot(&fake, |_| {}).await;
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "just chatting").nick("Ali"))
         .await;
     let got = bot.next().await;
@@ -181,14 +136,14 @@ async fn guild_message_without_mention_still_reaches_the_session() {
     let p = prompt_json(&got);
     assert_eq!(p["guild_id"], GUILD);
     assert_eq!(p["full_name"], "Ali", "the guild nick is the display name");
-    bot.stop().await.unwrap();
+    bot.stop().await;
 }
 
 #[tokio::test]
 async fn mentions_of_the_bot_user_and_its_roles_address_it() {
     let fake = fake_discord::start().await;
     fake.set_bot_roles(GUILD, &["55"]);
-    let mut bot = Bot::start(&fake, |_| {}).await;
+    let mut bot = start_bot(&fake, |_| {}).await;
 
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "<@777> hi").mention_bot())
         .await;
@@ -212,13 +167,13 @@ async fn mentions_of_the_bot_user_and_its_roles_address_it() {
         1,
         "the bot's roles are fetched once per guild"
     );
-    bot.stop().await.unwrap();
+    bot.stop().await;
 }
 
 #[tokio::test]
 async fn a_reply_to_the_bot_addresses_it_and_carries_the_context() {
     let fake = fake_discord::start().await;
-    let mut bot = Bot::start(&fake, |_| {}).await;
+    let mut bot = start_bot(&fake, |_| {}).await;
     let answer = Msg::guild(GUILD, CHANNEL, fake_discord::bot_user(), "the answer is 42");
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "why?").reply_to(&answer))
         .await;
@@ -238,13 +193,13 @@ async fn a_reply_to_the_bot_addresses_it_and_carries_the_context() {
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "agreed").reply_to(&human))
         .await;
     assert!(!bot.next().await.mentioned, "a reply to someone else");
-    bot.stop().await.unwrap();
+    bot.stop().await;
 }
 
 #[tokio::test]
 async fn the_prefix_command_addresses_the_bot_and_is_stripped() {
     let fake = fake_discord::start().await;
-    let mut bot = Bot::start(&fake, |_| {}).await;
+    let mut bot = start_bot(&fake, |_| {}).await;
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "!bub do x"))
         .await;
     let got = bot.next().await;
@@ -256,7 +211,7 @@ async fn the_prefix_command_addresses_the_bot_and_is_stripped() {
     let got = bot.next().await;
     assert!(got.mentioned && got.is_command());
     assert_eq!(got.prompt, ",help", "a comma command is passed verbatim");
-    bot.stop().await.unwrap();
+    bot.stop().await;
 }
 
 #[tokio::test]
@@ -265,7 +220,7 @@ async fn a_thread_named_bub_addresses_the_bot() {
     fake.set_thread("600", "bub-help", CHANNEL, GUILD);
     fake.set_thread("601", "question-1", "556", GUILD);
     fake.set_text_channel("602", "bub-general", GUILD);
-    let mut bot = Bot::start(&fake, |_| {}).await;
+    let mut bot = start_bot(&fake, |_| {}).await;
 
     fake.dispatch_message(Msg::guild(GUILD, "600", alice(), "how do I x"))
         .await;
@@ -289,13 +244,13 @@ async fn a_thread_named_bub_addresses_the_bot() {
     assert!(bot.next().await.mentioned);
     let lookups = fake.requests_to("GET", "/api/v10/channels/600");
     assert_eq!(lookups.len(), 1, "channel info is cached");
-    bot.stop().await.unwrap();
+    bot.stop().await;
 }
 
 #[tokio::test]
 async fn the_keyword_counts_only_as_a_whole_word() {
     let fake = fake_discord::start().await;
-    let mut bot = Bot::start(&fake, |_| {}).await;
+    let mut bot = start_bot(&fake, |_| {}).await;
     for (text, addressed) in [
         ("hey Bub, what's up", true),
         ("bubble tea anyone?", false),
@@ -306,23 +261,23 @@ async fn the_keyword_counts_only_as_a_whole_word() {
             .await;
         assert_eq!(bot.next().await.mentioned, addressed, "{text}");
     }
-    bot.stop().await.unwrap();
+    bot.stop().await;
 
-    let mut bot = Bot::start(&fake, |s| s.mention_keyword = "agent".into()).await;
+    let mut bot = start_bot(&fake, |s| s.mention_keyword = "agent".into()).await;
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "hey bub"))
         .await;
     assert!(!bot.next().await.mentioned, "keyword changed");
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "hey Agent!"))
         .await;
     assert!(bot.next().await.mentioned);
-    bot.stop().await.unwrap();
+    bot.stop().await;
 }
 
 #[tokio::test]
 async fn allow_from_drops_every_message_of_other_senders_and_pairs_in_dms() {
     let fake = fake_discord::start().await;
     let home = tempfile::tempdir().unwrap();
-    let mut bot = Bot::start(&fake, |s| {
+    let mut bot = start_bot(&fake, |s| {
         s.home = home.path().to_path_buf();
         s.discord.allow_from = vec!["alice".into(), "7".into(), "Dora D".into()];
     })
@@ -368,7 +323,7 @@ async fn allow_from_drops_every_message_of_other_senders_and_pairs_in_dms() {
         .await;
     assert_eq!(bot.next().await.sender_id, "42");
     bot.assert_idle();
-    bot.stop().await.unwrap();
+    bot.stop().await;
 }
 
 #[tokio::test]
@@ -376,7 +331,7 @@ async fn allow_channels_drops_every_message_elsewhere_but_allows_threads_of_list
     let fake = fake_discord::start().await;
     fake.set_thread("700", "question-1", CHANNEL, GUILD);
     fake.set_thread("701", "bub-other", "556", GUILD);
-    let mut bot = Bot::start(&fake, |s| s.discord.allow_channels = vec![CHANNEL.into()]).await;
+    let mut bot = start_bot(&fake, |s| s.discord.allow_channels = vec![CHANNEL.into()]).await;
     for msg in [
         Msg::guild(GUILD, "556", alice(), ",bash ls"),
         Msg::guild(GUILD, "556", alice(), "follow-up"),
@@ -397,13 +352,13 @@ async fn allow_channels_drops_every_message_elsewhere_but_allows_threads_of_list
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "hi"))
         .await;
     assert_eq!(bot.next().await.chat_id, CHANNEL);
-    bot.stop().await.unwrap();
+    bot.stop().await;
 }
 
 #[tokio::test]
 async fn bot_authors_and_system_messages_are_ignored() {
     let fake = fake_discord::start().await;
-    let mut bot = Bot::start(&fake, |_| {}).await;
+    let mut bot = start_bot(&fake, |_| {}).await;
     let other_bot = fake_discord::other_bot("88", "helper");
     for msg in [
         Msg::guild(GUILD, CHANNEL, other_bot.clone(), "<@777> hi").mention_bot(),
@@ -418,13 +373,13 @@ async fn bot_authors_and_system_messages_are_ignored() {
         .await;
     assert_eq!(prompt_json(&bot.next().await)["message"], "marker");
     bot.assert_idle();
-    bot.stop().await.unwrap();
+    bot.stop().await;
 }
 
 #[tokio::test]
 async fn attachments_and_stickers_are_described_in_the_metadata() {
     let fake = fake_discord::start().await;
-    let mut bot = Bot::start(&fake, |_| {}).await;
+    let mut bot = start_bot(&fake, |_| {}).await;
     let msg = Msg::dm("31", alice(), "")
         .attachment("5", "photo.png", Some("image/png"), 2048)
         .attachment("6", "notes", None, 12);
@@ -449,7 +404,7 @@ async fn attachments_and_stickers_are_described_in_the_metadata() {
         p["media"],
         json!({"stickers": [{"id": "9", "name": "wave"}]})
     );
-    bot.stop().await.unwrap();
+    bot.stop().await;
 }
 
 fn sender(fake: &FakeDiscord) -> Discord {
@@ -463,11 +418,7 @@ async fn a_long_answer_is_split_and_the_first_part_replies() {
     let paragraph = "word ".repeat(299) + "end.";
     let text = [paragraph.as_str(); 3].join("\n\n");
     assert_eq!(text.chars().count(), 4501);
-    let out = Outbound {
-        chat_id: CHANNEL.into(),
-        text,
-        reply_to: Some("1001".into()),
-    };
+    let out = outbound(CHANNEL, &text, Some("1001"));
     // Posting runs in the background here, as it does when a session delivers an answer.
     let send = tokio::spawn(async move { discord.send(&out).await });
     let posts = fake.wait_for_posts(3, WAIT).await;
@@ -500,11 +451,7 @@ async fn a_code_block_split_across_parts_stays_balanced() {
         .collect();
     let text = format!("Here it is:\n\n```rust\n{code}```\n\nDone.");
     assert!(text.chars().count() > 4000);
-    let out = Outbound {
-        chat_id: CHANNEL.into(),
-        text,
-        reply_to: None,
-    };
+    let out = outbound(CHANNEL, &text, None);
     bounded(discord.send(&out)).await.unwrap();
     let posts = fake.posted_messages();
     assert!(posts.len() >= 3, "{}", posts.len());
@@ -528,11 +475,7 @@ async fn a_429_is_retried_after_retry_after() {
                          "global": false, "code": 0});
     fake.fail_next_post(429, limited.clone(), &[("retry-after", "0.5")]);
     fake.fail_next_post(429, limited, &[]); // body only
-    let out = Outbound {
-        chat_id: CHANNEL.into(),
-        text: "hello".into(),
-        reply_to: None,
-    };
+    let out = outbound(CHANNEL, "hello", None);
     bounded(discord.send(&out)).await.unwrap();
     let attempts = fake.requests_to("POST", "/api/v10/channels/555/messages");
     assert_eq!(
@@ -552,11 +495,7 @@ async fn a_429_is_retried_after_retry_after() {
 async fn a_429_asking_for_a_huge_wait_fails_at_once() {
     let fake = fake_discord::start().await;
     let discord = sender(&fake);
-    let out = Outbound {
-        chat_id: CHANNEL.into(),
-        text: "hello".into(),
-        reply_to: None,
-    };
+    let out = outbound(CHANNEL, "hello", None);
     // 1e19 s does not fit in a Duration (this panicked); 3600 s fits but is too long to wait.
     for (body_wait, header) in [(json!(1e19), None), (json!(0.5), Some("3600"))] {
         let limited = json!({"message": "You are being rate limited.",
@@ -594,11 +533,7 @@ async fn send_errors_name_the_channel_and_never_the_token() {
         json!({"message": "Missing Access", "code": 50001}),
         &[],
     );
-    let out = Outbound {
-        chat_id: CHANNEL.into(),
-        text: "hello".into(),
-        reply_to: None,
-    };
+    let out = outbound(CHANNEL, "hello", None);
     let err = format!("{:#}", bounded(discord.send(&out)).await.unwrap_err());
     assert!(
         err.contains(CHANNEL) && err.contains("Missing Access"),
@@ -606,11 +541,8 @@ async fn send_errors_name_the_channel_and_never_the_token() {
     );
     assert!(!err.contains(TOKEN), "{err}");
 
-    let bad = Outbound {
-        chat_id: "general".into(),
-        ..out
-    };
-    let err = format!("{:#}", discord.send(&bad).await.unwrap_err());
+    let bad = outbound("general", "hello", None);
+    let err = format!("{:#}", bounded(discord.send(&bad)).await.unwrap_err());
     assert!(err.contains("general"), "{err}");
 }
 
@@ -631,9 +563,9 @@ async fn typing_posts_to_the_channel() {
 #[tokio::test]
 async fn shutdown_returns_promptly() {
     let fake = fake_discord::start().await;
-    let bot = Bot::start(&fake, |_| {}).await;
+    let bot = start_bot(&fake, |_| {}).await;
     let started = Instant::now();
-    bot.stop().await.unwrap();
+    bot.stop().await;
     assert!(
         started.elapsed() < Duration::from_secs(4),
         "{:?}",
@@ -641,9 +573,9 @@ async fn shutdown_returns_promptly() {
     );
 
     // Cancelled before it ever connected.
-    let bot = Bot::spawn(&fake, |_| {});
+    let bot = spawn_bot(&fake, |_| {});
     let started = Instant::now();
-    bot.stop().await.unwrap();
+    bot.stop().await;
     assert!(started.elapsed() < Duration::from_secs(4));
 }
 
@@ -651,7 +583,7 @@ async fn shutdown_returns_promptly() {
 async fn a_rejected_token_is_a_clear_error_without_the_token() {
     let fake = fake_discord::start().await;
     fake.require_token("another-token");
-    let bot = Bot::spawn(&fake, |_| {});
+    let bot = spawn_bot(&fake, |_| {});
     let err = format!("{:#}", bounded(bot.task).await.unwrap().unwrap_err());
     assert!(err.contains("rejected the token"), "{err}");
     assert!(!err.contains(TOKEN), "{err}");
@@ -659,7 +591,7 @@ async fn a_rejected_token_is_a_clear_error_without_the_token() {
     // Accepted over REST but refused by the gateway (close code 4004).
     let fake = fake_discord::start().await;
     fake.reject_identify(true);
-    let bot = Bot::spawn(&fake, |_| {});
+    let bot = spawn_bot(&fake, |_| {});
     let err = format!("{:#}", bounded(bot.task).await.unwrap().unwrap_err());
     assert!(err.contains("rejected the token"), "{err}");
     assert!(!err.contains(TOKEN), "{err}");
@@ -669,17 +601,13 @@ async fn a_rejected_token_is_a_clear_error_without_the_token() {
 async fn heartbeats_are_acknowledged_and_the_connection_stays_up() {
     let fake = fake_discord::start().await;
     fake.set_heartbeat_interval(Duration::from_millis(200));
-    let mut bot = Bot::start(&fake, |_| {}).await;
-    let deadline = Instant::now() + WAIT;
-    while fake.heartbeats() < 3 {
-        assert!(Instant::now() < deadline, "no heartbeats");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let mut bot = start_bot(&fake, |_| {}).await;
+    fake.wait_for_heartbeats(3, WAIT).await;
     fake.dispatch_message(Msg::dm("31", alice(), "still there?"))
         .await;
     assert!(bot.next().await.mentioned);
     assert_eq!(fake.identifies().len(), 1, "no reconnect");
-    bot.stop().await.unwrap();
+    bot.stop().await;
 }
 
 /// A `MakeWriter` collecting log output.
@@ -711,7 +639,7 @@ async fn logs_carry_neither_the_token_nor_message_text() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let fake = fake_discord::start().await;
-    let mut bot = Bot::start(&fake, |s| s.discord.allow_from = vec!["alice".into()]).await;
+    let mut bot = start_bot(&fake, |s| s.discord.allow_from = vec!["alice".into()]).await;
     fake.dispatch_message(Msg::guild(
         GUILD,
         CHANNEL,
@@ -722,18 +650,14 @@ async fn logs_carry_neither_the_token_nor_message_text() {
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "private-words-2").mention_bot())
         .await;
     assert!(bot.next().await.mentioned);
-    let out = Outbound {
-        chat_id: CHANNEL.into(),
-        text: "x".into(),
-        reply_to: None,
-    };
+    let out = outbound(CHANNEL, "x", None);
     fake.fail_next_post(
         429,
         json!({"message": "slow down", "retry_after": 0.01}),
         &[],
     );
-    bot.discord.send(&out).await.unwrap();
-    bot.stop().await.unwrap();
+    bounded(bot.adapter.send(&out)).await.unwrap();
+    bot.stop().await;
 
     let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
     assert!(

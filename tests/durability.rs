@@ -7,32 +7,13 @@ use crate::support;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::bub_env::{Env, WAIT, texts};
+use support::bub_env::{Env, WAIT, assert_exit, stderr, stdout, texts};
 use support::fake_telegram::private_text;
+use support::wait::wait_until;
 
-/// Queues a private message from user 42 with `message_id`; returns its update id.
-fn push(env: &Env, message_id: i64, text: &str) -> i64 {
-    let mut message: Value = private_text(42, 42, text).into();
-    message["message_id"] = json!(message_id);
-    env.telegram.push_update(json!({ "message": message }))
-}
-
-/// Every tape line of the environment, joined.
-fn tapes(env: &Env) -> String {
-    let mut all = String::new();
-    for entry in std::fs::read_dir(env.home.join("tapes")).unwrap() {
-        all.push_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap());
-    }
-    all
-}
-
-/// Waits (bounded) until `check` holds, polling the file system every 20 ms.
-async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + WAIT;
-    while !check() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+/// Queues a private message from user 42; returns its update id.
+fn push(env: &Env, text: &str) -> i64 {
+    env.telegram.push_message_update(private_text(42, 42, text))
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -40,7 +21,7 @@ async fn a_confirmed_message_survives_kill_9_and_is_answered_once() {
     let mut env = Env::new().await;
     env.set("BUB_MESSAGE_DEBOUNCE_SECONDS", "5");
     let daemon = env.start();
-    let update = push(&env, 5, "remember the milk");
+    let update = push(&env, "remember the milk");
     // Telegram was told: the next getUpdates carries a higher offset.
     env.telegram.wait_for_confirmed(update, WAIT).await;
     daemon.kill().await;
@@ -59,7 +40,7 @@ async fn a_confirmed_message_survives_kill_9_and_is_answered_once() {
         "answered once"
     );
     assert_eq!(env.model.request_count(), 1);
-    assert!(tapes(&env).contains("remember the milk"));
+    assert!(env.tape_text().contains("remember the milk"));
 
     // A third start has nothing left to do.
     let daemon = env.start();
@@ -78,9 +59,9 @@ async fn sigterm_leaves_the_running_and_the_queued_message_for_the_next_start() 
     env.model.push_delay(Duration::from_secs(30));
     env.model.push_text("too late");
     let daemon = env.start();
-    push(&env, 1, "first question");
+    push(&env, "first question");
     env.model.wait_for_requests(1, WAIT).await;
-    let queued = push(&env, 2, "second question");
+    let queued = push(&env, "second question");
     env.telegram.wait_for_confirmed(queued, WAIT).await;
     let asked = Instant::now();
     let (status, log) = daemon.stop_with_log().await;
@@ -112,10 +93,8 @@ async fn one_daemon_per_home() {
     let first = env.start();
     env.telegram.wait_for_calls("getUpdates", 1, WAIT).await;
     let second = env.run(&["message"]).await;
-    assert_eq!(second.status.code(), Some(2));
-    let stderr = String::from_utf8_lossy(&second.stderr);
-    let pid = first.child.id().unwrap().to_string();
-    assert!(stderr.contains(&format!("pid {pid}")), "{stderr}");
+    let pid = first.child.id().unwrap();
+    assert_exit(&second, 2, &format!("pid {pid}"));
     assert!(first.stop().await.success());
 }
 
@@ -132,9 +111,9 @@ async fn stop_from_the_chat_kills_the_running_command_and_keeps_the_queue() {
         .collect();
     assert_eq!(names, ["stop", "new", "status"]);
 
-    push(&env, 1, ",echo $$ > sleeper.pid; exec sleep 987");
+    push(&env, ",echo $$ > sleeper.pid; exec sleep 987");
     let pid_file = env.workspace.join("sleeper.pid");
-    eventually("the command to start", || {
+    wait_until(WAIT, "the command to start", || {
         std::fs::read_to_string(&pid_file).is_ok_and(|t| t.ends_with('\n'))
     })
     .await;
@@ -144,16 +123,16 @@ async fn stop_from_the_chat_kills_the_running_command_and_keeps_the_queue() {
         .parse()
         .unwrap();
     env.model.push_text("queued answer");
-    push(&env, 2, "a question behind it");
-    push(&env, 3, "/stop");
+    push(&env, "a question behind it");
+    push(&env, "/stop");
     let sent = env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
     assert_eq!(texts(&sent), ["Stopped.", "queued answer"]);
-    eventually("the sleeper to die", || {
+    wait_until(WAIT, "the sleeper to die", || {
         std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .map_or(true, |stat| stat.contains(") Z "))
     })
     .await;
-    assert!(tapes(&env).contains("\"turn.cancelled\""));
+    assert!(env.tape_text().contains("\"turn.cancelled\""));
     assert!(daemon.stop().await.success());
 }
 
@@ -162,30 +141,32 @@ async fn status_and_new_from_the_chat() {
     let env = Env::new().await;
     env.model.push_text("hello");
     let daemon = env.start();
-    push(&env, 1, "hi");
+    push(&env, "hi");
     env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
     // The turn ends once the delivery is recorded (a moment after Telegram has the answer).
-    eventually("the first turn's end in the inbox", || {
-        std::fs::read_to_string(env.home.join("inbox.jsonl"))
-            .is_ok_and(|j| j.contains(r#""outcome":"sent""#))
+    wait_until(WAIT, "the first turn's end in the inbox", || {
+        env.inbox_text().contains(r#""outcome":"sent""#)
     })
     .await;
-    push(&env, 2, "/status");
+    push(&env, "/status");
     let sent = env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
     let status = texts(&sent).pop().unwrap();
     assert!(status.contains("model: openai:test-model"), "{status}");
     assert!(status.contains("running: nothing"), "{status}");
     assert!(status.contains("jobs: none"), "{status}");
-    push(&env, 3, "/new");
+    push(&env, "/new");
     let sent = env.telegram.wait_for_calls("sendMessage", 3, WAIT).await;
     assert!(
         texts(&sent)[2].starts_with("Started a fresh context"),
         "{:?}",
         texts(&sent)
     );
-    assert!(tapes(&env).contains(r#""kind":"anchor","payload":{"name":"new""#));
+    assert!(
+        env.tape_text()
+            .contains(r#""kind":"anchor","payload":{"name":"new""#)
+    );
     env.model.push_text("fresh");
-    push(&env, 4, "again");
+    push(&env, "again");
     env.telegram.wait_for_calls("sendMessage", 4, WAIT).await;
     let last = env.model.requests().pop().unwrap();
     let context = serde_json::to_string(&last["messages"]).unwrap();
@@ -204,7 +185,7 @@ async fn a_telegram_outage_delays_the_answer_but_does_not_lose_it() {
     env.telegram.fail_next("sendMessage", 502, body.clone());
     env.telegram.fail_next("sendMessage", 502, body);
     let daemon = env.start();
-    push(&env, 1, "are you there?");
+    push(&env, "are you there?");
     let sent = env
         .telegram
         .wait_for_calls("sendMessage", 3, Duration::from_secs(60))
@@ -218,11 +199,7 @@ async fn a_telegram_outage_delays_the_answer_but_does_not_lose_it() {
 async fn bub_status_shows_the_running_daemon_and_exits_1_without_one() {
     let env = Env::new().await;
     let out = env.run(&["status"]).await;
-    assert_eq!(out.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("no daemon is running"),
-        "{out:?}"
-    );
+    assert_exit(&out, 1, "no daemon is running");
 
     // A turn that fails (the model answers 400), then one that hangs with a message queued.
     env.model.push_raw(
@@ -233,22 +210,16 @@ async fn bub_status_shows_the_running_daemon_and_exits_1_without_one() {
     env.model.push_delay(Duration::from_secs(60));
     env.model.push_text("late");
     let daemon = env.start();
-    push(&env, 1, "first");
+    push(&env, "first");
     env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
-    push(&env, 2, "second");
+    push(&env, "second");
     env.model.wait_for_requests(2, WAIT).await;
-    push(&env, 3, "third");
+    push(&env, "third");
     let mut shown = String::new();
-    eventually("the queued message on the status", || {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_bub"))
-            .env_clear()
-            .envs(env.vars.iter().map(|(k, v)| (k, v)))
-            .current_dir(&env.workspace)
-            .arg("status")
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-        shown = String::from_utf8_lossy(&out.stdout).to_string();
+    wait_until(WAIT, "the queued message on the status", || {
+        let out = env.std_command(&["status"]).output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        shown = stdout(&out);
         shown.contains("queued 1 message(s)")
     })
     .await;

@@ -1,44 +1,32 @@
 //! End-to-end tests of scheduled jobs with the real binary: a job added through a model tool call
 //! fires in `bub message` and its answer reaches the Telegram chat; `bub idle` fires jobs with
 //! send-only clients (no polling); a job survives a restart and fires once even with two
-//! processes on one BUB_HOME; sessions only see their own jobs; `bub jobs` lists all of them,
-//! and the jobs set aside because they cannot run, with the reason.
+//! processes on one BUB_HOME (the standby that takes over does not fire it again); sessions
+//! only see their own jobs; `bub jobs` lists all of them, and the jobs set aside because they
+//! cannot run, with the reason.
 
 use crate::support;
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::bub_env::{Env, WAIT, texts};
+use support::bub_env::{Env, WAIT, stderr, stdout, texts};
 use support::fake_telegram::private_text;
+use support::wait::wait_until;
 
-fn stdout(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
-
-fn jobs_file(env: &Env) -> Value {
-    let text = std::fs::read_to_string(env.home.join("jobs.json")).unwrap_or_default();
-    serde_json::from_str(&text).unwrap_or(json!({"jobs": []}))
-}
-
-/// Every `schedule.run` event on every tape.
+/// Every `schedule.run` event on every tape (a line still being written is skipped).
 fn schedule_runs(env: &Env) -> Vec<Value> {
-    let Ok(dir) = std::fs::read_dir(env.home.join("tapes")) else {
-        return Vec::new();
-    };
-    let mut runs = Vec::new();
-    for entry in dir {
-        let path = entry.unwrap().path();
-        for line in std::fs::read_to_string(&path).unwrap().lines() {
-            let Ok(entry) = serde_json::from_str::<Value>(line) else {
-                continue;
-            };
-            if entry["kind"] == "event" && entry["payload"]["name"] == "schedule.run" {
-                runs.push(entry["payload"]["data"].clone());
-            }
-        }
-    }
-    runs
+    env.tape_text()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|e| e["kind"] == "event" && e["payload"]["name"] == "schedule.run")
+        .map(|e| e["payload"]["data"].clone())
+        .collect()
+}
+
+/// The jobs in `jobs.json`.
+fn jobs(env: &Env) -> Vec<Value> {
+    env.jobs()["jobs"].as_array().unwrap().clone()
 }
 
 /// Adds a job to `session` with a comma command through `bub run` (no model call).
@@ -51,11 +39,7 @@ async fn add_job(env: &Env, session: &str, args: &str) -> String {
             &format!(",schedule.add {args}"),
         ])
         .await;
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
     let id = text
         .trim()
@@ -96,15 +80,10 @@ async fn a_job_added_by_the_model_fires_in_the_daemon_and_reaches_the_chat() {
         prompts[2]
     );
     // The run and its delivery are on the session's tape; the one-shot job is gone.
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while schedule_runs(&env).is_empty() || !jobs_file(&env)["jobs"].as_array().unwrap().is_empty()
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "run recorded and job removed"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until(WAIT, "the run recorded and the job removed", || {
+        !schedule_runs(&env).is_empty() && jobs(&env).is_empty()
+    })
+    .await;
     let runs = schedule_runs(&env);
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0]["delivered"], true);
@@ -142,7 +121,7 @@ async fn a_job_survives_a_restart_and_fires_once_with_two_processes() {
     add_job(&env, "telegram:9", "after_seconds=3 message='once only'").await;
     // The first owner stops before the job is due.
     let first = env.spawn(&["idle"]);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    first.wait_for_log("scheduler.owner").await;
     assert!(first.stop().await.success());
     assert!(env.telegram.calls_of("sendMessage").is_empty());
     // Two processes on the same BUB_HOME after the restart: one fires the job, once.
@@ -152,11 +131,28 @@ async fn a_job_survives_a_restart_and_fires_once_with_two_processes() {
     let b = env.start();
     let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
     assert_eq!(texts(&sent), ["done once"]);
-    // Give a duplicate every chance to appear (the standby retries ownership every 5 s).
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(a.stop().await.success());
+    wait_until(WAIT, "the run recorded and the job removed", || {
+        schedule_runs(&env).len() == 1 && jobs(&env).is_empty()
+    })
+    .await;
+    // One of them owns the scheduler, the other waits in standby; once the owner stops, the
+    // standby takes over (it retries every 5 s) and finds nothing left to fire.
+    let (owner, standby) = if a.log().contains("scheduler.owner") {
+        (a, b)
+    } else {
+        (b, a)
+    };
+    assert!(
+        !standby.log().contains("scheduler.owner"),
+        "two owners:\n{}\n{}",
+        owner.log(),
+        standby.log()
+    );
+    assert!(owner.stop().await.success());
+    standby.wait_for_log("scheduler.owner").await;
+    // Deliberately idle: a second firing by the new owner would reach the model within this.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(b.stop().await.success());
+    assert!(standby.stop().await.success());
     assert_eq!(env.telegram.calls_of("sendMessage").len(), 1);
     assert_eq!(env.model.request_count(), 1);
     assert_eq!(schedule_runs(&env).len(), 1);
@@ -198,7 +194,7 @@ async fn sessions_see_and_remove_only_their_own_jobs() {
     let prompt = &env.model_prompts()[0];
     assert!(prompt.contains(&format!("job not found: {id}")), "{prompt}");
     assert!(out.status.success());
-    assert_eq!(jobs_file(&env)["jobs"].as_array().unwrap().len(), 1);
+    assert_eq!(jobs(&env).len(), 1);
 
     let out = env
         .run(&[
@@ -209,7 +205,7 @@ async fn sessions_see_and_remove_only_their_own_jobs() {
         ])
         .await;
     assert_eq!(stdout(&out).trim(), format!("removed: {id}"));
-    assert!(jobs_file(&env)["jobs"].as_array().unwrap().is_empty());
+    assert!(jobs(&env).is_empty());
 
     // `bub jobs` works across sessions; removing an unknown id fails.
     let id = add_job(&env, "discord:5", "interval_seconds=3600 message=hourly").await;
@@ -218,7 +214,7 @@ async fn sessions_see_and_remove_only_their_own_jobs() {
     assert_eq!(stdout(&out).trim(), format!("removed: {id}"));
     let out = env.run(&["jobs", "remove", &id]).await;
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("job not found"));
+    assert!(stderr(&out).contains("job not found"), "{}", stderr(&out));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -248,10 +244,7 @@ async fn jobs_list_shows_the_valid_jobs_and_why_a_bad_one_was_set_aside() {
     .unwrap();
 
     let out = env.run(&["jobs", "list"]).await;
-    let (listed, log) = (
-        stdout(&out),
-        String::from_utf8_lossy(&out.stderr).to_string(),
-    );
+    let (listed, log) = (stdout(&out), stderr(&out));
     assert!(out.status.success(), "{listed}\n{log}");
     let lines: Vec<&str> = listed.lines().collect();
     assert_eq!(lines.len(), 2, "{listed}");
@@ -276,15 +269,11 @@ async fn jobs_list_shows_the_valid_jobs_and_why_a_bad_one_was_set_aside() {
         !log.contains("confidential"),
         "no message text in logs: {log}"
     );
-    assert_eq!(jobs_file(&env)["jobs"].as_array().unwrap().len(), 1);
+    assert_eq!(jobs(&env).len(), 1);
 
     // Listing again: the same, no duplicate rejection, nothing new logged.
     let again = env.run(&["jobs", "list"]).await;
     assert!(again.status.success());
     assert_eq!(stdout(&again), listed);
-    assert!(
-        again.stderr.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&again.stderr)
-    );
+    assert!(again.stderr.is_empty(), "{}", stderr(&again));
 }

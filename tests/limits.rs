@@ -2,8 +2,10 @@
 //! before opening them (a FIFO would block open() forever), and `bash` obeys the process's
 //! command limits (`BUB_MAX_CONCURRENT_COMMANDS`, `BUB_BASH_MAX_TIMEOUT_SECONDS`).
 //!
-//! Every test is bounded by [`WITHIN`]; commands are synchronised through FIFOs the test opens
+//! Every test is bounded by [`support::wait::WAIT`]; commands are synchronised through FIFOs the test opens
 //! (an open for writing returns once the command has opened its end), never by sleeping.
+
+use crate::support;
 
 use std::ffi::CString;
 use std::fs::File;
@@ -11,56 +13,21 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use bub::access::{Authority, Principal, Role};
+use bub::access::Authority;
 use bub::config::Settings;
-use bub::tools::{ToolContext, builtin_registry};
-use serde_json::{Value, json};
-
-/// The bound on every test.
-const WITHIN: Duration = Duration::from_secs(20);
+use serde_json::json;
+use support::tool_env::{ToolEnv, guest};
+use support::wait::bounded;
 
 /// A workspace and a tool context on it for `who`, with `adjust` applied to the settings.
-struct Fixture {
-    _dir: tempfile::TempDir,
-    ws: PathBuf,
-    ctx: ToolContext,
-}
-
-impl Fixture {
-    fn new(who: Authority, adjust: impl FnOnce(&mut Settings)) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let ws = dir.path().join("ws");
-        std::fs::create_dir_all(&ws).unwrap();
-        let mut settings = Settings::with_defaults(dir.path().join("home"), ws.clone());
-        adjust(&mut settings);
-        let ctx =
-            ToolContext::standalone(settings, builtin_registry(&[]), "cli:limits", who).unwrap();
-        Self { _dir: dir, ws, ctx }
-    }
-
-    /// Runs `tool` with `args` through the registry, bounded by [`WITHIN`].
-    async fn call(&self, tool: &str, args: Value) -> Result<String, String> {
-        let run = self.ctx.registry().execute(tool, args, self.ctx.clone());
-        tokio::time::timeout(WITHIN, run)
-            .await
-            .unwrap_or_else(|_| panic!("{tool} did not return within {WITHIN:?}"))
-            .map_err(|e| e.to_string())
-    }
+fn fixture(who: Authority, adjust: impl FnOnce(&mut Settings)) -> ToolEnv {
+    ToolEnv::new("cli:limits", who, adjust)
 }
 
 fn mkfifo(path: &Path) {
     let c = CString::new(path.to_str().unwrap()).unwrap();
     // SAFETY: a plain syscall on a NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
-}
-
-fn guest() -> Authority {
-    let sender = Principal {
-        channel: "telegram".into(),
-        id: "77".into(),
-        name: None,
-    };
-    Authority::sender(Role::Guest, sender)
 }
 
 /// The refusal of `fs.*` for the FIFO `path`.
@@ -73,19 +40,16 @@ fn fifo_refusal(path: &Path) -> String {
 
 #[tokio::test]
 async fn fs_tools_refuse_a_fifo_at_once_and_the_chat_goes_on() {
-    let fx = Fixture::new(Authority::terminal(), |_| {});
+    let fx = fixture(Authority::terminal(), |_| {});
     let fifo = fx.ws.join("pipe");
     mkfifo(&fifo);
-    let err = fx
-        .call("fs.read", json!({"path": "pipe"}))
-        .await
-        .unwrap_err();
+    let err = fx.error("fs.read", json!({"path": "pipe"})).await;
     assert_eq!(err, fifo_refusal(&fifo));
     let args = json!({"path": "pipe", "old": "a", "new": "b"});
-    let err = fx.call("fs.edit", args).await.unwrap_err();
+    let err = fx.error("fs.edit", args).await;
     assert_eq!(err, fifo_refusal(&fifo));
     let args = json!({"path": "pipe", "content": "x"});
-    let err = fx.call("fs.write", args).await.unwrap_err();
+    let err = fx.error("fs.write", args).await;
     assert_eq!(err, fifo_refusal(&fifo));
     // The next calls work; searches skip the FIFO.
     let args = json!({"path": "a.txt", "content": "needle\n"});
@@ -100,45 +64,35 @@ async fn fs_tools_refuse_a_fifo_at_once_and_the_chat_goes_on() {
 
 #[tokio::test]
 async fn a_guest_reading_a_fifo_is_refused_after_the_path_check() {
-    let fx = Fixture::new(guest(), |_| {});
+    let fx = fixture(guest(), |_| {});
     let fifo = fx.ws.join("pipe");
     mkfifo(&fifo);
-    let err = fx
-        .call("fs.read", json!({"path": "pipe"}))
-        .await
-        .unwrap_err();
+    let err = fx.error("fs.read", json!({"path": "pipe"})).await;
     assert_eq!(err, fifo_refusal(&fifo));
-    let err = fx.call("fs.read", json!({"path": "/etc/hostname"})).await;
-    assert!(err.unwrap_err().contains("outside the workspace"));
+    let err = fx.error("fs.read", json!({"path": "/etc/hostname"})).await;
+    assert!(err.contains("outside the workspace"), "{err}");
 }
 
 #[tokio::test]
 async fn fs_read_refuses_sockets_and_devices() {
-    let fx = Fixture::new(Authority::terminal(), |_| {});
+    let fx = fixture(Authority::terminal(), |_| {});
     let socket = fx.ws.join("sock");
     let _listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
-    let err = fx
-        .call("fs.read", json!({"path": "sock"}))
-        .await
-        .unwrap_err();
+    let err = fx.error("fs.read", json!({"path": "sock"})).await;
     assert!(
         err.ends_with(
             "sock is a socket, not a regular file; fs tools only read and write regular files"
         ),
         "{err}"
     );
-    let err = fx
-        .call("fs.read", json!({"path": "/dev/zero"}))
-        .await
-        .unwrap_err();
+    let err = fx.error("fs.read", json!({"path": "/dev/zero"})).await;
     assert!(
         err.starts_with("/dev/zero is a device, not a regular file"),
         "{err}"
     );
     let err = fx
-        .call("fs.write", json!({"path": "/dev/null", "content": "x"}))
-        .await
-        .unwrap_err();
+        .error("fs.write", json!({"path": "/dev/null", "content": "x"}))
+        .await;
     assert!(err.starts_with("/dev/null is a device"), "{err}");
 }
 
@@ -154,7 +108,7 @@ fn open_gate(fifo: PathBuf, tag: usize, tx: tokio::sync::mpsc::UnboundedSender<(
 
 #[tokio::test]
 async fn bash_commands_beyond_the_limit_wait_their_turn() {
-    let fx = Fixture::new(Authority::terminal(), |s| s.max_concurrent_commands = 1);
+    let fx = fixture(Authority::terminal(), |s| s.max_concurrent_commands = 1);
     let limits = fx.ctx.process.commands.clone();
     // Each command logs its start, waits on its own gate, logs its end.
     let (tx, mut opened) = tokio::sync::mpsc::unbounded_channel();
@@ -182,9 +136,7 @@ async fn bash_commands_beyond_the_limit_wait_their_turn() {
         (first, second)
     };
     let work = async { tokio::join!(command(1), command(2), control) };
-    let (a, b, (first, second)) = tokio::time::timeout(WITHIN, work)
-        .await
-        .expect("both commands ran within the bound");
+    let (a, b, (first, second)) = bounded(work).await;
     assert_eq!(
         (a.unwrap(), b.unwrap()),
         ("(no output)".into(), "(no output)".into())
@@ -200,7 +152,7 @@ async fn bash_commands_beyond_the_limit_wait_their_turn() {
 
 #[tokio::test]
 async fn a_cancelled_command_frees_its_slot() {
-    let fx = Fixture::new(Authority::terminal(), |s| s.max_concurrent_commands = 1);
+    let fx = fixture(Authority::terminal(), |s| s.max_concurrent_commands = 1);
     mkfifo(&fx.ws.join("gate"));
     let (tx, mut opened) = tokio::sync::mpsc::unbounded_channel();
     open_gate(fx.ws.join("gate"), 0, tx);
@@ -220,7 +172,7 @@ async fn a_cancelled_command_frees_its_slot() {
 
 #[tokio::test]
 async fn bash_timeouts_over_the_maximum_are_lowered_with_a_note() {
-    let fx = Fixture::new(Authority::terminal(), |s| {
+    let fx = fixture(Authority::terminal(), |s| {
         s.bash_max_timeout = Duration::from_secs(1)
     });
     let note = "[note: timeout_seconds=600 is over the maximum of 1 \
@@ -233,12 +185,11 @@ async fn bash_timeouts_over_the_maximum_are_lowered_with_a_note() {
     // The lowered timeout is the one applied: a FIFO nobody writes to never ends the read.
     mkfifo(&fx.ws.join("never"));
     let err = fx
-        .call(
+        .error(
             "bash",
             json!({"cmd": "read x < never", "timeout_seconds": 600}),
         )
-        .await
-        .unwrap_err();
+        .await;
     assert!(
         err.starts_with("timeout: command did not finish within 1s (process group killed)"),
         "{err}"

@@ -3,21 +3,14 @@
 
 use crate::support;
 
-use std::future::Future;
 use std::time::{Duration, Instant};
 
-use bub::llm::{ChatRequest, LlmClient, LlmConfig, LlmError};
+use bub::llm::{ChatRequest, ChatResponse, LlmClient, LlmConfig, LlmError};
 use serde_json::{Value, json};
 use support::fake_openai::{self, FakeOpenAi, StreamStyle};
+use support::wait::bounded;
 
 const KEY: &str = "sk-test-secret-4242";
-
-/// Fails the test instead of hanging.
-async fn bounded<T>(fut: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(10), fut)
-        .await
-        .expect("test step timed out")
-}
 
 fn config(fake: &FakeOpenAi) -> LlmConfig {
     let mut cfg = LlmConfig::new("openai", "fake-model", fake.base_url());
@@ -29,6 +22,14 @@ fn config(fake: &FakeOpenAi) -> LlmConfig {
 
 fn client(fake: &FakeOpenAi) -> LlmClient {
     LlmClient::new(config(fake)).unwrap()
+}
+
+/// The tool calls of `resp` as `(id, name, raw arguments)`.
+fn calls(resp: &ChatResponse) -> Vec<(&str, &str, &str)> {
+    resp.tool_calls
+        .iter()
+        .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str()))
+        .collect()
 }
 
 fn request() -> ChatRequest {
@@ -74,13 +75,8 @@ async fn tool_calls_keep_the_raw_arguments() {
     let resp = bounded(client(&fake).chat(&request())).await.unwrap();
     assert_eq!(resp.content, None);
     assert_eq!(resp.finish_reason.as_deref(), Some("tool_calls"));
-    let calls: Vec<_> = resp
-        .tool_calls
-        .iter()
-        .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str()))
-        .collect();
     assert_eq!(
-        calls,
+        calls(&resp),
         [
             ("call_1", "get_time", r#"{"tz":"UTC"}"#),
             ("call_2", "fs_read", r#"{"path":"a b.txt"}"#)
@@ -298,9 +294,7 @@ async fn one_slow_reply_is_retried() {
 
 #[tokio::test]
 async fn closed_port_is_a_connect_error() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    drop(listener);
+    let port = support::closed_addr().port();
     let mut cfg = LlmConfig::new("openai", "m", format!("http://127.0.0.1:{port}/v1"));
     cfg.retry_base_delay = Duration::from_millis(5);
     cfg.max_retries = 2;
@@ -336,7 +330,7 @@ async fn remote_provider_without_key_is_refused() {
 async fn stream(
     client: &LlmClient,
     req: &ChatRequest,
-) -> (Result<bub::llm::ChatResponse, LlmError>, Vec<String>) {
+) -> (Result<ChatResponse, LlmError>, Vec<String>) {
     let mut pieces = Vec::new();
     let resp = bounded(client.chat_stream(req, |t| pieces.push(t.to_owned()))).await;
     (resp, pieces)
@@ -373,13 +367,8 @@ async fn streamed_tool_calls_are_reassembled() {
     assert!(pieces.is_empty());
     assert_eq!(resp.content, None);
     assert_eq!(resp.finish_reason.as_deref(), Some("tool_calls"));
-    let calls: Vec<_> = resp
-        .tool_calls
-        .iter()
-        .map(|c| (c.id.as_str(), c.name.as_str(), c.arguments.as_str()))
-        .collect();
     assert_eq!(
-        calls,
+        calls(&resp),
         [
             ("call_1", "get_time", r#"{"tz":"Europe/Paris"}"#),
             ("call_2", "fs_read", r#"{"path":"x"}"#)

@@ -3,6 +3,8 @@
 //! The platform adapters are covered against fake servers in `tests/telegram.rs`,
 //! `tests/discord.rs` and `tests/daemon.rs`.
 
+use crate::support;
+
 use bub::access::{Authority, Role};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -12,7 +14,9 @@ use bub::agent::TurnResult;
 use bub::channels::{Channel, Inbound, InboundSink, Outbound};
 use bub::daemon::{ChannelManager, SessionConfig, TurnRunner};
 use bub::inbox::Inbox;
+use support::wait::bounded;
 use tokio::sync::{Notify, mpsc};
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 /// A channel that delivers `script` at start (and whatever `inject` later receives).
@@ -43,7 +47,7 @@ impl Scripted {
     }
 
     async fn wait_sent(&self, n: usize) -> Vec<Outbound> {
-        tokio::time::timeout(Duration::from_secs(30), async {
+        bounded(async {
             loop {
                 let notified = self.sent_notify.notified();
                 let sent = self.sent.lock().unwrap().clone();
@@ -54,7 +58,6 @@ impl Scripted {
             }
         })
         .await
-        .expect("replies sent in time")
     }
 }
 
@@ -95,11 +98,14 @@ impl Channel for Scripted {
 #[derive(Default)]
 struct Echo {
     released: Mutex<Vec<String>>,
+    /// Notified when a turn starts.
+    started: Notify,
 }
 
 #[async_trait]
 impl TurnRunner for Echo {
     async fn run_turn(&self, session_id: &str, prompt: &str, _: &Authority) -> TurnResult {
+        self.started.notify_one();
         if prompt.contains("hang") {
             std::future::pending::<()>().await;
         }
@@ -124,6 +130,21 @@ fn config() -> SessionConfig {
         typing_interval: Duration::from_secs(4),
         proactive_response: false,
     }
+}
+
+/// A manager over `runner` with [`config`] and an inbox in memory.
+fn new_manager(runner: Arc<Echo>) -> ChannelManager {
+    ChannelManager::new(runner, config(), Arc::new(Inbox::memory()))
+}
+
+/// Runs `manager` until the returned token is cancelled.
+fn start(manager: ChannelManager) -> (CancellationToken, JoinHandle<anyhow::Result<()>>) {
+    let shutdown = CancellationToken::new();
+    let run = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move { manager.run(shutdown).await }
+    });
+    (shutdown, run)
 }
 
 fn inbound(channel: &str, chat: &str, id: &str, prompt: &str) -> Inbound {
@@ -151,47 +172,27 @@ async fn each_chat_gets_its_own_session_and_its_own_replies() {
             inbound("tg", "2", "20", "hi"),
         ],
     );
-    let mut manager = ChannelManager::new(
-        Arc::new(Echo::default()),
-        config(),
-        Arc::new(Inbox::memory()),
-    );
+    let mut manager = new_manager(Arc::default());
     manager.add(tg.clone()).unwrap();
-    let shutdown = CancellationToken::new();
-    let run = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { manager.run(shutdown).await }
-    });
+    let (shutdown, run) = start(manager);
     let mut sent = tg.wait_sent(2).await;
     sent.sort_by(|a, b| a.chat_id.cmp(&b.chat_id));
     assert_eq!(sent[0].chat_id, "1");
     assert_eq!(sent[0].text, "echo tg:1: channel: $tg\nhello");
     assert_eq!(sent[1].text, "echo tg:2: channel: $tg\nhi");
     shutdown.cancel();
-    tokio::time::timeout(Duration::from_secs(15), run)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    bounded(run).await.unwrap().unwrap();
 }
 
 #[tokio::test]
 async fn replies_go_back_through_the_channel_that_owns_the_chat() {
     let (a, _ta) = Scripted::new("alpha", vec![inbound("alpha", "7", "1", "from alpha")]);
     let (b, _tb) = Scripted::new("beta", vec![inbound("beta", "7", "1", "from beta")]);
-    let mut manager = ChannelManager::new(
-        Arc::new(Echo::default()),
-        config(),
-        Arc::new(Inbox::memory()),
-    );
+    let mut manager = new_manager(Arc::default());
     manager.add(a.clone()).unwrap();
     manager.add(b.clone()).unwrap();
     assert_eq!(manager.channel_names(), ["alpha", "beta"]);
-    let shutdown = CancellationToken::new();
-    let run = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { manager.run(shutdown).await }
-    });
+    let (shutdown, run) = start(manager);
     assert_eq!(
         a.wait_sent(1).await[0].text,
         "echo alpha:7: channel: $alpha\nfrom alpha"
@@ -201,27 +202,19 @@ async fn replies_go_back_through_the_channel_that_owns_the_chat() {
         "echo beta:7: channel: $beta\nfrom beta"
     );
     shutdown.cancel();
-    run.await.unwrap().unwrap();
+    bounded(run).await.unwrap().unwrap();
 }
 
 #[tokio::test]
 async fn duplicate_names_and_failing_channels_are_errors() {
-    let mut manager = ChannelManager::new(
-        Arc::new(Echo::default()),
-        config(),
-        Arc::new(Inbox::memory()),
-    );
+    let mut manager = new_manager(Arc::default());
     let (a, _) = Scripted::new("same", vec![]);
     let (b, _) = Scripted::new("same", vec![]);
     manager.add(a).unwrap();
     let err = manager.add(b).unwrap_err().to_string();
     assert!(err.contains("channel 'same' already registered"), "{err}");
 
-    let mut manager = ChannelManager::new(
-        Arc::new(Echo::default()),
-        config(),
-        Arc::new(Inbox::memory()),
-    );
+    let mut manager = new_manager(Arc::default());
     manager
         .add(Arc::new(Scripted {
             name: "broken",
@@ -232,7 +225,9 @@ async fn duplicate_names_and_failing_channels_are_errors() {
             sent_notify: Notify::new(),
         }))
         .unwrap();
-    let err = manager.run(CancellationToken::new()).await.unwrap_err();
+    let err = bounded(manager.run(CancellationToken::new()))
+        .await
+        .unwrap_err();
     assert!(
         format!("{err:#}").contains("channel broken: token rejected"),
         "{err:#}"
@@ -248,13 +243,10 @@ async fn idle_sessions_are_evicted_and_come_back_on_the_next_message() {
     let mut manager = ChannelManager::new(runner.clone(), cfg, Arc::new(Inbox::memory()));
     manager.add(tg.clone()).unwrap();
     let actors = manager.actors();
-    let shutdown = CancellationToken::new();
-    let run = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { manager.run(shutdown).await }
-    });
+    let (shutdown, run) = start(manager);
     tg.wait_sent(1).await;
     assert_eq!(actors.len(), 1);
+    // Lets 31 s pass on the paused clock (at once in real time): the session idles past its TTL.
     tokio::time::sleep(Duration::from_secs(31)).await;
     assert_eq!(actors.len(), 0, "evicted after the idle TTL");
     assert_eq!(*runner.released.lock().unwrap(), ["tg:1"]);
@@ -265,27 +257,20 @@ async fn idle_sessions_are_evicted_and_come_back_on_the_next_message() {
     );
     assert_eq!(actors.len(), 1);
     shutdown.cancel();
-    run.await.unwrap().unwrap();
+    bounded(run).await.unwrap().unwrap();
 }
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_drops_a_hanging_turn_after_the_grace_period() {
     let (tg, _tx) = Scripted::new("tg", vec![inbound("tg", "1", "1", "hang forever")]);
-    let mut manager = ChannelManager::new(
-        Arc::new(Echo::default()),
-        config(),
-        Arc::new(Inbox::memory()),
-    );
+    let runner = Arc::new(Echo::default());
+    let mut manager = new_manager(runner.clone());
     manager.add(tg).unwrap();
-    let shutdown = CancellationToken::new();
+    let (shutdown, run) = start(manager);
+    bounded(runner.started.notified()).await;
     let started = tokio::time::Instant::now();
-    let run = tokio::spawn({
-        let shutdown = shutdown.clone();
-        async move { manager.run(shutdown).await }
-    });
-    tokio::time::sleep(Duration::from_secs(1)).await;
     shutdown.cancel();
-    run.await.unwrap().unwrap();
+    bounded(run).await.unwrap().unwrap();
     let took = started.elapsed();
     assert!(
         took <= Duration::from_secs(10),

@@ -7,14 +7,11 @@ use crate::support;
 use std::process::Stdio;
 
 use serde_json::json;
-use support::bub_env::{Env, WAIT, texts};
+use support::bub_env::{Env, WAIT, assert_exit, stderr, stdout, texts};
 use support::fake_discord;
 use support::fake_telegram::{self, private_text};
+use support::wait::bounded;
 use tokio::io::AsyncWriteExt;
-
-fn stderr(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).to_string()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn message_send_reaches_telegram_and_discord_chats() {
@@ -33,10 +30,7 @@ async fn message_send_reaches_telegram_and_discord_chats() {
         ])
         .await;
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "sent to telegram:42"
-    );
+    assert_eq!(stdout(&out).trim(), "sent to telegram:42");
     let sent = env.telegram.calls_of("sendMessage");
     assert_eq!(sent.len(), 1);
     assert_eq!(sent[0].body["chat_id"], 42);
@@ -111,10 +105,7 @@ async fn bub_send_delivers_and_reports_failures_with_exit_codes() {
         .write_all(long.as_bytes())
         .await
         .unwrap();
-    let out = tokio::time::timeout(WAIT, child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let out = bounded(child.wait_with_output()).await.unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let sent = env.telegram.calls_of("sendMessage");
     assert_eq!(sent.len(), 3, "6000 characters → two messages");
@@ -125,27 +116,15 @@ async fn bub_send_delivers_and_reports_failures_with_exit_codes() {
     env.telegram
         .fail_next("SendMessage", 400, fake_telegram::chat_not_found_body());
     let out = env.run(&["send", "telegram", "404", "anyone?"]).await;
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains("chat not found"), "{}", stderr(&out));
+    assert_exit(&out, 1, "chat not found");
     assert!(!stderr(&out).contains(fake_telegram::TOKEN));
 
     // Bad channel and missing token: configuration errors, exit 2, naming what is wrong.
     let out = env.run(&["send", "slack", "1", "hi"]).await;
-    assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("unknown channel"), "{}", stderr(&out));
+    assert_exit(&out, 2, "unknown channel");
     let out = env.run(&["send", "discord", "1", "hi"]).await;
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("BUB_DISCORD_TOKEN"),
-        "{}",
-        stderr(&out)
-    );
+    assert_exit(&out, 2, "BUB_DISCORD_TOKEN");
     env.set("BUB_TELEGRAM_TOKEN", "");
     let out = env.run(&["send", "telegram", "1", "hi"]).await;
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("BUB_TELEGRAM_TOKEN"),
-        "{}",
-        stderr(&out)
-    );
+    assert_exit(&out, 2, "BUB_TELEGRAM_TOKEN");
 }

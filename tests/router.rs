@@ -3,16 +3,17 @@
 //! Real tools run (bash included) in a temporary workspace; assertions are on the routes and on
 //! the `command` events written to the tape.
 
-use bub::access::{Authority, Principal, Role};
-use bub::agent::router::Router;
-use bub::config::Settings;
-use bub::tools::{ToolContext, builtin_registry};
-use serde_json::Value;
+use crate::support;
 
+use bub::access::Authority;
+use bub::agent::router::Router;
+use serde_json::Value;
+use support::tool_env::{ToolEnv, guest};
+
+/// The router of chat `telegram:5` on a temporary workspace, and its tool context.
 struct Fixture {
-    _dir: tempfile::TempDir,
+    tools: ToolEnv,
     router: Router,
-    ctx: ToolContext,
 }
 
 fn fixture() -> Fixture {
@@ -20,25 +21,9 @@ fn fixture() -> Fixture {
 }
 
 fn fixture_as(who: Authority) -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let workspace = dir.path().join("ws");
-    std::fs::create_dir_all(&workspace).unwrap();
-    let settings = Settings::with_defaults(dir.path().join("home"), workspace);
-    let ctx = ToolContext::standalone(settings, builtin_registry(&[]), "telegram:5", who).unwrap();
-    Fixture {
-        _dir: dir,
-        router: Router::new(ctx.clone()),
-        ctx,
-    }
-}
-
-fn guest() -> Authority {
-    let sender = Principal {
-        channel: "telegram".into(),
-        id: "77".into(),
-        name: None,
-    };
-    Authority::sender(Role::Guest, sender)
+    let tools = ToolEnv::new("telegram:5", who, |_| {});
+    let router = Router::new(tools.ctx.clone());
+    Fixture { tools, router }
 }
 
 impl Fixture {
@@ -49,7 +34,8 @@ impl Fixture {
 
     /// The payload data of every `name` event on the tape.
     fn events(&self, name: &str) -> Vec<Value> {
-        self.ctx
+        self.tools
+            .ctx
             .tape()
             .lock()
             .entries()
@@ -246,7 +232,7 @@ async fn internal_command_arguments_are_coerced() {
         .await;
     assert!(!route.enter_model, "{}", route.immediate_output);
     assert!(route.immediate_output.contains("handoff created: phase-2"));
-    let anchors = f.ctx.tape().lock().anchors(10).unwrap();
+    let anchors = f.tools.ctx.tape().lock().anchors(10).unwrap();
     let last = anchors.last().unwrap();
     assert_eq!(last.payload["name"], "phase-2");
     assert_eq!(last.payload["state"]["summary"], "chose sqlite");
@@ -256,7 +242,7 @@ async fn internal_command_arguments_are_coerced() {
 #[tokio::test]
 async fn a_guest_gets_no_comma_shell_and_the_refusal_is_recorded() {
     let f = fixture_as(guest());
-    let marker = f.ctx.workspace().join("pwned");
+    let marker = f.tools.ctx.workspace().join("pwned");
     let route = f
         .router
         .route_user(&format!(",touch {}", marker.display()))
@@ -280,11 +266,11 @@ async fn a_guest_gets_no_comma_shell_and_the_refusal_is_recorded() {
 #[tokio::test]
 async fn a_guest_may_read_the_workspace_but_nothing_outside_it() {
     let f = fixture_as(guest());
-    std::fs::write(f.ctx.workspace().join("notes.txt"), "inside\n").unwrap();
-    std::fs::write(f._dir.path().join("secret.txt"), "outside\n").unwrap();
+    std::fs::write(f.tools.ctx.workspace().join("notes.txt"), "inside\n").unwrap();
+    std::fs::write(f.tools.dir.path().join("secret.txt"), "outside\n").unwrap();
     std::os::unix::fs::symlink(
-        f._dir.path().join("secret.txt"),
-        f.ctx.workspace().join("link.txt"),
+        f.tools.dir.path().join("secret.txt"),
+        f.tools.ctx.workspace().join("link.txt"),
     )
     .unwrap();
     let route = f.router.route_user(",fs.read path=notes.txt").await;

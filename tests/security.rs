@@ -5,13 +5,11 @@
 
 use crate::support;
 
-use std::path::Path;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::time::Duration;
-
 use serde_json::{Value, json};
-use support::bub_env::{Env, WAIT, texts};
+use support::bub_env::{Env, WAIT, assert_exit, stdout, texts};
+use support::fake_openai::tool_names;
 use support::fake_telegram::{self, TOKEN, group_text, private_text};
+use support::wait::wait_for;
 
 /// The API key the test environment gives Bub.
 const API_KEY: &str = "sk-test-secret";
@@ -22,27 +20,6 @@ async fn closed_env() -> Env {
     env.set("BUB_TELEGRAM_ALLOW_FROM", "");
     env.set("BUB_TELEGRAM_OWNERS", "");
     env
-}
-
-/// Everything under a directory, as one string (tapes, jobs, access files).
-fn all_files(dir: &Path) -> String {
-    let mut out = String::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return out;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        if path.is_dir() {
-            out.push_str(&all_files(&path));
-        } else if let Ok(text) = std::fs::read_to_string(&path) {
-            out.push_str(&text);
-        }
-    }
-    out
-}
-
-fn tape_files(env: &Env) -> usize {
-    std::fs::read_dir(env.home.join("tapes")).map_or(0, |d| d.count())
 }
 
 /// The 8-character code in a pairing message.
@@ -57,15 +34,9 @@ fn code_in(text: &str) -> String {
         .to_owned()
 }
 
-fn stdout(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// Pushes a message and waits until the daemon has fetched it.
 async fn deliver(env: &Env, message: fake_telegram::TgMessage) {
-    static NEXT_ID: AtomicI64 = AtomicI64::new(10_000);
-    let message = message.id(NEXT_ID.fetch_add(1, Ordering::Relaxed));
-    let update = env.telegram.push_update(json!({"message": message.0}));
+    let update = env.telegram.push_message_update(message);
     env.telegram.wait_for_confirmed(update, WAIT).await;
 }
 
@@ -93,7 +64,7 @@ async fn a_stranger_in_a_group_gets_nothing_by_default() {
     );
     assert!(env.model.requests().is_empty(), "no model call");
     assert!(!marker.exists(), "no command ran");
-    assert_eq!(tape_files(&env), 0, "nothing on a tape");
+    assert_eq!(env.tape_paths().len(), 0, "nothing on a tape");
     assert!(log.contains("sender not admitted"), "{log}");
     assert!(!log.contains(TOKEN) && !log.contains(API_KEY), "{log}");
 }
@@ -118,7 +89,7 @@ async fn pairing_walkthrough_approve_then_revoke_without_a_restart() {
         env.model.requests().is_empty(),
         "the message is not processed"
     );
-    assert_eq!(tape_files(&env), 0, "nor recorded");
+    assert_eq!(env.tape_paths().len(), 0, "nor recorded");
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(env.home.join("access.json"))
             .unwrap()
@@ -206,24 +177,17 @@ async fn guests_talk_to_the_agent_but_get_no_shell() {
     assert!(daemon.stop().await.success());
     assert!(!marker.exists(), "the guest's command never ran");
     let requests = env.model.requests();
-    let tools: Vec<&str> = requests[0]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["function"]["name"].as_str().unwrap())
-        .collect();
-    assert!(
-        !tools.contains(&"bash") && !tools.contains(&"fs_write"),
-        "{tools:?}"
-    );
-    assert!(tools.contains(&"fs_read"), "{tools:?}");
+    let tools = tool_names(&requests[0]);
+    let offered = |name: &str| tools.iter().any(|t| t == name);
+    assert!(!offered("bash") && !offered("fs_write"), "{tools:?}");
+    assert!(offered("fs_read"), "{tools:?}");
     let second = serde_json::to_string(&requests[1]["messages"]).unwrap();
     assert!(
         second.contains("`bash` is not allowed for guests in this chat"),
         "{second}"
     );
     assert!(second.contains("outside the workspace"), "{second}");
-    let tape = all_files(&env.home.join("tapes"));
+    let tape = env.tape_text();
     assert_eq!(tape.matches("\"tool.refused\"").count(), 3, "{tape}");
 }
 
@@ -271,7 +235,7 @@ async fn secrets_reach_neither_the_model_the_tape_the_chat_nor_the_log() {
         chat.contains("private-words-xyz") && chat.contains("[redacted]"),
         "{chat}"
     );
-    let tape = all_files(&env.home.join("tapes"));
+    let tape = env.tape_text();
     for (place, text) in [
         ("model request", &requests),
         ("chat", &chat),
@@ -324,8 +288,7 @@ async fn messages_go_only_to_chats_the_allow_list_admits() {
     let out = env
         .run(&["send", "telegram", "99", "from the terminal"])
         .await;
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("BUB_TELEGRAM_ALLOW_CHATS"));
+    assert_exit(&out, 1, "BUB_TELEGRAM_ALLOW_CHATS");
     assert!(
         env.telegram
             .sent_messages()
@@ -348,25 +311,17 @@ fn make_jobs_due(env: &Env) {
 /// Runs `bub idle` until every job has a final status; returns the statuses.
 async fn run_idle_until_jobs_finish(env: &Env) -> Vec<String> {
     let idle = env.spawn(&["idle"]);
-    let statuses = tokio::time::timeout(WAIT, async {
-        loop {
-            let text = std::fs::read_to_string(env.home.join("jobs.json")).unwrap_or_default();
-            let file: Value = serde_json::from_str(&text).unwrap_or(json!({"jobs": []}));
-            let statuses: Vec<String> = file["jobs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter_map(|j| j["last_status"].as_str().map(str::to_owned))
-                .filter(|s| s != "running")
-                .collect();
-            if !statuses.is_empty() && statuses.len() == file["jobs"].as_array().unwrap().len() {
-                return statuses;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+    let statuses = wait_for(WAIT, "every job to finish", || {
+        let file = env.jobs();
+        let jobs = file["jobs"].as_array().unwrap();
+        let statuses: Vec<String> = jobs
+            .iter()
+            .filter_map(|j| j["last_status"].as_str().map(str::to_owned))
+            .filter(|s| s != "running")
+            .collect();
+        (!statuses.is_empty() && statuses.len() == jobs.len()).then_some(statuses)
     })
-    .await
-    .expect("jobs finished in time");
+    .await;
     assert!(idle.stop().await.success());
     statuses
 }
@@ -441,13 +396,11 @@ async fn access_explain_and_configuration_errors() {
 
     env.set("BUB_GUEST_TOOLS", "fs.read,rm-rf");
     let out = env.run(&["run", "hi"]).await;
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("BUB_GUEST_TOOLS"));
+    assert_exit(&out, 2, "BUB_GUEST_TOOLS");
     env.set("BUB_GUEST_TOOLS", "");
     env.set("BUB_TELEGRAM_OWNERS", "alice");
     let out = env.run(&["run", "hi"]).await;
-    assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("BUB_TELEGRAM_OWNERS"));
+    assert_exit(&out, 2, "BUB_TELEGRAM_OWNERS");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -10,19 +10,16 @@ use std::time::{Duration, Instant};
 
 use bub::access::{Access, Role};
 use bub::channels::telegram::{START_REPLY, Telegram};
-use bub::channels::{Channel, Inbound, InboundSink, Outbound};
+use bub::channels::{Channel, Inbound};
 use bub::config::Settings;
 use bub::inbox::Inbox;
 use serde_json::{Value, json};
+use support::adapter::Running;
 use support::fake_telegram::{
     self, BOT_USERNAME, FakeTelegram, TOKEN, bot_user, group_text, private_text, user,
 };
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-
-/// Upper bound for every wait in this file.
-const WAIT: Duration = Duration::from_secs(10);
+use support::outbound;
+use support::wait::{WAIT, bounded};
 
 /// Settings against `fake`: everyone admitted (as guests) unless `configure` says otherwise.
 /// `BUB_HOME` is a path no test creates (tests that pair set their own).
@@ -41,56 +38,23 @@ fn telegram(s: &Settings) -> Telegram {
     Telegram::new(s, Arc::new(Access::new(s))).expect("adapter")
 }
 
-/// The adapter running against a fake.
-struct Running {
-    tg: Arc<Telegram>,
-    rx: mpsc::UnboundedReceiver<Inbound>,
-    shutdown: CancellationToken,
-    task: JoinHandle<anyhow::Result<()>>,
+/// The adapter running against `fake` with an inbox in memory.
+fn run(fake: &FakeTelegram, configure: impl FnOnce(&mut Settings)) -> Running<Telegram> {
+    Running::spawn(
+        telegram(&settings(fake, configure)),
+        Arc::new(Inbox::memory()),
+    )
 }
 
-fn run(fake: &FakeTelegram, configure: impl FnOnce(&mut Settings)) -> Running {
-    let tg = Arc::new(telegram(&settings(fake, configure)));
-    let (tx, rx) = mpsc::unbounded_channel();
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn({
-        let tg = tg.clone();
-        let shutdown = shutdown.clone();
-        async move {
-            tg.run(InboundSink::new(Arc::new(Inbox::memory()), tx), shutdown)
-                .await
-        }
-    });
-    Running {
-        tg,
-        rx,
-        shutdown,
-        task,
-    }
-}
-
-impl Running {
-    async fn next(&mut self) -> Inbound {
-        tokio::time::timeout(WAIT, self.rx.recv())
-            .await
-            .expect("an inbound message in time")
-            .expect("inbound channel open")
-    }
-
-    /// Stops the adapter (which finishes in-flight handlers) and returns what else arrived.
-    async fn stop(mut self) -> Vec<Inbound> {
-        self.shutdown.cancel();
-        tokio::time::timeout(WAIT, self.task)
-            .await
-            .expect("run() returns after shutdown")
-            .expect("run task")
-            .expect("run() ok");
-        let mut rest = Vec::new();
-        while let Ok(inbound) = self.rx.try_recv() {
-            rest.push(inbound);
-        }
-        rest
-    }
+/// Waits until the adapter has a normal long poll out (it is past its start-up).
+async fn wait_for_long_poll(fake: &FakeTelegram) {
+    fake.wait_until(WAIT, "a long poll", |f| {
+        f.calls_of("getUpdates")
+            .iter()
+            .any(|c| c.body["timeout"] == 10)
+            .then_some(())
+    })
+    .await;
 }
 
 fn prompt_json(inbound: &Inbound) -> Value {
@@ -119,12 +83,10 @@ async fn private_text_becomes_inbound_with_metadata_prompt() {
     assert!(inbound.prompt.contains("héllo bub ✓"), "non-ASCII kept");
 
     // Answering while polling runs: the send goes out through the same client.
-    let answer = Outbound {
-        chat_id: inbound.chat_id.clone(),
-        text: "hi *there*".into(),
-        reply_to: None,
-    };
-    bot.tg.send(&answer).await.expect("answer sent");
+    let answer = outbound(&inbound.chat_id, "hi *there*", None);
+    bounded(bot.adapter.send(&answer))
+        .await
+        .expect("answer sent");
     let sent = fake.sent_messages();
     assert_eq!(sent[0]["text"], "hi <i>there</i>");
     assert!(bot.stop().await.is_empty());
@@ -417,13 +379,7 @@ async fn drop_pending_updates_when_configured() {
     fake.push_message(private_text(42, 42, "old"));
     let mut bot = run(&fake, |s| s.telegram.drop_pending_updates = true);
     // Once a normal long poll is running, the drop is done.
-    fake.wait_until(WAIT, "a long poll", |f| {
-        f.calls_of("getUpdates")
-            .iter()
-            .any(|c| c.body["timeout"] == 10)
-            .then_some(())
-    })
-    .await;
+    wait_for_long_poll(&fake).await;
     assert!(fake.dropped_pending_updates());
     fake.push_message(private_text(42, 42, "new"));
     assert_eq!(prompt_json(&bot.next().await)["message"], "new");
@@ -434,13 +390,7 @@ async fn drop_pending_updates_when_configured() {
 async fn shutdown_returns_promptly_during_a_long_poll() {
     let fake = fake_telegram::start().await;
     let bot = run(&fake, |_| {});
-    fake.wait_until(WAIT, "a long poll", |f| {
-        f.calls_of("getUpdates")
-            .iter()
-            .any(|c| c.body["timeout"] == 10)
-            .then_some(())
-    })
-    .await;
+    wait_for_long_poll(&fake).await;
     let started = Instant::now();
     bot.stop().await;
     assert!(
@@ -465,23 +415,14 @@ async fn rejected_token_fails_run_without_leaking_it() {
     let fake = fake_telegram::start().await;
     fake.accept_only_token("1:other-token");
     let bot = run(&fake, |_| {});
-    let err = tokio::time::timeout(WAIT, bot.task)
+    let err = bounded(bot.task)
         .await
-        .expect("run() returns")
         .expect("task")
         .expect_err("a rejected token is fatal");
     let text = format!("{err:#}");
     assert!(text.contains("token"), "{text}");
     assert!(text.contains("BUB_TELEGRAM_TOKEN"), "{text}");
     assert!(!text.contains(TOKEN), "token leaked: {text}");
-}
-
-fn outbound(chat_id: &str, text: &str, reply_to: Option<&str>) -> Outbound {
-    Outbound {
-        chat_id: chat_id.to_owned(),
-        text: text.to_owned(),
-        reply_to: reply_to.map(str::to_owned),
-    }
 }
 
 fn adapter(fake: &FakeTelegram) -> Telegram {
@@ -495,7 +436,7 @@ async fn long_answer_is_split_into_html_chunks_replying_first() {
     let paragraph = "lorem ipsum dolor sit amet ".repeat(20);
     let text = vec![paragraph.trim(); 17].join("\n\n");
     assert!(text.chars().count() > 9000);
-    tg.send(&outbound("-100", &text, Some("55")))
+    bounded(tg.send(&outbound("-100", &text, Some("55"))))
         .await
         .expect("sent");
     let sent = fake.sent_messages();
@@ -535,7 +476,7 @@ async fn rejected_formatting_is_resent_as_plain_text() {
         fake_telegram::cant_parse_entities_body(),
     );
     let tg = adapter(&fake);
-    tg.send(&outbound("42", "**bold** and <tags>", None))
+    bounded(tg.send(&outbound("42", "**bold** and <tags>", None)))
         .await
         .expect("plain retry succeeds");
     let sent = fake.sent_messages();
@@ -551,10 +492,7 @@ async fn rate_limit_retry_after_is_honoured() {
     fake.fail_next("sendMessage", 429, fake_telegram::retry_after_body(1));
     let tg = adapter(&fake);
     let out = outbound("42", "hello", None);
-    tokio::time::timeout(WAIT, tg.send(&out))
-        .await
-        .expect("bounded")
-        .expect("sent after waiting");
+    bounded(tg.send(&out)).await.expect("sent after waiting");
     let calls = fake.calls_of("sendMessage");
     assert_eq!(calls.len(), 2);
     let gap = calls[1].at - calls[0].at;
@@ -569,9 +507,8 @@ async fn a_retry_after_beyond_the_maximum_fails_at_once() {
     fake.fail_next("sendMessage", 429, fake_telegram::retry_after_body(3600));
     let tg = adapter(&fake);
     let started = Instant::now();
-    let err = tokio::time::timeout(WAIT, tg.send(&outbound("42", "hello", None)))
+    let err = bounded(tg.send(&outbound("42", "hello", None)))
         .await
-        .expect("not waited for")
         .expect_err("rate limited");
     assert!(started.elapsed() < Duration::from_secs(5));
     let text = format!("{err:#}");
@@ -586,7 +523,7 @@ async fn a_retry_after_beyond_the_maximum_fails_at_once() {
 async fn typing_sends_chat_action() {
     let fake = fake_telegram::start().await;
     let tg = adapter(&fake);
-    tg.typing("-100").await.expect("typing");
+    bounded(tg.typing("-100")).await.expect("typing");
     let calls = fake.calls_of("sendChatAction");
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].body, json!({"chat_id": -100, "action": "typing"}));
@@ -597,8 +534,7 @@ async fn send_errors_name_the_chat_not_the_token() {
     let fake = fake_telegram::start().await;
     fake.fail_next("sendMessage", 400, fake_telegram::chat_not_found_body());
     let tg = adapter(&fake);
-    let err = tg
-        .send(&outbound("31337", "hi", None))
+    let err = bounded(tg.send(&outbound("31337", "hi", None)))
         .await
         .expect_err("chat not found");
     let text = format!("{err:#}");
@@ -606,15 +542,10 @@ async fn send_errors_name_the_chat_not_the_token() {
     assert!(!text.contains(TOKEN), "{text}");
 
     // A connection error (nothing listens on the port) must not leak the token either.
-    let closed = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap()
-    };
-    let dir = std::env::temp_dir();
-    let mut s = Settings::with_defaults(dir.clone(), dir);
-    s.telegram.token = Some(TOKEN.into());
-    s.telegram.api_base = format!("http://{closed}").into();
-    let tg = telegram(&s);
+    let closed = support::closed_addr();
+    let tg = telegram(&settings(&fake, |s| {
+        s.telegram.api_base = format!("http://{closed}").into()
+    }));
     // Connection errors are retried for two minutes (an outage delays, not loses, an answer):
     // let the paused clock run through the pauses.
     tokio::time::pause();
@@ -633,12 +564,10 @@ async fn send_errors_name_the_chat_not_the_token() {
 async fn api_base_trailing_slash_is_tolerated() {
     // The fake routes `/{bot}/{method}` only: `//bot...` would not reach it.
     let fake = fake_telegram::start().await;
-    let dir = std::env::temp_dir();
-    let mut s = Settings::with_defaults(dir.clone(), dir);
-    s.telegram.token = Some(TOKEN.into());
-    s.telegram.api_base = format!("{}/", fake.api_base()).into();
-    let tg = telegram(&s);
-    tg.send(&outbound("42", "hi", None))
+    let tg = telegram(&settings(&fake, |s| {
+        s.telegram.api_base = format!("{}/", fake.api_base()).into()
+    }));
+    bounded(tg.send(&outbound("42", "hi", None)))
         .await
         .expect("trailing slash tolerated");
     assert_eq!(fake.sent_messages().len(), 1);

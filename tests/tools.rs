@@ -1,19 +1,22 @@
 //! Integration tests of the `bash` and `fs.*` tools: the plain tool functions on a temporary
 //! workspace, plus a few calls through the built-in registry (argument coercion, wiring).
 //!
-//! Every test is bounded in time: process death is awaited with a pidfd (no sleeps), and the
-//! only timeouts are the tools' own.
+//! Every test is bounded in time: process death is awaited with a pidfd (a bounded poll of
+//! `/proc` where there is none), commands end by the tools' own timeouts, and the calls through
+//! the registry are bounded by [`support::wait::WAIT`].
+
+use crate::support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bub::access::Authority;
-use bub::config::Settings;
 use bub::tools::fs::{self, EditArgs, GlobArgs, GrepArgs, ReadArgs, WriteArgs};
 use bub::tools::sandbox;
 use bub::tools::shell::{BashArgs, Launch, run_bash};
-use bub::tools::{ToolContext, builtin_registry};
 use serde_json::json;
+use support::tool_env::ToolEnv;
+use support::wait::wait_for_blocking;
 
 fn bash_args(cmd: &str, timeout: i64) -> BashArgs {
     BashArgs {
@@ -63,20 +66,14 @@ fn exits_within(pid: i32, within: Duration) -> bool {
             return true; // already gone and reaped
         }
         // No pidfd support: fall back to watching /proc for a bounded time.
-        let deadline = Instant::now() + within;
-        while Instant::now() < deadline {
-            match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-                Err(_) => return true,
-                Ok(stat) => {
-                    let state = stat.rsplit(") ").next().and_then(|s| s.chars().next());
-                    if matches!(state, Some('Z' | 'X')) {
-                        return true;
-                    }
-                }
+        let exited = || match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Err(_) => Some(()),
+            Ok(stat) => {
+                let state = stat.rsplit(") ").next().and_then(|s| s.chars().next());
+                matches!(state, Some('Z' | 'X')).then_some(())
             }
-            std::thread::yield_now();
-        }
-        return false;
+        };
+        return wait_for_blocking(within, exited).is_some();
     }
     let fd = fd as i32;
     let deadline = Instant::now() + within;
@@ -899,50 +896,26 @@ async fn grep_caps_matches() {
 // ---------------------------------------------------------------------------------------------
 // Through the registry
 
-fn context(dir: &Path) -> ToolContext {
-    let settings = Settings::with_defaults(dir.to_path_buf(), dir.to_path_buf());
-    let registry = builtin_registry(&[]);
-    ToolContext::standalone(settings, registry, "cli:reg", Authority::terminal()).unwrap()
-}
-
 #[tokio::test]
 async fn tools_are_registered_and_callable() {
-    let ws = tempfile::tempdir().unwrap();
-    let ctx = context(ws.path());
-    let reg = ctx.registry().clone();
+    let tools = ToolEnv::new("cli:reg", Authority::terminal(), |_| {});
     for name in [
         "bash", "fs.read", "fs.write", "fs.edit", "fs.glob", "fs.grep",
     ] {
-        assert!(reg.get(name).is_some(), "{name} registered");
+        assert!(
+            tools.ctx.registry().get(name).is_some(),
+            "{name} registered"
+        );
     }
-    let out = reg
-        .execute(
-            "bash",
-            json!({"cmd": "echo $BUB_SESSION_ID", "timeout_seconds": "5"}),
-            ctx.clone(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(out, "cli:reg");
-    reg.execute(
-        "fs_write",
-        json!({"path": "n.txt", "content": "1\n2\n3\n"}),
-        ctx.clone(),
-    )
-    .await
-    .unwrap();
-    let out = reg
-        .execute(
-            "fs_read",
-            json!({"path": "n.txt", "offset": "1", "limit": 1}),
-            ctx.clone(),
-        )
-        .await
-        .unwrap();
-    assert_eq!(out, "2\n");
-    let err = reg
-        .execute("fs.edit", json!({"path": "n.txt", "old": "2"}), ctx)
-        .await
-        .unwrap_err();
-    assert_eq!(err.message(), "missing required argument: new");
+    let args = json!({"cmd": "echo $BUB_SESSION_ID", "timeout_seconds": "5"});
+    assert_eq!(tools.call("bash", args).await.unwrap(), "cli:reg");
+    let args = json!({"path": "n.txt", "content": "1\n2\n3\n"});
+    tools.call("fs_write", args).await.unwrap();
+    let args = json!({"path": "n.txt", "offset": "1", "limit": 1});
+    assert_eq!(tools.call("fs_read", args).await.unwrap(), "2\n");
+    let err = tools.call("fs.edit", json!({"path": "n.txt", "old": "2"}));
+    assert_eq!(
+        err.await.unwrap_err().to_string(),
+        "missing required argument: new"
+    );
 }

@@ -6,8 +6,9 @@
 //! guard off (`BUB_WEB_ALLOW_PRIVATE=true`, as [`context`] does); the guard's own tests turn it
 //! on and check that the server received nothing.
 
+use crate::support;
+
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,13 +19,12 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bub::access::Authority;
 use bub::config::{LoadOptions, Settings};
+use bub::tools::ToolError;
 use bub::tools::web::{Guard, fetch_with_guard};
-use bub::tools::{ToolContext, ToolError, builtin_registry};
 use serde_json::{Value, json};
+use support::tool_env::ToolEnv;
+use support::wait::bounded;
 use tokio::task::JoinHandle;
-
-/// Bound on every tool call: a hung request fails the test instead of blocking it.
-const CALL_LIMIT: Duration = Duration::from_secs(20);
 
 const PAGE: &str = r#"<!DOCTYPE html>
 <html><head><title>Test Page</title>
@@ -194,34 +194,26 @@ fn png_bytes() -> Vec<u8> {
     bytes
 }
 
-/// A tool context with `configure`d settings, the guard off (`BUB_WEB_ALLOW_PRIVATE=true`) unless
+/// Tools with `configure`d settings, the guard off (`BUB_WEB_ALLOW_PRIVATE=true`) unless
 /// `configure` turns it on: the test server is on loopback.
-fn context(dir: &Path, configure: impl FnOnce(&mut Settings)) -> ToolContext {
-    let mut settings = Settings::with_defaults(dir.to_path_buf(), dir.to_path_buf());
-    settings.web_allow_private = true;
-    configure(&mut settings);
-    let registry = builtin_registry(&[]);
-    ToolContext::standalone(settings, registry, "cli:web", Authority::terminal()).unwrap()
+fn context(configure: impl FnOnce(&mut Settings)) -> ToolEnv {
+    ToolEnv::new("cli:web", Authority::terminal(), |s| {
+        s.web_allow_private = true;
+        configure(s);
+    })
 }
 
-async fn call(ctx: &ToolContext, tool: &str, args: Value) -> Result<String, ToolError> {
-    let run = ctx.registry().execute(tool, args, ctx.clone());
-    tokio::time::timeout(CALL_LIMIT, run)
-        .await
-        .unwrap_or_else(|_| panic!("{tool} did not finish within {CALL_LIMIT:?}"))
+async fn fetch(tools: &ToolEnv, url: &str) -> Result<String, ToolError> {
+    tools.call("web.fetch", json!({"url": url})).await
 }
 
-async fn fetch(ctx: &ToolContext, url: &str) -> Result<String, ToolError> {
-    call(ctx, "web.fetch", json!({"url": url})).await
-}
-
-fn plain(dir: &Path) -> ToolContext {
-    context(dir, |_| {})
+fn plain() -> ToolEnv {
+    context(|_| {})
 }
 
 /// The guard on, as by default (`BUB_WEB_ALLOW_PRIVATE` unset).
-fn guarded(dir: &Path) -> ToolContext {
-    context(dir, |s| s.web_allow_private = false)
+fn guarded() -> ToolEnv {
+    context(|s| s.web_allow_private = false)
 }
 
 /// How every refusal ends.
@@ -232,11 +224,8 @@ const HINT: &str = "(set BUB_WEB_ALLOW_PRIVATE=true to allow private destination
 
 #[tokio::test]
 async fn html_becomes_markdown_with_links_and_without_scripts() {
-    let dir = tempfile::tempdir().unwrap();
     let server = start().await;
-    let out = fetch(&plain(dir.path()), &server.url("/page"))
-        .await
-        .unwrap();
+    let out = fetch(&plain(), &server.url("/page")).await.unwrap();
     let mut lines = out.lines();
     assert_eq!(
         lines.next(),
@@ -269,9 +258,8 @@ async fn html_becomes_markdown_with_links_and_without_scripts() {
 
 #[tokio::test]
 async fn text_and_json_are_returned_as_is() {
-    let dir = tempfile::tempdir().unwrap();
     let server = start().await;
-    let ctx = plain(dir.path());
+    let ctx = plain();
     let out = fetch(&ctx, &server.url("/text")).await.unwrap();
     assert_eq!(
         out,
@@ -286,11 +274,8 @@ async fn text_and_json_are_returned_as_is() {
 
 #[tokio::test]
 async fn not_found_is_an_error_naming_the_status() {
-    let dir = tempfile::tempdir().unwrap();
     let server = start().await;
-    let err = fetch(&plain(dir.path()), &server.url("/missing"))
-        .await
-        .unwrap_err();
+    let err = fetch(&plain(), &server.url("/missing")).await.unwrap_err();
     assert_eq!(
         err.message(),
         format!(
@@ -302,9 +287,8 @@ async fn not_found_is_an_error_naming_the_status() {
 
 #[tokio::test]
 async fn redirects_are_followed_and_the_final_url_noted() {
-    let dir = tempfile::tempdir().unwrap();
     let server = start().await;
-    let ctx = plain(dir.path());
+    let ctx = plain();
     let out = fetch(&ctx, &server.url("/redirect")).await.unwrap();
     assert!(
         out.starts_with(&format!(
@@ -324,9 +308,8 @@ async fn redirects_are_followed_and_the_final_url_noted() {
 
 #[tokio::test]
 async fn oversized_bodies_are_cut_with_a_visible_note() {
-    let dir = tempfile::tempdir().unwrap();
     let server = start().await;
-    let ctx = plain(dir.path());
+    let ctx = plain();
     let started = Instant::now();
     let out = fetch(&ctx, &server.url("/big")).await.unwrap();
     assert!(started.elapsed() < Duration::from_secs(10));
@@ -341,32 +324,31 @@ async fn oversized_bodies_are_cut_with_a_visible_note() {
     );
 
     // A larger max_chars (coerced from a string, as in a comma command) shows more.
-    let out = call(
-        &ctx,
-        "web.fetch",
-        json!({"url": server.url("/big"), "max_chars": "50000"}),
-    )
-    .await
-    .unwrap();
+    let out = ctx
+        .call(
+            "web.fetch",
+            json!({"url": server.url("/big"), "max_chars": "50000"}),
+        )
+        .await
+        .unwrap();
     assert!(
         out.contains("showing the first 50000 of more than"),
         "{out:.200}"
     );
-    let err = call(
-        &ctx,
-        "web.fetch",
-        json!({"url": server.url("/text"), "max_chars": 0}),
-    )
-    .await
-    .unwrap_err();
+    let err = ctx
+        .call(
+            "web.fetch",
+            json!({"url": server.url("/text"), "max_chars": 0}),
+        )
+        .await
+        .unwrap_err();
     assert!(err.message().contains("max_chars"), "{err}");
 }
 
 #[tokio::test]
 async fn binary_content_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
     let server = start().await;
-    let ctx = plain(dir.path());
+    let ctx = plain();
     let err = fetch(&ctx, &server.url("/image.png")).await.unwrap_err();
     assert!(
         err.message()
@@ -385,8 +367,7 @@ async fn binary_content_is_refused() {
 
 #[tokio::test]
 async fn only_http_urls_are_fetched() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctx = plain(dir.path());
+    let ctx = plain();
     for url in ["file:///etc/passwd", "ftp://127.0.0.1/file"] {
         let err = fetch(&ctx, url).await.unwrap_err();
         assert!(
@@ -396,20 +377,15 @@ async fn only_http_urls_are_fetched() {
     }
     let err = fetch(&ctx, "no url at all").await.unwrap_err();
     assert!(err.message().starts_with("invalid URL"), "{err}");
-    let err = call(&ctx, "web.fetch", json!({})).await.unwrap_err();
+    let err = ctx.call("web.fetch", json!({})).await.unwrap_err();
     assert_eq!(err.message(), "missing required argument: url");
 }
 
 #[tokio::test]
 async fn connection_failures_are_reported() {
-    let dir = tempfile::tempdir().unwrap();
-    // A port that was just free: nothing listens there.
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = support::closed_addr().port();
     let url = format!("http://user:pw@127.0.0.1:{port}/x");
-    let err = fetch(&plain(dir.path()), &url).await.unwrap_err();
+    let err = fetch(&plain(), &url).await.unwrap_err();
     assert!(err.message().contains("could not connect"), "{err}");
     assert!(!err.message().contains("pw"), "credentials leaked: {err}");
 }
@@ -419,10 +395,9 @@ async fn connection_failures_are_reported() {
 
 #[tokio::test]
 async fn loopback_is_refused_before_any_request_unless_allowed() {
-    let dir = tempfile::tempdir().unwrap();
     let server = start().await;
     let url = server.url("/text");
-    let err = fetch(&guarded(dir.path()), &url).await.unwrap_err();
+    let err = fetch(&guarded(), &url).await.unwrap_err();
     assert_eq!(
         err.message(),
         format!("refused: 127.0.0.1 is a loopback address {HINT}")
@@ -430,17 +405,16 @@ async fn loopback_is_refused_before_any_request_unless_allowed() {
     assert!(server.seen().is_empty(), "the server was reached");
 
     // BUB_WEB_ALLOW_PRIVATE=true: the same fetch reaches the server.
-    let out = fetch(&plain(dir.path()), &url).await.unwrap();
+    let out = fetch(&plain(), &url).await.unwrap();
     assert!(out.ends_with(TEXT.trim()), "{out}");
     assert_eq!(server.seen().len(), 1);
 }
 
 #[tokio::test]
 async fn a_name_resolving_to_loopback_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
     let server = start().await;
     let port = server.addr.port();
-    let ctx = guarded(dir.path());
+    let ctx = guarded();
     // Also without a scheme (https:// is assumed).
     for url in [
         format!("http://localhost:{port}/text"),
@@ -460,16 +434,15 @@ async fn a_name_resolving_to_loopback_is_refused() {
     assert!(server.seen().is_empty(), "the server was reached");
 
     let url = format!("http://localhost:{port}/text");
-    let out = fetch(&plain(dir.path()), &url).await.unwrap();
+    let out = fetch(&plain(), &url).await.unwrap();
     assert!(out.ends_with(TEXT.trim()), "{out}");
 }
 
 #[tokio::test]
 async fn other_spellings_of_loopback_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
     let server = start().await;
     let port = server.addr.port();
-    let ctx = guarded(dir.path());
+    let ctx = guarded();
     for (host, refusal) in [
         (
             "[::ffff:127.0.0.1]",
@@ -495,8 +468,7 @@ async fn other_spellings_of_loopback_are_refused() {
 
 #[tokio::test]
 async fn metadata_and_private_networks_are_refused_without_connecting() {
-    let dir = tempfile::tempdir().unwrap();
-    let ctx = guarded(dir.path());
+    let ctx = guarded();
     for (url, refusal) in [
         (
             "http://169.254.169.254/latest/meta-data",
@@ -531,10 +503,7 @@ async fn metadata_and_private_networks_are_refused_without_connecting() {
 /// `fetch_with_guard` with the guard's test exception for `server` (its exact address and port).
 async fn fetch_through_exception(server: &Server, url: &str) -> Result<String, ToolError> {
     let guard = Guard::for_tests_allowing(server.addr);
-    let run = fetch_with_guard(url, guard);
-    tokio::time::timeout(CALL_LIMIT, run)
-        .await
-        .expect("the fetch finished in time")
+    bounded(fetch_with_guard(url, guard)).await
 }
 
 #[tokio::test]
@@ -611,8 +580,8 @@ async fn redirects_to_forbidden_destinations_are_refused() {
 
 #[tokio::test]
 async fn search_without_a_backend_says_how_to_configure_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let err = call(&plain(dir.path()), "web.search", json!({"query": "rust"}))
+    let err = plain()
+        .call("web.search", json!({"query": "rust"}))
         .await
         .unwrap_err();
     assert!(err.message().contains("BUB_SEARXNG_URL"), "{err}");
@@ -621,23 +590,22 @@ async fn search_without_a_backend_says_how_to_configure_one() {
 
 #[tokio::test]
 async fn searxng_backend() {
-    let dir = tempfile::tempdir().unwrap();
     let server = start().await;
     let base = server.url("/searx");
-    let ctx = context(dir.path(), |s| {
+    let ctx = context(|s| {
         s.searxng_url = Some(base.into());
         // SearXNG wins over Ollama when both are set.
         s.ollama_api_key = Some("unused-key".into());
         // The configured backend is reached with web.fetch's guard on (it is on loopback here).
         s.web_allow_private = false;
     });
-    let out = call(
-        &ctx,
-        "web.search",
-        json!({"query": "rust & cargo", "max_results": 2}),
-    )
-    .await
-    .unwrap();
+    let out = ctx
+        .call(
+            "web.search",
+            json!({"query": "rust & cargo", "max_results": 2}),
+        )
+        .await
+        .unwrap();
     assert_eq!(
         out,
         "1. Rust Language\n   https://www.rust-lang.org/\n   A language empowering everyone to \
@@ -661,8 +629,9 @@ async fn searxng_backend() {
 
     // An instance without the JSON format answers 403: the error says what to check.
     let base = server.url("/searx-off");
-    let ctx = context(dir.path(), |s| s.searxng_url = Some(base.into()));
-    let err = call(&ctx, "web.search", json!({"query": "x"}))
+    let ctx = context(|s| s.searxng_url = Some(base.into()));
+    let err = ctx
+        .call("web.search", json!({"query": "x"}))
         .await
         .unwrap_err();
     assert!(
@@ -675,14 +644,14 @@ async fn searxng_backend() {
 
 #[tokio::test]
 async fn ollama_backend() {
-    let dir = tempfile::tempdir().unwrap();
     let server = start().await;
     let base = server.url("/ollama/api");
-    let ctx = context(dir.path(), |s| {
+    let ctx = context(|s| {
         s.ollama_api_key = Some("sk-test-123".into());
         s.ollama_api_base = base.into();
     });
-    let out = call(&ctx, "web.search", json!({"query": "what is ollama"}))
+    let out = ctx
+        .call("web.search", json!({"query": "what is ollama"}))
         .await
         .unwrap();
     assert_eq!(
@@ -702,36 +671,33 @@ async fn ollama_backend() {
     assert_eq!(body, json!({"query": "what is ollama", "max_results": 5}));
 
     // max_results is sent (clamped to Ollama's limit of 10), also when given as a string.
-    call(
-        &ctx,
-        "web.search",
-        json!({"query": "q", "max_results": "50"}),
-    )
-    .await
-    .unwrap();
+    ctx.call("web.search", json!({"query": "q", "max_results": "50"}))
+        .await
+        .unwrap();
     let body: Value = serde_json::from_slice(&server.seen()[1].body).unwrap();
     assert_eq!(body["max_results"], 10);
 }
 
 #[tokio::test]
 async fn ollama_errors_name_the_backend_and_never_the_key() {
-    let dir = tempfile::tempdir().unwrap();
     let server = start().await;
     let with_base = |path: &str| {
         let base = server.url(path);
-        context(dir.path(), move |s| {
+        context(move |s| {
             s.ollama_api_key = Some("sk-secret-456".into());
             s.ollama_api_base = base.into();
         })
     };
     let q = json!({"query": "x"});
 
-    let out = call(&with_base("/ollama-empty/api"), "web.search", q.clone())
+    let out = with_base("/ollama-empty/api")
+        .call("web.search", q.clone())
         .await
         .unwrap();
     assert_eq!(out, "(no results)");
 
-    let err = call(&with_base("/ollama-denied/api"), "web.search", q.clone())
+    let err = with_base("/ollama-denied/api")
+        .call("web.search", q.clone())
         .await
         .unwrap_err();
     assert!(
@@ -745,7 +711,8 @@ async fn ollama_errors_name_the_backend_and_never_the_key() {
         "key leaked: {err}"
     );
 
-    let err = call(&with_base("/ollama-bad/api"), "web.search", q.clone())
+    let err = with_base("/ollama-bad/api")
+        .call("web.search", q.clone())
         .await
         .unwrap_err();
     assert!(

@@ -10,7 +10,7 @@ use bub::channels::Inbound;
 use bub::inbox::Inbox;
 
 use super::support::fake_discord::{self, Msg, user};
-use super::{Bot, CHANNEL, GUILD, WAIT, alice, prompt_json};
+use super::{Bot, CHANNEL, GUILD, WAIT, alice, prompt_json, spawn_bot_with};
 
 const HISTORY: &str = "/api/v10/channels/555/messages";
 
@@ -72,7 +72,7 @@ async fn a_restart_catches_up_through_the_same_filters() {
     );
     fake.add_history(Msg::guild(GUILD, CHANNEL, alice(), "while you were away").id("103"));
 
-    let mut bot = Bot::spawn_with(&fake, inbox, |s| {
+    let mut bot = spawn_bot_with(&fake, inbox, |s| {
         s.home = home.path().to_path_buf();
         s.discord.allow_from = vec!["alice".into()];
     });
@@ -98,7 +98,7 @@ async fn a_restart_catches_up_through_the_same_filters() {
         fake.posted_messages().is_empty(),
         "no pairing code for a stranger in a guild channel"
     );
-    bot.stop().await.unwrap();
+    bot.stop().await;
 }
 
 #[tokio::test]
@@ -112,7 +112,7 @@ async fn a_message_both_fetched_and_dispatched_is_handled_once() {
         .id("201");
     fake.add_history(both.clone());
 
-    let mut bot = Bot::spawn_with(&fake, inbox, |_| {});
+    let mut bot = spawn_bot_with(&fake, inbox, |_| {});
     fake.wait_for_identify(WAIT).await;
     fake.dispatch_message(both).await;
     let got = bot.next().await;
@@ -121,7 +121,7 @@ async fn a_message_both_fetched_and_dispatched_is_handled_once() {
     let fetched = fake.wait_for_requests("GET", HISTORY, 1, WAIT).await;
     assert_eq!(fetched[0].query_param("after"), Some("200"));
     only_live_messages_follow(&fake, &mut bot).await;
-    bot.stop().await.unwrap();
+    bot.stop().await;
 }
 
 #[tokio::test]
@@ -130,7 +130,7 @@ async fn a_gateway_resume_catches_up_too() {
     let home = tempfile::tempdir().unwrap();
     fake.set_text_channel(CHANNEL, "general", GUILD);
     let inbox = previous_run(home.path(), &[(CHANNEL, "300")]);
-    let mut bot = Bot::spawn_with(&fake, inbox, |_| {});
+    let mut bot = spawn_bot_with(&fake, inbox, |_| {});
     // READY's catch-up finds nothing.
     fake.wait_for_requests("GET", HISTORY, 1, WAIT).await;
 
@@ -148,5 +148,5 @@ async fn a_gateway_resume_catches_up_too() {
     assert_eq!(fetched[1].query_param("after"), Some("300"));
     assert_eq!(fake.identifies().len(), 1, "resumed, not identified again");
     only_live_messages_follow(&fake, &mut bot).await;
-    bot.stop().await.unwrap();
+    bot.stop().await;
 }

@@ -62,10 +62,7 @@ pub struct RecordedRequest {
 impl RecordedRequest {
     /// The value of a header (name case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        super::header(&self.headers, name)
     }
 }
 
@@ -476,6 +473,16 @@ fn raw_response(status: u16, body: String, headers: Vec<(String, String)>) -> Re
     builder
         .body(Body::from(body))
         .expect("fake openai response")
+}
+
+/// The names of the tools a chat-completions request offers, in order.
+pub fn tool_names(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .expect("the request offers tools")
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// The text of the last `user` message of a chat-completions request (empty when none).

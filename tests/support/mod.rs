@@ -1,10 +1,37 @@
-//! Fake servers shared by the integration tests. Each test binary declares `mod support;` and
-//! uses the fakes it needs; every fake binds 127.0.0.1:0, records requests and never reaches the
-//! internet.
+//! What the integration tests share: the fake servers (every fake binds 127.0.0.1:0, records
+//! requests and never reaches the internet), the `bub` process environment (`bub_env`), a
+//! channel adapter running against a fake (`adapter`), the in-process tool environment
+//! (`tool_env`) and the bounded waits (`wait`). Each test module uses what it needs.
 #![allow(dead_code)]
 
+pub mod adapter;
 pub mod bench;
 pub mod bub_env;
 pub mod fake_discord;
 pub mod fake_openai;
 pub mod fake_telegram;
+pub mod tool_env;
+pub mod wait;
+
+/// An address on 127.0.0.1 where nothing listens (a port that was free a moment ago).
+pub fn closed_addr() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// An answer of `text` to `chat_id` for a channel adapter, replying to `reply_to`.
+pub fn outbound(chat_id: &str, text: &str, reply_to: Option<&str>) -> bub::channels::Outbound {
+    bub::channels::Outbound {
+        chat_id: chat_id.to_owned(),
+        text: text.to_owned(),
+        reply_to: reply_to.map(str::to_owned),
+    }
+}
+
+/// The value of header `name` (case-insensitive) among recorded `(name, value)` pairs.
+pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}

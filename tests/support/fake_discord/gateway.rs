@@ -45,6 +45,7 @@ pub(super) async fn serve(shared: Arc<Shared>, stream: TcpStream) {
         match payload["op"].as_u64() {
             Some(1) => {
                 shared.heartbeats.fetch_add(1, Ordering::SeqCst);
+                shared.changed.notify_waiters();
                 let _ = tx.send(WsMessage::Text(json!({"op": 11}).to_string()));
             }
             Some(2) => identify(&shared, &tx, &payload["d"]),

@@ -88,10 +88,7 @@ pub struct RecordedRequest {
 impl RecordedRequest {
     /// The value of a header (name case-insensitive).
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
+        super::header(&self.headers, name)
     }
 
     /// The value of a query parameter.
@@ -467,6 +464,17 @@ impl FakeDiscord {
     /// Heartbeats (op 1) received so far.
     pub fn heartbeats(&self) -> u64 {
         self.shared.heartbeats.load(Ordering::SeqCst)
+    }
+
+    /// Waits until at least `n` heartbeats arrived; panics after `timeout`.
+    pub async fn wait_for_heartbeats(&self, n: u64, timeout: Duration) -> u64 {
+        let what = format!("fewer than {n} heartbeat(s)");
+        self.shared
+            .wait(timeout, &what, |_| {
+                let seen = self.heartbeats();
+                (seen >= n).then_some(seen)
+            })
+            .await
     }
 }
 

@@ -195,7 +195,17 @@ impl FakeTelegram {
     /// Queues a `message` update (a [`TgMessage`] or raw message JSON); a `message_id` is
     /// assigned when missing. Returns the message id.
     pub fn push_message(&self, message: impl Into<Value>) -> i64 {
-        let mut message = message.into();
+        self.queue_message(message.into()).0
+    }
+
+    /// [`Self::push_message`], returning the update id instead (for
+    /// [`Self::wait_for_confirmed`]).
+    pub fn push_message_update(&self, message: impl Into<Value>) -> i64 {
+        self.queue_message(message.into()).1
+    }
+
+    /// Queues a `message` update; returns the message id and the update id.
+    fn queue_message(&self, mut message: Value) -> (i64, i64) {
         let id = match message.get("message_id").and_then(Value::as_i64) {
             Some(id) => id,
             None => {
@@ -204,8 +214,7 @@ impl FakeTelegram {
                 id
             }
         };
-        self.push_update(json!({"message": message}));
-        id
+        (id, self.push_update(json!({"message": message})))
     }
 
     /// Updates not yet confirmed by a `getUpdates` offset.
