@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 
 use bub::scheduler::job::{Job, Trigger};
-use bub::scheduler::{JobRunner, JobStore, Scheduler};
+use bub::scheduler::{JobRunner, Scheduler, store};
 
 const JOBS: usize = 10_000;
 
@@ -74,17 +74,19 @@ fn job(id: &str, trigger: Trigger, now: DateTime<Utc>) -> Job {
 }
 
 fn load(home: &std::path::Path) {
-    let store = JobStore::new(home);
+    let store = store::open(home);
     let jobs = background_jobs(JOBS, Utc::now());
-    store.update(|all| *all = jobs).expect("write");
-    let size = std::fs::metadata(store.path()).expect("file").len();
+    store.change(|all| *all = jobs).expect("write");
+    let size = std::fs::metadata(home.join("jobs.json"))
+        .expect("file")
+        .len();
     let before = rss_anon_mb();
     let mut best = Duration::MAX;
     let mut first = None;
     let mut kept = Vec::new();
     for _ in 0..5 {
         let start = Instant::now();
-        let jobs = store.load().expect("load");
+        let jobs = store.list().expect("load");
         let took = start.elapsed();
         first.get_or_insert(took);
         best = best.min(took);
@@ -139,8 +141,8 @@ fn ms(d: Duration) -> String {
 }
 
 async fn run_scheduler(home: &std::path::Path, jobs: Vec<Job>, n: usize) -> Vec<Duration> {
-    JobStore::new(home)
-        .update(|all| *all = jobs)
+    store::open(home)
+        .change(|all| *all = jobs)
         .expect("write jobs");
     let recorder = Arc::new(Recorder::default());
     let stop = CancellationToken::new();

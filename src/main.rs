@@ -20,7 +20,7 @@ use bub::daemon::{ChannelManager, SessionConfig};
 use bub::delivery::{Outbound, Outbox};
 use bub::inbox::Inbox;
 use bub::logging::{self, LogTarget};
-use bub::scheduler::{JobStore, Scheduler};
+use bub::scheduler::Scheduler;
 use bub::status::Board;
 use bub::storage::PidLock;
 
@@ -414,8 +414,8 @@ async fn status(settings: &Settings, json: bool) -> anyhow::Result<()> {
         print_out(&serde_json::to_string_pretty(&snapshot).expect("snapshot serializes"));
         return Ok(());
     }
-    let store = bub::scheduler::store::JobStore::new(home);
-    let jobs = match store.load() {
+    let store = bub::scheduler::store::open(home);
+    let jobs = match store.list() {
         Ok(jobs) => jobs.iter().map(|j| j.row(true)).collect(),
         Err(e) => vec![format!("unavailable: {e:#}")],
     };
@@ -596,12 +596,12 @@ fn print_out(text: &str) {
 fn jobs(settings: &Settings, action: &JobsAction) -> anyhow::Result<ExitCode> {
     // Reading the store may set jobs aside (or a broken file); that is logged to stderr.
     logging::init(settings, LogTarget::Stderr);
-    let store = JobStore::new(&settings.home);
-    let in_store = || store.path().display().to_string();
+    let store = bub::scheduler::store::open(&settings.home);
+    let in_store = || store.location();
     match action {
         // Loading sets aside jobs that cannot run; they are listed after the others, with why.
         JobsAction::List => {
-            let jobs = store.load().with_context(in_store)?;
+            let jobs = store.list().with_context(in_store)?;
             if jobs.is_empty() {
                 print_out("(no scheduled jobs)");
             }
@@ -614,13 +614,13 @@ fn jobs(settings: &Settings, action: &JobsAction) -> anyhow::Result<ExitCode> {
                     "rejected {} {} (set aside in {})",
                     entry.id().unwrap_or("-"),
                     entry.reason,
-                    store.rejected_path().display()
+                    store.rejected_location()
                 ));
             }
         }
         JobsAction::Remove { id } => {
             let removed = store
-                .update(|jobs| {
+                .change(|jobs| {
                     let before = jobs.len();
                     jobs.retain(|j| j.id != *id);
                     jobs.len() < before

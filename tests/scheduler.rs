@@ -1,19 +1,18 @@
-//! The scheduler's parts: trigger math and the catch-up / claim decisions at fixed instants, the
-//! jobs.json store (atomic, shared, corrupt files moved aside, jobs that cannot run set aside one
-//! by one into jobs.rejected.json), and the owner loop with a recording job runner (firing, one
-//! owner per BUB_HOME, no double firing across a restart, valid jobs firing next to bad ones).
+//! The scheduler's parts: trigger math and the catch-up / claim decisions at fixed instants, and
+//! the jobs.json store (atomic, shared, corrupt files moved aside, jobs that cannot run set aside
+//! one by one into jobs.rejected.json). The owner loop is in `scheduler/owner.rs`.
 
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
-use tokio_util::sync::CancellationToken;
 
 use bub::scheduler::job::RunStatus;
 use bub::scheduler::job::{Job, Trigger, TriggerSpec};
-use bub::scheduler::plan;
-use bub::scheduler::{JobRunner, JobStore, Scheduler};
+use bub::scheduler::{plan, store};
+
+#[path = "scheduler/owner.rs"]
+mod owner;
 
 fn t(h: u32, m: u32, s: u32) -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2026, 11, 23, h, m, s).unwrap()
@@ -340,8 +339,8 @@ fn runs_interrupted_by_a_crash_are_not_repeated() {
 #[test]
 fn store_is_plain_json_and_shared_by_writers() {
     let dir = tempfile::tempdir().unwrap();
-    let store = JobStore::new(dir.path());
-    assert!(store.load().unwrap().is_empty(), "no file = no jobs");
+    let store = store::open(dir.path());
+    assert!(store.list().unwrap().is_empty(), "no file = no jobs");
     // Eight writers at once (as eight processes would): no update is lost.
     std::thread::scope(|s| {
         for i in 0..8 {
@@ -350,14 +349,14 @@ fn store_is_plain_json_and_shared_by_writers() {
                 for k in 0..10 {
                     let id = format!("{i}-{k}");
                     store
-                        .update(|jobs| jobs.push(job(&id, once(t(13, 0, 0)), Some(t(13, 0, 0)))))
+                        .change(|jobs| jobs.push(job(&id, once(t(13, 0, 0)), Some(t(13, 0, 0)))))
                         .unwrap();
                 }
             });
         }
     });
-    assert_eq!(store.load().unwrap().len(), 80);
-    let text = std::fs::read_to_string(store.path()).unwrap();
+    assert_eq!(store.list().unwrap().len(), 80);
+    let text = std::fs::read_to_string(jobs_file(dir.path())).unwrap();
     let value: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(value["version"], 1);
     let first = &value["jobs"][0];
@@ -379,9 +378,9 @@ fn store_is_plain_json_and_shared_by_writers() {
 #[test]
 fn corrupt_store_is_moved_aside_and_never_overwritten() {
     let dir = tempfile::tempdir().unwrap();
-    let store = JobStore::new(dir.path());
-    std::fs::write(store.path(), "{\"version\": 1, \"jobs\": [ {oops").unwrap();
-    assert!(store.load().unwrap().is_empty());
+    let store = store::open(dir.path());
+    std::fs::write(jobs_file(dir.path()), "{\"version\": 1, \"jobs\": [ {oops").unwrap();
+    assert!(store.list().unwrap().is_empty());
     let aside: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -394,9 +393,9 @@ fn corrupt_store_is_moved_aside_and_never_overwritten() {
         "the broken file is kept as it was"
     );
     store
-        .update(|jobs| jobs.push(job("new", once(t(13, 0, 0)), Some(t(13, 0, 0)))))
+        .change(|jobs| jobs.push(job("new", once(t(13, 0, 0)), Some(t(13, 0, 0)))))
         .unwrap();
-    assert_eq!(store.load().unwrap().len(), 1);
+    assert_eq!(store.list().unwrap().len(), 1);
 }
 
 /// A job as a person would write it into jobs.json.
@@ -412,14 +411,25 @@ fn hand_job(id: &str, trigger: serde_json::Value, next_run: &str) -> serde_json:
     })
 }
 
-fn write_jobs(store: &JobStore, jobs: &[serde_json::Value]) {
+/// `jobs.json` of the file store in `dir`.
+fn jobs_file(dir: &Path) -> PathBuf {
+    dir.join("jobs.json")
+}
+
+/// `jobs.rejected.json` of the file store in `dir`.
+fn rejected_file(dir: &Path) -> PathBuf {
+    dir.join("jobs.rejected.json")
+}
+
+/// Writes `jobs` into `dir`'s `jobs.json` by hand, as a person editing it would.
+fn write_jobs(dir: &Path, jobs: &[serde_json::Value]) {
     let file = serde_json::json!({"version": 1, "jobs": jobs});
-    std::fs::write(store.path(), serde_json::to_vec_pretty(&file).unwrap()).unwrap();
+    std::fs::write(jobs_file(dir), serde_json::to_vec_pretty(&file).unwrap()).unwrap();
 }
 
 /// The ids in jobs.json as it is on disk.
-fn ids_on_disk(store: &JobStore) -> Vec<String> {
-    let text = std::fs::read_to_string(store.path()).unwrap();
+fn ids_on_disk(dir: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(jobs_file(dir)).unwrap();
     let value: serde_json::Value = serde_json::from_str(&text).unwrap();
     value["jobs"]
         .as_array()
@@ -451,6 +461,15 @@ fn logged<R>(f: impl FnOnce() -> R) -> (R, String) {
             Ok(())
         }
     }
+    // tracing remembers per call site whether any subscriber wants its events. While only one
+    // subscriber is registered, the first thread to reach a call site decides that alone, by
+    // its own default: an owner-loop test rejecting a job on a thread without a subscriber,
+    // while this one runs, would decide "nobody" for this test's subscriber too. A second one,
+    // registered for good, makes every call site ask all registered subscribers.
+    static SECOND: std::sync::LazyLock<tracing::Dispatch> = std::sync::LazyLock::new(|| {
+        tracing::Dispatch::new(tracing::subscriber::NoSubscriber::default())
+    });
+    std::sync::LazyLock::force(&SECOND);
     let buffer = Buffer::default();
     let writer = buffer.clone();
     let subscriber = tracing_subscriber::fmt()
@@ -465,7 +484,7 @@ fn logged<R>(f: impl FnOnce() -> R) -> (R, String) {
 #[test]
 fn a_job_that_cannot_run_is_set_aside_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let store = JobStore::new(dir.path());
+    let store = store::open(dir.path());
     let tomorrow = hand_job(
         "tmrw",
         serde_json::json!({"kind": "once", "at": "tomorrow"}),
@@ -477,7 +496,7 @@ fn a_job_that_cannot_run_is_set_aside_alone() {
         "2026-11-23T13:00:00Z",
     );
     write_jobs(
-        &store,
+        dir.path(),
         &[
             hand_job(
                 "first",
@@ -494,11 +513,11 @@ fn a_job_that_cannot_run_is_set_aside_alone() {
         ],
     );
 
-    let (jobs, log) = logged(|| store.load().unwrap());
+    let (jobs, log) = logged(|| store.list().unwrap());
     let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
     assert_eq!(ids, ["first", "second"], "the valid jobs stay");
     assert_eq!(
-        ids_on_disk(&store),
+        ids_on_disk(dir.path()),
         ["first", "second"],
         "jobs.json without them"
     );
@@ -522,7 +541,7 @@ fn a_job_that_cannot_run_is_set_aside_alone() {
         rejected[1].reason
     );
     let on_disk: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(store.rejected_path()).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(rejected_file(dir.path())).unwrap()).unwrap();
     assert_eq!(on_disk["version"], 1);
     assert_eq!(on_disk["rejected"][0]["job"]["id"], "tmrw");
     assert!(on_disk["rejected"][0]["rejected_at"].is_string());
@@ -543,11 +562,11 @@ fn a_job_that_cannot_run_is_set_aside_alone() {
     assert!(!log.contains("private words"), "{log}");
 
     // Loading again (and changing the store) neither duplicates nor loses anything.
-    assert_eq!(store.load().unwrap().len(), 2);
+    assert_eq!(store.list().unwrap().len(), 2);
     store
-        .update(|jobs| jobs.push(job("third", once(t(14, 0, 0)), Some(t(14, 0, 0)))))
+        .change(|jobs| jobs.push(job("third", once(t(14, 0, 0)), Some(t(14, 0, 0)))))
         .unwrap();
-    assert_eq!(ids_on_disk(&store), ["first", "second", "third"]);
+    assert_eq!(ids_on_disk(dir.path()), ["first", "second", "third"]);
     assert_eq!(
         store.rejected().unwrap(),
         rejected,
@@ -559,7 +578,7 @@ fn a_job_that_cannot_run_is_set_aside_alone() {
 #[test]
 fn every_kind_of_unrunnable_job_gets_its_reason() {
     let dir = tempfile::tempdir().unwrap();
-    let store = JobStore::new(dir.path());
+    let store = store::open(dir.path());
     let once_at = serde_json::json!({"kind": "once", "at": "2026-11-23T13:00:00Z"});
     let next = "2026-11-23T13:00:00Z";
     let mut no_session = hand_job("nosession", once_at.clone(), next);
@@ -620,9 +639,9 @@ fn every_kind_of_unrunnable_job_gets_its_reason() {
         (serde_json::json!(42), Some("a job must be a JSON object")),
     ];
     let raw: Vec<serde_json::Value> = cases.iter().map(|(job, _)| job.clone()).collect();
-    write_jobs(&store, &raw);
+    write_jobs(dir.path(), &raw);
 
-    let jobs = store.load().unwrap();
+    let jobs = store.list().unwrap();
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].id, "keep");
     assert_eq!(
@@ -645,7 +664,7 @@ fn every_kind_of_unrunnable_job_gets_its_reason() {
             entry.reason
         );
     }
-    assert_eq!(ids_on_disk(&store), ["keep"]);
+    assert_eq!(ids_on_disk(dir.path()), ["keep"]);
 }
 
 #[test]
@@ -660,15 +679,15 @@ fn a_file_without_a_jobs_array_is_still_moved_aside_whole() {
     .enumerate()
     {
         let dir = tempfile::tempdir().unwrap();
-        let store = JobStore::new(dir.path());
-        std::fs::write(store.path(), text).unwrap();
-        assert!(store.load().unwrap().is_empty(), "case {i}");
+        let store = store::open(dir.path());
+        std::fs::write(jobs_file(dir.path()), text).unwrap();
+        assert!(store.list().unwrap().is_empty(), "case {i}");
         let aside = files_named(dir.path(), "jobs.json.corrupt-");
         assert_eq!(aside.len(), 1, "case {i}");
         assert_eq!(std::fs::read_to_string(&aside[0]).unwrap(), text);
-        assert!(!store.path().exists(), "case {i}");
+        assert!(!jobs_file(dir.path()).exists(), "case {i}");
         assert!(
-            !store.rejected_path().exists(),
+            !rejected_file(dir.path()).exists(),
             "case {i}: nothing rejected job by job"
         );
     }
@@ -677,7 +696,7 @@ fn a_file_without_a_jobs_array_is_still_moved_aside_whole() {
 #[test]
 fn a_broken_rejected_file_is_moved_aside_and_an_unwritable_one_keeps_the_job() {
     let dir = tempfile::tempdir().unwrap();
-    let store = JobStore::new(dir.path());
+    let store = store::open(dir.path());
     let valid = hand_job(
         "ok",
         serde_json::json!({"kind": "once", "at": "2026-11-23T13:00:00Z"}),
@@ -690,250 +709,36 @@ fn a_broken_rejected_file_is_moved_aside_and_an_unwritable_one_keeps_the_job() {
     );
 
     // A rejected file that does not parse: moved aside, never overwritten.
-    std::fs::write(store.rejected_path(), "{oops").unwrap();
+    std::fs::write(rejected_file(dir.path()), "{oops").unwrap();
     assert!(store.rejected().is_err(), "listing it reports the problem");
-    write_jobs(&store, &[valid.clone(), bad.clone()]);
-    assert_eq!(store.load().unwrap().len(), 1);
+    write_jobs(dir.path(), &[valid.clone(), bad.clone()]);
+    assert_eq!(store.list().unwrap().len(), 1);
     let aside = files_named(dir.path(), "jobs.rejected.json.corrupt-");
     assert_eq!(aside.len(), 1);
     assert_eq!(std::fs::read_to_string(&aside[0]).unwrap(), "{oops");
     assert_eq!(store.rejected().unwrap().len(), 1);
-    assert_eq!(ids_on_disk(&store), ["ok"]);
+    assert_eq!(ids_on_disk(dir.path()), ["ok"]);
 
     // A rejected file that cannot be written: the bad job stays in jobs.json as it was, even
     // through updates; the valid jobs are unaffected. Once it can be written, it is set aside.
-    std::fs::remove_file(store.rejected_path()).unwrap();
-    std::fs::create_dir(store.rejected_path()).unwrap();
-    write_jobs(&store, &[valid.clone(), bad.clone()]);
-    let jobs = store.load().unwrap();
+    std::fs::remove_file(rejected_file(dir.path())).unwrap();
+    std::fs::create_dir(rejected_file(dir.path())).unwrap();
+    write_jobs(dir.path(), &[valid.clone(), bad.clone()]);
+    let jobs = store.list().unwrap();
     assert_eq!(jobs.len(), 1);
-    assert_eq!(ids_on_disk(&store), ["ok", "bad"]);
+    assert_eq!(ids_on_disk(dir.path()), ["ok", "bad"]);
     store
-        .update(|jobs| jobs.push(job("new", once(t(14, 0, 0)), Some(t(14, 0, 0)))))
+        .change(|jobs| jobs.push(job("new", once(t(14, 0, 0)), Some(t(14, 0, 0)))))
         .unwrap();
-    assert_eq!(ids_on_disk(&store), ["ok", "new", "bad"]);
-    let text = std::fs::read_to_string(store.path()).unwrap();
+    assert_eq!(ids_on_disk(dir.path()), ["ok", "new", "bad"]);
+    let text = std::fs::read_to_string(jobs_file(dir.path())).unwrap();
     let on_disk: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(on_disk["jobs"][2], bad, "kept exactly as it was");
 
-    std::fs::remove_dir(store.rejected_path()).unwrap();
-    assert_eq!(store.load().unwrap().len(), 2);
-    assert_eq!(ids_on_disk(&store), ["ok", "new"]);
+    std::fs::remove_dir(rejected_file(dir.path())).unwrap();
+    assert_eq!(store.list().unwrap().len(), 2);
+    assert_eq!(ids_on_disk(dir.path()), ["ok", "new"]);
     let rejected = store.rejected().unwrap();
     assert_eq!(rejected.len(), 1);
     assert_eq!(rejected[0].job, bad);
-}
-
-// ---- the owner loop -------------------------------------------------------------------------
-
-/// One recorded run: job id, due time, when it started.
-type Run = (String, DateTime<Utc>, DateTime<Utc>);
-
-/// Records every run.
-#[derive(Default)]
-struct Recorder {
-    runs: Mutex<Vec<Run>>,
-}
-
-#[async_trait]
-impl JobRunner for Recorder {
-    async fn run(&self, job: Job, due: DateTime<Utc>) -> Result<(), String> {
-        self.runs.lock().unwrap().push((job.id, due, Utc::now()));
-        Ok(())
-    }
-}
-
-impl Recorder {
-    fn ids(&self) -> Vec<String> {
-        self.runs
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|r| r.0.clone())
-            .collect()
-    }
-
-    async fn wait_for(&self, n: usize) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while self.runs.lock().unwrap().len() < n {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{n} runs in time: {:?}",
-                self.ids()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
-fn add_once(store: &JobStore, id: &str, at: DateTime<Utc>) {
-    store
-        .update(|jobs| jobs.push(job(id, once(at), Some(at))))
-        .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn owner_fires_due_jobs_added_by_other_processes() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = JobStore::new(dir.path());
-    let recorder = Arc::new(Recorder::default());
-    let stop = CancellationToken::new();
-    let scheduler = Scheduler::new(dir.path(), true, recorder.clone());
-    let task = tokio::spawn(scheduler.run(stop.clone()));
-    // Added "by another process": only the file changes, nobody notifies the owner.
-    let due = Utc::now() + chrono::Duration::milliseconds(700);
-    add_once(&store, "a", due);
-    recorder.wait_for(1).await;
-    let (id, reported_due, fired) = recorder.runs.lock().unwrap()[0].clone();
-    assert_eq!((id.as_str(), reported_due), ("a", due));
-    assert!(fired >= due, "not early");
-    assert!(
-        fired - due < chrono::Duration::milliseconds(1500),
-        "late by {}",
-        fired - due
-    );
-    // The run is finished on disk: a one-shot job is gone.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !store.load().unwrap().is_empty() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "job removed after its run"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    stop.cancel();
-    tokio::time::timeout(Duration::from_secs(10), task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert_eq!(recorder.ids(), ["a"]);
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn two_schedulers_on_one_home_fire_each_job_once_and_the_standby_takes_over() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = JobStore::new(dir.path());
-    let (first, second) = (Arc::new(Recorder::default()), Arc::new(Recorder::default()));
-    let (stop_first, stop_second) = (CancellationToken::new(), CancellationToken::new());
-    let task_first =
-        tokio::spawn(Scheduler::new(dir.path(), true, first.clone()).run(stop_first.clone()));
-    // Let the first become the owner before the second starts.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let task_second =
-        tokio::spawn(Scheduler::new(dir.path(), true, second.clone()).run(stop_second.clone()));
-    let now = Utc::now();
-    for i in 0..5 {
-        add_once(
-            &store,
-            &format!("j{i}"),
-            now + chrono::Duration::milliseconds(300),
-        );
-    }
-    first.wait_for(5).await;
-    assert!(second.ids().is_empty(), "the standby fired nothing");
-
-    // The owner exits; the standby takes over within its retry period and fires new jobs.
-    stop_first.cancel();
-    tokio::time::timeout(Duration::from_secs(10), task_first)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    add_once(&store, "after", Utc::now());
-    second.wait_for(1).await;
-    assert_eq!(second.ids(), ["after"]);
-    assert_eq!(first.ids().len(), 5, "each job fired exactly once");
-    stop_second.cancel();
-    tokio::time::timeout(Duration::from_secs(10), task_second)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_claimed_run_does_not_fire_again_after_a_restart() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = JobStore::new(dir.path());
-    // The previous owner claimed "every" for 12:10 (running) and died; "missed" was due while
-    // no one ran.
-    let now = Utc::now();
-    let mut every_job = job(
-        "every",
-        every(3600, now - chrono::Duration::minutes(10)),
-        None,
-    );
-    every_job.next_run = every_job.trigger.next_after(now);
-    every_job.last_status = Some(RunStatus::Running);
-    store.update(|jobs| jobs.push(every_job)).unwrap();
-    add_once(&store, "missed", now - chrono::Duration::hours(2));
-
-    let recorder = Arc::new(Recorder::default());
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(Scheduler::new(dir.path(), true, recorder.clone()).run(stop.clone()));
-    recorder.wait_for(1).await;
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert_eq!(
-        recorder.ids(),
-        ["missed"],
-        "caught up once; the interrupted run not repeated"
-    );
-    let jobs = store.load().unwrap();
-    assert_eq!(jobs.len(), 1);
-    assert_eq!(jobs[0].last_status, Some(RunStatus::Interrupted));
-    stop.cancel();
-    tokio::time::timeout(Duration::from_secs(10), task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_valid_job_fires_next_to_a_rejected_one() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = JobStore::new(dir.path());
-    let due = Utc::now() + chrono::Duration::milliseconds(500);
-    let due_text = due.to_rfc3339();
-    write_jobs(
-        &store,
-        &[
-            hand_job(
-                "bad",
-                serde_json::json!({"kind": "once", "at": "tomorrow"}),
-                &due_text,
-            ),
-            hand_job(
-                "good",
-                serde_json::json!({"kind": "once", "at": due_text}),
-                &due_text,
-            ),
-            hand_job(
-                "badcron",
-                serde_json::json!({"kind": "cron", "expr": "every day"}),
-                &due_text,
-            ),
-        ],
-    );
-    let recorder = Arc::new(Recorder::default());
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(Scheduler::new(dir.path(), true, recorder.clone()).run(stop.clone()));
-    recorder.wait_for(1).await;
-    assert_eq!(recorder.ids(), ["good"]);
-    assert_eq!(recorder.runs.lock().unwrap()[0].1, due);
-    let rejected: Vec<String> = store
-        .rejected()
-        .unwrap()
-        .iter()
-        .map(|r| r.id().unwrap().to_owned())
-        .collect();
-    assert_eq!(rejected, ["bad", "badcron"]);
-    stop.cancel();
-    tokio::time::timeout(Duration::from_secs(10), task)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
-    assert_eq!(recorder.ids(), ["good"]);
 }

@@ -4,6 +4,7 @@
 
 mod support;
 
+mod architecture;
 mod chaos;
 mod container;
 mod daemon;

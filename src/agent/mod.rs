@@ -203,8 +203,8 @@ impl AgentRuntime {
             )),
             Err(e) => lines.push(format!("context: unavailable ({e:#})")),
         }
-        let store = crate::scheduler::store::JobStore::new(&settings.home);
-        let jobs = tokio::task::spawn_blocking(move || store.load()).await;
+        let store = crate::scheduler::store::open(&settings.home);
+        let jobs = tokio::task::spawn_blocking(move || store.list()).await;
         match jobs {
             Ok(Ok(jobs)) => {
                 let mine: Vec<String> = jobs

@@ -1,9 +1,12 @@
 //! The scheduler: jobs the agent created with `schedule.add`, fired as turns in their session.
 //!
 //! * [`job`] — a job, its trigger and the trigger math;
-//! * [`store`] — `BUB_HOME/jobs.json` (locked read-modify-write, atomic replace; a job that
-//!   cannot run is set aside on its own in `jobs.rejected.json`);
+//! * [`store`] — the [`JobStore`] trait (atomic read-modify-write, a version to notice changes)
+//!   and its file implementation, `BUB_HOME/jobs.json` (a job that cannot run is set aside on
+//!   its own in `jobs.rejected.json`);
 //! * [`plan`] — pure decisions: catch-up, claiming due runs, finishing them;
+//! * [`clock`] — the [`Clock`] the scheduler reads the time from (the wall clock, or tokio's
+//!   for tests in virtual time);
 //! * [`JobRunner`] — what firing a job does, implemented above the scheduler
 //!   (`daemon::jobs`: a turn, delivery, a tape record).
 //!
@@ -13,6 +16,7 @@
 //! over when the owner exits. The owner notices jobs added by other processes within
 //! [`POLL`]. A due time fires at most once (see [`plan`]).
 
+pub(crate) mod clock;
 pub mod job;
 pub mod plan;
 pub mod store;
@@ -28,12 +32,13 @@ use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-pub(crate) use crate::storage::Stamp;
+pub use clock::{Clock, SystemClock, TokioClock};
 pub(crate) use job::Job;
 use job::RunStatus;
-pub use store::JobStore;
+pub use store::{JobStore, Version};
 
-/// How often the owner looks for changes made by other processes (a `stat` of `jobs.json`).
+/// How often the owner looks for changes made by other processes (the store's version: a `stat`
+/// of `jobs.json`).
 pub(crate) const POLL: Duration = Duration::from_secs(1);
 /// How often a standby process tries to become the owner.
 const OWNER_RETRY: Duration = Duration::from_secs(5);
@@ -43,9 +48,9 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
 /// A run that ended: job id and how.
 type Ended = (String, RunStatus);
 
-/// What the loop knows of `jobs.json`: the version it read and the earliest due run in it
+/// What the loop knows of the store: the version it read and the earliest due run in it
 /// (`None`: unknown, read it again).
-type Known = Option<(Option<Stamp>, Option<DateTime<Utc>>)>;
+type Known = Option<(Version, Option<DateTime<Utc>>)>;
 
 /// Wakes this process's scheduler at once after a job was added or removed here.
 pub(crate) static CHANGED: Notify = Notify::const_new();
@@ -58,21 +63,32 @@ pub trait JobRunner: Send + Sync + 'static {
 
 /// The scheduler of one process.
 pub struct Scheduler {
-    store: JobStore,
+    store: Arc<dyn JobStore>,
+    clock: Arc<dyn Clock>,
     owner_lock: PathBuf,
     catch_up: bool,
     runner: Arc<dyn JobRunner>,
 }
 
 impl Scheduler {
-    /// A scheduler over `home` (`BUB_HOME`) firing jobs through `runner`.
+    /// A scheduler over the store of `home` (`BUB_HOME`, [`store::open`]) firing jobs through
+    /// `runner`, on the wall clock.
     pub fn new(home: &std::path::Path, catch_up: bool, runner: Arc<dyn JobRunner>) -> Self {
         Self {
-            store: JobStore::new(home),
+            store: store::open(home),
+            clock: Arc::new(SystemClock),
             owner_lock: home.join("scheduler.lock"),
             catch_up,
             runner,
         }
+    }
+
+    /// The same scheduler reading the time from `clock` (due jobs, catch-up, lateness). Its
+    /// waits are tokio timers, so a clock that follows tokio's ([`TokioClock`]) runs the whole
+    /// loop in tokio's time, paused or not.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 
     /// Runs until `shutdown`: waits to become the owner, then fires due jobs. Jobs still running
@@ -84,10 +100,10 @@ impl Scheduler {
         let Some(_owner) = self.become_owner(&shutdown).await? else {
             return Ok(());
         };
-        tracing::info!(store = %self.store.path().display(), "scheduler.owner");
-        let (now, catch_up) = (Utc::now(), self.catch_up);
+        tracing::info!(store = %self.store.location(), "scheduler.owner");
+        let (now, catch_up) = (self.clock.now(), self.catch_up);
         let notes = self
-            .blocking(move |store| store.update(|jobs| plan::recover(jobs, now, catch_up)))
+            .blocking(move |store| store.change(|jobs| plan::recover(jobs, now, catch_up)))
             .await?;
         for note in notes {
             tracing::warn!("scheduler.recover: {note}");
@@ -101,13 +117,18 @@ impl Scheduler {
                 ended.push(done);
             }
             known = self.refresh(known, std::mem::take(&mut ended)).await;
-            let next = known.and_then(|(_, next)| next);
-            let now = Utc::now();
+            let next = known.as_ref().and_then(|(_, next)| *next);
+            let now = self.clock.now();
             if next.is_some_and(|due| due <= now) {
                 let (claims, after) = self.claim(now).await;
                 known = after;
                 for claim in claims {
-                    running.spawn(fire(self.runner.clone(), claim, done_tx.clone()));
+                    running.spawn(fire(
+                        self.runner.clone(),
+                        self.clock.clone(),
+                        claim,
+                        done_tx.clone(),
+                    ));
                 }
                 continue;
             }
@@ -133,27 +154,33 @@ impl Scheduler {
             batch.push(done);
         }
         if !batch.is_empty() {
-            self.blocking(move |store| store.update(|jobs| plan::finish(jobs, &batch)))
+            self.blocking(move |store| store.change(|jobs| plan::finish(jobs, &batch)))
                 .await?;
         }
         Ok(())
     }
 
-    /// Records ended runs, or re-reads `jobs.json` when another process changed it.
+    /// Records ended runs, or re-reads the store when another process changed it.
     async fn refresh(&self, known: Known, ended: Vec<Ended>) -> Known {
+        // Unknown, or another version now (or none can be told): read again.
+        let changed = || {
+            known
+                .as_ref()
+                .is_none_or(|(read, _)| self.store.version().ok().as_ref() != Some(read))
+        };
         let result = if !ended.is_empty() {
             self.blocking(move |store| {
-                store.update_stamped(|jobs| {
+                store.change_versioned(|jobs| {
                     plan::finish(jobs, &ended);
                     plan::next_due(jobs)
                 })
             })
             .await
-            .map(|(next, stamp)| (stamp, next))
-        } else if known.is_none_or(|(stamp, _)| stamp != self.store.stamp()) {
-            self.blocking(|store| store.load_stamped())
+            .map(|(next, version)| (version, next))
+        } else if changed() {
+            self.blocking(|store| store.load())
                 .await
-                .map(|(jobs, stamp)| (stamp, plan::next_due(&jobs)))
+                .map(|(jobs, version)| (version, plan::next_due(&jobs)))
         } else {
             return known;
         };
@@ -166,11 +193,11 @@ impl Scheduler {
     async fn claim(&self, now: DateTime<Utc>) -> (Vec<plan::Claim>, Known) {
         let claimed = self
             .blocking(move |store| {
-                store.update_stamped(|jobs| (plan::claim_due(jobs, now), plan::next_due(jobs)))
+                store.change_versioned(|jobs| (plan::claim_due(jobs, now), plan::next_due(jobs)))
             })
             .await;
         match claimed {
-            Ok(((claims, next), stamp)) => (claims, Some((stamp, next))),
+            Ok(((claims, next), version)) => (claims, Some((version, next))),
             Err(e) => {
                 tracing::error!(error = %format!("{e:#}"), "scheduler.claim.error");
                 // Not a tight retry loop while the disk is full, say.
@@ -183,10 +210,10 @@ impl Scheduler {
     /// Runs a store operation on the blocking pool.
     async fn blocking<R: Send + 'static>(
         &self,
-        f: impl FnOnce(&JobStore) -> anyhow::Result<R> + Send + 'static,
+        f: impl FnOnce(&dyn JobStore) -> anyhow::Result<R> + Send + 'static,
     ) -> anyhow::Result<R> {
         let store = self.store.clone();
-        tokio::task::spawn_blocking(move || f(&store)).await?
+        tokio::task::spawn_blocking(move || f(&*store)).await?
     }
 
     /// Takes the owner lock, retrying until it is free or `shutdown`; `None` on shutdown.
@@ -221,10 +248,16 @@ impl Scheduler {
     }
 }
 
-/// One claimed run: execute it and report its status to the owner loop.
-async fn fire(runner: Arc<dyn JobRunner>, claim: plan::Claim, done: mpsc::UnboundedSender<Ended>) {
+/// One claimed run: execute it and report its status to the owner loop. `late_ms` in the log
+/// is measured on `clock`.
+async fn fire(
+    runner: Arc<dyn JobRunner>,
+    clock: Arc<dyn Clock>,
+    claim: plan::Claim,
+    done: mpsc::UnboundedSender<Ended>,
+) {
     let id = claim.job.id.clone();
-    let late_ms = (Utc::now() - claim.due).num_milliseconds();
+    let late_ms = (clock.now() - claim.due).num_milliseconds();
     tracing::info!(job = %id, session = %claim.job.session, late_ms, "scheduler.fire");
     let status = match runner.run(claim.job, claim.due).await {
         Ok(()) => RunStatus::Ok,

@@ -1,83 +1,149 @@
-//! `BUB_HOME/jobs.json`: the jobs of every process sharing one `BUB_HOME`.
+//! Where the jobs are kept: the [`JobStore`] trait every part of the program uses (the
+//! scheduler's loop, the `schedule.*` tools, `bub jobs`, `bub status`, the chat's `,status`),
+//! and [`open`], the one place a store is chosen.
 //!
-//! Invariants:
-//! * the file is plain, pretty-printed JSON (`{"version": 1, "jobs": [...]}`), readable and
-//!   editable by a person;
-//! * every change is a read-modify-write under an exclusive advisory lock on `jobs.lock`, so
-//!   processes never lose each other's changes;
-//! * writes are atomic (temp file, fsync, rename, fsync of the folder): a crash leaves the old
-//!   or the new file, never half of one;
-//! * each job is read and checked on its own ([`Job::from_json`]; duplicate ids: the first is
-//!   kept): one that cannot run is appended to `jobs.rejected.json` with its reason (logged
-//!   with its id, never its message) and `jobs.json` is rewritten without it, so one bad job
-//!   never costs the others; both files change under the same lock, the rejected file first,
-//!   so a crash between the two writes repeats the rejection rather than losing the job (the
-//!   repeat replaces the earlier entry for the same job). If the rejected file cannot be
-//!   written, the job stays in `jobs.json` as it was and is only skipped;
-//! * a file that is not JSON or has no `jobs` array is moved aside whole to
-//!   `jobs.json.corrupt-<time>` (logged) and never overwritten; the same holds for a
-//!   `jobs.rejected.json` that does not parse.
+//! * [`file`](mod@file) — today's store: `BUB_HOME/jobs.json` (locked read-modify-write,
+//!   atomic replace; a job that cannot run is set aside on its own in `jobs.rejected.json`).
+//!
+//! A store is a list of [`Job`]s that many processes share. What it promises (see each method):
+//! an update is an atomic read-modify-write, so concurrent writers never lose each other's
+//! changes; a [`Version`] names a state of the jobs, so a reader can tell cheaply whether anyone
+//! changed them since it last read; a job that cannot run is set aside ([`Rejected`]) rather than
+//! costing the others. Everything above the store holds an `Arc<dyn JobStore>` and nothing else
+//! of it, so another store (a database shared by several machines) is a new implementation and
+//! a change to [`open`], not to its users.
 
-use std::collections::HashSet;
-use std::fs::{self, File};
-use std::io::ErrorKind;
-use std::path::{Path, PathBuf};
+pub(crate) mod file;
+
+use std::path::Path;
+use std::sync::Arc;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 
 use super::job::Job;
-use crate::storage::{self, Stamp};
+use crate::storage::Stamp;
+pub(crate) use file::FileJobStore;
 
-const VERSION: u32 = 1;
-
-/// `jobs.json` as read when every job deserializes (the usual case: one pass). Other fields
-/// (`version`) are ignored.
-#[derive(Deserialize)]
-struct JobsIn {
-    jobs: Vec<Job>,
+/// The store of `home` (`BUB_HOME`): the jobs file there. Every process that reads or changes
+/// jobs opens its store here (cheap; holds no open file).
+pub fn open(home: &Path) -> Arc<dyn JobStore> {
+    Arc::new(FileJobStore::new(home))
 }
 
-/// `jobs.json` as read when some job does not: each job is kept as its raw text and read on
-/// its own.
-#[derive(Deserialize)]
-struct RawJobsFile<'a> {
-    #[serde(borrow)]
-    jobs: Vec<&'a RawValue>,
+/// The shared list of jobs.
+///
+/// Every method but [`JobStore::version`] may block on I/O (a lock, a file, a network): async
+/// code calls them on the blocking pool. They are safe to call from many threads and processes
+/// at once.
+pub trait JobStore: Send + Sync {
+    /// The jobs that can run, in stored order, and the version they were read at. The list is
+    /// one consistent state: an update running at the same time is seen whole or not at all.
+    /// Reading may set aside jobs that cannot run ([`JobStore::rejected`]); they are not in
+    /// the list.
+    fn load(&self) -> anyhow::Result<(Vec<Job>, Version)>;
+
+    /// Reads the jobs, applies `change` to them and stores the result, atomically: no other
+    /// update is applied between the read and the store (an exclusive lock for the file; a
+    /// transaction in a database), so concurrent updates, from any process, never lose each
+    /// other's changes. `change` is called exactly once when the jobs could be read, and not at
+    /// all when that failed. When `change` leaves the jobs as they were, nothing is written.
+    /// Returns the version the update left. On an error the change is not stored: the jobs are
+    /// as they were before.
+    fn update(&self, change: &mut dyn FnMut(&mut Vec<Job>)) -> anyhow::Result<Version>;
+
+    /// The version of the jobs as stored now: equal to the version an earlier
+    /// [`load`](JobStore::load) or [`update`](JobStore::update) returned when nobody changed the
+    /// jobs since, different when anyone did. Cheap (the file store: one `stat`): the
+    /// scheduler's loop calls it about once a second on an async thread to notice changes made
+    /// by other processes.
+    fn version(&self) -> anyhow::Result<Version>;
+
+    /// The jobs set aside so far because they cannot run, oldest first, each with its reason.
+    fn rejected(&self) -> anyhow::Result<Vec<Rejected>>;
+
+    /// Where the jobs are kept, for messages (the file store: the path of `jobs.json`).
+    fn location(&self) -> String;
+
+    /// Where jobs that cannot run are set aside, for messages (the file store: the path of
+    /// `jobs.rejected.json`).
+    fn rejected_location(&self) -> String;
 }
 
-/// `jobs.json` as written.
-#[derive(Serialize)]
-struct JobsFile<'a> {
-    version: u32,
-    jobs: Vec<Entry<'a>>,
+/// Conveniences over the object-safe methods, for every store.
+impl dyn JobStore + '_ {
+    /// All jobs that can run, sorted by next run (jobs that will not run again last, ties by
+    /// creation time).
+    pub fn list(&self) -> anyhow::Result<Vec<Job>> {
+        let mut jobs = self.load()?.0;
+        jobs.sort_by_key(|j| (j.next_run.is_none(), j.next_run, j.created));
+        Ok(jobs)
+    }
+
+    /// [`JobStore::update`] with a change that returns a value: returns that value.
+    pub fn change<R>(&self, change: impl FnOnce(&mut Vec<Job>) -> R) -> anyhow::Result<R> {
+        Ok(self.change_versioned(change)?.0)
+    }
+
+    /// [`JobStore::update`] with a change that returns a value: returns that value and the
+    /// version the update left.
+    pub(crate) fn change_versioned<R>(
+        &self,
+        change: impl FnOnce(&mut Vec<Job>) -> R,
+    ) -> anyhow::Result<(R, Version)> {
+        let mut change = Some(change);
+        let mut result = None;
+        let version = self.update(&mut |jobs| {
+            if let Some(change) = change.take() {
+                result = Some(change(jobs));
+            }
+        })?;
+        let result = result
+            .with_context(|| format!("{}: the store did not apply the change", self.location()))?;
+        Ok((result, version))
+    }
 }
 
-#[derive(Serialize)]
-#[serde(untagged)]
-enum Entry<'a> {
-    Job(&'a Job),
-    /// A job that cannot run but could not be set aside: written back as it was.
-    Kept(&'a RawValue),
+/// One state of the stored jobs, as the store tells it: two versions are equal when no change
+/// was stored between the reads that returned them. Only compared, never looked into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version(Repr);
+
+/// What a [`Version`] is made of, by kind of store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Repr {
+    /// The file store: the identity of `jobs.json` (modification time, size, inode; `None` when
+    /// there is no file). Every write replaces the file, so it changes with every write.
+    File(Option<Stamp>),
+    /// A store that counts the changes it stores (a database's change counter; today only the
+    /// in-memory store of the tests).
+    #[cfg(test)]
+    Counter(u64),
 }
 
-/// `jobs.rejected.json`.
-#[derive(Default, Serialize, Deserialize)]
-struct RejectedFile {
-    #[serde(default)]
-    version: u32,
-    rejected: Vec<Rejected>,
+impl Version {
+    /// The version of a store that counts its changes: `changes` stored so far. The count must
+    /// grow with every stored change (by any process) and never go back.
+    #[cfg(test)]
+    pub(crate) fn counter(changes: u64) -> Self {
+        Self(Repr::Counter(changes))
+    }
+
+    /// The version of the file store whose file has identity `stamp`.
+    fn file(stamp: Option<Stamp>) -> Self {
+        Self(Repr::File(stamp))
+    }
 }
 
-/// A job taken out of `jobs.json` because it cannot run.
+/// A job taken out of the store because it cannot run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Rejected {
-    /// The job exactly as it was in `jobs.json`.
+    /// The job exactly as it was stored.
     pub job: serde_json::Value,
     /// Why it cannot run (`trigger.at: "tomorrow" is not an RFC 3339 time …`).
     pub reason: String,
+    /// When it was set aside.
     pub rejected_at: DateTime<Utc>,
 }
 
@@ -91,294 +157,98 @@ impl Rejected {
     }
 }
 
-/// The jobs read from the file (lock held).
-#[derive(Default)]
-struct Read {
-    jobs: Vec<Job>,
-    /// Jobs that cannot run and could not be set aside; a rewrite keeps them as they were.
-    kept: Vec<Box<RawValue>>,
-}
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
 
-/// Handle on `jobs.json` (cheap to create; holds no open file).
-#[derive(Debug, Clone)]
-pub struct JobStore {
-    path: PathBuf,
-    lock_path: PathBuf,
-    rejected_path: PathBuf,
-}
+    use super::*;
+    use crate::scheduler::job::Trigger;
 
-impl JobStore {
-    /// The store of `home` (`BUB_HOME`).
-    pub fn new(home: &Path) -> Self {
-        Self {
-            path: home.join("jobs.json"),
-            lock_path: home.join("jobs.lock"),
-            rejected_path: home.join("jobs.rejected.json"),
+    /// A store in memory: the trait alone is enough to build one.
+    #[derive(Default)]
+    struct Memory {
+        /// The jobs and the number of changes stored.
+        state: Mutex<(Vec<Job>, u64)>,
+    }
+
+    impl JobStore for Memory {
+        fn load(&self) -> anyhow::Result<(Vec<Job>, Version)> {
+            let state = self.state.lock().unwrap();
+            Ok((state.0.clone(), Version::counter(state.1)))
         }
-    }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// `jobs.rejected.json`, where jobs that cannot run are set aside.
-    pub fn rejected_path(&self) -> &Path {
-        &self.rejected_path
-    }
-
-    /// The jobs set aside so far, oldest first (none when the file does not exist). A file that
-    /// does not parse is an error here (it is moved aside only when a job is next set aside).
-    pub fn rejected(&self) -> anyhow::Result<Vec<Rejected>> {
-        let _lock = self.lock()?;
-        match read_rejected(&self.rejected_path)? {
-            None => Ok(Vec::new()),
-            Some(parsed) => Ok(parsed
-                .with_context(|| format!("{} does not parse", self.rejected_path.display()))?
-                .rejected),
-        }
-    }
-
-    /// All jobs, sorted by next run (jobs that will not run again last).
-    pub fn load(&self) -> anyhow::Result<Vec<Job>> {
-        let mut jobs = self.load_stamped()?.0;
-        jobs.sort_by_key(|j| (j.next_run.is_none(), j.next_run, j.created));
-        Ok(jobs)
-    }
-
-    /// The jobs in file order, with the version of the file they were read from.
-    pub(crate) fn load_stamped(&self) -> anyhow::Result<(Vec<Job>, Option<Stamp>)> {
-        let _lock = self.lock()?;
-        let jobs = self.read()?.jobs;
-        Ok((jobs, self.stamp()))
-    }
-
-    /// Applies `change` to the jobs under the exclusive lock and writes the result back (only
-    /// when `change` altered something).
-    pub fn update<R>(&self, change: impl FnOnce(&mut Vec<Job>) -> R) -> anyhow::Result<R> {
-        Ok(self.update_stamped(change)?.0)
-    }
-
-    /// [`JobStore::update`], also returning the version of the file it left.
-    pub(crate) fn update_stamped<R>(
-        &self,
-        change: impl FnOnce(&mut Vec<Job>) -> R,
-    ) -> anyhow::Result<(R, Option<Stamp>)> {
-        let _lock = self.lock()?;
-        let Read { mut jobs, kept } = self.read()?;
-        let before = jobs.clone();
-        let result = change(&mut jobs);
-        if jobs != before {
-            self.write(&jobs, &kept)?;
-        }
-        Ok((result, self.stamp()))
-    }
-
-    /// The file's current version (`None` when it does not exist).
-    pub(crate) fn stamp(&self) -> Option<Stamp> {
-        Stamp::of(&self.path)
-    }
-
-    fn lock(&self) -> anyhow::Result<File> {
-        storage::lock(&self.lock_path)
-    }
-
-    /// Reads the jobs (lock held). A missing file is an empty list; one that is not JSON or has
-    /// no `jobs` array is moved aside and read as empty; jobs that cannot run are set aside
-    /// ([`JobStore::reject`]).
-    fn read(&self) -> anyhow::Result<Read> {
-        let text = match fs::read_to_string(&self.path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Read::default()),
-            Err(e) => return Err(e).with_context(|| format!("reading {}", self.path.display())),
-        };
-        if text.trim().is_empty() {
-            return Ok(Read::default());
-        }
-        // The usual case in one pass over the text: every job deserializes and can run.
-        if let Ok(file) = serde_json::from_str::<JobsIn>(&text)
-            && file.jobs.iter().all(|job| job.check().is_ok())
-            && duplicate_ids(&file.jobs).is_empty()
-        {
-            return Ok(Read {
-                jobs: file.jobs,
-                kept: Vec::new(),
-            });
-        }
-        // Otherwise job by job, to set aside only the ones that cannot run.
-        let raw = match serde_json::from_str::<RawJobsFile>(&text) {
-            Ok(file) => file.jobs,
-            Err(e) => {
-                let aside = move_aside(&self.path, Utc::now())?;
-                tracing::error!(
-                    file = %self.path.display(),
-                    moved_to = %aside.display(),
-                    error = %e,
-                    "scheduler.store.corrupt: the jobs file does not parse; it was moved aside and the scheduler starts with no jobs"
-                );
-                return Ok(Read::default());
+        fn update(&self, change: &mut dyn FnMut(&mut Vec<Job>)) -> anyhow::Result<Version> {
+            let mut state = self.state.lock().unwrap();
+            let before = state.0.clone();
+            change(&mut state.0);
+            if state.0 != before {
+                state.1 += 1;
             }
-        };
-        // Each job on its own; `at`: its position in the file.
-        let (mut jobs, mut positions, mut bad) = (
-            Vec::with_capacity(raw.len()),
-            Vec::with_capacity(raw.len()),
-            Vec::new(),
-        );
-        for (at, raw) in raw.iter().enumerate() {
-            match Job::from_json(raw.get()) {
-                Ok(job) => {
-                    jobs.push(job);
-                    positions.push(at);
-                }
-                Err(reason) => bad.push((at, *raw, reason)),
-            }
+            Ok(Version::counter(state.1))
         }
-        let duplicates = duplicate_ids(&jobs);
-        for i in duplicates.into_iter().rev() {
-            let job = jobs.remove(i);
-            let at = positions.remove(i);
-            let reason = format!("duplicate id {:?} (the first job with it is kept)", job.id);
-            bad.push((at, raw[at], reason));
+
+        fn version(&self) -> anyhow::Result<Version> {
+            Ok(Version::counter(self.state.lock().unwrap().1))
         }
-        bad.sort_by_key(|(at, ..)| *at);
-        let bad: Vec<_> = bad
-            .into_iter()
-            .map(|(_, raw, reason)| (raw, reason))
-            .collect();
-        if bad.is_empty() {
-            return Ok(Read {
-                jobs,
-                kept: Vec::new(),
-            });
+
+        fn rejected(&self) -> anyhow::Result<Vec<Rejected>> {
+            Ok(Vec::new())
         }
-        let kept = self.reject(&jobs, bad)?;
-        Ok(Read { jobs, kept })
+
+        fn location(&self) -> String {
+            "memory".into()
+        }
+
+        fn rejected_location(&self) -> String {
+            "memory".into()
+        }
     }
 
-    /// Sets aside the jobs that cannot run (lock held): appends them to `jobs.rejected.json`,
-    /// then rewrites `jobs.json` with only the `valid` ones. Returns the jobs to keep in
-    /// `jobs.json` as they were: all of them when the rejected file cannot be written.
-    fn reject(
-        &self,
-        valid: &[Job],
-        bad: Vec<(&RawValue, String)>,
-    ) -> anyhow::Result<Vec<Box<RawValue>>> {
+    fn job(id: &str, at: DateTime<Utc>) -> Job {
+        Job {
+            id: id.into(),
+            session: "cli".into(),
+            message: "m".into(),
+            workspace: "/ws".into(),
+            trigger: Trigger::Once { at },
+            created: at,
+            next_run: Some(at),
+            last_run: None,
+            last_status: None,
+            creator: None,
+        }
+    }
+
+    #[test]
+    fn the_conveniences_work_over_any_store() {
+        let store: Arc<dyn JobStore> = Arc::new(Memory::default());
+        let empty = store.version().unwrap();
         let now = Utc::now();
-        let entries = bad
-            .iter()
-            .map(|(raw, reason)| {
-                Ok(Rejected {
-                    job: serde_json::from_str(raw.get())?,
-                    reason: reason.clone(),
-                    rejected_at: now,
-                })
+        let added = store
+            .change(|jobs| {
+                jobs.push(job("later", now + chrono::Duration::hours(1)));
+                jobs.push(job("sooner", now));
+                jobs.len()
             })
-            .collect::<serde_json::Result<Vec<_>>>()?;
-        match self.append_rejected(entries.clone(), now) {
-            Ok(()) => {
-                for entry in &entries {
-                    tracing::error!(
-                        job = entry.id().unwrap_or("-"),
-                        reason = %entry.reason,
-                        file = %self.path.display(),
-                        set_aside_in = %self.rejected_path.display(),
-                        "scheduler.store.rejected: a job cannot run; it was set aside and the other jobs keep running"
-                    );
-                }
-                self.write(valid, &[])?;
-                Ok(Vec::new())
-            }
-            Err(e) => {
-                for entry in &entries {
-                    tracing::error!(
-                        job = entry.id().unwrap_or("-"),
-                        reason = %entry.reason,
-                        file = %self.path.display(),
-                        error = %format!("{e:#}"),
-                        "scheduler.store.rejected: a job cannot run and could not be set aside; it stays in the jobs file and is skipped"
-                    );
-                }
-                Ok(bad.into_iter().map(|(raw, _)| raw.to_owned()).collect())
-            }
-        }
+            .unwrap();
+        assert_eq!(added, 2, "the change's own result");
+        let ((), after) = store.change_versioned(|_| ()).unwrap();
+        assert_ne!(after, empty, "a stored change is a new version");
+        assert_eq!(
+            store.version().unwrap(),
+            after,
+            "an update that changes nothing"
+        );
+        let ids = |jobs: Vec<Job>| jobs.into_iter().map(|j| j.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(store.load().unwrap().0),
+            ["later", "sooner"],
+            "stored order"
+        );
+        assert_eq!(
+            ids(store.list().unwrap()),
+            ["sooner", "later"],
+            "by next run"
+        );
     }
-
-    /// Appends `entries` to `jobs.rejected.json` (lock held; atomic replace). An entry for the
-    /// same job as an earlier one replaces it, so a rejection repeated after a crash between
-    /// the two writes is not listed twice. A file that does not parse is moved aside first.
-    fn append_rejected(&self, entries: Vec<Rejected>, now: DateTime<Utc>) -> anyhow::Result<()> {
-        let path = &self.rejected_path;
-        let mut file = match read_rejected(path)? {
-            None => RejectedFile::default(),
-            Some(Ok(file)) => file,
-            Some(Err(e)) => {
-                let aside = move_aside(path, now)?;
-                tracing::error!(
-                    file = %path.display(),
-                    moved_to = %aside.display(),
-                    error = %e,
-                    "scheduler.store.corrupt: the rejected jobs file does not parse; it was moved aside"
-                );
-                RejectedFile::default()
-            }
-        };
-        file.version = VERSION;
-        for entry in entries {
-            file.rejected.retain(|old| old.job != entry.job);
-            file.rejected.push(entry);
-        }
-        write_atomic(path, &file)
-    }
-
-    /// Atomically replaces `jobs.json` (lock held).
-    fn write(&self, jobs: &[Job], kept: &[Box<RawValue>]) -> anyhow::Result<()> {
-        let jobs = jobs
-            .iter()
-            .map(Entry::Job)
-            .chain(kept.iter().map(|raw| Entry::Kept(raw)))
-            .collect();
-        write_atomic(
-            &self.path,
-            &JobsFile {
-                version: VERSION,
-                jobs,
-            },
-        )
-    }
-}
-
-/// The positions of jobs whose id an earlier job has (the first job of an id is kept).
-fn duplicate_ids(jobs: &[Job]) -> Vec<usize> {
-    let mut seen = HashSet::with_capacity(jobs.len());
-    (0..jobs.len())
-        .filter(|&i| !seen.insert(jobs[i].id.as_str()))
-        .collect()
-}
-
-/// Reads `jobs.rejected.json`: `None` when it is missing or empty, the parse error when it
-/// does not parse; an I/O error is the outer error.
-fn read_rejected(path: &Path) -> anyhow::Result<Option<serde_json::Result<RejectedFile>>> {
-    let text = match fs::read_to_string(path) {
-        Ok(text) => text,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-    };
-    if text.trim().is_empty() {
-        return Ok(None);
-    }
-    Ok(Some(serde_json::from_str(&text)))
-}
-
-/// Renames `path` to `<name>.corrupt-<time>` next to it.
-fn move_aside(path: &Path, now: DateTime<Utc>) -> anyhow::Result<PathBuf> {
-    let stamp = now.format("%Y%m%dT%H%M%S%.3fZ");
-    let name = path.file_name().unwrap_or_default().to_string_lossy();
-    let aside = path.with_file_name(format!("{name}.corrupt-{stamp}"));
-    fs::rename(path, &aside).with_context(|| format!("moving {} aside", path.display()))?;
-    Ok(aside)
-}
-
-/// Atomically replaces `path` with `value` as pretty JSON ([`storage::write_atomic`]).
-fn write_atomic(path: &Path, value: &impl Serialize) -> anyhow::Result<()> {
-    storage::write_atomic(path, &serde_json::to_vec_pretty(value)?, None)
 }

@@ -1,7 +1,9 @@
 //! Schedule tools: `schedule.add`, `schedule.list`, `schedule.remove`.
 //!
-//! They only edit `BUB_HOME/jobs.json` (any process may); the process owning the scheduler
-//! fires the jobs. A session sees and removes only its own jobs.
+//! They only edit the job store (`BUB_HOME/jobs.json`; any process may); the process owning the
+//! scheduler fires the jobs. A session sees and removes only its own jobs.
+
+use std::sync::Arc;
 
 use chrono::Utc;
 use schemars::JsonSchema;
@@ -42,9 +44,9 @@ struct RemoveArgs {
 /// Runs a store operation off the async threads (file I/O under a lock).
 async fn with_store<R: Send + 'static>(
     ctx: &ToolContext,
-    f: impl FnOnce(JobStore) -> Result<R, ToolError> + Send + 'static,
+    f: impl FnOnce(Arc<dyn JobStore>) -> Result<R, ToolError> + Send + 'static,
 ) -> Result<R, ToolError> {
-    let store = JobStore::new(&ctx.settings().home);
+    let store = crate::scheduler::store::open(&ctx.settings().home);
     tokio::task::spawn_blocking(move || f(store))
         .await
         .map_err(|e| ToolError::new(format!("schedule task failed: {e}")))?
@@ -82,7 +84,7 @@ async fn add(args: AddArgs, ctx: ToolContext) -> Result<String, ToolError> {
         job.next_run.map_or_else(|| "-".to_owned(), local_time)
     );
     with_store(&ctx, move |store| {
-        store.update(|jobs| jobs.push(job)).map_err(ToolError::from)
+        store.change(|jobs| jobs.push(job)).map_err(ToolError::from)
     })
     .await?;
     CHANGED.notify_one();
@@ -91,7 +93,7 @@ async fn add(args: AddArgs, ctx: ToolContext) -> Result<String, ToolError> {
 
 async fn list(ctx: ToolContext) -> Result<String, ToolError> {
     let session = ctx.session_id().to_owned();
-    let jobs = with_store(&ctx, |store| store.load().map_err(ToolError::from)).await?;
+    let jobs = with_store(&ctx, |store| store.list().map_err(ToolError::from)).await?;
     let rows: Vec<String> = jobs
         .iter()
         .filter(|j| j.session == session)
@@ -110,7 +112,7 @@ async fn remove(args: RemoveArgs, ctx: ToolContext) -> Result<String, ToolError>
         let id = id.clone();
         move |store| {
             store
-                .update(|jobs| {
+                .change(|jobs| {
                     let before = jobs.len();
                     jobs.retain(|j| !(j.id == id && j.session == session));
                     jobs.len() < before

@@ -1,0 +1,136 @@
+//! The module graph drawn in ARCHITECTURE.md holds in the code: every module of `src/` uses
+//! (by a `crate::` path) only modules of its own layer or of the layers above it, and the
+//! modules form no cycle.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// The layers of ARCHITECTURE.md's "Module graph", top first: the modules named on each
+/// numbered line.
+fn layers(root: &Path) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(root.join("ARCHITECTURE.md")).unwrap();
+    let graph = text
+        .split("## Module graph")
+        .nth(1)
+        .expect("a Module graph section");
+    let graph = graph.split("\n## ").next().unwrap();
+    let mut layers: Vec<Vec<String>> = Vec::new();
+    for line in graph.lines() {
+        let numbered = line
+            .split_once(". ")
+            .is_some_and(|(n, _)| n.parse::<u32>().is_ok());
+        if numbered {
+            layers.push(Vec::new());
+        } else if !line.starts_with("   ") {
+            // Only the numbered lines and their indented continuations name layers.
+            if layers.is_empty() { continue } else { break }
+        }
+        let layer = layers.last_mut().unwrap();
+        for name in line.split('`').skip(1).step_by(2) {
+            let is_module = root.join("src").join(format!("{name}.rs")).is_file()
+                || root.join("src").join(name).is_dir();
+            if is_module && !layer.iter().any(|n| n == name) {
+                layer.push(name.to_owned());
+            }
+        }
+    }
+    layers
+}
+
+/// The top-level modules each module uses: `crate::x` paths outside comments.
+fn uses(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let walker = ignore::WalkBuilder::new(root.join("src")).build();
+    for entry in walker.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let rel = path.strip_prefix(root.join("src")).unwrap();
+        let first = rel.iter().next().unwrap().to_string_lossy();
+        let module = first.trim_end_matches(".rs").to_owned();
+        if module == "lib" || module == "main" {
+            continue;
+        }
+        let code: String = std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|l| l.split("//").next().unwrap())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let used = edges.entry(module.clone()).or_default();
+        for rest in code.split("crate::").skip(1) {
+            let names: Vec<&str> = match rest.strip_prefix('{') {
+                Some(group) => group.split('}').next().unwrap().split(',').collect(),
+                None => vec![rest],
+            };
+            for name in names {
+                let name: String = name
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() && name != module {
+                    used.insert(name);
+                }
+            }
+        }
+    }
+    edges
+}
+
+#[test]
+fn modules_use_only_their_layer_and_the_layers_above_and_form_no_cycle() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let layers = layers(root);
+    assert!(layers.len() >= 5, "layers found: {layers:?}");
+    let layer_of: BTreeMap<&str, usize> = layers
+        .iter()
+        .enumerate()
+        .flat_map(|(i, names)| names.iter().map(move |n| (n.as_str(), i)))
+        .collect();
+    let edges = uses(root);
+    let mut wrong = Vec::new();
+    for (module, used) in &edges {
+        let Some(&own) = layer_of.get(module.as_str()) else {
+            wrong.push(format!("{module} is in no layer of ARCHITECTURE.md"));
+            continue;
+        };
+        for other in used {
+            match layer_of.get(other.as_str()) {
+                Some(&layer) if layer > own => wrong.push(format!(
+                    "{module} (layer {}) uses {other} (layer {})",
+                    own + 1,
+                    layer + 1
+                )),
+                _ => {}
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+
+    // No cycle, within a layer either: a depth-first search finds no back edge.
+    fn visit<'a>(
+        m: &'a str,
+        edges: &'a BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<&'a str, bool>,
+        path: &mut Vec<&'a str>,
+    ) {
+        match state.get(m) {
+            Some(true) => return,
+            Some(false) => panic!("a cycle: {} -> {m}", path.join(" -> ")),
+            None => {}
+        }
+        state.insert(m, false);
+        path.push(m);
+        for next in edges.get(m).into_iter().flatten() {
+            visit(next, edges, state, path);
+        }
+        path.pop();
+        state.insert(m, true);
+    }
+    let mut state = BTreeMap::new();
+    for module in edges.keys() {
+        visit(module, &edges, &mut state, &mut Vec::new());
+    }
+}
