@@ -363,11 +363,9 @@ fn an_oversized_skill_md_is_invalid() {
     );
 }
 
-/// Sets the file's modification time.
+/// Sets the modification time of a file or folder.
 fn set_mtime(path: &Path, time: std::time::SystemTime) {
-    std::fs::File::options()
-        .write(true)
-        .open(path)
+    std::fs::File::open(path)
         .unwrap()
         .set_modified(time)
         .unwrap();
@@ -407,27 +405,19 @@ fn a_skill_md_is_parsed_again_only_when_its_mtime_or_length_changes() {
     assert_eq!(body(&discover(&roots.settings)), "third");
 }
 
-/// Sets the modification time of a folder or file to a settled past.
-fn age(path: &Path, secs: u64) {
-    let time = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs);
-    std::fs::File::open(path)
-        .unwrap()
-        .set_modified(time)
-        .unwrap();
-}
-
 #[test]
 fn a_discovery_is_kept_until_a_folder_or_skill_md_changes() {
     let roots = Roots::new();
     let root = roots.project(".agents");
     write_skill(&root, "notes", &skill_md("notes", "Notes.", "first"));
+    let past = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
     let settle = || {
         for path in [
             root.clone(),
             root.join("notes"),
             root.join("notes/SKILL.md"),
         ] {
-            age(&path, 1_700_000_000);
+            set_mtime(&path, past);
         }
     };
     settle();
@@ -459,7 +449,7 @@ fn a_discovery_is_kept_until_a_folder_or_skill_md_changes() {
     .unwrap();
     settle();
     for path in [root.join("later"), root.join("later/SKILL.md")] {
-        age(&path, 1_700_000_000);
+        set_mtime(&path, past);
     }
     let edited = discover(&roots.settings);
     assert_eq!(edited.get("notes").unwrap().file.body, "edited");
