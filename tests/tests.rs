@@ -6,6 +6,7 @@ mod support;
 
 mod architecture;
 mod chaos;
+mod compaction;
 mod container;
 mod daemon;
 mod discord;

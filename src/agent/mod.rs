@@ -8,6 +8,7 @@
 //! enforces on every tool call.
 
 pub(crate) mod commands;
+mod compact;
 pub mod prompt;
 pub mod router;
 pub(crate) mod runner;

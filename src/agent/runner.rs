@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use super::compact;
 use super::prompt::{self, PromptParts};
 use super::router::Router;
 use crate::delivery::TurnError;
@@ -52,6 +53,9 @@ pub(crate) struct ModelLoop<'a> {
     context: ContextCursor,
     /// The skills as the last step's system prompt showed them (for `$hints` in answers).
     skills: Arc<Discovery>,
+    /// Prompt tokens the provider counted per estimated token, at this turn's last call (1
+    /// until one reports its usage).
+    token_scale: f64,
 }
 
 impl<'a> ModelLoop<'a> {
@@ -72,6 +76,7 @@ impl<'a> ModelLoop<'a> {
             last_system,
             context: ContextCursor::default(),
             skills: Arc::default(),
+            token_scale: 1.0,
         }
     }
 
@@ -188,8 +193,14 @@ impl<'a> ModelLoop<'a> {
             };
             TurnError::tape(&format!("could not record {what} on the tape"), &e)
         })?;
-        // The context read with the prompt; after an automatic handoff it is read again.
-        let mut context = Some(context);
+        // The context read with the prompt; after a compaction it is read again.
+        let mut context = match context {
+            Ok(messages) if self.over_budget(&system, &messages) => {
+                self.compact(llm, messages, &run, "budget").await;
+                None
+            }
+            context => Some(context),
+        };
         let mut retried = false;
         let response = loop {
             let messages = match context.take() {
@@ -200,7 +211,8 @@ impl<'a> ModelLoop<'a> {
                 Ok(r) => break r,
                 Err(e) if !retried && e.is_context_overflow() => {
                     retried = true;
-                    self.auto_handoff(prompt, &run).await;
+                    let messages = self.context().await.unwrap_or_default();
+                    self.compact(llm, messages, &run, "context_overflow").await;
                 }
                 Err(e) => {
                     let payload = json!({"kind": e.kind(), "message": e.to_string()});
@@ -290,13 +302,16 @@ impl<'a> ModelLoop<'a> {
         context
     }
 
+    /// One model call with `system` and the context. When the provider reports the prompt's
+    /// tokens, the ratio to the estimate scales the estimates of this turn's later steps.
     async fn call(
-        &self,
+        &mut self,
         llm: &LlmClient,
         system: &str,
         context: anyhow::Result<Vec<Value>>,
     ) -> Result<ChatResponse, LlmError> {
         let context = context.map_err(|e| LlmError::InvalidResponse(format!("tape: {e:#}")))?;
+        let estimate = self.estimate(system, &context);
         let mut messages = vec![json!({"role": "system", "content": system})];
         messages.extend(sanitize_context(context));
         let request = ChatRequest {
@@ -304,24 +319,84 @@ impl<'a> ModelLoop<'a> {
             tools: self.ctx.registry().openai_specs_for(&self.ctx.turn.policy),
             max_tokens: self.max_tokens,
         };
-        llm.chat(&request).await
+        let response = llm.chat(&request).await?;
+        let counted = response
+            .usage
+            .as_ref()
+            .and_then(|u| u["prompt_tokens"].as_u64());
+        if let Some(counted) = counted.filter(|_| estimate > 0) {
+            self.token_scale = (counted as f64 / estimate as f64).clamp(0.25, 4.0);
+        }
+        Ok(response)
     }
 
-    /// Writes an anchor so the next call starts from a short context (Bub v0.2.3 only failed
-    /// the turn).
-    async fn auto_handoff(&self, prompt: &str, run: &Value) {
-        tracing::warn!("model.context_overflow: automatic handoff");
-        let summary = "The previous context exceeded the model's window and was cut here.";
-        let result = self
-            .ctx
-            .tape()
-            .run(|t| t.handoff("auto_handoff/context_overflow", Some(summary), None))
-            .await;
-        if let Err(e) = result {
-            append_failed("anchor", &e);
-        }
-        let message = json!({"role": "user", "content": prompt});
-        self.append("message", message, run).await;
+    /// A fast estimate of a request's prompt tokens: the system prompt, the messages and the
+    /// tools offered.
+    fn estimate(&self, system: &str, messages: &[Value]) -> u64 {
+        let tools = self.ctx.registry().openai_specs_for(&self.ctx.turn.policy);
+        let tools: u64 = tools
+            .iter()
+            .map(|t| compact::estimate_text(&t.to_string()))
+            .sum();
+        compact::estimate(system, messages) + tools
+    }
+
+    /// Whether `messages` with `system` fill more of the model's window than the settings
+    /// allow (the estimate, scaled by what the provider counted for this turn's last call).
+    fn over_budget(&self, system: &str, messages: &[Value]) -> bool {
+        self.estimate(system, messages) as f64 * self.token_scale > self.budget() as f64
+    }
+
+    /// The tokens the context may fill: `BUB_COMPACT_PERCENT` of `BUB_CONTEXT_TOKENS`.
+    fn budget(&self) -> u64 {
+        let s = self.ctx.settings();
+        u64::from(s.context_tokens) * u64::from(s.compact_percent) / 100
+    }
+
+    /// Compacts `messages` (the context): the model's summary — or, when its call fails, one
+    /// built without it — becomes anchor `compaction`, and the newest messages are carried over
+    /// after it. Failures are logged; the turn goes on either way.
+    async fn compact(&mut self, llm: &LlmClient, messages: Vec<Value>, run: &Value, why: &str) {
+        let started = std::time::Instant::now();
+        let budget = self.budget();
+        let transcript = compact::transcript(&messages, (budget as usize).saturating_mul(3));
+        let request = ChatRequest {
+            messages: vec![
+                json!({"role": "system", "content": compact::SUMMARY_PROMPT}),
+                json!({"role": "user", "content": transcript}),
+            ],
+            tools: Arc::from(Vec::new()),
+            max_tokens: self.max_tokens,
+        };
+        let (summary, by) = match llm.chat(&request).await {
+            Ok(r) if r.content.as_deref().is_some_and(|t| !t.trim().is_empty()) => {
+                (r.content.unwrap_or_default(), "model")
+            }
+            Ok(_) => (compact::fallback_summary(&messages), "fallback"),
+            Err(e) => {
+                tracing::warn!(error = %e, "context.compact.summary_failed");
+                (compact::fallback_summary(&messages), "fallback")
+            }
+        };
+        let carried = compact::carried(&messages, budget / 4);
+        let data = json!({
+            "reason": why,
+            "summary_by": by,
+            "tokens_before": compact::estimate("", &messages),
+            "carried": carried.len(),
+            "ms": started.elapsed().as_millis() as u64,
+        });
+        tracing::info!(reason = why, summary_by = by, "context.compacted");
+        let run = run.clone();
+        let written = self.ctx.tape().run(move |t| {
+            t.handoff("compaction", Some(&summary), None)?;
+            for message in carried {
+                let meta = json!({"carried_over": true, "run_id": run["run_id"]});
+                t.append("message", message, meta)?;
+            }
+            t.event("context.compacted", data).map(drop)
+        });
+        logged("anchor", written.await);
     }
 
     /// Records the calls, runs them one by one, records their results.

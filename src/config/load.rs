@@ -128,6 +128,15 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     set(l, "BUB_MAX_STEPS", &mut s.max_steps, |var, v| {
         parse_u32_min(var, v, 1)
     })?;
+    set(l, "BUB_CONTEXT_TOKENS", &mut s.context_tokens, |var, v| {
+        parse_u32_min(var, v, 256)
+    })?;
+    set(
+        l,
+        "BUB_COMPACT_PERCENT",
+        &mut s.compact_percent,
+        |var, v| parse_u32_range(var, v, 10, 100),
+    )?;
     set(
         l,
         "BUB_PROACTIVE_RESPONSE",

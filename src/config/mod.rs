@@ -160,6 +160,11 @@ pub struct Settings {
     pub tape_name: String,
     /// `BUB_MAX_STEPS` (default 20, ≥ 1).
     pub max_steps: u32,
+    /// `BUB_CONTEXT_TOKENS` (default 32000, ≥ 256): the model's context window, in tokens.
+    pub context_tokens: u32,
+    /// `BUB_COMPACT_PERCENT` (default 75, 10..=100): the share of the window the context since
+    /// the last anchor may fill before Bub compacts it.
+    pub compact_percent: u32,
     /// `BUB_PROACTIVE_RESPONSE` (default false).
     pub proactive_response: bool,
     /// `BUB_MESSAGE_DELAY_SECONDS` (default 10, at most one hour).
@@ -268,6 +273,8 @@ impl Settings {
             allowed_skills: Vec::new(),
             tape_name: "bub".to_owned(),
             max_steps: 20,
+            context_tokens: 32_000,
+            compact_percent: 75,
             proactive_response: false,
             message_delay: Duration::from_secs(10),
             message_debounce: Duration::from_secs(1),

@@ -92,6 +92,7 @@ fn defaults_match_the_reference() {
     assert_eq!(s.workspace, fx.workspace);
     assert_eq!(s.tape_name, "bub");
     assert_eq!(s.max_steps, 20);
+    assert_eq!((s.context_tokens, s.compact_percent), (32_000, 75));
     assert!(!s.proactive_response);
     assert_eq!(s.message_delay, std::time::Duration::from_secs(10));
     assert_eq!(s.message_debounce, std::time::Duration::from_secs(1));
@@ -440,6 +441,9 @@ fn env_names_are_case_insensitive_and_blank_means_default() {
 fn every_error_names_its_variable() {
     err_for(&[("BUB_MAX_TOKENS", "lots")], "BUB_MAX_TOKENS");
     err_for(&[("BUB_MAX_STEPS", "0")], "BUB_MAX_STEPS");
+    err_for(&[("BUB_CONTEXT_TOKENS", "100")], "BUB_CONTEXT_TOKENS");
+    err_for(&[("BUB_COMPACT_PERCENT", "5")], "BUB_COMPACT_PERCENT");
+    err_for(&[("BUB_COMPACT_PERCENT", "101")], "BUB_COMPACT_PERCENT");
     err_for(&[("BUB_TELEGRAM_ENABLED", "maybe")], "BUB_TELEGRAM_ENABLED");
     err_for(
         &[("BUB_DISCORD_ALLOW_FROM", "[\"a\", ")],
