@@ -56,6 +56,8 @@ pub(crate) struct ModelLoop<'a> {
     /// Prompt tokens the provider counted per estimated token, at this turn's last call (1
     /// until one reports its usage).
     token_scale: f64,
+    /// The estimated tokens of the tools offered (the same every step of the turn).
+    tools_tokens: u64,
 }
 
 impl<'a> ModelLoop<'a> {
@@ -77,6 +79,12 @@ impl<'a> ModelLoop<'a> {
             context: ContextCursor::default(),
             skills: Arc::default(),
             token_scale: 1.0,
+            tools_tokens: ctx
+                .registry()
+                .openai_specs_for(&ctx.turn.policy)
+                .iter()
+                .map(|t| compact::estimate_text(&t.to_string()))
+                .sum(),
         }
     }
 
@@ -333,12 +341,7 @@ impl<'a> ModelLoop<'a> {
     /// A fast estimate of a request's prompt tokens: the system prompt, the messages and the
     /// tools offered.
     fn estimate(&self, system: &str, messages: &[Value]) -> u64 {
-        let tools = self.ctx.registry().openai_specs_for(&self.ctx.turn.policy);
-        let tools: u64 = tools
-            .iter()
-            .map(|t| compact::estimate_text(&t.to_string()))
-            .sum();
-        compact::estimate(system, messages) + tools
+        compact::estimate(system, messages) + self.tools_tokens
     }
 
     /// Whether `messages` with `system` fill more of the model's window than the settings
