@@ -67,7 +67,8 @@ fn compaction_ms(path: &Path) -> Option<u64> {
     let text = std::fs::read_to_string(path).unwrap();
     text.lines().rev().find_map(|l| {
         let e: Value = serde_json::from_str(l).ok()?;
-        (e["payload"]["name"] == "context.compacted").then(|| e["payload"]["data"]["ms"].as_u64())?
+        (e["payload"]["name"] == "context.compacted")
+            .then(|| e["payload"]["data"]["ms"].as_u64())?
     })
 }
 
@@ -75,7 +76,9 @@ fn main() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let model = runtime.block_on(fake_openai::start());
     model.set_responder(|request| {
-        let first = request["messages"][0]["content"].as_str().unwrap_or_default();
+        let first = request["messages"][0]["content"]
+            .as_str()
+            .unwrap_or_default();
         if first.starts_with("You compact a conversation") {
             "## Goals\nKeep going.".to_owned()
         } else {
@@ -92,7 +95,11 @@ fn main() {
         let started = Instant::now();
         let out = bub(dir.path(), &model, "and now?");
         let turn = started.elapsed();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let sent = model.requests_since(before);
         let request = sent.last().unwrap();
         let compacted = compaction_ms(&path);

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::support::bub_env::{Env, stderr};
 
 /// `BUB_CONTEXT_TOKENS` of these tests; compaction at the default 75 %.
-const WINDOW: u64 = 4_000;
+const WINDOW: u64 = 8_000;
 
 /// Whether `request` is the summarising call (its system prompt asks for a compaction).
 fn is_summary(request: &Value) -> bool {
@@ -67,14 +67,20 @@ async fn a_ten_thousand_message_conversation_is_compacted_and_requests_stay_unde
 
     for turn in 0..20 {
         let out = env
-            .run(&["run", &format!("question {turn}: {}", "more ".repeat(100))])
+            .run(&["run", &format!("question {turn}: {}", "more ".repeat(300))])
             .await;
         assert!(out.status.success(), "stderr: {}", stderr(&out));
     }
     let requests = env.model.requests();
     let (summaries, answers): (Vec<&Value>, Vec<&Value>) =
         requests.iter().partition(|r| is_summary(r));
-    assert!(!summaries.is_empty(), "the long tape was compacted");
+    // The grown tape at once, then again as the questions pile up — but not every turn.
+    assert!(
+        (2..answers.len() / 2).contains(&summaries.len()),
+        "{} compactions in {} turns",
+        summaries.len(),
+        answers.len()
+    );
     let budget = WINDOW * 75 / 100;
     for request in &answers {
         assert!(

@@ -27,15 +27,15 @@ use crate::llm::{LlmClient, LlmConfig};
 use crate::tape::TapeInfo;
 use crate::tools::{self, ProcessCtx, SessionCtx, ToolContext};
 use router::Router;
-use runner::{ModelLoop, SharedLlm};
+use runner::{LoopMemory, ModelLoop, SharedLlm};
 
 pub use crate::delivery::{TurnError, TurnResult};
 
 /// Per-session state: its tape, and the turn lock with what the loop remembers between turns.
 struct Session {
     state: Arc<SessionCtx>,
-    /// Held for a whole turn; holds the hash of the last system prompt recorded.
-    turn: tokio::sync::Mutex<Option<u64>>,
+    /// Held for a whole turn; holds what the model loop remembers between turns.
+    turn: tokio::sync::Mutex<LoopMemory>,
 }
 
 /// The agent of one process: the process parts (settings, tools, outbox, access, redactor), the
@@ -117,7 +117,7 @@ impl AgentRuntime {
             .or_insert_with(|| {
                 Arc::new(Session {
                     state: Arc::new(state),
-                    turn: tokio::sync::Mutex::new(None),
+                    turn: tokio::sync::Mutex::default(),
                 })
             });
         Ok(session.clone())
@@ -237,20 +237,15 @@ impl AgentRuntime {
                 };
             }
         };
-        let mut last_system = session.turn.lock().await;
+        let mut memory = session.turn.lock().await;
         let ctx = ToolContext::new(self.process.clone(), session.state.clone(), who.clone());
-        let mut result = self.turn(&mut last_system, &ctx, text).await;
+        let mut result = self.turn(&mut memory, &ctx, text).await;
         result.answered = ctx.turn.answered.load(Ordering::Relaxed);
         result
     }
 
     /// One turn in a locked session.
-    async fn turn(
-        &self,
-        last_system: &mut Option<u64>,
-        ctx: &ToolContext,
-        text: &str,
-    ) -> TurnResult {
+    async fn turn(&self, memory: &mut LoopMemory, ctx: &ToolContext, text: &str) -> TurnResult {
         if let Err(e) = ctx.tape().run(|t| t.ensure_bootstrap()).await {
             return TurnResult {
                 error: Some(TurnError::tape("tape", &e)),
@@ -275,7 +270,7 @@ impl AgentRuntime {
             Ok(llm) => Ok(llm.as_ref()),
             Err(e) => Err(e.as_str()),
         };
-        let outcome = ModelLoop::new(llm, ctx, &router, last_system)
+        let outcome = ModelLoop::new(llm, ctx, &router, memory)
             .run(&route.model_prompt)
             .await;
         let result = json!({

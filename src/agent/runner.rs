@@ -40,6 +40,25 @@ enum Step {
     Text(String),
 }
 
+/// What a session's model loop remembers from one turn to the next.
+#[derive(Debug)]
+pub(crate) struct LoopMemory {
+    /// Hash of the last system prompt written to the tape, to record it only when it changes.
+    pub last_system: Option<u64>,
+    /// Prompt tokens the provider counted per estimated token, at the last call that reported
+    /// its usage (1 until one does).
+    pub token_scale: f64,
+}
+
+impl Default for LoopMemory {
+    fn default() -> Self {
+        Self {
+            last_system: None,
+            token_scale: 1.0,
+        }
+    }
+}
+
 /// Runs the model loop for one session turn.
 pub(crate) struct ModelLoop<'a> {
     llm: Result<&'a LlmClient, &'a str>,
@@ -47,27 +66,24 @@ pub(crate) struct ModelLoop<'a> {
     router: &'a Router,
     max_steps: u32,
     max_tokens: u32,
-    /// Hash of the last system prompt written to the tape, to record it only when it changes.
-    last_system: &'a mut Option<u64>,
+    /// What the session remembers between turns.
+    memory: &'a mut LoopMemory,
     /// The turn's context, read from the tape where the previous step left off.
     context: ContextCursor,
     /// The skills as the last step's system prompt showed them (for `$hints` in answers).
     skills: Arc<Discovery>,
-    /// Prompt tokens the provider counted per estimated token, at this turn's last call (1
-    /// until one reports its usage).
-    token_scale: f64,
     /// The estimated tokens of the tools offered (the same every step of the turn).
     tools_tokens: u64,
 }
 
 impl<'a> ModelLoop<'a> {
     /// The loop of a turn in `ctx`'s session, bounded by its settings' steps and tokens.
-    /// `last_system` is the session's memory of the system prompt it recorded last.
+    /// `memory` is what the session's earlier turns left for this one.
     pub(crate) fn new(
         llm: Result<&'a LlmClient, &'a str>,
         ctx: &'a ToolContext,
         router: &'a Router,
-        last_system: &'a mut Option<u64>,
+        memory: &'a mut LoopMemory,
     ) -> Self {
         Self {
             llm,
@@ -75,10 +91,9 @@ impl<'a> ModelLoop<'a> {
             router,
             max_steps: ctx.settings().max_steps,
             max_tokens: ctx.settings().max_tokens,
-            last_system,
+            memory,
             context: ContextCursor::default(),
             skills: Arc::default(),
-            token_scale: 1.0,
             tools_tokens: ctx
                 .registry()
                 .openai_specs_for(&ctx.turn.policy)
@@ -263,7 +278,7 @@ impl<'a> ModelLoop<'a> {
         let message = json!({"role": "user", "content": prompt});
         let run = run.clone();
         let mut cursor = std::mem::take(&mut self.context);
-        let (ctx, last_system) = (self.ctx.clone(), *self.last_system);
+        let (ctx, last_system) = (self.ctx.clone(), self.memory.last_system);
         let recorded = self.ctx.tape().run(move |t| {
             let skills = crate::skills::discover(ctx.settings());
             if let Some(text) = hints {
@@ -290,7 +305,7 @@ impl<'a> ModelLoop<'a> {
         let (system, recorded, context, cursor, skills) = recorded.await?;
         (self.context, self.skills) = (cursor, skills);
         if recorded.is_some() {
-            *self.last_system = recorded;
+            self.memory.last_system = recorded;
         }
         Ok((system, context))
     }
@@ -311,7 +326,7 @@ impl<'a> ModelLoop<'a> {
     }
 
     /// One model call with `system` and the context. When the provider reports the prompt's
-    /// tokens, the ratio to the estimate scales the estimates of this turn's later steps.
+    /// tokens, the ratio to the estimate scales the later estimates of the session.
     async fn call(
         &mut self,
         llm: &LlmClient,
@@ -333,7 +348,7 @@ impl<'a> ModelLoop<'a> {
             .as_ref()
             .and_then(|u| u["prompt_tokens"].as_u64());
         if let Some(counted) = counted.filter(|_| estimate > 0) {
-            self.token_scale = (counted as f64 / estimate as f64).clamp(0.25, 4.0);
+            self.memory.token_scale = (counted as f64 / estimate as f64).clamp(0.5, 4.0);
         }
         Ok(response)
     }
@@ -345,9 +360,12 @@ impl<'a> ModelLoop<'a> {
     }
 
     /// Whether `messages` with `system` fill more of the model's window than the settings
-    /// allow (the estimate, scaled by what the provider counted for this turn's last call).
+    /// allow (the estimate, scaled by what the provider counted at the session's last call),
+    /// and compaction would leave fewer messages (a window the system prompt and the tools
+    /// fill alone is not compacted turn after turn).
     fn over_budget(&self, system: &str, messages: &[Value]) -> bool {
-        self.estimate(system, messages) as f64 * self.token_scale > self.budget() as f64
+        let estimate = self.estimate(system, messages) as f64 * self.memory.token_scale;
+        estimate > self.budget() as f64 && messages.len() > compact::CARRIED + 1
     }
 
     /// The tokens the context may fill: `BUB_COMPACT_PERCENT` of `BUB_CONTEXT_TOKENS`.
