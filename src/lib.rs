@@ -15,6 +15,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod delivery;
+pub mod heap;
 pub mod inbox;
 pub mod llm;
 pub mod logging;

@@ -123,6 +123,11 @@ enum Command {
         #[command(subcommand)]
         action: SkillsAction,
     },
+    /// What Bub remembers across sessions (`BUB_HOME/memory/`).
+    Memory {
+        #[command(subcommand)]
+        action: MemoryAction,
+    },
     /// Pairing: admit a user who asked for access from a private chat.
     Pair {
         #[command(subcommand)]
@@ -175,6 +180,18 @@ enum AccessAction {
 }
 
 #[derive(Subcommand, Debug)]
+enum MemoryAction {
+    /// Print the global memory and every chat's.
+    List,
+    /// Open a memory file in $VISUAL / $EDITOR (default vi): the global one, or a session's.
+    Edit {
+        /// The session whose memory to edit (`telegram:42`, `cli`); the global memory if absent.
+        #[arg(long)]
+        session: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum SkillsAction {
     /// List the skills: name, source, location, description.
     List,
@@ -191,7 +208,7 @@ enum JobsAction {
 }
 
 fn main() -> ExitCode {
-    bub::memory::tune_allocator();
+    bub::heap::tune_allocator();
     // A write past RLIMIT_FSIZE then fails with EFBIG (a tape append reports it) instead of the
     // signal killing the daemon. Children get the default action back (`tools::shell`).
     // SAFETY: setting a signal's disposition to SIG_IGN before any other thread exists.
@@ -227,6 +244,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match &command {
         Command::Jobs { action } => return jobs(&settings, action),
         Command::Skills { action } => return Ok(skills(&settings, action)),
+        Command::Memory { action } => return memory(&settings, action),
         Command::Pair { action } => return pair(&settings, action),
         Command::Access {
             action: AccessAction::Explain { chat, user },
@@ -556,6 +574,70 @@ fn explain(settings: &Settings, chat: &str, user: Option<&str>) -> anyhow::Resul
         .map_err(|e| Usage(format!("{e:#}")))?;
     print_out(&text);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `bub memory list` / `bub memory edit`.
+fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Result<ExitCode> {
+    use bub::memory::{Memory, Scope};
+    let memory = Memory::new(&settings.home);
+    match action {
+        MemoryAction::List => {
+            let mut out = vec![format!(
+                "global ({})",
+                memory.path(&Scope::Global).display()
+            )];
+            out.extend(
+                memory
+                    .list(&Scope::Global)
+                    .iter()
+                    .map(|e| format!("  - {e}")),
+            );
+            let chats = memory.path(&Scope::Chat(String::new()));
+            let dir = chats.parent().expect("the chats folder");
+            let mut files: Vec<_> = std::fs::read_dir(dir)
+                .map(|d| d.flatten().map(|e| e.path()).collect())
+                .unwrap_or_default();
+            files.sort();
+            for file in files {
+                let text = std::fs::read_to_string(&file).unwrap_or_default();
+                let name = file.file_stem().unwrap_or_default().to_string_lossy();
+                let session = percent_encoding::percent_decode_str(&name).decode_utf8_lossy();
+                out.push(format!("chat {session} ({})", file.display()));
+                out.extend(
+                    text.lines()
+                        .filter(|l| l.starts_with("- "))
+                        .map(|l| format!("  {l}")),
+                );
+            }
+            print_out(&out.join("\n"));
+            Ok(ExitCode::SUCCESS)
+        }
+        MemoryAction::Edit { session } => {
+            let scope = session.clone().map_or(Scope::Global, Scope::Chat);
+            let path = memory.path(&scope);
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir)?;
+            }
+            if !path.exists() {
+                std::fs::write(&path, "")?;
+            }
+            let editor = std::env::var("VISUAL")
+                .or_else(|_| std::env::var("EDITOR"))
+                .unwrap_or_else(|_| "vi".to_owned());
+            let status = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!("{editor} \"$1\""))
+                .arg("sh")
+                .arg(&path)
+                .status()
+                .with_context(|| format!("starting {editor}"))?;
+            Ok(if status.success() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            })
+        }
+    }
 }
 
 /// `bub skills list` / `bub skills check`.

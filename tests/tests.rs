@@ -15,6 +15,7 @@ mod jobs;
 mod limits;
 mod llm;
 mod manager;
+mod memory;
 mod message;
 mod router;
 mod run_cli;

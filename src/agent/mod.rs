@@ -252,6 +252,7 @@ impl AgentRuntime {
                 ..Default::default()
             };
         }
+        remember_prefixed(ctx, text).await;
         let router = Router::new(ctx.clone());
         let route = router.route_user(text).await;
         if route.exit_requested {
@@ -288,5 +289,44 @@ impl AgentRuntime {
             steps: outcome.steps,
             answered: false,
         }
+    }
+}
+
+/// Keeps what the user's messages ask to be remembered (`remember: …`, `记住：…`) in the chat's
+/// memory, before the turn runs (the model is not asked; the turn still runs). `text` is the
+/// raw input or, from a chat, one metadata JSON line per message (its `message` or `content`).
+async fn remember_prefixed(ctx: &ToolContext, text: &str) {
+    let wanted: Vec<String> = text
+        .lines()
+        .filter_map(|line| {
+            let json = serde_json::from_str::<serde_json::Value>(line).ok();
+            let content = json
+                .as_ref()
+                .and_then(|v| v.get("message").or_else(|| v.get("content")))
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or(line);
+            crate::memory::remember_prefix(content).map(str::to_owned)
+        })
+        .collect();
+    if wanted.is_empty() || !ctx.settings().memory_enabled {
+        return;
+    }
+    let memory = crate::memory::Memory::new(&ctx.settings().home);
+    let scope = crate::memory::Scope::Chat(ctx.session_id().to_owned());
+    let kept = tokio::task::spawn_blocking(move || {
+        wanted
+            .iter()
+            .map(|w| memory.remember(&scope, w))
+            .collect::<anyhow::Result<Vec<String>>>()
+    })
+    .await;
+    match kept {
+        Ok(Ok(entries)) => {
+            ctx.tape()
+                .event("memory.remembered", json!({"entries": entries}))
+                .await;
+        }
+        Ok(Err(e)) => tracing::error!(error = %format!("{e:#}"), "memory.remember.error"),
+        Err(e) => tracing::error!(error = %e, "memory.remember.error"),
     }
 }

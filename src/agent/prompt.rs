@@ -166,6 +166,8 @@ pub(crate) struct PromptParts<'a> {
     pub policy: &'a Policy,
     pub expanded: &'a Expanded,
     pub skills: &'a Discovery,
+    /// The `<memory>` block (empty when nothing is remembered).
+    pub memory: &'a str,
     pub now: chrono::DateTime<chrono::Local>,
 }
 
@@ -183,6 +185,7 @@ pub(crate) fn system_prompt(parts: &PromptParts<'_>) -> String {
         skills_view(parts.skills, parts.expanded),
         RUNTIME_CONTRACT.to_string(),
         guest_note(parts.policy),
+        parts.memory.to_string(),
         date,
     ];
     blocks
@@ -267,8 +270,10 @@ mod tests {
             policy: &policy(Role::Owner),
             expanded: &expanded,
             skills: &Discovery::default(),
+            memory: "<memory>\n- likes tea\n</memory>",
             now,
         });
+        assert!(prompt.contains("<memory>\n- likes tea\n</memory>\n\nCurrent date"));
         assert!(
             prompt.starts_with("You are Bub.\n\nBe terse.\n\n<tool_view>"),
             "{prompt}"

@@ -471,6 +471,11 @@ impl<'a> ModelLoop<'a> {
 fn system_prompt(ctx: &ToolContext, skills: &Discovery) -> String {
     let expanded = ctx.expanded().clone();
     let settings = ctx.settings();
+    let memory = match settings.memory_enabled {
+        true => crate::memory::Memory::new(&settings.home)
+            .prompt_block(ctx.session_id(), !ctx.turn.policy.own_chat_only()),
+        false => String::new(),
+    };
     prompt::system_prompt(&PromptParts {
         base: &settings.system_prompt,
         workspace: ctx.workspace(),
@@ -478,6 +483,7 @@ fn system_prompt(ctx: &ToolContext, skills: &Discovery) -> String {
         policy: &ctx.turn.policy,
         expanded: &expanded,
         skills,
+        memory: &memory,
         now: chrono::Local::now(),
     })
 }

@@ -137,6 +137,7 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
         &mut s.compact_percent,
         |var, v| parse_u32_range(var, v, 10, 100),
     )?;
+    set(l, "BUB_MEMORY_ENABLED", &mut s.memory_enabled, parse_bool)?;
     set(
         l,
         "BUB_PROACTIVE_RESPONSE",

@@ -165,6 +165,9 @@ pub struct Settings {
     /// `BUB_COMPACT_PERCENT` (default 75, 10..=100): the share of the window the context since
     /// the last anchor may fill before Bub compacts it.
     pub compact_percent: u32,
+    /// `BUB_MEMORY_ENABLED` (default true): remembered entries are shown in the system prompt,
+    /// `remember:` messages are kept, and the `memory.*` tools work.
+    pub memory_enabled: bool,
     /// `BUB_PROACTIVE_RESPONSE` (default false).
     pub proactive_response: bool,
     /// `BUB_MESSAGE_DELAY_SECONDS` (default 10, at most one hour).
@@ -275,6 +278,7 @@ impl Settings {
             max_steps: 20,
             context_tokens: 32_000,
             compact_percent: 75,
+            memory_enabled: true,
             proactive_response: false,
             message_delay: Duration::from_secs(10),
             message_debounce: Duration::from_secs(1),

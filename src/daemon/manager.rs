@@ -138,8 +138,8 @@ impl ChannelManager {
                     let live = self.actors.len();
                     // At start (startup code has run) and after evictions (the burst's code).
                     if live < peak_sessions || !started {
-                        crate::memory::trim_heap();
-                        crate::memory::release_code_pages();
+                        crate::heap::trim_heap();
+                        crate::heap::release_code_pages();
                         started = true;
                     }
                     peak_sessions = live;

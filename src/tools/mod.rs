@@ -4,6 +4,7 @@
 pub(crate) mod context;
 pub mod expansion;
 pub mod fs;
+pub(crate) mod memory;
 pub(crate) mod message;
 pub(crate) mod meta;
 pub(crate) mod registry;
@@ -35,6 +36,7 @@ pub fn builtin_registry(allowed: &[String]) -> Registry {
     tools.extend(schedule::tools());
     tools.extend(skills::tools());
     tools.extend(message::tools());
+    tools.extend(memory::tools());
     tools.extend(web::tools());
     tools.extend(meta::tools());
     Registry::new(tools, allowed)

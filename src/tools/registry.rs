@@ -95,6 +95,8 @@ pub enum Scope {
     Paths(&'static [&'static str]),
     /// `channel` / `chat_id` arguments address a chat (absent = the session's own).
     Chat,
+    /// A `scope` argument of `global` is every session's memory: owners only.
+    GlobalMemory,
 }
 
 /// One tool.
@@ -356,6 +358,12 @@ async fn authorize(tool: &Tool, args: &Value, ctx: &ToolContext) -> Result<(), T
                     tool.name, policy.role
                 )));
             }
+        }
+        Scope::GlobalMemory if policy.own_chat_only() && text("scope") == Some("global") => {
+            return Err(ToolError::Refused(format!(
+                "`{}`: {}s may only change their own chat's memory",
+                tool.name, policy.role
+            )));
         }
         _ => {}
     }

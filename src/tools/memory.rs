@@ -1,0 +1,182 @@
+//! Memory tools: `memory.remember`, `memory.forget`, `memory.list`, `memory.search` — the
+//! facts and preferences kept across sessions ([`crate::memory`]). `scope` is `chat` (this
+//! chat's memory, the default) or `global` (every session's, owners only: the registry refuses
+//! it for a confined turn). File work runs on the blocking pool.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::registry::NoArgs;
+use super::{Scope, Tool, ToolContext, ToolError};
+use crate::memory::{self, Memory};
+
+#[derive(Deserialize, JsonSchema)]
+struct RememberArgs {
+    /// the fact or preference, one line
+    text: String,
+    /// chat (default) or global
+    #[serde(default)]
+    scope: Option<String>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct SearchArgs {
+    /// text to look for
+    query: String,
+}
+
+/// The memory `scope` names for the session in `ctx` (with `text` checked not to be empty).
+fn scope_of(
+    ctx: &ToolContext,
+    scope: Option<&str>,
+    text: &str,
+) -> Result<memory::Scope, ToolError> {
+    if text.trim().is_empty() {
+        return Err(ToolError::invalid("text must not be empty"));
+    }
+    match scope.map(str::trim).unwrap_or("chat") {
+        "" | "chat" => Ok(memory::Scope::Chat(ctx.session_id().to_owned())),
+        "global" => Ok(memory::Scope::Global),
+        other => Err(ToolError::invalid(format!(
+            "scope must be chat or global, got {other:?}"
+        ))),
+    }
+}
+
+/// The scopes a turn in `ctx` may read: its chat's, and the global one for an owner.
+fn readable(ctx: &ToolContext) -> Vec<(&'static str, memory::Scope)> {
+    let mut scopes = vec![("chat", memory::Scope::Chat(ctx.session_id().to_owned()))];
+    if !ctx.turn.policy.own_chat_only() {
+        scopes.insert(0, ("global", memory::Scope::Global));
+    }
+    scopes
+}
+
+/// Runs `f` with the memory of `ctx`'s `BUB_HOME` on the blocking pool.
+async fn with_memory<F>(ctx: &ToolContext, f: F) -> Result<String, ToolError>
+where
+    F: FnOnce(Memory) -> Result<String, ToolError> + Send + 'static,
+{
+    if !ctx.settings().memory_enabled {
+        return Err(ToolError::new(
+            "memory is turned off (BUB_MEMORY_ENABLED=false)",
+        ));
+    }
+    let memory = Memory::new(&ctx.settings().home);
+    tokio::task::spawn_blocking(move || f(memory))
+        .await
+        .map_err(|e| ToolError::new(format!("memory task failed: {e}")))?
+}
+
+/// The memory tools.
+pub(crate) fn tools() -> Vec<Tool> {
+    vec![
+        Tool::new(
+            "memory.remember",
+            "Remember a fact or preference",
+            "Keeps one line (a fact about the user, a preference, a decision) in this chat's \
+             memory, or with scope=global in every session's (owners only). It stays across \
+             /new, tape.reset and restarts, and is shown in the system prompt. Remembering it \
+             again refreshes it; the oldest entries make room when the memory is full.",
+            |RememberArgs { text, scope }, ctx: ToolContext| async move {
+                let scope = scope_of(&ctx, scope.as_deref(), &text)?;
+                with_memory(&ctx, move |m| {
+                    let entry = m.remember(&scope, &text).map_err(ToolError::from)?;
+                    Ok(format!("remembered: {entry}"))
+                })
+                .await
+            },
+        )
+        .scoped(Scope::GlobalMemory),
+        Tool::new(
+            "memory.forget",
+            "Forget remembered entries",
+            "Removes the entries of this chat's memory (or with scope=global, every session's; \
+             owners only) that contain the text, ignoring case.",
+            |RememberArgs { text, scope }, ctx: ToolContext| async move {
+                let scope = scope_of(&ctx, scope.as_deref(), &text)?;
+                with_memory(&ctx, move |m| {
+                    let gone = m.forget(&scope, &text).map_err(ToolError::from)?;
+                    Ok(match gone.len() {
+                        0 => "nothing matched".to_owned(),
+                        n => format!("forgot {n}: {}", gone.join("; ")),
+                    })
+                })
+                .await
+            },
+        )
+        .scoped(Scope::GlobalMemory),
+        Tool::new(
+            "memory.list",
+            "List what is remembered",
+            "Lists the entries of the global memory (owners) and of this chat's memory.",
+            |_: NoArgs, ctx: ToolContext| async move {
+                let scopes = readable(&ctx);
+                with_memory(&ctx, move |m| Ok(listing(&m, &scopes, ""))).await
+            },
+        ),
+        Tool::new(
+            "memory.search",
+            "Search what is remembered",
+            "The remembered entries containing the query (ignoring case).",
+            |SearchArgs { query }, ctx: ToolContext| async move {
+                let scopes = readable(&ctx);
+                with_memory(&ctx, move |m| Ok(listing(&m, &scopes, &query))).await
+            },
+        ),
+    ]
+}
+
+/// `<scope>: <entry>` per entry of `scopes` containing `query` (all when empty).
+fn listing(memory: &Memory, scopes: &[(&str, memory::Scope)], query: &str) -> String {
+    let needle = query.trim().to_lowercase();
+    let rows: Vec<String> = scopes
+        .iter()
+        .flat_map(|(name, scope)| {
+            memory
+                .list(scope)
+                .into_iter()
+                .filter(|e| e.to_lowercase().contains(&needle))
+                .map(move |e| format!("{name}: {e}"))
+        })
+        .collect();
+    if rows.is_empty() {
+        "(nothing remembered)".to_owned()
+    } else {
+        rows.join("\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::access::{Authority, Role};
+    use crate::config::Settings;
+
+    #[tokio::test]
+    async fn a_guest_writes_only_its_chat_memory_and_reads_no_global_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = Settings::with_defaults(dir.path().join("home"), dir.path().to_owned());
+        let memory = Memory::new(&settings.home);
+        memory
+            .remember(&memory::Scope::Global, "owner secret")
+            .unwrap();
+        let mut guest = Authority::terminal();
+        guest.role = Role::Guest;
+        let registry = crate::tools::builtin_registry(&[]);
+        let ctx = ToolContext::standalone(settings, registry, "telegram:7", guest).unwrap();
+        let call = |args: serde_json::Value, name: &'static str| {
+            let ctx = ctx.clone();
+            async move { ctx.registry().execute(name, args, ctx.clone()).await }
+        };
+        let refused = call(json!({"text": "x", "scope": "global"}), "memory.remember").await;
+        assert!(matches!(refused, Err(ToolError::Refused(_))), "{refused:?}");
+        let kept = call(json!({"text": "likes tea"}), "memory.remember").await;
+        assert_eq!(kept.unwrap(), "remembered: likes tea");
+        let listed = call(json!({}), "memory.list").await.unwrap();
+        assert_eq!(listed, "chat: likes tea");
+        assert_eq!(memory.list(&memory::Scope::Global), ["owner secret"]);
+    }
+}
