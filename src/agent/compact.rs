@@ -12,6 +12,8 @@
 
 use serde_json::Value;
 
+use crate::llm::estimate_tokens as estimate_text;
+
 /// The instruction of the summarising call.
 pub(crate) const SUMMARY_PROMPT: &str = "You compact a conversation between a user and an \
 assistant (Bub) so it can go on from your summary alone. Write a short Markdown summary with \
@@ -28,15 +30,6 @@ const TRANSCRIPT_ITEM_CHARS: usize = 2_000;
 
 /// What the handoff note of an anchor starts with (it is summarised, never carried).
 const NOTE_PREFIX: &str = "[context from handoff";
-
-/// A fast token estimate of `text`: ASCII text at about four bytes a token, any other
-/// character (CJK, say) a token each.
-pub(crate) fn estimate_text(text: &str) -> u64 {
-    let (ascii, other) = text.chars().fold((0u64, 0u64), |(a, o), c| {
-        if c.is_ascii() { (a + 1, o) } else { (a, o + 1) }
-    });
-    ascii.div_ceil(4) + other
-}
 
 /// A fast token estimate of a request: the system prompt and every message as sent (its JSON
 /// text), plus a few tokens of framing per message.

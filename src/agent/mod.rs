@@ -296,6 +296,9 @@ impl AgentRuntime {
 /// memory, before the turn runs (the model is not asked; the turn still runs). `text` is the
 /// raw input or, from a chat, one metadata JSON line per message (its `message` or `content`).
 async fn remember_prefixed(ctx: &ToolContext, text: &str) {
+    if !text.contains("记住") && !text.to_ascii_lowercase().contains("remember:") {
+        return;
+    }
     let wanted: Vec<String> = text
         .lines()
         .filter_map(|line| {

@@ -94,12 +94,7 @@ impl<'a> ModelLoop<'a> {
             memory,
             context: ContextCursor::default(),
             skills: Arc::default(),
-            tools_tokens: ctx
-                .registry()
-                .openai_specs_for(&ctx.turn.policy)
-                .iter()
-                .map(|t| compact::estimate_text(&t.to_string()))
-                .sum(),
+            tools_tokens: ctx.registry().spec_tokens_for(&ctx.turn.policy),
         }
     }
 

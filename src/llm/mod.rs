@@ -24,6 +24,15 @@ use serde_json::Value;
 
 pub use client::LlmClient;
 
+/// A fast estimate of the tokens of `text`, without a tokenizer: ASCII text at about four
+/// bytes a token, any other character (CJK, say) a token each.
+pub(crate) fn estimate_tokens(text: &str) -> u64 {
+    let (ascii, other) = text.chars().fold((0u64, 0u64), |(a, o), c| {
+        if c.is_ascii() { (a + 1, o) } else { (a, o + 1) }
+    });
+    ascii.div_ceil(4) + other
+}
+
 /// One model call: the conversation so far and the tools the model may call.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChatRequest {

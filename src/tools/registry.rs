@@ -187,6 +187,8 @@ pub struct Registry {
     by_model_name: BTreeMap<String, String>,
     /// The OpenAI `tools[]` entries, built once (every model call sends them).
     specs: Arc<[Value]>,
+    /// The estimated tokens of each entry of `specs`, in the same order.
+    spec_tokens: Vec<u64>,
 }
 
 impl Registry {
@@ -204,6 +206,7 @@ impl Registry {
             tools: BTreeMap::new(),
             by_model_name: BTreeMap::new(),
             specs: Arc::from(Vec::new()),
+            spec_tokens: Vec::new(),
         };
         for tool in tools {
             let keep = allowed.is_empty()
@@ -222,7 +225,22 @@ impl Registry {
             reg.tools.insert(tool.name.clone(), tool);
         }
         reg.specs = reg.tools.values().map(Tool::openai_spec).collect();
+        reg.spec_tokens = reg
+            .specs
+            .iter()
+            .map(|s| crate::llm::estimate_tokens(&s.to_string()))
+            .collect();
         reg
+    }
+
+    /// The estimated tokens of the tool specs `policy` offers (see [`Self::openai_specs_for`]).
+    pub(crate) fn spec_tokens_for(&self, policy: &Policy) -> u64 {
+        self.tools
+            .values()
+            .zip(&self.spec_tokens)
+            .filter(|(tool, _)| policy.allows(&tool.name))
+            .map(|(_, tokens)| tokens)
+            .sum()
     }
 
     /// All tools, sorted by command name.
