@@ -13,27 +13,25 @@ use std::path::Path;
 use std::time::Instant;
 
 use serde_json::{Value, json};
+use support::bench::bub_command;
 use support::fake_openai::{self, FakeOpenAi};
 
 /// `BUB_CONTEXT_TOKENS` of the benchmark (compaction at the default 75 %).
 const WINDOW: u64 = 32_000;
 
-fn bub(dir: &Path, model: &FakeOpenAi, text: &str) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_bub"))
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", dir)
-        .env("NO_PROXY", "127.0.0.1")
-        .env("BUB_HOME", dir.join("home"))
-        .env("BUB_MODEL", "openai:bench")
-        .env("BUB_API_KEY", "sk-bench")
-        .env("BUB_API_BASE", model.base_url())
-        .env("BUB_CONTEXT_TOKENS", WINDOW.to_string())
+/// `bub run TEXT` with the benchmark's window, to its end.
+fn bub(
+    rt: &tokio::runtime::Runtime,
+    dir: &Path,
+    model: &FakeOpenAi,
+    text: &str,
+) -> std::process::Output {
+    let _entered = rt.enter();
+    let mut cmd = bub_command(dir, model);
+    cmd.env("BUB_CONTEXT_TOKENS", WINDOW.to_string())
         .env("BUB_LOG_LEVEL", "warn")
-        .current_dir(dir)
-        .args(["run", text])
-        .output()
-        .expect("bub run")
+        .args(["run", text]);
+    rt.block_on(cmd.output()).expect("bub run")
 }
 
 fn tape(dir: &Path) -> std::path::PathBuf {
@@ -88,12 +86,12 @@ fn main() {
     let tokens = |r: &Value| r["messages"].to_string().len() / 4;
     for n in [100u64, 1_000, 10_000, 100_000] {
         let dir = tempfile::tempdir().unwrap();
-        assert!(bub(dir.path(), &model, "first").status.success());
+        assert!(bub(&runtime, dir.path(), &model, "first").status.success());
         let path = tape(dir.path());
         grow(&path, n);
         let before = model.request_count();
         let started = Instant::now();
-        let out = bub(dir.path(), &model, "and now?");
+        let out = bub(&runtime, dir.path(), &model, "and now?");
         let turn = started.elapsed();
         assert!(
             out.status.success(),
@@ -105,7 +103,11 @@ fn main() {
         let compacted = compaction_ms(&path);
         let again = Instant::now();
         let after = model.request_count();
-        assert!(bub(dir.path(), &model, "and then?").status.success());
+        assert!(
+            bub(&runtime, dir.path(), &model, "and then?")
+                .status
+                .success()
+        );
         let next = model.requests_since(after);
         println!(
             "compaction.turn (conversation of {n} messages): request {} tokens (budget {}), \

@@ -17,6 +17,26 @@ pub fn daemon_command(
     telegram: &FakeTelegram,
     idle_seconds: u64,
 ) -> tokio::process::Command {
+    let mut cmd = bub_command(dir, model);
+    cmd.env("BUB_TELEGRAM_ENABLED", "true")
+        .env("BUB_TELEGRAM_TOKEN", fake_telegram::TOKEN)
+        .env("BUB_TELEGRAM_API_BASE", telegram.api_base())
+        .env("BUB_TELEGRAM_ALLOW_FROM", "*")
+        .env("BUB_MESSAGE_DEBOUNCE_SECONDS", "0")
+        .env("BUB_MESSAGE_DELAY_SECONDS", "0")
+        .env("BUB_SESSION_IDLE_SECONDS", idle_seconds.to_string())
+        .env("BUB_LOG_LEVEL", "warn")
+        .envs(std::env::vars().filter(|(k, _)| k.starts_with("MALLOC_")))
+        .arg("message")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// The release `bub` with a cleared environment (`PATH` kept), its home and working directory
+/// in `dir`, talking to `model`.
+pub fn bub_command(dir: &Path, model: &FakeOpenAi) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_bub"));
     cmd.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -26,20 +46,7 @@ pub fn daemon_command(
         .env("BUB_MODEL", "openai:bench")
         .env("BUB_API_KEY", "sk-bench")
         .env("BUB_API_BASE", model.base_url())
-        .env("BUB_TELEGRAM_ENABLED", "true")
-        .env("BUB_TELEGRAM_TOKEN", fake_telegram::TOKEN)
-        .env("BUB_TELEGRAM_API_BASE", telegram.api_base())
-        .env("BUB_TELEGRAM_ALLOW_FROM", "*")
-        .env("BUB_MESSAGE_DEBOUNCE_SECONDS", "0")
-        .env("BUB_MESSAGE_DELAY_SECONDS", "0")
-        .env("BUB_SESSION_IDLE_SECONDS", idle_seconds.to_string())
-        .env("BUB_LOG_LEVEL", "warn")
-        .envs(std::env::vars().filter(|(k, _)| k.starts_with("MALLOC_")))
-        .current_dir(dir)
-        .arg("message")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .kill_on_drop(true);
+        .current_dir(dir);
     cmd
 }
 
