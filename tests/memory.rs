@@ -96,6 +96,17 @@ async fn memory_tools_list_search_and_forget_and_the_terminal_lists_and_edits() 
     assert!(listed.contains("global: owner is Ana") && listed.contains("chat: likes tea"));
     assert!(!listed.contains("green"));
 
+    // A working checkpoint: shown at every step of the session's later turns.
+    let out = env.run(&["run", r#",memory.checkpoint text="goal: ship v2; next: tests""#]).await;
+    assert!(String::from_utf8_lossy(&out.stdout).contains("checkpoint saved"));
+    env.model.push_tool_calls(&[("tape_info", json!({}))]);
+    env.model.push_text("On it.");
+    let before = env.model.request_count();
+    assert!(env.run(&["run", "go on"]).await.status.success());
+    for request in env.model.requests_since(before) {
+        assert!(system(&request).contains("goal: ship v2; next: tests"));
+    }
+
     // In the terminal: `bub memory edit` opens the file in $EDITOR, `bub memory list` shows all.
     let mut edit = env.command(&["memory", "edit", "--session", "cli"]);
     edit.env("EDITOR", "printf '%s\\n' '- from the editor' >>");

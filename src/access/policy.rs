@@ -34,6 +34,7 @@ pub(crate) const GUEST_TOOLS: &[&str] = &[
     "memory.forget",
     "memory.list",
     "memory.search",
+    "memory.checkpoint",
     "message.send",
     "schedule.add",
     "schedule.list",

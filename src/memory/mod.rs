@@ -3,7 +3,10 @@
 //!
 //! * `BUB_HOME/memory/global.md` — the owners' memory, shown in every session;
 //! * `BUB_HOME/memory/chats/<session>.md` — one chat's memory (`telegram%3A42.md`), shown in
-//!   that chat's sessions only.
+//!   that chat's sessions only;
+//! * `BUB_HOME/memory/checkpoints/<session>.md` — a session's working checkpoint (current goal,
+//!   key facts, next step; at most [`MAX_CHECKPOINT_BYTES`]), replaced as a whole, shown every
+//!   step so a long task survives compactions.
 //!
 //! A file is a bullet list, one entry per line (`- prefers metric units`); other lines are kept
 //! out of the prompt. Each file is capped ([`MAX_ENTRIES`] entries, [`MAX_BYTES`] bytes, an
@@ -23,6 +26,8 @@ pub const MAX_ENTRIES: usize = 50;
 pub const MAX_BYTES: usize = 4 * 1024;
 /// The longest entry, in characters (longer ones are cut).
 pub const MAX_ENTRY_CHARS: usize = 300;
+/// The largest working checkpoint of a session, in bytes (a longer one is cut).
+pub const MAX_CHECKPOINT_BYTES: usize = 1024;
 
 /// Which memory an operation works on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +50,37 @@ impl Memory {
         Self {
             dir: home.join("memory"),
         }
+    }
+
+    /// The working checkpoint of `session`, if it has one.
+    pub fn checkpoint(&self, session: &str) -> Option<String> {
+        let text = std::fs::read_to_string(self.checkpoint_path(session)).ok()?;
+        Some(text.trim().to_owned()).filter(|t| !t.is_empty())
+    }
+
+    /// Replaces the working checkpoint of `session` (cut to [`MAX_CHECKPOINT_BYTES`] at a
+    /// character boundary); empty text removes it. Returns what was stored.
+    pub fn set_checkpoint(&self, session: &str, text: &str) -> anyhow::Result<String> {
+        let path = self.checkpoint_path(session);
+        let mut text = text.trim().to_owned();
+        if text.is_empty() {
+            match std::fs::remove_file(&path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => return Ok(text),
+            }
+        }
+        let mut end = text.len().min(MAX_CHECKPOINT_BYTES);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        crate::storage::write_atomic(&path, text.as_bytes(), Some(0o600))?;
+        Ok(text)
+    }
+
+    fn checkpoint_path(&self, session: &str) -> PathBuf {
+        let name = utf8_percent_encode(session, NON_ALPHANUMERIC);
+        self.dir.join("checkpoints").join(format!("{name}.md"))
     }
 
     /// The file of `scope`.
@@ -119,7 +155,8 @@ impl Memory {
             Vec::new()
         };
         let chat = self.list(&Scope::Chat(session.to_owned()));
-        if global.is_empty() && chat.is_empty() {
+        let checkpoint = self.checkpoint(session);
+        if global.is_empty() && chat.is_empty() && checkpoint.is_none() {
             return String::new();
         }
         let mut out = String::from(
@@ -133,6 +170,11 @@ impl Memory {
                     out.push_str(&format!("- {entry}\n"));
                 }
             }
+        }
+        if let Some(checkpoint) = checkpoint {
+            out.push_str("working checkpoint of this session (`memory.checkpoint` replaces it):\n");
+            out.push_str(&checkpoint);
+            out.push('\n');
         }
         out.push_str("</memory>");
         out
@@ -237,6 +279,31 @@ mod tests {
         let gone = memory.forget(&Scope::Chat("cli".into()), "TEA").unwrap();
         assert_eq!(gone.len(), 2);
         assert!(memory.list(&Scope::Chat("cli".into())).is_empty());
+    }
+
+    #[test]
+    fn a_checkpoint_is_replaced_whole_cut_to_its_cap_and_shown_in_the_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let memory = Memory::new(dir.path());
+        assert_eq!(memory.checkpoint("cli"), None);
+        memory
+            .set_checkpoint("cli", "goal: migrate\nnext: step 2")
+            .unwrap();
+        let block = memory.prompt_block("cli", false);
+        assert!(
+            block.contains("working checkpoint") && block.contains("next: step 2"),
+            "{block}"
+        );
+        let long = memory.set_checkpoint("cli", &"é".repeat(1000)).unwrap();
+        assert!(long.len() <= MAX_CHECKPOINT_BYTES && long.len() > MAX_CHECKPOINT_BYTES - 2);
+        assert_eq!(
+            memory.checkpoint("cli").unwrap(),
+            long,
+            "replaced, not appended"
+        );
+        memory.set_checkpoint("cli", "  ").unwrap();
+        assert_eq!(memory.checkpoint("cli"), None);
+        assert_eq!(memory.prompt_block("cli", false), "");
     }
 
     #[test]

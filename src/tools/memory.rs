@@ -20,6 +20,12 @@ struct RememberArgs {
 }
 
 #[derive(Deserialize, JsonSchema)]
+struct CheckpointArgs {
+    /// current goal, key facts, next step (at most 1 KB; empty clears it)
+    text: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
 struct SearchArgs {
     /// text to look for
     query: String,
@@ -113,6 +119,24 @@ pub(crate) fn tools() -> Vec<Tool> {
             |_: NoArgs, ctx: ToolContext| async move {
                 let scopes = readable(&ctx);
                 with_memory(&ctx, move |m| Ok(listing(&m, &scopes, ""))).await
+            },
+        ),
+        Tool::new(
+            "memory.checkpoint",
+            "Save this session's working checkpoint",
+            "Replaces this session's working checkpoint (at most 1 KB: the current goal, key \
+             facts, the next step). It is shown at every step, so a long task goes on after the \
+             conversation is compacted; empty text clears it.",
+            |CheckpointArgs { text }, ctx: ToolContext| async move {
+                let session = ctx.session_id().to_owned();
+                with_memory(&ctx, move |m| {
+                    let kept = m.set_checkpoint(&session, &text)?;
+                    Ok(match kept.is_empty() {
+                        true => "checkpoint cleared".to_owned(),
+                        false => format!("checkpoint saved ({} bytes)", kept.len()),
+                    })
+                })
+                .await
             },
         ),
         Tool::new(
