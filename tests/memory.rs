@@ -97,7 +97,8 @@ async fn memory_tools_list_search_and_forget_and_the_terminal_lists_and_edits() 
     assert!(!listed.contains("green"));
 
     // A working checkpoint: shown at every step of the session's later turns.
-    let out = env.run(&["run", r#",memory.checkpoint text="goal: ship v2; next: tests""#]).await;
+    let checkpoint = r#",memory.checkpoint text="goal: ship v2; next: tests""#;
+    let out = env.run(&["run", checkpoint]).await;
     assert!(String::from_utf8_lossy(&out.stdout).contains("checkpoint saved"));
     env.model.push_tool_calls(&[("tape_info", json!({}))]);
     env.model.push_text("On it.");
