@@ -123,3 +123,44 @@ async fn memory_tools_list_search_and_forget_and_the_terminal_lists_and_edits() 
         "{listed}"
     );
 }
+
+#[tokio::test]
+async fn a_failed_then_fixed_tool_call_leaves_a_lesson() {
+    let env = Env::cli().await;
+    std::fs::write(env.workspace.join("notes.txt"), "hello").unwrap();
+    env.model
+        .push_tool_calls(&[("fs_read", json!({"path": "note.txt"}))]);
+    env.model
+        .push_tool_calls(&[("fs_read", json!({"path": "notes.txt"}))]);
+    env.model.push_text("It says hello.");
+    let out = env.run(&["run", "what do my notes say?"]).await;
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    let memory = std::fs::read_to_string(env.home.join("memory/chats/cli.md")).unwrap();
+    assert!(
+        memory.starts_with("- lesson: `fs.read` failed ("),
+        "{memory}"
+    );
+    assert!(
+        memory.contains("note.txt"),
+        "the error is in the lesson: {memory}"
+    );
+    assert!(
+        memory.contains(r#"what worked: {"path":"notes.txt"}"#),
+        "{memory}"
+    );
+    let lessons = env
+        .tape_entries()
+        .iter()
+        .filter(|e| e["payload"]["name"] == "memory.lesson")
+        .count();
+    assert_eq!(lessons, 1);
+
+    // The agent's own lesson, through the tool.
+    let out = env
+        .run(&[
+            "run",
+            ",memory.lesson text=\"run cargo fmt before committing\"",
+        ])
+        .await;
+    assert!(String::from_utf8_lossy(&out.stdout).contains("remembered: lesson: run cargo fmt"));
+}

@@ -35,6 +35,7 @@ pub(crate) const GUEST_TOOLS: &[&str] = &[
     "memory.list",
     "memory.search",
     "memory.checkpoint",
+    "memory.lesson",
     "message.send",
     "schedule.add",
     "schedule.list",

@@ -74,6 +74,9 @@ pub(crate) struct ModelLoop<'a> {
     skills: Arc<Discovery>,
     /// The estimated tokens of the tools offered (the same every step of the turn).
     tools_tokens: u64,
+    /// This turn's failed tool calls not yet followed by a success of the same tool: (tool,
+    /// error), for lessons.
+    failures: Vec<(String, String)>,
 }
 
 impl<'a> ModelLoop<'a> {
@@ -95,6 +98,7 @@ impl<'a> ModelLoop<'a> {
             context: ContextCursor::default(),
             skills: Arc::default(),
             tools_tokens: ctx.registry().spec_tokens_for(&ctx.turn.policy),
+            failures: Vec::new(),
         }
     }
 
@@ -416,7 +420,7 @@ impl<'a> ModelLoop<'a> {
     }
 
     /// Records the calls, runs them one by one, records their results.
-    async fn run_tools(&self, response: &ChatResponse, run: &Value) {
+    async fn run_tools(&mut self, response: &ChatResponse, run: &Value) {
         let calls: Vec<Value> = response
             .tool_calls
             .iter()
@@ -425,21 +429,50 @@ impl<'a> ModelLoop<'a> {
         self.append("tool_call", json!({"calls": calls}), run).await;
         let mut results = Vec::with_capacity(response.tool_calls.len());
         for call in &response.tool_calls {
-            results.push(Value::String(self.run_tool(call).await));
+            let result = self.run_tool(call).await;
+            self.learn(call, &result).await;
+            results.push(Value::String(result.unwrap_or_else(|e| e)));
         }
         self.append("tool_result", json!({"results": results}), run)
             .await;
     }
 
-    async fn run_tool(&self, call: &ToolCall) -> String {
+    /// A lesson from this turn's tool calls: when a call fails and a later call of the same
+    /// tool succeeds, what failed and what worked is kept in the chat's memory.
+    async fn learn(&mut self, call: &ToolCall, result: &Result<String, String>) {
+        let registry = self.ctx.registry().clone();
+        let tool = registry.get(&call.name).map_or(&call.name, |t| &t.name);
+        let error = match result {
+            Err(error) => return self.failures.push((tool.clone(), error.clone())),
+            Ok(_) => match self.failures.iter().position(|(name, _)| name == tool) {
+                Some(at) => self.failures.remove(at).1,
+                None => return,
+            },
+        };
+        if !self.ctx.settings().memory_enabled {
+            return;
+        }
+        let lesson = crate::memory::lesson(tool, &error, &call.arguments);
+        let memory = crate::memory::Memory::new(&self.ctx.settings().home);
+        let scope = crate::memory::Scope::Chat(self.ctx.session_id().to_owned());
+        let kept = tokio::task::spawn_blocking(move || memory.remember(&scope, &lesson)).await;
+        match kept {
+            Ok(Ok(lesson)) => self.event("memory.lesson", json!({"lesson": lesson})).await,
+            Ok(Err(e)) => tracing::error!(error = %format!("{e:#}"), "memory.lesson.error"),
+            Err(e) => tracing::error!(error = %e, "memory.lesson.error"),
+        }
+    }
+
+    /// The call's output, or the error text the model is told.
+    async fn run_tool(&self, call: &ToolCall) -> Result<String, String> {
         let registry = self.ctx.registry();
         let Some(tool) = registry.get(&call.name) else {
             let known: Vec<String> = registry.tools().map(|t| t.model_name()).collect();
-            return format!(
+            return Err(format!(
                 "error: unknown tool '{}'; available tools: {}",
                 call.name,
                 known.join(", ")
-            );
+            ));
         };
         let args = if call.arguments.trim().is_empty() {
             Value::Object(Default::default())
@@ -447,18 +480,18 @@ impl<'a> ModelLoop<'a> {
             match serde_json::from_str::<Value>(&call.arguments) {
                 Ok(v) => v,
                 Err(e) => {
-                    return format!(
+                    return Err(format!(
                         "error: arguments of tool '{}' are not valid JSON ({e}); send a JSON object",
                         call.name
-                    );
+                    ));
                 }
             }
         };
         let name = tool.name.clone();
-        match registry.execute(&name, args, self.ctx.clone()).await {
-            Ok(out) => out,
-            Err(e) => format!("error: tool '{name}' failed: {e}"),
-        }
+        registry
+            .execute(&name, args, self.ctx.clone())
+            .await
+            .map_err(|e| format!("error: tool '{name}' failed: {e}"))
     }
 }
 

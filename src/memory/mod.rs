@@ -202,6 +202,29 @@ fn key(text: &str) -> String {
     clean(text).to_lowercase()
 }
 
+/// The lesson of a tool call that failed with `error` and then worked with `arguments` (both
+/// shortened), as a memory entry.
+pub fn lesson(tool: &str, error: &str, arguments: &str) -> String {
+    let short = |text: &str, chars: usize| -> String {
+        let text = clean(text);
+        match text.char_indices().nth(chars) {
+            Some((at, _)) => format!("{}…", &text[..at]),
+            None => text,
+        }
+    };
+    // `error: tool 'fs.read' failed: file not found: …` → the reason alone.
+    let error = error.strip_prefix("error: ").unwrap_or(error);
+    let error = match error.strip_prefix("tool '") {
+        Some(rest) => rest.split_once(" failed: ").map_or(error, |(_, why)| why),
+        None => error,
+    };
+    format!(
+        "lesson: `{tool}` failed ({}); what worked: {}",
+        short(error, 120),
+        short(arguments, 150)
+    )
+}
+
 /// The text after a `remember:` (or `记住：`) prefix of a message, if it has one: Bub keeps it
 /// in the chat's memory itself, without asking the model.
 pub fn remember_prefix(message: &str) -> Option<&str> {

@@ -20,6 +20,12 @@ struct RememberArgs {
 }
 
 #[derive(Deserialize, JsonSchema)]
+struct LessonArgs {
+    /// what failed and what fixed it, one line
+    text: String,
+}
+
+#[derive(Deserialize, JsonSchema)]
 struct CheckpointArgs {
     /// current goal, key facts, next step (at most 1 KB; empty clears it)
     text: String,
@@ -119,6 +125,21 @@ pub(crate) fn tools() -> Vec<Tool> {
             |_: NoArgs, ctx: ToolContext| async move {
                 let scopes = readable(&ctx);
                 with_memory(&ctx, move |m| Ok(listing(&m, &scopes, ""))).await
+            },
+        ),
+        Tool::new(
+            "memory.lesson",
+            "Keep a lesson",
+            "Keeps what failed and what fixed it (one line) in this chat's memory, as `lesson: …`, \
+             so the next session does not repeat the mistake. Bub also keeps one by itself when \
+             a tool call fails and a later call of the same tool in the turn works.",
+            |LessonArgs { text }, ctx: ToolContext| async move {
+                let scope = scope_of(&ctx, None, &text)?;
+                with_memory(&ctx, move |m| {
+                    let entry = m.remember(&scope, &format!("lesson: {}", text.trim()))?;
+                    Ok(format!("remembered: {entry}"))
+                })
+                .await
             },
         ),
         Tool::new(
