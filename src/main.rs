@@ -339,6 +339,7 @@ async fn turn(
         .find(|t| !t.trim().is_empty())
         .map_or("", |t| t.as_str());
     print_out(text);
+    agent.settle().await;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -346,7 +347,23 @@ async fn chat(settings: Settings, session_id: String) -> anyhow::Result<()> {
     let log_file = settings.home.join("logs").join("chat.log");
     logging::init(&settings, LogTarget::File(&log_file));
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
-    bub::cli::run_chat(agent, session_id).await
+    let chatted = bub::cli::run_chat(agent.clone(), session_id).await;
+    agent.settle().await;
+    chatted
+}
+
+/// How long a stopping daemon waits for the learning calls its turns left behind.
+const LEARNING_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Lets the learning calls of finished turns end, for at most [`LEARNING_GRACE`] (they only
+/// ever write a learned skill; one cut short is simply not written).
+async fn settle(agent: &AgentRuntime) {
+    if tokio::time::timeout(LEARNING_GRACE, agent.settle())
+        .await
+        .is_err()
+    {
+        tracing::warn!("learning.unfinished");
+    }
 }
 
 /// `bub message`: the channel daemon (one per `BUB_HOME`).
@@ -386,7 +403,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
             .map_err(|e| Usage(format!("{e:#}")))?;
     }
     let shutdown = CancellationToken::new();
-    tokio::spawn(stop_on_signal(shutdown.clone()));
+    stop_on_signal(shutdown.clone());
     let board = Arc::new(Board::new(
         &agent.settings().model.to_string(),
         &manager.channel_names(),
@@ -401,13 +418,14 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
         // Serving chats matters more than `bub status`.
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "status.unavailable"),
     }
-    let scheduler =
-        scheduler_enabled.then(|| tokio::spawn(scheduler(agent).run(shutdown.child_token())));
+    let scheduler = scheduler_enabled
+        .then(|| tokio::spawn(scheduler(agent.clone()).run(shutdown.child_token())));
     let served = manager.run(shutdown.clone()).await;
     shutdown.cancel();
     if let Some(scheduler) = scheduler {
         report_scheduler(scheduler.await);
     }
+    settle(&agent).await;
     served
 }
 
@@ -450,8 +468,9 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
     tracing::info!(home = %agent.settings().home.display(), channels = ?names, "idle.start");
     agent.outbox().install(&channels);
     let shutdown = CancellationToken::new();
-    tokio::spawn(stop_on_signal(shutdown.clone()));
-    let result = scheduler(agent).run(shutdown).await;
+    stop_on_signal(shutdown.clone());
+    let result = scheduler(agent.clone()).run(shutdown).await;
+    settle(&agent).await;
     tracing::info!("idle.stop");
     result.context("scheduler")
 }
@@ -716,8 +735,9 @@ fn jobs(settings: &Settings, action: &JobsAction) -> anyhow::Result<ExitCode> {
 }
 
 /// Cancels `shutdown` on SIGINT or SIGTERM; a second signal, or 10 s without a clean stop,
-/// ends the process at once.
-async fn stop_on_signal(shutdown: CancellationToken) {
+/// ends the process at once. The handlers are installed before this returns: a signal that
+/// came before a spawned task's first poll would otherwise kill the process uncleanly.
+fn stop_on_signal(shutdown: CancellationToken) {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),
@@ -726,17 +746,19 @@ async fn stop_on_signal(shutdown: CancellationToken) {
         tracing::error!("cannot install signal handlers");
         return;
     };
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = int.recv() => {},
-    }
-    tracing::info!("shutdown.signal");
-    shutdown.cancel();
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = int.recv() => {},
-        () = tokio::time::sleep(std::time::Duration::from_secs(10)) => {},
-    }
-    tracing::warn!("shutdown.forced");
-    std::process::exit(EXIT_INTERRUPTED.into());
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+        }
+        tracing::info!("shutdown.signal");
+        shutdown.cancel();
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+            () = tokio::time::sleep(std::time::Duration::from_secs(10)) => {},
+        }
+        tracing::warn!("shutdown.forced");
+        std::process::exit(EXIT_INTERRUPTED.into());
+    });
 }

@@ -141,7 +141,7 @@ async fn status_and_new_from_the_chat() {
     let env = Env::new().await;
     env.model.push_text("hello");
     let daemon = env.start();
-    push(&env, "hi");
+    push(&env, "remember: answer in French");
     env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
     // The turn ends once the delivery is recorded (a moment after Telegram has the answer).
     wait_until(WAIT, "the first turn's end in the inbox", || {
@@ -169,11 +169,15 @@ async fn status_and_new_from_the_chat() {
     push(&env, "again");
     env.telegram.wait_for_calls("sendMessage", 4, WAIT).await;
     let last = env.model.requests().pop().unwrap();
-    let context = serde_json::to_string(&last["messages"]).unwrap();
+    let messages = last["messages"].as_array().unwrap();
+    let context = serde_json::to_string(&messages[1..]).unwrap();
     assert!(
-        !context.contains("\"hi\""),
+        !context.contains("answer in French"),
         "the old exchange left the context: {context}"
     );
+    // What the chat asked to remember outlives the fresh context.
+    let system = messages[0]["content"].as_str().unwrap();
+    assert!(system.contains("- answer in French"), "{system}");
     assert!(daemon.stop().await.success());
 }
 

@@ -12,6 +12,7 @@ mod daemon;
 mod discord;
 mod durability;
 mod jobs;
+mod learning;
 mod limits;
 mod llm;
 mod manager;

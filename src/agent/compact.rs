@@ -54,7 +54,8 @@ fn role(message: &Value) -> &str {
     message.get("role").and_then(Value::as_str).unwrap_or("?")
 }
 
-fn cut(text: &str, chars: usize) -> String {
+/// `text` cut to `chars` characters, marked `… [cut]` when it was longer.
+pub(crate) fn cut(text: &str, chars: usize) -> String {
     match text.char_indices().nth(chars) {
         Some((at, _)) => format!("{}… [cut]", &text[..at]),
         None => text.to_owned(),

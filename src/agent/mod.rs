@@ -9,6 +9,7 @@
 
 pub(crate) mod commands;
 mod compact;
+mod learn;
 pub mod prompt;
 pub mod router;
 pub(crate) mod runner;
@@ -45,6 +46,30 @@ pub struct AgentRuntime {
     llm: SharedLlm,
     sessions: DashMap<String, Arc<Session>>,
     started: std::time::Instant,
+    /// Work a turn leaves behind after its answer: learning calls, one at a time.
+    background: Background,
+}
+
+/// The tasks turns leave behind (shared by the runtimes of one process), the lock that runs
+/// them one at a time, and the bound on how many wait.
+#[derive(Clone)]
+struct Background {
+    tasks: tokio_util::task::TaskTracker,
+    one_at_a_time: Arc<tokio::sync::Mutex<()>>,
+    pending: Arc<tokio::sync::Semaphore>,
+}
+
+/// The most learning calls that run or wait at once.
+const MAX_PENDING_LEARNING: usize = 4;
+
+impl Default for Background {
+    fn default() -> Self {
+        Self {
+            tasks: Default::default(),
+            one_at_a_time: Default::default(),
+            pending: Arc::new(tokio::sync::Semaphore::new(MAX_PENDING_LEARNING)),
+        }
+    }
 }
 
 impl AgentRuntime {
@@ -73,6 +98,7 @@ impl AgentRuntime {
             llm,
             sessions: DashMap::new(),
             started: std::time::Instant::now(),
+            background: Background::default(),
         }
     }
 
@@ -81,7 +107,19 @@ impl AgentRuntime {
     pub(crate) fn for_workspace(&self, workspace: &std::path::Path) -> Self {
         let mut settings = (*self.process.settings).clone();
         settings.workspace = workspace.to_path_buf();
-        Self::with_process(Arc::new(self.process.with_settings(settings)))
+        Self {
+            background: self.background.clone(),
+            ..Self::with_process(Arc::new(self.process.with_settings(settings)))
+        }
+    }
+
+    /// Waits until the work turns left behind (learning calls) is done; `bub run` and the
+    /// daemon call it before they exit.
+    pub async fn settle(&self) {
+        let tasks = &self.background.tasks;
+        tasks.close();
+        tasks.wait().await;
+        tasks.reopen();
     }
 
     pub fn settings(&self) -> &Settings {
@@ -244,6 +282,23 @@ impl AgentRuntime {
         result
     }
 
+    /// Runs the learning call of a finished turn after the turn (its answer is not held up),
+    /// one at a time per process; when [`MAX_PENDING_LEARNING`] already wait, this one is
+    /// skipped (learning is a chance, not a promise).
+    fn learn_later(&self, ctx: &ToolContext, finished: learn::Finished) {
+        let Ok(llm) = self.llm.clone() else { return };
+        let Ok(pending) = self.background.pending.clone().try_acquire_owned() else {
+            tracing::warn!(session = ctx.session_id(), "skill.learn.skipped");
+            return;
+        };
+        let (ctx, lock) = (ctx.clone(), self.background.one_at_a_time.clone());
+        self.background.tasks.spawn(async move {
+            let _one = lock.lock().await;
+            learn::learn(&llm, &ctx, finished).await;
+            drop(pending);
+        });
+    }
+
     /// One turn in a locked session.
     async fn turn(&self, memory: &mut LoopMemory, ctx: &ToolContext, text: &str) -> TurnResult {
         if let Err(e) = ctx.tape().run(|t| t.ensure_bootstrap()).await {
@@ -271,9 +326,17 @@ impl AgentRuntime {
             Ok(llm) => Ok(llm.as_ref()),
             Err(e) => Err(e.as_str()),
         };
-        let outcome = ModelLoop::new(llm, ctx, &router, memory)
+        let mut outcome = ModelLoop::new(llm, ctx, &router, memory)
             .run(&route.model_prompt)
             .await;
+        if outcome.error.is_none() && learn::worth_learning(ctx, &outcome.tools) {
+            let finished = learn::Finished {
+                task: route.model_prompt.clone(),
+                steps: std::mem::take(&mut outcome.tools),
+                answer: outcome.visible_text.clone(),
+            };
+            self.learn_later(ctx, finished);
+        }
         let result = json!({
             "steps": outcome.steps,
             "followups": outcome.followups,

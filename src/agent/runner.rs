@@ -13,6 +13,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::compact;
+use super::learn::ToolStep;
 use super::prompt::{self, PromptParts};
 use super::router::Router;
 use crate::delivery::TurnError;
@@ -33,6 +34,8 @@ pub(crate) struct LoopOutcome {
     pub steps: u32,
     pub followups: u32,
     pub error: Option<TurnError>,
+    /// The tool calls of the turn, in order.
+    pub tools: Vec<ToolStep>,
 }
 
 enum Step {
@@ -77,6 +80,8 @@ pub(crate) struct ModelLoop<'a> {
     /// This turn's failed tool calls not yet followed by a success of the same tool: (tool,
     /// error), for lessons.
     failures: Vec<(String, String)>,
+    /// This turn's tool calls so far.
+    trail: Vec<ToolStep>,
 }
 
 impl<'a> ModelLoop<'a> {
@@ -99,6 +104,7 @@ impl<'a> ModelLoop<'a> {
             skills: Arc::default(),
             tools_tokens: ctx.registry().spec_tokens_for(&ctx.turn.policy),
             failures: Vec::new(),
+            trail: Vec::new(),
         }
     }
 
@@ -158,6 +164,7 @@ impl<'a> ModelLoop<'a> {
                 .await;
         }
         out.visible_text = visible.join("\n\n").trim().to_string();
+        out.tools = std::mem::take(&mut self.trail);
         out
     }
 
@@ -430,7 +437,11 @@ impl<'a> ModelLoop<'a> {
         let mut results = Vec::with_capacity(response.tool_calls.len());
         for call in &response.tool_calls {
             let result = self.run_tool(call).await;
-            self.learn(call, &result).await;
+            let registry = self.ctx.registry();
+            let tool = registry.get(&call.name).map_or(&call.name, |t| &t.name);
+            let step = ToolStep::new(tool, &call.arguments, &result);
+            self.learn(&step.tool, call, &result).await;
+            self.trail.push(step);
             results.push(Value::String(result.unwrap_or_else(|e| e)));
         }
         self.append("tool_result", json!({"results": results}), run)
@@ -439,11 +450,9 @@ impl<'a> ModelLoop<'a> {
 
     /// A lesson from this turn's tool calls: when a call fails and a later call of the same
     /// tool succeeds, what failed and what worked is kept in the chat's memory.
-    async fn learn(&mut self, call: &ToolCall, result: &Result<String, String>) {
-        let registry = self.ctx.registry().clone();
-        let tool = registry.get(&call.name).map_or(&call.name, |t| &t.name);
+    async fn learn(&mut self, tool: &str, call: &ToolCall, result: &Result<String, String>) {
         let error = match result {
-            Err(error) => return self.failures.push((tool.clone(), error.clone())),
+            Err(error) => return self.failures.push((tool.to_owned(), error.clone())),
             Ok(_) => match self.failures.iter().position(|(name, _)| name == tool) {
                 Some(at) => self.failures.remove(at).1,
                 None => return,

@@ -138,6 +138,13 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
         |var, v| parse_u32_range(var, v, 10, 100),
     )?;
     set(l, "BUB_MEMORY_ENABLED", &mut s.memory_enabled, parse_bool)?;
+    set(l, "BUB_LEARN_SKILLS", &mut s.learn_skills, parse_bool)?;
+    set(
+        l,
+        "BUB_LEARN_MIN_STEPS",
+        &mut s.learn_min_steps,
+        |var, v| parse_u32_min(var, v, 1),
+    )?;
     set(
         l,
         "BUB_PROACTIVE_RESPONSE",

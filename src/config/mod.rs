@@ -168,6 +168,11 @@ pub struct Settings {
     /// `BUB_MEMORY_ENABLED` (default true): remembered entries are shown in the system prompt,
     /// `remember:` messages are kept, and the `memory.*` tools work.
     pub memory_enabled: bool,
+    /// `BUB_LEARN_SKILLS` (default false): after an owner's turn with at least
+    /// `learn_min_steps` tool calls, one extra model call may save the work as a learned skill.
+    pub learn_skills: bool,
+    /// `BUB_LEARN_MIN_STEPS` (default 3, ≥ 1): the tool calls a turn needs to be looked at.
+    pub learn_min_steps: u32,
     /// `BUB_PROACTIVE_RESPONSE` (default false).
     pub proactive_response: bool,
     /// `BUB_MESSAGE_DELAY_SECONDS` (default 10, at most one hour).
@@ -279,6 +284,8 @@ impl Settings {
             context_tokens: 32_000,
             compact_percent: 75,
             memory_enabled: true,
+            learn_skills: false,
+            learn_min_steps: 3,
             proactive_response: false,
             message_delay: Duration::from_secs(10),
             message_debounce: Duration::from_secs(1),

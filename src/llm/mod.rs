@@ -26,7 +26,7 @@ pub use client::LlmClient;
 
 /// A fast estimate of the tokens of `text`, without a tokenizer: ASCII text at about four
 /// bytes a token, any other character (CJK, say) a token each.
-pub(crate) fn estimate_tokens(text: &str) -> u64 {
+pub fn estimate_tokens(text: &str) -> u64 {
     let (ascii, other) = text.chars().fold((0u64, 0u64), |(a, o), c| {
         if c.is_ascii() { (a + 1, o) } else { (a, o + 1) }
     });

@@ -131,6 +131,11 @@ impl Skill {
         &self.file.name
     }
 
+    /// Whether Bub wrote it from a finished turn (`metadata: {learned: true}`).
+    pub(crate) fn learned(&self) -> bool {
+        self.file.metadata.get("learned") == Some(&serde_json::Value::Bool(true))
+    }
+
     /// The other files of the skill's folder, relative to it, sorted (at most 50).
     pub(crate) fn files(&self) -> Vec<String> {
         let mut files = Vec::new();
@@ -180,15 +185,16 @@ pub struct Discovery {
 }
 
 impl Discovery {
-    /// `skills.list` and `bub skills list`: `name: description (source, location)` per skill,
-    /// then the skipped ones.
+    /// `skills.list` and `bub skills list`: `name: description (source, location)` per skill
+    /// (`source, learned` for a learned one), then the skipped ones.
     pub fn listing(&self) -> String {
         let mut rows: Vec<String> = self
             .skills
             .iter()
             .map(|s| {
+                let learned = if s.learned() { ", learned" } else { "" };
                 format!(
-                    "{}: {} ({}, {})",
+                    "{}: {} ({}{learned}, {})",
                     s.name(),
                     s.file.description,
                     s.source.as_str(),
