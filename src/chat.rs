@@ -115,3 +115,42 @@ pub struct Outbound {
     /// Reply to this platform message id.
     pub reply_to: Option<String>,
 }
+
+/// A file a chat message carries, as its adapter found it in the message's metadata
+/// ([`crate::channels::Channel::files`]); the adapter downloads it by `source`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MediaFile {
+    /// `photo`, `voice`, `audio`, `video`, `video_note`, `document` or `attachment`.
+    pub kind: String,
+    /// What the adapter downloads it by: Telegram's `file_id`, a Discord attachment's URL.
+    pub source: String,
+    /// The file name the sender gave it, if any.
+    pub name: Option<String>,
+    /// Its MIME type, if the platform said.
+    pub mime: Option<String>,
+    /// Its size in bytes, if the platform said.
+    pub size: Option<u64>,
+    /// Where in the message's metadata JSON its entry is (a JSON pointer, `/media` or
+    /// `/media/attachments/0`): what Bub learns about it (saved path, transcript) is added there.
+    pub pointer: String,
+}
+
+impl MediaFile {
+    /// An image a vision model can look at.
+    pub fn is_image(&self) -> bool {
+        self.kind == "photo"
+            || self
+                .mime
+                .as_deref()
+                .is_some_and(|m| m.starts_with("image/"))
+    }
+
+    /// Speech to transcribe: a voice note or an audio file.
+    pub fn is_audio(&self) -> bool {
+        matches!(self.kind.as_str(), "voice" | "audio")
+            || self
+                .mime
+                .as_deref()
+                .is_some_and(|m| m.starts_with("audio/"))
+    }
+}

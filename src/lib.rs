@@ -19,6 +19,7 @@ pub mod heap;
 pub mod inbox;
 pub mod llm;
 pub mod logging;
+pub(crate) mod media;
 pub mod memory;
 pub mod redact;
 pub mod scheduler;

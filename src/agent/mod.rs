@@ -25,6 +25,7 @@ use crate::access::{Access, Authority};
 use crate::config::Settings;
 use crate::delivery::Outbox;
 use crate::llm::{LlmClient, LlmConfig};
+use crate::media;
 use crate::tape::TapeInfo;
 use crate::tools::{self, ProcessCtx, SessionCtx, ToolContext};
 use router::Router;
@@ -308,8 +309,10 @@ impl AgentRuntime {
             };
         }
         remember_prefixed(ctx, text).await;
+        let settings = ctx.settings();
+        let media = media::prepare(settings, &self.process.outbox, ctx.session_id(), text).await;
         let router = Router::new(ctx.clone());
-        let route = router.route_user(text).await;
+        let route = router.route_user(&media.prompt).await;
         if route.exit_requested {
             return TurnResult {
                 exit_requested: true,
@@ -327,6 +330,7 @@ impl AgentRuntime {
             Err(e) => Err(e.as_str()),
         };
         let mut outcome = ModelLoop::new(llm, ctx, &router, memory)
+            .with_images(media.images)
             .run(&route.model_prompt)
             .await;
         if outcome.error.is_none() && learn::worth_learning(ctx, &outcome.tools) {

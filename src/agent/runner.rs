@@ -6,6 +6,7 @@
 //! A prompt that cannot be recorded (disk full, a file over `RLIMIT_FSIZE`) ends the turn with an
 //! error before the model is called; other failed appends are logged and the turn goes on.
 
+use std::collections::HashMap;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -18,6 +19,7 @@ use super::prompt::{self, PromptParts};
 use super::router::Router;
 use crate::delivery::TurnError;
 use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, ToolCall};
+use crate::media;
 use crate::skills::Discovery;
 use crate::tape::ContextCursor;
 use crate::tape::shared::{append_failed, logged};
@@ -51,6 +53,8 @@ pub(crate) struct LoopMemory {
     /// Prompt tokens the provider counted per estimated token, at the last call that reported
     /// its usage (1 until one does).
     pub token_scale: f64,
+    /// The model refused a request with images: the session's later requests carry none.
+    pub images_refused: bool,
 }
 
 impl Default for LoopMemory {
@@ -58,6 +62,7 @@ impl Default for LoopMemory {
         Self {
             last_system: None,
             token_scale: 1.0,
+            images_refused: false,
         }
     }
 }
@@ -82,6 +87,10 @@ pub(crate) struct ModelLoop<'a> {
     failures: Vec<(String, String)>,
     /// This turn's tool calls so far.
     trail: Vec<ToolStep>,
+    /// The images the turn's prompt brought (saved files, relative to the workspace).
+    images: Vec<String>,
+    /// Image parts made this turn, by path (each image is decoded once per turn).
+    image_uris: HashMap<String, String>,
 }
 
 impl<'a> ModelLoop<'a> {
@@ -105,7 +114,16 @@ impl<'a> ModelLoop<'a> {
             tools_tokens: ctx.registry().spec_tokens_for(&ctx.turn.policy),
             failures: Vec::new(),
             trail: Vec::new(),
+            images: Vec::new(),
+            image_uris: HashMap::new(),
         }
+    }
+
+    /// The images the user's prompt brought (paths relative to the workspace): recorded with
+    /// the prompt, and shown to a vision model.
+    pub(crate) fn with_images(mut self, images: Vec<String>) -> Self {
+        self.images = images;
+        self
     }
 
     /// Runs until the model answers without commands, fails, asks to quit, or `max_steps`.
@@ -281,7 +299,10 @@ impl<'a> ModelLoop<'a> {
         run: &Value,
         hints: Option<String>,
     ) -> anyhow::Result<(String, anyhow::Result<Vec<Value>>)> {
-        let message = json!({"role": "user", "content": prompt});
+        let mut message = json!({"role": "user", "content": prompt});
+        if hints.is_some() && !self.images.is_empty() {
+            message["images"] = json!(self.images);
+        }
         let run = run.clone();
         let mut cursor = std::mem::take(&mut self.context);
         let (ctx, last_system) = (self.ctx.clone(), self.memory.last_system);
@@ -343,12 +364,36 @@ impl<'a> ModelLoop<'a> {
         let estimate = self.estimate(system, &context);
         let mut messages = vec![json!({"role": "system", "content": system})];
         messages.extend(sanitize_context(context));
-        let request = ChatRequest {
+        let shown = self.attach_images(llm, &mut messages).await;
+        let mut request = ChatRequest {
             messages,
             tools: self.ctx.registry().openai_specs_for(&self.ctx.turn.policy),
             max_tokens: self.max_tokens,
         };
-        let response = llm.chat(&request).await?;
+        let response = match (llm.chat(&request).await, shown) {
+            // A model that does not take images: the same request with their paths instead.
+            (Err(LlmError::Http { status, message }), Some((at, paths)))
+                if (400..500).contains(&status) && status != 429 =>
+            {
+                self.memory.images_refused = true;
+                tracing::warn!(status, error = %message, "media.images_refused");
+                self.event(
+                    "media.images_refused",
+                    json!({"status": status, "error": message}),
+                )
+                .await;
+                let text = request.messages[at]["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or_default();
+                let note = format!(
+                    "{text}\n[The model cannot look at images; they are saved at: {}]",
+                    paths.join(", ")
+                );
+                request.messages[at]["content"] = json!(note);
+                llm.chat(&request).await?
+            }
+            (response, _) => response?,
+        };
         let counted = response
             .usage
             .as_ref()
@@ -357,6 +402,53 @@ impl<'a> ModelLoop<'a> {
             self.memory.token_scale = (counted as f64 / estimate as f64).clamp(0.5, 4.0);
         }
         Ok(response)
+    }
+
+    /// Turns the newest user message with images in `messages` into text and image parts, when
+    /// the model takes images (`BUB_VISION`) and has not refused them in this session; strips
+    /// the `images` field of every message either way. Returns the message's index and the
+    /// paths shown. An image that cannot be decoded is left out (its path is in the prompt).
+    async fn attach_images(
+        &mut self,
+        llm: &LlmClient,
+        messages: &mut [Value],
+    ) -> Option<(usize, Vec<String>)> {
+        let settings = self.ctx.settings();
+        let wanted = settings.media.vision_for(llm.model()) && !self.memory.images_refused;
+        let newest = wanted
+            .then(|| media::image::newest_images(messages))
+            .flatten();
+        let Some((at, paths)) = newest else {
+            media::image::attach(messages, None);
+            return None;
+        };
+        let missing: Vec<String> = paths
+            .iter()
+            .filter(|p| !self.image_uris.contains_key(*p))
+            .cloned()
+            .collect();
+        let workspace = settings.workspace.clone();
+        let made = tokio::task::spawn_blocking(move || {
+            missing
+                .into_iter()
+                .filter_map(|path| match media::image::data_uri(&workspace.join(&path)) {
+                    Ok(uri) => Some((path, uri)),
+                    Err(e) => {
+                        tracing::warn!(path = %path, error = %format!("{e:#}"), "media.image.error");
+                        None
+                    }
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        self.image_uris.extend(made);
+        let (shown, uris): (Vec<String>, Vec<String>) = paths
+            .into_iter()
+            .filter_map(|p| self.image_uris.get(&p).cloned().map(|uri| (p, uri)))
+            .unzip();
+        media::image::attach(messages, Some((at, &uris)));
+        (!shown.is_empty()).then_some((at, shown))
     }
 
     /// A fast estimate of a request's prompt tokens: the system prompt, the messages and the

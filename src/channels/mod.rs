@@ -25,7 +25,7 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-pub use crate::chat::{Control, Inbound, Outbound};
+pub use crate::chat::{Control, Inbound, MediaFile, Outbound};
 use crate::inbox::{Inbox, Received};
 
 /// A chat platform adapter.
@@ -52,6 +52,52 @@ pub trait Channel: Send + Sync + 'static {
     async fn typing(&self, _chat_id: &str) -> anyhow::Result<()> {
         Ok(())
     }
+
+    /// The files a message carries, read from the metadata JSON this adapter made of it.
+    fn files(&self, _metadata: &serde_json::Value) -> Vec<MediaFile> {
+        Vec::new()
+    }
+
+    /// Downloads `file` into `to`, streamed, refusing more than `max_bytes` (an error that
+    /// says so). Returns the bytes written.
+    async fn download(
+        &self,
+        _file: &MediaFile,
+        _to: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
+        _max_bytes: u64,
+    ) -> anyhow::Result<u64> {
+        anyhow::bail!("{} cannot download files", self.name())
+    }
+}
+
+/// Writes the chunks of `body` into `to`, at most `max_bytes` of them: more is an error (the
+/// caller removes what was written). Returns the bytes written.
+pub(crate) async fn copy_capped<S, B, E>(
+    mut body: S,
+    to: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
+    max_bytes: u64,
+) -> anyhow::Result<u64>
+where
+    S: futures_util::Stream<Item = Result<B, E>> + Unpin,
+    B: AsRef<[u8]>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    use futures_util::StreamExt;
+    use tokio::io::AsyncWriteExt;
+    let mut written = 0u64;
+    while let Some(chunk) = body.next().await {
+        let chunk = chunk?;
+        let chunk = chunk.as_ref();
+        written += chunk.len() as u64;
+        if written > max_bytes {
+            anyhow::bail!(
+                "the file is larger than the {max_bytes}-byte limit (BUB_MEDIA_MAX_BYTES)"
+            );
+        }
+        to.write_all(chunk).await?;
+    }
+    to.flush().await?;
+    Ok(written)
 }
 
 /// Where an adapter hands what it received: the durable inbox first, then the session actors.

@@ -10,6 +10,7 @@
 //! hides them ([`secret`]), so a logged `Settings` never leaks them.
 
 mod load;
+mod media;
 mod parse;
 pub(crate) mod providers;
 mod secret;
@@ -21,6 +22,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use load::LoadOptions;
+pub use media::{MediaSettings, Vision};
 pub(crate) use providers::provider_base_url;
 pub(crate) use secret::{MaskedUrl, Secret};
 
@@ -35,6 +37,7 @@ pub const SECRET_VARS: &[&str] = &[
     "BUB_DISCORD_TOKEN",
     "BUB_TELEGRAM_PROXY",
     "BUB_DISCORD_PROXY",
+    "BUB_TRANSCRIBE_API_KEY",
 ];
 
 /// `BUB_MODEL` default.
@@ -223,6 +226,8 @@ pub struct Settings {
     pub guest_tools: Option<Vec<String>>,
     pub telegram: TelegramSettings,
     pub discord: DiscordSettings,
+    /// `BUB_MEDIA_*`, `BUB_VISION*`, `BUB_TRANSCRIBE_*`.
+    pub media: MediaSettings,
     /// `BUB_LOG_LEVEL` (default `info`).
     pub log_level: String,
     /// `BUB_LOG_FORMAT` (`text` or `json`).
@@ -306,6 +311,7 @@ impl Settings {
             guest_tools: None,
             telegram: TelegramSettings::default(),
             discord: DiscordSettings::default(),
+            media: MediaSettings::default(),
             log_level: "info".to_owned(),
             log_format: LogFormat::Text,
         }
@@ -340,6 +346,7 @@ impl Settings {
             &self.ollama_api_key,
             &self.telegram.token,
             &self.discord.token,
+            &self.media.transcribe_api_key,
         ];
         let mut values: Vec<String> = keys
             .into_iter()
@@ -352,6 +359,7 @@ impl Settings {
             Some(&*self.ollama_api_base),
             self.telegram.proxy.as_deref(),
             self.discord.proxy.as_deref(),
+            self.media.transcribe_api_base.as_deref(),
         ];
         values.extend(urls.into_iter().flatten().filter_map(parse::url_password));
         values

@@ -94,6 +94,9 @@ fn defaults_match_the_reference() {
     assert_eq!(s.max_steps, 20);
     assert_eq!((s.context_tokens, s.compact_percent), (32_000, 75));
     assert_eq!((s.learn_skills, s.learn_min_steps), (false, 3));
+    assert_eq!(s.media.max_bytes, 20 * 1024 * 1024);
+    assert_eq!(s.media.vision, crate::config::Vision::Auto);
+    assert_eq!(s.media.transcribe_model, None);
     assert!(!s.proactive_response);
     assert_eq!(s.message_delay, std::time::Duration::from_secs(10));
     assert_eq!(s.message_debounce, std::time::Duration::from_secs(1));
@@ -447,6 +450,12 @@ fn every_error_names_its_variable() {
     err_for(&[("BUB_COMPACT_PERCENT", "101")], "BUB_COMPACT_PERCENT");
     err_for(&[("BUB_LEARN_SKILLS", "sometimes")], "BUB_LEARN_SKILLS");
     err_for(&[("BUB_LEARN_MIN_STEPS", "0")], "BUB_LEARN_MIN_STEPS");
+    err_for(&[("BUB_MEDIA_MAX_BYTES", "20MB")], "BUB_MEDIA_MAX_BYTES");
+    err_for(&[("BUB_VISION", "maybe")], "BUB_VISION");
+    err_for(
+        &[("BUB_TRANSCRIBE_API_BASE", "not a url")],
+        "BUB_TRANSCRIBE_API_BASE",
+    );
     err_for(&[("BUB_TELEGRAM_ENABLED", "maybe")], "BUB_TELEGRAM_ENABLED");
     err_for(
         &[("BUB_DISCORD_ALLOW_FROM", "[\"a\", ")],

@@ -14,6 +14,7 @@
 pub(crate) mod client;
 pub(crate) mod response;
 pub(crate) mod sse;
+pub(crate) mod transcribe;
 
 use std::fmt;
 use std::time::Duration;

@@ -31,6 +31,7 @@ mod catchup;
 mod filter;
 mod inbound;
 mod lookup;
+mod media;
 mod prompt;
 mod rest;
 
@@ -57,7 +58,7 @@ use inbound::{BotUser, Event, Pipeline};
 use lookup::Lookups;
 use rest::{Rest, RestError};
 
-use super::{Channel, InboundSink, Outbound, text};
+use super::{Channel, InboundSink, MediaFile, Outbound, text};
 use crate::access::Access;
 use crate::config::{ConfigError, DEFAULT_DISCORD_API_BASE, Settings};
 
@@ -373,6 +374,19 @@ impl Channel for Discord {
                 "refused: discord channel {chat_id} is not in BUB_DISCORD_ALLOW_CHANNELS"
             ))
         }
+    }
+
+    fn files(&self, metadata: &serde_json::Value) -> Vec<MediaFile> {
+        media::files(metadata)
+    }
+
+    async fn download(
+        &self,
+        file: &MediaFile,
+        to: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
+        max_bytes: u64,
+    ) -> anyhow::Result<u64> {
+        self.fetch(file, to, max_bytes).await
     }
 
     async fn typing(&self, chat_id: &str) -> anyhow::Result<()> {

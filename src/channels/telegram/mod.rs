@@ -18,6 +18,7 @@
 //! logged or returned, and message texts are never logged.
 
 pub(crate) mod filter;
+mod media;
 pub(crate) mod prompt;
 
 use std::sync::Arc;
@@ -35,7 +36,7 @@ use teloxide::types::{
 use tokio_util::sync::CancellationToken;
 
 use self::filter::{BotIdentity, Command};
-use super::{Channel, Control, Inbound, InboundSink, Outbound, text};
+use super::{Channel, Control, Inbound, InboundSink, MediaFile, Outbound, text};
 use crate::access::{Access, User, pairing};
 use crate::config::{ConfigError, Settings};
 use crate::time::server_wait;
@@ -71,6 +72,8 @@ pub struct Telegram {
     allow_chats: Vec<String>,
     keyword: String,
     drop_pending_updates: bool,
+    /// `BUB_MEDIA_MAX_BYTES`: the photo size described is the largest within it.
+    media_max_bytes: u64,
 }
 
 impl Telegram {
@@ -111,6 +114,7 @@ impl Telegram {
             allow_chats: tg.allow_chats.clone(),
             keyword: settings.mention_keyword.clone(),
             drop_pending_updates: tg.drop_pending_updates,
+            media_max_bytes: settings.media.max_bytes,
         })
     }
 
@@ -360,6 +364,7 @@ impl Channel for Telegram {
             access: self.access.clone(),
             allow_chats: self.allow_chats.clone(),
             keyword: self.keyword.clone(),
+            media_max_bytes: self.media_max_bytes,
             inbound,
         };
         self.poll(&handler, shutdown).await
@@ -397,6 +402,19 @@ impl Channel for Telegram {
         }
     }
 
+    fn files(&self, metadata: &serde_json::Value) -> Vec<MediaFile> {
+        media::files(metadata)
+    }
+
+    async fn download(
+        &self,
+        file: &MediaFile,
+        to: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
+        max_bytes: u64,
+    ) -> anyhow::Result<u64> {
+        self.fetch(file, to, max_bytes).await
+    }
+
     async fn typing(&self, chat_id: &str) -> anyhow::Result<()> {
         self.bot
             .send_chat_action(recipient(chat_id)?, ChatAction::Typing)
@@ -420,6 +438,7 @@ struct Handler {
     access: Arc<Access>,
     allow_chats: Vec<String>,
     keyword: String,
+    media_max_bytes: u64,
     inbound: InboundSink,
 }
 
@@ -474,7 +493,7 @@ impl Handler {
             }
             return Ok(());
         };
-        let described = prompt::describe(&msg);
+        let described = prompt::describe_within(&msg, self.media_max_bytes);
         let mut content = described.content.as_str();
         let control_prompt;
         let mut mentioned = filter::is_addressed(&msg, &self.me, &self.keyword);

@@ -8,7 +8,7 @@
 //! values dropped and non-ASCII text kept as is. Media is described, never downloaded.
 
 use serde_json::{Map, Value, json};
-use teloxide::types::{FileMeta, MediaKind, Message, MessageKind};
+use teloxide::types::{FileMeta, MediaKind, Message, MessageKind, PhotoSize};
 
 /// Longest quoted text of a replied-to message, in characters.
 const REPLY_TEXT_LIMIT: usize = 100;
@@ -27,8 +27,15 @@ pub(crate) struct Described {
     pub caption: Option<String>,
 }
 
-/// Describes `msg`: its type, content text and media metadata.
+/// Describes `msg`: its type, content text and media metadata (of a photo, the largest size).
+#[cfg(test)]
 pub(crate) fn describe(msg: &Message) -> Described {
+    describe_within(msg, u64::MAX)
+}
+
+/// Describes `msg`: its type, content text and media metadata; of a photo, the largest size
+/// within `max_bytes` (else the smallest).
+pub(crate) fn describe_within(msg: &Message, max_bytes: u64) -> Described {
     let media_kind = match &msg.kind {
         MessageKind::Common(common) => Some(&common.media_kind),
         _ => None,
@@ -49,7 +56,8 @@ pub(crate) fn describe(msg: &Message) -> Described {
     let (kind, content, media, caption) = match media_kind {
         MediaKind::Text(t) => return text(&t.text),
         MediaKind::Photo(p) => {
-            let Some(largest) = p.photo.last() else {
+            let fits = |s: &&PhotoSize| size(&s.file).is_none_or(|n| u64::from(n) <= max_bytes);
+            let Some(largest) = p.photo.iter().rev().find(fits).or(p.photo.first()) else {
                 return unknown;
             };
             let media = json!({"file_id": largest.file.id.0, "file_size": size(&largest.file),

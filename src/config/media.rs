@@ -1,0 +1,156 @@
+//! `BUB_MEDIA_*`, `BUB_VISION*`, `BUB_TRANSCRIBE_*`: what Bub does with the files a chat sends
+//! (how large a file it downloads, whether images go to the model, which model transcribes
+//! voice), and their loading.
+
+use super::parse::{is_null, parse_list, parse_secret, parse_u32_min, parse_url};
+use super::sources::Layers;
+use super::{ConfigError, MaskedUrl, Secret};
+
+/// `BUB_MEDIA_MAX_BYTES` default: 20 MB, the Bot API's own download limit.
+pub(crate) const DEFAULT_MEDIA_MAX_BYTES: u64 = 20 * 1024 * 1024;
+
+/// Model-name patterns (case-insensitive substrings of the model id) known to accept images,
+/// for `BUB_VISION=auto`; `BUB_VISION_MODELS` replaces the list.
+pub(crate) const VISION_MODELS: &[&str] = &[
+    "gpt-4o",
+    "gpt-4.1",
+    "gpt-4-turbo",
+    "gpt-5",
+    "o3",
+    "o4-mini",
+    "claude",
+    "gemini",
+    "gemma-3",
+    "grok-4",
+    "vision",
+    "-vl",
+    "vl-",
+    "llava",
+    "pixtral",
+    "mistral-medium",
+    "mistral-small-3",
+    "llama-4",
+    "minicpm-v",
+    "qwen3-vl",
+    "kimi-k2.5",
+];
+
+/// Whether images go to the model (`BUB_VISION`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Vision {
+    /// When the model's id matches a pattern of [`MediaSettings::vision_models`] (the default).
+    #[default]
+    Auto,
+    On,
+    Off,
+}
+
+/// What Bub does with the files of chat messages.
+#[derive(Debug, Clone)]
+pub struct MediaSettings {
+    /// `BUB_MEDIA_MAX_BYTES` (default 20 MB; `0` downloads nothing): a larger file is described,
+    /// not downloaded.
+    pub max_bytes: u64,
+    /// `BUB_VISION` (`auto`, `on`, `off`).
+    pub vision: Vision,
+    /// `BUB_VISION_MODELS`: the patterns of `auto` (default [`VISION_MODELS`]).
+    pub vision_models: Vec<String>,
+    /// `BUB_TRANSCRIBE_MODEL` (e.g. `whisper-1`); none: voice is saved, not transcribed.
+    pub transcribe_model: Option<String>,
+    /// `BUB_TRANSCRIBE_API_BASE`: the transcription endpoint's base URL (default: the model's).
+    pub transcribe_api_base: Option<MaskedUrl>,
+    /// `BUB_TRANSCRIBE_API_KEY` (default: the model's key).
+    pub transcribe_api_key: Option<Secret>,
+}
+
+impl Default for MediaSettings {
+    fn default() -> Self {
+        Self {
+            max_bytes: DEFAULT_MEDIA_MAX_BYTES,
+            vision: Vision::Auto,
+            vision_models: VISION_MODELS.iter().map(|p| (*p).to_owned()).collect(),
+            transcribe_model: None,
+            transcribe_api_base: None,
+            transcribe_api_key: None,
+        }
+    }
+}
+
+impl MediaSettings {
+    /// Whether images go to `model_id` as image parts.
+    pub fn vision_for(&self, model_id: &str) -> bool {
+        match self.vision {
+            Vision::On => true,
+            Vision::Off => false,
+            Vision::Auto => {
+                let id = model_id.to_lowercase();
+                self.vision_models
+                    .iter()
+                    .any(|p| !p.trim().is_empty() && id.contains(&p.trim().to_lowercase()))
+            }
+        }
+    }
+}
+
+/// Reads the media variables of `l` into `m`.
+pub(crate) fn load(l: &Layers, m: &mut MediaSettings) -> Result<(), ConfigError> {
+    let var = "BUB_MEDIA_MAX_BYTES";
+    if let Some(max) = l.parse(var, |v| parse_u32_min(var, v, 0))? {
+        m.max_bytes = max.into();
+    }
+    let var = "BUB_VISION";
+    if let Some(vision) = l.parse(var, |v| parse_vision(var, v))? {
+        m.vision = vision;
+    }
+    let var = "BUB_VISION_MODELS";
+    if let Some(models) = l.parse(var, |v| parse_list(var, v))? {
+        m.vision_models = models;
+    }
+    m.transcribe_model = l
+        .parse("BUB_TRANSCRIBE_MODEL", |v| {
+            Ok((!is_null(v)).then(|| v.trim().to_owned()))
+        })?
+        .flatten();
+    let var = "BUB_TRANSCRIBE_API_BASE";
+    m.transcribe_api_base = l
+        .parse(var, |v| match is_null(v) {
+            true => Ok(None),
+            false => parse_url(var, v).map(Some),
+        })?
+        .flatten()
+        .map(MaskedUrl::from);
+    let var = "BUB_TRANSCRIBE_API_KEY";
+    m.transcribe_api_key = l.parse(var, |v| parse_secret(var, v))?.flatten();
+    Ok(())
+}
+
+fn parse_vision(var: &str, raw: &str) -> Result<Vision, ConfigError> {
+    match raw.trim().to_ascii_lowercase().as_str() {
+        "auto" => Ok(Vision::Auto),
+        "on" | "true" => Ok(Vision::On),
+        "off" | "false" => Ok(Vision::Off),
+        _ => Err(ConfigError::new(
+            var,
+            format!("invalid vision mode {raw:?} (expected auto, on or off)"),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_vision_follows_the_model_patterns() {
+        let mut m = MediaSettings::default();
+        assert!(m.vision_for("openai/gpt-4o-mini"));
+        assert!(m.vision_for("qwen/qwen2.5-VL-72b-instruct"));
+        assert!(!m.vision_for("qwen/qwen3-coder-next"));
+        m.vision_models = vec!["coder".into()];
+        assert!(m.vision_for("qwen/qwen3-coder-next"));
+        m.vision = Vision::Off;
+        assert!(!m.vision_for("gpt-4o"));
+        m.vision = Vision::On;
+        assert!(m.vision_for("anything"));
+    }
+}

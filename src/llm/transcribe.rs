@@ -1,0 +1,68 @@
+//! Speech to text: one OpenAI-compatible `POST <base>/audio/transcriptions` call (multipart
+//! `file` and `model`; the answer is `{"text": …}` — OpenAI, Groq and local Whisper servers
+//! share the shape). One attempt, bounded by the model timeout; errors never carry the key.
+
+use std::path::Path;
+use std::time::Duration;
+
+use super::LlmError;
+use super::response::error_message;
+
+/// Where and with what to transcribe.
+#[derive(Debug, Clone)]
+pub struct Transcriber {
+    /// `BUB_TRANSCRIBE_MODEL` (`whisper-1`, `whisper-large-v3`, …).
+    pub model: String,
+    /// The base URL, ending before `/audio/transcriptions`.
+    pub base_url: String,
+    pub api_key: Option<String>,
+    pub timeout: Option<Duration>,
+}
+
+impl Transcriber {
+    /// The text spoken in the audio file at `path` (named `name` for the server, which guesses
+    /// the format from its extension).
+    pub async fn transcribe(&self, path: &Path, name: &str) -> Result<String, LlmError> {
+        let bytes = tokio::fs::read(path)
+            .await
+            .map_err(|e| LlmError::Config(format!("cannot read the audio file: {e}")))?;
+        let part = reqwest::multipart::Part::bytes(bytes).file_name(name.to_owned());
+        let form = reqwest::multipart::Form::new()
+            .text("model", self.model.clone())
+            .part("file", part);
+        let url = format!(
+            "{}/audio/transcriptions",
+            self.base_url.trim_end_matches('/')
+        );
+        let mut request = reqwest::Client::new().post(url).multipart(form);
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key);
+        }
+        if let Some(timeout) = self.timeout {
+            request = request.timeout(timeout);
+        }
+        let response = request.send().await.map_err(|e| match e.is_timeout() {
+            true => LlmError::Timeout {
+                seconds: self.timeout.map_or(0.0, |t| t.as_secs_f64()),
+            },
+            false => LlmError::Connect(e.without_url().to_string()),
+        })?;
+        let status = response.status();
+        let body = response
+            .text()
+            .await
+            .map_err(|e| LlmError::Connect(e.without_url().to_string()))?;
+        if !status.is_success() {
+            return Err(LlmError::Http {
+                status: status.as_u16(),
+                message: error_message(&body),
+            });
+        }
+        let json: serde_json::Value = serde_json::from_str(&body)
+            .map_err(|_| LlmError::InvalidResponse("the transcription is not JSON".into()))?;
+        json["text"]
+            .as_str()
+            .map(|t| t.trim().to_owned())
+            .ok_or_else(|| LlmError::InvalidResponse("the transcription has no `text`".into()))
+    }
+}

@@ -1,0 +1,389 @@
+//! Media: what the files of chat messages become for a turn. Before a turn runs, every file its
+//! messages carry is downloaded through the chat's adapter — streamed, at most
+//! `BUB_MEDIA_MAX_BYTES` — into the workspace's `inbox/<channel>-<chat>/` folder under a
+//! date-prefixed safe name; voice and audio are transcribed when `BUB_TRANSCRIBE_MODEL` is set;
+//! images are listed for the model ([`image`] turns them into image parts for vision models).
+//!
+//! What happened is written into the message's metadata JSON, at the file's own entry:
+//! `saved` (the path, relative to the workspace), `transcript`, or `note` (why a file was not
+//! downloaded or transcribed), and a transcript is added to the `message` text. Nothing here
+//! fails a turn: a file that cannot be had is described instead.
+//!
+//! A file already saved (a turn run again after a restart) is not downloaded twice. The folder
+//! comes from the session, never from the message, so a guest's files land only in their own
+//! chat's folder.
+
+pub(crate) mod image;
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::channels::{Channel, MediaFile};
+use crate::config::Settings;
+use crate::delivery::Outbox;
+use crate::llm::transcribe::Transcriber;
+
+/// The folder of the workspace received files are saved in.
+pub(crate) const INBOX_DIR: &str = "inbox";
+
+/// A turn's prompt after its files were handled, and the images it shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Prepared {
+    pub prompt: String,
+    /// The saved images, relative to the workspace.
+    pub images: Vec<String>,
+}
+
+/// Handles the files of `prompt` (a chat turn's prompt: metadata JSON lines) in `session_id`.
+/// A prompt without media is returned as it is, without any work.
+pub(crate) async fn prepare(
+    settings: &Settings,
+    outbox: &Outbox,
+    session_id: &str,
+    prompt: &str,
+) -> Prepared {
+    let unchanged = || Prepared {
+        prompt: prompt.to_owned(),
+        images: Vec::new(),
+    };
+    let Some((channel, chat)) = session_id.split_once(':') else {
+        return unchanged();
+    };
+    if !prompt.contains("\"media\"") {
+        return unchanged();
+    }
+    let adapter = match outbox.adapter(settings, channel) {
+        Ok(adapter) => adapter,
+        Err(_) => return unchanged(),
+    };
+    let inbox = Inbox {
+        settings,
+        adapter: adapter.as_ref(),
+        folder: format!("{INBOX_DIR}/{channel}-{}", safe_name(chat)),
+    };
+    let mut out = Prepared::default();
+    let mut lines = Vec::new();
+    for line in prompt.lines() {
+        let mut metadata = match serde_json::from_str::<Value>(line) {
+            Ok(value @ Value::Object(_)) => value,
+            _ => {
+                lines.push(line.to_owned());
+                continue;
+            }
+        };
+        let files = adapter.files(&metadata);
+        if files.is_empty() {
+            lines.push(line.to_owned());
+            continue;
+        }
+        for (n, file) in files.iter().enumerate() {
+            let outcome = inbox.receive(&metadata, file, n).await;
+            if let Some(saved) = &outcome.saved
+                && file.is_image()
+            {
+                out.images.push(saved.clone());
+            }
+            outcome.record(&mut metadata, file);
+        }
+        lines.push(metadata.to_string());
+    }
+    out.prompt = lines.join("\n");
+    out
+}
+
+/// Where one chat's files go, and the adapter that downloads them.
+struct Inbox<'a> {
+    settings: &'a Settings,
+    adapter: &'a dyn Channel,
+    /// Relative to the workspace.
+    folder: String,
+}
+
+/// What became of one file.
+#[derive(Debug, Default)]
+struct Outcome {
+    saved: Option<String>,
+    transcript: Option<String>,
+    note: Option<String>,
+}
+
+impl Outcome {
+    fn noted(note: String) -> Self {
+        Self {
+            note: Some(note),
+            ..Self::default()
+        }
+    }
+
+    /// Writes the outcome into the file's entry of `metadata`, and a transcript into its
+    /// `message`.
+    fn record(self, metadata: &mut Value, file: &MediaFile) {
+        if let Some(transcript) = &self.transcript {
+            let label = file.name.as_deref().unwrap_or(&file.kind);
+            let message = metadata["message"].as_str().unwrap_or_default();
+            let line = format!("[Voice message transcript ({label}): {transcript}]");
+            metadata["message"] = json!(format!("{message}\n{line}").trim_start());
+        }
+        let Some(Value::Object(entry)) = metadata.pointer_mut(&file.pointer) else {
+            return;
+        };
+        for (key, value) in [
+            ("saved", self.saved),
+            ("transcript", self.transcript),
+            ("note", self.note),
+        ] {
+            if let Some(value) = value {
+                entry.insert(key.to_owned(), json!(value));
+            }
+        }
+    }
+}
+
+impl Inbox<'_> {
+    /// Saves file number `n` of the message `metadata` (unless too large or already there),
+    /// then transcribes it when it is speech.
+    async fn receive(&self, metadata: &Value, file: &MediaFile, n: usize) -> Outcome {
+        let max = self.settings.media.max_bytes;
+        if let Some(size) = file.size.filter(|s| *s > max) {
+            return Outcome::noted(format!(
+                "not downloaded: {} is over the {} limit (BUB_MEDIA_MAX_BYTES)",
+                human_bytes(size),
+                human_bytes(max)
+            ));
+        }
+        let relative = format!("{}/{}", self.folder, file_name(metadata, file, n));
+        let path = self.settings.workspace.join(&relative);
+        if !is_saved(&path).await {
+            if let Err(e) = self.download(file, &path, max).await {
+                tracing::warn!(kind = %file.kind, error = %format!("{e:#}"), "media.download.error");
+                return Outcome::noted(format!("not downloaded: {e:#}"));
+            }
+            tracing::info!(kind = %file.kind, path = %relative, "media.saved");
+        }
+        let mut outcome = Outcome {
+            saved: Some(relative),
+            ..Outcome::default()
+        };
+        if file.is_audio() {
+            match self.transcribe(&path).await {
+                Ok(text) => outcome.transcript = Some(text),
+                Err(why) => outcome.note = Some(why),
+            }
+        }
+        outcome
+    }
+
+    /// Downloads `file` to `path` through a temporary file beside it (renamed when complete,
+    /// removed on failure).
+    async fn download(&self, file: &MediaFile, path: &Path, max: u64) -> anyhow::Result<()> {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        tokio::fs::create_dir_all(dir).await?;
+        let partial = partial_path(path);
+        let mut out = tokio::fs::File::create(&partial).await?;
+        let written = self.adapter.download(file, &mut out, max).await;
+        drop(out);
+        match written {
+            Ok(_) => Ok(tokio::fs::rename(&partial, path).await?),
+            Err(e) => {
+                let _ = tokio::fs::remove_file(&partial).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// The transcript of the audio at `path`, or why there is none.
+    async fn transcribe(&self, path: &Path) -> Result<String, String> {
+        let settings = self.settings;
+        let Some(model) = &settings.media.transcribe_model else {
+            return Err(
+                "not transcribed: no transcription model is set (BUB_TRANSCRIBE_MODEL)".into(),
+            );
+        };
+        let transcriber = Transcriber {
+            model: model.clone(),
+            base_url: match &settings.media.transcribe_api_base {
+                Some(base) => base.to_string(),
+                None => settings.model_base_url(),
+            },
+            api_key: settings
+                .media
+                .transcribe_api_key
+                .as_ref()
+                .or(settings.api_key.as_ref())
+                .map(|k| k.expose().to_owned()),
+            timeout: settings.model_timeout,
+        };
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        match transcriber.transcribe(path, &name).await {
+            Ok(text) if !text.is_empty() => Ok(text),
+            Ok(_) => Err("not transcribed: the transcription is empty".into()),
+            Err(e) => {
+                tracing::warn!(error = %e, "media.transcribe.error");
+                Err(format!("not transcribed: {e}"))
+            }
+        }
+    }
+}
+
+/// Whether a complete file is at `path` (a download is renamed there only when complete).
+async fn is_saved(path: &Path) -> bool {
+    tokio::fs::metadata(path)
+        .await
+        .is_ok_and(|m| m.is_file() && m.len() > 0)
+}
+
+/// `dir/name` → `dir/.name.part`.
+fn partial_path(path: &Path) -> PathBuf {
+    let name = path.file_name().unwrap_or_default().to_string_lossy();
+    path.with_file_name(format!(".{name}.part"))
+}
+
+/// `2026-11-25-<message id>-<name>`: the sender's file name made safe, else the file's kind
+/// with the extension its type suggests (`photo.jpg`, `voice.ogg`); file `n` of a message
+/// with several gets `-<n>` before its name.
+fn file_name(metadata: &Value, file: &MediaFile, n: usize) -> String {
+    let date = chrono::Local::now().format("%Y-%m-%d");
+    let id = match &metadata["message_id"] {
+        Value::String(s) => safe_name(s),
+        Value::Number(n) => n.to_string(),
+        _ => "0".to_owned(),
+    };
+    let name = file
+        .name
+        .as_deref()
+        .map(safe_name)
+        .filter(|n| !n.trim_matches(['.', '_']).is_empty())
+        .unwrap_or_else(|| format!("{}{}", file.kind, extension(file)));
+    match n {
+        0 => format!("{date}-{id}-{name}"),
+        n => format!("{date}-{id}-{n}-{name}"),
+    }
+}
+
+/// The extension a file of this kind and type gets when the sender gave no name.
+fn extension(file: &MediaFile) -> &'static str {
+    let by_mime = match file.mime.as_deref().unwrap_or_default() {
+        "image/png" => Some(".png"),
+        "image/webp" => Some(".webp"),
+        "image/gif" => Some(".gif"),
+        "image/jpeg" => Some(".jpg"),
+        "audio/mpeg" => Some(".mp3"),
+        "audio/ogg" => Some(".ogg"),
+        "audio/mp4" | "audio/x-m4a" => Some(".m4a"),
+        "video/mp4" => Some(".mp4"),
+        "application/pdf" => Some(".pdf"),
+        _ => None,
+    };
+    by_mime.unwrap_or(match file.kind.as_str() {
+        "photo" => ".jpg",
+        "voice" => ".ogg",
+        "audio" => ".mp3",
+        "video" | "video_note" => ".mp4",
+        _ => ".bin",
+    })
+}
+
+/// `name` with every character but ASCII letters, digits, `.`, `-` and `_` replaced by `_`,
+/// without leading dots, at most 80 characters (keeping the extension).
+pub(crate) fn safe_name(name: &str) -> String {
+    let clean: String = name
+        .chars()
+        .map(
+            |c| match c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_') {
+                true => c,
+                false => '_',
+            },
+        )
+        .collect();
+    let clean = clean.trim_start_matches('.');
+    if clean.len() <= 80 {
+        return clean.to_owned();
+    }
+    let (stem, ext) = match clean.rsplit_once('.') {
+        Some((stem, ext)) if ext.len() <= 10 => (stem, format!(".{ext}")),
+        _ => (clean, String::new()),
+    };
+    format!("{}{ext}", &stem[..80 - ext.len()])
+}
+
+/// `20971520` → `20 MB`, `1536` → `1.5 KB`.
+fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 4] = ["B", "KB", "MB", "GB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    match value.fract() == 0.0 || unit == 0 {
+        true => format!("{value:.0} {}", UNITS[unit]),
+        false => format!("{value:.1} {}", UNITS[unit]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(kind: &str, name: Option<&str>, mime: Option<&str>) -> MediaFile {
+        MediaFile {
+            kind: kind.into(),
+            source: "x".into(),
+            name: name.map(str::to_owned),
+            mime: mime.map(str::to_owned),
+            size: None,
+            pointer: "/media".into(),
+        }
+    }
+
+    #[test]
+    fn names_are_dated_safe_and_keep_their_extension() {
+        let date = chrono::Local::now().format("%Y-%m-%d").to_string();
+        let meta = json!({"message_id": 11});
+        assert_eq!(
+            file_name(&meta, &file("photo", None, None), 0),
+            format!("{date}-11-photo.jpg")
+        );
+        let evil = file("document", Some("../../etc/passwd"), None);
+        assert_eq!(
+            file_name(&meta, &evil, 0),
+            format!("{date}-11-_.._etc_passwd")
+        );
+        let meta = json!({"message_id": "9/9"});
+        let png = file("attachment", None, Some("image/png"));
+        assert_eq!(
+            file_name(&meta, &png, 2),
+            format!("{date}-9_9-2-attachment.png")
+        );
+        let long = format!("{}.pdf", "a".repeat(200));
+        let named = safe_name(&long);
+        assert_eq!((named.len(), named.ends_with(".pdf")), (80, true));
+        assert_eq!(safe_name("..hidden"), "hidden");
+        assert_eq!(safe_name("报告.pdf"), "__.pdf");
+    }
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(human_bytes(20 * 1024 * 1024), "20 MB");
+        assert_eq!(human_bytes(1536), "1.5 KB");
+        assert_eq!(human_bytes(12), "12 B");
+    }
+
+    #[test]
+    fn an_outcome_lands_at_the_file_s_entry_and_a_transcript_in_the_message() {
+        let mut meta = json!({"message": "[Voice message: 3s]", "media": {"file_id": "v"}});
+        let outcome = Outcome {
+            saved: Some("inbox/telegram-1/v.ogg".into()),
+            transcript: Some("buy milk".into()),
+            note: None,
+        };
+        outcome.record(&mut meta, &file("voice", None, None));
+        assert_eq!(meta["media"]["saved"], "inbox/telegram-1/v.ogg");
+        assert_eq!(meta["media"]["transcript"], "buy milk");
+        assert_eq!(
+            meta["message"],
+            "[Voice message: 3s]\n[Voice message transcript (voice): buy milk]"
+        );
+    }
+}
