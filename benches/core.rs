@@ -74,6 +74,7 @@ fn bench_inbox(dir: &Path) {
                 chat_id: message.chat_id.clone(),
                 text: "An answer of a typical length, a sentence or two.".into(),
                 reply_to: None,
+                file: None,
             },
         };
         let at = Instant::now();

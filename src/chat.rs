@@ -114,6 +114,11 @@ pub struct Outbound {
     pub text: String,
     /// Reply to this platform message id.
     pub reply_to: Option<String>,
+    /// A file to send with the text (then its caption): a photo, voice note, audio or
+    /// document by its type. Checked by whoever builds the value (it exists, the sender may
+    /// read it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub file: Option<std::path::PathBuf>,
 }
 
 /// A file a chat message carries, as its adapter found it in the message's metadata

@@ -111,12 +111,16 @@ enum Command {
         channel: String,
         /// The chat (Telegram chat id, Discord channel id).
         chat_id: String,
-        /// The text; `-` reads it from stdin.
-        #[arg(allow_hyphen_values = true)]
-        text: String,
+        /// The text (with `--file`, its caption); `-` reads it from stdin.
+        #[arg(allow_hyphen_values = true, required_unless_present = "file")]
+        text: Option<String>,
         /// Reply to this message id.
         #[arg(long, value_name = "ID")]
         reply_to: Option<String>,
+        /// Send this file: an image as a photo, .ogg/.opus as a voice note, .mp3/.m4a as
+        /// audio, anything else as a document (Telegram: at most 50 MB; Discord: 10 MB).
+        #[arg(long, value_name = "PATH")]
+        file: Option<PathBuf>,
     },
     /// The skills this workspace sees.
     Skills {
@@ -269,7 +273,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 chat_id,
                 text,
                 reply_to,
-            } => send(settings, &channel, chat_id, &text, reply_to)
+                file,
+            } => send(settings, &channel, chat_id, text.as_deref(), reply_to, file)
                 .await
                 .map(|()| ExitCode::SUCCESS),
             Command::Message => message(settings).await.map(|()| ExitCode::SUCCESS),
@@ -488,20 +493,27 @@ async fn send(
     settings: Settings,
     channel: &str,
     chat_id: String,
-    text: &str,
+    text: Option<&str>,
     reply_to: Option<String>,
+    file: Option<PathBuf>,
 ) -> anyhow::Result<()> {
     logging::init(&settings, LogTarget::Stderr);
-    let text = if text == "-" {
-        let mut buf = String::new();
-        std::io::Read::read_to_string(&mut std::io::stdin(), &mut buf)
-            .context("cannot read the text from stdin")?;
-        buf
-    } else {
-        text.to_owned()
+    let text = match text {
+        Some("-") => {
+            let mut buf = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut buf)
+                .context("cannot read the text from stdin")?;
+            buf
+        }
+        text => text.unwrap_or_default().to_owned(),
     };
-    if text.trim().is_empty() {
+    if text.trim().is_empty() && file.is_none() {
         return Err(Usage("TEXT: the message is empty".into()).into());
+    }
+    if let Some(file) = &file
+        && !file.is_file()
+    {
+        return Err(Usage(format!("--file {}: no such file", file.display())).into());
     }
     let outbox = Outbox::new(Arc::new(Access::new(&settings)));
     let channel = channel.to_lowercase();
@@ -510,6 +522,7 @@ async fn send(
         chat_id,
         text,
         reply_to,
+        file,
     };
     outbox.send(&settings, &channel, &out).await
 }

@@ -114,6 +114,7 @@ impl JobRunner for AgentJobs {
                     chat_id: chat_id.to_owned(),
                     text,
                     reply_to: None,
+                    file: None,
                 };
                 let outbox = self.agent.outbox();
                 match outbox.send(self.agent.settings(), channel, &out).await {

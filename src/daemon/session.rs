@@ -356,6 +356,7 @@ impl SessionActor {
             chat_id: message.chat_id.clone(),
             text: text.to_owned(),
             reply_to: message.reply.then(|| message.message_id.clone()),
+            file: None,
         };
         self.inbox.done(&[message.seq], Outcome::Sent);
         let Some(running) = self.running.take().filter(|_| turn.is_some()) else {
@@ -414,6 +415,7 @@ impl SessionActor {
             chat_id: message.chat_id.clone(),
             text: String::new(),
             reply_to: message.reply.then(|| message.message_id.clone()),
+            file: None,
         };
         self.inbox.done(&[message.seq], Outcome::Sent);
         tokio::spawn(async move {
@@ -534,6 +536,7 @@ impl SessionActor {
                     chat_id,
                     text,
                     reply_to,
+                    file: None,
                 },
             };
             inbox.answered(&delivery);
@@ -583,6 +586,7 @@ impl SessionActor {
                 chat_id: command.chat_id.clone(),
                 text,
                 reply_to: command.reply.then(|| command.message_id.clone()),
+                file: None,
             };
             let sent = courier.deliver(&out).await;
             inbox.done(&[command.seq], sent);

@@ -607,6 +607,7 @@ async fn resumed_work_runs_at_once_and_recorded_answers_are_only_delivered() {
             chat_id: "1".into(),
             text: "answered before the crash".into(),
             reply_to: None,
+            file: None,
         },
     }))
     .unwrap();

@@ -485,6 +485,7 @@ fn give_up_notice(seq: u64, msg: &Inbound) -> Delivery {
             chat_id: msg.chat_id.clone(),
             text,
             reply_to: msg.reply.then(|| msg.message_id.clone()),
+            file: None,
         },
     }
 }

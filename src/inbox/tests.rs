@@ -38,6 +38,7 @@ fn delivery(seqs: Vec<u64>, text: &str) -> Delivery {
             chat_id: "42".into(),
             text: text.into(),
             reply_to: None,
+            file: None,
         },
     }
 }

@@ -1,5 +1,7 @@
-//! `message.send`: the agent sends a message to a chat itself — the current one by default, or
-//! any chat of a configured channel — through the same outbound code as the daemon's answers.
+//! `message.send`: the agent sends a message — text, a file, or both — to a chat itself: the
+//! current one by default, or any chat of a configured channel, through the same outbound code
+//! as the daemon's answers. A guest's file must be inside the workspace (the registry checks
+//! the `file` argument like any path).
 
 use std::sync::atomic::Ordering;
 
@@ -12,8 +14,13 @@ use crate::channels::Outbound;
 
 #[derive(Deserialize, JsonSchema)]
 struct SendArgs {
-    /// The message (Markdown)
+    /// The message (Markdown); with a file, its caption
+    #[serde(default)]
     text: String,
+    /// A file to send (a path in the workspace): a photo, voice note, audio or document by its
+    /// type
+    #[serde(default)]
+    file: Option<String>,
     /// telegram or discord (default: this session's)
     #[serde(default)]
     channel: Option<String>,
@@ -26,9 +33,18 @@ struct SendArgs {
 }
 
 async fn send(args: SendArgs, ctx: ToolContext) -> Result<String, ToolError> {
-    if args.text.trim().is_empty() {
-        return Err(ToolError::invalid("text must not be empty"));
+    let file = args
+        .file
+        .as_deref()
+        .map(str::trim)
+        .filter(|f| !f.is_empty());
+    if args.text.trim().is_empty() && file.is_none() {
+        return Err(ToolError::invalid("give a text, a file or both"));
     }
+    let file = match file {
+        Some(raw) => Some(existing_file(&ctx, raw).await?),
+        None => None,
+    };
     let current = ctx.session_chat();
     let channel = args
         .channel
@@ -64,6 +80,7 @@ async fn send(args: SendArgs, ctx: ToolContext) -> Result<String, ToolError> {
         chat_id: chat_id.clone(),
         text: args.text,
         reply_to: args.reply_to.filter(|r| !r.trim().is_empty()),
+        file,
     };
     ctx.process
         .outbox
@@ -76,6 +93,20 @@ async fn send(args: SendArgs, ctx: ToolContext) -> Result<String, ToolError> {
     Ok(format!("sent to {channel}:{chat_id}"))
 }
 
+/// The regular file `raw` names (relative to the workspace), checked on the blocking pool.
+async fn existing_file(ctx: &ToolContext, raw: &str) -> Result<std::path::PathBuf, ToolError> {
+    let path = super::fs::resolve_path(ctx.workspace(), raw);
+    let checked = path.clone();
+    let meta = tokio::task::spawn_blocking(move || std::fs::metadata(&checked))
+        .await
+        .map_err(|e| ToolError::new(e.to_string()))?;
+    match meta {
+        Ok(meta) if meta.is_file() => Ok(path),
+        Ok(_) => Err(ToolError::invalid(format!("{raw}: not a file"))),
+        Err(e) => Err(ToolError::invalid(format!("{raw}: {e}"))),
+    }
+}
+
 /// The messaging tool.
 pub(crate) fn tools() -> Vec<Tool> {
     vec![
@@ -84,11 +115,14 @@ pub(crate) fn tools() -> Vec<Tool> {
             "Send a message to a chat",
             "Sends `text` (Markdown) to a chat: by default the chat of this session; `channel` \
          (telegram or discord) and `chat_id` address any other chat, `reply_to` replies to a \
-         message id. Long texts are split and formatting falls back to plain text as needed. \
+         message id. `file` (a path in the workspace) sends a file with the text as its \
+         caption: an image as a photo, .ogg/.opus as a voice note, .mp3/.m4a as audio, anything \
+         else as a document (Telegram: at most 50 MB; Discord: 10 MB). \
+         Long texts are split and formatting falls back to plain text as needed. \
          When you answer this session's chat this way, the framework does not post your final \
          reply again — so do not repeat it.",
             send,
         )
-        .scoped(Scope::Chat),
+        .scoped(Scope::Chat(&["file"])),
     ]
 }

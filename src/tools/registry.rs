@@ -93,8 +93,9 @@ pub enum Scope {
     Local,
     /// These arguments are file paths (absent = the workspace): confined to the workspace.
     Paths(&'static [&'static str]),
-    /// `channel` / `chat_id` arguments address a chat (absent = the session's own).
-    Chat,
+    /// `channel` / `chat_id` arguments address a chat (absent = the session's own), and these
+    /// arguments are file paths (confined like [`Scope::Paths`]).
+    Chat(&'static [&'static str]),
     /// A `scope` argument of `global` is every session's memory: owners only.
     GlobalMemory,
 }
@@ -349,21 +350,25 @@ async fn authorize(tool: &Tool, args: &Value, ctx: &ToolContext) -> Result<(), T
             .map(str::trim)
             .filter(|s| !s.is_empty())
     };
-    match tool.scope {
-        Scope::Paths(keys) if policy.confines_files() => {
-            let raws: Vec<String> = keys
-                .iter()
-                .filter_map(|k| text(k))
-                .map(str::to_owned)
-                .collect();
-            if !raws.is_empty() {
-                let timeout = ctx.settings().fs_timeout;
-                super::fs::confine_all(ctx.workspace(), raws, timeout)
-                    .await
-                    .map_err(|e| ToolError::Refused(e.message().to_owned()))?;
-            }
+    let paths = match tool.scope {
+        Scope::Paths(keys) | Scope::Chat(keys) => keys,
+        Scope::Local | Scope::GlobalMemory => &[],
+    };
+    if policy.confines_files() {
+        let raws: Vec<String> = paths
+            .iter()
+            .filter_map(|k| text(k))
+            .map(str::to_owned)
+            .collect();
+        if !raws.is_empty() {
+            let timeout = ctx.settings().fs_timeout;
+            super::fs::confine_all(ctx.workspace(), raws, timeout)
+                .await
+                .map_err(|e| ToolError::Refused(e.message().to_owned()))?;
         }
-        Scope::Chat if policy.own_chat_only() => {
+    }
+    match tool.scope {
+        Scope::Chat(_) if policy.own_chat_only() => {
             let own = ctx.session_chat();
             let channel = text("channel").map(str::to_lowercase);
             let same_channel = channel

@@ -25,6 +25,7 @@ pub fn outbound(chat_id: &str, text: &str, reply_to: Option<&str>) -> bub::chann
         chat_id: chat_id.to_owned(),
         text: text.to_owned(),
         reply_to: reply_to.map(str::to_owned),
+        file: None,
     }
 }
 

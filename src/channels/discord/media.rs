@@ -1,10 +1,12 @@
 //! The files of Discord messages: the attachments listed in the metadata JSON
 //! [`super::prompt`] made of a message, downloaded from their URL — only from Discord's CDN
 //! hosts or the host of a non-default `BUB_DISCORD_API_BASE` (tests' fake), never from a URL
-//! elsewhere — streamed to the caller's file and capped.
+//! elsewhere — streamed to the caller's file and capped; and files sent to a channel as
+//! message attachments (multipart), at most 10 MB.
 
 use anyhow::anyhow;
 use serde_json::Value;
+use serenity::builder::CreateAttachment;
 
 use super::Discord;
 use crate::channels::{MediaFile, copy_capped};
@@ -89,6 +91,26 @@ impl Discord {
             b.host_str() == Some(host) && b.port_or_known_default() == url.port_or_known_default()
         })
     }
+}
+
+/// The largest file uploaded (Discord's limit for servers without boosts).
+pub(super) const MAX_UPLOAD_BYTES: u64 = 10 * 1024 * 1024;
+
+/// The file at `path` as a message attachment, read whole (at most [`MAX_UPLOAD_BYTES`]).
+pub(super) async fn attachment(path: &std::path::Path) -> anyhow::Result<CreateAttachment> {
+    let size = tokio::fs::metadata(path)
+        .await
+        .map_err(|e| anyhow!("{}: {e}", path.display()))?
+        .len();
+    if size > MAX_UPLOAD_BYTES {
+        anyhow::bail!(
+            "discord: {} is {size} bytes; Discord takes at most 10 MB per upload",
+            path.display()
+        );
+    }
+    CreateAttachment::path(path)
+        .await
+        .map_err(|e| anyhow!("{}: {e}", path.display()))
 }
 
 #[cfg(test)]

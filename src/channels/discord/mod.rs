@@ -339,14 +339,29 @@ impl Channel for Discord {
     async fn send(&self, out: &Outbound) -> anyhow::Result<()> {
         let channel = channel_id(&out.chat_id)?;
         let reply_to = out.reply_to.as_deref().and_then(snowflake);
-        let parts = text::split(&out.text, MESSAGE_LIMIT);
+        let mut parts = text::split(&out.text, MESSAGE_LIMIT);
+        let file = match &out.file {
+            Some(path) => Some(media::attachment(path).await?),
+            None => None,
+        };
+        if parts.is_empty() && file.is_some() {
+            parts.push(String::new());
+        }
         let total = parts.len();
         for (i, part) in parts.iter().enumerate() {
-            let body = message_body(part, channel, if i == 0 { reply_to } else { None });
+            let mut body = message_body(part, channel, if i == 0 { reply_to } else { None });
             let route = Route::ChannelMessages {
                 channel_id: channel,
             };
-            self.rest.post(route, &body).await.with_context(|| {
+            // The file goes with the last part.
+            let sent = match file.as_ref().filter(|_| i + 1 == total) {
+                Some(file) => {
+                    body["attachments"] = json!([{"id": 0, "filename": file.filename}]);
+                    self.rest.post_with_file(route, &body, file).await
+                }
+                None => self.rest.post(route, &body).await,
+            };
+            sent.with_context(|| {
                 format!(
                     "discord: sending part {}/{total} to channel {} failed",
                     i + 1,

@@ -18,7 +18,8 @@ use std::time::Duration;
 use anyhow::{Context as _, anyhow};
 use reqwest::header::HeaderMap;
 use serde_json::Value;
-use serenity::http::{Http, LightMethod, Request, Route};
+use serenity::builder::CreateAttachment;
+use serenity::http::{Http, LightMethod, Multipart, MultipartUpload, Request, Route};
 
 use crate::time::{WaitTooLong, server_wait};
 
@@ -59,25 +60,36 @@ impl Rest {
         body: Option<&Value>,
         attempts: u32,
     ) -> anyhow::Result<Vec<u8>> {
-        self.call_with_query(method, route, &[], body, attempts)
+        self.call_with_query(method, route, &[], body, None, attempts)
             .await
     }
 
     /// [`Rest::call`] with query parameters (`?after=…&limit=…`; values are sent as given, so
-    /// only pass numbers or URL-safe text).
+    /// only pass numbers or URL-safe text) and an optional file: then the request is multipart,
+    /// `body` its `payload_json` and the file `files[0]`.
     async fn call_with_query(
         &self,
         method: LightMethod,
         route: Route<'_>,
         query: &[(&'static str, String)],
         body: Option<&Value>,
+        file: Option<&CreateAttachment>,
         attempts: u32,
     ) -> anyhow::Result<Vec<u8>> {
         let what = route_name(method, route);
         let body = body.map(serde_json::to_vec).transpose()?;
         let mut attempt = 1;
         loop {
-            let mut req = Request::new(route, method).body(body.clone());
+            let mut req = match file {
+                None => Request::new(route, method).body(body.clone()),
+                Some(file) => Request::new(route, method).multipart(Some(Multipart {
+                    upload: MultipartUpload::Attachments(vec![file.clone()]),
+                    fields: Vec::new(),
+                    payload_json: body
+                        .as_deref()
+                        .map(|b| String::from_utf8_lossy(b).into_owned()),
+                })),
+            };
             if !query.is_empty() {
                 req = req.params(Some(query.to_vec()));
             }
@@ -123,6 +135,24 @@ impl Rest {
             .await
     }
 
+    /// `POST` of `body` with `file` attached (multipart), with 429 retries ([`MAX_ATTEMPTS`]).
+    pub(crate) async fn post_with_file(
+        &self,
+        route: Route<'_>,
+        body: &Value,
+        file: &CreateAttachment,
+    ) -> anyhow::Result<Vec<u8>> {
+        self.call_with_query(
+            LightMethod::Post,
+            route,
+            &[],
+            Some(body),
+            Some(file),
+            MAX_ATTEMPTS,
+        )
+        .await
+    }
+
     /// `GET` returning JSON, one attempt (lookups fall back to "unknown" on errors).
     pub(crate) async fn get_json(&self, route: Route<'_>) -> anyhow::Result<Value> {
         let bytes = self.call(LightMethod::Get, route, None, 1).await?;
@@ -137,7 +167,7 @@ impl Rest {
         query: &[(&'static str, String)],
     ) -> anyhow::Result<Value> {
         let bytes = self
-            .call_with_query(LightMethod::Get, route, query, None, MAX_ATTEMPTS)
+            .call_with_query(LightMethod::Get, route, query, None, None, MAX_ATTEMPTS)
             .await?;
         Ok(serde_json::from_slice(&bytes)?)
     }

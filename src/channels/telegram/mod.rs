@@ -144,12 +144,7 @@ impl Telegram {
         reply_to: Option<MessageId>,
     ) -> Result<(), String> {
         let html = text::telegram_html(chunk);
-        let mut formatted = !html.trim().is_empty();
-        let mut attempt = 0;
-        let give_up_at = tokio::time::Instant::now() + SEND_RETRY_BUDGET;
-        let mut backoff = SEND_BACKOFF_MIN;
-        loop {
-            attempt += 1;
+        self.send_retrying(to, !html.trim().is_empty(), |formatted| {
             let mut request = if formatted {
                 self.bot
                     .send_message(to.clone(), html.as_str())
@@ -161,7 +156,31 @@ impl Telegram {
                 request = request
                     .reply_parameters(ReplyParameters::new(id).allow_sending_without_reply());
             }
-            match request.send().await {
+            request.send()
+        })
+        .await
+    }
+
+    /// Sends the request `build(formatted)` makes — HTML when `formatted`, plain text after
+    /// Telegram rejected the entities — waiting out 429s (up to
+    /// [`crate::time::MAX_SERVER_WAIT`]) and retrying network errors and 5xx answers within
+    /// [`SEND_RETRY_BUDGET`]. The error is the reason, token redacted.
+    async fn send_retrying<F, Fut>(
+        &self,
+        to: &Recipient,
+        mut formatted: bool,
+        mut build: F,
+    ) -> Result<(), String>
+    where
+        F: FnMut(bool) -> Fut,
+        Fut: std::future::Future<Output = Result<teloxide::types::Message, RequestError>>,
+    {
+        let mut attempt = 0;
+        let give_up_at = tokio::time::Instant::now() + SEND_RETRY_BUDGET;
+        let mut backoff = SEND_BACKOFF_MIN;
+        loop {
+            attempt += 1;
+            match build(formatted).await {
                 Ok(_) => return Ok(()),
                 Err(RequestError::RetryAfter(wait)) if attempt < MAX_SEND_ATTEMPTS => {
                     let wait = server_wait(f64::from(wait.seconds())).map_err(|too_long| {
@@ -377,11 +396,22 @@ impl Channel for Telegram {
             .as_deref()
             .and_then(|id| id.trim().parse::<i32>().ok())
             .map(MessageId);
-        for (i, chunk) in text::split(&out.text, MESSAGE_LIMIT).iter().enumerate() {
-            let reply = if i == 0 { reply_to } else { None };
-            self.send_chunk(&to, chunk, reply)
+        let failed = |e: String| anyhow!("telegram: sending to chat {} failed: {e}", out.chat_id);
+        // A text too long for a caption goes first, as messages; the file then has none.
+        let text_first = out.file.is_none() || out.text.chars().count() > media::CAPTION_LIMIT;
+        let caption = if text_first { "" } else { out.text.as_str() };
+        let mut reply = reply_to;
+        if text_first {
+            for chunk in text::split(&out.text, MESSAGE_LIMIT) {
+                self.send_chunk(&to, &chunk, reply.take())
+                    .await
+                    .map_err(failed)?;
+            }
+        }
+        if let Some(path) = &out.file {
+            self.send_file(&to, path, caption, reply)
                 .await
-                .map_err(|e| anyhow!("telegram: sending to chat {} failed: {e}", out.chat_id))?;
+                .map_err(failed)?;
         }
         Ok(())
     }
