@@ -11,6 +11,7 @@ mod container;
 mod daemon;
 mod discord;
 mod durability;
+mod fakes;
 mod jobs;
 mod learning;
 mod limits;

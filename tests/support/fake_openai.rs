@@ -19,17 +19,38 @@
 //! [`FakeOpenAi::come_up`] opens it again, same address. The server runs on the test's tokio
 //! runtime: tests that run the `bub` binary as a subprocess need
 //! `#[tokio::test(flavor = "multi_thread")]` so it keeps serving while the test waits.
+//!
+//! Transcription (`POST <base_url>/audio/transcriptions`, multipart with a `file` part and a
+//! `model` field, maybe `language`, `response_format`, `prompt`):
+//!
+//! ```ignore
+//! fake.push_transcript("hello there");                  // answered {"text": "hello there"}
+//! fake.push_transcription_error(429, r#"{"error":{"message":"slow down"}}"#.into());
+//! let t = fake.wait_for_transcriptions(1, WAIT).await;   // model, filename, size, ...
+//! ```
+//!
+//! Each request is recorded as a [`Transcription`] (not among the chat requests of
+//! [`FakeOpenAi::requests`]) and answered from its own FIFO: `{"text": ...}` (the bare text for
+//! `response_format=text`), or the queued error; an empty queue answers 500 `{"error":
+//! {"message": "no transcript queued"}}`, a request without `file` or `model` 400 (neither
+//! consumes the queue).
+//!
+//! Vision: chat requests whose `content` is an array of parts are recorded and answered like
+//! any other ([`last_user_text`] joins their text parts, [`image_urls`] lists their images).
+//! [`FakeOpenAi::reject_images`] makes the server answer a request carrying an `image_url`
+//! part with 400 `Invalid content type. image_url is only supported by certain models.` — a
+//! text-only model — without consuming the script.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::Response;
 use axum::routing::post;
@@ -38,8 +59,12 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use super::wire;
+
 /// The text served when the script is empty.
 pub const DEFAULT_REPLY: &str = "(fake: no scripted reply)";
+/// The largest request body accepted (audio uploads: OpenAI takes up to 25 MB).
+const MAX_BODY: usize = 64 * 1024 * 1024;
 
 /// The `usage` object of every reply.
 pub fn usage() -> Value {
@@ -64,6 +89,40 @@ impl RecordedRequest {
     pub fn header(&self, name: &str) -> Option<&str> {
         super::header(&self.headers, name)
     }
+}
+
+/// One `POST /audio/transcriptions` request the fake received.
+#[derive(Debug, Clone)]
+pub struct Transcription {
+    /// The `model` field (empty when missing).
+    pub model: String,
+    /// The `filename` of the `file` part (empty when missing).
+    pub filename: String,
+    /// The size of the `file` part in bytes.
+    pub size: usize,
+    /// The `file` part's `Content-Type`, if it had one.
+    pub content_type: Option<String>,
+    /// The `Authorization` header, if any.
+    pub authorization: Option<String>,
+    /// The other text fields (`language`, `response_format`, `prompt`, ...), in order.
+    pub fields: Vec<(String, String)>,
+}
+
+impl Transcription {
+    /// The value of another text field (`language`, `response_format`, ...).
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A queued answer to a transcription request.
+#[derive(Debug, Clone)]
+enum TranscriptReply {
+    Text(String),
+    Error { status: u16, body: String },
 }
 
 /// How streamed replies are written.
@@ -120,6 +179,9 @@ struct Shared {
     style: Mutex<StreamStyle>,
     latency: Mutex<Duration>,
     responder: Mutex<Option<Responder>>,
+    transcripts: Mutex<VecDeque<TranscriptReply>>,
+    transcriptions: Mutex<Vec<Transcription>>,
+    reject_images: AtomicBool,
 }
 
 /// Makes the text of the answer to a request when the script is empty.
@@ -148,6 +210,9 @@ pub async fn start() -> FakeOpenAi {
         style: Mutex::new(StreamStyle::default()),
         latency: Mutex::new(Duration::ZERO),
         responder: Mutex::new(None),
+        transcripts: Mutex::new(VecDeque::new()),
+        transcriptions: Mutex::new(Vec::new()),
+        reject_images: AtomicBool::new(false),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -164,7 +229,9 @@ pub async fn start() -> FakeOpenAi {
 fn serve(listener: tokio::net::TcpListener, shared: Arc<Shared>) -> Server {
     let app = Router::new()
         .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/audio/transcriptions", post(transcriptions))
         .fallback(unknown_route)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(shared);
     let stop = CancellationToken::new();
     let stopped = stop.clone();
@@ -282,6 +349,51 @@ impl FakeOpenAi {
             }
         };
         *self.server.lock().unwrap() = Some(serve(listener, self.shared.clone()));
+    }
+
+    /// Queues the text of the next transcription answer (`{"text": text}`).
+    pub fn push_transcript(&self, text: impl Into<String>) {
+        let reply = TranscriptReply::Text(text.into());
+        self.shared.transcripts.lock().unwrap().push_back(reply);
+    }
+
+    /// Queues an error as the next transcription answer: `status` with `body` verbatim
+    /// (`Content-Type: application/json`).
+    pub fn push_transcription_error(&self, status: u16, body: String) {
+        let reply = TranscriptReply::Error { status, body };
+        self.shared.transcripts.lock().unwrap().push_back(reply);
+    }
+
+    /// The transcription requests so far, oldest first.
+    pub fn transcriptions(&self) -> Vec<Transcription> {
+        self.shared.transcriptions.lock().unwrap().clone()
+    }
+
+    /// Waits until at least `n` transcription requests arrived and returns them all; panics
+    /// after `timeout`.
+    pub async fn wait_for_transcriptions(&self, n: usize, timeout: Duration) -> Vec<Transcription> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let arrived = self.shared.arrived.notified();
+            tokio::pin!(arrived);
+            arrived.as_mut().enable();
+            let seen = self.transcriptions();
+            if seen.len() >= n {
+                return seen;
+            }
+            if tokio::time::timeout_at(deadline, arrived).await.is_err() {
+                panic!(
+                    "fake openai: expected {n} transcription(s) within {timeout:?}, got {}",
+                    seen.len()
+                );
+            }
+        }
+    }
+
+    /// While on, a chat request with an `image_url` content part is answered 400 (as a
+    /// text-only model does); it is still recorded and does not consume the script.
+    pub fn reject_images(&self, on: bool) {
+        self.shared.reject_images.store(on, Ordering::SeqCst);
     }
 
     /// Changes how streamed replies are written.
@@ -414,6 +526,9 @@ async fn chat_completions(
     body: Bytes,
 ) -> Response {
     let request = shared.record(&uri, &headers, &body);
+    if shared.reject_images.load(Ordering::SeqCst) && !image_urls(&request).is_empty() {
+        return raw_response(400, images_rejected_body().to_string(), Vec::new());
+    }
     let (delay, reply) = shared.next_reply(&request);
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
@@ -444,6 +559,95 @@ async fn chat_completions(
             let body = completion(&model, text.as_deref(), &calls);
             raw_response(200, body.to_string(), Vec::new())
         }
+    }
+}
+
+/// OpenAI's 400 body for an image sent to a text-only model.
+pub fn images_rejected_body() -> Value {
+    json!({"error": {"message": "Invalid content type. image_url is only supported by certain models.",
+        "type": "invalid_request_error", "param": "messages", "code": null}})
+}
+
+/// An OpenAI-style error body.
+fn error_body(message: &str) -> String {
+    json!({"error": {"message": message, "type": "invalid_request_error"}}).to_string()
+}
+
+/// `POST /v1/audio/transcriptions`: records the request, answers the next queued transcript
+/// (400 without consuming it when the form lacks `file` or `model`).
+async fn transcriptions(
+    State(shared): State<Arc<Shared>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let parsed = match wire::boundary(&headers) {
+        Some(boundary) => wire::parse_multipart(&body, &boundary),
+        None => Err("the request is not multipart/form-data".to_owned()),
+    };
+    let parts = parsed.as_deref().unwrap_or_default();
+    let authorization = headers
+        .get(header::AUTHORIZATION)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let transcription = transcription(parts, authorization);
+    let response_format = transcription.field("response_format").map(str::to_owned);
+    let (has_model, has_file) = (!transcription.model.is_empty(), parts.iter().any(is_audio));
+    shared.transcriptions.lock().unwrap().push(transcription);
+    shared.arrived.notify_waiters();
+    if let Err(e) = &parsed {
+        return raw_response(400, error_body(e), Vec::new());
+    }
+    if !has_file {
+        return raw_response(400, error_body("you must provide a file"), Vec::new());
+    }
+    if !has_model {
+        return raw_response(
+            400,
+            error_body("you must provide a model parameter"),
+            Vec::new(),
+        );
+    }
+    let reply = shared.transcripts.lock().unwrap().pop_front();
+    match reply {
+        None => raw_response(500, error_body("no transcript queued"), Vec::new()),
+        Some(TranscriptReply::Error { status, body }) => raw_response(status, body, Vec::new()),
+        Some(TranscriptReply::Text(text)) if response_format.as_deref() == Some("text") => {
+            let plain = (
+                "content-type".to_owned(),
+                "text/plain; charset=utf-8".to_owned(),
+            );
+            raw_response(200, text, vec![plain])
+        }
+        Some(TranscriptReply::Text(text)) => {
+            raw_response(200, json!({"text": text}).to_string(), Vec::new())
+        }
+    }
+}
+
+/// Whether a part is the uploaded audio (`file`, with a filename).
+fn is_audio(part: &wire::Part) -> bool {
+    part.name == "file" && part.is_file()
+}
+
+/// What a transcription form carried.
+fn transcription(parts: &[wire::Part], authorization: Option<String>) -> Transcription {
+    let file = parts.iter().find(|p| is_audio(p));
+    let mut fields: Vec<(String, String)> = parts
+        .iter()
+        .filter(|p| !p.is_file())
+        .map(|p| (p.name.clone(), p.text()))
+        .collect();
+    let model = fields
+        .iter()
+        .position(|(name, _)| name == "model")
+        .map(|i| fields.remove(i).1)
+        .unwrap_or_default();
+    Transcription {
+        model,
+        filename: file.and_then(|f| f.filename.clone()).unwrap_or_default(),
+        size: file.map_or(0, |f| f.data.len()),
+        content_type: file.and_then(|f| f.content_type.clone()),
+        authorization,
+        fields,
     }
 }
 
@@ -485,14 +689,39 @@ pub fn tool_names(request: &Value) -> Vec<String> {
         .collect()
 }
 
-/// The text of the last `user` message of a chat-completions request (empty when none).
+/// The text of the last `user` message of a chat-completions request (empty when none); when
+/// its `content` is an array of parts, their `text` parts joined with newlines.
 pub fn last_user_text(request: &Value) -> String {
-    request["messages"]
+    let content = request["messages"]
         .as_array()
         .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
-        .and_then(|m| m["content"].as_str())
-        .unwrap_or_default()
-        .to_owned()
+        .map(|m| &m["content"]);
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => {
+            let texts: Vec<&str> = parts
+                .iter()
+                .filter(|p| p["type"] == "text")
+                .filter_map(|p| p["text"].as_str())
+                .collect();
+            texts.join("\n")
+        }
+        _ => String::new(),
+    }
+}
+
+/// The `image_url.url`s of all `image_url` content parts of a chat-completions request's
+/// messages, in order (`data:image/jpeg;base64,...` for inline images).
+pub fn image_urls(request: &Value) -> Vec<String> {
+    let messages = request["messages"].as_array().into_iter().flatten();
+    let parts = messages.filter_map(|m| m["content"].as_array()).flatten();
+    parts
+        .filter(|p| p["type"] == "image_url")
+        .map(|p| {
+            let url = &p["image_url"]["url"];
+            url.as_str().unwrap_or_default().to_owned()
+        })
+        .collect()
 }
 
 /// The words of `text` that are `prefix` followed by at least one digit and then only digits

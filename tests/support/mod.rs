@@ -1,7 +1,8 @@
 //! What the integration tests share: the fake servers (every fake binds 127.0.0.1:0, records
 //! requests and never reaches the internet), the `bub` process environment (`bub_env`), a
 //! channel adapter running against a fake (`adapter`), the in-process tool environment
-//! (`tool_env`) and the bounded waits (`wait`). Each test module uses what it needs.
+//! (`tool_env`), the bounded waits (`wait`) and the fakes' multipart parser and streamed
+//! downloads (`wire`). Each test module uses what it needs.
 #![allow(dead_code)]
 
 pub mod adapter;
@@ -12,6 +13,7 @@ pub mod fake_openai;
 pub mod fake_telegram;
 pub mod tool_env;
 pub mod wait;
+pub mod wire;
 
 /// An address on 127.0.0.1 where nothing listens (a port that was free a moment ago).
 pub fn closed_addr() -> std::net::SocketAddr {

@@ -18,10 +18,12 @@
 //! | `GET /gateway` | `{"url": "ws://127.0.0.1:WSPORT"}` (`/gateway/bot` too, 1 shard) |
 //! | `GET /users/@me` | the bot user ([`BOT_ID`], [`BOT_NAME`]) |
 //! | `POST /channels/{id}/messages` | a full Message (ids from 900001 up, content echoed, author = the bot), or the next injected fault ([`FakeDiscord::fail_next_post`]) |
+//! | `POST /channels/{id}/messages` as `multipart/form-data` (`payload_json` + `files[N]`) | the same, recorded with the `payload_json` object as the body plus `"attachments_uploaded": [{"field", "filename", "size", "content_type"}]`; the answer's `attachments` point at the fake (downloadable) |
 //! | `POST /channels/{id}/typing` | 204 |
 //! | `GET /channels/{id}/messages?after=&limit=` | the history of [`FakeDiscord::add_history`] newer than `after`: the `limit` (default 50, at most 100) oldest of them, newest first, as Discord does; or the status of [`FakeDiscord::fail_history`] |
 //! | `GET /channels/{id}` | what [`FakeDiscord::set_thread`] / [`FakeDiscord::set_text_channel`] configured, else a text channel `channel-{id}` |
 //! | `GET /guilds/{g}/members/{u}` | a member with the roles of [`FakeDiscord::set_bot_roles`] (default none) |
+//! | `GET /attachments/{channel}/{id}/{filename}` (no `/api/v10`, no token: the CDN) | the bytes of [`FakeDiscord::add_attachment`] or of an uploaded file, streamed with `content-length`; else 404 |
 //! | anything else | 404 `{"message": "404: Not Found", "code": 0}` |
 //!
 //! With [`FakeDiscord::require_token`], REST calls with another `Authorization` get 401 and an
@@ -34,6 +36,11 @@
 //! connection; [`FakeDiscord::request_reconnect`] sends op 7 RECONNECT, after which serenity
 //! reconnects at once and resumes. Note serenity's shard queue waits 5 s before it
 //! re-identifies after a reconnect (a resume does not wait).
+//!
+//! Attachments: `let url = fake.add_attachment("notes.txt", bytes)` and an incoming
+//! `Msg::dm(..).attachment_at("1", "notes.txt", Some("text/plain"), size, &url)`; downloads are
+//! counted by [`FakeDiscord::attachment_downloads`], uploads kept by
+//! [`FakeDiscord::uploaded_files`].
 //!
 //! The fake runs on the test's tokio runtime: tests that run the `bub` binary as a subprocess
 //! need `#[tokio::test(flavor = "multi_thread")]` so it keeps serving while the test waits.
@@ -53,6 +60,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::body::Bytes;
+use axum::extract::DefaultBodyLimit;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc};
@@ -67,6 +76,10 @@ pub const BOT_NAME: &str = "bub";
 pub const DEFAULT_HEARTBEAT_MS: u64 = 41_250;
 /// How long [`FakeDiscord::dispatch`] waits for an identified gateway connection.
 const DISPATCH_WAIT: Duration = Duration::from_secs(10);
+/// The largest request body accepted (uploads).
+const MAX_BODY: usize = 64 * 1024 * 1024;
+/// The channel segment of the URLs of [`FakeDiscord::add_attachment`].
+const ATTACHMENT_CHANNEL: &str = "1000";
 
 /// One REST request the fake received.
 #[derive(Debug, Clone)]
@@ -76,7 +89,8 @@ pub struct RecordedRequest {
     pub path: String,
     /// The raw query string (`&after=100&limit=100`; empty when none).
     pub query: String,
-    /// The JSON body (`Null` when empty, a JSON string when not JSON).
+    /// The JSON body (`Null` when empty, a JSON string when not JSON). A multipart body is
+    /// its `payload_json` object plus `attachments_uploaded` (see the module docs).
     pub body: Value,
     /// All headers, names lowercase.
     pub headers: Vec<(String, String)>,
@@ -103,7 +117,8 @@ pub struct PostedMessage {
     pub channel_id: String,
     /// The id the fake gave it.
     pub id: String,
-    /// The request body as sent (`content`, `message_reference`, `allowed_mentions`, ...).
+    /// The request body as sent (`content`, `message_reference`, `allowed_mentions`, ...;
+    /// for a multipart post the `payload_json` object plus `attachments_uploaded`).
     pub body: Value,
     pub at: Instant,
 }
@@ -152,10 +167,17 @@ struct Inner {
     /// The `d` of every RESUME (op 6) received.
     resumes: Vec<Value>,
     sessions: Vec<mpsc::UnboundedSender<WsMessage>>,
+    /// URL path (`/attachments/...`, as served) → bytes.
+    attachments: HashMap<String, Bytes>,
+    /// `(filename, bytes)` of the files of successful multipart posts.
+    uploads: Vec<(String, Bytes)>,
 }
 
 struct Shared {
     ws_url: String,
+    /// `http://127.0.0.1:PORT` of the REST side (attachment URLs).
+    rest_base: String,
+    next_attachment: AtomicU64,
     heartbeat_ms: AtomicU64,
     reject_identify: AtomicBool,
     heartbeats: AtomicU64,
@@ -223,6 +245,8 @@ pub async fn start() -> FakeDiscord {
     let (rest_addr, ws_addr) = (rest.local_addr().unwrap(), ws.local_addr().unwrap());
     let shared = Arc::new(Shared {
         ws_url: format!("ws://{ws_addr}"),
+        rest_base: format!("http://{rest_addr}"),
+        next_attachment: AtomicU64::new(600_000),
         heartbeat_ms: AtomicU64::new(DEFAULT_HEARTBEAT_MS),
         reject_identify: AtomicBool::new(false),
         heartbeats: AtomicU64::new(0),
@@ -233,6 +257,7 @@ pub async fn start() -> FakeDiscord {
     });
     let app = Router::new()
         .fallback(rest::handler)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(Arc::clone(&shared));
     let rest_task = tokio::spawn(async move {
         axum::serve(rest, app).await.expect("fake discord rest");
@@ -341,6 +366,33 @@ impl FakeDiscord {
                 headers,
             })
         });
+    }
+
+    /// Serves `bytes` as an attachment at the returned URL on the fake itself,
+    /// `http://127.0.0.1:PORT/attachments/1000/<n>/<filename>` (filename percent-encoded).
+    pub fn add_attachment(&self, filename: &str, bytes: Vec<u8>) -> String {
+        rest::store_attachment(&self.shared, ATTACHMENT_CHANNEL, filename, bytes.into()).1
+    }
+
+    /// How many attachment downloads were answered with the bytes.
+    pub fn attachment_downloads(&self) -> usize {
+        let state = self.shared.state();
+        state
+            .requests
+            .iter()
+            .filter(|r| r.method == "GET" && r.path.starts_with("/attachments/") && r.status == 200)
+            .count()
+    }
+
+    /// The files of the multipart posts answered with success, oldest first:
+    /// `(filename, bytes)`.
+    pub fn uploaded_files(&self) -> Vec<(String, Vec<u8>)> {
+        let state = self.shared.state();
+        state
+            .uploads
+            .iter()
+            .map(|(name, bytes)| (name.clone(), bytes.to_vec()))
+            .collect()
     }
 
     /// Every IDENTIFY so far.

@@ -108,15 +108,30 @@ impl Msg {
         self
     }
 
-    /// Adds an attachment (`url` and `proxy_url` on a fake CDN).
+    /// Adds an attachment (`url` and `proxy_url` on a fake CDN that does not exist; see
+    /// [`Msg::attachment_at`] for a downloadable one).
     pub fn attachment(
-        mut self,
+        self,
         id: &str,
         filename: &str,
         content_type: Option<&str>,
         size: u64,
     ) -> Self {
         let url = format!("https://cdn.example.invalid/attachments/{id}/{filename}");
+        self.attachment_at(id, filename, content_type, size, &url)
+    }
+
+    /// Adds an attachment served at `url` (`url` and `proxy_url`), e.g. what
+    /// `FakeDiscord::add_attachment` returned. `size` is what the message claims, whatever
+    /// the URL serves.
+    pub fn attachment_at(
+        mut self,
+        id: &str,
+        filename: &str,
+        content_type: Option<&str>,
+        size: u64,
+        url: &str,
+    ) -> Self {
         let mut a = json!({"id": id, "filename": filename, "size": size, "url": url,
                            "proxy_url": url});
         if let Some(ct) = content_type {

@@ -1,5 +1,6 @@
 //! The fake's REST side: one axum fallback handler that records every request and answers the
-//! routes serenity and the adapter use (see the table in the module docs of `fake_discord`).
+//! routes serenity and the adapter use (see the table in the module docs of `fake_discord`),
+//! and the attachment "CDN" on the same port.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -9,10 +10,19 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Value, json};
 
 use super::msg::{bot_user, user};
 use super::{BOT_ID, PostedMessage, RecordedRequest, Shared, query_param};
+use crate::support::wire;
+
+/// What is percent-encoded in attachment URLs: all but RFC 3986's unreserved characters.
+const FILENAME_ENCODE_SET: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 fn json_response(status: u16, body: &Value, headers: &[(String, String)]) -> Response {
     let mut resp = Response::builder()
@@ -37,11 +47,9 @@ pub(super) async fn handler(
 ) -> Response {
     let path = uri.path().to_owned();
     let query = uri.query().unwrap_or_default().to_owned();
-    let body_json = if body.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&body)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()))
+    let (body_json, files) = match wire::boundary(&headers) {
+        Some(boundary) => multipart_body(&body, &boundary),
+        None => (json_body(&body), Vec::new()),
     };
     let header_list: Vec<(String, String)> = headers
         .iter()
@@ -52,7 +60,14 @@ pub(super) async fn handler(
             )
         })
         .collect();
-    let (status, resp) = answer(&shared, &method, &path, &query, &headers, &body_json);
+    let request = Request {
+        method: &method,
+        path: &path,
+        query: &query,
+        headers: &headers,
+        body: &body_json,
+    };
+    let (status, resp) = answer(&shared, request, files);
     shared.update(|s| {
         s.requests.push(RecordedRequest {
             method: method.to_string(),
@@ -67,16 +82,64 @@ pub(super) async fn handler(
     resp
 }
 
-/// The response (and its status, for the record) to one REST request.
-fn answer(
-    shared: &Shared,
-    method: &Method,
-    path: &str,
-    query: &str,
-    headers: &HeaderMap,
-    body: &Value,
-) -> (u16, Response) {
+/// A JSON request body: `Null` when empty, a JSON string with the raw text when not JSON.
+fn json_body(body: &Bytes) -> Value {
+    if body.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
+    }
+}
+
+/// A multipart body as recorded, and its file parts: the `payload_json` object (else an
+/// object of the text fields) with the other text fields and `attachments_uploaded` added.
+fn multipart_body(body: &Bytes, boundary: &str) -> (Value, Vec<wire::Part>) {
+    let parts = match wire::parse_multipart(body, boundary) {
+        Ok(parts) => parts,
+        Err(e) => {
+            return (
+                Value::String(format!("malformed multipart: {e}")),
+                Vec::new(),
+            );
+        }
+    };
+    let mut fields = wire::text_fields(&parts);
+    let mut recorded = match fields.remove("payload_json") {
+        Some(Value::Object(payload)) => payload,
+        Some(other) => serde_json::Map::from_iter([("payload_json".to_owned(), other)]),
+        None => serde_json::Map::new(),
+    };
+    recorded.extend(fields);
+    let files: Vec<wire::Part> = parts.into_iter().filter(wire::Part::is_file).collect();
+    let uploaded = files.iter().map(wire::Part::describe).collect();
+    recorded.insert("attachments_uploaded".into(), Value::Array(uploaded));
+    (Value::Object(recorded), files)
+}
+
+/// What [`answer`] looks at of a request.
+struct Request<'a> {
+    method: &'a Method,
+    path: &'a str,
+    query: &'a str,
+    headers: &'a HeaderMap,
+    body: &'a Value,
+}
+
+/// The response (and its status, for the record) to one REST request; `files` are the file
+/// parts of a multipart request.
+fn answer(shared: &Shared, request: Request<'_>, files: Vec<wire::Part>) -> (u16, Response) {
+    let Request {
+        method,
+        path,
+        query,
+        headers,
+        body,
+    } = request;
     let reply = |status: u16, body: Value| (status, json_response(status, &body, &[]));
+    if method == Method::GET && path.starts_with("/attachments/") {
+        return attachment(shared, path);
+    }
     let Some(route) = path.strip_prefix("/api/v10") else {
         return reply(404, json!({"message": "404: Not Found", "code": 0}));
     };
@@ -97,7 +160,7 @@ fn answer(
                    {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}}),
         ),
         ("GET", ["users", "@me"]) => reply(200, bot_user()),
-        ("POST", ["channels", channel, "messages"]) => post_message(shared, channel, body),
+        ("POST", ["channels", channel, "messages"]) => post_message(shared, channel, body, files),
         ("POST", ["channels", channel, "typing"]) => {
             let channel = channel.to_string();
             shared.update(|s| s.typing.push(channel));
@@ -139,8 +202,58 @@ fn answer(
     }
 }
 
-/// `POST /channels/{id}/messages`: the next fault, or a created message.
-fn post_message(shared: &Shared, channel: &str, body: &Value) -> (u16, Response) {
+/// `GET /attachments/...`: the stored bytes, streamed, or 404.
+fn attachment(shared: &Shared, path: &str) -> (u16, Response) {
+    match shared.state().attachments.get(path).cloned() {
+        Some(bytes) => (200, wire::streamed(bytes)),
+        None => {
+            let body = json!({"message": "404: Not Found", "code": 0});
+            (404, json_response(404, &body, &[]))
+        }
+    }
+}
+
+/// Stores `bytes` as an attachment of `channel`; returns its id and its URL on the fake.
+pub(super) fn store_attachment(
+    shared: &Shared,
+    channel: &str,
+    filename: &str,
+    bytes: Bytes,
+) -> (String, String) {
+    let id = (shared.next_attachment.fetch_add(1, Ordering::SeqCst) + 1).to_string();
+    let encoded = utf8_percent_encode(filename, FILENAME_ENCODE_SET);
+    let path = format!("/attachments/{channel}/{id}/{encoded}");
+    let url = format!("{}{path}", shared.rest_base);
+    shared.update(|s| s.attachments.insert(path, bytes));
+    (id, url)
+}
+
+/// The attachment objects of a created message: each uploaded file stored (downloadable at
+/// its `url`) and kept for `FakeDiscord::uploaded_files`.
+fn uploaded_attachments(shared: &Shared, channel: &str, files: Vec<wire::Part>) -> Vec<Value> {
+    let mut attachments = Vec::new();
+    for file in files {
+        let filename = file.filename.clone().unwrap_or_default();
+        let (id, url) = store_attachment(shared, channel, &filename, file.data.clone());
+        let mut attachment = json!({"id": id, "filename": filename, "size": file.data.len(),
+                                    "url": url, "proxy_url": url});
+        if let Some(content_type) = &file.content_type {
+            attachment["content_type"] = json!(content_type);
+        }
+        shared.update(|s| s.uploads.push((filename, file.data)));
+        attachments.push(attachment);
+    }
+    attachments
+}
+
+/// `POST /channels/{id}/messages`: the next fault, or a created message (with the uploaded
+/// `files` as its attachments).
+fn post_message(
+    shared: &Shared,
+    channel: &str,
+    body: &Value,
+    files: Vec<wire::Part>,
+) -> (u16, Response) {
     if let Some(fault) = shared.update(|s| s.faults.pop_front()) {
         return (
             fault.status,
@@ -152,7 +265,8 @@ fn post_message(shared: &Shared, channel: &str, body: &Value) -> (u16, Response)
     let mut message = json!({
         "id": id, "channel_id": channel, "author": bot_user(), "content": content,
         "timestamp": now_timestamp(), "edited_timestamp": null, "tts": false,
-        "mention_everyone": false, "mentions": [], "mention_roles": [], "attachments": [],
+        "mention_everyone": false, "mentions": [], "mention_roles": [],
+        "attachments": uploaded_attachments(shared, channel, files),
         "embeds": [], "pinned": false, "type": 0,
     });
     if let Some(reference) = body.get("message_reference").filter(|r| r.is_object()) {

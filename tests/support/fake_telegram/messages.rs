@@ -1,6 +1,9 @@
 //! Builders for the incoming messages pushed into the fake Telegram: a private or group text
-//! message, then entities (mentions), a reply context or media (photo, document, voice) on top.
-//! Every result is a Bot API `Message` JSON that teloxide deserializes.
+//! message, then entities (mentions), a reply context or media on top: `.photo(..)`,
+//! `.document(..)`, `.voice(..)` with fixed file ids, or `.photo_file(..)`,
+//! `.document_file(..)`, `.voice_file(..)`, `.audio_file(..)` naming the `file_id` (to pair
+//! with `FakeTelegram::add_file`). Every result is a Bot API `Message` JSON that teloxide
+//! deserializes.
 
 use serde_json::{Value, json};
 
@@ -125,6 +128,63 @@ impl TgMessage {
         self.take_text_as_caption(None);
         self.0["voice"] = json!({"file_id": "voice-1", "file_unique_id": "v1",
             "duration": duration, "mime_type": "audio/ogg", "file_size": 4096});
+        self
+    }
+
+    /// Turns it into a photo message whose largest size (last) is `file_id` of `file_size`
+    /// bytes, after two smaller sizes `<file_id>-small` and `<file_id>-medium`; with `caption`.
+    /// Register the file with `FakeTelegram::add_file(file_id, ..)` to make it downloadable.
+    pub fn photo_file(mut self, file_id: &str, file_size: u64, caption: Option<&str>) -> Self {
+        self.take_text_as_caption(caption);
+        let size = |id: String, width: u32, height: u32, file_size: u64| {
+            json!({"file_id": id, "file_unique_id": format!("u-{id}"), "width": width,
+                "height": height, "file_size": file_size})
+        };
+        self.0["photo"] = json!([
+            size(format!("{file_id}-small"), 90, 60, (file_size / 100).max(1)),
+            size(
+                format!("{file_id}-medium"),
+                320,
+                213,
+                (file_size / 10).max(1)
+            ),
+            size(file_id.to_owned(), 1280, 853, file_size),
+        ]);
+        self
+    }
+
+    /// Turns it into a document message of `file_id` (`file_name`, `mime_type`, `file_size`
+    /// bytes) with `caption`.
+    pub fn document_file(
+        mut self,
+        file_id: &str,
+        file_name: &str,
+        mime_type: &str,
+        file_size: u64,
+        caption: Option<&str>,
+    ) -> Self {
+        self.take_text_as_caption(caption);
+        self.0["document"] = json!({"file_id": file_id, "file_unique_id": format!("u-{file_id}"),
+            "file_name": file_name, "mime_type": mime_type, "file_size": file_size});
+        self
+    }
+
+    /// Turns it into a voice message of `file_id` (`duration` seconds, `audio/ogg`,
+    /// `file_size` bytes).
+    pub fn voice_file(mut self, file_id: &str, duration: u32, file_size: u64) -> Self {
+        self.take_text_as_caption(None);
+        self.0["voice"] = json!({"file_id": file_id, "file_unique_id": format!("u-{file_id}"),
+            "duration": duration, "mime_type": "audio/ogg", "file_size": file_size});
+        self
+    }
+
+    /// Turns it into an audio (music) message of `file_id` (`duration` seconds, `audio/mpeg`,
+    /// `file_size` bytes, named `<file_id>.mp3`). teloxide needs the `mime_type` to parse it.
+    pub fn audio_file(mut self, file_id: &str, duration: u32, file_size: u64) -> Self {
+        self.take_text_as_caption(None);
+        self.0["audio"] = json!({"file_id": file_id, "file_unique_id": format!("u-{file_id}"),
+            "duration": duration, "mime_type": "audio/mpeg", "file_size": file_size,
+            "file_name": format!("{file_id}.mp3")});
         self
     }
 

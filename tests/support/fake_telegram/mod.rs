@@ -13,6 +13,14 @@
 //! fake.stall_for("sendMessage", Duration::from_secs(20));       // calls in 20 s never answered
 //! let sent = fake.wait_for_calls("sendMessage", 1, Duration::from_secs(5)).await;
 //! assert_eq!(sent[0].body["chat_id"], 42);
+//!
+//! let path = fake.add_file("voice-1", bytes);          // getFile answers it, GET serves it
+//! fake.push_message(private_text(42, 42, "").voice_file("voice-1", 3, 4096));
+//! fake.wait_for_calls("file", 1, WAIT).await;           // a download: {"file_path": path}
+//! let up = fake.wait_for_calls("sendDocument", 1, WAIT).await;
+//! assert_eq!(up[0].body["file"]["size"], 2048);         // multipart: text fields + "file"
+//! assert_eq!(fake.uploads()[0].1, report_bytes);
+//! fake.fail_next("editMessageText", 429, fake_telegram::retry_after_body(1));
 //! ```
 //!
 //! [`messages`] builds the incoming messages ([`private_text`], [`group_text`], then
@@ -27,6 +35,21 @@
 //! after any 5xx answer before it returns the error, and gives up on a call after 17 s: an
 //! outage made with [`FakeTelegram::fail_for`] (5xx) or [`FakeTelegram::stall_for`] (no answer,
 //! so the client times out) costs a test at least that long.
+//!
+//! Files: [`FakeTelegram::add_file`] registers bytes under a `file_id`; `getFile` answers
+//! `{"file_id", "file_unique_id", "file_size", "file_path"}` (400 "Bad Request: invalid
+//! file_id" for unknown ids) and `GET /file/bot<token>/<file_path>` serves the bytes in 64 KiB
+//! chunks with `content-length` (404 for unknown paths), each download recorded as a call of
+//! method `file` with body `{"file_path": ...}`. `sendPhoto`, `sendDocument`, `sendVoice` and
+//! `sendAudio` take `multipart/form-data`: the call's body is the text fields (values that read
+//! as JSON numbers, booleans, objects or arrays parsed: `"chat_id": 42`, `"reply_parameters":
+//! {"message_id": 5}`) plus `"file": {"field", "filename", "size", "content_type", "param"}`
+//! for the uploaded file; they answer a full `Message` with `photo` / `document` / `voice` /
+//! `audio`, and [`FakeTelegram::uploads`] keeps the bytes. `editMessageText` answers the edited
+//! `Message` (with `edit_date`), or 400 [`message_not_modified_body`] when the new text equals
+//! the message's current text (what `sendMessage` sent or the last edit set). Faults
+//! ([`FakeTelegram::fail_next`], `fail_for`, `stall_for`) apply to all of these, downloads
+//! under the method name `file`.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
@@ -36,16 +59,19 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+mod media;
 pub mod messages;
+
+use super::wire;
 
 // Not every test binary uses every builder.
 #[allow(unused_imports)]
@@ -62,21 +88,28 @@ pub const TOKEN: &str = "123456789:AAFakeSecretTokenForTests_abcdefghijk";
 const MAX_POLL_HOLD: Duration = Duration::from_secs(10);
 /// First id of messages the bot sends.
 const FIRST_SENT_ID: i64 = 1001;
+/// The `edit_date` of edited messages.
+const EDIT_DATE: i64 = 1700000200;
+/// The largest request body accepted (Telegram takes uploads up to 50 MB).
+const MAX_BODY: usize = 64 * 1024 * 1024;
 
 /// One request the fake received.
 #[derive(Debug, Clone)]
 pub struct Call {
-    /// The method, lowercase (`sendmessage`).
+    /// The method, lowercase (`sendmessage`); `file` for a download.
     pub method: String,
     /// The token from the `/bot<token>/` path segment.
     pub token: String,
-    /// The JSON body (`{}` when empty; a JSON string with the raw text when not JSON).
+    /// The JSON body (`{}` when empty; a JSON string with the raw text when not JSON). A
+    /// multipart body is its text fields plus `file` (see the module docs); a download is
+    /// `{"file_path": ...}`.
     pub body: Value,
     /// When it arrived.
     pub at: Instant,
     /// The fake did not answer it with success: an injected error ([`FakeTelegram::fail_next`],
-    /// [`FakeTelegram::fail_for`]) or a stall ([`FakeTelegram::stall_for`]). A failed
-    /// `sendMessage` delivered nothing.
+    /// [`FakeTelegram::fail_for`]), a stall ([`FakeTelegram::stall_for`]) or an error of its
+    /// own (an unknown `file_id` or download path, an edit that changes nothing, a method it
+    /// does not fake). A failed `sendMessage` delivered nothing.
     pub failed: bool,
 }
 
@@ -102,6 +135,12 @@ struct Inner {
     failures: HashMap<String, VecDeque<(u16, Value)>>,
     windows: Vec<Window>,
     accepted_token: Option<String>,
+    /// The current text of each message the bot sent (after its edits), by message id.
+    texts: HashMap<i64, String>,
+    /// Downloadable files by `file_id`.
+    files: HashMap<String, media::StoredFile>,
+    /// `(method, bytes)` of the uploads answered with success.
+    uploads: Vec<(String, Bytes)>,
 }
 
 struct Shared {
@@ -111,6 +150,8 @@ struct Shared {
     next_update_id: AtomicI64,
     next_incoming_id: AtomicI64,
     next_sent_id: AtomicI64,
+    /// Numbers the `file_path`s of added files.
+    next_file: AtomicI64,
     closed: CancellationToken,
 }
 
@@ -130,15 +171,21 @@ pub async fn start() -> FakeTelegram {
             failures: HashMap::new(),
             windows: Vec::new(),
             accepted_token: None,
+            texts: HashMap::new(),
+            files: HashMap::new(),
+            uploads: Vec::new(),
         }),
         changed: Notify::new(),
         next_update_id: AtomicI64::new(1),
         next_incoming_id: AtomicI64::new(1),
         next_sent_id: AtomicI64::new(FIRST_SENT_ID),
+        next_file: AtomicI64::new(1),
         closed: CancellationToken::new(),
     });
     let app = Router::new()
         .route("/{bot}/{method}", post(handle))
+        .route("/file/{bot}/{*path}", get(media::download))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(shared.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -261,6 +308,47 @@ impl FakeTelegram {
         self.shared.state.lock().unwrap().accepted_token = Some(token.to_owned());
     }
 
+    /// Registers a downloadable file: `getFile` with `file_id` answers its `file_path`
+    /// (returned, `files/<n>/<file_id>`) and its size, and `GET /file/bot<token>/<file_path>`
+    /// serves `bytes`. Adding the same `file_id` again replaces the file (new path).
+    pub fn add_file(&self, file_id: &str, bytes: Vec<u8>) -> String {
+        let size = bytes.len() as u64;
+        media::store_file(&self.shared, file_id, bytes.into(), size)
+    }
+
+    /// [`Self::add_file`], but `getFile` reports `reported_size` as the `file_size` (a lie:
+    /// the download still serves `bytes`).
+    pub fn add_file_reporting_size(
+        &self,
+        file_id: &str,
+        bytes: Vec<u8>,
+        reported_size: u64,
+    ) -> String {
+        media::store_file(&self.shared, file_id, bytes.into(), reported_size)
+    }
+
+    /// The files uploaded by `sendPhoto` / `sendDocument` / `sendVoice` / `sendAudio` calls
+    /// answered with success, oldest first: `(method lowercase, bytes)`.
+    pub fn uploads(&self) -> Vec<(String, Vec<u8>)> {
+        let state = self.shared.state.lock().unwrap();
+        state
+            .uploads
+            .iter()
+            .map(|(method, bytes)| (method.clone(), bytes.to_vec()))
+            .collect()
+    }
+
+    /// The current text of a message the bot sent (after its successful edits).
+    pub fn current_text(&self, message_id: i64) -> Option<String> {
+        self.shared
+            .state
+            .lock()
+            .unwrap()
+            .texts
+            .get(&message_id)
+            .cloned()
+    }
+
     /// Every call so far, oldest first.
     pub fn calls(&self) -> Vec<Call> {
         self.shared.state.lock().unwrap().calls.clone()
@@ -381,6 +469,17 @@ pub fn chat_not_found_body() -> Value {
     json!({"ok": false, "error_code": 400, "description": "Bad Request: chat not found"})
 }
 
+/// Telegram's 400 body for an edit that changes nothing.
+pub fn message_not_modified_body() -> Value {
+    json!({"ok": false, "error_code": 400,
+        "description": "Bad Request: message is not modified: specified new message content and reply markup are exactly the same as a current content and reply markup of the message"})
+}
+
+/// Telegram's 400 body for `getFile` with an unknown `file_id`.
+pub fn invalid_file_id_body() -> Value {
+    json!({"ok": false, "error_code": 400, "description": "Bad Request: invalid file_id"})
+}
+
 /// Telegram's error body for a fault window.
 fn window_body(fault: Fault) -> Value {
     let status = match fault {
@@ -406,28 +505,58 @@ fn error(status: u16, body: Value) -> Response {
 async fn handle(
     State(shared): State<Arc<Shared>>,
     Path((bot, method)): Path<(String, String)>,
+    headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let method = method.to_ascii_lowercase();
     let token = bot.strip_prefix("bot").unwrap_or(&bot).to_owned();
-    let body: Value = if body.is_empty() {
+    let (body, upload) = match wire::boundary(&headers) {
+        Some(boundary) => match media::form_body(&method, &body, &boundary) {
+            Ok(form) => form,
+            Err(e) => (Value::String(e), None),
+        },
+        None => (json_body(&body), None),
+    };
+    let recorded = record(&shared, &method, &token, &body);
+    if let Some(response) = injected_response(&shared, recorded.injected).await {
+        return response;
+    }
+    let response = answer(&shared, &method, &body, upload).await;
+    if !response.status().is_success() {
+        mark_failed(&shared, recorded.index);
+    }
+    response
+}
+
+/// A request body as JSON: `{}` when empty, a JSON string with the raw text when not JSON.
+fn json_body(body: &Bytes) -> Value {
+    if body.is_empty() {
         json!({})
     } else {
-        serde_json::from_slice(&body)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()))
-    };
-    let injected = {
+        serde_json::from_slice(body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()))
+    }
+}
+
+/// Where a call went in the record, and the fault injected into it.
+struct Recorded {
+    index: usize,
+    injected: Option<(Fault, Value)>,
+}
+
+/// Records a call and picks its injected fault: a rejected token, then [`FakeTelegram::fail_next`],
+/// then a [`FakeTelegram::fail_for`] / [`FakeTelegram::stall_for`] window.
+fn record(shared: &Shared, method: &str, token: &str, body: &Value) -> Recorded {
+    let recorded = {
         let mut state = shared.state.lock().unwrap();
         let now = Instant::now();
         state.windows.retain(|w| w.until > now);
-        let rejected = state.accepted_token.as_ref().is_some_and(|t| *t != token);
+        let rejected = state.accepted_token.as_ref().is_some_and(|t| t != token);
         let injected = if rejected {
             let body = json!({"ok": false, "error_code": 401, "description": "Unauthorized"});
             Some((Fault::Status(401), body))
-        } else if let Some((status, body)) = state
-            .failures
-            .get_mut(&method)
-            .and_then(VecDeque::pop_front)
+        } else if let Some((status, body)) =
+            state.failures.get_mut(method).and_then(VecDeque::pop_front)
         {
             Some((Fault::Status(status), body))
         } else {
@@ -438,25 +567,50 @@ async fn handle(
                 .map(|w| (w.fault, window_body(w.fault)))
         };
         state.calls.push(Call {
-            method: method.clone(),
-            token: token.clone(),
+            method: method.to_owned(),
+            token: token.to_owned(),
             body: body.clone(),
             at: now,
             failed: injected.is_some(),
         });
-        injected
+        Recorded {
+            index: state.calls.len() - 1,
+            injected,
+        }
     };
     shared.changed.notify_waiters();
-    match injected {
-        Some((Fault::Status(status), body)) => return error(status, body),
-        Some((Fault::Stall, body)) => {
+    recorded
+}
+
+/// The answer to an injected fault (a stall holds until the client gives up or the fake
+/// stops); `None` when there is none.
+async fn injected_response(shared: &Shared, injected: Option<(Fault, Value)>) -> Option<Response> {
+    match injected? {
+        (Fault::Status(status), body) => Some(error(status, body)),
+        (Fault::Stall, body) => {
             // Held until the client gives up (hyper then drops this future) or the fake stops.
             shared.closed.cancelled().await;
-            return error(504, body);
+            Some(error(504, body))
         }
-        None => {}
     }
-    match method.as_str() {
+}
+
+/// Marks a recorded call as not answered with success.
+fn mark_failed(shared: &Shared, index: usize) {
+    if let Some(call) = shared.state.lock().unwrap().calls.get_mut(index) {
+        call.failed = true;
+    }
+    shared.changed.notify_waiters();
+}
+
+/// The answer to a call of `method` that no fault was injected into.
+async fn answer(
+    shared: &Shared,
+    method: &str,
+    body: &Value,
+    upload: Option<wire::Part>,
+) -> Response {
+    match method {
         "getme" => ok(json!({"id": BOT_ID, "is_bot": true, "first_name": "Bub",
             "username": BOT_USERNAME, "can_join_groups": true,
             "can_read_all_group_messages": false, "supports_inline_queries": false,
@@ -465,14 +619,18 @@ async fn handle(
             let pending = shared.state.lock().unwrap().updates.len();
             ok(json!({"url": "", "has_custom_certificate": false, "pending_update_count": pending}))
         }
-        "getupdates" => ok(get_updates(&shared, &body).await),
+        "getupdates" => ok(get_updates(shared, body).await),
         "sendmessage" => {
             let id = shared.next_sent_id.fetch_add(1, Ordering::SeqCst);
-            ok(sent_message(id, &body))
+            let message = sent_message(id, body);
+            let text = message["text"].as_str().unwrap_or_default().to_owned();
+            shared.state.lock().unwrap().texts.insert(id, text);
+            ok(message)
         }
-        "editmessagetext" => {
-            let id = body.get("message_id").and_then(Value::as_i64).unwrap_or(0);
-            ok(sent_message(id, &body))
+        "editmessagetext" => edit_message_text(shared, body),
+        "getfile" => media::get_file(shared, body),
+        "sendphoto" | "senddocument" | "sendvoice" | "sendaudio" => {
+            media::send_media(shared, method, body, upload)
         }
         "deletewebhook" => {
             if body["drop_pending_updates"] == true {
@@ -489,6 +647,23 @@ async fn handle(
                 "description": format!("Not Found: method {method} is not faked")}),
         ),
     }
+}
+
+/// `editMessageText`: the edited `Message` (with `edit_date`), or 400 "message is not
+/// modified" when the text equals the message's current text.
+fn edit_message_text(shared: &Shared, body: &Value) -> Response {
+    let id = body.get("message_id").and_then(Value::as_i64).unwrap_or(0);
+    let text = body.get("text").and_then(Value::as_str).unwrap_or_default();
+    {
+        let mut state = shared.state.lock().unwrap();
+        if state.texts.get(&id).is_some_and(|current| current == text) {
+            return error(400, message_not_modified_body());
+        }
+        state.texts.insert(id, text.to_owned());
+    }
+    let mut message = sent_message(id, body);
+    message["edit_date"] = json!(EDIT_DATE);
+    ok(message)
 }
 
 /// Long poll: confirm `offset`, return up to `limit` updates, or wait for a push.
