@@ -157,6 +157,7 @@ async fn guests_talk_to_the_agent_but_get_no_shell() {
     env.model.push_tool_calls(&[
         ("bash", json!({"cmd": touch})),
         ("fs_read", json!({"path": "/etc/hostname"})),
+        ("message_send", json!({"file": "/etc/hostname"})),
     ]);
     env.model.push_text("Sorry, only the owner can do that.");
     let daemon = env.start();
@@ -186,9 +187,14 @@ async fn guests_talk_to_the_agent_but_get_no_shell() {
         second.contains("`bash` is not allowed for guests in this chat"),
         "{second}"
     );
-    assert!(second.contains("outside the workspace"), "{second}");
+    assert_eq!(
+        second.matches("outside the workspace").count(),
+        2,
+        "{second}"
+    );
+    assert!(env.telegram.calls_of("sendDocument").is_empty());
     let tape = env.tape_text();
-    assert_eq!(tape.matches("\"tool.refused\"").count(), 3, "{tape}");
+    assert_eq!(tape.matches("\"tool.refused\"").count(), 4, "{tape}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

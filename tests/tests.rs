@@ -17,6 +17,7 @@ mod learning;
 mod limits;
 mod llm;
 mod manager;
+mod media;
 mod memory;
 mod message;
 mod router;
