@@ -75,6 +75,7 @@ fn bench_inbox(dir: &Path) {
                 text: "An answer of a typical length, a sentence or two.".into(),
                 reply_to: None,
                 file: None,
+                edit: None,
             },
         };
         let at = Instant::now();

@@ -119,7 +119,25 @@ pub struct Outbound {
     /// read it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub file: Option<std::path::PathBuf>,
+    /// The id of a message already showing this answer as it was written (`BUB_STREAM=edits`):
+    /// its text is replaced by the first part of `text`, the rest follows as new messages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub edit: Option<String>,
 }
+
+/// A running turn's answer as it is written, for a chat that shows it live (`BUB_STREAM=edits`):
+/// the text so far and what the agent is doing. One value that the turn updates and the chat's
+/// live message shows, at its own pace (a `watch` channel keeps only the newest).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Live {
+    /// The answer so far.
+    pub text: String,
+    /// What runs now (`running `cargo test`…`), shown under the text.
+    pub status: Option<String>,
+}
+
+/// Where a turn writes its [`Live`] answer.
+pub type LiveSender = tokio::sync::watch::Sender<Live>;
 
 /// A file a chat message carries, as its adapter found it in the message's metadata
 /// ([`crate::channels::Channel::files`]); the adapter downloads it by `source`.

@@ -523,6 +523,7 @@ async fn send(
         text,
         reply_to,
         file,
+        edit: None,
     };
     outbox.send(&settings, &channel, &out).await
 }

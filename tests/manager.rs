@@ -129,6 +129,7 @@ fn config() -> SessionConfig {
         idle_ttl: Duration::from_secs(600),
         typing_interval: Duration::from_secs(4),
         proactive_response: false,
+        live: false,
     }
 }
 

@@ -333,6 +333,7 @@ async fn discord_attachments_come_from_the_cdn_only_and_files_go_up_as_attachmen
         text: "the chart".into(),
         reply_to: None,
         file: Some(path),
+        edit: None,
     };
     bounded(discord.send(&out)).await.unwrap();
     let posts = fake.posted_messages();

@@ -15,6 +15,7 @@ mod fakes;
 mod jobs;
 mod learning;
 mod limits;
+mod live;
 mod llm;
 mod manager;
 mod media;

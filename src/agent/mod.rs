@@ -267,6 +267,18 @@ impl AgentRuntime {
     /// Runs one turn in `session_id` for `who` (their role decides the tool policy). Waits for
     /// the session's previous turn to finish first.
     pub async fn handle_input(&self, session_id: &str, text: &str, who: &Authority) -> TurnResult {
+        self.handle_live(session_id, text, who, None).await
+    }
+
+    /// [`AgentRuntime::handle_input`], showing the answer in `live` as it is written (the model's
+    /// reply streamed, what runs as a status line).
+    pub async fn handle_live(
+        &self,
+        session_id: &str,
+        text: &str,
+        who: &Authority,
+        live: Option<crate::chat::LiveSender>,
+    ) -> TurnResult {
         let session = match self.session(session_id).await {
             Ok(s) => s,
             Err(e) => {
@@ -277,7 +289,12 @@ impl AgentRuntime {
             }
         };
         let mut memory = session.turn.lock().await;
-        let ctx = ToolContext::new(self.process.clone(), session.state.clone(), who.clone());
+        let ctx = ToolContext::with_live(
+            self.process.clone(),
+            session.state.clone(),
+            who.clone(),
+            live,
+        );
         let mut result = self.turn(&mut memory, &ctx, text).await;
         result.answered = ctx.turn.answered.load(Ordering::Relaxed);
         result

@@ -91,6 +91,8 @@ pub(crate) struct ModelLoop<'a> {
     images: Vec<String>,
     /// Image parts made this turn, by path (each image is decoded once per turn).
     image_uris: HashMap<String, String>,
+    /// The answer's visible text so far (earlier steps'), under a live answer's new text.
+    shown: String,
 }
 
 impl<'a> ModelLoop<'a> {
@@ -116,6 +118,7 @@ impl<'a> ModelLoop<'a> {
             trail: Vec::new(),
             images: Vec::new(),
             image_uris: HashMap::new(),
+            shown: String::new(),
         }
     }
 
@@ -157,6 +160,7 @@ impl<'a> ModelLoop<'a> {
                     let route = self.router.route_assistant(&text).await;
                     if !route.visible_text.is_empty() {
                         visible.push(route.visible_text.clone());
+                        self.shown = visible.join("\n\n");
                     }
                     out.exit_requested |= route.exit_requested;
                     let followup = !route.next_prompt.is_empty() && !route.exit_requested;
@@ -370,7 +374,7 @@ impl<'a> ModelLoop<'a> {
             tools: self.ctx.registry().openai_specs_for(&self.ctx.turn.policy),
             max_tokens: self.max_tokens,
         };
-        let response = match (llm.chat(&request).await, shown) {
+        let response = match (self.send(llm, &request).await, shown) {
             // A model that does not take images: the same request with their paths instead.
             (Err(LlmError::Http { status, message }), Some((at, paths)))
                 if (400..500).contains(&status) && status != 429 =>
@@ -390,7 +394,7 @@ impl<'a> ModelLoop<'a> {
                     paths.join(", ")
                 );
                 request.messages[at]["content"] = json!(note);
-                llm.chat(&request).await?
+                self.send(llm, &request).await?
             }
             (response, _) => response?,
         };
@@ -402,6 +406,26 @@ impl<'a> ModelLoop<'a> {
             self.memory.token_scale = (counted as f64 / estimate as f64).clamp(0.5, 4.0);
         }
         Ok(response)
+    }
+
+    /// One model call: streamed into the turn's live answer when it has one (the earlier steps'
+    /// text, then this step's as it comes), else plain.
+    async fn send(&self, llm: &LlmClient, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
+        let Some(live) = &self.ctx.turn.live else {
+            return llm.chat(request).await;
+        };
+        let mut text = self.shown.clone();
+        live.send_modify(|l| l.text.clone_from(&text));
+        let mut first = true;
+        llm.chat_stream(request, |delta| {
+            if first && !text.is_empty() {
+                text.push_str("\n\n");
+            }
+            first = false;
+            text.push_str(delta);
+            live.send_modify(|l| l.text.clone_from(&text));
+        })
+        .await
     }
 
     /// Turns the newest user message with images in `messages` into text and image parts, when
@@ -528,6 +552,7 @@ impl<'a> ModelLoop<'a> {
         self.append("tool_call", json!({"calls": calls}), run).await;
         let mut results = Vec::with_capacity(response.tool_calls.len());
         for call in &response.tool_calls {
+            self.show_status(Some(running(call)));
             let result = self.run_tool(call).await;
             let registry = self.ctx.registry();
             let tool = registry.get(&call.name).map_or(&call.name, |t| &t.name);
@@ -536,8 +561,20 @@ impl<'a> ModelLoop<'a> {
             self.trail.push(step);
             results.push(Value::String(result.unwrap_or_else(|e| e)));
         }
+        self.show_status(None);
         self.append("tool_result", json!({"results": results}), run)
             .await;
+    }
+
+    /// Shows what runs under the live answer (`None`: nothing), and only the earlier steps'
+    /// text above it (this step's text asked for tools; it is not part of the answer).
+    fn show_status(&self, status: Option<String>) {
+        if let Some(live) = &self.ctx.turn.live {
+            live.send_modify(|l| {
+                l.text.clone_from(&self.shown);
+                l.status = status;
+            });
+        }
     }
 
     /// A lesson from this turn's tool calls: when a call fails and a later call of the same
@@ -594,6 +631,22 @@ impl<'a> ModelLoop<'a> {
             .await
             .map_err(|e| format!("error: tool '{name}' failed: {e}"))
     }
+}
+
+/// The status line of a running tool call: ``running `cargo test`…`` for a shell command (its
+/// first line, cut), ``running `fs.read`…`` for any other tool.
+fn running(call: &ToolCall) -> String {
+    let command = serde_json::from_str::<Value>(&call.arguments)
+        .ok()
+        .and_then(|args| args["cmd"].as_str().map(str::to_owned))
+        .and_then(|cmd| {
+            cmd.lines()
+                .next()
+                .map(|l| crate::channels::text::cut(l.trim(), 60))
+        })
+        .filter(|cmd| !cmd.is_empty());
+    let what = command.unwrap_or_else(|| call.name.replace('_', "."));
+    format!("running `{what}`…")
 }
 
 /// The system prompt of a step in `ctx`'s session, showing `skills`.

@@ -25,7 +25,7 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-pub use crate::chat::{Control, Inbound, MediaFile, Outbound};
+pub use crate::chat::{Control, Inbound, Live, LiveSender, MediaFile, Outbound};
 use crate::inbox::{Inbox, Received};
 
 /// A chat platform adapter.
@@ -40,9 +40,28 @@ pub trait Channel: Send + Sync + 'static {
     /// (e.g. the token is rejected at startup).
     async fn run(&self, inbound: InboundSink, shutdown: CancellationToken) -> anyhow::Result<()>;
 
-    /// Delivers one text (rendered, split into platform-sized messages, rate limits honoured).
-    /// Errors are returned after the adapter's own retries; the caller logs them.
+    /// Delivers one text (rendered, split into platform-sized messages, rate limits honoured),
+    /// with its file if it has one; with `out.edit`, the first part replaces that message's
+    /// text. Errors are returned after the adapter's own retries; the caller logs them.
     async fn send(&self, out: &Outbound) -> anyhow::Result<()>;
+
+    /// Posts `text` as one message — the first version of a live answer, cut to the platform's
+    /// size — and returns its id; `None` when this channel cannot edit messages (then answers
+    /// are not shown live).
+    async fn post(
+        &self,
+        _chat_id: &str,
+        _text: &str,
+        _reply_to: Option<&str>,
+    ) -> anyhow::Result<Option<String>> {
+        Ok(None)
+    }
+
+    /// Replaces the text of message `message_id` (cut to the platform's size); the same text
+    /// again is not an error.
+    async fn edit(&self, _chat_id: &str, _message_id: &str, _text: &str) -> anyhow::Result<()> {
+        anyhow::bail!("{} cannot edit messages", self.name())
+    }
 
     /// Whether this channel may send to `chat_id` outside a reply (`message.send`, `bub send`,
     /// scheduled runs): the chat must pass the channel's chat allow-list. An error says why not.

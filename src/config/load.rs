@@ -139,6 +139,16 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     )?;
     set(l, "BUB_MEMORY_ENABLED", &mut s.memory_enabled, parse_bool)?;
     set(l, "BUB_LEARN_SKILLS", &mut s.learn_skills, parse_bool)?;
+    set(l, "BUB_STREAM", &mut s.stream_edits, |var, v| {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "edits" => Ok(true),
+            "off" => Ok(false),
+            _ => Err(ConfigError::new(
+                var,
+                format!("invalid stream mode {v:?} (expected off or edits)"),
+            )),
+        }
+    })?;
     set(
         l,
         "BUB_LEARN_MIN_STEPS",

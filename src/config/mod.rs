@@ -178,6 +178,9 @@ pub struct Settings {
     pub learn_min_steps: u32,
     /// `BUB_PROACTIVE_RESPONSE` (default false).
     pub proactive_response: bool,
+    /// `BUB_STREAM`: `edits` shows answers in chats as they are written (one message, edited);
+    /// `off` (the default) sends the final answer only.
+    pub stream_edits: bool,
     /// `BUB_MESSAGE_DELAY_SECONDS` (default 10, at most one hour).
     pub message_delay: Duration,
     /// `BUB_MESSAGE_DEBOUNCE_SECONDS` (default 1, at most one hour).
@@ -292,6 +295,7 @@ impl Settings {
             learn_skills: false,
             learn_min_steps: 3,
             proactive_response: false,
+            stream_edits: false,
             message_delay: Duration::from_secs(10),
             message_debounce: Duration::from_secs(1),
             active_time_window: Duration::from_secs(60),

@@ -452,6 +452,7 @@ fn every_error_names_its_variable() {
     err_for(&[("BUB_LEARN_MIN_STEPS", "0")], "BUB_LEARN_MIN_STEPS");
     err_for(&[("BUB_MEDIA_MAX_BYTES", "20MB")], "BUB_MEDIA_MAX_BYTES");
     err_for(&[("BUB_VISION", "maybe")], "BUB_VISION");
+    err_for(&[("BUB_STREAM", "yes")], "BUB_STREAM");
     err_for(
         &[("BUB_TRANSCRIBE_API_BASE", "not a url")],
         "BUB_TRANSCRIBE_API_BASE",

@@ -115,6 +115,7 @@ impl JobRunner for AgentJobs {
                     text,
                     reply_to: None,
                     file: None,
+                    edit: None,
                 };
                 let outbox = self.agent.outbox();
                 match outbox.send(self.agent.settings(), channel, &out).await {

@@ -7,6 +7,7 @@
 //! adapters; nothing below depends on it.
 
 pub mod jobs;
+pub(crate) mod live;
 pub(crate) mod manager;
 pub(crate) mod session;
 

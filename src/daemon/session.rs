@@ -45,9 +45,10 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::live;
 use crate::access::{Authority, Role};
 use crate::agent::AgentRuntime;
-use crate::channels::{Channel, Control, Inbound, Outbound};
+use crate::channels::{Channel, Control, Inbound, LiveSender, Outbound};
 use crate::config::Settings;
 use crate::delivery::{TurnResult, render_output};
 use crate::inbox::{Delivery, Inbox, Outcome};
@@ -65,6 +66,18 @@ pub(crate) const BATCH_BYTES: usize = 64 * 1024;
 pub trait TurnRunner: Send + Sync + 'static {
     /// Runs one turn in `session_id` for `who`.
     async fn run_turn(&self, session_id: &str, prompt: &str, who: &Authority) -> TurnResult;
+
+    /// Runs one turn, showing its answer in `live` as it is written (by default: as
+    /// [`TurnRunner::run_turn`], nothing shown).
+    async fn run_live_turn(
+        &self,
+        session_id: &str,
+        prompt: &str,
+        who: &Authority,
+        _live: LiveSender,
+    ) -> TurnResult {
+        self.run_turn(session_id, prompt, who).await
+    }
 
     /// Records an event on the session's tape (after its running turn, if any).
     async fn record(&self, _session_id: &str, _name: &str, _data: Value) {}
@@ -87,6 +100,16 @@ pub trait TurnRunner: Send + Sync + 'static {
 impl TurnRunner for AgentRuntime {
     async fn run_turn(&self, session_id: &str, prompt: &str, who: &Authority) -> TurnResult {
         self.handle_input(session_id, prompt, who).await
+    }
+
+    async fn run_live_turn(
+        &self,
+        session_id: &str,
+        prompt: &str,
+        who: &Authority,
+        live: LiveSender,
+    ) -> TurnResult {
+        self.handle_live(session_id, prompt, who, Some(live)).await
     }
 
     async fn record(&self, session_id: &str, name: &str, data: Value) {
@@ -119,6 +142,9 @@ pub struct SessionConfig {
     /// `BUB_PROACTIVE_RESPONSE`: the agent sends its own answers; the framework only delivers
     /// command output and errors.
     pub proactive_response: bool,
+    /// `BUB_STREAM=edits`: answers are shown as they are written, in one message edited at
+    /// most once per [`LIVE_INTERVAL`] (where the channel can edit messages).
+    pub live: bool,
 }
 
 impl SessionConfig {
@@ -131,6 +157,7 @@ impl SessionConfig {
             idle_ttl: s.session_idle,
             typing_interval: Duration::from_secs(4),
             proactive_response: s.proactive_response,
+            live: s.stream_edits,
         }
     }
 }
@@ -357,6 +384,7 @@ impl SessionActor {
             text: text.to_owned(),
             reply_to: message.reply.then(|| message.message_id.clone()),
             file: None,
+            edit: None,
         };
         self.inbox.done(&[message.seq], Outcome::Sent);
         let Some(running) = self.running.take().filter(|_| turn.is_some()) else {
@@ -416,6 +444,7 @@ impl SessionActor {
             text: String::new(),
             reply_to: message.reply.then(|| message.message_id.clone()),
             file: None,
+            edit: None,
         };
         self.inbox.done(&[message.seq], Outcome::Sent);
         tokio::spawn(async move {
@@ -499,6 +528,9 @@ impl SessionActor {
         let reply_to = trigger.reply.then(|| trigger.message_id.clone());
         let proactive = self.cfg.proactive_response;
         let typing_interval = self.cfg.typing_interval;
+        // Commands answer at once; a live answer is for the model's turns.
+        let live = (self.cfg.live && !trigger.is_command())
+            .then(|| live::LiveAnswer::start(courier.channel.clone(), &chat_id, reply_to.clone()));
         tracing::info!(session = %session_id, message_id = %trigger.message_id,
             role = %who.role, messages = seqs.len(), "session.turn.start");
         inbox.started(&seqs);
@@ -519,16 +551,38 @@ impl SessionActor {
                 let data = json!({"count": left_out.len(), "messages": left_out});
                 runner.record(&session_id, LEFT_OUT_EVENT, data).await;
             }
-            let result = runner.run_turn(&session_id, &prompt, &who).await;
+            let result = match &live {
+                Some(live) => {
+                    let sender = live.sender();
+                    runner
+                        .run_live_turn(&session_id, &prompt, &who, sender)
+                        .await
+                }
+                None => runner.run_turn(&session_id, &prompt, &who).await,
+            };
             drop(_typing);
+            // The live message, if one was posted, becomes the answer's first part.
+            let shown = match live {
+                Some(live) => live.finish().await,
+                None => None,
+            };
             if let Some(error) = &result.error {
                 courier.board.error(&session_id, &error.to_string());
             }
-            let text = render_output(&result, proactive);
+            let mut text = render_output(&result, proactive);
             if text.is_empty() {
-                inbox.done(&seqs, Outcome::Silent);
-                return;
+                let Some(shown) = &shown else {
+                    inbox.done(&seqs, Outcome::Silent);
+                    return;
+                };
+                // Nothing to deliver (answered with message.send, say): the live message
+                // keeps what was written, without its status line.
+                text = match shown.text.trim() {
+                    "" => "Done.".to_owned(),
+                    written => written.to_owned(),
+                };
             }
+            let edit = shown.map(|s| s.id);
             let delivery = Delivery {
                 channel: courier.channel.name().to_owned(),
                 seqs,
@@ -537,6 +591,7 @@ impl SessionActor {
                     text,
                     reply_to,
                     file: None,
+                    edit,
                 },
             };
             inbox.answered(&delivery);
@@ -587,6 +642,7 @@ impl SessionActor {
                 text,
                 reply_to: command.reply.then(|| command.message_id.clone()),
                 file: None,
+                edit: None,
             };
             let sent = courier.deliver(&out).await;
             inbox.done(&[command.seq], sent);

@@ -148,6 +148,7 @@ fn config() -> SessionConfig {
         idle_ttl: Duration::from_secs(600),
         typing_interval: Duration::from_secs(4),
         proactive_response: false,
+        live: false,
     }
 }
 
@@ -608,6 +609,7 @@ async fn resumed_work_runs_at_once_and_recorded_answers_are_only_delivered() {
             text: "answered before the crash".into(),
             reply_to: None,
             file: None,
+            edit: None,
         },
     }))
     .unwrap();

@@ -486,6 +486,7 @@ fn give_up_notice(seq: u64, msg: &Inbound) -> Delivery {
             text,
             reply_to: msg.reply.then(|| msg.message_id.clone()),
             file: None,
+            edit: None,
         },
     }
 }

@@ -39,6 +39,7 @@ fn delivery(seqs: Vec<u64>, text: &str) -> Delivery {
             text: text.into(),
             reply_to: None,
             file: None,
+            edit: None,
         },
     }
 }

@@ -110,6 +110,9 @@ pub struct TurnCtx {
     /// The turn answered its own chat with `message.send`: the framework does not post the
     /// final answer again.
     pub answered: AtomicBool,
+    /// Where the answer is shown as it is written (`BUB_STREAM=edits` in a chat that can edit
+    /// messages); `None`: only the final answer is delivered.
+    pub live: Option<crate::chat::LiveSender>,
 }
 
 impl TurnCtx {
@@ -119,6 +122,7 @@ impl TurnCtx {
             policy: process.policy(authority.role),
             authority,
             answered: AtomicBool::new(false),
+            live: None,
         }
     }
 }
@@ -138,7 +142,19 @@ impl ToolContext {
         session: Arc<SessionCtx>,
         authority: Authority,
     ) -> Self {
-        let turn = Arc::new(TurnCtx::new(authority, &process));
+        Self::with_live(process, session, authority, None)
+    }
+
+    /// [`ToolContext::new`] for a turn whose answer is shown as it is written.
+    pub(crate) fn with_live(
+        process: Arc<ProcessCtx>,
+        session: Arc<SessionCtx>,
+        authority: Authority,
+        live: Option<crate::chat::LiveSender>,
+    ) -> Self {
+        let mut turn = TurnCtx::new(authority, &process);
+        turn.live = live;
+        let turn = Arc::new(turn);
         Self {
             process,
             session,

@@ -81,6 +81,7 @@ async fn send(args: SendArgs, ctx: ToolContext) -> Result<String, ToolError> {
         text: args.text,
         reply_to: args.reply_to.filter(|r| !r.trim().is_empty()),
         file,
+        edit: None,
     };
     ctx.process
         .outbox

@@ -28,6 +28,7 @@ pub fn outbound(chat_id: &str, text: &str, reply_to: Option<&str>) -> bub::chann
         text: text.to_owned(),
         reply_to: reply_to.map(str::to_owned),
         file: None,
+        edit: None,
     }
 }
 

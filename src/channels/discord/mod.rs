@@ -344,6 +344,18 @@ impl Channel for Discord {
             Some(path) => Some(media::attachment(path).await?),
             None => None,
         };
+        // A live answer's message gets the first part (a new one if it cannot be edited).
+        let mut reply_to = reply_to;
+        if let (Some(id), Some(first)) = (out.edit.as_deref(), parts.first()) {
+            match self.edit(&out.chat_id, id, first).await {
+                Ok(()) => {
+                    parts.remove(0);
+                    reply_to = None;
+                }
+                Err(e) => tracing::warn!(chat_id = %out.chat_id, error = %format!("{e:#}"),
+                    "discord.edit.failed: sent anew"),
+            }
+        }
         if parts.is_empty() && file.is_some() {
             parts.push(String::new());
         }
@@ -389,6 +401,38 @@ impl Channel for Discord {
                 "refused: discord channel {chat_id} is not in BUB_DISCORD_ALLOW_CHANNELS"
             ))
         }
+    }
+
+    async fn post(
+        &self,
+        chat_id: &str,
+        text: &str,
+        reply_to: Option<&str>,
+    ) -> anyhow::Result<Option<String>> {
+        let channel = channel_id(chat_id)?;
+        let text = text::cut(text, MESSAGE_LIMIT);
+        let body = message_body(&text, channel, reply_to.and_then(snowflake));
+        let route = Route::ChannelMessages {
+            channel_id: channel,
+        };
+        let sent = self.rest.post(route, &body).await?;
+        let sent: serde_json::Value = serde_json::from_slice(&sent)?;
+        Ok(sent["id"].as_str().map(str::to_owned))
+    }
+
+    async fn edit(&self, chat_id: &str, message_id: &str, text: &str) -> anyhow::Result<()> {
+        let route = Route::ChannelMessage {
+            channel_id: channel_id(chat_id)?,
+            message_id: snowflake(message_id)
+                .map(serenity::model::id::MessageId::new)
+                .ok_or_else(|| anyhow!("discord: {message_id:?} is not a message id"))?,
+        };
+        let body = json!({"content": text::cut(text, MESSAGE_LIMIT)});
+        let method = serenity::http::LightMethod::Patch;
+        self.rest
+            .call(method, route, Some(&body), rest::MAX_ATTEMPTS)
+            .await
+            .map(drop)
     }
 
     fn files(&self, metadata: &serde_json::Value) -> Vec<MediaFile> {

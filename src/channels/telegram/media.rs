@@ -157,6 +157,7 @@ impl Telegram {
             }
         })
         .await
+        .map(drop)
     }
 }
 

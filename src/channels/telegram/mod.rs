@@ -18,6 +18,7 @@
 //! logged or returned, and message texts are never logged.
 
 pub(crate) mod filter;
+mod live;
 mod media;
 pub(crate) mod prompt;
 
@@ -136,13 +137,13 @@ impl Telegram {
 
     /// Sends one chunk: HTML first, plain text if the entities are rejected, waiting out 429s
     /// (up to [`crate::time::MAX_SERVER_WAIT`]; a longer `retry_after` fails the send at once).
-    /// The error is the reason, token redacted.
+    /// Returns the sent message's id; the error is the reason, token redacted.
     async fn send_chunk(
         &self,
         to: &Recipient,
         chunk: &str,
         reply_to: Option<MessageId>,
-    ) -> Result<(), String> {
+    ) -> Result<Option<String>, String> {
         let html = text::telegram_html(chunk);
         self.send_retrying(to, !html.trim().is_empty(), |formatted| {
             let mut request = if formatted {
@@ -159,18 +160,20 @@ impl Telegram {
             request.send()
         })
         .await
+        .map(|sent| sent.map(|m| m.id.0.to_string()))
     }
 
     /// Sends the request `build(formatted)` makes — HTML when `formatted`, plain text after
     /// Telegram rejected the entities — waiting out 429s (up to
     /// [`crate::time::MAX_SERVER_WAIT`]) and retrying network errors and 5xx answers within
-    /// [`SEND_RETRY_BUDGET`]. The error is the reason, token redacted.
+    /// [`SEND_RETRY_BUDGET`]. Returns the message Telegram answered with; `None` when an edit
+    /// changed nothing ("message is not modified"). The error is the reason, token redacted.
     async fn send_retrying<F, Fut>(
         &self,
         to: &Recipient,
         mut formatted: bool,
         mut build: F,
-    ) -> Result<(), String>
+    ) -> Result<Option<teloxide::types::Message>, String>
     where
         F: FnMut(bool) -> Fut,
         Fut: std::future::Future<Output = Result<teloxide::types::Message, RequestError>>,
@@ -181,7 +184,8 @@ impl Telegram {
         loop {
             attempt += 1;
             match build(formatted).await {
-                Ok(_) => return Ok(()),
+                Ok(message) => return Ok(Some(message)),
+                Err(RequestError::Api(ApiError::MessageNotModified)) => return Ok(None),
                 Err(RequestError::RetryAfter(wait)) if attempt < MAX_SEND_ATTEMPTS => {
                     let wait = server_wait(f64::from(wait.seconds())).map_err(|too_long| {
                         tracing::warn!(chat_id = %to, retry_after = too_long.seconds, attempt,
@@ -402,7 +406,18 @@ impl Channel for Telegram {
         let caption = if text_first { "" } else { out.text.as_str() };
         let mut reply = reply_to;
         if text_first {
-            for chunk in text::split(&out.text, MESSAGE_LIMIT) {
+            let mut chunks = text::split(&out.text, MESSAGE_LIMIT).into_iter();
+            // A live answer's message gets the first part (a new one if it cannot be edited).
+            if let Some(id) = out.edit.as_deref()
+                && let Some(first) = chunks.next()
+            {
+                if let Err(e) = self.edit_live(&to, id, &first).await {
+                    tracing::warn!(chat_id = %out.chat_id, error = %e, "telegram.edit.failed: sent anew");
+                    self.send_chunk(&to, &first, reply).await.map_err(failed)?;
+                }
+                reply = None;
+            }
+            for chunk in chunks {
                 self.send_chunk(&to, &chunk, reply.take())
                     .await
                     .map_err(failed)?;
@@ -414,6 +429,31 @@ impl Channel for Telegram {
                 .map_err(failed)?;
         }
         Ok(())
+    }
+
+    async fn post(
+        &self,
+        chat_id: &str,
+        text: &str,
+        reply_to: Option<&str>,
+    ) -> anyhow::Result<Option<String>> {
+        let to = recipient(chat_id)?;
+        let reply_to = reply_to
+            .and_then(|id| id.trim().parse::<i32>().ok())
+            .map(MessageId);
+        let text = text::cut(text, MESSAGE_LIMIT);
+        let id = self
+            .send_chunk(&to, &text, reply_to)
+            .await
+            .map_err(|e| anyhow!("telegram: posting to chat {chat_id} failed: {e}"))?;
+        Ok(id)
+    }
+
+    async fn edit(&self, chat_id: &str, message_id: &str, text: &str) -> anyhow::Result<()> {
+        let to = recipient(chat_id)?;
+        self.edit_live(&to, message_id, &text::cut(text, MESSAGE_LIMIT))
+            .await
+            .map_err(|e| anyhow!("telegram: editing message {message_id} failed: {e}"))
     }
 
     async fn check_recipient(&self, chat_id: &str) -> anyhow::Result<()> {

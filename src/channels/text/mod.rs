@@ -35,6 +35,15 @@ mod tests;
 /// fence to be closed and reopened at a cut.
 const MIN_FENCED_BODY: usize = 8;
 
+/// `text` cut to `limit` characters, the last one an ellipsis when it was longer (a live
+/// answer's message shows the start of what does not fit yet).
+pub(crate) fn cut(text: &str, limit: usize) -> String {
+    match text.char_indices().nth(limit.saturating_sub(1)) {
+        Some((at, _)) if text[at..].chars().nth(1).is_some() => format!("{}…", &text[..at]),
+        _ => text.to_owned(),
+    }
+}
+
 /// Splits `text` into chunks of at most `limit` characters (Unicode scalar values, not bytes).
 pub(crate) fn split(text: &str, limit: usize) -> Vec<String> {
     let doc = Doc::parse(text, limit.max(1));

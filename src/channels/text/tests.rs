@@ -27,6 +27,14 @@ fn content(s: &str) -> String {
         .collect()
 }
 
+#[test]
+fn a_live_text_is_cut_to_the_limit_with_an_ellipsis() {
+    assert_eq!(cut("hello", 5), "hello");
+    assert_eq!(cut("hello!", 5), "hell…");
+    assert_eq!(cut("日本語のテキスト", 4), "日本語…");
+    assert_eq!(cut("", 3), "");
+}
+
 /// Checks every `split` invariant that does not depend on fence repair.
 fn check_split(text: &str, limit: usize) -> Vec<String> {
     let chunks = split(text, limit);

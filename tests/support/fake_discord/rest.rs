@@ -161,6 +161,9 @@ fn answer(shared: &Shared, request: Request<'_>, files: Vec<wire::Part>) -> (u16
         ),
         ("GET", ["users", "@me"]) => reply(200, bot_user()),
         ("POST", ["channels", channel, "messages"]) => post_message(shared, channel, body, files),
+        ("PATCH", ["channels", channel, "messages", message]) => {
+            edit_message(shared, channel, message, body)
+        }
         ("POST", ["channels", channel, "typing"]) => {
             let channel = channel.to_string();
             shared.update(|s| s.typing.push(channel));
@@ -283,6 +286,25 @@ fn post_message(
     };
     shared.update(|s| s.posts.push(posted));
     (200, json_response(200, &message, &[]))
+}
+
+/// `PATCH /channels/{id}/messages/{message}`: the next fault, or the message with its new
+/// `content` (requests are recorded like every other: `requests_to("PATCH", ...)`).
+fn edit_message(shared: &Shared, channel: &str, message: &str, body: &Value) -> (u16, Response) {
+    if let Some(fault) = shared.update(|s| s.faults.pop_front()) {
+        return (
+            fault.status,
+            json_response(fault.status, &fault.body, &fault.headers),
+        );
+    }
+    let edited = json!({
+        "id": message, "channel_id": channel, "author": bot_user(),
+        "content": body["content"].as_str().unwrap_or_default(),
+        "timestamp": now_timestamp(), "edited_timestamp": now_timestamp(), "tts": false,
+        "mention_everyone": false, "mentions": [], "mention_roles": [], "attachments": [],
+        "embeds": [], "pinned": false, "type": 0,
+    });
+    (200, json_response(200, &edited, &[]))
 }
 
 /// `GET /channels/{id}/messages?after=&limit=`: the `limit` oldest messages of the channel's
