@@ -3,6 +3,10 @@
 //! streamed to disk, so the daemon's memory must stay flat: it reports the RSS at idle, the
 //! peak RSS sampled every 2 ms from the message's arrival to the answer, and the time from the
 //! message to the answer (download, turn, reply).
+//!
+//! Then live answers under load (`BUB_STREAM=edits`): 100 chats write at once and the fake
+//! model streams each answer slowly (a piece every second, about 6 s); it reports the posts and edits made, their
+//! rate, and the shortest gap between two of one chat (the floor is 1 s).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -12,8 +16,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use support::bench::{daemon_command, rss_mb};
-use support::fake_openai;
+use support::fake_openai::{self, StreamStyle};
 use support::fake_telegram::{self, private_text};
+
+/// Chats writing at once in the live-answer run.
+const LIVE_CHATS: i64 = 100;
 
 /// The file's size: the default cap.
 const FILE_BYTES: usize = 20 * 1024 * 1024;
@@ -21,6 +28,81 @@ const FILE_BYTES: usize = 20 * 1024 * 1024;
 fn main() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(bench());
+    rt.block_on(live());
+}
+
+/// Live answers of [`LIVE_CHATS`] chats at once.
+async fn live() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = fake_openai::start().await;
+    model.set_stream_style(StreamStyle {
+        pieces_per_event: 4,
+        pause: Duration::from_millis(250),
+        ..StreamStyle::default()
+    });
+    let telegram = fake_telegram::start().await;
+    let mut child = daemon_command(dir.path(), &model, &telegram, 600)
+        .env("BUB_STREAM", "edits")
+        .spawn()
+        .expect("start bub message");
+    telegram
+        .wait_for_calls("getUpdates", 1, Duration::from_secs(30))
+        .await;
+    let answer = "A streamed answer of a few words, written slowly by the model.";
+    for _ in 0..LIVE_CHATS {
+        model.push_text(answer);
+    }
+    let started = Instant::now();
+    for chat in 0..LIVE_CHATS {
+        telegram.push_message(private_text(5_000 + chat, 5_000 + chat, "go"));
+    }
+    telegram
+        .wait_until(Duration::from_secs(120), "every answer in place", |fake| {
+            let done = fake
+                .calls()
+                .iter()
+                .filter(|c| c.method == "editmessagetext" && c.body["text"] == answer)
+                .count();
+            (done >= LIVE_CHATS as usize).then_some(())
+        })
+        .await;
+    let took = started.elapsed();
+    let calls: Vec<_> = telegram
+        .calls()
+        .into_iter()
+        .filter(|c| !c.failed && (c.method == "sendmessage" || c.method == "editmessagetext"))
+        .collect();
+    let mut by_chat: std::collections::HashMap<String, Vec<Instant>> = Default::default();
+    for call in &calls {
+        by_chat
+            .entry(call.body["chat_id"].to_string())
+            .or_default()
+            .push(call.at);
+    }
+    let min_gap = by_chat
+        .values_mut()
+        .flat_map(|times| {
+            times.sort();
+            times
+                .windows(2)
+                .map(|w| w[1].duration_since(w[0]))
+                .collect::<Vec<_>>()
+        })
+        .min()
+        .unwrap_or_default();
+    let edits = calls
+        .iter()
+        .filter(|c| c.method == "editmessagetext")
+        .count();
+    println!(
+        "media.live ({LIVE_CHATS} chats streaming at once): {} posts + {edits} edits in {:.1} s = {:.0} calls/s; per chat {:.1} calls, shortest gap between two {:.0} ms",
+        calls.len() - edits,
+        took.as_secs_f64(),
+        calls.len() as f64 / took.as_secs_f64(),
+        calls.len() as f64 / LIVE_CHATS as f64,
+        min_gap.as_secs_f64() * 1e3,
+    );
+    let _ = child.kill().await;
 }
 
 async fn bench() {
