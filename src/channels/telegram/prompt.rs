@@ -301,6 +301,18 @@ mod tests {
     }
 
     #[test]
+    fn a_photo_is_described_by_its_largest_size_within_the_download_cap() {
+        let m = msg(json!({"photo": [
+            {"file_id": "s", "file_unique_id": "u1", "width": 90, "height": 90, "file_size": 10},
+            {"file_id": "m", "file_unique_id": "u2", "width": 320, "height": 320, "file_size": 500},
+            {"file_id": "l", "file_unique_id": "u3", "width": 1280, "height": 1280, "file_size": 9000}]}));
+        assert_eq!(describe_within(&m, 1000).media.unwrap()["file_id"], "m");
+        assert_eq!(describe_within(&m, 9000).media.unwrap()["file_id"], "l");
+        // None fits: the smallest is described (and its note will say it is too large).
+        assert_eq!(describe_within(&m, 5).media.unwrap()["file_id"], "s");
+    }
+
+    #[test]
     fn audio_sticker_video_voice_document_video_note() {
         // teloxide needs `mime_type` on audio, video and voice (a message without it parses as
         // an unknown type); Telegram always sends it.
