@@ -22,11 +22,23 @@ pub(crate) const MAX_IMAGES: usize = 4;
 /// The largest image file decoded (a bigger one is refused before it is read).
 const MAX_FILE_BYTES: u64 = 32 * 1024 * 1024;
 
+/// The largest WebP or GIF passed through as it is (Bub decodes only JPEG and PNG).
+const MAX_PASSED_BYTES: u64 = 4 * 1024 * 1024;
+
 /// The image at `path` as a `data:image/jpeg;base64,…` URI, its longer edge at most
-/// [`MAX_EDGE`].
+/// [`MAX_EDGE`]; a WebP or GIF (not decoded here: fewer codecs in the binary) is passed as it is
+/// when at most [`MAX_PASSED_BYTES`].
 pub(crate) fn data_uri(path: &Path) -> anyhow::Result<String> {
     let size = std::fs::metadata(path)?.len();
     anyhow::ensure!(size <= MAX_FILE_BYTES, "the image is too large to decode");
+    if let Some(mime) = passed_through(path)? {
+        anyhow::ensure!(
+            size <= MAX_PASSED_BYTES,
+            "the {mime} image is too large to send"
+        );
+        let encoded = base64::engine::general_purpose::STANDARD.encode(std::fs::read(path)?);
+        return Ok(format!("data:{mime};base64,{encoded}"));
+    }
     let mut reader = image::ImageReader::open(path)?.with_guessed_format()?;
     // Guards against decompression bombs: a small file claiming a huge canvas.
     let mut limits = image::Limits::default();
@@ -43,6 +55,21 @@ pub(crate) fn data_uri(path: &Path) -> anyhow::Result<String> {
     picture.to_rgb8().write_with_encoder(encoder)?;
     let encoded = base64::engine::general_purpose::STANDARD.encode(&jpeg);
     Ok(format!("data:image/jpeg;base64,{encoded}"))
+}
+
+/// The type of a WebP or GIF file (by its first bytes), which goes to the model undecoded.
+fn passed_through(path: &Path) -> std::io::Result<Option<&'static str>> {
+    use std::io::Read;
+    let mut head = [0u8; 12];
+    let read = std::fs::File::open(path)?.read(&mut head)?;
+    let head = &head[..read];
+    Ok(if head.starts_with(b"GIF8") {
+        Some("image/gif")
+    } else if head.len() == 12 && head.starts_with(b"RIFF") && &head[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
+    })
 }
 
 /// The image paths of the newest user message in `messages` that has any (at most
@@ -104,6 +131,10 @@ mod tests {
         assert_eq!((back.width(), back.height()), (MAX_EDGE, 523));
         std::fs::write(dir.path().join("not.png"), b"not an image").unwrap();
         assert!(data_uri(&dir.path().join("not.png")).is_err());
+        // A GIF is sent as it is.
+        std::fs::write(dir.path().join("a.gif"), b"GIF89a\x01\x00\x01\x00").unwrap();
+        let uri = data_uri(&dir.path().join("a.gif")).unwrap();
+        assert!(uri.starts_with("data:image/gif;base64,R0lGODlh"), "{uri}");
     }
 
     #[test]
