@@ -12,6 +12,8 @@
 //! * [`release_code_pages`] — the binary's code pages that ran once (startup, a burst) stay
 //!   mapped in the process; dropping them from its page tables leaves them in the page cache,
 //!   and code that runs again is mapped back by a minor fault.
+//!   The channel manager calls it (with [`trim_heap`]) once the channels have connected and
+//!   after sessions were evicted.
 
 /// Arenas the process allocates from (glibc's default is 8 per core).
 const ARENAS: i32 = 2;

@@ -37,6 +37,9 @@ pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
 /// How often the manager checks whether sessions were evicted and, if so, trims the heap and
 /// releases code pages.
 const TRIM_CHECK_EVERY: Duration = Duration::from_secs(5);
+/// When the first check runs: the channels have connected (getMe, the gateway) by then, so the
+/// code that ran only to start is released, not the code of the connection still starting.
+const STARTUP_SETTLES: Duration = Duration::from_secs(1);
 
 /// Runs channels and their session actors.
 pub struct ChannelManager {
@@ -128,19 +131,21 @@ impl ChannelManager {
         }
         let mut failure = None;
         let mut receiving = true;
-        let mut trim = tokio::time::interval(TRIM_CHECK_EVERY);
+        let first = tokio::time::Instant::now() + STARTUP_SETTLES;
+        let mut trim = tokio::time::interval_at(first, TRIM_CHECK_EVERY);
         let mut peak_sessions = 0;
-        let mut started = false;
+        // The first two checks (the channels have connected by then) release startup's code.
+        let mut startup_checks: u8 = 2;
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 _ = trim.tick() => {
                     let live = self.actors.len();
-                    // At start (startup code has run) and after evictions (the burst's code).
-                    if live < peak_sessions || !started {
+                    // After start (startup code has run) and after evictions (the burst's code).
+                    if live < peak_sessions || startup_checks > 0 {
                         crate::heap::trim_heap();
                         crate::heap::release_code_pages();
-                        started = true;
+                        startup_checks = startup_checks.saturating_sub(1);
                     }
                     peak_sessions = live;
                 }
