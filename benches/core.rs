@@ -18,7 +18,7 @@ use bub::access::Authority;
 use bub::agent::router::Router;
 use bub::config::Settings;
 use bub::redact::Redactor;
-use bub::tape::FileTape;
+use bub::tape::{FileTape, Searched};
 use bub::tools::{ToolContext, builtin_registry};
 use serde_json::{Value, json};
 
@@ -322,7 +322,9 @@ fn bench_tape_search(path: &Path) {
     ] {
         let mut found = 0;
         let time = median(|| {
-            let hits = tape.search(query, limit).expect("search");
+            let hits = tape
+                .search(query, limit, Searched::Everything)
+                .expect("search");
             found = hits.len();
             black_box(hits);
         });

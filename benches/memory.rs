@@ -11,7 +11,7 @@ mod support;
 use std::path::Path;
 use std::time::Instant;
 
-use bub::memory::{MAX_BYTES, MAX_CHECKPOINT_BYTES, Memory, Scope};
+use bub::memory::{Author, MAX_BYTES, MAX_CHECKPOINT_BYTES, Memory, Scope};
 use support::bench::bub_command;
 use support::fake_openai;
 
@@ -43,7 +43,9 @@ fn fill(memory: &Memory, scope: &Scope, n: usize, chars: usize, wide: bool) {
             .chars()
             .take(chars)
             .collect();
-        memory.remember(scope, &text).expect("remember");
+        memory
+            .remember(scope, &text, &Author::Owner)
+            .expect("remember");
     }
 }
 
@@ -62,7 +64,11 @@ fn main() {
         fill(&memory, &Scope::Global, 80, chars, wide);
         fill(&memory, &chat, 80, chars, wide);
         memory
-            .set_checkpoint("cli", &"next step ".repeat(MAX_CHECKPOINT_BYTES))
+            .set_checkpoint(
+                "cli",
+                &"next step ".repeat(MAX_CHECKPOINT_BYTES),
+                &Author::Owner,
+            )
             .expect("checkpoint");
         let bytes = |scope: &Scope| std::fs::metadata(memory.path(scope)).map_or(0, |m| m.len());
         assert!(

@@ -13,6 +13,8 @@ use crate::config::Settings;
 
 /// Secrets shorter than this are not redacted (they would match ordinary text).
 pub(crate) const MIN_SECRET_LEN: usize = 8;
+/// The bytes [`Redactor::found_in`] reads at a time.
+const CHUNK: usize = 64 * 1024;
 /// What a secret is replaced with.
 pub(crate) const REDACTED: &str = "[redacted]";
 
@@ -20,6 +22,8 @@ pub(crate) const REDACTED: &str = "[redacted]";
 #[derive(Debug, Clone, Default)]
 pub struct Redactor {
     matcher: Option<AhoCorasick>,
+    /// The longest secret's length in bytes.
+    longest: usize,
 }
 
 impl Redactor {
@@ -44,7 +48,8 @@ impl Redactor {
             .match_kind(MatchKind::LeftmostLongest)
             .build(&patterns)
             .ok();
-        Self { matcher }
+        let longest = patterns.iter().map(String::len).max().unwrap_or(0);
+        Self { matcher, longest }
     }
 
     /// The redactor of Bub's own secrets (see [`Settings::secret_values`]).
@@ -62,6 +67,37 @@ impl Redactor {
         }
     }
 
+    /// Whether one of the secrets occurs in `bytes`.
+    pub(crate) fn found(&self, bytes: &[u8]) -> bool {
+        self.matcher.as_ref().is_some_and(|m| m.is_match(bytes))
+    }
+
+    /// Whether one of the secrets occurs in what `reader` yields, read in 64 KiB chunks (a
+    /// secret across two chunks is found: each chunk is searched with the end of the one
+    /// before it).
+    pub(crate) fn found_in(&self, mut reader: impl std::io::Read) -> std::io::Result<bool> {
+        if self.matcher.is_none() {
+            return Ok(false);
+        }
+        let keep = self.longest.saturating_sub(1);
+        let mut window = Vec::with_capacity(keep + CHUNK);
+        let mut chunk = vec![0; CHUNK];
+        loop {
+            let n = match reader.read(&mut chunk) {
+                Ok(0) => return Ok(false),
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            window.extend_from_slice(&chunk[..n]);
+            if self.found(&window) {
+                return Ok(true);
+            }
+            let drop = window.len().saturating_sub(keep);
+            window.drain(..drop);
+        }
+    }
+
     /// Redacts `text` in place (no allocation when there is no secret in it).
     pub(crate) fn scrub(&self, text: &mut String) {
         if let Cow::Owned(clean) = self.redact(text) {
@@ -73,6 +109,21 @@ impl Redactor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finds_secrets_in_a_stream_also_across_chunks() {
+        let r = Redactor::new(["sk-secret-value-1234"]);
+        let mut text = vec![b'x'; CHUNK - 5];
+        text.extend_from_slice(b"sk-secret-value-1234 and more");
+        assert!(r.found_in(text.as_slice()).unwrap());
+        assert!(!r.found_in(&vec![b'x'; 3 * CHUNK][..]).unwrap());
+        assert!(
+            !Redactor::default()
+                .found_in(&b"sk-secret-value-1234"[..])
+                .unwrap()
+        );
+        assert!(r.found(b"..sk-secret-value-1234.."));
+    }
 
     #[test]
     fn replaces_every_secret_and_ignores_short_ones() {

@@ -6,7 +6,7 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use bub::tape::{FileTape, TapeEntry};
+use bub::tape::{FileTape, Searched, TapeEntry};
 use serde_json::{Value, json};
 
 fn tape_at(dir: &Path, name: &str) -> FileTape {
@@ -441,7 +441,9 @@ fn search_examples_from_the_reference() {
         "Please review the database migration plan.",
     );
     msg(&mut tape, "user", "unrelated chatter");
-    let found = tape.search("databse migrtion", 20).unwrap();
+    let found = tape
+        .search("databse migrtion", 20, Searched::Everything)
+        .unwrap();
     assert_eq!(found.len(), 1);
     assert_eq!(
         found[0].payload["content"],
@@ -450,14 +452,18 @@ fn search_examples_from_the_reference() {
 
     let old = msg(&mut tape, "user", "alpha one");
     let new = msg(&mut tape, "assistant", "alpha two");
-    let found = tape.search("alpha", 1).unwrap();
+    let found = tape.search("alpha", 1, Searched::Everything).unwrap();
     assert_eq!(found.iter().map(|e| e.id).collect::<Vec<_>>(), vec![new.id]);
-    let found = tape.search("ALPHA", 20).unwrap();
+    let found = tape.search("ALPHA", 20, Searched::Everything).unwrap();
     assert_eq!(
         found.iter().map(|e| e.id).collect::<Vec<_>>(),
         vec![new.id, old.id]
     );
-    assert!(tape.search("  ", 20).unwrap().is_empty());
+    assert!(
+        tape.search("  ", 20, Searched::Everything)
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[test]
@@ -484,7 +490,7 @@ fn search_covers_messages_and_tool_results_only() {
         json!({"run_id": "kubernetes"}),
     )
     .unwrap();
-    let found = tape.search("kubernetes", 20).unwrap();
+    let found = tape.search("kubernetes", 20, Searched::Everything).unwrap();
     assert_eq!(
         found.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
         vec!["message", "tool_result"]

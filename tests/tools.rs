@@ -34,6 +34,7 @@ fn plain<'a>(ws: &'a Path, session_id: &'a str) -> Launch<'a> {
         home: ws,
         user_home: None,
         sandboxed: false,
+        folder: None,
     }
 }
 
@@ -310,6 +311,7 @@ impl Layout {
             home: &home,
             user_home: Some(&user),
             sandboxed,
+            folder: None,
         };
         run_bash(bash_args(cmd, 20), launch).await
     }
@@ -496,6 +498,7 @@ async fn sandbox_timeout_still_kills_the_process_group() {
         home: &home,
         user_home: Some(&user),
         sandboxed: true,
+        folder: None,
     };
     let result = run_bash(bash_args("sleep 30 & echo $! > pid; wait", 2), launch).await;
     if !landlock_or_refused(&result) {
@@ -523,6 +526,7 @@ async fn sandbox_refuses_layouts_it_cannot_protect() {
                 home: &nested_home,
                 user_home: Some(&user),
                 sandboxed: true,
+                folder: None,
             },
             "BUB_HOME",
         ),
@@ -534,6 +538,7 @@ async fn sandbox_refuses_layouts_it_cannot_protect() {
                 home: &bub_home,
                 user_home: Some(&ws),
                 sandboxed: true,
+                folder: None,
             },
             "the user's home directory",
         ),

@@ -141,10 +141,16 @@ fn list_or_none(items: &[String]) -> String {
 fn describe_policy(out: &mut String, policy: &Policy, tools: &[&str], session: &str) {
     let allowed = policy.allowed(tools.iter().copied());
     let _ = writeln!(out, "  tools ({}): {}", allowed.len(), allowed.join(", "));
-    let files = if policy.confines_files() {
-        "only inside the workspace"
-    } else {
-        "anywhere the process may"
+    let folder = super::files::chat_folder(session);
+    let folder = folder.as_ref().map(|f| f.display());
+    let files = match (policy.confines_files(), &folder) {
+        (false, _) => "anywhere the process may".to_owned(),
+        (true, Some(folder)) => format!(
+            "reads the workspace except {}, other chats' folders and BUB_HOME; writes only in \
+             {folder}/",
+            super::files::SECRET_FILES
+        ),
+        (true, None) => "reads the workspace except secrets and BUB_HOME; writes nothing".into(),
     };
     let _ = writeln!(out, "  files: {files}");
     let messages = if policy.own_chat_only() {
@@ -153,10 +159,13 @@ fn describe_policy(out: &mut String, policy: &Policy, tools: &[&str], session: &
         "to any chat the allow-lists admit".to_owned()
     };
     let _ = writeln!(out, "  messages: {messages}");
-    let shell = match (policy.allows("bash"), policy.sandbox) {
-        (false, _) => "no shell (no bash, no comma shell)",
-        (true, true) => "bash in the Landlock sandbox (workspace and a private tmp only)",
-        (true, false) => "bash unsandboxed",
+    let shell = match (policy.allows("bash"), policy.sandbox, &folder) {
+        (false, ..) => "no shell (no bash, no comma shell)".to_owned(),
+        (true, true, Some(folder)) if policy.confines_files() => {
+            format!("bash in the Landlock sandbox ({folder}/ and a private tmp only)")
+        }
+        (true, true, _) => "bash in the Landlock sandbox (workspace and a private tmp only)".into(),
+        (true, false, _) => "bash unsandboxed".to_owned(),
     };
     let _ = writeln!(out, "  shell: {shell}");
 }

@@ -4,8 +4,10 @@
 //!
 //! Owners: every tool, unconfined; their `bash` runs in the sandbox only with `BUB_SANDBOX=all`.
 //! Guests: the tools of `BUB_GUEST_TOOLS` (default [`GUEST_TOOLS`]: no `bash`, no `fs.write` or
-//! `fs.edit`), file paths only inside the workspace, messages only to their own chat, and a
-//! sandboxed `bash` if they are given one (unless `BUB_SANDBOX=off`).
+//! `fs.edit`; never [`OWNER_ONLY`]), files within the guest file rule ([`super::files`]: read
+//! the workspace but not secrets, `BUB_HOME` or other chats' folders; write only their chat's
+//! folder), messages only to their own chat, and a sandboxed `bash` in their chat's folder if
+//! they are given one (unless `BUB_SANDBOX=off`).
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
@@ -27,7 +29,6 @@ pub(crate) const GUEST_TOOLS: &[&str] = &[
     "tape.search",
     "tape.anchors",
     "tape.handoff",
-    "tape.reset",
     "skills.list",
     "skills.describe",
     "memory.remember",
@@ -44,6 +45,10 @@ pub(crate) const GUEST_TOOLS: &[&str] = &[
     "tools",
     "tool.describe",
 ];
+
+/// Tools a guest never gets, whatever `BUB_GUEST_TOOLS` says: `tape.reset` wipes a chat's
+/// history for everyone in it (a guest wanting a fresh start has `/new`, which keeps it).
+pub(crate) const OWNER_ONLY: &[&str] = &["tape.reset"];
 
 /// What one turn may do. A process builds one per role and shares it with every turn.
 #[derive(Debug, Clone)]
@@ -70,7 +75,11 @@ impl Policy {
                 Some(list) => list.iter().map(String::as_str).collect(),
                 None => GUEST_TOOLS.to_vec(),
             };
-            names.into_iter().map(command_name).collect()
+            names
+                .into_iter()
+                .map(command_name)
+                .filter(|name| !OWNER_ONLY.contains(&name.as_str()))
+                .collect()
         });
         Self {
             role,
@@ -101,6 +110,15 @@ impl Policy {
         self.role == Role::Guest
     }
 
+    /// What `tape.search` covers: guests search the conversation only, never tool results
+    /// (in a shared chat those may be the output of an owner's commands).
+    pub(crate) fn searched(&self) -> crate::tape::Searched {
+        match self.role {
+            Role::Owner => crate::tape::Searched::Everything,
+            Role::Guest => crate::tape::Searched::Conversation,
+        }
+    }
+
     /// The error a refused call returns.
     pub(crate) fn refusal(&self, tool: &str) -> String {
         format!("`{tool}` is not allowed for {}s in this chat", self.role)
@@ -127,6 +145,12 @@ pub fn check_guest_tools<'a>(
     };
     for name in list {
         let wanted = command_name(name);
+        if OWNER_ONLY.contains(&wanted.as_str()) {
+            return Err(ConfigError::new(
+                "BUB_GUEST_TOOLS",
+                format!("{name:?} is for owners only (it changes what everyone in a chat sees)"),
+            ));
+        }
         if !known.clone().into_iter().any(|k| k == wanted) {
             let all: Vec<&str> = known.into_iter().collect();
             return Err(ConfigError::new(
@@ -155,7 +179,7 @@ mod tests {
         assert!(owner.allows("bash") && owner.allows("fs.write"));
         assert!(!owner.sandbox && !owner.confines_files() && !owner.own_chat_only());
         let guest = Policy::for_role(Role::Guest, &s);
-        for denied in ["bash", "fs.write", "fs.edit", "quit"] {
+        for denied in ["bash", "fs.write", "fs.edit", "quit", "tape.reset"] {
             assert!(!guest.allows(denied), "{denied}");
         }
         for allowed in ["fs.read", "web.fetch", "tape.search", "message.send"] {
@@ -189,6 +213,10 @@ mod tests {
         let known = ["bash", "fs.read"];
         let s = settings(|s| s.guest_tools = Some(vec!["fs_read".into()]));
         assert!(check_guest_tools(&s, known).is_ok());
+        let s = settings(|s| s.guest_tools = Some(vec!["tape_reset".into()]));
+        let err = check_guest_tools(&s, ["tape.reset"]).unwrap_err();
+        assert!(err.message.contains("owners only"), "{err}");
+        assert!(!Policy::for_role(Role::Guest, &s).allows("tape.reset"));
         let s = settings(|s| s.guest_tools = Some(vec!["rm".into()]));
         let err = check_guest_tools(&s, known).unwrap_err();
         assert_eq!(err.var, "BUB_GUEST_TOOLS");

@@ -400,10 +400,11 @@ async fn remember_prefixed(ctx: &ToolContext, text: &str) {
     }
     let memory = crate::memory::Memory::new(&ctx.settings().home);
     let scope = crate::memory::Scope::Chat(ctx.session_id().to_owned());
+    let by = crate::memory::Author::of(&ctx.turn.authority);
     let kept = tokio::task::spawn_blocking(move || {
         wanted
             .iter()
-            .map(|w| memory.remember(&scope, w))
+            .map(|w| memory.remember(&scope, w, &by))
             .collect::<anyhow::Result<Vec<String>>>()
     })
     .await;

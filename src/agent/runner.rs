@@ -593,7 +593,8 @@ impl<'a> ModelLoop<'a> {
         let lesson = crate::memory::lesson(tool, &error, &call.arguments);
         let memory = crate::memory::Memory::new(&self.ctx.settings().home);
         let scope = crate::memory::Scope::Chat(self.ctx.session_id().to_owned());
-        let kept = tokio::task::spawn_blocking(move || memory.remember(&scope, &lesson)).await;
+        let by = crate::memory::Author::of(&self.ctx.turn.authority);
+        let kept = tokio::task::spawn_blocking(move || memory.remember(&scope, &lesson, &by)).await;
         match kept {
             Ok(Ok(lesson)) => self.event("memory.lesson", json!({"lesson": lesson})).await,
             Ok(Err(e)) => tracing::error!(error = %format!("{e:#}"), "memory.lesson.error"),

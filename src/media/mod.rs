@@ -24,9 +24,6 @@ use crate::config::Settings;
 use crate::delivery::Outbox;
 use crate::llm::transcribe::Transcriber;
 
-/// The folder of the workspace received files are saved in.
-pub(crate) const INBOX_DIR: &str = "inbox";
-
 /// A turn's prompt after its files were handled, and the images it shows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Prepared {
@@ -47,7 +44,10 @@ pub(crate) async fn prepare(
         prompt: prompt.to_owned(),
         images: Vec::new(),
     };
-    let Some((channel, chat)) = session_id.split_once(':') else {
+    let (Some((channel, _)), Some(folder)) = (
+        session_id.split_once(':'),
+        crate::access::files::chat_folder(session_id),
+    ) else {
         return unchanged();
     };
     if !prompt.contains("\"media\"") {
@@ -60,7 +60,7 @@ pub(crate) async fn prepare(
     let inbox = Inbox {
         settings,
         adapter: adapter.as_ref(),
-        folder: format!("{INBOX_DIR}/{channel}-{}", safe_name(chat)),
+        folder: folder.to_string_lossy().into_owned(),
     };
     let mut out = Prepared::default();
     let mut lines = Vec::new();

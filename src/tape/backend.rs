@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::context::{ContextCursor, TapeInfo};
 use super::entry::TapeEntry;
+use super::search::Searched;
 use super::store::FileTape;
 use crate::config::Settings;
 
@@ -59,8 +60,14 @@ pub trait TapeStore: Send + 'static {
     /// The last `limit` anchors, oldest first.
     fn anchors(&mut self, limit: usize) -> anyhow::Result<Vec<TapeEntry>>;
 
-    /// Messages and tool results matching `query` (substring or fuzzy), newest first.
-    fn search(&mut self, query: &str, limit: usize) -> anyhow::Result<Vec<TapeEntry>>;
+    /// Messages (and with [`Searched::Everything`] tool results) matching `query` (substring or
+    /// fuzzy), newest first.
+    fn search(
+        &mut self,
+        query: &str,
+        limit: usize,
+        what: Searched,
+    ) -> anyhow::Result<Vec<TapeEntry>>;
 
     /// The tape summary (`tape.info`).
     fn info(&mut self) -> anyhow::Result<TapeInfo>;
@@ -120,8 +127,13 @@ impl TapeStore for FileTape {
         FileTape::anchors(self, limit)
     }
 
-    fn search(&mut self, query: &str, limit: usize) -> anyhow::Result<Vec<TapeEntry>> {
-        FileTape::search(self, query, limit)
+    fn search(
+        &mut self,
+        query: &str,
+        limit: usize,
+        what: Searched,
+    ) -> anyhow::Result<Vec<TapeEntry>> {
+        FileTape::search(self, query, limit, what)
     }
 
     fn info(&mut self) -> anyhow::Result<TapeInfo> {

@@ -463,7 +463,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::tape::FileTape;
+    use crate::tape::{FileTape, Searched};
 
     /// The bound the index must stay under, whatever the tape's length.
     fn bound() -> usize {
@@ -523,19 +523,23 @@ mod tests {
                 .starts_with("needle-1 ")
         );
         // Search: newest first, and a full backward scan across chunks.
-        let newest = cold.search("needle", 3).unwrap();
+        let newest = cold.search("needle", 3, Searched::Everything).unwrap();
         assert_eq!(
             newest.iter().map(|e| e.id).collect::<Vec<_>>(),
             vec![N as u64, N as u64 - 1, N as u64 - 2]
         );
-        let oldest = cold.search("kumquat", 5).unwrap();
+        let oldest = cold.search("kumquat", 5, Searched::Everything).unwrap();
         assert_eq!(oldest.len(), 1);
         assert!(
             text(&oldest[0]).starts_with("needle-1 "),
             "{}",
             text(&oldest[0])
         );
-        assert!(cold.search("quixotic zephyr", 5).unwrap().is_empty());
+        assert!(
+            cold.search("quixotic zephyr", 5, Searched::Everything)
+                .unwrap()
+                .is_empty()
+        );
         assert_eq!(cold.index.footprint(), std::mem::size_of::<Index>());
     }
 
@@ -627,7 +631,7 @@ mod tests {
         assert_eq!(names(cold.anchors(100).unwrap()), expected[anchors - 100..]);
         assert_eq!(names(cold.anchors(usize::MAX).unwrap()), expected);
 
-        let found = cold.search("persimmon", 5).unwrap();
+        let found = cold.search("persimmon", 5, Searched::Everything).unwrap();
         assert_eq!(found.iter().map(|e| e.id).collect::<Vec<_>>(), vec![1000]);
         assert!(cold.index.footprint() <= bound());
     }

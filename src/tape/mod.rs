@@ -29,5 +29,6 @@ pub(crate) mod store;
 pub(crate) use backend::TapeStore;
 pub(crate) use context::{ContextCursor, TapeInfo};
 pub use entry::TapeEntry;
+pub use search::Searched;
 pub(crate) use shared::SharedTape;
 pub use store::{FileTape, MAX_ID, SESSION_START, md5_hex, tape_name_for, tape_path};

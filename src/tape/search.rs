@@ -30,9 +30,24 @@ const THRESHOLD: f64 = 0.8;
 /// How many single tokens and how many windows are tried per entry.
 const MAX_CANDIDATES: usize = 128;
 
+/// What a search looks at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Searched {
+    /// Messages, tool results and the messages a batch left out.
+    Everything,
+    /// What was said in the chat: messages and left-out messages, never tool results (a guest
+    /// in a shared chat does not read the output of the owner's commands).
+    Conversation,
+}
+
 impl FileTape {
     /// Entries matching `query`, newest first, at most `limit` (see the module documentation).
-    pub fn search(&mut self, query: &str, limit: usize) -> anyhow::Result<Vec<TapeEntry>> {
+    pub fn search(
+        &mut self,
+        query: &str,
+        limit: usize,
+        what: Searched,
+    ) -> anyhow::Result<Vec<TapeEntry>> {
         let Some(matcher) = Matcher::new(query) else {
             return Ok(Vec::new());
         };
@@ -48,7 +63,8 @@ impl FileTape {
             let mut out = Vec::new();
             while let Some(line) = back.next_line()? {
                 let searched = match line_kind(line) {
-                    Some(Kind::Message | Kind::ToolResult) => true,
+                    Some(Kind::Message) => true,
+                    Some(Kind::ToolResult) => what == Searched::Everything,
                     Some(Kind::Event) => is_left_out(line),
                     _ => false,
                 };

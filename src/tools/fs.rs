@@ -17,15 +17,29 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::{Scope, Tool, ToolContext, ToolError};
+use crate::access::files::GuestFiles;
+use crate::redact::Redactor;
 
-/// The `path` argument of the fs tools is a file path (confined to the workspace for guests).
-pub(crate) const PATH: Scope = Scope::Paths(&["path"]);
+/// The `path` argument of a reading fs tool (bounded for guests by `access::files`).
+pub(crate) const READS: Scope = Scope::Reads(&["path"]);
+/// The `path` argument of a writing fs tool.
+const WRITES: Scope = Scope::Writes(&["path"]);
+
+/// How a tool uses a path argument, for the guest file rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PathUse {
+    Read,
+    Write,
+    /// Read and sent to a chat: it must not hold one of Bub's secrets either.
+    Send,
+}
 
 pub use search::{GlobArgs, GrepArgs, glob, grep};
 
@@ -34,21 +48,48 @@ pub const READ_CAP: usize = 256 * 1024;
 /// Bytes sniffed for a NUL to decide a file is binary.
 pub(crate) const BINARY_SNIFF: usize = 8 * 1024;
 
-/// Where an fs call works: the workspace relative paths resolve against, and how long its file
-/// work may take before the call gives up.
-#[derive(Debug, Clone, Copy)]
+/// Where an fs call works: the workspace relative paths resolve against, how long its file
+/// work may take before the call gives up, and for a guest's turn what its walks leave out.
+#[derive(Debug, Clone)]
 pub struct Files<'a> {
     pub workspace: &'a Path,
     /// `BUB_FS_TIMEOUT_SECONDS`.
     pub timeout: Duration,
+    /// A guest's turn: the walks of `fs.glob` and `fs.grep` skip what the guest file rule
+    /// closes, and `fs.grep` skips files holding one of Bub's secrets (no match/no-match
+    /// answers about a secret).
+    pub(crate) guest: Option<Guest>,
+}
+
+/// A guest's turn, as the fs walks need it: the session (for its chat folder), `BUB_HOME` and
+/// Bub's secrets.
+#[derive(Debug, Clone)]
+pub(crate) struct Guest {
+    pub session: String,
+    pub home: PathBuf,
+    pub redactor: Arc<Redactor>,
+}
+
+impl Guest {
+    /// The guest file rule in `workspace` (resolves paths: the blocking pool).
+    pub(crate) fn rule(&self, workspace: &Path) -> GuestFiles {
+        GuestFiles::new(workspace, &self.home, &self.session)
+    }
 }
 
 impl<'a> Files<'a> {
-    /// The files of the call in `ctx`: its session's workspace and the configured timeout.
+    /// The files of the call in `ctx`: its session's workspace, the configured timeout, and
+    /// the guest rule when the turn's policy confines files.
     pub(crate) fn of(ctx: &'a ToolContext) -> Self {
+        let guest = ctx.turn.policy.confines_files().then(|| Guest {
+            session: ctx.session_id().to_owned(),
+            home: ctx.settings().home.clone(),
+            redactor: ctx.process.redactor.clone(),
+        });
         Self {
             workspace: ctx.workspace(),
             timeout: ctx.settings().fs_timeout,
+            guest,
         }
     }
 }
@@ -59,6 +100,7 @@ impl<'a> From<&'a Path> for Files<'a> {
         Self {
             workspace,
             timeout: crate::time::secs(crate::config::DEFAULT_FS_TIMEOUT_SECONDS),
+            guest: None,
         }
     }
 }
@@ -130,21 +172,21 @@ pub(crate) fn tools() -> Vec<Tool> {
             READ_DETAIL,
             |args, ctx: ToolContext| async move { read(args, Files::of(&ctx)).await },
         )
-        .scoped(PATH),
+        .scoped(READS),
         Tool::new(
             "fs.write",
             "Write file content",
             WRITE_DETAIL,
             |args, ctx: ToolContext| async move { write(args, Files::of(&ctx)).await },
         )
-        .scoped(PATH),
+        .scoped(WRITES),
         Tool::new(
             "fs.edit",
             "Edit file content",
             EDIT_DETAIL,
             |args, ctx: ToolContext| async move { edit(args, Files::of(&ctx)).await },
         )
-        .scoped(PATH),
+        .scoped(WRITES),
     ];
     tools.extend(search::tools());
     tools
@@ -326,18 +368,39 @@ fn timed_out(path: &Path, timeout: Duration) -> ToolError {
     ))
 }
 
-/// Checks that every argument in `raws` names a path inside `workspace` (see [`confine`]), on
-/// the blocking pool within `timeout`: a path whose check does not finish in time (a hung
-/// mount) is refused.
-pub(crate) async fn confine_all(
-    workspace: &Path,
-    raws: Vec<String>,
-    timeout: Duration,
+/// Checks a guest turn's path arguments, on the blocking pool within the fs timeout: each must
+/// name a path inside the workspace (see [`confine`]) that the guest file rule
+/// ([`GuestFiles`]) lets it read or write, and a file sent to a chat must not hold one of Bub's
+/// secrets. A path whose check does not finish in time (a hung mount) is refused.
+pub(crate) async fn check_guest_paths(
+    ctx: &ToolContext,
+    paths: Vec<(String, PathUse)>,
 ) -> Result<(), ToolError> {
-    let root = workspace.to_path_buf();
-    blocking(workspace, timeout, move || {
-        raws.iter()
-            .try_for_each(|raw| confine(&root, raw).map(drop))
+    let workspace = ctx.workspace().to_path_buf();
+    let home = ctx.settings().home.clone();
+    let session = ctx.session_id().to_owned();
+    let redactor = ctx.process.redactor.clone();
+    blocking(ctx.workspace(), ctx.settings().fs_timeout, move || {
+        let rule = GuestFiles::new(&workspace, &home, &session);
+        for (raw, usage) in &paths {
+            let real = confine(&workspace, raw)?;
+            let allowed = match usage {
+                PathUse::Read | PathUse::Send => rule.read(&real),
+                PathUse::Write => rule.write(&real),
+            };
+            allowed.map_err(|closed| ToolError::new(closed.message(raw, rule.folder())))?;
+            if *usage == PathUse::Send
+                && real.is_file()
+                && File::open(&real)
+                    .and_then(|f| redactor.found_in(f))
+                    .unwrap_or(true)
+            {
+                return Err(ToolError::new(format!(
+                    "{raw}: holds one of Bub's own secrets (or cannot be read); not sent"
+                )));
+            }
+        }
+        Ok(())
     })
     .await
 }

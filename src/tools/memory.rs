@@ -8,7 +8,7 @@ use serde::Deserialize;
 
 use super::registry::NoArgs;
 use super::{Scope, Tool, ToolContext, ToolError};
-use crate::memory::{self, Memory};
+use crate::memory::{self, Author, Memory};
 
 #[derive(Deserialize, JsonSchema)]
 struct RememberArgs {
@@ -92,8 +92,9 @@ pub(crate) fn tools() -> Vec<Tool> {
              again refreshes it; the oldest entries make room when the memory is full.",
             |RememberArgs { text, scope }, ctx: ToolContext| async move {
                 let scope = scope_of(&ctx, scope.as_deref(), &text)?;
+                let by = Author::of(&ctx.turn.authority);
                 with_memory(&ctx, move |m| {
-                    let entry = m.remember(&scope, &text).map_err(ToolError::from)?;
+                    let entry = m.remember(&scope, &text, &by).map_err(ToolError::from)?;
                     Ok(format!("remembered: {entry}"))
                 })
                 .await
@@ -107,8 +108,9 @@ pub(crate) fn tools() -> Vec<Tool> {
              owners only) that contain the text, ignoring case.",
             |RememberArgs { text, scope }, ctx: ToolContext| async move {
                 let scope = scope_of(&ctx, scope.as_deref(), &text)?;
+                let by = Author::of(&ctx.turn.authority);
                 with_memory(&ctx, move |m| {
-                    let gone = m.forget(&scope, &text).map_err(ToolError::from)?;
+                    let gone = m.forget(&scope, &text, &by).map_err(ToolError::from)?;
                     Ok(match gone.len() {
                         0 => "nothing matched".to_owned(),
                         n => format!("forgot {n}: {}", gone.join("; ")),
@@ -135,8 +137,9 @@ pub(crate) fn tools() -> Vec<Tool> {
              a tool call fails and a later call of the same tool in the turn works.",
             |LessonArgs { text }, ctx: ToolContext| async move {
                 let scope = scope_of(&ctx, None, &text)?;
+                let by = Author::of(&ctx.turn.authority);
                 with_memory(&ctx, move |m| {
-                    let entry = m.remember(&scope, &format!("lesson: {}", text.trim()))?;
+                    let entry = m.remember(&scope, &format!("lesson: {}", text.trim()), &by)?;
                     Ok(format!("remembered: {entry}"))
                 })
                 .await
@@ -150,8 +153,9 @@ pub(crate) fn tools() -> Vec<Tool> {
              conversation is compacted; empty text clears it.",
             |CheckpointArgs { text }, ctx: ToolContext| async move {
                 let session = ctx.session_id().to_owned();
+                let by = Author::of(&ctx.turn.authority);
                 with_memory(&ctx, move |m| {
-                    let kept = m.set_checkpoint(&session, &text)?;
+                    let kept = m.set_checkpoint(&session, &text, &by)?;
                     Ok(match kept.is_empty() {
                         true => "checkpoint cleared".to_owned(),
                         false => format!("checkpoint saved ({} bytes)", kept.len()),
@@ -206,7 +210,7 @@ mod tests {
         let settings = Settings::with_defaults(dir.path().join("home"), dir.path().to_owned());
         let memory = Memory::new(&settings.home);
         memory
-            .remember(&memory::Scope::Global, "owner secret")
+            .remember(&memory::Scope::Global, "owner secret", &Author::Owner)
             .unwrap();
         let mut guest = Authority::terminal();
         guest.role = Role::Guest;
@@ -219,9 +223,9 @@ mod tests {
         let refused = call(json!({"text": "x", "scope": "global"}), "memory.remember").await;
         assert!(matches!(refused, Err(ToolError::Refused(_))), "{refused:?}");
         let kept = call(json!({"text": "likes tea"}), "memory.remember").await;
-        assert_eq!(kept.unwrap(), "remembered: likes tea");
+        assert_eq!(kept.unwrap(), "remembered: [guest] likes tea");
         let listed = call(json!({}), "memory.list").await.unwrap();
-        assert_eq!(listed, "chat: likes tea");
+        assert_eq!(listed, "chat: [guest] likes tea");
         assert_eq!(memory.list(&memory::Scope::Global), ["owner secret"]);
     }
 }

@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use super::ToolContext;
+use super::fs::PathUse;
 use crate::access::Policy;
 
 /// The future a tool handler returns.
@@ -91,13 +92,27 @@ pub enum Scope {
     /// Nothing the policy bounds.
     #[default]
     Local,
-    /// These arguments are file paths (absent = the workspace): confined to the workspace.
-    Paths(&'static [&'static str]),
+    /// These arguments are paths the tool reads (absent = the workspace).
+    Reads(&'static [&'static str]),
+    /// These arguments are paths the tool writes, or a shell's working directory.
+    Writes(&'static [&'static str]),
     /// `channel` / `chat_id` arguments address a chat (absent = the session's own), and these
-    /// arguments are file paths (confined like [`Scope::Paths`]).
+    /// arguments are files sent there.
     Chat(&'static [&'static str]),
     /// A `scope` argument of `global` is every session's memory: owners only.
     GlobalMemory,
+}
+
+impl Scope {
+    /// The path arguments and how the tool uses them.
+    fn paths(self) -> (&'static [&'static str], PathUse) {
+        match self {
+            Scope::Reads(keys) => (keys, PathUse::Read),
+            Scope::Writes(keys) => (keys, PathUse::Write),
+            Scope::Chat(keys) => (keys, PathUse::Send),
+            Scope::Local | Scope::GlobalMemory => (&[], PathUse::Read),
+        }
+    }
 }
 
 /// One tool.
@@ -145,8 +160,8 @@ impl Tool {
     /// When a path argument named by `scope` is not one of the tool's arguments (a programming
     /// error in the built-in set: the policy would not see it).
     pub(crate) fn scoped(mut self, scope: Scope) -> Self {
-        if let Scope::Paths(keys) = scope {
-            for key in keys {
+        {
+            for key in scope.paths().0 {
                 assert!(
                     self.schema["properties"].get(key).is_some(),
                     "{}: scoped path argument `{key}` is not an argument",
@@ -336,9 +351,9 @@ impl Registry {
 
 /// The turn's policy, applied to one call: the tool must be allowed; for a confined turn every
 /// path argument must stay inside the workspace (`..`, absolute paths and symlinks that leave it
-/// are refused) and a chat argument must be the session's own chat. Paths are checked on the
-/// blocking pool within `BUB_FS_TIMEOUT_SECONDS`: one that cannot be checked in time (a hung
-/// mount) is refused.
+/// are refused) and within the guest file rule (`access::files`: what it reads, writes or sends),
+/// and a chat argument must be the session's own chat. Paths are checked on the blocking pool
+/// within `BUB_FS_TIMEOUT_SECONDS`: one that cannot be checked in time (a hung mount) is refused.
 async fn authorize(tool: &Tool, args: &Value, ctx: &ToolContext) -> Result<(), ToolError> {
     let policy = &ctx.turn.policy;
     if !policy.allows(&tool.name) {
@@ -350,19 +365,15 @@ async fn authorize(tool: &Tool, args: &Value, ctx: &ToolContext) -> Result<(), T
             .map(str::trim)
             .filter(|s| !s.is_empty())
     };
-    let paths = match tool.scope {
-        Scope::Paths(keys) | Scope::Chat(keys) => keys,
-        Scope::Local | Scope::GlobalMemory => &[],
-    };
     if policy.confines_files() {
-        let raws: Vec<String> = paths
+        let (keys, usage) = tool.scope.paths();
+        let raws: Vec<(String, PathUse)> = keys
             .iter()
             .filter_map(|k| text(k))
-            .map(str::to_owned)
+            .map(|raw| (raw.to_owned(), usage))
             .collect();
         if !raws.is_empty() {
-            let timeout = ctx.settings().fs_timeout;
-            super::fs::confine_all(ctx.workspace(), raws, timeout)
+            super::fs::check_guest_paths(ctx, raws)
                 .await
                 .map_err(|e| ToolError::Refused(e.message().to_owned()))?;
         }
@@ -619,7 +630,7 @@ mod tests {
     #[should_panic(expected = "t: scoped path argument `cwd` is not an argument")]
     fn a_scope_naming_a_missing_argument_is_refused() {
         let _ = Tool::new("t", "d", "", |_: Args, _| async { Ok(String::new()) })
-            .scoped(Scope::Paths(&["cwd"]));
+            .scoped(Scope::Writes(&["cwd"]));
     }
 
     #[test]

@@ -96,6 +96,9 @@ pub struct Launch<'a> {
     pub user_home: Option<&'a Path>,
     /// Run in the Landlock sandbox with the minimal environment.
     pub sandboxed: bool,
+    /// A guest's turn: its chat's folder (`inbox/<channel>-<chat>/`, absolute), the default
+    /// working directory and, sandboxed, the only directory it sees instead of the workspace.
+    pub folder: Option<&'a Path>,
 }
 
 /// `bash`.
@@ -107,18 +110,35 @@ pub(crate) fn tools() -> Vec<Tool> {
             DETAIL,
             |args: BashArgs, ctx: ToolContext| async move {
                 let settings = ctx.settings();
+                let folder = match ctx.turn.policy.confines_files() {
+                    true => Some(guest_folder(&ctx).await?),
+                    false => None,
+                };
                 let launch = Launch {
                     workspace: ctx.workspace(),
                     session_id: ctx.session_id(),
                     home: &settings.home,
                     user_home: settings.user_home.as_deref(),
                     sandboxed: ctx.turn.policy.sandbox,
+                    folder: folder.as_deref(),
                 };
                 run_limited(args, launch, &ctx.process.commands).await
             },
         )
-        .scoped(Scope::Paths(&["cwd"])),
+        .scoped(Scope::Writes(&["cwd"])),
     ]
+}
+
+/// A guest's chat folder in the workspace, created when missing: where its shell works.
+async fn guest_folder(ctx: &ToolContext) -> Result<PathBuf, ToolError> {
+    let Some(folder) = crate::access::files::chat_folder(ctx.session_id()) else {
+        return Err(ToolError::new("guests have no shell outside a chat"));
+    };
+    let folder = ctx.workspace().join(folder);
+    tokio::fs::create_dir_all(&folder)
+        .await
+        .map_err(|e| ToolError::new(format!("{}: {e}", folder.display())))?;
+    Ok(folder)
 }
 
 /// [`run_bash`] within the process's [`CommandLimits`]: the timeout lowered to the maximum (a
@@ -169,7 +189,8 @@ async fn run_bash_with(
         )));
     }
     let timeout = Duration::from_secs(secs as u64);
-    let cwd = resolve_cwd(workspace, args.cwd.as_deref());
+    let root = launch.folder.unwrap_or(workspace);
+    let cwd = resolve_cwd(workspace, root, args.cwd.as_deref());
     if !cwd.is_dir() {
         return Err(ToolError::new(format!(
             "cwd is not a directory: {}",
@@ -178,16 +199,21 @@ async fn run_bash_with(
     }
     // Kept alive until the call returns: it owns the private directory.
     let sandbox = if launch.sandboxed {
-        let sandbox = Sandbox::new(support(), workspace, launch.home, launch.user_home)
+        let sandbox = Sandbox::new(support(), root, launch.home, launch.user_home)
             .map_err(|e| ToolError::new(e.to_string()))?;
         let inside = cwd
             .canonicalize()
             .is_ok_and(|c| c.starts_with(sandbox.workspace()));
         if !inside {
+            let place = match launch.folder {
+                Some(_) => "this chat's folder",
+                None => "the workspace",
+            };
             return Err(ToolError::new(format!(
-                "cwd {} is outside the workspace, where sandboxed commands run; the command was \
+                "cwd {} is outside {place} ({}), where sandboxed commands run; the command was \
                  not run",
-                cwd.display()
+                cwd.display(),
+                root.display()
             )));
         }
         Some(sandbox)
@@ -519,11 +545,12 @@ fn format_result(status: ExitStatus, stdout: &str, stderr: &str) -> Result<Strin
     Err(ToolError::Failed(format!("{head}: {body}")))
 }
 
-/// The directory a `cwd` argument names: the workspace when absent or blank.
-fn resolve_cwd(workspace: &Path, cwd: Option<&str>) -> PathBuf {
+/// The directory a `cwd` argument names (relative to the workspace): `default` when absent or
+/// blank.
+fn resolve_cwd(workspace: &Path, default: &Path, cwd: Option<&str>) -> PathBuf {
     match cwd.map(str::trim) {
         Some(c) if !c.is_empty() => resolve_path(workspace, c),
-        _ => workspace.to_path_buf(),
+        _ => default.to_path_buf(),
     }
 }
 
@@ -610,6 +637,7 @@ mod tests {
             home: Path::new("/nonexistent/bub-home"),
             user_home: Some(Path::new("/nonexistent/user")),
             sandboxed,
+            folder: None,
         }
     }
 

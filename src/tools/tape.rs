@@ -9,7 +9,7 @@ use serde_json::json;
 
 use super::registry::NoArgs;
 use super::{Tool, ToolContext, ToolError};
-use crate::tape::{TapeEntry, TapeStore};
+use crate::tape::{Searched, TapeEntry, TapeStore};
 
 /// How many anchors `tape.anchors` lists.
 const ANCHORS_SHOWN: usize = 50;
@@ -67,8 +67,9 @@ pub(crate) fn search_text(
     tape: &mut dyn TapeStore,
     query: &str,
     limit: usize,
+    what: Searched,
 ) -> anyhow::Result<String> {
-    let found = tape.search(query, limit)?;
+    let found = tape.search(query, limit, what)?;
     if found.is_empty() {
         return Ok("(no matches)".to_string());
     }
@@ -119,14 +120,16 @@ pub(crate) fn tools() -> Vec<Tool> {
             "tape.search",
             "Search the tape",
             "Searches messages and tool results of the whole tape (not only the current context), \
-             newest first. Matches substrings and, for queries of 3+ characters, typos \
-             (fuzzy). Output: one `#<id> <kind> <payload>` line per match.",
+             newest first; a guest's search covers the messages only. Matches substrings and, \
+             for queries of 3+ characters, typos (fuzzy). Output: one `#<id> <kind> <payload>` \
+             line per match.",
             |SearchArgs { query, limit }, ctx: ToolContext| async move {
                 if limit < 1 {
                     return Err(ToolError::invalid("limit must be at least 1"));
                 }
                 let limit = usize::try_from(limit).unwrap_or(usize::MAX);
-                with_tape(&ctx, move |tape| search_text(tape, &query, limit)).await
+                let what = ctx.turn.policy.searched();
+                with_tape(&ctx, move |tape| search_text(tape, &query, limit, what)).await
             },
         ),
         Tool::new(

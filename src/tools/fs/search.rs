@@ -10,6 +10,7 @@
 //! at that deadline, so an abandoned walk does not go on reading the tree.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use globset::{GlobBuilder, GlobMatcher};
@@ -19,6 +20,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::{BINARY_SNIFF, Files, blocking, resolve_path, timed_out};
+use crate::access::files::GuestFiles;
+use crate::redact::Redactor;
 use crate::tools::{Tool, ToolContext, ToolError};
 
 /// Maximum paths `fs.glob` lists.
@@ -74,14 +77,14 @@ pub(super) fn tools() -> Vec<Tool> {
             GLOB_DETAIL,
             |args, ctx: ToolContext| async move { glob(args, Files::of(&ctx)).await },
         )
-        .scoped(super::PATH),
+        .scoped(super::READS),
         Tool::new(
             "fs.grep",
             "Search file contents by regex",
             GREP_DETAIL,
             |args, ctx: ToolContext| async move { grep(args, Files::of(&ctx)).await },
         )
-        .scoped(super::PATH),
+        .scoped(super::READS),
     ]
 }
 
@@ -170,12 +173,27 @@ impl Base {
         }
     }
 
-    fn walker(&self) -> ignore::Walk {
-        WalkBuilder::new(&self.dir)
-            .standard_filters(true)
+    /// The walk of the base; for a guest's turn (`rule`) without what the guest file rule
+    /// closes (other chats' folders, `BUB_HOME`, secret names), pruned before it is entered.
+    fn walker(&self, rule: Option<GuestFiles>) -> ignore::Walk {
+        let mut walk = WalkBuilder::new(&self.dir);
+        walk.standard_filters(true)
             .require_git(false)
-            .sort_by_file_name(|a, b| a.cmp(b))
-            .build()
+            .sort_by_file_name(|a, b| a.cmp(b));
+        if let Some(rule) = rule {
+            let (dir, real_dir) = (self.dir.clone(), self.dir.canonicalize().ok());
+            walk.filter_entry(move |entry| {
+                let real = match entry.path_is_symlink() {
+                    true => entry.path().canonicalize().ok(),
+                    false => real_dir
+                        .as_ref()
+                        .zip(entry.path().strip_prefix(&dir).ok())
+                        .map(|(real_dir, rel)| real_dir.join(rel)),
+                };
+                real.is_some_and(|real| rule.read(&real).is_ok())
+            });
+        }
+        walk.build()
     }
 }
 
@@ -203,11 +221,18 @@ impl Deadline {
     }
 }
 
+/// A walk's surroundings: the workspace, its deadline, and a guest's rule and Bub's secrets.
+struct Walk {
+    workspace: PathBuf,
+    deadline: Deadline,
+    guest: Option<(GuestFiles, Arc<Redactor>)>,
+}
+
 /// Runs a walk of `args_path` (the `path` argument) on the blocking pool within the deadline.
 async fn walk<T: Send + 'static>(
     files: Files<'_>,
     args_path: Option<&str>,
-    f: impl FnOnce(&Path, Deadline) -> Result<T, ToolError> + Send + 'static,
+    f: impl FnOnce(Walk) -> Result<T, ToolError> + Send + 'static,
 ) -> Result<T, ToolError> {
     let workspace = files.workspace.to_path_buf();
     let shown = match args_path.map(str::trim).filter(|p| !p.is_empty()) {
@@ -215,8 +240,15 @@ async fn walk<T: Send + 'static>(
         None => workspace.clone(),
     };
     let timeout = files.timeout;
+    let guest = files.guest;
     blocking(&shown, timeout, move || {
-        f(&workspace, Deadline::after(timeout))
+        let deadline = Deadline::after(timeout);
+        let guest = guest.map(|g| (g.rule(&workspace), g.redactor));
+        f(Walk {
+            workspace,
+            deadline,
+            guest,
+        })
     })
     .await
 }
@@ -224,15 +256,16 @@ async fn walk<T: Send + 'static>(
 /// `fs.glob`.
 pub async fn glob(args: GlobArgs, files: impl Into<Files<'_>>) -> Result<String, ToolError> {
     let path = args.path.clone();
-    walk(files.into(), path.as_deref(), move |ws, deadline| {
-        glob_sync(&args, ws, &deadline)
+    walk(files.into(), path.as_deref(), move |walk| {
+        glob_sync(&args, walk)
     })
     .await
 }
 
-fn glob_sync(args: &GlobArgs, workspace: &Path, deadline: &Deadline) -> Result<String, ToolError> {
+fn glob_sync(args: &GlobArgs, walk: Walk) -> Result<String, ToolError> {
     let matcher = PathGlob::new(&args.pattern)?;
-    let base = Base::new(workspace, args.path.as_deref())?;
+    let base = Base::new(&walk.workspace, args.path.as_deref())?;
+    let deadline = walk.deadline;
     if !base.dir.is_dir() {
         return Err(ToolError::new(format!(
             "not a directory: {}",
@@ -240,7 +273,7 @@ fn glob_sync(args: &GlobArgs, workspace: &Path, deadline: &Deadline) -> Result<S
         )));
     }
     let mut found: Vec<String> = Vec::new();
-    for entry in base.walker().filter_map(Result::ok) {
+    for entry in base.walker(walk.guest.map(|g| g.0)).filter_map(Result::ok) {
         deadline.check(&base.dir)?;
         if entry.depth() == 0 || !base.is_file(&entry) {
             continue;
@@ -270,13 +303,13 @@ fn glob_sync(args: &GlobArgs, workspace: &Path, deadline: &Deadline) -> Result<S
 /// `fs.grep`.
 pub async fn grep(args: GrepArgs, files: impl Into<Files<'_>>) -> Result<String, ToolError> {
     let path = args.path.clone();
-    walk(files.into(), path.as_deref(), move |ws, deadline| {
-        grep_sync(&args, ws, &deadline)
+    walk(files.into(), path.as_deref(), move |walk| {
+        grep_sync(&args, walk)
     })
     .await
 }
 
-fn grep_sync(args: &GrepArgs, workspace: &Path, deadline: &Deadline) -> Result<String, ToolError> {
+fn grep_sync(args: &GrepArgs, walk: Walk) -> Result<String, ToolError> {
     let re = RegexBuilder::new(&args.pattern)
         .case_insensitive(args.ignore_case.unwrap_or(false))
         .build()
@@ -290,10 +323,12 @@ fn grep_sync(args: &GrepArgs, workspace: &Path, deadline: &Deadline) -> Result<S
         Some(g) => Some(PathGlob::new(g)?),
         None => None,
     };
-    let base = Base::new(workspace, args.path.as_deref())?;
+    let base = Base::new(&walk.workspace, args.path.as_deref())?;
+    let deadline = walk.deadline;
+    let (rule, secrets) = walk.guest.unzip();
     let mut out: Vec<String> = Vec::new();
     let mut capped = false;
-    'files: for entry in base.walker().filter_map(Result::ok) {
+    'files: for entry in base.walker(rule).filter_map(Result::ok) {
         deadline.check(&base.dir)?;
         if !base.is_file(&entry) {
             continue;
@@ -309,6 +344,10 @@ fn grep_sync(args: &GrepArgs, workspace: &Path, deadline: &Deadline) -> Result<S
             continue;
         };
         if bytes[..bytes.len().min(BINARY_SNIFF)].contains(&0) {
+            continue;
+        }
+        // A guest learns nothing about a secret's content, not even whether a pattern matches.
+        if secrets.as_ref().is_some_and(|r| r.found(&bytes)) {
             continue;
         }
         let text = String::from_utf8_lossy(&bytes);

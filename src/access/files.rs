@@ -1,0 +1,265 @@
+//! What a guest's turn may do with files: the one rule the registry (path arguments), the
+//! `fs.glob` / `fs.grep` walks and the sandboxed shell apply.
+//!
+//! * **Read**: the workspace, except hidden files and folders (`.env`, `.git`, `.ssh`, `.netrc`,
+//!   `.git-credentials`, `.bub`, …), keys and other secret files by name ([`is_secret_name`]),
+//!   other chats' folders under `inbox/`, and `BUB_HOME` wherever it is.
+//! * **Write**: only the chat's own folder, `inbox/<channel>-<chat>/` — where its downloads
+//!   land, and the only directory a guest's sandboxed shell sees. Bub reads nothing there as
+//!   configuration or instructions (`.env`, `AGENTS.md`, `startup.sh` and `.agents/skills/` are
+//!   read from the workspace root), so nothing a guest writes can change Bub or the owner's
+//!   next turn.
+//!
+//! Paths given to [`GuestFiles::read`] and [`GuestFiles::write`] are real (canonical) paths
+//! already confined to the workspace; [`GuestFiles::new`] resolves its own paths, so it does
+//! file I/O and runs on the blocking pool.
+
+use std::ffi::OsStr;
+use std::path::{Component, Path, PathBuf};
+
+/// The folder of the workspace a chat's received files are saved in (and a guest writes in).
+pub(crate) const INBOX_DIR: &str = "inbox";
+
+/// File names (lower case) that hold keys or credentials, wherever they are.
+const SECRET_NAMES: &[&str] = &[
+    "id_rsa",
+    "id_dsa",
+    "id_ecdsa",
+    "id_ed25519",
+    "id_ecdsa_sk",
+    "id_ed25519_sk",
+    "credentials",
+    "credentials.json",
+    "secrets.json",
+    "secrets.yaml",
+    "secrets.yml",
+    "service-account.json",
+];
+
+/// File extensions (lower case) of keys, certificates' private parts, keystores and env files.
+const SECRET_EXTENSIONS: &[&str] = &[
+    "pem", "key", "p12", "pfx", "jks", "keystore", "kdbx", "env", "ppk", "asc", "gpg",
+];
+
+/// The documented list of what guests never read, for messages and `bub access explain`.
+pub(crate) const SECRET_FILES: &str = "hidden files and folders (.env, .git, .ssh, .netrc, \
+    .git-credentials, …), keys and credentials (*.pem, *.key, *.p12, *.pfx, *.env, id_rsa, \
+    id_ed25519, credentials.json, …)";
+
+/// The workspace folder of a chat session's files (`inbox/telegram--100123`), relative to the
+/// workspace; `None` for a session that is not a chat (`cli`).
+pub(crate) fn chat_folder(session_id: &str) -> Option<PathBuf> {
+    let (channel, chat) = super::session_chat(session_id)?;
+    let chat: String = chat
+        .chars()
+        .map(
+            |c| match c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                true => c,
+                false => '_',
+            },
+        )
+        .collect();
+    Some(Path::new(INBOX_DIR).join(format!("{channel}-{chat}")))
+}
+
+/// A file name that holds keys or credentials: a hidden name, or one of [`SECRET_NAMES`] /
+/// [`SECRET_EXTENSIONS`] (a `.pub` key is public).
+pub(crate) fn is_secret_name(name: &OsStr) -> bool {
+    let name = name.to_string_lossy().to_lowercase();
+    if name.starts_with('.') {
+        return true;
+    }
+    if SECRET_NAMES.contains(&name.as_str()) {
+        return true;
+    }
+    name.rsplit_once('.')
+        .is_some_and(|(_, ext)| SECRET_EXTENSIONS.contains(&ext))
+}
+
+/// Why a guest may not reach a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Closed {
+    /// Under `BUB_HOME`: tapes, memory, access, jobs.
+    BubHome,
+    /// Under another chat's folder (or the `inbox/` listing itself).
+    OtherChat,
+    /// A hidden or secret file, or one inside a hidden folder.
+    Secret,
+    /// A write outside the chat's own folder.
+    NotOwnFolder,
+}
+
+impl Closed {
+    /// The refusal, for the path as the caller wrote it.
+    pub(crate) fn message(self, raw: &str, folder: Option<&Path>) -> String {
+        match self {
+            Closed::BubHome => format!("{raw}: Bub's own files (BUB_HOME) are not open to guests"),
+            Closed::OtherChat => format!("{raw}: another chat's files are not open to guests"),
+            Closed::Secret => format!("{raw}: {SECRET_FILES} are not open to guests"),
+            Closed::NotOwnFolder => match folder {
+                Some(f) => format!(
+                    "{raw}: guests write only in this chat's folder, {}/",
+                    f.display()
+                ),
+                None => format!("{raw}: guests cannot write files outside a chat"),
+            },
+        }
+    }
+}
+
+/// The guest file rule for one session (see the module docs), with its paths resolved.
+#[derive(Debug, Clone)]
+pub(crate) struct GuestFiles {
+    root: PathBuf,
+    home: PathBuf,
+    inbox: PathBuf,
+    /// The chat's folder, relative to the workspace (as shown) and resolved.
+    folder: Option<(PathBuf, PathBuf)>,
+}
+
+impl GuestFiles {
+    /// The rule for `session_id` in `workspace`, `BUB_HOME` being `home`. Resolves the paths
+    /// (file I/O: the blocking pool); a path that does not exist yet is taken as written.
+    pub(crate) fn new(workspace: &Path, home: &Path, session_id: &str) -> Self {
+        let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        let root = real(workspace);
+        let folder = chat_folder(session_id).map(|rel| {
+            let abs = root.join(&rel);
+            (rel, real(&abs))
+        });
+        Self {
+            inbox: real(&root.join(INBOX_DIR)),
+            home: real(home),
+            folder,
+            root,
+        }
+    }
+
+    /// The chat's own folder, relative to the workspace.
+    pub(crate) fn folder(&self) -> Option<&Path> {
+        self.folder.as_ref().map(|(rel, _)| rel.as_path())
+    }
+
+    /// The chat's own folder, resolved (absolute).
+    pub(crate) fn folder_path(&self) -> Option<&Path> {
+        self.folder.as_ref().map(|(_, abs)| abs.as_path())
+    }
+
+    /// A guest may read `real` (a resolved path inside the workspace).
+    pub(crate) fn read(&self, real: &Path) -> Result<(), Closed> {
+        if real.starts_with(&self.home) {
+            return Err(Closed::BubHome);
+        }
+        if real.starts_with(&self.inbox) && !self.folder_path().is_some_and(|f| real.starts_with(f))
+        {
+            return Err(Closed::OtherChat);
+        }
+        let rel = real.strip_prefix(&self.root).unwrap_or(real);
+        let secret = rel.components().any(|c| match c {
+            Component::Normal(name) => is_secret_name(name),
+            _ => false,
+        });
+        if secret {
+            return Err(Closed::Secret);
+        }
+        Ok(())
+    }
+
+    /// A guest may write `real`: readable, and inside the chat's own folder.
+    pub(crate) fn write(&self, real: &Path) -> Result<(), Closed> {
+        self.read(real)?;
+        match self.folder_path() {
+            Some(folder) if real.starts_with(folder) => Ok(()),
+            _ => Err(Closed::NotOwnFolder),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chat_folders_come_from_the_session() {
+        assert_eq!(
+            chat_folder("telegram:-100123").unwrap(),
+            Path::new("inbox/telegram--100123")
+        );
+        assert_eq!(
+            chat_folder("discord:9/../x").unwrap(),
+            Path::new("inbox/discord-9____x")
+        );
+        assert_eq!(chat_folder("cli"), None);
+    }
+
+    #[test]
+    fn secret_names() {
+        for name in [
+            ".env",
+            ".env.local",
+            ".netrc",
+            ".git-credentials",
+            "id_ed25519",
+            "server.PEM",
+            "tls.key",
+            "prod.env",
+            "credentials.json",
+        ] {
+            assert!(is_secret_name(OsStr::new(name)), "{name}");
+        }
+        for name in ["id_ed25519.pub", "main.rs", "notes.md", "keys.txt", "env"] {
+            assert!(!is_secret_name(OsStr::new(name)), "{name}");
+        }
+    }
+
+    #[test]
+    fn guests_read_the_workspace_but_not_secrets_home_or_other_chats() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        let home = ws.join(".bub");
+        let rule = GuestFiles::new(&ws, &home, "telegram:42");
+        assert_eq!(rule.folder(), Some(Path::new("inbox/telegram-42")));
+        assert_eq!(rule.read(&ws.join("src/main.rs")), Ok(()));
+        assert_eq!(rule.read(&ws.join("inbox/telegram-42/a.pdf")), Ok(()));
+        assert_eq!(
+            rule.read(&ws.join("inbox/telegram-43/a.pdf")),
+            Err(Closed::OtherChat)
+        );
+        assert_eq!(rule.read(&ws.join("inbox")), Err(Closed::OtherChat));
+        assert_eq!(rule.read(&ws.join(".bub/tapes/x")), Err(Closed::BubHome));
+        assert_eq!(rule.read(&ws.join(".env")), Err(Closed::Secret));
+        assert_eq!(rule.read(&ws.join(".ssh/config")), Err(Closed::Secret));
+        assert_eq!(rule.read(&ws.join("deploy/tls.pem")), Err(Closed::Secret));
+        // Outside home: a BUB_HOME that is not hidden is closed all the same.
+        let rule = GuestFiles::new(&ws, &ws.join("data"), "telegram:42");
+        assert_eq!(rule.read(&ws.join("data/jobs.json")), Err(Closed::BubHome));
+    }
+
+    #[test]
+    fn guests_write_only_in_their_chat_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        let rule = GuestFiles::new(&ws, &ws.join(".bub"), "telegram:42");
+        assert_eq!(rule.write(&ws.join("inbox/telegram-42/out.txt")), Ok(()));
+        for closed in [
+            "AGENTS.md",
+            "startup.sh",
+            "src/lib.rs",
+            "inbox/telegram-43/x",
+        ] {
+            assert!(rule.write(&ws.join(closed)).is_err(), "{closed}");
+        }
+        assert_eq!(rule.write(&ws.join(".env")), Err(Closed::Secret));
+        assert_eq!(
+            rule.write(&ws.join(".agents/skills/x/SKILL.md")),
+            Err(Closed::Secret)
+        );
+        let cli = GuestFiles::new(&ws, &ws.join(".bub"), "cli");
+        assert_eq!(cli.write(&ws.join("x")), Err(Closed::NotOwnFolder));
+        assert!(
+            Closed::NotOwnFolder
+                .message("AGENTS.md", rule.folder())
+                .contains("inbox/telegram-42/")
+        );
+    }
+}
