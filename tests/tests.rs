@@ -12,6 +12,7 @@ mod daemon;
 mod discord;
 mod durability;
 mod fakes;
+mod guests;
 mod jobs;
 mod learning;
 mod limits;

@@ -76,6 +76,38 @@ pub(crate) fn is_secret_name(name: &OsStr) -> bool {
         .is_some_and(|(_, ext)| SECRET_EXTENSIONS.contains(&ext))
 }
 
+/// What is risky about where the workspace is, for a warning at start: the workspace is the
+/// home directory, or contains `BUB_HOME`. Guests' tools never reach `BUB_HOME` or hidden files
+/// either way, but owners' tools do, and everything else in the home directory is open to
+/// guests' reading.
+pub fn layout_warnings(settings: &crate::config::Settings) -> Vec<String> {
+    let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+    let workspace = real(&settings.workspace);
+    let mut out = Vec::new();
+    let home_dir = settings
+        .user_home
+        .clone()
+        .or_else(|| std::env::var_os("HOME").map(PathBuf::from));
+    if home_dir.is_some_and(|h| real(&h) == workspace) {
+        out.push(format!(
+            "the workspace {} is the home directory: guests can read its files (all but hidden \
+             ones and keys); give Bub a folder of its own (-w DIR)",
+            workspace.display()
+        ));
+    }
+    let home = real(&settings.home);
+    if home.starts_with(&workspace) {
+        out.push(format!(
+            "the workspace {} contains BUB_HOME {}: guests never reach it, but owners' tools do, \
+             and an owner's sandboxed shell (BUB_SANDBOX=all) refuses to run; keep BUB_HOME \
+             outside the workspace",
+            workspace.display(),
+            home.display()
+        ));
+    }
+    out
+}
+
 /// Why a guest may not reach a path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Closed {
@@ -150,7 +182,11 @@ impl GuestFiles {
         if real.starts_with(&self.home) {
             return Err(Closed::BubHome);
         }
-        if real.starts_with(&self.inbox) && !self.folder_path().is_some_and(|f| real.starts_with(f))
+        // `inbox/` itself may be walked through to the chat's folder (walks prune the others).
+        let own = |f: &Path| real.starts_with(f);
+        if real.starts_with(&self.inbox)
+            && real != self.inbox
+            && !self.folder_path().is_some_and(own)
         {
             return Err(Closed::OtherChat);
         }
@@ -178,6 +214,21 @@ impl GuestFiles {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_workspace_holding_bub_home_or_being_home_is_warned_about() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        let mut settings = crate::config::Settings::with_defaults(ws.join(".bub"), ws.clone());
+        settings.user_home = Some(ws.clone());
+        let warnings = layout_warnings(&settings);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].contains("is the home directory"));
+        assert!(warnings[1].contains("contains BUB_HOME"));
+        settings.home = dir.path().join("../elsewhere");
+        settings.workspace = ws.join("project");
+        assert!(layout_warnings(&settings).is_empty());
+    }
 
     #[test]
     fn chat_folders_come_from_the_session() {
@@ -225,7 +276,7 @@ mod tests {
             rule.read(&ws.join("inbox/telegram-43/a.pdf")),
             Err(Closed::OtherChat)
         );
-        assert_eq!(rule.read(&ws.join("inbox")), Err(Closed::OtherChat));
+        assert_eq!(rule.read(&ws.join("inbox")), Ok(()));
         assert_eq!(rule.read(&ws.join(".bub/tapes/x")), Err(Closed::BubHome));
         assert_eq!(rule.read(&ws.join(".env")), Err(Closed::Secret));
         assert_eq!(rule.read(&ws.join(".ssh/config")), Err(Closed::Secret));

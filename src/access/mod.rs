@@ -16,7 +16,7 @@
 //! without a restart; a file that cannot be read admits no one beyond the configured lists.
 
 mod explain;
-pub(crate) mod files;
+pub mod files;
 pub(crate) mod pairing;
 pub mod policy;
 mod store;
