@@ -374,7 +374,7 @@ async fn settle(agent: &AgentRuntime) {
 /// `bub message`: the channel daemon (one per `BUB_HOME`).
 async fn message(settings: Settings) -> anyhow::Result<()> {
     logging::init(&settings, LogTarget::Stderr);
-    warn_about_layout(&settings);
+    warn_about_guests(&settings);
     let _daemon = match PidLock::try_take(&settings.home.join(DAEMON_LOCK))? {
         PidLock::Held(file) => file,
         PidLock::Taken(pid) => {
@@ -468,7 +468,7 @@ async fn status(settings: &Settings, json: bool) -> anyhow::Result<()> {
 /// `bub idle`: only the scheduler, with send-only channel clients for delivering answers.
 async fn idle(settings: Settings) -> anyhow::Result<()> {
     logging::init(&settings, LogTarget::Stderr);
-    warn_about_layout(&settings);
+    warn_about_guests(&settings);
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
     let channels = bub::delivery::configured_channels(agent.settings(), agent.access())?;
     let names: Vec<&str> = channels.iter().map(|c| c.name()).collect();
@@ -482,10 +482,10 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
     result.context("scheduler")
 }
 
-/// One warning line for each risk of the workspace's place (`access::files::layout_warnings`).
-fn warn_about_layout(settings: &Settings) {
-    for warning in bub::access::files::layout_warnings(settings) {
-        tracing::warn!(%warning, "workspace.layout");
+/// One warning line for each risk to guests' file rule (`access::files::startup_warnings`).
+fn warn_about_guests(settings: &Settings) {
+    for warning in bub::access::files::startup_warnings(settings) {
+        tracing::warn!(%warning, "access.files");
     }
 }
 

@@ -76,11 +76,11 @@ pub(crate) fn is_secret_name(name: &OsStr) -> bool {
         .is_some_and(|(_, ext)| SECRET_EXTENSIONS.contains(&ext))
 }
 
-/// What is risky about where the workspace is, for a warning at start: the workspace is the
-/// home directory, or contains `BUB_HOME`. Guests' tools never reach `BUB_HOME` or hidden files
-/// either way, but owners' tools do, and everything else in the home directory is open to
-/// guests' reading.
-pub fn layout_warnings(settings: &crate::config::Settings) -> Vec<String> {
+/// What is risky about where guests' files are, for warnings at start: the workspace is the home
+/// directory, or contains `BUB_HOME` (guests' tools never reach `BUB_HOME` or hidden files either
+/// way, but owners' tools do, and the home directory's other files are open to guests' reading),
+/// or guests are given `bash` without the sandbox (their commands are not confined at all).
+pub fn startup_warnings(settings: &crate::config::Settings) -> Vec<String> {
     let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
     let workspace = real(&settings.workspace);
     let mut out = Vec::new();
@@ -104,6 +104,14 @@ pub fn layout_warnings(settings: &crate::config::Settings) -> Vec<String> {
             workspace.display(),
             home.display()
         ));
+    }
+    let guest = super::Policy::for_role(super::Role::Guest, settings);
+    if guest.allows("bash") && !guest.sandbox {
+        out.push(
+            "BUB_GUEST_TOOLS gives guests bash and BUB_SANDBOX=off: their commands run \
+             unconfined, with the process's rights over every file"
+                .to_owned(),
+        );
     }
     out
 }
@@ -216,18 +224,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_workspace_holding_bub_home_or_being_home_is_warned_about() {
+    fn risky_layouts_and_an_unsandboxed_guest_shell_are_warned_about() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().canonicalize().unwrap();
         let mut settings = crate::config::Settings::with_defaults(ws.join(".bub"), ws.clone());
         settings.user_home = Some(ws.clone());
-        let warnings = layout_warnings(&settings);
+        let warnings = startup_warnings(&settings);
         assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert!(warnings[0].contains("is the home directory"));
         assert!(warnings[1].contains("contains BUB_HOME"));
         settings.home = dir.path().join("../elsewhere");
         settings.workspace = ws.join("project");
-        assert!(layout_warnings(&settings).is_empty());
+        assert!(startup_warnings(&settings).is_empty());
+        settings.guest_tools = Some(vec!["BASH".into()]);
+        assert!(startup_warnings(&settings).is_empty(), "sandboxed");
+        settings.sandbox = crate::config::SandboxMode::Off;
+        assert!(startup_warnings(&settings)[0].contains("unconfined"));
     }
 
     #[test]
