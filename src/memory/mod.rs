@@ -59,10 +59,10 @@ impl Author {
         }
     }
 
-    /// `text` as an entry (one clean line) with this author's mark.
-    fn mark(&self, text: &str) -> String {
+    /// A guest's mark (`[guest telegram:42 @ann]`); none for an owner.
+    pub fn label(&self) -> Option<String> {
         let Author::Guest(senders) = self else {
-            return clean(text);
+            return None;
         };
         let who: Vec<String> = senders
             .iter()
@@ -72,7 +72,15 @@ impl Author {
             })
             .collect();
         let space = if who.is_empty() { "" } else { " " };
-        clean(&format!("{GUEST_MARK}{space}{}] {text}", who.join(", ")))
+        Some(format!("{GUEST_MARK}{space}{}]", who.join(", ")))
+    }
+
+    /// `text` with this author's mark in front (a guest's), as it is.
+    pub fn marked(&self, text: &str) -> String {
+        match self.label() {
+            Some(label) => format!("{label} {text}"),
+            None => text.to_owned(),
+        }
     }
 
     /// The entry may be changed by this author: owners change any; a guest only those whose
@@ -123,8 +131,8 @@ impl Memory {
     pub fn set_checkpoint(&self, session: &str, text: &str, by: &Author) -> anyhow::Result<String> {
         let path = self.checkpoint_path(session);
         let mut text = text.trim().to_owned();
-        if !text.is_empty() && *by != Author::Owner {
-            text = format!("{} {text}", by.mark("").trim_end());
+        if !text.is_empty() {
+            text = by.marked(&text);
         }
         if text.is_empty() {
             match std::fs::remove_file(&path) {
@@ -168,7 +176,7 @@ impl Memory {
     /// moves there), dropping the oldest entries beyond the caps. Returns the entry as stored.
     pub fn remember(&self, scope: &Scope, text: &str, by: &Author) -> anyhow::Result<String> {
         anyhow::ensure!(!clean(text).is_empty(), "nothing to remember");
-        let entry = by.mark(text);
+        let entry = clean(&by.marked(text));
         self.change(scope, |list| {
             list.retain(|e| key(e) != key(&entry));
             list.push(entry.clone());

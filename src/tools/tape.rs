@@ -153,6 +153,9 @@ pub(crate) fn tools() -> Vec<Tool> {
                 let name = name
                     .filter(|n| !n.trim().is_empty())
                     .unwrap_or_else(|| "handoff".into());
+                // A guest's summary leads the next context: it says whose words it is.
+                let by = crate::memory::Author::of(&ctx.turn.authority);
+                let summary = summary.map(|s| by.marked(&s));
                 with_tape(&ctx, move |tape| {
                     tape.handoff(&name, summary.as_deref(), next_steps.as_deref())?;
                     Ok(format!("handoff created: {name}"))
