@@ -2,13 +2,22 @@
 //! running turn and its age, what is queued), and the last errors chats were told about.
 //!
 //! The session actors keep a [`Board`] up to date (a few map writes per turn, nothing per idle
-//! second); `bub message` serves a [`Snapshot`] of it as one JSON document to whoever connects
-//! to `BUB_HOME/daemon.sock` (mode 0600), and `bub status` reads it ([`query`]). Nothing is
+//! second); `bub message` serves a [`Snapshot`] of it as one JSON document on
+//! `BUB_HOME/daemon.sock` (mode 0600), and `bub status` reads it ([`query`]). Nothing is
 //! written to disk while the daemon runs.
+//!
+//! Only a caller that can read `BUB_HOME` is answered: the daemon writes a random token to
+//! `BUB_HOME/daemon.token` (mode 0600) when it binds the socket, and a client sends it as its
+//! first line. The file mode does not stop a process of the same user, but the sandbox does: a
+//! sandboxed command cannot read `BUB_HOME`, and Landlock does not cover connecting to a socket,
+//! so the token is what keeps it out.
 //!
 //! Invariants: the board holds one row per live actor (an actor removes its row when it ends)
 //! and at most [`MAX_ERRORS`] errors, so it is bounded like the actors; no message text is kept,
-//! only what the chat itself was told ("Error: …") or a delivery failure's reason.
+//! only what the chat itself was told ("Error: …") or a delivery failure's reason. A connection
+//! without the right token gets a one-line refusal and no snapshot; one that sends nothing is
+//! closed after [`TOKEN_TIMEOUT`]; at most [`MAX_CONNECTIONS`] are served at once (the others
+//! wait to be accepted), so idle connections cannot grow the daemon nor stop it answering.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -18,11 +27,21 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use chrono::{DateTime, Local, Utc};
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
 /// The socket `bub message` answers status requests on, in `BUB_HOME`.
 pub(crate) const SOCKET: &str = "daemon.sock";
+/// The file holding the token a client must send, in `BUB_HOME`.
+pub(crate) const TOKEN: &str = "daemon.token";
+/// How long the server waits for a client's token.
+const TOKEN_TIMEOUT: Duration = Duration::from_secs(2);
+/// The most connections served at once.
+const MAX_CONNECTIONS: usize = 8;
+/// The longest first line read from a client (a token is 64 characters).
+const MAX_TOKEN_LINE: u64 = 128;
+/// What a client without the right token gets.
+const REFUSAL: &str = "refused: send the token of BUB_HOME/daemon.token first\n";
 /// The most recent errors kept.
 pub(crate) const MAX_ERRORS: usize = 10;
 /// The longest error text kept (characters).
@@ -170,63 +189,131 @@ pub(crate) fn socket_path(home: &Path) -> PathBuf {
     home.join(SOCKET)
 }
 
-/// Binds the status socket (replacing a stale one: the caller holds the daemon lock, so no
-/// other daemon uses it), owner-only.
-pub fn bind(home: &Path) -> anyhow::Result<tokio::net::UnixListener> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = socket_path(home);
-    let _ = std::fs::remove_file(&path);
-    let listener = tokio::net::UnixListener::bind(&path)
-        .with_context(|| format!("binding {}", path.display()))?;
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
-        .with_context(|| format!("securing {}", path.display()))?;
-    Ok(listener)
+/// The bound status socket and the token its clients must send.
+pub struct Listener {
+    socket: tokio::net::UnixListener,
+    socket_path: PathBuf,
+    token: String,
+    token_path: PathBuf,
 }
 
-/// Answers every connection with the board's snapshot until `stop`; then removes the socket.
-pub async fn serve(
-    listener: tokio::net::UnixListener,
-    board: std::sync::Arc<Board>,
-    stop: CancellationToken,
-) {
-    let path = listener
-        .local_addr()
-        .ok()
-        .and_then(|a| a.as_pathname().map(Path::to_path_buf));
+/// Writes a fresh token to `BUB_HOME/daemon.token` (mode 0600, replaced atomically) and binds
+/// the status socket (replacing a stale one: the caller holds the daemon lock, so no other
+/// daemon uses it), owner-only. The token is written first, so a client never finds the socket
+/// with an old token.
+pub fn bind(home: &Path) -> anyhow::Result<Listener> {
+    use std::os::unix::fs::PermissionsExt;
+    let token = new_token();
+    let token_path = home.join(TOKEN);
+    crate::storage::write_atomic(&token_path, token.as_bytes(), Some(0o600))?;
+    let socket_path = socket_path(home);
+    let _ = std::fs::remove_file(&socket_path);
+    let socket = tokio::net::UnixListener::bind(&socket_path)
+        .with_context(|| format!("binding {}", socket_path.display()))?;
+    std::fs::set_permissions(&socket_path, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("securing {}", socket_path.display()))?;
+    Ok(Listener {
+        socket,
+        socket_path,
+        token,
+        token_path,
+    })
+}
+
+/// 64 hex digits from the OS CSPRNG (two v4 UUIDs: 244 random bits, as pairing codes get theirs).
+fn new_token() -> String {
+    let part = || uuid::Uuid::new_v4().simple().to_string();
+    part() + &part()
+}
+
+/// Compares without stopping at the first difference, so the time taken tells nothing about
+/// how much of a guess was right.
+fn same_token(given: &[u8], token: &[u8]) -> bool {
+    given.len() == token.len()
+        && std::hint::black_box(
+            given
+                .iter()
+                .zip(token)
+                .fold(0u8, |acc, (a, b)| acc | (a ^ b)),
+        ) == 0
+}
+
+/// Answers every connection that sends the token with the board's snapshot until `stop`; then
+/// removes the socket and the token file.
+pub async fn serve(listener: Listener, board: std::sync::Arc<Board>, stop: CancellationToken) {
+    let token: std::sync::Arc<str> = listener.token.into();
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let stream = tokio::select! {
+        // A slot first: with every slot taken, new connections wait in the kernel's backlog.
+        let accepted = tokio::select! {
             () = stop.cancelled() => break,
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    tracing::warn!(error = %e, "status.accept.error");
-                    continue;
-                }
-            },
+            accepted = async {
+                let slot = slots.clone().acquire_owned().await;
+                (slot, listener.socket.accept().await)
+            } => accepted,
         };
-        let body = serde_json::to_vec(&board.snapshot()).expect("snapshot serializes");
-        tokio::spawn(async move {
-            let mut stream = stream;
-            let written = tokio::time::timeout(IO_TIMEOUT, async {
-                stream.write_all(&body).await?;
-                stream.shutdown().await
-            })
-            .await;
-            if !matches!(written, Ok(Ok(()))) {
-                tracing::debug!("status.write: the client went away");
+        let (Ok(slot), accepted) = accepted else {
+            break;
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "status.accept.error");
+                continue;
             }
+        };
+        let (board, token) = (board.clone(), token.clone());
+        tokio::spawn(async move {
+            answer(stream, &board, &token).await;
+            drop(slot);
         });
     }
-    if let Some(path) = path {
-        let _ = std::fs::remove_file(path);
+    let _ = std::fs::remove_file(&listener.socket_path);
+    let _ = std::fs::remove_file(&listener.token_path);
+}
+
+/// One connection: its first line must be the token; then the snapshot, else a refusal.
+async fn answer(mut stream: tokio::net::UnixStream, board: &Board, token: &str) {
+    let mut line = Vec::new();
+    let read = {
+        let mut first = tokio::io::BufReader::new(&mut stream).take(MAX_TOKEN_LINE);
+        tokio::time::timeout(TOKEN_TIMEOUT, first.read_until(b'\n', &mut line)).await
+    };
+    let body = match read {
+        Ok(Ok(_)) if same_token(line.trim_ascii(), token.as_bytes()) => {
+            serde_json::to_vec(&board.snapshot()).expect("snapshot serializes")
+        }
+        Ok(_) => {
+            tracing::warn!("status.refused: a client without the token");
+            REFUSAL.as_bytes().to_vec()
+        }
+        Err(_) => {
+            tracing::debug!("status.timeout: a client sent nothing");
+            return;
+        }
+    };
+    let written = tokio::time::timeout(IO_TIMEOUT, async {
+        stream.write_all(&body).await?;
+        stream.shutdown().await
+    })
+    .await;
+    if !matches!(written, Ok(Ok(()))) {
+        tracing::debug!("status.write: the client went away");
     }
 }
 
-/// Asks the daemon of `home` for its snapshot.
+/// Asks the daemon of `home` for its snapshot, with the token from `BUB_HOME/daemon.token`.
 pub async fn query(home: &Path) -> anyhow::Result<Snapshot> {
     let path = socket_path(home);
+    let token_path = home.join(TOKEN);
+    let token = tokio::fs::read_to_string(&token_path)
+        .await
+        .with_context(|| format!("reading {}", token_path.display()))?;
     let read = async {
         let mut stream = tokio::net::UnixStream::connect(&path).await?;
+        stream
+            .write_all(format!("{}\n", token.trim()).as_bytes())
+            .await?;
         let mut body = Vec::new();
         stream.read_to_end(&mut body).await?;
         anyhow::Ok(body)
@@ -235,6 +322,12 @@ pub async fn query(home: &Path) -> anyhow::Result<Snapshot> {
         .await
         .map_err(|_| anyhow::anyhow!("no answer within {} s", IO_TIMEOUT.as_secs()))?
         .with_context(|| format!("asking {}", path.display()))?;
+    if body.starts_with(b"refused") {
+        anyhow::bail!(
+            "the daemon refused the request: its token is not the one in {}",
+            token_path.display()
+        );
+    }
     serde_json::from_slice(&body).context("reading the daemon's status")
 }
 
@@ -351,15 +444,90 @@ mod tests {
         let got = query(dir.path()).await.unwrap();
         assert_eq!(got, board.snapshot().clone_with_uptime(got.uptime_seconds));
         use std::os::unix::fs::PermissionsExt;
-        let mode = std::fs::metadata(socket_path(dir.path()))
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o600);
+        let token = dir.path().join(TOKEN);
+        for path in [socket_path(dir.path()), token.clone()] {
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{path:?}");
+        }
+        assert_eq!(std::fs::read_to_string(&token).unwrap().trim().len(), 64);
         stop.cancel();
         server.await.unwrap();
         assert!(!socket_path(dir.path()).exists(), "removed at the end");
+        assert!(!token.exists(), "removed at the end");
         assert!(query(dir.path()).await.is_err());
+    }
+
+    /// What a raw client gets for `sent` (nothing sent: `None`), bounded; a reset connection (the
+    /// server closed it with bytes unread) ends what it got.
+    async fn raw(home: &Path, sent: Option<&str>) -> String {
+        let stream = tokio::net::UnixStream::connect(socket_path(home))
+            .await
+            .unwrap();
+        read_answer(stream, sent).await
+    }
+
+    async fn read_answer(mut stream: tokio::net::UnixStream, sent: Option<&str>) -> String {
+        if let Some(sent) = sent {
+            stream.write_all(sent.as_bytes()).await.unwrap();
+        }
+        let mut body = Vec::new();
+        let read = stream.read_to_end(&mut body);
+        let _ = tokio::time::timeout(TOKEN_TIMEOUT + IO_TIMEOUT, read)
+            .await
+            .expect("the server closes the connection");
+        String::from_utf8(body).unwrap()
+    }
+
+    #[tokio::test]
+    async fn only_a_client_with_the_token_gets_the_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let board = std::sync::Arc::new(Board::new("openai:m", &["telegram"]));
+        board.error("telegram:42", "Error: secret-session-detail");
+        let stop = CancellationToken::new();
+        let server = tokio::spawn(serve(bind(dir.path()).unwrap(), board, stop.clone()));
+        let wrong = "0".repeat(64);
+        let long = "a".repeat(10_000);
+        for sent in ["\n", "hello\n", &format!("{wrong}\n")] {
+            let got = raw(dir.path(), Some(sent)).await;
+            assert_eq!(got, REFUSAL, "{sent:?}");
+        }
+        let got = raw(dir.path(), Some(&long)).await;
+        assert!(
+            !got.contains("telegram:42"),
+            "only the first 128 bytes are read: {got}"
+        );
+        // Connections that send nothing fill every slot, and are closed after the timeout;
+        // then the owner's `bub status` is answered.
+        let mut silent = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            let stream = tokio::net::UnixStream::connect(socket_path(dir.path()));
+            silent.push(tokio::spawn(read_answer(stream.await.unwrap(), None)));
+        }
+        let got = query(dir.path()).await.unwrap();
+        assert_eq!(got.errors[0].session, "telegram:42");
+        for client in silent {
+            assert_eq!(client.await.unwrap(), "", "a silent client gets nothing");
+        }
+        // A token that is not the daemon's: a clear error.
+        std::fs::write(dir.path().join(TOKEN), &wrong).unwrap();
+        let err = query(dir.path()).await.unwrap_err();
+        assert!(format!("{err:#}").contains("the daemon refused"), "{err:#}");
+        stop.cancel();
+        server.await.unwrap();
+    }
+
+    #[test]
+    fn tokens_are_random_and_compared_whole() {
+        let (a, b) = (new_token(), new_token());
+        assert_ne!(a, b);
+        assert!(
+            a.len() == 64 && a.chars().all(|c| c.is_ascii_hexdigit()),
+            "{a}"
+        );
+        assert!(same_token(a.as_bytes(), a.as_bytes()));
+        assert!(!same_token(a.as_bytes(), b.as_bytes()));
+        assert!(!same_token(&a.as_bytes()[..63], a.as_bytes()));
+        assert!(!same_token(b"", a.as_bytes()));
     }
 
     impl Snapshot {

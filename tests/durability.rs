@@ -252,8 +252,8 @@ async fn bub_status_shows_the_running_daemon_and_exits_1_without_one() {
 
     assert!(daemon.stop().await.success());
     assert!(
-        !env.home.join("daemon.sock").exists(),
-        "the socket goes with the daemon"
+        !env.home.join("daemon.sock").exists() && !env.home.join("daemon.token").exists(),
+        "the socket and its token go with the daemon"
     );
     assert_eq!(env.run(&["status"]).await.status.code(), Some(1));
 }

@@ -3,7 +3,7 @@
 //! send-only clients (no polling); a job survives a restart and fires once even with two
 //! processes on one BUB_HOME (the standby that takes over does not fire it again); sessions
 //! only see their own jobs; `bub jobs` lists all of them, and the jobs set aside because they
-//! cannot run, with the reason.
+//! cannot run, with the reason. The bounds on guests' jobs are in `jobs/limits.rs`.
 
 use crate::support;
 
@@ -13,6 +13,9 @@ use serde_json::{Value, json};
 use support::bub_env::{Env, WAIT, stderr, stdout, texts};
 use support::fake_telegram::private_text;
 use support::wait::wait_until;
+
+#[path = "jobs/limits.rs"]
+mod limits;
 
 /// Every `schedule.run` event on every tape (a line still being written is skipped).
 fn schedule_runs(env: &Env) -> Vec<Value> {

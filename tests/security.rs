@@ -1,7 +1,8 @@
 //! End-to-end tests of the trust model with the real binary against the fake Telegram and the
 //! fake model: nobody is admitted by default, strangers pair from a private chat, guests get no
 //! shell, secrets reach neither the model, the tape, the chat nor the log, and messages go only
-//! to chats the allow-lists admit. Assertions are on what crossed the wire and what is on disk.
+//! to chats the allow-lists admit; the status socket answers only the holder of its token
+//! (`security/status_socket.rs`). Assertions are on what crossed the wire and what is on disk.
 
 use crate::support;
 
@@ -10,6 +11,9 @@ use support::bub_env::{Env, WAIT, assert_exit, stdout, texts};
 use support::fake_openai::tool_names;
 use support::fake_telegram::{self, TOKEN, group_text, private_text};
 use support::wait::wait_for;
+
+#[path = "security/status_socket.rs"]
+mod status_socket;
 
 /// The API key the test environment gives Bub.
 const API_KEY: &str = "sk-test-secret";

@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 
-use super::{Access, Lists, Policy, Role, User, allow_var, owners_var, who};
+use super::{Access, Lists, Policy, Role, TurnOrigin, User, allow_var, owners_var, who};
 use crate::config::Settings;
 
 impl Access {
@@ -72,12 +72,7 @@ impl Access {
                 match role {
                     Some(role) => {
                         let _ = writeln!(out, "user {id}: {role}");
-                        describe_policy(
-                            &mut out,
-                            &Policy::for_role(role, settings),
-                            tools,
-                            session,
-                        );
+                        describe_policy(&mut out, role, settings, tools, session);
                     }
                     None => {
                         let _ = writeln!(
@@ -90,7 +85,7 @@ impl Access {
             None => {
                 for role in [Role::Owner, Role::Guest] {
                     let _ = writeln!(out, "{role}s get:");
-                    describe_policy(&mut out, &Policy::for_role(role, settings), tools, session);
+                    describe_policy(&mut out, role, settings, tools, session);
                 }
             }
         }
@@ -138,7 +133,14 @@ fn list_or_none(items: &[String]) -> String {
     }
 }
 
-fn describe_policy(out: &mut String, policy: &Policy, tools: &[&str], session: &str) {
+fn describe_policy(
+    out: &mut String,
+    role: Role,
+    settings: &Settings,
+    tools: &[&str],
+    session: &str,
+) {
+    let policy = &Policy::for_role(role, settings);
     let allowed = policy.allowed(tools.iter().copied());
     let _ = writeln!(out, "  tools ({}): {}", allowed.len(), allowed.join(", "));
     let folder = super::files::chat_folder(session);
@@ -168,4 +170,24 @@ fn describe_policy(out: &mut String, policy: &Policy, tools: &[&str], session: &
         (true, false, _) => "bash unsandboxed".to_owned(),
     };
     let _ = writeln!(out, "  shell: {shell}");
+    if policy.allows("schedule.add") {
+        let jobs = policy.jobs();
+        let remove = if jobs.own_jobs_only {
+            "remove only the jobs they created"
+        } else {
+            "remove any job of the chat"
+        };
+        let runs = if Policy::for_turn(role, TurnOrigin::Scheduled, settings).allows("schedule.add")
+        {
+            "a job's run may schedule more"
+        } else {
+            "a job's run cannot schedule more"
+        };
+        let _ = writeln!(
+            out,
+            "  jobs: {} of theirs per chat, messages up to {} bytes, runs at least {} s apart; \
+             {remove}; {runs}",
+            jobs.per_session, jobs.message_bytes, jobs.min_interval_seconds
+        );
+    }
 }

@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::Settings;
 use crate::storage::Stamp;
 pub(crate) use pairing::{Pending, Request};
-pub(crate) use policy::Policy;
+pub(crate) use policy::{Policy, TurnOrigin};
 pub(crate) use store::{AccessFile, AccessStore, Paired};
 
 /// The channels access applies to.

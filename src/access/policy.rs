@@ -8,6 +8,10 @@
 //! the workspace but not secrets, `BUB_HOME` or other chats' folders; write only their chat's
 //! folder), messages only to their own chat, and a sandboxed `bash` in their chat's folder if
 //! they are given one (unless `BUB_SANDBOX=off`).
+//!
+//! Scheduled jobs are bounded by role ([`JobLimits`]: [`OWNER_JOBS`], [`GUEST_JOBS`]), and the
+//! scheduled run of a guest's job ([`TurnOrigin::Scheduled`]) cannot schedule more jobs, so a
+//! guest's job never multiplies itself.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, OnceLock};
@@ -50,10 +54,57 @@ pub(crate) const GUEST_TOOLS: &[&str] = &[
 /// history for everyone in it (a guest wanting a fresh start has `/new`, which keeps it).
 pub(crate) const OWNER_ONLY: &[&str] = &["tape.reset"];
 
-/// What one turn may do. A process builds one per role and shares it with every turn.
+/// The tool a guest's scheduled run may not call: a job must not schedule more jobs.
+const SCHEDULING: &str = "schedule.add";
+
+/// What started a turn.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TurnOrigin {
+    /// Someone asked: a chat message, the terminal, `bub run`.
+    Asked,
+    /// A scheduled job fired (it runs with its creator's rights).
+    Scheduled,
+}
+
+/// What a turn may do with scheduled jobs; the `schedule.*` tools apply them. The numbers are
+/// in the README's Security section.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct JobLimits {
+    /// The most jobs one session keeps that were created with this role (a guest's jobs do
+    /// not use up the owner's, nor the reverse).
+    pub per_session: usize,
+    /// The longest message of a job, in bytes.
+    pub message_bytes: usize,
+    /// The shortest time between two runs of a recurring job, in seconds (interval or cron).
+    pub min_interval_seconds: u64,
+    /// Only jobs that the turn's own senders created may be removed.
+    pub own_jobs_only: bool,
+}
+
+/// Owners: 50 jobs per chat, 4 KB messages, intervals of 1 s and more.
+pub(crate) const OWNER_JOBS: JobLimits = JobLimits {
+    per_session: 50,
+    message_bytes: 4096,
+    min_interval_seconds: 1,
+    own_jobs_only: false,
+};
+
+/// Guests: 5 jobs created by guests per chat, 1 KB messages, at most every 5 minutes, and they
+/// remove only the jobs they created.
+pub(crate) const GUEST_JOBS: JobLimits = JobLimits {
+    per_session: 5,
+    message_bytes: 1024,
+    min_interval_seconds: 300,
+    own_jobs_only: true,
+};
+
+/// What one turn may do. A process builds one per role and origin and shares it with every
+/// turn.
 #[derive(Debug, Clone)]
 pub struct Policy {
     pub role: Role,
+    /// What started the turns of this policy.
+    origin: TurnOrigin,
     /// The allowed tools by command name; `None` = all.
     tools: Option<BTreeSet<String>>,
     /// `bash` runs in the Landlock sandbox.
@@ -63,8 +114,14 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// The policy of a turn run with `role`.
+    /// The policy of a turn someone asked for with `role`.
     pub(crate) fn for_role(role: Role, settings: &Settings) -> Self {
+        Self::for_turn(role, TurnOrigin::Asked, settings)
+    }
+
+    /// The policy of a turn run with `role`, started by `origin`: a guest's scheduled run gets
+    /// the guest's tools without [`SCHEDULING`].
+    pub(crate) fn for_turn(role: Role, origin: TurnOrigin, settings: &Settings) -> Self {
         let sandbox = match settings.sandbox {
             SandboxMode::All => true,
             SandboxMode::Guests => role == Role::Guest,
@@ -75,14 +132,19 @@ impl Policy {
                 Some(list) => list.iter().map(String::as_str).collect(),
                 None => GUEST_TOOLS.to_vec(),
             };
-            names
+            let mut tools: BTreeSet<String> = names
                 .into_iter()
                 .map(command_name)
                 .filter(|name| !OWNER_ONLY.contains(&name.as_str()))
-                .collect()
+                .collect();
+            if origin == TurnOrigin::Scheduled {
+                tools.remove(SCHEDULING);
+            }
+            tools
         });
         Self {
             role,
+            origin,
             tools,
             sandbox,
             specs: OnceLock::new(),
@@ -119,8 +181,23 @@ impl Policy {
         }
     }
 
+    /// What the turn may do with scheduled jobs.
+    pub(crate) fn jobs(&self) -> JobLimits {
+        match self.role {
+            Role::Owner => OWNER_JOBS,
+            Role::Guest => GUEST_JOBS,
+        }
+    }
+
     /// The error a refused call returns.
     pub(crate) fn refusal(&self, tool: &str) -> String {
+        if tool == SCHEDULING && self.origin == TurnOrigin::Scheduled {
+            return format!(
+                "`{tool}` is not allowed in the scheduled run of a {}'s job (a job cannot \
+                 schedule more jobs)",
+                self.role
+            );
+        }
         format!("`{tool}` is not allowed for {}s in this chat", self.role)
     }
 
@@ -190,6 +267,30 @@ mod tests {
             guest.refusal("bash"),
             "`bash` is not allowed for guests in this chat"
         );
+    }
+
+    #[test]
+    fn a_guest_s_scheduled_run_cannot_schedule_and_jobs_are_bounded_by_role() {
+        let s = settings(|_| {});
+        let run = Policy::for_turn(Role::Guest, TurnOrigin::Scheduled, &s);
+        assert!(!run.allows("schedule.add"));
+        assert!(run.allows("schedule.list") && run.allows("schedule.remove"));
+        assert_eq!(
+            run.refusal("schedule.add"),
+            "`schedule.add` is not allowed in the scheduled run of a guest's job (a job cannot \
+             schedule more jobs)"
+        );
+        assert!(Policy::for_role(Role::Guest, &s).allows("schedule.add"));
+        let owner = Policy::for_turn(Role::Owner, TurnOrigin::Scheduled, &s);
+        assert!(
+            owner.allows("schedule.add"),
+            "owners' jobs keep today's rules"
+        );
+        assert_eq!(owner.jobs(), OWNER_JOBS);
+        assert_eq!(run.jobs(), GUEST_JOBS);
+        let (g, o) = (GUEST_JOBS, OWNER_JOBS);
+        assert!(g.per_session < o.per_session && g.message_bytes < o.message_bytes);
+        assert!(g.min_interval_seconds >= 300 && g.own_jobs_only && !o.own_jobs_only);
     }
 
     #[test]

@@ -240,23 +240,46 @@ fn explain_names_the_lists_and_the_tools() {
         s.telegram.allow_chats = vec!["42".into()];
     });
     let access = Access::new(&s);
-    let tools = ["bash", "fs.read", "fs.write", "message.send"];
+    let tools = [
+        "bash",
+        "fs.read",
+        "fs.write",
+        "message.send",
+        "schedule.add",
+    ];
     let out = access
         .explain(&s, &tools, "telegram:42", Some("9"), now())
         .unwrap();
+    assert!(
+        out.contains(
+            "jobs: 5 of theirs per chat, messages up to 1024 bytes, runs at least 300 s apart; \
+             remove only the jobs they created; a job's run cannot schedule more"
+        ),
+        "{out}"
+    );
     assert!(
         out.contains("served (listed in BUB_TELEGRAM_ALLOW_CHATS)"),
         "{out}"
     );
     assert!(out.contains("owners (BUB_TELEGRAM_OWNERS): 7"), "{out}");
     assert!(out.contains("user 9: guest"), "{out}");
-    assert!(out.contains("tools (2): fs.read, message.send"), "{out}");
+    assert!(
+        out.contains("tools (3): fs.read, message.send, schedule.add"),
+        "{out}"
+    );
     assert!(out.contains("only to telegram:42"), "{out}");
     let out = access
         .explain(&s, &tools, "telegram:42", Some("7"), now())
         .unwrap();
     assert!(
-        out.contains("user 7: owner") && out.contains("tools (4)"),
+        out.contains("user 7: owner") && out.contains("tools (5)"),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "jobs: 50 of theirs per chat, messages up to 4096 bytes, runs at least 1 s apart; \
+             remove any job of the chat; a job's run may schedule more"
+        ),
         "{out}"
     );
     let out = access

@@ -21,7 +21,7 @@ use std::time::Duration;
 use dashmap::DashMap;
 use serde_json::json;
 
-use crate::access::{Access, Authority};
+use crate::access::{Access, Authority, TurnOrigin};
 use crate::config::Settings;
 use crate::delivery::Outbox;
 use crate::llm::{LlmClient, LlmConfig};
@@ -279,6 +279,31 @@ impl AgentRuntime {
         who: &Authority,
         live: Option<crate::chat::LiveSender>,
     ) -> TurnResult {
+        self.run_turn_as(session_id, text, who, TurnOrigin::Asked, live)
+            .await
+    }
+
+    /// [`AgentRuntime::handle_input`] for a scheduled job that fired, with its creator's rights
+    /// (`who`): the run of a guest's job cannot schedule more jobs.
+    pub async fn handle_scheduled(
+        &self,
+        session_id: &str,
+        text: &str,
+        who: &Authority,
+    ) -> TurnResult {
+        self.run_turn_as(session_id, text, who, TurnOrigin::Scheduled, None)
+            .await
+    }
+
+    /// One turn of `who`, started by `origin`, after the session's previous turn.
+    async fn run_turn_as(
+        &self,
+        session_id: &str,
+        text: &str,
+        who: &Authority,
+        origin: TurnOrigin,
+        live: Option<crate::chat::LiveSender>,
+    ) -> TurnResult {
         let session = match self.session(session_id).await {
             Ok(s) => s,
             Err(e) => {
@@ -293,6 +318,7 @@ impl AgentRuntime {
             self.process.clone(),
             session.state.clone(),
             who.clone(),
+            origin,
             live,
         );
         let mut result = self.turn(&mut memory, &ctx, text).await;

@@ -10,7 +10,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use super::commands::{self, CommandKind, ParsedCommand};
-use crate::tools::ToolContext;
+use crate::tools::{ToolContext, ToolError};
 
 /// Default timeout for a shell command typed by a human (`,cargo build`): long, because Ctrl-C
 /// interrupts it. The model's own `bash` calls keep the tool's 30 s default.
@@ -254,10 +254,9 @@ impl Router {
     /// Runs a tool through the registry (policy, redaction) as a command.
     async fn run_tool(&self, name: &str, args: Value) -> CommandOutcome {
         let registry = self.ctx.registry();
-        let refused = registry.authorize(name, &args, &self.ctx).await.is_err();
-        let (ok, output) = match registry.execute(name, args, self.ctx.clone()).await {
-            Ok(out) => (true, out),
-            Err(e) => (false, e.to_string()),
+        let (ok, output, refused) = match registry.execute(name, args, self.ctx.clone()).await {
+            Ok(out) => (true, out, false),
+            Err(e) => (false, e.to_string(), matches!(e, ToolError::Refused(_))),
         };
         CommandOutcome {
             name: name.to_owned(),

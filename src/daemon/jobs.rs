@@ -4,7 +4,8 @@
 //!
 //! A job runs with the rights of its creator, re-checked when it fires: a creator who lost
 //! access stops their jobs, a demoted one runs them as a guest, and a chat the allow-list no
-//! longer admits gets nothing (the turn does not run).
+//! longer admits gets nothing (the turn does not run). The turn is a scheduled run
+//! ([`AgentRuntime::handle_scheduled`]): a guest's job cannot schedule more jobs.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -102,7 +103,7 @@ impl JobRunner for AgentJobs {
             }
         };
         let result = agent
-            .handle_input(&job.session, &scheduled_prompt(&job, due), &who)
+            .handle_scheduled(&job.session, &scheduled_prompt(&job, due), &who)
             .await;
         let text = render_output(&result, agent.settings().proactive_response);
         let chat = session_chat(&job.session);

@@ -96,7 +96,8 @@ impl From<String> for RunStatus {
 
 impl Job {
     /// The job as one line (`schedule.list`, `bub jobs list`, `/status`):
-    /// `<id> next=<time or -> trigger=<t> [session=<s>] [last=<status>] msg=<message>`.
+    /// `<id> next=<time or -> trigger=<t> [session=<s>] by=<creator> [last=<status>] msg=<message>`,
+    /// the creator as `guest (telegram:50)`, `owner (terminal)` or `unknown`.
     pub fn row(&self, with_session: bool) -> String {
         let next = self.next_run.map_or_else(|| "-".to_owned(), local_time);
         let session = if with_session {
@@ -109,10 +110,24 @@ impl Job {
             .as_ref()
             .map(|s| format!(" last={s}"))
             .unwrap_or_default();
+        let creator = self
+            .creator
+            .as_ref()
+            .map_or_else(|| "unknown".to_owned(), Authority::describe);
         format!(
-            "{} next={next} trigger={}{session}{status} msg={}",
+            "{} next={next} trigger={}{session} by={creator}{status} msg={}",
             self.id, self.trigger, self.message
         )
+    }
+
+    /// Whether `who` created the job: every sender behind `who` is one of its creators (a turn
+    /// of several senders has no more rights than each of them). Nobody named (the terminal, or
+    /// a job without a record) created nothing.
+    pub(crate) fn created_by(&self, who: &Authority) -> bool {
+        let Some(creator) = &self.creator else {
+            return false;
+        };
+        !who.senders.is_empty() && who.senders.iter().all(|s| creator.senders.contains(s))
     }
 
     /// The rights the job was created with. A job without a record runs as the owner in a
@@ -245,6 +260,28 @@ impl Trigger {
         !matches!(self, Trigger::Once { .. })
     }
 
+    /// The shortest time between two runs, in seconds, among the next [`GAPS_CHECKED`] runs
+    /// after `now` (a cron expression's runs need not be evenly spaced: `0,1 9 * * *` runs twice
+    /// in a minute, once a day); `None` for a one-shot trigger, or one that will not run twice.
+    pub(crate) fn shortest_gap(&self, now: DateTime<Utc>) -> Option<u64> {
+        match self {
+            Trigger::Once { .. } => None,
+            Trigger::Interval { seconds, .. } => Some(*seconds),
+            Trigger::Cron { expr, timezone } => {
+                let cron = parse_cron(expr).ok()?;
+                let start = to_jiff(now)?.to_zoned(zone(timezone.as_deref()).ok()?);
+                let runs: Vec<i64> = cron
+                    .iter_after(start)
+                    .take(GAPS_CHECKED + 1)
+                    .map(|run| run.timestamp().as_second())
+                    .collect();
+                runs.windows(2)
+                    .map(|pair| u64::try_from(pair[1] - pair[0]).unwrap_or(0))
+                    .min()
+            }
+        }
+    }
+
     /// Why the trigger can never fire, if it cannot: an interval of 0 seconds or one too large
     /// for the calendar, a cron expression that does not parse, an unknown time zone. (A `once`
     /// time in the past is fine: it is a missed run.) No clock reads and no search for the next
@@ -366,6 +403,14 @@ const ONE_TRIGGER: &str = "give exactly one trigger — after_seconds, interval_
 /// Ten years: longer delays are almost certainly a unit mistake.
 const MAX_SECONDS: f64 = 10.0 * 365.0 * 86_400.0;
 
+/// How many gaps between a cron trigger's next runs [`Trigger::shortest_gap`] looks at: a burst
+/// of runs shows in its first gaps (a pair close together once a year is harmless).
+const GAPS_CHECKED: usize = 64;
+
+/// The most jobs one `BUB_HOME` keeps: `schedule.add` refuses more, so `jobs.json` (read and
+/// rewritten at every run) stays small.
+pub(crate) const MAX_JOBS: usize = 1000;
+
 /// Parses a 5-field crontab expression (or an `@daily`-style alias).
 pub(crate) fn parse_cron(expr: &str) -> Result<croner::Cron, String> {
     let fields = expr.split_whitespace().count();
@@ -481,5 +526,61 @@ mod tests {
         }
         let by_hand: RunStatus = serde_json::from_value("gave up".into()).unwrap();
         assert_eq!(by_hand, RunStatus::Error("gave up".into()));
+    }
+
+    #[test]
+    fn the_shortest_gap_between_runs() {
+        let now: DateTime<Utc> = "2026-03-01T12:00:00Z".parse().unwrap();
+        let cron = |expr: &str| Trigger::Cron {
+            expr: expr.into(),
+            timezone: Some("UTC".into()),
+        };
+        let every = |seconds| Trigger::Interval {
+            seconds,
+            start: now,
+        };
+        assert_eq!(Trigger::Once { at: now }.shortest_gap(now), None);
+        assert_eq!(every(2).shortest_gap(now), Some(2));
+        assert_eq!(cron("*/5 * * * *").shortest_gap(now), Some(300));
+        assert_eq!(cron("0 9 * * *").shortest_gap(now), Some(86_400));
+        // Uneven runs: the closest pair counts, wherever it falls among the next runs.
+        assert_eq!(cron("0,1 9 * * *").shortest_gap(now), Some(60));
+        assert_eq!(cron("58 23 * * *").shortest_gap(now), Some(86_400));
+        assert_eq!(cron("0,58 0,23 * * *").shortest_gap(now), Some(120));
+    }
+
+    #[test]
+    fn a_job_was_created_by_the_senders_of_its_creator() {
+        let person = |id: &str| crate::access::Principal {
+            channel: "telegram".into(),
+            id: id.into(),
+            name: None,
+        };
+        let guests = |ids: &[&str]| Authority {
+            role: Role::Guest,
+            senders: ids.iter().map(|id| person(id)).collect(),
+        };
+        let now = Utc::now();
+        let mut job = Job {
+            id: "0badf00d".into(),
+            session: "telegram:-100".into(),
+            message: "m".into(),
+            workspace: PathBuf::new(),
+            trigger: Trigger::Once { at: now },
+            created: now,
+            next_run: None,
+            last_run: None,
+            last_status: None,
+            creator: Some(guests(&["50", "51"])),
+        };
+        assert!(job.created_by(&guests(&["50"])) && job.created_by(&guests(&["51", "50"])));
+        assert!(!job.created_by(&guests(&["50", "52"])) && !job.created_by(&guests(&[])));
+        assert!(
+            job.row(true)
+                .contains(" by=guest (telegram:50, telegram:51) msg=m")
+        );
+        job.creator = None;
+        assert!(!job.created_by(&guests(&["50"])));
+        assert!(job.row(false).contains(" by=unknown msg=m"));
     }
 }

@@ -4,8 +4,8 @@
 //!   the access gate, the secret redactor and the `bash` command limits. One per process,
 //!   shared by every session.
 //! * [`SessionCtx`] — one session: its id, workspace, tape and expanded tool/skill details.
-//! * [`TurnCtx`] — one turn: who asked ([`Authority`]), the [`Policy`] it runs under, and
-//!   whether it already answered its own chat.
+//! * [`TurnCtx`] — one turn: who asked ([`Authority`]), the [`Policy`] it runs under (by role,
+//!   and whether the turn is a scheduled run), and whether it already answered its own chat.
 //!
 //! A [`ToolContext`] is the three together; the registry checks the turn's policy before any
 //! tool runs, so the turn's authority is explicit in every call.
@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::access::{Access, Authority, Policy, Role};
+use crate::access::{Access, Authority, Policy, Role, TurnOrigin};
 use crate::config::Settings;
 use crate::delivery::Outbox;
 use crate::redact::Redactor;
@@ -35,9 +35,11 @@ pub struct ProcessCtx {
     /// How many `bash` commands may run at once, and their longest timeout (shared by every
     /// session and workspace of the process).
     pub commands: Arc<CommandLimits>,
-    /// The policies of owner and guest turns, built once from the settings.
+    /// The policies of owner and guest turns (and of a guest's scheduled run), built once from
+    /// the settings.
     owner: Arc<Policy>,
     guest: Arc<Policy>,
+    guest_scheduled: Arc<Policy>,
 }
 
 impl ProcessCtx {
@@ -48,6 +50,11 @@ impl ProcessCtx {
         Self {
             owner: Arc::new(Policy::for_role(Role::Owner, &settings)),
             guest: Arc::new(Policy::for_role(Role::Guest, &settings)),
+            guest_scheduled: Arc::new(Policy::for_turn(
+                Role::Guest,
+                TurnOrigin::Scheduled,
+                &settings,
+            )),
             redactor: Arc::new(Redactor::from_settings(&settings)),
             commands: Arc::new(CommandLimits::from_settings(&settings)),
             outbox: Arc::new(Outbox::new(access.clone())),
@@ -68,14 +75,16 @@ impl ProcessCtx {
             commands: self.commands.clone(),
             owner: self.owner.clone(),
             guest: self.guest.clone(),
+            guest_scheduled: self.guest_scheduled.clone(),
         }
     }
 
-    /// The policy of a turn run with `role`.
-    pub(crate) fn policy(&self, role: Role) -> Arc<Policy> {
-        match role {
-            Role::Owner => self.owner.clone(),
-            Role::Guest => self.guest.clone(),
+    /// The policy of a turn run with `role`, started by `origin`.
+    pub(crate) fn policy(&self, role: Role, origin: TurnOrigin) -> Arc<Policy> {
+        match (role, origin) {
+            (Role::Owner, _) => self.owner.clone(),
+            (Role::Guest, TurnOrigin::Asked) => self.guest.clone(),
+            (Role::Guest, TurnOrigin::Scheduled) => self.guest_scheduled.clone(),
         }
     }
 }
@@ -116,10 +125,10 @@ pub struct TurnCtx {
 }
 
 impl TurnCtx {
-    /// A turn asked for by `authority`, under the process's policy for its role.
-    pub(crate) fn new(authority: Authority, process: &ProcessCtx) -> Self {
+    /// A turn of `authority`, started by `origin`, under the process's policy for them.
+    pub(crate) fn new(authority: Authority, origin: TurnOrigin, process: &ProcessCtx) -> Self {
         Self {
-            policy: process.policy(authority.role),
+            policy: process.policy(authority.role, origin),
             authority,
             answered: AtomicBool::new(false),
             live: None,
@@ -142,17 +151,19 @@ impl ToolContext {
         session: Arc<SessionCtx>,
         authority: Authority,
     ) -> Self {
-        Self::with_live(process, session, authority, None)
+        Self::with_live(process, session, authority, TurnOrigin::Asked, None)
     }
 
-    /// [`ToolContext::new`] for a turn whose answer is shown as it is written.
+    /// [`ToolContext::new`] for a turn started by `origin` whose answer is shown as it is
+    /// written (when `live` is given).
     pub(crate) fn with_live(
         process: Arc<ProcessCtx>,
         session: Arc<SessionCtx>,
         authority: Authority,
+        origin: TurnOrigin,
         live: Option<crate::chat::LiveSender>,
     ) -> Self {
-        let mut turn = TurnCtx::new(authority, &process);
+        let mut turn = TurnCtx::new(authority, origin, &process);
         turn.live = live;
         let turn = Arc::new(turn);
         Self {

@@ -291,7 +291,8 @@ impl Registry {
 
     /// Runs a tool for the turn in `ctx`. `args` must be a JSON object (or null); string values
     /// are coerced to the schema's types and required arguments are checked, then the turn's
-    /// policy ([`Registry::authorize`]); a refusal is recorded on the session's tape. The result —
+    /// policy ([`authorize`]); a refusal — by the policy, or by the tool applying one of the
+    /// policy's bounds — is recorded on the session's tape. The result —
     /// output or error — has every known secret redacted before anyone sees it.
     pub async fn execute(
         &self,
@@ -304,10 +305,7 @@ impl Registry {
             .ok_or_else(|| ToolError::Unknown(format!("unknown tool: {name}")))?;
         let args = coerce_args(&tool.schema, args)?;
         if let Err(refusal) = authorize(tool, &args, &ctx).await {
-            let role = ctx.turn.policy.role;
-            tracing::info!(tool = %tool.name, %role, "tool.call.refused");
-            let event = json!({"tool": tool.name, "role": role, "reason": refusal.message()});
-            ctx.tape().event("tool.refused", event).await;
+            record_refusal(tool, &refusal, &ctx).await;
             return Err(refusal);
         }
         let redactor = ctx.process.redactor.clone();
@@ -317,10 +315,14 @@ impl Registry {
             let full = redactor.redact(&args.to_string()).into_owned();
             tracing::debug!(tool = %tool.name, args = %full, "tool.call.args");
         }
-        let mut result = (tool.handler)(args, ctx).await;
+        let mut result = (tool.handler)(args, ctx.clone()).await;
         match &mut result {
             Ok(out) => redactor.scrub(out),
             Err(e) => redactor.scrub(e.message_mut()),
+        }
+        if let Err(refusal @ ToolError::Refused(_)) = &result {
+            // The tool applied a bound of the policy (a guest's sixth job).
+            record_refusal(tool, refusal, &ctx).await;
         }
         let ms = started.elapsed().as_millis();
         match &result {
@@ -334,19 +336,14 @@ impl Registry {
         }
         result
     }
+}
 
-    /// Whether the turn in `ctx` may call `name` with `args` (see [`authorize`]).
-    pub(crate) async fn authorize(
-        &self,
-        name: &str,
-        args: &Value,
-        ctx: &ToolContext,
-    ) -> Result<(), ToolError> {
-        match self.get(name) {
-            Some(tool) => authorize(tool, args, ctx).await,
-            None => Ok(()),
-        }
-    }
+/// A refused call, logged and recorded on the session's tape (`tool.refused`).
+async fn record_refusal(tool: &Tool, refusal: &ToolError, ctx: &ToolContext) {
+    let role = ctx.turn.policy.role;
+    tracing::info!(tool = %tool.name, %role, "tool.call.refused");
+    let event = json!({"tool": tool.name, "role": role, "reason": refusal.message()});
+    ctx.tape().event("tool.refused", event).await;
 }
 
 /// The turn's policy, applied to one call: the tool must be allowed; for a confined turn every
