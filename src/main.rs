@@ -180,6 +180,9 @@ enum AccessAction {
         /// Show this user's role and tools.
         #[arg(long, value_name = "ID")]
         user: Option<String>,
+        /// The user's username, if they have one (a username on the allow-list admits a guest).
+        #[arg(long, value_name = "NAME", requires = "user")]
+        username: Option<String>,
     },
 }
 
@@ -251,8 +254,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Memory { action } => return memory(&settings, action),
         Command::Pair { action } => return pair(&settings, action),
         Command::Access {
-            action: AccessAction::Explain { chat, user },
-        } => return explain(&settings, chat, user.as_deref()),
+            action:
+                AccessAction::Explain {
+                    chat,
+                    user,
+                    username,
+                },
+        } => {
+            let user = user.as_deref().map(|id| User {
+                id,
+                name: username.as_deref().map(|n| n.trim_start_matches('@')),
+            });
+            return explain(&settings, chat, user);
+        }
         _ => {}
     }
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
@@ -597,8 +611,8 @@ fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// `bub access explain CHANNEL:CHAT [--user ID]`.
-fn explain(settings: &Settings, chat: &str, user: Option<&str>) -> anyhow::Result<ExitCode> {
+/// `bub access explain CHANNEL:CHAT [--user ID [--username NAME]]`.
+fn explain(settings: &Settings, chat: &str, user: Option<User<'_>>) -> anyhow::Result<ExitCode> {
     let names = bub::tools::builtin_names();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let access = Access::new(settings);
