@@ -4,6 +4,7 @@
 
 mod support;
 
+mod access;
 mod architecture;
 mod chaos;
 mod compaction;
