@@ -99,12 +99,18 @@ pub(crate) fn request(
     Request::New(template)
 }
 
-/// The text a sender gets with their code.
-pub(crate) fn code_message(code: &str, channel: &str) -> String {
+/// The text a sender gets with their code (and their id, which an owner lists by).
+pub(crate) fn code_message(request: &Pending) -> String {
+    let Pending {
+        channel,
+        code,
+        user_id,
+        ..
+    } = request;
     format!(
         "I don't know you yet. To get access, ask the owner of this bot to run:\n\n\
          bub pair approve {channel} {code}\n\n\
-         The code is valid for one hour."
+         The code is valid for one hour. Your {channel} user id is {user_id}."
     )
 }
 
