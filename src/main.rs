@@ -552,6 +552,9 @@ fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<ExitCode> {
             if pending.is_empty() {
                 print_out("(no pending requests)");
             }
+            for note in access.flood_notes(now) {
+                print_out(&format!("flood    {note}"));
+            }
             for p in &pending {
                 let left = (p.expires_at() - now).num_minutes().max(0);
                 print_out(&format!(

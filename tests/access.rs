@@ -144,3 +144,68 @@ async fn a_telegram_user_admitted_by_username_is_a_guest() {
     assert!(daemon.stop().await.success());
     assert!(env.model.requests().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_flood_of_strangers_locks_nobody_out_of_pairing() {
+    let mut env = Env::new().await;
+    env.set("BUB_TELEGRAM_ALLOW_FROM", "");
+    env.set("BUB_TELEGRAM_OWNERS", "");
+    let daemon = env.start();
+    // Twelve throw-away accounts ask, then the real user.
+    let strangers: Vec<i64> = (100..112).collect();
+    for id in &strangers {
+        env.telegram
+            .push_message(private_text(*id, *id, "let me in"));
+    }
+    let real = 50;
+    env.telegram.push_message(private_text(real, real, "hello"));
+    let sent = env.telegram.wait_for_calls("sendMessage", 13, WAIT).await;
+    let last = &sent[12].body;
+    assert_eq!(last["chat_id"], real, "the real user still gets a code");
+    let text = last["text"].as_str().unwrap();
+    assert!(text.contains("Your telegram user id is 50."), "{text}");
+    let code = text
+        .lines()
+        .find_map(|l| l.strip_prefix("bub pair approve telegram "))
+        .unwrap_or_else(|| panic!("no code in {text}"))
+        .to_owned();
+    // A stranger whose request gave way asks again: no second code within the hour.
+    let update = env
+        .telegram
+        .push_message_update(private_text(100, 100, "again"));
+    env.telegram.wait_for_confirmed(update, WAIT).await;
+    let (status, log) = daemon.stop_with_log().await;
+    assert!(status.success());
+    assert_eq!(env.telegram.calls_of("sendMessage").len(), 13);
+    assert!(env.model.requests().is_empty());
+    assert_eq!(
+        log.matches("pairing.flood").count(),
+        1,
+        "one line for the burst: {log}"
+    );
+    assert!(
+        log.contains("11 pairing request(s) since the last line, 1 of the oldest gave way"),
+        "{log}"
+    );
+
+    let list = stdout(&env.run(&["pair", "list"]).await);
+    assert!(
+        list.contains(&format!("pending  {code} telegram user 50 @user50")),
+        "{list}"
+    );
+    assert_eq!(list.matches("pending  ").count(), 10, "{list}");
+    for gone in ["user 100 ", "user 101 ", "user 102 "] {
+        assert!(!list.contains(gone), "{gone} gave way: {list}");
+    }
+    assert!(
+        list.contains(
+            "flood    telegram: 3 pairing request(s) gave way to newer ones in the last hour"
+        ),
+        "{list}"
+    );
+    let approved = env.run(&["pair", "approve", "telegram", &code]).await;
+    assert!(
+        stdout(&approved).contains("user 50 as owner"),
+        "{approved:?}"
+    );
+}

@@ -296,7 +296,11 @@ async fn allow_from_drops_every_message_of_other_senders_and_pairs_in_dms() {
         .await;
     let got = bot.next().await;
     assert_eq!(got.sender_id, "42", "{got:?}");
-    assert_eq!(got.role, Role::Guest, "a username admits a guest, never an owner");
+    assert_eq!(
+        got.role,
+        Role::Guest,
+        "a username admits a guest, never an owner"
+    );
     bot.assert_idle();
     // Only the DM got an answer: a pairing code, no mention of anyone.
     let posts = fake.wait_for_posts(1, WAIT).await;

@@ -73,6 +73,9 @@ impl Access {
             })
             .collect();
         let _ = writeln!(out, "  pending: {}", list_or_none(&pending));
+        if let Some(note) = self.flood_note(channel, &file, now) {
+            let _ = writeln!(out, "  flood: {note}");
+        }
         match user {
             Some(user) => {
                 let name = who(user.id, user.name);

@@ -25,6 +25,7 @@ pub(crate) mod pairing;
 pub mod policy;
 mod store;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
@@ -34,7 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Settings;
 use crate::storage::Stamp;
-pub(crate) use pairing::{Pending, Request};
+pub(crate) use pairing::{FloodLog, Pending, Request};
 pub(crate) use policy::Policy;
 pub(crate) use store::{AccessFile, AccessStore, Paired};
 
@@ -231,6 +232,8 @@ pub struct Access {
     discord: Lists,
     store: AccessStore,
     cache: Mutex<Cached>,
+    /// Per channel: pairing requests since the last flood log line.
+    floods: Mutex<HashMap<String, FloodLog>>,
 }
 
 struct Cached {
@@ -257,6 +260,7 @@ impl Access {
                 stamp: None,
                 file: Arc::default(),
             }),
+            floods: Mutex::default(),
         }
     }
 
@@ -383,7 +387,7 @@ impl Access {
     }
 
     /// An unknown sender asks for access from private chat `chat_id`. Writes `access.json` only
-    /// for a new request.
+    /// for a new request; logs a flood (requests giving way) at most once a minute per channel.
     pub(crate) fn request_pairing(
         &self,
         channel: &str,
@@ -401,13 +405,34 @@ impl Access {
             requested_at: now,
         };
         // Decide on the cached copy first: repeated messages of a stranger cost no file I/O.
-        let mut cached = self.file().pending.clone();
-        match pairing::request(&mut cached, template.clone(), now) {
-            Request::New(_) => {}
-            other => return Ok(other),
+        let file = self.file();
+        let (mut pending, mut gave_way) = (file.pending.clone(), file.gave_way.clone());
+        if let (Request::AlreadyAsked, _) =
+            pairing::request(&mut pending, &mut gave_way, template.clone(), now)
+        {
+            return Ok(Request::AlreadyAsked);
         }
-        self.store
-            .update(|file| pairing::request(&mut file.pending, template, now))
+        let (request, displaced) = self.store.update(|file| {
+            pairing::request(&mut file.pending, &mut file.gave_way, template, now)
+        })?;
+        if let Request::New(_) = request {
+            let mut floods = self.floods.lock().expect("flood log");
+            if let Some((requests, gave_way)) = floods
+                .entry(channel.to_owned())
+                .or_default()
+                .note(displaced, now)
+            {
+                tracing::warn!(
+                    channel,
+                    requests,
+                    gave_way,
+                    "pairing.flood: {requests} pairing request(s) since the last line, {gave_way} \
+                     of the oldest gave way to newer ones (at most {} wait); see `bub pair list`",
+                    pairing::MAX_PENDING
+                );
+            }
+        }
+        Ok(request)
     }
 
     /// Approves the pending request with `code`: the sender is admitted by id, as `role` or, when
@@ -489,6 +514,33 @@ impl Access {
         let mut pending = self.file().pending.clone();
         pairing::prune(&mut pending, now);
         pending
+    }
+
+    /// `3 pairing requests gave way to newer ones in the last hour` for a channel flooded with
+    /// requests, if it was.
+    fn flood_note(&self, channel: &str, file: &AccessFile, now: DateTime<Utc>) -> Option<String> {
+        let n = pairing::gave_way_in_last_hour(&file.gave_way, channel, now);
+        let at_least = if n >= pairing::MAX_GAVE_WAY {
+            "at least "
+        } else {
+            ""
+        };
+        (n > 0).then(|| {
+            format!(
+                "{at_least}{n} pairing request(s) gave way to newer ones in the last hour (a \
+                 channel keeps the {} newest)",
+                pairing::MAX_PENDING
+            )
+        })
+    }
+
+    /// [`Access::flood_note`] of every flooded channel, as `telegram: …`.
+    pub fn flood_notes(&self, now: DateTime<Utc>) -> Vec<String> {
+        let file = self.file();
+        CHANNELS
+            .iter()
+            .filter_map(|c| Some(format!("{c}: {}", self.flood_note(c, &file, now)?)))
+            .collect()
     }
 }
 

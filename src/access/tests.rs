@@ -145,7 +145,7 @@ fn pairing_request_approve_and_revoke() {
         access
             .request_pairing("telegram", ann, "42", now() + Duration::minutes(1))
             .unwrap(),
-        Request::AlreadyPending
+        Request::AlreadyAsked
     );
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(dir.path().join("access.json"))
