@@ -29,5 +29,6 @@ mod security;
 mod skills;
 mod tape;
 mod telegram;
+mod terminal;
 mod tools;
 mod web;

@@ -35,6 +35,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Settings;
 use crate::storage::Stamp;
+use crate::terminal::safe_line;
 pub(crate) use pairing::{FloodLog, Pending, Request};
 pub(crate) use policy::Policy;
 pub(crate) use store::{AccessFile, AccessStore, Paired};
@@ -544,11 +545,13 @@ impl Access {
     }
 }
 
-/// `42 @ann` (the username when there is one), for listings.
+/// `42 @ann` (the username when there is one), for listings; what the platform gave is escaped
+/// for a terminal (see [`crate::terminal`]).
 pub fn who(user_id: &str, username: Option<&str>) -> String {
+    let id = safe_line(user_id);
     match username {
-        Some(name) => format!("{user_id} @{name}"),
-        None => user_id.to_owned(),
+        Some(name) => format!("{id} @{}", safe_line(name)),
+        None => id.into_owned(),
     }
 }
 
