@@ -205,7 +205,7 @@ async fn a_flood_of_strangers_locks_nobody_out_of_pairing() {
     );
     let approved = env.run(&["pair", "approve", "telegram", &code]).await;
     assert!(
-        stdout(&approved).contains("user 50 as owner"),
+        stdout(&approved).contains("user 50 @user50 as owner"),
         "{approved:?}"
     );
 }
