@@ -4,8 +4,8 @@
 //! `access` decides who may talk to Bub and with which rights, `config` loads settings, `llm` talks to an OpenAI-compatible model, `tape` is the append-only
 //! conversation log, `tools` holds the registry and built-in tools, `agent` runs one turn
 //! (router → model loop → tape), `channels` serves chat platforms, `scheduler` fires the jobs
-//! the agent scheduled, `cli` is the interactive terminal, and `time` holds duration and
-//! deadline arithmetic that never panics.
+//! the agent scheduled, `cli` is the interactive terminal, `terminal` makes chat text safe to
+//! print, and `time` holds duration and deadline arithmetic that never panics.
 
 pub mod access;
 pub mod agent;
@@ -27,6 +27,7 @@ pub mod skills;
 pub mod status;
 pub mod storage;
 pub mod tape;
+pub mod terminal;
 pub(crate) mod time;
 pub mod tools;
 

@@ -23,6 +23,7 @@ use bub::logging::{self, LogTarget};
 use bub::scheduler::Scheduler;
 use bub::status::Board;
 use bub::storage::PidLock;
+use bub::terminal::{safe, safe_line};
 
 /// Exit code for configuration and usage errors.
 const EXIT_CONFIG: u8 = 2;
@@ -180,6 +181,9 @@ enum AccessAction {
         /// Show this user's role and tools.
         #[arg(long, value_name = "ID")]
         user: Option<String>,
+        /// The user's username, if they have one (a username on the allow-list admits a guest).
+        #[arg(long, value_name = "NAME", requires = "user")]
+        username: Option<String>,
     },
 }
 
@@ -250,9 +254,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Skills { action } => return Ok(skills(&settings, action)),
         Command::Memory { action } => return memory(&settings, action),
         Command::Pair { action } => return pair(&settings, action),
-        Command::Access {
-            action: AccessAction::Explain { chat, user },
-        } => return explain(&settings, chat, user.as_deref()),
+        Command::Access { action } => return explain(&settings, action),
         _ => {}
     }
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
@@ -453,15 +455,19 @@ async fn status(settings: &Settings, json: bool) -> anyhow::Result<()> {
         }
     };
     if json {
-        print_out(&serde_json::to_string_pretty(&snapshot).expect("snapshot serializes"));
+        let text = serde_json::to_string_pretty(&snapshot).expect("snapshot serializes");
+        print_out(&bub::terminal::safe_json(&text));
         return Ok(());
     }
     let store = bub::scheduler::store::open(home);
     let jobs = match store.list() {
-        Ok(jobs) => jobs.iter().map(|j| j.row(true)).collect(),
+        Ok(jobs) => jobs
+            .iter()
+            .map(|j| safe_line(&j.row(true)).into())
+            .collect(),
         Err(e) => vec![format!("unavailable: {e:#}")],
     };
-    print_out(&bub::status::render(&snapshot, &jobs));
+    print_out(&safe(&bub::status::render(&snapshot, &jobs)));
     Ok(())
 }
 
@@ -547,25 +553,28 @@ fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<ExitCode> {
             if pending.is_empty() {
                 print_out("(no pending requests)");
             }
+            for note in access.flood_notes(now) {
+                print_out(&format!("flood    {note}"));
+            }
             for p in &pending {
                 let left = (p.expires_at() - now).num_minutes().max(0);
-                print_out(&format!(
+                print_out(&safe_line(&format!(
                     "pending  {} {} user {} (expires in {left} min): bub pair approve {} {}",
                     p.code,
                     p.channel,
                     who(&p.user_id, p.username.as_deref()),
                     p.channel,
                     p.code
-                ));
+                )));
             }
             for u in &access.file().users {
-                print_out(&format!(
+                print_out(&safe_line(&format!(
                     "paired   {} user {} {} (approved {})",
                     u.channel,
                     who(&u.user_id, u.username.as_deref()),
                     u.role,
                     u.approved_at.format("%Y-%m-%d %H:%M UTC")
-                ));
+                )));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -581,10 +590,12 @@ fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<ExitCode> {
                 _ => None,
             };
             let p = access.approve(&channel.to_lowercase(), code, role, now)?;
-            print_out(&format!(
+            print_out(&safe_line(&format!(
                 "approved: {} user {} as {} (effective at once)",
-                p.channel, p.user_id, p.role
-            ));
+                p.channel,
+                who(&p.user_id, p.username.as_deref()),
+                p.role
+            )));
             Ok(ExitCode::SUCCESS)
         }
         PairAction::Revoke { channel, user_id } => {
@@ -606,15 +617,22 @@ fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// `bub access explain CHANNEL:CHAT [--user ID]`.
-fn explain(settings: &Settings, chat: &str, user: Option<&str>) -> anyhow::Result<ExitCode> {
+/// `bub access explain CHANNEL:CHAT [--user ID [--username NAME]]`.
+fn explain(settings: &Settings, action: &AccessAction) -> anyhow::Result<ExitCode> {
+    let AccessAction::Explain {
+        chat,
+        user,
+        username,
+    } = action;
+    let name = username.as_deref().map(|n| n.trim_start_matches('@'));
+    let user = user.as_deref().map(|id| User { id, name });
     let names = bub::tools::builtin_names();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let access = Access::new(settings);
     let text = access
         .explain(settings, &names, chat, user, chrono::Utc::now())
         .map_err(|e| Usage(format!("{e:#}")))?;
-    print_out(&text);
+    print_out(&safe(&text));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -632,7 +650,7 @@ fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Result<ExitCode
                 memory
                     .list(&Scope::Global)
                     .iter()
-                    .map(|e| format!("  - {e}")),
+                    .map(|e| format!("  - {}", safe_line(e))),
             );
             let chats = memory.path(&Scope::Chat(String::new()));
             let dir = chats.parent().expect("the chats folder");
@@ -644,11 +662,12 @@ fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Result<ExitCode
                 let text = std::fs::read_to_string(&file).unwrap_or_default();
                 let name = file.file_stem().unwrap_or_default().to_string_lossy();
                 let session = percent_encoding::percent_decode_str(&name).decode_utf8_lossy();
+                let session = safe_line(&session);
                 out.push(format!("chat {session} ({})", file.display()));
                 out.extend(
                     text.lines()
                         .filter(|l| l.starts_with("- "))
-                        .map(|l| format!("  {l}")),
+                        .map(|l| format!("  {}", safe_line(l))),
                 );
             }
             print_out(&out.join("\n"));
@@ -686,14 +705,16 @@ fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Result<ExitCode
 fn skills(settings: &Settings, action: &SkillsAction) -> ExitCode {
     let found = bub::skills::discover(settings);
     if let SkillsAction::List = action {
-        print_out(&found.listing());
+        print_out(&safe(&found.listing()));
         return ExitCode::SUCCESS;
     }
     for skill in &found.skills {
-        print_out(&format!("ok       {} ({})", skill.name(), skill.location));
+        let row = format!("ok       {} ({})", skill.name(), skill.location);
+        print_out(&safe_line(&row));
     }
     for issue in &found.issues {
-        print_out(&format!("invalid  {}: {}", issue.location, issue.problem));
+        let row = format!("invalid  {}: {}", issue.location, issue.problem);
+        print_out(&safe_line(&row));
     }
     if found.issues.is_empty() {
         ExitCode::SUCCESS
@@ -729,17 +750,18 @@ fn jobs(settings: &Settings, action: &JobsAction) -> anyhow::Result<ExitCode> {
             if jobs.is_empty() {
                 print_out("(no scheduled jobs)");
             }
+            // A job's message came from a chat: escaped, whatever the row shows.
             for job in &jobs {
-                print_out(&job.row(true));
+                print_out(&safe_line(&job.row(true)));
             }
             // The error names the rejected file itself.
             for entry in &store.rejected()? {
-                print_out(&format!(
+                print_out(&safe_line(&format!(
                     "rejected {} {} (set aside in {})",
                     entry.id().unwrap_or("-"),
                     entry.reason,
                     store.rejected_location()
-                ));
+                )));
             }
         }
         JobsAction::Remove { id } => {

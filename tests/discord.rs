@@ -296,7 +296,11 @@ async fn allow_from_drops_every_message_of_other_senders_and_pairs_in_dms() {
         .await;
     let got = bot.next().await;
     assert_eq!(got.sender_id, "42", "{got:?}");
-    assert_eq!(got.role, Role::Owner, "named users own the bot");
+    assert_eq!(
+        got.role,
+        Role::Guest,
+        "a username admits a guest, never an owner"
+    );
     bot.assert_idle();
     // Only the DM got an answer: a pairing code, no mention of anyone.
     let posts = fake.wait_for_posts(1, WAIT).await;
@@ -312,7 +316,8 @@ async fn allow_from_drops_every_message_of_other_senders_and_pairs_in_dms() {
     // By id too; never by display name (anyone can set "Dora D" or "alice" as theirs).
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, user("7", "bob"), ",help"))
         .await;
-    assert_eq!(bot.next().await.prompt, ",help");
+    let by_id = bot.next().await;
+    assert_eq!((by_id.prompt.as_str(), by_id.role), (",help", Role::Owner));
     let fake_dora = fake_discord::user_with_global_name("8", "dora", "Dora D");
     let fake_alice = fake_discord::user_with_global_name("9", "eve", "alice");
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, fake_dora, ",touch pwned"))

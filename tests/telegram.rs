@@ -243,9 +243,11 @@ async fn unknown_senders_get_one_pairing_code_privately_and_silence_in_groups() 
     let senders: Vec<&str> = admitted.iter().map(|i| i.sender_id.as_str()).collect();
     assert_eq!(senders, ["1", "7"], "admitted by username and by id");
     assert_eq!(admitted[0].sender_name.as_deref(), Some("Ann_Allowed"));
-    assert!(
-        admitted.iter().all(|i| i.role == Role::Owner),
-        "named users own the bot"
+    let roles: Vec<Role> = admitted.iter().map(|i| i.role).collect();
+    assert_eq!(
+        roles,
+        [Role::Guest, Role::Owner],
+        "a listed id owns the bot, a listed username is a guest"
     );
     fake.wait_for_confirmed(last, WAIT).await;
     let rest = bot.stop().await;

@@ -4,6 +4,7 @@
 
 mod support;
 
+mod access;
 mod architecture;
 mod chaos;
 mod compaction;
@@ -29,5 +30,6 @@ mod security;
 mod skills;
 mod tape;
 mod telegram;
+mod terminal;
 mod tools;
 mod web;

@@ -1,11 +1,12 @@
-//! `bub access explain CHANNEL:CHAT [--user ID]`: the effective access of one chat in plain
-//! words — who is admitted, the owners, pending pairings, and the exact tools a user gets there.
+//! `bub access explain CHANNEL:CHAT [--user ID [--username NAME]]`: the effective access of one
+//! chat in plain words — who is admitted, the owners, pending pairings, and the exact tools a user
+//! gets there. A user's verdict is [`Access::admission`], the decision the channel gates make.
 
 use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 
-use super::{Access, Lists, Policy, Role, TurnOrigin, User, allow_var, owners_var, who};
+use super::{Access, Lists, Policy, Role, TurnOrigin, User, Via, allow_var, owners_var, who};
 use crate::config::Settings;
 
 impl Access {
@@ -15,7 +16,7 @@ impl Access {
         settings: &Settings,
         tools: &[&str],
         session: &str,
-        user: Option<&str>,
+        user: Option<User<'_>>,
         now: DateTime<Utc>,
     ) -> anyhow::Result<String> {
         let (channel, chat_id) = session
@@ -32,10 +33,16 @@ impl Access {
             allow_var(channel),
             senders(lists)
         );
-        let owners = if lists.owners.is_empty() {
-            "none configured".to_owned()
-        } else {
+        let owners = if !lists.owners.is_empty() {
             lists.owners.join(", ")
+        } else if !lists.ids.is_empty() {
+            format!(
+                "none configured: the ids on {} are owners ({})",
+                allow_var(channel),
+                lists.ids.join(", ")
+            )
+        } else {
+            "none configured: the first user approved by pairing becomes one".to_owned()
         };
         let _ = writeln!(out, "  owners ({}): {owners}", owners_var(channel));
         let paired: Vec<String> = file
@@ -66,18 +73,26 @@ impl Access {
             })
             .collect();
         let _ = writeln!(out, "  pending: {}", list_or_none(&pending));
+        if let Some(note) = self.flood_note(channel, &file, now) {
+            let _ = writeln!(out, "  flood: {note}");
+        }
         match user {
-            Some(id) => {
-                let role = self.role(channel, User { id, name: None });
-                match role {
-                    Some(role) => {
-                        let _ = writeln!(out, "user {id}: {role}");
-                        describe_policy(&mut out, role, settings, tools, session);
+            Some(user) => {
+                let name = who(user.id, user.name);
+                match self.admission(channel, user) {
+                    Some(admission) => {
+                        let _ = writeln!(
+                            out,
+                            "user {name}: {} ({})",
+                            admission.role,
+                            why(admission.via, channel)
+                        );
+                        describe_policy(&mut out, admission.role, settings, tools, session);
                     }
                     None => {
                         let _ = writeln!(
                             out,
-                            "user {id}: not admitted (a private message gets a pairing code; groups ignore them)"
+                            "user {name}: not admitted (a private message gets a pairing code; groups ignore them)"
                         );
                     }
                 }
@@ -113,8 +128,29 @@ fn chat_rule(settings: &Settings, channel: &str, chat_id: &str) -> String {
     }
 }
 
+/// Why an admitted user has their role, in words.
+fn why(via: Via, channel: &str) -> String {
+    let (allow, owners) = (allow_var(channel), owners_var(channel));
+    match via {
+        Via::Owners => format!("listed in {owners}"),
+        Via::Paired => "approved by pairing".to_owned(),
+        Via::Id => format!("their id is on {allow}"),
+        Via::Username => format!(
+            "their username is on {allow}: usernames admit guests only; owners need ids \
+             ({owners} or an id on the list)"
+        ),
+        Via::Everyone => format!("{allow} is `*`"),
+    }
+}
+
 fn senders(lists: &Lists) -> String {
-    let mut parts: Vec<String> = lists.named.clone();
+    let mut parts: Vec<String> = lists.ids.clone();
+    if !lists.usernames.is_empty() {
+        parts.push(format!(
+            "usernames {} (as guests only)",
+            lists.usernames.join(", ")
+        ));
+    }
     if lists.everyone {
         parts.push("* (everyone; as guests unless listed as owners)".to_owned());
     }

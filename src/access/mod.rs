@@ -2,12 +2,17 @@
 //!
 //! * Admission — a sender is admitted on a channel when they are one of its owners
 //!   (`BUB_<CHANNEL>_OWNERS`), were approved by pairing (`BUB_HOME/access.json`), are named in
-//!   `BUB_<CHANNEL>_ALLOW_FROM` (by id or username — never a display name), or the list is `*`.
-//!   An empty list admits nobody. Unknown senders may ask for access from a private chat
-//!   ([`pairing`]); in groups they are ignored.
+//!   `BUB_<CHANNEL>_ALLOW_FROM`, or the list is `*`. An allow-list entry of digits only is an id
+//!   and matches ids only; any other entry (`@` optional) is a username and matches usernames
+//!   only (case-insensitive) — never an id, never a display name. An empty list admits nobody.
+//!   Unknown senders may ask for access from a private chat ([`pairing`]); in groups they are
+//!   ignored.
 //! * Roles — owners get every tool; everyone else admitted is a guest, whose turns run under the
-//!   guest [`Policy`]. Named users are owners while `*_OWNERS` is empty; `*` makes nobody an
-//!   owner.
+//!   guest [`Policy`]. Owner rights come from ids only: users whose id is on the allow-list are
+//!   owners while `*_OWNERS` is empty; a username match, or `*`, admits a guest.
+//! * [`Access::admission`] is the one decision: the channel gates, the inbox's re-check after a
+//!   restart, a job's [`Access::reconfirm`] and `bub access explain` all call it, so they cannot
+//!   disagree.
 //! * [`Authority`] — who asked for a turn and with which role: the least trusted sender of a
 //!   batch; a scheduled job keeps its creator's (and loses it when the creator loses access).
 //!
@@ -21,6 +26,7 @@ pub(crate) mod pairing;
 pub mod policy;
 mod store;
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
@@ -30,7 +36,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Settings;
 use crate::storage::Stamp;
-pub(crate) use pairing::{Pending, Request};
+use crate::terminal::safe_line;
+pub(crate) use pairing::{FloodLog, Pending, Request};
 pub(crate) use policy::{Policy, TurnOrigin};
 pub(crate) use store::{AccessFile, AccessStore, Paired};
 
@@ -155,35 +162,70 @@ impl Authority {
 struct Lists {
     /// `*` is in the allow-list.
     everyone: bool,
-    /// The other entries of the allow-list: ids and usernames.
-    named: Vec<String>,
+    /// Allow-list entries of digits only: user ids, matched against ids only.
+    ids: Vec<String>,
+    /// The other entries, without a leading `@`: usernames, matched against usernames only.
+    usernames: Vec<String>,
     /// `*_OWNERS`.
     owners: Vec<String>,
 }
 
 impl Lists {
     fn new(allow_from: &[String], owners: &[String]) -> Self {
-        Self {
-            everyone: allow_from.iter().any(|e| e.trim() == "*"),
-            named: allow_from
-                .iter()
-                .map(|e| e.trim().to_owned())
-                .filter(|e| e != "*" && !e.is_empty())
-                .collect(),
+        let mut lists = Self {
             owners: owners.to_vec(),
+            ..Self::default()
+        };
+        for entry in allow_from.iter().map(|e| e.trim()) {
+            if entry == "*" {
+                lists.everyone = true;
+            } else if is_id(entry) {
+                lists.ids.push(entry.to_owned());
+            } else {
+                let name = entry.strip_prefix('@').unwrap_or(entry);
+                if !name.is_empty() {
+                    lists.usernames.push(name.to_owned());
+                }
+            }
         }
+        lists
     }
 
-    /// The sender is named: by id, or by username (case-insensitive, `@` optional).
+    /// The sender's username is on the allow-list (case-insensitive).
     fn names(&self, user: User<'_>) -> bool {
-        self.named.iter().any(|entry| {
-            if entry == user.id {
-                return true;
-            }
-            let name = entry.strip_prefix('@').unwrap_or(entry);
-            !name.is_empty() && user.name.is_some_and(|u| u.eq_ignore_ascii_case(name))
+        user.name.is_some_and(|name| {
+            self.usernames
+                .iter()
+                .any(|entry| entry.eq_ignore_ascii_case(name))
         })
     }
+}
+
+/// An allow-list entry that is a user id: digits only.
+fn is_id(entry: &str) -> bool {
+    !entry.is_empty() && entry.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Why a sender is admitted: the first rule that matched, in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Via {
+    /// Their id is in `*_OWNERS`.
+    Owners,
+    /// Approved by pairing (`access.json`), as the role recorded there.
+    Paired,
+    /// Their id is on the allow-list: an owner while `*_OWNERS` is empty.
+    Id,
+    /// Their username is on the allow-list: a guest, always.
+    Username,
+    /// The allow-list is `*`: a guest.
+    Everyone,
+}
+
+/// An admitted sender's role and why they have it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Admission {
+    pub role: Role,
+    pub via: Via,
 }
 
 /// The access gate of one process (see the module docs).
@@ -192,6 +234,8 @@ pub struct Access {
     discord: Lists,
     store: AccessStore,
     cache: Mutex<Cached>,
+    /// Per channel: pairing requests since the last flood log line.
+    floods: Mutex<HashMap<String, FloodLog>>,
 }
 
 struct Cached {
@@ -218,6 +262,7 @@ impl Access {
                 stamp: None,
                 file: Arc::default(),
             }),
+            floods: Mutex::default(),
         }
     }
 
@@ -258,16 +303,37 @@ impl Access {
         cache.file.clone()
     }
 
-    /// The channel's allow-list is `*`.
-    pub(crate) fn admits_everyone(&self, channel: &str) -> bool {
-        self.lists(channel).is_some_and(|l| l.everyone)
+    /// Logs, once at startup, what an operator may not expect of a channel's lists: `*` admits
+    /// everyone (as guests); usernames on the list admit guests only.
+    pub(crate) fn warn_at_start(&self, channel: &str) {
+        let Some(lists) = self.lists(channel) else {
+            return;
+        };
+        if lists.everyone {
+            tracing::warn!(
+                channel,
+                "access.open: the allow-list is `*`: everyone may talk to the bot (as a guest)"
+            );
+        }
+        if !lists.usernames.is_empty() {
+            tracing::warn!(
+                channel,
+                "access.usernames: {} names users by username ({}): they are guests; owners \
+                 need ids ({} or an id on the list)",
+                allow_var(channel),
+                lists.usernames.join(", "),
+                owners_var(channel)
+            );
+        }
     }
 
-    /// The sender's role on `channel`, or `None` when they are not admitted.
-    pub fn role(&self, channel: &str, user: User<'_>) -> Option<Role> {
+    /// Whether and why the sender is admitted on `channel`, with which role: the one decision
+    /// every gate and `bub access explain` use (see the module docs).
+    pub(crate) fn admission(&self, channel: &str, user: User<'_>) -> Option<Admission> {
         let lists = self.lists(channel)?;
+        let admit = |role, via| Some(Admission { role, via });
         if lists.owners.iter().any(|o| o == user.id) {
-            return Some(Role::Owner);
+            return admit(Role::Owner, Via::Owners);
         }
         let file = self.file();
         if let Some(paired) = file
@@ -275,16 +341,28 @@ impl Access {
             .iter()
             .find(|p| p.channel == channel && p.user_id == user.id)
         {
-            return Some(paired.role);
+            return admit(paired.role, Via::Paired);
         }
-        if lists.names(user) {
-            return Some(if lists.owners.is_empty() {
+        if lists.ids.iter().any(|id| id == user.id) {
+            let role = if lists.owners.is_empty() {
                 Role::Owner
             } else {
                 Role::Guest
-            });
+            };
+            return admit(role, Via::Id);
         }
-        lists.everyone.then_some(Role::Guest)
+        if lists.names(user) {
+            return admit(Role::Guest, Via::Username);
+        }
+        if lists.everyone {
+            return admit(Role::Guest, Via::Everyone);
+        }
+        None
+    }
+
+    /// The sender's role on `channel`, or `None` when they are not admitted.
+    pub fn role(&self, channel: &str, user: User<'_>) -> Option<Role> {
+        self.admission(channel, user).map(|a| a.role)
     }
 
     /// Checks a recorded authority again (a scheduled job's creator): each sender must still be
@@ -300,10 +378,10 @@ impl Access {
         Ok(out)
     }
 
-    /// Whether the channel already has an owner: configured, approved, or named.
+    /// Whether the channel already has an owner: configured, approved, or an id on the list.
     fn has_owner(&self, channel: &str, lists: &Lists, file: &AccessFile) -> bool {
         !lists.owners.is_empty()
-            || !lists.named.is_empty()
+            || !lists.ids.is_empty()
             || file
                 .users
                 .iter()
@@ -311,7 +389,7 @@ impl Access {
     }
 
     /// An unknown sender asks for access from private chat `chat_id`. Writes `access.json` only
-    /// for a new request.
+    /// for a new request; logs a flood (requests giving way) at most once a minute per channel.
     pub(crate) fn request_pairing(
         &self,
         channel: &str,
@@ -329,13 +407,34 @@ impl Access {
             requested_at: now,
         };
         // Decide on the cached copy first: repeated messages of a stranger cost no file I/O.
-        let mut cached = self.file().pending.clone();
-        match pairing::request(&mut cached, template.clone(), now) {
-            Request::New(_) => {}
-            other => return Ok(other),
+        let file = self.file();
+        let (mut pending, mut gave_way) = (file.pending.clone(), file.gave_way.clone());
+        if let (Request::AlreadyAsked, _) =
+            pairing::request(&mut pending, &mut gave_way, template.clone(), now)
+        {
+            return Ok(Request::AlreadyAsked);
         }
-        self.store
-            .update(|file| pairing::request(&mut file.pending, template, now))
+        let (request, displaced) = self.store.update(|file| {
+            pairing::request(&mut file.pending, &mut file.gave_way, template, now)
+        })?;
+        if let Request::New(_) = request {
+            let mut floods = self.floods.lock().expect("flood log");
+            if let Some((requests, gave_way)) = floods
+                .entry(channel.to_owned())
+                .or_default()
+                .note(displaced, now)
+            {
+                tracing::warn!(
+                    channel,
+                    requests,
+                    gave_way,
+                    "pairing.flood: {requests} pairing request(s) since the last line, {gave_way} \
+                     of the oldest gave way to newer ones (at most {} wait); see `bub pair list`",
+                    pairing::MAX_PENDING
+                );
+            }
+        }
+        Ok(request)
     }
 
     /// Approves the pending request with `code`: the sender is admitted by id, as `role` or, when
@@ -384,26 +483,28 @@ impl Access {
 
     /// Removes the pairing of `user_id` (and their pending request).
     pub fn revoke(&self, channel: &str, user_id: &str) -> anyhow::Result<Revoked> {
-        let lists = self.known(channel)?;
-        let removed = self.store.update(|file| {
+        self.known(channel)?;
+        let (removed, username) = self.store.update(|file| {
+            let username = file
+                .users
+                .iter()
+                .find(|p| p.channel == channel && p.user_id == user_id)
+                .and_then(|p| p.username.clone());
             let before = (file.users.len(), file.pending.len());
             file.users
                 .retain(|p| !(p.channel == channel && p.user_id == user_id));
             file.pending
                 .retain(|p| !(p.channel == channel && p.user_id == user_id));
-            before != (file.users.len(), file.pending.len())
+            (before != (file.users.len(), file.pending.len()), username)
         })?;
         let user = User {
             id: user_id,
-            name: None,
+            name: username.as_deref(),
         };
-        let still_admitted_by = if lists.owners.iter().any(|o| o == user_id) {
-            Some(owners_var(channel))
-        } else if lists.names(user) || lists.everyone {
-            Some(allow_var(channel))
-        } else {
-            None
-        };
+        let still_admitted_by = self.admission(channel, user).map(|a| match a.via {
+            Via::Owners => owners_var(channel),
+            _ => allow_var(channel),
+        });
         Ok(Revoked {
             removed,
             still_admitted_by,
@@ -416,13 +517,42 @@ impl Access {
         pairing::prune(&mut pending, now);
         pending
     }
+
+    /// `3 pairing requests gave way to newer ones in the last hour` for a channel flooded with
+    /// requests, if it was.
+    fn flood_note(&self, channel: &str, file: &AccessFile, now: DateTime<Utc>) -> Option<String> {
+        let n = pairing::gave_way_in_last_hour(&file.gave_way, channel, now);
+        let at_least = if n >= pairing::MAX_GAVE_WAY {
+            "at least "
+        } else {
+            ""
+        };
+        (n > 0).then(|| {
+            format!(
+                "{at_least}{n} pairing request(s) gave way to newer ones in the last hour (a \
+                 channel keeps the {} newest)",
+                pairing::MAX_PENDING
+            )
+        })
+    }
+
+    /// [`Access::flood_note`] of every flooded channel, as `telegram: …`.
+    pub fn flood_notes(&self, now: DateTime<Utc>) -> Vec<String> {
+        let file = self.file();
+        CHANNELS
+            .iter()
+            .filter_map(|c| Some(format!("{c}: {}", self.flood_note(c, &file, now)?)))
+            .collect()
+    }
 }
 
-/// `42 @ann` (the username when there is one), for listings.
+/// `42 @ann` (the username when there is one), for listings; what the platform gave is escaped
+/// for a terminal (see [`crate::terminal`]).
 pub fn who(user_id: &str, username: Option<&str>) -> String {
+    let id = safe_line(user_id);
     match username {
-        Some(name) => format!("{user_id} @{name}"),
-        None => user_id.to_owned(),
+        Some(name) => format!("{id} @{}", safe_line(name)),
+        None => id.into_owned(),
     }
 }
 

@@ -1,5 +1,6 @@
-//! `BUB_HOME/access.json`: approved pairings and pending requests, shared by the daemon (which
-//! records requests) and `bub pair` (which approves and revokes them).
+//! `BUB_HOME/access.json`: approved pairings, pending requests and the requests that gave way to
+//! newer ones in the last hour, shared by the daemon (which records requests) and `bub pair`
+//! (which approves and revokes them, and shows a flood).
 //!
 //! Invariants: mode 0600 (it names who may use a shell on this host); every change is a
 //! read-modify-write under the exclusive lock on `access.lock`; writes are atomic; a file that
@@ -15,7 +16,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::Role;
-use super::pairing::Pending;
+use super::pairing::{GaveWay, Pending};
 use crate::storage::{self, Stamp};
 
 const VERSION: u32 = 1;
@@ -38,6 +39,9 @@ pub struct AccessFile {
     pub users: Vec<Paired>,
     #[serde(default)]
     pub pending: Vec<Pending>,
+    /// Requests that gave way to newer ones in the last hour (bounded; see `pairing`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gave_way: Vec<GaveWay>,
 }
 
 #[derive(Serialize, Deserialize)]

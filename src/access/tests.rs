@@ -30,41 +30,101 @@ fn empty_list_admits_nobody_star_admits_guests() {
         s.telegram.allow_from = vec!["*".into()];
         s.telegram.owners = vec!["7".into()];
     }));
-    assert!(access.admits_everyone("telegram") && !access.admits_everyone("discord"));
     assert_eq!(access.role("telegram", user("42")), Some(Role::Guest));
     assert_eq!(access.role("telegram", user("7")), Some(Role::Owner));
     assert_eq!(access.role("discord", user("42")), None);
     assert_eq!(access.role("slack", user("42")), None);
 }
 
+fn named<'a>(id: &'a str, name: &'a str) -> User<'a> {
+    User {
+        id,
+        name: Some(name),
+    }
+}
+
 #[test]
-fn named_users_are_owners_until_owners_are_configured() {
+fn listed_ids_are_owners_until_owners_are_configured_usernames_are_guests() {
     let dir = tempfile::tempdir().unwrap();
     let access = Access::new(&settings(dir.path(), |s| {
         s.discord.allow_from = vec!["1001".into(), "@Alice".into()];
     }));
     assert_eq!(access.role("discord", user("1001")), Some(Role::Owner));
-    let alice = User {
-        id: "5",
-        name: Some("alice"),
-    };
-    assert_eq!(access.role("discord", alice), Some(Role::Owner));
+    let alice = named("5", "alice");
     assert_eq!(
-        access.role(
-            "discord",
-            User {
-                id: "6",
-                name: Some("mallory")
-            }
-        ),
-        None
+        access.admission("discord", alice),
+        Some(Admission {
+            role: Role::Guest,
+            via: Via::Username
+        }),
+        "a username never makes an owner"
     );
+    assert_eq!(access.role("discord", named("6", "mallory")), None);
     let access = Access::new(&settings(dir.path(), |s| {
         s.discord.allow_from = vec!["1001".into(), "alice".into()];
         s.discord.owners = vec!["1001".into()];
     }));
     assert_eq!(access.role("discord", user("1001")), Some(Role::Owner));
     assert_eq!(access.role("discord", alice), Some(Role::Guest));
+}
+
+#[test]
+fn an_id_entry_matches_ids_only_and_a_username_entry_usernames_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let access = Access::new(&settings(dir.path(), |s| {
+        s.discord.allow_from = vec![" 1001 ".into(), "@Bob".into(), "@2002".into()];
+        s.telegram.allow_from = vec!["1001".into()];
+        s.telegram.owners = vec!["7".into()];
+    }));
+    // A stranger whose username is the owner's id (Discord usernames may be all digits).
+    assert_eq!(access.admission("discord", named("66", "1001")), None);
+    assert_eq!(access.admission("telegram", named("66", "1001")), None);
+    assert_eq!(
+        access.role("discord", named("1001", "anything")),
+        Some(Role::Owner)
+    );
+    // `@2002` is a username: it never matches the id 2002.
+    assert_eq!(access.role("discord", user("2002")), None);
+    assert_eq!(
+        access.role("discord", named("8", "2002")),
+        Some(Role::Guest)
+    );
+    assert_eq!(access.role("discord", named("9", "BOB")), Some(Role::Guest));
+    assert_eq!(
+        access.role("discord", user("bob")),
+        None,
+        "an id is not a username"
+    );
+    // An id on the list is a guest once owners are configured.
+    assert_eq!(access.role("telegram", user("1001")), Some(Role::Guest));
+    assert_eq!(access.role("telegram", user("7")), Some(Role::Owner));
+}
+
+#[test]
+fn with_only_usernames_listed_the_first_paired_user_becomes_owner() {
+    let dir = tempfile::tempdir().unwrap();
+    let access = Access::new(&settings(dir.path(), |s| {
+        s.telegram.allow_from = vec!["ann".into()];
+    }));
+    let Request::New(p) = access
+        .request_pairing("telegram", named("50", "ann"), "50", now())
+        .unwrap()
+    else {
+        panic!("a first request gets a code");
+    };
+    let paired = access.approve("telegram", &p.code, None, now()).unwrap();
+    assert_eq!(paired.role, Role::Owner, "usernames make no owner");
+    assert_eq!(
+        access.role("telegram", named("50", "ann")),
+        Some(Role::Owner)
+    );
+    // Revoked, ann is still a guest by username, and `revoke` says so.
+    let revoked = access.revoke("telegram", "50").unwrap();
+    assert_eq!(revoked.still_admitted_by, Some("BUB_TELEGRAM_ALLOW_FROM"));
+    assert_eq!(
+        access.role("telegram", named("50", "ann")),
+        Some(Role::Guest)
+    );
 }
 
 #[test]
@@ -85,7 +145,7 @@ fn pairing_request_approve_and_revoke() {
         access
             .request_pairing("telegram", ann, "42", now() + Duration::minutes(1))
             .unwrap(),
-        Request::AlreadyPending
+        Request::AlreadyAsked
     );
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(dir.path().join("access.json"))
@@ -248,7 +308,7 @@ fn explain_names_the_lists_and_the_tools() {
         "schedule.add",
     ];
     let out = access
-        .explain(&s, &tools, "telegram:42", Some("9"), now())
+        .explain(&s, &tools, "telegram:42", Some(user("9")), now())
         .unwrap();
     assert!(
         out.contains(
@@ -269,10 +329,10 @@ fn explain_names_the_lists_and_the_tools() {
     );
     assert!(out.contains("only to telegram:42"), "{out}");
     let out = access
-        .explain(&s, &tools, "telegram:42", Some("7"), now())
+        .explain(&s, &tools, "telegram:42", Some(user("7")), now())
         .unwrap();
     assert!(
-        out.contains("user 7: owner") && out.contains("tools (5)"),
+        out.contains("user 7: owner (listed in BUB_TELEGRAM_OWNERS)") && out.contains("tools (5)"),
         "{out}"
     );
     assert!(
@@ -289,5 +349,60 @@ fn explain_names_the_lists_and_the_tools() {
     assert!(
         out.contains("owners get:") && out.contains("guests get:"),
         "{out}"
+    );
+}
+
+#[test]
+fn explain_gives_the_gates_verdict_and_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = settings(dir.path(), |s| {
+        s.discord.allow_from = vec!["1001".into(), "alice".into()];
+    });
+    let access = Access::new(&s);
+    let tools = ["bash", "fs.read"];
+    let verdict = |u: User<'_>| {
+        let out = access
+            .explain(&s, &tools, "discord:555", Some(u), now())
+            .unwrap();
+        let line = out.lines().find(|l| l.starts_with("user ")).unwrap();
+        (line.to_owned(), out)
+    };
+    for u in [
+        user("1001"),
+        named("66", "1001"),
+        named("5", "Alice"),
+        user("5"),
+        user("66"),
+    ] {
+        let (line, out) = verdict(u);
+        let expected = match access.role("discord", u) {
+            Some(role) => format!(": {role} ("),
+            None => ": not admitted".to_owned(),
+        };
+        assert!(line.contains(&expected), "{u:?}: {line}");
+        assert!(
+            out.contains(
+                "senders (BUB_DISCORD_ALLOW_FROM): 1001, usernames alice (as guests only)"
+            ),
+            "{out}"
+        );
+        assert!(
+            out.contains("owners (BUB_DISCORD_OWNERS): none configured: the ids on BUB_DISCORD_ALLOW_FROM are owners (1001)"),
+            "{out}"
+        );
+    }
+    assert_eq!(
+        verdict(named("66", "1001")).0,
+        "user 66 @1001: not admitted (a private message gets a pairing code; groups ignore them)"
+    );
+    let (line, _) = verdict(named("5", "Alice"));
+    assert!(
+        line.contains("user 5 @Alice: guest (their username is on BUB_DISCORD_ALLOW_FROM: usernames admit guests only; owners need ids (BUB_DISCORD_OWNERS or an id on the list))"),
+        "{line}"
+    );
+    assert!(
+        verdict(user("1001"))
+            .0
+            .contains("owner (their id is on BUB_DISCORD_ALLOW_FROM)")
     );
 }

@@ -67,12 +67,7 @@ pub fn configured_channels(
     let mut channels = Vec::new();
     for platform in PLATFORMS.iter().filter(|p| (p.enabled)(settings)) {
         let channel = (platform.build)(settings, access.clone())?;
-        if access.admits_everyone(channel.name()) {
-            tracing::warn!(
-                channel = channel.name(),
-                "access.open: the allow-list is `*`: everyone may talk to the bot (as a guest)"
-            );
-        }
+        access.warn_at_start(channel.name());
         channels.push(channel);
     }
     Ok(channels)

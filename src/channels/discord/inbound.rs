@@ -6,7 +6,8 @@
 //! the inbox (which drops a message it already has).
 //!
 //! Order matters: the allow-list and admission come first and apply to every message, commands
-//! included. Senders match by id or username, never by display name or nickname.
+//! included. Admission is [`Access::role`]: an id on the allow-list by id, a username by username
+//! (as a guest), never a display name or nickname.
 //! Lookups (channel info, the bot's roles) are made only when a rule needs them and are
 //! cached (see `lookup`). Logs carry ids and reasons, never message text.
 
@@ -172,7 +173,7 @@ impl Pipeline {
             Ok(Ok(Request::New(pending))) => {
                 tracing::info!(%channel_id, %sender_id, "discord.pairing.requested");
                 let body = json!({
-                    "content": pairing::code_message(&pending.code, "discord"),
+                    "content": pairing::code_message(&pending),
                     "allowed_mentions": {"parse": []},
                 });
                 if let Err(e) = self

@@ -636,7 +636,7 @@ impl Handler {
         match request {
             Ok(Ok(pairing::Request::New(pending))) => {
                 tracing::info!(chat_id, sender_id = user.id, "telegram.pairing.requested");
-                let text = pairing::code_message(&pending.code, "telegram");
+                let text = pairing::code_message(&pending);
                 self.reply_plain(chat_id, &text).await;
             }
             Ok(Ok(other)) => {
