@@ -549,33 +549,7 @@ fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<ExitCode> {
     let now = chrono::Utc::now();
     match action {
         PairAction::List => {
-            let pending = access.pending(now);
-            if pending.is_empty() {
-                print_out("(no pending requests)");
-            }
-            for note in access.flood_notes(now) {
-                print_out(&format!("flood    {note}"));
-            }
-            for p in &pending {
-                let left = (p.expires_at() - now).num_minutes().max(0);
-                print_out(&safe_line(&format!(
-                    "pending  {} {} user {} (expires in {left} min): bub pair approve {} {}",
-                    p.code,
-                    p.channel,
-                    who(&p.user_id, p.username.as_deref()),
-                    p.channel,
-                    p.code
-                )));
-            }
-            for u in &access.file().users {
-                print_out(&safe_line(&format!(
-                    "paired   {} user {} {} (approved {})",
-                    u.channel,
-                    who(&u.user_id, u.username.as_deref()),
-                    u.role,
-                    u.approved_at.format("%Y-%m-%d %H:%M UTC")
-                )));
-            }
+            print_out(&bub::cli::listing::pairs(&access, now));
             Ok(ExitCode::SUCCESS)
         }
         PairAction::Approve {
@@ -642,35 +616,7 @@ fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Result<ExitCode
     let memory = Memory::new(&settings.home);
     match action {
         MemoryAction::List => {
-            let mut out = vec![format!(
-                "global ({})",
-                memory.path(&Scope::Global).display()
-            )];
-            out.extend(
-                memory
-                    .list(&Scope::Global)
-                    .iter()
-                    .map(|e| format!("  - {}", safe_line(e))),
-            );
-            let chats = memory.path(&Scope::Chat(String::new()));
-            let dir = chats.parent().expect("the chats folder");
-            let mut files: Vec<_> = std::fs::read_dir(dir)
-                .map(|d| d.flatten().map(|e| e.path()).collect())
-                .unwrap_or_default();
-            files.sort();
-            for file in files {
-                let text = std::fs::read_to_string(&file).unwrap_or_default();
-                let name = file.file_stem().unwrap_or_default().to_string_lossy();
-                let session = percent_encoding::percent_decode_str(&name).decode_utf8_lossy();
-                let session = safe_line(&session);
-                out.push(format!("chat {session} ({})", file.display()));
-                out.extend(
-                    text.lines()
-                        .filter(|l| l.starts_with("- "))
-                        .map(|l| format!("  {}", safe_line(l))),
-                );
-            }
-            print_out(&out.join("\n"));
+            print_out(&bub::cli::listing::memory(&memory));
             Ok(ExitCode::SUCCESS)
         }
         MemoryAction::Edit { session } => {
@@ -746,23 +692,8 @@ fn jobs(settings: &Settings, action: &JobsAction) -> anyhow::Result<ExitCode> {
     match action {
         // Loading sets aside jobs that cannot run; they are listed after the others, with why.
         JobsAction::List => {
-            let jobs = store.list().with_context(in_store)?;
-            if jobs.is_empty() {
-                print_out("(no scheduled jobs)");
-            }
-            // A job's message came from a chat: escaped, whatever the row shows.
-            for job in &jobs {
-                print_out(&safe_line(&job.row(true)));
-            }
-            // The error names the rejected file itself.
-            for entry in &store.rejected()? {
-                print_out(&safe_line(&format!(
-                    "rejected {} {} (set aside in {})",
-                    entry.id().unwrap_or("-"),
-                    entry.reason,
-                    store.rejected_location()
-                )));
-            }
+            let listing = bub::cli::listing::jobs(store.as_ref()).with_context(in_store)?;
+            print_out(&listing);
         }
         JobsAction::Remove { id } => {
             let removed = store

@@ -81,7 +81,8 @@ async fn chat_text_reaches_the_terminal_escaped() {
     )
     .await;
     printed(&env, &["jobs", "list"], SHOWN).await;
-    let listed = printed(&env, &["memory", "list"], &format!("  - likes {SHOWN}")).await;
+    let entry = format!("  - [guest telegram:50 @user50] likes {SHOWN}");
+    let listed = printed(&env, &["memory", "list"], &entry).await;
     assert!(listed.contains("chat telegram:50 ("), "{listed}");
     let shown_title = "@x\\x1b]0;pwned\\x07";
     printed(&env, &["pair", "list"], shown_title).await;

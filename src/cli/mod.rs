@@ -4,6 +4,7 @@
 //! read plainly (no prompt, no editor) so chat can be scripted.
 
 mod editor;
+pub mod listing;
 
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;

@@ -1,0 +1,104 @@
+//! What the operator's listing commands print — `bub pair list`, `bub memory list`,
+//! `bub jobs list` — as text. Usernames, memory entries and job messages came from chats, so
+//! every row is escaped (`terminal::safe_line`): a guest's text cannot rewrite the screen, set
+//! the window title or write the clipboard.
+
+use chrono::{DateTime, Utc};
+
+use crate::access::{Access, who};
+use crate::memory::{Memory, Scope};
+use crate::scheduler::store::JobStore;
+use crate::terminal::safe_line;
+
+/// `bub pair list`: the flood notes, pending requests and approved users, one row each.
+pub fn pairs(access: &Access, now: DateTime<Utc>) -> String {
+    let pending = access.pending(now);
+    let mut out = Vec::new();
+    if pending.is_empty() {
+        out.push("(no pending requests)".to_owned());
+    }
+    for note in access.flood_notes(now) {
+        out.push(format!("flood    {note}"));
+    }
+    for p in &pending {
+        let left = (p.expires_at() - now).num_minutes().max(0);
+        out.push(format!(
+            "pending  {} {} user {} (expires in {left} min): bub pair approve {} {}",
+            p.code,
+            p.channel,
+            who(&p.user_id, p.username.as_deref()),
+            p.channel,
+            p.code
+        ));
+    }
+    for u in &access.file().users {
+        out.push(format!(
+            "paired   {} user {} {} (approved {})",
+            u.channel,
+            who(&u.user_id, u.username.as_deref()),
+            u.role,
+            u.approved_at.format("%Y-%m-%d %H:%M UTC")
+        ));
+    }
+    rows(out)
+}
+
+/// `bub memory list`: the global memory, then each chat's, with their files.
+pub fn memory(memory: &Memory) -> String {
+    let mut out = vec![format!(
+        "global ({})",
+        memory.path(&Scope::Global).display()
+    )];
+    out.extend(
+        memory
+            .list(&Scope::Global)
+            .iter()
+            .map(|e| format!("  - {e}")),
+    );
+    let chats = memory.path(&Scope::Chat(String::new()));
+    let mut files: Vec<_> = chats
+        .parent()
+        .and_then(|dir| std::fs::read_dir(dir).ok())
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let name = file.file_stem().unwrap_or_default().to_string_lossy();
+        let session = percent_encoding::percent_decode_str(&name).decode_utf8_lossy();
+        out.push(format!("chat {session} ({})", file.display()));
+        out.extend(
+            text.lines()
+                .filter(|l| l.starts_with("- "))
+                .map(|l| format!("  {l}")),
+        );
+    }
+    rows(out)
+}
+
+/// `bub jobs list`: the jobs, then those set aside with why (loading sets aside jobs that
+/// cannot run).
+pub fn jobs(store: &dyn JobStore) -> anyhow::Result<String> {
+    let jobs = store.list()?;
+    let mut out = Vec::new();
+    if jobs.is_empty() {
+        out.push("(no scheduled jobs)".to_owned());
+    }
+    out.extend(jobs.iter().map(|job| job.row(true)));
+    // The error names the rejected file itself.
+    for entry in &store.rejected()? {
+        out.push(format!(
+            "rejected {} {} (set aside in {})",
+            entry.id().unwrap_or("-"),
+            entry.reason,
+            store.rejected_location()
+        ));
+    }
+    Ok(rows(out))
+}
+
+/// The rows, each escaped, one a line.
+fn rows(rows: Vec<String>) -> String {
+    let escaped: Vec<String> = rows.iter().map(|r| safe_line(r).into_owned()).collect();
+    escaped.join("\n")
+}
