@@ -14,8 +14,8 @@
 //!   whose decode would hold more than [`MAX_ALLOC`] (a progressive JPEG keeps all its
 //!   coefficients), is never decoded; the decoder itself reserves at most [`MAX_ALLOC`] for the
 //!   picture (a 16-bit or RGBA PNG);
-//! * one image is decoded at a time in the process ([`DECODING`]): chats sending images at once
-//!   wait for each other instead of adding up;
+//! * one image is measured and decoded at a time in the process ([`DECODING`]): chats sending
+//!   images at once wait for each other instead of adding up;
 //! * each image is decoded once: the JPEG made of it, or the note why there is none, is kept in
 //!   `BUB_HOME/cache/images/` under a hash of the file's path, length and modification time (at
 //!   most [`MAX_CACHED`] entries, the oldest removed first), so later turns of the chat read it
@@ -60,7 +60,8 @@ pub(crate) const CACHE_DIR: &str = "cache/images";
 /// The most entries (JPEGs of up to a few hundred KB, or notes) the cache keeps.
 const MAX_CACHED: usize = 128;
 
-/// One decode at a time in the process: each may hold up to [`MAX_ALLOC`].
+/// One image measured and decoded at a time in the process: a decode may hold up to
+/// [`MAX_ALLOC`].
 static DECODING: Mutex<()> = Mutex::new(());
 
 /// What a vision model is shown of one saved image.
@@ -112,6 +113,8 @@ fn shown(cache: &Path, path: &Path) -> anyhow::Result<Shown> {
 /// The image at `path` decoded (within the bounds) and re-encoded as a JPEG of at most
 /// [`MAX_EDGE`] pixels; the error is the note for the model.
 fn jpeg(path: &Path) -> Result<Vec<u8>, String> {
+    // Reading the header may hold the file too (the JPEG decoder reads it whole, up to 32 MB).
+    let _decoding = DECODING.lock().unwrap_or_else(PoisonError::into_inner);
     let unreadable = |e: &dyn std::fmt::Display| format!("could not read the image: {e}");
     let open = || {
         image::ImageReader::open(path)
@@ -126,7 +129,6 @@ fn jpeg(path: &Path) -> Result<Vec<u8>, String> {
     let mut limits = image::Limits::default();
     limits.max_alloc = Some(MAX_ALLOC);
     reader.limits(limits);
-    let _decoding = DECODING.lock().unwrap_or_else(PoisonError::into_inner);
     let mut picture = reader.decode().map_err(|e| match e {
         image::ImageError::Limits(_) => too_large(width, height),
         e => format!("could not decode the image: {e}"),
