@@ -7,6 +7,11 @@
 //! Then live answers under load (`BUB_STREAM=edits`): 100 chats write at once and the fake
 //! model streams each answer slowly (a piece every second, about 6 s); it reports the posts and edits made, their
 //! rate, and the shortest gap between two of one chat (the floor is 1 s).
+//!
+//! Then images for a vision model (`BUB_VISION=on`): three PNG bombs (465 KB declaring 16000 ×
+//! 10000 pixels) from three chats at once — described, not decoded: the time to the three
+//! answers and the peak RSS — and a 12 MP photo: the time to the answer (decoded) and to the
+//! next turn's (read back from the cache), and the peak RSS.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -15,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use support::bench::{daemon_command, rss_mb};
+use support::bench::{daemon_command, rss_mb, status_mb};
 use support::fake_openai::{self, StreamStyle};
 use support::fake_telegram::{self, private_text};
 
@@ -29,6 +34,76 @@ fn main() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(bench());
     rt.block_on(live());
+    rt.block_on(images());
+}
+
+/// Image bombs from three chats at once, then a 12 MP photo over two turns.
+async fn images() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = fake_openai::start().await;
+    let telegram = fake_telegram::start().await;
+    let mut child = daemon_command(dir.path(), &model, &telegram, 600)
+        .env("BUB_VISION", "on")
+        .current_dir(dir.path())
+        .spawn()
+        .expect("start bub message");
+    let pid = child.id().expect("pid");
+    let within = Duration::from_secs(60);
+    telegram.wait_for_calls("getUpdates", 1, within).await;
+    let bomb = support::images::png_bomb(16000, 10000);
+    telegram.add_file("bomb", bomb.clone());
+    let started = Instant::now();
+    for chat in 0..3 {
+        model.push_text("Too large to look at.");
+        let photo = private_text(7_000 + chat, 7_000 + chat, "");
+        telegram.push_message(photo.photo_file("bomb", bomb.len() as u64, Some("look")));
+    }
+    telegram.wait_for_calls("sendMessage", 3, within).await;
+    let bombs = started.elapsed();
+    let bombs_peak = status_mb(pid, "VmHWM");
+
+    // A phone photo: 4032 × 3024, noisy enough to weigh what a real one does.
+    let mut rng = fastrand::Rng::with_seed(12);
+    let pixels = image::RgbImage::from_fn(4032, 3024, |x, y| {
+        let base = ((x / 16 + y / 16) % 256) as u8;
+        image::Rgb([base, base.wrapping_add(rng.u8(..32)), rng.u8(..)])
+    });
+    let mut photo = Vec::new();
+    let encoder = image::codecs::jpeg::JpegEncoder::new_with_quality(&mut photo, 90);
+    pixels.write_with_encoder(encoder).expect("a JPEG");
+    telegram.add_file("photo", photo.clone());
+    model.push_text("A photo.");
+    model.push_text("Still the photo.");
+    let started = Instant::now();
+    let message = private_text(42, 42, "").photo_file("photo", photo.len() as u64, Some("what?"));
+    telegram.push_message(message);
+    telegram.wait_for_calls("sendMessage", 4, within).await;
+    let decoded = started.elapsed();
+    let started = Instant::now();
+    telegram.push_message(private_text(42, 42, "and the colours?"));
+    telegram.wait_for_calls("sendMessage", 5, within).await;
+    let cached = started.elapsed();
+    let requests = model.requests();
+    let shown = |n: usize| fake_openai::image_urls(&requests[n]).len();
+    assert_eq!(
+        (shown(3), shown(4)),
+        (1, 1),
+        "the photo shown in both turns"
+    );
+    println!(
+        "media.images: three {}×{} PNG bombs ({} KB each) from three chats at once: answered in \
+         {:.0} ms, peak RSS {bombs_peak:.1} MB; a 12 MP photo ({:.1} MB): answered in {:.0} ms \
+         (decoded), the next turn in {:.0} ms (cached), peak RSS {:.1} MB",
+        16000,
+        10000,
+        bomb.len() / 1024,
+        bombs.as_secs_f64() * 1e3,
+        photo.len() as f64 / 1e6,
+        decoded.as_secs_f64() * 1e3,
+        cached.as_secs_f64() * 1e3,
+        status_mb(pid, "VmHWM"),
+    );
+    let _ = child.kill().await;
 }
 
 /// Live answers of [`LIVE_CHATS`] chats at once.

@@ -89,6 +89,10 @@ impl Channel for Scripted {
         Ok(())
     }
 
+    fn message_limit(&self) -> usize {
+        usize::MAX
+    }
+
     async fn check_recipient(&self, _: &str) -> anyhow::Result<()> {
         Ok(())
     }
@@ -130,6 +134,7 @@ fn config() -> SessionConfig {
         typing_interval: Duration::from_secs(4),
         proactive_response: false,
         live: false,
+        home: std::env::temp_dir(),
     }
 }
 

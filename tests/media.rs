@@ -17,7 +17,7 @@ use serde_json::Value;
 use support::bub_env::{Env, WAIT, stderr, stdout, texts};
 use support::fake_openai::image_urls;
 use support::fake_telegram::private_text;
-use support::wait::bounded;
+use support::wait::{bounded, wait_until};
 
 /// A PNG of `width`×`height` pixels.
 fn png(width: u32, height: u32) -> Vec<u8> {
@@ -82,6 +82,13 @@ async fn a_photo_is_saved_and_shown_to_a_vision_model_or_named_to_one_that_refus
         .unwrap();
     let shown = image::load_from_memory(&jpeg).unwrap();
     assert_eq!((shown.width(), shown.height()), (1568, 784), "scaled down");
+    // Made once: the JPEG is kept for the chat's later turns.
+    let kept: Vec<Vec<u8>> = std::fs::read_dir(env.home.join("cache/images"))
+        .unwrap()
+        .flatten()
+        .map(|e| std::fs::read(e.path()).unwrap())
+        .collect();
+    assert_eq!(kept, std::slice::from_ref(&jpeg));
     let prompt = user_text(&env, 0);
     assert!(
         prompt.contains(&format!("\"saved\":\"inbox/telegram-42/{}\"", files[0].0)),
@@ -116,6 +123,84 @@ async fn a_photo_is_saved_and_shown_to_a_vision_model_or_named_to_one_that_refus
     assert_eq!(env.model.request_count(), 4);
     assert!(image_urls(&env.model.requests()[3]).is_empty());
     assert!(daemon.stop().await.success());
+}
+
+/// The peak resident set (`VmHWM`) of process `pid`, in MB.
+fn peak_rss_mb(pid: u32) -> f64 {
+    support::bench::status_mb(pid, "VmHWM")
+}
+
+/// Issue 19, item 6: a 465 KB PNG declaring 16000 × 10000 pixels (480 MB decoded) sent from
+/// three chats at once is described, not decoded — the daemon's peak stays far below what one
+/// decode would take — and a later turn of the chat reads the verdict back instead of looking
+/// at the file again.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_image_bomb_is_described_not_decoded_and_judged_once() {
+    let bomb = support::images::png_bomb(16000, 10000);
+    assert!(bomb.len() < 500_000, "{} bytes", bomb.len());
+    let small = image::load_from_memory(&support::images::png_bomb(300, 200)).unwrap();
+    assert_eq!((small.width(), small.height()), (300, 200), "a valid PNG");
+    let mut env = Env::new().await;
+    env.set("BUB_VISION", "on");
+    env.telegram.add_file("bomb", bomb.clone());
+    let chats = [42, 43, 44];
+    for _ in chats {
+        env.model.push_text("I cannot see that one.");
+    }
+    let daemon = env.start();
+    let pid = daemon.child.id().unwrap();
+    for chat in chats {
+        let photo =
+            private_text(chat, chat, "").photo_file("bomb", bomb.len() as u64, Some("look"));
+        env.telegram.push_message_update(photo);
+    }
+    // The peak (`VmHWM`) is watched all along: a decode would pass 150 MB within seconds.
+    let answered = || {
+        let peak = peak_rss_mb(pid);
+        assert!(peak > 0.0 && peak < 150.0, "peak RSS {peak:.0} MB");
+        env.telegram.calls_of("sendMessage").len() == 3
+    };
+    wait_until(WAIT, "three answers", answered).await;
+
+    let requests = env.model.requests();
+    assert_eq!(requests.len(), 3);
+    for request in &requests {
+        assert!(image_urls(request).is_empty(), "no image part");
+        let text = support::fake_openai::last_user_text(request);
+        assert!(
+            text.contains("-photo.jpg not shown: image 16000×10000 too large to show"),
+            "{text}"
+        );
+    }
+    let judged = |log: &str| log.matches("media.image.refused").count();
+    assert_eq!(judged(&daemon.log()), 3, "{}", daemon.log());
+    let verdicts = || {
+        std::fs::read_dir(env.home.join("cache/images"))
+            .unwrap()
+            .flatten()
+            .map(|e| std::fs::read_to_string(e.path()).unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(verdicts().len(), 3);
+    assert!(verdicts().iter().all(|v| v.contains("16000×10000")));
+
+    // The next turn in the chat shows the note again, read back from the cache.
+    env.model.push_text("Still too large.");
+    env.telegram
+        .push_message_update(private_text(42, 42, "and now?"));
+    env.telegram.wait_for_calls("sendMessage", 4, WAIT).await;
+    let request = &env.model.requests()[3];
+    assert!(image_urls(request).is_empty());
+    assert!(
+        request
+            .to_string()
+            .contains("not shown: image 16000×10000 too large to show"),
+        "{request}"
+    );
+    let (status, log) = daemon.stop_with_log().await;
+    assert!(status.success());
+    assert_eq!(judged(&log), 3, "judged once per image: {log}");
+    assert_eq!(verdicts().len(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread")]

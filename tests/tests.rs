@@ -19,6 +19,7 @@ mod learning;
 mod limits;
 mod live;
 mod llm;
+mod long_answers;
 mod manager;
 mod media;
 mod memory;

@@ -89,8 +89,8 @@ pub(crate) struct ModelLoop<'a> {
     trail: Vec<ToolStep>,
     /// The images the turn's prompt brought (saved files, relative to the workspace).
     images: Vec<String>,
-    /// Image parts made this turn, by path (each image is decoded once per turn).
-    image_uris: HashMap<String, String>,
+    /// What this turn shows of its images, by path (made or read from the cache once a turn).
+    images_shown: HashMap<String, media::image::Shown>,
     /// The answer's visible text so far (earlier steps'), under a live answer's new text.
     shown: String,
 }
@@ -117,7 +117,7 @@ impl<'a> ModelLoop<'a> {
             failures: Vec::new(),
             trail: Vec::new(),
             images: Vec::new(),
-            image_uris: HashMap::new(),
+            images_shown: HashMap::new(),
             shown: String::new(),
         }
     }
@@ -431,7 +431,8 @@ impl<'a> ModelLoop<'a> {
     /// Turns the newest user message with images in `messages` into text and image parts, when
     /// the model takes images (`BUB_VISION`) and has not refused them in this session; strips
     /// the `images` field of every message either way. Returns the message's index and the
-    /// paths shown. An image that cannot be decoded is left out (its path is in the prompt).
+    /// paths of the images shown. An image that is not shown (too large, not decodable) gets a
+    /// note with its path in the text.
     async fn attach_images(
         &mut self,
         llm: &LlmClient,
@@ -448,31 +449,33 @@ impl<'a> ModelLoop<'a> {
         };
         let missing: Vec<String> = paths
             .iter()
-            .filter(|p| !self.image_uris.contains_key(*p))
+            .filter(|p| !self.images_shown.contains_key(*p))
             .cloned()
             .collect();
-        let workspace = settings.workspace.clone();
+        let (workspace, home) = (settings.workspace.clone(), settings.home.clone());
         let made = tokio::task::spawn_blocking(move || {
             missing
                 .into_iter()
-                .filter_map(|path| match media::image::data_uri(&workspace.join(&path)) {
-                    Ok(uri) => Some((path, uri)),
-                    Err(e) => {
-                        tracing::warn!(path = %path, error = %format!("{e:#}"), "media.image.error");
-                        None
-                    }
+                .map(|path| {
+                    let shown = media::image::show(&home, &workspace.join(&path));
+                    (path, shown)
                 })
                 .collect::<Vec<_>>()
         })
         .await
         .unwrap_or_default();
-        self.image_uris.extend(made);
-        let (shown, uris): (Vec<String>, Vec<String>) = paths
+        self.images_shown.extend(made);
+        let shown: Vec<(String, media::image::Shown)> = paths
             .into_iter()
-            .filter_map(|p| self.image_uris.get(&p).cloned().map(|uri| (p, uri)))
-            .unzip();
-        media::image::attach(messages, Some((at, &uris)));
-        (!shown.is_empty()).then_some((at, shown))
+            .filter_map(|p| self.images_shown.get(&p).cloned().map(|s| (p, s)))
+            .collect();
+        media::image::attach(messages, Some((at, &shown)));
+        let images: Vec<String> = shown
+            .into_iter()
+            .filter(|(_, s)| matches!(s, media::image::Shown::Image(_)))
+            .map(|(p, _)| p)
+            .collect();
+        (!images.is_empty()).then_some((at, images))
     }
 
     /// A fast estimate of a request's prompt tokens: the system prompt, the messages and the

@@ -45,6 +45,9 @@ pub trait Channel: Send + Sync + 'static {
     /// text. Errors are returned after the adapter's own retries; the caller logs them.
     async fn send(&self, out: &Outbound) -> anyhow::Result<()>;
 
+    /// The most characters one message carries: [`Channel::send`] splits a longer text at it.
+    fn message_limit(&self) -> usize;
+
     /// Posts `text` as one message — the first version of a live answer, cut to the platform's
     /// size — and returns its id; `None` when this channel cannot edit messages (then answers
     /// are not shown live).

@@ -35,6 +35,7 @@
 
 use std::collections::VecDeque;
 use std::future::Future;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,7 +51,7 @@ use crate::access::{Authority, Role};
 use crate::agent::AgentRuntime;
 use crate::channels::{Channel, Control, Inbound, LiveSender, Outbound};
 use crate::config::Settings;
-use crate::delivery::{TurnResult, render_output};
+use crate::delivery::{self, TurnResult, render_output};
 use crate::inbox::{Delivery, Inbox, Outcome};
 use crate::status::{Board, SessionState};
 use crate::tape::search::LEFT_OUT_EVENT;
@@ -145,6 +146,8 @@ pub struct SessionConfig {
     /// `BUB_STREAM=edits`: answers are shown as they are written, in one message edited at
     /// most once per [`LIVE_INTERVAL`] (where the channel can edit messages).
     pub live: bool,
+    /// `BUB_HOME`: an answer too long for its chat is written under it as a file to send.
+    pub home: PathBuf,
 }
 
 impl SessionConfig {
@@ -158,6 +161,7 @@ impl SessionConfig {
             typing_interval: Duration::from_secs(4),
             proactive_response: s.proactive_response,
             live: s.stream_edits,
+            home: s.home.clone(),
         }
     }
 }
@@ -303,6 +307,7 @@ impl SessionActor {
     fn courier(&self) -> Courier {
         Courier {
             channel: self.channel.clone(),
+            home: self.cfg.home.clone(),
             session_id: self.session_id.clone(),
             board: self.board.clone(),
         }
@@ -680,10 +685,12 @@ fn shown_count(batch: &[Inbound]) -> usize {
     fitting.max(1).min(batch.len())
 }
 
-/// How an actor's tasks reach its chat: the adapter, and the board that shows failures.
+/// How an actor's tasks reach its chat: the adapter (through [`delivery::send`]), the home
+/// that a long answer's file is written under, and the board that shows failures.
 #[derive(Clone)]
 struct Courier {
     channel: Arc<dyn Channel>,
+    home: PathBuf,
     session_id: String,
     board: Arc<Board>,
 }
@@ -691,7 +698,7 @@ struct Courier {
 impl Courier {
     /// Sends `out` (the adapter retries on its own); the outcome for the inbox.
     async fn deliver(&self, out: &Outbound) -> Outcome {
-        match self.channel.send(out).await {
+        match delivery::send(self.channel.as_ref(), &self.home, out).await {
             Ok(()) => Outcome::Sent,
             Err(e) => {
                 let error = format!("{e:#}");

@@ -33,6 +33,9 @@ impl Channel for FakeChannel {
         self.sent.lock().unwrap().push(out.clone());
         Ok(())
     }
+    fn message_limit(&self) -> usize {
+        usize::MAX
+    }
     async fn check_recipient(&self, _: &str) -> anyhow::Result<()> {
         Ok(())
     }
@@ -149,6 +152,7 @@ fn config() -> SessionConfig {
         typing_interval: Duration::from_secs(4),
         proactive_response: false,
         live: false,
+        home: std::env::temp_dir(),
     }
 }
 

@@ -6,11 +6,14 @@
 //! * [`Outbox`] — sending to any chat outside a turn's own delivery (`message.send`, `bub send`,
 //!   scheduled runs), always through the adapter and its chat allow-list.
 //! * [`render_output`] — what the framework posts for a finished turn.
+//! * [`send()`] — how every send reaches its adapter: a text past [`send::MAX_MESSAGES`]
+//!   messages goes as its first part and a file.
 //!
 //! [`Outbound`] (a text for one chat) is spoken by the adapters and the journal too, so it
 //! lives below them ([`crate::chat`]); it is re-exported here.
 
 pub(crate) mod outbox;
+pub(crate) mod send;
 
 use std::sync::Arc;
 
@@ -19,6 +22,7 @@ use crate::channels::{Channel, discord, telegram};
 pub use crate::chat::Outbound;
 use crate::config::{ConfigError, Settings};
 pub use outbox::Outbox;
+pub(crate) use send::send;
 
 /// Builds a platform's adapter from the settings.
 pub(crate) type Build = fn(&Settings, Arc<Access>) -> anyhow::Result<Arc<dyn Channel>>;

@@ -1,8 +1,8 @@
 //! The outbox: sending a text to any chat of any channel from outside a session's own turn
 //! delivery — the `message.send` tool, `bub send`, scheduled runs.
 //!
-//! Every message goes through the channel adapter's `send`, the same code the daemon uses for
-//! answers (rendering, splitting, retries). In `bub message` and `bub idle` the outbox uses the
+//! Every message goes through [`super::send()`] and the channel adapter's `send`, the same code
+//! the daemon uses for answers (rendering, splitting, a long text as a file, retries). In `bub message` and `bub idle` the outbox uses the
 //! process's adapters; elsewhere (`bub run`, `bub chat`, `bub send`) it builds a send-only
 //! adapter on first use from the settings (a token is enough; the channel need not be enabled).
 //!
@@ -62,6 +62,6 @@ impl Outbox {
             tracing::warn!(channel = name, chat_id = %out.chat_id, error = %format!("{e:#}"), "outbox.refused");
             return Err(e);
         }
-        adapter.send(out).await
+        super::send(adapter.as_ref(), &settings.home, out).await
     }
 }

@@ -1,8 +1,8 @@
 //! What the integration tests share: the fake servers (every fake binds 127.0.0.1:0, records
 //! requests and never reaches the internet), the `bub` process environment (`bub_env`), a
 //! channel adapter running against a fake (`adapter`), the in-process tool environment
-//! (`tool_env`), the bounded waits (`wait`) and the fakes' multipart parser and streamed
-//! downloads (`wire`). Each test module uses what it needs.
+//! (`tool_env`), the bounded waits (`wait`), the fakes' multipart parser and streamed
+//! downloads (`wire`) and a decompression-bomb PNG (`images`). Each test module uses what it needs.
 #![allow(dead_code)]
 
 pub mod adapter;
@@ -11,6 +11,7 @@ pub mod bub_env;
 pub mod fake_discord;
 pub mod fake_openai;
 pub mod fake_telegram;
+pub mod images;
 pub mod tool_env;
 pub mod wait;
 pub mod wire;

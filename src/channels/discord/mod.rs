@@ -336,6 +336,10 @@ impl Channel for Discord {
         Ok(())
     }
 
+    fn message_limit(&self) -> usize {
+        MESSAGE_LIMIT
+    }
+
     async fn send(&self, out: &Outbound) -> anyhow::Result<()> {
         let channel = channel_id(&out.chat_id)?;
         let reply_to = out.reply_to.as_deref().and_then(snowflake);

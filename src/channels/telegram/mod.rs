@@ -393,6 +393,10 @@ impl Channel for Telegram {
         self.poll(&handler, shutdown).await
     }
 
+    fn message_limit(&self) -> usize {
+        MESSAGE_LIMIT
+    }
+
     async fn send(&self, out: &Outbound) -> anyhow::Result<()> {
         let to = recipient(&out.chat_id)?;
         let reply_to = out
