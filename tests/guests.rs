@@ -259,4 +259,17 @@ async fn in_a_shared_group_guests_neither_read_the_owners_output_nor_speak_for_t
     );
     let tape = env.tape_text();
     assert!(tape.contains("run the check"), "the tape was not reset");
+    // `bub access explain` says so.
+    let explained = env
+        .run(&["access", "explain", "telegram:-100", "--user", "50"])
+        .await;
+    let explained = support::bub_env::stdout(&explained);
+    assert!(
+        explained.contains("tape.search over the messages only"),
+        "{explained}"
+    );
+    assert!(
+        explained.contains("writes only in inbox/telegram--100/"),
+        "{explained}"
+    );
 }

@@ -206,6 +206,18 @@ fn describe_policy(
         (true, false, _) => "bash unsandboxed".to_owned(),
     };
     let _ = writeln!(out, "  shell: {shell}");
+    let (tape, memory) = match policy.searched() {
+        crate::tape::Searched::Everything => (
+            "tape.search over messages and tool results",
+            "this chat's and the global memory",
+        ),
+        crate::tape::Searched::Conversation => (
+            "tape.search over the messages only (not tool results); no tape.reset",
+            "this chat's only; what it keeps is marked as its words ([guest …])",
+        ),
+    };
+    let _ = writeln!(out, "  tape: {tape}");
+    let _ = writeln!(out, "  memory: {memory}");
     if policy.allows("schedule.add") {
         let jobs = policy.jobs();
         let remove = if jobs.own_jobs_only {
