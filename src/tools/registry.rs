@@ -160,14 +160,12 @@ impl Tool {
     /// When a path argument named by `scope` is not one of the tool's arguments (a programming
     /// error in the built-in set: the policy would not see it).
     pub(crate) fn scoped(mut self, scope: Scope) -> Self {
-        {
-            for key in scope.paths().0 {
-                assert!(
-                    self.schema["properties"].get(key).is_some(),
-                    "{}: scoped path argument `{key}` is not an argument",
-                    self.name
-                );
-            }
+        for key in scope.paths().0 {
+            assert!(
+                self.schema["properties"].get(key).is_some(),
+                "{}: scoped path argument `{key}` is not an argument",
+                self.name
+            );
         }
         self.scope = scope;
         self
