@@ -242,6 +242,15 @@ async fn in_a_shared_group_guests_neither_read_the_owners_output_nor_speak_for_t
     assert!(daemon.stop().await.success());
 
     let requests = env.model.requests();
+    // The model's context of a guest's turn withholds the owner's command output too.
+    let owner_step = serde_json::to_string(&requests[1]["messages"]).unwrap();
+    assert!(owner_step.contains("OWNER-ONLY-OUTPUT"), "{owner_step}");
+    let guest_turn = serde_json::to_string(&requests[2]["messages"]).unwrap();
+    assert!(!guest_turn.contains("OWNER-ONLY-OUTPUT"), "{guest_turn}");
+    assert!(
+        guest_turn.contains("not shown in a guest's turn"),
+        "{guest_turn}"
+    );
     let system = requests.last().unwrap()["messages"][0]["content"]
         .as_str()
         .unwrap()

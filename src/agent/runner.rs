@@ -21,8 +21,8 @@ use crate::delivery::TurnError;
 use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, ToolCall};
 use crate::media;
 use crate::skills::Discovery;
-use crate::tape::ContextCursor;
 use crate::tape::shared::{append_failed, logged};
+use crate::tape::{ContextCursor, Searched};
 use crate::tools::ToolContext;
 
 /// The follow-up prompt after tool calls.
@@ -111,7 +111,8 @@ impl<'a> ModelLoop<'a> {
             max_steps: ctx.settings().max_steps,
             max_tokens: ctx.settings().max_tokens,
             memory,
-            context: ContextCursor::default(),
+            // A guest's turn in a shared chat does not see an owner's command output.
+            context: ContextCursor::new(ctx.turn.policy.searched() == Searched::Conversation),
             skills: Arc::default(),
             tools_tokens: ctx.registry().spec_tokens_for(&ctx.turn.policy),
             failures: Vec::new(),
@@ -232,7 +233,10 @@ impl<'a> ModelLoop<'a> {
                 return Err(TurnError::Model(e.to_string()));
             }
         };
-        let run = json!({"run_id": uuid::Uuid::new_v4().simple().to_string()});
+        let run = json!({
+            "run_id": uuid::Uuid::new_v4().simple().to_string(),
+            "role": self.ctx.turn.authority.role,
+        });
         // The user's own prompt may name tools and skills to expand.
         let hints = (step == 1).then(|| prompt.to_owned());
         let recorded = self.prepare(start, prompt, &run, hints).await;

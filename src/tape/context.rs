@@ -36,6 +36,10 @@ use super::store::FileTape;
 /// The entry kinds a context is built from (besides the anchor it starts after).
 const CONTEXT_KINDS: [Kind; 3] = [Kind::Message, Kind::ToolCall, Kind::ToolResult];
 
+/// What a guest's turn sees instead of the output of a tool call made in an owner's turn.
+pub(crate) const WITHHELD: &str =
+    "[output of a command run for an owner: not shown in a guest's turn]";
+
 /// Content of a synthetic tool message answering a call whose result was never recorded.
 pub(crate) const NO_RESULT: &str = "error: no result recorded";
 
@@ -92,9 +96,20 @@ pub struct ContextCursor {
     messages: Messages,
     /// How much the last read parsed (store-defined: bytes for a file).
     pub last_read: u64,
+    /// The context of a guest's turn: the results of tool calls made in turns that did not run
+    /// as a guest (an owner's command output, in a shared chat) are withheld.
+    guest: bool,
 }
 
 impl ContextCursor {
+    /// A cursor for a turn; `guest`: a guest's turn (see [`ContextCursor::guest`]).
+    pub(crate) fn new(guest: bool) -> Self {
+        Self {
+            guest,
+            ..Self::default()
+        }
+    }
+
     /// The context: the handoff note, then the messages, with synthetic results for calls
     /// still unanswered.
     pub(crate) fn messages(&self) -> Vec<Value> {
@@ -126,7 +141,7 @@ impl FileTape {
     pub(crate) fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<Value>> {
         self.read(|index, file| {
             let Some(file) = file else {
-                *cursor = ContextCursor::default();
+                *cursor = ContextCursor::new(cursor.guest);
                 return Ok(());
             };
             let last_anchor = index.last_anchor();
@@ -137,7 +152,7 @@ impl FileTape {
                 *cursor = ContextCursor {
                     origin: Some(origin),
                     read_to: last_anchor.map_or(0, |a| a.offset),
-                    ..ContextCursor::default()
+                    ..ContextCursor::new(cursor.guest)
                 };
             }
             let bytes = read_at(file, cursor.read_to, index.synced - cursor.read_to)?;
@@ -154,7 +169,7 @@ impl FileTape {
             lines
                 .filter(|l| line_kind(l).is_none_or(|k| CONTEXT_KINDS.contains(&k)))
                 .filter_map(parse_entry)
-                .for_each(|entry| cursor.messages.push(entry));
+                .for_each(|entry| cursor.messages.push(entry, cursor.guest));
             cursor.last_read = bytes.len() as u64;
             cursor.read_to = index.synced;
             Ok(())
@@ -237,12 +252,18 @@ pub(crate) fn handoff_note(anchor: &TapeEntry) -> Option<String> {
     Some(note)
 }
 
+/// In a guest's turn (`guest`), `entry` came from a turn that did not run as a guest (its `role`
+/// meta; none on older tapes): its tool arguments and output are an owner's.
+fn withheld(entry: &TapeEntry, guest: bool) -> bool {
+    guest && entry.meta.get("role").and_then(Value::as_str) != Some("guest")
+}
+
 /// Maps entries (those after the last anchor) to chat messages, as Bub v0.2.3 does, plus
 /// synthetic results for unanswered tool calls.
 #[cfg(test)]
 pub(crate) fn select_messages(entries: impl IntoIterator<Item = TapeEntry>) -> Vec<Value> {
     let mut messages = Messages::default();
-    entries.into_iter().for_each(|e| messages.push(e));
+    entries.into_iter().for_each(|e| messages.push(e, false));
     let Messages { mut out, pending } = messages;
     answer_unanswered(&mut out, pending);
     out
@@ -257,7 +278,9 @@ struct Messages {
 }
 
 impl Messages {
-    fn push(&mut self, entry: TapeEntry) {
+    /// Adds `entry`; for a guest's turn (`guest`), the arguments and results of tool calls of a
+    /// turn that did not run as a guest are withheld ([`withheld`]).
+    fn push(&mut self, entry: TapeEntry, guest: bool) {
         let out = &mut self.out;
         match entry.kind.as_str() {
             "message" => {
@@ -268,7 +291,14 @@ impl Messages {
                 answer_unanswered(out, std::mem::take(&mut self.pending));
                 let calls = entry.payload.get("calls").and_then(Value::as_array);
                 if let Some(calls) = calls.filter(|c| !c.is_empty()) {
-                    out.push(json!({"role": "assistant", "content": "", "tool_calls": calls}));
+                    let mut shown = calls.clone();
+                    if withheld(&entry, guest) {
+                        // The call's name stays (the sequence must be valid), not its arguments.
+                        for call in &mut shown {
+                            call["function"]["arguments"] = json!("{}");
+                        }
+                    }
+                    out.push(json!({"role": "assistant", "content": "", "tool_calls": shown}));
                     self.pending = calls.clone();
                 }
             }
@@ -276,8 +306,13 @@ impl Messages {
                 let results = entry.payload.get("results").and_then(Value::as_array);
                 let calls = std::mem::take(&mut self.pending);
                 let results = results.map(Vec::as_slice).unwrap_or_default();
+                let withheld = withheld(&entry, guest);
                 for (i, result) in results.iter().enumerate() {
-                    out.push(tool_message(result_content(result), calls.get(i)));
+                    let content = match withheld {
+                        true => WITHHELD.to_owned(),
+                        false => result_content(result),
+                    };
+                    out.push(tool_message(content, calls.get(i)));
                 }
                 for call in calls.iter().skip(results.len()) {
                     out.push(tool_message(NO_RESULT.to_string(), Some(call)));
@@ -557,5 +592,39 @@ mod tests {
         }
         assert_eq!(tape.context(&mut cursor).unwrap(), vec![user("fresh")]);
         assert_eq!(cursor.last_read, 0, "nothing appended, nothing parsed");
+    }
+
+    #[test]
+    fn a_guests_context_withholds_the_output_of_other_turns() {
+        let entry = |id, kind: &str, payload: Value, role: Option<&str>| TapeEntry {
+            id,
+            kind: kind.into(),
+            payload,
+            meta: role.map_or(json!({}), |r| json!({"role": r})),
+            date: String::new(),
+        };
+        let call = json!({"calls": [{"id": "c", "type": "function",
+            "function": {"name": "bash", "arguments": "{\"cmd\":\"ls\"}"}}]});
+        let mut messages = Messages::default();
+        for role in [Some("owner"), None, Some("guest")] {
+            messages.push(entry(1, "tool_call", call.clone(), role), true);
+            let result = json!({"results": [format!("output of {role:?}")]});
+            messages.push(entry(2, "tool_result", result, role), true);
+        }
+        let contents: Vec<&str> = messages
+            .out
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| m["content"].as_str().unwrap())
+            .collect();
+        assert_eq!(contents, [WITHHELD, WITHHELD, "output of Some(\"guest\")"]);
+        let arguments: Vec<&Value> = messages
+            .out
+            .iter()
+            .filter_map(|m| m.get("tool_calls"))
+            .map(|c| &c[0]["function"]["arguments"])
+            .collect();
+        let own = json!("{\"cmd\":\"ls\"}");
+        assert_eq!(arguments, [&json!("{}"), &json!("{}"), &own]);
     }
 }
