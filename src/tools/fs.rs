@@ -376,12 +376,13 @@ pub(crate) async fn check_guest_paths(
     ctx: &ToolContext,
     paths: Vec<(String, PathUse)>,
 ) -> Result<(), ToolError> {
-    let workspace = ctx.workspace().to_path_buf();
-    let home = ctx.settings().home.clone();
-    let session = ctx.session_id().to_owned();
-    let redactor = ctx.process.redactor.clone();
-    blocking(ctx.workspace(), ctx.settings().fs_timeout, move || {
-        let rule = GuestFiles::new(&workspace, &home, &session);
+    let files = Files::of(ctx);
+    let Some(guest) = files.guest else {
+        return Ok(()); // not a guest's turn: nothing to bound
+    };
+    let workspace = files.workspace.to_path_buf();
+    blocking(files.workspace, files.timeout, move || {
+        let rule = guest.rule(&workspace);
         for (raw, usage) in &paths {
             let real = confine(&workspace, raw)?;
             let allowed = match usage {
@@ -392,7 +393,7 @@ pub(crate) async fn check_guest_paths(
             if *usage == PathUse::Send
                 && real.is_file()
                 && File::open(&real)
-                    .and_then(|f| redactor.found_in(f))
+                    .and_then(|f| guest.redactor.found_in(f))
                     .unwrap_or(true)
             {
                 return Err(ToolError::new(format!(
