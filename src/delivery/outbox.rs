@@ -2,9 +2,10 @@
 //! delivery — the `message.send` tool, `bub send`, scheduled runs.
 //!
 //! Every message goes through [`super::send()`] and the channel adapter's `send`, the same code
-//! the daemon uses for answers (rendering, splitting, a long text as a file, retries). In `bub message` and `bub idle` the outbox uses the
-//! process's adapters; elsewhere (`bub run`, `bub chat`, `bub send`) it builds a send-only
-//! adapter on first use from the settings (a token is enough; the channel need not be enabled).
+//! the daemon uses for answers (rendering, splitting, a long text as a file, retries). In
+//! `bub message` and `bub idle` the outbox uses the process's adapters; elsewhere (`bub run`,
+//! `bub chat`, `bub send`) it builds a send-only adapter on first use from the settings (a token
+//! is enough; the channel need not be enabled).
 //!
 //! Invariant: a message reaches only a chat the channel's allow-list admits
 //! ([`Channel::check_recipient`]); a refused send is an error to the caller and a log line.
