@@ -278,7 +278,7 @@ impl<'a> ModelLoop<'a> {
                 }
             }
         };
-        let ran = json!({"status": "ok", "usage": response.usage, "provider": llm.provider(), "model": llm.model()});
+        let ran = json!({"status": "ok", "usage": response.usage.map(|u| u.to_record()), "provider": llm.provider(), "model": llm.model()});
         if response.tool_calls.is_empty() {
             let text = response.content.unwrap_or_default();
             let answer = json!({"role": "assistant", "content": text});
@@ -402,10 +402,7 @@ impl<'a> ModelLoop<'a> {
             }
             (response, _) => response?,
         };
-        let counted = response
-            .usage
-            .as_ref()
-            .and_then(|u| u["prompt_tokens"].as_u64());
+        let counted = response.usage.map(|u| u.input);
         if let Some(counted) = counted.filter(|_| estimate > 0) {
             self.memory.token_scale = (counted as f64 / estimate as f64).clamp(0.5, 4.0);
         }

@@ -15,6 +15,7 @@ pub(crate) mod client;
 pub(crate) mod response;
 pub(crate) mod sse;
 pub(crate) mod transcribe;
+pub(crate) mod usage;
 
 use std::fmt;
 use std::time::Duration;
@@ -24,6 +25,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 pub use client::LlmClient;
+pub use usage::Usage;
 
 /// A fast estimate of the tokens of `text`, without a tokenizer: ASCII text at about four
 /// bytes a token, any other character (CJK, say) a token each.
@@ -64,8 +66,8 @@ pub struct ChatResponse {
     pub content: Option<String>,
     /// Requested function calls, in the order the model listed them.
     pub tool_calls: Vec<ToolCall>,
-    /// The provider's `usage` object (`prompt_tokens`, `completion_tokens`, ...), if sent.
-    pub usage: Option<Value>,
+    /// The tokens of the call, when the provider reported them.
+    pub usage: Option<Usage>,
     /// `stop`, `tool_calls`, `length`, ... when the provider sent one.
     pub finish_reason: Option<String>,
 }

@@ -40,7 +40,7 @@ pub(crate) fn parse_completion(body: &str) -> Result<ChatResponse, LlmError> {
     Ok(ChatResponse {
         content: content_text(message.get("content")),
         tool_calls,
-        usage: json.get("usage").filter(|u| u.is_object()).cloned(),
+        usage: json.get("usage").and_then(super::Usage::from_openai),
         finish_reason: choice
             .get("finish_reason")
             .and_then(Value::as_str)
@@ -183,7 +183,7 @@ mod tests {
         assert_eq!(r.content.as_deref(), Some("hi"));
         assert!(r.tool_calls.is_empty());
         assert_eq!(r.finish_reason.as_deref(), Some("stop"));
-        assert_eq!(r.usage.unwrap()["total_tokens"], 2);
+        assert_eq!(r.usage.unwrap().total(), 2);
     }
 
     #[test]

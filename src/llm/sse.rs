@@ -114,7 +114,7 @@ struct PartialCall {
 pub(crate) struct StreamAccumulator {
     content: String,
     calls: BTreeMap<u64, PartialCall>,
-    usage: Option<Value>,
+    usage: Option<super::Usage>,
     finish_reason: Option<String>,
     done: bool,
 }
@@ -146,8 +146,8 @@ impl StreamAccumulator {
         if let Some(err) = error_object(chunk) {
             return Err(err);
         }
-        if let Some(usage) = chunk.get("usage").filter(|u| u.is_object()) {
-            self.usage = Some(usage.clone());
+        if let Some(usage) = chunk.get("usage").and_then(super::Usage::from_openai) {
+            self.usage = Some(usage);
         }
         let mut text = String::new();
         let choices = chunk.get("choices").and_then(Value::as_array);
@@ -328,7 +328,7 @@ mod tests {
             chunk(json!({"content":"Hel"}), Value::Null),
             chunk(json!({"content":"lo"}), Value::Null),
             chunk(json!({}), json!("stop")),
-            json!({"choices":[],"usage":{"total_tokens":7}}).to_string(),
+            json!({"choices":[],"usage":{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}}).to_string(),
             "[DONE]".into(),
         ] {
             seen.push(acc.handle_data(&data).unwrap());
@@ -338,7 +338,7 @@ mod tests {
         let r = acc.finish();
         assert_eq!(r.content.as_deref(), Some("Hello"));
         assert_eq!(r.finish_reason.as_deref(), Some("stop"));
-        assert_eq!(r.usage.unwrap()["total_tokens"], 7);
+        assert_eq!(r.usage.unwrap().total(), 7);
         assert!(r.tool_calls.is_empty());
     }
 
