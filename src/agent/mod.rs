@@ -73,6 +73,22 @@ impl Default for Background {
     }
 }
 
+/// A client for `model` with `settings`' key, base URL and timeout for its provider.
+pub(crate) fn client_for(
+    settings: &Settings,
+    model: &crate::config::Model,
+) -> Result<LlmClient, crate::llm::LlmError> {
+    LlmClient::new(LlmConfig {
+        provider: model.provider.clone(),
+        model: model.id.clone(),
+        base_url: settings.base_url_for(model),
+        api_key: settings.api_key.as_ref().map(|k| k.expose().to_owned()),
+        timeout: settings.model_timeout,
+        max_retries: 3,
+        retry_base_delay: Duration::from_millis(500),
+    })
+}
+
 impl AgentRuntime {
     /// Creates the runtime. A model client that cannot be built (no API key, say) is not an
     /// error here: comma commands still work and each model turn reports the reason.
@@ -83,17 +99,9 @@ impl AgentRuntime {
 
     fn with_process(process: Arc<ProcessCtx>) -> Self {
         let settings = &process.settings;
-        let llm = LlmClient::new(LlmConfig {
-            provider: settings.provider().to_string(),
-            model: settings.model_id().to_string(),
-            base_url: settings.model_base_url(),
-            api_key: settings.api_key.as_ref().map(|k| k.expose().to_owned()),
-            timeout: settings.model_timeout,
-            max_retries: 3,
-            retry_base_delay: Duration::from_millis(500),
-        })
-        .map(Arc::new)
-        .map_err(|e| e.to_string());
+        let llm = client_for(settings, &settings.model)
+            .map(Arc::new)
+            .map_err(|e| e.to_string());
         Self {
             process,
             llm,

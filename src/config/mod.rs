@@ -327,6 +327,7 @@ impl Settings {
     }
 
     /// The model id part of `model` (after the first `:`).
+    #[cfg(test)]
     pub(crate) fn model_id(&self) -> &str {
         &self.model.id
     }
@@ -334,9 +335,14 @@ impl Settings {
     /// `BUB_API_BASE` if set, else the provider's default base URL (empty for an unknown
     /// provider, which [`Settings::load`] and [`Settings::set_model`] reject).
     pub(crate) fn model_base_url(&self) -> String {
+        self.base_url_for(&self.model)
+    }
+
+    /// [`Self::model_base_url`] for any model.
+    pub(crate) fn base_url_for(&self, model: &Model) -> String {
         match &self.api_base {
             Some(base) => base.to_string(),
-            None => provider_base_url(self.provider())
+            None => provider_base_url(&model.provider)
                 .unwrap_or_default()
                 .to_owned(),
         }
