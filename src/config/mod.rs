@@ -322,6 +322,7 @@ impl Settings {
     }
 
     /// The provider part of `model` (before the first `:`), as written.
+    #[cfg(test)]
     pub(crate) fn provider(&self) -> &str {
         &self.model.provider
     }
