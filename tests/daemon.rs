@@ -6,7 +6,6 @@ use crate::support;
 
 use std::time::Duration;
 
-use serde_json::Value;
 use support::bub_env::{Env, WAIT, texts};
 use support::fake_discord::{self, Msg};
 use support::fake_telegram::{self, group_text, private_text};
@@ -29,10 +28,10 @@ async fn private_message_is_answered_once_and_recorded() {
         "no reply threading in private chats"
     );
     let prompt = &env.model_prompts()[0];
-    assert!(prompt.starts_with("channel: $telegram\n{"), "{prompt}");
-    let meta: Value = serde_json::from_str(prompt.lines().nth(1).unwrap()).unwrap();
-    assert_eq!(meta["message"], "hi, I am Ann");
-    assert_eq!(meta["chat_id"], "42");
+    assert_eq!(
+        prompt, "channel: $telegram\n@user42: hi, I am Ann",
+        "a private message: its sender and text, no ids"
+    );
     assert!(
         !env.telegram.calls_of("sendChatAction").is_empty(),
         "typing shown during the turn"
@@ -81,8 +80,8 @@ async fn group_gating_burst_batching_and_commands() {
     let lines: Vec<&str> = prompts[0].lines().collect();
     assert_eq!(lines.len(), 4, "{prompts:?}");
     assert!(
-        lines[1].contains("hey @bub_test_bot")
-            && lines[1].contains(&format!("\"message_id\":{first}"))
+        lines[1].contains("hey @bub_test_bot") && lines[1].starts_with(&format!("[#{first}] ")),
+        "{lines:?}"
     );
     assert!(!prompts[0].contains("bubbles"));
     assert!(daemon.stop().await.success());

@@ -96,7 +96,8 @@ async fn memory_tools_list_search_and_forget_and_the_terminal_lists_and_edits() 
     assert!(listed.contains("global: owner is Ana") && listed.contains("chat: likes tea"));
     assert!(!listed.contains("green"));
 
-    // A working checkpoint: shown at every step of the session's later turns.
+    // A working checkpoint: noted with the next turn's prompt (never in the system prompt, which
+    // must stay byte-stable), so every step of the turn shows it.
     let checkpoint = r#",memory.checkpoint text="goal: ship v2; next: tests""#;
     let out = env.run(&["run", checkpoint]).await;
     assert!(String::from_utf8_lossy(&out.stdout).contains("checkpoint saved"));
@@ -105,7 +106,12 @@ async fn memory_tools_list_search_and_forget_and_the_terminal_lists_and_edits() 
     let before = env.model.request_count();
     assert!(env.run(&["run", "go on"]).await.status.success());
     for request in env.model.requests_since(before) {
-        assert!(system(&request).contains("goal: ship v2; next: tests"));
+        assert!(!system(&request).contains("goal: ship v2"));
+        let messages = request["messages"].to_string();
+        assert!(
+            messages.contains("<checkpoint>") && messages.contains("goal: ship v2; next: tests"),
+            "{messages}"
+        );
     }
 
     // In the terminal: `bub memory edit` opens the file in $EDITOR, `bub memory list` shows all.

@@ -10,6 +10,7 @@ use bub::tape::md5_hex;
 use serde_json::{Value, json};
 use support::bub_env::{Env, assert_exit, limit_file_size, stderr, stdout};
 use support::fake_openai::tool_names;
+use support::prompt_cache::said;
 use support::wait::{WAIT, bounded, wait_for, wait_until};
 
 fn messages(request: &Value) -> Vec<Value> {
@@ -44,7 +45,7 @@ async fn tool_call_writes_a_file_and_the_answer_is_printed() {
     let first_msgs = messages(first);
     assert_eq!(first_msgs[0]["role"], "system");
     assert_eq!(
-        first_msgs.last().unwrap()["content"],
+        said(first_msgs.last().unwrap()["content"].as_str().unwrap()),
         "please write hello.txt"
     );
 
@@ -136,7 +137,7 @@ async fn history_survives_a_new_process() {
     let requests = env.model.requests();
     let contents: Vec<String> = messages(&requests[1])
         .iter()
-        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .map(|m| said(m["content"].as_str().unwrap_or_default()))
         .collect();
     let pos = |s: &str| {
         contents
@@ -543,5 +544,8 @@ async fn a_turn_records_its_steps_in_order() {
         ]
     );
     let messages = messages(&env.model.requests()[0]);
-    assert_eq!(messages.last().unwrap()["content"], "hello");
+    assert_eq!(
+        said(messages.last().unwrap()["content"].as_str().unwrap()),
+        "hello"
+    );
 }

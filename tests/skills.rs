@@ -7,7 +7,8 @@ use crate::support;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bub::agent::prompt::{activate_hints, skills_view};
+use bub::access::{Policy, Role};
+use bub::agent::prompt::{activate_hints, details, skills_view};
 use bub::config::Settings;
 use bub::skills::{MAX_SKILL_BYTES, Source, discover, parse_skill};
 use bub::tools::builtin_registry;
@@ -184,37 +185,32 @@ fn the_prompt_lists_skills_and_shows_a_bounded_set_of_bodies() {
     }
     let found = discover(&roots.settings);
     let registry = builtin_registry(&[]);
+    let owner = Policy::for_role(Role::Owner, &roots.settings);
     let mut expanded = Expanded::default();
-    let view = skills_view(&found, &expanded);
+    let view = skills_view(&found);
     assert!(view.contains("  - s0: Skill 0. ("), "{view}");
     assert!(view.contains("  - telegram: "), "{view}");
-    assert!(!view.contains("<skill_details>"), "nothing expanded yet");
+    assert!(!view.contains("BODY-"), "the list only");
+    let note = |text: &str, expanded: &mut Expanded| {
+        activate_hints(text, &registry, &found, expanded);
+        let (tools, skills) = expanded.take_pending();
+        details(&registry, &found, &owner, &tools, &skills).join("\n")
+    };
 
     // A channel header expands the channel skill; `$name` hints expand others.
-    activate_hints("channel: $telegram\n{}", &registry, &found, &mut expanded);
-    let view = skills_view(&found, &expanded);
+    let shown = note("channel: $telegram\n{}", &mut expanded);
     assert!(
-        view.contains("<skill name=\"telegram\" location=\"builtin:skills/telegram/SKILL.md\">")
+        shown.contains("<skill name=\"telegram\" location=\"builtin:skills/telegram/SKILL.md\">")
     );
-    activate_hints(
-        "use $s0 and $s1, then $s2",
-        &registry,
-        &found,
-        &mut expanded,
-    );
-    let view = skills_view(&found, &expanded);
+    let shown = note("use $s0 and $s1, then $s2, $s3", &mut expanded);
     assert_eq!(MAX_SKILL_DETAILS, 3);
     assert!(
-        !view.contains("<skill name=\"telegram\""),
-        "least recently used dropped out"
+        !shown.contains("BODY-0"),
+        "the least recently hinted dropped out"
     );
-    for i in 0..3 {
-        assert!(view.contains(&format!("BODY-{i}")), "{view}");
+    for i in 1..4 {
+        assert!(shown.contains(&format!("BODY-{i}")), "{shown}");
     }
-    activate_hints("$s0 again, and $s3", &registry, &found, &mut expanded);
-    let view = skills_view(&found, &expanded);
-    assert!(view.contains("BODY-0") && view.contains("BODY-2") && view.contains("BODY-3"));
-    assert!(!view.contains("BODY-1"));
 }
 
 #[test]
@@ -227,9 +223,9 @@ fn a_huge_skill_body_is_cut_in_the_prompt() {
         &skill_md("big", "Big.", &body),
     );
     let found = discover(&roots.settings);
-    let mut expanded = Expanded::default();
-    expanded.skill("big");
-    let view = skills_view(&found, &expanded);
+    let registry = builtin_registry(&[]);
+    let owner = Policy::for_role(Role::Owner, &roots.settings);
+    let view = details(&registry, &found, &owner, &[], &["big".to_owned()]).join("\n");
     assert!(view.len() < 12_000, "{}", view.len());
     assert!(view.contains("skills.describe` shows the whole skill"));
 }

@@ -24,6 +24,7 @@ mod manager;
 mod media;
 mod memory;
 mod message;
+mod prompt_cache;
 mod router;
 mod run_cli;
 mod scheduler;

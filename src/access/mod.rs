@@ -38,7 +38,8 @@ use crate::config::Settings;
 use crate::storage::Stamp;
 use crate::terminal::safe_line;
 pub(crate) use pairing::{FloodLog, Pending, Request};
-pub(crate) use policy::{Policy, TurnOrigin};
+pub use policy::Policy;
+pub(crate) use policy::TurnOrigin;
 pub(crate) use store::{AccessFile, AccessStore, Paired};
 
 /// The channels access applies to.

@@ -115,7 +115,7 @@ pub struct Policy {
 
 impl Policy {
     /// The policy of a turn someone asked for with `role`.
-    pub(crate) fn for_role(role: Role, settings: &Settings) -> Self {
+    pub fn for_role(role: Role, settings: &Settings) -> Self {
         Self::for_turn(role, TurnOrigin::Asked, settings)
     }
 

@@ -9,6 +9,7 @@
 
 pub(crate) mod commands;
 mod compact;
+mod inbound;
 mod learn;
 pub mod prompt;
 pub mod router;
@@ -380,13 +381,15 @@ impl AgentRuntime {
             Ok(llm) => Ok(llm.as_ref()),
             Err(e) => Err(e.as_str()),
         };
+        // Routed as it came (a message's own lines never become commands), then made short.
+        let prompt = inbound::render(&route.model_prompt);
         let mut outcome = ModelLoop::new(llm, ctx, &router, memory)
             .with_images(media.images)
-            .run(&route.model_prompt)
+            .run(&prompt)
             .await;
         if outcome.error.is_none() && learn::worth_learning(ctx, &outcome.tools) {
             let finished = learn::Finished {
-                task: route.model_prompt.clone(),
+                task: prompt,
                 steps: std::mem::take(&mut outcome.tools),
                 answer: outcome.visible_text.clone(),
             };

@@ -1,7 +1,10 @@
-//! The system prompt: base prompt, workspace `AGENTS.md`, the progressive tool view, the skills
-//! view, the runtime contract and the current date/time (as Bub v0.2.3 builds it, fixed).
+//! What the model is told besides the conversation: the system prompt (base prompt, workspace
+//! `AGENTS.md`, the skills list, the runtime contract, the memory block), and the notes a
+//! turn's prompt carries (the time, the details `$hints` asked for).
 //!
-//! Rebuilt every model step, so edits to `AGENTS.md` and newly expanded tools take effect at once.
+//! The system prompt is rebuilt every model step, so edits to `AGENTS.md` take effect at once,
+//! but it holds nothing that changes with the clock or per turn: the time and the details go
+//! into the conversation, after everything a provider's prompt cache already holds.
 
 use std::path::Path;
 use std::sync::LazyLock;
@@ -21,11 +24,12 @@ static HINT: LazyLock<Regex> =
 
 /// The fixed contract every model step sees.
 const RUNTIME_CONTRACT: &str = "<runtime_contract>
-1. Perform actions with tool calls: files, shell, tape, and any other tool listed above.
+1. Perform actions with tool calls: files, shell, tape, and any other tool you are given.
 2. Do not write comma commands (`,cmd`) in normal replies; they are only a compatibility fallback.
 3. Never write `<command ...>` blocks yourself; they are produced by the runtime.
 4. When you have gathered enough evidence, answer in plain natural language.
 5. Mention `$name` (a tool or skill name) to see its full details in the next step.
+6. A user message may begin with the current time in brackets; it is not part of what they wrote.
 </runtime_contract>
 <context_contract>
 Your context is the tape since its last anchor. If it grows long or calls fail because the
@@ -66,46 +70,50 @@ pub fn activate_hints(
     }
 }
 
-/// The compact tool list plus details of the expanded tools — only the tools `policy` allows.
-pub(crate) fn tool_view(registry: &Registry, expanded: &Expanded, policy: &Policy) -> String {
-    let mut out = String::from("<tool_view>\n");
-    for tool in registry.tools().filter(|t| policy.allows(&t.name)) {
-        let model = tool.model_name();
-        if model == tool.name {
-            out.push_str(&format!("  - {}: {}\n", tool.name, tool.description));
-        } else {
-            out.push_str(&format!(
-                "  - {model} (command: {}): {}\n",
-                tool.name, tool.description
-            ));
-        }
-    }
-    out.push_str("</tool_view>");
-    let details: Vec<_> = registry
+/// The details of the tools and skills `$hints` asked for (`tools`, `skills`: names), one
+/// block each, as notes for the prompt after the hint — only the tools `policy` allows.
+pub fn details(
+    registry: &Registry,
+    found: &Discovery,
+    policy: &Policy,
+    tools: &[String],
+    skills: &[String],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for tool in registry
         .tools()
-        .filter(|t| expanded.has_tool(&t.name) && policy.allows(&t.name))
-        .collect();
-    if !details.is_empty() {
-        out.push_str("\n\n<tool_details>\n");
-        for tool in details {
-            out.push_str(&format!(
-                "  <tool name=\"{}\">\n    name: {}\n    command_name: {}\n    description: {}\n    detail: {}\n    schema: {}\n  </tool>\n",
-                tool.model_name(),
-                tool.model_name(),
-                tool.name,
-                tool.description,
-                tool.detail,
-                tool.schema
-            ));
+        .filter(|t| tools.contains(&t.name) && policy.allows(&t.name))
+    {
+        out.push(format!(
+            "<tool name=\"{}\" command=\"{}\">\n{}\n{}\n</tool>",
+            tool.model_name(),
+            tool.name,
+            tool.description,
+            tool.detail,
+        ));
+    }
+    for skill in skills.iter().filter_map(|name| found.get(name)) {
+        let body = &skill.file.body;
+        let cut = body
+            .char_indices()
+            .nth(MAX_SKILL_BODY_CHARS)
+            .map_or(body.as_str(), |(i, _)| &body[..i]);
+        let mut block = format!(
+            "<skill name=\"{}\" location=\"{}\">\n{cut}\n",
+            skill.name(),
+            skill.location
+        );
+        if cut.len() < body.len() {
+            block.push_str("(cut here; `skills.describe` shows the whole skill)\n");
         }
-        out.push_str("</tool_details>");
+        block.push_str("</skill>");
+        out.push(block);
     }
     out
 }
 
-/// The compact skill list (name, description, location) plus the bodies of expanded skills.
-/// Empty when there are no skills.
-pub fn skills_view(skills: &Discovery, expanded: &Expanded) -> String {
+/// The compact skill list (name, description, location). Empty when there are no skills.
+pub fn skills_view(skills: &Discovery) -> String {
     if skills.skills.is_empty() {
         return String::new();
     }
@@ -119,31 +127,12 @@ pub fn skills_view(skills: &Discovery, expanded: &Expanded) -> String {
         ));
     }
     out.push_str("</skills>");
-    let shown: Vec<_> = expanded
-        .skills()
-        .filter_map(|name| skills.get(name))
-        .collect();
-    if !shown.is_empty() {
-        out.push_str("\n\n<skill_details>\n");
-        for skill in shown {
-            let body = &skill.file.body;
-            let cut = body
-                .char_indices()
-                .nth(MAX_SKILL_BODY_CHARS)
-                .map_or(body.as_str(), |(i, _)| &body[..i]);
-            out.push_str(&format!(
-                "<skill name=\"{}\" location=\"{}\">\n{cut}\n",
-                skill.name(),
-                skill.location
-            ));
-            if cut.len() < body.len() {
-                out.push_str("(cut here; `skills.describe` shows the whole skill)\n");
-            }
-            out.push_str("</skill>\n");
-        }
-        out.push_str("</skill_details>");
-    }
     out
+}
+
+/// The time a turn's prompt carries, to the minute: `[2026-11-25 12:45 +00:00, Wednesday]`.
+pub(crate) fn time_note(now: chrono::DateTime<chrono::Local>) -> String {
+    now.format("[%Y-%m-%d %H:%M %:z, %A]").to_string()
 }
 
 /// For a guest turn: what the model cannot do, so it says so instead of trying.
@@ -151,7 +140,7 @@ fn guest_note(policy: &Policy) -> String {
     if policy.role != Role::Guest {
         return String::new();
     }
-    "This turn was asked by a guest of this chat, not the owner. Only the tools listed above \
+    "This turn was asked by a guest of this chat, not the owner. Only the tools you are given \
      are available: no shell, files only inside the workspace, messages only to this chat. \
      When a request needs more, say that only the owner can do it."
         .to_owned()
@@ -161,32 +150,28 @@ fn guest_note(policy: &Policy) -> String {
 pub(crate) struct PromptParts<'a> {
     pub base: &'a str,
     pub workspace: &'a Path,
-    pub registry: &'a Registry,
-    /// The turn's policy: the prompt lists only the tools it allows.
+    /// The turn's policy (a guest's turn is told what it cannot do).
     pub policy: &'a Policy,
-    pub expanded: &'a Expanded,
     pub skills: &'a Discovery,
     /// The `<memory>` block (empty when nothing is remembered).
     pub memory: &'a str,
-    pub now: chrono::DateTime<chrono::Local>,
 }
 
 /// Assembles the system prompt; empty blocks are dropped, blocks joined by a blank line.
+///
+/// It changes only when its sources change (the base prompt, `AGENTS.md`, the skills, the
+/// role, the memory): nothing in it depends on the clock or the turn, so providers serve it —
+/// and the conversation after it — from their prompt caches. The tools are not listed here;
+/// the request's tool specs carry their names and descriptions.
 pub(crate) fn system_prompt(parts: &PromptParts<'_>) -> String {
     let agents = std::fs::read_to_string(parts.workspace.join("AGENTS.md")).unwrap_or_default();
-    let date = format!(
-        "Current date and time: {}",
-        parts.now.format("%Y-%m-%d %H:%M:%S %:z (%A)")
-    );
     let blocks = [
         parts.base.trim().to_string(),
         agents.trim().to_string(),
-        tool_view(parts.registry, parts.expanded, parts.policy),
-        skills_view(parts.skills, parts.expanded),
+        skills_view(parts.skills),
         RUNTIME_CONTRACT.to_string(),
         guest_note(parts.policy),
         parts.memory.to_string(),
-        date,
     ];
     blocks
         .into_iter()
@@ -225,8 +210,13 @@ mod tests {
         );
     }
 
+    fn shown(reg: &Registry, expanded: &mut Expanded, role: Role) -> String {
+        let (tools, skills) = expanded.take_pending();
+        details(reg, &Discovery::default(), &policy(role), &tools, &skills).join("\n")
+    }
+
     #[test]
-    fn hint_expands_tool_details() {
+    fn a_hint_shows_tool_details() {
         let reg = registry();
         let mut expanded = Expanded::default();
         activate_hints(
@@ -235,51 +225,59 @@ mod tests {
             &Discovery::default(),
             &mut expanded,
         );
-        let view = tool_view(&reg, &expanded, &policy(Role::Owner));
+        let note = shown(&reg, &mut expanded, Role::Owner);
         assert!(
-            view.contains("  - fs_read (command: fs.read): short"),
-            "{view}"
+            note == "<tool name=\"fs_read\" command=\"fs.read\">\nshort\nlong detail\n</tool>",
+            "{note}"
         );
-        assert!(view.contains("<tool name=\"fs_read\">"), "{view}");
-        assert!(view.contains("detail: long detail"));
-        assert!(!view.contains("<tool name=\"bash\">"));
+        assert_eq!(shown(&reg, &mut expanded, Role::Owner), "", "taken");
     }
 
     #[test]
-    fn a_guest_prompt_lists_only_the_guest_tools() {
+    fn a_guest_is_shown_only_the_guest_tools() {
         let reg = registry();
         let mut expanded = Expanded::default();
         expanded.tool("bash");
-        let view = tool_view(&reg, &expanded, &policy(Role::Guest));
-        assert!(view.contains("fs_read") && !view.contains("bash"), "{view}");
+        expanded.tool("fs.read");
+        let note = shown(&reg, &mut expanded, Role::Guest);
+        assert!(note.contains("fs_read") && !note.contains("bash"), "{note}");
         assert!(guest_note(&policy(Role::Guest)).contains("guest"));
         assert!(guest_note(&policy(Role::Owner)).is_empty());
     }
 
     #[test]
-    fn system_prompt_has_agents_md_and_date() {
+    fn the_system_prompt_has_agents_md_and_no_clock() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("AGENTS.md"), "  Be terse.  \n").unwrap();
-        let reg = registry();
-        let expanded = Expanded::default();
-        let now = chrono::Local::now();
-        let prompt = system_prompt(&PromptParts {
+        let parts = PromptParts {
             base: "You are Bub.",
             workspace: dir.path(),
-            registry: &reg,
             policy: &policy(Role::Owner),
-            expanded: &expanded,
             skills: &Discovery::default(),
             memory: "<memory>\n- likes tea\n</memory>",
-            now,
-        });
-        assert!(prompt.contains("<memory>\n- likes tea\n</memory>\n\nCurrent date"));
+        };
+        let prompt = system_prompt(&parts);
         assert!(
-            prompt.starts_with("You are Bub.\n\nBe terse.\n\n<tool_view>"),
+            prompt.ends_with("<memory>\n- likes tea\n</memory>"),
             "{prompt}"
         );
-        assert!(prompt.contains("<runtime_contract>"));
-        assert!(prompt.contains(&now.format("%Y-%m-%d").to_string()));
+        assert!(
+            prompt.starts_with("You are Bub.\n\nBe terse.\n\n<runtime_contract>"),
+            "{prompt}"
+        );
         assert!(!prompt.contains("{channel}"));
+        assert_eq!(
+            system_prompt(&parts),
+            prompt,
+            "the same sources, the same bytes"
+        );
+        let noon =
+            chrono::TimeZone::with_ymd_and_hms(&chrono::Local, 2026, 11, 25, 12, 45, 59).unwrap();
+        let note = time_note(noon);
+        assert!(
+            note.starts_with("[2026-11-25 12:45 ") && note.ends_with(", Wednesday]"),
+            "{note}"
+        );
+        assert!(!prompt.contains("2026"));
     }
 }

@@ -292,24 +292,8 @@ impl Router {
                     .or_insert_with(|| Value::String(first.clone()));
             }
         }
-        let described = kwargs
-            .get("name")
-            .and_then(Value::as_str)
-            .map(str::to_string);
         let mut outcome = self.run_tool(&name, Value::Object(kwargs)).await;
-        if outcome.ok {
-            let expand = match name.as_str() {
-                "help" | "tools" | "quit" => None,
-                "tool.describe" => {
-                    described.and_then(|d| self.ctx.registry().get(&d).map(|t| t.name.clone()))
-                }
-                _ => Some(name.clone()),
-            };
-            if let Some(e) = expand {
-                self.ctx.expanded().tool(&e);
-            }
-            outcome.exit = name == "quit" && outcome.output == "exit";
-        }
+        outcome.exit = outcome.ok && name == "quit" && outcome.output == "exit";
         outcome
     }
 }

@@ -298,8 +298,12 @@ impl<'a> ModelLoop<'a> {
     /// The work before a model call, in one hop to the blocking pool: the skills (expanding
     /// those `hints` names) and the system prompt built from them, then on the tape the step's
     /// start event, the system prompt (when it changed), the prompt, and the context to send.
-    /// Returns the system prompt and the context; an error means the prompt could not be
-    /// recorded (the other records only log theirs).
+    /// The prompt is recorded as it is; its meta carries what the model is shown with it
+    /// ([`crate::tape::context`] renders both): on a turn's first prompt (`hints` given) the
+    /// time and the working checkpoint, on any prompt the details of the tools and skills
+    /// hinted since the last one — each note only when the context does not show it already. Returns the system prompt and the
+    /// context; an error means the prompt could not be recorded (the other records only log
+    /// theirs).
     async fn prepare(
         &mut self,
         start: Value,
@@ -307,11 +311,10 @@ impl<'a> ModelLoop<'a> {
         run: &Value,
         hints: Option<String>,
     ) -> anyhow::Result<(String, anyhow::Result<Vec<Value>>)> {
-        let mut message = json!({"role": "user", "content": prompt});
-        if hints.is_some() && !self.images.is_empty() {
-            message["images"] = json!(self.images);
-        }
-        let run = run.clone();
+        let first = hints.is_some();
+        let time = first.then(|| prompt::time_note(chrono::Local::now()));
+        let images = (first && !self.images.is_empty()).then(|| json!(self.images));
+        let (prompt, run) = (prompt.to_owned(), run.clone());
         let mut cursor = std::mem::take(&mut self.context);
         let (ctx, last_system) = (self.ctx.clone(), self.memory.last_system);
         let recorded = self.ctx.tape().run(move |t| {
@@ -326,7 +329,29 @@ impl<'a> ModelLoop<'a> {
                 .then(|| json!({"content": system}))
                 .and_then(|entry| logged("system", t.append("system", entry, run.clone())))
                 .is_some();
-            t.append("message", message, run)
+            // What the context shows already is not noted again.
+            let shown = t.context(&mut cursor).unwrap_or_default();
+            let checkpoint = first.then(|| checkpoint_note(&ctx)).flatten();
+            let (tools, names) = ctx.expanded().take_pending();
+            let details =
+                prompt::details(ctx.registry(), &skills, &ctx.turn.policy, &tools, &names);
+            let notes: Vec<String> = checkpoint
+                .into_iter()
+                .chain(details)
+                .filter(|note| !noted(&shown, note))
+                .collect();
+            let mut message = json!({"role": "user", "content": prompt});
+            if let Some(images) = images {
+                message["images"] = images;
+            }
+            let mut meta = run;
+            if let Some(time) = time {
+                meta["time"] = json!(time);
+            }
+            if !notes.is_empty() {
+                meta["notes"] = json!(notes);
+            }
+            t.append("message", message, meta)
                 .inspect_err(|e| append_failed("message", e))?;
             let context = t.context(&mut cursor);
             Ok((
@@ -656,7 +681,6 @@ fn running(call: &ToolCall) -> String {
 
 /// The system prompt of a step in `ctx`'s session, showing `skills`.
 fn system_prompt(ctx: &ToolContext, skills: &Discovery) -> String {
-    let expanded = ctx.expanded().clone();
     let settings = ctx.settings();
     let memory = match settings.memory_enabled {
         true => crate::memory::Memory::new(&settings.home)
@@ -666,23 +690,31 @@ fn system_prompt(ctx: &ToolContext, skills: &Discovery) -> String {
     prompt::system_prompt(&PromptParts {
         base: &settings.system_prompt,
         workspace: ctx.workspace(),
-        registry: ctx.registry(),
         policy: &ctx.turn.policy,
-        expanded: &expanded,
         skills,
         memory: &memory,
-        now: chrono::Local::now(),
     })
 }
 
-/// A hash of the system prompt without its date line (which changes every minute): the
-/// prompt is recorded on the tape when this changes.
-fn stable_hash(system: &str) -> u64 {
-    let stable = system
-        .rsplit_once("\n\nCurrent date and time:")
-        .map_or(system, |(s, _)| s);
+/// The session's working checkpoint note, when memory is on and there is one.
+fn checkpoint_note(ctx: &ToolContext) -> Option<String> {
+    let settings = ctx.settings();
+    settings
+        .memory_enabled
+        .then(|| crate::memory::Memory::new(&settings.home).checkpoint_note(ctx.session_id()))?
+}
+
+/// Whether a user message of `context` holds `note` already.
+fn noted(context: &[Value], note: &str) -> bool {
+    context
+        .iter()
+        .any(|m| m["role"] == "user" && m["content"].as_str().is_some_and(|c| c.contains(note)))
+}
+
+/// A hash of a prompt text, to tell whether it changed.
+fn stable_hash(text: &str) -> u64 {
     let mut hasher = DefaultHasher::new();
-    stable.hash(&mut hasher);
+    text.hash(&mut hasher);
     hasher.finish()
 }
 

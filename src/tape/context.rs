@@ -285,7 +285,7 @@ impl Messages {
         match entry.kind.as_str() {
             "message" => {
                 answer_unanswered(out, std::mem::take(&mut self.pending));
-                out.push(entry.payload);
+                out.push(with_notes(entry.payload, &entry.meta));
             }
             "tool_call" => {
                 answer_unanswered(out, std::mem::take(&mut self.pending));
@@ -321,6 +321,31 @@ impl Messages {
             _ => {}
         }
     }
+}
+
+/// A user message as the model is shown it: the time its turn began on a first line, the
+/// notes recorded with it (a working checkpoint, the details a `$hint` asked for) after it —
+/// both from the entry's meta, so the tape keeps what the user wrote and the same entry is
+/// always rendered to the same bytes.
+fn with_notes(mut message: Value, meta: &Value) -> Value {
+    let time = meta.get("time").and_then(Value::as_str);
+    let notes = meta.get("notes").and_then(Value::as_array);
+    if time.is_none() && notes.is_none() {
+        return message;
+    }
+    let Some(text) = message.get("content").and_then(Value::as_str) else {
+        return message;
+    };
+    let mut content = match time {
+        Some(time) => format!("{time}\n{text}"),
+        None => text.to_owned(),
+    };
+    for note in notes.into_iter().flatten().filter_map(Value::as_str) {
+        content.push_str("\n\n");
+        content.push_str(note);
+    }
+    message["content"] = json!(content);
+    message
 }
 
 fn answer_unanswered(out: &mut Vec<Value>, pending: Vec<Value>) {

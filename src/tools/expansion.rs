@@ -1,61 +1,57 @@
-//! The progressive view's memory, per session: which tools and skills show their full details
-//! in the system prompt.
+//! The progressive view's memory, per session: the tools and skills `$hints` asked to see in
+//! detail, until the next prompt shows them.
 //!
-//! Invariant: bounded — at most [`MAX_TOOL_DETAILS`] tools and [`MAX_SKILL_DETAILS`] skills;
-//! expanding one more drops the least recently used, so the prompt never grows without limit.
-//! Using a tool or naming a skill again makes it the most recent.
+//! Details are never written into the system prompt (which must stay byte-stable for the
+//! providers' prompt caches): a hinted tool or skill is *pending* until the session's next
+//! prompt is recorded, which then carries a note with its details — at the point it was asked
+//! for, and only when the context does not show them already (the model loop checks).
+//!
+//! Invariant: bounded — at most [`MAX_TOOL_DETAILS`] tools and [`MAX_SKILL_DETAILS`] skills
+//! are pending; hinting one more drops the least recently hinted.
 
-use std::collections::VecDeque;
-
-/// Tool details shown at once.
+/// Tools pending at most.
 pub(crate) const MAX_TOOL_DETAILS: usize = 6;
-/// Skill bodies shown at once.
+/// Skills pending at most.
 pub const MAX_SKILL_DETAILS: usize = 3;
 
-/// Expanded tool and skill names, least recently used first.
+/// Pending tool and skill names, least recently hinted first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Expanded {
-    tools: VecDeque<String>,
-    skills: VecDeque<String>,
+    tools: Vec<String>,
+    skills: Vec<String>,
 }
 
 impl Expanded {
-    /// Shows `name`'s tool details (most recent).
+    /// Shows `name`'s tool details at the next prompt.
     pub(crate) fn tool(&mut self, name: &str) {
         touch(&mut self.tools, name, MAX_TOOL_DETAILS);
     }
 
-    /// Shows `name`'s skill body (most recent).
+    /// Shows `name`'s skill body at the next prompt.
     pub fn skill(&mut self, name: &str) {
         touch(&mut self.skills, name, MAX_SKILL_DETAILS);
     }
 
-    pub(crate) fn has_tool(&self, name: &str) -> bool {
-        self.tools.iter().any(|t| t == name)
-    }
-
-    #[cfg(test)]
-    pub(crate) fn has_skill(&self, name: &str) -> bool {
-        self.skills.iter().any(|s| s == name)
-    }
-
-    /// Expanded skills, least recently used first.
-    pub(crate) fn skills(&self) -> impl Iterator<Item = &str> {
-        self.skills.iter().map(String::as_str)
+    /// The tools and skills to show now (and no longer pending).
+    pub fn take_pending(&mut self) -> (Vec<String>, Vec<String>) {
+        (
+            std::mem::take(&mut self.tools),
+            std::mem::take(&mut self.skills),
+        )
     }
 
     /// Forgets everything (`tape.reset`).
     pub(crate) fn clear(&mut self) {
-        self.tools.clear();
-        self.skills.clear();
+        *self = Self::default();
     }
 }
 
-fn touch(list: &mut VecDeque<String>, name: &str, cap: usize) {
+/// Makes `name` the most recent of `list`, dropping the oldest past `cap`.
+fn touch(list: &mut Vec<String>, name: &str, cap: usize) {
     list.retain(|n| n != name);
-    list.push_back(name.to_owned());
-    while list.len() > cap {
-        list.pop_front();
+    list.push(name.to_owned());
+    if list.len() > cap {
+        list.remove(0);
     }
 }
 
@@ -64,19 +60,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn least_recently_used_details_drop_out() {
+    fn pending_names_are_bounded_and_taken_once() {
         let mut e = Expanded::default();
-        for name in ["a", "b", "c"] {
+        for name in ["a", "b", "c", "a", "d"] {
             e.skill(name);
         }
-        e.skill("a"); // used again: now the most recent
-        e.skill("d");
-        assert_eq!(e.skills().collect::<Vec<_>>(), ["c", "a", "d"]);
-        assert!(!e.has_skill("b"));
+        assert_eq!(
+            e.take_pending().1,
+            ["c", "a", "d"],
+            "b dropped out, a moved up"
+        );
+        assert_eq!(e.take_pending(), (vec![], vec![]));
         for i in 0..10 {
             e.tool(&format!("t{i}"));
         }
-        assert!(!e.has_tool("t3") && e.has_tool("t4") && e.has_tool("t9"));
+        let (tools, _) = e.take_pending();
+        assert_eq!(tools.len(), MAX_TOOL_DETAILS);
+        assert_eq!(tools.last().map(String::as_str), Some("t9"));
+        e.skill("x");
         e.clear();
         assert_eq!(e, Expanded::default());
     }

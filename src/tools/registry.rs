@@ -486,7 +486,7 @@ pub(crate) struct NoArgs {}
 /// The JSON schema of an argument struct as offered to the model: an object with `properties`
 /// (described by the fields' doc comments) and `required` (the fields that are neither `Option`
 /// nor defaulted). Optional fields keep their plain type (never `[T, "null"]`, which some
-/// providers refuse), and nothing is referenced out of line.
+/// providers refuse), numbers carry no Rust `format`, and nothing is referenced out of line.
 pub(crate) fn schema_of<A: JsonSchema>() -> Value {
     let mut settings = schemars::generate::SchemaSettings::draft07();
     settings.inline_subschemas = true;
@@ -505,11 +505,13 @@ pub(crate) fn schema_of<A: JsonSchema>() -> Value {
             .flat_map(|p| p.values_mut())
         {
             // `Option<T>`: `"type": ["integer", "null"]` → `"type": "integer"`, and no
-            // `"default": null`.
-            if let Some(p) = property.as_object_mut()
-                && p.get("default") == Some(&Value::Null)
-            {
-                p.remove("default");
+            // `"default": null`; no Rust number `format` (`int64`, `double`: tokens the model
+            // cannot use, sent every call, and formats some providers refuse).
+            if let Some(p) = property.as_object_mut() {
+                if p.get("default") == Some(&Value::Null) {
+                    p.remove("default");
+                }
+                p.remove("format");
             }
             if let Some(Value::Array(types)) = property.get_mut("type") {
                 types.retain(|t| t != "null");
@@ -559,7 +561,7 @@ mod tests {
                 "type": "object",
                 "properties": {
                     "path": {"type": "string", "description": "where to look"},
-                    "limit": {"type": "integer", "format": "int64", "minimum": 1, "description": "how many"},
+                    "limit": {"type": "integer", "minimum": 1, "description": "how many"},
                     "all": {"type": "boolean", "default": false},
                 },
                 "required": ["path"],

@@ -75,14 +75,13 @@ pub(crate) fn tools() -> Vec<Tool> {
             "skills.describe",
             "Show one skill's instructions",
             "Shows a skill's full SKILL.md (frontmatter fields and body) and lists the other \
-             files in its folder; the skill's body also stays in the system prompt for a while.",
+             files in its folder.",
             |DescribeArgs { name }, ctx: ToolContext| async move {
                 blocking(ctx, move |ctx| {
                     let found = skills::discover(ctx.settings());
                     let skill = found.get(name.trim()).ok_or_else(|| {
                         ToolError::new(format!("unknown skill: {name} (see skills.list)"))
                     })?;
-                    ctx.expanded().skill(skill.name());
                     Ok(describe_text(skill))
                 })
                 .await

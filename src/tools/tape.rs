@@ -255,7 +255,7 @@ mod tests {
             .unwrap();
         let path = out.strip_prefix("Archived: ").expect(&out);
         assert!(std::path::Path::new(path).exists());
-        assert!(!ctx.expanded().has_tool("fs.read"));
+        assert_eq!(*ctx.expanded(), Default::default());
         let anchors = run(&ctx, "tape.anchors", json!({})).await.unwrap();
         assert!(
             anchors.starts_with("session/start state={\"owner\":\"human\",\"archived\":"),

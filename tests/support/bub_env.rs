@@ -207,17 +207,16 @@ impl Env {
             .unwrap()
     }
 
-    /// The last user message of every model request.
+    /// The last message of every model request; of a user message what was written (without
+    /// the time and the notes Bub adds: [`super::prompt_cache::said`]).
     pub fn model_prompts(&self) -> Vec<String> {
         self.model
             .requests()
             .iter()
             .map(|r| {
                 let messages = r["messages"].as_array().unwrap();
-                messages.last().unwrap()["content"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string()
+                let content = messages.last().unwrap()["content"].as_str();
+                super::prompt_cache::said(content.unwrap_or_default())
             })
             .collect()
     }

@@ -12,6 +12,7 @@ pub mod fake_discord;
 pub mod fake_openai;
 pub mod fake_telegram;
 pub mod images;
+pub mod prompt_cache;
 pub mod tool_env;
 pub mod wait;
 pub mod wire;
