@@ -51,8 +51,9 @@ pub(crate) const GUEST_TOOLS: &[&str] = &[
 ];
 
 /// Tools a guest never gets, whatever `BUB_GUEST_TOOLS` says: `tape.reset` wipes a chat's
-/// history for everyone in it (a guest wanting a fresh start has `/new`, which keeps it).
-pub(crate) const OWNER_ONLY: &[&str] = &["tape.reset"];
+/// history for everyone in it (a guest wanting a fresh start has `/new`, which keeps it);
+/// `model` switches the model (and so the bill) of everyone in the chat.
+pub(crate) const OWNER_ONLY: &[&str] = &["tape.reset", "model"];
 
 /// The tool a guest's scheduled run may not call: a job must not schedule more jobs.
 const SCHEDULING: &str = "schedule.add";
