@@ -29,8 +29,8 @@ use crate::llm::{LlmClient, LlmConfig};
 use crate::media;
 use crate::tape::TapeInfo;
 use crate::tools::{self, ProcessCtx, SessionCtx, ToolContext};
-use router::Router;
 use models::{Models, SharedChain};
+use router::Router;
 use runner::{LoopMemory, ModelLoop};
 
 pub use crate::delivery::{TurnError, TurnResult};
@@ -238,7 +238,10 @@ impl AgentRuntime {
             crate::time::human_duration(self.started.elapsed())
         )];
         match self.session(session_id).await {
-            Ok(session) => lines.push(tools::model::describe(settings, session.state.model().as_ref())),
+            Ok(session) => lines.push(tools::model::describe(
+                settings,
+                session.state.model().as_ref(),
+            )),
             Err(e) => lines.push(format!("model: {} ({e:#})", settings.model)),
         }
         match self.tape_info(session_id).await {

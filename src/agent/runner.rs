@@ -279,8 +279,11 @@ impl<'a> ModelLoop<'a> {
                     let payload = json!({"kind": e.kind(), "message": e.to_string()});
                     self.append("error", payload, &run).await;
                     let by = self.by.unwrap_or(llm.primary());
-                    self.event("run", json!({"status": "error", "provider": by.provider(), "model": by.model()}))
-                        .await;
+                    self.event(
+                        "run",
+                        json!({"status": "error", "provider": by.provider(), "model": by.model()}),
+                    )
+                    .await;
                     return Err(TurnError::Model(e.to_string()));
                 }
             }

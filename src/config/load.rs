@@ -11,10 +11,9 @@ use std::time::Duration;
 use crate::time::secs;
 
 use super::parse::{
-    absolute, expand_tilde, is_null, parse_bool, parse_fallback_models, parse_list, parse_log_format,
-    parse_log_level,
-    parse_model, parse_positive_seconds, parse_sandbox, parse_seconds, parse_secret, parse_timeout,
-    parse_u32_min, parse_u32_range, parse_url,
+    absolute, expand_tilde, is_null, parse_bool, parse_fallback_models, parse_list,
+    parse_log_format, parse_log_level, parse_model, parse_positive_seconds, parse_sandbox,
+    parse_seconds, parse_secret, parse_timeout, parse_u32_min, parse_u32_range, parse_url,
 };
 use super::sources::{self, Layers};
 use super::{

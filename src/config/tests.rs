@@ -488,11 +488,20 @@ fn every_error_names_its_variable() {
     err_for(&[("BUB_LOG_LEVEL", "loud")], "BUB_LOG_LEVEL");
     err_for(&[("BUB_LOG_FORMAT", "xml")], "BUB_LOG_FORMAT");
     err_for(&[("BUB_MODEL", "gpt-4o")], "BUB_MODEL");
-    err_for(&[("BUB_FALLBACK_MODELS", "openai:a,gpt-4o")], "BUB_FALLBACK_MODELS");
-    let err = err_for(&[("BUB_FALLBACK_MODELS", "acme:foo")], "BUB_FALLBACK_MODELS");
+    err_for(
+        &[("BUB_FALLBACK_MODELS", "openai:a,gpt-4o")],
+        "BUB_FALLBACK_MODELS",
+    );
+    let err = err_for(
+        &[("BUB_FALLBACK_MODELS", "acme:foo")],
+        "BUB_FALLBACK_MODELS",
+    );
     assert!(err.message.contains("unknown provider"), "{err}");
     let nine = (0..9).map(|i| format!("openai:m{i}")).collect::<Vec<_>>();
-    err_for(&[("BUB_FALLBACK_MODELS", &nine.join(","))], "BUB_FALLBACK_MODELS");
+    err_for(
+        &[("BUB_FALLBACK_MODELS", &nine.join(","))],
+        "BUB_FALLBACK_MODELS",
+    );
     let err = err_for(&[("BUB_MODEL", "acme:foo")], "BUB_MODEL");
     assert!(err.message.contains("unknown provider") && err.message.contains("BUB_API_BASE"));
     let err = err_for(&[("BUB_TELEGRAM_ENABLED", "true")], "BUB_TELEGRAM_TOKEN");

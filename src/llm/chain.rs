@@ -319,7 +319,8 @@ mod tests {
     #[test]
     fn when_every_model_cools_down_all_are_tried_in_order() {
         let (_now, cooldowns) = manual_clock();
-        let chain = ModelChain::new(client("a"), vec![client("b")]).with_cooldowns(cooldowns.clone());
+        let chain =
+            ModelChain::new(client("a"), vec![client("b")]).with_cooldowns(cooldowns.clone());
         cooldowns.failed("openai:b");
         cooldowns.failed("openai:a");
         assert_eq!(order(&chain), ["openai:a", "openai:b"]);

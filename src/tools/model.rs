@@ -205,7 +205,10 @@ mod tests {
         }
         let file = store.load().unwrap();
         assert_eq!(file.sessions.len(), MAX_SESSIONS);
-        assert!(!file.sessions.contains_key("telegram:1"), "the oldest gave way");
+        assert!(
+            !file.sessions.contains_key("telegram:1"),
+            "the oldest gave way"
+        );
         store.set("cli:7", None).unwrap();
         assert_eq!(store.of(&s, "cli:7"), None);
     }
@@ -222,7 +225,9 @@ mod tests {
         assert_eq!(SessionModels::new(dir.path()).of(&s, "cli:a"), None);
         std::fs::write(dir.path().join("models.json"), "{").unwrap();
         assert_eq!(SessionModels::new(dir.path()).of(&s, "cli:a"), None);
-        let err = SessionModels::new(dir.path()).set("cli:a", None).unwrap_err();
+        let err = SessionModels::new(dir.path())
+            .set("cli:a", None)
+            .unwrap_err();
         assert!(format!("{err:#}").contains("does not parse"), "{err:#}");
     }
 
