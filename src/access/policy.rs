@@ -319,6 +319,10 @@ mod tests {
         let err = check_guest_tools(&s, ["tape.reset"]).unwrap_err();
         assert!(err.message.contains("owners only"), "{err}");
         assert!(!Policy::for_role(Role::Guest, &s).allows("tape.reset"));
+        // Switching the model changes it (and the bill) for everyone in the chat.
+        let s = settings(|s| s.guest_tools = Some(vec!["model".into()]));
+        assert!(check_guest_tools(&s, ["model"]).is_err());
+        assert!(!Policy::for_role(Role::Guest, &s).allows("model"));
         let s = settings(|s| s.guest_tools = Some(vec!["rm".into()]));
         let err = check_guest_tools(&s, known).unwrap_err();
         assert_eq!(err.var, "BUB_GUEST_TOOLS");

@@ -280,6 +280,8 @@ mod tests {
         }
         let overflow = http(400, "This model's maximum context length is 8192 tokens");
         assert!(!falls_back(&overflow));
+        // Compaction handles a context-length error, whatever its status.
+        assert!(!falls_back(&http(429, "prompt is too long: 250000 tokens")));
         assert!(falls_back(&LlmError::Timeout { seconds: 1.0 }));
         assert!(falls_back(&LlmError::Connect("refused".into())));
         assert!(!falls_back(&LlmError::InvalidResponse("x".into())));

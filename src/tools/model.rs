@@ -200,15 +200,23 @@ mod tests {
         let model = s.parse_model("t", "openai:gpt-4o").unwrap();
         store.set("telegram:1", Some(&model)).unwrap();
         assert_eq!(store.of(&s, "telegram:1"), Some(model.clone()));
-        for i in 0..MAX_SESSIONS + 5 {
-            store.set(&format!("cli:{i}"), Some(&model)).unwrap();
+        let mut full = store.load().unwrap();
+        for i in 1..MAX_SESSIONS {
+            let entry = Entry {
+                model: model.to_string(),
+                set_at: Utc::now() + chrono::Duration::seconds(i as i64),
+            };
+            full.sessions.insert(format!("cli:{i}"), entry);
         }
+        std::fs::write(&store.path, serde_json::to_vec(&full).unwrap()).unwrap();
+        store.set("cli:new", Some(&model)).unwrap();
         let file = store.load().unwrap();
         assert_eq!(file.sessions.len(), MAX_SESSIONS);
         assert!(
             !file.sessions.contains_key("telegram:1"),
             "the oldest gave way"
         );
+        assert!(file.sessions.contains_key("cli:new"));
         store.set("cli:7", None).unwrap();
         assert_eq!(store.of(&s, "cli:7"), None);
     }
