@@ -187,6 +187,15 @@ impl AgentRuntime {
         session.state.tape.run(|t| t.info()).await
     }
 
+    /// The model a session's calls go to first: its own (`,model`), else `BUB_MODEL`.
+    pub(crate) async fn session_model(&self, session_id: &str) -> crate::config::Model {
+        let own = match self.session(session_id).await {
+            Ok(session) => session.state.model(),
+            Err(_) => None,
+        };
+        own.unwrap_or_else(|| self.settings().model.clone())
+    }
+
     /// The command names of the tools (for completion).
     pub(crate) fn tool_names(&self) -> Vec<String> {
         self.process
