@@ -13,6 +13,7 @@ mod daemon;
 mod discord;
 mod durability;
 mod fakes;
+mod fallback;
 mod guests;
 mod jobs;
 mod learning;

@@ -51,8 +51,9 @@ pub(crate) const GUEST_TOOLS: &[&str] = &[
 ];
 
 /// Tools a guest never gets, whatever `BUB_GUEST_TOOLS` says: `tape.reset` wipes a chat's
-/// history for everyone in it (a guest wanting a fresh start has `/new`, which keeps it).
-pub(crate) const OWNER_ONLY: &[&str] = &["tape.reset"];
+/// history for everyone in it (a guest wanting a fresh start has `/new`, which keeps it);
+/// `model` switches the model (and so the bill) of everyone in the chat.
+pub(crate) const OWNER_ONLY: &[&str] = &["tape.reset", "model"];
 
 /// The tool a guest's scheduled run may not call: a job must not schedule more jobs.
 const SCHEDULING: &str = "schedule.add";
@@ -318,6 +319,10 @@ mod tests {
         let err = check_guest_tools(&s, ["tape.reset"]).unwrap_err();
         assert!(err.message.contains("owners only"), "{err}");
         assert!(!Policy::for_role(Role::Guest, &s).allows("tape.reset"));
+        // Switching the model changes it (and the bill) for everyone in the chat.
+        let s = settings(|s| s.guest_tools = Some(vec!["model".into()]));
+        assert!(check_guest_tools(&s, ["model"]).is_err());
+        assert!(!Policy::for_role(Role::Guest, &s).allows("model"));
         let s = settings(|s| s.guest_tools = Some(vec!["rm".into()]));
         let err = check_guest_tools(&s, known).unwrap_err();
         assert_eq!(err.var, "BUB_GUEST_TOOLS");

@@ -17,7 +17,7 @@ use yaml_rust2::{Yaml, YamlEmitter, yaml};
 
 use super::compact::cut;
 use crate::config::Settings;
-use crate::llm::{ChatRequest, LlmClient};
+use crate::llm::{ChatRequest, ModelChain};
 use crate::skills::{self, Source};
 use crate::tools::ToolContext;
 
@@ -106,7 +106,7 @@ pub(crate) fn worth_learning(ctx: &ToolContext, steps: &[ToolStep]) -> bool {
 }
 
 /// The learning call for `turn` and what came of it, recorded as a `skill.learn` event.
-pub(crate) async fn learn(llm: &LlmClient, ctx: &ToolContext, turn: Finished) {
+pub(crate) async fn learn(llm: &ModelChain, ctx: &ToolContext, turn: Finished) {
     let settings = ctx.settings().clone();
     let listed = {
         let settings = settings.clone();
@@ -120,7 +120,9 @@ pub(crate) async fn learn(llm: &LlmClient, ctx: &ToolContext, turn: Finished) {
         tools: std::sync::Arc::from(Vec::new()),
         max_tokens: settings.max_tokens,
     };
-    let learned = match llm.chat(&request).await {
+    let answer = llm.chat(&request).await;
+    super::runner::record_fallbacks(ctx, answer.fallbacks).await;
+    let learned = match answer.result {
         Ok(response) => match proposal(response.content.as_deref().unwrap_or_default()) {
             Ok(None) => Learned::Nothing,
             Ok(Some(proposal)) => {

@@ -11,6 +11,7 @@ pub(crate) mod commands;
 mod compact;
 mod inbound;
 mod learn;
+mod models;
 pub mod prompt;
 pub mod router;
 pub(crate) mod runner;
@@ -29,8 +30,9 @@ use crate::llm::{LlmClient, LlmConfig};
 use crate::media;
 use crate::tape::TapeInfo;
 use crate::tools::{self, ProcessCtx, SessionCtx, ToolContext};
+use models::{Models, SharedChain};
 use router::Router;
-use runner::{LoopMemory, ModelLoop, SharedLlm};
+use runner::{LoopMemory, ModelLoop};
 
 pub use crate::delivery::{TurnError, TurnResult};
 
@@ -42,10 +44,10 @@ struct Session {
 }
 
 /// The agent of one process: the process parts (settings, tools, outbox, access, redactor), the
-/// model client and the sessions.
+/// model chains and the sessions.
 pub struct AgentRuntime {
     process: Arc<ProcessCtx>,
-    llm: SharedLlm,
+    models: Models,
     sessions: DashMap<String, Arc<Session>>,
     started: std::time::Instant,
     /// Work a turn leaves behind after its answer: learning calls, one at a time.
@@ -99,13 +101,9 @@ impl AgentRuntime {
     }
 
     fn with_process(process: Arc<ProcessCtx>) -> Self {
-        let settings = &process.settings;
-        let llm = client_for(settings, &settings.model)
-            .map(Arc::new)
-            .map_err(|e| e.to_string());
         Self {
+            models: Models::new(process.settings.clone()),
             process,
-            llm,
             sessions: DashMap::new(),
             started: std::time::Instant::now(),
             background: Background::default(),
@@ -190,6 +188,15 @@ impl AgentRuntime {
         session.state.tape.run(|t| t.info()).await
     }
 
+    /// The model a session's calls go to first: its own (`,model`), else `BUB_MODEL`.
+    pub(crate) async fn session_model(&self, session_id: &str) -> crate::config::Model {
+        let own = match self.session(session_id).await {
+            Ok(session) => session.state.model(),
+            Err(_) => None,
+        };
+        own.unwrap_or_else(|| self.settings().model.clone())
+    }
+
     /// The command names of the tools (for completion).
     pub(crate) fn tool_names(&self) -> Vec<String> {
         self.process
@@ -240,7 +247,13 @@ impl AgentRuntime {
             env!("CARGO_PKG_VERSION"),
             crate::time::human_duration(self.started.elapsed())
         )];
-        lines.push(format!("model: {}", settings.model));
+        match self.session(session_id).await {
+            Ok(session) => lines.push(tools::model::describe(
+                settings,
+                session.state.model().as_ref(),
+            )),
+            Err(e) => lines.push(format!("model: {} ({e:#})", settings.model)),
+        }
         match self.tape_info(session_id).await {
             Ok(info) => lines.push(format!(
                 "context: {} entries since anchor {}{}",
@@ -338,8 +351,8 @@ impl AgentRuntime {
     /// Runs the learning call of a finished turn after the turn (its answer is not held up),
     /// one at a time per process; when [`MAX_PENDING_LEARNING`] already wait, this one is
     /// skipped (learning is a chance, not a promise).
-    fn learn_later(&self, ctx: &ToolContext, finished: learn::Finished) {
-        let Ok(llm) = self.llm.clone() else { return };
+    fn learn_later(&self, ctx: &ToolContext, chain: &SharedChain, finished: learn::Finished) {
+        let Ok(llm) = chain.clone() else { return };
         let Ok(pending) = self.background.pending.clone().try_acquire_owned() else {
             tracing::warn!(session = ctx.session_id(), "skill.learn.skipped");
             return;
@@ -377,8 +390,10 @@ impl AgentRuntime {
                 ..Default::default()
             };
         }
-        let llm = match &self.llm {
-            Ok(llm) => Ok(llm.as_ref()),
+        let own = ctx.session.model();
+        let chain = self.models.chain(own.as_ref().unwrap_or(&settings.model));
+        let llm = match &chain {
+            Ok(chain) => Ok(chain.as_ref()),
             Err(e) => Err(e.as_str()),
         };
         // Routed as it came (a message's own lines never become commands), then made short.
@@ -393,7 +408,7 @@ impl AgentRuntime {
                 steps: std::mem::take(&mut outcome.tools),
                 answer: outcome.visible_text.clone(),
             };
-            self.learn_later(ctx, finished);
+            self.learn_later(ctx, &chain, finished);
         }
         let result = json!({
             "steps": outcome.steps,

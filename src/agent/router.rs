@@ -284,6 +284,7 @@ impl Router {
                 "tool.describe" => Some("name"),
                 "tape.handoff" => Some("name"),
                 "tape.search" => Some("query"),
+                "model" => Some("model"),
                 _ => None,
             };
             if let Some(key) = key {

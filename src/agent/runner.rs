@@ -18,7 +18,8 @@ use super::learn::ToolStep;
 use super::prompt::{self, PromptParts};
 use super::router::Router;
 use crate::delivery::TurnError;
-use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, ToolCall};
+use crate::llm::chain::{Answer, Fallback, label};
+use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, ModelChain, ToolCall};
 use crate::media;
 use crate::skills::Discovery;
 use crate::tape::shared::{append_failed, logged};
@@ -69,7 +70,10 @@ impl Default for LoopMemory {
 
 /// Runs the model loop for one session turn.
 pub(crate) struct ModelLoop<'a> {
-    llm: Result<&'a LlmClient, &'a str>,
+    /// The session's model and its fallbacks, or why there are none.
+    llm: Result<&'a ModelChain, &'a str>,
+    /// The model that answered the step's call (or failed last).
+    by: Option<&'a LlmClient>,
     ctx: &'a ToolContext,
     router: &'a Router,
     max_steps: u32,
@@ -99,13 +103,14 @@ impl<'a> ModelLoop<'a> {
     /// The loop of a turn in `ctx`'s session, bounded by its settings' steps and tokens.
     /// `memory` is what the session's earlier turns left for this one.
     pub(crate) fn new(
-        llm: Result<&'a LlmClient, &'a str>,
+        llm: Result<&'a ModelChain, &'a str>,
         ctx: &'a ToolContext,
         router: &'a Router,
         memory: &'a mut LoopMemory,
     ) -> Self {
         Self {
             llm,
+            by: None,
             ctx,
             router,
             max_steps: ctx.settings().max_steps,
@@ -201,7 +206,7 @@ impl<'a> ModelLoop<'a> {
 
     fn model_label(&self) -> String {
         match self.llm {
-            Ok(llm) => format!("{}:{}", llm.provider(), llm.model()),
+            Ok(chain) => label(chain.primary()),
             Err(_) => self.ctx.settings().model.to_string(),
         }
     }
@@ -226,6 +231,7 @@ impl<'a> ModelLoop<'a> {
     /// prompt cannot be recorded, the model is not called.
     async fn step(&mut self, prompt: &str, step: u32) -> Result<Step, TurnError> {
         let start = json!({"step": step, "model": self.model_label()});
+        self.by = None;
         let llm = match self.llm {
             Ok(llm) => llm,
             Err(e) => {
@@ -272,13 +278,18 @@ impl<'a> ModelLoop<'a> {
                 Err(e) => {
                     let payload = json!({"kind": e.kind(), "message": e.to_string()});
                     self.append("error", payload, &run).await;
-                    self.event("run", json!({"status": "error", "provider": llm.provider(), "model": llm.model()}))
-                        .await;
+                    let by = self.by.unwrap_or(llm.primary());
+                    self.event(
+                        "run",
+                        json!({"status": "error", "provider": by.provider(), "model": by.model()}),
+                    )
+                    .await;
                     return Err(TurnError::Model(e.to_string()));
                 }
             }
         };
-        let ran = json!({"status": "ok", "usage": response.usage.map(|u| u.to_record()), "provider": llm.provider(), "model": llm.model()});
+        let by = self.by.unwrap_or(llm.primary());
+        let ran = json!({"status": "ok", "usage": response.usage.map(|u| u.to_record()), "provider": by.provider(), "model": by.model()});
         if response.tool_calls.is_empty() {
             let text = response.content.unwrap_or_default();
             let answer = json!({"role": "assistant", "content": text});
@@ -389,7 +400,7 @@ impl<'a> ModelLoop<'a> {
     /// tokens, the ratio to the estimate scales the later estimates of the session.
     async fn call(
         &mut self,
-        llm: &LlmClient,
+        llm: &'a ModelChain,
         system: &str,
         context: anyhow::Result<Vec<Value>>,
     ) -> Result<ChatResponse, LlmError> {
@@ -397,7 +408,7 @@ impl<'a> ModelLoop<'a> {
         let estimate = self.estimate(system, &context);
         let mut messages = vec![json!({"role": "system", "content": system})];
         messages.extend(sanitize_context(context));
-        let shown = self.attach_images(llm, &mut messages).await;
+        let shown = self.attach_images(llm.primary(), &mut messages).await;
         let mut request = ChatRequest {
             messages,
             tools: self.ctx.registry().openai_specs_for(&self.ctx.turn.policy),
@@ -434,24 +445,39 @@ impl<'a> ModelLoop<'a> {
         Ok(response)
     }
 
-    /// One model call: streamed into the turn's live answer when it has one (the earlier steps'
-    /// text, then this step's as it comes), else plain.
-    async fn send(&self, llm: &LlmClient, request: &ChatRequest) -> Result<ChatResponse, LlmError> {
-        let Some(live) = &self.ctx.turn.live else {
-            return llm.chat(request).await;
-        };
-        let mut text = self.shown.clone();
-        live.send_modify(|l| l.text.clone_from(&text));
-        let mut first = true;
-        llm.chat_stream(request, |delta| {
-            if first && !text.is_empty() {
-                text.push_str("\n\n");
+    /// One model call down the chain: streamed into the turn's live answer when it has one (the
+    /// earlier steps' text, then this step's as it comes), else plain. Notes the model that
+    /// answered and records each fallback.
+    async fn send(
+        &mut self,
+        llm: &'a ModelChain,
+        request: &ChatRequest,
+    ) -> Result<ChatResponse, LlmError> {
+        let answer = match &self.ctx.turn.live {
+            None => llm.chat(request).await,
+            Some(live) => {
+                let mut text = self.shown.clone();
+                live.send_modify(|l| l.text.clone_from(&text));
+                let mut first = true;
+                llm.chat_stream(request, |delta| {
+                    if first && !text.is_empty() {
+                        text.push_str("\n\n");
+                    }
+                    first = false;
+                    text.push_str(delta);
+                    live.send_modify(|l| l.text.clone_from(&text));
+                })
+                .await
             }
-            first = false;
-            text.push_str(delta);
-            live.send_modify(|l| l.text.clone_from(&text));
-        })
-        .await
+        };
+        let Answer {
+            result,
+            by,
+            fallbacks,
+        } = answer;
+        self.by = Some(by);
+        record_fallbacks(self.ctx, fallbacks).await;
+        result
     }
 
     /// Turns the newest user message with images in `messages` into text and image parts, when
@@ -528,7 +554,7 @@ impl<'a> ModelLoop<'a> {
     /// Compacts `messages` (the context): the model's summary — or, when its call fails, one
     /// built without it — becomes anchor `compaction`, and the newest messages are carried over
     /// after it. Failures are logged; the turn goes on either way.
-    async fn compact(&mut self, llm: &LlmClient, messages: Vec<Value>, run: &Value, why: &str) {
+    async fn compact(&mut self, llm: &ModelChain, messages: Vec<Value>, run: &Value, why: &str) {
         let started = std::time::Instant::now();
         let budget = self.budget();
         let transcript = compact::transcript(&messages, (budget as usize).saturating_mul(3));
@@ -540,7 +566,9 @@ impl<'a> ModelLoop<'a> {
             tools: Arc::from(Vec::new()),
             max_tokens: self.max_tokens,
         };
-        let (summary, by) = match llm.chat(&request).await {
+        let answer = llm.chat(&request).await;
+        record_fallbacks(self.ctx, answer.fallbacks).await;
+        let (summary, by) = match answer.result {
             Ok(r) if r.content.as_deref().is_some_and(|t| !t.trim().is_empty()) => {
                 (r.content.unwrap_or_default(), "model")
             }
@@ -764,8 +792,15 @@ pub(crate) fn sanitize_context(messages: Vec<Value>) -> Vec<Value> {
     out
 }
 
-/// Shared model client or the reason there is none (e.g. no API key), reported per turn.
-pub(crate) type SharedLlm = Result<Arc<LlmClient>, String>;
+/// Records each fallback of a call on the session's tape (`model.fallback`: the model that
+/// failed, the reason, the model asked next).
+pub(crate) async fn record_fallbacks(ctx: &ToolContext, fallbacks: Vec<Fallback>) {
+    for fallback in fallbacks {
+        ctx.tape()
+            .event("model.fallback", fallback.to_record())
+            .await;
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -176,7 +176,7 @@ fn print_welcome(agent: &AgentRuntime, style: Style) {
 async fn status_line(agent: &AgentRuntime, session_id: &str, shell_mode: bool) -> String {
     let time = chrono::Local::now().format("%H:%M");
     let mode = if shell_mode { "shell" } else { "agent" };
-    let model = &agent.settings().model;
+    let model = agent.session_model(session_id).await;
     match agent.tape_info(session_id).await {
         Ok(info) => format!(
             "{time}  mode:{mode}  model:{model}  entries:{} anchors:{} last:{}",

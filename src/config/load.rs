@@ -11,9 +11,9 @@ use std::time::Duration;
 use crate::time::secs;
 
 use super::parse::{
-    absolute, expand_tilde, is_null, parse_bool, parse_list, parse_log_format, parse_log_level,
-    parse_model, parse_positive_seconds, parse_sandbox, parse_seconds, parse_secret, parse_timeout,
-    parse_u32_min, parse_u32_range, parse_url,
+    absolute, expand_tilde, is_null, parse_bool, parse_fallback_models, parse_list,
+    parse_log_format, parse_log_level, parse_model, parse_positive_seconds, parse_sandbox,
+    parse_seconds, parse_secret, parse_timeout, parse_u32_min, parse_u32_range, parse_url,
 };
 use super::sources::{self, Layers};
 use super::{
@@ -105,6 +105,11 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
         Some(model) => model,
         None => parse_model("BUB_MODEL", DEFAULT_MODEL, s.api_base.as_deref())?,
     };
+    if let Some(models) = l.parse("BUB_FALLBACK_MODELS", |v| {
+        parse_fallback_models(v, s.api_base.as_deref())
+    })? {
+        s.fallback_models = models;
+    }
     for var in ["BUB_API_KEY", "LLM_API_KEY", "OPENROUTER_API_KEY"] {
         if let Some(key) = l.parse(var, |v| parse_secret(var, v))?.flatten() {
             s.api_key = Some(key);

@@ -108,12 +108,14 @@ pub(crate) const MAX_BASH_MAX_TIMEOUT_SECONDS: u32 = 86_400;
 pub(crate) const DEFAULT_MAX_CONCURRENT_COMMANDS: u32 = 8;
 /// The largest `BUB_MAX_CONCURRENT_COMMANDS`.
 pub(crate) const MAX_MAX_CONCURRENT_COMMANDS: u32 = 1_024;
+/// The most models `BUB_FALLBACK_MODELS` may name.
+pub(crate) const MAX_FALLBACK_MODELS: usize = 8;
 
 /// All settings of one process. Field docs name the environment variable. `Debug` shows no
 /// secret: keys and tokens are [`Secret`]s, URLs [`MaskedUrl`]s.
 /// `BUB_MODEL` parsed once: the provider (which gives the default base URL) and the model id
 /// sent to it. Shown as `provider:model`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Model {
     pub provider: String,
     pub id: String,
@@ -140,6 +142,9 @@ impl std::fmt::Display for Model {
 pub struct Settings {
     /// `BUB_MODEL`: `provider:model`, default `openrouter:qwen/qwen3-coder-next`.
     pub model: Model,
+    /// `BUB_FALLBACK_MODELS`: the models tried in order when a call to the session's model still
+    /// fails after its retries (at most [`MAX_FALLBACK_MODELS`]; default none).
+    pub fallback_models: Vec<Model>,
     /// First non-empty of `BUB_API_KEY`, `LLM_API_KEY`, `OPENROUTER_API_KEY`. Never logged.
     pub api_key: Option<Secret>,
     /// `BUB_API_BASE`: overrides the provider's default base URL.
@@ -278,6 +283,7 @@ impl Settings {
     pub fn with_defaults(home: PathBuf, workspace: PathBuf) -> Self {
         Self {
             model: Model::default_model(),
+            fallback_models: Vec::new(),
             api_key: None,
             api_base: None,
             max_tokens: 1024,
@@ -378,8 +384,14 @@ impl Settings {
 
     /// Replaces `model` (e.g. from `--model`) after validating it like `BUB_MODEL`.
     pub fn set_model(&mut self, model: &str) -> Result<(), ConfigError> {
-        self.model = parse::parse_model("--model", model, self.api_base.as_deref())?;
+        self.model = self.parse_model("--model", model)?;
         Ok(())
+    }
+
+    /// `raw` validated like `BUB_MODEL` (`provider:model`, a known provider unless
+    /// `BUB_API_BASE` is set); the error names `var`.
+    pub(crate) fn parse_model(&self, var: &str, raw: &str) -> Result<Model, ConfigError> {
+        parse::parse_model(var, raw, self.api_base.as_deref())
     }
 }
 

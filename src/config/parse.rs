@@ -261,6 +261,33 @@ pub(crate) fn parse_model(
     })
 }
 
+/// `BUB_FALLBACK_MODELS`: a list (JSON array or comma-separated) of models, each validated like
+/// `BUB_MODEL`, at most [`super::MAX_FALLBACK_MODELS`]; a model named twice is kept once.
+pub(crate) fn parse_fallback_models(
+    raw: &str,
+    api_base: Option<&str>,
+) -> Result<Vec<Model>, ConfigError> {
+    const VAR: &str = "BUB_FALLBACK_MODELS";
+    let mut models: Vec<Model> = Vec::new();
+    for item in parse_list(VAR, raw)? {
+        let model = parse_model(VAR, &item, api_base)?;
+        if !models.contains(&model) {
+            models.push(model);
+        }
+    }
+    if models.len() > super::MAX_FALLBACK_MODELS {
+        return Err(ConfigError::new(
+            VAR,
+            format!(
+                "{} models named; at most {} are tried",
+                models.len(),
+                super::MAX_FALLBACK_MODELS
+            ),
+        ));
+    }
+    Ok(models)
+}
+
 /// `trace/debug/info/warn/error` (case-insensitive; `warning` means `warn`), returned lowercase.
 pub(crate) fn parse_log_level(var: &str, raw: &str) -> Result<String, ConfigError> {
     let level = raw.trim().to_ascii_lowercase();

@@ -15,6 +15,7 @@ use super::ConfigError;
 /// Every variable a source may set. Keys elsewhere in the environment are ignored.
 pub(crate) const VARS: &[&str] = &[
     "BUB_MODEL",
+    "BUB_FALLBACK_MODELS",
     "BUB_API_KEY",
     "LLM_API_KEY",
     "OPENROUTER_API_KEY",
@@ -85,6 +86,7 @@ const LIST_VARS: &[&str] = &[
     "BUB_DISCORD_OWNERS",
     "BUB_DISCORD_ALLOW_CHANNELS",
     "BUB_GUEST_TOOLS",
+    "BUB_FALLBACK_MODELS",
 ];
 
 /// Where a raw value came from.

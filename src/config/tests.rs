@@ -421,6 +421,20 @@ fn api_key_order_urls_and_providers() {
     assert_eq!(s.model_base_url(), "http://localhost:11434/v1");
     assert_eq!(s.telegram.api_base, "http://127.0.0.1:9");
 
+    let s = fx
+        .load(&[(
+            "BUB_FALLBACK_MODELS",
+            "openai:gpt-4o-mini, ollama:llama3:8b,openai:gpt-4o-mini",
+        )])
+        .unwrap();
+    let shown: Vec<String> = s.fallback_models.iter().map(ToString::to_string).collect();
+    assert_eq!(shown, ["openai:gpt-4o-mini", "ollama:llama3:8b"]);
+    let s = fx
+        .load(&[("BUB_FALLBACK_MODELS", r#"["deepseek:deepseek-chat"]"#)])
+        .unwrap();
+    assert_eq!(s.fallback_models[0].to_string(), "deepseek:deepseek-chat");
+    assert!(fx.load(&[]).unwrap().fallback_models.is_empty());
+
     let mut s = fx.load(&[]).unwrap();
     s.set_model("openai:gpt-4o").unwrap();
     assert_eq!(s.model_base_url(), "https://api.openai.com/v1");
@@ -474,6 +488,20 @@ fn every_error_names_its_variable() {
     err_for(&[("BUB_LOG_LEVEL", "loud")], "BUB_LOG_LEVEL");
     err_for(&[("BUB_LOG_FORMAT", "xml")], "BUB_LOG_FORMAT");
     err_for(&[("BUB_MODEL", "gpt-4o")], "BUB_MODEL");
+    err_for(
+        &[("BUB_FALLBACK_MODELS", "openai:a,gpt-4o")],
+        "BUB_FALLBACK_MODELS",
+    );
+    let err = err_for(
+        &[("BUB_FALLBACK_MODELS", "acme:foo")],
+        "BUB_FALLBACK_MODELS",
+    );
+    assert!(err.message.contains("unknown provider"), "{err}");
+    let nine = (0..9).map(|i| format!("openai:m{i}")).collect::<Vec<_>>();
+    err_for(
+        &[("BUB_FALLBACK_MODELS", &nine.join(","))],
+        "BUB_FALLBACK_MODELS",
+    );
     let err = err_for(&[("BUB_MODEL", "acme:foo")], "BUB_MODEL");
     assert!(err.message.contains("unknown provider") && err.message.contains("BUB_API_BASE"));
     let err = err_for(&[("BUB_TELEGRAM_ENABLED", "true")], "BUB_TELEGRAM_TOKEN");

@@ -5,12 +5,14 @@
 //! type; [`client`] does HTTP, timeouts and retries; [`response`] decodes a complete
 //! (non-streamed) reply and provider error bodies; [`sse`] turns a byte stream into SSE events
 //! and accumulates streamed deltas into a [`ChatResponse`]. Decoding is pure (no I/O) so it is
-//! unit-tested without a server.
+//! unit-tested without a server. [`chain`] sends a call on to the next model of a session's
+//! chain when one fails (`BUB_FALLBACK_MODELS`).
 //!
 //! Invariants: the API key only ever leaves the process in the `Authorization` header — it is
 //! never part of an error message, a log line or a `Debug` rendering; the per-call timeout
 //! covers the HTTP exchange only (tools run outside it).
 
+pub mod chain;
 pub(crate) mod client;
 pub(crate) mod response;
 pub(crate) mod sse;
@@ -24,6 +26,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+pub use chain::ModelChain;
 pub use client::LlmClient;
 pub use usage::Usage;
 

@@ -3,7 +3,8 @@
 //! * [`ProcessCtx`] — the process: settings, the tool registry, the outbox (channel clients),
 //!   the access gate, the secret redactor and the `bash` command limits. One per process,
 //!   shared by every session.
-//! * [`SessionCtx`] — one session: its id, workspace, tape and expanded tool/skill details.
+//! * [`SessionCtx`] — one session: its id, workspace, tape, expanded tool/skill details and the
+//!   model it was switched to.
 //! * [`TurnCtx`] — one turn: who asked ([`Authority`]), the [`Policy`] it runs under (by role,
 //!   and whether the turn is a scheduled run), and whether it already answered its own chat.
 //!
@@ -15,11 +16,12 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::access::{Access, Authority, Policy, Role, TurnOrigin};
-use crate::config::Settings;
+use crate::config::{Model, Settings};
 use crate::delivery::Outbox;
 use crate::redact::Redactor;
 use crate::tape::SharedTape;
 use crate::tools::expansion::Expanded;
+use crate::tools::model::SessionModels;
 
 use super::Registry;
 use super::shell::CommandLimits;
@@ -97,6 +99,9 @@ pub struct SessionCtx {
     pub tape: SharedTape,
     /// Tools and skills whose details the system prompt shows (bounded; `tape.reset` clears it).
     pub expanded: Mutex<Expanded>,
+    /// The model this session was switched to (`,model`; read from `BUB_HOME/models.json`
+    /// when the session opens); `None`: `BUB_MODEL`.
+    model: Mutex<Option<Model>>,
 }
 
 impl SessionCtx {
@@ -108,7 +113,17 @@ impl SessionCtx {
             workspace: settings.workspace.clone(),
             tape: SharedTape::new(tape),
             expanded: Mutex::default(),
+            model: Mutex::new(SessionModels::new(&settings.home).of(settings, session_id)),
         })
+    }
+
+    /// The model this session was switched to (`None`: `BUB_MODEL`).
+    pub(crate) fn model(&self) -> Option<Model> {
+        self.model.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn set_model(&self, model: Option<Model>) {
+        *self.model.lock().unwrap_or_else(|e| e.into_inner()) = model;
     }
 }
 

@@ -17,6 +17,7 @@ Known names run internal tools; anything else runs in the shell (bash).
   ,tape.anchors                  list anchors
   ,tape.handoff name=phase-2 summary=...   start a new context phase
   ,tape.reset archive=true       archive the tape and start over
+  ,model [provider:model]        show or switch this session's model
   ,git status                    any other command runs in the shell
   ,quit                          leave
 

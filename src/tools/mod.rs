@@ -7,6 +7,7 @@ pub mod fs;
 pub(crate) mod memory;
 pub(crate) mod message;
 pub(crate) mod meta;
+pub(crate) mod model;
 pub(crate) mod registry;
 pub mod sandbox;
 pub(crate) mod schedule;
@@ -39,5 +40,6 @@ pub fn builtin_registry(allowed: &[String]) -> Registry {
     tools.extend(memory::tools());
     tools.extend(web::tools());
     tools.extend(meta::tools());
+    tools.extend(model::tools());
     Registry::new(tools, allowed)
 }

@@ -40,6 +40,10 @@
 //! [`FakeOpenAi::reject_images`] makes the server answer a request carrying an `image_url`
 //! part with 400 `Invalid content type. image_url is only supported by certain models.` — a
 //! text-only model — without consuming the script.
+//!
+//! Several models: every request is recorded with its `model`; [`FakeOpenAi::fail_model`] makes
+//! the server answer each request naming one model with an error status (recorded, the script
+//! not consumed) until [`FakeOpenAi::heal_model`] — a provider down for that model only.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -182,6 +186,8 @@ struct Shared {
     transcripts: Mutex<VecDeque<TranscriptReply>>,
     transcriptions: Mutex<Vec<Transcription>>,
     reject_images: AtomicBool,
+    /// Models answered with an error: model → (status, message).
+    failing: Mutex<std::collections::HashMap<String, (u16, String)>>,
 }
 
 /// Makes the text of the answer to a request when the script is empty.
@@ -213,6 +219,7 @@ pub async fn start() -> FakeOpenAi {
         transcripts: Mutex::new(VecDeque::new()),
         transcriptions: Mutex::new(Vec::new()),
         reject_images: AtomicBool::new(false),
+        failing: Mutex::default(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -396,6 +403,30 @@ impl FakeOpenAi {
         self.shared.reject_images.store(on, Ordering::SeqCst);
     }
 
+    /// Answers every request naming `model` with `status` and an OpenAI error body saying
+    /// `message` (recorded; the script is not consumed), until [`Self::heal_model`].
+    pub fn fail_model(&self, model: &str, status: u16, message: &str) {
+        let failure = (status, message.to_owned());
+        self.shared
+            .failing
+            .lock()
+            .unwrap()
+            .insert(model.to_owned(), failure);
+    }
+
+    /// Serves `model` again after [`Self::fail_model`].
+    pub fn heal_model(&self, model: &str) {
+        self.shared.failing.lock().unwrap().remove(model);
+    }
+
+    /// The `model` of every chat request, in order.
+    pub fn models(&self) -> Vec<String> {
+        self.requests()
+            .iter()
+            .map(|r| r["model"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    }
+
     /// Changes how streamed replies are written.
     pub fn set_stream_style(&self, style: StreamStyle) {
         *self.shared.style.lock().unwrap() = style;
@@ -526,6 +557,11 @@ async fn chat_completions(
     body: Bytes,
 ) -> Response {
     let request = shared.record(&uri, &headers, &body);
+    let named = request.get("model").and_then(Value::as_str).unwrap_or("");
+    let failure = shared.failing.lock().unwrap().get(named).cloned();
+    if let Some((status, message)) = failure {
+        return raw_response(status, error_body(&message), Vec::new());
+    }
     if shared.reject_images.load(Ordering::SeqCst) && !image_urls(&request).is_empty() {
         return raw_response(400, images_rejected_body().to_string(), Vec::new());
     }

@@ -34,6 +34,9 @@ pub(crate) enum Command<'a> {
     Bub(&'a str),
     /// `/stop`, `/new`, `/status`: a chat control (see [`Control`]).
     Control(Control),
+    /// `/model [provider:model]`: the comma command `,model` with the rest (owners only: the
+    /// tool's policy refuses a guest).
+    Model(&'a str),
     /// Any other command, a bare `/bub`, or a command for another bot: ignored.
     Ignored,
 }
@@ -65,6 +68,7 @@ pub(crate) fn parse_command<'a>(text: &'a str, bot_username: &str) -> Command<'a
     match name.to_ascii_lowercase().as_str() {
         "start" => Command::Start,
         "bub" if !rest.trim().is_empty() => Command::Bub(rest),
+        "model" => Command::Model(rest.trim()),
         name => Control::parse(&format!(",{name}")).map_or(Command::Ignored, Command::Control),
     }
 }
@@ -159,6 +163,11 @@ mod tests {
         assert_eq!(parse_command("/bub", me), Command::Ignored);
         assert_eq!(parse_command("/bub   ", me), Command::Ignored);
         assert_eq!(parse_command("/help", me), Command::Ignored);
+        assert_eq!(parse_command("/model", me), Command::Model(""));
+        assert_eq!(
+            parse_command("/model@bub_test_bot  openai:gpt-4o ", me),
+            Command::Model("openai:gpt-4o")
+        );
         assert_eq!(parse_command("/bubble x", me), Command::Ignored);
         assert_eq!(parse_command("/usr/bin is full", me), Command::None);
         assert_eq!(parse_command("/ x", me), Command::None);

@@ -588,6 +588,11 @@ impl Handler {
                     content = &control_prompt;
                     mentioned = true;
                 }
+                Command::Model(model) => {
+                    control_prompt = format!(",model {model}");
+                    content = &control_prompt;
+                    mentioned = true;
+                }
                 Command::Ignored => {
                     tracing::debug!(chat_id, message_id, "telegram.skip: other command");
                     return Ok(());
