@@ -107,3 +107,51 @@ async fn each_request_begins_with_the_one_before_across_the_clock_hints_and_rest
             .contains("<checkpoint>")
     );
 }
+
+#[tokio::test]
+async fn a_long_tool_result_reaches_the_model_cut_and_tape_output_reads_the_rest() {
+    let mut env = Env::cli().await;
+    env.set("BUB_TOOL_RESULT_MAX_CHARS", "1000");
+    let text: String = (0..5000)
+        .map(|i| if i == 2500 { 'M' } else { '.' })
+        .collect();
+    std::fs::write(env.workspace.join("big.txt"), &text).unwrap();
+    let ids = env
+        .model
+        .push_tool_calls(&[("fs_read", json!({"path": "big.txt"}))]);
+    env.model.push_tool_calls(&[(
+        "tape_output",
+        json!({"call_id": ids[0], "offset": 2400, "limit": 200}),
+    )]);
+    env.model.push_text("Found the M.");
+    run(&env, "look at big.txt").await;
+
+    let requests = env.model.requests();
+    assert_eq!(requests.len(), 3);
+    let tool = |request: &Value| {
+        let messages = request["messages"].as_array().unwrap();
+        let last = messages.iter().rfind(|m| m["role"] == "tool").unwrap();
+        last["content"].as_str().unwrap().to_owned()
+    };
+    // The model gets the head and the tail and how to read the rest; the middle is not sent.
+    let shown = tool(&requests[1]);
+    assert!(shown.chars().count() < 1200, "{}", shown.len());
+    assert!(!shown.contains('M'), "{shown}");
+    let note = format!(
+        "characters cut here; read them with tape.output call_id={} offset=500]",
+        ids[0]
+    );
+    assert!(shown.contains(&note), "{shown}");
+    // `tape.output` reads the middle from the tape, where the whole result is kept.
+    let part = tool(&requests[2]);
+    assert!(part.starts_with("[characters 2400..2600 of "), "{part}");
+    assert!(
+        part.contains("; more with offset=2600]") && part.contains('M'),
+        "{part}"
+    );
+    assert!(
+        env.tape_text().contains(&text),
+        "the whole result on the tape"
+    );
+    extends(&requests[1], &requests[2]).expect("the cut result is rendered the same way again");
+}

@@ -31,6 +31,7 @@ pub(crate) const GUEST_TOOLS: &[&str] = &[
     "web.search",
     "tape.info",
     "tape.search",
+    "tape.output",
     "tape.anchors",
     "tape.handoff",
     "skills.list",

@@ -22,6 +22,7 @@ use crate::llm::chain::{Answer, Fallback, label};
 use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, ModelChain, ToolCall};
 use crate::media;
 use crate::skills::Discovery;
+use crate::tape::context::View;
 use crate::tape::shared::{append_failed, logged};
 use crate::tape::{ContextCursor, Searched};
 use crate::tools::ToolContext;
@@ -117,7 +118,10 @@ impl<'a> ModelLoop<'a> {
             max_tokens: ctx.settings().max_tokens,
             memory,
             // A guest's turn in a shared chat does not see an owner's command output.
-            context: ContextCursor::new(ctx.turn.policy.searched() == Searched::Conversation),
+            context: ContextCursor::new(View {
+                guest: ctx.turn.policy.searched() == Searched::Conversation,
+                max_result_chars: ctx.settings().tool_result_max_chars as usize,
+            }),
             skills: Arc::default(),
             tools_tokens: ctx.registry().spec_tokens_for(&ctx.turn.policy),
             failures: Vec::new(),

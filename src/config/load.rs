@@ -138,6 +138,12 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     })?;
     set(
         l,
+        "BUB_TOOL_RESULT_MAX_CHARS",
+        &mut s.tool_result_max_chars,
+        |var, v| parse_u32_min(var, v, 1_000),
+    )?;
+    set(
+        l,
         "BUB_COMPACT_PERCENT",
         &mut s.compact_percent,
         |var, v| parse_u32_range(var, v, 10, 100),

@@ -170,6 +170,9 @@ pub struct Settings {
     pub max_steps: u32,
     /// `BUB_CONTEXT_TOKENS` (default 32000, ≥ 256): the model's context window, in tokens.
     pub context_tokens: u32,
+    /// `BUB_TOOL_RESULT_MAX_CHARS` (default 16000, ≥ 1000): a longer tool result reaches the
+    /// model as its head and tail (the whole stays on the tape, read with `tape.output`).
+    pub tool_result_max_chars: u32,
     /// `BUB_COMPACT_PERCENT` (default 75, 10..=100): the share of the window the context since
     /// the last anchor may fill before Bub compacts it.
     pub compact_percent: u32,
@@ -296,6 +299,7 @@ impl Settings {
             tape_name: "bub".to_owned(),
             max_steps: 20,
             context_tokens: 32_000,
+            tool_result_max_chars: 16_000,
             compact_percent: 75,
             memory_enabled: true,
             learn_skills: false,

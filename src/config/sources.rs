@@ -31,6 +31,7 @@ pub(crate) const VARS: &[&str] = &[
     "BUB_TAPE_NAME",
     "BUB_MAX_STEPS",
     "BUB_CONTEXT_TOKENS",
+    "BUB_TOOL_RESULT_MAX_CHARS",
     "BUB_COMPACT_PERCENT",
     "BUB_MEMORY_ENABLED",
     "BUB_LEARN_SKILLS",

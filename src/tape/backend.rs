@@ -72,6 +72,9 @@ pub trait TapeStore: Send + 'static {
     /// The tape summary (`tape.info`).
     fn info(&mut self) -> anyhow::Result<TapeInfo>;
 
+    /// The whole result of tool call `call_id` and its entry's meta (`tape.output`).
+    fn output(&mut self, call_id: &str) -> anyhow::Result<Option<(String, Value)>>;
+
     /// The model's context through `cursor` (read only where it left off, see
     /// [`ContextCursor`]).
     fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<Value>>;
@@ -134,6 +137,10 @@ impl TapeStore for FileTape {
         what: Searched,
     ) -> anyhow::Result<Vec<TapeEntry>> {
         FileTape::search(self, query, limit, what)
+    }
+
+    fn output(&mut self, call_id: &str) -> anyhow::Result<Option<(String, Value)>> {
+        FileTape::output(self, call_id)
     }
 
     fn info(&mut self) -> anyhow::Result<TapeInfo> {

@@ -31,6 +31,7 @@ use serde_json::{Value, json};
 
 use super::entry::{Kind, TapeEntry, parse_entry};
 use super::index::{BackLines, line_kind, lines, read_at};
+use super::output::cut;
 use super::store::FileTape;
 
 /// The entry kinds a context is built from (besides the anchor it starts after).
@@ -96,16 +97,35 @@ pub struct ContextCursor {
     messages: Messages,
     /// How much the last read parsed (store-defined: bytes for a file).
     pub last_read: u64,
-    /// The context of a guest's turn: the results of tool calls made in turns that did not run
-    /// as a guest (an owner's command output, in a shared chat) are withheld.
-    guest: bool,
+    /// How the turn sees its context.
+    view: View,
+}
+
+/// How a turn sees its context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct View {
+    /// A guest's turn: the results of tool calls made in turns that did not run as a guest
+    /// (an owner's command output, in a shared chat) are withheld.
+    pub guest: bool,
+    /// A tool result longer than this many characters is shown as its head and tail
+    /// ([`super::output::cut`]).
+    pub max_result_chars: usize,
+}
+
+impl Default for View {
+    fn default() -> Self {
+        Self {
+            guest: false,
+            max_result_chars: usize::MAX,
+        }
+    }
 }
 
 impl ContextCursor {
-    /// A cursor for a turn; `guest`: a guest's turn (see [`ContextCursor::guest`]).
-    pub(crate) fn new(guest: bool) -> Self {
+    /// A cursor for a turn that sees its context as `view`.
+    pub(crate) fn new(view: View) -> Self {
         Self {
-            guest,
+            view,
             ..Self::default()
         }
     }
@@ -141,7 +161,7 @@ impl FileTape {
     pub(crate) fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<Value>> {
         self.read(|index, file| {
             let Some(file) = file else {
-                *cursor = ContextCursor::new(cursor.guest);
+                *cursor = ContextCursor::new(cursor.view);
                 return Ok(());
             };
             let last_anchor = index.last_anchor();
@@ -152,7 +172,7 @@ impl FileTape {
                 *cursor = ContextCursor {
                     origin: Some(origin),
                     read_to: last_anchor.map_or(0, |a| a.offset),
-                    ..ContextCursor::new(cursor.guest)
+                    ..ContextCursor::new(cursor.view)
                 };
             }
             let bytes = read_at(file, cursor.read_to, index.synced - cursor.read_to)?;
@@ -169,7 +189,7 @@ impl FileTape {
             lines
                 .filter(|l| line_kind(l).is_none_or(|k| CONTEXT_KINDS.contains(&k)))
                 .filter_map(parse_entry)
-                .for_each(|entry| cursor.messages.push(entry, cursor.guest));
+                .for_each(|entry| cursor.messages.push(entry, cursor.view));
             cursor.last_read = bytes.len() as u64;
             cursor.read_to = index.synced;
             Ok(())
@@ -220,7 +240,7 @@ impl FileTape {
     }
 }
 
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+pub(crate) fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
@@ -263,7 +283,9 @@ fn withheld(entry: &TapeEntry, guest: bool) -> bool {
 #[cfg(test)]
 pub(crate) fn select_messages(entries: impl IntoIterator<Item = TapeEntry>) -> Vec<Value> {
     let mut messages = Messages::default();
-    entries.into_iter().for_each(|e| messages.push(e, false));
+    entries
+        .into_iter()
+        .for_each(|e| messages.push(e, View::default()));
     let Messages { mut out, pending } = messages;
     answer_unanswered(&mut out, pending);
     out
@@ -278,9 +300,11 @@ struct Messages {
 }
 
 impl Messages {
-    /// Adds `entry`; for a guest's turn (`guest`), the arguments and results of tool calls of a
-    /// turn that did not run as a guest are withheld ([`withheld`]).
-    fn push(&mut self, entry: TapeEntry, guest: bool) {
+    /// Adds `entry` as `view` shows it: for a guest's turn, the arguments and results of tool
+    /// calls of a turn that did not run as a guest are withheld ([`withheld`]); long results
+    /// are cut ([`super::output::cut`]).
+    fn push(&mut self, entry: TapeEntry, view: View) {
+        let guest = view.guest;
         let out = &mut self.out;
         match entry.kind.as_str() {
             "message" => {
@@ -308,9 +332,10 @@ impl Messages {
                 let results = results.map(Vec::as_slice).unwrap_or_default();
                 let withheld = withheld(&entry, guest);
                 for (i, result) in results.iter().enumerate() {
+                    let call_id = calls.get(i).and_then(|c| c["id"].as_str());
                     let content = match withheld {
                         true => WITHHELD.to_owned(),
-                        false => result_content(result),
+                        false => cut(result_content(result), view.max_result_chars, call_id),
                     };
                     out.push(tool_message(content, calls.get(i)));
                 }
@@ -631,10 +656,14 @@ mod tests {
         let call = json!({"calls": [{"id": "c", "type": "function",
             "function": {"name": "bash", "arguments": "{\"cmd\":\"ls\"}"}}]});
         let mut messages = Messages::default();
+        let guest = View {
+            guest: true,
+            ..View::default()
+        };
         for role in [Some("owner"), None, Some("guest")] {
-            messages.push(entry(1, "tool_call", call.clone(), role), true);
+            messages.push(entry(1, "tool_call", call.clone(), role), guest);
             let result = json!({"results": [format!("output of {role:?}")]});
-            messages.push(entry(2, "tool_result", result, role), true);
+            messages.push(entry(2, "tool_result", result, role), guest);
         }
         let contents: Vec<&str> = messages
             .out

@@ -22,6 +22,7 @@ pub(crate) mod backend;
 pub(crate) mod context;
 pub(crate) mod entry;
 mod index;
+pub(crate) mod output;
 pub(crate) mod search;
 pub(crate) mod shared;
 pub(crate) mod store;

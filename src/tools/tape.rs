@@ -1,4 +1,5 @@
-//! Tape tools: `tape.info`, `tape.search`, `tape.anchors`, `tape.handoff`, `tape.reset`.
+//! Tape tools: `tape.info`, `tape.search`, `tape.output`, `tape.anchors`, `tape.handoff`,
+//! `tape.reset`.
 //!
 //! Each tool works on the session's tape on the blocking pool ([`crate::tape::SharedTape`]):
 //! tape operations are file I/O, and a search over a large tape takes milliseconds.
@@ -9,6 +10,7 @@ use serde_json::json;
 
 use super::registry::NoArgs;
 use super::{Tool, ToolContext, ToolError};
+use crate::tape::output::byte_at;
 use crate::tape::{Searched, TapeEntry, TapeStore};
 
 /// How many anchors `tape.anchors` lists.
@@ -26,6 +28,24 @@ struct SearchArgs {
 
 fn default_limit() -> i64 {
     20
+}
+
+#[derive(Deserialize, JsonSchema)]
+struct OutputArgs {
+    /// the tool call's id, as in the cut result's note
+    call_id: String,
+    /// first character to show (0-based)
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    offset: i64,
+    /// how many characters (default 16000)
+    #[serde(default = "default_output_chars")]
+    #[schemars(range(min = 1))]
+    limit: i64,
+}
+
+fn default_output_chars() -> i64 {
+    16_000
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -80,6 +100,37 @@ pub(crate) fn search_text(
         .join("\n"))
 }
 
+/// `tape.output` output: characters `offset..offset + limit` of a call's whole result, after a
+/// line saying which and how to read on. A guest (`guest`) reads only the results of guests'
+/// turns, as in its context.
+pub(crate) fn output_text(
+    tape: &mut dyn TapeStore,
+    call_id: &str,
+    offset: usize,
+    limit: usize,
+    guest: bool,
+) -> anyhow::Result<String> {
+    let Some((text, meta)) = tape.output(call_id.trim())? else {
+        anyhow::bail!("no result of tool call {call_id:?} on this tape");
+    };
+    if guest && meta["role"] != "guest" {
+        anyhow::bail!("the output of a command run for an owner is not shown in a guest's turn");
+    }
+    let total = text.chars().count();
+    let start = byte_at(&text, offset);
+    let end = byte_at(&text, offset.saturating_add(limit));
+    let shown_end = offset.saturating_add(limit).min(total);
+    let more = match shown_end < total {
+        true => format!("; more with offset={shown_end}"),
+        false => String::new(),
+    };
+    Ok(format!(
+        "[characters {}..{shown_end} of {total}{more}]\n{}",
+        offset.min(total),
+        &text[start..end]
+    ))
+}
+
 /// `tape.anchors` output: `<name> state=<JSON>` per anchor, oldest first.
 pub(crate) fn anchors_text(tape: &mut dyn TapeStore) -> anyhow::Result<String> {
     let anchors = tape.anchors(ANCHORS_SHOWN)?;
@@ -130,6 +181,29 @@ pub(crate) fn tools() -> Vec<Tool> {
                 let limit = usize::try_from(limit).unwrap_or(usize::MAX);
                 let what = ctx.turn.policy.searched();
                 with_tape(&ctx, move |tape| search_text(tape, &query, limit, what)).await
+            },
+        ),
+        Tool::new(
+            "tape.output",
+            "Read a long tool result",
+            "Shows part of a tool call's whole result, by the call's id: a result longer than \
+             BUB_TOOL_RESULT_MAX_CHARS reaches you as its head and tail, with a note naming \
+             the call id and where the cut begins.",
+            |OutputArgs {
+                 call_id,
+                 offset,
+                 limit,
+             },
+             ctx: ToolContext| async move {
+                if limit < 1 || offset < 0 {
+                    return Err(ToolError::invalid("offset ≥ 0 and limit ≥ 1"));
+                }
+                let (offset, limit) = (offset as usize, limit as usize);
+                let guest = ctx.turn.policy.searched() == Searched::Conversation;
+                with_tape(&ctx, move |tape| {
+                    output_text(tape, &call_id, offset, limit, guest)
+                })
+                .await
             },
         ),
         Tool::new(
@@ -196,6 +270,30 @@ mod tests {
         args: serde_json::Value,
     ) -> Result<String, ToolError> {
         ctx.registry().execute(name, args, ctx.clone()).await
+    }
+
+    #[test]
+    fn output_reads_a_calls_whole_result_and_a_guest_only_a_guests() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path());
+        let mut tape = ctx.tape().lock();
+        for (id, role) in [("c1", "owner"), ("c2", "guest")] {
+            let call = json!({"calls": [{"id": id, "type": "function",
+                "function": {"name": "bash", "arguments": "{}"}}]});
+            tape.append("tool_call", call, json!({"role": role}))
+                .unwrap();
+            tape.event("policy.refused", json!({})).unwrap();
+            let result = json!({"results": [format!("{id}:0123456789")]});
+            tape.append("tool_result", result, json!({"role": role}))
+                .unwrap();
+        }
+        let out = output_text(&mut **tape, "c1", 3, 4, false).unwrap();
+        assert_eq!(out, "[characters 3..7 of 13; more with offset=7]\n0123");
+        let out = output_text(&mut **tape, "c2", 10, 100, true).unwrap();
+        assert_eq!(out, "[characters 10..13 of 13]\n789");
+        let refused = output_text(&mut **tape, "c1", 0, 100, true).unwrap_err();
+        assert!(refused.to_string().contains("not shown in a guest's turn"));
+        assert!(output_text(&mut **tape, "nope", 0, 1, false).is_err());
     }
 
     #[tokio::test]
