@@ -5,6 +5,7 @@
 mod support;
 
 mod access;
+mod anthropic;
 mod architecture;
 mod chaos;
 mod compaction;
@@ -13,6 +14,7 @@ mod daemon;
 mod discord;
 mod durability;
 mod fakes;
+mod gemini;
 mod guests;
 mod jobs;
 mod learning;

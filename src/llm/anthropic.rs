@@ -9,9 +9,10 @@
 //! images base64 `image` blocks; OpenAI-shaped tool specs `{name, description, input_schema}`.
 //!
 //! Prompt caching: `cache_control: {"type": "ephemeral"}` on the last tool, on the last system
-//! block, on the last message and on the user message before the last assistant message (where
-//! the previous request of a tool loop, or the previous turn, ended) — so each request reads
-//! the previous one's prefix from the cache and writes its own. Never more than
+//! block, on the last block of the conversation (before a trailing system note: a per-turn
+//! note the next request will not repeat) and on the user message before the last assistant
+//! message (where the previous request of a tool loop, or the previous turn, ended) — so each
+//! request reads the previous one's prefix from the cache and writes its own. Never more than
 //! [`MAX_BREAKPOINTS`], the API's limit.
 
 use std::collections::BTreeMap;
@@ -31,10 +32,13 @@ pub(crate) const MAX_BREAKPOINTS: usize = 4;
 pub(crate) fn request_body(model: &str, req: &ChatRequest, stream: bool) -> Value {
     let mut system: Vec<Value> = Vec::new();
     let mut messages: Vec<(&str, Vec<Value>)> = Vec::new();
+    // The last block not from a system note: (message, block).
+    let mut stable_end = None;
     for message in &req.messages {
         match message.role {
             Role::System if messages.is_empty() => system.extend(text_block(&message.text())),
-            Role::System | Role::User => push(&mut messages, "user", content(message)),
+            Role::System => push(&mut messages, "user", content(message)),
+            Role::User => push(&mut messages, "user", content(message)),
             Role::Assistant => {
                 let mut blocks: Vec<Value> = text_block(&message.text()).into_iter().collect();
                 blocks.extend(message.tool_calls.iter().map(tool_use));
@@ -42,22 +46,28 @@ pub(crate) fn request_body(model: &str, req: &ChatRequest, stream: bool) -> Valu
             }
             Role::Tool => push(&mut messages, "user", vec![tool_result(message)]),
         }
+        if message.role != Role::System
+            && let Some((_, blocks)) = messages.last()
+        {
+            stable_end = Some((messages.len() - 1, blocks.len().saturating_sub(1)));
+        }
     }
     let mut tools: Vec<Value> = req.tools.iter().filter_map(tool_spec).collect();
 
-    // The breakpoints: last tool, system, the previous request's end, the last message.
-    let last = messages.len().checked_sub(1);
-    let earlier = last.and_then(|last| {
+    // The breakpoints: last tool, system, where the previous request ended (the user message
+    // before the last assistant message), the last block before a trailing note.
+    let earlier = stable_end.and_then(|(last, _)| {
         let assistant = messages[..last]
             .iter()
             .rposition(|(r, _)| *r == "assistant")?;
-        messages[..assistant]
+        let user = messages[..assistant]
             .iter()
-            .rposition(|(r, _)| *r == "user")
+            .rposition(|(r, _)| *r == "user")?;
+        Some((user, messages[user].1.len() - 1))
     });
     let mut placed = usize::from(mark(tools.last_mut())) + usize::from(mark(system.last_mut()));
-    for at in [earlier, last].into_iter().flatten() {
-        placed += usize::from(mark(messages[at].1.last_mut()));
+    for (at, block) in [earlier, stable_end].into_iter().flatten() {
+        placed += usize::from(mark(messages[at].1.get_mut(block)));
     }
     debug_assert!(placed <= MAX_BREAKPOINTS, "{placed} cache breakpoints");
 
