@@ -400,9 +400,10 @@ mod tests {
         assert_eq!(last[0]["tool_use_id"], "c1");
         assert_eq!(
             last[1],
-            json!({"type": "tool_result", "tool_use_id": "c_2"})
+            json!({"type": "tool_result", "tool_use_id": "c_2",
+                "cache_control": {"type": "ephemeral"}})
         );
-        assert_eq!(last[2]["text"], "a note");
+        assert_eq!(last[2], json!({"type": "text", "text": "a note"}));
         assert_eq!(body["system"][0]["text"], "sys");
         assert_eq!(body.get("stream"), None);
     }
