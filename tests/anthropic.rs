@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use bub::llm::{ChatMessage, ChatRequest, ChatResponse, LlmClient, LlmConfig, LlmError};
 use serde_json::{Value, json};
-use support::bub_env::{Env, stderr, stdout};
+use support::bub_env::{Env, stderr, stdout, texts};
 use support::fake_anthropic::{self, FakeAnthropic, KEY, error_body};
+use support::fake_telegram::private_text;
 use support::wait::{WAIT, bounded};
 
 fn config(fake: &FakeAnthropic) -> LlmConfig {
@@ -355,4 +356,58 @@ async fn a_missing_anthropic_key_names_its_variable() {
     let text = format!("{}{}", stdout(&out), stderr(&out));
     assert!(text.contains("BUB_ANTHROPIC_API_KEY"), "{text}");
     assert_eq!(fake.request_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_photo_reaches_an_anthropic_model_as_an_image_block_or_as_its_path_when_refused() {
+    let fake = fake_anthropic::start().await;
+    let mut env = Env::new().await;
+    env.set("BUB_MODEL", "anthropic:claude-test");
+    env.set("BUB_ANTHROPIC_API_KEY", KEY);
+    env.set("BUB_ANTHROPIC_API_BASE", &fake.base_url());
+    env.set("BUB_VISION", "on");
+    env.telegram.add_file("ph1", crate::media::png(20, 10));
+    fake.push_text("A green rectangle.");
+    let refused = error_body(
+        "invalid_request_error",
+        "this model does not support images",
+    );
+    fake.push_raw(400, refused.to_string(), vec![]);
+    fake.push_text("I cannot see it, but it is saved.");
+    let daemon = env.start();
+    let photo = private_text(42, 42, "").photo_file("ph1", 300, Some("what is this?"));
+    env.telegram.push_message_update(photo);
+    env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    env.telegram.add_file("ph2", crate::media::png(10, 10));
+    let photo = private_text(42, 42, "").photo_file("ph2", 300, Some("and this?"));
+    env.telegram.push_message_update(photo);
+    let sent = env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
+    assert!(daemon.stop().await.success());
+    assert_eq!(
+        texts(&sent),
+        ["A green rectangle.", "I cannot see it, but it is saved."]
+    );
+
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 3, "one answered, one refused, one answered");
+    let blocks = |r: &Value| -> Vec<Value> {
+        let last = r["messages"].as_array().unwrap().last().unwrap().clone();
+        last["content"].as_array().unwrap().clone()
+    };
+    let image = blocks(&requests[0])
+        .into_iter()
+        .find(|b| b["type"] == "image")
+        .unwrap();
+    assert_eq!(image["source"]["type"], "base64");
+    assert_eq!(image["source"]["media_type"], "image/jpeg");
+    assert!(!image["source"]["data"].as_str().unwrap().is_empty());
+    assert!(blocks(&requests[1]).iter().any(|b| b["type"] == "image"));
+    let retried = blocks(&requests[2]);
+    assert!(retried.iter().all(|b| b["type"] != "image"), "{retried:?}");
+    assert!(
+        retried.iter().any(|b| b["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("[The model cannot look at images; they are saved at:"))),
+        "{retried:?}"
+    );
 }

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use bub::llm::{ChatMessage, ChatRequest, ChatResponse, LlmClient, LlmConfig, LlmError};
 use serde_json::{Value, json};
-use support::bub_env::{Env, stderr, stdout};
+use support::bub_env::{Env, stderr, stdout, texts};
 use support::fake_gemini::{self, FakeGemini, KEY, error_body};
+use support::fake_telegram::private_text;
 use support::wait::{WAIT, bounded};
 
 fn config(fake: &FakeGemini) -> LlmConfig {
@@ -283,4 +284,28 @@ async fn bub_run_with_a_gemini_model_reads_a_file_and_answers() {
         env.tape_text()
             .contains("\"thought_signature\":\"c2lnLXJ1bg==\"")
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_photo_reaches_a_gemini_model_as_inline_data() {
+    let fake = fake_gemini::start().await;
+    let mut env = Env::new().await;
+    env.set("BUB_MODEL", "gemini:gemini-test");
+    env.set("BUB_GEMINI_API_KEY", KEY);
+    env.set("BUB_GEMINI_API_BASE", &fake.base_url());
+    env.set("BUB_VISION", "on");
+    env.telegram.add_file("ph1", crate::media::png(20, 10));
+    fake.push_text("A green rectangle.");
+    let daemon = env.start();
+    let photo = private_text(42, 42, "").photo_file("ph1", 300, Some("what is this?"));
+    env.telegram.push_message_update(photo);
+    let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    assert!(daemon.stop().await.success());
+    assert_eq!(texts(&sent), ["A green rectangle."]);
+    let request = &fake.requests()[0];
+    let turn = request["contents"].as_array().unwrap().last().unwrap();
+    let parts = turn["parts"].as_array().unwrap();
+    assert!(parts[0]["text"].as_str().unwrap().contains("what is this?"));
+    assert_eq!(parts[1]["inlineData"]["mimeType"], "image/jpeg");
+    assert!(!parts[1]["inlineData"]["data"].as_str().unwrap().is_empty());
 }
