@@ -411,3 +411,32 @@ async fn a_photo_reaches_an_anthropic_model_as_an_image_block_or_as_its_path_whe
         "{retried:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_bub_stream_edits_the_answer_is_streamed_from_anthropic_into_the_chat() {
+    let fake = fake_anthropic::start().await;
+    let mut env = Env::new().await;
+    env.set("BUB_MODEL", "anthropic:claude-test");
+    env.set("BUB_ANTHROPIC_API_KEY", KEY);
+    env.set("BUB_ANTHROPIC_API_BASE", &fake.base_url());
+    env.set("BUB_STREAM", "edits");
+    const FINAL: &str = "Streamed from the Messages API, piece by piece.";
+    fake.push_text(FINAL);
+    let daemon = env.start();
+    env.telegram
+        .push_message_update(private_text(42, 42, "stream it"));
+    support::wait::wait_until(WAIT, "the streamed answer in the chat", || {
+        let calls = [
+            env.telegram.calls_of("sendMessage"),
+            env.telegram.calls_of("editMessageText"),
+        ];
+        calls.iter().flatten().any(|c| c.body["text"] == FINAL)
+    })
+    .await;
+    assert!(daemon.stop().await.success());
+    assert_eq!(fake.requests()[0]["stream"], true);
+    assert_eq!(
+        fake.recorded()[0].header("accept"),
+        Some("text/event-stream")
+    );
+}

@@ -91,7 +91,7 @@ async fn a_tool_round_trip_sends_the_exact_parts_and_the_thought_signature_back(
             {"role": "user", "parts": [{"text": "what is in a.txt?"}]},
             {"role": "model", "parts": [{"text": "Reading."},
                 {"functionCall": {"name": "fs_read", "args": {"path": "a.txt"}}, "thoughtSignature": "c2lnLTE="}]},
-            {"role": "user", "parts": [{"functionResponse": {"name": "fs_read", "response": {"content": "hi"}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "fs_read", "response": {"output": "hi"}}}]},
         ])
     );
     assert_eq!(
@@ -308,4 +308,34 @@ async fn a_photo_reaches_a_gemini_model_as_inline_data() {
     assert!(parts[0]["text"].as_str().unwrap().contains("what is this?"));
     assert_eq!(parts[1]["inlineData"]["mimeType"], "image/jpeg");
     assert!(!parts[1]["inlineData"]["data"].as_str().unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_bub_stream_edits_the_answer_is_streamed_from_gemini_into_the_chat() {
+    let fake = fake_gemini::start().await;
+    let mut env = Env::new().await;
+    env.set("BUB_MODEL", "gemini:gemini-test");
+    env.set("BUB_GEMINI_API_KEY", KEY);
+    env.set("BUB_GEMINI_API_BASE", &fake.base_url());
+    env.set("BUB_STREAM", "edits");
+    const FINAL: &str = "Streamed from streamGenerateContent, piece by piece.";
+    fake.push_text(FINAL);
+    let daemon = env.start();
+    env.telegram
+        .push_message_update(private_text(42, 42, "stream it"));
+    support::wait::wait_until(WAIT, "the streamed answer in the chat", || {
+        let calls = [
+            env.telegram.calls_of("sendMessage"),
+            env.telegram.calls_of("editMessageText"),
+        ];
+        calls.iter().flatten().any(|c| c.body["text"] == FINAL)
+    })
+    .await;
+    assert!(daemon.stop().await.success());
+    let recorded = fake.recorded();
+    assert_eq!(
+        recorded[0].path,
+        "/v1beta/models/gemini-test:streamGenerateContent"
+    );
+    assert_eq!(recorded[0].query.as_deref(), Some("alt=sse"));
 }

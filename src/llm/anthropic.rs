@@ -164,11 +164,12 @@ fn tool_spec(spec: &Value) -> Option<Value> {
         .get("parameters")
         .cloned()
         .unwrap_or_else(|| json!({"type": "object", "properties": {}}));
-    Some(json!({
-        "name": function.get("name")?,
-        "description": function.get("description").cloned().unwrap_or(json!("")),
-        "input_schema": schema,
-    }))
+    let mut tool = json!({"name": function.get("name")?});
+    if let Some(description) = function.get("description") {
+        tool["description"] = description.clone();
+    }
+    tool["input_schema"] = schema;
+    Some(tool)
 }
 
 /// Decodes a 2xx reply (`{"type": "message", "content": [...], ...}`).

@@ -120,7 +120,7 @@ fn function_call(call: &ToolCall) -> Value {
 
 fn function_response(message: &ChatMessage) -> Value {
     json!({"functionResponse": {"name": message.name.as_deref().unwrap_or_default(),
-        "response": {"content": message.text()}}})
+        "response": {"output": message.text()}}})
 }
 
 /// An OpenAI `{"type": "function", "function": {...}}` spec as a function declaration.

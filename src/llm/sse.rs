@@ -1,5 +1,6 @@
-//! Streamed chat completions: an incremental Server-Sent-Events decoder and the accumulator that
-//! folds `chat.completion.chunk` deltas into one [`ChatResponse`].
+//! Streamed replies: an incremental Server-Sent-Events decoder, the [`Accumulate`] trait each
+//! API's stream folder implements (Anthropic's and Gemini's are in their modules), and the
+//! OpenAI one, which folds `chat.completion.chunk` deltas into one [`ChatResponse`].
 //!
 //! The decoder accepts bytes exactly as they come off the socket: events split anywhere (even
 //! inside a UTF-8 character), `\n`, `\r\n` or `\r` line endings, `:` comment lines (keep-alives),
