@@ -2,13 +2,13 @@
 //! timeout, retries with jittered exponential backoff, and reading plain or streamed (SSE)
 //! replies (each API's body and events are its own module's).
 //!
-//! Retry policy: up to `max_retries` attempts in total for temporary failures (429, 5xx,
-//! Anthropic's 529 overloaded, connection errors, timeouts); other 4xx fail at once. The wait before retry `n` (0-based) is
-//! `retry_base_delay × 2^n × U(0.5, 1.5)` capped at 60 s, or the provider's `Retry-After`
-//! seconds when given — unless those are more than 60 s: then the call fails at once with
-//! [`LlmError::RateLimited`] ("rate limited: the server asks to wait N s", the rule of
-//! [`crate::time`]). A stream that has already delivered text is never retried (the caller has
-//! shown that text).
+//! Retry policy: up to `max_retries` attempts in total for temporary failures (429, 5xx —
+//! Anthropic's 529 "overloaded" included —, connection errors, timeouts); other 4xx fail at
+//! once. The wait before retry `n` (0-based) is `retry_base_delay × 2^n × U(0.5, 1.5)` capped
+//! at 60 s, or the provider's `Retry-After` seconds when given — unless those are more than
+//! 60 s: then the call fails at once with [`LlmError::RateLimited`] ("rate limited: the server
+//! asks to wait N s", the rule of [`crate::time`]). A stream that has already delivered text is
+//! never retried (the caller has shown that text).
 
 use std::time::{Duration, Instant};
 
@@ -97,11 +97,15 @@ impl LlmClient {
                 .map_err(|e| LlmError::Config(format!("base URL {:?}: {e}", cfg.base_url)))
         };
         let (endpoint, stream_endpoint) = match api {
-            Api::OpenAi => (
-                url("/chat/completions".into())?,
-                url("/chat/completions".into())?,
-            ),
-            Api::Anthropic => (url("/v1/messages".into())?, url("/v1/messages".into())?),
+            Api::OpenAi | Api::Anthropic => {
+                let path = if api == Api::OpenAi {
+                    "/chat/completions"
+                } else {
+                    "/v1/messages"
+                };
+                let endpoint = url(path.into())?;
+                (endpoint.clone(), endpoint)
+            }
             Api::Gemini => {
                 let model = format!("/v1beta/models/{}", cfg.model);
                 (
