@@ -440,3 +440,33 @@ async fn with_bub_stream_edits_the_answer_is_streamed_from_anthropic_into_the_ch
         Some("text/event-stream")
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn voice_with_an_anthropic_model_needs_its_own_transcription_server() {
+    let fake = fake_anthropic::start().await;
+    let mut env = Env::new().await;
+    env.set("BUB_MODEL", "anthropic:claude-test");
+    env.set("BUB_ANTHROPIC_API_KEY", KEY);
+    env.set("BUB_ANTHROPIC_API_BASE", &fake.base_url());
+    env.set("BUB_TRANSCRIBE_MODEL", "whisper-1");
+    env.telegram.add_file("v1", vec![7u8; 300]);
+    fake.push_text("I cannot hear it.");
+    let daemon = env.start();
+    let note = private_text(42, 42, "").voice_file("v1", 3, 300);
+    env.telegram.push_message_update(note);
+    env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    assert!(daemon.stop().await.success());
+    let recorded = fake.recorded();
+    assert!(
+        recorded.iter().all(|r| r.path == "/v1/messages"),
+        "no transcription call to Anthropic"
+    );
+    assert!(env.model.transcriptions().is_empty());
+    let prompt = recorded[0].body.to_string();
+    assert!(
+        prompt.contains(
+            "not transcribed: anthropic has no transcription endpoint; set BUB_TRANSCRIBE_API_BASE"
+        ),
+        "{prompt}"
+    );
+}
