@@ -232,7 +232,7 @@ fn client(fake: &FakeOpenAi, model: &str) -> Arc<LlmClient> {
 
 fn request() -> ChatRequest {
     ChatRequest {
-        messages: vec![json!({"role": "user", "content": "hi"})],
+        messages: vec![bub::llm::ChatMessage::user("hi")],
         tools: Arc::from(Vec::new()),
         max_tokens: 16,
     }

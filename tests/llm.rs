@@ -5,7 +5,7 @@ use crate::support;
 
 use std::time::{Duration, Instant};
 
-use bub::llm::{ChatRequest, ChatResponse, LlmClient, LlmConfig, LlmError};
+use bub::llm::{ChatMessage, ChatRequest, ChatResponse, LlmClient, LlmConfig, LlmError};
 use serde_json::{Value, json};
 use support::fake_openai::{self, FakeOpenAi, StreamStyle};
 use support::wait::bounded;
@@ -35,8 +35,8 @@ fn calls(resp: &ChatResponse) -> Vec<(&str, &str, &str)> {
 fn request() -> ChatRequest {
     ChatRequest {
         messages: vec![
-            json!({"role": "system", "content": "be brief"}),
-            json!({"role": "user", "content": "what time is it?"}),
+            ChatMessage::system("be brief"),
+            ChatMessage::user("what time is it?"),
         ],
         tools: vec![json!({"type": "function", "function": {
             "name": "get_time", "description": "Current time",
@@ -118,7 +118,11 @@ async fn request_body_and_headers() {
     let first = &recorded[0];
     assert_eq!(first.path, "/v1/chat/completions");
     assert_eq!(first.body["model"], "fake-model");
-    assert_eq!(first.body["messages"], json!(request().messages));
+    assert_eq!(
+        first.body["messages"],
+        json!([{"role": "system", "content": "be brief"},
+               {"role": "user", "content": "what time is it?"}])
+    );
     assert_eq!(first.body["tools"], json!(*request().tools));
     assert_eq!(first.body["max_tokens"], 256);
     assert_eq!(first.body["stream"], false);

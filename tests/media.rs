@@ -20,7 +20,7 @@ use support::fake_telegram::private_text;
 use support::wait::{bounded, wait_until};
 
 /// A PNG of `width`×`height` pixels.
-fn png(width: u32, height: u32) -> Vec<u8> {
+pub(crate) fn png(width: u32, height: u32) -> Vec<u8> {
     let mut bytes = Vec::new();
     image::RgbImage::from_pixel(width, height, image::Rgb([10, 200, 30]))
         .write_to(

@@ -468,3 +468,41 @@ async fn a_guest_given_bash_runs_it_in_the_sandbox_and_owners_only_with_sandbox_
     assert!(!outside.exists());
     assert!(daemon.stop().await.success());
 }
+
+/// The Anthropic and Gemini keys are Bub's secrets like the others: a `bash` child never has
+/// them in its environment, and the values in use are redacted from tool output.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_anthropic_and_gemini_keys_reach_no_child_and_no_tool_output() {
+    let mut env = Env::cli().await;
+    let keys = [
+        ("BUB_ANTHROPIC_API_KEY", "sk-ant-bub-1111"),
+        ("ANTHROPIC_API_KEY", "sk-ant-plain-2222"),
+        ("BUB_GEMINI_API_KEY", "AIza-bub-3333"),
+        ("GEMINI_API_KEY", "AIza-plain-4444"),
+    ];
+    for (var, value) in keys {
+        env.set(var, value);
+    }
+    // A file holding the keys in use: printed, redacted.
+    let file = format!("anthropic={}\ngemini={}\n", keys[0].1, keys[2].1);
+    std::fs::write(env.workspace.join("keys.txt"), file).unwrap();
+    let out = env
+        .run(&["run", ",printenv; cat keys.txt; echo done"])
+        .await;
+    let printed = stdout(&out);
+    assert!(
+        out.status.success() && printed.contains("done"),
+        "{printed}"
+    );
+    assert!(
+        printed.contains("anthropic=[redacted]") && printed.contains("gemini=[redacted]"),
+        "{printed}"
+    );
+    for (var, value) in keys {
+        assert!(!printed.contains(value), "{var}'s value leaked: {printed}");
+        assert!(
+            !printed.contains(&format!("{var}=")),
+            "{var} in the environment: {printed}"
+        );
+    }
+}

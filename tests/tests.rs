@@ -5,6 +5,7 @@
 mod support;
 
 mod access;
+mod anthropic;
 mod architecture;
 mod chaos;
 mod compaction;
@@ -14,6 +15,7 @@ mod discord;
 mod durability;
 mod fakes;
 mod fallback;
+mod gemini;
 mod guests;
 mod jobs;
 mod learning;

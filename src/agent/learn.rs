@@ -17,7 +17,7 @@ use yaml_rust2::{Yaml, YamlEmitter, yaml};
 
 use super::compact::cut;
 use crate::config::Settings;
-use crate::llm::{ChatRequest, ModelChain};
+use crate::llm::{ChatMessage, ChatRequest, ModelChain};
 use crate::skills::{self, Source};
 use crate::tools::ToolContext;
 
@@ -114,8 +114,8 @@ pub(crate) async fn learn(llm: &ModelChain, ctx: &ToolContext, turn: Finished) {
     };
     let request = ChatRequest {
         messages: vec![
-            json!({"role": "system", "content": LEARN_PROMPT}),
-            json!({"role": "user", "content": transcript(&turn, &listed.unwrap_or_default())}),
+            ChatMessage::system(LEARN_PROMPT),
+            ChatMessage::user(transcript(&turn, &listed.unwrap_or_default())),
         ],
         tools: std::sync::Arc::from(Vec::new()),
         max_tokens: settings.max_tokens,

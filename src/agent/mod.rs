@@ -85,7 +85,7 @@ pub(crate) fn client_for(
         provider: model.provider.clone(),
         model: model.id.clone(),
         base_url: settings.base_url_for(model),
-        api_key: settings.api_key.as_ref().map(|k| k.expose().to_owned()),
+        api_key: settings.api_key_for(model).map(|k| k.expose().to_owned()),
         timeout: settings.model_timeout,
         max_retries: 3,
         retry_base_delay: Duration::from_millis(500),

@@ -19,7 +19,7 @@ use super::prompt::{self, PromptParts};
 use super::router::Router;
 use crate::delivery::TurnError;
 use crate::llm::chain::{Answer, Fallback, label};
-use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, ModelChain, ToolCall};
+use crate::llm::{ChatMessage, ChatRequest, ChatResponse, LlmClient, LlmError, ModelChain, ToolCall};
 use crate::media;
 use crate::skills::Discovery;
 use crate::tape::context::View;
@@ -414,7 +414,7 @@ impl<'a> ModelLoop<'a> {
         messages.extend(sanitize_context(context));
         let shown = self.attach_images(llm.primary(), &mut messages).await;
         let mut request = ChatRequest {
-            messages,
+            messages: messages.iter().map(ChatMessage::from_openai).collect(),
             tools: self.ctx.registry().openai_specs_for(&self.ctx.turn.policy),
             max_tokens: self.max_tokens,
         };
@@ -430,14 +430,15 @@ impl<'a> ModelLoop<'a> {
                     json!({"status": status, "error": message}),
                 )
                 .await;
-                let text = request.messages[at]["content"][0]["text"]
+                let text = messages[at]["content"][0]["text"]
                     .as_str()
                     .unwrap_or_default();
                 let note = format!(
                     "{text}\n[The model cannot look at images; they are saved at: {}]",
                     paths.join(", ")
                 );
-                request.messages[at]["content"] = json!(note);
+                messages[at]["content"] = json!(note);
+                request.messages[at] = ChatMessage::from_openai(&messages[at]);
                 self.send(llm, &request).await?
             }
             (response, _) => response?,
@@ -564,8 +565,8 @@ impl<'a> ModelLoop<'a> {
         let transcript = compact::transcript(&messages, (budget as usize).saturating_mul(3));
         let request = ChatRequest {
             messages: vec![
-                json!({"role": "system", "content": compact::SUMMARY_PROMPT}),
-                json!({"role": "user", "content": transcript}),
+                ChatMessage::system(compact::SUMMARY_PROMPT),
+                ChatMessage::user(transcript),
             ],
             tools: Arc::from(Vec::new()),
             max_tokens: self.max_tokens,
@@ -608,7 +609,7 @@ impl<'a> ModelLoop<'a> {
         let calls: Vec<Value> = response
             .tool_calls
             .iter()
-            .map(|c| json!({"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}))
+            .map(ToolCall::to_record)
             .collect();
         self.append("tool_call", json!({"calls": calls}), run).await;
         let mut results = Vec::with_capacity(response.tool_calls.len());

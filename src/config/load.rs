@@ -110,12 +110,11 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     })? {
         s.fallback_models = models;
     }
-    for var in ["BUB_API_KEY", "LLM_API_KEY", "OPENROUTER_API_KEY"] {
-        if let Some(key) = l.parse(var, |v| parse_secret(var, v))?.flatten() {
-            s.api_key = Some(key);
-            break;
-        }
-    }
+    s.api_key = first_secret(l, &["BUB_API_KEY", "LLM_API_KEY", "OPENROUTER_API_KEY"])?;
+    s.anthropic_api_key = first_secret(l, &["BUB_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY"])?;
+    set_url(l, "BUB_ANTHROPIC_API_BASE", &mut s.anthropic_api_base)?;
+    s.gemini_api_key = first_secret(l, &["BUB_GEMINI_API_KEY", "GEMINI_API_KEY"])?;
+    set_url(l, "BUB_GEMINI_API_BASE", &mut s.gemini_api_base)?;
     set(l, "BUB_MAX_TOKENS", &mut s.max_tokens, |var, v| {
         parse_u32_min(var, v, 1)
     })?;
@@ -351,6 +350,16 @@ fn parse_ids(var: &str, raw: &str) -> Result<Vec<String>, ConfigError> {
         ));
     }
     Ok(ids)
+}
+
+/// The first of `vars` that is set (and not blank).
+fn first_secret(l: &Layers, vars: &[&str]) -> Result<Option<Secret>, ConfigError> {
+    for var in vars {
+        if let Some(key) = secret(l, var)? {
+            return Ok(Some(key));
+        }
+    }
+    Ok(None)
 }
 
 fn secret(l: &Layers, var: &str) -> Result<Option<Secret>, ConfigError> {

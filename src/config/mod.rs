@@ -23,6 +23,8 @@ use std::time::Duration;
 
 pub use load::LoadOptions;
 pub use media::{MediaSettings, Vision};
+
+use crate::llm::Api;
 pub(crate) use providers::provider_base_url;
 pub(crate) use secret::{MaskedUrl, Secret};
 
@@ -38,6 +40,10 @@ pub const SECRET_VARS: &[&str] = &[
     "BUB_TELEGRAM_PROXY",
     "BUB_DISCORD_PROXY",
     "BUB_TRANSCRIBE_API_KEY",
+    "BUB_ANTHROPIC_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "BUB_GEMINI_API_KEY",
+    "GEMINI_API_KEY",
 ];
 
 /// `BUB_MODEL` default.
@@ -147,8 +153,19 @@ pub struct Settings {
     pub fallback_models: Vec<Model>,
     /// First non-empty of `BUB_API_KEY`, `LLM_API_KEY`, `OPENROUTER_API_KEY`. Never logged.
     pub api_key: Option<Secret>,
-    /// `BUB_API_BASE`: overrides the provider's default base URL.
+    /// `BUB_API_BASE`: overrides the provider's default base URL (OpenAI-compatible
+    /// providers only).
     pub api_base: Option<MaskedUrl>,
+    /// First non-empty of `BUB_ANTHROPIC_API_KEY`, `ANTHROPIC_API_KEY`: the key of
+    /// `anthropic:` models. Never logged.
+    pub anthropic_api_key: Option<Secret>,
+    /// `BUB_ANTHROPIC_API_BASE` (default `https://api.anthropic.com`).
+    pub anthropic_api_base: MaskedUrl,
+    /// First non-empty of `BUB_GEMINI_API_KEY`, `GEMINI_API_KEY`: the key of `gemini:` models.
+    /// Never logged.
+    pub gemini_api_key: Option<Secret>,
+    /// `BUB_GEMINI_API_BASE` (default `https://generativelanguage.googleapis.com`).
+    pub gemini_api_base: MaskedUrl,
     /// `BUB_MAX_TOKENS` (default 1024, ≥ 1).
     pub max_tokens: u32,
     /// `BUB_MODEL_TIMEOUT_SECONDS` (default 90, at most one day; `null`/`0` = none). Covers the
@@ -289,6 +306,10 @@ impl Settings {
             fallback_models: Vec::new(),
             api_key: None,
             api_base: None,
+            anthropic_api_key: None,
+            anthropic_api_base: providers::DEFAULT_ANTHROPIC_API_BASE.into(),
+            gemini_api_key: None,
+            gemini_api_base: providers::DEFAULT_GEMINI_API_BASE.into(),
             max_tokens: 1024,
             model_timeout: Some(Duration::from_secs(90)),
             system_prompt: String::new(),
@@ -349,13 +370,26 @@ impl Settings {
         self.base_url_for(&self.model)
     }
 
-    /// [`Self::model_base_url`] for any model.
+    /// [`Self::model_base_url`] for any model: `BUB_ANTHROPIC_API_BASE` and
+    /// `BUB_GEMINI_API_BASE` for the providers with their own API.
     pub(crate) fn base_url_for(&self, model: &Model) -> String {
-        match &self.api_base {
-            Some(base) => base.to_string(),
-            None => provider_base_url(&model.provider)
+        match (Api::of(&model.provider), &self.api_base) {
+            (Api::Anthropic, _) => self.anthropic_api_base.to_string(),
+            (Api::Gemini, _) => self.gemini_api_base.to_string(),
+            (Api::OpenAi, Some(base)) => base.to_string(),
+            (Api::OpenAi, None) => provider_base_url(&model.provider)
                 .unwrap_or_default()
                 .to_owned(),
+        }
+    }
+
+    /// The key for `model`'s provider: `BUB_ANTHROPIC_API_KEY`, `BUB_GEMINI_API_KEY` or
+    /// `BUB_API_KEY` (and their other names).
+    pub(crate) fn api_key_for(&self, model: &Model) -> Option<&Secret> {
+        match Api::of(&model.provider) {
+            Api::Anthropic => self.anthropic_api_key.as_ref(),
+            Api::Gemini => self.gemini_api_key.as_ref(),
+            Api::OpenAi => self.api_key.as_ref(),
         }
     }
 
@@ -364,6 +398,8 @@ impl Settings {
     pub(crate) fn secret_values(&self) -> Vec<String> {
         let keys = [
             &self.api_key,
+            &self.anthropic_api_key,
+            &self.gemini_api_key,
             &self.ollama_api_key,
             &self.telegram.token,
             &self.discord.token,
@@ -376,6 +412,8 @@ impl Settings {
             .collect();
         let urls = [
             self.api_base.as_deref(),
+            Some(&*self.anthropic_api_base),
+            Some(&*self.gemini_api_base),
             self.searxng_url.as_deref(),
             Some(&*self.ollama_api_base),
             self.telegram.proxy.as_deref(),

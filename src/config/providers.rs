@@ -1,10 +1,15 @@
-//! Known model providers and their default OpenAI-compatible base URLs.
+//! Known model providers and their default base URLs.
 //!
 //! `BUB_MODEL` is `provider:model`; the provider picks the base URL unless `BUB_API_BASE`
 //! overrides it, in which case any provider name is accepted (any OpenAI-compatible server).
+//! `anthropic` and `gemini` speak their own APIs ([`crate::llm::Api`]): their base URLs are
+//! `BUB_ANTHROPIC_API_BASE` and `BUB_GEMINI_API_BASE`, defaulting to the ones here;
+//! `BUB_API_BASE` does not apply to them.
 
 /// Provider name (lowercase) → default base URL, without a trailing `/`.
 pub(crate) const PROVIDERS: &[(&str, &str)] = &[
+    ("anthropic", DEFAULT_ANTHROPIC_API_BASE),
+    ("gemini", DEFAULT_GEMINI_API_BASE),
     ("openrouter", "https://openrouter.ai/api/v1"),
     ("openai", "https://api.openai.com/v1"),
     ("ollama", "http://localhost:11434/v1"),
@@ -14,6 +19,11 @@ pub(crate) const PROVIDERS: &[(&str, &str)] = &[
     ("mistral", "https://api.mistral.ai/v1"),
     ("xai", "https://api.x.ai/v1"),
 ];
+
+/// `BUB_ANTHROPIC_API_BASE` default.
+pub(crate) const DEFAULT_ANTHROPIC_API_BASE: &str = "https://api.anthropic.com";
+/// `BUB_GEMINI_API_BASE` default.
+pub(crate) const DEFAULT_GEMINI_API_BASE: &str = "https://generativelanguage.googleapis.com";
 
 /// The default base URL of a known provider (case-insensitive), `None` for an unknown one.
 pub(crate) fn provider_base_url(provider: &str) -> Option<&'static str> {

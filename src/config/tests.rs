@@ -442,6 +442,67 @@ fn api_key_order_urls_and_providers() {
 }
 
 #[test]
+fn anthropic_and_gemini_keys_and_bases() {
+    let fx = Fixture::new();
+    write(
+        &fx.cwd.join(".env"),
+        "ANTHROPIC_API_KEY=ant-2\nGEMINI_API_KEY=gem-2\nBUB_API_KEY=oa\n",
+    );
+    let s = fx
+        .load(&[
+            ("BUB_ANTHROPIC_API_KEY", "ant-1"),
+            ("BUB_MODEL", "anthropic:claude-sonnet-4-5"),
+            ("BUB_API_BASE", "http://127.0.0.1:8080/v1"),
+        ])
+        .unwrap();
+    let expose = |k: Option<&Secret>| k.map(|k| k.expose().to_owned());
+    assert_eq!(expose(s.api_key_for(&s.model)).as_deref(), Some("ant-1"));
+    // BUB_API_BASE is for OpenAI-compatible providers only.
+    assert_eq!(s.model_base_url(), "https://api.anthropic.com");
+    let gemini = Model {
+        provider: "gemini".into(),
+        id: "gemini-2.5-flash".into(),
+    };
+    assert_eq!(expose(s.api_key_for(&gemini)).as_deref(), Some("gem-2"));
+    assert_eq!(
+        s.base_url_for(&gemini),
+        "https://generativelanguage.googleapis.com"
+    );
+    let openai = Model {
+        provider: "openai".into(),
+        id: "gpt".into(),
+    };
+    assert_eq!(expose(s.api_key_for(&openai)).as_deref(), Some("oa"));
+    assert_eq!(s.base_url_for(&openai), "http://127.0.0.1:8080/v1");
+    let secrets = s.secret_values();
+    assert!(secrets.contains(&"ant-1".to_owned()) && secrets.contains(&"gem-2".to_owned()));
+    let shown = format!("{s:?}");
+    assert!(
+        !shown.contains("ant-1") && !shown.contains("gem-2"),
+        "{shown}"
+    );
+
+    let s = fx
+        .load(&[
+            ("BUB_MODEL", "gemini:gemini-2.5-flash"),
+            ("BUB_GEMINI_API_BASE", "http://127.0.0.1:9/"),
+            (
+                "BUB_ANTHROPIC_API_BASE",
+                "https://user:base-secret@proxy.example",
+            ),
+        ])
+        .unwrap();
+    assert_eq!(s.model_base_url(), "http://127.0.0.1:9");
+    assert!(s.secret_values().contains(&"base-secret".to_owned()));
+    for var in ["BUB_ANTHROPIC_API_BASE", "BUB_GEMINI_API_BASE"] {
+        err_for(&[(var, "api.example.com")], var);
+    }
+    for var in ["BUB_ANTHROPIC_API_KEY", "GEMINI_API_KEY"] {
+        assert!(SECRET_VARS.contains(&var));
+    }
+}
+
+#[test]
 fn env_names_are_case_insensitive_and_blank_means_default() {
     let fx = Fixture::new();
     write(&fx.cwd.join(".env"), "BUB_MAX_STEPS=9\n");

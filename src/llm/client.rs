@@ -1,24 +1,24 @@
-//! The HTTP side of the model client: request building, per-call timeout, retries with
-//! jittered exponential backoff, and reading plain or streamed (SSE) replies.
+//! The HTTP side of the model client: the endpoint and key header of each [`Api`], per-call
+//! timeout, retries with jittered exponential backoff, and reading plain or streamed (SSE)
+//! replies (each API's body and events are its own module's).
 //!
-//! Retry policy: up to `max_retries` attempts in total for temporary failures (429, 5xx,
-//! connection errors, timeouts); other 4xx fail at once. The wait before retry `n` (0-based) is
-//! `retry_base_delay × 2^n × U(0.5, 1.5)` capped at 60 s, or the provider's `Retry-After`
-//! seconds when given — unless those are more than 60 s: then the call fails at once with
-//! [`LlmError::RateLimited`] ("rate limited: the server asks to wait N s", the rule of
-//! [`crate::time`]). A stream that has already delivered text is never retried (the caller has
-//! shown that text).
+//! Retry policy: up to `max_retries` attempts in total for temporary failures (429, 5xx —
+//! Anthropic's 529 "overloaded" included —, connection errors, timeouts); other 4xx fail at
+//! once. The wait before retry `n` (0-based) is `retry_base_delay × 2^n × U(0.5, 1.5)` capped
+//! at 60 s, or the provider's `Retry-After` seconds when given — unless those are more than
+//! 60 s: then the call fails at once with [`LlmError::RateLimited`] ("rate limited: the server
+//! asks to wait N s", the rule of [`crate::time`]). A stream that has already delivered text is
+//! never retried (the caller has shown that text).
 
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderValue, RETRY_AFTER};
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 use reqwest::{Response, Url};
-use serde_json::Value;
 
 use super::response::{error_message, parse_completion, parse_retry_after};
-use super::sse::{SseDecoder, StreamAccumulator};
-use super::{ChatRequest, ChatResponse, LlmConfig, LlmError};
+use super::sse::{Accumulate, SseDecoder, StreamAccumulator};
+use super::{Api, ChatRequest, ChatResponse, LlmConfig, LlmError, anthropic, gemini, openai};
 use crate::time::{MAX_SERVER_WAIT, server_wait};
 
 /// Longest backoff between two attempts.
@@ -33,9 +33,14 @@ type TextSink<'a, 'f> = Option<&'a mut (dyn FnMut(&str) + Send + 'f)>;
 #[derive(Clone)]
 pub struct LlmClient {
     cfg: LlmConfig,
+    api: Api,
+    /// Where a plain call goes.
     endpoint: Url,
-    /// `Bearer <key>`, marked sensitive.
-    auth: Option<HeaderValue>,
+    /// Where a streamed call goes (Gemini's differs).
+    stream_endpoint: Url,
+    /// The key's header (`Authorization: Bearer <key>`, `x-api-key`, `x-goog-api-key`), the
+    /// value marked sensitive.
+    auth: Option<(HeaderName, HeaderValue)>,
     http: reqwest::Client,
 }
 
@@ -86,8 +91,29 @@ impl LlmClient {
                 cfg.base_url
             )));
         }
-        let endpoint = Url::parse(&format!("{}/chat/completions", cfg.base_url))
-            .map_err(|e| LlmError::Config(format!("base URL {:?}: {e}", cfg.base_url)))?;
+        let api = Api::of(&cfg.provider);
+        let url = |path: String| {
+            Url::parse(&format!("{}{path}", cfg.base_url))
+                .map_err(|e| LlmError::Config(format!("base URL {:?}: {e}", cfg.base_url)))
+        };
+        let (endpoint, stream_endpoint) = match api {
+            Api::OpenAi | Api::Anthropic => {
+                let path = if api == Api::OpenAi {
+                    "/chat/completions"
+                } else {
+                    "/v1/messages"
+                };
+                let endpoint = url(path.into())?;
+                (endpoint.clone(), endpoint)
+            }
+            Api::Gemini => {
+                let model = format!("/v1beta/models/{}", cfg.model);
+                (
+                    url(format!("{model}:generateContent"))?,
+                    url(format!("{model}:streamGenerateContent?alt=sse"))?,
+                )
+            }
+        };
         let local = crate::is_loopback(&base);
 
         cfg.api_key = cfg
@@ -96,11 +122,16 @@ impl LlmClient {
             .filter(|k| !k.is_empty());
         let auth = match &cfg.api_key {
             Some(key) => {
-                let mut value = HeaderValue::from_str(&format!("Bearer {key}")).map_err(|_| {
+                let (name, value) = match api {
+                    Api::OpenAi => (AUTHORIZATION, format!("Bearer {key}")),
+                    Api::Anthropic => (HeaderName::from_static("x-api-key"), key.clone()),
+                    Api::Gemini => (HeaderName::from_static("x-goog-api-key"), key.clone()),
+                };
+                let mut value = HeaderValue::from_str(&value).map_err(|_| {
                     LlmError::Config("the API key contains characters not allowed in HTTP".into())
                 })?;
                 value.set_sensitive(true);
-                Some(value)
+                Some((name, value))
             }
             None if cfg.provider.eq_ignore_ascii_case("ollama") || local => None,
             None => {
@@ -124,7 +155,9 @@ impl LlmClient {
             .map_err(|e| LlmError::Config(describe(&e)))?;
         Ok(Self {
             cfg,
+            api,
             endpoint,
+            stream_endpoint,
             auth,
             http,
         })
@@ -155,23 +188,34 @@ impl LlmClient {
         self.run(req, Some(&mut on_text)).await
     }
 
-    /// The request body. Key order follows the OpenAI documentation.
-    #[cfg(test)]
-    pub(crate) fn request_body(&self, req: &ChatRequest, stream: bool) -> Value {
-        serde_json::to_value(self.body(req, stream)).expect("a request body serializes")
+    /// The request body, in the client's API.
+    fn body(&self, req: &ChatRequest, stream: bool) -> Result<Vec<u8>, serde_json::Error> {
+        match self.api {
+            Api::OpenAi => {
+                serde_json::to_vec(&openai::RequestBody::new(&self.cfg.model, req, stream))
+            }
+            Api::Anthropic => {
+                serde_json::to_vec(&anthropic::request_body(&self.cfg.model, req, stream))
+            }
+            Api::Gemini => serde_json::to_vec(&gemini::request_body(req)),
+        }
     }
 
-    /// The body as a borrowed view (serialized once per call, never cloned).
-    fn body<'a>(&'a self, req: &'a ChatRequest, stream: bool) -> RequestBody<'a> {
-        RequestBody {
-            model: &self.cfg.model,
-            messages: &req.messages,
-            tools: &req.tools,
-            max_tokens: req.max_tokens,
-            stream,
-            stream_options: stream.then_some(StreamOptions {
-                include_usage: true,
-            }),
+    /// Decodes a complete 2xx reply.
+    fn parse(&self, body: &str) -> Result<ChatResponse, LlmError> {
+        match self.api {
+            Api::OpenAi => parse_completion(body),
+            Api::Anthropic => anthropic::parse_message(body),
+            Api::Gemini => gemini::parse_response(body),
+        }
+    }
+
+    /// A fresh accumulator for a streamed reply.
+    fn accumulator(&self) -> Box<dyn Accumulate> {
+        match self.api {
+            Api::OpenAi => Box::new(StreamAccumulator::new()),
+            Api::Anthropic => Box::<anthropic::Accumulator>::default(),
+            Api::Gemini => Box::<gemini::Accumulator>::default(),
         }
     }
 
@@ -182,7 +226,8 @@ impl LlmClient {
         mut sink: TextSink<'_, '_>,
     ) -> Result<ChatResponse, LlmError> {
         let stream = sink.is_some();
-        let body = serde_json::to_vec(&self.body(req, stream))
+        let body = self
+            .body(req, stream)
             .map_err(|e| LlmError::Config(format!("cannot encode the request: {e}")))?;
         let attempts = self.cfg.max_retries.max(1);
         tracing::debug!(
@@ -252,15 +297,24 @@ impl LlmClient {
         sink: TextSink<'_, '_>,
         emitted: &mut bool,
     ) -> Result<ChatResponse, Failure> {
+        let endpoint = match sink {
+            Some(_) => &self.stream_endpoint,
+            None => &self.endpoint,
+        };
         let mut request = self
             .http
-            .post(self.endpoint.clone())
-            .header("HTTP-Referer", "https://bub.build/")
-            .header("X-Title", "Bub")
+            .post(endpoint.clone())
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .body(body.to_vec());
-        if let Some(auth) = &self.auth {
-            request = request.header(AUTHORIZATION, auth.clone());
+        request = match self.api {
+            Api::OpenAi => request
+                .header("HTTP-Referer", "https://bub.build/")
+                .header("X-Title", "Bub"),
+            Api::Anthropic => request.header("anthropic-version", anthropic::VERSION),
+            Api::Gemini => request,
+        };
+        if let Some((name, value)) = &self.auth {
+            request = request.header(name.clone(), value.clone());
         }
         if sink.is_some() {
             request = request.header(ACCEPT, "text/event-stream");
@@ -301,17 +355,17 @@ impl LlmClient {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.trim_start().starts_with("application/json"));
         match sink {
-            Some(sink) if !is_json => read_stream(resp, sink, emitted).await,
+            Some(sink) if !is_json => read_stream(resp, self.accumulator(), sink, emitted).await,
             Some(sink) => {
                 // The server ignored `"stream": true` and answered in one piece.
-                let resp = parse_completion(&resp.text().await?)?;
+                let resp = self.parse(&resp.text().await?)?;
                 if let Some(text) = &resp.content {
                     *emitted = true;
                     sink(text);
                 }
                 Ok(resp)
             }
-            None => Ok(parse_completion(&resp.text().await?)?),
+            None => Ok(self.parse(&resp.text().await?)?),
         }
     }
 
@@ -359,18 +413,18 @@ impl LlmClient {
     }
 }
 
-/// Reads an SSE body to the end (or `[DONE]`), feeding text deltas to `sink`.
+/// Reads an SSE body to the end (or the API's last event), feeding text deltas to `sink`.
 async fn read_stream(
     resp: Response,
+    mut acc: Box<dyn Accumulate>,
     sink: &mut (dyn FnMut(&str) + Send + '_),
     emitted: &mut bool,
 ) -> Result<ChatResponse, Failure> {
     let mut decoder = SseDecoder::new();
-    let mut acc = StreamAccumulator::new();
     let mut bytes = resp.bytes_stream();
     'read: while let Some(chunk) = bytes.next().await {
         for event in decoder.push(&chunk?) {
-            feed(&mut acc, &event.data, sink, emitted)?;
+            feed(acc.as_mut(), &event, sink, emitted)?;
             if acc.is_done() {
                 break 'read;
             }
@@ -379,7 +433,7 @@ async fn read_stream(
     if !acc.is_done()
         && let Some(event) = decoder.finish()
     {
-        feed(&mut acc, &event.data, sink, emitted)?;
+        feed(acc.as_mut(), &event, sink, emitted)?;
     }
     if !acc.is_complete() {
         return Err(LlmError::InvalidResponse(
@@ -392,12 +446,12 @@ async fn read_stream(
 
 /// Applies one event to the accumulator and forwards its text.
 fn feed(
-    acc: &mut StreamAccumulator,
-    data: &str,
+    acc: &mut dyn Accumulate,
+    event: &super::sse::SseEvent,
     sink: &mut (dyn FnMut(&str) + Send + '_),
     emitted: &mut bool,
 ) -> Result<(), LlmError> {
-    let text = acc.handle_data(data)?;
+    let text = acc.event(event)?;
     if !text.is_empty() {
         *emitted = true;
         sink(&text);
@@ -473,17 +527,20 @@ mod tests {
             "http://127.0.0.1:1/v1/chat/completions"
         );
         let mut req = ChatRequest {
-            messages: vec![serde_json::json!({"role":"user","content":"hi"})],
+            messages: vec![crate::llm::ChatMessage::user("hi")],
             tools: Vec::new().into(),
             max_tokens: 64,
         };
-        let body = c.request_body(&req, false);
-        let keys: Vec<_> = body.as_object().unwrap().keys().cloned().collect();
+        let body = |req: &ChatRequest, stream| {
+            serde_json::from_slice::<serde_json::Value>(&c.body(req, stream).unwrap()).unwrap()
+        };
+        let plain = body(&req, false);
+        let keys: Vec<_> = plain.as_object().unwrap().keys().cloned().collect();
         assert_eq!(keys, ["model", "messages", "max_tokens", "stream"]);
         req.tools = vec![serde_json::json!({"type":"function"})].into();
-        let body = c.request_body(&req, true);
-        assert_eq!(body["tools"][0]["type"], "function");
-        assert_eq!(body["stream_options"]["include_usage"], true);
+        let streamed = body(&req, true);
+        assert_eq!(streamed["tools"][0]["type"], "function");
+        assert_eq!(streamed["stream_options"]["include_usage"], true);
     }
 
     #[test]
@@ -531,22 +588,4 @@ mod tests {
         );
         assert!(!format!("{c:?}").contains("sk-abc"));
     }
-}
-
-/// The JSON body of a chat completion request.
-#[derive(serde::Serialize)]
-struct RequestBody<'a> {
-    model: &'a str,
-    messages: &'a [Value],
-    #[serde(skip_serializing_if = "<[Value]>::is_empty")]
-    tools: &'a [Value],
-    max_tokens: u32,
-    stream: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    stream_options: Option<StreamOptions>,
-}
-
-#[derive(serde::Serialize)]
-struct StreamOptions {
-    include_usage: bool,
 }

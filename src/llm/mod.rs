@@ -1,19 +1,27 @@
-//! The model client: one OpenAI-compatible `POST {base}/chat/completions` endpoint with function
-//! calling, plain or streamed (SSE), with retries on temporary failures.
+//! The model client: function calling, plain or streamed (SSE), with retries on temporary
+//! failures, against three APIs ([`Api`]): OpenAI-compatible `chat/completions` (every provider
+//! but two), Anthropic's Messages API (`anthropic:`) and Gemini's `generateContent` (`gemini:`).
 //!
 //! The module is split by concern: this file holds the request/response values and the error
-//! type; [`client`] does HTTP, timeouts and retries; [`response`] decodes a complete
-//! (non-streamed) reply and provider error bodies; [`sse`] turns a byte stream into SSE events
-//! and accumulates streamed deltas into a [`ChatResponse`]. Decoding is pure (no I/O) so it is
-//! unit-tested without a server. [`chain`] sends a call on to the next model of a session's
+//! type; [`message`] the typed conversation ([`ChatMessage`]) every API translates at its edge
+//! ([`openai`], [`anthropic`], [`gemini`]: request bodies, replies, streamed events); [`client`]
+//! does HTTP, timeouts and retries; [`response`] decodes a complete OpenAI reply and the error
+//! bodies of all three; [`sse`] turns a byte stream into SSE events and accumulates OpenAI
+//! deltas into a [`ChatResponse`]. Decoding is pure (no I/O) so it is unit-tested without a
+//! server. [`chain`] sends a call on to the next model of a session's
 //! chain when one fails (`BUB_FALLBACK_MODELS`).
 //!
-//! Invariants: the API key only ever leaves the process in the `Authorization` header — it is
-//! never part of an error message, a log line or a `Debug` rendering; the per-call timeout
-//! covers the HTTP exchange only (tools run outside it).
+//! Invariants: the API key only ever leaves the process in its API's header (`Authorization`,
+//! `x-api-key`, `x-goog-api-key`; never in a URL) — it is never part of an error message, a log
+//! line or a `Debug` rendering; the per-call timeout covers the HTTP exchange only (tools run
+//! outside it); an Anthropic request carries at most 4 `cache_control` breakpoints.
 
+pub(crate) mod anthropic;
 pub mod chain;
 pub(crate) mod client;
+pub(crate) mod gemini;
+pub mod message;
+pub(crate) mod openai;
 pub(crate) mod response;
 pub(crate) mod sse;
 pub(crate) mod transcribe;
@@ -28,7 +36,41 @@ use serde_json::Value;
 
 pub use chain::ModelChain;
 pub use client::LlmClient;
+pub use message::{ChatMessage, Part, Role};
 pub use usage::Usage;
+
+/// The wire format a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Api {
+    /// `POST {base}/chat/completions`: every provider but the two below.
+    OpenAi,
+    /// `anthropic`: `POST {base}/v1/messages`.
+    Anthropic,
+    /// `gemini`: `POST {base}/v1beta/models/{model}:generateContent`.
+    Gemini,
+}
+
+impl Api {
+    /// The API of provider `provider` (case-insensitive).
+    pub fn of(provider: &str) -> Self {
+        if provider.eq_ignore_ascii_case("anthropic") {
+            Api::Anthropic
+        } else if provider.eq_ignore_ascii_case("gemini") {
+            Api::Gemini
+        } else {
+            Api::OpenAi
+        }
+    }
+
+    /// The variables that hold this API's key, for error messages.
+    pub fn key_vars(self) -> &'static str {
+        match self {
+            Api::OpenAi => "BUB_API_KEY (or LLM_API_KEY / OPENROUTER_API_KEY)",
+            Api::Anthropic => "BUB_ANTHROPIC_API_KEY (or ANTHROPIC_API_KEY)",
+            Api::Gemini => "BUB_GEMINI_API_KEY (or GEMINI_API_KEY)",
+        }
+    }
+}
 
 /// A fast estimate of the tokens of `text`, without a tokenizer: ASCII text at about four
 /// bytes a token, any other character (CJK, say) a token each.
@@ -42,8 +84,8 @@ pub fn estimate_tokens(text: &str) -> u64 {
 /// One model call: the conversation so far and the tools the model may call.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChatRequest {
-    /// OpenAI message objects (`{"role": "...", "content": ...}`, assistant `tool_calls`, ...).
-    pub messages: Vec<Value>,
+    /// The conversation, system prompt first.
+    pub messages: Vec<ChatMessage>,
     /// OpenAI `tools[]` entries (`{"type":"function","function":{...}}`); omitted when empty.
     /// Shared: a session's tool list is built once and reused by every call.
     pub tools: Arc<[Value]>,
@@ -60,6 +102,8 @@ pub struct ToolCall {
     pub name: String,
     /// The raw JSON text of the arguments, exactly as the model sent it (may be invalid JSON).
     pub arguments: String,
+    /// Gemini's `thoughtSignature` of the call, sent back with it on the next request.
+    pub thought_signature: Option<String>,
 }
 
 /// What the model answered. Text and tool calls may both be present.
@@ -79,9 +123,7 @@ pub struct ChatResponse {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum LlmError {
     /// The provider needs a key and none is configured.
-    #[error(
-        "no API key for provider {provider}: set BUB_API_KEY (or LLM_API_KEY / OPENROUTER_API_KEY)"
-    )]
+    #[error("no API key for provider {provider}: set {}", Api::of(provider).key_vars())]
     MissingApiKey { provider: String },
     /// The client configuration is unusable (for example an invalid base URL).
     #[error("invalid model client configuration: {0}")]
@@ -145,6 +187,7 @@ impl LlmError {
                 "maximum context",
                 "too many tokens",
                 "prompt is too long",
+                "exceeds the maximum number of tokens",
             ]
             .iter()
             .any(|needle| m.contains(needle))
@@ -158,9 +201,11 @@ pub struct LlmConfig {
     pub provider: String,
     /// Model name sent in the request (`qwen/qwen3-coder-next`).
     pub model: String,
-    /// OpenAI-compatible base URL, e.g. `http://127.0.0.1:8080/v1` (a trailing `/` is ignored).
+    /// The API's base URL (a trailing `/` is ignored): OpenAI-compatible ones end in the
+    /// version (`http://127.0.0.1:8080/v1`); Anthropic's and Gemini's do not
+    /// (`https://api.anthropic.com`).
     pub base_url: String,
-    /// Bearer token; required unless the provider is `ollama` or the base URL is local.
+    /// The API key; required unless the provider is `ollama` or the base URL is local.
     pub api_key: Option<String>,
     /// Per-HTTP-call timeout; `None` waits forever.
     pub timeout: Option<Duration>,

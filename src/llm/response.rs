@@ -1,4 +1,5 @@
-//! Decoding of complete (non-streamed) chat completions and of provider error bodies.
+//! Decoding of complete (non-streamed) OpenAI chat completions and of provider error bodies
+//! (OpenAI's, Anthropic's and Gemini's all carry `error.message`).
 //!
 //! Providers differ in small ways: `content` may be `null`, a string or an array of text parts;
 //! `arguments` is normally a JSON-encoded string but some servers send an object; some return
@@ -50,27 +51,8 @@ pub(crate) fn parse_completion(body: &str) -> Result<ChatResponse, LlmError> {
 
 /// One entry of `message.tool_calls`.
 fn parse_tool_call(index: usize, call: &Value) -> Result<ToolCall, LlmError> {
-    let function = call.get("function").unwrap_or(&Value::Null);
-    let name = function
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    if name.is_empty() {
-        return Err(LlmError::InvalidResponse(format!(
-            "tool call {index} has no function name"
-        )));
-    }
-    let id = call
-        .get("id")
-        .and_then(Value::as_str)
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .unwrap_or_else(|| format!("call_{index}"));
-    Ok(ToolCall {
-        id,
-        name: name.to_owned(),
-        arguments: arguments_text(function.get("arguments")),
-    })
+    ToolCall::from_openai(index, call)
+        .ok_or_else(|| LlmError::InvalidResponse(format!("tool call {index} has no function name")))
 }
 
 /// `arguments` as raw JSON text: a string is kept verbatim, an object is serialised, absent is

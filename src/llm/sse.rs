@@ -1,5 +1,6 @@
-//! Streamed chat completions: an incremental Server-Sent-Events decoder and the accumulator that
-//! folds `chat.completion.chunk` deltas into one [`ChatResponse`].
+//! Streamed replies: an incremental Server-Sent-Events decoder, the [`Accumulate`] trait each
+//! API's stream folder implements (Anthropic's and Gemini's are in their modules), and the
+//! OpenAI one, which folds `chat.completion.chunk` deltas into one [`ChatResponse`].
 //!
 //! The decoder accepts bytes exactly as they come off the socket: events split anywhere (even
 //! inside a UTF-8 character), `\n`, `\r\n` or `\r` line endings, `:` comment lines (keep-alives),
@@ -98,6 +99,37 @@ impl SseDecoder {
             _ => {} // id, retry and unknown fields do not matter here
         }
         None
+    }
+}
+
+/// What folds one API's streamed events into a [`ChatResponse`].
+pub(crate) trait Accumulate: Send {
+    /// Handles one event; returns the text delta it carried (possibly empty). An error event
+    /// becomes an [`LlmError::Http`].
+    fn event(&mut self, event: &SseEvent) -> Result<String, LlmError>;
+    /// Whether the stream said it is over (nothing more needs to be read).
+    fn is_done(&self) -> bool;
+    /// Whether the reply reached a natural end (a stream cut before is invalid).
+    fn is_complete(&self) -> bool;
+    /// The accumulated response.
+    fn finish(self: Box<Self>) -> ChatResponse;
+}
+
+impl Accumulate for StreamAccumulator {
+    fn event(&mut self, event: &SseEvent) -> Result<String, LlmError> {
+        self.handle_data(&event.data)
+    }
+
+    fn is_done(&self) -> bool {
+        self.done
+    }
+
+    fn is_complete(&self) -> bool {
+        self.done || self.finish_reason.is_some()
+    }
+
+    fn finish(self: Box<Self>) -> ChatResponse {
+        StreamAccumulator::finish(*self)
     }
 }
 
@@ -206,16 +238,6 @@ impl StreamAccumulator {
         }
     }
 
-    /// Whether `[DONE]` was seen.
-    pub(crate) fn is_done(&self) -> bool {
-        self.done
-    }
-
-    /// Whether the stream reached a natural end (`[DONE]` or a `finish_reason`).
-    pub(crate) fn is_complete(&self) -> bool {
-        self.done || self.finish_reason.is_some()
-    }
-
     /// The accumulated response. Calls without a name are dropped; missing ids become
     /// `call_<index>` and empty arguments `{}`.
     pub(crate) fn finish(self) -> ChatResponse {
@@ -235,6 +257,7 @@ impl StreamAccumulator {
                 } else {
                     c.arguments
                 },
+                thought_signature: None,
             })
             .collect();
         ChatResponse {
@@ -372,12 +395,14 @@ mod tests {
                 ToolCall {
                     id: "call_a".into(),
                     name: "get_time".into(),
-                    arguments: "{\"tz\":\"UTC\"}".into()
+                    arguments: "{\"tz\":\"UTC\"}".into(),
+                    thought_signature: None,
                 },
                 ToolCall {
                     id: "call_b".into(),
                     name: "ls".into(),
-                    arguments: "{\"path\":\".\"}".into()
+                    arguments: "{\"path\":\".\"}".into(),
+                    thought_signature: None,
                 },
             ]
         );

@@ -51,8 +51,6 @@ impl Usage {
         })
     }
 
-    // Used by the Anthropic and Gemini clients, being built (issue 20).
-    #[allow(dead_code)]
     /// An Anthropic Messages `usage` object (`message_start` and `message_delta` carry parts
     /// of it: fields absent here are 0, and [`Self::merge`] keeps the larger count).
     pub(crate) fn from_anthropic(u: &Value) -> Option<Self> {
@@ -72,7 +70,6 @@ impl Usage {
         })
     }
 
-    #[allow(dead_code)]
     /// A Gemini `usageMetadata` object.
     pub(crate) fn from_gemini(u: &Value) -> Option<Self> {
         u.get("promptTokenCount")?.as_u64()?;
@@ -85,7 +82,6 @@ impl Usage {
         })
     }
 
-    #[allow(dead_code)]
     /// Two partial reports of one call combined, field by field the larger.
     pub(crate) fn merge(self, other: Self) -> Self {
         Self {

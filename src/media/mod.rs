@@ -204,6 +204,15 @@ impl Inbox<'_> {
             model: model.clone(),
             base_url: match &settings.media.transcribe_api_base {
                 Some(base) => base.to_string(),
+                // Anthropic's and Gemini's APIs have no `/audio/transcriptions`.
+                None if crate::llm::Api::of(&settings.model.provider)
+                    != crate::llm::Api::OpenAi =>
+                {
+                    return Err(format!(
+                        "not transcribed: {} has no transcription endpoint; set BUB_TRANSCRIBE_API_BASE",
+                        settings.model.provider
+                    ));
+                }
                 None => settings.model_base_url(),
             },
             api_key: settings

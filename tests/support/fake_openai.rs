@@ -46,24 +46,23 @@
 //! not consumed) until [`FakeOpenAi::heal_model`] — a provider down for that model only.
 
 use std::collections::VecDeque;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
-use axum::http::{HeaderMap, StatusCode, Uri, header};
+use axum::http::{HeaderMap, Uri, header};
 use axum::response::Response;
 use axum::routing::post;
 use serde_json::{Value, json};
-use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::wire;
+use super::wire::{self, Recorder, json_response as raw_response, split_chars};
+pub use super::wire::{RecordedRequest, StreamStyle};
 
 /// The text served when the script is empty.
 pub const DEFAULT_REPLY: &str = "(fake: no scripted reply)";
@@ -73,26 +72,6 @@ const MAX_BODY: usize = 64 * 1024 * 1024;
 /// The `usage` object of every reply.
 pub fn usage() -> Value {
     json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
-}
-
-/// One request the fake received.
-#[derive(Debug, Clone)]
-pub struct RecordedRequest {
-    /// Request path, e.g. `/v1/chat/completions`.
-    pub path: String,
-    /// The JSON body (a JSON string holding the raw text when the body was not JSON).
-    pub body: Value,
-    /// The `Authorization` header, if any.
-    pub authorization: Option<String>,
-    /// All headers, names lowercase.
-    pub headers: Vec<(String, String)>,
-}
-
-impl RecordedRequest {
-    /// The value of a header (name case-insensitive).
-    pub fn header(&self, name: &str) -> Option<&str> {
-        super::header(&self.headers, name)
-    }
 }
 
 /// One `POST /audio/transcriptions` request the fake received.
@@ -129,30 +108,6 @@ enum TranscriptReply {
     Error { status: u16, body: String },
 }
 
-/// How streamed replies are written.
-#[derive(Debug, Clone)]
-pub struct StreamStyle {
-    /// End lines with `\r\n` instead of `\n`.
-    pub crlf: bool,
-    /// Send `: keep-alive` comment events before and between data events.
-    pub keep_alive: bool,
-    /// Each event is written in this many pieces (split mid-line; 1 = whole events).
-    pub pieces_per_event: usize,
-    /// Pause between pieces, so they reach the client in separate TCP reads.
-    pub pause: Duration,
-}
-
-impl Default for StreamStyle {
-    fn default() -> Self {
-        Self {
-            crlf: false,
-            keep_alive: false,
-            pieces_per_event: 2,
-            pause: Duration::from_millis(1),
-        }
-    }
-}
-
 /// A scripted reply.
 #[derive(Debug, Clone)]
 enum Reply {
@@ -177,8 +132,7 @@ enum Step {
 
 struct Shared {
     script: Mutex<VecDeque<Step>>,
-    recorded: Mutex<Vec<RecordedRequest>>,
-    arrived: Notify,
+    recorder: Recorder,
     next_call_id: AtomicU64,
     style: Mutex<StreamStyle>,
     latency: Mutex<Duration>,
@@ -210,8 +164,7 @@ pub struct FakeOpenAi {
 pub async fn start() -> FakeOpenAi {
     let shared = Arc::new(Shared {
         script: Mutex::new(VecDeque::new()),
-        recorded: Mutex::new(Vec::new()),
-        arrived: Notify::new(),
+        recorder: Recorder::default(),
         next_call_id: AtomicU64::new(1),
         style: Mutex::new(StreamStyle::default()),
         latency: Mutex::new(Duration::ZERO),
@@ -381,7 +334,7 @@ impl FakeOpenAi {
     pub async fn wait_for_transcriptions(&self, n: usize, timeout: Duration) -> Vec<Transcription> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let arrived = self.shared.arrived.notified();
+            let arrived = self.shared.recorder.arrived.notified();
             tokio::pin!(arrived);
             arrived.as_mut().enable();
             let seen = self.transcriptions();
@@ -444,38 +397,25 @@ impl FakeOpenAi {
 
     /// The JSON bodies of the requests after the first `skip` (cheap polling of long runs).
     pub fn requests_since(&self, skip: usize) -> Vec<Value> {
-        let recorded = self.shared.recorded.lock().unwrap();
-        recorded.iter().skip(skip).map(|r| r.body.clone()).collect()
+        self.shared.recorder.bodies_since(skip)
     }
 
     /// Everything received so far, oldest first.
     pub fn recorded(&self) -> Vec<RecordedRequest> {
-        self.shared.recorded.lock().unwrap().clone()
+        self.shared.recorder.all()
     }
 
     /// How many requests arrived so far.
     pub fn request_count(&self) -> usize {
-        self.shared.recorded.lock().unwrap().len()
+        self.shared.recorder.count()
     }
 
     /// Waits until at least `n` requests arrived and returns them all; panics after `timeout`.
     pub async fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<RecordedRequest> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let arrived = self.shared.arrived.notified();
-            tokio::pin!(arrived);
-            arrived.as_mut().enable();
-            {
-                let recorded = self.shared.recorded.lock().unwrap();
-                if recorded.len() >= n {
-                    return recorded.clone();
-                }
-            }
-            if tokio::time::timeout_at(deadline, arrived).await.is_err() {
-                let got = self.request_count();
-                panic!("fake openai: expected {n} request(s) within {timeout:?}, got {got}");
-            }
-        }
+        self.shared
+            .recorder
+            .wait_for(n, timeout, "fake openai")
+            .await
     }
 
     fn push_message(&self, text: Option<String>, calls: &[(&str, Value)]) -> Vec<String> {
@@ -497,31 +437,6 @@ impl FakeOpenAi {
 }
 
 impl Shared {
-    fn record(&self, uri: &Uri, headers: &HeaderMap, body: &Bytes) -> Value {
-        let json = serde_json::from_slice(body)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()));
-        let header_list: Vec<(String, String)> = headers
-            .iter()
-            .map(|(n, v)| {
-                (
-                    n.as_str().to_owned(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect();
-        let authorization = headers
-            .get(header::AUTHORIZATION)
-            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-        self.recorded.lock().unwrap().push(RecordedRequest {
-            path: uri.path().to_owned(),
-            body: json.clone(),
-            authorization,
-            headers: header_list,
-        });
-        self.arrived.notify_waiters();
-        json
-    }
-
     /// Pops leading delays and the next reply (the responder's or the default text when the
     /// script runs out).
     fn next_reply(&self, request: &Value) -> (Duration, Reply) {
@@ -556,7 +471,7 @@ async fn chat_completions(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let request = shared.record(&uri, &headers, &body);
+    let request = shared.recorder.record(&uri, &headers, &body);
     let named = request.get("model").and_then(Value::as_str).unwrap_or("");
     let failure = shared.failing.lock().unwrap().get(named).cloned();
     if let Some((status, message)) = failure {
@@ -589,7 +504,7 @@ async fn chat_completions(
         Reply::Message { text, calls } if stream => {
             let style = shared.style.lock().unwrap().clone();
             let events = sse_events(&model, text.as_deref(), &calls, include_usage);
-            sse_response(events, style)
+            wire::sse_response(events.into_iter().map(|d| (None, d)).collect(), style)
         }
         Reply::Message { text, calls } => {
             let body = completion(&model, text.as_deref(), &calls);
@@ -628,7 +543,7 @@ async fn transcriptions(
     let response_format = transcription.field("response_format").map(str::to_owned);
     let (has_model, has_file) = (!transcription.model.is_empty(), parts.iter().any(is_audio));
     shared.transcriptions.lock().unwrap().push(transcription);
-    shared.arrived.notify_waiters();
+    shared.recorder.arrived.notify_waiters();
     if let Err(e) = &parsed {
         return raw_response(400, error_body(e), Vec::new());
     }
@@ -693,26 +608,9 @@ async fn unknown_route(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    shared.record(&uri, &headers, &body);
+    shared.recorder.record(&uri, &headers, &body);
     let body = json!({"error": {"message": format!("fake openai: no route for {}", uri.path()), "type": "invalid_request_error"}});
     raw_response(404, body.to_string(), Vec::new())
-}
-
-fn raw_response(status: u16, body: String, headers: Vec<(String, String)>) -> Response {
-    let mut builder =
-        Response::builder().status(StatusCode::from_u16(status).expect("valid status"));
-    if !headers
-        .iter()
-        .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
-    {
-        builder = builder.header(header::CONTENT_TYPE, "application/json");
-    }
-    for (name, value) in headers {
-        builder = builder.header(name, value);
-    }
-    builder
-        .body(Body::from(body))
-        .expect("fake openai response")
 }
 
 /// The names of the tools a chat-completions request offers, in order.
@@ -845,49 +743,4 @@ fn sse_events(
     let mut out: Vec<String> = events.iter().map(Value::to_string).collect();
     out.push("[DONE]".to_owned());
     out
-}
-
-/// `s` cut into at most `n` non-empty pieces of about equal length (in characters).
-fn split_chars(s: &str, n: usize) -> Vec<String> {
-    let chars: Vec<char> = s.chars().collect();
-    if chars.is_empty() {
-        return Vec::new();
-    }
-    let size = chars.len().div_ceil(n.max(1));
-    chars.chunks(size).map(|c| c.iter().collect()).collect()
-}
-
-/// Writes `data` payloads as SSE, each event in `pieces_per_event` byte pieces.
-fn sse_response(data: Vec<String>, style: StreamStyle) -> Response {
-    let nl = if style.crlf { "\r\n" } else { "\n" };
-    let mut events = Vec::new();
-    for (i, d) in data.iter().enumerate() {
-        if style.keep_alive && i % 2 == 0 {
-            events.push(format!(": keep-alive{nl}{nl}"));
-        }
-        events.push(format!("data: {d}{nl}{nl}"));
-    }
-    let mut pieces: Vec<Bytes> = Vec::new();
-    for event in events {
-        let bytes = event.into_bytes();
-        let size = bytes.len().div_ceil(style.pieces_per_event.max(1));
-        pieces.extend(bytes.chunks(size).map(Bytes::copy_from_slice));
-    }
-    let pause = style.pause;
-    let stream = futures_util::stream::unfold(
-        (pieces.into_iter(), true),
-        move |(mut rest, first)| async move {
-            let piece = rest.next()?;
-            if !first && !pause.is_zero() {
-                tokio::time::sleep(pause).await;
-            }
-            Some((Ok::<_, Infallible>(piece), (rest, false)))
-        },
-    );
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .body(Body::from_stream(stream))
-        .expect("fake openai stream")
 }

@@ -1,5 +1,6 @@
 //! What the integration tests share: the fake servers (every fake binds 127.0.0.1:0, records
-//! requests and never reaches the internet), the `bub` process environment (`bub_env`), a
+//! requests and never reaches the internet: OpenAI-compatible, Anthropic, Gemini, Telegram,
+//! Discord), the `bub` process environment (`bub_env`), a
 //! channel adapter running against a fake (`adapter`), the in-process tool environment
 //! (`tool_env`), the bounded waits (`wait`), the fakes' multipart parser and streamed
 //! downloads (`wire`) and a decompression-bomb PNG (`images`). Each test module uses what it needs.
@@ -8,7 +9,9 @@
 pub mod adapter;
 pub mod bench;
 pub mod bub_env;
+pub mod fake_anthropic;
 pub mod fake_discord;
+pub mod fake_gemini;
 pub mod fake_openai;
 pub mod fake_telegram;
 pub mod images;

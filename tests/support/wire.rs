@@ -1,5 +1,7 @@
 //! What the fakes share about bodies on the wire: a small `multipart/form-data` parser (uploads
-//! in) and streamed file answers (downloads out).
+//! in), streamed file answers (downloads out), and for the fake model servers the request
+//! [`Recorder`], JSON answers ([`json_response`]) and SSE answers ([`sse_response`], written as
+//! [`StreamStyle`] says: split mid-line, `\r\n`, keep-alives).
 //!
 //! ```ignore
 //! if let Some(boundary) = wire::boundary(&headers) {
@@ -18,11 +20,14 @@
 
 use std::convert::Infallible;
 use std::fmt;
+use std::sync::Mutex;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::Response;
 use serde_json::{Map, Value, json};
+use tokio::sync::Notify;
 
 /// The size of the pieces [`streamed`] writes.
 pub const CHUNK: usize = 64 * 1024;
@@ -236,4 +241,264 @@ fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
         i += 1;
     }
     None
+}
+
+/// One request a fake model server received.
+#[derive(Debug, Clone)]
+pub struct RecordedRequest {
+    /// Request path, e.g. `/v1/chat/completions`.
+    pub path: String,
+    /// The query string, if any (`alt=sse`).
+    pub query: Option<String>,
+    /// The JSON body (a JSON string holding the raw text when the body was not JSON).
+    pub body: Value,
+    /// The `Authorization` header, if any.
+    pub authorization: Option<String>,
+    /// All headers, names lowercase.
+    pub headers: Vec<(String, String)>,
+}
+
+impl RecordedRequest {
+    /// The value of a header (name case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        super::header(&self.headers, name)
+    }
+}
+
+/// The requests a fake received, oldest first, and the signal that one arrived.
+#[derive(Default)]
+pub struct Recorder {
+    recorded: Mutex<Vec<RecordedRequest>>,
+    /// Notified whenever something arrives (the fakes may use it for their other records).
+    pub arrived: Notify,
+}
+
+impl Recorder {
+    /// Records a request and returns its body as JSON.
+    pub fn record(&self, uri: &Uri, headers: &HeaderMap, body: &Bytes) -> Value {
+        let json = serde_json::from_slice(body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(body).into_owned()));
+        let text = |v: &axum::http::HeaderValue| String::from_utf8_lossy(v.as_bytes()).into_owned();
+        let header_list = headers
+            .iter()
+            .map(|(n, v)| (n.as_str().to_owned(), text(v)))
+            .collect();
+        self.recorded.lock().unwrap().push(RecordedRequest {
+            path: uri.path().to_owned(),
+            query: uri.query().map(str::to_owned),
+            body: json.clone(),
+            authorization: headers.get(header::AUTHORIZATION).map(text),
+            headers: header_list,
+        });
+        self.arrived.notify_waiters();
+        json
+    }
+
+    /// Everything received so far.
+    pub fn all(&self) -> Vec<RecordedRequest> {
+        self.recorded.lock().unwrap().clone()
+    }
+
+    /// The JSON bodies of the requests after the first `skip`.
+    pub fn bodies_since(&self, skip: usize) -> Vec<Value> {
+        let recorded = self.recorded.lock().unwrap();
+        recorded.iter().skip(skip).map(|r| r.body.clone()).collect()
+    }
+
+    /// How many requests arrived so far.
+    pub fn count(&self) -> usize {
+        self.recorded.lock().unwrap().len()
+    }
+
+    /// Waits until at least `n` requests arrived and returns them all; panics after `timeout`
+    /// naming the fake (`who`).
+    pub async fn wait_for(&self, n: usize, timeout: Duration, who: &str) -> Vec<RecordedRequest> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let arrived = self.arrived.notified();
+            tokio::pin!(arrived);
+            arrived.as_mut().enable();
+            {
+                let recorded = self.recorded.lock().unwrap();
+                if recorded.len() >= n {
+                    return recorded.clone();
+                }
+            }
+            if tokio::time::timeout_at(deadline, arrived).await.is_err() {
+                let got = self.count();
+                panic!("{who}: expected {n} request(s) within {timeout:?}, got {got}");
+            }
+        }
+    }
+}
+
+/// An answer of `status` with `body`; `Content-Type` defaults to `application/json`.
+pub fn json_response(status: u16, body: String, headers: Vec<(String, String)>) -> Response {
+    let mut builder =
+        Response::builder().status(StatusCode::from_u16(status).expect("valid status"));
+    if !headers
+        .iter()
+        .any(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+    {
+        builder = builder.header(header::CONTENT_TYPE, "application/json");
+    }
+    for (name, value) in headers {
+        builder = builder.header(name, value);
+    }
+    builder.body(Body::from(body)).expect("fake response")
+}
+
+/// How streamed replies are written.
+#[derive(Debug, Clone)]
+pub struct StreamStyle {
+    /// End lines with `\r\n` instead of `\n`.
+    pub crlf: bool,
+    /// Send `: keep-alive` comment events before and between data events.
+    pub keep_alive: bool,
+    /// Each event is written in this many pieces (split mid-line; 1 = whole events).
+    pub pieces_per_event: usize,
+    /// Pause between pieces, so they reach the client in separate TCP reads.
+    pub pause: Duration,
+}
+
+impl Default for StreamStyle {
+    fn default() -> Self {
+        Self {
+            crlf: false,
+            keep_alive: false,
+            pieces_per_event: 2,
+            pause: Duration::from_millis(1),
+        }
+    }
+}
+
+/// A 200 `text/event-stream` answer of `events` (`(event name, data)`), each event written in
+/// `style.pieces_per_event` byte pieces.
+pub fn sse_response(events: Vec<(Option<String>, String)>, style: StreamStyle) -> Response {
+    let nl = if style.crlf { "\r\n" } else { "\n" };
+    let mut texts = Vec::new();
+    for (i, (name, data)) in events.iter().enumerate() {
+        if style.keep_alive && i % 2 == 0 {
+            texts.push(format!(": keep-alive{nl}{nl}"));
+        }
+        let name = name
+            .as_ref()
+            .map(|n| format!("event: {n}{nl}"))
+            .unwrap_or_default();
+        texts.push(format!("{name}data: {data}{nl}{nl}"));
+    }
+    let mut pieces: Vec<Bytes> = Vec::new();
+    for event in texts {
+        let bytes = event.into_bytes();
+        let size = bytes.len().div_ceil(style.pieces_per_event.max(1));
+        pieces.extend(bytes.chunks(size).map(Bytes::copy_from_slice));
+    }
+    let pause = style.pause;
+    let stream = futures_util::stream::unfold(
+        (pieces.into_iter(), true),
+        move |(mut rest, first)| async move {
+            let piece = rest.next()?;
+            if !first && !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
+            Some((Ok::<_, Infallible>(piece), (rest, false)))
+        },
+    );
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(Body::from_stream(stream))
+        .expect("fake stream")
+}
+
+/// `s` cut into at most `n` non-empty pieces of about equal length (in characters).
+pub fn split_chars(s: &str, n: usize) -> Vec<String> {
+    let chars: Vec<char> = s.chars().collect();
+    if chars.is_empty() {
+        return Vec::new();
+    }
+    let size = chars.len().div_ceil(n.max(1));
+    chars.chunks(size).map(|c| c.iter().collect()).collect()
+}
+
+/// A fake served on an ephemeral port of 127.0.0.1 until dropped.
+pub struct Serving {
+    pub addr: std::net::SocketAddr,
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Serving {
+    /// Binds 127.0.0.1:0 and serves `app` on the test's runtime.
+    pub async fn start(app: axum::Router, who: &'static str) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap_or_else(|e| panic!("bind {who}: {e}"));
+        let addr = listener.local_addr().expect("bound address");
+        let stop = tokio_util::sync::CancellationToken::new();
+        let stopped = stop.clone();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app)
+                .with_graceful_shutdown(async move { stopped.cancelled().await })
+                .await
+                .unwrap_or_else(|e| panic!("{who} server: {e}"));
+        });
+        Self { addr, stop, task }
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        self.task.abort();
+    }
+}
+
+/// A scripted answer of the fake Anthropic and Gemini servers.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// Text and/or tool calls.
+    Message {
+        text: Option<String>,
+        calls: Vec<ScriptedCall>,
+    },
+    /// Served verbatim, streaming or not (`Content-Type` defaults to JSON).
+    Raw {
+        status: u16,
+        body: String,
+        headers: Vec<(String, String)>,
+    },
+}
+
+/// A tool call a fake model makes.
+#[derive(Debug, Clone)]
+pub struct ScriptedCall {
+    pub id: String,
+    pub name: String,
+    pub args: Value,
+    /// Gemini's `thoughtSignature` for the call.
+    pub signature: Option<String>,
+}
+
+/// A FIFO of [`Reply`]s; an empty script answers `default` text.
+#[derive(Default)]
+pub struct Script(Mutex<std::collections::VecDeque<Reply>>);
+
+impl Script {
+    pub fn push(&self, reply: Reply) {
+        self.0.lock().unwrap().push_back(reply);
+    }
+
+    /// The next reply, or a text answer `default` when the script is empty.
+    pub fn next(&self, default: &str) -> Reply {
+        self.0
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or(Reply::Message {
+                text: Some(default.to_owned()),
+                calls: Vec::new(),
+            })
+    }
 }
