@@ -15,6 +15,7 @@ use super::parse::{
     parse_model, parse_positive_seconds, parse_sandbox, parse_seconds, parse_secret, parse_timeout,
     parse_u32_min, parse_u32_range, parse_url,
 };
+use super::costs::{Prices, parse_tokens, parse_usd};
 use super::sources::{self, Layers};
 use super::{
     ConfigError, DEFAULT_MODEL, MAX_ACTIVE_TIME_WINDOW_SECONDS, MAX_BASH_MAX_TIMEOUT_SECONDS,
@@ -294,6 +295,29 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
         .map(MaskedUrl::from);
     set_url(l, "BUB_DISCORD_API_BASE", &mut d.api_base)?;
     require_token(d.enabled, &d.token, "BUB_DISCORD")?;
+
+    s.prices = Prices::parse(l.prices())?;
+    let b = &mut s.budgets;
+    b.daily_tokens = l.parse("BUB_BUDGET_DAILY_TOKENS", |v| {
+        parse_tokens("BUB_BUDGET_DAILY_TOKENS", v)
+    })?;
+    b.daily_usd = l.parse("BUB_BUDGET_DAILY_USD", |v| {
+        parse_usd("BUB_BUDGET_DAILY_USD", v)
+    })?;
+    b.chat_daily_tokens = l.parse("BUB_BUDGET_CHAT_DAILY_TOKENS", |v| {
+        parse_tokens("BUB_BUDGET_CHAT_DAILY_TOKENS", v)
+    })?;
+    set(l, "BUB_BUDGET_OWNERS", &mut b.owners, parse_bool)?;
+    if b.daily_usd.is_some() && s.prices.of(&s.model.to_string()).is_none() {
+        return Err(ConfigError::new(
+            "BUB_BUDGET_DAILY_USD",
+            format!(
+                "needs a price for {}: add [prices.\"{}\"] with input and output (USD per \
+                 million tokens) to the configuration file",
+                s.model, s.model
+            ),
+        ));
+    }
 
     Ok(s)
 }
