@@ -120,7 +120,8 @@ pub(crate) async fn learn(llm: &LlmClient, ctx: &ToolContext, turn: Finished) {
         tools: std::sync::Arc::from(Vec::new()),
         max_tokens: settings.max_tokens,
     };
-    let learned = match llm.chat(&request).await {
+    let answer = super::spend::call(ctx, crate::usage::Purpose::Learning, llm, &request).await;
+    let learned = match answer {
         Ok(response) => match proposal(response.content.as_deref().unwrap_or_default()) {
             Ok(None) => Learned::Nothing,
             Ok(Some(proposal)) => {

@@ -13,6 +13,7 @@ mod learn;
 pub mod prompt;
 pub mod router;
 pub(crate) mod runner;
+mod spend;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -17,6 +17,7 @@ use super::compact;
 use super::learn::ToolStep;
 use super::prompt::{self, PromptParts};
 use super::router::Router;
+use super::spend;
 use crate::delivery::TurnError;
 use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, ToolCall};
 use crate::media;
@@ -24,6 +25,7 @@ use crate::skills::Discovery;
 use crate::tape::shared::{append_failed, logged};
 use crate::tape::{ContextCursor, Searched};
 use crate::tools::ToolContext;
+use crate::usage::Purpose;
 
 /// The follow-up prompt after tool calls.
 pub(crate) const CONTINUE_PROMPT: &str = "Continue the task.";
@@ -248,6 +250,9 @@ impl<'a> ModelLoop<'a> {
             };
             TurnError::tape(&format!("could not record {what} on the tape"), &e)
         })?;
+        if let Ok(messages) = &context {
+            self.affordable(llm, &system, messages).await?;
+        }
         // The context read with the prompt; after a compaction it is read again.
         let mut context = match context {
             Ok(messages) if self.over_budget(&system, &messages) => {
@@ -378,7 +383,7 @@ impl<'a> ModelLoop<'a> {
             tools: self.ctx.registry().openai_specs_for(&self.ctx.turn.policy),
             max_tokens: self.max_tokens,
         };
-        let response = match (self.send(llm, &request).await, shown) {
+        let mut response = match (self.send(llm, &request).await, shown) {
             // A model that does not take images: the same request with their paths instead.
             (Err(LlmError::Http { status, message }), Some((at, paths)))
                 if (400..500).contains(&status) && status != 429 =>
@@ -402,7 +407,9 @@ impl<'a> ModelLoop<'a> {
             }
             (response, _) => response?,
         };
-        let counted = response.usage.map(|u| u.input);
+        let counted = response.usage.filter(|u| !u.estimated).map(|u| u.input);
+        let usage = spend::record(self.ctx, Purpose::Step, llm, &request, &response).await;
+        response.usage = Some(usage);
         if let Some(counted) = counted.filter(|_| estimate > 0) {
             self.memory.token_scale = (counted as f64 / estimate as f64).clamp(0.5, 4.0);
         }
@@ -479,6 +486,20 @@ impl<'a> ModelLoop<'a> {
         (!images.is_empty()).then_some((at, images))
     }
 
+    /// The budget check before a step's call, with the request's estimated input: over a
+    /// budget the step ends with the message for the chat (the prompt is on the tape).
+    async fn affordable(
+        &self,
+        llm: &LlmClient,
+        system: &str,
+        messages: &[Value],
+    ) -> Result<(), TurnError> {
+        let input = self.estimate(system, messages) as f64 * self.memory.token_scale;
+        spend::allowed(self.ctx, Purpose::Step, llm, input as u64)
+            .await
+            .map_err(|exceeded| TurnError::Budget(exceeded.message()))
+    }
+
     /// A fast estimate of a request's prompt tokens: the system prompt, the messages and the
     /// tools offered.
     fn estimate(&self, system: &str, messages: &[Value]) -> u64 {
@@ -515,7 +536,8 @@ impl<'a> ModelLoop<'a> {
             tools: Arc::from(Vec::new()),
             max_tokens: self.max_tokens,
         };
-        let (summary, by) = match llm.chat(&request).await {
+        let answer = spend::call(self.ctx, Purpose::Compaction, llm, &request).await;
+        let (summary, by) = match answer {
             Ok(r) if r.content.as_deref().is_some_and(|t| !t.trim().is_empty()) => {
                 (r.content.unwrap_or_default(), "model")
             }

@@ -1,8 +1,8 @@
 //! What a tool call can see, split by who owns it:
 //!
 //! * [`ProcessCtx`] — the process: settings, the tool registry, the outbox (channel clients),
-//!   the access gate, the secret redactor and the `bash` command limits. One per process,
-//!   shared by every session.
+//!   the access gate, the secret redactor, the `bash` command limits and the usage ledger. One
+//!   per process, shared by every session.
 //! * [`SessionCtx`] — one session: its id, workspace, tape and expanded tool/skill details.
 //! * [`TurnCtx`] — one turn: who asked ([`Authority`]), the [`Policy`] it runs under (by role,
 //!   and whether the turn is a scheduled run), and whether it already answered its own chat.
@@ -35,6 +35,9 @@ pub struct ProcessCtx {
     /// How many `bash` commands may run at once, and their longest timeout (shared by every
     /// session and workspace of the process).
     pub commands: Arc<CommandLimits>,
+    /// What the process's model calls used, and the daily budgets (one ledger per process,
+    /// shared by every workspace's runtime).
+    pub usage: Arc<crate::usage::Ledger>,
     /// The policies of owner and guest turns (and of a guest's scheduled run), built once from
     /// the settings.
     owner: Arc<Policy>,
@@ -57,6 +60,11 @@ impl ProcessCtx {
             )),
             redactor: Arc::new(Redactor::from_settings(&settings)),
             commands: Arc::new(CommandLimits::from_settings(&settings)),
+            usage: Arc::new(crate::usage::Ledger::new(
+                &settings.home,
+                settings.prices.clone(),
+                settings.budgets.clone(),
+            )),
             outbox: Arc::new(Outbox::new(access.clone())),
             access,
             registry: Arc::new(registry),
@@ -73,6 +81,7 @@ impl ProcessCtx {
             access: self.access.clone(),
             redactor: self.redactor.clone(),
             commands: self.commands.clone(),
+            usage: self.usage.clone(),
             owner: self.owner.clone(),
             guest: self.guest.clone(),
             guest_scheduled: self.guest_scheduled.clone(),

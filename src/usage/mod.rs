@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Budgets, Prices};
 use crate::llm::Usage;
 
-pub use report::{Summary, Totals};
+pub use report::{Summary, Totals, session_text};
 
 /// The ledger's file in `BUB_HOME`.
 pub const FILE: &str = "usage.jsonl";
