@@ -479,8 +479,7 @@ async fn status(settings: &Settings, json: bool) -> anyhow::Result<()> {
         Err(e) => vec![format!("unavailable: {e:#}")],
     };
     let today = usage_today(settings).await;
-    let text = format!("{}\nusage today: {today}", bub::status::render(&snapshot, &jobs));
-    print_out(&safe(&text));
+    print_out(&safe(&bub::status::render(&snapshot, &jobs, &today)));
     Ok(())
 }
 

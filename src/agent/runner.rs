@@ -250,9 +250,6 @@ impl<'a> ModelLoop<'a> {
             };
             TurnError::tape(&format!("could not record {what} on the tape"), &e)
         })?;
-        if let Ok(messages) = &context {
-            self.affordable(llm, &system, messages).await?;
-        }
         // The context read with the prompt; after a compaction it is read again.
         let mut context = match context {
             Ok(messages) if self.over_budget(&system, &messages) => {
@@ -267,6 +264,9 @@ impl<'a> ModelLoop<'a> {
                 Some(messages) => messages,
                 None => self.context().await,
             };
+            if let Ok(messages) = &messages {
+                self.affordable(llm, &system, messages).await?;
+            }
             match self.call(llm, &system, messages).await {
                 Ok(r) => break r,
                 Err(e) if !retried && e.is_context_overflow() => {
