@@ -33,4 +33,5 @@ mod tape;
 mod telegram;
 mod terminal;
 mod tools;
+mod usage;
 mod web;
