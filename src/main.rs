@@ -465,8 +465,14 @@ async fn status(settings: &Settings, json: bool) -> anyhow::Result<()> {
             });
         }
     };
+    let today = usage_today(settings).await;
     if json {
-        let text = serde_json::to_string_pretty(&snapshot).expect("snapshot serializes");
+        let mut value = serde_json::to_value(&snapshot)?;
+        value["usage_today"] = match &today {
+            Ok(totals) => serde_json::to_value(totals)?,
+            Err(e) => serde_json::Value::String(format!("unavailable: {e}")),
+        };
+        let text = serde_json::to_string_pretty(&value)?;
         print_out(&bub::terminal::safe_json(&text));
         return Ok(());
     }
@@ -478,22 +484,25 @@ async fn status(settings: &Settings, json: bool) -> anyhow::Result<()> {
             .collect(),
         Err(e) => vec![format!("unavailable: {e:#}")],
     };
-    let today = usage_today(settings).await;
+    let today = match today {
+        Ok(totals) => totals.describe(),
+        Err(e) => format!("unavailable: {e}"),
+    };
     print_out(&safe(&bub::status::render(&snapshot, &jobs, &today)));
     Ok(())
 }
 
 /// Today's totals of the usage ledger, for `bub status`.
-async fn usage_today(settings: &Settings) -> String {
+async fn usage_today(settings: &Settings) -> Result<bub::usage::Totals, String> {
     let ledger = bub::usage::Ledger::new(
         &settings.home,
         settings.prices.clone(),
         settings.budgets.clone(),
     );
     match tokio::task::spawn_blocking(move || ledger.today_totals()).await {
-        Ok(Ok(totals)) => totals.describe(),
-        Ok(Err(e)) => format!("unavailable: {e:#}"),
-        Err(e) => format!("unavailable: {e}"),
+        Ok(Ok(totals)) => Ok(totals),
+        Ok(Err(e)) => Err(format!("{e:#}")),
+        Err(e) => Err(e.to_string()),
     }
 }
 

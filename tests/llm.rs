@@ -443,13 +443,20 @@ async fn the_fake_counts_the_prefix_shared_with_the_previous_request_as_cached()
     let resp = bounded(client(&fake).chat(&first)).await.unwrap();
     assert_eq!(resp.usage.unwrap().cache_read, 0, "nothing before it");
     let mut second = first.clone();
-    second.messages.push(json!({"role": "assistant", "content": "noted"}));
-    second.messages.push(json!({"role": "user", "content": "and now?"}));
+    second
+        .messages
+        .push(json!({"role": "assistant", "content": "noted"}));
+    second
+        .messages
+        .push(json!({"role": "user", "content": "and now?"}));
     let resp = bounded(client(&fake).chat(&second)).await.unwrap();
     let usage = resp.usage.unwrap();
     // ~3,400 bytes are shared: 850 tokens, 768 in whole blocks of 128.
     assert_eq!(usage.cache_read, 768, "{usage:?}");
-    assert!(usage.input > usage.cache_read && !usage.estimated, "{usage:?}");
+    assert!(
+        usage.input > usage.cache_read && !usage.estimated,
+        "{usage:?}"
+    );
     assert_eq!(
         fake.usages()[1]["prompt_tokens_details"]["cached_tokens"],
         768

@@ -7,6 +7,7 @@
 
 use crate::support;
 
+use bub::usage::thousands;
 use serde_json::{Value, json};
 use support::bub_env::{Env, WAIT, assert_exit, stderr, stdout, texts};
 use support::fake_telegram::private_text;
@@ -78,9 +79,15 @@ async fn usage_is_on_the_tape_and_in_the_ledger_and_bub_usage_prices_it() {
         assert_eq!(run["usage"]["output"], served["completion_tokens"]);
         assert_eq!(line["input"], served["prompt_tokens"]);
         assert_eq!(line["cache_read"], *cached);
-        assert_eq!((&line["session"], &line["for"]), (&json!("cli"), &json!("step")));
+        assert_eq!(
+            (&line["session"], &line["for"]),
+            (&json!("cli"), &json!("step"))
+        );
         assert_eq!(line["model"], "openai:test-model");
-        assert!(line.get("estimated").is_none(), "the provider counted: {line}");
+        assert!(
+            line.get("estimated").is_none(),
+            "the provider counted: {line}"
+        );
     }
     // The second request repeats the tools (at least) of the first: the cache served part.
     let cached = n(&served[1]["prompt_tokens_details"]["cached_tokens"]);
@@ -96,7 +103,10 @@ async fn usage_is_on_the_tape_and_in_the_ledger_and_bub_usage_prices_it() {
     assert_eq!(n(&total["cache_read"]), cached);
     // Fresh input at $2/M, cached at $0.5/M, output at $8/M.
     let usd = ((input - cached) as f64 * 2.0 + cached as f64 * 0.5 + output as f64 * 8.0) / 1e6;
-    assert!((total["usd"].as_f64().unwrap() - usd).abs() < 1e-9, "{total}");
+    assert!(
+        (total["usd"].as_f64().unwrap() - usd).abs() < 1e-9,
+        "{total}"
+    );
     let rows = summary["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 1, "one day of one session: {rows:?}");
     assert_eq!(rows[0]["session"], "cli");
@@ -105,7 +115,10 @@ async fn usage_is_on_the_tape_and_in_the_ledger_and_bub_usage_prices_it() {
 
     let table = stdout(&env.run(&["usage", "--since", "7d"]).await);
     let percent = format!("{:.0}% from cache", rate * 100.0);
-    assert!(table.contains(" cli  ") && table.contains(&percent), "{table}");
+    assert!(
+        table.contains(" cli  ") && table.contains(&percent),
+        "{table}"
+    );
     assert!(table.contains(&format!("${usd:.4}")), "{table}");
     let tomorrow = chrono::Local::now().date_naive() + chrono::Duration::days(1);
     let later = stdout(&env.run(&["usage", "--since", &tomorrow.to_string()]).await);
@@ -129,7 +142,10 @@ async fn a_call_without_usage_is_recorded_with_bub_s_estimate() {
     // The estimate is of what was sent: the request's bytes / 4, give or take the framing.
     let sent = env.model.recorded()[0].body.to_string().len() as u64 / 4;
     let input = n(&line["input"]);
-    assert!(input * 10 > sent * 8 && input * 10 < sent * 12, "{input} vs {sent}");
+    assert!(
+        input * 10 > sent * 8 && input * 10 < sent * 12,
+        "{input} vs {sent}"
+    );
 }
 
 #[tokio::test]
@@ -137,18 +153,34 @@ async fn prices_and_budgets_are_checked_at_load() {
     let env = Env::cli().await;
     std::fs::create_dir_all(&env.home).unwrap();
     let config = env.home.join("config.toml");
-    std::fs::write(&config, "[prices.\"openai:test-model\"]\ninput = \"cheap\"\noutput = 1\n").unwrap();
+    std::fs::write(
+        &config,
+        "[prices.\"openai:test-model\"]\ninput = \"cheap\"\noutput = 1\n",
+    )
+    .unwrap();
     let out = env.run(&["usage"]).await;
     assert_exit(&out, 2, "prices.\"openai:test-model\".input");
-    std::fs::write(&config, "[prices.\"openai:other\"]\ninput = 1\noutput = 1\n").unwrap();
+    std::fs::write(
+        &config,
+        "[prices.\"openai:other\"]\ninput = 1\noutput = 1\n",
+    )
+    .unwrap();
     let mut env = env;
     env.set("BUB_BUDGET_DAILY_USD", "5");
     let out = env.run(&["run", "hi"]).await;
     assert_exit(&out, 2, "BUB_BUDGET_DAILY_USD");
-    assert!(stderr(&out).contains("needs a price for openai:test-model"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("needs a price for openai:test-model"),
+        "{}",
+        stderr(&out)
+    );
     env.set("BUB_BUDGET_DAILY_USD", "");
     env.set("BUB_BUDGET_CHAT_DAILY_TOKENS", "0");
-    assert_exit(&env.run(&["run", "hi"]).await, 2, "BUB_BUDGET_CHAT_DAILY_TOKENS");
+    assert_exit(
+        &env.run(&["run", "hi"]).await,
+        2,
+        "BUB_BUDGET_CHAT_DAILY_TOKENS",
+    );
     assert_eq!(env.model.request_count(), 0);
 }
 
@@ -165,38 +197,37 @@ async fn slash_usage_shows_the_chat_s_own_figures_and_bub_status_today_s() {
     let texts = texts(&sent);
     let served = &env.model.usages()[0];
     let tokens = n(&served["prompt_tokens"]) + n(&served["completion_tokens"]);
-    let mine = sent.iter().position(|c| c.body["chat_id"] == 5 && texts_of(c).contains("Usage"));
+    let mine = sent
+        .iter()
+        .position(|c| c.body["chat_id"] == 5 && texts_of(c).contains("Usage"));
     let mine = &texts[mine.expect("an answer to /usage in chat 5")];
     assert!(mine.contains("Usage of telegram:5"), "{mine}");
     let today = format!("today: {} tokens", thousands(tokens));
-    assert!(mine.contains(&today) && mine.contains("in 1 call"), "{mine}");
+    assert!(
+        mine.contains(&today) && mine.contains("in 1 call"),
+        "{mine}"
+    );
     let other = sent.iter().position(|c| c.body["chat_id"] == 6).unwrap();
     assert!(
-        texts[other].contains("Usage of telegram:6") && texts[other].contains("today: no model calls"),
+        texts[other].contains("Usage of telegram:6")
+            && texts[other].contains("today: no model calls"),
         "another chat sees only its own: {}",
         texts[other]
     );
     assert_eq!(env.model.request_count(), 1, "/usage asks no model");
 
     let status = stdout(&env.run(&["status"]).await);
-    assert!(status.contains(&format!("usage today: {} tokens", thousands(tokens))), "{status}");
+    assert!(
+        status.contains(&format!("usage today: {} tokens", thousands(tokens))),
+        "{status}"
+    );
+    let json: Value = serde_json::from_str(&stdout(&env.run(&["status", "--json"]).await)).unwrap();
+    assert_eq!(n(&json["usage_today"]["calls"]), 1, "{json}");
     assert!(daemon.stop().await.success());
 }
 
 fn texts_of(call: &support::fake_telegram::Call) -> String {
     call.body["text"].as_str().unwrap_or_default().to_owned()
-}
-
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -205,9 +236,13 @@ async fn over_the_chat_budget_no_call_is_made_and_the_chat_is_told() {
     env.set("BUB_BUDGET_CHAT_DAILY_TOKENS", "100000");
     // Yesterday's use does not count; today the guest's chat has 99,000 tokens left to 100,000:
     // its next request (some thousands of tokens) would pass the budget.
-    seed_ledger(&env, &[(1, "telegram:5", 5_000_000), (0, "telegram:5", 99_000)]);
+    seed_ledger(
+        &env,
+        &[(1, "telegram:5", 5_000_000), (0, "telegram:5", 99_000)],
+    );
     let daemon = env.start();
-    env.telegram.push_message(private_text(5, 5, "please answer"));
+    env.telegram
+        .push_message(private_text(5, 5, "please answer"));
     let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
     let told = &texts(&sent)[0];
     assert!(
@@ -218,11 +253,17 @@ async fn over_the_chat_budget_no_call_is_made_and_the_chat_is_told() {
     );
     assert!(!told.contains("Error"), "{told}");
     assert_eq!(env.model.request_count(), 0, "the call was never made");
-    wait_until(WAIT, "the event on the tape", || !events(&env, "budget.exceeded").is_empty()).await;
+    wait_until(WAIT, "the event on the tape", || {
+        !events(&env, "budget.exceeded").is_empty()
+    })
+    .await;
     let event = &events(&env, "budget.exceeded")[0];
     assert_eq!(event["budget"], "BUB_BUDGET_CHAT_DAILY_TOKENS");
     assert_eq!(event["for"], "step");
-    assert!(env.tape_text().contains("please answer"), "the message stays on the tape");
+    assert!(
+        env.tape_text().contains("please answer"),
+        "the message stays on the tape"
+    );
 
     // An owner's chat is not bound by the chat budget (BUB_BUDGET_OWNERS is not set); yesterday's
     // five million tokens do not count against the day either.
@@ -257,12 +298,26 @@ async fn a_scheduled_job_over_the_daily_budget_is_skipped_once() {
     let (status, log) = idle.stop_with_log().await;
     assert!(status.success());
     assert_eq!(log.matches("schedule.skipped.budget").count(), 1, "{log}");
-    assert_eq!(env.model.request_count(), 0, "the job's call was never made");
-    assert!(env.telegram.calls_of("sendMessage").is_empty(), "the chat is not told");
+    assert_eq!(
+        env.model.request_count(),
+        0,
+        "the job's call was never made"
+    );
+    assert!(
+        env.telegram.calls_of("sendMessage").is_empty(),
+        "the chat is not told"
+    );
     let runs = events(&env, "schedule.run");
     assert!(
-        runs.len() == 1 && runs[0]["skipped"].as_str().unwrap().contains("BUB_BUDGET_DAILY_TOKENS"),
+        runs.len() == 1
+            && runs[0]["skipped"]
+                .as_str()
+                .unwrap()
+                .contains("BUB_BUDGET_DAILY_TOKENS"),
         "{runs:?}"
     );
-    assert_eq!(events(&env, "budget.exceeded")[0]["budget"], "BUB_BUDGET_DAILY_TOKENS");
+    assert_eq!(
+        events(&env, "budget.exceeded")[0]["budget"],
+        "BUB_BUDGET_DAILY_TOKENS"
+    );
 }

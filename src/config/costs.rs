@@ -112,9 +112,10 @@ impl Prices {
                 };
             }
             let required = |field: &str| {
-                values.get(field).copied().ok_or_else(|| {
-                    ConfigError::new(var(field), "missing (USD per million tokens)")
-                })
+                values
+                    .get(field)
+                    .copied()
+                    .ok_or_else(|| ConfigError::new(var(field), "missing (USD per million tokens)"))
             };
             let (input, output) = (required("input")?, required("output")?);
             let price = Price {
@@ -141,6 +142,13 @@ pub struct Budgets {
     pub chat_daily_tokens: Option<u64>,
     /// `BUB_BUDGET_OWNERS` (default false): the chat budget applies to owners' turns too.
     pub owners: bool,
+}
+
+impl Budgets {
+    /// Whether any budget is set.
+    pub fn any(&self) -> bool {
+        self.daily_tokens.is_some() || self.daily_usd.is_some() || self.chat_daily_tokens.is_some()
+    }
 }
 
 /// A budget in tokens: a whole number ≥ 1.

@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use crate::time::secs;
 
+use super::costs::{Prices, parse_tokens, parse_usd};
 use super::parse::{
     absolute, expand_tilde, is_null, parse_bool, parse_list, parse_log_format, parse_log_level,
     parse_model, parse_positive_seconds, parse_sandbox, parse_seconds, parse_secret, parse_timeout,
     parse_u32_min, parse_u32_range, parse_url,
 };
-use super::costs::{Prices, parse_tokens, parse_usd};
 use super::sources::{self, Layers};
 use super::{
     ConfigError, DEFAULT_MODEL, MAX_ACTIVE_TIME_WINDOW_SECONDS, MAX_BASH_MAX_TIMEOUT_SECONDS,

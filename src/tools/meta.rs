@@ -74,7 +74,11 @@ pub(crate) fn tools() -> Vec<Tool> {
                 let totals = tokio::task::spawn_blocking(move || ledger.session_totals(&session))
                     .await
                     .map_err(|e| ToolError::new(e.to_string()))??;
-                Ok(crate::usage::session_text(ctx.session_id(), &totals.0, &totals.1))
+                Ok(crate::usage::session_text(
+                    ctx.session_id(),
+                    &totals.0,
+                    &totals.1,
+                ))
             },
         ),
         Tool::new(

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Budgets, Prices};
 use crate::llm::Usage;
 
-pub use report::{Summary, Totals, session_text};
+pub use report::{Summary, Totals, session_text, thousands};
 
 /// The ledger's file in `BUB_HOME`.
 pub const FILE: &str = "usage.jsonl";
@@ -218,9 +218,9 @@ impl Ledger {
         (self.clock)().date()
     }
 
-    /// The prices the ledger applies.
-    pub fn prices(&self) -> &Prices {
-        &self.prices
+    /// Whether any daily budget is set (else [`Self::check`] always passes, reading nothing).
+    pub fn has_budgets(&self) -> bool {
+        self.budgets.any()
     }
 
     /// Appends one call's line (then reads it back with whatever others appended).
@@ -235,6 +235,15 @@ impl Ledger {
                 .mode(0o600)
                 .open(&self.path)
                 .with_context(|| format!("opening {}", self.path.display()))?;
+            // After a torn append (a crash, a full disk) the next line starts on a new line.
+            let len = file.metadata()?.len();
+            let mut last = [b'\n'];
+            if len > 0 {
+                std::os::unix::fs::FileExt::read_at(&File::open(&self.path)?, &mut last, len - 1)?;
+            }
+            if last[0] != b'\n' {
+                line.insert(0, b'\n');
+            }
             file.write_all(&line)
                 .with_context(|| format!("appending to {}", self.path.display()))?;
         }
@@ -258,10 +267,14 @@ impl Ledger {
     pub fn check(&self, ask: Ask<'_>) -> anyhow::Result<Result<(), Exceeded>> {
         let now = (self.clock)();
         let b = &self.budgets;
-        if b.daily_tokens.is_none() && b.daily_usd.is_none() && b.chat_daily_tokens.is_none() {
+        if !b.any() {
             return Ok(Ok(()));
         }
-        let midnight = now.date().succ_opt().unwrap_or(now.date()).and_time(Default::default());
+        let midnight = now
+            .date()
+            .succ_opt()
+            .unwrap_or(now.date())
+            .and_time(Default::default());
         let resets_in = (midnight - now).to_std().unwrap_or_default();
         let (today, chat) = self.with_state(|s| {
             let chat = s.today_by_session.get(ask.session).copied();
@@ -278,7 +291,11 @@ impl Ledger {
             && chat.tokens().saturating_add(ask.input) > limit
         {
             let spent = tokens(chat.tokens());
-            return Ok(Err(over("BUB_BUDGET_CHAT_DAILY_TOKENS", tokens(limit), spent)));
+            return Ok(Err(over(
+                "BUB_BUDGET_CHAT_DAILY_TOKENS",
+                tokens(limit),
+                spent,
+            )));
         }
         if let Some(limit) = b.daily_tokens
             && today.tokens().saturating_add(ask.input) > limit
@@ -296,7 +313,11 @@ impl Ledger {
             });
             if today.budget_usd + next > limit {
                 let usd = |x: f64| format!("${x:.2}");
-                return Ok(Err(over("BUB_BUDGET_DAILY_USD", usd(limit), usd(today.budget_usd))));
+                return Ok(Err(over(
+                    "BUB_BUDGET_DAILY_USD",
+                    usd(limit),
+                    usd(today.budget_usd),
+                )));
             }
         }
         Ok(Ok(()))
@@ -393,7 +414,12 @@ impl Ledger {
                 continue;
             }
             let purpose = serde_json::to_string(&entry.purpose).unwrap_or_default();
-            let key = (entry.date, entry.session.clone(), purpose, entry.model.clone());
+            let key = (
+                entry.date,
+                entry.session.clone(),
+                purpose,
+                entry.model.clone(),
+            );
             match summed.get_mut(&key) {
                 Some(sum) => sum.absorb(&entry),
                 None => drop(summed.insert(key, entry)),

@@ -49,7 +49,10 @@ fn budgets_hold_for_the_day_and_reset_at_local_midnight() {
     let today = ledger.today();
     ledger.record(&call(today, "telegram:1", 200, 50)).unwrap();
     // The chat's own budget: 250 used, a call of 100 more would pass 300 — for guests only.
-    let over = ledger.check(ask("telegram:1", 100, true)).unwrap().unwrap_err();
+    let over = ledger
+        .check(ask("telegram:1", 100, true))
+        .unwrap()
+        .unwrap_err();
     assert_eq!(over.budget, "BUB_BUDGET_CHAT_DAILY_TOKENS");
     assert_eq!(over.spent, "250 tokens");
     assert_eq!(over.resets_in, Duration::from_secs(600));
@@ -59,7 +62,10 @@ fn budgets_hold_for_the_day_and_reset_at_local_midnight() {
     // The daily budget counts every session.
     ledger.record(&call(today, "telegram:2", 600, 100)).unwrap();
     assert!(ledger.check(ask("telegram:3", 50, false)).unwrap().is_ok());
-    let over = ledger.check(ask("telegram:3", 60, false)).unwrap().unwrap_err();
+    let over = ledger
+        .check(ask("telegram:3", 60, false))
+        .unwrap()
+        .unwrap_err();
     assert_eq!(over.budget, "BUB_BUDGET_DAILY_TOKENS");
     assert_eq!(over.spent, "950 tokens");
     // After midnight: a new day, nothing spent; the month still counts yesterday.
@@ -95,7 +101,12 @@ fn another_process_s_appends_are_counted_and_lines_are_priced() {
         ..Budgets::default()
     };
     let minutes = Arc::new(AtomicI64::new(600));
-    let one = Ledger::with_clock(dir.path(), prices.clone(), budgets.clone(), clock(minutes.clone()));
+    let one = Ledger::with_clock(
+        dir.path(),
+        prices.clone(),
+        budgets.clone(),
+        clock(minutes.clone()),
+    );
     let other = Ledger::with_clock(dir.path(), prices.clone(), budgets, clock(minutes));
     let today = one.today();
     assert_eq!(one.today_totals().unwrap().calls, 0);
@@ -107,17 +118,30 @@ fn another_process_s_appends_are_counted_and_lines_are_priced() {
     assert_eq!(totals.cache_hit_rate(), Some(0.5));
     // 300k more input at $1/M would pass $1.
     let over = one.check(ask("b", 300_000, false)).unwrap().unwrap_err();
-    assert_eq!((over.budget, over.spent.as_str()), ("BUB_BUDGET_DAILY_USD", "$0.75"));
+    assert_eq!(
+        (over.budget, over.spent.as_str()),
+        ("BUB_BUDGET_DAILY_USD", "$0.75")
+    );
     // A model without a price counts at the table's highest prices for the budget.
-    let unpriced = Entry::call(today, "b", Purpose::Learning, "other:x", &Usage {
-        input: 100_000,
-        ..Usage::default()
-    });
+    let unpriced = Entry::call(
+        today,
+        "b",
+        Purpose::Learning,
+        "other:x",
+        &Usage {
+            input: 100_000,
+            ..Usage::default()
+        },
+    );
     other.record(&unpriced).unwrap();
     let totals = one.today_totals().unwrap();
     assert_eq!((totals.unpriced, totals.calls), (1, 2));
     assert!((totals.budget_usd - 0.85).abs() < 1e-9);
-    assert!(totals.describe().contains("+ 1 unpriced"), "{}", totals.describe());
+    assert!(
+        totals.describe().contains("+ 1 unpriced"),
+        "{}",
+        totals.describe()
+    );
     prices = Prices::default();
     assert_eq!(prices.for_budget("openai:m"), None);
 }
@@ -142,12 +166,45 @@ fn a_large_ledger_is_summed_per_day_and_keeps_today_whole() {
     body.push_str("\n{\"torn");
     std::fs::write(&path, body).unwrap();
     let minutes = Arc::new(AtomicI64::new(60));
-    let ledger = Ledger::with_clock(dir.path(), Prices::default(), Budgets::default(), clock(minutes));
+    let ledger = Ledger::with_clock(
+        dir.path(),
+        Prices::default(),
+        Budgets::default(),
+        clock(minutes),
+    );
     assert_eq!(ledger.today_totals().unwrap().tokens(), 8);
     let entries = read(&path).unwrap();
     assert_eq!(entries.len(), 4, "three summed days and today's line");
     assert_eq!(entries.iter().map(|e| e.calls).sum::<u64>(), n + 1);
-    let summary = Summary::of(&entries, Some(today - chrono::Days::new(1)), &Prices::default());
+    let summary = Summary::of(
+        &entries,
+        Some(today - chrono::Days::new(1)),
+        &Prices::default(),
+    );
     assert_eq!(summary.rows.len(), 2);
-    assert!(summary.render().contains("2026-11-25  s  8 tokens"), "{}", summary.render());
+    assert!(
+        summary.render().contains("2026-11-25  s  8 tokens"),
+        "{}",
+        summary.render()
+    );
+}
+
+#[test]
+fn a_line_appended_after_a_torn_one_starts_on_its_own_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(FILE);
+    let today = NaiveDate::from_ymd_opt(2026, 11, 25).unwrap();
+    let good = serde_json::to_string(&call(today, "s", 10, 1)).unwrap();
+    std::fs::write(&path, format!("{good}\n{{\"date\":\"2026-11-2")).unwrap();
+    let minutes = Arc::new(AtomicI64::new(60));
+    let ledger = Ledger::with_clock(
+        dir.path(),
+        Prices::default(),
+        Budgets::default(),
+        clock(minutes),
+    );
+    assert_eq!(ledger.today_totals().unwrap().calls, 1);
+    ledger.record(&call(today, "s", 1, 1)).unwrap();
+    assert_eq!(ledger.today_totals().unwrap().calls, 2);
+    assert_eq!(read(&path).unwrap().len(), 2);
 }

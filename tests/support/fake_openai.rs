@@ -82,8 +82,16 @@ pub fn usage(body_bytes: usize, shared_prefix_bytes: usize, answer_bytes: usize)
 
 /// The tools then the messages of a request, serialized: what a prompt cache can reuse.
 fn cacheable(request: &Value) -> Vec<u8> {
-    let mut bytes = request.get("tools").map(Value::to_string).unwrap_or_default();
-    bytes.push_str(&request.get("messages").map(Value::to_string).unwrap_or_default());
+    let mut bytes = request
+        .get("tools")
+        .map(Value::to_string)
+        .unwrap_or_default();
+    bytes.push_str(
+        &request
+            .get("messages")
+            .map(Value::to_string)
+            .unwrap_or_default(),
+    );
     bytes.into_bytes()
 }
 
@@ -523,7 +531,11 @@ impl Shared {
     fn usage(&self, request: &Value, bytes: usize, answer_bytes: usize) -> Value {
         let now = cacheable(request);
         let mut previous = self.previous.lock().unwrap();
-        let shared = now.iter().zip(previous.iter()).take_while(|(a, b)| a == b).count();
+        let shared = now
+            .iter()
+            .zip(previous.iter())
+            .take_while(|(a, b)| a == b)
+            .count();
         *previous = now;
         let usage = usage(bytes, shared, answer_bytes);
         self.usages.lock().unwrap().push(usage.clone());
