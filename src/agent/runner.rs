@@ -283,7 +283,8 @@ impl<'a> ModelLoop<'a> {
                 }
             }
         };
-        let ran = json!({"status": "ok", "usage": response.usage.map(|u| u.to_record()), "provider": llm.provider(), "model": llm.model()});
+        let usage = response.usage.unwrap_or_default(); // set by `call`
+        let ran = spend::run_event(llm, &usage, Purpose::Step);
         if response.tool_calls.is_empty() {
             let text = response.content.unwrap_or_default();
             let answer = json!({"role": "assistant", "content": text});

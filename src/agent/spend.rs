@@ -73,7 +73,7 @@ pub(crate) enum Failed {
 impl std::fmt::Display for Failed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failed::Budget(e) => write!(f, "not made: over the daily budget ({})", e.budget),
+            Failed::Budget(e) => write!(f, "over the daily budget ({}), not made", e.budget),
             Failed::Model(e) => e.fmt(f),
         }
     }
@@ -100,7 +100,7 @@ pub(crate) async fn call(
 }
 
 /// The usage of a call that answered (the provider's, else Bub's estimate), appended to the
-/// ledger; returned for the tape's `run` event.
+/// ledger; returned for the tape's `run` event ([`run_event`]).
 pub(crate) async fn record(
     ctx: &ToolContext,
     purpose: Purpose,
