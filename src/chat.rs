@@ -77,14 +77,17 @@ pub enum Control {
     New,
     /// Show the session's state.
     Status,
+    /// Show the session's token usage (runs the `usage` tool as a command).
+    Usage,
 }
 
 impl Control {
     /// Every control with its description (Telegram's command menu).
-    pub(crate) const ALL: [(Control, &'static str); 3] = [
+    pub(crate) const ALL: [(Control, &'static str); 4] = [
         (Control::Stop, "Stop the running turn"),
         (Control::New, "Start a fresh context"),
         (Control::Status, "Show the session's state"),
+        (Control::Usage, "Show this chat's token usage and cost"),
     ];
 
     /// The command word (`stop`).
@@ -93,6 +96,7 @@ impl Control {
             Control::Stop => "stop",
             Control::New => "new",
             Control::Status => "status",
+            Control::Usage => "usage",
         }
     }
 

@@ -30,6 +30,7 @@ pub mod tape;
 pub mod terminal;
 pub(crate) mod time;
 pub mod tools;
+pub mod usage;
 
 /// Idle keep-alive connections each HTTP client keeps per host. A burst of concurrent turns may
 /// open hundreds of connections; keeping them all would pin their buffers in memory long after

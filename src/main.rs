@@ -101,6 +101,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Tokens and cost of the model calls of BUB_HOME (its usage ledger): per day and
+    /// session, and in all, with the cache-hit rate and the cost of priced models.
+    Usage {
+        /// Only the days since: `7d` (seven days ago) or a date, `2026-11-01`.
+        #[arg(long, value_name = "DAYS|DATE")]
+        since: Option<String>,
+        /// Print the rows and totals as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Scheduled jobs of every session in BUB_HOME.
     Jobs {
         #[command(subcommand)]
@@ -251,6 +261,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let settings = load_settings(&cli.common)?;
     match &command {
         Command::Jobs { action } => return jobs(&settings, action),
+        Command::Usage { since, json } => return usage(&settings, since.as_deref(), *json),
         Command::Skills { action } => return Ok(skills(&settings, action)),
         Command::Memory { action } => return memory(&settings, action),
         Command::Pair { action } => return pair(&settings, action),
@@ -454,8 +465,14 @@ async fn status(settings: &Settings, json: bool) -> anyhow::Result<()> {
             });
         }
     };
+    let today = usage_today(settings).await;
     if json {
-        let text = serde_json::to_string_pretty(&snapshot).expect("snapshot serializes");
+        let mut value = serde_json::to_value(&snapshot)?;
+        value["usage_today"] = match &today {
+            Ok(totals) => serde_json::to_value(totals)?,
+            Err(e) => serde_json::Value::String(format!("unavailable: {e}")),
+        };
+        let text = serde_json::to_string_pretty(&value)?;
         print_out(&bub::terminal::safe_json(&text));
         return Ok(());
     }
@@ -467,8 +484,41 @@ async fn status(settings: &Settings, json: bool) -> anyhow::Result<()> {
             .collect(),
         Err(e) => vec![format!("unavailable: {e:#}")],
     };
-    print_out(&safe(&bub::status::render(&snapshot, &jobs)));
+    let today = match today {
+        Ok(totals) => totals.describe(),
+        Err(e) => format!("unavailable: {e}"),
+    };
+    print_out(&safe(&bub::status::render(&snapshot, &jobs, &today)));
     Ok(())
+}
+
+/// Today's totals of the usage ledger, for `bub status`.
+async fn usage_today(settings: &Settings) -> Result<bub::usage::Totals, String> {
+    let ledger = bub::usage::Ledger::new(
+        &settings.home,
+        settings.prices.clone(),
+        settings.budgets.clone(),
+    );
+    match tokio::task::spawn_blocking(move || ledger.today_totals()).await {
+        Ok(Ok(totals)) => Ok(totals),
+        Ok(Err(e)) => Err(format!("{e:#}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `bub usage`: the ledger since a day (all of it by default), as a table or JSON.
+fn usage(settings: &Settings, since: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
+    let today = chrono::Local::now().date_naive();
+    let since = match since.map(str::trim) {
+        None => None,
+        Some(text) => Some(bub::cli::listing::parse_since(text, today).ok_or_else(|| {
+            Usage(format!(
+                "--since {text:?}: expected a number of days (7d) or a date (2026-11-01)"
+            ))
+        })?),
+    };
+    print_out(&bub::cli::listing::usage(settings, since, json)?);
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `bub idle`: only the scheduler, with send-only channel clients for delivering answers.

@@ -332,8 +332,9 @@ pub async fn query(home: &Path) -> anyhow::Result<Snapshot> {
     serde_json::from_slice(&body).context("reading the daemon's status")
 }
 
-/// The snapshot for a terminal, with `jobs` (rows of `bub jobs list`) added.
-pub fn render(s: &Snapshot, jobs: &[String]) -> String {
+/// The snapshot for a terminal, with today's usage (`bub usage`'s totals) and `jobs` (rows of
+/// `bub jobs list`) added.
+pub fn render(s: &Snapshot, jobs: &[String], usage_today: &str) -> String {
     let mut lines = vec![
         format!(
             "bub {} · pid {} · up {} (since {})",
@@ -344,6 +345,7 @@ pub fn render(s: &Snapshot, jobs: &[String]) -> String {
         ),
         format!("model: {}", s.model),
         format!("channels: {}", s.channels.join(", ")),
+        format!("usage today: {usage_today}"),
     ];
     let running = s.sessions.iter().filter(|r| r.running.is_some()).count();
     let queued: usize = s
@@ -420,7 +422,7 @@ mod tests {
         assert_eq!(s.errors.len(), MAX_ERRORS);
         assert!(s.errors[0].error.starts_with("error 12 "), "newest first");
         assert_eq!(s.errors[0].error.chars().count(), MAX_ERROR_CHARS);
-        let text = render(&s, &[]);
+        let text = render(&s, &[], "no model calls");
         assert!(
             text.contains("sessions: 1 live, 1 running, 3 queued"),
             "{text}"

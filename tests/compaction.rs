@@ -135,6 +135,63 @@ async fn a_ten_thousand_message_conversation_is_compacted_and_requests_stay_unde
 }
 
 #[tokio::test]
+async fn the_summary_call_is_metered_and_not_made_over_the_daily_budget() {
+    let mut env = env_with_window().await;
+    env.model
+        .set_responder(|request| match is_summary(request) {
+            true => "## Goals\nSUMMARY".to_owned(),
+            false => "ok".to_owned(),
+        });
+    let out = env.run(&["run", "first"]).await;
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    grow_tape(&env, 2_000);
+    let out = env.run(&["run", "second"]).await;
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    let ledger = std::fs::read_to_string(env.home.join("usage.jsonl")).unwrap();
+    let lines: Vec<Value> = ledger
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let purposes: Vec<&str> = lines.iter().map(|l| l["for"].as_str().unwrap()).collect();
+    assert_eq!(purposes, ["step", "compaction", "step"]);
+    let summary = env.model.usages()[1].clone();
+    assert_eq!(lines[1]["input"], summary["prompt_tokens"]);
+    let runs: Vec<Value> = env
+        .tape_entries()
+        .into_iter()
+        .filter(|e| e["payload"]["name"] == "run" && e["payload"]["data"]["for"] == "compaction")
+        .collect();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(
+        runs[0]["payload"]["data"]["usage"]["input"],
+        summary["prompt_tokens"]
+    );
+
+    // With a daily budget that the summary call (a transcript of thousands of tokens) would
+    // pass but a step after a compaction would not, the summary is built without the model and
+    // the step answers.
+    let tokens = |l: &Value| l["input"].as_u64().unwrap() + l["output"].as_u64().unwrap();
+    let used: u64 = lines.iter().map(tokens).sum();
+    let (summary_call, step_after) = (tokens(&lines[1]), tokens(&lines[2]));
+    assert!(step_after + 500 < summary_call, "{lines:?}");
+    let left = (summary_call + step_after) / 2;
+    env.set("BUB_BUDGET_DAILY_TOKENS", &(used + left).to_string());
+    grow_tape(&env, 2_000);
+    let before = env.model.request_count();
+    let out = env.run(&["run", "third"]).await;
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    let requests = env.model.requests_since(before);
+    assert!(
+        !requests.iter().any(is_summary),
+        "no summary call over the budget"
+    );
+    assert_eq!(requests.len(), 1, "the answer's call");
+    let text = env.tape_text();
+    assert!(text.contains("\"budget.exceeded\"") && text.contains("\"for\":\"compaction\""));
+    assert!(text.contains("summary written without the model"));
+}
+
+#[tokio::test]
 async fn when_the_summary_call_fails_a_summary_without_the_model_is_used() {
     let env = env_with_window().await;
     let out = env.run(&["run", "first"]).await;

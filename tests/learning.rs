@@ -101,6 +101,16 @@ async fn a_learned_skill_is_listed_expanded_and_updated_not_duplicated() {
     assert_eq!(events.len(), 1);
     assert_eq!(events[0]["outcome"], "saved");
     assert_eq!(events[0]["name"], "save-notes");
+    // The learning call is metered like the steps: its line in the usage ledger.
+    let ledger = std::fs::read_to_string(env.home.join("usage.jsonl")).unwrap();
+    let learning: Vec<Value> = ledger
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["for"] == "learning")
+        .collect();
+    assert_eq!(learning.len(), 1, "{ledger}");
+    let served = &env.model.usages()[before + 3];
+    assert_eq!(learning[0]["input"], served["prompt_tokens"]);
 
     // The next turn's prompt shows it like any other skill; the model learns it again under
     // another spelling of the name: the same skill, revision 2.

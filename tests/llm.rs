@@ -54,7 +54,7 @@ async fn plain_text_reply() {
     assert_eq!(resp.content.as_deref(), Some("It is noon."));
     assert!(resp.tool_calls.is_empty());
     assert_eq!(resp.finish_reason.as_deref(), Some("stop"));
-    assert_eq!(resp.usage.map(|u| (u.input, u.output)), Some((10, 5)));
+    assert_served_usage(&fake, &resp);
 }
 
 #[tokio::test]
@@ -351,8 +351,8 @@ async fn streamed_text_arrives_in_pieces_with_usage() {
         Some("Hello from the streaming fake, ünïcödé included.")
     );
     assert!(pieces.len() >= 3, "{pieces:?}");
-    assert_eq!(pieces.concat(), resp.content.unwrap());
-    assert_eq!(resp.usage.map(|u| (u.input, u.output)), Some((10, 5)));
+    assert_eq!(pieces.concat(), resp.content.clone().unwrap());
+    assert_served_usage(&fake, &resp);
     assert_eq!(resp.finish_reason.as_deref(), Some("stop"));
     let body = &fake.requests()[0];
     assert_eq!(body["stream"], true);
@@ -378,7 +378,7 @@ async fn streamed_tool_calls_are_reassembled() {
             ("call_2", "fs_read", r#"{"path":"x"}"#)
         ]
     );
-    assert_eq!(resp.usage.map(|u| (u.input, u.output)), Some((10, 5)));
+    assert_served_usage(&fake, &resp);
 }
 
 #[tokio::test]
@@ -437,4 +437,39 @@ async fn a_json_answer_to_a_stream_request_is_accepted() {
     let (resp, pieces) = stream(&client(&fake), &request()).await;
     assert_eq!(resp.unwrap().content.as_deref(), Some("whole"));
     assert_eq!(pieces, ["whole"]);
+}
+
+#[tokio::test]
+async fn the_fake_counts_the_prefix_shared_with_the_previous_request_as_cached() {
+    let fake = fake_openai::start().await;
+    let mut first = request();
+    first.messages[0] = ChatMessage::system("a long and stable system prompt. ".repeat(100));
+    let resp = bounded(client(&fake).chat(&first)).await.unwrap();
+    assert_eq!(resp.usage.unwrap().cache_read, 0, "nothing before it");
+    let mut second = first.clone();
+    second
+        .messages
+        .push(ChatMessage::assistant("noted", Vec::new()));
+    second.messages.push(ChatMessage::user("and now?"));
+    let resp = bounded(client(&fake).chat(&second)).await.unwrap();
+    let usage = resp.usage.unwrap();
+    // ~3,400 bytes are shared: 850 tokens, 768 in whole blocks of 128.
+    assert_eq!(usage.cache_read, 768, "{usage:?}");
+    assert!(
+        usage.input > usage.cache_read && !usage.estimated,
+        "{usage:?}"
+    );
+    assert_eq!(
+        fake.usages()[1]["prompt_tokens_details"]["cached_tokens"],
+        768
+    );
+}
+
+/// The response carries the usage the fake served for the (only) request.
+fn assert_served_usage(fake: &fake_openai::FakeOpenAi, resp: &bub::llm::ChatResponse) {
+    let served = &fake.usages()[0];
+    let usage = resp.usage.expect("usage");
+    assert_eq!(usage.input, served["prompt_tokens"].as_u64().unwrap());
+    assert_eq!(usage.output, served["completion_tokens"].as_u64().unwrap());
+    assert!(usage.input > 40, "{usage:?}: the request's bytes / 4");
 }

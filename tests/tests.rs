@@ -37,4 +37,5 @@ mod tape;
 mod telegram;
 mod terminal;
 mod tools;
+mod usage;
 mod web;

@@ -30,6 +30,7 @@ pub(crate) const GUEST_TOOLS: &[&str] = &[
     "web.fetch",
     "web.search",
     "tape.info",
+    "usage",
     "tape.search",
     "tape.output",
     "tape.anchors",

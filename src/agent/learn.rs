@@ -120,9 +120,8 @@ pub(crate) async fn learn(llm: &ModelChain, ctx: &ToolContext, turn: Finished) {
         tools: std::sync::Arc::from(Vec::new()),
         max_tokens: settings.max_tokens,
     };
-    let answer = llm.chat(&request).await;
-    super::runner::record_fallbacks(ctx, answer.fallbacks).await;
-    let learned = match answer.result {
+    let answer = super::spend::call(ctx, crate::usage::Purpose::Learning, llm, &request).await;
+    let learned = match answer {
         Ok(response) => match proposal(response.content.as_deref().unwrap_or_default()) {
             Ok(None) => Learned::Nothing,
             Ok(Some(proposal)) => {

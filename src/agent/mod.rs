@@ -15,6 +15,7 @@ mod models;
 pub mod prompt;
 pub mod router;
 pub(crate) mod runner;
+mod spend;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

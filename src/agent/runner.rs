@@ -17,15 +17,19 @@ use super::compact;
 use super::learn::ToolStep;
 use super::prompt::{self, PromptParts};
 use super::router::Router;
+use super::spend;
 use crate::delivery::TurnError;
 use crate::llm::chain::{Answer, Fallback, label};
-use crate::llm::{ChatMessage, ChatRequest, ChatResponse, LlmClient, LlmError, ModelChain, ToolCall};
+use crate::llm::{
+    ChatMessage, ChatRequest, ChatResponse, LlmClient, LlmError, ModelChain, ToolCall,
+};
 use crate::media;
 use crate::skills::Discovery;
 use crate::tape::context::View;
 use crate::tape::shared::{append_failed, logged};
 use crate::tape::{ContextCursor, Searched};
 use crate::tools::ToolContext;
+use crate::usage::Purpose;
 
 /// The follow-up prompt after tool calls.
 pub(crate) const CONTINUE_PROMPT: &str = "Continue the task.";
@@ -272,6 +276,9 @@ impl<'a> ModelLoop<'a> {
                 Some(messages) => messages,
                 None => self.context().await,
             };
+            if let Ok(messages) = &messages {
+                self.affordable(llm.primary(), &system, messages).await?;
+            }
             match self.call(llm, &system, messages).await {
                 Ok(r) => break r,
                 Err(e) if !retried && e.is_context_overflow() => {
@@ -293,7 +300,8 @@ impl<'a> ModelLoop<'a> {
             }
         };
         let by = self.by.unwrap_or(llm.primary());
-        let ran = json!({"status": "ok", "usage": response.usage.map(|u| u.to_record()), "provider": by.provider(), "model": by.model()});
+        let usage = response.usage.unwrap_or_default(); // set by `call`
+        let ran = spend::run_event(by, &usage, Purpose::Step);
         if response.tool_calls.is_empty() {
             let text = response.content.unwrap_or_default();
             let answer = json!({"role": "assistant", "content": text});
@@ -418,7 +426,7 @@ impl<'a> ModelLoop<'a> {
             tools: self.ctx.registry().openai_specs_for(&self.ctx.turn.policy),
             max_tokens: self.max_tokens,
         };
-        let response = match (self.send(llm, &request).await, shown) {
+        let mut response = match (self.send(llm, &request).await, shown) {
             // A model that does not take images: the same request with their paths instead.
             (Err(LlmError::Http { status, message }), Some((at, paths)))
                 if (400..500).contains(&status) && status != 429 =>
@@ -443,7 +451,10 @@ impl<'a> ModelLoop<'a> {
             }
             (response, _) => response?,
         };
-        let counted = response.usage.map(|u| u.input);
+        let counted = response.usage.filter(|u| !u.estimated).map(|u| u.input);
+        let by = self.by.unwrap_or(llm.primary());
+        let usage = spend::record(self.ctx, Purpose::Step, by, &request, &response).await;
+        response.usage = Some(usage);
         if let Some(counted) = counted.filter(|_| estimate > 0) {
             self.memory.token_scale = (counted as f64 / estimate as f64).clamp(0.5, 4.0);
         }
@@ -535,6 +546,20 @@ impl<'a> ModelLoop<'a> {
         (!images.is_empty()).then_some((at, images))
     }
 
+    /// The budget check before a step's call, with the request's estimated input: over a
+    /// budget the step ends with the message for the chat (the prompt is on the tape).
+    async fn affordable(
+        &self,
+        llm: &LlmClient,
+        system: &str,
+        messages: &[Value],
+    ) -> Result<(), TurnError> {
+        let input = self.estimate(system, messages) as f64 * self.memory.token_scale;
+        spend::allowed(self.ctx, Purpose::Step, llm, input as u64)
+            .await
+            .map_err(|exceeded| TurnError::Budget(exceeded.message()))
+    }
+
     /// A fast estimate of a request's prompt tokens: the system prompt, the messages and the
     /// tools offered.
     fn estimate(&self, system: &str, messages: &[Value]) -> u64 {
@@ -571,9 +596,8 @@ impl<'a> ModelLoop<'a> {
             tools: Arc::from(Vec::new()),
             max_tokens: self.max_tokens,
         };
-        let answer = llm.chat(&request).await;
-        record_fallbacks(self.ctx, answer.fallbacks).await;
-        let (summary, by) = match answer.result {
+        let answer = spend::call(self.ctx, Purpose::Compaction, llm, &request).await;
+        let (summary, by) = match answer {
             Ok(r) if r.content.as_deref().is_some_and(|t| !t.trim().is_empty()) => {
                 (r.content.unwrap_or_default(), "model")
             }

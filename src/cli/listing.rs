@@ -1,11 +1,12 @@
 //! What the operator's listing commands print — `bub pair list`, `bub memory list`,
-//! `bub jobs list` — as text. Usernames, memory entries and job messages came from chats, so
+//! `bub jobs list`, `bub usage` — as text. Usernames, memory entries and job messages came from chats, so
 //! every row is escaped (`terminal::safe_line`): a guest's text cannot rewrite the screen, set
 //! the window title or write the clipboard.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDate, Utc};
 
 use crate::access::{Access, who};
+use crate::config::Settings;
 use crate::memory::{Memory, Scope};
 use crate::scheduler::store::JobStore;
 use crate::terminal::safe_line;
@@ -101,4 +102,23 @@ pub fn jobs(store: &dyn JobStore) -> anyhow::Result<String> {
 fn rows(rows: Vec<String>) -> String {
     let escaped: Vec<String> = rows.iter().map(|r| safe_line(r).into_owned()).collect();
     escaped.join("\n")
+}
+
+/// `bub usage`: the usage ledger from `since` on (all of it when `None`), per day and session
+/// and in all, as a table or (`json`) JSON; session names escaped.
+pub fn usage(settings: &Settings, since: Option<NaiveDate>, json: bool) -> anyhow::Result<String> {
+    let entries = crate::usage::read(&settings.home.join(crate::usage::FILE))?;
+    let summary = crate::usage::Summary::of(&entries, since, &settings.prices);
+    Ok(match json {
+        true => crate::terminal::safe_json(&serde_json::to_string_pretty(&summary)?).into_owned(),
+        false => summary.render(),
+    })
+}
+
+/// `--since`: `7d` (that many days before `today`) or a date, `2026-11-01`.
+pub fn parse_since(text: &str, today: NaiveDate) -> Option<NaiveDate> {
+    match text.strip_suffix('d').map(str::parse::<u64>) {
+        Some(days) => today.checked_sub_days(chrono::Days::new(days.ok()?)),
+        None => NaiveDate::parse_from_str(text, "%Y-%m-%d").ok(),
+    }
 }

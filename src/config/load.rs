@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use crate::time::secs;
 
+use super::costs::{Prices, parse_tokens, parse_usd};
 use super::parse::{
     absolute, expand_tilde, is_null, parse_bool, parse_fallback_models, parse_list,
     parse_log_format, parse_log_level, parse_model, parse_positive_seconds, parse_sandbox,
@@ -304,6 +305,29 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
         .map(MaskedUrl::from);
     set_url(l, "BUB_DISCORD_API_BASE", &mut d.api_base)?;
     require_token(d.enabled, &d.token, "BUB_DISCORD")?;
+
+    s.prices = Prices::parse(l.prices())?;
+    let b = &mut s.budgets;
+    b.daily_tokens = l.parse("BUB_BUDGET_DAILY_TOKENS", |v| {
+        parse_tokens("BUB_BUDGET_DAILY_TOKENS", v)
+    })?;
+    b.daily_usd = l.parse("BUB_BUDGET_DAILY_USD", |v| {
+        parse_usd("BUB_BUDGET_DAILY_USD", v)
+    })?;
+    b.chat_daily_tokens = l.parse("BUB_BUDGET_CHAT_DAILY_TOKENS", |v| {
+        parse_tokens("BUB_BUDGET_CHAT_DAILY_TOKENS", v)
+    })?;
+    set(l, "BUB_BUDGET_OWNERS", &mut b.owners, parse_bool)?;
+    if b.daily_usd.is_some() && s.prices.of(&s.model.to_string()).is_none() {
+        return Err(ConfigError::new(
+            "BUB_BUDGET_DAILY_USD",
+            format!(
+                "needs a price for {}: add [prices.\"{}\"] with input and output (USD per \
+                 million tokens) to the configuration file",
+                s.model, s.model
+            ),
+        ));
+    }
 
     Ok(s)
 }

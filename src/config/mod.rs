@@ -9,6 +9,7 @@
 //! each value ([`parse`]). Secrets (API keys, tokens, URL credentials) have types whose `Debug`
 //! hides them ([`secret`]), so a logged `Settings` never leaks them.
 
+mod costs;
 mod load;
 mod media;
 mod parse;
@@ -21,6 +22,7 @@ mod tests;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use costs::{Budgets, Price, Prices};
 pub use load::LoadOptions;
 pub use media::{MediaSettings, Vision};
 
@@ -256,6 +258,10 @@ pub struct Settings {
     pub discord: DiscordSettings,
     /// `BUB_MEDIA_*`, `BUB_VISION*`, `BUB_TRANSCRIBE_*`.
     pub media: MediaSettings,
+    /// The `[prices]` table of the configuration file.
+    pub prices: Prices,
+    /// `BUB_BUDGET_*`.
+    pub budgets: Budgets,
     /// `BUB_LOG_LEVEL` (default `info`).
     pub log_level: String,
     /// `BUB_LOG_FORMAT` (`text` or `json`).
@@ -347,6 +353,8 @@ impl Settings {
             telegram: TelegramSettings::default(),
             discord: DiscordSettings::default(),
             media: MediaSettings::default(),
+            prices: Prices::default(),
+            budgets: Budgets::default(),
             log_level: "info".to_owned(),
             log_format: LogFormat::Text,
         }

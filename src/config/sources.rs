@@ -80,6 +80,10 @@ pub(crate) const VARS: &[&str] = &[
     "BUB_DISCORD_COMMAND_PREFIX",
     "BUB_DISCORD_PROXY",
     "BUB_DISCORD_API_BASE",
+    "BUB_BUDGET_DAILY_TOKENS",
+    "BUB_BUDGET_DAILY_USD",
+    "BUB_BUDGET_CHAT_DAILY_TOKENS",
+    "BUB_BUDGET_OWNERS",
     "BUB_LOG_LEVEL",
     "BUB_LOG_FORMAT",
 ];
@@ -119,10 +123,14 @@ pub(crate) struct Raw {
     pub origin: Origin,
 }
 
-/// Variable name → raw value, merged by precedence.
+/// One model's row of a file's `[prices]` table: each field's number (`None`: not a number).
+pub(crate) type PriceRow = Vec<(String, Option<f64>)>;
+
+/// Variable name → raw value, merged by precedence; and the `[prices]` rows by model.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Layers {
     values: HashMap<&'static str, Raw>,
+    prices: HashMap<String, PriceRow>,
 }
 
 impl Layers {
@@ -133,6 +141,12 @@ impl Layers {
     /// Overlays `higher` on `self`: every variable `higher` sets wins.
     pub(crate) fn overlay(&mut self, higher: Layers) {
         self.values.extend(higher.values);
+        self.prices.extend(higher.prices);
+    }
+
+    /// The `[prices]` rows in effect (a higher file's row for a model replaces a lower one's).
+    pub(crate) fn prices(&self) -> impl Iterator<Item = (String, PriceRow)> + '_ {
+        self.prices.iter().map(|(k, v)| (k.clone(), v.clone()))
     }
 
     /// The value in effect; `None` if unset or blank (blank means "use the default").
@@ -243,6 +257,12 @@ pub(crate) fn from_toml(path: &Path, err_var: Option<&str>) -> Result<Layers, Co
     let origin = Origin::File(path.to_path_buf());
     let mut layers = Layers::default();
     for (key, value) in map {
+        if key == "prices" {
+            layers.prices = price_rows(value.kind).map_err(|message| {
+                ConfigError::new("prices", format!("{message} (set in {})", path.display()))
+            })?;
+            continue;
+        }
         let var = toml_key_var(&key).ok_or_else(|| {
             ConfigError::new(&key, format!("unknown setting in {}", path.display()))
         })?;
@@ -252,6 +272,36 @@ pub(crate) fn from_toml(path: &Path, err_var: Option<&str>) -> Result<Layers, Co
         layers.set(var, text, origin.clone());
     }
     Ok(layers)
+}
+
+/// The rows of a `[prices]` table: `"provider:model" = { input = …, output = … }`.
+fn price_rows(kind: config::ValueKind) -> Result<HashMap<String, PriceRow>, String> {
+    use config::ValueKind as K;
+    let K::Table(models) = kind else {
+        return Err("expected a table of models, e.g. [prices.\"openai:gpt-4o-mini\"]".to_owned());
+    };
+    let mut rows = HashMap::new();
+    for (model, value) in models {
+        let K::Table(fields) = value.kind else {
+            return Err(format!(
+                "prices.{model:?}: expected a table (input, cached_input, cache_write, output)"
+            ));
+        };
+        let row = fields
+            .into_iter()
+            .map(|(field, v)| {
+                let number = match v.kind {
+                    K::Float(x) => Some(x),
+                    K::I64(n) => Some(n as f64),
+                    K::U64(n) => Some(n as f64),
+                    _ => None,
+                };
+                (field, number)
+            })
+            .collect();
+        rows.insert(model, row);
+    }
+    Ok(rows)
 }
 
 /// The text form of a TOML value, as an environment variable would hold it.

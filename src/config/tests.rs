@@ -165,6 +165,72 @@ fn config_flag_overrides_home_config_but_not_dotenv() {
 }
 
 #[test]
+fn prices_come_from_the_toml_tables_and_a_higher_file_s_row_wins() {
+    let fx = Fixture::new();
+    write(
+        &fx.bub_home().join("config.toml"),
+        "max_steps = 2\n[prices.\"openai:GPT-4.1-mini\"]\ninput = 0.4\noutput = 1.6\n\
+         [prices.\"openai:gpt-4o\"]\ninput = 2.5\ncached_input = 1.25\noutput = 10\n",
+    );
+    let extra = fx.cwd.join("extra.toml");
+    write(
+        &extra,
+        "[prices.\"openai:gpt-4o\"]\ninput = 3\noutput = 12\n",
+    );
+    let mut opts = fx.opts(&[("BUB_BUDGET_DAILY_TOKENS", "100000")]);
+    opts.config_file = Some(extra);
+    let s = Settings::load(&opts).unwrap();
+    assert_eq!(s.max_steps, 2);
+    let mini = s
+        .prices
+        .of("openai:GPT-4.1-mini")
+        .expect("dots and case kept");
+    assert_eq!(
+        (mini.input, mini.cached_input, mini.output),
+        (0.4, 0.4, 1.6)
+    );
+    let four = s.prices.of("openai:gpt-4o").unwrap();
+    assert_eq!(
+        (four.input, four.cached_input),
+        (3.0, 3.0),
+        "the --config row"
+    );
+    assert_eq!(s.budgets.daily_tokens, Some(100_000));
+    assert!(!s.budgets.owners);
+
+    for (row, var) in [
+        ("input = -1\noutput = 1", "prices.\"openai:m\".input"),
+        ("input = 1", "prices.\"openai:m\".output"),
+        (
+            "input = 1\noutput = 1\nfree = 1",
+            "prices.\"openai:m\".free",
+        ),
+    ] {
+        write(
+            &fx.bub_home().join("config.toml"),
+            &format!("[prices.\"openai:m\"]\n{row}\n"),
+        );
+        assert_eq!(fx.load(&[]).unwrap_err().var, var);
+    }
+    write(
+        &fx.bub_home().join("config.toml"),
+        "[prices.nomodel]\ninput = 1\noutput = 1\n",
+    );
+    assert_eq!(fx.load(&[]).unwrap_err().var, "prices.\"nomodel\"");
+    write(&fx.bub_home().join("config.toml"), "prices = 3\n");
+    assert_eq!(fx.load(&[]).unwrap_err().var, "prices");
+    let err = fx.load(&[("BUB_BUDGET_DAILY_USD", "1")]).unwrap_err();
+    assert_eq!(err.var, "prices");
+    write(&fx.bub_home().join("config.toml"), "");
+    let err = fx.load(&[("BUB_BUDGET_DAILY_USD", "1")]).unwrap_err();
+    assert_eq!(err.var, "BUB_BUDGET_DAILY_USD");
+    assert_eq!(
+        fx.load(&[("BUB_BUDGET_DAILY_USD", "-1")]).unwrap_err().var,
+        "BUB_BUDGET_DAILY_USD"
+    );
+}
+
+#[test]
 fn bub_home_from_dotenv_and_tilde_expansion() {
     let fx = Fixture::new();
     let other = fx.user_home.join("data");
@@ -705,9 +771,18 @@ fn example_config_lists_every_key_and_loads() {
             "{key} missing from the example"
         );
     }
+    // The price table, after the keys (a TOML table ends the top level).
+    let prices: Vec<&str> = example
+        .lines()
+        .skip_while(|line| !line.starts_with("# [prices."))
+        .filter_map(|line| line.strip_prefix("# "))
+        .collect();
     let fx = Fixture::new();
     let file = fx.cwd.join("example.toml");
-    write(&file, &keys.join("\n"));
+    write(
+        &file,
+        &format!("{}\n{}", keys.join("\n"), prices.join("\n")),
+    );
     let mut opts = fx.opts(&[]);
     opts.config_file = Some(file);
     let s = Settings::load(&opts).unwrap();
@@ -717,4 +792,8 @@ fn example_config_lists_every_key_and_loads() {
         ["111111111111111111", "222222222222222222"]
     );
     assert_eq!(s.home, fx.user_home.join(".bub"));
+    assert_eq!(
+        s.prices.of(&s.model.to_string()).map(|p| p.output),
+        Some(1.2)
+    );
 }

@@ -17,7 +17,7 @@ use serde_json::json;
 
 use crate::access::{Authority, session_chat};
 use crate::agent::AgentRuntime;
-use crate::delivery::{Outbound, render_output};
+use crate::delivery::{Outbound, TurnError, render_output};
 use crate::scheduler::JobRunner;
 use crate::scheduler::job::{Job, local_time};
 
@@ -105,6 +105,17 @@ impl JobRunner for AgentJobs {
         let result = agent
             .handle_scheduled(&job.session, &scheduled_prompt(&job, due), &who)
             .await;
+        if let Some(TurnError::Budget(why)) = &result.error {
+            // Skipped this once (the next run is planned as usual); the chat did not ask now,
+            // so it is not told.
+            tracing::warn!(job = %job.id, session = %job.session, "schedule.skipped.budget");
+            let record = json!({"job": job.id, "due": due, "skipped": why});
+            agent
+                .append_event(&job.session, "schedule.run", record)
+                .await;
+            self.release(&agent, &job.session);
+            return Err(format!("skipped: {why}"));
+        }
         let text = render_output(&result, agent.settings().proactive_response);
         let chat = session_chat(&job.session);
         let delivery = match chat {

@@ -348,7 +348,7 @@ impl SessionActor {
         match message.control() {
             Some(Control::Stop) => return self.stop(&message, turn),
             Some(Control::Status) => return self.status(&message),
-            Some(Control::New) | None if message.is_command() => {
+            Some(Control::New | Control::Usage) | None if message.is_command() => {
                 return self.commands.push_back(message);
             }
             _ => {}

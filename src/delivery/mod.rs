@@ -124,6 +124,8 @@ pub enum TurnError {
     Tape(String),
     /// The model was still calling tools when the step bound was reached.
     MaxSteps(u32),
+    /// The call would pass a daily budget, so it was not made: the message for the chat.
+    Budget(String),
 }
 
 impl TurnError {
@@ -138,7 +140,7 @@ impl TurnError {
 impl std::fmt::Display for TurnError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            TurnError::Model(e) | TurnError::Tape(e) => f.write_str(e),
+            TurnError::Model(e) | TurnError::Tape(e) | TurnError::Budget(e) => f.write_str(e),
             TurnError::MaxSteps(n) => write!(f, "max_steps_reached={n}"),
         }
     }
@@ -155,7 +157,10 @@ impl serde::Serialize for TurnError {
 /// answers proactively, or already sent it with `message.send`) and the error, separated by
 /// blank lines. Empty = nothing to send.
 pub(crate) fn render_output(result: &TurnResult, proactive_response: bool) -> String {
-    let error = result.error.as_ref().map(|e| format!("Error: {e}"));
+    let error = result.error.as_ref().map(|e| match e {
+        TurnError::Budget(message) => message.clone(),
+        e => format!("Error: {e}"),
+    });
     let mut parts = vec![result.immediate_output.as_str()];
     if !proactive_response && !result.answered {
         parts.push(&result.assistant_output);

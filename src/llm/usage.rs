@@ -93,6 +93,26 @@ impl Usage {
         }
     }
 
+    /// Bub's estimate of a call the provider reported no usage for: what was sent (the
+    /// messages and the tools, as the OpenAI-compatible body) and what came back (the text
+    /// and the tool calls).
+    pub fn estimated(request: &super::ChatRequest, response: &super::ChatResponse) -> Self {
+        use super::estimate_tokens as tokens;
+        let body = super::openai::RequestBody::new("", request, false);
+        let input = tokens(&serde_json::to_string(&body).unwrap_or_default());
+        let calls = response.tool_calls.iter();
+        let output = tokens(response.content.as_deref().unwrap_or_default())
+            + calls
+                .map(|c| tokens(&c.name) + tokens(&c.arguments))
+                .sum::<u64>();
+        Self {
+            input,
+            output,
+            estimated: true,
+            ..Self::default()
+        }
+    }
+
     /// The form kept on the tape (`run` events): `total_tokens` included for readers that
     /// want only that.
     pub fn to_record(&self) -> Value {
@@ -153,6 +173,26 @@ mod tests {
             "candidatesTokenCount": 4, "thoughtsTokenCount": 2});
         let u = Usage::from_gemini(&gemini).unwrap();
         assert_eq!((u.input, u.cache_read, u.output), (90, 60, 6));
+    }
+
+    #[test]
+    fn an_estimate_counts_what_was_sent_and_received() {
+        let request = super::super::ChatRequest {
+            messages: vec![super::super::ChatMessage::user("x".repeat(400))],
+            tools: std::sync::Arc::from(vec![json!({"name": "y".repeat(40)})]),
+            max_tokens: 10,
+        };
+        let response = super::super::ChatResponse {
+            content: Some("z".repeat(80)),
+            ..Default::default()
+        };
+        let u = Usage::estimated(&request, &response);
+        assert!(u.estimated);
+        assert!(
+            (100..=140).contains(&u.input),
+            "the body's JSON around 440 bytes: {u:?}"
+        );
+        assert_eq!(u.output, 20);
     }
 
     #[test]

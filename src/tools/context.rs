@@ -1,8 +1,8 @@
 //! What a tool call can see, split by who owns it:
 //!
 //! * [`ProcessCtx`] — the process: settings, the tool registry, the outbox (channel clients),
-//!   the access gate, the secret redactor and the `bash` command limits. One per process,
-//!   shared by every session.
+//!   the access gate, the secret redactor, the `bash` command limits and the usage ledger. One
+//!   per process, shared by every session.
 //! * [`SessionCtx`] — one session: its id, workspace, tape, expanded tool/skill details and the
 //!   model it was switched to.
 //! * [`TurnCtx`] — one turn: who asked ([`Authority`]), the [`Policy`] it runs under (by role,
@@ -37,6 +37,9 @@ pub struct ProcessCtx {
     /// How many `bash` commands may run at once, and their longest timeout (shared by every
     /// session and workspace of the process).
     pub commands: Arc<CommandLimits>,
+    /// What the process's model calls used, and the daily budgets (one ledger per process,
+    /// shared by every workspace's runtime).
+    pub usage: Arc<crate::usage::Ledger>,
     /// The policies of owner and guest turns (and of a guest's scheduled run), built once from
     /// the settings.
     owner: Arc<Policy>,
@@ -59,6 +62,11 @@ impl ProcessCtx {
             )),
             redactor: Arc::new(Redactor::from_settings(&settings)),
             commands: Arc::new(CommandLimits::from_settings(&settings)),
+            usage: Arc::new(crate::usage::Ledger::new(
+                &settings.home,
+                settings.prices.clone(),
+                settings.budgets.clone(),
+            )),
             outbox: Arc::new(Outbox::new(access.clone())),
             access,
             registry: Arc::new(registry),
@@ -75,6 +83,7 @@ impl ProcessCtx {
             access: self.access.clone(),
             redactor: self.redactor.clone(),
             commands: self.commands.clone(),
+            usage: self.usage.clone(),
             owner: self.owner.clone(),
             guest: self.guest.clone(),
             guest_scheduled: self.guest_scheduled.clone(),

@@ -1,4 +1,4 @@
-//! Tools about the agent itself: `help`, `tools`, `tool.describe`, `quit`.
+//! Tools about the agent itself: `help`, `tools`, `tool.describe`, `usage`, `quit`.
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -18,6 +18,7 @@ Known names run internal tools; anything else runs in the shell (bash).
   ,tape.handoff name=phase-2 summary=...   start a new context phase
   ,tape.reset archive=true       archive the tape and start over
   ,model [provider:model]        show or switch this session's model
+  ,usage                         this session's tokens and cost, today and this month
   ,git status                    any other command runs in the shell
   ,quit                          leave
 
@@ -29,7 +30,7 @@ struct DescribeArgs {
     name: String,
 }
 
-/// `help`, `tools`, `tool.describe`, `quit`.
+/// `help`, `tools`, `tool.describe`, `usage`, `quit`.
 pub(crate) fn tools() -> Vec<Tool> {
     vec![
         Tool::new("help", "Show command help", HELP, |_: NoArgs, _| async {
@@ -61,6 +62,23 @@ pub(crate) fn tools() -> Vec<Tool> {
                 Ok(format!(
                     "name: {}\ndescription: {}\ndetail: {}\nschema: {}",
                     tool.name, tool.description, tool.detail, tool.schema
+                ))
+            },
+        ),
+        Tool::new(
+            "usage",
+            "Show this session's token usage",
+            "This session's model calls today and this month: tokens, the share of the input \
+             read from the provider's cache, and the cost when the model is priced.",
+            |_: NoArgs, ctx: ToolContext| async move {
+                let (ledger, session) = (ctx.process.usage.clone(), ctx.session_id().to_owned());
+                let totals = tokio::task::spawn_blocking(move || ledger.session_totals(&session))
+                    .await
+                    .map_err(|e| ToolError::new(e.to_string()))??;
+                Ok(crate::usage::session_text(
+                    ctx.session_id(),
+                    &totals.0,
+                    &totals.1,
                 ))
             },
         ),

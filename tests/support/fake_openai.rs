@@ -69,9 +69,33 @@ pub const DEFAULT_REPLY: &str = "(fake: no scripted reply)";
 /// The largest request body accepted (audio uploads: OpenAI takes up to 25 MB).
 const MAX_BODY: usize = 64 * 1024 * 1024;
 
-/// The `usage` object of every reply.
-pub fn usage() -> Value {
-    json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+/// The `usage` object of a reply, counted as OpenAI would, roughly: `prompt_tokens` are the
+/// request body's bytes / 4; `cached_tokens` the bytes the request's tools and messages
+/// (serialized, in that order) share as a prefix with the previous request's, / 4, rounded
+/// down to 128-token blocks (OpenAI's cache granularity); `completion_tokens` the answer's
+/// bytes (text and tool calls) / 4, at least 1.
+pub fn usage(body_bytes: usize, shared_prefix_bytes: usize, answer_bytes: usize) -> Value {
+    let prompt = body_bytes / 4;
+    let cached = (shared_prefix_bytes / 4 / 128 * 128).min(prompt);
+    let completion = (answer_bytes / 4).max(1);
+    json!({"prompt_tokens": prompt, "completion_tokens": completion,
+           "total_tokens": prompt + completion,
+           "prompt_tokens_details": {"cached_tokens": cached}})
+}
+
+/// The tools then the messages of a request, serialized: what a prompt cache can reuse.
+fn cacheable(request: &Value) -> Vec<u8> {
+    let mut bytes = request
+        .get("tools")
+        .map(Value::to_string)
+        .unwrap_or_default();
+    bytes.push_str(
+        &request
+            .get("messages")
+            .map(Value::to_string)
+            .unwrap_or_default(),
+    );
+    bytes.into_bytes()
 }
 
 /// One `POST /audio/transcriptions` request the fake received.
@@ -142,6 +166,10 @@ struct Shared {
     reject_images: AtomicBool,
     /// Models answered with an error: model → (status, message).
     failing: Mutex<std::collections::HashMap<String, (u16, String)>>,
+    /// The previous chat request's [`cacheable`] bytes.
+    previous: Mutex<Vec<u8>>,
+    /// The `usage` object of every reply, in order.
+    usages: Mutex<Vec<Value>>,
 }
 
 /// Makes the text of the answer to a request when the script is empty.
@@ -173,6 +201,8 @@ pub async fn start() -> FakeOpenAi {
         transcriptions: Mutex::new(Vec::new()),
         reject_images: AtomicBool::new(false),
         failing: Mutex::default(),
+        previous: Mutex::new(Vec::new()),
+        usages: Mutex::new(Vec::new()),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -405,6 +435,11 @@ impl FakeOpenAi {
         self.shared.recorder.all()
     }
 
+    /// The `usage` object of every reply served, in order.
+    pub fn usages(&self) -> Vec<Value> {
+        self.shared.usages.lock().unwrap().clone()
+    }
+
     /// How many requests arrived so far.
     pub fn request_count(&self) -> usize {
         self.shared.recorder.count()
@@ -437,6 +472,22 @@ impl FakeOpenAi {
 }
 
 impl Shared {
+    /// The usage of the reply to `request` (its body `bytes` long) with `answer_bytes`; the
+    /// request becomes the previous one.
+    fn usage(&self, request: &Value, bytes: usize, answer_bytes: usize) -> Value {
+        let now = cacheable(request);
+        let mut previous = self.previous.lock().unwrap();
+        let shared = now
+            .iter()
+            .zip(previous.iter())
+            .take_while(|(a, b)| a == b)
+            .count();
+        *previous = now;
+        let usage = usage(bytes, shared, answer_bytes);
+        self.usages.lock().unwrap().push(usage.clone());
+        usage
+    }
+
     /// Pops leading delays and the next reply (the responder's or the default text when the
     /// script runs out).
     fn next_reply(&self, request: &Value) -> (Duration, Reply) {
@@ -495,21 +546,28 @@ async fn chat_completions(
         .unwrap_or(false);
     let include_usage =
         request.pointer("/stream_options/include_usage") == Some(&Value::Bool(true));
-    match reply {
+    let (text, calls) = match reply {
         Reply::Raw {
             status,
             body,
             headers,
-        } => raw_response(status, body, headers),
-        Reply::Message { text, calls } if stream => {
-            let style = shared.style.lock().unwrap().clone();
-            let events = sse_events(&model, text.as_deref(), &calls, include_usage);
-            wire::sse_response(events.into_iter().map(|d| (None, d)).collect(), style)
-        }
-        Reply::Message { text, calls } => {
-            let body = completion(&model, text.as_deref(), &calls);
-            raw_response(200, body.to_string(), Vec::new())
-        }
+        } => return raw_response(status, body, headers),
+        Reply::Message { text, calls } => (text, calls),
+    };
+    let answer_bytes = text.as_deref().map_or(0, str::len)
+        + calls
+            .iter()
+            .map(|(_, name, args)| name.len() + args.to_string().len())
+            .sum::<usize>();
+    let usage = shared.usage(&request, body.len(), answer_bytes);
+    if stream {
+        let style = shared.style.lock().unwrap().clone();
+        let usage = include_usage.then_some(usage);
+        let events = sse_events(&model, text.as_deref(), &calls, usage);
+        wire::sse_response(events.into_iter().map(|d| (None, d)).collect(), style)
+    } else {
+        let body = completion(&model, text.as_deref(), &calls, usage);
+        raw_response(200, body.to_string(), Vec::new())
     }
 }
 
@@ -697,11 +755,16 @@ fn finish_reason(calls: &[(String, String, Value)]) -> &'static str {
 }
 
 /// A non-streamed `chat.completion`.
-fn completion(model: &str, text: Option<&str>, calls: &[(String, String, Value)]) -> Value {
+fn completion(
+    model: &str,
+    text: Option<&str>,
+    calls: &[(String, String, Value)],
+    usage: Value,
+) -> Value {
     json!({
         "id": "chatcmpl-fake", "object": "chat.completion", "created": 1_700_000_000, "model": model,
         "choices": [{"index": 0, "finish_reason": finish_reason(calls), "message": message(text, calls)}],
-        "usage": usage(),
+        "usage": usage,
     })
 }
 
@@ -710,7 +773,7 @@ fn sse_events(
     model: &str,
     text: Option<&str>,
     calls: &[(String, String, Value)],
-    include_usage: bool,
+    usage: Option<Value>,
 ) -> Vec<String> {
     let chunk = |choices: Value| {
         json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1_700_000_000,
@@ -735,9 +798,9 @@ fn sse_events(
         }
     }
     events.push(delta(json!({}), json!(finish_reason(calls))));
-    if include_usage {
+    if let Some(usage) = usage {
         let mut last = chunk(json!([]));
-        last["usage"] = usage();
+        last["usage"] = usage;
         events.push(last);
     }
     let mut out: Vec<String> = events.iter().map(Value::to_string).collect();
