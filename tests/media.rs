@@ -231,7 +231,7 @@ async fn voice_is_transcribed_into_the_prompt_and_a_failed_transcription_names_t
     );
     let prompt = user_text(&env, 0);
     assert!(
-        prompt.contains("[Voice message: 3s]\n[Voice message transcript (voice): buy oat milk]"),
+        prompt.contains("[Voice message: 3s]\\n[Voice message transcript (voice): buy oat milk]"),
         "{prompt}"
     );
     assert_eq!(
