@@ -42,6 +42,12 @@ async fn tool_call_writes_a_file_and_the_answer_is_printed() {
         names.iter().any(|n| n == "fs_write") && names.iter().any(|n| n == "bash"),
         "{names:?}"
     );
+    for command in ["help", "tools", "quit"] {
+        assert!(
+            !names.iter().any(|n| n == command),
+            "a person's command offered: {names:?}"
+        );
+    }
     let first_msgs = messages(first);
     assert_eq!(first_msgs[0]["role"], "system");
     assert_eq!(

@@ -30,12 +30,14 @@ struct DescribeArgs {
     name: String,
 }
 
-/// `help`, `tools`, `tool.describe`, `usage`, `quit`.
+/// `help`, `tools`, `tool.describe`, `usage`, `quit` (`help`, `tools` and `quit` are commands a
+/// person types: not offered to the model).
 pub(crate) fn tools() -> Vec<Tool> {
     vec![
         Tool::new("help", "Show command help", HELP, |_: NoArgs, _| async {
             Ok(HELP.to_string())
-        }),
+        })
+        .command_only(),
         Tool::new(
             "tools",
             "List available tools",
@@ -49,7 +51,8 @@ pub(crate) fn tools() -> Vec<Tool> {
                     .collect::<Vec<_>>()
                     .join("\n"))
             },
-        ),
+        )
+        .command_only(),
         Tool::new(
             "tool.describe",
             "Show one tool's details",
@@ -87,6 +90,7 @@ pub(crate) fn tools() -> Vec<Tool> {
             "End the session",
             "Ends the interactive session (acted upon when typed as ,quit).",
             |_: NoArgs, _| async { Ok("exit".to_string()) },
-        ),
+        )
+        .command_only(),
     ]
 }

@@ -128,6 +128,9 @@ pub struct Tool {
     pub schema: Value,
     /// What the arguments reach (paths, chats), for the turn's policy.
     pub scope: Scope,
+    /// Offered to the model as a function; `false` for commands only a person types
+    /// (`help`, `tools`, `quit`): their specs would cost tokens on every call for nothing.
+    pub offered: bool,
     handler: Handler,
 }
 
@@ -147,6 +150,7 @@ impl Tool {
             detail: detail.to_string(),
             schema: schema_of::<A>(),
             scope: Scope::Local,
+            offered: true,
             handler: Arc::new(move |args, ctx| match parse_args::<A>(args) {
                 Ok(args) => Box::pin(handler(args, ctx)),
                 Err(e) => Box::pin(std::future::ready(Err(e))),
@@ -168,6 +172,12 @@ impl Tool {
             );
         }
         self.scope = scope;
+        self
+    }
+
+    /// A comma command only, never offered to the model.
+    pub(crate) fn command_only(mut self) -> Self {
+        self.offered = false;
         self
     }
 
@@ -199,10 +209,11 @@ pub struct Registry {
     tools: BTreeMap<String, Tool>,
     /// Lowercased model name → command name: every spelling `get` accepts.
     by_model_name: BTreeMap<String, String>,
-    /// The OpenAI `tools[]` entries, built once (every model call sends them).
+    /// The OpenAI `tools[]` entries of the offered tools, built once (every model call sends
+    /// them).
     specs: Arc<[Value]>,
-    /// The estimated tokens of each entry of `specs`, in the same order.
-    spec_tokens: Vec<u64>,
+    /// The command name and the estimated tokens of each entry of `specs`, in the same order.
+    spec_tokens: Vec<(String, u64)>,
 }
 
 impl Registry {
@@ -238,21 +249,20 @@ impl Registry {
             reg.by_model_name.insert(mn, tool.name.clone());
             reg.tools.insert(tool.name.clone(), tool);
         }
-        reg.specs = reg.tools.values().map(Tool::openai_spec).collect();
-        reg.spec_tokens = reg
-            .specs
-            .iter()
-            .map(|s| crate::llm::estimate_tokens(&s.to_string()))
+        let offered = || reg.tools.values().filter(|t| t.offered);
+        reg.specs = offered().map(Tool::openai_spec).collect();
+        reg.spec_tokens = offered()
+            .zip(reg.specs.iter())
+            .map(|(t, s)| (t.name.clone(), crate::llm::estimate_tokens(&s.to_string())))
             .collect();
         reg
     }
 
     /// The estimated tokens of the tool specs `policy` offers (see [`Self::openai_specs_for`]).
     pub(crate) fn spec_tokens_for(&self, policy: &Policy) -> u64 {
-        self.tools
-            .values()
-            .zip(&self.spec_tokens)
-            .filter(|(tool, _)| policy.allows(&tool.name))
+        self.spec_tokens
+            .iter()
+            .filter(|(name, _)| policy.allows(name))
             .map(|(_, tokens)| tokens)
             .sum()
     }
@@ -274,14 +284,14 @@ impl Registry {
     /// The OpenAI `tools` array of the tools `policy` allows (the shared array when it allows
     /// them all; else built once and kept by the policy).
     pub(crate) fn openai_specs_for(&self, policy: &Policy) -> Arc<[Value]> {
-        if self.tools.keys().all(|name| policy.allows(name)) {
+        if self.spec_tokens.iter().all(|(name, _)| policy.allows(name)) {
             return self.specs.clone();
         }
         policy.specs(|| {
-            self.tools
-                .values()
+            self.spec_tokens
+                .iter()
                 .zip(self.specs.iter())
-                .filter(|(tool, _)| policy.allows(&tool.name))
+                .filter(|((name, _), _)| policy.allows(name))
                 .map(|(_, spec)| spec.clone())
                 .collect()
         })
