@@ -323,14 +323,7 @@ async fn with_bub_stream_edits_the_answer_is_streamed_from_gemini_into_the_chat(
     let daemon = env.start();
     env.telegram
         .push_message_update(private_text(42, 42, "stream it"));
-    support::wait::wait_until(WAIT, "the streamed answer in the chat", || {
-        let calls = [
-            env.telegram.calls_of("sendMessage"),
-            env.telegram.calls_of("editMessageText"),
-        ];
-        calls.iter().flatten().any(|c| c.body["text"] == FINAL)
-    })
-    .await;
+    env.wait_for_chat_text(FINAL).await;
     assert!(daemon.stop().await.success());
     let recorded = fake.recorded();
     assert_eq!(

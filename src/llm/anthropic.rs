@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
-use super::message::{ChatMessage, Part, Role};
+use super::message::{ChatMessage, Part, Role, push_turn};
 use super::sse::{Accumulate, SseEvent};
 use super::{ChatRequest, ChatResponse, LlmError, ToolCall, Usage};
 
@@ -37,14 +37,14 @@ pub(crate) fn request_body(model: &str, req: &ChatRequest, stream: bool) -> Valu
     for message in &req.messages {
         match message.role {
             Role::System if messages.is_empty() => system.extend(text_block(&message.text())),
-            Role::System => push(&mut messages, "user", content(message)),
-            Role::User => push(&mut messages, "user", content(message)),
+            Role::System => push_turn(&mut messages, "user", content(message)),
+            Role::User => push_turn(&mut messages, "user", content(message)),
             Role::Assistant => {
                 let mut blocks: Vec<Value> = text_block(&message.text()).into_iter().collect();
                 blocks.extend(message.tool_calls.iter().map(tool_use));
-                push(&mut messages, "assistant", blocks);
+                push_turn(&mut messages, "assistant", blocks);
             }
-            Role::Tool => push(&mut messages, "user", vec![tool_result(message)]),
+            Role::Tool => push_turn(&mut messages, "user", vec![tool_result(message)]),
         }
         if message.role != Role::System
             && let Some((_, blocks)) = messages.last()
@@ -89,17 +89,6 @@ pub(crate) fn request_body(model: &str, req: &ChatRequest, stream: bool) -> Valu
         body.insert("stream".into(), json!(true));
     }
     Value::Object(body)
-}
-
-/// Adds `blocks` as a message of `role`, merged into the last message when it has that role.
-fn push<'a>(messages: &mut Vec<(&'a str, Vec<Value>)>, role: &'a str, blocks: Vec<Value>) {
-    if blocks.is_empty() {
-        return;
-    }
-    match messages.last_mut() {
-        Some((last, content)) if *last == role => content.extend(blocks),
-        _ => messages.push((role, blocks)),
-    }
 }
 
 /// Marks a block as a cache breakpoint; whether there was one to mark.

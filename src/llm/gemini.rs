@@ -15,7 +15,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::message::{ChatMessage, Part, Role};
+use super::message::{ChatMessage, Part, Role, push_turn};
 use super::sse::{Accumulate, SseEvent};
 use super::{ChatRequest, ChatResponse, LlmError, ToolCall, Usage};
 
@@ -49,13 +49,13 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
     for message in &req.messages {
         match message.role {
             Role::System if contents.is_empty() => system.extend(text_part(&message.text())),
-            Role::System | Role::User => push(&mut contents, "user", parts(message)),
+            Role::System | Role::User => push_turn(&mut contents, "user", parts(message)),
             Role::Assistant => {
                 let mut parts: Vec<Value> = text_part(&message.text()).into_iter().collect();
                 parts.extend(message.tool_calls.iter().map(function_call));
-                push(&mut contents, "model", parts);
+                push_turn(&mut contents, "model", parts);
             }
-            Role::Tool => push(&mut contents, "user", vec![function_response(message)]),
+            Role::Tool => push_turn(&mut contents, "user", vec![function_response(message)]),
         }
     }
     let mut body = Map::new();
@@ -79,17 +79,6 @@ pub(crate) fn request_body(req: &ChatRequest) -> Value {
         json!({"maxOutputTokens": req.max_tokens}),
     );
     Value::Object(body)
-}
-
-/// Adds `parts` as a turn of `role`, merged into the last turn when it has that role.
-fn push<'a>(contents: &mut Vec<(&'a str, Vec<Value>)>, role: &'a str, parts: Vec<Value>) {
-    if parts.is_empty() {
-        return;
-    }
-    match contents.last_mut() {
-        Some((last, have)) if *last == role => have.extend(parts),
-        _ => contents.push((role, parts)),
-    }
 }
 
 fn text_part(text: &str) -> Option<Value> {

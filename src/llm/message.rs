@@ -172,6 +172,22 @@ fn part_from_openai(part: &Value) -> Option<Part> {
     })
 }
 
+/// Adds `items` (blocks or parts) as a turn of `role`, merged into the last turn when it has
+/// that role: the Anthropic and Gemini APIs want the roles to alternate.
+pub(crate) fn push_turn<'a>(
+    turns: &mut Vec<(&'a str, Vec<Value>)>,
+    role: &'a str,
+    items: Vec<Value>,
+) {
+    if items.is_empty() {
+        return;
+    }
+    match turns.last_mut() {
+        Some((last, have)) if *last == role => have.extend(items),
+        _ => turns.push((role, items)),
+    }
+}
+
 /// `data:<mime>;base64,<data>` → `(mime, data)`.
 pub(crate) fn parse_data_url(url: &str) -> Option<(&str, &str)> {
     let (head, data) = url.strip_prefix("data:")?.split_once(',')?;

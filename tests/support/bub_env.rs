@@ -221,6 +221,19 @@ impl Env {
             .collect()
     }
 
+    /// Waits (bounded) until `text` is in the fake Telegram chat: sent, or a live message
+    /// edited to it.
+    pub async fn wait_for_chat_text(&self, text: &str) {
+        super::wait::wait_until(super::wait::WAIT, &format!("{text:?} in the chat"), || {
+            let calls = [
+                self.telegram.calls_of("sendMessage"),
+                self.telegram.calls_of("editMessageText"),
+            ];
+            calls.iter().flatten().any(|c| c.body["text"] == text)
+        })
+        .await;
+    }
+
     /// The files in BUB_HOME's `tapes/`, sorted (none before the first tape).
     pub fn tape_paths(&self) -> Vec<PathBuf> {
         let Ok(dir) = std::fs::read_dir(self.home.join("tapes")) else {
