@@ -288,12 +288,9 @@ pub(crate) struct Accumulator {
 
 impl Accumulate for Accumulator {
     fn event(&mut self, event: &SseEvent) -> Result<String, LlmError> {
-        let data = event.data.trim();
-        if data.is_empty() {
+        let Some(json) = event.json()? else {
             return Ok(String::new());
-        }
-        let json: Value = serde_json::from_str(data)
-            .map_err(|e| LlmError::InvalidResponse(format!("malformed JSON in stream ({e})")))?;
+        };
         let chunk = chunk(&json)?;
         self.text.push_str(&chunk.text);
         self.calls.extend(chunk.calls);

@@ -24,6 +24,19 @@ pub(crate) struct SseEvent {
     pub data: String,
 }
 
+impl SseEvent {
+    /// The event's data as JSON; `None` for an event without data.
+    pub(crate) fn json(&self) -> Result<Option<serde_json::Value>, LlmError> {
+        let data = self.data.trim();
+        if data.is_empty() {
+            return Ok(None);
+        }
+        serde_json::from_str(data)
+            .map(Some)
+            .map_err(|e| LlmError::InvalidResponse(format!("malformed JSON in stream ({e})")))
+    }
+}
+
 /// Incremental SSE decoder: feed it chunks with [`SseDecoder::push`], call
 /// [`SseDecoder::finish`] at end of stream.
 #[derive(Debug, Default)]
