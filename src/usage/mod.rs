@@ -223,31 +223,41 @@ impl Ledger {
         self.budgets.any()
     }
 
-    /// Appends one call's line (then reads it back with whatever others appended).
+    /// Appends one call's line and counts it. When nothing else was appended since the state
+    /// last read the file, the entry is counted as it is (no read back); else the state catches
+    /// up with everything, this line included.
     pub fn record(&self, entry: &Entry) -> anyhow::Result<()> {
         let mut line = serde_json::to_vec(entry)?;
         line.push(b'\n');
-        {
+        self.with_state_mut(|state, today| {
             let _lock = crate::storage::lock(&self.lock)?;
             let mut file = OpenOptions::new()
                 .create(true)
+                .read(true)
                 .append(true)
                 .mode(0o600)
                 .open(&self.path)
                 .with_context(|| format!("opening {}", self.path.display()))?;
             // After a torn append (a crash, a full disk) the next line starts on a new line.
-            let len = file.metadata()?.len();
+            let meta = file.metadata()?;
             let mut last = [b'\n'];
-            if len > 0 {
-                std::os::unix::fs::FileExt::read_at(&File::open(&self.path)?, &mut last, len - 1)?;
+            if meta.len() > 0 {
+                std::os::unix::fs::FileExt::read_at(&file, &mut last, meta.len() - 1)?;
             }
             if last[0] != b'\n' {
                 line.insert(0, b'\n');
             }
             file.write_all(&line)
                 .with_context(|| format!("appending to {}", self.path.display()))?;
-        }
-        self.with_state(|_| ())
+            let seen = state.file == Some((meta.dev(), meta.ino()))
+                && state.read == meta.len()
+                && state.partial.is_empty();
+            if seen {
+                state.read += line.len() as u64;
+                self.add(state, entry, today);
+            }
+            Ok(())
+        })
     }
 
     /// Today's totals, all sessions.
@@ -326,6 +336,14 @@ impl Ledger {
     /// Runs `f` on the state brought up to date: read from scratch on the first use, on a new
     /// day and when the file was replaced; else the bytes appended since the last read.
     fn with_state<T>(&self, f: impl FnOnce(&State) -> T) -> anyhow::Result<T> {
+        self.with_state_mut(|state, _| Ok(f(state)))
+    }
+
+    /// [`Self::with_state`] for a change of the state (under its lock) on `today`.
+    fn with_state_mut<T>(
+        &self,
+        f: impl FnOnce(&mut State, NaiveDate) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
         let today = self.today();
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let state = guard.get_or_insert_with(State::default);
@@ -337,7 +355,7 @@ impl Ledger {
             self.compact_if_large(today)?;
         }
         self.catch_up(state, today)?;
-        Ok(f(state))
+        f(state, today)
     }
 
     /// Reads what was appended since `state` last read (all of it for a new or replaced file).
