@@ -2,8 +2,8 @@
 //! `BUB_HOME/usage.jsonl` (day, session, what the call was for, model, tokens), and the daily
 //! budgets checked against it before a call.
 //!
-//! The ledger is read once (at first use) into today's totals (all sessions, and per session)
-//! and this month's per session, kept in memory; afterwards only the bytes appended since are
+//! The ledger is read once (at first use) into today's totals (all sessions, and per session —
+//! a session's month is read from the file when asked), kept in memory; afterwards only the bytes appended since are
 //! read (by this process or another: an append is one `write` of a whole line under
 //! `usage.lock`). The file stays bounded: past [`COMPACT_BYTES`], the lines of earlier days
 //! are summed into one line per day, session, purpose and model, and days older than
@@ -191,8 +191,8 @@ struct State {
     /// A line started but not yet ended (another process's append in flight).
     partial: Vec<u8>,
     today: Totals,
+    /// The sessions that made calls today (a new day starts the state over).
     today_by_session: HashMap<String, Totals>,
-    month_by_session: HashMap<String, Totals>,
 }
 
 impl Ledger {
@@ -265,12 +265,19 @@ impl Ledger {
         self.with_state(|s| s.today)
     }
 
-    /// A session's totals today and this month.
+    /// A session's totals today and this month. The month is read from the file (`/usage` is
+    /// rare; keeping every session of the month in memory would not be).
     pub fn session_totals(&self, session: &str) -> anyhow::Result<(Totals, Totals)> {
-        self.with_state(|s| {
-            let get = |m: &HashMap<String, Totals>| m.get(session).copied().unwrap_or_default();
-            (get(&s.today_by_session), get(&s.month_by_session))
-        })
+        let today = self.with_state(|s| s.today_by_session.get(session).copied())?;
+        let date = self.today();
+        let mut month = Totals::default();
+        for entry in read(&self.path)? {
+            let same_month = (entry.date.year(), entry.date.month()) == (date.year(), date.month());
+            if entry.session == session && same_month && entry.date <= date {
+                month.add(&entry, &self.prices);
+            }
+        }
+        Ok((today.unwrap_or_default(), month))
     }
 
     /// `Err(Exceeded)` when the call `ask` describes would pass a daily budget.
@@ -394,21 +401,11 @@ impl Ledger {
     }
 
     fn add(&self, state: &mut State, entry: &Entry, today: NaiveDate) {
-        let same_month = (entry.date.year(), entry.date.month()) == (today.year(), today.month());
-        if !same_month || entry.date > today {
-            return;
-        }
-        let session = entry.session.clone();
-        state
-            .month_by_session
-            .entry(session.clone())
-            .or_default()
-            .add(entry, &self.prices);
         if entry.date == today {
             state.today.add(entry, &self.prices);
             state
                 .today_by_session
-                .entry(session)
+                .entry(entry.session.clone())
                 .or_default()
                 .add(entry, &self.prices);
         }
