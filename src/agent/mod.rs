@@ -13,6 +13,7 @@ mod inbound;
 mod learn;
 mod models;
 pub mod prompt;
+mod request;
 pub mod router;
 pub(crate) mod runner;
 mod spend;

@@ -7,15 +7,14 @@
 //! error before the model is called; other failed appends are logged and the turn goes on.
 
 use std::collections::HashMap;
-use std::collections::hash_map::DefaultHasher;
-use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use serde_json::{Value, json};
 
 use super::compact;
 use super::learn::ToolStep;
-use super::prompt::{self, PromptParts};
+use super::prompt;
+use super::request::{checkpoint_note, noted, sanitize_context, stable_hash, system_prompt};
 use super::router::Router;
 use super::spend;
 use crate::delivery::TurnError;
@@ -736,91 +735,6 @@ fn running(call: &ToolCall) -> String {
     format!("running `{what}`…")
 }
 
-/// The system prompt of a step in `ctx`'s session, showing `skills`.
-fn system_prompt(ctx: &ToolContext, skills: &Discovery) -> String {
-    let settings = ctx.settings();
-    let memory = match settings.memory_enabled {
-        true => crate::memory::Memory::new(&settings.home)
-            .prompt_block(ctx.session_id(), !ctx.turn.policy.own_chat_only()),
-        false => String::new(),
-    };
-    prompt::system_prompt(&PromptParts {
-        base: &settings.system_prompt,
-        workspace: ctx.workspace(),
-        policy: &ctx.turn.policy,
-        skills,
-        memory: &memory,
-    })
-}
-
-/// The session's working checkpoint note, when memory is on and there is one.
-fn checkpoint_note(ctx: &ToolContext) -> Option<String> {
-    let settings = ctx.settings();
-    settings
-        .memory_enabled
-        .then(|| crate::memory::Memory::new(&settings.home).checkpoint_note(ctx.session_id()))?
-}
-
-/// Whether a user message of `context` holds `note` already.
-fn noted(context: &[Value], note: &str) -> bool {
-    context
-        .iter()
-        .any(|m| m["role"] == "user" && m["content"].as_str().is_some_and(|c| c.contains(note)))
-}
-
-/// A hash of a prompt text, to tell whether it changed.
-fn stable_hash(text: &str) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    text.hash(&mut hasher);
-    hasher.finish()
-}
-
-/// Keeps the message sequence valid for OpenAI-compatible providers: an assistant message's
-/// `tool_calls` must be answered by `tool` messages with matching ids (a crash between call and
-/// result leaves them unanswered), and a `tool` message needs a preceding call (a handoff made by
-/// a tool puts the anchor between the call and its result).
-pub(crate) fn sanitize_context(messages: Vec<Value>) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::with_capacity(messages.len());
-    let mut i = 0;
-    while i < messages.len() {
-        let msg = &messages[i];
-        let role = msg.get("role").and_then(Value::as_str).unwrap_or_default();
-        if role == "tool" {
-            i += 1; // orphan result: its call is not in the context
-            continue;
-        }
-        let ids: Vec<&str> = msg
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .map(|calls| {
-                calls
-                    .iter()
-                    .filter_map(|c| c.get("id").and_then(Value::as_str))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if role != "assistant" || ids.is_empty() {
-            out.push(msg.clone());
-            i += 1;
-            continue;
-        }
-        let mut j = i + 1;
-        while j < messages.len() && messages[j].get("role").and_then(Value::as_str) == Some("tool")
-        {
-            j += 1;
-        }
-        let answered: Vec<&str> = messages[i + 1..j]
-            .iter()
-            .filter_map(|m| m.get("tool_call_id").and_then(Value::as_str))
-            .collect();
-        if ids.iter().all(|id| answered.contains(id)) {
-            out.extend(messages[i..j].iter().cloned());
-        }
-        i = j;
-    }
-    out
-}
-
 /// Records each fallback of a call on the session's tape (`model.fallback`: the model that
 /// failed, the reason, the model asked next).
 pub(crate) async fn record_fallbacks(ctx: &ToolContext, fallbacks: Vec<Fallback>) {
@@ -828,28 +742,5 @@ pub(crate) async fn record_fallbacks(ctx: &ToolContext, fallbacks: Vec<Fallback>
         ctx.tape()
             .event("model.fallback", fallback.to_record())
             .await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sanitize_drops_unanswered_calls_and_orphan_results() {
-        let call = |id: &str| json!({"role":"assistant","content":"","tool_calls":[{"id":id,"type":"function","function":{"name":"x","arguments":"{}"}}]});
-        let result = |id: &str| json!({"role":"tool","content":"ok","tool_call_id":id,"name":"x"});
-        let user = json!({"role":"user","content":"hi"});
-        let msgs = vec![
-            result("orphan"),
-            user.clone(),
-            call("a"),
-            result("a"),
-            call("b"),
-            user.clone(),
-            json!({"role":"tool","content":"{\"status\": \"ok\"}"}),
-        ];
-        let clean = sanitize_context(msgs);
-        assert_eq!(clean, vec![user.clone(), call("a"), result("a"), user]);
     }
 }

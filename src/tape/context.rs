@@ -17,7 +17,7 @@
 //!   `{"role":"tool","content":"error: no result recorded","tool_call_id","name"}` so the
 //!   sequence stays valid. Orphan tool results (no pending call) keep Bub v0.2.3's output, a
 //!   tool message without `tool_call_id`, on the tape's view; the model loop drops them before
-//!   the request (`agent::runner::sanitize_context`), since providers reject them.
+//!   the request (`agent::request::sanitize_context`), since providers reject them.
 //!
 //! Both are read from the file, not from per-entry records (the index keeps none): the context
 //! parses the bytes from the last anchor's offset (or the start) to the end of the last
