@@ -323,9 +323,10 @@ impl<'a> ModelLoop<'a> {
     /// The prompt is recorded as it is; its meta carries what the model is shown with it
     /// ([`crate::tape::context`] renders both): on a turn's first prompt (`hints` given) the
     /// time and the working checkpoint, on any prompt the details of the tools and skills
-    /// hinted since the last one — each note only when the context does not show it already. Returns the system prompt and the
-    /// context; an error means the prompt could not be recorded (the other records only log
-    /// theirs).
+    /// hinted since the last one — each note only when the context does not show it already
+    /// (the context is read before the prompt only when there is a note to check). Returns the
+    /// system prompt and the context; an error means the prompt could not be recorded (the
+    /// other records only log theirs).
     async fn prepare(
         &mut self,
         start: Value,
@@ -351,17 +352,16 @@ impl<'a> ModelLoop<'a> {
                 .then(|| json!({"content": system}))
                 .and_then(|entry| logged("system", t.append("system", entry, run.clone())))
                 .is_some();
-            // What the context shows already is not noted again.
-            let shown = t.context(&mut cursor).unwrap_or_default();
             let checkpoint = first.then(|| checkpoint_note(&ctx)).flatten();
             let (tools, names) = ctx.expanded().take_pending();
             let details =
                 prompt::details(ctx.registry(), &skills, &ctx.turn.policy, &tools, &names);
-            let notes: Vec<String> = checkpoint
-                .into_iter()
-                .chain(details)
-                .filter(|note| !noted(&shown, note))
-                .collect();
+            let mut notes: Vec<String> = checkpoint.into_iter().chain(details).collect();
+            if !notes.is_empty() {
+                // What the context shows already is not noted again.
+                let shown = t.context(&mut cursor).unwrap_or_default();
+                notes.retain(|note| !noted(&shown, note));
+            }
             let mut message = json!({"role": "user", "content": prompt});
             if let Some(images) = images {
                 message["images"] = images;
