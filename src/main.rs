@@ -11,9 +11,12 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use bub::access::{Access, Authority, Role, User, who};
+use bub::access::{Access, Authority, User};
 use bub::agent::AgentRuntime;
 use bub::channels::Inbound;
+use bub::cli::admin::{
+    self, AccessAction, JobsAction, MemoryAction, PairAction, SkillsAction, UsageError, print_out,
+};
 use bub::config::{LoadOptions, Settings};
 use bub::daemon::jobs::AgentJobs;
 use bub::daemon::{ChannelManager, SessionConfig};
@@ -155,76 +158,6 @@ enum Command {
     },
 }
 
-#[derive(Subcommand, Debug)]
-enum PairAction {
-    /// Pending requests (code, channel, user, expiry) and approved users.
-    List,
-    /// Admit the sender of a pending request by its code.
-    Approve {
-        /// `telegram` or `discord`.
-        channel: String,
-        /// The 8-character code the sender received.
-        code: String,
-        /// Approve as a guest, even as the channel's first user.
-        #[arg(long, conflicts_with = "owner")]
-        guest: bool,
-        /// Approve as an owner (every tool, the shell).
-        #[arg(long)]
-        owner: bool,
-    },
-    /// Remove an approved user.
-    Revoke {
-        /// `telegram` or `discord`.
-        channel: String,
-        /// The user's platform id.
-        user_id: String,
-    },
-}
-
-#[derive(Subcommand, Debug)]
-enum AccessAction {
-    /// The effective policy of a chat: who is admitted, the owners, pending pairings, and the
-    /// tools a user gets there.
-    Explain {
-        /// `telegram:42`, `discord:1234`.
-        chat: String,
-        /// Show this user's role and tools.
-        #[arg(long, value_name = "ID")]
-        user: Option<String>,
-        /// The user's username, if they have one (a username on the allow-list admits a guest).
-        #[arg(long, value_name = "NAME", requires = "user")]
-        username: Option<String>,
-    },
-}
-
-#[derive(Subcommand, Debug)]
-enum MemoryAction {
-    /// Print the global memory and every chat's.
-    List,
-    /// Open a memory file in $VISUAL / $EDITOR (default vi): the global one, or a session's.
-    Edit {
-        /// The session whose memory to edit (`telegram:42`, `cli`); the global memory if absent.
-        #[arg(long)]
-        session: Option<String>,
-    },
-}
-
-#[derive(Subcommand, Debug)]
-enum SkillsAction {
-    /// List the skills: name, source, location, description.
-    List,
-    /// Validate every SKILL.md; exits 1 when one is invalid (invalid skills are skipped).
-    Check,
-}
-
-#[derive(Subcommand, Debug)]
-enum JobsAction {
-    /// List all jobs: id, next run, trigger, session, last status, message.
-    List,
-    /// Remove a job by id (any session).
-    Remove { id: String },
-}
-
 fn main() -> ExitCode {
     bub::heap::tune_allocator();
     // A write past RLIMIT_FSIZE then fails with EFBIG (a tape append reports it) instead of the
@@ -247,25 +180,20 @@ fn main() -> ExitCode {
 /// without an error (a failed turn, an invalid skill) return their code themselves.
 fn exit_code(e: &anyhow::Error) -> u8 {
     let usage = e.downcast_ref::<bub::config::ConfigError>().is_some()
-        || e.downcast_ref::<Usage>().is_some();
+        || e.downcast_ref::<UsageError>().is_some();
     if usage { EXIT_CONFIG } else { 1 }
 }
-
-/// A usage error a command finds (exit 2, like a configuration error).
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct Usage(String);
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let command = cli.command.unwrap_or(Command::Chat);
     let settings = load_settings(&cli.common)?;
     match &command {
-        Command::Jobs { action } => return jobs(&settings, action),
-        Command::Usage { since, json } => return usage(&settings, since.as_deref(), *json),
-        Command::Skills { action } => return Ok(skills(&settings, action)),
-        Command::Memory { action } => return memory(&settings, action),
-        Command::Pair { action } => return pair(&settings, action),
-        Command::Access { action } => return explain(&settings, action),
+        Command::Jobs { action } => return admin::jobs(&settings, action),
+        Command::Usage { since, json } => return admin::usage(&settings, since.as_deref(), *json),
+        Command::Skills { action } => return Ok(admin::skills(&settings, action)),
+        Command::Memory { action } => return admin::memory(&settings, action),
+        Command::Pair { action } => return admin::pair(&settings, action),
+        Command::Access { action } => return admin::explain(&settings, action),
         _ => {}
     }
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
@@ -392,7 +320,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
         PidLock::Held(file) => file,
         PidLock::Taken(pid) => {
             let pid = pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
-            return Err(Usage(format!(
+            return Err(UsageError(format!(
                 "another `bub message` (pid {pid}) is serving BUB_HOME={}; stop it first or use another BUB_HOME",
                 settings.home.display()
             ))
@@ -419,7 +347,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     for channel in &channels {
         manager
             .add(channel.clone())
-            .map_err(|e| Usage(format!("{e:#}")))?;
+            .map_err(|e| UsageError(format!("{e:#}")))?;
     }
     let shutdown = CancellationToken::new();
     stop_on_signal(shutdown.clone());
@@ -506,21 +434,6 @@ async fn usage_today(settings: &Settings) -> Result<bub::usage::Totals, String> 
     }
 }
 
-/// `bub usage`: the ledger since a day (all of it by default), as a table or JSON.
-fn usage(settings: &Settings, since: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
-    let today = chrono::Local::now().date_naive();
-    let since = match since.map(str::trim) {
-        None => None,
-        Some(text) => Some(bub::cli::listing::parse_since(text, today).ok_or_else(|| {
-            Usage(format!(
-                "--since {text:?}: expected a number of days (7d) or a date (2026-11-01)"
-            ))
-        })?),
-    };
-    print_out(&bub::cli::listing::usage(settings, since, json)?);
-    Ok(ExitCode::SUCCESS)
-}
-
 /// `bub idle`: only the scheduler, with send-only channel clients for delivering answers.
 async fn idle(settings: Settings) -> anyhow::Result<()> {
     logging::init(&settings, LogTarget::Stderr);
@@ -573,12 +486,12 @@ async fn send(
         text => text.unwrap_or_default().to_owned(),
     };
     if text.trim().is_empty() && file.is_none() {
-        return Err(Usage("TEXT: the message is empty".into()).into());
+        return Err(UsageError("TEXT: the message is empty".into()).into());
     }
     if let Some(file) = &file
         && !file.is_file()
     {
-        return Err(Usage(format!("--file {}: no such file", file.display())).into());
+        return Err(UsageError(format!("--file {}: no such file", file.display())).into());
     }
     let outbox = Outbox::new(Arc::new(Access::new(&settings)));
     let channel = channel.to_lowercase();
@@ -593,171 +506,12 @@ async fn send(
     outbox.send(&settings, &channel, &out).await
 }
 
-/// `bub pair list|approve|revoke`.
-fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<ExitCode> {
-    let access = Access::new(settings);
-    let now = chrono::Utc::now();
-    match action {
-        PairAction::List => {
-            print_out(&bub::cli::listing::pairs(&access, now));
-            Ok(ExitCode::SUCCESS)
-        }
-        PairAction::Approve {
-            channel,
-            code,
-            guest,
-            owner,
-        } => {
-            let role = match (guest, owner) {
-                (true, _) => Some(Role::Guest),
-                (_, true) => Some(Role::Owner),
-                _ => None,
-            };
-            let p = access.approve(&channel.to_lowercase(), code, role, now)?;
-            print_out(&safe_line(&format!(
-                "approved: {} user {} as {} (effective at once)",
-                p.channel,
-                who(&p.user_id, p.username.as_deref()),
-                p.role
-            )));
-            Ok(ExitCode::SUCCESS)
-        }
-        PairAction::Revoke { channel, user_id } => {
-            let r = access.revoke(&channel.to_lowercase(), user_id)?;
-            if r.removed {
-                print_out(&format!("revoked: {channel} user {user_id}"));
-            } else {
-                print_out(&format!("{channel} user {user_id} was not paired"));
-            }
-            if let Some(var) = r.still_admitted_by {
-                eprintln!("bub: note: user {user_id} is still admitted by {var}");
-            }
-            Ok(if r.removed {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
-        }
-    }
-}
-
-/// `bub access explain CHANNEL:CHAT [--user ID [--username NAME]]`.
-fn explain(settings: &Settings, action: &AccessAction) -> anyhow::Result<ExitCode> {
-    let AccessAction::Explain {
-        chat,
-        user,
-        username,
-    } = action;
-    let name = username.as_deref().map(|n| n.trim_start_matches('@'));
-    let user = user.as_deref().map(|id| User { id, name });
-    let names = bub::tools::builtin_names();
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    let access = Access::new(settings);
-    let text = access
-        .explain(settings, &names, chat, user, chrono::Utc::now())
-        .map_err(|e| Usage(format!("{e:#}")))?;
-    print_out(&safe(&text));
-    Ok(ExitCode::SUCCESS)
-}
-
-/// `bub memory list` / `bub memory edit`.
-fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Result<ExitCode> {
-    use bub::memory::{Memory, Scope};
-    let memory = Memory::new(&settings.home);
-    match action {
-        MemoryAction::List => {
-            print_out(&bub::cli::listing::memory(&memory));
-            Ok(ExitCode::SUCCESS)
-        }
-        MemoryAction::Edit { session } => {
-            let scope = session.clone().map_or(Scope::Global, Scope::Chat);
-            let path = memory.path(&scope);
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
-            }
-            if !path.exists() {
-                std::fs::write(&path, "")?;
-            }
-            let editor = std::env::var("VISUAL")
-                .or_else(|_| std::env::var("EDITOR"))
-                .unwrap_or_else(|_| "vi".to_owned());
-            let status = std::process::Command::new("sh")
-                .arg("-c")
-                .arg(format!("{editor} \"$1\""))
-                .arg("sh")
-                .arg(&path)
-                .status()
-                .with_context(|| format!("starting {editor}"))?;
-            Ok(if status.success() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
-        }
-    }
-}
-
-/// `bub skills list` / `bub skills check`.
-fn skills(settings: &Settings, action: &SkillsAction) -> ExitCode {
-    let found = bub::skills::discover(settings);
-    if let SkillsAction::List = action {
-        print_out(&safe(&found.listing()));
-        return ExitCode::SUCCESS;
-    }
-    for skill in &found.skills {
-        let row = format!("ok       {} ({})", skill.name(), skill.location);
-        print_out(&safe_line(&row));
-    }
-    for issue in &found.issues {
-        let row = format!("invalid  {}: {}", issue.location, issue.problem);
-        print_out(&safe_line(&row));
-    }
-    if found.issues.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
-}
-
 fn report_scheduler(result: Result<anyhow::Result<()>, tokio::task::JoinError>) {
     match result {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::error!(error = %format!("{e:#}"), "scheduler.error"),
         Err(e) => tracing::error!(error = %e, "scheduler.panicked"),
     }
-}
-
-/// Prints a line to stdout; a closed pipe (`bub jobs list | head`) is not an error.
-fn print_out(text: &str) {
-    use std::io::Write;
-    let _ = writeln!(std::io::stdout().lock(), "{text}");
-}
-
-/// `bub jobs list` / `bub jobs remove ID`.
-fn jobs(settings: &Settings, action: &JobsAction) -> anyhow::Result<ExitCode> {
-    // Reading the store may set jobs aside (or a broken file); that is logged to stderr.
-    logging::init(settings, LogTarget::Stderr);
-    let store = bub::scheduler::store::open(&settings.home);
-    let in_store = || store.location();
-    match action {
-        // Loading sets aside jobs that cannot run; they are listed after the others, with why.
-        JobsAction::List => {
-            let listing = bub::cli::listing::jobs(store.as_ref()).with_context(in_store)?;
-            print_out(&listing);
-        }
-        JobsAction::Remove { id } => {
-            let removed = store
-                .change(|jobs| {
-                    let before = jobs.len();
-                    jobs.retain(|j| j.id != *id);
-                    jobs.len() < before
-                })
-                .with_context(in_store)?;
-            anyhow::ensure!(removed, "job not found: {id}");
-            print_out(&format!("removed: {id}"));
-        }
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Cancels `shutdown` on SIGINT or SIGTERM; a second signal, or 10 s without a clean stop,

@@ -3,6 +3,7 @@
 //! running turn (the session survives), Ctrl-D to leave. When stdin is not a terminal, lines are
 //! read plainly (no prompt, no editor) so chat can be scripted.
 
+pub mod admin;
 mod editor;
 pub mod listing;
 
