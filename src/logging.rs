@@ -1,5 +1,6 @@
 //! Logging setup: `tracing` to stderr (or to a file for the interactive chat), text or JSON,
-//! level from `BUB_LOG_LEVEL` (`info` when not set). Message contents and secrets are never logged by Bub itself.
+//! level from `BUB_LOG_LEVEL` (`info` when not set). Message contents and secrets are never
+//! logged by Bub itself.
 
 use std::io::IsTerminal;
 use std::path::Path;
