@@ -1,5 +1,6 @@
 //! Logging setup: `tracing` to stderr (or to a file for the interactive chat), text or JSON,
-//! level from `BUB_LOG_LEVEL`. Message contents and secrets are never logged by Bub itself.
+//! level from `BUB_LOG_LEVEL` (`info` when not set). Message contents and secrets are never
+//! logged by Bub itself.
 
 use std::io::IsTerminal;
 use std::path::Path;
@@ -18,7 +19,8 @@ pub enum LogTarget<'a> {
 /// Installs the global subscriber once; later calls are ignored.
 pub fn init(settings: &Settings, target: LogTarget<'_>) {
     // Dependencies (hyper, reqwest, rustyline) stay at warn unless asked for explicitly.
-    let filter = EnvFilter::try_new(format!("warn,bub={}", settings.log_level))
+    let level = settings.log_level.as_deref().unwrap_or("info");
+    let filter = EnvFilter::try_new(format!("warn,bub={level}"))
         .unwrap_or_else(|_| EnvFilter::new("warn,bub=info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -90,6 +90,9 @@ enum Command {
         /// Allow only these skills (repeatable, comma-separated).
         #[arg(long, value_name = "NAMES")]
         skills: Vec<String>,
+        /// Show each tool call the model makes on stderr as it starts and ends.
+        #[arg(short, long)]
+        verbose: bool,
     },
     /// The channel daemon: serve Telegram and/or Discord (and scheduled jobs) until
     /// SIGINT/SIGTERM.
@@ -204,10 +207,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 message,
                 tools,
                 skills,
+                verbose,
             } => {
                 let mut settings = settings;
                 settings.allowed_skills = split_names(&skills);
-                turn(settings, &session_id, &message, &tools).await
+                turn(settings, &session_id, &message, &tools, verbose).await
             }
             Command::Send {
                 channel,
@@ -258,18 +262,32 @@ fn split_names(values: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// `bub run`: one turn; exit 1 when it failed (its error on stderr), 130 when interrupted.
+/// `bub run`: one turn; exit 1 when it failed (its error on stderr), 130 when interrupted. Its
+/// stdout is the answer only; stderr has errors and warnings (INFO logs when BUB_LOG_LEVEL asks
+/// for them) and, with `verbose`, the tool-call lines.
 async fn turn(
-    settings: Settings,
+    mut settings: Settings,
     session_id: &str,
     message: &str,
     tools: &[String],
+    verbose: bool,
 ) -> anyhow::Result<ExitCode> {
+    settings.log_level.get_or_insert_with(|| "warn".to_owned());
     logging::init(&settings, LogTarget::Stderr);
     let agent = AgentRuntime::new(settings, split_names(tools));
     let you = Authority::terminal();
+    let observed = async {
+        if verbose {
+            let shown = bub::cli::trace::to_stderr();
+            agent
+                .handle_observed(session_id, message, &you, shown)
+                .await
+        } else {
+            agent.handle_input(session_id, message, &you).await
+        }
+    };
     let result = tokio::select! {
-        result = agent.handle_input(session_id, message, &you) => result,
+        result = observed => result,
         _ = tokio::signal::ctrl_c() => {
             agent.append_event(session_id, "turn.interrupted", serde_json::json!({"by": "SIGINT"})).await;
             eprintln!("Operation interrupted.");

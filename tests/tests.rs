@@ -37,5 +37,6 @@ mod tape;
 mod telegram;
 mod terminal;
 mod tools;
+mod trace;
 mod usage;
 mod web;

@@ -303,8 +303,28 @@ impl AgentRuntime {
         who: &Authority,
         live: Option<crate::chat::LiveSender>,
     ) -> TurnResult {
-        self.run_turn_as(session_id, text, who, TurnOrigin::Asked, live)
+        self.run_turn_as(session_id, text, who, TurnOrigin::Asked, live, None)
             .await
+    }
+
+    /// [`AgentRuntime::handle_input`], telling `observer` when each tool call the model makes
+    /// starts and ends (`bub chat`, `bub run -v`).
+    pub async fn handle_observed(
+        &self,
+        session_id: &str,
+        text: &str,
+        who: &Authority,
+        observer: crate::tools::ToolObserver,
+    ) -> TurnResult {
+        self.run_turn_as(
+            session_id,
+            text,
+            who,
+            TurnOrigin::Asked,
+            None,
+            Some(observer),
+        )
+        .await
     }
 
     /// [`AgentRuntime::handle_input`] for a scheduled job that fired, with its creator's rights
@@ -315,7 +335,7 @@ impl AgentRuntime {
         text: &str,
         who: &Authority,
     ) -> TurnResult {
-        self.run_turn_as(session_id, text, who, TurnOrigin::Scheduled, None)
+        self.run_turn_as(session_id, text, who, TurnOrigin::Scheduled, None, None)
             .await
     }
 
@@ -327,6 +347,7 @@ impl AgentRuntime {
         who: &Authority,
         origin: TurnOrigin,
         live: Option<crate::chat::LiveSender>,
+        observer: Option<crate::tools::ToolObserver>,
     ) -> TurnResult {
         let session = match self.session(session_id).await {
             Ok(s) => s,
@@ -344,6 +365,7 @@ impl AgentRuntime {
             who.clone(),
             origin,
             live,
+            observer,
         );
         let mut result = self.turn(&mut memory, &ctx, text).await;
         result.answered = ctx.turn.answered.load(Ordering::Relaxed);

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use serde_json::{Value, json};
 
@@ -27,7 +28,7 @@ use crate::skills::Discovery;
 use crate::tape::context::View;
 use crate::tape::shared::{append_failed, logged};
 use crate::tape::{ContextCursor, Searched};
-use crate::tools::ToolContext;
+use crate::tools::{ToolContext, ToolEvent};
 use crate::usage::Purpose;
 
 /// The follow-up prompt after tool calls.
@@ -638,9 +639,19 @@ impl<'a> ModelLoop<'a> {
         let mut results = Vec::with_capacity(response.tool_calls.len());
         for call in &response.tool_calls {
             self.show_status(Some(running(call)));
-            let result = self.run_tool(call).await;
             let registry = self.ctx.registry();
             let tool = registry.get(&call.name).map_or(&call.name, |t| &t.name);
+            self.observe(ToolEvent::Started {
+                tool,
+                arguments: &call.arguments,
+            });
+            let started = Instant::now();
+            let result = self.run_tool(call).await;
+            self.observe(ToolEvent::Finished {
+                tool,
+                elapsed: started.elapsed(),
+                result: result.as_deref().map_err(String::as_str),
+            });
             let step = ToolStep::new(tool, &call.arguments, &result);
             self.learn(&step.tool, call, &result).await;
             self.trail.push(step);
@@ -649,6 +660,35 @@ impl<'a> ModelLoop<'a> {
         self.show_status(None);
         self.append("tool_result", json!({"results": results}), run)
             .await;
+    }
+
+    /// Tells the turn's observer (if any) about a tool call, its text redacted: arguments come
+    /// from the model, and an output or error may quote a secret the tool read.
+    fn observe(&self, event: ToolEvent<'_>) {
+        let Some(observer) = &self.ctx.turn.observer else {
+            return;
+        };
+        let redactor = &self.ctx.process.redactor;
+        match event {
+            ToolEvent::Started { tool, arguments } => observer(&ToolEvent::Started {
+                tool,
+                arguments: &redactor.redact(arguments),
+            }),
+            ToolEvent::Finished {
+                tool,
+                elapsed,
+                result,
+            } => {
+                let result = result
+                    .map(|o| redactor.redact(o))
+                    .map_err(|e| redactor.redact(e));
+                observer(&ToolEvent::Finished {
+                    tool,
+                    elapsed,
+                    result: result.as_deref().map_err(|e| &**e),
+                });
+            }
+        }
     }
 
     /// Shows what runs under the live answer (`None`: nothing), and only the earlier steps'

@@ -1,11 +1,14 @@
 //! `bub chat`: the interactive terminal. One session, a line editor with history, a status line
 //! (time, mode, model, tape entries, last anchor), Ctrl-X shell mode, Ctrl-C to interrupt the
-//! running turn (the session survives), Ctrl-D to leave. When stdin is not a terminal, lines are
-//! read plainly (no prompt, no editor) so chat can be scripted.
+//! running turn (the session survives), Ctrl-D to leave. The model's tool calls are shown as they
+//! start and end ([`trace`]); `,debug` (answered here, never sent to the model or the shell)
+//! shows them in full. When stdin is not a terminal, lines are read plainly (no prompt, no
+//! editor) so chat can be scripted.
 
 pub mod admin;
 mod editor;
 pub mod listing;
+pub mod trace;
 
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
@@ -15,7 +18,9 @@ use tokio::io::AsyncBufReadExt;
 use crate::access::Authority;
 use crate::agent::{AgentRuntime, TurnResult};
 use crate::tape::md5_hex;
+use crate::tools::ToolObserver;
 use editor::{LineEditor, Read};
+use trace::Trace;
 
 const BOLD_GREEN: &str = "\x1b[1;32m";
 const BOLD_RED: &str = "\x1b[1;31m";
@@ -40,11 +45,12 @@ pub async fn run_chat(agent: Arc<AgentRuntime>, session_id: String) -> anyhow::R
 /// Lines from a pipe or file, one turn each.
 async fn piped(agent: &AgentRuntime, session_id: &str, style: Style) -> anyhow::Result<()> {
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let mut debug = false;
     while let Some(line) = lines.next_line().await? {
-        if line.trim().is_empty() {
+        if line.trim().is_empty() || toggled_debug(&line, &mut debug, style) {
             continue;
         }
-        let Some(result) = turn(agent, session_id, &line, style).await else {
+        let Some(result) = turn(agent, session_id, &line, style, debug).await else {
             continue;
         };
         if result.exit_requested {
@@ -74,6 +80,7 @@ async fn interactive(
     print_welcome(&agent, style);
 
     let mut shell_mode = false;
+    let mut debug = false;
     let mut initial = (String::new(), String::new());
     loop {
         println!(
@@ -104,7 +111,10 @@ async fn interactive(
         let Some(input) = shell_input(line, shell_mode) else {
             continue;
         };
-        if let Some(result) = turn(&agent, session_id, &input, style).await
+        if toggled_debug(&input, &mut debug, style) {
+            continue;
+        }
+        if let Some(result) = turn(&agent, session_id, &input, style, debug).await
             && result.exit_requested
         {
             break;
@@ -125,20 +135,38 @@ fn shell_input(line: String, shell_mode: bool) -> Option<String> {
     Some(line)
 }
 
+/// `,debug` (the chat's own command): turns the debug view of tool calls on or off. `false`
+/// for any other line.
+fn toggled_debug(input: &str, debug: &mut bool, style: Style) -> bool {
+    if input.trim() != ",debug" {
+        return false;
+    }
+    *debug = !*debug;
+    let now = if *debug {
+        "Debug view on: tool calls with their full arguments and results."
+    } else {
+        "Debug view off: one line per tool call."
+    };
+    println!("{}", style.dim(now));
+    true
+}
+
 /// Runs one turn and prints its result; `None` when Ctrl-C interrupted it.
 async fn turn(
     agent: &AgentRuntime,
     session_id: &str,
     input: &str,
     style: Style,
+    debug: bool,
 ) -> Option<TurnResult> {
     if style.color {
-        print!("{}", style.dim("Processing..."));
+        print!("{}", style.dim(PROCESSING));
         let _ = std::io::stdout().flush();
     }
     let you = Authority::terminal();
+    let shown = show_tool_calls(Trace::stdout(debug), style);
     let outcome = tokio::select! {
-        result = agent.handle_input(session_id, input, &you) => Some(result),
+        result = agent.handle_observed(session_id, input, &you, shown) => Some(result),
         _ = tokio::signal::ctrl_c() => None,
     };
     if style.color {
@@ -163,6 +191,24 @@ async fn turn(
     }
 }
 
+/// The line shown while a turn runs (on a terminal).
+const PROCESSING: &str = "Processing...";
+
+/// Prints each tool call's lines as the turn runs, over the "Processing..." line, which is shown
+/// again below them.
+fn show_tool_calls(trace: Trace, style: Style) -> ToolObserver {
+    Arc::new(move |event| {
+        let text = trace.render(event);
+        let mut out = std::io::stdout().lock();
+        if style.color {
+            let _ = write!(out, "\r\x1b[K{text}\n{}", style.dim(PROCESSING));
+        } else {
+            let _ = writeln!(out, "{text}");
+        }
+        let _ = out.flush();
+    })
+}
+
 fn print_welcome(agent: &AgentRuntime, style: Style) {
     let s = agent.settings();
     println!("{}", style.paint(BOLD_BLUE, "Bub"));
@@ -170,7 +216,7 @@ fn print_welcome(agent: &AgentRuntime, style: Style) {
     println!("model: {}", s.model);
     println!(
         "{}",
-        style.dim("Commands start with ','. Ctrl-X toggles shell mode, ',help' lists commands, Ctrl-D exits.")
+        style.dim("Commands start with ','. Ctrl-X toggles shell mode, ',help' lists commands, ',debug' shows tool calls in full, Ctrl-D exits.")
     );
 }
 

@@ -254,7 +254,9 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
             }
         })?
         .flatten();
-    set(l, "BUB_LOG_LEVEL", &mut s.log_level, parse_log_level)?;
+    set(l, "BUB_LOG_LEVEL", &mut s.log_level, |var, v| {
+        parse_log_level(var, v).map(Some)
+    })?;
     set(l, "BUB_LOG_FORMAT", &mut s.log_format, parse_log_format)?;
     super::media::load(l, &mut s.media)?;
 

@@ -262,8 +262,9 @@ pub struct Settings {
     pub prices: Prices,
     /// `BUB_BUDGET_*`.
     pub budgets: Budgets,
-    /// `BUB_LOG_LEVEL` (default `info`).
-    pub log_level: String,
+    /// `BUB_LOG_LEVEL`; `None` when not set: `info`, but `warn` for `bub run` (whose stderr is
+    /// for errors).
+    pub log_level: Option<String>,
     /// `BUB_LOG_FORMAT` (`text` or `json`).
     pub log_format: LogFormat,
 }
@@ -355,7 +356,7 @@ impl Settings {
             media: MediaSettings::default(),
             prices: Prices::default(),
             budgets: Budgets::default(),
-            log_level: "info".to_owned(),
+            log_level: None,
             log_format: LogFormat::Text,
         }
     }

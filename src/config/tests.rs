@@ -103,7 +103,7 @@ fn defaults_match_the_reference() {
     assert_eq!(s.active_time_window, std::time::Duration::from_secs(60));
     assert_eq!(s.ollama_api_key, None);
     assert_eq!(s.ollama_api_base, "https://ollama.com/api");
-    assert_eq!(s.log_level, "info");
+    assert_eq!(s.log_level, None);
     assert_eq!(s.log_format, LogFormat::Text);
     assert_eq!(s.fs_timeout, std::time::Duration::from_secs(10));
     assert_eq!(s.bash_max_timeout, std::time::Duration::from_secs(3_600));

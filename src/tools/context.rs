@@ -6,7 +6,8 @@
 //! * [`SessionCtx`] — one session: its id, workspace, tape, expanded tool/skill details and the
 //!   model it was switched to.
 //! * [`TurnCtx`] — one turn: who asked ([`Authority`]), the [`Policy`] it runs under (by role,
-//!   and whether the turn is a scheduled run), and whether it already answered its own chat.
+//!   and whether the turn is a scheduled run), whether it already answered its own chat, and
+//!   who watches it run (a live answer, a [`ToolObserver`] of its tool calls).
 //!
 //! A [`ToolContext`] is the three together; the registry checks the turn's policy before any
 //! tool runs, so the turn's authority is explicit in every call.
@@ -14,6 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use crate::access::{Access, Authority, Policy, Role, TurnOrigin};
 use crate::config::{Model, Settings};
@@ -146,7 +148,26 @@ pub struct TurnCtx {
     /// Where the answer is shown as it is written (`BUB_STREAM=edits` in a chat that can edit
     /// messages); `None`: only the final answer is delivered.
     pub live: Option<crate::chat::LiveSender>,
+    /// Who is told when a tool call the model made starts and ends (`bub chat`, `bub run -v`).
+    pub observer: Option<ToolObserver>,
 }
+
+/// A tool call the model made, as a [`ToolObserver`] sees it. Its text is redacted (no secret
+/// of Bub's) but not escaped: whoever prints it makes it safe for a terminal.
+pub enum ToolEvent<'a> {
+    /// The call is about to run: the tool (`fs.read`, or the name the model used when no tool
+    /// has it) and its arguments as the model sent them (JSON text).
+    Started { tool: &'a str, arguments: &'a str },
+    /// The call ended after `elapsed`: its output, or the error the model is told.
+    Finished {
+        tool: &'a str,
+        elapsed: Duration,
+        result: Result<&'a str, &'a str>,
+    },
+}
+
+/// What watches a turn's tool calls. Called on the turn's task between calls: it only prints.
+pub type ToolObserver = Arc<dyn Fn(&ToolEvent<'_>) + Send + Sync>;
 
 impl TurnCtx {
     /// A turn of `authority`, started by `origin`, under the process's policy for them.
@@ -156,6 +177,7 @@ impl TurnCtx {
             authority,
             answered: AtomicBool::new(false),
             live: None,
+            observer: None,
         }
     }
 }
@@ -175,20 +197,22 @@ impl ToolContext {
         session: Arc<SessionCtx>,
         authority: Authority,
     ) -> Self {
-        Self::with_live(process, session, authority, TurnOrigin::Asked, None)
+        Self::with_live(process, session, authority, TurnOrigin::Asked, None, None)
     }
 
     /// [`ToolContext::new`] for a turn started by `origin` whose answer is shown as it is
-    /// written (when `live` is given).
+    /// written (when `live` is given) and whose tool calls `observer` is told about.
     pub(crate) fn with_live(
         process: Arc<ProcessCtx>,
         session: Arc<SessionCtx>,
         authority: Authority,
         origin: TurnOrigin,
         live: Option<crate::chat::LiveSender>,
+        observer: Option<ToolObserver>,
     ) -> Self {
         let mut turn = TurnCtx::new(authority, origin, &process);
         turn.live = live;
+        turn.observer = observer;
         let turn = Arc::new(turn);
         Self {
             process,

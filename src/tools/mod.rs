@@ -16,7 +16,7 @@ pub(crate) mod skills;
 pub(crate) mod tape;
 pub mod web;
 
-pub use context::{ProcessCtx, SessionCtx, ToolContext, TurnCtx};
+pub use context::{ProcessCtx, SessionCtx, ToolContext, ToolEvent, ToolObserver, TurnCtx};
 pub use registry::{Registry, Scope, Tool, ToolError, ToolFuture};
 
 /// The command names of every built-in tool.

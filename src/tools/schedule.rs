@@ -277,7 +277,7 @@ mod tests {
 
         fn turn(&self, session: &str, who: Authority, origin: TurnOrigin) -> ToolContext {
             let session = Arc::new(SessionCtx::open(&self.settings, session).unwrap());
-            ToolContext::with_live(self.process.clone(), session, who, origin, None)
+            ToolContext::with_live(self.process.clone(), session, who, origin, None, None)
         }
 
         fn jobs(&self) -> Vec<Job> {
