@@ -166,8 +166,9 @@ run_as_user() {
 # prepare_user: the account and the directories Bub writes, for PUID:PGID (only what differs).
 prepare_user() {
     local uid gid
-    uid="$(id -u "$user" 2>/dev/null)" && gid="$(id -g "$user" 2>/dev/null)" \
-        || hold "there is no account \`$user\` to run Bub as: set PUID=0 to run it as root."
+    if ! uid="$(id -u "$user" 2>/dev/null)" || ! gid="$(id -g "$user" 2>/dev/null)"; then
+        hold "there is no account \`$user\` to run Bub as: set PUID=0 to run it as root."
+    fi
     if [[ "$uid" != "$puid" || "$gid" != "$pgid" ]]; then
         log "running Bub as uid $puid, gid $pgid (PUID, PGID)"
         groupmod -o -g "$pgid" "$user"
@@ -211,9 +212,9 @@ fi
 
 if [[ ! -f "$startup" ]]; then
     log "no $startup: running bub message"
+    write_state message
     "$bub_bin" message "$@" &
     message_pid=$!
-    write_state message
     if ((stopping)); then # a signal came before the pid was known
         kill -TERM "$message_pid" 2>/dev/null || true
     fi

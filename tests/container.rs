@@ -83,15 +83,16 @@ esac
 
 /// The system tools the entrypoint uses when it runs as root, faked (one script, called by the
 /// name of its link): each logs its arguments; `id` answers `STUB_UID`/`STUB_GID` for the caller
-/// and `STUB_BUB_UID`/`STUB_BUB_GID` (default 1000) for the `bub` account; `setpriv` runs the
+/// (when empty, the real ids) and `STUB_BUB_UID`/`STUB_BUB_GID` (default 1000) for the `bub`
+/// account; `setpriv` runs the
 /// command after `--` with `STUB_UID`/`STUB_GID` set to the ids it was given, as the real one
 /// runs it as that user. Nothing of the machine running the tests is changed or asked.
 const STUB_SYSTEM: &str = r#"#!/usr/bin/env bash
 name=${0##*/}
 if [[ "$name" == id ]]; then
     case "$*" in
-    -u) echo "$STUB_UID" ;;
-    -g) echo "$STUB_GID" ;;
+    -u) echo "${STUB_UID:-$(command -p id -u)}" ;;
+    -g) echo "${STUB_GID:-$(command -p id -g)}" ;;
     "-u bub") echo "${STUB_BUB_UID:-1000}" ;;
     "-g bub") echo "${STUB_BUB_GID:-1000}" ;;
     *) echo "id stub: unexpected arguments: $*" >&2; exit 1 ;;
@@ -141,7 +142,10 @@ impl Sandbox {
         fs::create_dir_all(&workspace).unwrap();
         fs::create_dir_all(home.join("tapes")).unwrap();
         fs::write(home.join("tapes/chat.jsonl"), "{}\n").unwrap();
-        for (stub, text) in [(bin.join("bub"), STUB_BUB), (sys.join("system"), STUB_SYSTEM)] {
+        for (stub, text) in [
+            (bin.join("bub"), STUB_BUB),
+            (sys.join("system"), STUB_SYSTEM),
+        ] {
             fs::write(&stub, text).unwrap();
             fs::set_permissions(stub, fs::Permissions::from_mode(0o755)).unwrap();
         }
@@ -380,7 +384,11 @@ fn assert_holds_until_sigterm(sb: &Sandbox, ep: &mut Running, explained: &str) {
     assert_eq!(status.code(), Some(2), "stderr:\n{}", sb.stderr());
     let stderr = sb.stderr();
     assert!(stderr.contains("got SIGTERM"), "{stderr}");
-    assert_eq!(stderr.matches("docker compose up -d").count(), 1, "{stderr}");
+    assert_eq!(
+        stderr.matches("docker compose up -d").count(),
+        1,
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -419,7 +427,9 @@ fn the_healthcheck_in_startup_mode_is_the_script_running() {
     let mut ep = sb.spawn(&[], &[]);
     sb.wait_for_log("script sleeping");
     // The state is written just after the script starts: poll, bounded.
-    let healthy = wait_for_blocking(DEADLINE, || (sb.healthcheck(&[]).0 == Some(0)).then_some(()));
+    let healthy = wait_for_blocking(DEADLINE, || {
+        (sb.healthcheck(&[]).0 == Some(0)).then_some(())
+    });
     assert!(healthy.is_some(), "never healthy; stderr:\n{}", sb.stderr());
     // `bub status` answers only for `bub message`: it is not asked here.
     assert!(sb.argv_lines("status").is_empty(), "log:\n{}", sb.log());

@@ -194,7 +194,9 @@ fn the_account_the_healthcheck_and_the_skills_mount_agree() {
     }
     // It starts as root, so that PUID/PGID can be applied: no USER in the image, no `user:`.
     assert!(
-        !code_lines(&dockerfile).iter().any(|l| l.starts_with("USER ")),
+        !code_lines(&dockerfile)
+            .iter()
+            .any(|l| l.starts_with("USER ")),
         "the image must start the entrypoint as root"
     );
     assert!(!code_lines(&compose).iter().any(|l| l.starts_with("user:")));
@@ -213,7 +215,10 @@ fn the_account_the_healthcheck_and_the_skills_mount_agree() {
     assert!(interval >= 30, "a check every {interval} s");
 
     // Global skills are opt-in (commented out), and never a directory Docker creates as root.
-    assert!(!compose.contains("/root/.agents"), "Bub's home is /home/bub");
+    assert!(
+        !compose.contains("/root/.agents"),
+        "Bub's home is /home/bub"
+    );
     let agents: Vec<&str> = compose
         .lines()
         .map(str::trim)
@@ -228,7 +233,10 @@ fn the_account_the_healthcheck_and_the_skills_mount_agree() {
         "#   target: /home/bub/.agents",
         "#     create_host_path: false",
     ] {
-        assert!(compose.contains(needle), "docker-compose.yml lacks {needle:?}");
+        assert!(
+            compose.contains(needle),
+            "docker-compose.yml lacks {needle:?}"
+        );
     }
 
     let notes = read_repo_file("docker/README.md");
@@ -239,6 +247,7 @@ fn the_account_the_healthcheck_and_the_skills_mount_agree() {
         "configuration error",
         "create_host_path",
         "/home/bub/.agents",
+        "docker compose exec -u bub bub bub pair approve",
     ] {
         assert!(notes.contains(needle), "docker/README.md lacks {needle:?}");
     }

@@ -7,6 +7,8 @@
 use super::{Sandbox, assert_holds_until_sigterm, field, repo_file};
 
 use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
 
 const AS_ROOT: [(&str, &str); 2] = [("STUB_UID", "0"), ("STUB_GID", "0")];
 
@@ -71,10 +73,14 @@ fn as_root_with_the_accounts_ids_only_drops_privileges() {
     assert_eq!(ep.wait(&sb).code(), Some(0), "stderr:\n{}", sb.stderr());
 
     let log = sb.log();
-    assert!(!log.contains("usermod") && !log.contains("groupmod"), "{log}");
+    assert!(
+        !log.contains("usermod") && !log.contains("groupmod"),
+        "{log}"
+    );
     let workspace = sb.workspace.display().to_string();
     assert!(
-        !log.lines().any(|l| l.starts_with("chown") && l.ends_with(&workspace)),
+        !log.lines()
+            .any(|l| l.starts_with("chown") && l.ends_with(&workspace)),
         "a workspace with files is left alone:\n{log}"
     );
     assert!(
@@ -106,7 +112,10 @@ fn puid_0_keeps_root() {
     let mut ep = sb.spawn(&[], &env);
     assert_eq!(ep.wait(&sb).code(), Some(0), "stderr:\n{}", sb.stderr());
     let log = sb.log();
-    assert!(!log.contains("setpriv") && !log.contains("usermod"), "{log}");
+    assert!(
+        !log.contains("setpriv") && !log.contains("usermod"),
+        "{log}"
+    );
     assert_eq!(field(&sb.argv_lines("message")[0], "uid"), "0", "{log}");
 }
 
@@ -151,4 +160,49 @@ fn the_healthcheck_as_root_asks_as_the_user() {
     assert_eq!(log.matches("usermod").count(), 1, "only at start:\n{log}");
     ep.signal(libc::SIGTERM);
     assert_eq!(ep.wait(&sb).code(), Some(0));
+}
+
+#[test]
+fn as_root_with_the_real_setpriv_the_files_bub_writes_are_the_users() {
+    // The real setpriv and chown (the account is still the fake `id`'s): what the startup
+    // script writes into the workspace, and BUB_HOME's root-owned tape, end up 1234:5678.
+    // SAFETY: geteuid(2) has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root || !Path::new("/usr/bin/setpriv").exists() {
+        eprintln!("skipped: needs root and setpriv (the fake-tool tests above cover the logic)");
+        return;
+    }
+    let sb = Sandbox::new();
+    for real in ["setpriv", "chown"] {
+        fs::remove_file(sb.sys.join(real)).unwrap();
+    }
+    // The user must reach the sandbox and the log; the workspace is the host user's, as a
+    // bind mount of theirs is.
+    let dir = sb.dir.path();
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::set_permissions(&sb.log, fs::Permissions::from_mode(0o666)).unwrap();
+    std::os::unix::fs::chown(&sb.workspace, Some(1234), Some(5678)).unwrap();
+    sb.write_startup("echo done > written.txt\nbub run hello\n");
+
+    // The real ids: root, then 1234:5678 after the real setpriv.
+    let env = [
+        ("STUB_UID", ""),
+        ("STUB_GID", ""),
+        ("PUID", "1234"),
+        ("PGID", "5678"),
+    ];
+    let mut ep = sb.spawn(&[], &env);
+    assert_eq!(ep.wait(&sb).code(), Some(0), "stderr:\n{}", sb.stderr());
+
+    let owner = |path: &Path| {
+        let meta = fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        (meta.uid(), meta.gid())
+    };
+    assert_eq!(owner(&sb.workspace.join("written.txt")), (1234, 5678));
+    for path in [sb.home.clone(), sb.home.join("tapes/chat.jsonl")] {
+        assert_eq!(owner(&path), (1234, 5678), "{}", path.display());
+    }
+    let run = sb.argv_lines("run");
+    assert_eq!(run.len(), 1, "log:\n{}", sb.log());
+    assert_eq!(field(&run[0], "home"), "/home/bub");
 }
