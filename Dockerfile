@@ -23,13 +23,20 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 # ---- Stage 2: runtime --------------------------------------------------------------------------
 # Debian slim plus the tools the agent's bash tool is expected to use. tini is PID 1: it reaps
 # the orphans shell commands leave behind and forwards signals to the entrypoint. The mounted
-# workspace belongs to the host user, so git (running as root) is told to trust it.
+# workspace belongs to the host user, who may not be Bub's uid, so git is told to trust it.
 FROM debian:bookworm-slim
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
         tini bash ca-certificates curl git gh jq less openssh-client procps ripgrep unzip \
     && rm -rf /var/lib/apt/lists/* \
     && git config --system --add safe.directory '*'
+# Bub runs as `bub`: the entrypoint, started as root, gives it the uid/gid PUID/PGID (default
+# 1000) and drops to it with setpriv (util-linux, already in the image). Its home holds git's
+# config and ~/.agents.
+RUN groupadd --gid 1000 bub \
+    && useradd --uid 1000 --gid bub --create-home --home-dir /home/bub --shell /bin/bash bub \
+    && mkdir -p /data /workspace \
+    && chown bub:bub /data /workspace
 COPY --from=builder /usr/local/bin/bub /usr/local/bin/bub
 COPY --chmod=0755 entrypoint.sh /usr/local/bin/bub-entrypoint
 # Tapes, jobs.json and history live on the volume, whatever .env says.
@@ -37,6 +44,10 @@ ENV BUB_HOME=/data
 VOLUME /data
 # The workspace (the agent's files, .env, AGENTS.md, startup.sh) is the working directory.
 WORKDIR /workspace
-# tini signals only its direct child: `bub message` is exec'd by the entrypoint, and in startup.sh
-# mode the entrypoint itself forwards SIGTERM to the script and to `bub idle`, so no `tini -g`.
+# Healthy while `bub message` answers `bub status` (or, in startup.sh mode, while the script
+# runs); unhealthy after a configuration error. One short process a minute.
+HEALTHCHECK --interval=60s --timeout=10s --start-period=60s --retries=3 \
+    CMD ["/usr/local/bin/bub-entrypoint", "--healthcheck"]
+# tini signals only its direct child, the entrypoint, which passes SIGTERM on to `bub message`,
+# or to the startup script and `bub idle`: so no `tini -g`.
 ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/bub-entrypoint"]

@@ -1,6 +1,8 @@
-//! The container deployment files: `entrypoint.sh` (the self-resume protocol) is run with bash
-//! against a stub `bub` that logs what it was asked to do; the Dockerfile, docker-compose.yml and
-//! the README's Deployment section are checked to agree with each other and with Cargo.toml.
+//! The container deployment files: `entrypoint.sh` (the self-resume protocol, the wait after a
+//! configuration error, the healthcheck) is run with bash against a stub `bub` that logs what it
+//! was asked to do, and against fake `id`, `usermod`, `groupmod`, `chown` and `setpriv`
+//! (`container/privileges.rs`: the drop from root to PUID/PGID, whoever runs the tests); the
+//! Dockerfile, docker-compose.yml and the READMEs are checked to agree (`container/files.rs`).
 //! No Docker daemon and no network are needed. Every wait is bounded by a deadline, and every
 //! entrypoint runs in its own process group, which is killed when the test ends.
 
@@ -15,6 +17,11 @@ use std::time::{Duration, Instant};
 
 use support::wait::wait_for_blocking;
 
+#[path = "container/files.rs"]
+mod files;
+#[path = "container/privileges.rs"]
+mod privileges;
+
 /// How long any single step may take before the test fails (generous: the other test modules
 /// of the one test binary load the machine meanwhile).
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -27,16 +34,17 @@ fn read_repo_file(name: &str) -> String {
     fs::read_to_string(repo_file(name)).unwrap_or_else(|e| panic!("cannot read {name}: {e}"))
 }
 
-/// The stub `bub`: logs one `argv` line per start (pid, cwd, args), then per mode:
+/// The stub `bub`: logs one `argv` line per start (pid, uid, gid, HOME, cwd, args), then per mode:
 /// * `idle`: logs `idle started`, waits; on SIGTERM logs `idle got TERM` and exits 0.
 ///   `STUB_IDLE_EXIT=N` exits N at once; `STUB_IDLE_IGNORE_TERM=1` ignores SIGTERM.
 /// * `message`: exits `STUB_EXIT` (default 0), or with `STUB_MESSAGE_WAIT=1` waits for SIGTERM
 ///   and logs `message got TERM`.
+/// * `status`: exits `STUB_STATUS_EXIT` (default 0).
 /// * anything else (`run hello`): logs and exits 0.
 const STUB_BUB: &str = r#"#!/usr/bin/env bash
 log="$STUB_LOG"
 args=$(printf '%s|' "$@")
-echo "argv pid=$$ cwd=$(pwd -P) args=$args" >> "$log"
+echo "argv pid=$$ uid=$(id -u) gid=$(id -g) home=$HOME cwd=$(pwd -P) args=$args" >> "$log"
 case "${1:-}" in
 idle)
     if [[ -n "${STUB_IDLE_EXIT:-}" ]]; then
@@ -64,18 +72,59 @@ message)
     fi
     exit "${STUB_EXIT:-0}"
     ;;
+status)
+    exit "${STUB_STATUS_EXIT:-0}"
+    ;;
 *)
     echo "$1 ran" >> "$log"
     ;;
 esac
 "#;
 
-/// A temporary installation: `bin/bub` (the stub), a workspace whose path has a space in it,
-/// the stub's log and the entrypoint's stderr.
+/// The system tools the entrypoint uses when it runs as root, faked (one script, called by the
+/// name of its link): each logs its arguments; `id` answers `STUB_UID`/`STUB_GID` for the caller
+/// (when empty, the real ids) and `STUB_BUB_UID`/`STUB_BUB_GID` (default 1000) for the `bub`
+/// account; `setpriv` runs the
+/// command after `--` with `STUB_UID`/`STUB_GID` set to the ids it was given, as the real one
+/// runs it as that user. Nothing of the machine running the tests is changed or asked.
+const STUB_SYSTEM: &str = r#"#!/usr/bin/env bash
+name=${0##*/}
+if [[ "$name" == id ]]; then
+    case "$*" in
+    -u) echo "${STUB_UID:-$(command -p id -u)}" ;;
+    -g) echo "${STUB_GID:-$(command -p id -g)}" ;;
+    "-u bub") echo "${STUB_BUB_UID:-1000}" ;;
+    "-g bub") echo "${STUB_BUB_GID:-1000}" ;;
+    *) echo "id stub: unexpected arguments: $*" >&2; exit 1 ;;
+    esac
+    exit 0
+fi
+echo "$name $*" >> "$STUB_LOG"
+if [[ "$name" == setpriv ]]; then
+    while (($#)); do
+        case "$1" in
+        --reuid=*) export STUB_UID="${1#*=}" ;;
+        --regid=*) export STUB_GID="${1#*=}" ;;
+        --) shift; break ;;
+        esac
+        shift
+    done
+    exec "$@"
+fi
+"#;
+
+/// The ids the entrypoint believes it runs with unless a test says otherwise: not root.
+const USER_IDS: [(&str, &str); 2] = [("STUB_UID", "4321"), ("STUB_GID", "4321")];
+
+/// A temporary installation: `bin/bub` (the stub), `sys/` (the fake system tools), a workspace
+/// whose path has a space in it, a BUB_HOME holding a tape, the stub's log and the entrypoint's
+/// stderr. The sandbox is also TMPDIR, where the entrypoint writes its state.
 struct Sandbox {
     dir: tempfile::TempDir,
     bin: PathBuf,
+    sys: PathBuf,
     workspace: PathBuf,
+    home: PathBuf,
     log: PathBuf,
     stderr: PathBuf,
 }
@@ -86,17 +135,31 @@ impl Sandbox {
         let root = dir.path().canonicalize().unwrap();
         let bin = root.join("bin");
         let workspace = root.join("work space");
+        let sys = root.join("sys");
+        let home = root.join("data");
         fs::create_dir_all(&bin).unwrap();
+        fs::create_dir_all(&sys).unwrap();
         fs::create_dir_all(&workspace).unwrap();
-        let stub = bin.join("bub");
-        fs::write(&stub, STUB_BUB).unwrap();
-        fs::set_permissions(stub, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::create_dir_all(home.join("tapes")).unwrap();
+        fs::write(home.join("tapes/chat.jsonl"), "{}\n").unwrap();
+        for (stub, text) in [
+            (bin.join("bub"), STUB_BUB),
+            (sys.join("system"), STUB_SYSTEM),
+        ] {
+            fs::write(&stub, text).unwrap();
+            fs::set_permissions(stub, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        for tool in ["id", "usermod", "groupmod", "chown", "setpriv"] {
+            std::os::unix::fs::symlink("system", sys.join(tool)).unwrap();
+        }
         let log = root.join("bub.log");
         fs::write(&log, "").unwrap();
         Sandbox {
             dir,
             bin,
+            sys,
             workspace,
+            home,
             log,
             stderr: root.join("entrypoint.stderr"),
         }
@@ -106,11 +169,13 @@ impl Sandbox {
         fs::write(self.workspace.join("startup.sh"), body).unwrap();
     }
 
-    /// Starts `bash entrypoint.sh ARGS` with the stub first on PATH, in its own process group.
-    fn spawn(&self, args: &[&str], env: &[(&str, &str)]) -> Running {
+    /// `bash entrypoint.sh ARGS` with the stubs first on PATH, not root (`USER_IDS`), in its own
+    /// process group; `env` comes last and wins.
+    fn command(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
         let path = format!(
-            "{}:{}",
+            "{}:{}:{}",
             self.bin.display(),
+            self.sys.display(),
             std::env::var("PATH").unwrap_or_default()
         );
         let mut cmd = Command::new("bash");
@@ -118,22 +183,47 @@ impl Sandbox {
             .args(args)
             .env("PATH", path)
             .env("BUB_WORKSPACE_DIR", &self.workspace)
+            .env("BUB_HOME", &self.home)
+            .env("TMPDIR", self.dir.path())
             .env("STUB_LOG", &self.log)
             .env("ENTRYPOINT_STDERR", &self.stderr)
             .env_remove("BUB_BIN")
             .env_remove("BUB_IDLE_STOP_TIMEOUT")
+            .env_remove("PUID")
+            .env_remove("PGID")
             .current_dir(self.dir.path())
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(fs::File::create(&self.stderr).unwrap())
             .process_group(0);
-        for (k, v) in env {
+        for (k, v) in USER_IDS.iter().chain(env) {
             cmd.env(k, v);
         }
+        cmd
+    }
+
+    /// Starts the entrypoint; its stderr goes to `self.stderr`.
+    fn spawn(&self, args: &[&str], env: &[(&str, &str)]) -> Running {
+        let mut cmd = self.command(args, env);
+        cmd.stdout(Stdio::null())
+            .stderr(fs::File::create(&self.stderr).unwrap());
         Running {
             child: cmd.spawn().expect("spawn bash entrypoint.sh"),
             reaped: false,
         }
+    }
+
+    /// Runs `entrypoint.sh --healthcheck` as the image's HEALTHCHECK does (bounded): its exit
+    /// code and what it printed.
+    fn healthcheck(&self, env: &[(&str, &str)]) -> (Option<i32>, String) {
+        let out = self.dir.path().join("health.out");
+        let file = fs::File::create(&out).unwrap();
+        let mut cmd = self.command(&["--healthcheck"], env);
+        cmd.stderr(file.try_clone().unwrap()).stdout(file);
+        let mut check = Running {
+            child: cmd.spawn().expect("spawn the healthcheck"),
+            reaped: false,
+        };
+        let status = check.wait(self);
+        (status.code(), fs::read_to_string(&out).unwrap())
     }
 
     fn log(&self) -> String {
@@ -234,7 +324,7 @@ impl Drop for Running {
 }
 
 #[test]
-fn without_startup_script_execs_bub_message_with_the_arguments() {
+fn without_startup_script_runs_bub_message_with_the_arguments() {
     let sb = Sandbox::new();
     let mut ep = sb.spawn(&["--model", "a b"], &[("STUB_EXIT", "5")]);
     let status = ep.wait(&sb);
@@ -243,8 +333,6 @@ fn without_startup_script_execs_bub_message_with_the_arguments() {
     let lines = sb.argv_lines("message");
     assert_eq!(lines.len(), 1, "log:\n{}", sb.log());
     assert_eq!(field(&lines[0], "args"), "message|--model|a b|");
-    // exec: bub message *is* the entrypoint process, so tini's signals reach it directly.
-    assert_eq!(field(&lines[0], "pid"), ep.pid().to_string());
     assert!(sb.argv_lines("idle").is_empty(), "no idle in message mode");
     assert!(
         sb.stderr().contains("running bub message"),
@@ -262,6 +350,95 @@ fn without_startup_script_sigterm_reaches_bub_message() {
     let status = ep.wait(&sb);
     assert_eq!(status.code(), Some(0), "stderr:\n{}", sb.stderr());
     assert!(sb.log().contains("message got TERM"), "log:\n{}", sb.log());
+}
+
+/// Waits until the entrypoint's stderr contains `needle`; fails after the deadline.
+fn wait_for_stderr(sb: &Sandbox, needle: &str) {
+    if wait_for_blocking(DEADLINE, || sb.stderr().contains(needle).then_some(())).is_none() {
+        panic!("stderr never got {needle:?}; stderr:\n{}", sb.stderr());
+    }
+}
+
+/// The entrypoint holds after a configuration error: it is still running after saying so and
+/// `explained` (polled for first), SIGTERM ends it at once with exit 2, and it said what to do
+/// exactly once.
+fn assert_holds_until_sigterm(sb: &Sandbox, ep: &mut Running, explained: &str) {
+    wait_for_stderr(sb, "Waiting until stopped");
+    assert!(sb.stderr().contains(explained), "{}", sb.stderr());
+    let (code, said) = sb.healthcheck(&[]);
+    assert_eq!(code, Some(1), "unhealthy while waiting: {said}");
+    assert!(said.contains("configuration error"), "{said}");
+    assert!(
+        ep.child.try_wait().unwrap().is_none(),
+        "the entrypoint exited instead of waiting; stderr:\n{}",
+        sb.stderr()
+    );
+    let sent = Instant::now();
+    ep.signal(libc::SIGTERM);
+    let status = ep.wait(sb);
+    assert!(
+        sent.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        sent.elapsed()
+    );
+    assert_eq!(status.code(), Some(2), "stderr:\n{}", sb.stderr());
+    let stderr = sb.stderr();
+    assert!(stderr.contains("got SIGTERM"), "{stderr}");
+    assert_eq!(
+        stderr.matches("docker compose up -d").count(),
+        1,
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_configuration_error_is_explained_once_and_waits_for_sigterm() {
+    // `bub message` exits 2 on a configuration error: restarting it would only repeat that.
+    let sb = Sandbox::new();
+    let mut ep = sb.spawn(&[], &[("STUB_EXIT", "2")]);
+    assert_holds_until_sigterm(&sb, &mut ep, "bub message exited 2: a configuration error");
+    assert_eq!(sb.argv_lines("message").len(), 1, "log:\n{}", sb.log());
+}
+
+#[test]
+fn the_healthcheck_asks_bub_status_in_message_mode() {
+    let sb = Sandbox::new();
+    let (code, said) = sb.healthcheck(&[]);
+    assert_eq!(code, Some(1), "unhealthy before the entrypoint ran: {said}");
+    assert!(said.contains("not started"), "{said}");
+
+    let mut ep = sb.spawn(&[], &[("STUB_MESSAGE_WAIT", "1")]);
+    sb.wait_for_log("message waiting");
+    assert_eq!(sb.healthcheck(&[]).0, Some(0), "log:\n{}", sb.log());
+    let status = sb.argv_lines("status");
+    assert_eq!(status.len(), 1, "log:\n{}", sb.log());
+    assert_eq!(field(&status[0], "args"), "status|--json|");
+    // The daemon does not answer: unhealthy (1, whatever `bub status` exited with).
+    assert_eq!(sb.healthcheck(&[("STUB_STATUS_EXIT", "3")]).0, Some(1));
+
+    ep.signal(libc::SIGTERM);
+    assert_eq!(ep.wait(&sb).code(), Some(0), "stderr:\n{}", sb.stderr());
+}
+
+#[test]
+fn the_healthcheck_in_startup_mode_is_the_script_running() {
+    let sb = Sandbox::new();
+    sb.write_startup("sleep 30 &\necho \"script sleeping\" >> \"$STUB_LOG\"\nwait\n");
+    let mut ep = sb.spawn(&[], &[]);
+    sb.wait_for_log("script sleeping");
+    // The state is written just after the script starts: poll, bounded.
+    let healthy = wait_for_blocking(DEADLINE, || {
+        (sb.healthcheck(&[]).0 == Some(0)).then_some(())
+    });
+    assert!(healthy.is_some(), "never healthy; stderr:\n{}", sb.stderr());
+    // `bub status` answers only for `bub message`: it is not asked here.
+    assert!(sb.argv_lines("status").is_empty(), "log:\n{}", sb.log());
+
+    ep.signal(libc::SIGTERM);
+    ep.wait(&sb);
+    let (code, said) = sb.healthcheck(&[]);
+    assert_eq!(code, Some(1), "{said}");
+    assert!(said.contains("has ended"), "{said}");
 }
 
 #[test]
@@ -389,10 +566,11 @@ fn bub_bin_overrides_the_binary_and_is_on_the_scripts_path() {
     let sb = Sandbox::new();
     sb.write_startup(&format!("{AWAIT_IDLE}bub run hello\n"));
     // Not on PATH: only BUB_BIN points at it.
+    let path = format!("{}:/usr/bin:/bin", sb.sys.display());
     let mut ep = sb.spawn(
         &[],
         &[
-            ("PATH", "/usr/bin:/bin"),
+            ("PATH", &path),
             ("BUB_BIN", sb.bin.join("bub").to_str().unwrap()),
         ],
     );
@@ -409,160 +587,4 @@ fn missing_bub_fails_clearly() {
     let status = ep.wait(&sb);
     assert_eq!(status.code(), Some(127));
     assert!(sb.stderr().contains("cannot find"), "{}", sb.stderr());
-}
-
-#[test]
-fn shell_scripts_parse() {
-    for script in ["entrypoint.sh", "docker/startup.sh.example"] {
-        let out = Command::new("bash")
-            .arg("-n")
-            .arg(repo_file(script))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "bash -n {script}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-/// The `## Deployment` section of README.md.
-fn readme_deployment() -> String {
-    let readme = read_repo_file("README.md");
-    let start = readme
-        .find("\n## Deployment\n")
-        .expect("README.md has a ## Deployment section");
-    let rest = &readme[start + 1..];
-    let end = rest[3..].find("\n## ").map_or(rest.len(), |i| i + 3);
-    rest[..end].to_owned()
-}
-
-fn cargo_rust_version() -> String {
-    let manifest = read_repo_file("Cargo.toml");
-    let line = manifest
-        .lines()
-        .find(|l| l.trim_start().starts_with("rust-version"))
-        .expect("Cargo.toml sets rust-version");
-    line.split('=')
-        .nth(1)
-        .unwrap()
-        .trim()
-        .trim_matches('"')
-        .to_owned()
-}
-
-#[test]
-fn dockerfile_compose_and_readme_agree() {
-    let dockerfile = read_repo_file("Dockerfile");
-    let lines: Vec<&str> = dockerfile.lines().map(str::trim).collect();
-    let has = |l: &str| lines.contains(&l);
-
-    let builder = format!(
-        "FROM rust:{}-slim-bookworm AS builder",
-        cargo_rust_version()
-    );
-    assert!(has(&builder), "Dockerfile lacks {builder:?}");
-    assert!(dockerfile.contains("cargo build --release --locked"));
-    assert!(has("FROM debian:bookworm-slim"));
-    assert!(has("ENV BUB_HOME=/data"));
-    assert!(has("VOLUME /data"));
-    assert!(has("WORKDIR /workspace"));
-    assert!(
-        dockerfile.contains("install -m 0755 /build/target/release/bub /usr/local/bin/bub"),
-        "the builder copies the binary out of the target cache"
-    );
-    assert!(has(
-        "COPY --from=builder /usr/local/bin/bub /usr/local/bin/bub"
-    ));
-    assert!(has(
-        "COPY --chmod=0755 entrypoint.sh /usr/local/bin/bub-entrypoint"
-    ));
-    assert!(has(
-        r#"ENTRYPOINT ["/usr/bin/tini", "--", "/usr/local/bin/bub-entrypoint"]"#
-    ));
-    for pkg in [
-        "tini",
-        "bash",
-        "git",
-        "curl",
-        "ca-certificates",
-        "ripgrep",
-        "gh",
-    ] {
-        assert!(
-            dockerfile.split_whitespace().any(|w| w == pkg),
-            "runtime installs {pkg}"
-        );
-    }
-    // Cargo refuses a manifest whose [[bench]] sources are missing.
-    if read_repo_file("Cargo.toml").contains("[[bench]]") {
-        assert!(has("COPY benches ./benches"), "benches are copied");
-    }
-    assert!(has("COPY src ./src"));
-    // The built-in skills are compiled into the binary (include_dir!).
-    assert!(has("COPY skills ./skills"), "built-in skills are copied");
-
-    let ignore = read_repo_file(".dockerignore");
-    let ignored: Vec<&str> = ignore
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .collect();
-    for p in ["target", ".git", ".env"] {
-        assert!(ignored.contains(&p), ".dockerignore lacks {p}");
-    }
-    assert!(
-        ignored.contains(&"!skills/**"),
-        "SKILL.md files are not caught by `*.md`"
-    );
-    for needed in ["src", "entrypoint.sh", "Cargo.lock", "benches", "skills"] {
-        assert!(
-            !ignored.contains(&needed),
-            ".dockerignore excludes {needed}"
-        );
-    }
-
-    let compose = read_repo_file("docker-compose.yml");
-    for needle in [
-        "build: .",
-        "image: bub:latest",
-        "env_file: .env",
-        "BUB_HOME: /data",
-        "restart: unless-stopped",
-        "- ${BUB_WORKSPACE_PATH:-./workspace}:/workspace",
-        "- ${BUB_DATA_PATH:-./data}:/data",
-        "- ${BUB_AGENTS_HOME:-~/.agents}:/root/.agents",
-    ] {
-        assert!(
-            compose.contains(needle),
-            "docker-compose.yml lacks {needle:?}"
-        );
-    }
-
-    let section = readme_deployment();
-    for needle in [
-        "docker compose up -d --build",
-        "startup.sh",
-        "bub idle",
-        "docker/README.md",
-        "/workspace",
-        "/data",
-        "cargo install --path .",
-        "ExecStart=",
-    ] {
-        assert!(
-            section.contains(needle),
-            "README Deployment lacks {needle:?}"
-        );
-    }
-    let notes = read_repo_file("docker/README.md");
-    for needle in [
-        "startup.sh",
-        "bub idle",
-        "docker compose up -d",
-        "docker compose logs",
-    ] {
-        assert!(notes.contains(needle), "docker/README.md lacks {needle:?}");
-    }
 }
