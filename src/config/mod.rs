@@ -411,14 +411,14 @@ impl Settings {
         }
         let vars: Vec<&str> = missing.iter().map(|(api, _)| api.key_vars()).collect();
         let models: Vec<String> = missing.into_iter().flat_map(|(_, m)| m).collect();
-        let (the_models, need) = match models.len() {
-            1 => ("the model", "needs a key"),
-            _ => ("the models", "need keys"),
+        let (the_models, need, it) = match models.len() {
+            1 => ("the model", "needs a key", "it"),
+            _ => ("the models", "need keys", "them"),
         };
         Err(ConfigError::new(
             vars.join(", "),
             format!(
-                "not set: {the_models} {} {need}; put it in {} or the environment",
+                "not set: {the_models} {} {need}; put {it} in {} or the environment",
                 models.join(", "),
                 self.home.join("config.toml").display()
             ),
