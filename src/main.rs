@@ -163,6 +163,9 @@ enum Command {
         #[command(subcommand)]
         action: AccessAction,
     },
+    /// Write BUB_HOME/config.toml (default ~/.bub/config.toml) from three questions: the
+    /// model, its key, a Telegram bot token (Enter skips one).
+    Init,
     /// The help of a command (`bub help run`, `bub help jobs add`), or of every variable
     /// (`bub help env`).
     Help {
@@ -202,8 +205,10 @@ fn exit_code(e: &anyhow::Error) -> u8 {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let command = cli.command.unwrap_or(Command::Chat);
-    if let Command::Help { topic, markdown } = &command {
-        return help(topic, *markdown);
+    match &command {
+        Command::Help { topic, markdown } => return help(topic, *markdown),
+        Command::Init => return bub::cli::init::run(),
+        _ => {}
     }
     let settings = load_settings(&cli.common)?;
     for warning in &settings.warnings {
@@ -299,14 +304,11 @@ fn help(topic: &[String], markdown: bool) -> anyhow::Result<ExitCode> {
     let mut command = <Cli as clap::CommandFactory>::command();
     command.build();
     for name in topic {
-        command = command
-            .find_subcommand(name)
-            .cloned()
-            .ok_or_else(|| {
-                UsageError(format!(
-                    "help: no command {name:?} (try `bub --help`, or `bub help env` for the variables)"
-                ))
-            })?;
+        command = command.find_subcommand(name).cloned().ok_or_else(|| {
+            UsageError(format!(
+                "help: no command {name:?} (try `bub --help`, or `bub help env` for the variables)"
+            ))
+        })?;
     }
     print_out(command.render_long_help().to_string().trim_end());
     Ok(ExitCode::SUCCESS)

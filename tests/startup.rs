@@ -5,7 +5,10 @@
 
 use crate::support;
 
-use std::process::Stdio;
+use std::path::Path;
+use std::process::{Output, Stdio};
+
+use tokio::io::AsyncWriteExt;
 
 use support::bub_env::{Env, assert_exit, stderr, stdout};
 use support::wait::WAIT;
@@ -19,6 +22,30 @@ async fn without_key() -> Env {
     env.set("BUB_API_BASE", "");
     env.set("BUB_MODEL", "openrouter:qwen/qwen3-coder-next");
     env
+}
+
+/// `bub ARGS` as a user whose home is `user`, in `cwd`, with nothing but PATH from the test's
+/// environment, `input` on stdin.
+async fn bub_as(user: &Path, cwd: &Path, args: &[&str], input: &str) -> Output {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_bub"));
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", user)
+        .env("NO_PROXY", "127.0.0.1")
+        .current_dir(cwd)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).await.unwrap();
+    drop(stdin);
+    tokio::time::timeout(WAIT, child.wait_with_output())
+        .await
+        .expect("bub finished in time")
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -43,7 +70,10 @@ async fn a_missing_model_key_stops_every_command_that_calls_the_model() {
         assert!(stdout(&out).is_empty(), "{args:?}");
     }
     assert!(!env.home.join("tapes").exists(), "nothing was written");
-    assert!(!env.home.join("daemon.lock").exists(), "the daemon did not start");
+    assert!(
+        !env.home.join("daemon.lock").exists(),
+        "the daemon did not start"
+    );
     assert_eq!(env.model.request_count(), 0);
 
     // A comma command needs no model.
@@ -68,8 +98,9 @@ async fn a_fallback_model_without_its_key_is_named() {
     );
     let err = stderr(&out);
     assert!(
-        err.contains("the models anthropic:claude-sonnet-4-5, openai:gpt-4o-mini need keys; put them in")
-            && !err.contains("ollama"),
+        err.contains(
+            "the models anthropic:claude-sonnet-4-5, openai:gpt-4o-mini need keys; put them in"
+        ) && !err.contains("ollama"),
         "{err}"
     );
     assert!(!env.home.join("tapes").exists());
@@ -107,10 +138,15 @@ async fn an_unknown_bub_variable_warns_once_with_a_suggestion() {
     let warnings: Vec<&str> = err.lines().filter(|l| l.contains("warning")).collect();
     assert_eq!(
         warnings,
-        ["bub: warning: BUB_TELEGRAM_TOKNE is not a Bub variable (did you mean BUB_TELEGRAM_TOKEN?)"],
+        [
+            "bub: warning: BUB_TELEGRAM_TOKNE is not a Bub variable (did you mean BUB_TELEGRAM_TOKEN?)"
+        ],
         "{err}"
     );
-    assert!(!err.contains("123:abc") && !err.contains("456:def"), "{err}");
+    assert!(
+        !err.contains("123:abc") && !err.contains("456:def"),
+        "{err}"
+    );
 
     // Only known variables: no warning at all.
     let clean = Env::cli().await;
@@ -137,24 +173,7 @@ async fn the_config_file_is_read_from_any_directory() {
         ),
     )
     .unwrap();
-    let bub = |args: &[&str]| {
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_bub"));
-        cmd.env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("HOME", &user)
-            .env("NO_PROXY", "127.0.0.1")
-            .current_dir(&elsewhere)
-            .args(args)
-            .stdin(Stdio::null())
-            .kill_on_drop(true);
-        async move {
-            tokio::time::timeout(WAIT, cmd.output())
-                .await
-                .expect("bub finished in time")
-                .unwrap()
-        }
-    };
-
+    let bub = |args: &'static [&'static str]| bub_as(&user, &elsewhere, args, "");
     env.model.push_text("configured");
     let out = bub(&["run", "hi"]).await;
     assert!(out.status.success(), "stderr: {}", stderr(&out));
@@ -173,7 +192,8 @@ async fn the_config_file_is_read_from_any_directory() {
     assert!(out.status.success(), "stderr: {}", stderr(&out));
     assert_eq!(stdout(&out).trim(), work.display().to_string());
     // -w still wins.
-    let out = bub(&["-w", &elsewhere.display().to_string(), "run", ",pwd"]).await;
+    let w = elsewhere.display().to_string();
+    let out = bub_as(&user, &elsewhere, &["-w", &w, "run", ",pwd"], "").await;
     assert_eq!(stdout(&out).trim(), elsewhere.display().to_string());
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
 }
@@ -199,7 +219,11 @@ async fn help_shows_commands_and_every_variable() {
     assert!(out.status.success());
     assert!(stdout(&out).contains("Usage: bub run"), "{}", stdout(&out));
     let out = env.run(&["help", "jobs", "list"]).await;
-    assert!(stdout(&out).contains("Usage: bub jobs list"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("Usage: bub jobs list"),
+        "{}",
+        stdout(&out)
+    );
     assert_exit(&env.run(&["help", "nope"]).await, 2, "no command \"nope\"");
 
     let out = env.run(&["help", "env"]).await;
@@ -234,4 +258,72 @@ async fn the_documented_variables_are_bub_help_env() {
          `cargo run -- help env --markdown`"
     );
     assert!(table.contains("| `BUB_DISCORD_ALLOW_CHANNELS` |"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn init_writes_a_config_file_that_works_from_anywhere() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::cli().await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let (user, elsewhere) = (root.join("user"), root.join("elsewhere"));
+    for path in [&user, &elsewhere] {
+        std::fs::create_dir_all(path).unwrap();
+    }
+    let file = user.join(".bub/config.toml");
+    // A bad model is asked again; an unknown provider is asked for its server; Enter skips the
+    // key and the token.
+    let answers = format!("nocolon\nlocal:test-model\n{}\n\n\n", env.model.base_url());
+    let out = bub_as(&user, &elsewhere, &["init"], &answers).await;
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    let said = stdout(&out);
+    assert_eq!(
+        said.matches("invalid model \"nocolon\"").count(),
+        1,
+        "{said}"
+    );
+    assert!(said.contains("bub -w ~/bub-work chat"), "{said}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("model = \"local:test-model\"")
+            && text.contains(&format!("api_base = \"{}\"", env.model.base_url()))
+            && !text.contains("api_key")
+            && !text.contains("telegram"),
+        "{text}"
+    );
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+
+    // The file is what `bub run` uses, from another directory.
+    env.model.push_text("hello from init");
+    let out = bub_as(&user, &elsewhere, &["run", "hi"], "").await;
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "hello from init");
+    assert_eq!(env.model.recorded()[0].body["model"], "test-model");
+
+    // Never replaced without a yes; replaced with one.
+    let out = bub_as(&user, &elsewhere, &["init"], "\nopenai:gpt-4o-mini\n").await;
+    assert!(stdout(&out).contains("Left as it is."), "{}", stdout(&out));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+    let out = bub_as(
+        &user,
+        &elsewhere,
+        &["init"],
+        "y\nopenai:gpt-4o-mini\nsk-new\n123:abc\n",
+    )
+    .await;
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("model = \"openai:gpt-4o-mini\"")
+            && text.contains("api_key = \"sk-new\"")
+            && text.contains("telegram_enabled = true")
+            && text.contains("telegram_token = \"123:abc\""),
+        "{text}"
+    );
+    assert!(stdout(&out).contains("bub pair approve telegram CODE"));
+    assert!(
+        !stdout(&out).contains("sk-new"),
+        "the key is not echoed back"
+    );
 }

@@ -5,6 +5,7 @@
 
 pub mod admin;
 mod editor;
+pub mod init;
 pub mod listing;
 
 use std::io::{IsTerminal, Write};

@@ -49,11 +49,7 @@ impl Settings {
             Some(env) => env.clone(),
             None => process_env(),
         };
-        let user_home = env
-            .get("HOME")
-            .filter(|home| !home.trim().is_empty())
-            .map(PathBuf::from)
-            .or_else(std::env::home_dir);
+        let user_home = user_home(&env);
         let user_home = user_home.as_deref();
         let cwd = resolve_cwd(opts.cwd.as_deref())?;
 
@@ -84,6 +80,22 @@ impl Settings {
         settings.warnings = layers.unknown_warnings();
         Ok(settings)
     }
+}
+
+/// `BUB_HOME` from the process environment alone (default `~/.bub`), for `bub init`, which
+/// writes the configuration file before there is one.
+pub(crate) fn home_from_env() -> Result<PathBuf, ConfigError> {
+    let env = process_env();
+    let cwd = resolve_cwd(None)?;
+    resolve_home(&sources::from_env(&env), &cwd, user_home(&env).as_deref())
+}
+
+/// The user's home directory: `HOME` of `env`, else the system's idea of it.
+fn user_home(env: &HashMap<String, String>) -> Option<PathBuf> {
+    env.get("HOME")
+        .filter(|home| !home.trim().is_empty())
+        .map(PathBuf::from)
+        .or_else(std::env::home_dir)
 }
 
 /// Parses every variable over the defaults, then checks cross-field rules.

@@ -17,9 +17,9 @@ mod parse;
 pub(crate) mod providers;
 mod secret;
 mod sources;
-mod vars;
 #[cfg(test)]
 mod tests;
+mod vars;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -30,6 +30,8 @@ pub use media::{MediaSettings, Vision};
 pub use vars::{help as variables_help, secret_vars};
 
 use crate::llm::Api;
+pub(crate) use load::home_from_env;
+pub(crate) use parse::{parse_model, parse_url};
 pub(crate) use providers::provider_base_url;
 pub(crate) use secret::{MaskedUrl, Secret};
 

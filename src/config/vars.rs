@@ -57,7 +57,12 @@ pub(crate) struct Var {
     pub secret: bool,
 }
 
-const fn var(name: &'static str, group: Group, default: &'static str, meaning: &'static str) -> Var {
+const fn var(
+    name: &'static str,
+    group: Group,
+    default: &'static str,
+    meaning: &'static str,
+) -> Var {
     Var {
         name,
         group,
@@ -323,7 +328,13 @@ mod tests {
             stray_warning("BUB_FOO"),
             "BUB_FOO is not a Bub variable (see `bub help env`)"
         );
-        for known in ["BUB_MODEL", "bub_max_steps", "BUB_SESSION_ID", "HOME", "OPENROUTER_API_KEY"] {
+        for known in [
+            "BUB_MODEL",
+            "bub_max_steps",
+            "BUB_SESSION_ID",
+            "HOME",
+            "OPENROUTER_API_KEY",
+        ] {
             assert!(!is_stray(known), "{known}");
         }
     }
