@@ -282,10 +282,10 @@ fn load_settings(common: &Common) -> Result<Settings, bub::config::ConfigError> 
 fn calls_model(command: &Command) -> bool {
     match command {
         Command::Chat | Command::Message | Command::Idle => true,
-        Command::Run { message, .. } => !message
+        Command::Run { message, .. } => message
             .trim()
             .strip_prefix(',')
-            .is_some_and(|body| !body.trim().is_empty()),
+            .is_none_or(|body| body.trim().is_empty()),
         _ => false,
     }
 }
