@@ -42,7 +42,14 @@ const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 ///
 /// Without a subcommand, `bub` starts the interactive chat.
 #[derive(Parser, Debug)]
-#[command(name = "bub", version, about, long_about = None)]
+#[command(
+    name = "bub",
+    version,
+    about,
+    long_about = None,
+    disable_help_subcommand = true,
+    after_help = "Settings (BUB_MODEL, BUB_API_KEY, ...), every one with its default: bub help env"
+)]
 struct Cli {
     #[command(flatten)]
     common: Common,
@@ -159,6 +166,18 @@ enum Command {
         #[command(subcommand)]
         action: AccessAction,
     },
+    /// Write BUB_HOME/config.toml (default ~/.bub/config.toml) from three questions: the
+    /// model, its key, a Telegram bot token (Enter skips one).
+    Init,
+    /// The help of a command (`bub help run`, `bub help jobs add`), or of every variable
+    /// (`bub help env`).
+    Help {
+        /// A command (and subcommand), or `env`.
+        topic: Vec<String>,
+        /// With `env`: the variables as the Markdown tables of docs/configuration.md.
+        #[arg(long)]
+        markdown: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -189,7 +208,18 @@ fn exit_code(e: &anyhow::Error) -> u8 {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let command = cli.command.unwrap_or(Command::Chat);
+    match &command {
+        Command::Help { topic, markdown } => return help(topic, *markdown),
+        Command::Init => return bub::cli::init::run(),
+        _ => {}
+    }
     let settings = load_settings(&cli.common)?;
+    for warning in &settings.warnings {
+        eprintln!("bub: warning: {}", safe_line(warning));
+    }
+    if calls_model(&command) {
+        settings.check_model_keys()?;
+    }
     match &command {
         Command::Jobs { action } => return admin::jobs(&settings, action),
         Command::Usage { since, json } => return admin::usage(&settings, since.as_deref(), *json),
@@ -249,6 +279,43 @@ fn load_settings(common: &Common) -> Result<Settings, bub::config::ConfigError> 
     let names = bub::tools::builtin_names();
     bub::access::policy::check_guest_tools(&settings, names.iter().map(String::as_str))?;
     Ok(settings)
+}
+
+/// Commands that call the model, checked for its key before they start: the chat, the
+/// daemon, the scheduler (its jobs are turns) and `bub run` unless it runs a comma command.
+fn calls_model(command: &Command) -> bool {
+    match command {
+        Command::Chat | Command::Message | Command::Idle => true,
+        Command::Run { message, .. } => message
+            .trim()
+            .strip_prefix(',')
+            .is_none_or(|body| body.trim().is_empty()),
+        _ => false,
+    }
+}
+
+/// `bub help [TOPIC]`: the variables (`env`), or the help of a command as `--help` shows it.
+fn help(topic: &[String], markdown: bool) -> anyhow::Result<ExitCode> {
+    if let [env] = topic
+        && env == "env"
+    {
+        print_out(&bub::config::variables_help(markdown));
+        return Ok(ExitCode::SUCCESS);
+    }
+    if markdown {
+        return Err(UsageError("--markdown: only `bub help env --markdown` has it".into()).into());
+    }
+    let mut command = <Cli as clap::CommandFactory>::command();
+    command.build();
+    for name in topic {
+        command = command.find_subcommand(name).cloned().ok_or_else(|| {
+            UsageError(format!(
+                "help: no command {name:?} (try `bub --help`, or `bub help env` for the variables)"
+            ))
+        })?;
+    }
+    print_out(command.render_long_help().to_string().trim_end());
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `--tools a,b --tools c` → `[a, b, c]`.

@@ -33,6 +33,7 @@ mod run_cli;
 mod scheduler;
 mod security;
 mod skills;
+mod startup;
 mod tape;
 mod telegram;
 mod terminal;

@@ -7,6 +7,7 @@
 
 pub mod admin;
 mod editor;
+pub mod init;
 pub mod listing;
 pub mod trace;
 

@@ -3,6 +3,8 @@
 //!
 //! Precedence, lowest to highest: built-in defaults → `BUB_HOME/config.toml` → `--config FILE` →
 //! `<workspace>/.env` → `<cwd>/.env` → environment. A blank value means "use the default".
+//! The workspace is `-w`, else `BUB_WORKSPACE_PATH` (from any source but the workspace's own
+//! `.env`), else the CWD.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -47,49 +49,53 @@ impl Settings {
             Some(env) => env.clone(),
             None => process_env(),
         };
-        let user_home = env
-            .get("HOME")
-            .filter(|home| !home.trim().is_empty())
-            .map(PathBuf::from)
-            .or_else(std::env::home_dir);
+        let user_home = user_home(&env);
         let user_home = user_home.as_deref();
         let cwd = resolve_cwd(opts.cwd.as_deref())?;
-        let workspace = resolve_workspace(opts.workspace.as_deref(), &cwd, user_home)?;
 
-        // Everything above BUB_HOME/config.toml; it also decides where BUB_HOME is.
-        let mut upper = match &opts.config_file {
+        let config = match &opts.config_file {
             Some(file) => sources::from_toml(
                 &resolve_config_file(file, &cwd, user_home)?,
                 Some("--config"),
             )?,
             None => Layers::default(),
         };
-        upper.overlay(read_dotenv(&workspace.join(".env"))?);
-        upper.overlay(read_dotenv(&cwd.join(".env"))?);
-        upper.overlay(sources::from_env(&env));
-
-        let home = resolve_home(&upper, &cwd, user_home)?;
-        let home_config = home.join("config.toml");
-        let mut layers = if home_config.is_file() {
-            let mut layers = sources::from_toml(&home_config, None)?;
-            if layers.take("BUB_HOME").is_some() {
-                return Err(ConfigError::new(
-                    "BUB_HOME",
-                    format!(
-                        "cannot be set in {} (it decides where that file is)",
-                        home_config.display()
-                    ),
-                ));
-            }
-            layers
-        } else {
-            Layers::default()
+        // The sources above the workspace's .env.
+        let mut nearer = read_dotenv(&cwd.join(".env"))?;
+        nearer.overlay(sources::from_env(&env));
+        let workspace = match &opts.workspace {
+            Some(path) => resolve_workspace("--workspace", path, &cwd, user_home)?,
+            None => workspace_path(&config, &nearer, &cwd, user_home)?,
         };
+
+        // Everything above BUB_HOME/config.toml; it also decides where BUB_HOME is.
+        let mut upper = config;
+        upper.overlay(read_dotenv(&workspace.join(".env"))?);
+        upper.overlay(nearer);
+        let home = resolve_home(&upper, &cwd, user_home)?;
+        let mut layers = read_home_config(&home)?;
         layers.overlay(upper);
         let mut settings = build(&layers, home, workspace)?;
         settings.user_home = user_home.map(Path::to_path_buf);
+        settings.warnings = layers.unknown_warnings();
         Ok(settings)
     }
+}
+
+/// `BUB_HOME` from the process environment alone (default `~/.bub`), for `bub init`, which
+/// writes the configuration file before there is one.
+pub(crate) fn home_from_env() -> Result<PathBuf, ConfigError> {
+    let env = process_env();
+    let cwd = resolve_cwd(None)?;
+    resolve_home(&sources::from_env(&env), &cwd, user_home(&env).as_deref())
+}
+
+/// The user's home directory: `HOME` of `env`, else the system's idea of it.
+fn user_home(env: &HashMap<String, String>) -> Option<PathBuf> {
+    env.get("HOME")
+        .filter(|home| !home.trim().is_empty())
+        .map(PathBuf::from)
+        .or_else(std::env::home_dir)
 }
 
 /// Parses every variable over the defaults, then checks cross-field rules.
@@ -431,23 +437,44 @@ fn expand(var: &str, path: &Path, user_home: Option<&Path>) -> Result<PathBuf, C
     }
 }
 
-/// The workspace: `~` expanded, absolute, canonical; it must be an existing directory.
-fn resolve_workspace(
-    workspace: Option<&Path>,
+/// The workspace without `-w`: `BUB_WORKSPACE_PATH` from any source but the workspace's own
+/// `.env` (`BUB_HOME/config.toml` included, so it holds from any directory), else the CWD.
+fn workspace_path(
+    config: &Layers,
+    nearer: &Layers,
     cwd: &Path,
     user_home: Option<&Path>,
 ) -> Result<PathBuf, ConfigError> {
-    const VAR: &str = "--workspace";
-    let path = match workspace {
-        Some(path) => absolute(expand(VAR, path, user_home)?, cwd),
-        None => cwd.to_path_buf(),
-    };
+    const VAR: &str = "BUB_WORKSPACE_PATH";
+    let mut above = config.clone();
+    above.overlay(nearer.clone());
+    let mut layers = read_home_config(&resolve_home(&above, cwd, user_home)?)?;
+    layers.overlay(above);
+    let set = layers.parse(VAR, |v| match is_null(v) {
+        true => Ok(None),
+        false => resolve_workspace(VAR, Path::new(v.trim()), cwd, user_home).map(Some),
+    })?;
+    match set.flatten() {
+        Some(workspace) => Ok(workspace),
+        None => resolve_workspace("--workspace", cwd, cwd, user_home),
+    }
+}
+
+/// The workspace given by `var`: `~` expanded, absolute, canonical; it must be an existing
+/// directory.
+fn resolve_workspace(
+    var: &str,
+    path: &Path,
+    cwd: &Path,
+    user_home: Option<&Path>,
+) -> Result<PathBuf, ConfigError> {
+    let path = absolute(expand(var, path, user_home)?, cwd);
     let canonical = path.canonicalize().map_err(|_| {
-        ConfigError::new(VAR, format!("directory does not exist: {}", path.display()))
+        ConfigError::new(var, format!("directory does not exist: {}", path.display()))
     })?;
     if !canonical.is_dir() {
         return Err(ConfigError::new(
-            VAR,
+            var,
             format!("not a directory: {}", path.display()),
         ));
     }
@@ -500,6 +527,26 @@ fn resolve_home(
     }
     path.canonicalize()
         .map_err(|err| ConfigError::new(VAR, format!("cannot resolve {}: {err}", path.display())))
+}
+
+/// `BUB_HOME/config.toml`'s variables, or nothing if there is no such file; it cannot set
+/// `BUB_HOME` (it decides where that file is).
+fn read_home_config(home: &Path) -> Result<Layers, ConfigError> {
+    let home_config = home.join("config.toml");
+    if !home_config.is_file() {
+        return Ok(Layers::default());
+    }
+    let mut layers = sources::from_toml(&home_config, None)?;
+    if layers.take("BUB_HOME").is_some() {
+        return Err(ConfigError::new(
+            "BUB_HOME",
+            format!(
+                "cannot be set in {} (it decides where that file is)",
+                home_config.display()
+            ),
+        ));
+    }
+    Ok(layers)
 }
 
 /// A `.env` file's variables, or nothing if there is no such file.

@@ -5,8 +5,9 @@
 //! anything starts serving. Every duration has a documented maximum (the `MAX_*_SECONDS`
 //! constants), so no deadline computed from a setting can overflow.
 //!
-//! [`Settings::load`] (in `load.rs`) gathers the sources ([`sources`]) by precedence, then parses
-//! each value ([`parse`]). Secrets (API keys, tokens, URL credentials) have types whose `Debug`
+//! [`vars`] is the one table of variables (names, defaults, meanings, lists, secrets) the loader
+//! accepts and `bub help env` prints. [`Settings::load`] (in `load.rs`) gathers the sources
+//! ([`sources`]) by precedence, then parses each value ([`parse`]). Secrets (API keys, tokens, URL credentials) have types whose `Debug`
 //! hides them ([`secret`]), so a logged `Settings` never leaks them.
 
 mod costs;
@@ -18,6 +19,7 @@ mod secret;
 mod sources;
 #[cfg(test)]
 mod tests;
+mod vars;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -25,28 +27,13 @@ use std::time::Duration;
 pub use costs::{Budgets, Price, Prices};
 pub use load::LoadOptions;
 pub use media::{MediaSettings, Vision};
+pub use vars::{help as variables_help, secret_vars};
 
 use crate::llm::Api;
+pub(crate) use load::home_from_env;
+pub(crate) use parse::{parse_model, parse_url};
 pub(crate) use providers::provider_base_url;
 pub(crate) use secret::{MaskedUrl, Secret};
-
-/// The variables whose values are Bub's own secrets: they are removed from the environment of
-/// every child process (`bash`), and their values are redacted from tool output.
-pub const SECRET_VARS: &[&str] = &[
-    "BUB_API_KEY",
-    "LLM_API_KEY",
-    "OPENROUTER_API_KEY",
-    "BUB_OLLAMA_API_KEY",
-    "BUB_TELEGRAM_TOKEN",
-    "BUB_DISCORD_TOKEN",
-    "BUB_TELEGRAM_PROXY",
-    "BUB_DISCORD_PROXY",
-    "BUB_TRANSCRIBE_API_KEY",
-    "BUB_ANTHROPIC_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "BUB_GEMINI_API_KEY",
-    "GEMINI_API_KEY",
-];
 
 /// `BUB_MODEL` default.
 pub(crate) const DEFAULT_MODEL: &str = "openrouter:qwen/qwen3-coder-next";
@@ -267,6 +254,9 @@ pub struct Settings {
     pub log_level: Option<String>,
     /// `BUB_LOG_FORMAT` (`text` or `json`).
     pub log_format: LogFormat,
+    /// What loading noticed but did not refuse (a `BUB_*` name that is not a variable), one
+    /// line each, for the command line to print once at start.
+    pub warnings: Vec<String>,
 }
 
 /// `BUB_TELEGRAM_*`.
@@ -358,6 +348,7 @@ impl Settings {
             budgets: Budgets::default(),
             log_level: None,
             log_format: LogFormat::Text,
+            warnings: Vec::new(),
         }
     }
 
@@ -400,6 +391,41 @@ impl Settings {
             Api::Gemini => self.gemini_api_key.as_ref(),
             Api::OpenAi => self.api_key.as_ref(),
         }
+    }
+
+    /// The start-up check of commands that call the model: the model and each of
+    /// `BUB_FALLBACK_MODELS` has its provider's key unless it needs none
+    /// ([`crate::llm::needs_key`]). The error names the variables of every missing key.
+    pub fn check_model_keys(&self) -> Result<(), ConfigError> {
+        let mut missing: Vec<(Api, Vec<String>)> = Vec::new();
+        for model in std::iter::once(&self.model).chain(&self.fallback_models) {
+            let needs = crate::llm::needs_key(&model.provider, &self.base_url_for(model));
+            if !needs || self.api_key_for(model).is_some() {
+                continue;
+            }
+            let api = Api::of(&model.provider);
+            match missing.iter_mut().find(|(a, _)| *a == api) {
+                Some((_, models)) => models.push(model.to_string()),
+                None => missing.push((api, vec![model.to_string()])),
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let vars: Vec<&str> = missing.iter().map(|(api, _)| api.key_vars()).collect();
+        let models: Vec<String> = missing.into_iter().flat_map(|(_, m)| m).collect();
+        let (the_models, need, it) = match models.len() {
+            1 => ("the model", "needs a key", "it"),
+            _ => ("the models", "need keys", "them"),
+        };
+        Err(ConfigError::new(
+            vars.join(", "),
+            format!(
+                "not set: {the_models} {} {need}; put {it} in {} or the environment",
+                models.join(", "),
+                self.home.join("config.toml").display()
+            ),
+        ))
     }
 
     /// Every secret value Bub read for itself: keys, tokens, and passwords inside the URLs it

@@ -4,101 +4,14 @@
 //! Sources are merged by precedence (a later layer wins) before any value is parsed, so a bad
 //! value is reported only if it is the one in effect, with the file it came from.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use config::Source;
 
 use super::ConfigError;
-
-/// Every variable a source may set. Keys elsewhere in the environment are ignored.
-pub(crate) const VARS: &[&str] = &[
-    "BUB_MODEL",
-    "BUB_FALLBACK_MODELS",
-    "BUB_API_KEY",
-    "LLM_API_KEY",
-    "OPENROUTER_API_KEY",
-    "BUB_API_BASE",
-    "BUB_ANTHROPIC_API_KEY",
-    "ANTHROPIC_API_KEY",
-    "BUB_ANTHROPIC_API_BASE",
-    "BUB_GEMINI_API_KEY",
-    "GEMINI_API_KEY",
-    "BUB_GEMINI_API_BASE",
-    "BUB_OLLAMA_API_KEY",
-    "BUB_OLLAMA_API_BASE",
-    "BUB_SEARXNG_URL",
-    "BUB_MAX_TOKENS",
-    "BUB_MODEL_TIMEOUT_SECONDS",
-    "BUB_SYSTEM_PROMPT",
-    "BUB_HOME",
-    "BUB_WORKSPACE_PATH",
-    "BUB_TAPE_NAME",
-    "BUB_MAX_STEPS",
-    "BUB_CONTEXT_TOKENS",
-    "BUB_TOOL_RESULT_MAX_CHARS",
-    "BUB_COMPACT_PERCENT",
-    "BUB_MEMORY_ENABLED",
-    "BUB_LEARN_SKILLS",
-    "BUB_LEARN_MIN_STEPS",
-    "BUB_MEDIA_MAX_BYTES",
-    "BUB_VISION",
-    "BUB_VISION_MODELS",
-    "BUB_TRANSCRIBE_MODEL",
-    "BUB_TRANSCRIBE_API_BASE",
-    "BUB_TRANSCRIBE_API_KEY",
-    "BUB_PROACTIVE_RESPONSE",
-    "BUB_STREAM",
-    "BUB_MESSAGE_DELAY_SECONDS",
-    "BUB_MESSAGE_DEBOUNCE_SECONDS",
-    "BUB_ACTIVE_TIME_WINDOW_SECONDS",
-    "BUB_MENTION_KEYWORD",
-    "BUB_SESSION_IDLE_SECONDS",
-    "BUB_MAX_WAIT_SECONDS",
-    "BUB_SCHEDULER_ENABLED",
-    "BUB_SCHEDULER_CATCH_UP",
-    "BUB_WEB_ALLOW_PRIVATE",
-    "BUB_SANDBOX",
-    "BUB_FS_TIMEOUT_SECONDS",
-    "BUB_BASH_MAX_TIMEOUT_SECONDS",
-    "BUB_MAX_CONCURRENT_COMMANDS",
-    "BUB_GUEST_TOOLS",
-    "BUB_TELEGRAM_ENABLED",
-    "BUB_TELEGRAM_TOKEN",
-    "BUB_TELEGRAM_ALLOW_FROM",
-    "BUB_TELEGRAM_OWNERS",
-    "BUB_TELEGRAM_ALLOW_CHATS",
-    "BUB_TELEGRAM_PROXY",
-    "BUB_TELEGRAM_API_BASE",
-    "BUB_TELEGRAM_DROP_PENDING_UPDATES",
-    "BUB_DISCORD_ENABLED",
-    "BUB_DISCORD_TOKEN",
-    "BUB_DISCORD_ALLOW_FROM",
-    "BUB_DISCORD_OWNERS",
-    "BUB_DISCORD_ALLOW_CHANNELS",
-    "BUB_DISCORD_COMMAND_PREFIX",
-    "BUB_DISCORD_PROXY",
-    "BUB_DISCORD_API_BASE",
-    "BUB_BUDGET_DAILY_TOKENS",
-    "BUB_BUDGET_DAILY_USD",
-    "BUB_BUDGET_CHAT_DAILY_TOKENS",
-    "BUB_BUDGET_OWNERS",
-    "BUB_LOG_LEVEL",
-    "BUB_LOG_FORMAT",
-];
-
-/// Variables holding a list; only these may be TOML arrays.
-const LIST_VARS: &[&str] = &[
-    "BUB_TELEGRAM_ALLOW_FROM",
-    "BUB_TELEGRAM_OWNERS",
-    "BUB_TELEGRAM_ALLOW_CHATS",
-    "BUB_DISCORD_ALLOW_FROM",
-    "BUB_DISCORD_OWNERS",
-    "BUB_DISCORD_ALLOW_CHANNELS",
-    "BUB_GUEST_TOOLS",
-    "BUB_FALLBACK_MODELS",
-];
+use super::vars;
 
 /// Where a raw value came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -126,11 +39,13 @@ pub(crate) struct Raw {
 /// One model's row of a file's `[prices]` table: each field's number (`None`: not a number).
 pub(crate) type PriceRow = Vec<(String, Option<f64>)>;
 
-/// Variable name → raw value, merged by precedence; and the `[prices]` rows by model.
+/// Variable name → raw value, merged by precedence; the `[prices]` rows by model; and the
+/// `BUB_*` names Bub does not know, with where each was seen.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Layers {
     values: HashMap<&'static str, Raw>,
     prices: HashMap<String, PriceRow>,
+    unknown: BTreeMap<String, Origin>,
 }
 
 impl Layers {
@@ -142,6 +57,29 @@ impl Layers {
     pub(crate) fn overlay(&mut self, higher: Layers) {
         self.values.extend(higher.values);
         self.prices.extend(higher.prices);
+        self.unknown.extend(higher.unknown);
+    }
+
+    /// One warning for each `BUB_*` name of the environment or a `.env` file that Bub does not
+    /// know (a misspelling would otherwise be ignored silently), by name.
+    pub(crate) fn unknown_warnings(&self) -> Vec<String> {
+        self.unknown
+            .iter()
+            .map(|(name, origin)| {
+                let warning = vars::stray_warning(name);
+                match origin {
+                    Origin::Env => warning,
+                    Origin::File(path) => format!("{warning}; set in {}", path.display()),
+                }
+            })
+            .collect()
+    }
+
+    /// Records `name` if it looks like Bub's (`BUB_*`) but is not a variable.
+    fn note_unknown(&mut self, name: &str, origin: &Origin) {
+        if vars::is_stray(name) {
+            self.unknown.insert(name.to_owned(), origin.clone());
+        }
     }
 
     /// The `[prices]` rows in effect (a higher file's row for a model replaces a lower one's).
@@ -181,9 +119,7 @@ impl Layers {
 
 /// The canonical name of a variable, matched case-insensitively.
 fn canonical_var(name: &str) -> Option<&'static str> {
-    VARS.iter()
-        .copied()
-        .find(|var| var.eq_ignore_ascii_case(name))
+    vars::find(name).map(|var| var.name)
 }
 
 /// A TOML key: the variable name, or its lowercase form without the `BUB_` prefix.
@@ -199,8 +135,9 @@ pub(crate) fn from_env(env: &HashMap<String, String>) -> Layers {
     // Exact names last so they win.
     entries.sort_by_key(|(name, _)| canonical_var(name).is_some_and(|var| var == name.as_str()));
     for (name, value) in entries {
-        if let Some(var) = canonical_var(name) {
-            layers.set(var, value.clone(), Origin::Env);
+        match canonical_var(name) {
+            Some(var) => layers.set(var, value.clone(), Origin::Env),
+            None => layers.note_unknown(name, &Origin::Env),
         }
     }
     layers
@@ -212,10 +149,12 @@ pub(crate) fn from_dotenv(path: &Path) -> Result<Layers, ConfigError> {
     let iter = dotenvy::from_path_iter(path)
         .map_err(|err| ConfigError::new(&file_var, format!("cannot read: {err}")))?;
     let mut layers = Layers::default();
+    let origin = Origin::File(path.to_path_buf());
     for item in iter {
         let (name, value) = item.map_err(|err| dotenv_error(path, err))?;
-        if let Some(var) = canonical_var(&name) {
-            layers.set(var, value, Origin::File(path.to_path_buf()));
+        match canonical_var(&name) {
+            Some(var) => layers.set(var, value, origin.clone()),
+            None => layers.note_unknown(&name, &origin),
         }
     }
     Ok(layers)
@@ -318,7 +257,7 @@ fn toml_value_text(var: &str, kind: config::ValueKind) -> Result<String, String>
         K::String(s) => s,
         K::Table(_) => return Err("expected a value, not a table".to_owned()),
         K::Array(items) => {
-            if !LIST_VARS.contains(&var) {
+            if !vars::find(var).is_some_and(|v| v.list) {
                 return Err("expected a single value, not an array".to_owned());
             }
             let items = items

@@ -79,8 +79,8 @@ impl From<reqwest::Error> for Failure {
 }
 
 impl LlmClient {
-    /// Validates the configuration. A key is required unless the provider is `ollama` or the
-    /// base URL points at this machine (`localhost`, `127.0.0.1`, `::1`).
+    /// Validates the configuration. A key is required unless [`super::needs_key`] says the
+    /// provider or server needs none (`ollama`, a server on this machine or the local network).
     pub fn new(mut cfg: LlmConfig) -> Result<Self, LlmError> {
         cfg.base_url = cfg.base_url.trim().trim_end_matches('/').to_owned();
         let base = Url::parse(&cfg.base_url)
@@ -133,7 +133,7 @@ impl LlmClient {
                 value.set_sensitive(true);
                 Some((name, value))
             }
-            None if cfg.provider.eq_ignore_ascii_case("ollama") || local => None,
+            None if !super::needs_key(&cfg.provider, &cfg.base_url) => None,
             None => {
                 return Err(LlmError::MissingApiKey {
                     provider: cfg.provider.clone(),
@@ -500,6 +500,9 @@ mod tests {
             "http://127.0.0.1:9/v1",
             "http://localhost:9/v1/",
             "http://[::1]:9/v1",
+            "http://192.168.1.20:8080/v1",
+            "http://10.0.0.5:8080/v1",
+            "http://[fd00::5]:8080/v1",
         ] {
             assert!(
                 LlmClient::new(cfg("openrouter", local, None)).is_ok(),
@@ -507,6 +510,8 @@ mod tests {
             );
         }
         assert!(LlmClient::new(cfg("openrouter", "https://x/v1", Some("k"))).is_ok());
+        let public = LlmClient::new(cfg("openai", "http://8.8.8.8/v1", None));
+        assert!(matches!(public, Err(LlmError::MissingApiKey { .. })));
     }
 
     #[test]

@@ -72,6 +72,25 @@ impl Api {
     }
 }
 
+/// Whether a call to `provider` at `base_url` needs an API key: not for `ollama`, nor for a
+/// server on this machine or the local network (loopback, private, link-local or unique-local
+/// addresses: llama.cpp, vLLM, LM Studio). The client and the start-up check both ask this.
+pub fn needs_key(provider: &str, base_url: &str) -> bool {
+    if provider.eq_ignore_ascii_case("ollama") {
+        return false;
+    }
+    let Ok(url) = reqwest::Url::parse(base_url.trim()) else {
+        return true;
+    };
+    let host = url.host_str().unwrap_or_default();
+    let local_ip = match host.trim_start_matches('[').trim_end_matches(']').parse() {
+        Ok(std::net::IpAddr::V4(ip)) => ip.is_private() || ip.is_link_local(),
+        Ok(std::net::IpAddr::V6(ip)) => ip.is_unique_local() || ip.is_unicast_link_local(),
+        Err(_) => false,
+    };
+    !(local_ip || crate::is_loopback(&url))
+}
+
 /// A fast estimate of the tokens of `text`, without a tokenizer: ASCII text at about four
 /// bytes a token, any other character (CJK, say) a token each.
 pub fn estimate_tokens(text: &str) -> u64 {

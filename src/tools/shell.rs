@@ -8,7 +8,7 @@
 //!   cancelled) sends `SIGKILL` to the group;
 //! * each output stream keeps at most [`STREAM_CAP`] bytes (head and tail, with a visible note
 //!   in between);
-//! * Bub's own secrets ([`SECRET_VARS`]: API keys, bot tokens, proxies) never reach a child,
+//! * Bub's own secrets ([`secret_vars`]: API keys, bot tokens, proxies) never reach a child,
 //!   whether inherited from the process environment or listed in the workspace `.env`;
 //! * a sandboxed command starts from a cleared environment (PATH, locale, TERM, TZ, `HOME` =
 //!   `TMPDIR` = its private directory, `BUB_SESSION_ID`) without the workspace `.env` — a guest
@@ -37,7 +37,7 @@ pub(crate) use limits::CommandLimits;
 use super::fs::resolve_path;
 use super::sandbox::{self, Sandbox, Support};
 use super::{Scope, Tool, ToolContext, ToolError};
-use crate::config::SECRET_VARS;
+use crate::config::secret_vars;
 
 /// Default `timeout_seconds`.
 pub(crate) const DEFAULT_TIMEOUT_SECONDS: u64 = 30;
@@ -318,7 +318,7 @@ const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/s
 /// The complete environment of a `bash` child, from the parent's environment `parent`.
 ///
 /// Unsandboxed (`sandbox_tmp` is `None`): `parent`, then the pairs of `<workspace>/.env`
-/// (overriding), then `BUB_SESSION_ID`; [`SECRET_VARS`] are removed from both sources.
+/// (overriding), then `BUB_SESSION_ID`; [`secret_vars`] are removed from both sources.
 /// Sandboxed: only `PATH` (a default when unset), `LANG`, `LANGUAGE`, `LC_*`, `TERM` and `TZ`
 /// of `parent`, `HOME` and `TMPDIR` set to `sandbox_tmp`, and `BUB_SESSION_ID`; the workspace
 /// `.env` is not read.
@@ -328,7 +328,7 @@ pub(crate) fn child_env(
     session_id: &str,
     sandbox_tmp: Option<&Path>,
 ) -> Vec<(OsString, OsString)> {
-    let is_secret = |key: &OsString| SECRET_VARS.iter().any(|s| key == *s);
+    let is_secret = |key: &OsString| secret_vars().any(|s| key == s);
     let mut env: BTreeMap<OsString, OsString> = BTreeMap::new();
     match sandbox_tmp {
         None => {

@@ -45,8 +45,8 @@ fn workspace_with_dotenv() -> tempfile::TempDir {
 fn child_env_drops_secrets_from_both_sources() {
     let ws = workspace_with_dotenv();
     let env = env_map(child_env(parent_with_secrets(), ws.path(), "cli:x", None));
-    for var in SECRET_VARS {
-        assert!(!env.contains_key(*var), "{var} passed: {env:?}");
+    for var in secret_vars() {
+        assert!(!env.contains_key(var), "{var} passed: {env:?}");
     }
     assert_eq!(env["GH_TOKEN"], "gh-visible");
     assert_eq!(env["KEEP_ME"], "from-dotenv", ".env overrides the process");

@@ -1,0 +1,329 @@
+//! What `bub` checks and reads at start, through the real binary: a missing model key stops
+//! the commands that call the model (exit 2, the variable named, nothing written); a `BUB_*`
+//! name Bub does not know gets one warning; `~/.bub/config.toml` is read from any directory;
+//! `bub help env` and `docs/configuration.md` show the same variables.
+
+use crate::support;
+
+use std::path::Path;
+use std::process::{Output, Stdio};
+
+use tokio::io::AsyncWriteExt;
+
+use support::bub_env::{Env, assert_exit, stderr, stdout};
+use support::wait::WAIT;
+
+const OPENAI_KEY_VARS: &str = "BUB_API_KEY (or LLM_API_KEY / OPENROUTER_API_KEY): not set";
+
+/// `Env::cli()` without a key, the model a hosted one (so it needs a key).
+async fn without_key() -> Env {
+    let mut env = Env::cli().await;
+    env.set("BUB_API_KEY", "");
+    env.set("BUB_API_BASE", "");
+    env.set("BUB_MODEL", "openrouter:qwen/qwen3-coder-next");
+    env
+}
+
+/// `bub ARGS` as a user whose home is `user`, in `cwd`, with nothing but PATH from the test's
+/// environment, `input` on stdin.
+async fn bub_as(user: &Path, cwd: &Path, args: &[&str], input: &str) -> Output {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_bub"));
+    cmd.env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", user)
+        .env("NO_PROXY", "127.0.0.1")
+        .current_dir(cwd)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).await.unwrap();
+    drop(stdin);
+    tokio::time::timeout(WAIT, child.wait_with_output())
+        .await
+        .expect("bub finished in time")
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_model_key_stops_every_command_that_calls_the_model() {
+    let env = without_key().await;
+    for args in [
+        &["run", "hi"][..],
+        &["chat"],
+        &["message"],
+        &["idle"],
+        &["run", ","],
+    ] {
+        let out = env.run(args).await;
+        assert_exit(&out, 2, OPENAI_KEY_VARS);
+        let err = stderr(&out);
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(
+            err.contains("the model openrouter:qwen/qwen3-coder-next needs a key")
+                && err.contains(&env.home.join("config.toml").display().to_string()),
+            "{args:?}: {err}"
+        );
+        assert!(stdout(&out).is_empty(), "{args:?}");
+    }
+    assert!(!env.home.join("tapes").exists(), "nothing was written");
+    assert!(
+        !env.home.join("daemon.lock").exists(),
+        "the daemon did not start"
+    );
+    assert_eq!(env.model.request_count(), 0);
+
+    // A comma command needs no model.
+    let out = env.run(&["run", ",help"]).await;
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    assert!(stdout(&out).contains("Commands start with ','"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fallback_model_without_its_key_is_named() {
+    let mut env = without_key().await;
+    env.set("BUB_MODEL", "ollama:llama3");
+    env.set(
+        "BUB_FALLBACK_MODELS",
+        "anthropic:claude-sonnet-4-5,openai:gpt-4o-mini",
+    );
+    let out = env.run(&["run", "hi"]).await;
+    assert_exit(
+        &out,
+        2,
+        "BUB_ANTHROPIC_API_KEY (or ANTHROPIC_API_KEY), BUB_API_KEY (or LLM_API_KEY / OPENROUTER_API_KEY): not set",
+    );
+    let err = stderr(&out);
+    assert!(
+        err.contains(
+            "the models anthropic:claude-sonnet-4-5, openai:gpt-4o-mini need keys; put them in"
+        ) && !err.contains("ollama"),
+        "{err}"
+    );
+    assert!(!env.home.join("tapes").exists());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_on_this_machine_needs_no_key() {
+    let mut env = Env::cli().await;
+    env.set("BUB_API_KEY", "");
+    env.model.push_text("hello from llama.cpp");
+    let out = env.run(&["run", "hi"]).await;
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "hello from llama.cpp");
+    let recorded = env.model.recorded();
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(recorded[0].authorization, None, "no key was sent");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unknown_bub_variable_warns_once_with_a_suggestion() {
+    let mut env = Env::cli().await;
+    env.set("BUB_TELEGRAM_TOKNE", "123:abc");
+    // Known names that are not settings: no warning.
+    env.set("BUB_SESSION_ID", "cli");
+    env.set("BUB_IDLE_STOP_TIMEOUT", "5");
+    // The workspace is the CWD: its .env is read as both; the misspelling is in it too.
+    std::fs::write(
+        env.workspace.join(".env"),
+        "BUB_TELEGRAM_TOKNE=456:def\nBUB_MAX_STEPS=5\n",
+    )
+    .unwrap();
+    let out = env.run(&["run", ",help"]).await;
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    let err = stderr(&out);
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(
+        warnings,
+        [
+            "bub: warning: BUB_TELEGRAM_TOKNE is not a Bub variable (did you mean BUB_TELEGRAM_TOKEN?)"
+        ],
+        "{err}"
+    );
+    assert!(
+        !err.contains("123:abc") && !err.contains("456:def"),
+        "{err}"
+    );
+
+    // Only known variables: no warning at all.
+    let clean = Env::cli().await;
+    let out = clean.run(&["run", ",help"]).await;
+    assert!(!stderr(&out).contains("warning"), "{}", stderr(&out));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_config_file_is_read_from_any_directory() {
+    let env = Env::cli().await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let (user, elsewhere, work) = (root.join("user"), root.join("elsewhere"), root.join("work"));
+    for path in [&user.join(".bub"), &elsewhere, &work] {
+        std::fs::create_dir_all(path).unwrap();
+    }
+    std::fs::write(
+        user.join(".bub/config.toml"),
+        format!(
+            "model = \"openai:from-config\"\napi_key = \"sk-from-config\"\napi_base = \"{}\"\n\
+             workspace_path = \"{}\"\n",
+            env.model.base_url(),
+            work.display()
+        ),
+    )
+    .unwrap();
+    let bub = |args: &'static [&'static str]| bub_as(&user, &elsewhere, args, "");
+    env.model.push_text("configured");
+    let out = bub(&["run", "hi"]).await;
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "configured");
+    let recorded = env.model.recorded();
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(recorded[0].body["model"], "from-config");
+    assert_eq!(
+        recorded[0].authorization.as_deref(),
+        Some("Bearer sk-from-config")
+    );
+    assert!(user.join(".bub/tapes").is_dir(), "the tape is in ~/.bub");
+
+    // BUB_WORKSPACE_PATH in the file is the workspace, whatever the CWD.
+    let out = bub(&["run", ",pwd"]).await;
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), work.display().to_string());
+    // -w still wins.
+    let w = elsewhere.display().to_string();
+    let out = bub_as(&user, &elsewhere, &["-w", &w, "run", ",pwd"], "").await;
+    assert_eq!(stdout(&out).trim(), elsewhere.display().to_string());
+    assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_workspace_path_is_a_configuration_error() {
+    let mut env = Env::cli().await;
+    env.set("BUB_WORKSPACE_PATH", "/nonexistent/bub-work");
+    let out = env.run(&["run", ",pwd"]).await;
+    assert_exit(
+        &out,
+        2,
+        "BUB_WORKSPACE_PATH: directory does not exist: /nonexistent/bub-work",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn help_shows_commands_and_every_variable() {
+    let env = Env::cli().await;
+    let out = env.run(&["--help"]).await;
+    assert!(stdout(&out).contains("bub help env"), "{}", stdout(&out));
+    let out = env.run(&["help", "run"]).await;
+    assert!(out.status.success());
+    assert!(stdout(&out).contains("Usage: bub run"), "{}", stdout(&out));
+    let out = env.run(&["help", "jobs", "list"]).await;
+    assert!(
+        stdout(&out).contains("Usage: bub jobs list"),
+        "{}",
+        stdout(&out)
+    );
+    assert_exit(&env.run(&["help", "nope"]).await, 2, "no command \"nope\"");
+
+    let out = env.run(&["help", "env"]).await;
+    assert!(out.status.success());
+    let text = stdout(&out);
+    for needle in [
+        "BUB_MODEL  [default: openrouter:qwen/qwen3-coder-next]",
+        "BUB_TELEGRAM_TOKEN  [default: (none)]",
+        "BUB_LOG_FORMAT  [default: text]",
+    ] {
+        assert!(text.contains(needle), "{needle} in {text}");
+    }
+}
+
+/// docs/configuration.md holds `bub help env --markdown` between its markers.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_documented_variables_are_bub_help_env() {
+    let env = Env::cli().await;
+    let out = env.run(&["help", "env", "--markdown"]).await;
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    let doc = include_str!("../docs/configuration.md");
+    let begin = "<!-- begin: bub help env --markdown -->";
+    let end = "<!-- end: bub help env --markdown -->";
+    let table = doc
+        .split_once(begin)
+        .and_then(|(_, rest)| rest.split_once(end))
+        .map(|(table, _)| table.trim())
+        .expect("the markers in docs/configuration.md");
+    assert!(
+        table == stdout(&out).trim(),
+        "docs/configuration.md is out of date: replace its table with \
+         `cargo run -- help env --markdown`"
+    );
+    assert!(table.contains("| `BUB_DISCORD_ALLOW_CHANNELS` |"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn init_writes_a_config_file_that_works_from_anywhere() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::cli().await;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let (user, elsewhere) = (root.join("user"), root.join("elsewhere"));
+    for path in [&user, &elsewhere] {
+        std::fs::create_dir_all(path).unwrap();
+    }
+    let file = user.join(".bub/config.toml");
+    // A bad model is asked again; an unknown provider is asked for its server; Enter skips the
+    // key and the token.
+    let answers = format!("nocolon\nlocal:test-model\n{}\n\n\n", env.model.base_url());
+    let out = bub_as(&user, &elsewhere, &["init"], &answers).await;
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    let said = stdout(&out);
+    assert_eq!(
+        said.matches("invalid model \"nocolon\"").count(),
+        1,
+        "{said}"
+    );
+    assert!(said.contains("bub -w ~/bub-work chat"), "{said}");
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("model = \"local:test-model\"")
+            && text.contains(&format!("api_base = \"{}\"", env.model.base_url()))
+            && !text.contains("api_key")
+            && !text.contains("telegram"),
+        "{text}"
+    );
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+
+    // The file is what `bub run` uses, from another directory.
+    env.model.push_text("hello from init");
+    let out = bub_as(&user, &elsewhere, &["run", "hi"], "").await;
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "hello from init");
+    assert_eq!(env.model.recorded()[0].body["model"], "test-model");
+
+    // Never replaced without a yes; replaced with one.
+    let out = bub_as(&user, &elsewhere, &["init"], "\nopenai:gpt-4o-mini\n").await;
+    assert!(stdout(&out).contains("Left as it is."), "{}", stdout(&out));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
+    let out = bub_as(
+        &user,
+        &elsewhere,
+        &["init"],
+        "y\nopenai:gpt-4o-mini\nsk-new\n123:abc\n",
+    )
+    .await;
+    assert!(out.status.success(), "stderr: {}", stderr(&out));
+    let text = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        text.contains("model = \"openai:gpt-4o-mini\"")
+            && text.contains("api_key = \"sk-new\"")
+            && text.contains("telegram_enabled = true")
+            && text.contains("telegram_token = \"123:abc\""),
+        "{text}"
+    );
+    assert!(stdout(&out).contains("bub pair approve telegram CODE"));
+    assert!(
+        !stdout(&out).contains("sk-new"),
+        "the key is not echoed back"
+    );
+}
