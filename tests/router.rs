@@ -211,14 +211,11 @@ async fn command_output_is_escaped_and_cannot_close_the_block() {
 async fn unbalanced_quotes_are_a_clear_command_error() {
     let f = fixture();
     let route = f.router.route_user(",tool.describe \"fs.read").await;
-    assert!(
-        route.enter_model,
-        "a failed command falls back to the model"
-    );
-    assert!(
-        route.immediate_output.contains("unbalanced quotes"),
-        "{}",
-        route.immediate_output
+    assert!(!route.enter_model, "a typo costs no model call");
+    assert_eq!(
+        route.immediate_output,
+        "could not parse arguments of ,tool.describe: unbalanced quotes\n\
+         usage: ,tool.describe name=NAME"
     );
     assert_eq!(f.commands()[0]["status"], "error");
 }
@@ -297,5 +294,35 @@ async fn a_guest_may_read_the_workspace_but_nothing_outside_it() {
     assert_eq!(
         route.immediate_output,
         "`fs.write` is not allowed for guests in this chat"
+    );
+}
+
+#[tokio::test]
+async fn arguments_that_do_not_parse_are_answered_with_the_usage_line() {
+    let f = fixture();
+    let route = f.router.route_user(",tape.search").await;
+    assert!(!route.enter_model);
+    assert_eq!(
+        route.immediate_output,
+        "could not parse arguments of ,tape.search: missing required argument: query\n\
+         usage: ,tape.search query=QUERY [limit=N]"
+    );
+    // The model's own mistyped command is fed back to it with the usage line too.
+    let route = f.router.route_assistant(",tape.search limit=2").await;
+    assert!(
+        route
+            .next_prompt
+            .contains("usage: ,tape.search query=QUERY"),
+        "{}",
+        route.next_prompt
+    );
+    // A guest typing an owner's command gets the refusal, not its usage.
+    let f = fixture_as(guest());
+    let route = f.router.route_user(",model a b c").await;
+    assert!(!route.enter_model);
+    assert!(
+        route.immediate_output.contains("not allowed") && !route.immediate_output.contains("usage"),
+        "{}",
+        route.immediate_output
     );
 }

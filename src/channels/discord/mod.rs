@@ -495,7 +495,8 @@ mod tests {
 
     #[test]
     fn new_rejects_an_empty_token_and_keeps_it_out_of_errors() {
-        let mut s = Settings::with_defaults("/tmp/h".into(), "/tmp/w".into());
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Settings::with_defaults(dir.path().join("h"), dir.path().join("w"));
         let err = Discord::new(&s, Arc::new(Access::new(&s)))
             .err()
             .expect("no token")
