@@ -60,6 +60,55 @@ async fn help_runs_without_the_model() {
     assert_eq!(f.commands()[0]["name"], "help");
 }
 
+/// `,help` lists every command the caller may use, one line each, grouped, and how shell
+/// commands work: all of them for an owner, a guest's own for a guest; one chat message.
+#[tokio::test]
+async fn help_lists_the_commands_the_caller_may_use() {
+    for (f, shell) in [
+        (fixture(), "Anything else runs in the shell: ,git status"),
+        (
+            fixture_as(guest()),
+            "Shell commands (,git status) are not available to you here.",
+        ),
+    ] {
+        let help = f.router.route_user(",help").await.immediate_output;
+        assert!(help.len() < 4096, "one Telegram message: {help}");
+        assert!(help.contains(shell), "{help}");
+        let tools = f.router.route_user(",tools").await.immediate_output;
+        for line in tools.lines() {
+            let (name, description) = line.split_once(": ").unwrap();
+            assert!(
+                help.contains(&format!("\n,{name} — {description}\n"))
+                    || help.ends_with(&format!("\n,{name} — {description}")),
+                "{name} missing from: {help}"
+            );
+        }
+        assert_eq!(
+            help.matches("\n,").count(),
+            tools.lines().count(),
+            "only those: {help}"
+        );
+        assert!(
+            help.contains("\n\n,fs.") && help.contains("\n\n,tape.anchors — "),
+            "grouped: {help}"
+        );
+    }
+    let guest_help = fixture_as(guest())
+        .router
+        .route_user(",help")
+        .await
+        .immediate_output;
+    assert!(
+        !guest_help.contains(",bash") && !guest_help.contains(",model"),
+        "{guest_help}"
+    );
+    let owner_help = fixture().router.route_user(",help").await.immediate_output;
+    assert!(
+        owner_help.contains(",bash — ") && owner_help.contains(",model — "),
+        "{owner_help}"
+    );
+}
+
 #[tokio::test]
 async fn shell_commands_with_any_spacing_run_without_the_model() {
     let f = fixture();

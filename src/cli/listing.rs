@@ -3,6 +3,8 @@
 //! every row is escaped (`terminal::safe_line`): a guest's text cannot rewrite the screen, set
 //! the window title or write the clipboard.
 
+use std::path::Path;
+
 use chrono::{DateTime, NaiveDate, Utc};
 
 use crate::access::{Access, who};
@@ -73,9 +75,16 @@ pub fn memory(memory: &Memory) -> String {
     if out.len() == 1 && files.is_empty() {
         return format!(
             "No memory yet. Bub remembers what a message asks it to (`remember: I prefer metric \
-             units`) and what the model keeps with its memory.* tools; the global memory is \
-             {}, each chat's is a file beside it (`bub memory edit`).",
-            safe_line(&memory.path(&Scope::Global).display().to_string())
+             units`) and what the model keeps with its memory.* tools; it is kept in \
+             {} (`bub memory edit`).",
+            safe_line(
+                &memory
+                    .path(&Scope::Global)
+                    .parent()
+                    .unwrap_or(Path::new(""))
+                    .display()
+                    .to_string()
+            )
         );
     }
     for file in files {
