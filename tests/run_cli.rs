@@ -631,3 +631,40 @@ async fn listings_of_an_empty_home_say_how_things_get_there() {
         assert_eq!(printed.trim().lines().count(), 1, "{args:?}: {printed}");
     }
 }
+
+/// The model provider out of reach: the error names the host and port and whether a proxy
+/// (from the environment's rules) was used, without the proxy's credentials.
+#[tokio::test]
+async fn an_unreachable_model_provider_is_named_with_its_proxy() {
+    let mut env = Env::cli().await;
+    let closed = || {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let port = closed();
+    env.set("BUB_API_BASE", &format!("http://127.0.0.1:{port}/v1"));
+    let out = env.run(&["run", "hi"]).await;
+    assert_exit(
+        &out,
+        1,
+        &format!("cannot reach 127.0.0.1:{port} (no proxy): connection refused"),
+    );
+
+    let proxy = closed();
+    env.set("BUB_API_BASE", "http://model.invalid:8080/v1");
+    env.set(
+        "HTTP_PROXY",
+        &format!("http://user:secret@127.0.0.1:{proxy}"),
+    );
+    env.set("NO_PROXY", "");
+    let out = env.run(&["run", "hi"]).await;
+    assert_exit(
+        &out,
+        1,
+        &format!(
+            "cannot reach model.invalid:8080 (via proxy http://127.0.0.1:{proxy}): \
+             connection refused"
+        ),
+    );
+    assert!(!stderr(&out).contains("secret"), "{}", stderr(&out));
+}

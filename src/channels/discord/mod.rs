@@ -129,7 +129,15 @@ impl Discord {
             .map_err(|e| anyhow!("discord: cannot build the HTTP client: {e}"))?;
         let http = build_http(&token, &client, api_base.as_deref());
         Ok(Self {
-            rest: Arc::new(Rest::new(Arc::new(http), client.clone())),
+            rest: Arc::new(Rest::new(
+                Arc::new(http),
+                client.clone(),
+                reqwest::Url::parse(api_base.as_deref().unwrap_or(DEFAULT_DISCORD_API_BASE))
+                    .map_err(|e| {
+                        ConfigError::new("BUB_DISCORD_API_BASE", format!("not a valid URL: {e}"))
+                    })?,
+                crate::net::Route::configured(proxy),
+            )),
             token,
             api_base,
             proxied: proxy.is_some(),
@@ -169,7 +177,7 @@ impl Discord {
                 ))
             }
             Err(e) => {
-                tracing::warn!(error = %e, "discord.token_check_failed");
+                tracing::warn!(error = %format!("{e:#}"), "discord.token_check_failed");
                 Ok(())
             }
         }
