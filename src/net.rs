@@ -99,9 +99,9 @@ fn cause(error: &reqwest::Error) -> String {
 /// `http://user:secret@proxy:3128` → `http://proxy:3128`; text that is not a URL is not shown.
 fn without_credentials(proxy: &str) -> String {
     // reqwest takes `proxy:3128` as `http://proxy:3128`.
-    let parsed = Url::parse(proxy).or_else(|_| Url::parse(&format!("http://{proxy}")));
-    match parsed {
-        Ok(mut url) if url.host_str().is_some() => {
+    let with_host = |text: &str| Url::parse(text).ok().filter(|u| u.host_str().is_some());
+    match with_host(proxy).or_else(|| with_host(&format!("http://{proxy}"))) {
+        Some(mut url) => {
             let _ = url.set_username("");
             let _ = url.set_password(None);
             url.as_str().trim_end_matches('/').to_owned()
