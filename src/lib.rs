@@ -21,6 +21,7 @@ pub mod llm;
 pub mod logging;
 pub(crate) mod media;
 pub mod memory;
+pub mod net;
 pub mod redact;
 pub mod scheduler;
 pub mod skills;

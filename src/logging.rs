@@ -35,9 +35,9 @@ pub fn init(settings: &Settings, target: LogTarget<'_>) {
         }
         (LogTarget::File(path), format) => {
             if let Some(dir) = path.parent() {
-                let _ = std::fs::create_dir_all(dir);
+                let _ = crate::storage::create_private_dir(dir);
             }
-            match std::fs::OpenOptions::new()
+            match crate::storage::private_file()
                 .create(true)
                 .append(true)
                 .open(path)

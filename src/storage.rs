@@ -1,14 +1,40 @@
 //! Small state files under `BUB_HOME` (`jobs.json`, `access.json`): an exclusive advisory lock
 //! for read-modify-write across processes, atomic replacement, and a cheap [`Stamp`] to notice
-//! changes made by other processes.
+//! changes made by other processes; and the one way anything under `BUB_HOME` is created
+//! ([`create_private_dir`], [`private_file`]): for the owner only.
 //!
 //! Invariants: a reader never sees half a file (temp file in the same folder, fsync, rename,
-//! fsync of the folder); a file written with a mode gets it before it holds any data.
+//! fsync of the folder); a file written with a mode gets it before it holds any data; what Bub
+//! creates under `BUB_HOME` (`BUB_HOME` itself included) is created `0700` (folders) or `0600`
+//! (files) — what already exists keeps the mode it has (an operator's choice is not undone).
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
+
+/// The mode of a file Bub creates under `BUB_HOME`: tapes, memory, jobs, pairings, the usage
+/// ledger, the inbox journal and the logs are the owner's only.
+pub const PRIVATE_FILE: u32 = 0o600;
+/// The mode of a folder Bub creates under `BUB_HOME`, and of `BUB_HOME` when Bub creates it.
+pub const PRIVATE_DIR: u32 = 0o700;
+
+/// Creates `dir` and its missing parents with mode [`PRIVATE_DIR`] (existing ones are left as
+/// they are).
+pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(PRIVATE_DIR)
+        .create(dir)
+}
+
+/// Options that create a missing file with mode [`PRIVATE_FILE`] (an existing one keeps its
+/// mode); the caller adds how it opens it.
+pub fn private_file() -> OpenOptions {
+    let mut options = OpenOptions::new();
+    options.mode(PRIVATE_FILE);
+    options
+}
 use std::time::SystemTime;
 
 use anyhow::Context;
@@ -42,9 +68,9 @@ impl Stamp {
 /// when the returned file is dropped.
 pub(crate) fn lock(path: &Path) -> anyhow::Result<File> {
     if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        create_private_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    let file = OpenOptions::new()
+    let file = private_file()
         .create(true)
         .truncate(false)
         .write(true)
@@ -69,9 +95,9 @@ impl PidLock {
     /// Tries to take the lock on `path` without waiting.
     pub fn try_take(path: &Path) -> anyhow::Result<PidLock> {
         if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            create_private_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        let mut file = OpenOptions::new()
+        let mut file = private_file()
             .create(true)
             .truncate(false)
             .read(true)
@@ -98,10 +124,11 @@ impl PidLock {
 }
 
 /// Atomically replaces `path` with `body` (plus a final newline); `mode` (e.g. `0o600`) is set
-/// on the temp file before anything is written to it. The temp file is removed on failure.
+/// on the temp file before anything is written to it (without one the file is the temp file's
+/// [`PRIVATE_FILE`]). The temp file is removed on failure; a missing folder is created private.
 pub(crate) fn write_atomic(path: &Path, body: &[u8], mode: Option<u32>) -> anyhow::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    create_private_dir(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)
         .with_context(|| format!("creating a temp file in {}", dir.display()))?;
     if let Some(mode) = mode {

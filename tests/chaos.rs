@@ -134,8 +134,8 @@ async fn a_refusing_model_server_gets_each_chat_one_clear_error_and_the_daemon_s
         }
         assert_eq!(texts.len(), 1, "chat {chat}: {texts:?}");
         assert!(
-            texts[0].starts_with("Error: cannot reach the model provider")
-                && texts[0].contains("Connection refused"),
+            texts[0].starts_with("Error: cannot reach 127.0.0.1:")
+                && texts[0].contains(" (no proxy): connection refused"),
             "chat {chat}: {texts:?}"
         );
         assert!(!texts[0].contains("sk-test-secret"), "{texts:?}");

@@ -236,3 +236,38 @@ async fn discord_and_telegram_are_served_by_one_daemon() {
     assert!(daemon.stop().await.success());
     assert_eq!(discord.posted_messages().len(), 1, "exactly one reply");
 }
+
+/// A port on 127.0.0.1 nothing listens on.
+fn closed_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+/// Telegram out of reach: the error names the host and port and whether a proxy was used —
+/// the proxy's URL without its credentials — and never the bot token of the request's URL.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unreachable_telegram_is_named_with_its_proxy() {
+    let mut env = Env::new().await;
+    let port = closed_port();
+    env.set("BUB_TELEGRAM_API_BASE", &format!("http://127.0.0.1:{port}"));
+    let (status, log) = env.spawn(&["message"]).exit_with_log().await;
+    assert_eq!(status.code(), Some(1), "{log}");
+    let direct = format!("cannot reach 127.0.0.1:{port} (no proxy): connection refused");
+    assert!(log.contains(&direct), "{log}");
+
+    let proxy = closed_port();
+    env.set(
+        "BUB_TELEGRAM_PROXY",
+        &format!("http://user:secret@127.0.0.1:{proxy}"),
+    );
+    env.set("BUB_TELEGRAM_API_BASE", "https://api.telegram.org");
+    let (status, log) = env.spawn(&["message"]).exit_with_log().await;
+    assert_eq!(status.code(), Some(1), "{log}");
+    let via = format!(
+        "cannot reach api.telegram.org:443 (via proxy http://127.0.0.1:{proxy}): connection refused"
+    );
+    assert!(log.contains(&via), "{log}");
+    assert!(!log.contains("secret"), "{log}");
+    assert!(!log.contains(fake_telegram::TOKEN), "{log}");
+    assert!(env.model.requests().is_empty());
+}

@@ -677,3 +677,39 @@ async fn logs_carry_neither_the_token_nor_message_text() {
     );
     assert!(!text.contains(TOKEN), "token logged");
 }
+
+/// Discord's REST API out of reach: the error names the host and port and the proxy, without
+/// the proxy's credentials or the token.
+#[tokio::test]
+async fn an_unreachable_discord_is_named_with_its_proxy() {
+    let closed = || {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let (port, proxy) = (closed(), closed());
+    for (configured, route) in [
+        (None, "no proxy".to_owned()),
+        (
+            Some(format!("http://user:secret@127.0.0.1:{proxy}")),
+            format!("via proxy http://127.0.0.1:{proxy}"),
+        ),
+    ] {
+        let mut s = Settings::with_defaults(PathBuf::from("/nonexistent/home"), PathBuf::from("."));
+        s.discord.enabled = true;
+        s.discord.token = Some(TOKEN.into());
+        s.discord.api_base = format!("http://127.0.0.1:{port}/api/v10").into();
+        s.discord.proxy = configured.map(Into::into);
+        let discord = Discord::new(&s, Arc::new(Access::new(&s))).unwrap();
+        let err = bounded(discord.post(CHANNEL, "hi", None))
+            .await
+            .unwrap_err();
+        let text = format!("{err:#}");
+        assert!(
+            text.contains(&format!(
+                "cannot reach 127.0.0.1:{port} ({route}): connection refused"
+            )),
+            "{text}"
+        );
+        assert!(!text.contains("secret") && !text.contains(TOKEN), "{text}");
+    }
+}

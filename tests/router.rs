@@ -60,6 +60,55 @@ async fn help_runs_without_the_model() {
     assert_eq!(f.commands()[0]["name"], "help");
 }
 
+/// `,help` lists every command the caller may use, one line each, grouped, and how shell
+/// commands work: all of them for an owner, a guest's own for a guest; one chat message.
+#[tokio::test]
+async fn help_lists_the_commands_the_caller_may_use() {
+    for (f, shell) in [
+        (fixture(), "Anything else runs in the shell: ,git status"),
+        (
+            fixture_as(guest()),
+            "Shell commands (,git status) are not available to you here.",
+        ),
+    ] {
+        let help = f.router.route_user(",help").await.immediate_output;
+        assert!(help.len() < 4096, "one Telegram message: {help}");
+        assert!(help.contains(shell), "{help}");
+        let tools = f.router.route_user(",tools").await.immediate_output;
+        for line in tools.lines() {
+            let (name, description) = line.split_once(": ").unwrap();
+            assert!(
+                help.contains(&format!("\n,{name} — {description}\n"))
+                    || help.ends_with(&format!("\n,{name} — {description}")),
+                "{name} missing from: {help}"
+            );
+        }
+        assert_eq!(
+            help.matches("\n,").count(),
+            tools.lines().count(),
+            "only those: {help}"
+        );
+        assert!(
+            help.contains("\n\n,fs.") && help.contains("\n\n,tape.anchors — "),
+            "grouped: {help}"
+        );
+    }
+    let guest_help = fixture_as(guest())
+        .router
+        .route_user(",help")
+        .await
+        .immediate_output;
+    assert!(
+        !guest_help.contains(",bash") && !guest_help.contains(",model"),
+        "{guest_help}"
+    );
+    let owner_help = fixture().router.route_user(",help").await.immediate_output;
+    assert!(
+        owner_help.contains(",bash — ") && owner_help.contains(",model — "),
+        "{owner_help}"
+    );
+}
+
 #[tokio::test]
 async fn shell_commands_with_any_spacing_run_without_the_model() {
     let f = fixture();
@@ -211,14 +260,11 @@ async fn command_output_is_escaped_and_cannot_close_the_block() {
 async fn unbalanced_quotes_are_a_clear_command_error() {
     let f = fixture();
     let route = f.router.route_user(",tool.describe \"fs.read").await;
-    assert!(
-        route.enter_model,
-        "a failed command falls back to the model"
-    );
-    assert!(
-        route.immediate_output.contains("unbalanced quotes"),
-        "{}",
-        route.immediate_output
+    assert!(!route.enter_model, "a typo costs no model call");
+    assert_eq!(
+        route.immediate_output,
+        "could not parse arguments of ,tool.describe: unbalanced quotes\n\
+         usage: ,tool.describe name=NAME"
     );
     assert_eq!(f.commands()[0]["status"], "error");
 }
@@ -297,5 +343,35 @@ async fn a_guest_may_read_the_workspace_but_nothing_outside_it() {
     assert_eq!(
         route.immediate_output,
         "`fs.write` is not allowed for guests in this chat"
+    );
+}
+
+#[tokio::test]
+async fn arguments_that_do_not_parse_are_answered_with_the_usage_line() {
+    let f = fixture();
+    let route = f.router.route_user(",tape.search").await;
+    assert!(!route.enter_model);
+    assert_eq!(
+        route.immediate_output,
+        "could not parse arguments of ,tape.search: missing required argument: query\n\
+         usage: ,tape.search query=QUERY [limit=N]"
+    );
+    // The model's own mistyped command is fed back to it with the usage line too.
+    let route = f.router.route_assistant(",tape.search limit=2").await;
+    assert!(
+        route
+            .next_prompt
+            .contains("usage: ,tape.search query=QUERY"),
+        "{}",
+        route.next_prompt
+    );
+    // A guest typing an owner's command gets the refusal, not its usage.
+    let f = fixture_as(guest());
+    let route = f.router.route_user(",model a b c").await;
+    assert!(!route.enter_model);
+    assert!(
+        route.immediate_output.contains("not allowed") && !route.immediate_output.contains("usage"),
+        "{}",
+        route.immediate_output
     );
 }

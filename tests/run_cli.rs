@@ -557,3 +557,116 @@ async fn a_turn_records_its_steps_in_order() {
         "hello"
     );
 }
+
+/// A mistyped comma command (no `path`, a key the tool does not take, a word where a
+/// `key=value` belongs, a bad number) is answered with the error and the tool's usage line, is
+/// recorded on the tape, and costs no model call.
+#[tokio::test]
+async fn a_mistyped_comma_command_gets_its_usage_line_and_no_model_call() {
+    let env = Env::cli().await;
+    let usage = "usage: ,fs.read path=PATH [offset=N] [limit=N]";
+    for (typed, error) in [
+        (",fs.read", "missing required argument: path"),
+        (",fs.read path=a.txt lenght=3", "unknown argument: lenght"),
+        (",fs.read a.txt", "unexpected argument: a.txt"),
+        (
+            ",fs.read path=a.txt limit=many",
+            "argument limit: expected integer",
+        ),
+    ] {
+        let out = env.run(&["run", typed]).await;
+        assert!(out.status.success(), "{typed}: {}", stderr(&out));
+        let printed = stdout(&out);
+        assert!(
+            printed.contains(&format!("could not parse arguments of ,fs.read: {error}"))
+                && printed.contains(usage),
+            "{typed}: {printed}"
+        );
+    }
+    assert_eq!(env.model.request_count(), 0, "no model call for a typo");
+    let recorded: Vec<Value> = env
+        .tape_entries()
+        .into_iter()
+        .filter(|e| e["kind"] == "event" && e["payload"]["name"] == "command")
+        .map(|e| e["payload"]["data"].clone())
+        .collect();
+    assert_eq!(recorded.len(), 4, "{recorded:?}");
+    assert!(
+        recorded
+            .iter()
+            .all(|c| c["status"] == "error"
+                && c["output"].as_str().unwrap_or_default().ends_with(usage)),
+        "{recorded:?}"
+    );
+
+    // A tool that runs and fails still goes to the model, as before.
+    env.model.push_text("There is no such file.");
+    let out = env.run(&["run", ",fs.read path=missing.txt"]).await;
+    assert!(
+        stdout(&out).contains("There is no such file."),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(env.model.request_count(), 1);
+}
+
+/// On an empty `BUB_HOME` the listings say what is missing and how it comes, not a bare header.
+#[tokio::test]
+async fn listings_of_an_empty_home_say_how_things_get_there() {
+    let env = Env::cli().await;
+    for (args, expected) in [
+        (
+            &["memory", "list"][..],
+            "No memory yet. Bub remembers what a message asks it to",
+        ),
+        (&["jobs", "list"], "No scheduled jobs. Ask Bub in a chat"),
+        (
+            &["pair", "list"],
+            "No pairing requests and no paired users.",
+        ),
+        (&["usage"], "no model calls recorded yet:"),
+    ] {
+        let out = env.run(args).await;
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        let printed = stdout(&out);
+        assert!(printed.starts_with(expected), "{args:?}: {printed}");
+        assert_eq!(printed.trim().lines().count(), 1, "{args:?}: {printed}");
+    }
+}
+
+/// The model provider out of reach: the error names the host and port and whether a proxy
+/// (from the environment's rules) was used, without the proxy's credentials.
+#[tokio::test]
+async fn an_unreachable_model_provider_is_named_with_its_proxy() {
+    let mut env = Env::cli().await;
+    let closed = || {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let port = closed();
+    env.set("BUB_API_BASE", &format!("http://127.0.0.1:{port}/v1"));
+    let out = env.run(&["run", "hi"]).await;
+    assert_exit(
+        &out,
+        1,
+        &format!("cannot reach 127.0.0.1:{port} (no proxy): connection refused"),
+    );
+
+    let proxy = closed();
+    env.set("BUB_API_BASE", "http://model.invalid:8080/v1");
+    env.set(
+        "HTTP_PROXY",
+        &format!("http://user:secret@127.0.0.1:{proxy}"),
+    );
+    env.set("NO_PROXY", "");
+    let out = env.run(&["run", "hi"]).await;
+    assert_exit(
+        &out,
+        1,
+        &format!(
+            "cannot reach model.invalid:8080 (via proxy http://127.0.0.1:{proxy}): \
+             connection refused"
+        ),
+    );
+    assert!(!stderr(&out).contains("secret"), "{}", stderr(&out));
+}

@@ -15,6 +15,7 @@ mod discord;
 mod durability;
 mod fakes;
 mod fallback;
+mod file_modes;
 mod gemini;
 mod guests;
 mod jobs;

@@ -3,7 +3,8 @@
 //!
 //! Every executed command is recorded on the tape as a `command` event; a failed human command
 //! falls back into the model as an escaped `<command>` block — unless the turn's policy refused
-//! it (a guest's `,ls`): then the refusal is the answer and the model is not called.
+//! it (a guest's `,ls`) or its arguments did not parse (`,fs.read` without `path`): then the
+//! refusal, or the error and the tool's usage line, is the answer and the model is not called.
 
 use std::time::Instant;
 
@@ -40,8 +41,9 @@ pub(crate) struct CommandOutcome {
     pub output: String,
     /// `,quit` succeeded.
     pub exit: bool,
-    /// The turn's policy refused the command.
-    pub refused: bool,
+    /// The failure is the answer and the model is not asked: the turn's policy refused the
+    /// command, or its arguments did not parse (the error and the usage line).
+    pub answered: bool,
 }
 
 impl CommandOutcome {
@@ -103,7 +105,7 @@ impl Router {
                 ..Default::default()
             };
         }
-        if outcome.ok || outcome.refused {
+        if outcome.ok || outcome.answered {
             return UserRoute {
                 immediate_output: outcome.output,
                 ..Default::default()
@@ -245,7 +247,7 @@ impl Router {
                 ok: false,
                 output: "the bash tool is not enabled in this session".into(),
                 exit: false,
-                refused: false,
+                answered: false,
             };
         }
         self.run_tool("bash", args).await
@@ -254,7 +256,7 @@ impl Router {
     /// Runs a tool through the registry (policy, redaction) as a command.
     async fn run_tool(&self, name: &str, args: Value) -> CommandOutcome {
         let registry = self.ctx.registry();
-        let (ok, output, refused) = match registry.execute(name, args, self.ctx.clone()).await {
+        let (ok, output, answered) = match registry.execute(name, args, self.ctx.clone()).await {
             Ok(out) => (true, out, false),
             Err(e) => (false, e.to_string(), matches!(e, ToolError::Refused(_))),
         };
@@ -263,39 +265,65 @@ impl Router {
             ok,
             output,
             exit: false,
-            refused,
+            answered,
         }
     }
 
+    /// Runs a tool's command. Arguments that do not parse (unbalanced quotes, a word or key the
+    /// tool does not take, a missing or mistyped value) are answered with the error and the
+    /// tool's usage line, before the tool runs — unless the policy refuses the tool anyway
+    /// (then the refusal is the answer, as for any call).
     async fn run_internal(&self, cmd: &ParsedCommand) -> CommandOutcome {
         let name = cmd.name.clone();
-        let Some(words) = &cmd.args else {
-            return CommandOutcome {
-                name: name.clone(),
-                ok: false,
-                output: format!("could not parse arguments of ,{name}: unbalanced quotes"),
-                exit: false,
-                refused: false,
-            };
+        let parsed = match &cmd.args {
+            None => Err(ToolError::invalid("unbalanced quotes")),
+            Some(words) => self.command_args(&name, words),
         };
-        let (mut kwargs, positional) = commands::parse_kv(words);
-        if let Some(first) = positional.first() {
-            let key = match name.as_str() {
-                "tool.describe" => Some("name"),
-                "tape.handoff" => Some("name"),
-                "tape.search" => Some("query"),
-                "model" => Some("model"),
-                _ => None,
-            };
-            if let Some(key) = key {
-                kwargs
-                    .entry(key)
-                    .or_insert_with(|| Value::String(first.clone()));
+        let args = match parsed {
+            Ok(args) => args,
+            Err(e) if self.ctx.turn.policy.allows(&name) => {
+                let usage = self.ctx.registry().get(&name).map(|t| t.usage());
+                return CommandOutcome {
+                    name: name.clone(),
+                    ok: false,
+                    output: format!(
+                        "could not parse arguments of ,{name}: {e}\nusage: {}",
+                        usage.unwrap_or_default()
+                    ),
+                    exit: false,
+                    answered: true,
+                };
             }
-        }
-        let mut outcome = self.run_tool(&name, Value::Object(kwargs)).await;
+            // Refused by the policy in `run_tool`, before anything about the tool is shown.
+            Err(_) => Value::Null,
+        };
+        let mut outcome = self.run_tool(&name, args).await;
         outcome.exit = outcome.ok && name == "quit" && outcome.output == "exit";
         outcome
+    }
+
+    /// A command's words as the tool's arguments: `key=value` pairs, and a first bare word for
+    /// the tools that take one (`,tool.describe fs.read`), parsed as the tool's.
+    fn command_args(&self, name: &str, words: &[String]) -> Result<Value, ToolError> {
+        let (mut kwargs, positional) = commands::parse_kv(words);
+        let mut positional = positional.into_iter();
+        let key = match name {
+            "tool.describe" | "tape.handoff" => Some("name"),
+            "tape.search" => Some("query"),
+            "model" => Some("model"),
+            _ => None,
+        };
+        if let Some(key) = key.filter(|k| !kwargs.contains_key(*k))
+            && let Some(first) = positional.next()
+        {
+            kwargs.insert(key.to_owned(), Value::String(first));
+        }
+        if let Some(word) = positional.next() {
+            return Err(ToolError::invalid(format!("unexpected argument: {word}")));
+        }
+        let tool = self.ctx.registry().get(name);
+        let tool = tool.ok_or_else(|| ToolError::Unknown(format!("unknown tool: {name}")))?;
+        tool.parse_command(kwargs)
     }
 }
 

@@ -184,11 +184,12 @@ pub fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Result<Exit
             let scope = session.clone().map_or(Scope::Global, Scope::Chat);
             let path = memory.path(&scope);
             if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)?;
+                crate::storage::create_private_dir(dir)?;
             }
-            if !path.exists() {
-                std::fs::write(&path, "")?;
-            }
+            crate::storage::private_file()
+                .create(true)
+                .append(true)
+                .open(&path)?;
             let editor = std::env::var("VISUAL")
                 .or_else(|_| std::env::var("EDITOR"))
                 .unwrap_or_else(|_| "vi".to_owned());

@@ -49,7 +49,7 @@ impl LineEditor {
             })),
         );
         if let Some(dir) = history.parent() {
-            std::fs::create_dir_all(dir)?;
+            crate::storage::create_private_dir(dir)?;
         }
         if history.exists() {
             editor.load_history(&history)?;

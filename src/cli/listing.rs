@@ -3,6 +3,8 @@
 //! every row is escaped (`terminal::safe_line`): a guest's text cannot rewrite the screen, set
 //! the window title or write the clipboard.
 
+use std::path::Path;
+
 use chrono::{DateTime, NaiveDate, Utc};
 
 use crate::access::{Access, who};
@@ -15,7 +17,14 @@ use crate::terminal::safe_line;
 pub fn pairs(access: &Access, now: DateTime<Utc>) -> String {
     let pending = access.pending(now);
     let mut out = Vec::new();
-    if pending.is_empty() {
+    if pending.is_empty() && access.file().users.is_empty() {
+        out.push(
+            "No pairing requests and no paired users. Someone the allow-lists do not admit who \
+             writes to the bot in a private chat gets a code; approve it with \
+             `bub pair approve <channel> <code>`."
+                .to_owned(),
+        );
+    } else if pending.is_empty() {
         out.push("(no pending requests)".to_owned());
     }
     for note in access.flood_notes(now) {
@@ -63,6 +72,21 @@ pub fn memory(memory: &Memory) -> String {
         .map(|d| d.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
     files.sort();
+    if out.len() == 1 && files.is_empty() {
+        return format!(
+            "No memory yet. Bub remembers what a message asks it to (`remember: I prefer metric \
+             units`) and what the model keeps with its memory.* tools; it is kept in \
+             {} (`bub memory edit`).",
+            safe_line(
+                &memory
+                    .path(&Scope::Global)
+                    .parent()
+                    .unwrap_or(Path::new(""))
+                    .display()
+                    .to_string()
+            )
+        );
+    }
     for file in files {
         let text = std::fs::read_to_string(&file).unwrap_or_default();
         let name = file.file_stem().unwrap_or_default().to_string_lossy();
@@ -83,7 +107,11 @@ pub fn jobs(store: &dyn JobStore) -> anyhow::Result<String> {
     let jobs = store.list()?;
     let mut out = Vec::new();
     if jobs.is_empty() {
-        out.push("(no scheduled jobs)".to_owned());
+        out.push(format!(
+            "No scheduled jobs. Ask Bub in a chat (\"every weekday at 9, send me the news\"): \
+             the model adds jobs with schedule.add; they are kept in {}.",
+            store.location()
+        ));
     }
     out.extend(jobs.iter().map(|job| job.row(true)));
     // The error names the rejected file itself.

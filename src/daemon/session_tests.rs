@@ -426,7 +426,8 @@ async fn shutdown_starts_no_new_turn_and_leaves_the_batch_in_the_inbox() {
 
 #[tokio::test(start_paused = true)]
 async fn out_of_range_durations_in_settings_neither_panic_nor_fire() {
-    let mut s = Settings::with_defaults("/nonexistent/home".into(), "/nonexistent/ws".into());
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Settings::with_defaults(dir.path().join("home"), dir.path().join("ws"));
     // Loaded settings are bounded; these come from code that builds `Settings` itself.
     s.message_debounce = Duration::from_secs(u64::MAX / 2); // overflows `now + debounce`
     s.session_idle = Duration::MAX;

@@ -95,7 +95,7 @@ fn first_part(text: &str, limit: usize) -> Option<String> {
 /// Writes `text` as [`ANSWER_FILE`] in a new folder of `spool` (removed when the returned
 /// value is dropped); folders left behind for [`LEFT_BEHIND`] are removed first.
 fn spool_file(spool: &Path, text: &str) -> anyhow::Result<tempfile::TempDir> {
-    std::fs::create_dir_all(spool)?;
+    crate::storage::create_private_dir(spool)?;
     let now = SystemTime::now();
     for entry in std::fs::read_dir(spool)?.flatten() {
         let modified = entry.metadata().and_then(|m| m.modified());
@@ -106,7 +106,11 @@ fn spool_file(spool: &Path, text: &str) -> anyhow::Result<tempfile::TempDir> {
     let folder = tempfile::Builder::new()
         .prefix("answer-")
         .tempdir_in(spool)?;
-    std::fs::write(folder.path().join(ANSWER_FILE), text)?;
+    let mut file = crate::storage::private_file()
+        .create_new(true)
+        .write(true)
+        .open(folder.path().join(ANSWER_FILE))?;
+    std::io::Write::write_all(&mut file, text.as_bytes())?;
     Ok(folder)
 }
 

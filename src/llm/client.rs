@@ -42,6 +42,8 @@ pub struct LlmClient {
     /// value marked sensitive.
     auth: Option<(HeaderName, HeaderValue)>,
     http: reqwest::Client,
+    /// How `http` reaches the provider (for connection errors).
+    route: crate::net::Route,
 }
 
 impl std::fmt::Debug for LlmClient {
@@ -72,7 +74,7 @@ impl From<reqwest::Error> for Failure {
         let error = if e.is_builder() {
             LlmError::Config(describe(&e))
         } else {
-            LlmError::Connect(describe(&e))
+            LlmError::Connect(format!("cannot reach the model provider: {}", describe(&e)))
         };
         error.into()
     }
@@ -160,6 +162,10 @@ impl LlmClient {
             stream_endpoint,
             auth,
             http,
+            route: match local {
+                true => crate::net::Route::Direct,
+                false => crate::net::Route::System,
+            },
         })
     }
 
@@ -319,7 +325,12 @@ impl LlmClient {
         if sink.is_some() {
             request = request.header(ACCEPT, "text/event-stream");
         }
-        let resp = request.send().await?;
+        let resp = request.send().await.map_err(|e| {
+            match crate::net::unreachable(&e, endpoint, &self.route) {
+                Some(text) => LlmError::Connect(text).into(),
+                None => Failure::from(e),
+            }
+        })?;
         let status = resp.status();
         if !status.is_success() {
             let retry_after = resp

@@ -161,8 +161,9 @@ pub enum LlmError {
         message: String,
         wait: crate::time::WaitTooLong,
     },
-    /// The provider could not be reached (DNS, refused connection, reset, ...).
-    #[error("cannot reach the model provider: {0}")]
+    /// The provider could not be reached (DNS, refused connection, reset, ...): the text says
+    /// where and how (`cannot reach api.openai.com:443 (no proxy): connection refused`).
+    #[error("{0}")]
     Connect(String),
     /// The provider answered 2xx but the body is not a usable chat completion.
     #[error("invalid response from the model provider: {0}")]

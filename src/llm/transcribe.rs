@@ -41,17 +41,27 @@ impl Transcriber {
         if let Some(timeout) = self.timeout {
             request = request.timeout(timeout);
         }
-        let response = request.send().await.map_err(|e| match e.is_timeout() {
-            true => LlmError::Timeout {
-                seconds: self.timeout.map_or(0.0, |t| t.as_secs_f64()),
-            },
-            false => LlmError::Connect(e.without_url().to_string()),
+        let response = request.send().await.map_err(|e| {
+            let route = crate::net::Route::System;
+            match (e.is_timeout(), e.url().cloned()) {
+                (true, _) => LlmError::Timeout {
+                    seconds: self.timeout.map_or(0.0, |t| t.as_secs_f64()),
+                },
+                (false, Some(url))
+                    if let Some(text) = crate::net::unreachable(&e, &url, &route) =>
+                {
+                    LlmError::Connect(text)
+                }
+                _ => LlmError::Connect(format!(
+                    "cannot reach the transcription service: {}",
+                    e.without_url()
+                )),
+            }
         })?;
         let status = response.status();
-        let body = response
-            .text()
-            .await
-            .map_err(|e| LlmError::Connect(e.without_url().to_string()))?;
+        let body = response.text().await.map_err(|e| {
+            LlmError::Connect(format!("the transcription service: {}", e.without_url()))
+        })?;
         if !status.is_success() {
             return Err(LlmError::Http {
                 status: status.as_u16(),

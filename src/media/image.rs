@@ -273,7 +273,7 @@ impl Entry {
     /// [`MAX_CACHED`].
     fn write(&self, made: &Result<Vec<u8>, String>) -> anyhow::Result<()> {
         use std::io::Write;
-        std::fs::create_dir_all(&self.dir)?;
+        crate::storage::create_private_dir(&self.dir)?;
         let (bytes, extension) = match made {
             Ok(jpeg) => (jpeg.as_slice(), "jpg"),
             Err(note) => (note.as_bytes(), "note"),

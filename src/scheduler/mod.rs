@@ -21,7 +21,7 @@ pub mod job;
 pub mod plan;
 pub mod store;
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -219,9 +219,9 @@ impl Scheduler {
     /// Takes the owner lock, retrying until it is free or `shutdown`; `None` on shutdown.
     async fn become_owner(&self, shutdown: &CancellationToken) -> anyhow::Result<Option<File>> {
         if let Some(dir) = self.owner_lock.parent() {
-            std::fs::create_dir_all(dir)?;
+            crate::storage::create_private_dir(dir)?;
         }
-        let file = OpenOptions::new()
+        let file = crate::storage::private_file()
             .create(true)
             .truncate(false)
             .write(true)

@@ -15,7 +15,7 @@
 //! with the largest id makes every further append an error ("tape id space exhausted"), with
 //! nothing written; `,tape.reset` starts the tape afresh.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 
@@ -89,7 +89,8 @@ impl FileTape {
     /// A tape stored at `path` (its parent directory is created).
     pub fn open_path(path: PathBuf, name: String) -> anyhow::Result<FileTape> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            crate::storage::create_private_dir(dir)
+                .with_context(|| format!("creating {}", dir.display()))?;
         }
         Ok(FileTape {
             path,
@@ -112,7 +113,7 @@ impl FileTape {
     /// lock. `None` when the file does not exist and `lock` is shared (nothing to read).
     pub(crate) fn open_locked(&self, lock: Lock) -> anyhow::Result<Option<File>> {
         for _ in 0..64 {
-            let mut opts = OpenOptions::new();
+            let mut opts = crate::storage::private_file();
             opts.read(true);
             if lock == Lock::Exclusive {
                 opts.append(true).create(true);
@@ -124,7 +125,7 @@ impl FileTape {
                 }
                 Err(e) if e.kind() == ErrorKind::NotFound => {
                     if let Some(dir) = self.path.parent() {
-                        std::fs::create_dir_all(dir)?;
+                        crate::storage::create_private_dir(dir)?;
                     }
                     continue;
                 }
@@ -300,7 +301,13 @@ impl FileTape {
         let mut tmp = self.path.as_os_str().to_owned();
         tmp.push(format!(".tmp-{}", std::process::id()));
         let tmp = PathBuf::from(tmp);
-        std::fs::write(&tmp, &buf).with_context(|| format!("writing {}", tmp.display()))?;
+        crate::storage::private_file()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)
+            .and_then(|mut file| std::io::Write::write_all(&mut file, &buf))
+            .with_context(|| format!("writing {}", tmp.display()))?;
         std::fs::rename(&tmp, &self.path)
             .with_context(|| format!("replacing {}", self.path.display()))?;
         let _ = old.unlock();

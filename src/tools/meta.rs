@@ -6,23 +6,37 @@ use serde::Deserialize;
 use super::registry::NoArgs;
 use super::{Tool, ToolContext, ToolError};
 
-const HELP: &str = "Commands start with ',' at the beginning of a line.
-Known names run internal tools; anything else runs in the shell (bash).
+/// How commands work, above the list of the ones the turn may use.
+const HELP_INTRO: &str = "Commands start with ',' at the beginning of a line. A tool's name runs \
+that tool (,fs.read path=README.md; ,tool.describe fs.read shows its arguments).";
 
-  ,help                          this help
-  ,tools                         list the tools
-  ,tool.describe name=fs.read    show a tool's details (alias ,tool)
-  ,tape.info                     tape summary (alias ,tape)
-  ,tape.search query=...         search the conversation history
-  ,tape.anchors                  list anchors
-  ,tape.handoff name=phase-2 summary=...   start a new context phase
-  ,tape.reset archive=true       archive the tape and start over
-  ,model [provider:model]        show or switch this session's model
-  ,usage                         this session's tokens and cost, today and this month
-  ,git status                    any other command runs in the shell
-  ,quit                          leave
-
-Mention $name (e.g. $fs.read) in a message to show that tool's details to the model.";
+/// `,help`: how commands work and the commands the turn's policy allows, one line each (name and
+/// short description), grouped by the name's prefix (`fs.*`, `tape.*`; names without one
+/// first), then how shell commands work — short enough for one chat message.
+fn help(ctx: &ToolContext) -> String {
+    let policy = &ctx.turn.policy;
+    let mut groups: Vec<(&str, Vec<String>)> = Vec::new();
+    let allowed = ctx.registry().tools().filter(|t| policy.allows(&t.name));
+    let (plain, dotted): (Vec<_>, Vec<_>) = allowed.partition(|t| !t.name.contains('.'));
+    for tool in plain.into_iter().chain(dotted) {
+        let group = tool.name.split_once('.').map_or("", |(prefix, _)| prefix);
+        let line = format!(",{} — {}", tool.name, tool.description);
+        match groups.last_mut() {
+            Some((last, lines)) if *last == group => lines.push(line),
+            _ => groups.push((group, vec![line])),
+        }
+    }
+    let shell = match ctx.registry().get("bash").is_some() && policy.allows("bash") {
+        true => "Anything else runs in the shell: ,git status",
+        false => "Shell commands (,git status) are not available to you here.",
+    };
+    let lists: Vec<String> = groups.into_iter().map(|(_, l)| l.join("\n")).collect();
+    format!(
+        "{HELP_INTRO}\n{shell}\nAliases: ,tool = ,tool.describe; ,tape = ,tape.info. Mention \
+         $name (e.g. $fs.read) in a message to show the model that tool's details.\n\n{}",
+        lists.join("\n\n")
+    )
+}
 
 #[derive(Deserialize, JsonSchema)]
 struct DescribeArgs {
@@ -34,9 +48,12 @@ struct DescribeArgs {
 /// person types: not offered to the model).
 pub(crate) fn tools() -> Vec<Tool> {
     vec![
-        Tool::new("help", "Show command help", HELP, |_: NoArgs, _| async {
-            Ok(HELP.to_string())
-        })
+        Tool::new(
+            "help",
+            "Show command help",
+            "How comma commands work, and one line for each command this turn may use.",
+            |_: NoArgs, ctx: ToolContext| async move { Ok(help(&ctx)) },
+        )
         .command_only(),
         Tool::new(
             "tools",

@@ -77,7 +77,6 @@ impl SessionModels {
 
     /// Keeps `model` for `session` (`None` removes its entry: it follows `BUB_MODEL`).
     fn set(&self, session: &str, model: Option<&Model>) -> anyhow::Result<()> {
-        std::fs::create_dir_all(self.path.parent().unwrap_or(Path::new(".")))?;
         let _lock = storage::lock(&self.lock_path)?;
         let mut file = self.load()?;
         match model {

@@ -24,6 +24,9 @@ pub type ToolFuture = Pin<Box<dyn Future<Output = Result<String, ToolError>> + S
 
 type Handler = Arc<dyn Fn(Value, ToolContext) -> ToolFuture + Send + Sync>;
 
+/// Parses (coerced) arguments into the tool's argument struct and drops them: whether they fit.
+type Check = Arc<dyn Fn(Value) -> Result<(), ToolError> + Send + Sync>;
+
 /// A failed tool call. Its text reaches the user and the model verbatim, whatever the kind;
 /// the kind says where the call stopped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -132,6 +135,7 @@ pub struct Tool {
     /// (`help`, `tools`, `quit`): their specs would cost tokens on every call for nothing.
     pub offered: bool,
     handler: Handler,
+    check: Check,
 }
 
 impl Tool {
@@ -155,7 +159,57 @@ impl Tool {
                 Ok(args) => Box::pin(handler(args, ctx)),
                 Err(e) => Box::pin(std::future::ready(Err(e))),
             }),
+            check: Arc::new(|args| parse_args::<A>(args).map(drop)),
         }
+    }
+
+    /// A comma command's `key=value` arguments parsed as this tool's, before it runs: no key
+    /// it does not take, string values coerced to the schema's types, required ones present,
+    /// and the argument struct parsed. An error is [`ToolError::InvalidArguments`] and says what
+    /// is wrong; [`Self::usage`] says what is right.
+    pub(crate) fn parse_command(&self, args: Map<String, Value>) -> Result<Value, ToolError> {
+        let properties = self.schema["properties"].as_object();
+        if let Some(key) = args
+            .keys()
+            .find(|k| properties.is_none_or(|p| !p.contains_key(*k)))
+        {
+            return Err(ToolError::invalid(format!("unknown argument: {key}")));
+        }
+        let args = coerce_args(&self.schema, Value::Object(args))?;
+        (self.check)(args.clone())?;
+        Ok(args)
+    }
+
+    /// The comma command's usage line, from the schema: `,fs.read path=PATH [offset=N]
+    /// [limit=N]` (required arguments first, optional ones in brackets).
+    pub(crate) fn usage(&self) -> String {
+        let required: Vec<&str> = self.schema["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let mut words = vec![format!(",{}", self.name)];
+        let properties = self.schema["properties"].as_object().into_iter().flatten();
+        let (first, rest): (Vec<_>, Vec<_>) =
+            properties.partition(|(key, _)| required.contains(&key.as_str()));
+        for (key, property) in first.into_iter().chain(rest) {
+            let value = match (property.get("enum"), property["type"].as_str()) {
+                (Some(Value::Array(choices)), _) => choices
+                    .iter()
+                    .map(|c| c.as_str().map_or_else(|| c.to_string(), str::to_owned))
+                    .collect::<Vec<_>>()
+                    .join("|"),
+                (_, Some("integer" | "number")) => "N".to_owned(),
+                (_, Some("boolean")) => "true|false".to_owned(),
+                _ => key.to_uppercase(),
+            };
+            words.push(match required.contains(&key.as_str()) {
+                true => format!("{key}={value}"),
+                false => format!("[{key}={value}]"),
+            });
+        }
+        words.join(" ")
     }
 
     /// Declares what the tool's arguments reach.
@@ -544,6 +598,11 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// Settings whose home and workspace are inside `dir` (the tape is written there).
+    fn settings_in(dir: &std::path::Path) -> crate::config::Settings {
+        crate::config::Settings::with_defaults(dir.join("home"), dir.join("ws"))
+    }
+
     fn noop(name: &str) -> Tool {
         Tool::new(name, "d", "", |_: NoArgs, _| async { Ok("ok".to_string()) })
     }
@@ -588,8 +647,9 @@ mod tests {
         let tool = Tool::new("t", "d", "", |a: Args, _| async move {
             Ok(format!("{} {:?} {}", a.path, a.limit, a.all))
         });
+        let dir = tempfile::tempdir().unwrap();
         let ctx = ToolContext::standalone(
-            crate::config::Settings::with_defaults("/nonexistent".into(), "/nonexistent".into()),
+            settings_in(dir.path()),
             Registry::new(Vec::new(), &[]),
             "cli",
             crate::access::Authority::terminal(),
@@ -611,8 +671,8 @@ mod tests {
     /// Where a call stopped is its error's kind; the text is what the model is told.
     #[tokio::test]
     async fn a_failed_call_says_whether_the_name_the_arguments_or_the_policy_stopped_it() {
-        let settings =
-            crate::config::Settings::with_defaults("/nonexistent".into(), "/nonexistent".into());
+        let dir = tempfile::tempdir().unwrap();
+        let settings = settings_in(dir.path());
         let registry = Registry::new(vec![noop("fs.read"), noop("bash")], &[]);
         let mut guest = crate::access::Authority::terminal();
         guest.role = crate::access::Role::Guest;

@@ -15,9 +15,9 @@
 mod report;
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -231,11 +231,10 @@ impl Ledger {
         line.push(b'\n');
         self.with_state_mut(|state, today| {
             let _lock = crate::storage::lock(&self.lock)?;
-            let mut file = OpenOptions::new()
+            let mut file = crate::storage::private_file()
                 .create(true)
                 .read(true)
                 .append(true)
-                .mode(0o600)
                 .open(&self.path)
                 .with_context(|| format!("opening {}", self.path.display()))?;
             // After a torn append (a crash, a full disk) the next line starts on a new line.

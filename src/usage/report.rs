@@ -168,10 +168,15 @@ impl Summary {
 
     /// The table for a terminal (session names escaped: they come from chats).
     pub fn render(&self) -> String {
-        let mut lines = Vec::new();
         if self.rows.is_empty() {
-            lines.push("no model calls recorded".to_owned());
+            return match self.since {
+                Some(day) => format!("no model calls recorded since {day}"),
+                None => "no model calls recorded yet: every call a turn makes is counted here \
+                         (tokens, cache hits, cost when the model is priced)"
+                    .to_owned(),
+            };
         }
+        let mut lines = Vec::new();
         for row in &self.rows {
             lines.push(format!(
                 "{}  {}  {}",

@@ -129,7 +129,15 @@ impl Discord {
             .map_err(|e| anyhow!("discord: cannot build the HTTP client: {e}"))?;
         let http = build_http(&token, &client, api_base.as_deref());
         Ok(Self {
-            rest: Arc::new(Rest::new(Arc::new(http), client.clone())),
+            rest: Arc::new(Rest::new(
+                Arc::new(http),
+                client.clone(),
+                reqwest::Url::parse(api_base.as_deref().unwrap_or(DEFAULT_DISCORD_API_BASE))
+                    .map_err(|e| {
+                        ConfigError::new("BUB_DISCORD_API_BASE", format!("not a valid URL: {e}"))
+                    })?,
+                crate::net::Route::configured(proxy),
+            )),
             token,
             api_base,
             proxied: proxy.is_some(),
@@ -169,7 +177,7 @@ impl Discord {
                 ))
             }
             Err(e) => {
-                tracing::warn!(error = %e, "discord.token_check_failed");
+                tracing::warn!(error = %format!("{e:#}"), "discord.token_check_failed");
                 Ok(())
             }
         }
@@ -495,7 +503,8 @@ mod tests {
 
     #[test]
     fn new_rejects_an_empty_token_and_keeps_it_out_of_errors() {
-        let mut s = Settings::with_defaults("/tmp/h".into(), "/tmp/w".into());
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Settings::with_defaults(dir.path().join("h"), dir.path().join("w"));
         let err = Discord::new(&s, Arc::new(Access::new(&s)))
             .err()
             .expect("no token")

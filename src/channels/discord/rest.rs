@@ -44,11 +44,24 @@ pub(crate) struct RestError {
 pub(crate) struct Rest {
     pub http: std::sync::Arc<Http>,
     client: reqwest::Client,
+    /// The API's base and how `client` reaches it, for connection errors.
+    api: reqwest::Url,
+    route: crate::net::Route,
 }
 
 impl Rest {
-    pub(crate) fn new(http: std::sync::Arc<Http>, client: reqwest::Client) -> Self {
-        Self { http, client }
+    pub(crate) fn new(
+        http: std::sync::Arc<Http>,
+        client: reqwest::Client,
+        api: reqwest::Url,
+        route: crate::net::Route,
+    ) -> Self {
+        Self {
+            http,
+            client,
+            api,
+            route,
+        }
     }
 
     /// Sends `body` (JSON) with `method` to `route`; on 429 waits and resends, at most
@@ -175,13 +188,26 @@ impl Rest {
     /// Runs one request through serenity's rate limiter when it is on, else directly (with the
     /// `proxy` override applied, as `Http::request` does).
     async fn execute(&self, req: Request<'_>) -> anyhow::Result<reqwest::Response> {
+        let unreachable = |e: &reqwest::Error| crate::net::unreachable(e, &self.api, &self.route);
         match &self.http.ratelimiter {
-            Some(limiter) => Ok(limiter.perform(req).await.map_err(redacted)?),
+            Some(limiter) => limiter.perform(req).await.map_err(|e| match &e {
+                serenity::Error::Http(serenity::http::HttpError::Request(inner)) => {
+                    unreachable(inner).map_or_else(|| redacted(e), |text| anyhow!(text))
+                }
+                _ => redacted(e),
+            }),
             None => {
                 let builder = req
                     .build(&self.client, self.http.token(), self.http.proxy.as_deref())
                     .map_err(redacted)?;
-                Ok(self.client.execute(builder.build()?).await?)
+                let request = builder.build()?;
+                self.client
+                    .execute(request)
+                    .await
+                    .map_err(|e| match unreachable(&e) {
+                        Some(text) => anyhow!(text),
+                        None => e.into(),
+                    })
             }
         }
     }

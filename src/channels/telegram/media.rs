@@ -85,7 +85,7 @@ impl Telegram {
             .get_file(FileId(file.source.clone()))
             .send()
             .await
-            .map_err(|e| anyhow!("telegram: getFile failed: {}", self.redact(&e.to_string())))?;
+            .map_err(|e| anyhow!("telegram: getFile failed: {}", self.describe(&e)))?;
         // teloxide fills in `u32::MAX` when Telegram leaves the size out.
         let size = u64::from(found.meta.size);
         if size != u64::from(u32::MAX) && size > max_bytes {

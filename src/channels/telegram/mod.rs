@@ -75,6 +75,9 @@ pub struct Telegram {
     drop_pending_updates: bool,
     /// `BUB_MEDIA_MAX_BYTES`: the photo size described is the largest within it.
     media_max_bytes: u64,
+    /// The Bot API's base and how the client reaches it, for connection errors.
+    api: reqwest::Url,
+    route: crate::net::Route,
 }
 
 impl Telegram {
@@ -97,6 +100,7 @@ impl Telegram {
         let builder = teloxide::net::default_reqwest_settings()
             .pool_max_idle_per_host(crate::HTTP_IDLE_CONNECTIONS)
             .pool_idle_timeout(crate::HTTP_IDLE_TIMEOUT);
+        let route = crate::net::Route::configured(tg.proxy.as_deref());
         let builder = match tg.proxy.as_deref().map(str::trim).filter(|p| !p.is_empty()) {
             Some(proxy) => builder
                 .proxy(reqwest::Proxy::all(proxy).map_err(|_| {
@@ -107,7 +111,7 @@ impl Telegram {
         let client = builder
             .build()
             .map_err(|e| anyhow!("telegram: cannot build the HTTP client: {e}"))?;
-        let bot = Bot::with_client(token.clone(), client).set_api_url(url);
+        let bot = Bot::with_client(token.clone(), client).set_api_url(url.clone());
         Ok(Self {
             bot,
             token,
@@ -116,6 +120,8 @@ impl Telegram {
             keyword: settings.mention_keyword.clone(),
             drop_pending_updates: tg.drop_pending_updates,
             media_max_bytes: settings.media.max_bytes,
+            api: url,
+            route,
         })
     }
 
@@ -124,8 +130,19 @@ impl Telegram {
         redact(text, &self.token)
     }
 
+    /// `err` as text: a failed connection names the host and the proxy ([`crate::net`]),
+    /// anything else is teloxide's text with the token redacted.
+    fn describe(&self, err: &RequestError) -> String {
+        if let RequestError::Network(e) = err
+            && let Some(text) = crate::net::unreachable(e, &self.api, &self.route)
+        {
+            return text;
+        }
+        self.redact(&err.to_string())
+    }
+
     fn startup_error(&self, err: &RequestError) -> anyhow::Error {
-        let detail = self.redact(&err.to_string());
+        let detail = self.describe(err);
         match err {
             RequestError::Api(ApiError::InvalidToken) => anyhow!(
                 "telegram: the Bot API rejected the bot token (getMe: {detail}); \
@@ -199,17 +216,17 @@ impl Telegram {
                 Err(err)
                     if is_transient(&err) && tokio::time::Instant::now() + backoff < give_up_at =>
                 {
-                    tracing::warn!(chat_id = %to, error = %self.redact(&err.to_string()),
+                    tracing::warn!(chat_id = %to, error = %self.describe(&err),
                         retry_in_ms = backoff.as_millis() as u64, "telegram.send: failed, retrying");
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(SEND_BACKOFF_MAX);
                 }
                 Err(err) if formatted && is_format_error(&err) => {
-                    tracing::warn!(chat_id = %to, error = %self.redact(&err.to_string()),
+                    tracing::warn!(chat_id = %to, error = %self.describe(&err),
                         "telegram.send: formatting rejected, resending as plain text");
                     formatted = false;
                 }
-                Err(err) => return Err(self.redact(&err.to_string())),
+                Err(err) => return Err(self.describe(&err)),
             }
         }
     }
@@ -259,7 +276,7 @@ impl Telegram {
                     return Err(self.startup_error(&RequestError::Api(ApiError::InvalidToken)));
                 }
                 Err(e) => {
-                    tracing::warn!(error = %self.redact(&e.to_string()),
+                    tracing::warn!(error = %self.describe(&e),
                         retry_in_ms = backoff.as_millis() as u64, "telegram.poll.error");
                     true
                 }
@@ -292,7 +309,7 @@ impl Telegram {
             .map(|(control, about)| BotCommand::new(control.name(), *about))
             .collect();
         if let Err(e) = self.bot.set_my_commands(commands).send().await {
-            tracing::warn!(error = %self.redact(&e.to_string()), "telegram.set_my_commands.error");
+            tracing::warn!(error = %self.describe(&e), "telegram.set_my_commands.error");
         }
     }
 }
@@ -375,7 +392,7 @@ impl Channel for Telegram {
         tokio::select! {
             done = delete.send() => {
                 if let Err(e) = done {
-                    tracing::warn!(error = %self.redact(&e.to_string()), "telegram.delete_webhook.error");
+                    tracing::warn!(error = %self.describe(&e), "telegram.delete_webhook.error");
                 }
             }
             () = shutdown.cancelled() => return Ok(()),
@@ -497,7 +514,7 @@ impl Channel for Telegram {
             .map_err(|e| {
                 anyhow!(
                     "telegram: typing in chat {chat_id} failed: {}",
-                    self.redact(&e.to_string())
+                    self.describe(&e)
                 )
             })?;
         Ok(())

@@ -23,7 +23,6 @@ mod search;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use hyper_util::client::proxy::matcher::Matcher;
 use reqwest::redirect::Policy;
 use reqwest::{Client, ClientBuilder, Url};
 
@@ -51,10 +50,6 @@ static GUARDED: SharedClient = LazyLock::new(|| guarded_client(Guard::strict()))
 /// `web.fetch` with the guard on, through a proxy: redirects are not followed here but in
 /// fetch.rs, which checks each hop before the proxy resolves it.
 static GUARDED_VIA_PROXY: SharedClient = LazyLock::new(|| build(common().redirect(Policy::none())));
-
-/// The proxy rules reqwest applies, read the same way (environment, then system settings), so
-/// that `web.fetch` knows when a proxy — not the guarded resolver — will resolve a host.
-static PROXY_RULES: LazyLock<Matcher> = LazyLock::new(Matcher::from_system);
 
 /// Settings every client shares.
 fn common() -> ClientBuilder {
@@ -100,13 +95,10 @@ fn client_for(url: &Url) -> Result<&'static Client, ToolError> {
     })
 }
 
-/// Whether a request to `url` goes through a proxy (never for loopback hosts).
+/// Whether a request to `url` goes through a proxy (never for loopback hosts), so that
+/// `web.fetch` knows when a proxy — not the guarded resolver — will resolve a host.
 fn goes_through_proxy(url: &Url) -> bool {
-    !crate::is_loopback(url)
-        && url
-            .as_str()
-            .parse::<http::Uri>()
-            .is_ok_and(|uri| PROXY_RULES.intercept(&uri).is_some())
+    !crate::is_loopback(url) && crate::net::system_proxy(url).is_some()
 }
 
 /// `url` without `user:password@`, for messages.
