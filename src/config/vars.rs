@@ -160,7 +160,7 @@ pub(crate) const VARS: &[Var] = &[
     var("BUB_BUDGET_DAILY_USD", Cost, "(none)", "US dollars a day (needs a [prices] row for the model)"),
     var("BUB_BUDGET_CHAT_DAILY_TOKENS", Cost, "(none)", "tokens one chat's guests may use a day"),
     var("BUB_BUDGET_OWNERS", Cost, "false", "the chat budget applies to owners too"),
-    var("BUB_LOG_LEVEL", Logging, "info", "trace, debug, info, warn or error"),
+    var("BUB_LOG_LEVEL", Logging, "(info; warn for bub run)", "trace, debug, info, warn or error"),
     var("BUB_LOG_FORMAT", Logging, "text", "text or json"),
 ];
 
