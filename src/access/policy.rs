@@ -70,7 +70,7 @@ pub(crate) enum TurnOrigin {
 }
 
 /// What a turn may do with scheduled jobs; the `schedule.*` tools apply them. The numbers are
-/// in the README's Security section.
+/// in docs/security.md.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct JobLimits {
     /// The most jobs one session keeps that were created with this role (a guest's jobs do

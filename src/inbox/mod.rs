@@ -14,7 +14,7 @@
 //!
 //! Invariants: a `recv` record is written before [`Inbox::receive`] returns; records are
 //! appended with one `write` each (no fsync: they survive a crash of the process, not of the
-//! machine — see the README's delivery guarantees); after a failed append (which may have left
+//! machine — see docs/delivery.md); after a failed append (which may have left
 //! part of a line) the next record starts on a new line; the journal is compacted (pending work
 //! and cursors only, atomically replaced) at open and whenever it grows past
 //! [`COMPACT_AT`]; every map is bounded except the pending messages themselves.
