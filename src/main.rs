@@ -362,6 +362,10 @@ async fn turn(
         }
     };
     if let Some(error) = &result.error {
+        // A failed command handed to the model: its own output still reaches the user.
+        if !result.immediate_output.trim().is_empty() {
+            print_out(&result.immediate_output);
+        }
         eprintln!("Error: {error}");
         return Ok(ExitCode::FAILURE);
     }

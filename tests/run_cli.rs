@@ -114,6 +114,41 @@ async fn failing_command_falls_back_to_the_model() {
     assert_eq!(commands[0]["payload"]["data"]["origin"], "human");
 }
 
+/// When the model a failed command is handed to cannot answer (no key, an error), the user
+/// still sees the command's own error, then the model's.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_commands_error_is_shown_when_the_model_cannot_answer() {
+    let mut env = Env::cli().await;
+    env.model.push_raw(
+        400,
+        r#"{"error":{"message":"model not found: test-model"}}"#.into(),
+        vec![],
+    );
+    let out = env.run(&["run", ",cat does-not-exist.txt"]).await;
+    assert_exit(&out, 1, "model not found");
+    assert!(
+        stdout(&out).contains("does-not-exist.txt: No such file or directory"),
+        "stdout: {}",
+        stdout(&out)
+    );
+    // No key for a remote server: the command runs, the model is never reached.
+    env.set("BUB_MODEL", "openrouter:some/model");
+    env.set("BUB_API_KEY", "");
+    env.set("BUB_API_BASE", "https://openrouter.invalid/api/v1");
+    let out = env.run(&["run", ",cat also-missing.txt"]).await;
+    assert_exit(&out, 1, "no API key for provider openrouter");
+    assert!(
+        stdout(&out).contains("also-missing.txt: No such file or directory"),
+        "stdout: {}",
+        stdout(&out)
+    );
+    assert_eq!(
+        env.model.requests().len(),
+        1,
+        "only the first run asked the model"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn comma_command_runs_without_the_model() {
     let env = Env::cli().await;
