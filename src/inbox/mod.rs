@@ -16,8 +16,9 @@
 //! appended with one `write` each (no fsync: they survive a crash of the process, not of the
 //! machine — see docs/delivery.md); after a failed append (which may have left
 //! part of a line) the next record starts on a new line; the journal is compacted (pending work
-//! and cursors only, atomically replaced) at open and whenever it grows past
-//! [`COMPACT_AT`]; every map is bounded except the pending messages themselves.
+//! and cursors only, atomically replaced) at open and whenever it grows past [`COMPACT_AT`] and
+//! twice its size after the last compaction (so rewrites cost O(pending) amortised); every map
+//! is bounded except the pending messages themselves.
 
 mod journal;
 
@@ -121,6 +122,11 @@ struct Inner {
     state: State,
     file: Option<File>,
     bytes: u64,
+    /// The size at which the journal is rewritten next ([`next_compaction`]).
+    compact_at: u64,
+    /// Bytes written to the journal by this process (appends and rewrites), for tests.
+    #[cfg(test)]
+    written: u64,
     /// The last append failed, maybe after part of its line reached the file (`EFBIG`,
     /// `ENOSPC`): the next record starts on a new line, or it would be glued to the fragment
     /// and unreadable after a restart.
@@ -132,12 +138,7 @@ impl Inbox {
     pub fn memory() -> Self {
         Self {
             path: None,
-            inner: Mutex::new(Inner {
-                state: State::default(),
-                file: None,
-                bytes: 0,
-                torn: false,
-            }),
+            inner: Mutex::new(Inner::new(State::default(), None, 0)),
         }
     }
 
@@ -211,12 +212,7 @@ impl Inbox {
         }
         let inbox = Self {
             path: Some(path.to_path_buf()),
-            inner: Mutex::new(Inner {
-                state,
-                file: Some(file),
-                bytes,
-                torn: false,
-            }),
+            inner: Mutex::new(Inner::new(state, Some(file), bytes)),
         };
         Ok((inbox, resume))
     }
@@ -297,6 +293,12 @@ impl Inbox {
             .collect()
     }
 
+    /// Bytes this process wrote to the journal, appends and rewrites.
+    #[cfg(test)]
+    pub(crate) fn written(&self) -> u64 {
+        self.inner.lock().expect("inbox lock").written
+    }
+
     /// Messages received and not yet finished.
     #[cfg(test)]
     pub(crate) fn pending(&self) -> usize {
@@ -319,6 +321,19 @@ impl Inbox {
 }
 
 impl Inner {
+    /// The journal's state, open `file` and its size (just written whole).
+    fn new(state: State, file: Option<File>, bytes: u64) -> Self {
+        Self {
+            state,
+            file,
+            bytes,
+            compact_at: next_compaction(bytes),
+            #[cfg(test)]
+            written: bytes,
+            torn: false,
+        }
+    }
+
     fn append(&mut self, record: &Record) -> anyhow::Result<()> {
         let Some(file) = self.file.as_mut() else {
             return Ok(());
@@ -335,19 +350,28 @@ impl Inner {
         }
         self.torn = false;
         self.bytes += line.len() as u64;
+        #[cfg(test)]
+        {
+            self.written += line.len() as u64;
+        }
         Ok(())
     }
 
-    /// Rewrites the journal with only what is still needed once it passed [`COMPACT_AT`].
+    /// Rewrites the journal with only what is still needed once it grew past `compact_at`.
     fn maybe_compact(&mut self, path: Option<&Path>) {
         let Some(path) = path else { return };
-        if self.bytes < COMPACT_AT {
+        if self.bytes < self.compact_at {
             return;
         }
         match rewrite(path, &self.state) {
             Ok((file, bytes)) => {
                 self.file = Some(file);
                 self.bytes = bytes;
+                self.compact_at = next_compaction(bytes);
+                #[cfg(test)]
+                {
+                    self.written += bytes;
+                }
                 self.torn = false;
                 tracing::debug!(bytes = self.bytes, "inbox.compact");
             }
@@ -437,6 +461,14 @@ impl State {
             }
         }
     }
+}
+
+/// The size at which a journal whose last rewrite left `bytes` is rewritten again: past
+/// [`COMPACT_AT`], and not before it has doubled. A backlog of pending work (a slow model) then
+/// costs rewrites of about as many bytes as were appended — O(pending) amortised — instead of a
+/// rewrite of the whole backlog with every record once it passed [`COMPACT_AT`].
+fn next_compaction(bytes: u64) -> u64 {
+    COMPACT_AT.max(bytes.saturating_mul(2))
 }
 
 /// Replaces the journal at `path` with the snapshot of `state` (atomically) and opens it for

@@ -248,6 +248,33 @@ fn the_journal_is_compacted_to_pending_work() {
     assert_eq!(receive(&inbox, &msg("42", "10000", "n")), last + 2);
 }
 
+/// A backlog (a slow model: 1,300 messages of 4 KB received, none answered yet) costs rewrites
+/// proportional to what was received, not a rewrite of the whole backlog with every record.
+#[test]
+fn a_backlog_costs_writes_proportional_to_what_was_received() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let (inbox, _) = open(&path);
+    let text = "x".repeat(4096);
+    let seqs: Vec<u64> = (0..1_300)
+        .map(|i| receive(&inbox, &msg("42", &i.to_string(), &text)))
+        .collect();
+    inbox.started(&seqs);
+    let journal = std::fs::metadata(&path).unwrap().len();
+    assert!(
+        journal > COMPACT_AT,
+        "the backlog passed COMPACT_AT: {journal}"
+    );
+    let written = inbox.written();
+    assert!(
+        written < 3 * journal,
+        "{written} bytes written for a {journal}-byte backlog"
+    );
+    drop(inbox);
+    let (_, resume) = open(&path);
+    assert_eq!(resume.len(), 1_300, "nothing lost");
+}
+
 #[test]
 fn a_memory_inbox_keeps_the_rules_without_a_file() {
     let inbox = Inbox::memory();
