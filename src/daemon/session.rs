@@ -703,7 +703,9 @@ impl Courier {
     async fn deliver_recorded(&self, inbox: &Inbox, delivery: &Delivery) {
         let seqs = &delivery.seqs;
         let from = delivery.parts_sent;
-        let sent = self.deliver_from(&delivery.out, from, &mut |n| inbox.sent(seqs, n)).await;
+        let sent = self
+            .deliver_from(&delivery.out, from, &mut |n| inbox.sent(seqs, n))
+            .await;
         inbox.done(seqs, sent);
     }
 

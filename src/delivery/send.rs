@@ -84,7 +84,11 @@ pub(crate) async fn send_from(
         sent = match part {
             Part::Message(message) => channel.send(&message).await,
             Part::WholeText => match &folder {
-                Some(folder) => channel.send(&alone(out, folder.path().join(ANSWER_FILE))).await,
+                Some(folder) => {
+                    channel
+                        .send(&alone(out, folder.path().join(ANSWER_FILE)))
+                        .await
+                }
                 None => Err(anyhow::anyhow!("the long answer's file was not written")),
             },
         };
@@ -152,7 +156,10 @@ fn first_part(text: &str, chunk: &str, limit: usize) -> String {
         text.len().div_ceil(1024)
     );
     let room = limit.saturating_sub(note.chars().count());
-    let first = text::split(chunk, room).into_iter().next().unwrap_or_default();
+    let first = text::split(chunk, room)
+        .into_iter()
+        .next()
+        .unwrap_or_default();
     first + &note
 }
 
@@ -228,7 +235,10 @@ mod tests {
         );
         assert_eq!(*file, alone(&out, "report.pdf".into()));
         // A text that fits is one part, with its file.
-        assert_eq!(parts(&outbound("short"), 10), [Part::Message(outbound("short"))]);
+        assert_eq!(
+            parts(&outbound("short"), 10),
+            [Part::Message(outbound("short"))]
+        );
     }
 
     #[test]
@@ -245,7 +255,10 @@ mod tests {
             })
             .collect();
         assert_eq!(replies[0], (Some("7"), Some("9")));
-        assert!(replies[1..].iter().all(|r| *r == (None, None)), "{replies:?}");
+        assert!(
+            replies[1..].iter().all(|r| *r == (None, None)),
+            "{replies:?}"
+        );
         // Part k is the same message after a restart.
         assert_eq!(parts(&out, 100), split);
     }

@@ -60,9 +60,7 @@ impl Record {
     /// The messages a progress record is about (empty for the others).
     pub(super) fn seqs(&self) -> &[u64] {
         match self {
-            Record::Start { seqs } | Record::Sent { seqs, .. } | Record::Done { seqs, .. } => {
-                seqs
-            }
+            Record::Start { seqs } | Record::Sent { seqs, .. } | Record::Done { seqs, .. } => seqs,
             Record::Answer(d) => &d.seqs,
             _ => &[],
         }
