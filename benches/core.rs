@@ -77,6 +77,7 @@ fn bench_inbox(dir: &Path) {
                 file: None,
                 edit: None,
             },
+            parts_sent: 0,
         };
         let at = Instant::now();
         inbox.started(&delivery.seqs);

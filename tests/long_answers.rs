@@ -3,7 +3,8 @@
 //! `answer.md` — on Telegram (`sendMessage` + `sendDocument`) and Discord (a message, then a
 //! multipart post of the file), for a live answer (its message becomes the first part), for `message.send`,
 //! and for a delivery recorded before a restart (sent the same way, once). Three messages'
-//! worth is still three messages.
+//! worth is still three messages. A daemon killed in the middle of a long answer sends only the
+//! parts Telegram had not accepted after its restart (issue 22).
 
 use crate::support;
 
@@ -156,6 +157,76 @@ async fn a_long_answer_recorded_before_a_restart_is_sent_the_same_way_once() {
     assert_eq!(env.telegram.calls_of("sendMessage").len(), 1);
     assert_eq!(env.telegram.calls_of("sendDocument").len(), 1);
     assert_eq!(spooled(&env), 1, "only the killed daemon's");
+}
+
+/// Restarts `env`'s daemon against a fresh fake Telegram (the killed one's stalled calls stay
+/// with the old fake).
+async fn restart_with_a_fresh_telegram(env: &mut Env) -> support::bub_env::Daemon {
+    env.telegram = fake_telegram::start().await;
+    let api_base = env.telegram.api_base();
+    env.set("BUB_TELEGRAM_API_BASE", &api_base);
+    env.start()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_after_3_of_4_parts_a_restart_sends_only_the_4th() {
+    let mut env = Env::new().await;
+    let whole = answer(14); // four messages of Telegram's
+    env.model.push_text(whole.clone());
+    // Telegram accepts three parts and never answers the fourth.
+    env.telegram.stall_after("sendMessage", 3);
+    let daemon = env.start();
+    env.telegram
+        .push_message_update(private_text(42, 42, "write it all"));
+    env.telegram.wait_for_calls("sendMessage", 4, WAIT).await;
+    daemon.kill().await;
+    let first = texts(&env.telegram.delivered());
+    assert_eq!(first.len(), 3);
+    let recorded = env.inbox_text();
+    assert!(
+        recorded.contains(r#"{"op":"sent","seqs":[1],"parts":3}"#),
+        "{recorded}"
+    );
+
+    let daemon = restart_with_a_fresh_telegram(&mut env).await;
+    // The delivery ends with its `done` record, after its last part.
+    wait_until(WAIT, "the delivery done", || {
+        env.inbox_text()
+            .contains(r#"{"op":"done","seqs":[1],"outcome":"sent"}"#)
+    })
+    .await;
+    assert!(daemon.stop().await.success());
+    let rest = env.telegram.calls_of("sendMessage");
+    assert_eq!(rest.len(), 1, "only the 4th");
+    let all = [first, texts(&rest)].concat();
+    assert_eq!(all.join("\n\n"), whole, "every part once, in order");
+    assert!(rest[0].body.get("reply_parameters").is_none());
+    assert_eq!(env.model.request_count(), 1, "delivered, not run again");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_after_the_first_part_a_restart_sends_only_the_file() {
+    let mut env = Env::new().await;
+    let whole = answer(200);
+    env.model.push_text(whole.clone());
+    // The first part is accepted; the file's upload never answered.
+    env.telegram
+        .stall_for("sendDocument", Duration::from_secs(120));
+    let daemon = env.start();
+    env.telegram
+        .push_message_update(private_text(42, 42, "write it all"));
+    env.telegram.wait_for_calls("sendDocument", 1, WAIT).await;
+    daemon.kill().await;
+    assert_eq!(env.telegram.delivered().len(), 1);
+
+    let daemon = restart_with_a_fresh_telegram(&mut env).await;
+    assert!(uploads(&env, 1).await[0].1 == whole.as_bytes());
+    assert!(daemon.stop().await.success());
+    assert!(
+        env.telegram.calls_of("sendMessage").is_empty(),
+        "the first part not again"
+    );
+    assert_eq!(env.telegram.calls_of("sendDocument").len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread")]

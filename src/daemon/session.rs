@@ -598,10 +598,10 @@ impl SessionActor {
                     file: None,
                     edit,
                 },
+                parts_sent: 0,
             };
             inbox.answered(&delivery);
-            let sent = courier.deliver(&delivery.out).await;
-            inbox.done(&delivery.seqs, sent);
+            courier.deliver_recorded(&inbox, &delivery).await;
         })
     }
 
@@ -616,10 +616,7 @@ impl SessionActor {
             what: "a delivery".into(),
         });
         tracing::info!(session = %self.session_id, messages = delivery.seqs.len(), "session.redeliver");
-        Box::pin(async move {
-            let sent = courier.deliver(&delivery.out).await;
-            inbox.done(&delivery.seqs, sent);
-        })
+        Box::pin(async move { courier.deliver_recorded(&inbox, &delivery).await })
     }
 
     /// `,new`: a handoff anchor, confirmed in the chat.
@@ -698,7 +695,29 @@ struct Courier {
 impl Courier {
     /// Sends `out` (the adapter retries on its own); the outcome for the inbox.
     async fn deliver(&self, out: &Outbound) -> Outcome {
-        match delivery::send(self.channel.as_ref(), &self.home, out).await {
+        self.deliver_from(out, 0, &mut |_| {}).await
+    }
+
+    /// Sends a delivery recorded in the inbox from its first part not accepted yet, recording
+    /// each part the platform accepts, then its outcome.
+    async fn deliver_recorded(&self, inbox: &Inbox, delivery: &Delivery) {
+        let seqs = &delivery.seqs;
+        let from = delivery.parts_sent;
+        let sent = self
+            .deliver_from(&delivery.out, from, &mut |n| inbox.sent(seqs, n))
+            .await;
+        inbox.done(seqs, sent);
+    }
+
+    /// Sends `out` from part `from` on, `accepted` told of each part accepted.
+    async fn deliver_from(
+        &self,
+        out: &Outbound,
+        from: usize,
+        accepted: &mut (dyn FnMut(usize) + Send),
+    ) -> Outcome {
+        let (channel, home) = (self.channel.as_ref(), &self.home);
+        match delivery::send_from(channel, home, out, from, accepted).await {
             Ok(()) => Outcome::Sent,
             Err(e) => {
                 let error = format!("{e:#}");

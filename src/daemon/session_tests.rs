@@ -616,6 +616,7 @@ async fn resumed_work_runs_at_once_and_recorded_answers_are_only_delivered() {
             file: None,
             edit: None,
         },
+        parts_sent: 0,
     }))
     .unwrap();
     at(&h, 0.1).await;

@@ -4,9 +4,13 @@
 //! {"op":"recv","seq":7,"cursor":1042,"msg":{...the Inbound...}}
 //! {"op":"start","seqs":[7,8]}
 //! {"op":"answer","channel":"telegram","seqs":[7,8],"out":{"chat_id":"42","text":"...","reply_to":null}}
+//! {"op":"sent","seqs":[7,8],"parts":2}       (the platform accepted the answer's first 2 parts)
 //! {"op":"done","seqs":[7,8],"outcome":"sent"}
 //! {"op":"next","seq":8}  {"op":"cursor",...}  {"op":"seen",...}   (written by compaction)
 //! ```
+//!
+//! Compaction writes an answer's progress into it (`"parts_sent":2`); an `answer` without it
+//! (an older journal) is delivered whole.
 //!
 //! Reading is tolerant: a torn last line (a crash mid-write) or a line this version does not
 //! understand is skipped and logged, never fatal.
@@ -30,6 +34,10 @@ pub(super) enum Record {
         seqs: Vec<u64>,
     },
     Answer(Delivery),
+    Sent {
+        seqs: Vec<u64>,
+        parts: usize,
+    },
     Done {
         seqs: Vec<u64>,
         outcome: Outcome,
@@ -52,7 +60,7 @@ impl Record {
     /// The messages a progress record is about (empty for the others).
     pub(super) fn seqs(&self) -> &[u64] {
         match self {
-            Record::Start { seqs } | Record::Done { seqs, .. } => seqs,
+            Record::Start { seqs } | Record::Sent { seqs, .. } | Record::Done { seqs, .. } => seqs,
             Record::Answer(d) => &d.seqs,
             _ => &[],
         }

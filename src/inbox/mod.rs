@@ -4,9 +4,11 @@
 //!
 //! * [`Inbox::receive`] journals a message (a `recv` record) and gives it a sequence number; a
 //!   message already received (same channel, chat and message id) is reported as a duplicate.
-//! * [`Inbox::started`], [`Inbox::answered`], [`Inbox::done`] record a turn's progress.
+//! * [`Inbox::started`], [`Inbox::answered`], [`Inbox::sent`], [`Inbox::done`] record a turn's
+//!   progress; `sent` after each part of a long answer the platform accepted.
 //! * [`Inbox::open`] reads the journal after a restart and returns what is left to do
-//!   ([`Resume`]): answers recorded but not delivered are delivered (never re-run), messages
+//!   ([`Resume`]): answers recorded but not delivered are delivered (never re-run) from their
+//!   first part not recorded as sent, messages
 //!   whose turn was interrupted run again **once** with a note, messages never started run as
 //!   usual. A message interrupted twice, or an interrupted comma command (commands are not
 //!   idempotent), is given up with a notice to its chat. Chat controls (`,stop`, `,status`)
@@ -77,6 +79,10 @@ pub struct Delivery {
     pub channel: String,
     pub seqs: Vec<u64>,
     pub out: Outbound,
+    /// How many of its parts (`delivery::send`) the platform accepted: a restart sends the
+    /// rest. Absent from older journals (0: the whole answer).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub parts_sent: usize,
 }
 
 /// Whether [`Inbox::receive`] took the message.
@@ -260,6 +266,15 @@ impl Inbox {
         }));
     }
 
+    /// The platform accepted the first `parts` parts of the messages' answer (one small
+    /// record, written between the parts of a long answer).
+    pub fn sent(&self, seqs: &[u64], parts: usize) {
+        self.record(Record::Sent {
+            seqs: journaled(seqs),
+            parts,
+        });
+    }
+
     /// The messages need no more work.
     pub fn done(&self, seqs: &[u64], outcome: Outcome) {
         self.record(Record::Done {
@@ -418,6 +433,14 @@ impl State {
                     }
                 }
             }
+            Record::Sent { seqs, parts } => {
+                for seq in seqs {
+                    if let Some(answer) = self.pending.get_mut(&seq).and_then(|p| p.answer.as_mut())
+                    {
+                        answer.parts_sent = answer.parts_sent.max(parts);
+                    }
+                }
+            }
             Record::Done { seqs, .. } => {
                 for seq in seqs {
                     self.pending.remove(&seq);
@@ -520,7 +543,12 @@ fn give_up_notice(seq: u64, msg: &Inbound) -> Delivery {
             file: None,
             edit: None,
         },
+        parts_sent: 0,
     }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

@@ -41,6 +41,7 @@ fn delivery(seqs: Vec<u64>, text: &str) -> Delivery {
             file: None,
             edit: None,
         },
+        parts_sent: 0,
     }
 }
 
@@ -273,6 +274,56 @@ fn a_backlog_costs_writes_proportional_to_what_was_received() {
     drop(inbox);
     let (_, resume) = open(&path);
     assert_eq!(resume.len(), 1_300, "nothing lost");
+}
+
+#[test]
+fn a_restart_resumes_an_answer_from_its_first_part_not_sent() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let (inbox, _) = open(&path);
+    let a = receive(&inbox, &msg("42", "1", "first"));
+    let b = receive(&inbox, &msg("42", "2", "second"));
+    inbox.started(&[a, b]);
+    inbox.answered(&delivery(vec![a, b], "a long answer"));
+    inbox.sent(&[a, b], 1);
+    inbox.sent(&[a, b], 3);
+    drop(inbox);
+    let journal = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        journal.ends_with("{\"op\":\"sent\",\"seqs\":[1,2],\"parts\":3}\n"),
+        "one small record per part: {journal}"
+    );
+
+    let rest = Delivery {
+        parts_sent: 3,
+        ..delivery(vec![a, b], "a long answer")
+    };
+    let (inbox, resume) = open(&path);
+    assert_eq!(resume, [Resume::Deliver(rest.clone())]);
+    // The compacted journal keeps the progress.
+    let journal = std::fs::read_to_string(&path).unwrap();
+    assert!(!journal.contains("\"op\":\"sent\""), "{journal}");
+    assert!(journal.contains("\"parts_sent\":3"), "{journal}");
+    drop(inbox);
+    assert_eq!(open(&path).1, [Resume::Deliver(rest)]);
+}
+
+#[test]
+fn an_older_journal_without_part_records_resends_the_whole_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let m = serde_json::to_string(&msg("42", "1", "question")).unwrap();
+    let older = format!(
+        "{{\"op\":\"recv\",\"seq\":1,\"msg\":{m}}}\n{{\"op\":\"start\",\"seqs\":[1]}}\n\
+         {{\"op\":\"answer\",\"channel\":\"telegram\",\"seqs\":[1],\
+         \"out\":{{\"chat_id\":\"42\",\"text\":\"the whole answer\",\"reply_to\":null}}}}\n"
+    );
+    std::fs::write(&path, older).unwrap();
+    let (_, resume) = open(&path);
+    assert_eq!(
+        resume,
+        [Resume::Deliver(delivery(vec![1], "the whole answer"))]
+    );
 }
 
 #[test]

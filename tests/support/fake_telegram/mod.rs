@@ -11,6 +11,7 @@
 //! fake.fail_next("sendMessage", 429, fake_telegram::retry_after_body(1));
 //! fake.fail_for("getUpdates", 502, Duration::from_secs(3));    // an outage: 5xx for 3 s
 //! fake.stall_for("sendMessage", Duration::from_secs(20));       // calls in 20 s never answered
+//! fake.stall_after("sendMessage", 3);                 // 3 answered, the ones after never
 //! let sent = fake.wait_for_calls("sendMessage", 1, Duration::from_secs(5)).await;
 //! assert_eq!(sent[0].body["chat_id"], 42);
 //!
@@ -48,7 +49,7 @@
 //! `audio`, and [`FakeTelegram::uploads`] keeps the bytes. `editMessageText` answers the edited
 //! `Message` (with `edit_date`), or 400 [`message_not_modified_body`] when the new text equals
 //! the message's current text (what `sendMessage` sent or the last edit set). Faults
-//! ([`FakeTelegram::fail_next`], `fail_for`, `stall_for`) apply to all of these, downloads
+//! ([`FakeTelegram::fail_next`], `fail_for`, `stall_for`, `stall_after`) apply to all of these, downloads
 //! under the method name `file`.
 
 use std::collections::{HashMap, VecDeque};
@@ -127,6 +128,8 @@ struct Window {
     method: String,
     until: Instant,
     fault: Fault,
+    /// Calls answered as usual before the fault starts.
+    spared: usize,
 }
 
 struct Inner {
@@ -285,21 +288,29 @@ impl FakeTelegram {
     /// [`Self::fail_next`] queued are answered first; of overlapping windows the one added
     /// first applies.
     pub fn fail_for(&self, method: &str, status: u16, duration: Duration) {
-        self.add_window(method, duration, Fault::Status(status));
+        self.add_window(method, duration, Fault::Status(status), 0);
     }
 
     /// For `duration` from now, calls of `method` are recorded and never answered (held until
     /// the client gives up or the fake is dropped): a network timeout. A stalled `sendMessage`
     /// delivers nothing.
     pub fn stall_for(&self, method: &str, duration: Duration) {
-        self.add_window(method, duration, Fault::Stall);
+        self.add_window(method, duration, Fault::Stall, 0);
     }
 
-    fn add_window(&self, method: &str, duration: Duration, fault: Fault) {
+    /// The next `n` calls of `method` (case-insensitive) are answered as usual, the ones
+    /// after them never (as [`Self::stall_for`], for as long as the fake runs): a platform that
+    /// stops answering in the middle of a long answer.
+    pub fn stall_after(&self, method: &str, n: usize) {
+        self.add_window(method, Duration::from_secs(3600), Fault::Stall, n);
+    }
+
+    fn add_window(&self, method: &str, duration: Duration, fault: Fault, spared: usize) {
         self.shared.state.lock().unwrap().windows.push(Window {
             method: method.to_ascii_lowercase(),
             until: Instant::now() + duration,
             fault,
+            spared,
         });
     }
 
@@ -560,11 +571,14 @@ fn record(shared: &Shared, method: &str, token: &str, body: &Value) -> Recorded 
         {
             Some((Fault::Status(status), body))
         } else {
-            state
-                .windows
-                .iter()
-                .find(|w| w.method == method)
-                .map(|w| (w.fault, window_body(w.fault)))
+            let window = state.windows.iter_mut().find(|w| w.method == method);
+            match window {
+                Some(w) if w.spared > 0 => {
+                    w.spared -= 1;
+                    None
+                }
+                w => w.map(|w| (w.fault, window_body(w.fault))),
+            }
         };
         state.calls.push(Call {
             method: method.to_owned(),
