@@ -563,7 +563,11 @@ async fn a_persistent_5xx_fails_after_the_budget_and_a_4xx_at_once() {
     let err = bounded(discord.send(&outbound(CHANNEL, "hello", None)))
         .await
         .unwrap_err();
-    assert!(started.elapsed() < budget + Duration::from_secs(1), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < budget + Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
     let err = format!("{err:#}");
     assert!(err.contains(CHANNEL) && err.contains("503"), "{err}");
     let attempts = fake.requests_to("POST", "/api/v10/channels/555/messages");
@@ -574,7 +578,11 @@ async fn a_persistent_5xx_fails_after_the_budget_and_a_4xx_at_once() {
 
     let other = fake_discord::start().await;
     let discord = sender(&other);
-    other.fail_next_post(404, json!({"message": "Unknown Channel", "code": 10003}), &[]);
+    other.fail_next_post(
+        404,
+        json!({"message": "Unknown Channel", "code": 10003}),
+        &[],
+    );
     let err = bounded(discord.send(&outbound(CHANNEL, "hello", None)))
         .await
         .unwrap_err();
@@ -761,7 +769,10 @@ async fn an_unreachable_discord_is_named_with_its_proxy() {
             .await
             .unwrap_err();
         // At least one retry after a backoff of 1 s (×0.5 to ×1.5).
-        assert!(started.elapsed() >= Duration::from_millis(500), "not retried");
+        assert!(
+            started.elapsed() >= Duration::from_millis(500),
+            "not retried"
+        );
         let text = format!("{err:#}");
         assert!(
             text.contains(&format!(

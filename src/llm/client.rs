@@ -23,8 +23,8 @@ use reqwest::{Response, Url};
 use super::response::{error_message, parse_completion, parse_retry_after};
 use super::sse::{Accumulate, SseDecoder, StreamAccumulator};
 use super::{Api, ChatRequest, ChatResponse, LlmConfig, LlmError, anthropic, gemini, openai};
-use crate::net::retry::{Failure, RetryPolicy, retry};
 use crate::net::Route;
+use crate::net::retry::{Failure, RetryPolicy, retry};
 use crate::time::server_wait;
 
 /// Longest backoff between two attempts.
@@ -248,7 +248,9 @@ impl LlmClient {
             async move {
                 let mut emitted = false;
                 let mut forward = |text: &str| {
-                    let mut sink = sink.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let mut sink = sink
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
                     if let Some(sink) = sink.as_mut() {
                         sink(text);
                     }

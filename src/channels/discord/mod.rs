@@ -62,8 +62,8 @@ use rest::{Rest, RestError};
 
 use super::{Channel, InboundSink, MediaFile, Outbound, text};
 use crate::access::Access;
-use crate::net::retry::RetryPolicy;
 use crate::config::{ConfigError, DEFAULT_DISCORD_API_BASE, Settings};
+use crate::net::retry::RetryPolicy;
 
 /// Discord's message size limit, in characters.
 pub(crate) const MESSAGE_LIMIT: usize = 2000;

@@ -118,9 +118,10 @@ impl Rest {
             })?;
             let status = resp.status();
             let headers = resp.headers().clone();
-            let bytes = resp.bytes().await.map_err(|e| {
-                Failure::Transient(anyhow::Error::from(e).context(what.clone()))
-            })?;
+            let bytes = resp
+                .bytes()
+                .await
+                .map_err(|e| Failure::Transient(anyhow::Error::from(e).context(what.clone())))?;
             if status.is_success() {
                 return Ok(bytes.to_vec());
             }
