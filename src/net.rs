@@ -5,6 +5,10 @@
 //!
 //! Invariants: the text never holds a proxy's `user:password@` nor a request's path or query
 //! (Telegram's URLs carry the bot token): only the host and port of the URL the caller names.
+//!
+//! [`retry`] is the one retry policy of these clients.
+
+pub mod retry;
 
 use std::sync::LazyLock;
 

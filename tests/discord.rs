@@ -529,6 +529,68 @@ async fn a_429_asking_for_a_huge_wait_fails_at_once() {
     assert_eq!(fake.posted_messages().len(), 1);
 }
 
+/// A 5xx answer is retried like Telegram's sends: one 502, then the message is delivered once.
+#[tokio::test]
+async fn a_5xx_is_retried_and_the_message_delivered_once() {
+    let fake = fake_discord::start().await;
+    let discord = sender(&fake);
+    fake.fail_next_post(502, json!({"message": "Bad Gateway"}), &[]);
+    bounded(discord.send(&outbound(CHANNEL, "hello", None)))
+        .await
+        .unwrap();
+    let attempts = fake.requests_to("POST", "/api/v10/channels/555/messages");
+    let statuses: Vec<_> = attempts.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [502, 200]);
+    // The backoff: 1 s, jittered by ×0.5 to ×1.5.
+    let gap = attempts[1].at - attempts[0].at;
+    assert!(gap >= Duration::from_millis(450), "resent after {gap:?}");
+    let posts = fake.posted_messages();
+    assert_eq!(posts.len(), 1);
+    assert_eq!(posts[0].content(), "hello");
+}
+
+/// A Discord that keeps answering 5xx fails the send once the budget is spent (shortened here
+/// to 2 s); a 4xx other than 429 is never retried.
+#[tokio::test]
+async fn a_persistent_5xx_fails_after_the_budget_and_a_4xx_at_once() {
+    let fake = fake_discord::start().await;
+    let budget = Duration::from_secs(2);
+    let discord = discord(&settings(&fake, |s| s.discord.send_retry_budget = budget));
+    for _ in 0..20 {
+        fake.fail_next_post(503, json!({"message": "Service Unavailable"}), &[]);
+    }
+    let started = Instant::now();
+    let err = bounded(discord.send(&outbound(CHANNEL, "hello", None)))
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < budget + Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    let err = format!("{err:#}");
+    assert!(err.contains(CHANNEL) && err.contains("503"), "{err}");
+    let attempts = fake.requests_to("POST", "/api/v10/channels/555/messages");
+    assert!(attempts.len() >= 2, "retried: {}", attempts.len());
+    assert!(attempts.iter().all(|r| r.status == 503));
+    assert!(attempts.last().unwrap().at - attempts[0].at < budget);
+    assert!(fake.posted_messages().is_empty());
+
+    let other = fake_discord::start().await;
+    let discord = sender(&other);
+    other.fail_next_post(
+        404,
+        json!({"message": "Unknown Channel", "code": 10003}),
+        &[],
+    );
+    let err = bounded(discord.send(&outbound(CHANNEL, "hello", None)))
+        .await
+        .unwrap_err();
+    assert!(format!("{err:#}").contains("Unknown Channel"), "{err:#}");
+    let attempts = other.requests_to("POST", "/api/v10/channels/555/messages");
+    assert_eq!(attempts.len(), 1, "a 404 is not retried");
+}
+
 #[tokio::test]
 async fn send_errors_name_the_channel_and_never_the_token() {
     let fake = fake_discord::start().await;
@@ -699,10 +761,18 @@ async fn an_unreachable_discord_is_named_with_its_proxy() {
         s.discord.token = Some(TOKEN.into());
         s.discord.api_base = format!("http://127.0.0.1:{port}/api/v10").into();
         s.discord.proxy = configured.map(Into::into);
+        // A failed connection is retried like a 5xx: within a short budget here.
+        s.discord.send_retry_budget = Duration::from_secs(2);
         let discord = Discord::new(&s, Arc::new(Access::new(&s))).unwrap();
+        let started = Instant::now();
         let err = bounded(discord.post(CHANNEL, "hi", None))
             .await
             .unwrap_err();
+        // At least one retry after a backoff of 1 s (×0.5 to ×1.5).
+        assert!(
+            started.elapsed() >= Duration::from_millis(500),
+            "not retried"
+        );
         let text = format!("{err:#}");
         assert!(
             text.contains(&format!(

@@ -261,6 +261,36 @@ async fn voice_is_transcribed_into_the_prompt_and_a_failed_transcription_names_t
     assert!(daemon.stop().await.success());
 }
 
+/// Transcription goes out over the model client's HTTP settings: a proxy from the environment
+/// does not capture calls to a server on this machine (it did when each call built a default
+/// client: the proxy here refuses connections, so the voice message was not transcribed).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_proxy_from_the_environment_does_not_capture_a_local_transcription_server() {
+    let mut env = Env::new().await;
+    env.set("BUB_TRANSCRIBE_MODEL", "whisper-1");
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    env.set("HTTP_PROXY", &proxy);
+    env.set("HTTPS_PROXY", &proxy);
+    env.set("NO_PROXY", "");
+    let voice = vec![7u8; 300];
+    env.telegram.add_file("v1", voice.clone());
+    env.model.push_transcript("call mum");
+    env.model.push_text("Noted.");
+    let daemon = env.start();
+    let note = private_text(42, 42, "").voice_file("v1", 1, voice.len() as u64);
+    env.telegram.push_message_update(note);
+    env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    assert_eq!(env.model.transcriptions().len(), 1);
+    let prompt = user_text(&env, 0);
+    assert!(
+        prompt.contains("[Voice message transcript (voice): call mum]"),
+        "{prompt}"
+    );
+    assert!(daemon.stop().await.success());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn files_over_the_cap_are_described_not_kept_even_when_their_size_was_not_told() {
     let mut env = Env::new().await;

@@ -291,6 +291,9 @@ pub struct DiscordSettings {
     pub proxy: Option<MaskedUrl>,
     /// `BUB_DISCORD_API_BASE` (default `https://discord.com`).
     pub api_base: MaskedUrl,
+    /// How long a post or an edit is retried through 5xx answers and network errors: 2 minutes,
+    /// as Telegram's sends. Not a variable: tests shorten it.
+    pub send_retry_budget: Duration,
 }
 
 impl Settings {
@@ -498,6 +501,7 @@ impl Default for DiscordSettings {
             command_prefix: "!".to_owned(),
             proxy: None,
             api_base: DEFAULT_DISCORD_API_BASE.into(),
+            send_retry_budget: crate::net::retry::SENDS.budget,
         }
     }
 }

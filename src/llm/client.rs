@@ -2,13 +2,17 @@
 //! timeout, retries with jittered exponential backoff, and reading plain or streamed (SSE)
 //! replies (each API's body and events are its own module's).
 //!
-//! Retry policy: up to `max_retries` attempts in total for temporary failures (429, 5xx —
-//! Anthropic's 529 "overloaded" included —, connection errors, timeouts); other 4xx fail at
-//! once. The wait before retry `n` (0-based) is `retry_base_delay × 2^n × U(0.5, 1.5)` capped
-//! at 60 s, or the provider's `Retry-After` seconds when given — unless those are more than
-//! 60 s: then the call fails at once with [`LlmError::RateLimited`] ("rate limited: the server
-//! asks to wait N s", the rule of [`crate::time`]). A stream that has already delivered text is
-//! never retried (the caller has shown that text).
+//! Retries follow [`crate::net::retry`] with `max_retries` attempts in total for temporary
+//! failures (429, 5xx — Anthropic's 529 "overloaded" included —, connection errors, timeouts);
+//! other 4xx fail at once. The wait before retry `n` (0-based) is `retry_base_delay × 2^n ×
+//! U(0.5, 1.5)` capped at 60 s, or the provider's `Retry-After` seconds when given — unless
+//! those are more than 60 s: then the call fails at once with [`LlmError::RateLimited`] ("rate
+//! limited: the server asks to wait N s", the rule of [`crate::time`]). A stream that has
+//! already delivered text is never retried (the caller has shown that text).
+//!
+//! [`http_client`] builds the HTTP client of every call to a model provider (transcription
+//! too): connect timeout, bounded keep-alive pool, and no proxy for a server on this machine or
+//! the local network.
 
 use std::time::{Duration, Instant};
 
@@ -19,7 +23,9 @@ use reqwest::{Response, Url};
 use super::response::{error_message, parse_completion, parse_retry_after};
 use super::sse::{Accumulate, SseDecoder, StreamAccumulator};
 use super::{Api, ChatRequest, ChatResponse, LlmConfig, LlmError, anthropic, gemini, openai};
-use crate::time::{MAX_SERVER_WAIT, server_wait};
+use crate::net::Route;
+use crate::net::retry::{Failure, RetryPolicy, retry};
+use crate::time::server_wait;
 
 /// Longest backoff between two attempts.
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -43,7 +49,7 @@ pub struct LlmClient {
     auth: Option<(HeaderName, HeaderValue)>,
     http: reqwest::Client,
     /// How `http` reaches the provider (for connection errors).
-    route: crate::net::Route,
+    route: Route,
 }
 
 impl std::fmt::Debug for LlmClient {
@@ -55,12 +61,12 @@ impl std::fmt::Debug for LlmClient {
 }
 
 /// One failed attempt: the error plus the provider's `Retry-After`, if any.
-struct Failure {
+struct AttemptError {
     error: LlmError,
     retry_after: Option<Duration>,
 }
 
-impl From<LlmError> for Failure {
+impl From<LlmError> for AttemptError {
     fn from(error: LlmError) -> Self {
         Self {
             error,
@@ -69,7 +75,7 @@ impl From<LlmError> for Failure {
     }
 }
 
-impl From<reqwest::Error> for Failure {
+impl From<reqwest::Error> for AttemptError {
     fn from(e: reqwest::Error) -> Self {
         let error = if e.is_builder() {
             LlmError::Config(describe(&e))
@@ -116,8 +122,6 @@ impl LlmClient {
                 )
             }
         };
-        let local = crate::is_loopback(&base);
-
         cfg.api_key = cfg
             .api_key
             .map(|k| k.trim().to_owned())
@@ -143,18 +147,7 @@ impl LlmClient {
             }
         };
 
-        let mut builder = reqwest::Client::builder()
-            .user_agent(concat!("bub/", env!("CARGO_PKG_VERSION")))
-            .connect_timeout(CONNECT_TIMEOUT)
-            .pool_max_idle_per_host(crate::HTTP_IDLE_CONNECTIONS)
-            .pool_idle_timeout(crate::HTTP_IDLE_TIMEOUT);
-        if local {
-            // A proxy from the environment must not capture calls to a local server.
-            builder = builder.no_proxy();
-        }
-        let http = builder
-            .build()
-            .map_err(|e| LlmError::Config(describe(&e)))?;
+        let (http, route) = http_client(&base)?;
         Ok(Self {
             cfg,
             api,
@@ -162,10 +155,7 @@ impl LlmClient {
             stream_endpoint,
             auth,
             http,
-            route: match local {
-                true => crate::net::Route::Direct,
-                false => crate::net::Route::System,
-            },
+            route,
         })
     }
 
@@ -229,13 +219,17 @@ impl LlmClient {
     async fn run(
         &self,
         req: &ChatRequest,
-        mut sink: TextSink<'_, '_>,
+        sink: TextSink<'_, '_>,
     ) -> Result<ChatResponse, LlmError> {
         let stream = sink.is_some();
         let body = self
             .body(req, stream)
             .map_err(|e| LlmError::Config(format!("cannot encode the request: {e}")))?;
-        let attempts = self.cfg.max_retries.max(1);
+        let policy = RetryPolicy::attempts(
+            self.cfg.max_retries.max(1),
+            self.cfg.retry_base_delay,
+            MAX_BACKOFF,
+        );
         tracing::debug!(
             provider = %self.cfg.provider,
             model = %self.cfg.model,
@@ -245,55 +239,72 @@ impl LlmClient {
             "model call"
         );
         let started = Instant::now();
-        let mut attempt = 0u32;
-        loop {
-            let mut emitted = false;
-            let call = self.attempt(&body, sink.as_deref_mut(), &mut emitted);
-            let result = match self.cfg.timeout {
-                Some(limit) => match tokio::time::timeout(limit, call).await {
-                    Ok(result) => result,
-                    Err(_) => Err(LlmError::Timeout {
-                        seconds: limit.as_secs_f64(),
+        let mut attempts = 0u32;
+        // Each attempt borrows the sink for as long as it runs, one after the other.
+        let sink = &std::sync::Mutex::new(sink);
+        let body = &body;
+        let attempt = |n| {
+            attempts = n;
+            async move {
+                let mut emitted = false;
+                let mut forward = |text: &str| {
+                    let mut sink = sink
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    if let Some(sink) = sink.as_mut() {
+                        sink(text);
                     }
-                    .into()),
-                },
-                None => call.await,
-            };
-            let failure = match result {
-                Ok(resp) => {
-                    tracing::debug!(
-                        attempts = attempt + 1,
-                        elapsed_ms = started.elapsed().as_millis() as u64,
-                        finish_reason = resp.finish_reason.as_deref().unwrap_or(""),
-                        tool_calls = resp.tool_calls.len(),
-                        "model call done"
-                    );
-                    return Ok(resp);
-                }
-                Err(failure) => failure,
-            };
-            let error = self.redact(failure.error);
-            attempt += 1;
-            if attempt >= attempts || emitted || !error.is_temporary() {
-                tracing::warn!(
-                    attempts = attempt,
-                    kind = error.kind(),
-                    error = %error,
-                    "model call failed"
-                );
-                return Err(error);
+                };
+                let call = self.attempt(body, stream.then_some(&mut forward), &mut emitted);
+                let result = match self.cfg.timeout {
+                    Some(limit) => match tokio::time::timeout(limit, call).await {
+                        Ok(result) => result,
+                        Err(_) => Err(LlmError::Timeout {
+                            seconds: limit.as_secs_f64(),
+                        }
+                        .into()),
+                    },
+                    None => call.await,
+                };
+                let failure = match result {
+                    Ok(resp) => return Ok(resp),
+                    Err(failure) => failure,
+                };
+                let error = self.redact(failure.error);
+                Err(match failure.retry_after {
+                    _ if emitted || !error.is_temporary() => Failure::Final(error),
+                    Some(wait) => Failure::After(error, wait),
+                    None => Failure::Transient(error),
+                })
             }
-            let delay = self.retry_delay(attempt - 1, failure.retry_after);
+        };
+        let on_retry = |error: &LlmError, attempt, delay: Duration| {
             tracing::warn!(
                 attempt,
-                max_attempts = attempts,
+                max_attempts = policy.attempts,
                 kind = error.kind(),
                 error = %error,
                 delay_ms = delay.as_millis() as u64,
                 "model call failed, retrying"
             );
-            tokio::time::sleep(delay).await;
+        };
+        let result = retry(&policy, attempt, on_retry).await;
+        match &result {
+            Ok(resp) => tracing::debug!(
+                attempts,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                finish_reason = resp.finish_reason.as_deref().unwrap_or(""),
+                tool_calls = resp.tool_calls.len(),
+                "model call done"
+            ),
+            Err(error) => tracing::warn!(
+                attempts,
+                kind = error.kind(),
+                error = %error,
+                "model call failed"
+            ),
         }
+        result
     }
 
     /// One HTTP exchange: send, check the status, read the body (plain or SSE).
@@ -302,7 +313,7 @@ impl LlmClient {
         body: &[u8],
         sink: TextSink<'_, '_>,
         emitted: &mut bool,
-    ) -> Result<ChatResponse, Failure> {
+    ) -> Result<ChatResponse, AttemptError> {
         let endpoint = match sink {
             Some(_) => &self.stream_endpoint,
             None => &self.endpoint,
@@ -328,7 +339,7 @@ impl LlmClient {
         let resp = request.send().await.map_err(|e| {
             match crate::net::unreachable(&e, endpoint, &self.route) {
                 Some(text) => LlmError::Connect(text).into(),
-                None => Failure::from(e),
+                None => AttemptError::from(e),
             }
         })?;
         let status = resp.status();
@@ -345,7 +356,7 @@ impl LlmClient {
                 message: error_message(&text),
             };
             return Err(match retry_after {
-                Some(Err(wait)) if error.is_temporary() => Failure {
+                Some(Err(wait)) if error.is_temporary() => AttemptError {
                     error: LlmError::RateLimited {
                         status: status.as_u16(),
                         message: error_message(&text),
@@ -353,7 +364,7 @@ impl LlmClient {
                     },
                     retry_after: None,
                 },
-                Some(Ok(wait)) => Failure {
+                Some(Ok(wait)) => AttemptError {
                     error,
                     retry_after: Some(wait),
                 },
@@ -378,16 +389,6 @@ impl LlmClient {
             }
             None => Ok(self.parse(&resp.text().await?)?),
         }
-    }
-
-    /// The wait before the next attempt, after failed attempt number `failed` (0-based).
-    fn retry_delay(&self, failed: u32, retry_after: Option<Duration>) -> Duration {
-        if let Some(wait) = retry_after {
-            return wait.min(MAX_SERVER_WAIT);
-        }
-        let factor = 2f64.powi(failed.min(30) as i32) * (0.5 + fastrand::f64());
-        let secs = self.cfg.retry_base_delay.as_secs_f64() * factor;
-        crate::time::secs(secs).min(MAX_BACKOFF)
     }
 
     /// Removes the API key from an error message, should a provider or library ever echo it.
@@ -424,13 +425,33 @@ impl LlmClient {
     }
 }
 
+/// The HTTP client for a model provider at `base` (and its transcription endpoint), and how it
+/// reaches it: a user agent, [`CONNECT_TIMEOUT`], a bounded keep-alive pool, and the
+/// environment's proxy rules — except for a server on this machine or the local network, which
+/// is reached directly (a proxy from the environment must not capture calls to it).
+pub(crate) fn http_client(base: &Url) -> Result<(reqwest::Client, Route), LlmError> {
+    let local = crate::is_loopback(base);
+    let mut builder = reqwest::Client::builder()
+        .user_agent(concat!("bub/", env!("CARGO_PKG_VERSION")))
+        .connect_timeout(CONNECT_TIMEOUT)
+        .pool_max_idle_per_host(crate::HTTP_IDLE_CONNECTIONS)
+        .pool_idle_timeout(crate::HTTP_IDLE_TIMEOUT);
+    if local {
+        builder = builder.no_proxy();
+    }
+    let http = builder
+        .build()
+        .map_err(|e| LlmError::Config(describe(&e)))?;
+    Ok((http, if local { Route::Direct } else { Route::System }))
+}
+
 /// Reads an SSE body to the end (or the API's last event), feeding text deltas to `sink`.
 async fn read_stream(
     resp: Response,
     mut acc: Box<dyn Accumulate>,
     sink: &mut (dyn FnMut(&str) + Send + '_),
     emitted: &mut bool,
-) -> Result<ChatResponse, Failure> {
+) -> Result<ChatResponse, AttemptError> {
     let mut decoder = SseDecoder::new();
     let mut bytes = resp.bytes_stream();
     'read: while let Some(chunk) = bytes.next().await {
@@ -557,28 +578,6 @@ mod tests {
         let streamed = body(&req, true);
         assert_eq!(streamed["tools"][0]["type"], "function");
         assert_eq!(streamed["stream_options"]["include_usage"], true);
-    }
-
-    #[test]
-    fn backoff_grows_with_jitter_and_honours_retry_after() {
-        let mut c = cfg("openai", "http://127.0.0.1:1/v1", None);
-        c.retry_base_delay = Duration::from_millis(100);
-        let c = LlmClient::new(c).unwrap();
-        for _ in 0..50 {
-            let d0 = c.retry_delay(0, None).as_secs_f64();
-            let d2 = c.retry_delay(2, None).as_secs_f64();
-            assert!((0.05..=0.15).contains(&d0), "{d0}");
-            assert!((0.2..=0.6).contains(&d2), "{d2}");
-        }
-        assert_eq!(
-            c.retry_delay(5, Some(Duration::from_millis(50))),
-            Duration::from_millis(50)
-        );
-        assert_eq!(
-            c.retry_delay(0, Some(Duration::from_secs(600))),
-            MAX_SERVER_WAIT
-        );
-        assert_eq!(c.retry_delay(40, None), MAX_BACKOFF);
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! Speech to text: one OpenAI-compatible `POST <base>/audio/transcriptions` call (multipart
 //! `file` and `model`; the answer is `{"text": …}` — OpenAI, Groq and local Whisper servers
-//! share the shape). One attempt, bounded by the model timeout; errors never carry the key.
+//! share the shape). One attempt, bounded by the model timeout, over the model client's HTTP
+//! settings ([`super::client::http_client`]: connect timeout, bounded keep-alive, no proxy for a
+//! local server); errors never carry the key.
 
 use std::path::Path;
 use std::time::Duration;
@@ -34,7 +36,10 @@ impl Transcriber {
             "{}/audio/transcriptions",
             self.base_url.trim_end_matches('/')
         );
-        let mut request = reqwest::Client::new().post(url).multipart(form);
+        let url = reqwest::Url::parse(&url)
+            .map_err(|e| LlmError::Config(format!("transcription URL {url:?}: {e}")))?;
+        let (http, route) = super::client::http_client(&url)?;
+        let mut request = http.post(url.clone()).multipart(form);
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key);
         }
@@ -42,17 +47,14 @@ impl Transcriber {
             request = request.timeout(timeout);
         }
         let response = request.send().await.map_err(|e| {
-            let route = crate::net::Route::System;
-            match (e.is_timeout(), e.url().cloned()) {
-                (true, _) => LlmError::Timeout {
+            if e.is_timeout() {
+                return LlmError::Timeout {
                     seconds: self.timeout.map_or(0.0, |t| t.as_secs_f64()),
-                },
-                (false, Some(url))
-                    if let Some(text) = crate::net::unreachable(&e, &url, &route) =>
-                {
-                    LlmError::Connect(text)
-                }
-                _ => LlmError::Connect(format!(
+                };
+            }
+            match crate::net::unreachable(&e, &url, &route) {
+                Some(text) => LlmError::Connect(text),
+                None => LlmError::Connect(format!(
                     "cannot reach the transcription service: {}",
                     e.without_url()
                 )),

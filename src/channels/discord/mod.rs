@@ -19,7 +19,9 @@
 //! Endpoints: REST goes to `BUB_DISCORD_API_BASE` (default `https://discord.com`) and the
 //! gateway URL comes from `GET <base>/api/v10/gateway`. serenity honours a non-default base
 //! only through `HttpBuilder::proxy` with its rate limiter disabled, so with an override 429s
-//! reach this adapter and `rest::Rest` retries them after `retry_after`. `BUB_DISCORD_PROXY`
+//! reach this adapter and `rest::Rest` retries them after `retry_after`. Posts and edits are
+//! retried through 5xx answers and network errors like Telegram's sends
+//! ([`crate::net::retry::SENDS`]; `DiscordSettings::send_retry_budget`). `BUB_DISCORD_PROXY`
 //! (an HTTP/SOCKS proxy) is set on the reqwest client and so covers REST only: serenity 0.12
 //! opens the gateway websocket directly and has no proxy option for it. Ambient
 //! `HTTPS_PROXY`-style variables are ignored, as in the reference.
@@ -61,6 +63,7 @@ use rest::{Rest, RestError};
 use super::{Channel, InboundSink, MediaFile, Outbound, text};
 use crate::access::Access;
 use crate::config::{ConfigError, DEFAULT_DISCORD_API_BASE, Settings};
+use crate::net::retry::RetryPolicy;
 
 /// Discord's message size limit, in characters.
 pub(crate) const MESSAGE_LIMIT: usize = 2000;
@@ -137,6 +140,7 @@ impl Discord {
                         ConfigError::new("BUB_DISCORD_API_BASE", format!("not a valid URL: {e}"))
                     })?,
                 crate::net::Route::configured(proxy),
+                crate::net::retry::SENDS.within(d.send_retry_budget),
             )),
             token,
             api_base,
@@ -440,11 +444,7 @@ impl Channel for Discord {
                 .ok_or_else(|| anyhow!("discord: {message_id:?} is not a message id"))?,
         };
         let body = json!({"content": text::cut(text, MESSAGE_LIMIT)});
-        let method = serenity::http::LightMethod::Patch;
-        self.rest
-            .call(method, route, Some(&body), rest::MAX_ATTEMPTS)
-            .await
-            .map(drop)
+        self.rest.patch(route, &body).await.map(drop)
     }
 
     fn files(&self, metadata: &serde_json::Value) -> Vec<MediaFile> {
@@ -465,7 +465,7 @@ impl Channel for Discord {
             channel_id: channel_id(chat_id)?,
         };
         self.rest
-            .call(LightMethod::Post, route, None, 1)
+            .call(LightMethod::Post, route, None, &RetryPolicy::ONCE)
             .await
             .with_context(|| format!("discord: typing in channel {chat_id} failed"))?;
         Ok(())

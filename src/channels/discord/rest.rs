@@ -15,20 +15,22 @@
 
 use std::time::Duration;
 
-use anyhow::{Context as _, anyhow};
+use anyhow::anyhow;
 use reqwest::header::HeaderMap;
 use serde_json::Value;
 use serenity::builder::CreateAttachment;
 use serenity::http::{Http, LightMethod, Multipart, MultipartUpload, Request, Route};
 
+use crate::net::retry::{Failure, RetryPolicy, retry};
 use crate::time::{WaitTooLong, server_wait};
 
-/// Attempts per request when Discord answers 429.
-pub(crate) const MAX_ATTEMPTS: u32 = 5;
+/// The catch-up's history pages: 5 attempts (it runs in the pipeline task, which waits).
+const HISTORY_RETRY: RetryPolicy =
+    RetryPolicy::attempts(5, Duration::from_secs(1), Duration::from_secs(15));
 /// Wait when a 429 names no `retry_after`.
 const DEFAULT_RETRY_WAIT: Duration = Duration::from_secs(1);
 
-/// Discord answered with an error status (after the 429 retries).
+/// Discord answered with an error status (after the retries).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{what}: {detail}")]
 pub(crate) struct RestError {
@@ -47,6 +49,8 @@ pub(crate) struct Rest {
     /// The API's base and how `client` reaches it, for connection errors.
     api: reqwest::Url,
     route: crate::net::Route,
+    /// How posts and edits are retried ([`crate::net::retry::SENDS`]).
+    sends: RetryPolicy,
 }
 
 impl Rest {
@@ -55,25 +59,27 @@ impl Rest {
         client: reqwest::Client,
         api: reqwest::Url,
         route: crate::net::Route,
+        sends: RetryPolicy,
     ) -> Self {
         Self {
             http,
             client,
             api,
             route,
+            sends,
         }
     }
 
-    /// Sends `body` (JSON) with `method` to `route`; on 429 waits and resends, at most
-    /// `attempts` times in all. Returns the response body of the first success.
+    /// Sends `body` (JSON) with `method` to `route`, retried by `policy`. Returns the response
+    /// body of the first success.
     pub(crate) async fn call(
         &self,
         method: LightMethod,
         route: Route<'_>,
         body: Option<&Value>,
-        attempts: u32,
+        policy: &RetryPolicy,
     ) -> anyhow::Result<Vec<u8>> {
-        self.call_with_query(method, route, &[], body, None, attempts)
+        self.call_with_query(method, route, &[], body, None, policy)
             .await
     }
 
@@ -87,12 +93,11 @@ impl Rest {
         query: &[(&'static str, String)],
         body: Option<&Value>,
         file: Option<&CreateAttachment>,
-        attempts: u32,
+        policy: &RetryPolicy,
     ) -> anyhow::Result<Vec<u8>> {
-        let what = route_name(method, route);
-        let body = body.map(serde_json::to_vec).transpose()?;
-        let mut attempt = 1;
-        loop {
+        let what = &route_name(method, route);
+        let body = &body.map(serde_json::to_vec).transpose()?;
+        let attempt = |_| async move {
             let mut req = match file {
                 None => Request::new(route, method).body(body.clone()),
                 Some(file) => Request::new(route, method).multipart(Some(Multipart {
@@ -106,108 +111,123 @@ impl Rest {
             if !query.is_empty() {
                 req = req.params(Some(query.to_vec()));
             }
-            let resp = self.execute(req).await.with_context(|| what.clone())?;
+            let resp = self.execute(req).await.map_err(|failure| match failure {
+                Failure::Transient(e) => Failure::Transient(e.context(what.clone())),
+                Failure::After(e, wait) => Failure::After(e.context(what.clone()), wait),
+                Failure::Final(e) => Failure::Final(e.context(what.clone())),
+            })?;
             let status = resp.status();
             let headers = resp.headers().clone();
-            let bytes = resp.bytes().await.with_context(|| what.clone())?;
+            let bytes = resp
+                .bytes()
+                .await
+                .map_err(|e| Failure::Transient(anyhow::Error::from(e).context(what.clone())))?;
             if status.is_success() {
                 return Ok(bytes.to_vec());
             }
-            if status.as_u16() == 429 && attempt < attempts {
-                let wait = match retry_after(&headers, &bytes) {
-                    Ok(wait) => wait,
+            let error = |detail| {
+                anyhow::Error::from(RestError {
+                    what: what.clone(),
+                    status: status.as_u16(),
+                    detail,
+                })
+            };
+            Err(match status.as_u16() {
+                429 => match retry_after(&headers, &bytes) {
+                    Ok(wait) => Failure::After(error(describe(status, &bytes)), wait),
                     Err(too_long) => {
-                        tracing::warn!(route = %what, retry_after = too_long.seconds, attempt,
+                        tracing::warn!(route = %what, retry_after = too_long.seconds,
                             "discord.rate_limited: wait too long, giving up");
-                        return Err(RestError {
-                            what,
-                            status: 429,
-                            detail: too_long.to_string(),
-                        }
-                        .into());
+                        Failure::Final(error(too_long.to_string()))
                     }
-                };
-                tracing::warn!(route = %what, wait_ms = wait.as_millis() as u64, attempt,
-                    "discord.rate_limited");
-                tokio::time::sleep(wait).await;
-                attempt += 1;
-                continue;
+                },
+                500.. => Failure::Transient(error(describe(status, &bytes))),
+                _ => Failure::Final(error(describe(status, &bytes))),
+            })
+        };
+        let on_retry = |error: &anyhow::Error, attempt, wait: Duration| {
+            let wait_ms = wait.as_millis() as u64;
+            match error.downcast_ref::<RestError>().map(|e| e.status) {
+                Some(429) => {
+                    tracing::warn!(route = %what, wait_ms, attempt, "discord.rate_limited");
+                }
+                _ => tracing::warn!(route = %what, error = %format!("{error:#}"), wait_ms,
+                    attempt, "discord.request_failed: retrying"),
             }
-            return Err(RestError {
-                what,
-                status: status.as_u16(),
-                detail: describe(status, &bytes),
-            }
-            .into());
-        }
+        };
+        retry(policy, attempt, on_retry).await
     }
 
-    /// `POST` with 429 retries ([`MAX_ATTEMPTS`]).
+    /// `POST`, retried like a send ([`crate::net::retry::SENDS`]).
     pub(crate) async fn post(&self, route: Route<'_>, body: &Value) -> anyhow::Result<Vec<u8>> {
-        self.call(LightMethod::Post, route, Some(body), MAX_ATTEMPTS)
+        self.call(LightMethod::Post, route, Some(body), &self.sends)
             .await
     }
 
-    /// `POST` of `body` with `file` attached (multipart), with 429 retries ([`MAX_ATTEMPTS`]).
+    /// `PATCH` (an edit), retried like a send.
+    pub(crate) async fn patch(&self, route: Route<'_>, body: &Value) -> anyhow::Result<Vec<u8>> {
+        self.call(LightMethod::Patch, route, Some(body), &self.sends)
+            .await
+    }
+
+    /// `POST` of `body` with `file` attached (multipart), retried like a send.
     pub(crate) async fn post_with_file(
         &self,
         route: Route<'_>,
         body: &Value,
         file: &CreateAttachment,
     ) -> anyhow::Result<Vec<u8>> {
-        self.call_with_query(
-            LightMethod::Post,
-            route,
-            &[],
-            Some(body),
-            Some(file),
-            MAX_ATTEMPTS,
-        )
-        .await
+        let post = LightMethod::Post;
+        self.call_with_query(post, route, &[], Some(body), Some(file), &self.sends)
+            .await
     }
 
     /// `GET` returning JSON, one attempt (lookups fall back to "unknown" on errors).
     pub(crate) async fn get_json(&self, route: Route<'_>) -> anyhow::Result<Value> {
-        let bytes = self.call(LightMethod::Get, route, None, 1).await?;
+        let bytes = self
+            .call(LightMethod::Get, route, None, &RetryPolicy::ONCE)
+            .await?;
         Ok(serde_json::from_slice(&bytes)?)
     }
 
-    /// `GET` with query parameters returning JSON, with 429 retries ([`MAX_ATTEMPTS`]): the
+    /// `GET` with query parameters returning JSON, retried by [`HISTORY_RETRY`]: the
     /// catch-up's history pages, which nothing else would fetch again.
     pub(crate) async fn get_json_query(
         &self,
         route: Route<'_>,
         query: &[(&'static str, String)],
     ) -> anyhow::Result<Value> {
+        let get = LightMethod::Get;
         let bytes = self
-            .call_with_query(LightMethod::Get, route, query, None, None, MAX_ATTEMPTS)
+            .call_with_query(get, route, query, None, None, &HISTORY_RETRY)
             .await?;
         Ok(serde_json::from_slice(&bytes)?)
     }
 
     /// Runs one request through serenity's rate limiter when it is on, else directly (with the
-    /// `proxy` override applied, as `Http::request` does).
-    async fn execute(&self, req: Request<'_>) -> anyhow::Result<reqwest::Response> {
-        let unreachable = |e: &reqwest::Error| crate::net::unreachable(e, &self.api, &self.route);
+    /// `proxy` override applied, as `Http::request` does). A request that could not be sent or
+    /// whose answer did not arrive (connection, timeout) is [`Failure::Transient`]; one that
+    /// could not be built is [`Failure::Final`].
+    async fn execute(&self, req: Request<'_>) -> Result<reqwest::Response, Failure<anyhow::Error>> {
+        let failed = |e: reqwest::Error| {
+            let text = crate::net::unreachable(&e, &self.api, &self.route);
+            match (e.is_builder(), text) {
+                (true, _) => Failure::Final(e.into()),
+                (false, Some(text)) => Failure::Transient(anyhow!(text)),
+                (false, None) => Failure::Transient(e.into()),
+            }
+        };
         match &self.http.ratelimiter {
-            Some(limiter) => limiter.perform(req).await.map_err(|e| match &e {
-                serenity::Error::Http(serenity::http::HttpError::Request(inner)) => {
-                    unreachable(inner).map_or_else(|| redacted(e), |text| anyhow!(text))
-                }
-                _ => redacted(e),
+            Some(limiter) => limiter.perform(req).await.map_err(|e| match e {
+                serenity::Error::Http(serenity::http::HttpError::Request(inner)) => failed(inner),
+                e => Failure::Final(redacted(e)),
             }),
             None => {
                 let builder = req
                     .build(&self.client, self.http.token(), self.http.proxy.as_deref())
-                    .map_err(redacted)?;
-                let request = builder.build()?;
-                self.client
-                    .execute(request)
-                    .await
-                    .map_err(|e| match unreachable(&e) {
-                        Some(text) => anyhow!(text),
-                        None => e.into(),
-                    })
+                    .map_err(|e| Failure::Final(redacted(e)))?;
+                let request = builder.build().map_err(|e| Failure::Final(e.into()))?;
+                self.client.execute(request).await.map_err(failed)
             }
         }
     }

@@ -10,9 +10,10 @@
 //!   addressed") and [`prompt`] (content + metadata JSON) and becomes an [`Inbound`]. Pending updates are delivered after a
 //!   restart unless `BUB_TELEGRAM_DROP_PENDING_UPDATES` is set (Bub v0.2.3 dropped them).
 //! * [`Channel::send`] splits answers at 4096 characters, renders them as Telegram HTML, falls
-//!   back to plain text when Telegram rejects the entities, and honours `retry_after` up to
-//!   60 s (a longer one fails the send at once: "rate limited: the server asks to wait N s",
-//!   the rule of [`crate::time`]).
+//!   back to plain text when Telegram rejects the entities, and retries by the shared policy
+//!   ([`crate::net::retry::SENDS`]): `retry_after` honoured up to 60 s (a longer one fails the
+//!   send at once: "rate limited: the server asks to wait N s", the rule of [`crate::time`]),
+//!   network errors and 5xx answers retried with backoff, all for up to 2 minutes.
 //!
 //! The bot token is part of every request URL; error texts are scrubbed of it before they are
 //! logged or returned, and message texts are never logged.
@@ -23,6 +24,7 @@ mod media;
 pub(crate) mod prompt;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::Duration;
 
 use anyhow::anyhow;
@@ -40,19 +42,11 @@ use self::filter::{BotIdentity, Command};
 use super::{Channel, Control, Inbound, InboundSink, MediaFile, Outbound, text};
 use crate::access::{Access, User, pairing};
 use crate::config::{ConfigError, Settings};
+use crate::net::retry::{Failure, SENDS, retry};
 use crate::time::server_wait;
 
 /// Telegram's message size limit (characters after entity parsing).
 pub(crate) const MESSAGE_LIMIT: usize = 4096;
-/// Attempts per chunk when Telegram answers 429 `retry_after`.
-const MAX_SEND_ATTEMPTS: u32 = 5;
-/// How long one chunk is retried through network errors and Telegram's 5xx answers (an outage
-/// shorter than this delays the answer instead of losing it).
-const SEND_RETRY_BUDGET: Duration = Duration::from_secs(120);
-/// First pause before retrying a failed send (doubled on each failure in a row).
-const SEND_BACKOFF_MIN: Duration = Duration::from_secs(1);
-/// Longest pause between retries of a send.
-const SEND_BACKOFF_MAX: Duration = Duration::from_secs(15);
 /// Long-poll timeout sent to `getUpdates` (the request's own timeout is extended by it).
 const POLL_TIMEOUT: Duration = Duration::from_secs(10);
 /// First pause after a failed `getUpdates` (doubled on each failure in a row).
@@ -181,54 +175,57 @@ impl Telegram {
     }
 
     /// Sends the request `build(formatted)` makes — HTML when `formatted`, plain text after
-    /// Telegram rejected the entities — waiting out 429s (up to
-    /// [`crate::time::MAX_SERVER_WAIT`]) and retrying network errors and 5xx answers within
-    /// [`SEND_RETRY_BUDGET`]. Returns the message Telegram answered with; `None` when an edit
-    /// changed nothing ("message is not modified"). The error is the reason, token redacted.
+    /// Telegram rejected the entities — retrying by [`SENDS`]: 429s waited out (up to
+    /// [`crate::time::MAX_SERVER_WAIT`]; a longer `retry_after` fails at once), network errors
+    /// and 5xx answers retried with backoff, for up to 2 minutes. Returns the message Telegram
+    /// answered with; `None` when an edit changed nothing ("message is not modified"). The
+    /// error is the reason, token redacted.
     async fn send_retrying<F, Fut>(
         &self,
         to: &Recipient,
-        mut formatted: bool,
-        mut build: F,
+        formatted: bool,
+        build: F,
     ) -> Result<Option<teloxide::types::Message>, String>
     where
-        F: FnMut(bool) -> Fut,
+        F: Fn(bool) -> Fut,
         Fut: std::future::Future<Output = Result<teloxide::types::Message, RequestError>>,
     {
-        let mut attempt = 0;
-        let give_up_at = tokio::time::Instant::now() + SEND_RETRY_BUDGET;
-        let mut backoff = SEND_BACKOFF_MIN;
-        loop {
-            attempt += 1;
-            match build(formatted).await {
-                Ok(message) => return Ok(Some(message)),
-                Err(RequestError::Api(ApiError::MessageNotModified)) => return Ok(None),
-                Err(RequestError::RetryAfter(wait)) if attempt < MAX_SEND_ATTEMPTS => {
-                    let wait = server_wait(f64::from(wait.seconds())).map_err(|too_long| {
-                        tracing::warn!(chat_id = %to, retry_after = too_long.seconds, attempt,
-                            "telegram.send: rate limited for too long, giving up");
-                        too_long.to_string()
-                    })?;
-                    tracing::warn!(chat_id = %to, retry_after = wait.as_secs(), attempt,
-                        "telegram.send: rate limited, waiting");
-                    tokio::time::sleep(wait).await;
-                }
-                Err(err)
-                    if is_transient(&err) && tokio::time::Instant::now() + backoff < give_up_at =>
-                {
-                    tracing::warn!(chat_id = %to, error = %self.describe(&err),
-                        retry_in_ms = backoff.as_millis() as u64, "telegram.send: failed, retrying");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(SEND_BACKOFF_MAX);
-                }
-                Err(err) if formatted && is_format_error(&err) => {
-                    tracing::warn!(chat_id = %to, error = %self.describe(&err),
-                        "telegram.send: formatting rejected, resending as plain text");
-                    formatted = false;
-                }
-                Err(err) => return Err(self.describe(&err)),
+        // Once Telegram rejected the entities, every further attempt is plain text.
+        let formatted = &AtomicBool::new(formatted);
+        let build = &build;
+        let attempt = |_| async move {
+            let mut result = build(formatted.load(Relaxed)).await;
+            if let Err(err) = &result
+                && formatted.load(Relaxed)
+                && is_format_error(err)
+            {
+                tracing::warn!(chat_id = %to, error = %self.describe(err),
+                    "telegram.send: formatting rejected, resending as plain text");
+                formatted.store(false, Relaxed);
+                result = build(false).await;
             }
-        }
+            match result {
+                Ok(message) => Ok(Some(message)),
+                Err(RequestError::Api(ApiError::MessageNotModified)) => Ok(None),
+                Err(err @ RequestError::RetryAfter(wait)) => {
+                    match server_wait(f64::from(wait.seconds())) {
+                        Ok(wait) => Err(Failure::After(self.describe(&err), wait)),
+                        Err(too_long) => {
+                            tracing::warn!(chat_id = %to, retry_after = too_long.seconds,
+                                "telegram.send: rate limited for too long, giving up");
+                            Err(Failure::Final(too_long.to_string()))
+                        }
+                    }
+                }
+                Err(err) if is_transient(&err) => Err(Failure::Transient(self.describe(&err))),
+                Err(err) => Err(Failure::Final(self.describe(&err))),
+            }
+        };
+        let on_retry = |error: &String, attempt, wait: Duration| {
+            tracing::warn!(chat_id = %to, error = %error, attempt,
+                retry_in_ms = wait.as_millis() as u64, "telegram.send: failed, retrying");
+        };
+        retry(&SENDS, attempt, on_retry).await
     }
 }
 
