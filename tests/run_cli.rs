@@ -17,6 +17,22 @@ fn messages(request: &Value) -> Vec<Value> {
     request["messages"].as_array().cloned().unwrap_or_default()
 }
 
+/// The fake model's next answer is a 400 (`model not found: test-model`).
+fn refuse_the_model(env: &Env) {
+    env.model.push_raw(
+        400,
+        r#"{"error":{"message":"model not found: test-model"}}"#.into(),
+        vec![],
+    );
+}
+
+/// A remote OpenAI-compatible server and no key for it.
+fn without_a_key(env: &mut Env) {
+    env.set("BUB_MODEL", "openrouter:some/model");
+    env.set("BUB_API_KEY", "");
+    env.set("BUB_API_BASE", "https://openrouter.invalid/api/v1");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn tool_call_writes_a_file_and_the_answer_is_printed() {
     let env = Env::cli().await;
@@ -119,11 +135,7 @@ async fn failing_command_falls_back_to_the_model() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_commands_error_is_shown_when_the_model_cannot_answer() {
     let mut env = Env::cli().await;
-    env.model.push_raw(
-        400,
-        r#"{"error":{"message":"model not found: test-model"}}"#.into(),
-        vec![],
-    );
+    refuse_the_model(&env);
     let out = env.run(&["run", ",cat does-not-exist.txt"]).await;
     assert_exit(&out, 1, "model not found");
     assert!(
@@ -132,9 +144,7 @@ async fn a_failed_commands_error_is_shown_when_the_model_cannot_answer() {
         stdout(&out)
     );
     // No key for a remote server: the command runs, the model is never reached.
-    env.set("BUB_MODEL", "openrouter:some/model");
-    env.set("BUB_API_KEY", "");
-    env.set("BUB_API_BASE", "https://openrouter.invalid/api/v1");
+    without_a_key(&mut env);
     let out = env.run(&["run", ",cat also-missing.txt"]).await;
     assert_exit(&out, 1, "no API key for provider openrouter");
     assert!(
@@ -208,11 +218,7 @@ async fn sessions_have_separate_histories() {
 #[tokio::test(flavor = "multi_thread")]
 async fn model_failure_exits_non_zero_and_is_recorded() {
     let env = Env::cli().await;
-    env.model.push_raw(
-        400,
-        r#"{"error":{"message":"model not found: test-model"}}"#.into(),
-        vec![],
-    );
+    refuse_the_model(&env);
     let out = env.run(&["run", "hello"]).await;
     assert_exit(&out, 1, "model not found");
     assert!(stderr(&out).contains("Error:"), "{}", stderr(&out));
@@ -260,9 +266,7 @@ async fn a_prompt_the_tape_cannot_record_fails_the_turn_before_the_model() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_remote_server_without_a_key_is_refused_at_start() {
     let mut env = Env::cli().await;
-    env.set("BUB_MODEL", "openrouter:some/model");
-    env.set("BUB_API_KEY", "");
-    env.set("BUB_API_BASE", "https://openrouter.invalid/api/v1");
+    without_a_key(&mut env);
     let out = env.run(&["run", "hello"]).await;
     assert_exit(
         &out,
