@@ -662,32 +662,20 @@ impl<'a> ModelLoop<'a> {
             .await;
     }
 
-    /// Tells the turn's observer (if any) about a tool call, its text redacted: arguments come
-    /// from the model, and an output or error may quote a secret the tool read.
+    /// Tells the turn's observer (if any) about a tool call, with its arguments redacted (they
+    /// come from the model; outputs and errors passed the registry's redactor already).
     fn observe(&self, event: ToolEvent<'_>) {
         let Some(observer) = &self.ctx.turn.observer else {
             return;
         };
-        let redactor = &self.ctx.process.redactor;
         match event {
+            // The model's arguments are the one part no tool has redacted.
             ToolEvent::Started { tool, arguments } => observer(&ToolEvent::Started {
                 tool,
-                arguments: &redactor.redact(arguments),
+                arguments: &self.ctx.process.redactor.redact(arguments),
             }),
-            ToolEvent::Finished {
-                tool,
-                elapsed,
-                result,
-            } => {
-                let result = result
-                    .map(|o| redactor.redact(o))
-                    .map_err(|e| redactor.redact(e));
-                observer(&ToolEvent::Finished {
-                    tool,
-                    elapsed,
-                    result: result.as_deref().map_err(|e| &**e),
-                });
-            }
+            // Outputs and errors are what the registry returned: already redacted.
+            finished => observer(&finished),
         }
     }
 
