@@ -21,6 +21,7 @@
 //! whatever its outcome; one left by a process that died while sending is removed by a later
 //! long send, an hour on.
 
+use std::borrow::Cow;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -43,9 +44,9 @@ const LEFT_BEHIND: Duration = Duration::from_secs(3600);
 
 /// One platform message of a send.
 #[derive(Debug, PartialEq)]
-enum Part {
+enum Part<'a> {
     /// Sent by the adapter as it is (a text that fits one message, or a file alone).
-    Message(Outbound),
+    Message(Cow<'a, Outbound>),
     /// The whole text as [`ANSWER_FILE`].
     WholeText,
 }
@@ -107,24 +108,24 @@ pub(crate) async fn send_from(
 }
 
 /// The parts `out` is sent as on a channel whose messages hold `limit` characters.
-fn parts(out: &Outbound, limit: usize) -> Vec<Part> {
+fn parts(out: &Outbound, limit: usize) -> Vec<Part<'_>> {
     let chunks = if out.text.len() <= limit {
         Vec::new() // one message (a byte is at most a character)
     } else {
         text::split(&out.text, limit)
     };
     if chunks.len() <= 1 {
-        return vec![Part::Message(out.clone())];
+        return vec![Part::Message(Cow::Borrowed(out))];
     }
     // The first message replies and becomes the live answer's message; the others are new.
     let message = |first: bool, text: String| {
-        Part::Message(Outbound {
+        Part::Message(Cow::Owned(Outbound {
             chat_id: out.chat_id.clone(),
             text,
             reply_to: out.reply_to.clone().filter(|_| first),
             file: None,
             edit: out.edit.clone().filter(|_| first),
-        })
+        }))
     };
     let mut parts: Vec<Part> = if chunks.len() <= MAX_MESSAGES {
         let chunks = chunks.into_iter().enumerate();
@@ -133,7 +134,8 @@ fn parts(out: &Outbound, limit: usize) -> Vec<Part> {
         let first = first_part(&out.text, &chunks[0], limit);
         vec![message(true, first), Part::WholeText]
     };
-    parts.extend(out.file.clone().map(|file| Part::Message(alone(out, file))));
+    let file = out.file.clone().map(|file| Cow::Owned(alone(out, file)));
+    parts.extend(file.map(Part::Message));
     parts
 }
 
@@ -233,11 +235,11 @@ mod tests {
                 .ends_with("\n\n… the whole answer (9 KB) is attached as answer.md"),
             "{first:?}"
         );
-        assert_eq!(*file, alone(&out, "report.pdf".into()));
+        assert_eq!(**file, alone(&out, "report.pdf".into()));
         // A text that fits is one part, with its file.
         assert_eq!(
             parts(&outbound("short"), 10),
-            [Part::Message(outbound("short"))]
+            [Part::Message(Cow::Owned(outbound("short")))]
         );
     }
 
