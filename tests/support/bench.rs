@@ -35,9 +35,14 @@ pub fn daemon_command(
 }
 
 /// The release `bub` with a cleared environment (`PATH` kept), its home and working directory
-/// in `dir`, talking to `model`.
+/// in `dir`, talking to `model`. `BUB_BENCH_BINARY` names another `bub` to measure (an older
+/// release, for figures taken in one run).
 pub fn bub_command(dir: &Path, model: &FakeOpenAi) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_bub"));
+    let binary = std::env::var_os("BUB_BENCH_BINARY");
+    let binary = binary
+        .as_deref()
+        .unwrap_or(env!("CARGO_BIN_EXE_bub").as_ref());
+    let mut cmd = tokio::process::Command::new(binary);
     cmd.env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", dir)

@@ -1,0 +1,209 @@
+//! Bub against the floor (`cargo bench --bench floor`): the release `bub message` and the bare
+//! bot of `examples/floor.rs` (teloxide's dispatcher, one model call per message, no journal,
+//! tape or access rules), each against its own fake Telegram and zero-latency fake model, debounce
+//! 0, in alternating runs.
+//!
+//! Per run: start (spawn → first `getUpdates`), idle RSS, per-message p50 (update pushed →
+//! `sendMessage`, one private chat at a time), a burst of 100 chats × 3 messages (until every
+//! message was in a model prompt and every turn answered) and the RSS after it. Prints each
+//! figure's median per binary and Bub's ratio to the floor; exits 1 when p50, burst or RSS after
+//! the burst is over [`TARGET_RATIO`] times the floor's.
+//!
+//! `BUB_BENCH_BINARY` measures another `bub` (an older release) in place of this build's.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use support::bench::{daemon_command, rss_mb};
+use support::fake_openai::{self, FakeOpenAi};
+use support::fake_telegram::{self, FakeTelegram, private_text};
+
+const RUNS: usize = 3;
+const LATENCY_SAMPLES: i64 = 200;
+const BURST_CHATS: i64 = 100;
+const BURST_MESSAGES: i64 = 3;
+/// Bub's p50, burst and RSS after the burst may be at most this many times the floor's.
+const TARGET_RATIO: f64 = 1.5;
+
+/// One run's figures.
+#[derive(Debug, Clone, Copy, Default)]
+struct Figures {
+    start_ms: f64,
+    idle_mb: f64,
+    p50_ms: f64,
+    burst_s: f64,
+    burst_mb: f64,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Bot {
+    Bub,
+    Floor,
+}
+
+fn main() {
+    let floor = build_floor();
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let (mut bub, mut bare) = (Vec::new(), Vec::new());
+    for run in 0..RUNS {
+        for bot in [Bot::Bub, Bot::Floor] {
+            let figures = rt.block_on(measure(bot, &floor));
+            let name = if bot == Bot::Bub { "bub" } else { "floor" };
+            println!("run {run} {name}: {figures:?}");
+            if bot == Bot::Bub {
+                bub.push(figures)
+            } else {
+                bare.push(figures)
+            }
+        }
+    }
+    /// A figure's name, how it is read, whether a target applies.
+    type Row = (&'static str, fn(&Figures) -> f64, bool);
+    let rows: [Row; 5] = [
+        ("start (ms)", |f| f.start_ms, false),
+        ("idle RSS (MB)", |f| f.idle_mb, false),
+        ("p50 (ms)", |f| f.p50_ms, true),
+        ("burst 100×3 (s)", |f| f.burst_s, true),
+        ("RSS after burst (MB)", |f| f.burst_mb, true),
+    ];
+    println!("| figure | bub (median of {RUNS}) | floor | ratio | target |");
+    println!("|---|---|---|---|---|");
+    let mut missed = false;
+    for (name, get, targeted) in rows {
+        let (b, f) = (median(&bub, get), median(&bare, get));
+        let ratio = b / f;
+        let verdict = match (targeted, ratio <= TARGET_RATIO) {
+            (false, _) => String::new(),
+            (true, true) => format!("≤ {TARGET_RATIO}× ✓"),
+            (true, false) => format!("≤ {TARGET_RATIO}× ✗"),
+        };
+        missed |= targeted && ratio > TARGET_RATIO;
+        println!("| {name} | {b:.2} | {f:.2} | {ratio:.2}× | {verdict} |");
+    }
+    if missed {
+        std::process::exit(1);
+    }
+}
+
+fn median(runs: &[Figures], get: fn(&Figures) -> f64) -> f64 {
+    let mut values: Vec<f64> = runs.iter().map(get).collect();
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// Builds `examples/floor.rs` with the bench's profile and returns its path.
+fn build_floor() -> PathBuf {
+    let output = std::process::Command::new(env!("CARGO"))
+        .args(["build", "--release", "--locked", "--example", "floor"])
+        .args(["--message-format", "json-render-diagnostics"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("cargo build --example floor");
+    assert!(output.status.success(), "the floor bot did not build");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find_map(|v| Some(PathBuf::from(v["executable"].as_str()?)))
+        .expect("the floor bot's executable")
+}
+
+async fn measure(bot: Bot, floor: &PathBuf) -> Figures {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let model = fake_openai::start().await;
+    let telegram = fake_telegram::start().await;
+    let mut cmd = daemon_command(dir.path(), &model, &telegram, 600);
+    if bot == Bot::Floor {
+        // The same environment, another program.
+        let std = cmd.as_std();
+        let mut floor_cmd = tokio::process::Command::new(floor);
+        floor_cmd.env_clear();
+        for (k, v) in std.get_envs() {
+            if let Some(v) = v {
+                floor_cmd.env(k, v);
+            }
+        }
+        floor_cmd
+            .current_dir(dir.path())
+            .stdout(Stdio::null())
+            .kill_on_drop(true);
+        cmd = floor_cmd;
+    }
+    let spawned = Instant::now();
+    let mut child = cmd.spawn().expect("start the bot");
+    let pid = child.id().expect("pid");
+    let first = telegram
+        .wait_for_calls("getUpdates", 1, Duration::from_secs(30))
+        .await;
+    let start_ms = first[0].at.duration_since(spawned).as_secs_f64() * 1000.0;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let idle_mb = rss_mb(pid);
+    let p50_ms = p50(&telegram).await.as_secs_f64() * 1000.0;
+    let burst_s = burst(&telegram, &model).await.as_secs_f64();
+    let burst_mb = rss_mb(pid);
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    let _ = tokio::time::timeout(Duration::from_secs(12), child.wait()).await;
+    Figures {
+        start_ms,
+        idle_mb,
+        p50_ms,
+        burst_s,
+        burst_mb,
+    }
+}
+
+/// The median time from an update pushed to its `sendMessage`, one message in flight.
+async fn p50(telegram: &FakeTelegram) -> Duration {
+    let mut latencies = Vec::new();
+    for i in 0..LATENCY_SAMPLES {
+        let before = telegram.calls_of("sendMessage").len();
+        let pushed = Instant::now();
+        telegram.push_message(private_text(100_000 + i, 100_000 + i, "ping"));
+        let sent = telegram
+            .wait_for_calls("sendMessage", before + 1, Duration::from_secs(30))
+            .await;
+        latencies.push(sent[before].at.duration_since(pushed));
+    }
+    latencies.sort();
+    latencies[latencies.len() / 2]
+}
+
+/// Every chat sends its messages at once: the time until each message was in a model prompt
+/// and each model call was answered in its chat.
+async fn burst(telegram: &FakeTelegram, model: &FakeOpenAi) -> Duration {
+    let requests_before = model.request_count();
+    let sent_before = telegram.sent_count();
+    let start = Instant::now();
+    for m in 0..BURST_MESSAGES {
+        for chat in 1..=BURST_CHATS {
+            telegram.push_message(private_text(chat, chat, &format!("burst c{chat} m{m}")));
+        }
+    }
+    let expected = (BURST_CHATS * BURST_MESSAGES) as usize;
+    let (mut seen, mut scanned) = (0, requests_before);
+    loop {
+        for request in model.requests_since(scanned) {
+            scanned += 1;
+            let last = &request["messages"]
+                .as_array()
+                .expect("messages")
+                .last()
+                .expect("a message")["content"];
+            seen += last.as_str().unwrap_or_default().matches("burst c").count();
+        }
+        let turns = scanned - requests_before;
+        if seen >= expected && telegram.sent_count() - sent_before >= turns {
+            return start.elapsed();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "burst not answered: {seen}/{expected} messages seen"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
