@@ -97,7 +97,19 @@ fn median(runs: &[Figures], get: fn(&Figures) -> f64) -> f64 {
 
 /// Builds `examples/floor.rs` with the bench's profile and returns its path.
 fn build_floor() -> PathBuf {
+    // Only what cargo needs: the variables cargo sets for a bench it runs would make it see
+    // the dependencies' build scripts as stale and rebuild them.
+    let kept = [
+        "PATH",
+        "HOME",
+        "CARGO_HOME",
+        "RUSTUP_HOME",
+        "RUSTUP_TOOLCHAIN",
+        "CARGO_TARGET_DIR",
+    ];
     let output = std::process::Command::new(env!("CARGO"))
+        .env_clear()
+        .envs(std::env::vars().filter(|(k, _)| kept.contains(&k.as_str())))
         .args(["build", "--release", "--locked", "--example", "floor"])
         .args(["--message-format", "json-render-diagnostics"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
