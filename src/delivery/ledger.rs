@@ -97,9 +97,9 @@ impl SendLedger {
     }
 }
 
-/// The digest of a send's destination and content; each field length-prefixed, so no two
-/// different sends write the same bytes.
-fn digest(channel: &str, out: &Outbound) -> [u8; 16] {
+/// The digest of a send's destination and content (also `bub send --id`'s, [`super::once`]);
+/// each field length-prefixed, so no two different sends hash the same bytes.
+pub(super) fn digest(channel: &str, out: &Outbound) -> [u8; 16] {
     let file = out
         .file
         .as_ref()
@@ -130,4 +130,4 @@ fn hex(bytes: &[u8]) -> String {
 
 #[cfg(test)]
 #[path = "ledger_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -14,6 +14,7 @@
 //! lives below them ([`crate::chat`]); it is re-exported here.
 
 pub(crate) mod ledger;
+pub mod once;
 pub(crate) mod outbox;
 pub(crate) mod send;
 
