@@ -589,7 +589,10 @@ async fn send(
         Ok(Once::Sent) => Ok(()),
         Ok(Once::Before(at)) => {
             let at = at.map_or_else(String::new, |at| format!(" on {}", at.to_rfc3339()));
-            eprintln!("bub: --id {}: sent before{at}; not sent again", safe_line(key));
+            eprintln!(
+                "bub: --id {}: sent before{at}; not sent again",
+                safe_line(key)
+            );
             Ok(())
         }
         Err(e) => Err(match e.downcast::<bub::delivery::once::KeyReused>() {

@@ -17,13 +17,19 @@ use support::wait::{bounded, wait_until};
 /// The `sendMessage` calls of the fake Telegram to `chat`.
 fn sent_to(env: &Env, chat: i64) -> Vec<support::fake_telegram::Call> {
     let calls = env.telegram.calls_of("sendMessage");
-    calls.into_iter().filter(|c| c.body["chat_id"] == chat).collect()
+    calls
+        .into_iter()
+        .filter(|c| c.body["chat_id"] == chat)
+        .collect()
 }
 
 /// The tool results the model was sent in its last request.
 fn last_tool_results(env: &Env) -> Vec<String> {
     let requests = env.model.requests();
-    let messages = requests.last().unwrap()["messages"].as_array().unwrap().clone();
+    let messages = requests.last().unwrap()["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
     messages
         .iter()
         .filter(|m| m["role"] == "tool")
@@ -79,7 +85,8 @@ async fn killed_while_a_message_send_was_unconfirmed_the_restart_sends_it_once()
     let mut env = Env::new().await;
     env.model.push_tool_calls(&send_to_7());
     // Telegram takes the send and never answers.
-    env.telegram.stall_for("sendMessage", Duration::from_secs(120));
+    env.telegram
+        .stall_for("sendMessage", Duration::from_secs(120));
     let daemon = env.start();
     env.telegram
         .push_message_update(private_text(42, 42, "tell chat 7 the build is green"));
@@ -101,7 +108,9 @@ async fn killed_while_a_message_send_was_unconfirmed_the_restart_sends_it_once()
     assert!(daemon.stop().await.success());
     assert_eq!(texts(&sent_to(&env, 7)), ["The build is green."]);
     assert!(
-        last_tool_results(&env).iter().any(|t| t == "sent to telegram:7"),
+        last_tool_results(&env)
+            .iter()
+            .any(|t| t == "sent to telegram:7"),
         "{:?}",
         last_tool_results(&env)
     );
@@ -157,10 +166,17 @@ async fn killed_during_a_streamed_answer_the_chat_ends_with_one_message_holding_
     })
     .await;
     assert!(daemon.stop().await.success());
-    assert_eq!(env.telegram.calls_of("sendMessage").len(), 1, "no second copy");
+    assert_eq!(
+        env.telegram.calls_of("sendMessage").len(),
+        1,
+        "no second copy"
+    );
     assert_eq!(env.telegram.current_text(id).as_deref(), Some(FINAL));
     let edits = env.telegram.calls_of("editMessageText");
-    assert!(edits.iter().all(|c| c.body["message_id"] == id), "one message");
+    assert!(
+        edits.iter().all(|c| c.body["message_id"] == id),
+        "one message"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -181,20 +197,31 @@ async fn bub_send_with_an_id_never_sends_twice_and_loses_nothing() {
     env.telegram = fake_telegram::start().await;
     let api_base = env.telegram.api_base();
     env.set("BUB_TELEGRAM_API_BASE", &api_base);
-    let out = env.run(&["send", "telegram", "42", &long, "--id", "report-1"]).await;
+    let out = env
+        .run(&["send", "telegram", "42", &long, "--id", "report-1"])
+        .await;
     assert!(out.status.success(), "{}", stderr(&out));
-    assert_eq!(texts(&env.telegram.calls_of("sendMessage")), ["b".repeat(3000)]);
+    assert_eq!(
+        texts(&env.telegram.calls_of("sendMessage")),
+        ["b".repeat(3000)]
+    );
     // And again: sent before, nothing sent, exit 0.
-    let out = env.run(&["send", "telegram", "42", &long, "--id", "report-1"]).await;
+    let out = env
+        .run(&["send", "telegram", "42", &long, "--id", "report-1"])
+        .await;
     assert_exit(&out, 0, "--id report-1: sent before");
     assert_eq!(env.telegram.calls_of("sendMessage").len(), 1);
 
     // A failure is exit 1 and loses nothing: the same key sends it once Telegram takes it.
     env.telegram
         .fail_next("SendMessage", 400, fake_telegram::chat_not_found_body());
-    let out = env.run(&["send", "telegram", "42", "backup done", "--id", "b-1"]).await;
+    let out = env
+        .run(&["send", "telegram", "42", "backup done", "--id", "b-1"])
+        .await;
     assert_exit(&out, 1, "chat not found");
-    let out = env.run(&["send", "telegram", "42", "backup done", "--id", "b-1"]).await;
+    let out = env
+        .run(&["send", "telegram", "42", "backup done", "--id", "b-1"])
+        .await;
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(
         texts(&env.telegram.delivered()),
@@ -202,7 +229,9 @@ async fn bub_send_with_an_id_never_sends_twice_and_loses_nothing() {
     );
 
     // The key of another message: a usage error, nothing sent.
-    let out = env.run(&["send", "telegram", "42", "other", "--id", "b-1"]).await;
+    let out = env
+        .run(&["send", "telegram", "42", "other", "--id", "b-1"])
+        .await;
     assert_exit(&out, 2, "--id b-1: already used for another message");
     // Without a key, each run is a message of its own.
     for _ in 0..2 {

@@ -580,7 +580,9 @@ impl SessionActor {
                 Some(live) => live.finish().await,
                 None => None,
             };
-            let shown = shown.map(|s| (s.id, s.text)).or(earlier.map(|id| (id, String::new())));
+            let shown = shown
+                .map(|s| (s.id, s.text))
+                .or(earlier.map(|id| (id, String::new())));
             if let Some(error) = &result.error {
                 courier.board.error(&session_id, &error.to_string());
             }

@@ -100,10 +100,7 @@ impl SendLedger {
 /// The digest of a send's destination and content (also `bub send --id`'s, [`super::once`]);
 /// each field length-prefixed, so no two different sends hash the same bytes.
 pub(super) fn digest(channel: &str, out: &Outbound) -> [u8; 16] {
-    let file = out
-        .file
-        .as_ref()
-        .map(|f| f.to_string_lossy().into_owned());
+    let file = out.file.as_ref().map(|f| f.to_string_lossy().into_owned());
     let mut hasher = Md5::new();
     for field in [
         Some(channel),

@@ -45,7 +45,8 @@ impl Channel for Recorder {
         if left == 0 {
             anyhow::bail!("telegram: 502 Bad Gateway");
         }
-        self.accepting.store(left.saturating_sub(1), Ordering::SeqCst);
+        self.accepting
+            .store(left.saturating_sub(1), Ordering::SeqCst);
         self.sent.lock().unwrap().push(out.clone());
         Ok(())
     }
@@ -110,11 +111,15 @@ async fn a_turn_run_again_skips_what_was_accepted_and_sends_what_was_not() {
     // then a report to chat 8 — and the restart comes before it is sent.
     let first = SendLedger::new(inbox.clone(), &[seq]).unwrap();
     for _ in 0..2 {
-        let sent = first.send(&outbox, &settings, "telegram", &to("7", "ping")).await;
+        let sent = first
+            .send(&outbox, &settings, "telegram", &to("7", "ping"))
+            .await;
         assert_eq!(sent.unwrap(), Sent::Now);
     }
     channel.accepting.store(0, Ordering::SeqCst);
-    let failed = first.send(&outbox, &settings, "telegram", &to("8", "report")).await;
+    let failed = first
+        .send(&outbox, &settings, "telegram", &to("8", "report"))
+        .await;
     assert!(failed.is_err());
     assert_eq!(channel.texts(), ["ping", "ping"]);
 
@@ -124,13 +129,20 @@ async fn a_turn_run_again_skips_what_was_accepted_and_sends_what_was_not() {
     let again = SendLedger::new(inbox.clone(), &[seq, 99]).unwrap();
     let mut outcomes = Vec::new();
     for (chat, text) in [("7", "ping"), ("7", "ping"), ("8", "report"), ("7", "ping")] {
-        outcomes.push(again.send(&outbox, &settings, "telegram", &to(chat, text)).await.unwrap());
+        outcomes.push(
+            again
+                .send(&outbox, &settings, "telegram", &to(chat, text))
+                .await
+                .unwrap(),
+        );
     }
     assert_eq!(outcomes, [Sent::Before, Sent::Before, Sent::Now, Sent::Now]);
     assert_eq!(channel.texts(), ["ping", "ping", "report", "ping"]);
     // Another turn (other messages) sends its own "ping".
     let other = SendLedger::new(inbox.clone(), &[received(&inbox, "2")]).unwrap();
-    let sent = other.send(&outbox, &settings, "telegram", &to("7", "ping")).await;
+    let sent = other
+        .send(&outbox, &settings, "telegram", &to("7", "ping"))
+        .await;
     assert_eq!(sent.unwrap(), Sent::Now);
     // A turn of messages that were never journaled has no ledger.
     assert!(SendLedger::new(inbox, &[0]).is_none());
@@ -146,7 +158,12 @@ async fn a_long_send_resumes_at_its_first_part_not_accepted() {
     let long = to("7", "aaaa aaaa\n\nbbbb bbbb\n\ncccc cccc");
     channel.accepting.store(2, Ordering::SeqCst);
     let first = SendLedger::new(inbox.clone(), &[seq]).unwrap();
-    assert!(first.send(&outbox, &settings, "telegram", &long).await.is_err());
+    assert!(
+        first
+            .send(&outbox, &settings, "telegram", &long)
+            .await
+            .is_err()
+    );
     assert_eq!(channel.texts(), ["aaaa aaaa", "bbbb bbbb"]);
 
     channel.accepting.store(usize::MAX, Ordering::SeqCst);
@@ -168,10 +185,14 @@ async fn a_refused_chat_is_refused_and_nothing_is_recorded() {
     let inbox = Arc::new(Inbox::memory());
     let seq = received(&inbox, "1");
     let ledger = SendLedger::new(inbox.clone(), &[seq]).unwrap();
-    let refused = ledger.send(&outbox, &settings, "telegram", &to("666", "hi")).await;
+    let refused = ledger
+        .send(&outbox, &settings, "telegram", &to("666", "hi"))
+        .await;
     assert!(format!("{:#}", refused.unwrap_err()).contains("not in BUB_TELEGRAM_ALLOW_CHATS"));
     assert!(channel.texts().is_empty());
-    let key = SendLedger::new(inbox.clone(), &[seq]).unwrap().key("telegram", &to("666", "hi"));
+    let key = SendLedger::new(inbox.clone(), &[seq])
+        .unwrap()
+        .key("telegram", &to("666", "hi"));
     assert_eq!(inbox.send_progress(&[seq], &key), None);
 }
 

@@ -66,7 +66,10 @@ fn sends_and_the_live_message_survive_a_restart_until_their_messages_are_done() 
     assert_eq!(inbox.live_message(&[other]), None);
     // The compacted journal holds them, one record per message, after its version.
     let journal = std::fs::read_to_string(&path).unwrap();
-    assert!(journal.starts_with("{\"op\":\"version\",\"v\":2}\n"), "{journal}");
+    assert!(
+        journal.starts_with("{\"op\":\"version\",\"v\":2}\n"),
+        "{journal}"
+    );
     assert!(
         journal.contains(r#"{"op":"send","seqs":[1],"key":"k2","to":"telegram:8","parts":2}"#),
         "{journal}"
@@ -168,7 +171,10 @@ fn a_version_1_journal_is_read_and_rewritten_as_version_2() {
     assert_eq!(inbox.last_seen("discord", 5), [("5".to_owned(), 77)]);
     assert_eq!(receive(&inbox, "13"), 8, "the numbering goes on");
     let journal = std::fs::read_to_string(&path).unwrap();
-    assert!(journal.starts_with("{\"op\":\"version\",\"v\":2}\n"), "{journal}");
+    assert!(
+        journal.starts_with("{\"op\":\"version\",\"v\":2}\n"),
+        "{journal}"
+    );
 }
 
 #[test]

@@ -92,7 +92,10 @@ async fn send(args: SendArgs, ctx: ToolContext) -> Result<String, ToolError> {
     let (outbox, settings) = (&ctx.process.outbox, ctx.settings());
     let sent = match &ctx.turn.sends {
         Some(ledger) => ledger.send(outbox, settings, &channel, &out).await,
-        None => outbox.send(settings, &channel, &out).await.map(|()| Sent::Now),
+        None => outbox
+            .send(settings, &channel, &out)
+            .await
+            .map(|()| Sent::Now),
     }
     .map_err(|e| ToolError::new(format!("{e:#}")))?;
     if current == Some((channel.as_str(), chat_id.as_str())) {
