@@ -190,7 +190,8 @@ impl Record {
         Ok(record)
     }
 
-    /// Appends `line` with one `write` (off the async workers: the send runs on the runtime).
+    /// Appends `line` with one `write` — on a runtime's worker, with the runtime told that it
+    /// blocks (`block_in_place`), so the send's other tasks move to another worker.
     fn append(&mut self, line: &Line) -> anyhow::Result<()> {
         let mut bytes = Vec::with_capacity(128);
         if self.torn {
@@ -199,7 +200,13 @@ impl Record {
         serde_json::to_writer(&mut bytes, line)?;
         bytes.push(b'\n');
         let file = &mut self.file;
-        tokio::task::block_in_place(|| file.write_all(&bytes)).context("writing a send record")?;
+        let mut write = || file.write_all(&bytes);
+        let flavor = tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor());
+        let written = match flavor {
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(write),
+            _ => write(),
+        };
+        written.context("writing a send record")?;
         self.torn = false;
         Ok(())
     }

@@ -1,5 +1,6 @@
 //! `bub send --id`: at most once per key, resumed after a failure, a key reused refused, old
-//! keys forgotten. (The records are written with `block_in_place`: multi-threaded runtimes.)
+//! keys forgotten. (Multi-threaded runtimes, as `bub send`'s: records go through
+//! `block_in_place`.)
 
 use std::sync::atomic::Ordering;
 
