@@ -20,6 +20,7 @@ use bub::cli::admin::{
 use bub::config::{LoadOptions, Settings};
 use bub::daemon::jobs::AgentJobs;
 use bub::daemon::{ChannelManager, SessionConfig};
+use bub::delivery::once::Once;
 use bub::delivery::{Outbound, Outbox};
 use bub::inbox::Inbox;
 use bub::logging::{self, LogTarget};
@@ -130,6 +131,10 @@ enum Command {
         action: JobsAction,
     },
     /// Send one message to a chat (Markdown rendered, split, retried); exits 1 when it failed.
+    ///
+    /// With `--id KEY` it is sent at most once per key: run again with the same key, a message
+    /// sent before is not sent again (exit 0), one a failed or killed run began is sent from its
+    /// first part not accepted. Keys are remembered 30 days in BUB_HOME/sends/.
     Send {
         /// `telegram` or `discord` (its token must be set; it need not be enabled).
         channel: String,
@@ -145,6 +150,9 @@ enum Command {
         /// audio, anything else as a document (Telegram: at most 50 MB; Discord: 10 MB).
         #[arg(long, value_name = "PATH")]
         file: Option<PathBuf>,
+        /// Send it at most once for this key (e.g. `backup-2026-05-01`): safe to run again.
+        #[arg(long, value_name = "KEY")]
+        id: Option<String>,
     },
     /// The skills this workspace sees.
     Skills {
@@ -249,9 +257,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 text,
                 reply_to,
                 file,
-            } => send(settings, &channel, chat_id, text.as_deref(), reply_to, file)
-                .await
-                .map(|()| ExitCode::SUCCESS),
+                id,
+            } => {
+                let out = outbound(chat_id, text.as_deref(), reply_to, file)?;
+                send(settings, &channel, out, id.as_deref())
+                    .await
+                    .map(|()| ExitCode::SUCCESS)
+            }
             Command::Message => message(settings).await.map(|()| ExitCode::SUCCESS),
             Command::Idle => idle(settings).await.map(|()| ExitCode::SUCCESS),
             Command::Status { json } => status(&settings, json).await.map(|()| ExitCode::SUCCESS),
@@ -554,17 +566,49 @@ fn scheduler(agent: Arc<AgentRuntime>) -> Scheduler {
     Scheduler::new(&home, catch_up, Arc::new(AgentJobs::new(agent)))
 }
 
-/// `bub send CHANNEL CHAT_ID TEXT`: exit 0 sent, 1 not delivered (or the chat is not admitted),
-/// 2 bad channel or no token.
+/// `bub send CHANNEL CHAT_ID TEXT`: exit 0 sent (with `--id`: or sent before), 1 not
+/// delivered (or the chat is not admitted), 2 bad channel, no token, or an `--id` used for
+/// another message.
 async fn send(
     settings: Settings,
     channel: &str,
+    out: Outbound,
+    id: Option<&str>,
+) -> anyhow::Result<()> {
+    logging::init(&settings, LogTarget::Stderr);
+    let outbox = Outbox::new(Arc::new(Access::new(&settings)));
+    let channel = channel.to_lowercase();
+    outbox.adapter(&settings, &channel)?;
+    let Some(key) = id else {
+        return outbox.send(&settings, &channel, &out).await;
+    };
+    if key.trim().is_empty() {
+        return Err(UsageError("--id: the key is empty".into()).into());
+    }
+    match bub::delivery::once::send_once(&outbox, &settings, &channel, &out, key).await {
+        Ok(Once::Sent) => Ok(()),
+        Ok(Once::Before(at)) => {
+            let at = at.map_or_else(String::new, |at| format!(" on {}", at.to_rfc3339()));
+            eprintln!(
+                "bub: --id {}: sent before{at}; not sent again",
+                safe_line(key)
+            );
+            Ok(())
+        }
+        Err(e) => Err(match e.downcast::<bub::delivery::once::KeyReused>() {
+            Ok(reused) => UsageError(safe_line(&reused.to_string()).into()).into(),
+            Err(e) => e,
+        }),
+    }
+}
+
+/// The message `bub send` is asked to send (TEXT `-`: read from stdin).
+fn outbound(
     chat_id: String,
     text: Option<&str>,
     reply_to: Option<String>,
     file: Option<PathBuf>,
-) -> anyhow::Result<()> {
-    logging::init(&settings, LogTarget::Stderr);
+) -> anyhow::Result<Outbound> {
     let text = match text {
         Some("-") => {
             let mut buf = String::new();
@@ -582,17 +626,13 @@ async fn send(
     {
         return Err(UsageError(format!("--file {}: no such file", file.display())).into());
     }
-    let outbox = Outbox::new(Arc::new(Access::new(&settings)));
-    let channel = channel.to_lowercase();
-    outbox.adapter(&settings, &channel)?;
-    let out = Outbound {
+    Ok(Outbound {
         chat_id,
         text,
         reply_to,
         file,
         edit: None,
-    };
-    outbox.send(&settings, &channel, &out).await
+    })
 }
 
 fn report_scheduler(result: Result<anyhow::Result<()>, tokio::task::JoinError>) {

@@ -20,6 +20,7 @@ mod gemini;
 mod guests;
 mod jobs;
 mod learning;
+mod ledger;
 mod limits;
 mod live;
 mod llm;

@@ -31,7 +31,7 @@ use crate::delivery::Outbox;
 use crate::llm::{LlmClient, LlmConfig};
 use crate::media;
 use crate::tape::TapeInfo;
-use crate::tools::{self, ProcessCtx, SessionCtx, ToolContext};
+use crate::tools::{self, ProcessCtx, SessionCtx, ToolContext, TurnOutput};
 use models::{Models, SharedChain};
 use router::Router;
 use runner::{LoopMemory, ModelLoop};
@@ -291,19 +291,21 @@ impl AgentRuntime {
     /// Runs one turn in `session_id` for `who` (their role decides the tool policy). Waits for
     /// the session's previous turn to finish first.
     pub async fn handle_input(&self, session_id: &str, text: &str, who: &Authority) -> TurnResult {
-        self.handle_live(session_id, text, who, None).await
+        self.handle_live(session_id, text, who, TurnOutput::default())
+            .await
     }
 
-    /// [`AgentRuntime::handle_input`], showing the answer in `live` as it is written (the model's
-    /// reply streamed, what runs as a status line).
+    /// [`AgentRuntime::handle_input`] for a chat: the answer shown in `output.live` as it is
+    /// written (the model's reply streamed, what runs as a status line), the sends recorded on
+    /// `output.sends`.
     pub async fn handle_live(
         &self,
         session_id: &str,
         text: &str,
         who: &Authority,
-        live: Option<crate::chat::LiveSender>,
+        output: TurnOutput,
     ) -> TurnResult {
-        self.run_turn_as(session_id, text, who, TurnOrigin::Asked, live, None)
+        self.run_turn_as(session_id, text, who, TurnOrigin::Asked, output, None)
             .await
     }
 
@@ -321,7 +323,7 @@ impl AgentRuntime {
             text,
             who,
             TurnOrigin::Asked,
-            None,
+            TurnOutput::default(),
             Some(observer),
         )
         .await
@@ -335,7 +337,8 @@ impl AgentRuntime {
         text: &str,
         who: &Authority,
     ) -> TurnResult {
-        self.run_turn_as(session_id, text, who, TurnOrigin::Scheduled, None, None)
+        let output = TurnOutput::default();
+        self.run_turn_as(session_id, text, who, TurnOrigin::Scheduled, output, None)
             .await
     }
 
@@ -346,7 +349,7 @@ impl AgentRuntime {
         text: &str,
         who: &Authority,
         origin: TurnOrigin,
-        live: Option<crate::chat::LiveSender>,
+        output: TurnOutput,
         observer: Option<crate::tools::ToolObserver>,
     ) -> TurnResult {
         let session = match self.session(session_id).await {
@@ -364,7 +367,7 @@ impl AgentRuntime {
             session.state.clone(),
             who.clone(),
             origin,
-            live,
+            output,
             observer,
         );
         let mut result = self.turn(&mut memory, &ctx, text).await;

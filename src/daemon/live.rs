@@ -5,6 +5,11 @@
 //! out by the adapter, and the interval counts from when that edit ended. When the turn ends,
 //! the message's id goes with the answer: its delivery replaces the live text with the final
 //! one (split as usual), so the status line is gone and nothing is posted twice.
+//!
+//! A restart must not leave a stale partial message beside a second answer either: the id is
+//! handed to `posted` the moment the platform returns it (the session records it in the inbox),
+//! and a turn run again after a restart starts from that message (`earlier`): it is edited,
+//! not posted anew.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,16 +43,25 @@ pub(crate) struct Shown {
 }
 
 impl LiveAnswer {
-    /// Starts showing the answer of a turn in `chat_id` (the first post replies to `reply_to`).
+    /// Starts showing the answer of a turn in `chat_id`: in the message `earlier` (posted by an
+    /// interrupted attempt of the turn), else in a new one, replying to `reply_to`, whose id is
+    /// given to `posted` as soon as the platform returns it.
     pub(crate) fn start(
         channel: Arc<dyn Channel>,
         chat_id: &str,
         reply_to: Option<String>,
+        earlier: Option<String>,
+        posted: impl FnOnce(&str) + Send + 'static,
     ) -> Self {
         let (tx, rx) = watch::channel(Live::default());
         let stop = CancellationToken::new();
-        let chat = chat_id.to_owned();
-        let task = tokio::spawn(show(channel, chat, reply_to, rx, stop.clone()));
+        let message = Message {
+            chat_id: chat_id.to_owned(),
+            reply_to,
+            earlier,
+            posted: Box::new(posted),
+        };
+        let task = tokio::spawn(show(channel, message, rx, stop.clone()));
         Self { tx, task, stop }
     }
 
@@ -67,6 +81,15 @@ impl LiveAnswer {
     }
 }
 
+/// Where the live message goes: its chat, what the first post replies to, the message an
+/// earlier attempt posted, and who is told the id of a new post.
+struct Message {
+    chat_id: String,
+    reply_to: Option<String>,
+    earlier: Option<String>,
+    posted: Box<dyn FnOnce(&str) + Send>,
+}
+
 /// The live message's text: the answer, then the status line in italics.
 fn render(live: &Live) -> String {
     match &live.status {
@@ -79,12 +102,22 @@ fn render(live: &Live) -> String {
 /// Posts, then edits, the live message until `stop`; returns what it shows.
 async fn show(
     channel: Arc<dyn Channel>,
-    chat_id: String,
-    reply_to: Option<String>,
+    message: Message,
     mut rx: watch::Receiver<Live>,
     stop: CancellationToken,
 ) -> Option<Shown> {
-    let mut shown: Option<Shown> = None;
+    let Message {
+        chat_id,
+        reply_to,
+        earlier,
+        posted,
+    } = message;
+    let mut posted = Some(posted);
+    let mut shown: Option<Shown> = earlier.map(|id| Shown {
+        id,
+        text: String::new(),
+        at: Instant::now(),
+    });
     let mut rendered = String::new();
     let mut last: Option<Instant> = None;
     loop {
@@ -106,6 +139,9 @@ async fn show(
         let done = match &shown {
             None => match channel.post(&chat_id, &text, reply_to.as_deref()).await {
                 Ok(Some(id)) => {
+                    if let Some(posted) = posted.take() {
+                        posted(&id);
+                    }
                     shown = Some(Shown {
                         id,
                         text: String::new(),

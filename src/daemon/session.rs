@@ -49,13 +49,14 @@ use tokio_util::sync::CancellationToken;
 use super::live;
 use crate::access::{Authority, Role};
 use crate::agent::AgentRuntime;
-use crate::channels::{Channel, Control, Inbound, LiveSender, Outbound};
+use crate::channels::{Channel, Control, Inbound, Outbound};
 use crate::config::Settings;
-use crate::delivery::{self, TurnResult, render_output};
+use crate::delivery::{self, SendLedger, TurnResult, render_output};
 use crate::inbox::{Delivery, Inbox, Outcome};
 use crate::status::{Board, SessionState};
 use crate::tape::search::LEFT_OUT_EVENT;
 use crate::time;
+use crate::tools::TurnOutput;
 
 /// The most messages one batch carries into a model request (the newest).
 pub(crate) const BATCH_MESSAGES: usize = 50;
@@ -68,14 +69,15 @@ pub trait TurnRunner: Send + Sync + 'static {
     /// Runs one turn in `session_id` for `who`.
     async fn run_turn(&self, session_id: &str, prompt: &str, who: &Authority) -> TurnResult;
 
-    /// Runs one turn, showing its answer in `live` as it is written (by default: as
-    /// [`TurnRunner::run_turn`], nothing shown).
-    async fn run_live_turn(
+    /// Runs one turn of a chat, showing its answer in `output.live` as it is written and
+    /// recording its sends on `output.sends` (by default: as [`TurnRunner::run_turn`], nothing
+    /// shown or recorded).
+    async fn run_chat_turn(
         &self,
         session_id: &str,
         prompt: &str,
         who: &Authority,
-        _live: LiveSender,
+        _output: TurnOutput,
     ) -> TurnResult {
         self.run_turn(session_id, prompt, who).await
     }
@@ -103,14 +105,14 @@ impl TurnRunner for AgentRuntime {
         self.handle_input(session_id, prompt, who).await
     }
 
-    async fn run_live_turn(
+    async fn run_chat_turn(
         &self,
         session_id: &str,
         prompt: &str,
         who: &Authority,
-        live: LiveSender,
+        output: TurnOutput,
     ) -> TurnResult {
-        self.handle_live(session_id, prompt, who, Some(live)).await
+        self.handle_live(session_id, prompt, who, output).await
     }
 
     async fn record(&self, session_id: &str, name: &str, data: Value) {
@@ -533,9 +535,17 @@ impl SessionActor {
         let reply_to = trigger.reply.then(|| trigger.message_id.clone());
         let proactive = self.cfg.proactive_response;
         let typing_interval = self.cfg.typing_interval;
+        // A live message an interrupted attempt of this turn posted (before a restart): the
+        // answer goes there, not into a second message.
+        let earlier = inbox.live_message(&seqs);
         // Commands answer at once; a live answer is for the model's turns.
-        let live = (self.cfg.live && !trigger.is_command())
-            .then(|| live::LiveAnswer::start(courier.channel.clone(), &chat_id, reply_to.clone()));
+        let live = (self.cfg.live && !trigger.is_command()).then(|| {
+            let (inbox, seqs) = (inbox.clone(), seqs.clone());
+            let posted = move |id: &str| inbox.live(&seqs, id);
+            let (channel, reply_to) = (courier.channel.clone(), reply_to.clone());
+            live::LiveAnswer::start(channel, &chat_id, reply_to, earlier.clone(), posted)
+        });
+        let sends = SendLedger::new(inbox.clone(), &seqs);
         tracing::info!(session = %session_id, message_id = %trigger.message_id,
             role = %who.role, messages = seqs.len(), "session.turn.start");
         inbox.started(&seqs);
@@ -556,21 +566,23 @@ impl SessionActor {
                 let data = json!({"count": left_out.len(), "messages": left_out});
                 runner.record(&session_id, LEFT_OUT_EVENT, data).await;
             }
-            let result = match &live {
-                Some(live) => {
-                    let sender = live.sender();
-                    runner
-                        .run_live_turn(&session_id, &prompt, &who, sender)
-                        .await
-                }
-                None => runner.run_turn(&session_id, &prompt, &who).await,
+            let output = TurnOutput {
+                live: live.as_ref().map(live::LiveAnswer::sender),
+                sends,
             };
+            let result = runner
+                .run_chat_turn(&session_id, &prompt, &who, output)
+                .await;
             drop(_typing);
-            // The live message, if one was posted, becomes the answer's first part.
+            // The live message, if one was posted (now or by an interrupted attempt), becomes
+            // the answer's first part.
             let shown = match live {
                 Some(live) => live.finish().await,
                 None => None,
             };
+            let shown = shown
+                .map(|s| (s.id, s.text))
+                .or(earlier.map(|id| (id, String::new())));
             if let Some(error) = &result.error {
                 courier.board.error(&session_id, &error.to_string());
             }
@@ -582,12 +594,12 @@ impl SessionActor {
                 };
                 // Nothing to deliver (answered with message.send, say): the live message
                 // keeps what was written, without its status line.
-                text = match shown.text.trim() {
+                text = match shown.1.trim() {
                     "" => "Done.".to_owned(),
                     written => written.to_owned(),
                 };
             }
-            let edit = shown.map(|s| s.id);
+            let edit = shown.map(|(id, _)| id);
             let delivery = Delivery {
                 channel: courier.channel.name().to_owned(),
                 seqs,

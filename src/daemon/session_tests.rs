@@ -682,3 +682,23 @@ async fn the_status_board_shows_the_turn_the_queue_and_errors_until_eviction() {
         "the row goes with the actor"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_run_again_answers_in_the_live_message_its_interrupted_attempt_posted() {
+    for live in [false, true] {
+        let mut cfg = config();
+        cfg.live = live;
+        let h = harness(cfg, FakeRunner::new(false));
+        let mut interrupted = inbound(1, "asked before the crash", true, "42", Role::Owner);
+        h.inbox.receive(&mut interrupted, None).unwrap();
+        h.inbox.started(&[interrupted.seq]);
+        h.inbox.live(&[interrupted.seq], "1001");
+        interrupted.interrupted = true;
+        h.tx.send(Mail::Resumed(interrupted)).unwrap();
+        at(&h, 5.0).await;
+        let sent = h.channel.sent.lock().unwrap().clone();
+        assert_eq!(sent.len(), 1, "live={live}: {sent:?}");
+        assert_eq!(sent[0].text, "answer");
+        assert_eq!(sent[0].edit.as_deref(), Some("1001"), "live={live}");
+    }
+}

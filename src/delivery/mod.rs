@@ -4,7 +4,8 @@
 //!   daemon, for `bub idle`, and send-only for everything else). A third platform is one new
 //!   module under `channels/` implementing [`Channel`] plus one line here.
 //! * [`Outbox`] — sending to any chat outside a turn's own delivery (`message.send`, `bub send`,
-//!   scheduled runs), always through the adapter and its chat allow-list.
+//!   scheduled runs), always through the adapter and its chat allow-list; [`SendLedger`] records
+//!   a turn's sends in the inbox, so a turn run again after a restart does not repeat them.
 //! * [`render_output`] — what the framework posts for a finished turn.
 //! * [`send()`] — how every send reaches its adapter: a text past [`send::MAX_MESSAGES`]
 //!   messages goes as its first part and a file.
@@ -12,6 +13,8 @@
 //! [`Outbound`] (a text for one chat) is spoken by the adapters and the journal too, so it
 //! lives below them ([`crate::chat`]); it is re-exported here.
 
+pub(crate) mod ledger;
+pub mod once;
 pub(crate) mod outbox;
 pub(crate) mod send;
 
@@ -21,6 +24,7 @@ use crate::access::Access;
 use crate::channels::{Channel, discord, telegram};
 pub use crate::chat::Outbound;
 use crate::config::{ConfigError, Settings};
+pub use ledger::{SendLedger, Sent};
 pub use outbox::Outbox;
 pub(crate) use send::{send, send_from};
 

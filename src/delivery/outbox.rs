@@ -58,11 +58,22 @@ impl Outbox {
         name: &str,
         out: &Outbound,
     ) -> anyhow::Result<()> {
+        let adapter = self.checked(settings, name, &out.chat_id).await?;
+        super::send(adapter.as_ref(), &settings.home, out).await
+    }
+
+    /// The adapter for `name`, once its allow-list admitted `chat_id` (a refusal is the error).
+    pub(crate) async fn checked(
+        &self,
+        settings: &Settings,
+        name: &str,
+        chat_id: &str,
+    ) -> anyhow::Result<Arc<dyn Channel>> {
         let adapter = self.adapter(settings, name)?;
-        if let Err(e) = adapter.check_recipient(&out.chat_id).await {
-            tracing::warn!(channel = name, chat_id = %out.chat_id, error = %format!("{e:#}"), "outbox.refused");
+        if let Err(e) = adapter.check_recipient(chat_id).await {
+            tracing::warn!(channel = name, chat_id = %chat_id, error = %format!("{e:#}"), "outbox.refused");
             return Err(e);
         }
-        super::send(adapter.as_ref(), &settings.home, out).await
+        Ok(adapter)
     }
 }

@@ -6,11 +6,21 @@
 //! {"op":"answer","channel":"telegram","seqs":[7,8],"out":{"chat_id":"42","text":"...","reply_to":null}}
 //! {"op":"sent","seqs":[7,8],"parts":2}       (the platform accepted the answer's first 2 parts)
 //! {"op":"done","seqs":[7,8],"outcome":"sent"}
-//! {"op":"next","seq":8}  {"op":"cursor",...}  {"op":"seen",...}   (written by compaction)
+//! {"op":"live","seqs":[7,8],"id":"1001"}     (the turn's live message, once posted)
+//! {"op":"send","seqs":[7,8],"key":"9f…","to":"telegram:7"}   (a message.send, before it is sent)
+//! {"op":"send_part","seqs":[7,8],"key":"9f…","parts":1}  {"op":"send_done","seqs":[7,8],"key":"9f…"}
+//! {"op":"version","v":2}  {"op":"next","seq":8}  {"op":"cursor",...}  {"op":"seen",...}
+//!                                                                     (written by compaction)
 //! ```
 //!
 //! Compaction writes an answer's progress into it (`"parts_sent":2`); an `answer` without it
-//! (an older journal) is delivered whole.
+//! (an older journal) is delivered whole. It writes a send's progress into its `send` record
+//! (`"parts":1`, `"done":true`).
+//!
+//! Versions: 1 had no `version` line and no `live`/`send*` records; 2 (this one) starts every
+//! compacted journal with `{"op":"version","v":2}`. A version-1 journal reads as it always did.
+//! An older Bub skips the lines it does not understand, so it reads a version-2 journal too
+//! (without what those lines say).
 //!
 //! Reading is tolerant: a torn last line (a crash mid-write) or a line this version does not
 //! understand is skipped and logged, never fatal.
@@ -19,6 +29,9 @@ use serde::{Deserialize, Serialize};
 
 use super::{Delivery, Outcome, State};
 use crate::chat::Inbound;
+
+/// The version of the journal this Bub writes (see the module docs).
+pub(super) const VERSION: u32 = 2;
 
 /// One journal line.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -54,6 +67,37 @@ pub(super) enum Record {
     Next {
         seq: u64,
     },
+    /// The format of the records after it (written first by compaction).
+    Version {
+        v: u32,
+    },
+    /// The live message of the messages' turn (`inbox::outgoing`).
+    Live {
+        seqs: Vec<u64>,
+        id: String,
+    },
+    /// A send of the messages' turn, before the platform is asked; compaction writes its
+    /// progress into it.
+    Send {
+        seqs: Vec<u64>,
+        key: String,
+        to: String,
+        #[serde(default, skip_serializing_if = "super::is_zero")]
+        parts: usize,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        done: bool,
+    },
+    /// The platform accepted the first `parts` parts of a send.
+    SendPart {
+        seqs: Vec<u64>,
+        key: String,
+        parts: usize,
+    },
+    /// The platform accepted all of a send.
+    SendDone {
+        seqs: Vec<u64>,
+        key: String,
+    },
 }
 
 impl Record {
@@ -61,6 +105,10 @@ impl Record {
     pub(super) fn seqs(&self) -> &[u64] {
         match self {
             Record::Start { seqs } | Record::Sent { seqs, .. } | Record::Done { seqs, .. } => seqs,
+            Record::Live { seqs, .. }
+            | Record::Send { seqs, .. }
+            | Record::SendPart { seqs, .. }
+            | Record::SendDone { seqs, .. } => seqs,
             Record::Answer(d) => &d.seqs,
             _ => &[],
         }
@@ -84,9 +132,12 @@ pub(super) fn parse(text: &[u8]) -> impl Iterator<Item = Record> + '_ {
 /// The journal that describes `state` and nothing else: counters, cursors, the chats' last
 /// ids, and each pending message with its progress.
 pub(super) fn snapshot(state: &State) -> String {
-    let mut records = vec![Record::Next {
-        seq: state.next_seq,
-    }];
+    let mut records = vec![
+        Record::Version { v: VERSION },
+        Record::Next {
+            seq: state.next_seq,
+        },
+    ];
     records.extend(state.cursors.iter().map(|(channel, at)| Record::Cursor {
         channel: channel.clone(),
         at: *at,
@@ -115,6 +166,7 @@ pub(super) fn snapshot(state: &State) -> String {
             records.push(Record::Answer(answer.clone()));
         }
     }
+    records.extend(state.outgoing_records());
     let mut body = String::new();
     for record in records {
         if let Ok(line) = serde_json::to_string(&record) {

@@ -6,6 +6,9 @@
 //!   message already received (same channel, chat and message id) is reported as a duplicate.
 //! * [`Inbox::started`], [`Inbox::answered`], [`Inbox::sent`], [`Inbox::done`] record a turn's
 //!   progress; `sent` after each part of a long answer the platform accepted.
+//! * [`Inbox::sending`], [`Inbox::live`] and their kin record what a turn sent besides its
+//!   answer — its `message.send`s, its live message — with the messages it answers, so that a
+//!   turn run again after a restart repeats none of it (`outgoing`).
 //! * [`Inbox::open`] reads the journal after a restart and returns what is left to do
 //!   ([`Resume`]): answers recorded but not delivered are delivered (never re-run) from their
 //!   first part not recorded as sent, messages
@@ -23,6 +26,7 @@
 //! is bounded except the pending messages themselves.
 
 mod journal;
+mod outgoing;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fs::File;
@@ -35,6 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::chat::{Inbound, Outbound};
 use journal::Record;
+pub use outgoing::SendProgress;
 
 /// The journal is rewritten without finished records when it grows past this size.
 pub(crate) const COMPACT_AT: u64 = 4 << 20;
@@ -116,6 +121,8 @@ struct State {
     /// pin thousands of small heap blocks (which would keep a burst's heap from shrinking).
     recent: HashSet<u64>,
     recent_order: VecDeque<u64>,
+    /// What pending messages' turns sent besides their answers (`outgoing`).
+    outgoing: HashMap<u64, outgoing::Outgoing>,
 }
 
 /// The inbox of one daemon (one per `BUB_HOME`, see the daemon lock).
@@ -188,13 +195,21 @@ impl Inbox {
             p.msg.seq = *seq;
             let interrupted = p.attempts > 0;
             if interrupted && (p.attempts >= MAX_ATTEMPTS || p.msg.is_command()) {
-                let notice = give_up_notice(*seq, &p.msg);
+                let mut notice = give_up_notice(*seq, &p.msg);
+                // It replaces the live message the interrupted turn left, if any.
+                let live = state.outgoing.get(seq).and_then(|o| o.live.clone());
                 match notices
                     .iter_mut()
                     .find(|n| n.channel == notice.channel && n.out.chat_id == notice.out.chat_id)
                 {
-                    Some(n) => n.seqs.push(*seq),
-                    None => notices.push(notice),
+                    Some(n) => {
+                        n.seqs.push(*seq);
+                        n.out.edit = n.out.edit.take().or(live);
+                    }
+                    None => {
+                        notice.out.edit = live;
+                        notices.push(notice);
+                    }
                 }
                 continue;
             }
@@ -204,6 +219,8 @@ impl Inbox {
         for seq in gave_up {
             state.pending.remove(&seq);
         }
+        let pending = &state.pending;
+        state.outgoing.retain(|seq, _| pending.contains_key(seq));
         for notice in notices {
             for seq in &notice.seqs {
                 if let Some(p) = state.pending.get_mut(seq) {
@@ -444,8 +461,17 @@ impl State {
             Record::Done { seqs, .. } => {
                 for seq in seqs {
                     self.pending.remove(&seq);
+                    self.outgoing.remove(&seq);
                 }
             }
+            Record::Version { v } if v > journal::VERSION => {
+                tracing::warn!(version = v, "inbox.journal.newer: written by a newer Bub");
+            }
+            Record::Version { .. } => {}
+            record @ (Record::Live { .. }
+            | Record::Send { .. }
+            | Record::SendPart { .. }
+            | Record::SendDone { .. }) => self.apply_outgoing(record),
             Record::Seen { channel, chat, id } => self.saw(&channel, &chat, id),
             Record::Cursor { channel, at } => {
                 let cursor = self.cursors.entry(channel).or_default();

@@ -6,8 +6,9 @@
 //! * [`SessionCtx`] — one session: its id, workspace, tape, expanded tool/skill details and the
 //!   model it was switched to.
 //! * [`TurnCtx`] — one turn: who asked ([`Authority`]), the [`Policy`] it runs under (by role,
-//!   and whether the turn is a scheduled run), whether it already answered its own chat, and
-//!   who watches it run (a live answer, a [`ToolObserver`] of its tool calls).
+//!   and whether the turn is a scheduled run), whether it already answered its own chat, the
+//!   ledger its sends are recorded on, and who watches it run (a live answer, a
+//!   [`ToolObserver`] of its tool calls).
 //!
 //! A [`ToolContext`] is the three together; the registry checks the turn's policy before any
 //! tool runs, so the turn's authority is explicit in every call.
@@ -19,7 +20,7 @@ use std::time::Duration;
 
 use crate::access::{Access, Authority, Policy, Role, TurnOrigin};
 use crate::config::{Model, Settings};
-use crate::delivery::Outbox;
+use crate::delivery::{Outbox, SendLedger};
 use crate::redact::Redactor;
 use crate::tape::SharedTape;
 use crate::tools::expansion::Expanded;
@@ -148,8 +149,18 @@ pub struct TurnCtx {
     /// Where the answer is shown as it is written (`BUB_STREAM=edits` in a chat that can edit
     /// messages); `None`: only the final answer is delivered.
     pub live: Option<crate::chat::LiveSender>,
+    /// Where `message.send` records its sends (a daemon's chat turn); `None`: not recorded.
+    pub sends: Option<SendLedger>,
     /// Who is told when a tool call the model made starts and ends (`bub chat`, `bub run -v`).
     pub observer: Option<ToolObserver>,
+}
+
+/// Where a chat turn's output goes while it runs, besides its final answer: the live message
+/// that shows the answer as it is written, and the ledger its sends are recorded on.
+#[derive(Default)]
+pub struct TurnOutput {
+    pub live: Option<crate::chat::LiveSender>,
+    pub sends: Option<SendLedger>,
 }
 
 /// A tool call the model made, as a [`ToolObserver`] sees it. Its text is redacted (no secret
@@ -177,6 +188,7 @@ impl TurnCtx {
             authority,
             answered: AtomicBool::new(false),
             live: None,
+            sends: None,
             observer: None,
         }
     }
@@ -197,21 +209,23 @@ impl ToolContext {
         session: Arc<SessionCtx>,
         authority: Authority,
     ) -> Self {
-        Self::with_live(process, session, authority, TurnOrigin::Asked, None, None)
+        let output = TurnOutput::default();
+        Self::with_live(process, session, authority, TurnOrigin::Asked, output, None)
     }
 
     /// [`ToolContext::new`] for a turn started by `origin` whose answer is shown as it is
-    /// written (when `live` is given) and whose tool calls `observer` is told about.
+    /// written and sends are recorded (`output`), and whose tool calls `observer` is told about.
     pub(crate) fn with_live(
         process: Arc<ProcessCtx>,
         session: Arc<SessionCtx>,
         authority: Authority,
         origin: TurnOrigin,
-        live: Option<crate::chat::LiveSender>,
+        output: TurnOutput,
         observer: Option<ToolObserver>,
     ) -> Self {
         let mut turn = TurnCtx::new(authority, origin, &process);
-        turn.live = live;
+        turn.live = output.live;
+        turn.sends = output.sends;
         turn.observer = observer;
         let turn = Arc::new(turn);
         Self {

@@ -2,6 +2,11 @@
 //! current one by default, or any chat of a configured channel, through the same outbound code
 //! as the daemon's answers. A guest's file must be inside the workspace (the registry checks
 //! the `file` argument like any path).
+//!
+//! In a daemon's chat turn every send is recorded on the turn's ledger
+//! ([`crate::delivery::SendLedger`]): when a restart interrupted the turn and it runs again, a
+//! send the platform had accepted is not made again — the model is told it was "already sent
+//! before a restart" — and one it had not accepted is sent (from its first part not accepted).
 
 use std::sync::atomic::Ordering;
 
@@ -11,6 +16,7 @@ use serde::Deserialize;
 use super::{Scope, Tool, ToolContext, ToolError};
 use crate::access::CHANNELS;
 use crate::channels::Outbound;
+use crate::delivery::Sent;
 
 #[derive(Deserialize, JsonSchema)]
 struct SendArgs {
@@ -83,15 +89,24 @@ async fn send(args: SendArgs, ctx: ToolContext) -> Result<String, ToolError> {
         file,
         edit: None,
     };
-    ctx.process
-        .outbox
-        .send(ctx.settings(), &channel, &out)
-        .await
-        .map_err(|e| ToolError::new(format!("{e:#}")))?;
+    let (outbox, settings) = (&ctx.process.outbox, ctx.settings());
+    let sent = match &ctx.turn.sends {
+        Some(ledger) => ledger.send(outbox, settings, &channel, &out).await,
+        None => outbox
+            .send(settings, &channel, &out)
+            .await
+            .map(|()| Sent::Now),
+    }
+    .map_err(|e| ToolError::new(format!("{e:#}")))?;
     if current == Some((channel.as_str(), chat_id.as_str())) {
         ctx.turn.answered.store(true, Ordering::Relaxed);
     }
-    Ok(format!("sent to {channel}:{chat_id}"))
+    Ok(match sent {
+        Sent::Now => format!("sent to {channel}:{chat_id}"),
+        Sent::Before => format!(
+            "already sent to {channel}:{chat_id} before a restart interrupted this turn: not sent again"
+        ),
+    })
 }
 
 /// The regular file `raw` names (relative to the workspace), checked on the blocking pool.

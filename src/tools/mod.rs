@@ -16,7 +16,9 @@ pub(crate) mod skills;
 pub(crate) mod tape;
 pub mod web;
 
-pub use context::{ProcessCtx, SessionCtx, ToolContext, ToolEvent, ToolObserver, TurnCtx};
+pub use context::{
+    ProcessCtx, SessionCtx, ToolContext, ToolEvent, ToolObserver, TurnCtx, TurnOutput,
+};
 pub use registry::{Registry, Scope, Tool, ToolError, ToolFuture};
 
 /// The command names of every built-in tool.

@@ -277,7 +277,8 @@ mod tests {
 
         fn turn(&self, session: &str, who: Authority, origin: TurnOrigin) -> ToolContext {
             let session = Arc::new(SessionCtx::open(&self.settings, session).unwrap());
-            ToolContext::with_live(self.process.clone(), session, who, origin, None, None)
+            let output = crate::tools::TurnOutput::default();
+            ToolContext::with_live(self.process.clone(), session, who, origin, output, None)
         }
 
         fn jobs(&self) -> Vec<Job> {

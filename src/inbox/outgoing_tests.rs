@@ -1,0 +1,192 @@
+//! What a turn sent besides its answer, across a restart: `message.send` progress, the live
+//! message, the give-up notice that replaces it, and the journal versions.
+
+use std::path::Path;
+
+use super::*;
+use crate::access::Role;
+use crate::chat::Inbound;
+use crate::inbox::{Inbox, Outcome, Received, Resume};
+
+fn msg(id: &str, prompt: &str) -> Inbound {
+    Inbound {
+        channel: "telegram".into(),
+        chat_id: "42".into(),
+        message_id: id.into(),
+        sender_id: "7".into(),
+        sender_name: None,
+        role: Role::Owner,
+        prompt: prompt.into(),
+        mentioned: true,
+        reply: false,
+        seq: 0,
+        interrupted: false,
+    }
+}
+
+fn open(path: &Path) -> (Inbox, Vec<Resume>) {
+    Inbox::open(path, |m| Some(m.role)).unwrap()
+}
+
+fn receive(inbox: &Inbox, id: &str) -> u64 {
+    match inbox.receive(&mut msg(id, "hello"), None).unwrap() {
+        Received::New(seq) => seq,
+        Received::Duplicate => panic!("duplicate"),
+    }
+}
+
+fn progress(parts: usize, done: bool) -> Option<SendProgress> {
+    Some(SendProgress { parts, done })
+}
+
+#[test]
+fn sends_and_the_live_message_survive_a_restart_until_their_messages_are_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let (inbox, _) = open(&path);
+    let (a, b) = (receive(&inbox, "1"), receive(&inbox, "2"));
+    let other = receive(&inbox, "3");
+    inbox.started(&[a, b]);
+    inbox.live(&[a, b], "1001");
+    inbox.sending(&[a, b], "k1", "telegram:7");
+    inbox.send_done(&[a, b], "k1");
+    inbox.sending(&[a, b], "k2", "telegram:8");
+    inbox.send_part(&[a, b], "k2", 2);
+    assert_eq!(inbox.send_progress(&[a], "k1"), progress(0, true));
+    assert_eq!(inbox.send_progress(&[other], "k1"), None, "another turn's");
+    drop(inbox);
+
+    let (inbox, resume) = open(&path);
+    assert_eq!(resume.len(), 3, "{resume:?}");
+    // The resumed turn may batch the messages with others: any of them finds the records.
+    assert_eq!(inbox.send_progress(&[b, 9], "k1"), progress(0, true));
+    assert_eq!(inbox.send_progress(&[a], "k2"), progress(2, false));
+    assert_eq!(inbox.send_progress(&[a], "k3"), None);
+    assert_eq!(inbox.live_message(&[9, b]).as_deref(), Some("1001"));
+    assert_eq!(inbox.live_message(&[other]), None);
+    // The compacted journal holds them, one record per message, after its version.
+    let journal = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        journal.starts_with("{\"op\":\"version\",\"v\":2}\n"),
+        "{journal}"
+    );
+    assert!(
+        journal.contains(r#"{"op":"send","seqs":[1],"key":"k2","to":"telegram:8","parts":2}"#),
+        "{journal}"
+    );
+    assert!(
+        journal.contains(r#"{"op":"send","seqs":[2],"key":"k1","to":"telegram:7","done":true}"#),
+        "{journal}"
+    );
+    assert!(journal.contains(r#"{"op":"live","seqs":[1],"id":"1001"}"#));
+
+    inbox.done(&[a, b], Outcome::Sent);
+    assert_eq!(inbox.send_progress(&[a, b], "k1"), None);
+    assert_eq!(inbox.live_message(&[a, b]), None);
+    // A record about messages no longer pending (a live post that ended after `,stop`) is
+    // not kept.
+    inbox.live(&[a], "1002");
+    assert_eq!(inbox.live_message(&[a]), None);
+    drop(inbox);
+    let (inbox, _) = open(&path);
+    assert_eq!(inbox.send_progress(&[a, b], "k1"), None);
+    let journal = std::fs::read_to_string(&path).unwrap();
+    assert!(!journal.contains("\"op\":\"send\""), "{journal}");
+    assert!(!journal.contains("\"op\":\"live\""), "{journal}");
+}
+
+#[test]
+fn at_most_max_sends_are_remembered_per_message() {
+    let inbox = Inbox::memory();
+    let seq = receive(&inbox, "1");
+    for i in 0..MAX_SENDS + 5 {
+        inbox.sending(&[seq], &format!("k{i}"), "telegram:7");
+    }
+    let last = format!("k{}", MAX_SENDS - 1);
+    assert_eq!(inbox.send_progress(&[seq], &last), progress(0, false));
+    let over = format!("k{MAX_SENDS}");
+    assert_eq!(inbox.send_progress(&[seq], &over), None);
+    // A message that never went through the inbox (seq 0) has nothing recorded.
+    inbox.sending(&[0], "k", "telegram:7");
+    assert_eq!(inbox.send_progress(&[0], "k"), None);
+}
+
+#[test]
+fn the_give_up_notice_replaces_the_live_message_an_interrupted_turn_left() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let (inbox, _) = open(&path);
+    let seq = receive(&inbox, "1");
+    inbox.started(&[seq]);
+    inbox.live(&[seq], "1001");
+    drop(inbox);
+    // Interrupted once: runs again, with its live message still known.
+    let (inbox, resume) = open(&path);
+    assert!(matches!(&resume[..], [Resume::Message(m)] if m.interrupted));
+    assert_eq!(inbox.live_message(&[seq]).as_deref(), Some("1001"));
+    inbox.started(&[seq]);
+    drop(inbox);
+    // Interrupted twice: the notice edits the live message instead of leaving it stale.
+    let (inbox, resume) = open(&path);
+    let [Resume::Deliver(notice)] = &resume[..] else {
+        panic!("{resume:?}")
+    };
+    assert!(notice.out.text.contains("gave up"), "{notice:?}");
+    assert_eq!(notice.out.edit.as_deref(), Some("1001"));
+    drop(inbox);
+    // Recorded as the notice's own edit: the next start delivers it the same way.
+    let (_, resume) = open(&path);
+    assert!(matches!(&resume[..], [Resume::Deliver(n)] if n.out.edit.as_deref() == Some("1001")));
+}
+
+/// A journal of version 1 (no `version` line, the records of that version) reads as it did,
+/// and is rewritten as version 2.
+#[test]
+fn a_version_1_journal_is_read_and_rewritten_as_version_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let m = |id: &str, text: &str| serde_json::to_string(&msg(id, text)).unwrap();
+    let v1 = [
+        r#"{"op":"next","seq":4}"#.to_owned(),
+        r#"{"op":"cursor","channel":"telegram","at":900}"#.to_owned(),
+        r#"{"op":"seen","channel":"discord","chat":"5","id":77}"#.to_owned(),
+        format!(r#"{{"op":"recv","seq":5,"cursor":901,"msg":{}}}"#, m("10", "answered")),
+        format!(r#"{{"op":"recv","seq":6,"msg":{}}}"#, m("11", "interrupted")),
+        format!(r#"{{"op":"recv","seq":7,"msg":{}}}"#, m("12", "finished")),
+        r#"{"op":"start","seqs":[5]}"#.to_owned(),
+        r#"{"op":"answer","channel":"telegram","seqs":[5],"out":{"chat_id":"42","text":"hi","reply_to":null}}"#.to_owned(),
+        r#"{"op":"sent","seqs":[5],"parts":1}"#.to_owned(),
+        r#"{"op":"start","seqs":[6]}"#.to_owned(),
+        r#"{"op":"done","seqs":[7],"outcome":"silent"}"#.to_owned(),
+    ]
+    .join("\n");
+    std::fs::write(&path, v1).unwrap();
+    let (inbox, resume) = open(&path);
+    let [Resume::Deliver(answer), Resume::Message(again)] = &resume[..] else {
+        panic!("{resume:?}")
+    };
+    assert_eq!((answer.seqs.as_slice(), answer.parts_sent), (&[5][..], 1));
+    assert_eq!((again.seq, again.interrupted), (6, true));
+    assert_eq!(inbox.cursor("telegram"), Some(901));
+    assert_eq!(inbox.last_seen("discord", 5), [("5".to_owned(), 77)]);
+    assert_eq!(receive(&inbox, "13"), 8, "the numbering goes on");
+    let journal = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        journal.starts_with("{\"op\":\"version\",\"v\":2}\n"),
+        "{journal}"
+    );
+}
+
+#[test]
+fn a_journal_of_a_newer_version_is_read_for_what_this_one_understands() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let m = serde_json::to_string(&msg("10", "question")).unwrap();
+    let newer = format!(
+        "{{\"op\":\"version\",\"v\":99}}\n{{\"op\":\"recv\",\"seq\":1,\"msg\":{m}}}\n\
+         {{\"op\":\"teleport\",\"seqs\":[1]}}\n"
+    );
+    std::fs::write(&path, newer).unwrap();
+    let (_, resume) = open(&path);
+    assert!(matches!(&resume[..], [Resume::Message(m)] if m.seq == 1));
+}
