@@ -6,18 +6,24 @@
 //! {"op":"answer","channel":"telegram","seqs":[7,8],"out":{"chat_id":"42","text":"...","reply_to":null}}
 //! {"op":"sent","seqs":[7,8],"parts":2}       (the platform accepted the answer's first 2 parts)
 //! {"op":"done","seqs":[7,8],"outcome":"sent"}
+//! {"op":"job","seq":9,"run":{"job":"1a2b","session":"telegram:42","due":"...","prompt":"...","creator":{...}}}
 //! {"op":"next","seq":8}  {"op":"cursor",...}  {"op":"seen",...}   (written by compaction)
 //! ```
 //!
 //! Compaction writes an answer's progress into it (`"parts_sent":2`); an `answer` without it
 //! (an older journal) is delivered whole.
 //!
+//! A scheduled job's due run is a `job` record, numbered like a received message; the records
+//! after it (`start`, `answer`, `sent`, `done`) are the messages' own. The other records are
+//! unchanged, so a journal written before `job` records existed is read as it was (an older
+//! Bub skips a `job` line as one it does not understand).
+//!
 //! Reading is tolerant: a torn last line (a crash mid-write) or a line this version does not
 //! understand is skipped and logged, never fatal.
 
 use serde::{Deserialize, Serialize};
 
-use super::{Delivery, Outcome, State};
+use super::{Delivery, JobRun, Outcome, State};
 use crate::chat::Inbound;
 
 /// One journal line.
@@ -34,6 +40,11 @@ pub(super) enum Record {
         seqs: Vec<u64>,
     },
     Answer(Delivery),
+    /// A scheduled job's due run, journaled before its turn.
+    Job {
+        seq: u64,
+        run: JobRun,
+    },
     Sent {
         seqs: Vec<u64>,
         parts: usize,
@@ -109,12 +120,25 @@ pub(super) fn snapshot(state: &State) -> String {
         });
         records.extend((0..p.attempts).map(|_| Record::Start { seqs: vec![*seq] }));
     }
+    for (seq, p) in &state.jobs {
+        records.push(Record::Job {
+            seq: *seq,
+            run: p.run.clone(),
+        });
+        records.extend((0..p.attempts).map(|_| Record::Start { seqs: vec![*seq] }));
+    }
     // Answers after all their messages, once each.
     for (seq, p) in &state.pending {
         if let Some(answer) = p.answer.as_ref().filter(|a| a.seqs.first() == Some(seq)) {
             records.push(Record::Answer(answer.clone()));
         }
     }
+    records.extend(
+        state
+            .jobs
+            .values()
+            .filter_map(|p| p.answer.clone().map(Record::Answer)),
+    );
     let mut body = String::new();
     for record in records {
         if let Ok(line) = serde_json::to_string(&record) {
