@@ -1,12 +1,15 @@
 //! Chaos benchmark (`cargo bench --bench chaos`): the release `bub message` binary against the
 //! fake Telegram and an echoing fake model, 1000 messages across 50 private chats arriving at
-//! random moments over 40 s, while the daemon is SIGKILLed at 5 random moments and restarted at once each time.
+//! random moments over 40 s, and a scheduled job due at a random moment in 10 of those chats,
+//! while the daemon is SIGKILLed at 5 random moments and restarted at once each time.
 //!
-//! Every message is uniquely identifiable (`m<chat>-<n>`) and the fake model answers with the
-//! tokens of its last user prompt, so each `sendMessage` tells which messages it answers.
+//! Every message is uniquely identifiable (`m<chat>-<n>`), and so is every job's message
+//! (`j<chat>-1`); the fake model answers with the tokens of its last user prompt, so each
+//! `sendMessage` tells which messages (or job) it answers.
 //!
 //! Reports:
-//! * lost: messages never answered (the bench exits 1 when there is one);
+//! * lost: messages never answered, and jobs never answered (the bench exits 1 when there is
+//!   one); a job's duplicates must stay within the number of kills;
 //! * answered more than once: the exact count, with the messages;
 //! * per restart: what was pending at the kill (pushed and not answered; how many of those the
 //!   daemon had journaled, how many were in a model call) and the time from the spawn to the
@@ -32,6 +35,8 @@ use support::fake_telegram::{Call, private_text};
 
 const CHATS: i64 = 50;
 const PER_CHAT: i64 = 20;
+/// Every `JOB_EVERY`th chat has a one-shot job due at a random moment in [KILL_FROM, KILL_UNTIL].
+const JOB_EVERY: i64 = 5;
 const KILLS: usize = 5;
 /// The messages arrive at random moments (uniform, so in natural bursts) over this time.
 const PUSH_TIME: Duration = Duration::from_secs(40);
@@ -77,6 +82,38 @@ struct Kill {
     journaled: usize,
     in_model: usize,
     spawned: Instant,
+}
+
+/// The seeded jobs: (chat, due after the start) for every [`JOB_EVERY`]th chat.
+fn job_plan(seed: u64) -> Vec<(i64, Duration)> {
+    let mut rng = fastrand::Rng::with_seed(seed ^ 0x6a6f6273);
+    let span = (KILL_UNTIL - KILL_FROM).as_millis() as u64;
+    (1..=CHATS)
+        .filter(|c| c % JOB_EVERY == 0)
+        .map(|c| (c, KILL_FROM + Duration::from_millis(rng.u64(0..=span))))
+        .collect()
+}
+
+/// Writes the planned jobs into `jobs.json`, due relative to `start` (wall time).
+fn write_jobs(env: &Env, jobs: &[(i64, Duration)], start: chrono::DateTime<chrono::Utc>) {
+    let jobs: Vec<Value> = jobs
+        .iter()
+        .map(|(chat, after)| {
+            let at = (start + chrono::Duration::from_std(*after).expect("due")).to_rfc3339();
+            json!({
+                "id": format!("chaos{chat}"),
+                "session": format!("telegram:{}", CHAT_BASE + chat),
+                "message": format!("j{chat}-1"),
+                "workspace": env.workspace,
+                "trigger": {"kind": "once", "at": at},
+                "created": start.to_rfc3339(),
+                "next_run": at,
+            })
+        })
+        .collect();
+    std::fs::create_dir_all(&env.home).expect("BUB_HOME");
+    let file = json!({"version": 1, "jobs": jobs});
+    std::fs::write(env.home.join("jobs.json"), file.to_string()).expect("jobs.json");
 }
 
 /// The seeded plan: messages in a shuffled chat order (each chat's own messages in order),
@@ -160,12 +197,18 @@ fn answered_tokens(call: &Call) -> Vec<String> {
 
 /// Tokens answered so far (delivered `sendMessage` calls), with how often.
 fn answer_counts(calls: &[Call]) -> BTreeMap<String, usize> {
+    token_counts(calls, "m")
+}
+
+/// Tokens with `prefix` in delivered `sendMessage` calls, with how often.
+fn token_counts(calls: &[Call], prefix: &str) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
     for call in calls
         .iter()
         .filter(|c| c.method == "sendmessage" && !c.failed)
     {
-        for token in answered_tokens(call) {
+        let text = call.body["text"].as_str().unwrap_or_default();
+        for token in fake_openai::tokens(text, prefix) {
             *counts.entry(token).or_default() += 1;
         }
     }
@@ -188,10 +231,18 @@ fn secs(d: Duration) -> String {
 
 async fn bench(seed: u64) -> usize {
     let (messages, kill_at) = plan(seed);
+    let job_at = job_plan(seed);
     let mut env = Env::new().await;
     env.set("BUB_LOG_LEVEL", "warn");
     env.set("BUB_TELEGRAM_OWNERS", "1");
-    env.model.echo_tokens("m");
+    env.model.set_responder(|request| {
+        let text = fake_openai::last_user_text(request);
+        let tokens = [
+            fake_openai::tokens(&text, "m"),
+            fake_openai::tokens(&text, "j"),
+        ];
+        format!("answering: {}", tokens.concat().join(" "))
+    });
     env.model.set_latency(MODEL_LATENCY);
     let log = env.home.parent().expect("temp dir").join("daemon.log");
     println!(
@@ -205,6 +256,7 @@ async fn bench(seed: u64) -> usize {
             .join(", ")
     );
 
+    write_jobs(&env, &job_at, chrono::Utc::now());
     let start = Instant::now();
     let mut child = spawn(&env, &log);
     let mut update_of: HashMap<String, i64> = HashMap::new();
@@ -258,12 +310,17 @@ async fn bench(seed: u64) -> usize {
     }
     let pushed_all = start.elapsed();
 
-    // Drain: every message answered (or the limit).
+    // Drain: every message and every job answered (or the limit).
     let expected: HashSet<&String> = update_of.keys().collect();
+    let jobs: Vec<String> = job_at.iter().map(|(c, _)| format!("j{c}-1")).collect();
     let deadline = Instant::now() + DRAIN_LIMIT;
     let drained = loop {
-        let answered = answer_counts(&env.telegram.calls());
-        if expected.iter().all(|t| answered.contains_key(*t)) {
+        let calls = env.telegram.calls();
+        let answered = answer_counts(&calls);
+        let jobs_answered = token_counts(&calls, "j");
+        if expected.iter().all(|t| answered.contains_key(*t))
+            && jobs.iter().all(|j| jobs_answered.contains_key(j))
+        {
             break Some(start.elapsed());
         }
         if Instant::now() > deadline {
@@ -302,9 +359,27 @@ async fn bench(seed: u64) -> usize {
         .copied()
         .filter(|c| {
             let text = c.body["text"].as_str().unwrap_or_default();
-            text.contains("gave up") || text.contains("was not run again")
+            !text.starts_with("Scheduled job")
+                && (text.contains("gave up") || text.contains("was not run again"))
         })
         .collect();
+    // Jobs: answered once (a duplicate only when a kill fell between a part accepted and its
+    // record), or given up with a notice after two interruptions.
+    let job_answers = token_counts(&calls, "j");
+    let job_notices: HashSet<String> = delivered
+        .iter()
+        .filter_map(|c| {
+            let text = c.body["text"].as_str().unwrap_or_default();
+            let id = text.strip_prefix("Scheduled job chaos")?;
+            let chat: String = id.chars().take_while(char::is_ascii_digit).collect();
+            Some(format!("j{chat}-1"))
+        })
+        .collect();
+    let jobs_lost: Vec<&String> = jobs
+        .iter()
+        .filter(|j| !job_answers.contains_key(*j) && !job_notices.contains(*j))
+        .collect();
+    let job_duplicates: usize = job_answers.values().map(|n| n - 1).sum();
     let errors = delivered
         .iter()
         .filter(|c| {
@@ -420,6 +495,20 @@ async fn bench(seed: u64) -> usize {
         );
     }
     println!(
+        "chaos.jobs: {} due, {} answered, {} given up with a notice, lost {}{}, duplicates {} (kills {})",
+        jobs.len(),
+        job_answers.len(),
+        job_notices.len(),
+        jobs_lost.len(),
+        if jobs_lost.is_empty() {
+            String::new()
+        } else {
+            format!(" {jobs_lost:?}")
+        },
+        job_duplicates,
+        kills.len()
+    );
+    println!(
         "chaos.given_up: {} notice(s), {} message(s) {:?}",
         gave_up.len(),
         given_up.len(),
@@ -443,7 +532,8 @@ async fn bench(seed: u64) -> usize {
         drained.map_or("never".to_owned(), secs),
         sent_after_restart
     );
-    if !lost.is_empty() || sent_after_restart > 0 {
+    let jobs_failed = jobs_lost.len() + usize::from(job_duplicates > kills.len());
+    if !lost.is_empty() || sent_after_restart > 0 || jobs_failed > 0 {
         let keep = std::env::temp_dir().join(format!("bub-chaos-{seed}"));
         let _ = std::fs::create_dir_all(&keep);
         let _ = std::fs::copy(&log, keep.join("daemon.log"));
@@ -458,5 +548,5 @@ async fn bench(seed: u64) -> usize {
             keep.display()
         );
     }
-    lost.len() + sent_after_restart
+    lost.len() + sent_after_restart + jobs_failed
 }

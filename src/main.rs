@@ -18,11 +18,10 @@ use bub::cli::admin::{
     self, AccessAction, JobsAction, MemoryAction, PairAction, SkillsAction, UsageError, print_out,
 };
 use bub::config::{LoadOptions, Settings};
-use bub::daemon::jobs::AgentJobs;
-use bub::daemon::{ChannelManager, SessionConfig};
+use bub::daemon::{ChannelManager, JobQueue, SessionConfig};
 use bub::delivery::once::Once;
 use bub::delivery::{Outbound, Outbox};
-use bub::inbox::Inbox;
+use bub::inbox::{Inbox, Resume};
 use bub::logging::{self, LogTarget};
 use bub::scheduler::Scheduler;
 use bub::status::Board;
@@ -31,8 +30,11 @@ use bub::terminal::{safe, safe_line};
 
 /// Exit code for configuration and usage errors.
 const EXIT_CONFIG: u8 = 2;
-/// The daemon's lock file in `BUB_HOME`: one `bub message` per data directory.
+/// The daemon's lock file in `BUB_HOME`: one `bub message` or `bub idle` per data directory,
+/// the only process that writes its inbox.
 const DAEMON_LOCK: &str = "daemon.lock";
+/// How often a standby `bub idle` tries to take the daemon lock.
+const DAEMON_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 /// Exit code when a run is interrupted by Ctrl-C (128 + SIGINT).
 const EXIT_INTERRUPTED: u8 = 130;
 /// How long the exit waits for blocking work still running (a file call stuck on a hung mount
@@ -422,7 +424,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
         PidLock::Taken(pid) => {
             let pid = pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
             return Err(UsageError(format!(
-                "another `bub message` (pid {pid}) is serving BUB_HOME={}; stop it first or use another BUB_HOME",
+                "another `bub message` or `bub idle` (pid {pid}) is serving BUB_HOME={}; stop it first or use another BUB_HOME",
                 settings.home.display()
             ))
             .into());
@@ -433,16 +435,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
     let channels = bub::delivery::enabled_channels(agent.settings(), agent.access())?;
     agent.outbox().install(&channels);
-    let inbox_path = agent.settings().home.join("inbox.jsonl");
-    let access = agent.access().clone();
-    let readmitted = |m: &Inbound| {
-        let user = User {
-            id: &m.sender_id,
-            name: m.sender_name.as_deref(),
-        };
-        access.role(&m.channel, user)
-    };
-    let (inbox, resume) = Inbox::open(&inbox_path, readmitted)?;
+    let (inbox, resume) = open_inbox(&agent)?;
     let mut manager = ChannelManager::new(agent.clone(), cfg, Arc::new(inbox));
     manager.resume(resume);
     for channel in &channels {
@@ -450,6 +443,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
             .add(channel.clone())
             .map_err(|e| UsageError(format!("{e:#}")))?;
     }
+    let jobs = scheduler_enabled.then(|| manager.jobs());
     let shutdown = CancellationToken::new();
     stop_on_signal(shutdown.clone());
     let board = Arc::new(Board::new(
@@ -466,8 +460,8 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
         // Serving chats matters more than `bub status`.
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "status.unavailable"),
     }
-    let scheduler = scheduler_enabled
-        .then(|| tokio::spawn(scheduler(agent.clone()).run(shutdown.child_token())));
+    let scheduler = jobs
+        .map(|jobs| tokio::spawn(scheduler(agent.settings(), jobs).run(shutdown.child_token())));
     let served = manager.run(shutdown.clone()).await;
     shutdown.cancel();
     if let Some(scheduler) = scheduler {
@@ -535,21 +529,93 @@ async fn usage_today(settings: &Settings) -> Result<bub::usage::Totals, String> 
     }
 }
 
-/// `bub idle`: only the scheduler, with send-only channel clients for delivering answers.
+/// The inbox journal of `agent`'s `BUB_HOME` (the caller holds the daemon lock) and the work
+/// the previous run left; senders revoked meanwhile are dropped.
+fn open_inbox(agent: &AgentRuntime) -> anyhow::Result<(Inbox, Vec<Resume>)> {
+    let inbox_path = agent.settings().home.join("inbox.jsonl");
+    let access = agent.access().clone();
+    let readmitted = |m: &Inbound| {
+        let user = User {
+            id: &m.sender_id,
+            name: m.sender_name.as_deref(),
+        };
+        access.role(&m.channel, user)
+    };
+    Inbox::open(&inbox_path, readmitted)
+}
+
+/// `bub idle`: the scheduler, with send-only channel clients for delivering answers. Its jobs
+/// run in session actors over the inbox, as in `bub message`, so it holds the daemon lock too:
+/// beside a running `bub message` (or another `bub idle`) it stands by and takes over when
+/// that one exits.
 async fn idle(settings: Settings) -> anyhow::Result<()> {
     logging::init(&settings, LogTarget::Stderr);
     warn_about_guests(&settings);
+    let shutdown = CancellationToken::new();
+    stop_on_signal(shutdown.clone());
+    let Some(_daemon) = wait_for_daemon_lock(&settings.home, &shutdown).await? else {
+        return Ok(());
+    };
+    let cfg = SessionConfig::from_settings(&settings);
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
     let channels = bub::delivery::configured_channels(agent.settings(), agent.access())?;
     let names: Vec<&str> = channels.iter().map(|c| c.name()).collect();
     tracing::info!(home = %agent.settings().home.display(), channels = ?names, "idle.start");
     agent.outbox().install(&channels);
-    let shutdown = CancellationToken::new();
-    stop_on_signal(shutdown.clone());
-    let result = scheduler(agent.clone()).run(shutdown).await;
+    let (inbox, resume) = open_inbox(&agent)?;
+    let mut manager = ChannelManager::new(agent.clone(), cfg, Arc::new(inbox));
+    manager.resume(resume);
+    for channel in channels {
+        manager
+            .add_send_only(channel)
+            .map_err(|e| UsageError(format!("{e:#}")))?;
+    }
+    let scheduler = scheduler(agent.settings(), manager.jobs());
+    // A scheduler that fails stops the process (there is nothing else to do).
+    let scheduled = tokio::spawn({
+        let shutdown = shutdown.clone();
+        async move {
+            let result = scheduler.run(shutdown.child_token()).await;
+            shutdown.cancel();
+            result
+        }
+    });
+    let served = manager.run(shutdown.clone()).await;
+    shutdown.cancel();
+    let result = scheduled.await.context("scheduler task")?;
     settle(&agent).await;
     tracing::info!("idle.stop");
+    served?;
     result.context("scheduler")
+}
+
+/// Takes the daemon lock of `home`, waiting while another `bub message` or `bub idle` holds it
+/// (checked every [`DAEMON_RETRY`]); `None` when `shutdown` comes first.
+async fn wait_for_daemon_lock(
+    home: &std::path::Path,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<Option<std::fs::File>> {
+    let path = home.join(DAEMON_LOCK);
+    let mut announced = false;
+    loop {
+        let path = path.clone();
+        match tokio::task::spawn_blocking(move || PidLock::try_take(&path)).await?? {
+            PidLock::Held(file) => return Ok(Some(file)),
+            PidLock::Taken(pid) if !announced => {
+                let pid = pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
+                tracing::info!(
+                    pid,
+                    "idle.standby: another bub serves this BUB_HOME; this one takes over when it exits"
+                );
+                announced = true;
+            }
+            PidLock::Taken(_) => {}
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(None),
+            () = tokio::time::sleep(DAEMON_RETRY) => {}
+        }
+    }
 }
 
 /// One warning line for each risk to guests' file rule (`access::files::startup_warnings`).
@@ -559,11 +625,9 @@ fn warn_about_guests(settings: &Settings) {
     }
 }
 
-/// The scheduler of this process: jobs run as turns of `agent`, answers go out via its outbox.
-fn scheduler(agent: Arc<AgentRuntime>) -> Scheduler {
-    let settings = agent.settings();
-    let (home, catch_up) = (settings.home.clone(), settings.scheduler_catch_up);
-    Scheduler::new(&home, catch_up, Arc::new(AgentJobs::new(agent)))
+/// The scheduler of this process: due runs go to the session actors through `jobs`.
+fn scheduler(settings: &Settings, jobs: JobQueue) -> Scheduler {
+    Scheduler::new(&settings.home, settings.scheduler_catch_up, Arc::new(jobs))
 }
 
 /// `bub send CHANNEL CHAT_ID TEXT`: exit 0 sent (with `--id`: or sent before), 1 not

@@ -1,24 +1,28 @@
 //! End-to-end tests of scheduled jobs with the real binary: a job added through a model tool call
 //! fires in `bub message` and its answer reaches the Telegram chat; `bub idle` fires jobs with
 //! send-only clients (no polling); a job survives a restart and fires once even with two
-//! processes on one BUB_HOME (the standby that takes over does not fire it again); sessions
+//! processes on one BUB_HOME (`bub idle` beside `bub message` stands by, and when it takes
+//! over it does not fire the job again); sessions
 //! only see their own jobs; `bub jobs` lists all of them, and the jobs set aside because they
-//! cannot run, with the reason. The bounds on guests' jobs are in `jobs/limits.rs`.
+//! cannot run, with the reason. The bounds on guests' jobs are in `jobs/limits.rs`; crashes in
+//! the middle of a job and jobs beside a chat's turns in `jobs/durability.rs`.
 
 use crate::support;
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::bub_env::{Env, WAIT, stderr, stdout, texts};
+use support::bub_env::{Env, WAIT, assert_exit, stderr, stdout, texts};
 use support::fake_telegram::private_text;
 use support::wait::wait_until;
 
+#[path = "jobs/durability.rs"]
+mod durability;
 #[path = "jobs/limits.rs"]
 mod limits;
 
 /// Every `schedule.run` event on every tape (a line still being written is skipped).
-fn schedule_runs(env: &Env) -> Vec<Value> {
+pub(crate) fn schedule_runs(env: &Env) -> Vec<Value> {
     env.tape_text()
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
@@ -28,12 +32,12 @@ fn schedule_runs(env: &Env) -> Vec<Value> {
 }
 
 /// The jobs in `jobs.json`.
-fn jobs(env: &Env) -> Vec<Value> {
+pub(crate) fn jobs(env: &Env) -> Vec<Value> {
     env.jobs()["jobs"].as_array().unwrap().clone()
 }
 
 /// Adds a job to `session` with a comma command through `bub run` (no model call).
-async fn add_job(env: &Env, session: &str, args: &str) -> String {
+pub(crate) async fn add_job(env: &Env, session: &str, args: &str) -> String {
     let out = env
         .run(&[
             "run",
@@ -127,35 +131,39 @@ async fn a_job_survives_a_restart_and_fires_once_with_two_processes() {
     first.wait_for_log("scheduler.owner").await;
     assert!(first.stop().await.success());
     assert!(env.telegram.calls_of("sendMessage").is_empty());
-    // Two processes on the same BUB_HOME after the restart: one fires the job, once.
+    // After the restart, `bub message` and a `bub idle` beside it on the same BUB_HOME: one
+    // process writes the inbox and runs the jobs; the idle one stands by.
     env.model.push_text("done once");
     env.model.push_text("a second firing would say this");
-    let a = env.spawn(&["idle"]);
-    let b = env.start();
+    let daemon = env.start();
+    daemon.wait_for_log("scheduler.owner").await;
+    let standby = env.spawn(&["idle"]);
+    standby.wait_for_log("idle.standby").await;
     let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
     assert_eq!(texts(&sent), ["done once"]);
     wait_until(WAIT, "the run recorded and the job removed", || {
         schedule_runs(&env).len() == 1 && jobs(&env).is_empty()
     })
     .await;
-    // One of them owns the scheduler, the other waits in standby; once the owner stops, the
-    // standby takes over (it retries every 5 s) and finds nothing left to fire.
-    let (owner, standby) = if a.log().contains("scheduler.owner") {
-        (a, b)
-    } else {
-        (b, a)
-    };
-    assert!(
-        !standby.log().contains("scheduler.owner"),
-        "two owners:\n{}\n{}",
-        owner.log(),
-        standby.log()
-    );
-    assert!(owner.stop().await.success());
+    // Once the daemon stops, the standby takes over (it retries every 5 s) and finds nothing
+    // left to fire; a `bub message` started now is refused, naming it.
+    assert!(daemon.stop().await.success());
     standby.wait_for_log("scheduler.owner").await;
+    let refused = env.run(&["message"]).await;
+    let pid = standby.child.id().unwrap();
+    assert_exit(
+        &refused,
+        2,
+        &format!("another `bub message` or `bub idle` (pid {pid}) is serving BUB_HOME"),
+    );
     // Deliberately idle: a second firing by the new owner would reach the model within this.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    assert!(standby.stop().await.success());
+    let (status, log) = standby.stop_with_log().await;
+    assert!(status.success());
+    assert!(
+        !log.contains("scheduler.fire"),
+        "the standby fired nothing:\n{log}"
+    );
     assert_eq!(env.telegram.calls_of("sendMessage").len(), 1);
     assert_eq!(env.model.request_count(), 1);
     assert_eq!(schedule_runs(&env).len(), 1);

@@ -1,11 +1,19 @@
 //! One agent turn: route the input (comma command or natural language), run the model loop, and
 //! record everything on the session's tape.
 //!
-//! Invariant: **one turn at a time per session** — a session is behind an async mutex held for
-//! the whole turn, so two inputs to one session (a chat line and a scheduled job, say) queue up
-//! instead of interleaving on the tape. Every turn is run for an explicit [`Authority`] (who
-//! asked, with which role); its tool context carries that role's policy, which the registry
-//! enforces on every tool call.
+//! Every turn is run for an explicit [`Authority`] (who asked, with which role); its tool
+//! context carries that role's policy, which the registry enforces on every tool call.
+//!
+//! One turn at a time per session is not enforced here: it is the caller's rule, kept in one
+//! place. In the daemon (`bub message`, `bub idle`) every turn — a chat's batch or command, a
+//! scheduled job's run — starts in the session's actor (`daemon::session`), which runs one at a
+//! time; `bub chat` and `bub run` are one caller in one process. So a session holds no turn
+//! lock. What it keeps between turns is its tape handle (appends are serialised by the tape
+//! itself, across processes by its file lock) and the model loop's [`LoopMemory`] — hints
+//! (the hash of the last system prompt recorded, the provider's token scale, images refused) that
+//! a turn copies out when it starts and stores back when it ends, under a std mutex held for
+//! neither await. Were two turns of one session ever to overlap, the later store would win,
+//! and the worst outcome is a system prompt recorded once more.
 
 pub(crate) mod commands;
 mod compact;
@@ -18,6 +26,8 @@ pub mod router;
 pub(crate) mod runner;
 mod spend;
 
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -38,11 +48,11 @@ use runner::{LoopMemory, ModelLoop};
 
 pub use crate::delivery::{TurnError, TurnResult};
 
-/// Per-session state: its tape, and the turn lock with what the loop remembers between turns.
+/// Per-session state: its tape, and what the model loop remembers between turns.
 struct Session {
     state: Arc<SessionCtx>,
-    /// Held for a whole turn; holds what the model loop remembers between turns.
-    turn: tokio::sync::Mutex<LoopMemory>,
+    /// Copied out when a turn starts, stored back when it ends (never held across an await).
+    memory: std::sync::Mutex<LoopMemory>,
 }
 
 /// The agent of one process: the process parts (settings, tools, outbox, access, redactor), the
@@ -51,6 +61,9 @@ pub struct AgentRuntime {
     process: Arc<ProcessCtx>,
     models: Models,
     sessions: DashMap<String, Arc<Session>>,
+    /// Runtimes of other workspaces, for scheduled jobs created there; each is dropped once no
+    /// job uses it.
+    workspaces: std::sync::Mutex<HashMap<PathBuf, Arc<AgentRuntime>>>,
     started: std::time::Instant,
     /// Work a turn leaves behind after its answer: learning calls, one at a time.
     background: Background,
@@ -107,6 +120,7 @@ impl AgentRuntime {
             models: Models::new(process.settings.clone()),
             process,
             sessions: DashMap::new(),
+            workspaces: std::sync::Mutex::default(),
             started: std::time::Instant::now(),
             background: Background::default(),
         }
@@ -121,6 +135,42 @@ impl AgentRuntime {
             background: self.background.clone(),
             ..Self::with_process(Arc::new(self.process.with_settings(settings)))
         }
+    }
+
+    /// The runtime for a scheduled job created in `workspace`, kept until
+    /// [`AgentRuntime::release_job`]; `None` for this runtime's own workspace (or none named).
+    pub(crate) fn workspace_runtime(&self, workspace: &Path) -> Option<Arc<AgentRuntime>> {
+        if workspace == self.settings().workspace || workspace.as_os_str().is_empty() {
+            return None;
+        }
+        let mut others = self.workspaces.lock().expect("workspaces lock");
+        let other = others
+            .entry(workspace.to_path_buf())
+            .or_insert_with(|| Arc::new(self.for_workspace(workspace)));
+        Some(other.clone())
+    }
+
+    /// After a scheduled run: its session's tape handle is let go (a chat's actor reopens it on
+    /// its next turn), and so is another workspace's runtime once no job uses it — nothing per
+    /// job is kept between runs.
+    pub(crate) fn release_job(&self, workspace: &Path, session_id: &str) {
+        let Some(other) = self.workspace_runtime(workspace) else {
+            return self.release_session(session_id);
+        };
+        other.release_session(session_id);
+        let mut others = self.workspaces.lock().expect("workspaces lock");
+        // Under the map's lock no new user can appear; a runtime held only by the map (and by
+        // this call, for its own) is in no job's hands.
+        others.retain(|_, runtime| {
+            let idle_count = if Arc::ptr_eq(runtime, &other) { 2 } else { 1 };
+            Arc::strong_count(runtime) > idle_count || runtime.open_sessions() > 0
+        });
+    }
+
+    /// How many runtimes of other workspaces are kept (for tests).
+    #[cfg(test)]
+    pub(crate) fn other_runtimes(&self) -> usize {
+        self.workspaces.lock().expect("workspaces lock").len()
     }
 
     /// Waits until the work turns left behind (learning calls) is done; `bub run` and the
@@ -165,7 +215,7 @@ impl AgentRuntime {
             .or_insert_with(|| {
                 Arc::new(Session {
                     state: Arc::new(state),
-                    turn: tokio::sync::Mutex::default(),
+                    memory: std::sync::Mutex::default(),
                 })
             });
         Ok(session.clone())
@@ -174,9 +224,8 @@ impl AgentRuntime {
     /// Forgets an idle session (its tape handle); the next input reopens it. A session in use
     /// elsewhere (a running turn) is kept.
     pub(crate) fn release_session(&self, session_id: &str) {
-        self.sessions.remove_if(session_id, |_, s| {
-            Arc::strong_count(s) == 1 && s.turn.try_lock().is_ok()
-        });
+        self.sessions
+            .remove_if(session_id, |_, s| Arc::strong_count(s) == 1);
     }
 
     /// How many sessions are open (for tests and benchmarks of eviction).
@@ -208,27 +257,22 @@ impl AgentRuntime {
             .collect()
     }
 
-    /// Records an event on a session's tape outside a turn (`turn.interrupted`, `schedule.run`),
-    /// after the session's running turn (if any) ends.
+    /// Records an event on a session's tape outside a turn (`turn.interrupted`, `schedule.run`).
     pub async fn append_event(&self, session_id: &str, name: &str, data: serde_json::Value) {
         match self.session(session_id).await {
-            Ok(session) => {
-                let _turn = session.turn.lock().await;
-                session.state.tape.event(name, data).await;
-            }
+            Ok(session) => session.state.tape.event(name, data).await,
             Err(e) => crate::tape::shared::append_failed("event", &e),
         }
     }
 
-    /// `,new`: a handoff anchor named `new` (after the session's running turn), so the next
-    /// context starts empty; the tape keeps everything before it.
+    /// `,new`: a handoff anchor named `new`, so the next context starts empty; the tape keeps
+    /// everything before it.
     pub(crate) async fn fresh_context(
         &self,
         session_id: &str,
         who: &Authority,
     ) -> anyhow::Result<()> {
         let session = self.session(session_id).await?;
-        let _turn = session.turn.lock().await;
         let summary = format!("Fresh context requested by {}.", who.describe());
         session
             .state
@@ -288,8 +332,8 @@ impl AgentRuntime {
         lines.join("\n")
     }
 
-    /// Runs one turn in `session_id` for `who` (their role decides the tool policy). Waits for
-    /// the session's previous turn to finish first.
+    /// Runs one turn in `session_id` for `who` (their role decides the tool policy). The caller
+    /// runs one turn of a session at a time (see the module docs).
     pub async fn handle_input(&self, session_id: &str, text: &str, who: &Authority) -> TurnResult {
         self.handle_live(session_id, text, who, TurnOutput::default())
             .await
@@ -336,13 +380,13 @@ impl AgentRuntime {
         session_id: &str,
         text: &str,
         who: &Authority,
+        output: TurnOutput,
     ) -> TurnResult {
-        let output = TurnOutput::default();
         self.run_turn_as(session_id, text, who, TurnOrigin::Scheduled, output, None)
             .await
     }
 
-    /// One turn of `who`, started by `origin`, after the session's previous turn.
+    /// One turn of `who`, started by `origin`.
     async fn run_turn_as(
         &self,
         session_id: &str,
@@ -361,7 +405,7 @@ impl AgentRuntime {
                 };
             }
         };
-        let mut memory = session.turn.lock().await;
+        let mut memory = session.memory.lock().expect("memory lock").clone();
         let ctx = ToolContext::with_live(
             self.process.clone(),
             session.state.clone(),
@@ -371,6 +415,7 @@ impl AgentRuntime {
             observer,
         );
         let mut result = self.turn(&mut memory, &ctx, text).await;
+        *session.memory.lock().expect("memory lock") = memory;
         result.answered = ctx.turn.answered.load(Ordering::Relaxed);
         result
     }
@@ -392,7 +437,7 @@ impl AgentRuntime {
         });
     }
 
-    /// One turn in a locked session.
+    /// One turn in a session, with what its earlier turns left in `memory`.
     async fn turn(&self, memory: &mut LoopMemory, ctx: &ToolContext, text: &str) -> TurnResult {
         if let Err(e) = ctx.tape().run(|t| t.ensure_bootstrap()).await {
             return TurnResult {

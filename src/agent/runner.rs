@@ -52,7 +52,7 @@ enum Step {
 }
 
 /// What a session's model loop remembers from one turn to the next.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct LoopMemory {
     /// Hash of the last system prompt written to the tape, to record it only when it changes.
     pub last_system: Option<u64>,

@@ -1,158 +1,243 @@
-//! What a fired job does in this process: one turn in the job's session (in-process, queued
-//! behind any turn already running there), delivery of the answer to the session's chat
-//! through its channel, and a `schedule.run` record on the session's tape.
+//! Scheduled jobs in the daemon: a fired job becomes mail for its session's actor, and runs
+//! there as a turn like any other — the actor is the only place a daemon turn starts.
 //!
-//! A job runs with the rights of its creator, re-checked when it fires: a creator who lost
-//! access stops their jobs, a demoted one runs them as a guest, and a chat the allow-list no
-//! longer admits gets nothing (the turn does not run). The turn is a scheduled run
-//! ([`AgentRuntime::handle_scheduled`]): a guest's job cannot schedule more jobs.
+//! * [`JobQueue`] is the scheduler's [`JobRunner`]: it makes a [`JobRun`] of the claimed run
+//!   (the job's message introduced as a scheduled run, its creator's recorded rights) and hands
+//!   it to the process's [`super::ChannelManager`], which journals it in the inbox **before**
+//!   its turn and routes it to the session's actor, where it waits behind a running turn like
+//!   a queued command. The scheduler learns how the run went when the actor is done with it.
+//! * [`turn`] is the job's turn in the actor. The creator's rights are checked again when it
+//!   starts ([`run`]): a creator who lost access stops their jobs, a demoted one runs them as
+//!   a guest, a chat the allow-list no longer admits gets nothing (the turn does not run). A
+//!   run refused by a budget is skipped that once and the chat is not told. The answer is
+//!   recorded in the inbox and delivered through the same ledger as a chat's answer, part by
+//!   part; a session without a chat (`cli`) keeps it on its tape. A `schedule.run` event on
+//!   the session's tape says how it went ([`ran`]).
+//! * A run interrupted by a crash or a restart resumes from the journal (the manager hands it
+//!   to the actor again): once with a note, like a message; a recorded answer is delivered,
+//!   not run again.
+//!
+//! Jobs of another workspace run in that workspace's runtime (its tapes); after a run the
+//! session's tape handle is let go and that runtime is dropped once no job uses it: nothing per
+//! job is kept between runs.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use serde_json::json;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
 
+use super::runner::TurnRunner;
+use super::session::Courier;
 use crate::access::{Authority, session_chat};
 use crate::agent::AgentRuntime;
-use crate::delivery::{Outbound, TurnError, render_output};
+use crate::channels::{Channel, InboundSink, Outbound};
+use crate::delivery::{SendLedger, TurnError, TurnResult, render_output};
+use crate::inbox::{Delivery, Inbox, JobRun, Outcome};
 use crate::scheduler::JobRunner;
 use crate::scheduler::job::{Job, local_time};
+use crate::tools::TurnOutput;
 
-/// Runs jobs with the agent and delivers answers through its outbox (the running adapters in
-/// `bub message`, send-only ones in `bub idle`).
-pub struct AgentJobs {
-    agent: Arc<AgentRuntime>,
-    /// Runtimes for jobs created in another workspace than this process's (each workspace has
-    /// its own tapes).
-    others: Mutex<HashMap<PathBuf, Arc<AgentRuntime>>>,
+/// How many fired runs may wait for the manager to take them (the scheduler waits beyond).
+pub(crate) const JOB_QUEUE: usize = 64;
+
+/// The note a run resumed after an interruption starts with.
+const INTERRUPTED: &str =
+    "[Bub restarted while running this job; the previous attempt was interrupted. Do it now.]";
+
+/// A due run on its way to its session's actor, and who waits for its outcome (the
+/// scheduler; nobody for a run resumed after a restart).
+#[derive(Debug)]
+pub struct ScheduledRun {
+    pub(crate) run: JobRun,
+    pub(crate) done: Option<oneshot::Sender<Result<(), String>>>,
 }
 
-impl AgentJobs {
-    pub fn new(agent: Arc<AgentRuntime>) -> Self {
-        Self {
-            agent,
-            others: Mutex::new(HashMap::new()),
-        }
-    }
+/// The scheduler's way into the session actors: fired jobs are sent to the manager that made
+/// it ([`super::ChannelManager::jobs`]).
+#[derive(Clone)]
+pub struct JobQueue {
+    tx: mpsc::Sender<ScheduledRun>,
+}
 
-    /// The runtime of the job's workspace: this process's for its own workspace.
-    fn agent_for(&self, workspace: &std::path::Path) -> Arc<AgentRuntime> {
-        if workspace == self.agent.settings().workspace || workspace.as_os_str().is_empty() {
-            return self.agent.clone();
-        }
-        let mut others = self.others.lock().expect("runtimes lock");
-        others
-            .entry(workspace.to_path_buf())
-            .or_insert_with(|| Arc::new(self.agent.for_workspace(workspace)))
-            .clone()
-    }
-
-    /// After a run: the session's tape handle is let go (a chat's actor, if it has one, reopens
-    /// it on its next message), and so is another workspace's runtime once nothing uses it — a
-    /// process that only runs jobs keeps nothing per job between runs.
-    fn release(&self, agent: &Arc<AgentRuntime>, session: &str) {
-        agent.release_session(session);
-        let mut others = self.others.lock().expect("runtimes lock");
-        // Under the map's lock no new user can appear; a runtime held only by the map (and by
-        // this call, for its own) is in no job's hands.
-        others.retain(|_, other| {
-            let idle_count = if Arc::ptr_eq(other, agent) { 2 } else { 1 };
-            Arc::strong_count(other) > idle_count || other.open_sessions() > 0
-        });
-    }
-
-    /// How many runtimes of other workspaces are kept (for tests).
-    #[cfg(test)]
-    pub(crate) fn other_runtimes(&self) -> usize {
-        self.others.lock().expect("runtimes lock").len()
-    }
-
-    /// The rights the job runs with now, or why it may not run: its creator must still be
-    /// admitted and its chat must still be served.
-    async fn authority(&self, job: &Job) -> Result<Authority, String> {
-        let who = self.agent.access().reconfirm(&job.recorded_authority())?;
-        if let Some((channel, chat_id)) = session_chat(&job.session)
-            && let Ok(adapter) = self.agent.outbox().adapter(self.agent.settings(), channel)
-        {
-            adapter
-                .check_recipient(chat_id)
-                .await
-                .map_err(|e| format!("{e:#}"))?;
-        }
-        Ok(who)
+impl JobQueue {
+    pub(crate) fn new(tx: mpsc::Sender<ScheduledRun>) -> Self {
+        Self { tx }
     }
 }
 
 #[async_trait]
-impl JobRunner for AgentJobs {
+impl JobRunner for JobQueue {
     async fn run(&self, job: Job, due: DateTime<Utc>) -> Result<(), String> {
-        let agent = self.agent_for(&job.workspace);
-        let who = match self.authority(&job).await {
-            Ok(who) => who,
-            Err(reason) => {
-                tracing::warn!(job = %job.id, session = %job.session, reason = %reason, "schedule.refused");
-                let record = json!({"job": job.id, "due": due, "refused": reason});
-                agent
-                    .append_event(&job.session, "schedule.run", record)
-                    .await;
-                self.release(&agent, &job.session);
-                return Err(format!("refused: {reason}"));
-            }
+        let run = JobRun {
+            seq: 0,
+            job: job.id.clone(),
+            session: job.session.clone(),
+            workspace: job.workspace.clone(),
+            due,
+            prompt: scheduled_prompt(&job, due),
+            creator: job.recorded_authority(),
+            interrupted: false,
         };
-        let result = agent
-            .handle_scheduled(&job.session, &scheduled_prompt(&job, due), &who)
-            .await;
-        if let Some(TurnError::Budget(why)) = &result.error {
+        let (done, outcome) = oneshot::channel();
+        let scheduled = ScheduledRun {
+            run,
+            done: Some(done),
+        };
+        if self.tx.send(scheduled).await.is_err() {
+            return Err("not run: the daemon is stopping".to_owned());
+        }
+        outcome.await.unwrap_or_else(|_| {
+            Err("interrupted (stopped, or a restart resumes it from the inbox)".to_owned())
+        })
+    }
+}
+
+/// A job's turn in its session's actor (after `started` was recorded): the turn with the
+/// creator's rights checked again, the answer through the inbox's ledger, the `schedule.run`
+/// record, and the outcome for the scheduler.
+pub(super) async fn turn(
+    scheduled: ScheduledRun,
+    runner: Arc<dyn TurnRunner>,
+    courier: Courier,
+    inbox: Arc<Inbox>,
+    proactive: bool,
+) {
+    let ScheduledRun { run, done } = scheduled;
+    let seqs = [run.seq];
+    // The turn's `message.send`s are on the ledger with the run, like a chat turn's.
+    let output = TurnOutput {
+        live: None,
+        sends: SendLedger::new(inbox.clone(), &seqs),
+    };
+    let (record, status) = match runner.run_job(&run, output).await {
+        Err(reason) => {
+            tracing::warn!(job = %run.job, session = %run.session, reason = %reason, "schedule.refused");
+            inbox.done(&seqs, Outcome::Refused);
+            let record = json!({"job": run.job, "due": run.due, "refused": reason});
+            (record, Err(format!("refused: {reason}")))
+        }
+        Ok(TurnResult {
+            error: Some(TurnError::Budget(why)),
+            ..
+        }) => {
             // Skipped this once (the next run is planned as usual); the chat did not ask now,
             // so it is not told.
-            tracing::warn!(job = %job.id, session = %job.session, "schedule.skipped.budget");
-            let record = json!({"job": job.id, "due": due, "skipped": why});
-            agent
-                .append_event(&job.session, "schedule.run", record)
-                .await;
-            self.release(&agent, &job.session);
-            return Err(format!("skipped: {why}"));
+            tracing::warn!(job = %run.job, session = %run.session, "schedule.skipped.budget");
+            inbox.done(&seqs, Outcome::Skipped);
+            let record = json!({"job": run.job, "due": run.due, "skipped": why});
+            (record, Err(format!("skipped: {why}")))
         }
-        let text = render_output(&result, agent.settings().proactive_response);
-        let chat = session_chat(&job.session);
-        let delivery = match chat {
-            _ if text.is_empty() => Ok("nothing to send".to_owned()),
-            None => Ok("no channel for this session; the answer is on the tape".to_owned()),
-            Some((channel, chat_id)) => {
-                let out = Outbound {
-                    chat_id: chat_id.to_owned(),
-                    text,
-                    reply_to: None,
-                    file: None,
-                    edit: None,
-                };
-                let outbox = self.agent.outbox();
-                match outbox.send(self.agent.settings(), channel, &out).await {
-                    Ok(()) => Ok(format!("sent to {}", job.session)),
-                    Err(e) => Err(format!("{e:#}")),
-                }
+        Ok(result) => {
+            if let Some(error) = &result.error {
+                courier.board.error(&run.session, &error.to_string());
             }
-        };
-        let record = json!({
-            "job": job.id,
-            "due": due,
-            "error": result.error,
-            "delivered": delivery.is_ok(),
-            "delivery": match &delivery { Ok(s) | Err(s) => s },
-        });
-        agent
-            .append_event(&job.session, "schedule.run", record)
-            .await;
-        self.release(&agent, &job.session);
-        match (result.error, delivery) {
-            (Some(e), _) => Err(e.to_string()),
-            (None, Err(e)) => Err(format!("delivery failed: {e}")),
-            (None, Ok(_)) => Ok(()),
+            let delivery = deliver(&run, &result, proactive, &courier, &inbox).await;
+            let record = json!({
+                "job": run.job,
+                "due": run.due,
+                "error": result.error,
+                "delivered": delivery.is_ok(),
+                "delivery": match &delivery { Ok(s) | Err(s) => s },
+            });
+            let status = match (result.error, delivery) {
+                (Some(e), _) => Err(e.to_string()),
+                (None, Err(e)) => Err(format!("delivery failed: {e}")),
+                (None, Ok(_)) => Ok(()),
+            };
+            (record, status)
         }
+    };
+    runner.job_ran(&run, record).await;
+    if let Some(done) = done {
+        let _ = done.send(status);
     }
+}
+
+/// Delivers a job's answer to its session's chat through the inbox's ledger (recorded before
+/// it is sent, each accepted part, then `done`); what happened, for the `schedule.run` record.
+async fn deliver(
+    run: &JobRun,
+    result: &TurnResult,
+    proactive: bool,
+    courier: &Courier,
+    inbox: &Inbox,
+) -> Result<String, String> {
+    let text = render_output(result, proactive);
+    let (channel, chat_id) = match session_chat(&run.session) {
+        _ if text.is_empty() => {
+            inbox.done(&[run.seq], Outcome::Silent);
+            return Ok("nothing to send".to_owned());
+        }
+        None => {
+            inbox.done(&[run.seq], Outcome::Silent);
+            return Ok("no channel for this session; the answer is on the tape".to_owned());
+        }
+        Some(chat) => chat,
+    };
+    let delivery = Delivery {
+        channel: channel.to_owned(),
+        seqs: vec![run.seq],
+        out: Outbound {
+            chat_id: chat_id.to_owned(),
+            text,
+            reply_to: None,
+            file: None,
+            edit: None,
+        },
+        parts_sent: 0,
+    };
+    inbox.answered(&delivery);
+    courier.send_recorded(inbox, &delivery).await?;
+    Ok(format!("sent to {}", run.session))
+}
+
+/// [`TurnRunner::run_job`] for the agent: the creator's rights checked again, then the turn as
+/// a scheduled run ([`AgentRuntime::handle_scheduled`]: a guest's job cannot schedule more
+/// jobs) in the runtime of the job's workspace.
+pub(super) async fn run(
+    agent: &AgentRuntime,
+    run: &JobRun,
+    output: TurnOutput,
+) -> Result<TurnResult, String> {
+    let who = authority(agent, run).await?;
+    let other = agent.workspace_runtime(&run.workspace);
+    let agent = other.as_deref().unwrap_or(agent);
+    let prompt = if run.interrupted && !run.is_command() {
+        format!("{INTERRUPTED}\n{}", run.prompt)
+    } else {
+        run.prompt.clone()
+    };
+    Ok(agent
+        .handle_scheduled(&run.session, &prompt, &who, output)
+        .await)
+}
+
+/// [`TurnRunner::job_ran`] for the agent: the `schedule.run` event on the tape of the job's
+/// workspace, then nothing of the run is kept.
+pub(super) async fn ran(agent: &AgentRuntime, run: &JobRun, data: Value) {
+    match agent.workspace_runtime(&run.workspace) {
+        Some(other) => other.append_event(&run.session, "schedule.run", data).await,
+        None => agent.append_event(&run.session, "schedule.run", data).await,
+    }
+    agent.release_job(&run.workspace, &run.session);
+}
+
+/// The rights the run has now, or why it may not run: its creator must still be admitted and
+/// its chat must still be served.
+async fn authority(agent: &AgentRuntime, run: &JobRun) -> Result<Authority, String> {
+    let who = agent.access().reconfirm(&run.creator)?;
+    if let Some((channel, chat_id)) = session_chat(&run.session)
+        && let Ok(adapter) = agent.outbox().adapter(agent.settings(), channel)
+    {
+        adapter
+            .check_recipient(chat_id)
+            .await
+            .map_err(|e| format!("{e:#}"))?;
+    }
+    Ok(who)
 }
 
 /// The turn input of a fired job: the job's message, introduced as a scheduled run. A comma
@@ -171,49 +256,36 @@ pub(crate) fn scheduled_prompt(job: &Job, due: DateTime<Utc>) -> String {
     )
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::Settings;
-    use crate::scheduler::job::Trigger;
+/// The channel of a session this process has no adapter for — no chat (`cli`), or a platform
+/// without a token here: the job's turn runs, and a send fails saying why.
+pub(super) struct Unserved {
+    pub name: &'static str,
+    pub why: String,
+}
 
-    fn job(session: &str, workspace: &std::path::Path) -> Job {
-        let now = Utc::now();
-        Job {
-            id: "0badf00d".into(),
-            session: session.into(),
-            message: ",tape.info".into(),
-            workspace: workspace.to_path_buf(),
-            trigger: Trigger::Once { at: now },
-            created: now,
-            next_run: None,
-            last_run: None,
-            last_status: None,
-            creator: Some(Authority::terminal()),
-        }
+#[async_trait]
+impl Channel for Unserved {
+    fn name(&self) -> &'static str {
+        self.name
     }
 
-    #[tokio::test]
-    async fn a_job_keeps_no_session_or_runtime_after_its_run() {
-        let dir = tempfile::tempdir().unwrap();
-        let (ws, other) = (dir.path().join("ws"), dir.path().join("other"));
-        std::fs::create_dir_all(&ws).unwrap();
-        std::fs::create_dir_all(&other).unwrap();
-        let settings = Settings::with_defaults(dir.path().join("home"), ws.clone());
-        let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
-        let jobs = AgentJobs::new(agent.clone());
+    async fn run(&self, _: InboundSink, _: CancellationToken) -> anyhow::Result<()> {
+        Ok(())
+    }
 
-        for (session, workspace) in [("cli", &ws), ("cli:2", &other), ("cli", &other)] {
-            jobs.run(job(session, workspace), Utc::now()).await.unwrap();
-            assert_eq!(agent.open_sessions(), 0, "{session} in {workspace:?}");
-            assert_eq!(jobs.other_runtimes(), 0, "{session} in {workspace:?}");
-        }
-        // The runs are on the tapes of their workspaces all the same.
-        let tapes: Vec<_> = std::fs::read_dir(dir.path().join("home/tapes"))
-            .unwrap()
-            .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
-            .collect();
-        assert_eq!(tapes.len(), 3, "one tape per (workspace, session)");
-        assert!(tapes.iter().all(|t| t.contains("schedule.run")));
+    async fn send(&self, _: &Outbound) -> anyhow::Result<()> {
+        anyhow::bail!("{}", self.why)
+    }
+
+    fn message_limit(&self) -> usize {
+        usize::MAX
+    }
+
+    async fn check_recipient(&self, _: &str) -> anyhow::Result<()> {
+        anyhow::bail!("{}", self.why)
     }
 }
+
+#[cfg(test)]
+#[path = "jobs_tests.rs"]
+mod tests;

@@ -1,8 +1,11 @@
 //! The channel manager: runs the enabled adapters, routes every [`Inbound`] to the actor of its
-//! session (creating it on first use), and shuts everything down on a signal.
+//! session (creating it on first use), journals the scheduled runs handed to its [`JobQueue`]
+//! and routes them the same way, and shuts everything down on a signal. `bub idle` runs one
+//! with send-only adapters (nothing listens; answers still go out).
 //!
 //! Invariants: one actor per live session (the [`ActorMap`]); an evicted actor is replaced by a
-//! fresh one on the next message, so memory is bounded by the number of *active* chats; the
+//! fresh one on the next message, so memory is bounded by the number of *active* chats; a
+//! scheduled run is in the inbox before its actor sees it; the
 //! work a restart left ([`Resume`]) reaches its actors before any new message; shutdown stops
 //! the adapters first (no new messages), lets running turns finish for at most
 //! [`SHUTDOWN_GRACE`], then drops them (their shell commands are killed; the inbox resumes
@@ -19,7 +22,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::session::{ActorMap, Mail, SessionActor, SessionConfig, TurnRunner};
+use super::jobs::{JOB_QUEUE, JobQueue, ScheduledRun, Unserved};
+use super::runner::TurnRunner;
+use super::session::{ActorMap, Mail, SessionActor, SessionConfig};
 use crate::channels::{Channel, Inbound, InboundSink};
 
 /// The actors' task tracker, stop and abort tokens.
@@ -44,6 +49,10 @@ const STARTUP_SETTLES: Duration = Duration::from_secs(1);
 /// Runs channels and their session actors.
 pub struct ChannelManager {
     channels: HashMap<&'static str, Arc<dyn Channel>>,
+    /// Adapters only sent through (`bub idle`): never run.
+    send_only: Vec<&'static str>,
+    /// The runs handed to [`ChannelManager::jobs`]' queue, taken by [`ChannelManager::run`].
+    jobs: std::sync::Mutex<Option<mpsc::Receiver<ScheduledRun>>>,
     runner: Arc<dyn TurnRunner>,
     cfg: SessionConfig,
     actors: ActorMap,
@@ -56,6 +65,8 @@ impl ChannelManager {
     pub fn new(runner: Arc<dyn TurnRunner>, cfg: SessionConfig, inbox: Arc<Inbox>) -> Self {
         Self {
             channels: HashMap::new(),
+            send_only: Vec::new(),
+            jobs: std::sync::Mutex::default(),
             runner,
             cfg,
             actors: ActorMap::default(),
@@ -79,6 +90,22 @@ impl ChannelManager {
         Ok(())
     }
 
+    /// Adds an adapter that is only sent through (answers, scheduled runs), never run.
+    pub fn add_send_only(&mut self, channel: Arc<dyn Channel>) -> anyhow::Result<()> {
+        let name = channel.name();
+        self.add(channel)?;
+        self.send_only.push(name);
+        Ok(())
+    }
+
+    /// The way in for scheduled runs (the scheduler's runner): each is journaled, then handed
+    /// to its session's actor while [`ChannelManager::run`] serves.
+    pub fn jobs(&mut self) -> JobQueue {
+        let (tx, rx) = mpsc::channel(JOB_QUEUE);
+        *self.jobs.get_mut().expect("jobs lock") = Some(rx);
+        JobQueue::new(tx)
+    }
+
     /// The enabled channel names, sorted.
     pub fn channel_names(&self) -> Vec<&'static str> {
         let mut names: Vec<_> = self.channels.keys().copied().collect();
@@ -99,14 +126,19 @@ impl ChannelManager {
     /// Serves until `shutdown` is cancelled or a channel fails; then stops within
     /// [`SHUTDOWN_GRACE`] plus the adapters' own stop time. Returns the first channel error.
     pub async fn run(&self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        if self.channels.is_empty() {
+        let mut jobs = self.jobs.lock().expect("jobs lock").take();
+        if self.channels.is_empty() && jobs.is_none() {
             bail!("no channel is enabled (set BUB_TELEGRAM_ENABLED or BUB_DISCORD_ENABLED)");
         }
         tracing::info!(channels = ?self.channel_names(), "channel.manager.start");
         let stop_channels = shutdown.child_token();
         let (tx, mut rx) = mpsc::unbounded_channel::<Inbound>();
         let mut adapters = tokio::task::JoinSet::new();
-        for channel in self.channels.values() {
+        let listening = self
+            .channels
+            .values()
+            .filter(|c| !self.send_only.contains(&c.name()));
+        for channel in listening {
             let channel = channel.clone();
             let (tx, stop) = (tx.clone(), stop_channels.clone());
             let sink = InboundSink::new(self.inbox.clone(), tx);
@@ -116,6 +148,9 @@ impl ChannelManager {
             });
         }
         drop(tx);
+        // Without a listening adapter (`bub idle`) the manager serves scheduled runs until
+        // shutdown; with them, it also stops when they all stopped.
+        let listening = !adapters.is_empty();
 
         let actors_stop = CancellationToken::new();
         let actors_abort = CancellationToken::new();
@@ -126,6 +161,11 @@ impl ChannelManager {
             let (channel, mail) = match work {
                 Resume::Message(m) => (m.channel.clone(), Mail::Resumed(m)),
                 Resume::Deliver(d) => (d.channel.clone(), Mail::Deliver(d)),
+                Resume::Job(run) => {
+                    let done = None;
+                    self.route("", Mail::Job(ScheduledRun { run, done }), tokens);
+                    continue;
+                }
             };
             self.route(&channel, mail, tokens);
         }
@@ -153,7 +193,8 @@ impl ChannelManager {
                     Some(inbound) => self.route(&inbound.channel.clone(), Mail::Message(inbound), tokens),
                     None => receiving = false,
                 },
-                done = adapters.join_next() => {
+                Some(run) = next_job(&mut jobs) => self.schedule(run, tokens),
+                done = adapters.join_next(), if listening => {
                     let Some(done) = done else { break };
                     let (name, result) = done.context("channel task panicked")?;
                     if let Err(e) = result {
@@ -167,9 +208,16 @@ impl ChannelManager {
         }
 
         stop_channels.cancel();
-        // Messages already received still reach their sessions.
+        // Messages already received, and runs already fired, still reach their sessions (and
+        // stay journaled); a run fired from now on is refused to the scheduler.
         while let Ok(inbound) = rx.try_recv() {
             self.route(&inbound.channel.clone(), Mail::Message(inbound), tokens);
+        }
+        if let Some(jobs) = &mut jobs {
+            jobs.close();
+            while let Ok(run) = jobs.try_recv() {
+                self.schedule(run, tokens);
+            }
         }
         actors_stop.cancel();
         tracker.close();
@@ -195,15 +243,29 @@ impl ChannelManager {
         failure.map_or(Ok(()), Err)
     }
 
-    /// Hands `mail` to its session's actor on `channel`, starting one if needed.
+    /// Journals a scheduled run and hands it to its session's actor. A run the journal cannot
+    /// take still runs (a restart cannot resume it).
+    fn schedule(&self, mut scheduled: ScheduledRun, tokens: Tokens<'_>) {
+        if let Err(e) = self.inbox.scheduled(&mut scheduled.run) {
+            tracing::error!(job = %scheduled.run.job, error = %format!("{e:#}"), "inbox.job.error");
+        }
+        self.route("", Mail::Job(scheduled), tokens);
+    }
+
+    /// Hands `mail` to its session's actor on `channel` (a job's: its session's), starting one
+    /// if needed.
     fn route(&self, channel: &str, mail: Mail, tokens: Tokens<'_>) {
-        let Some(adapter) = self.channels.get(channel) else {
+        let (session_id, adapter) = match &mail {
+            Mail::Message(m) | Mail::Resumed(m) => (m.session_id(), self.adapter(channel).ok()),
+            Mail::Deliver(d) => {
+                let session_id = format!("{channel}:{}", d.out.chat_id);
+                (session_id, self.adapter(channel).ok())
+            }
+            Mail::Job(job) => (job.run.session.clone(), Some(self.job_adapter(&job.run))),
+        };
+        let Some(adapter) = adapter else {
             tracing::warn!(channel, "inbound from an unknown channel");
             return;
-        };
-        let session_id = match &mail {
-            Mail::Message(m) | Mail::Resumed(m) => m.session_id(),
-            Mail::Deliver(d) => format!("{channel}:{}", d.out.chat_id),
         };
         // The entry stays locked from the send to the replacement: an idle actor cannot evict
         // itself in between, so no message is left in a dead queue.
@@ -226,7 +288,7 @@ impl ChannelManager {
         };
         let actor = SessionActor::new(
             session_id,
-            adapter.clone(),
+            adapter,
             self.runner.clone(),
             self.inbox.clone(),
             self.board.clone(),
@@ -235,5 +297,39 @@ impl ChannelManager {
         );
         let (tracker, stop, abort) = tokens;
         tracker.spawn(actor.run(rx, stop.clone(), abort.clone()));
+    }
+
+    /// The adapter of `channel`: this manager's, else a send-only one from the runner (a
+    /// platform with a token that this process does not serve).
+    fn adapter(&self, channel: &str) -> anyhow::Result<Arc<dyn Channel>> {
+        match self.channels.get(channel) {
+            Some(adapter) => Ok(adapter.clone()),
+            None => self.runner.adapter(channel),
+        }
+    }
+
+    /// The adapter a job's answer goes through; for a session without a chat, or a platform
+    /// this process cannot reach, one that sends nothing — the job's turn runs all the same.
+    fn job_adapter(&self, run: &crate::inbox::JobRun) -> Arc<dyn Channel> {
+        let Some((channel, _)) = crate::access::session_chat(&run.session) else {
+            let why = format!("session {} has no chat", run.session);
+            return Arc::new(Unserved { name: "none", why });
+        };
+        self.adapter(channel).unwrap_or_else(|e| {
+            let name = crate::access::CHANNELS
+                .into_iter()
+                .find(|c| *c == channel)
+                .unwrap_or("none");
+            let why = format!("{e:#}");
+            Arc::new(Unserved { name, why })
+        })
+    }
+}
+
+/// The next run handed to the job queue; never, without one.
+async fn next_job(jobs: &mut Option<mpsc::Receiver<ScheduledRun>>) -> Option<ScheduledRun> {
+    match jobs {
+        Some(jobs) => jobs.recv().await,
+        None => std::future::pending().await,
     }
 }

@@ -18,11 +18,14 @@
 //!   that answers them; queued messages stay queued), `,status` answers at once, `,new` queues
 //!   like a command and starts a fresh context.
 //!
-//! Durability: every message went through the [`Inbox`] before it reached the actor; the actor
-//! records each turn's start, its answer before sending, and the end (sent, silent, skipped,
-//! cancelled, failed). On shutdown no new turn starts; the running one gets the manager's grace
-//! period; whatever is left stays in the journal and resumes on the next start ([`Mail::Resumed`],
-//! [`Mail::Deliver`]).
+//! * A scheduled job's due run ([`Mail::Job`]) queues like a command and runs as its own turn
+//!   ([`super::jobs::turn`]): the actor is the only place a daemon turn starts.
+//!
+//! Durability: every message and every due run went through the [`Inbox`] before it reached
+//! the actor; the actor records each turn's start, its answer before sending, and the end
+//! (sent, silent, skipped, cancelled, failed, refused). On shutdown no new turn starts; the
+//! running one gets the manager's grace period; whatever is left stays in the journal and
+//! resumes on the next start ([`Mail::Resumed`], [`Mail::Deliver`], [`Mail::Job`]).
 //!
 //! A turn runs with the rights of the least trusted sender of its batch (an owner's message
 //! batched with a guest's runs as guest); a command runs with its own sender's rights.
@@ -40,18 +43,18 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::jobs::{self, ScheduledRun};
 use super::live;
+use super::runner::TurnRunner;
 use crate::access::{Authority, Role};
-use crate::agent::AgentRuntime;
 use crate::channels::{Channel, Control, Inbound, Outbound};
 use crate::config::Settings;
-use crate::delivery::{self, SendLedger, TurnResult, render_output};
+use crate::delivery::{self, SendLedger, render_output};
 use crate::inbox::{Delivery, Inbox, Outcome};
 use crate::status::{Board, SessionState};
 use crate::tape::search::LEFT_OUT_EVENT;
@@ -62,75 +65,6 @@ use crate::tools::TurnOutput;
 pub(crate) const BATCH_MESSAGES: usize = 50;
 /// The most prompt bytes one batch carries into a model request.
 pub(crate) const BATCH_BYTES: usize = 64 * 1024;
-
-/// Runs turns for sessions (the agent; a fake in tests).
-#[async_trait]
-pub trait TurnRunner: Send + Sync + 'static {
-    /// Runs one turn in `session_id` for `who`.
-    async fn run_turn(&self, session_id: &str, prompt: &str, who: &Authority) -> TurnResult;
-
-    /// Runs one turn of a chat, showing its answer in `output.live` as it is written and
-    /// recording its sends on `output.sends` (by default: as [`TurnRunner::run_turn`], nothing
-    /// shown or recorded).
-    async fn run_chat_turn(
-        &self,
-        session_id: &str,
-        prompt: &str,
-        who: &Authority,
-        _output: TurnOutput,
-    ) -> TurnResult {
-        self.run_turn(session_id, prompt, who).await
-    }
-
-    /// Records an event on the session's tape (after its running turn, if any).
-    async fn record(&self, _session_id: &str, _name: &str, _data: Value) {}
-
-    /// Starts a fresh context in the session (a handoff anchor).
-    async fn new_context(&self, _session_id: &str, _who: &Authority) -> anyhow::Result<()> {
-        Ok(())
-    }
-
-    /// Lines about the session for `,status` (model, tape, jobs, uptime, version).
-    async fn status(&self, _session_id: &str) -> String {
-        String::new()
-    }
-
-    /// The session's actor ended: its resources may be released.
-    fn release(&self, _session_id: &str) {}
-}
-
-#[async_trait]
-impl TurnRunner for AgentRuntime {
-    async fn run_turn(&self, session_id: &str, prompt: &str, who: &Authority) -> TurnResult {
-        self.handle_input(session_id, prompt, who).await
-    }
-
-    async fn run_chat_turn(
-        &self,
-        session_id: &str,
-        prompt: &str,
-        who: &Authority,
-        output: TurnOutput,
-    ) -> TurnResult {
-        self.handle_live(session_id, prompt, who, output).await
-    }
-
-    async fn record(&self, session_id: &str, name: &str, data: Value) {
-        self.append_event(session_id, name, data).await;
-    }
-
-    async fn new_context(&self, session_id: &str, who: &Authority) -> anyhow::Result<()> {
-        self.fresh_context(session_id, who).await
-    }
-
-    async fn status(&self, session_id: &str) -> String {
-        self.status_text(session_id).await
-    }
-
-    fn release(&self, session_id: &str) {
-        self.release_session(session_id);
-    }
-}
 
 /// Timing and delivery settings of session actors.
 #[derive(Debug, Clone)]
@@ -169,7 +103,7 @@ impl SessionConfig {
 }
 
 /// What the manager hands a session actor.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub enum Mail {
     /// A message just received.
     Message(Inbound),
@@ -178,6 +112,8 @@ pub enum Mail {
     Resumed(Inbound),
     /// An answer recorded before a restart, not yet delivered.
     Deliver(Delivery),
+    /// A scheduled job's due run, journaled (just fired, or resumed after a restart).
+    Job(ScheduledRun),
 }
 
 /// The live actors by session id. A sender is only used under its entry's lock, and an actor
@@ -208,6 +144,7 @@ pub(crate) struct SessionActor {
     batch: Vec<Inbound>,
     commands: VecDeque<Inbound>,
     deliveries: VecDeque<Delivery>,
+    jobs: VecDeque<ScheduledRun>,
     due: Option<Instant>,
     /// When the batch's first message arrived (for `max_wait`).
     batch_since: Option<Instant>,
@@ -238,6 +175,7 @@ impl SessionActor {
             batch: Vec::new(),
             commands: VecDeque::new(),
             deliveries: VecDeque::new(),
+            jobs: VecDeque::new(),
             due: None,
             batch_since: None,
             last_mention: None,
@@ -269,7 +207,8 @@ impl SessionActor {
             let idle = turn.is_none()
                 && self.batch.is_empty()
                 && self.commands.is_empty()
-                && self.deliveries.is_empty();
+                && self.deliveries.is_empty()
+                && self.jobs.is_empty();
             let due = self.due.unwrap_or_else(Instant::now);
             tokio::select! {
                 () = abort.cancelled() => break,
@@ -297,8 +236,9 @@ impl SessionActor {
                 }
             }
         }
-        if !self.batch.is_empty() || !self.commands.is_empty() || turn.is_some() {
-            tracing::info!(session = %self.session_id, queued = self.batch.len() + self.commands.len(),
+        let queued = self.batch.len() + self.commands.len() + self.jobs.len();
+        if queued > 0 || turn.is_some() {
+            tracing::info!(session = %self.session_id, queued,
                 running = turn.is_some(), "session.stop: left for the next start");
         }
         self.board.remove(&self.session_id);
@@ -323,7 +263,7 @@ impl SessionActor {
                 .as_ref()
                 .map(|r| (r.what.clone(), r.started.into_std())),
             queued_messages: self.batch.len(),
-            queued_commands: self.commands.len() + self.deliveries.len(),
+            queued_commands: self.commands.len() + self.deliveries.len() + self.jobs.len(),
         };
         if self.published.as_ref() != Some(&row) {
             self.board.set(&self.session_id, row.clone());
@@ -335,6 +275,11 @@ impl SessionActor {
     fn accept(&mut self, mail: Mail, turn: &mut Option<TurnFuture>) {
         let message = match mail {
             Mail::Deliver(delivery) => return self.deliveries.push_back(delivery),
+            Mail::Job(scheduled) => {
+                tracing::info!(session = %self.session_id, job = %scheduled.run.job,
+                    running = self.running.is_some(), "session.job.queued");
+                return self.jobs.push_back(scheduled);
+            }
             Mail::Resumed(message) => {
                 if message.is_command() {
                     self.commands.push_back(message);
@@ -444,7 +389,7 @@ impl SessionActor {
         lines.push(format!(
             "queued: {} message(s), {} command(s)",
             self.batch.len(),
-            self.commands.len()
+            self.commands.len() + self.jobs.len()
         ));
         let mut out = Outbound {
             chat_id: message.chat_id.clone(),
@@ -471,8 +416,8 @@ impl SessionActor {
         tokio::spawn(async move { courier.deliver(&out).await });
     }
 
-    /// The next turn to start: a recorded answer first, then a queued command, then the batch
-    /// once it is due.
+    /// The next turn to start: a recorded answer first, then a queued command, a scheduled
+    /// run, then the batch once it is due.
     fn next_turn(&mut self) -> Option<TurnFuture> {
         if let Some(delivery) = self.deliveries.pop_front() {
             return Some(self.redeliver(delivery));
@@ -484,6 +429,9 @@ impl SessionActor {
             let prompt = command.prompt.trim().to_owned();
             let who = command.authority();
             return Some(self.start_turn(prompt, &command, who, vec![command.seq], Vec::new()));
+        }
+        if let Some(scheduled) = self.jobs.pop_front() {
+            return Some(self.start_job(scheduled));
         }
         let due = self.due?;
         if Instant::now() < due {
@@ -617,6 +565,29 @@ impl SessionActor {
         })
     }
 
+    /// A scheduled job's due run as a turn ([`jobs::turn`]).
+    fn start_job(&mut self, scheduled: ScheduledRun) -> TurnFuture {
+        let run = &scheduled.run;
+        tracing::info!(session = %self.session_id, job = %run.job, role = %run.creator.role,
+            "session.job.start");
+        self.inbox.started(&[run.seq]);
+        self.running = Some(Running {
+            started: Instant::now(),
+            who: run.creator.clone(),
+            seqs: vec![run.seq],
+            what: format!("scheduled job {}", run.job).into(),
+        });
+        let (runner, inbox) = (self.runner.clone(), self.inbox.clone());
+        let turn = jobs::turn(
+            scheduled,
+            runner,
+            self.courier(),
+            inbox,
+            self.cfg.proactive_response,
+        );
+        Box::pin(turn)
+    }
+
     /// An answer recorded before a restart: sent, not re-run.
     fn redeliver(&mut self, delivery: Delivery) -> TurnFuture {
         let courier = self.courier();
@@ -697,47 +668,66 @@ fn shown_count(batch: &[Inbound]) -> usize {
 /// How an actor's tasks reach its chat: the adapter (through [`delivery::send`]), the home
 /// that a long answer's file is written under, and the board that shows failures.
 #[derive(Clone)]
-struct Courier {
+pub(super) struct Courier {
     channel: Arc<dyn Channel>,
     home: PathBuf,
     session_id: String,
-    board: Arc<Board>,
+    pub(super) board: Arc<Board>,
 }
 
 impl Courier {
     /// Sends `out` (the adapter retries on its own); the outcome for the inbox.
     async fn deliver(&self, out: &Outbound) -> Outcome {
-        self.deliver_from(out, 0, &mut |_| {}).await
+        match self.deliver_from(out, 0, &mut |_| {}).await {
+            Ok(()) => Outcome::Sent,
+            Err(_) => Outcome::Failed,
+        }
     }
 
     /// Sends a delivery recorded in the inbox from its first part not accepted yet, recording
     /// each part the platform accepts, then its outcome.
     async fn deliver_recorded(&self, inbox: &Inbox, delivery: &Delivery) {
+        let _ = self.send_recorded(inbox, delivery).await;
+    }
+
+    /// [`Courier::deliver_recorded`], returning why the delivery failed (for a scheduled
+    /// run's record).
+    pub(super) async fn send_recorded(
+        &self,
+        inbox: &Inbox,
+        delivery: &Delivery,
+    ) -> Result<(), String> {
         let seqs = &delivery.seqs;
         let from = delivery.parts_sent;
         let sent = self
             .deliver_from(&delivery.out, from, &mut |n| inbox.sent(seqs, n))
             .await;
-        inbox.done(seqs, sent);
+        let outcome = match sent {
+            Ok(()) => Outcome::Sent,
+            Err(_) => Outcome::Failed,
+        };
+        inbox.done(seqs, outcome);
+        sent
     }
 
-    /// Sends `out` from part `from` on, `accepted` told of each part accepted.
+    /// Sends `out` from part `from` on, `accepted` told of each part accepted; a failure is
+    /// logged and shown on the board.
     async fn deliver_from(
         &self,
         out: &Outbound,
         from: usize,
         accepted: &mut (dyn FnMut(usize) + Send),
-    ) -> Outcome {
+    ) -> Result<(), String> {
         let (channel, home) = (self.channel.as_ref(), &self.home);
         match delivery::send_from(channel, home, out, from, accepted).await {
-            Ok(()) => Outcome::Sent,
+            Ok(()) => Ok(()),
             Err(e) => {
                 let error = format!("{e:#}");
                 tracing::error!(session = %self.session_id, chat_id = %out.chat_id, error = %error,
                     "session.deliver.error");
                 self.board
                     .error(&self.session_id, &format!("delivery failed: {error}"));
-                Outcome::Failed
+                Err(error)
             }
         }
     }

@@ -6,10 +6,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::Semaphore;
 
+use async_trait::async_trait;
+
 use super::*;
 use crate::access::Role;
-use crate::delivery::TurnError;
-use crate::inbox::Inbox;
+use crate::delivery::{TurnError, TurnResult};
+use crate::inbox::{Inbox, JobRun};
+
+#[path = "session_jobs_tests.rs"]
+mod jobs;
 
 #[derive(Default)]
 struct FakeChannel {
@@ -55,6 +60,8 @@ struct FakeRunner {
     released: Mutex<Vec<String>>,
     events: Mutex<Vec<(String, serde_json::Value)>>,
     result: TurnResult,
+    /// Scheduled runs are refused with this reason (their creator lost access, say).
+    refuse_jobs: Option<String>,
 }
 
 impl FakeRunner {
@@ -71,6 +78,7 @@ impl FakeRunner {
                 assistant_output: "answer".into(),
                 ..Default::default()
             },
+            refuse_jobs: None,
         }
     }
 
@@ -106,6 +114,13 @@ impl TurnRunner for FakeRunner {
             };
         }
         result
+    }
+
+    async fn run_job(&self, run: &JobRun, _output: TurnOutput) -> Result<TurnResult, String> {
+        match &self.refuse_jobs {
+            Some(why) => Err(why.clone()),
+            None => Ok(self.run_turn(&run.session, &run.prompt, &run.creator).await),
+        }
     }
 
     async fn record(&self, _session_id: &str, name: &str, data: serde_json::Value) {
@@ -157,16 +172,21 @@ fn config() -> SessionConfig {
 }
 
 fn harness(cfg: SessionConfig, runner: FakeRunner) -> Harness {
+    harness_for("fake:1", cfg, runner)
+}
+
+/// The actor of `session_id`, over the fake channel.
+fn harness_for(session_id: &str, cfg: SessionConfig, runner: FakeRunner) -> Harness {
     let channel = Arc::new(FakeChannel::default());
     let runner = Arc::new(runner);
     let actors: ActorMap = Arc::default();
     let (tx, rx) = mpsc::unbounded_channel();
-    actors.insert("fake:1".into(), tx.clone());
+    actors.insert(session_id.into(), tx.clone());
     let shutdown = CancellationToken::new();
     let inbox = Arc::new(Inbox::memory());
     let board = Arc::new(Board::new("fake:model", &["fake"]));
     let actor = SessionActor::new(
-        "fake:1".into(),
+        session_id.into(),
         channel.clone(),
         runner.clone(),
         inbox.clone(),

@@ -9,6 +9,7 @@
 //! {"op":"live","seqs":[7,8],"id":"1001"}     (the turn's live message, once posted)
 //! {"op":"send","seqs":[7,8],"key":"9f…","to":"telegram:7"}   (a message.send, before it is sent)
 //! {"op":"send_part","seqs":[7,8],"key":"9f…","parts":1}  {"op":"send_done","seqs":[7,8],"key":"9f…"}
+//! {"op":"job","seq":9,"run":{"job":"1a2b","session":"telegram:42","due":"...","prompt":"...","creator":{...}}}
 //! {"op":"version","v":2}  {"op":"next","seq":8}  {"op":"cursor",...}  {"op":"seen",...}
 //!                                                                     (written by compaction)
 //! ```
@@ -17,17 +18,22 @@
 //! (an older journal) is delivered whole. It writes a send's progress into its `send` record
 //! (`"parts":1`, `"done":true`).
 //!
-//! Versions: 1 had no `version` line and no `live`/`send*` records; 2 (this one) starts every
+//! Versions: 1 had no `version` line and no `live`/`send*`/`job` records; 2 (this one) starts every
 //! compacted journal with `{"op":"version","v":2}`. A version-1 journal reads as it always did.
 //! An older Bub skips the lines it does not understand, so it reads a version-2 journal too
 //! (without what those lines say).
+//!
+//! A scheduled job's due run is a `job` record, numbered like a received message; the records
+//! after it (`start`, `answer`, `sent`, `done`) are the messages' own. The other records are
+//! unchanged, so a journal written before `job` records existed is read as it was (an older
+//! Bub skips a `job` line as one it does not understand).
 //!
 //! Reading is tolerant: a torn last line (a crash mid-write) or a line this version does not
 //! understand is skipped and logged, never fatal.
 
 use serde::{Deserialize, Serialize};
 
-use super::{Delivery, Outcome, State};
+use super::{Delivery, JobRun, Outcome, State};
 use crate::chat::Inbound;
 
 /// The version of the journal this Bub writes (see the module docs).
@@ -47,6 +53,11 @@ pub(super) enum Record {
         seqs: Vec<u64>,
     },
     Answer(Delivery),
+    /// A scheduled job's due run, journaled before its turn.
+    Job {
+        seq: u64,
+        run: JobRun,
+    },
     Sent {
         seqs: Vec<u64>,
         parts: usize,
@@ -160,12 +171,25 @@ pub(super) fn snapshot(state: &State) -> String {
         });
         records.extend((0..p.attempts).map(|_| Record::Start { seqs: vec![*seq] }));
     }
+    for (seq, p) in &state.jobs {
+        records.push(Record::Job {
+            seq: *seq,
+            run: p.run.clone(),
+        });
+        records.extend((0..p.attempts).map(|_| Record::Start { seqs: vec![*seq] }));
+    }
     // Answers after all their messages, once each.
     for (seq, p) in &state.pending {
         if let Some(answer) = p.answer.as_ref().filter(|a| a.seqs.first() == Some(seq)) {
             records.push(Record::Answer(answer.clone()));
         }
     }
+    records.extend(
+        state
+            .jobs
+            .values()
+            .filter_map(|p| p.answer.clone().map(Record::Answer)),
+    );
     records.extend(state.outgoing_records());
     let mut body = String::new();
     for record in records {

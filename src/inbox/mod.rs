@@ -6,9 +6,11 @@
 //!   message already received (same channel, chat and message id) is reported as a duplicate.
 //! * [`Inbox::started`], [`Inbox::answered`], [`Inbox::sent`], [`Inbox::done`] record a turn's
 //!   progress; `sent` after each part of a long answer the platform accepted.
+//! * [`Inbox::scheduled`] journals a scheduled job's due run (a `job` record) before its turn;
+//!   from there it follows the same records ([`job`]).
 //! * [`Inbox::sending`], [`Inbox::live`] and their kin record what a turn sent besides its
-//!   answer — its `message.send`s, its live message — with the messages it answers, so that a
-//!   turn run again after a restart repeats none of it (`outgoing`).
+//!   answer — its `message.send`s, its live message — with the messages (or the job run) it
+//!   answers, so that a turn run again after a restart repeats none of it (`outgoing`).
 //! * [`Inbox::open`] reads the journal after a restart and returns what is left to do
 //!   ([`Resume`]): answers recorded but not delivered are delivered (never re-run) from their
 //!   first part not recorded as sent, messages
@@ -25,6 +27,7 @@
 //! twice its size after the last compaction (so rewrites cost O(pending) amortised); every map
 //! is bounded except the pending messages themselves.
 
+mod job;
 mod journal;
 mod outgoing;
 
@@ -38,6 +41,7 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 use crate::chat::{Inbound, Outbound};
+pub use job::JobRun;
 use journal::Record;
 pub use outgoing::SendProgress;
 
@@ -67,6 +71,9 @@ pub enum Outcome {
     Failed,
     /// Interrupted too often (or an interrupted command); its chat was told.
     GaveUp,
+    /// A scheduled run its creator may no longer make (no longer admitted, or the chat is no
+    /// longer served): its turn did not run.
+    Refused,
 }
 
 /// What a restart has to finish, in the order it was received.
@@ -76,6 +83,9 @@ pub enum Resume {
     Message(Inbound),
     /// An answer recorded but not yet accepted by the platform.
     Deliver(Delivery),
+    /// A scheduled job's due run to run (again). `interrupted` is set on it when a turn had
+    /// started.
+    Job(JobRun),
 }
 
 /// An answer to deliver to a chat, with the messages it answers.
@@ -112,6 +122,8 @@ struct Pending {
 struct State {
     next_seq: u64,
     pending: BTreeMap<u64, Pending>,
+    /// Scheduled runs between their `job` and `done` records (numbered like messages).
+    jobs: BTreeMap<u64, job::PendingJob>,
     /// (channel, chat) → (largest message id seen, recency tick).
     seen: HashMap<(String, String), (u64, u64)>,
     tick: u64,
@@ -219,8 +231,6 @@ impl Inbox {
         for seq in gave_up {
             state.pending.remove(&seq);
         }
-        let pending = &state.pending;
-        state.outgoing.retain(|seq, _| pending.contains_key(seq));
         for notice in notices {
             for seq in &notice.seqs {
                 if let Some(p) = state.pending.get_mut(seq) {
@@ -229,6 +239,11 @@ impl Inbox {
             }
             resume.push(Resume::Deliver(notice));
         }
+        job::resume(&mut state.jobs, &mut resume);
+        let (pending, jobs) = (&state.pending, &state.jobs);
+        state
+            .outgoing
+            .retain(|seq, _| pending.contains_key(seq) || jobs.contains_key(seq));
         let (file, bytes) = rewrite(path, &state)?;
         if !resume.is_empty() {
             tracing::info!(count = resume.len(), "inbox.resume");
@@ -262,6 +277,22 @@ impl Inbox {
         });
         inner.maybe_compact(self.path.as_deref());
         Ok(Received::New(seq))
+    }
+
+    /// Journals a scheduled job's due run before its turn starts, numbering it (`run.seq`).
+    /// An error means the run is not on disk: it may still run, but a restart cannot resume it.
+    pub fn scheduled(&self, run: &mut JobRun) -> anyhow::Result<u64> {
+        let mut inner = self.inner.lock().expect("inbox lock");
+        let seq = inner.state.next_seq + 1;
+        let record = Record::Job {
+            seq,
+            run: run.clone(),
+        };
+        inner.append(&record)?;
+        run.seq = seq;
+        inner.state.apply(record);
+        inner.maybe_compact(self.path.as_deref());
+        Ok(seq)
     }
 
     /// A turn started with these messages.
@@ -331,10 +362,11 @@ impl Inbox {
         self.inner.lock().expect("inbox lock").written
     }
 
-    /// Messages received and not yet finished.
+    /// Messages received and scheduled runs journaled, not yet finished.
     #[cfg(test)]
     pub(crate) fn pending(&self) -> usize {
-        self.inner.lock().expect("inbox lock").state.pending.len()
+        let inner = self.inner.lock().expect("inbox lock");
+        inner.state.pending.len() + inner.state.jobs.len()
     }
 
     /// Appends a progress record; a failure is logged (the message stays pending and resumes
@@ -436,24 +468,32 @@ impl State {
                     },
                 );
             }
+            Record::Job { seq, run } => {
+                self.next_seq = self.next_seq.max(seq);
+                let pending = job::PendingJob {
+                    run,
+                    attempts: 0,
+                    answer: None,
+                };
+                self.jobs.insert(seq, pending);
+            }
             Record::Start { seqs } => {
                 for seq in seqs {
-                    if let Some(p) = self.pending.get_mut(&seq) {
-                        p.attempts += 1;
+                    if let Some((attempts, _)) = self.progress(seq) {
+                        *attempts += 1;
                     }
                 }
             }
             Record::Answer(delivery) => {
                 for seq in &delivery.seqs {
-                    if let Some(p) = self.pending.get_mut(seq) {
-                        p.answer = Some(delivery.clone());
+                    if let Some((_, answer)) = self.progress(*seq) {
+                        *answer = Some(delivery.clone());
                     }
                 }
             }
             Record::Sent { seqs, parts } => {
                 for seq in seqs {
-                    if let Some(answer) = self.pending.get_mut(&seq).and_then(|p| p.answer.as_mut())
-                    {
+                    if let Some((_, Some(answer))) = self.progress(seq) {
                         answer.parts_sent = answer.parts_sent.max(parts);
                     }
                 }
@@ -461,6 +501,7 @@ impl State {
             Record::Done { seqs, .. } => {
                 for seq in seqs {
                     self.pending.remove(&seq);
+                    self.jobs.remove(&seq);
                     self.outgoing.remove(&seq);
                 }
             }
@@ -479,6 +520,15 @@ impl State {
             }
             Record::Next { seq } => self.next_seq = self.next_seq.max(seq),
         }
+    }
+
+    /// The attempts and the recorded answer of pending work `seq`: a message or a scheduled run.
+    fn progress(&mut self, seq: u64) -> Option<(&mut u32, &mut Option<Delivery>)> {
+        if let Some(p) = self.pending.get_mut(&seq) {
+            return Some((&mut p.attempts, &mut p.answer));
+        }
+        let run = self.jobs.get_mut(&seq)?;
+        Some((&mut run.attempts, &mut run.answer))
     }
 
     fn saw(&mut self, channel: &str, chat: &str, id: u64) {

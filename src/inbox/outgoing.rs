@@ -107,11 +107,16 @@ impl Inbox {
 }
 
 impl State {
+    /// A received message or a job's due run still between its first record and `done`.
+    fn is_open(&self, seq: u64) -> bool {
+        self.pending.contains_key(&seq) || self.jobs.contains_key(&seq)
+    }
+
     /// Applies a record of [`Outgoing`] (`send`, `send_part`, `send_done`, `live`).
     pub(super) fn apply_outgoing(&mut self, record: Record) {
         let seqs = record.seqs().to_vec();
         for seq in seqs {
-            if !self.pending.contains_key(&seq) {
+            if !self.is_open(seq) {
                 continue;
             }
             let out = self.outgoing.entry(seq).or_default();
@@ -158,7 +163,7 @@ impl State {
         let mut seqs: Vec<&u64> = self
             .outgoing
             .keys()
-            .filter(|seq| self.pending.contains_key(seq))
+            .filter(|seq| self.is_open(**seq))
             .collect();
         seqs.sort_unstable();
         let mut records = Vec::new();

@@ -110,7 +110,7 @@ fn an_interrupted_message_runs_again_only_once_and_commands_not_at_all() {
         .iter()
         .map(|r| match r {
             Resume::Deliver(d) => d.seqs.clone(),
-            Resume::Message(m) => panic!("ran a third time: {m:?}"),
+            other => panic!("ran a third time: {other:?}"),
         })
         .collect();
     assert_eq!(notices, vec![vec![command], vec![twice]]);

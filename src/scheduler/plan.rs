@@ -17,8 +17,9 @@ pub struct Claim {
 }
 
 /// Prepares the jobs when a process becomes the scheduler: runs interrupted by a crash are
-/// closed, and missed runs are kept to fire at once (`catch_up`, coalesced by [`claim_due`])
-/// or skipped. Returns one log note per job touched.
+/// closed (never fired again here: the daemon resumes a journaled run from its inbox), and
+/// missed runs are kept to fire at once (`catch_up`, coalesced by [`claim_due`]) or skipped.
+/// Returns one log note per job touched.
 pub fn recover(jobs: &mut Vec<Job>, now: DateTime<Utc>, catch_up: bool) -> Vec<String> {
     let mut notes = Vec::new();
     jobs.retain_mut(|job| {
@@ -26,7 +27,8 @@ pub fn recover(jobs: &mut Vec<Job>, now: DateTime<Utc>, catch_up: bool) -> Vec<S
             job.last_status = Some(RunStatus::Interrupted);
             if job.next_run.is_none() {
                 notes.push(format!(
-                    "job {} was interrupted by a restart; not repeated",
+                    "job {} was interrupted by a restart; not fired again (the inbox resumes \
+                     a journaled run)",
                     job.id
                 ));
                 return false;

@@ -41,13 +41,17 @@
 //! part with 400 `Invalid content type. image_url is only supported by certain models.` — a
 //! text-only model — without consuming the script.
 //!
+//! Holding a reply: [`FakeOpenAi::push_hold`] makes the next reply wait until the test releases
+//! it (a turn kept in its model call for as long as the test needs); [`FakeOpenAi::max_in_flight`]
+//! says how many requests were ever being answered at once.
+//!
 //! Several models: every request is recorded with its `model`; [`FakeOpenAi::fail_model`] makes
 //! the server answer each request naming one model with an error status (recorded, the script
 //! not consumed) until [`FakeOpenAi::heal_model`] — a provider down for that model only.
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -151,7 +155,19 @@ enum Reply {
 #[derive(Debug)]
 enum Step {
     Delay(Duration),
+    Hold(Hold),
     Reply(Reply),
+}
+
+/// A reply held back until [`Hold::release`] ([`FakeOpenAi::push_hold`]).
+#[derive(Debug, Clone)]
+pub struct Hold(Arc<tokio::sync::Semaphore>);
+
+impl Hold {
+    /// Lets the held reply go.
+    pub fn release(&self) {
+        self.0.add_permits(1);
+    }
 }
 
 struct Shared {
@@ -170,6 +186,9 @@ struct Shared {
     previous: Mutex<Vec<u8>>,
     /// The `usage` object of every reply, in order.
     usages: Mutex<Vec<Value>>,
+    /// Chat requests being answered now, and the most at once so far.
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
 }
 
 /// Makes the text of the answer to a request when the script is empty.
@@ -203,6 +222,8 @@ pub async fn start() -> FakeOpenAi {
         failing: Mutex::default(),
         previous: Mutex::new(Vec::new()),
         usages: Mutex::new(Vec::new()),
+        in_flight: AtomicUsize::new(0),
+        max_in_flight: AtomicUsize::new(0),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -286,6 +307,19 @@ impl FakeOpenAi {
     /// Delays the next reply by `delay` (after the request is recorded). Delays add up.
     pub fn push_delay(&self, delay: Duration) {
         self.push(Step::Delay(delay));
+    }
+
+    /// Holds the next reply (after its request is recorded) until the returned hold is
+    /// released.
+    pub fn push_hold(&self) -> Hold {
+        let hold = Hold(Arc::new(tokio::sync::Semaphore::new(0)));
+        self.push(Step::Hold(hold.clone()));
+        hold
+    }
+
+    /// The most chat requests that were being answered at the same time so far.
+    pub fn max_in_flight(&self) -> usize {
+        self.shared.max_in_flight.load(Ordering::SeqCst)
     }
 
     /// Delays every reply by `latency` (in addition to scripted delays).
@@ -488,15 +522,17 @@ impl Shared {
         usage
     }
 
-    /// Pops leading delays and the next reply (the responder's or the default text when the
-    /// script runs out).
-    fn next_reply(&self, request: &Value) -> (Duration, Reply) {
+    /// Pops leading delays and holds and the next reply (the responder's or the default text
+    /// when the script runs out).
+    fn next_reply(&self, request: &Value) -> (Duration, Vec<Hold>, Reply) {
         let mut script = self.script.lock().unwrap();
         let mut delay = *self.latency.lock().unwrap();
+        let mut holds = Vec::new();
         loop {
             match script.pop_front() {
                 Some(Step::Delay(d)) => delay += d,
-                Some(Step::Reply(reply)) => return (delay, reply),
+                Some(Step::Hold(hold)) => holds.push(hold),
+                Some(Step::Reply(reply)) => return (delay, holds, reply),
                 None => {
                     let responder = self.responder.lock().unwrap().clone();
                     let text = match responder {
@@ -505,6 +541,7 @@ impl Shared {
                     };
                     return (
                         delay,
+                        holds,
                         Reply::Message {
                             text: Some(text),
                             calls: Vec::new(),
@@ -523,6 +560,7 @@ async fn chat_completions(
     body: Bytes,
 ) -> Response {
     let request = shared.recorder.record(&uri, &headers, &body);
+    let _answering = InFlight::start(&shared);
     let named = request.get("model").and_then(Value::as_str).unwrap_or("");
     let failure = shared.failing.lock().unwrap().get(named).cloned();
     if let Some((status, message)) = failure {
@@ -531,7 +569,10 @@ async fn chat_completions(
     if shared.reject_images.load(Ordering::SeqCst) && !image_urls(&request).is_empty() {
         return raw_response(400, images_rejected_body().to_string(), Vec::new());
     }
-    let (delay, reply) = shared.next_reply(&request);
+    let (delay, holds, reply) = shared.next_reply(&request);
+    for hold in holds {
+        hold.0.acquire().await.expect("hold").forget();
+    }
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
@@ -568,6 +609,23 @@ async fn chat_completions(
     } else {
         let body = completion(&model, text.as_deref(), &calls, usage);
         raw_response(200, body.to_string(), Vec::new())
+    }
+}
+
+/// Counts a chat request as being answered until dropped.
+struct InFlight(Arc<Shared>);
+
+impl InFlight {
+    fn start(shared: &Arc<Shared>) -> Self {
+        let now = shared.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        shared.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        Self(shared.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -1,0 +1,58 @@
+//! The agent's side of a job's turn: the run keeps nothing (no session, no other workspace's
+//! runtime) after it, and its `schedule.run` lands on the tape of the job's workspace.
+
+use super::*;
+use crate::config::Settings;
+use crate::scheduler::job::Trigger;
+
+fn job_run(session: &str, workspace: &std::path::Path) -> JobRun {
+    let now = Utc::now();
+    let job = Job {
+        id: "0badf00d".into(),
+        session: session.into(),
+        message: ",tape.info".into(),
+        workspace: workspace.to_path_buf(),
+        trigger: Trigger::Once { at: now },
+        created: now,
+        next_run: None,
+        last_run: None,
+        last_status: None,
+        creator: Some(Authority::terminal()),
+    };
+    JobRun {
+        seq: 0,
+        job: job.id.clone(),
+        session: job.session.clone(),
+        workspace: job.workspace.clone(),
+        due: now,
+        prompt: scheduled_prompt(&job, now),
+        creator: job.recorded_authority(),
+        interrupted: false,
+    }
+}
+
+#[tokio::test]
+async fn a_job_keeps_no_session_or_runtime_after_its_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ws, other) = (dir.path().join("ws"), dir.path().join("other"));
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&other).unwrap();
+    let settings = Settings::with_defaults(dir.path().join("home"), ws.clone());
+    let agent = AgentRuntime::new(settings, Vec::new());
+
+    for (session, workspace) in [("cli", &ws), ("cli:2", &other), ("cli", &other)] {
+        let job = job_run(session, workspace);
+        let result = run(&agent, &job, TurnOutput::default()).await.unwrap();
+        assert!(result.immediate_output.contains("entries"), "{result:?}");
+        ran(&agent, &job, json!({"job": job.job})).await;
+        assert_eq!(agent.open_sessions(), 0, "{session} in {workspace:?}");
+        assert_eq!(agent.other_runtimes(), 0, "{session} in {workspace:?}");
+    }
+    // The runs are on the tapes of their workspaces all the same.
+    let tapes: Vec<_> = std::fs::read_dir(dir.path().join("home/tapes"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    assert_eq!(tapes.len(), 3, "one tape per (workspace, session)");
+    assert!(tapes.iter().all(|t| t.contains("schedule.run")));
+}

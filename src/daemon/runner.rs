@@ -1,0 +1,117 @@
+//! What the session actors ask of the agent: [`TurnRunner`] (a turn, a scheduled job's turn,
+//! tape records, a fresh context, `,status`, the adapter of a channel the manager does not
+//! run) and its implementation by [`AgentRuntime`]. Tests drive the actors with fakes of it.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use super::jobs;
+use crate::access::Authority;
+use crate::agent::AgentRuntime;
+use crate::channels::Channel;
+use crate::delivery::TurnResult;
+use crate::inbox::JobRun;
+use crate::tools::TurnOutput;
+
+/// Runs turns for sessions (the agent; a fake in tests).
+#[async_trait]
+pub trait TurnRunner: Send + Sync + 'static {
+    /// Runs one turn in `session_id` for `who`.
+    async fn run_turn(&self, session_id: &str, prompt: &str, who: &Authority) -> TurnResult;
+
+    /// Runs one turn of a chat, showing its answer in `output.live` as it is written and
+    /// recording its sends on `output.sends` (by default: as [`TurnRunner::run_turn`], nothing
+    /// shown or recorded).
+    async fn run_chat_turn(
+        &self,
+        session_id: &str,
+        prompt: &str,
+        who: &Authority,
+        _output: TurnOutput,
+    ) -> TurnResult {
+        self.run_turn(session_id, prompt, who).await
+    }
+
+    /// Records an event on the session's tape.
+    async fn record(&self, _session_id: &str, _name: &str, _data: Value) {}
+
+    /// Runs a scheduled job's turn with its creator's rights, checked again now, its sends
+    /// recorded on `output.sends`; `Err` says why it may not run (the turn did not run).
+    async fn run_job(&self, run: &JobRun, output: TurnOutput) -> Result<TurnResult, String> {
+        let (session, prompt) = (&run.session, &run.prompt);
+        Ok(self
+            .run_chat_turn(session, prompt, &run.creator, output)
+            .await)
+    }
+
+    /// Records how a job's run went (`schedule.run` on its session's tape) and lets go of what
+    /// the run used.
+    async fn job_ran(&self, run: &JobRun, data: Value) {
+        self.record(&run.session, "schedule.run", data).await;
+    }
+
+    /// The adapter for `channel` when the manager runs none for it (a send-only one).
+    fn adapter(&self, channel: &str) -> anyhow::Result<Arc<dyn Channel>> {
+        anyhow::bail!("no {channel} adapter in this process")
+    }
+
+    /// Starts a fresh context in the session (a handoff anchor).
+    async fn new_context(&self, _session_id: &str, _who: &Authority) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    /// Lines about the session for `,status` (model, tape, jobs, uptime, version).
+    async fn status(&self, _session_id: &str) -> String {
+        String::new()
+    }
+
+    /// The session's actor ended: its resources may be released.
+    fn release(&self, _session_id: &str) {}
+}
+
+#[async_trait]
+impl TurnRunner for AgentRuntime {
+    async fn run_turn(&self, session_id: &str, prompt: &str, who: &Authority) -> TurnResult {
+        self.handle_input(session_id, prompt, who).await
+    }
+
+    async fn run_chat_turn(
+        &self,
+        session_id: &str,
+        prompt: &str,
+        who: &Authority,
+        output: TurnOutput,
+    ) -> TurnResult {
+        self.handle_live(session_id, prompt, who, output).await
+    }
+
+    async fn record(&self, session_id: &str, name: &str, data: Value) {
+        self.append_event(session_id, name, data).await;
+    }
+
+    async fn run_job(&self, run: &JobRun, output: TurnOutput) -> Result<TurnResult, String> {
+        jobs::run(self, run, output).await
+    }
+
+    async fn job_ran(&self, run: &JobRun, data: Value) {
+        jobs::ran(self, run, data).await;
+    }
+
+    fn adapter(&self, channel: &str) -> anyhow::Result<Arc<dyn Channel>> {
+        self.outbox().adapter(self.settings(), channel)
+    }
+
+    async fn new_context(&self, session_id: &str, who: &Authority) -> anyhow::Result<()> {
+        self.fresh_context(session_id, who).await
+    }
+
+    async fn status(&self, session_id: &str) -> String {
+        self.status_text(session_id).await
+    }
+
+    fn release(&self, session_id: &str) {
+        self.release_session(session_id);
+    }
+}

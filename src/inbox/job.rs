@@ -1,0 +1,121 @@
+//! Scheduled runs in the journal: a job's due run is journaled (a `job` record) before its turn
+//! starts, and from there follows the messages' path — started, answered, sent part by part,
+//! done — under a sequence number of the same series. A restart delivers a recorded answer
+//! without running the job again, and runs an interrupted run again **once** (at most
+//! `MAX_ATTEMPTS` starts, a comma command not again: it is not idempotent); a run given up
+//! tells its chat, when its session has one.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use super::{Delivery, MAX_ATTEMPTS, Resume};
+use crate::access::{Authority, session_chat};
+use crate::chat::Outbound;
+
+/// One due run of a scheduled job: everything its turn needs, so a restart can run it from the
+/// journal alone (a one-shot job is gone from `jobs.json` by then).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRun {
+    /// The run's sequence number in the inbox (0: not journaled).
+    #[serde(skip)]
+    pub seq: u64,
+    /// The job's id.
+    pub job: String,
+    /// The session the job belongs to (`telegram:42`, `cli`).
+    pub session: String,
+    /// The workspace the job was created in (its tapes); empty: the process's own.
+    #[serde(default)]
+    pub workspace: PathBuf,
+    /// The due time this run is for.
+    pub due: DateTime<Utc>,
+    /// The turn's input: the job's message, introduced as a scheduled run.
+    pub prompt: String,
+    /// The rights the job was created with; checked again when its turn starts.
+    pub creator: Authority,
+    /// A previous attempt was interrupted by a restart (set when resumed).
+    #[serde(skip)]
+    pub interrupted: bool,
+}
+
+impl JobRun {
+    /// The job's message is a comma command (run as is, and not again after an interruption).
+    pub fn is_command(&self) -> bool {
+        self.prompt.trim_start().starts_with(',')
+    }
+}
+
+/// A journaled run between its `job` and `done` records.
+#[derive(Debug, Clone)]
+pub(super) struct PendingJob {
+    pub run: JobRun,
+    pub attempts: u32,
+    pub answer: Option<Delivery>,
+}
+
+/// What a restart does with the runs left in `jobs`: a recorded answer is delivered, an
+/// interrupted run runs again once (marked `interrupted`), one interrupted too often (or an
+/// interrupted command) is given up — with a notice to its chat, if it has one.
+pub(super) fn resume(jobs: &mut BTreeMap<u64, PendingJob>, resume: &mut Vec<Resume>) {
+    let mut dropped = Vec::new();
+    for (seq, p) in jobs.iter_mut() {
+        if let Some(answer) = &p.answer {
+            resume.push(Resume::Deliver(answer.clone()));
+            continue;
+        }
+        p.run.seq = *seq;
+        let interrupted = p.attempts > 0;
+        if interrupted && (p.attempts >= MAX_ATTEMPTS || p.run.is_command()) {
+            tracing::warn!(job = %p.run.job, session = %p.run.session, seq, "inbox.resume.job.gave_up");
+            match give_up_notice(&p.run) {
+                Some(notice) => {
+                    p.answer = Some(notice.clone());
+                    resume.push(Resume::Deliver(notice));
+                }
+                None => dropped.push(*seq),
+            }
+            continue;
+        }
+        p.run.interrupted = interrupted;
+        resume.push(Resume::Job(p.run.clone()));
+    }
+    for seq in dropped {
+        jobs.remove(&seq);
+    }
+}
+
+/// The notice for a run that will not run again after a restart; `None` for a session
+/// without a chat.
+fn give_up_notice(run: &JobRun) -> Option<Delivery> {
+    let (channel, chat_id) = session_chat(&run.session)?;
+    let text = if run.is_command() {
+        let command: String = run.prompt.trim().chars().take(80).collect();
+        format!(
+            "Scheduled job {}: `{command}` was interrupted by a restart and was not run again.",
+            run.job
+        )
+    } else {
+        format!(
+            "Scheduled job {} was interrupted twice by a restart and was given up for this time.",
+            run.job
+        )
+    };
+    Some(Delivery {
+        channel: channel.to_owned(),
+        seqs: vec![run.seq],
+        out: Outbound {
+            chat_id: chat_id.to_owned(),
+            text,
+            reply_to: None,
+            file: None,
+            edit: None,
+        },
+        parts_sent: 0,
+    })
+}
+
+#[cfg(test)]
+#[path = "job_tests.rs"]
+mod tests;

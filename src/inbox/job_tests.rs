@@ -1,0 +1,161 @@
+//! Scheduled runs in the journal: resumed once after an interruption, given up (with a notice
+//! to the chat) after the second, a recorded answer delivered from its first part not sent,
+//! and all of it kept through compaction.
+
+use std::path::Path;
+
+use super::*;
+use crate::access::Role;
+use crate::inbox::{Inbox, Outcome};
+
+fn open(path: &Path) -> (Inbox, Vec<Resume>) {
+    Inbox::open(path, |m| Some(m.role)).unwrap()
+}
+
+fn run(session: &str, prompt: &str) -> JobRun {
+    JobRun {
+        seq: 0,
+        job: "j1".into(),
+        session: session.into(),
+        workspace: PathBuf::from("/ws"),
+        due: "2026-11-23T09:00:00Z".parse().unwrap(),
+        prompt: prompt.into(),
+        creator: Authority {
+            role: Role::Guest,
+            senders: Vec::new(),
+        },
+        interrupted: false,
+    }
+}
+
+fn journal(inbox: &Inbox, session: &str, prompt: &str) -> u64 {
+    let mut run = run(session, prompt);
+    let seq = inbox.scheduled(&mut run).unwrap();
+    assert_eq!(run.seq, seq);
+    seq
+}
+
+#[test]
+fn an_interrupted_run_resumes_once_then_is_given_up_with_a_notice() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let (inbox, _) = open(&path);
+    let never_started = journal(&inbox, "telegram:42", "later");
+    let interrupted = journal(&inbox, "telegram:42", "remind");
+    let command = journal(&inbox, "telegram:42", ",bash echo hi");
+    let chatless = journal(&inbox, "cli", "tidy up");
+    inbox.started(&[interrupted, command, chatless]);
+    drop(inbox);
+
+    let (inbox, resume) = open(&path);
+    let runs: Vec<(u64, bool)> = resume
+        .iter()
+        .filter_map(|r| match r {
+            Resume::Job(run) => Some((run.seq, run.interrupted)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        runs,
+        [
+            (never_started, false),
+            (interrupted, true),
+            (chatless, true)
+        ]
+    );
+    let Resume::Job(resumed) = &resume[1] else {
+        panic!("{resume:?}")
+    };
+    assert_eq!(
+        resumed,
+        &JobRun {
+            seq: interrupted,
+            interrupted: true,
+            ..run("telegram:42", "remind")
+        }
+    );
+    let notices: Vec<&Delivery> = resume
+        .iter()
+        .filter_map(|r| match r {
+            Resume::Deliver(d) => Some(d),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(notices.len(), 1, "the command is not run again");
+    assert_eq!(notices[0].seqs, [command]);
+    assert!(
+        notices[0].out.text.contains("was not run again"),
+        "{notices:?}"
+    );
+
+    // `interrupted` and `chatless` interrupted a second time: given up, the chat told (a
+    // session without one is not); `never_started` was interrupted once: it runs again.
+    inbox.started(&[never_started, interrupted, chatless]);
+    drop(inbox);
+    let (_, resume) = open(&path);
+    let left: Vec<(u64, &str)> = resume
+        .iter()
+        .map(|r| match r {
+            Resume::Job(run) if run.interrupted => (run.seq, "run again"),
+            Resume::Deliver(d) => (d.seqs[0], "notice"),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        left,
+        [
+            (never_started, "run again"),
+            (interrupted, "notice"),
+            (command, "notice")
+        ]
+    );
+}
+
+#[test]
+fn a_recorded_answer_is_delivered_from_its_first_part_not_sent_and_never_run_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let (inbox, _) = open(&path);
+    let seq = journal(&inbox, "telegram:42", "remind");
+    let finished = journal(&inbox, "telegram:42", "remind again");
+    inbox.started(&[seq]);
+    let answer = Delivery {
+        channel: "telegram".into(),
+        seqs: vec![seq],
+        out: Outbound {
+            chat_id: "42".into(),
+            text: "part one\n\npart two".into(),
+            reply_to: None,
+            file: None,
+            edit: None,
+        },
+        parts_sent: 0,
+    };
+    inbox.answered(&answer);
+    inbox.sent(&[seq], 1);
+    inbox.started(&[finished]);
+    inbox.done(&[finished], Outcome::Sent);
+    drop(inbox);
+
+    // Twice: the first open compacts the journal, the second reads the compacted one.
+    for _ in 0..2 {
+        let (inbox, resume) = open(&path);
+        assert_eq!(
+            resume,
+            [Resume::Deliver(Delivery {
+                parts_sent: 1,
+                ..answer.clone()
+            })]
+        );
+        assert_eq!(inbox.pending(), 1);
+    }
+    let (inbox, _) = open(&path);
+    inbox.done(&[seq], Outcome::Sent);
+    drop(inbox);
+    assert!(open(&path).1.is_empty());
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        !text.contains("\"op\":\"job\""),
+        "finished runs are compacted away: {text}"
+    );
+}
