@@ -372,8 +372,10 @@ impl Access {
         }
     }
 
-    /// Whether and why the sender is admitted on `channel`, with which role: the one decision
-    /// every gate and `bub access explain` use (see the module docs).
+    /// Whether and why the sender is admitted on `channel`, with which role: the one rule the
+    /// gate, the inbox's re-check, `reconfirm` and `bub access explain` use (see the module
+    /// docs). Blocking: it may read `access.json` (async code goes through [`Gate`], which calls
+    /// it on the blocking pool).
     pub(crate) fn admission(&self, channel: &str, user: User<'_>) -> Option<Admission> {
         let lists = self.lists(channel)?;
         let admit = |role, via| Some(Admission { role, via });

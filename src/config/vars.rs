@@ -324,6 +324,34 @@ mod tests {
         }
     }
 
+    /// A platform's rows are together (the loader reads them in order, an enabled platform's
+    /// token checked after them), named `BUB_<PLATFORM>_*`, with each field once, `ENABLED` and
+    /// `TOKEN` among them.
+    #[test]
+    fn each_platform_has_its_rows_together() {
+        for platform in platforms() {
+            let at: Vec<usize> = (0..VARS.len())
+                .filter(|&i| VARS[i].channel.is_some_and(|(p, _)| p == platform))
+                .collect();
+            assert_eq!(at.len(), at[at.len() - 1] - at[0] + 1, "{platform}'s rows");
+            let prefix = format!("BUB_{}_", platform.to_ascii_uppercase());
+            let fields: Vec<Field> = rows_of(platform).map(|(_, f)| f).collect();
+            for (var, field) in rows_of(platform) {
+                assert!(var.name.starts_with(&prefix), "{}", var.name);
+                assert_eq!(
+                    fields.iter().filter(|f| **f == field).count(),
+                    1,
+                    "{}",
+                    var.name
+                );
+            }
+            assert!(
+                fields.contains(&Enabled) && fields.contains(&Token),
+                "{platform}"
+            );
+        }
+    }
+
     /// Every literal default, set explicitly, loads the same settings as leaving it unset.
     #[test]
     fn literal_defaults_are_the_built_in_ones() {

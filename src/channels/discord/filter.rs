@@ -162,7 +162,6 @@ mod tests {
         Rules {
             command_prefix: "!".into(),
             keyword: "bub".into(),
-            ..Rules::default()
         }
     }
 
