@@ -9,7 +9,7 @@
 //!   ignored. A channel's chat list (`BUB_TELEGRAM_ALLOW_CHATS`, `BUB_DISCORD_ALLOW_CHANNELS`)
 //!   says which chats are served at all.
 //! * [`Gate`] — the one decision every platform adapter asks for each message: the chat list,
-//!   then the sender's role, or a pairing code for a stranger in a private chat (see [`gate`]).
+//!   then the sender's role, or a pairing code for a stranger in a private chat.
 //! * Roles — owners get every tool; everyone else admitted is a guest, whose turns run under the
 //!   guest [`Policy`]. Owner rights come from ids only: users whose id is on the allow-list are
 //!   owners while `*_OWNERS` is empty; a username match, or `*`, admits a guest.
@@ -28,7 +28,7 @@
 
 mod explain;
 pub mod files;
-pub mod gate;
+mod gate;
 pub(crate) mod pairing;
 pub mod policy;
 mod store;

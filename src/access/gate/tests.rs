@@ -278,3 +278,47 @@ async fn a_thread_is_served_through_its_listed_parent_looked_up_only_when_needed
         guest
     );
 }
+
+/// `access.json` is read on the blocking pool, never on the adapter's thread: with the file a
+/// FIFO nobody has written yet (a read that blocks), a one-thread runtime keeps running its
+/// other tasks while the decision waits for it.
+#[test]
+fn access_json_is_read_off_the_adapters_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("access.json");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a plain syscall on a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
+    let gate = gate(dir.path(), |s| {
+        s.channel_mut("telegram").allow_from = vec!["*".into()];
+    });
+    let (free_tx, free_rx) = std::sync::mpsc::channel();
+    // Writes the file once the runtime showed it is free — or after 10 s, so that the test
+    // ends either way.
+    let writer = std::thread::spawn(move || {
+        let free = free_rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .is_ok();
+        std::fs::write(&fifo, r#"{"version": 1}"#).unwrap();
+        free
+    });
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let decision = runtime.block_on(async move {
+        let decide =
+            tokio::spawn(async move { gate.decide("telegram", group("-1"), user("2")).await });
+        // The decision runs until it waits for the file; then this task goes on.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        let _ = free_tx.send(());
+        decide.await.unwrap()
+    });
+    assert!(
+        writer.join().unwrap(),
+        "the runtime's thread was blocked reading access.json"
+    );
+    assert_eq!(decision, Decision::Admit(Role::Guest));
+}
