@@ -433,7 +433,11 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     let cfg = SessionConfig::from_settings(&settings);
     let scheduler_enabled = settings.scheduler_enabled;
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
-    let channels = bub::delivery::enabled_channels(agent.settings(), agent.access())?;
+    let channels = bub::delivery::enabled_channels(
+        bub::delivery::PLATFORMS,
+        agent.settings(),
+        agent.access(),
+    )?;
     agent.outbox().install(&channels);
     let (inbox, resume) = open_inbox(&agent)?;
     let mut manager = ChannelManager::new(agent.clone(), cfg, Arc::new(inbox));
@@ -558,7 +562,11 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
     };
     let cfg = SessionConfig::from_settings(&settings);
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
-    let channels = bub::delivery::configured_channels(agent.settings(), agent.access())?;
+    let channels = bub::delivery::configured_channels(
+        bub::delivery::PLATFORMS,
+        agent.settings(),
+        agent.access(),
+    )?;
     let names: Vec<&str> = channels.iter().map(|c| c.name()).collect();
     tracing::info!(home = %agent.settings().home.display(), channels = ?names, "idle.start");
     agent.outbox().install(&channels);

@@ -153,8 +153,8 @@ mod tests {
     #[test]
     fn settings_secrets_include_url_passwords() {
         let mut s = Settings::with_defaults("/h".into(), "/w".into());
-        s.telegram.token = Some("999:telegram-token-value".into());
-        s.telegram.proxy = Some("http://user:proxy-password@proxy:3128".into());
+        s.channel_mut("telegram").token = Some("999:telegram-token-value".into());
+        s.channel_mut("telegram").proxy = Some("http://user:proxy-password@proxy:3128".into());
         let r = Redactor::from_settings(&s);
         assert_eq!(
             r.redact("999:telegram-token-value proxy-password"),

@@ -30,10 +30,10 @@ const CHANNEL: &str = "555";
 /// Settings against `fake`: everyone admitted (as guests) unless `configure` says otherwise.
 fn settings(fake: &FakeDiscord, configure: impl FnOnce(&mut Settings)) -> Settings {
     let mut s = Settings::with_defaults(PathBuf::from("/nonexistent/home"), PathBuf::from("."));
-    s.discord.enabled = true;
-    s.discord.token = Some(TOKEN.into());
-    s.discord.api_base = fake.api_base().into();
-    s.discord.allow_from = vec!["*".into()];
+    s.channel_mut("discord").enabled = true;
+    s.channel_mut("discord").token = Some(TOKEN.into());
+    s.channel_mut("discord").api_base = fake.api_base().into();
+    s.channel_mut("discord").allow_from = vec!["*".into()];
     configure(&mut s);
     s
 }
@@ -279,7 +279,7 @@ async fn allow_from_drops_every_message_of_other_senders_and_pairs_in_dms() {
     let home = tempfile::tempdir().unwrap();
     let mut bot = start_bot(&fake, |s| {
         s.home = home.path().to_path_buf();
-        s.discord.allow_from = vec!["alice".into(), "7".into(), "Dora D".into()];
+        s.channel_mut("discord").allow_from = vec!["alice".into(), "7".into(), "Dora D".into()];
     })
     .await;
     let mallory = user("66", "mallory");
@@ -336,7 +336,10 @@ async fn allow_channels_drops_every_message_elsewhere_but_allows_threads_of_list
     let fake = fake_discord::start().await;
     fake.set_thread("700", "question-1", CHANNEL, GUILD);
     fake.set_thread("701", "bub-other", "556", GUILD);
-    let mut bot = start_bot(&fake, |s| s.discord.allow_channels = vec![CHANNEL.into()]).await;
+    let mut bot = start_bot(&fake, |s| {
+        s.channel_mut("discord").allow_chats = vec![CHANNEL.into()]
+    })
+    .await;
     for msg in [
         Msg::guild(GUILD, "556", alice(), ",bash ls"),
         Msg::guild(GUILD, "556", alice(), "follow-up"),
@@ -555,7 +558,9 @@ async fn a_5xx_is_retried_and_the_message_delivered_once() {
 async fn a_persistent_5xx_fails_after_the_budget_and_a_4xx_at_once() {
     let fake = fake_discord::start().await;
     let budget = Duration::from_secs(2);
-    let discord = discord(&settings(&fake, |s| s.discord.send_retry_budget = budget));
+    let discord = discord(&settings(&fake, |s| {
+        s.channel_mut("discord").send_retry_budget = budget
+    }));
     for _ in 0..20 {
         fake.fail_next_post(503, json!({"message": "Service Unavailable"}), &[]);
     }
@@ -706,7 +711,10 @@ async fn logs_carry_neither_the_token_nor_message_text() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let fake = fake_discord::start().await;
-    let mut bot = start_bot(&fake, |s| s.discord.allow_from = vec!["alice".into()]).await;
+    let mut bot = start_bot(&fake, |s| {
+        s.channel_mut("discord").allow_from = vec!["alice".into()]
+    })
+    .await;
     fake.dispatch_message(Msg::guild(
         GUILD,
         CHANNEL,
@@ -757,12 +765,12 @@ async fn an_unreachable_discord_is_named_with_its_proxy() {
         ),
     ] {
         let mut s = Settings::with_defaults(PathBuf::from("/nonexistent/home"), PathBuf::from("."));
-        s.discord.enabled = true;
-        s.discord.token = Some(TOKEN.into());
-        s.discord.api_base = format!("http://127.0.0.1:{port}/api/v10").into();
-        s.discord.proxy = configured.map(Into::into);
+        s.channel_mut("discord").enabled = true;
+        s.channel_mut("discord").token = Some(TOKEN.into());
+        s.channel_mut("discord").api_base = format!("http://127.0.0.1:{port}/api/v10").into();
+        s.channel_mut("discord").proxy = configured.map(Into::into);
         // A failed connection is retried like a 5xx: within a short budget here.
-        s.discord.send_retry_budget = Duration::from_secs(2);
+        s.channel_mut("discord").send_retry_budget = Duration::from_secs(2);
         let discord = Discord::new(&s, Arc::new(Access::new(&s))).unwrap();
         let started = Instant::now();
         let err = bounded(discord.post(CHANNEL, "hi", None))

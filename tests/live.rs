@@ -98,9 +98,9 @@ async fn an_answer_streams_into_one_message_edited_at_most_once_a_second_even_un
 async fn discord_posts_a_live_message_edits_it_and_the_answer_replaces_it() {
     let fake = support::fake_discord::start().await;
     let mut s = Settings::with_defaults(PathBuf::from("/nonexistent"), PathBuf::from("."));
-    s.discord.enabled = true;
-    s.discord.token = Some("tok-SECRET".into());
-    s.discord.api_base = fake.api_base().into();
+    s.channel_mut("discord").enabled = true;
+    s.channel_mut("discord").token = Some("tok-SECRET".into());
+    s.channel_mut("discord").api_base = fake.api_base().into();
     let discord = Discord::new(&s, Arc::new(Access::new(&s))).unwrap();
     let id = bounded(discord.post("555", "Thinking", Some("77")))
         .await

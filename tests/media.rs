@@ -403,10 +403,10 @@ async fn files_go_back_as_photo_voice_or_document_and_over_the_limit_is_an_error
 /// Discord settings against `fake`.
 fn discord_settings(fake: &support::fake_discord::FakeDiscord, home: &Path) -> Settings {
     let mut s = Settings::with_defaults(home.to_path_buf(), PathBuf::from("."));
-    s.discord.enabled = true;
-    s.discord.token = Some("tok-SECRET".into());
-    s.discord.api_base = fake.api_base().into();
-    s.discord.allow_from = vec!["*".into()];
+    s.channel_mut("discord").enabled = true;
+    s.channel_mut("discord").token = Some("tok-SECRET".into());
+    s.channel_mut("discord").api_base = fake.api_base().into();
+    s.channel_mut("discord").allow_from = vec!["*".into()];
     s
 }
 

@@ -26,10 +26,10 @@ use support::wait::{WAIT, bounded};
 fn settings(fake: &FakeTelegram, configure: impl FnOnce(&mut Settings)) -> Settings {
     let home = std::env::temp_dir().join("bub-telegram-tests-no-home");
     let mut s = Settings::with_defaults(home.clone(), home);
-    s.telegram.enabled = true;
-    s.telegram.token = Some(TOKEN.into());
-    s.telegram.api_base = fake.api_base().into();
-    s.telegram.allow_from = vec!["*".into()];
+    s.channel_mut("telegram").enabled = true;
+    s.channel_mut("telegram").token = Some(TOKEN.into());
+    s.channel_mut("telegram").api_base = fake.api_base().into();
+    s.channel_mut("telegram").allow_from = vec!["*".into()];
     configure(&mut s);
     s
 }
@@ -211,7 +211,9 @@ async fn allow_chats_drops_other_chats_silently() {
     let fake = fake_telegram::start().await;
     let dropped = fake.push_update(json!({"message": group_text(-5, 1, "bub hi").id(1).0}));
     fake.push_message(group_text(-100, 1, "bub hi").id(2));
-    let mut bot = run(&fake, |s| s.telegram.allow_chats = vec!["-100".into()]);
+    let mut bot = run(&fake, |s| {
+        s.channel_mut("telegram").allow_chats = vec!["-100".into()]
+    });
     let inbound = bot.next().await;
     assert_eq!(inbound.chat_id, "-100");
     fake.wait_for_confirmed(dropped, WAIT).await;
@@ -236,7 +238,7 @@ async fn unknown_senders_get_one_pairing_code_privately_and_silence_in_groups() 
     let last = fake.push_message(private_text(7, 7, "hi"));
     let mut bot = run(&fake, |s| {
         s.home = home.path().to_path_buf();
-        s.telegram.allow_from = vec!["@ann_allowed".into(), "7".into()];
+        s.channel_mut("telegram").allow_from = vec!["@ann_allowed".into(), "7".into()];
     });
     let mut admitted = [bot.next().await, bot.next().await];
     admitted.sort_by(|a, b| a.sender_id.cmp(&b.sender_id));
@@ -379,7 +381,9 @@ async fn pending_updates_are_delivered_by_default() {
 async fn drop_pending_updates_when_configured() {
     let fake = fake_telegram::start().await;
     fake.push_message(private_text(42, 42, "old"));
-    let mut bot = run(&fake, |s| s.telegram.drop_pending_updates = true);
+    let mut bot = run(&fake, |s| {
+        s.channel_mut("telegram").drop_pending_updates = true
+    });
     // Once a normal long poll is running, the drop is done.
     wait_for_long_poll(&fake).await;
     assert!(fake.dropped_pending_updates());
@@ -546,7 +550,7 @@ async fn send_errors_name_the_chat_not_the_token() {
     // A connection error (nothing listens on the port) must not leak the token either.
     let closed = support::closed_addr();
     let tg = telegram(&settings(&fake, |s| {
-        s.telegram.api_base = format!("http://{closed}").into()
+        s.channel_mut("telegram").api_base = format!("http://{closed}").into()
     }));
     // Connection errors are retried for two minutes (an outage delays, not loses, an answer):
     // let the paused clock run through the pauses.
@@ -567,7 +571,7 @@ async fn api_base_trailing_slash_is_tolerated() {
     // The fake routes `/{bot}/{method}` only: `//bot...` would not reach it.
     let fake = fake_telegram::start().await;
     let tg = telegram(&settings(&fake, |s| {
-        s.telegram.api_base = format!("{}/", fake.api_base()).into()
+        s.channel_mut("telegram").api_base = format!("{}/", fake.api_base()).into()
     }));
     bounded(tg.send(&outbound("42", "hi", None)))
         .await

@@ -29,6 +29,7 @@ mod manager;
 mod media;
 mod memory;
 mod message;
+mod platform;
 mod prompt_cache;
 mod router;
 mod run_cli;

@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 
 use chrono::{DateTime, Utc};
 
-use super::{Access, Lists, Policy, Role, TurnOrigin, User, Via, allow_var, owners_var, who};
+use super::{
+    Access, Lists, Policy, Role, TurnOrigin, User, Via, allow_var, chats_var, owners_var, who,
+};
 use crate::config::Settings;
 
 impl Access {
@@ -26,7 +28,7 @@ impl Access {
         let file = self.file();
         let mut out = String::new();
         let _ = writeln!(out, "chat {channel}:{chat_id}");
-        let _ = writeln!(out, "  chat: {}", chat_rule(settings, channel, chat_id));
+        let _ = writeln!(out, "  chat: {}", chat_rule(lists, channel, chat_id));
         let _ = writeln!(
             out,
             "  senders ({}): {}",
@@ -108,20 +110,14 @@ impl Access {
     }
 }
 
-fn chat_rule(settings: &Settings, channel: &str, chat_id: &str) -> String {
-    let (var, list) = if channel == "discord" {
-        (
-            "BUB_DISCORD_ALLOW_CHANNELS",
-            &settings.discord.allow_channels,
-        )
-    } else {
-        ("BUB_TELEGRAM_ALLOW_CHATS", &settings.telegram.allow_chats)
-    };
-    if list.is_empty() {
+/// Whether the chat is served, by the channel's chat list.
+fn chat_rule(lists: &Lists, channel: &str, chat_id: &str) -> String {
+    let var = chats_var(channel);
+    if lists.chats.is_empty() {
         format!("served ({var} is empty: every chat)")
-    } else if list.iter().any(|c| c.trim() == chat_id) {
+    } else if lists.lists_chat(chat_id) {
         format!("served (listed in {var})")
-    } else if channel == "discord" {
+    } else if lists.threads {
         format!("not listed in {var} (served only if it is a thread of a listed channel)")
     } else {
         format!("NOT served (not in {var}): no messages in or out")

@@ -6,22 +6,29 @@
 //!   and matches ids only; any other entry (`@` optional) is a username and matches usernames
 //!   only (case-insensitive) — never an id, never a display name. An empty list admits nobody.
 //!   Unknown senders may ask for access from a private chat ([`pairing`]); in groups they are
-//!   ignored.
+//!   ignored. A channel's chat list (`BUB_TELEGRAM_ALLOW_CHATS`, `BUB_DISCORD_ALLOW_CHANNELS`)
+//!   says which chats are served at all.
+//! * [`Gate`] — the one decision every platform adapter asks for each message: the chat list,
+//!   then the sender's role, or a pairing code for a stranger in a private chat.
 //! * Roles — owners get every tool; everyone else admitted is a guest, whose turns run under the
 //!   guest [`Policy`]. Owner rights come from ids only: users whose id is on the allow-list are
 //!   owners while `*_OWNERS` is empty; a username match, or `*`, admits a guest.
-//! * [`Access::admission`] is the one decision: the channel gates, the inbox's re-check after a
-//!   restart, a job's [`Access::reconfirm`] and `bub access explain` all call it, so they cannot
-//!   disagree.
+//! * [`Access::admission`] is the one rule: the gate, the inbox's re-check after a restart, a
+//!   job's [`Access::reconfirm`] and `bub access explain` all call it, so they cannot disagree.
 //! * [`Authority`] — who asked for a turn and with which role: the least trusted sender of a
 //!   batch; a scheduled job keeps its creator's (and loses it when the creator loses access).
+//!
+//! The lists are per channel, by name, from the settings' channel table
+//! ([`crate::config::ChannelTable`]): a platform needs no code here.
 //!
 //! Invariants: every decision reads the lists and the current `access.json` (a `stat` per
 //! decision, re-read when it changed), so an approval or revocation applies to the next message
 //! without a restart; a file that cannot be read admits no one beyond the configured lists.
+//! Reading the file is blocking work: the gate does it on the blocking pool.
 
 mod explain;
 pub mod files;
+mod gate;
 pub(crate) mod pairing;
 pub mod policy;
 mod store;
@@ -34,21 +41,20 @@ use anyhow::{anyhow, bail};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::config::Settings;
+use crate::config::{Field, Settings, var_name};
 use crate::storage::Stamp;
 use crate::terminal::safe_line;
+pub use gate::{Chat, ChatKind, Decision, Dropped, Gate};
 pub(crate) use pairing::{FloodLog, Pending, Request};
 pub use policy::Policy;
 pub(crate) use policy::TurnOrigin;
 pub(crate) use store::{AccessFile, AccessStore, Paired};
 
-/// The channels access applies to.
-pub(crate) const CHANNELS: [&str; 2] = ["telegram", "discord"];
-
-/// The (channel, chat id) of a chat session id (`telegram:42`), if it is one.
+/// The (channel, chat id) of a chat session id (`telegram:42`), if it is one: the channel is a
+/// platform of the configuration's variables table.
 pub(crate) fn session_chat(session_id: &str) -> Option<(&str, &str)> {
     let (channel, chat) = session_id.split_once(':')?;
-    CHANNELS.contains(&channel).then_some((channel, chat))
+    crate::config::is_platform(channel).then_some((channel, chat))
 }
 
 /// What an admitted sender may do.
@@ -169,15 +175,21 @@ struct Lists {
     usernames: Vec<String>,
     /// `*_OWNERS`.
     owners: Vec<String>,
+    /// The chats served (trimmed); empty: every chat.
+    chats: Vec<String>,
+    /// A thread of a listed chat is served too.
+    threads: bool,
 }
 
 impl Lists {
-    fn new(allow_from: &[String], owners: &[String]) -> Self {
+    fn new(c: &crate::config::ChannelSettings) -> Self {
         let mut lists = Self {
-            owners: owners.to_vec(),
+            owners: c.owners.clone(),
+            chats: c.allow_chats.iter().map(|c| c.trim().to_owned()).collect(),
+            threads: c.threads,
             ..Self::default()
         };
-        for entry in allow_from.iter().map(|e| e.trim()) {
+        for entry in c.allow_from.iter().map(|e| e.trim()) {
             if entry == "*" {
                 lists.everyone = true;
             } else if is_id(entry) {
@@ -190,6 +202,11 @@ impl Lists {
             }
         }
         lists
+    }
+
+    /// `chat` is on the chat list, or the list is empty.
+    fn lists_chat(&self, chat: &str) -> bool {
+        self.chats.is_empty() || self.chats.iter().any(|c| c == chat.trim())
     }
 
     /// The sender's username is on the allow-list (case-insensitive).
@@ -229,10 +246,10 @@ pub(crate) struct Admission {
     pub via: Via,
 }
 
-/// The access gate of one process (see the module docs).
+/// The access rules of one process (see the module docs).
 pub struct Access {
-    telegram: Lists,
-    discord: Lists,
+    /// Each channel's lists, by name, in the settings' order.
+    lists: Vec<(String, Lists)>,
     store: AccessStore,
     cache: Mutex<Cached>,
     /// Per channel: pairing requests since the last flood log line.
@@ -256,8 +273,11 @@ pub struct Revoked {
 impl Access {
     pub fn new(settings: &Settings) -> Self {
         Self {
-            telegram: Lists::new(&settings.telegram.allow_from, &settings.telegram.owners),
-            discord: Lists::new(&settings.discord.allow_from, &settings.discord.owners),
+            lists: settings
+                .channels
+                .iter()
+                .map(|(name, c)| (name.to_owned(), Lists::new(c)))
+                .collect(),
             store: AccessStore::new(&settings.home),
             cache: Mutex::new(Cached {
                 stamp: None,
@@ -268,20 +288,44 @@ impl Access {
     }
 
     fn lists(&self, channel: &str) -> Option<&Lists> {
-        match channel {
-            "telegram" => Some(&self.telegram),
-            "discord" => Some(&self.discord),
-            _ => None,
-        }
+        self.lists
+            .iter()
+            .find(|(name, _)| name == channel)
+            .map(|(_, lists)| lists)
     }
 
     fn known(&self, channel: &str) -> anyhow::Result<&Lists> {
         self.lists(channel).ok_or_else(|| {
-            anyhow!(
-                "unknown channel {channel:?} (use {})",
-                CHANNELS.join(" or ")
-            )
+            let known: Vec<&str> = self.lists.iter().map(|(n, _)| n.as_str()).collect();
+            anyhow!("unknown channel {channel:?} (use {})", known.join(" or "))
         })
+    }
+
+    /// Whether `channel` serves chat `chat` by its own id: the chat list is empty or names it.
+    /// `false` for an unknown channel.
+    pub(crate) fn lists_chat(&self, channel: &str, chat: &str) -> bool {
+        self.lists(channel).is_some_and(|l| l.lists_chat(chat))
+    }
+
+    /// Whether `channel` serves chat `chat`, or — where threads of listed chats are served —
+    /// the thread of `parent`. `false` for an unknown channel.
+    pub(crate) fn serves_chat(&self, channel: &str, chat: &str, parent: Option<&str>) -> bool {
+        self.lists(channel).is_some_and(|l| {
+            l.lists_chat(chat)
+                || (l.threads && parent.is_some_and(|p| l.chats.iter().any(|c| c == p.trim())))
+        })
+    }
+
+    /// Whether a thread of a listed chat is served on `channel` (its parent is worth looking
+    /// up).
+    pub(crate) fn serves_threads(&self, channel: &str) -> bool {
+        self.lists(channel).is_some_and(|l| l.threads)
+    }
+
+    /// Whether `id` is in `channel`'s `*_OWNERS` (decided without `access.json`).
+    pub(crate) fn is_configured_owner(&self, channel: &str, id: &str) -> bool {
+        self.lists(channel)
+            .is_some_and(|l| l.owners.iter().any(|o| o == id))
     }
 
     /// The current `access.json`: re-read when its stamp changed; unreadable = empty.
@@ -328,8 +372,10 @@ impl Access {
         }
     }
 
-    /// Whether and why the sender is admitted on `channel`, with which role: the one decision
-    /// every gate and `bub access explain` use (see the module docs).
+    /// Whether and why the sender is admitted on `channel`, with which role: the one rule the
+    /// gate, the inbox's re-check, `reconfirm` and `bub access explain` use (see the module
+    /// docs). Blocking: it may read `access.json` (async code goes through [`Gate`], which calls
+    /// it on the blocking pool).
     pub(crate) fn admission(&self, channel: &str, user: User<'_>) -> Option<Admission> {
         let lists = self.lists(channel)?;
         let admit = |role, via| Some(Admission { role, via });
@@ -540,9 +586,9 @@ impl Access {
     /// [`Access::flood_note`] of every flooded channel, as `telegram: …`.
     pub fn flood_notes(&self, now: DateTime<Utc>) -> Vec<String> {
         let file = self.file();
-        CHANNELS
+        self.lists
             .iter()
-            .filter_map(|c| Some(format!("{c}: {}", self.flood_note(c, &file, now)?)))
+            .filter_map(|(c, _)| Some(format!("{c}: {}", self.flood_note(c, &file, now)?)))
             .collect()
     }
 }
@@ -557,22 +603,21 @@ pub fn who(user_id: &str, username: Option<&str>) -> String {
     }
 }
 
-/// `BUB_TELEGRAM_ALLOW_FROM` / `BUB_DISCORD_ALLOW_FROM`.
+/// `BUB_TELEGRAM_ALLOW_FROM` / `BUB_DISCORD_ALLOW_FROM`: the variable of `channel`'s sender
+/// list (a channel without variables: "its allow-list").
 pub(crate) fn allow_var(channel: &str) -> &'static str {
-    if channel == "discord" {
-        "BUB_DISCORD_ALLOW_FROM"
-    } else {
-        "BUB_TELEGRAM_ALLOW_FROM"
-    }
+    var_name(channel, Field::AllowFrom).unwrap_or("its allow-list")
 }
 
-/// `BUB_TELEGRAM_OWNERS` / `BUB_DISCORD_OWNERS`.
+/// `BUB_TELEGRAM_OWNERS` / `BUB_DISCORD_OWNERS` (a channel without variables: "its owners").
 pub(crate) fn owners_var(channel: &str) -> &'static str {
-    if channel == "discord" {
-        "BUB_DISCORD_OWNERS"
-    } else {
-        "BUB_TELEGRAM_OWNERS"
-    }
+    var_name(channel, Field::Owners).unwrap_or("its owners")
+}
+
+/// `BUB_TELEGRAM_ALLOW_CHATS` / `BUB_DISCORD_ALLOW_CHANNELS` (a channel without variables:
+/// "its chat list").
+pub(crate) fn chats_var(channel: &str) -> &'static str {
+    var_name(channel, Field::AllowChats).unwrap_or("its chat list")
 }
 
 #[cfg(test)]

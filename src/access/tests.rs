@@ -27,8 +27,8 @@ fn empty_list_admits_nobody_star_admits_guests() {
     assert_eq!(access.role("telegram", user("42")), None);
     assert_eq!(access.role("discord", user("42")), None);
     let access = Access::new(&settings(dir.path(), |s| {
-        s.telegram.allow_from = vec!["*".into()];
-        s.telegram.owners = vec!["7".into()];
+        s.channel_mut("telegram").allow_from = vec!["*".into()];
+        s.channel_mut("telegram").owners = vec!["7".into()];
     }));
     assert_eq!(access.role("telegram", user("42")), Some(Role::Guest));
     assert_eq!(access.role("telegram", user("7")), Some(Role::Owner));
@@ -47,7 +47,7 @@ fn named<'a>(id: &'a str, name: &'a str) -> User<'a> {
 fn listed_ids_are_owners_until_owners_are_configured_usernames_are_guests() {
     let dir = tempfile::tempdir().unwrap();
     let access = Access::new(&settings(dir.path(), |s| {
-        s.discord.allow_from = vec!["1001".into(), "@Alice".into()];
+        s.channel_mut("discord").allow_from = vec!["1001".into(), "@Alice".into()];
     }));
     assert_eq!(access.role("discord", user("1001")), Some(Role::Owner));
     let alice = named("5", "alice");
@@ -61,8 +61,8 @@ fn listed_ids_are_owners_until_owners_are_configured_usernames_are_guests() {
     );
     assert_eq!(access.role("discord", named("6", "mallory")), None);
     let access = Access::new(&settings(dir.path(), |s| {
-        s.discord.allow_from = vec!["1001".into(), "alice".into()];
-        s.discord.owners = vec!["1001".into()];
+        s.channel_mut("discord").allow_from = vec!["1001".into(), "alice".into()];
+        s.channel_mut("discord").owners = vec!["1001".into()];
     }));
     assert_eq!(access.role("discord", user("1001")), Some(Role::Owner));
     assert_eq!(access.role("discord", alice), Some(Role::Guest));
@@ -72,9 +72,9 @@ fn listed_ids_are_owners_until_owners_are_configured_usernames_are_guests() {
 fn an_id_entry_matches_ids_only_and_a_username_entry_usernames_only() {
     let dir = tempfile::tempdir().unwrap();
     let access = Access::new(&settings(dir.path(), |s| {
-        s.discord.allow_from = vec![" 1001 ".into(), "@Bob".into(), "@2002".into()];
-        s.telegram.allow_from = vec!["1001".into()];
-        s.telegram.owners = vec!["7".into()];
+        s.channel_mut("discord").allow_from = vec![" 1001 ".into(), "@Bob".into(), "@2002".into()];
+        s.channel_mut("telegram").allow_from = vec!["1001".into()];
+        s.channel_mut("telegram").owners = vec!["7".into()];
     }));
     // A stranger whose username is the owner's id (Discord usernames may be all digits).
     assert_eq!(access.admission("discord", named("66", "1001")), None);
@@ -104,7 +104,7 @@ fn an_id_entry_matches_ids_only_and_a_username_entry_usernames_only() {
 fn with_only_usernames_listed_the_first_paired_user_becomes_owner() {
     let dir = tempfile::tempdir().unwrap();
     let access = Access::new(&settings(dir.path(), |s| {
-        s.telegram.allow_from = vec!["ann".into()];
+        s.channel_mut("telegram").allow_from = vec!["ann".into()];
     }));
     let Request::New(p) = access
         .request_pairing("telegram", named("50", "ann"), "50", now())
@@ -225,8 +225,8 @@ fn expired_codes_cannot_be_approved() {
 fn a_job_creator_who_lost_access_is_refused_and_roles_only_shrink() {
     let dir = tempfile::tempdir().unwrap();
     let access = Access::new(&settings(dir.path(), |s| {
-        s.telegram.allow_from = vec!["42".into(), "43".into()];
-        s.telegram.owners = vec!["43".into()];
+        s.channel_mut("telegram").allow_from = vec!["42".into(), "43".into()];
+        s.channel_mut("telegram").owners = vec!["43".into()];
     }));
     let as_owner = |id: &str| {
         Authority::sender(
@@ -275,7 +275,7 @@ fn a_corrupt_access_file_admits_only_the_configured_lists() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("access.json"), "{not json").unwrap();
     let access = Access::new(&settings(dir.path(), |s| {
-        s.telegram.allow_from = vec!["1".into()];
+        s.channel_mut("telegram").allow_from = vec!["1".into()];
     }));
     assert_eq!(access.role("telegram", user("1")), Some(Role::Owner));
     assert_eq!(access.role("telegram", user("2")), None);
@@ -295,9 +295,9 @@ fn a_corrupt_access_file_admits_only_the_configured_lists() {
 fn explain_names_the_lists_and_the_tools() {
     let dir = tempfile::tempdir().unwrap();
     let s = settings(dir.path(), |s| {
-        s.telegram.allow_from = vec!["*".into()];
-        s.telegram.owners = vec!["7".into()];
-        s.telegram.allow_chats = vec!["42".into()];
+        s.channel_mut("telegram").allow_from = vec!["*".into()];
+        s.channel_mut("telegram").owners = vec!["7".into()];
+        s.channel_mut("telegram").allow_chats = vec!["42".into()];
     });
     let access = Access::new(&s);
     let tools = [
@@ -356,7 +356,7 @@ fn explain_names_the_lists_and_the_tools() {
 fn explain_gives_the_gates_verdict_and_says_why() {
     let dir = tempfile::tempdir().unwrap();
     let s = settings(dir.path(), |s| {
-        s.discord.allow_from = vec!["1001".into(), "alice".into()];
+        s.channel_mut("discord").allow_from = vec!["1001".into(), "alice".into()];
     });
     let access = Access::new(&s);
     let tools = ["bash", "fs.read"];

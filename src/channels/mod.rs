@@ -2,18 +2,20 @@
 //!
 //! * [`Channel`] — what an adapter does: run (receive platform messages and turn them into
 //!   [`Inbound`] values), send an [`Outbound`] text, show a typing indicator. A third platform is
-//!   one new module implementing it plus one line in [`crate::delivery::PLATFORMS`].
+//!   one new module implementing it plus one line in [`crate::delivery::PLATFORMS`]; its
+//!   settings and access lists are entries by name, needing no code.
 //! * [`InboundSink`] — where an adapter hands what it received: the durable inbox first.
 //!
 //! What is built on top: [`crate::delivery`] (the platform table, the outbox, how a turn's
 //! result becomes a message) and [`crate::daemon`] (the session actors and the manager).
 //!
-//! Division of work: the adapter decides *who may talk* (the chat allow-list, then the sender's
-//! admission and role from [`crate::access`], checked first, for every message and command —
-//! an unknown sender in a private chat gets a pairing code, in a group nothing) and *whether
-//! the bot was addressed* (mentions, replies, keyword); the
-//! actor decides *when a turn runs* (window, debounce, batching); the agent runs the turn; the
-//! actor hands the answer back to the adapter, which renders and splits it for its platform.
+//! Division of work: the gate ([`crate::access::Gate`]) decides *who may talk* — the chat list,
+//! then the sender's admission and role, or a pairing code for a stranger in a private chat —
+//! for every message and command, first; the adapter maps its platform's events to the gate's
+//! inputs, acts on the decision (hand on, send the pairing text, drop) and decides *whether the
+//! bot was addressed* (mentions, replies, keyword); the actor decides *when a turn runs*
+//! (window, debounce, batching); the agent runs the turn; the actor hands the answer back to
+//! the adapter, which renders and splits it for its platform.
 
 pub mod discord;
 pub mod telegram;

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::time::secs;
 
+use super::channels::{ChannelSettings, Field};
 use super::costs::{Prices, parse_tokens, parse_usd};
 use super::parse::{
     absolute, expand_tilde, is_null, parse_bool, parse_fallback_models, parse_list,
@@ -19,6 +20,7 @@ use super::parse::{
     parse_seconds, parse_secret, parse_timeout, parse_u32_min, parse_u32_range, parse_url,
 };
 use super::sources::{self, Layers};
+use super::vars;
 use super::{
     ConfigError, DEFAULT_MODEL, MAX_ACTIVE_TIME_WINDOW_SECONDS, MAX_BASH_MAX_TIMEOUT_SECONDS,
     MAX_FS_TIMEOUT_SECONDS, MAX_MAX_CONCURRENT_COMMANDS, MAX_MESSAGE_DEBOUNCE_SECONDS,
@@ -266,53 +268,9 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     set(l, "BUB_LOG_FORMAT", &mut s.log_format, parse_log_format)?;
     super::media::load(l, &mut s.media)?;
 
-    let t = &mut s.telegram;
-    set(l, "BUB_TELEGRAM_ENABLED", &mut t.enabled, parse_bool)?;
-    t.token = secret(l, "BUB_TELEGRAM_TOKEN")?;
-    set(l, "BUB_TELEGRAM_ALLOW_FROM", &mut t.allow_from, parse_list)?;
-    set(l, "BUB_TELEGRAM_OWNERS", &mut t.owners, parse_ids)?;
-    set(
-        l,
-        "BUB_TELEGRAM_ALLOW_CHATS",
-        &mut t.allow_chats,
-        parse_list,
-    )?;
-    t.proxy = l
-        .parse("BUB_TELEGRAM_PROXY", optional_url("BUB_TELEGRAM_PROXY"))?
-        .flatten()
-        .map(MaskedUrl::from);
-    set_url(l, "BUB_TELEGRAM_API_BASE", &mut t.api_base)?;
-    set(
-        l,
-        "BUB_TELEGRAM_DROP_PENDING_UPDATES",
-        &mut t.drop_pending_updates,
-        parse_bool,
-    )?;
-    require_token(t.enabled, &t.token, "BUB_TELEGRAM")?;
-
-    let d = &mut s.discord;
-    set(l, "BUB_DISCORD_ENABLED", &mut d.enabled, parse_bool)?;
-    d.token = secret(l, "BUB_DISCORD_TOKEN")?;
-    set(l, "BUB_DISCORD_ALLOW_FROM", &mut d.allow_from, parse_list)?;
-    set(l, "BUB_DISCORD_OWNERS", &mut d.owners, parse_ids)?;
-    set(
-        l,
-        "BUB_DISCORD_ALLOW_CHANNELS",
-        &mut d.allow_channels,
-        parse_list,
-    )?;
-    set(
-        l,
-        "BUB_DISCORD_COMMAND_PREFIX",
-        &mut d.command_prefix,
-        |_, v| Ok(v.trim().to_owned()),
-    )?;
-    d.proxy = l
-        .parse("BUB_DISCORD_PROXY", optional_url("BUB_DISCORD_PROXY"))?
-        .flatten()
-        .map(MaskedUrl::from);
-    set_url(l, "BUB_DISCORD_API_BASE", &mut d.api_base)?;
-    require_token(d.enabled, &d.token, "BUB_DISCORD")?;
+    for platform in vars::platforms() {
+        load_channel(l, platform, s.channel_mut(platform))?;
+    }
 
     s.prices = Prices::parse(l.prices())?;
     let b = &mut s.budgets;
@@ -338,6 +296,36 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     }
 
     Ok(s)
+}
+
+/// Reads the rows of chat platform `platform` (see [`super::channels`]) into `c`; an enabled
+/// platform needs its token.
+fn load_channel(l: &Layers, platform: &str, c: &mut ChannelSettings) -> Result<(), ConfigError> {
+    for (var, field) in vars::rows_of(platform) {
+        let var = var.name;
+        match field {
+            Field::Enabled => set(l, var, &mut c.enabled, parse_bool)?,
+            Field::Token => c.token = secret(l, var)?,
+            Field::AllowFrom => set(l, var, &mut c.allow_from, parse_list)?,
+            Field::Owners => set(l, var, &mut c.owners, parse_ids)?,
+            Field::AllowChats | Field::AllowChannels => {
+                set(l, var, &mut c.allow_chats, parse_list)?;
+            }
+            Field::Proxy => {
+                c.proxy = l
+                    .parse(var, optional_url(var))?
+                    .flatten()
+                    .map(MaskedUrl::from);
+            }
+            Field::ApiBase => set_url(l, var, &mut c.api_base)?,
+            Field::DropPendingUpdates => set(l, var, &mut c.drop_pending_updates, parse_bool)?,
+            Field::CommandPrefix => set(l, var, &mut c.command_prefix, |_, v| {
+                Ok(v.trim().to_owned())
+            })?,
+        }
+    }
+    let prefix = format!("BUB_{}", platform.to_ascii_uppercase());
+    require_token(c.enabled, &c.token, &prefix)
 }
 
 /// Overwrites `field` with the parsed value of `var` when it is set.

@@ -10,6 +10,7 @@
 //! ([`sources`]) by precedence, then parses each value ([`parse`]). Secrets (API keys, tokens, URL credentials) have types whose `Debug`
 //! hides them ([`secret`]), so a logged `Settings` never leaks them.
 
+mod channels;
 mod costs;
 mod load;
 mod media;
@@ -24,9 +25,12 @@ mod vars;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use channels::{ChannelSettings, ChannelTable};
+pub(crate) use channels::{Field, is_platform, var_name};
 pub use costs::{Budgets, Price, Prices};
 pub use load::LoadOptions;
 pub use media::{MediaSettings, Vision};
+pub(crate) use vars::platforms;
 pub use vars::{help as variables_help, secret_vars};
 
 use crate::llm::Api;
@@ -241,8 +245,8 @@ pub struct Settings {
     pub max_concurrent_commands: u32,
     /// `BUB_GUEST_TOOLS`: the tools a guest's turn may use; `None` = the built-in guest set.
     pub guest_tools: Option<Vec<String>>,
-    pub telegram: TelegramSettings,
-    pub discord: DiscordSettings,
+    /// `BUB_TELEGRAM_*`, `BUB_DISCORD_*`: each chat platform's settings, by its name.
+    pub channels: ChannelTable,
     /// `BUB_MEDIA_*`, `BUB_VISION*`, `BUB_TRANSCRIBE_*`.
     pub media: MediaSettings,
     /// The `[prices]` table of the configuration file.
@@ -257,43 +261,6 @@ pub struct Settings {
     /// What loading noticed but did not refuse (a `BUB_*` name that is not a variable), one
     /// line each, for the command line to print once at start.
     pub warnings: Vec<String>,
-}
-
-/// `BUB_TELEGRAM_*`.
-#[derive(Debug, Clone)]
-pub struct TelegramSettings {
-    pub enabled: bool,
-    pub token: Option<Secret>,
-    /// `BUB_TELEGRAM_ALLOW_FROM`: user ids or usernames; empty admits nobody, `*` everyone.
-    pub allow_from: Vec<String>,
-    /// `BUB_TELEGRAM_OWNERS`: user ids that get every tool.
-    pub owners: Vec<String>,
-    pub allow_chats: Vec<String>,
-    pub proxy: Option<MaskedUrl>,
-    /// `BUB_TELEGRAM_API_BASE` (default `https://api.telegram.org`).
-    pub api_base: MaskedUrl,
-    /// `BUB_TELEGRAM_DROP_PENDING_UPDATES` (default false): discard messages sent while the
-    /// daemon was not running.
-    pub drop_pending_updates: bool,
-}
-
-/// `BUB_DISCORD_*`.
-#[derive(Debug, Clone)]
-pub struct DiscordSettings {
-    pub enabled: bool,
-    pub token: Option<Secret>,
-    /// `BUB_DISCORD_ALLOW_FROM`: user ids or usernames; empty admits nobody, `*` everyone.
-    pub allow_from: Vec<String>,
-    /// `BUB_DISCORD_OWNERS`: user ids that get every tool.
-    pub owners: Vec<String>,
-    pub allow_channels: Vec<String>,
-    pub command_prefix: String,
-    pub proxy: Option<MaskedUrl>,
-    /// `BUB_DISCORD_API_BASE` (default `https://discord.com`).
-    pub api_base: MaskedUrl,
-    /// How long a post or an edit is retried through 5xx answers and network errors: 2 minutes,
-    /// as Telegram's sends. Not a variable: tests shorten it.
-    pub send_retry_budget: Duration,
 }
 
 impl Settings {
@@ -344,8 +311,7 @@ impl Settings {
             bash_max_timeout: Duration::from_secs(DEFAULT_BASH_MAX_TIMEOUT_SECONDS.into()),
             max_concurrent_commands: DEFAULT_MAX_CONCURRENT_COMMANDS,
             guest_tools: None,
-            telegram: TelegramSettings::default(),
-            discord: DiscordSettings::default(),
+            channels: ChannelTable::defaults(),
             media: MediaSettings::default(),
             prices: Prices::default(),
             budgets: Budgets::default(),
@@ -431,6 +397,12 @@ impl Settings {
         ))
     }
 
+    /// The settings of chat platform `name` (`telegram`), added with the defaults when it has
+    /// none yet (a platform without variables, configured in code).
+    pub fn channel_mut(&mut self, name: &str) -> &mut ChannelSettings {
+        self.channels.get_mut(name)
+    }
+
     /// Every secret value Bub read for itself: keys, tokens, and passwords inside the URLs it
     /// was given (proxies, API bases). The redactor removes these from tool output.
     pub(crate) fn secret_values(&self) -> Vec<String> {
@@ -439,12 +411,12 @@ impl Settings {
             &self.anthropic_api_key,
             &self.gemini_api_key,
             &self.ollama_api_key,
-            &self.telegram.token,
-            &self.discord.token,
             &self.media.transcribe_api_key,
         ];
+        let tokens = self.channels.iter().map(|(_, c)| &c.token);
         let mut values: Vec<String> = keys
             .into_iter()
+            .chain(tokens)
             .flatten()
             .map(|s| s.expose().to_owned())
             .collect();
@@ -454,11 +426,15 @@ impl Settings {
             Some(&*self.gemini_api_base),
             self.searxng_url.as_deref(),
             Some(&*self.ollama_api_base),
-            self.telegram.proxy.as_deref(),
-            self.discord.proxy.as_deref(),
             self.media.transcribe_api_base.as_deref(),
         ];
-        values.extend(urls.into_iter().flatten().filter_map(parse::url_password));
+        let proxies = self.channels.iter().map(|(_, c)| c.proxy.as_deref());
+        values.extend(
+            urls.into_iter()
+                .chain(proxies)
+                .flatten()
+                .filter_map(parse::url_password),
+        );
         values
     }
 
@@ -472,36 +448,5 @@ impl Settings {
     /// `BUB_API_BASE` is set); the error names `var`.
     pub(crate) fn parse_model(&self, var: &str, raw: &str) -> Result<Model, ConfigError> {
         parse::parse_model(var, raw, self.api_base.as_deref())
-    }
-}
-
-impl Default for TelegramSettings {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            token: None,
-            allow_from: Vec::new(),
-            owners: Vec::new(),
-            allow_chats: Vec::new(),
-            proxy: None,
-            api_base: DEFAULT_TELEGRAM_API_BASE.into(),
-            drop_pending_updates: false,
-        }
-    }
-}
-
-impl Default for DiscordSettings {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            token: None,
-            allow_from: Vec::new(),
-            owners: Vec::new(),
-            allow_channels: Vec::new(),
-            command_prefix: "!".to_owned(),
-            proxy: None,
-            api_base: DEFAULT_DISCORD_API_BASE.into(),
-            send_retry_budget: crate::net::retry::SENDS.budget,
-        }
     }
 }

@@ -108,13 +108,13 @@ fn defaults_match_the_reference() {
     assert_eq!(s.fs_timeout, std::time::Duration::from_secs(10));
     assert_eq!(s.bash_max_timeout, std::time::Duration::from_secs(3_600));
     assert_eq!(s.max_concurrent_commands, 8);
-    let t = &s.telegram;
+    let t = &s.channels["telegram"];
     assert!(!t.enabled && t.token.is_none() && t.proxy.is_none());
     assert!(t.allow_from.is_empty() && t.allow_chats.is_empty());
     assert_eq!(t.api_base, "https://api.telegram.org");
-    let d = &s.discord;
+    let d = &s.channels["discord"];
     assert!(!d.enabled && d.token.is_none() && d.proxy.is_none());
-    assert!(d.allow_from.is_empty() && d.allow_channels.is_empty());
+    assert!(d.allow_from.is_empty() && d.allow_chats.is_empty());
     assert_eq!(d.command_prefix, "!");
     assert_eq!(d.api_base, "https://discord.com");
 }
@@ -280,16 +280,16 @@ fn lists_json_comma_and_toml_arrays() {
             ("BUB_DISCORD_ALLOW_FROM", "bob"),
         ])
         .unwrap();
-    assert_eq!(s.telegram.allow_from, ["123", "alice", "456"]);
-    assert_eq!(s.telegram.allow_chats, ["-100", "200"]);
-    assert_eq!(s.discord.allow_from, ["bob"]);
+    assert_eq!(s.channels["telegram"].allow_from, ["123", "alice", "456"]);
+    assert_eq!(s.channels["telegram"].allow_chats, ["-100", "200"]);
+    assert_eq!(s.channels["discord"].allow_from, ["bob"]);
     write(
         &fx.bub_home().join("config.toml"),
         "telegram_allow_from = [\"1\", \"alice\", 2]\ndiscord_allow_channels = \"9, 10\"\n",
     );
     let s = fx.load(&[]).unwrap();
-    assert_eq!(s.telegram.allow_from, ["1", "alice", "2"]);
-    assert_eq!(s.discord.allow_channels, ["9", "10"]);
+    assert_eq!(s.channels["telegram"].allow_from, ["1", "alice", "2"]);
+    assert_eq!(s.channels["discord"].allow_chats, ["9", "10"]);
 }
 
 #[test]
@@ -485,7 +485,7 @@ fn api_key_order_urls_and_providers() {
         .unwrap();
     assert_eq!(s.model_id(), "llama3:8b");
     assert_eq!(s.model_base_url(), "http://localhost:11434/v1");
-    assert_eq!(s.telegram.api_base, "http://127.0.0.1:9");
+    assert_eq!(s.channels["telegram"].api_base, "http://127.0.0.1:9");
 
     let s = fx
         .load(&[(
@@ -745,7 +745,7 @@ fn debug_redacts_secrets() {
     assert!(text.contains("http://***@proxy.local:3128"), "{text}");
     assert!(text.contains("http://proxy.local:3128"), "{text}");
     assert_eq!(
-        s.telegram.token.as_ref().map(|k| k.expose()),
+        s.channels["telegram"].token.as_ref().map(|k| k.expose()),
         Some("123:tg-secret")
     );
 }
@@ -786,9 +786,9 @@ fn example_config_lists_every_key_and_loads() {
     let mut opts = fx.opts(&[]);
     opts.config_file = Some(file);
     let s = Settings::load(&opts).unwrap();
-    assert_eq!(s.telegram.allow_from, ["123456789", "alice"]);
+    assert_eq!(s.channels["telegram"].allow_from, ["123456789", "alice"]);
     assert_eq!(
-        s.discord.allow_channels,
+        s.channels["discord"].allow_chats,
         ["111111111111111111", "222222222222222222"]
     );
     assert_eq!(s.home, fx.user_home.join(".bub"));

@@ -9,6 +9,9 @@
 
 use rapidfuzz::distance::osa;
 
+use super::channels::Field;
+use super::{DEFAULT_DISCORD_API_BASE, DEFAULT_TELEGRAM_API_BASE};
+
 /// The groups `bub help env` shows, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Group {
@@ -55,6 +58,9 @@ pub(crate) struct Var {
     /// A key, a token, or a URL that may hold credentials: never logged, never passed to a
     /// child process.
     pub secret: bool,
+    /// A chat platform's variable: the platform and what it sets in its
+    /// [`super::ChannelSettings`].
+    pub channel: Option<(&'static str, Field)>,
 }
 
 const fn var(
@@ -70,6 +76,7 @@ const fn var(
         meaning,
         list: false,
         secret: false,
+        channel: None,
     }
 }
 
@@ -83,8 +90,18 @@ impl Var {
         self.secret = true;
         self
     }
+
+    /// A variable of chat platform `platform` that sets `field` of its settings.
+    const fn of(mut self, platform: &'static str, field: Field) -> Self {
+        self.channel = Some((platform, field));
+        self
+    }
 }
 
+use Field::{
+    AllowChannels, AllowChats, AllowFrom, ApiBase, CommandPrefix, DropPendingUpdates, Enabled,
+    Owners, Proxy, Token,
+};
 use Group::{Agent, Channels, Cost, Logging, Model, Tools};
 
 /// Every variable Bub reads, grouped as `bub help env` shows them.
@@ -131,22 +148,22 @@ pub(crate) const VARS: &[Var] = &[
     var("BUB_MAX_WAIT_SECONDS", Channels, "10", "a chat that keeps writing is answered at most this long after its first message"),
     var("BUB_SESSION_IDLE_SECONDS", Channels, "600", "an idle chat's session is released after this (at most 2592000)"),
     var("BUB_MEDIA_MAX_BYTES", Channels, "20971520", "a larger file from a chat is described, not downloaded (0: none is)"),
-    var("BUB_TELEGRAM_ENABLED", Channels, "false", "bub message serves Telegram (needs BUB_TELEGRAM_TOKEN)"),
-    var("BUB_TELEGRAM_TOKEN", Channels, "(none)", "the bot token from @BotFather").secret(),
-    var("BUB_TELEGRAM_ALLOW_FROM", Channels, "(nobody)", "user ids or usernames admitted; * admits everyone (as guests)").list(),
-    var("BUB_TELEGRAM_OWNERS", Channels, "(none)", "user ids with every tool and the shell").list(),
-    var("BUB_TELEGRAM_ALLOW_CHATS", Channels, "(every chat)", "chat ids Bub reads and writes").list(),
-    var("BUB_TELEGRAM_PROXY", Channels, "(none)", "an http(s) proxy for Telegram").secret(),
-    var("BUB_TELEGRAM_API_BASE", Channels, "https://api.telegram.org", "the Telegram Bot API root"),
-    var("BUB_TELEGRAM_DROP_PENDING_UPDATES", Channels, "false", "skip messages sent while Bub was not running"),
-    var("BUB_DISCORD_ENABLED", Channels, "false", "bub message serves Discord (needs BUB_DISCORD_TOKEN)"),
-    var("BUB_DISCORD_TOKEN", Channels, "(none)", "the bot token").secret(),
-    var("BUB_DISCORD_ALLOW_FROM", Channels, "(nobody)", "user ids or usernames admitted; * admits everyone (as guests)").list(),
-    var("BUB_DISCORD_OWNERS", Channels, "(none)", "user ids with every tool and the shell").list(),
-    var("BUB_DISCORD_ALLOW_CHANNELS", Channels, "(every channel)", "channel ids Bub reads and writes").list(),
-    var("BUB_DISCORD_COMMAND_PREFIX", Channels, "!", "the prefix of bot commands"),
-    var("BUB_DISCORD_PROXY", Channels, "(none)", "an http(s) proxy for Discord").secret(),
-    var("BUB_DISCORD_API_BASE", Channels, "https://discord.com", "the Discord root (REST and gateway)"),
+    var("BUB_TELEGRAM_ENABLED", Channels, "false", "bub message serves Telegram (needs BUB_TELEGRAM_TOKEN)").of("telegram", Enabled),
+    var("BUB_TELEGRAM_TOKEN", Channels, "(none)", "the bot token from @BotFather").secret().of("telegram", Token),
+    var("BUB_TELEGRAM_ALLOW_FROM", Channels, "(nobody)", "user ids or usernames admitted; * admits everyone (as guests)").list().of("telegram", AllowFrom),
+    var("BUB_TELEGRAM_OWNERS", Channels, "(none)", "user ids with every tool and the shell").list().of("telegram", Owners),
+    var("BUB_TELEGRAM_ALLOW_CHATS", Channels, "(every chat)", "chat ids Bub reads and writes").list().of("telegram", AllowChats),
+    var("BUB_TELEGRAM_PROXY", Channels, "(none)", "an http(s) proxy for Telegram").secret().of("telegram", Proxy),
+    var("BUB_TELEGRAM_API_BASE", Channels, DEFAULT_TELEGRAM_API_BASE, "the Telegram Bot API root").of("telegram", ApiBase),
+    var("BUB_TELEGRAM_DROP_PENDING_UPDATES", Channels, "false", "skip messages sent while Bub was not running").of("telegram", DropPendingUpdates),
+    var("BUB_DISCORD_ENABLED", Channels, "false", "bub message serves Discord (needs BUB_DISCORD_TOKEN)").of("discord", Enabled),
+    var("BUB_DISCORD_TOKEN", Channels, "(none)", "the bot token").secret().of("discord", Token),
+    var("BUB_DISCORD_ALLOW_FROM", Channels, "(nobody)", "user ids or usernames admitted; * admits everyone (as guests)").list().of("discord", AllowFrom),
+    var("BUB_DISCORD_OWNERS", Channels, "(none)", "user ids with every tool and the shell").list().of("discord", Owners),
+    var("BUB_DISCORD_ALLOW_CHANNELS", Channels, "(every channel)", "channel ids Bub reads and writes").list().of("discord", AllowChannels),
+    var("BUB_DISCORD_COMMAND_PREFIX", Channels, "!", "the prefix of bot commands").of("discord", CommandPrefix),
+    var("BUB_DISCORD_PROXY", Channels, "(none)", "an http(s) proxy for Discord").secret().of("discord", Proxy),
+    var("BUB_DISCORD_API_BASE", Channels, DEFAULT_DISCORD_API_BASE, "the Discord root (REST and gateway)").of("discord", ApiBase),
     var("BUB_SANDBOX", Tools, "guests", "whose bash runs in the Landlock sandbox: guests, all, off"),
     var("BUB_GUEST_TOOLS", Tools, "(the built-in guest set)", "the tools a guest's turn may use").list(),
     var("BUB_WEB_ALLOW_PRIVATE", Tools, "false", "web.fetch may reach loopback, private and link-local addresses"),
@@ -178,6 +195,26 @@ pub(crate) const NOT_SETTINGS: &[&str] = &[
     "BUB_DATA_PATH",
     "BUB_AGENTS_HOME",
 ];
+
+/// The chat platforms of the table (those with tagged rows), in the table's order.
+pub(crate) fn platforms() -> impl Iterator<Item = &'static str> {
+    let mut seen: Vec<&'static str> = Vec::new();
+    VARS.iter().filter_map(move |var| {
+        let (platform, _) = var.channel?;
+        (!seen.contains(&platform)).then(|| {
+            seen.push(platform);
+            platform
+        })
+    })
+}
+
+/// The rows of chat platform `platform`, with the field each sets.
+pub(crate) fn rows_of(platform: &str) -> impl Iterator<Item = (&'static Var, Field)> + '_ {
+    VARS.iter().filter_map(move |var| match var.channel {
+        Some((p, field)) if p == platform => Some((var, field)),
+        _ => None,
+    })
+}
 
 /// The variable named `name` (case-insensitive).
 pub(crate) fn find(name: &str) -> Option<&'static Var> {
@@ -284,6 +321,34 @@ mod tests {
         }
         for group in Group::ALL {
             assert!(VARS.iter().any(|var| var.group == group), "{group:?}");
+        }
+    }
+
+    /// A platform's rows are together (the loader reads them in order, an enabled platform's
+    /// token checked after them), named `BUB_<PLATFORM>_*`, with each field once, `ENABLED` and
+    /// `TOKEN` among them.
+    #[test]
+    fn each_platform_has_its_rows_together() {
+        for platform in platforms() {
+            let at: Vec<usize> = (0..VARS.len())
+                .filter(|&i| VARS[i].channel.is_some_and(|(p, _)| p == platform))
+                .collect();
+            assert_eq!(at.len(), at[at.len() - 1] - at[0] + 1, "{platform}'s rows");
+            let prefix = format!("BUB_{}_", platform.to_ascii_uppercase());
+            let fields: Vec<Field> = rows_of(platform).map(|(_, f)| f).collect();
+            for (var, field) in rows_of(platform) {
+                assert!(var.name.starts_with(&prefix), "{}", var.name);
+                assert_eq!(
+                    fields.iter().filter(|f| **f == field).count(),
+                    1,
+                    "{}",
+                    var.name
+                );
+            }
+            assert!(
+                fields.contains(&Enabled) && fields.contains(&Token),
+                "{platform}"
+            );
         }
     }
 

@@ -228,7 +228,11 @@ pub(super) async fn ran(agent: &AgentRuntime, run: &JobRun, data: Value) {
 /// The rights the run has now, or why it may not run: its creator must still be admitted and
 /// its chat must still be served.
 async fn authority(agent: &AgentRuntime, run: &JobRun) -> Result<Authority, String> {
-    let who = agent.access().reconfirm(&run.creator)?;
+    // `access.json` may be read: on the blocking pool, and a failure refuses the run.
+    let (access, creator) = (agent.access().clone(), run.creator.clone());
+    let who = tokio::task::spawn_blocking(move || access.reconfirm(&creator))
+        .await
+        .map_err(|e| format!("checking the creator failed: {e}"))??;
     if let Some((channel, chat_id)) = session_chat(&run.session)
         && let Ok(adapter) = agent.outbox().adapter(agent.settings(), channel)
     {

@@ -316,8 +316,7 @@ impl ChannelManager {
             return Arc::new(Unserved { name: "none", why });
         };
         self.adapter(channel).unwrap_or_else(|e| {
-            let name = crate::access::CHANNELS
-                .into_iter()
+            let name = crate::config::platforms()
                 .find(|c| *c == channel)
                 .unwrap_or("none");
             let why = format!("{e:#}");

@@ -2,7 +2,8 @@
 //!
 //! * [`PLATFORMS`] — the one place that knows the platforms and builds their adapters (for the
 //!   daemon, for `bub idle`, and send-only for everything else). A third platform is one new
-//!   module under `channels/` implementing [`Channel`] plus one line here.
+//!   module under `channels/` implementing [`Channel`] plus one line here; the daemon's
+//!   builders ([`enabled_channels`], [`configured_channels`]) take the list.
 //! * [`Outbox`] — sending to any chat outside a turn's own delivery (`message.send`, `bub send`,
 //!   scheduled runs), always through the adapter and its chat allow-list; [`SendLedger`] records
 //!   a turn's sends in the inbox, so a turn run again after a restart does not repeat them.
@@ -23,57 +24,70 @@ use std::sync::Arc;
 use crate::access::Access;
 use crate::channels::{Channel, discord, telegram};
 pub use crate::chat::Outbound;
-use crate::config::{ConfigError, Settings};
+use crate::config::{ConfigError, Field, Settings, var_name};
 pub use ledger::{SendLedger, Sent};
 pub use outbox::Outbox;
 pub(crate) use send::{send, send_from};
 
-/// Builds a platform's adapter from the settings.
-pub(crate) type Build = fn(&Settings, Arc<Access>) -> anyhow::Result<Arc<dyn Channel>>;
+/// Builds a platform's adapter from the settings; its messages are admitted by the access's
+/// gate ([`crate::access::Gate`]).
+pub type Build = fn(&Settings, Arc<Access>) -> anyhow::Result<Arc<dyn Channel>>;
 
-/// A platform: its name, whether the settings enable it, and how its adapter is built.
-pub(crate) struct Platform {
+/// A platform: its name (the session prefix, and its entry in the settings' channel table,
+/// whose `enabled` turns it on) and how its adapter is built.
+#[derive(Clone, Copy)]
+pub struct Platform {
     pub name: &'static str,
-    pub enabled: fn(&Settings) -> bool,
     pub build: Build,
 }
 
-/// Every platform Bub serves. Their names are also [`crate::access::CHANNELS`] (the access
-/// rules sit below delivery and tell a chat session id from a terminal one by them); a test
-/// keeps the two lists equal.
-pub(crate) const PLATFORMS: &[Platform] = &[
-    Platform {
-        name: "telegram",
-        enabled: |s| s.telegram.enabled,
-        build: |s, access| Ok(Arc::new(telegram::Telegram::new(s, access)?)),
-    },
-    Platform {
-        name: "discord",
-        enabled: |s| s.discord.enabled,
-        build: |s, access| Ok(Arc::new(discord::Discord::new(s, access)?)),
-    },
+impl Platform {
+    pub const fn new(name: &'static str, build: Build) -> Self {
+        Self { name, build }
+    }
+
+    /// `BUB_<NAME>_ENABLED`: the settings turn the platform on.
+    pub(crate) fn enabled(&self, settings: &Settings) -> bool {
+        settings.channels.get(self.name).is_some_and(|c| c.enabled)
+    }
+}
+
+/// Every platform Bub serves: the one line a platform adds (see ARCHITECTURE.md, "Adding a
+/// platform"). The daemon and `bub idle` are given this list; the settings, the access rules and
+/// the gate need nothing per platform.
+pub const PLATFORMS: &[Platform] = &[
+    Platform::new("telegram", |s, a| {
+        Ok(Arc::new(telegram::Telegram::new(s, a)?))
+    }),
+    Platform::new("discord", |s, a| Ok(Arc::new(discord::Discord::new(s, a)?))),
 ];
 
 /// The platform called `name`, or a configuration error naming the known ones.
 pub(crate) fn platform(name: &str) -> anyhow::Result<&'static Platform> {
     PLATFORMS.iter().find(|p| p.name == name).ok_or_else(|| {
-        let known: Vec<&str> = PLATFORMS.iter().map(|p| p.name).collect();
         ConfigError::new(
             "CHANNEL",
-            format!("unknown channel {name:?} (use {})", known.join(" or ")),
+            format!("unknown channel {name:?} (use {})", platform_names()),
         )
         .into()
     })
 }
 
-/// The adapters enabled in `settings` (`BUB_TELEGRAM_ENABLED`, `BUB_DISCORD_ENABLED`), possibly
-/// none.
+/// `telegram or discord`, for messages.
+pub(crate) fn platform_names() -> String {
+    let known: Vec<&str> = PLATFORMS.iter().map(|p| p.name).collect();
+    known.join(" or ")
+}
+
+/// The adapters of `platforms` (normally [`PLATFORMS`]) enabled in `settings`
+/// (`BUB_TELEGRAM_ENABLED`, `BUB_DISCORD_ENABLED`), possibly none.
 pub fn configured_channels(
+    platforms: &[Platform],
     settings: &Settings,
     access: &Arc<Access>,
 ) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
     let mut channels = Vec::new();
-    for platform in PLATFORMS.iter().filter(|p| (p.enabled)(settings)) {
+    for platform in platforms.iter().filter(|p| p.enabled(settings)) {
         let channel = (platform.build)(settings, access.clone())?;
         access.warn_at_start(channel.name());
         channels.push(channel);
@@ -81,17 +95,23 @@ pub fn configured_channels(
     Ok(channels)
 }
 
-/// The adapters enabled in `settings`. None enabled is a configuration error: the daemon would
-/// have nothing to serve.
+/// The adapters of `platforms` enabled in `settings`. None enabled is a configuration error:
+/// the daemon would have nothing to serve.
 pub fn enabled_channels(
+    platforms: &[Platform],
     settings: &Settings,
     access: &Arc<Access>,
 ) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
-    let channels = configured_channels(settings, access)?;
+    let channels = configured_channels(platforms, settings, access)?;
     if channels.is_empty() {
+        let vars: Vec<&str> = platforms
+            .iter()
+            .filter_map(|p| var_name(p.name, Field::Enabled))
+            .collect();
+        let sets: Vec<String> = vars.iter().map(|v| format!("{v}=true")).collect();
         return Err(ConfigError::new(
-            "BUB_TELEGRAM_ENABLED",
-            "no channel is enabled: set BUB_TELEGRAM_ENABLED=true and/or BUB_DISCORD_ENABLED=true",
+            vars.first().copied().unwrap_or("CHANNEL"),
+            format!("no channel is enabled: set {}", sets.join(" and/or ")),
         )
         .into());
     }
@@ -202,13 +222,19 @@ mod tests {
     fn every_platform_is_known_by_name() {
         for p in PLATFORMS {
             assert_eq!(platform(p.name).unwrap().name, p.name);
+            assert!(
+                crate::access::session_chat(&format!("{}:1", p.name)).is_some(),
+                "{}: its sessions are chats (it has variables)",
+                p.name
+            );
         }
-        let names: Vec<&str> = PLATFORMS.iter().map(|p| p.name).collect();
-        assert_eq!(
-            names,
-            crate::access::CHANNELS,
-            "access knows the same platforms"
-        );
+        for name in crate::config::platforms() {
+            assert!(
+                platform(name).is_ok(),
+                "{name} has variables but no platform"
+            );
+        }
+        assert_eq!(platform_names(), "telegram or discord");
         let err = platform("matrix").err().unwrap();
         assert!(
             err.to_string().contains("unknown channel \"matrix\""),

@@ -14,7 +14,6 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::{Scope, Tool, ToolContext, ToolError};
-use crate::access::CHANNELS;
 use crate::channels::Outbound;
 use crate::delivery::Sent;
 
@@ -62,7 +61,7 @@ async fn send(args: SendArgs, ctx: ToolContext) -> Result<String, ToolError> {
             ToolError::new(format!(
                 "this session ({}) is not a chat: give channel ({}) and chat_id",
                 ctx.session_id(),
-                CHANNELS.join(" or ")
+                crate::delivery::platform_names()
             ))
         })?
         .to_lowercase();

@@ -74,7 +74,7 @@ async fn a_restart_catches_up_through_the_same_filters() {
 
     let mut bot = spawn_bot_with(&fake, inbox, |s| {
         s.home = home.path().to_path_buf();
-        s.discord.allow_from = vec!["alice".into()];
+        s.channel_mut("discord").allow_from = vec!["alice".into()];
     });
     let missed = bot.next().await;
     assert_eq!(

@@ -13,6 +13,7 @@ pub mod fake_anthropic;
 pub mod fake_discord;
 pub mod fake_gemini;
 pub mod fake_openai;
+pub mod fake_platform;
 pub mod fake_telegram;
 pub mod images;
 pub mod prompt_cache;

@@ -1,9 +1,9 @@
-//! Who may talk to the bot on Discord, and whether a message addresses it.
+//! Which Discord messages are ignored, and whether a message addresses the bot.
 //!
 //! Pure rules over ids and text, no I/O. The adapter applies them to every `MESSAGE_CREATE`:
-//! first the channel allow-list ([`Rules::channel_allowed`]) and the sender's admission
-//! ([`crate::access`]) — for **every** message, addressed or not, command or not (the reference
-//! only checked them when deciding about mentions, so follow-ups and `,commands` of non-allowed
+//! first [`ignored`] and the admission gate ([`crate::access::Gate`]: the channel list, the
+//! sender) — for **every** message, addressed or not, command or not (the reference only
+//! checked them when deciding about mentions, so follow-ups and `,commands` of non-allowed
 //! users got through) — then the addressing rules. [`addressed`] covers the rules that need nothing but the message; the two
 //! that need Discord lookups (a mention of one of the bot's roles, a thread named `bub…`) are
 //! decided by the adapter with [`is_bub_thread`] and the bot's role list.
@@ -16,13 +16,10 @@ use serenity::model::id::UserId;
 /// that address the bot.
 pub(crate) const COMMAND_WORD: &str = "bub";
 
-/// The channel allow-list and addressing settings (`BUB_DISCORD_ALLOW_CHANNELS`,
-/// `BUB_DISCORD_COMMAND_PREFIX`, `BUB_MENTION_KEYWORD`); senders are admitted by
-/// [`crate::access`].
+/// The addressing settings (`BUB_DISCORD_COMMAND_PREFIX`, `BUB_MENTION_KEYWORD`); channels and
+/// senders are admitted by [`crate::access::Gate`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Rules {
-    /// Channel ids the bot serves (a thread is served when its parent is listed); empty = all.
-    pub allow_channels: Vec<String>,
     /// Prefix of the `<prefix>bub` command (default `!`).
     pub command_prefix: String,
     /// Whole word that addresses the bot in guild channels (default `bub`; empty = none).
@@ -83,19 +80,6 @@ impl Addressed {
 }
 
 impl Rules {
-    /// `channel_id` itself is in `allow_channels` (or the list is empty). When this is false for
-    /// a guild message, the caller looks up whether the channel is a thread and passes its
-    /// parent to [`Rules::channel_allowed`].
-    pub(crate) fn channel_listed(&self, channel_id: &str) -> bool {
-        self.allow_channels.is_empty() || self.allow_channels.iter().any(|c| c == channel_id)
-    }
-
-    /// The channel, or the parent of the thread the message was posted in, is allowed.
-    pub(crate) fn channel_allowed(&self, channel_id: &str, thread_parent: Option<&str>) -> bool {
-        self.channel_listed(channel_id)
-            || thread_parent.is_some_and(|p| self.allow_channels.iter().any(|c| c == p))
-    }
-
     /// For `<prefix>bub` (the word `bub` in any case, then whitespace or the end), the rest of
     /// the content without leading whitespace; `None` otherwise.
     pub(crate) fn strip_command<'a>(&self, content: &'a str) -> Option<&'a str> {
@@ -178,7 +162,6 @@ mod tests {
         Rules {
             command_prefix: "!".into(),
             keyword: "bub".into(),
-            ..Rules::default()
         }
     }
 
@@ -243,22 +226,6 @@ mod tests {
         };
         assert_eq!(r.strip_command("$$bub go"), Some("go"));
         assert_eq!(r.strip_command("!bub go"), None);
-    }
-
-    #[test]
-    fn channel_allow_list_checks_thread_parent() {
-        let mut r = rules();
-        assert!(r.channel_allowed("1", None), "empty list allows all");
-        r.allow_channels = vec!["10".into()];
-        assert!(r.channel_listed("10"));
-        assert!(!r.channel_listed("11"));
-        assert!(r.channel_allowed("10", None));
-        assert!(!r.channel_allowed("11", None));
-        assert!(
-            r.channel_allowed("11", Some("10")),
-            "thread of an allowed channel"
-        );
-        assert!(!r.channel_allowed("11", Some("12")));
     }
 
     #[test]

@@ -1,13 +1,13 @@
 //! From gateway `MESSAGE_CREATE` to [`Inbound`]: one task that takes the gateway's events in
 //! arrival order — messages, and the catch-up after READY/RESUMED (`catchup`), whose fetched
 //! messages take the same path — and, for each message, drops it (bot author, system/empty
-//! message, channel not allowed, sender not admitted — who gets a pairing code when they wrote
-//! a DM), decides whether the bot was addressed, builds the prompt, and hands the result to
-//! the inbox (which drops a message it already has).
+//! message, or what the admission gate drops: channel not served, sender not admitted — who
+//! gets the gate's pairing text when they wrote a DM), decides whether the bot was addressed,
+//! builds the prompt, and hands the result to the inbox (which drops a message it already has).
 //!
-//! Order matters: the allow-list and admission come first and apply to every message, commands
-//! included. Admission is [`Access::role`]: an id on the allow-list by id, a username by username
-//! (as a guest), never a display name or nickname.
+//! Order matters: the gate ([`Gate`]) comes first and applies to every message, commands
+//! included. The sender is their id and username, never a display name or nickname; a thread's
+//! parent is looked up only when the gate asks for it.
 //! Lookups (channel info, the bot's roles) are made only when a rule needs them and are
 //! cached (see `lookup`). Logs carry ids and reasons, never message text.
 
@@ -24,7 +24,7 @@ use super::filter::{self, Addressed, Rules, Skip};
 use super::lookup::Lookups;
 use super::prompt;
 use super::rest::Rest;
-use crate::access::{Access, Request, Role, User, pairing};
+use crate::access::{Chat, ChatKind, Decision, Dropped, Gate, Role, User};
 use crate::channels::{Inbound, InboundSink};
 
 /// The bot's own user, known once the gateway said READY.
@@ -37,7 +37,7 @@ pub(crate) struct BotUser {
 /// The inbound side of one gateway session.
 pub(crate) struct Pipeline {
     pub rules: Rules,
-    pub access: Arc<Access>,
+    pub gate: Gate,
     pub rest: Arc<Rest>,
     pub lookups: Lookups,
     pub bot: watch::Receiver<Option<BotUser>>,
@@ -94,10 +94,10 @@ impl Pipeline {
     pub(crate) async fn handle(&mut self, msg: &Message, bot: UserId) -> Option<Inbound> {
         let role = match self.admit(msg).await {
             Ok(role) => role,
-            Err(skip) => {
+            Err((skip, pairing)) => {
                 log_skip(msg, skip);
-                if skip == Skip::Sender && msg.guild_id.is_none() {
-                    self.pair(msg).await;
+                if let Some(text) = pairing {
+                    self.reply_pairing(msg, &text).await;
                 }
                 return None;
             }
@@ -126,71 +126,57 @@ impl Pipeline {
         Some(item)
     }
 
-    /// Bots, system and empty messages, then the channel allow-list, then the sender's role.
-    async fn admit(&mut self, msg: &Message) -> Result<Role, Skip> {
+    /// Bots, system and empty messages, then the gate (the channel — a thread through its
+    /// parent —, the sender). A refusal comes with the pairing text to send, if any.
+    async fn admit(&mut self, msg: &Message) -> Result<Role, (Skip, Option<String>)> {
         if let Some(skip) = filter::ignored(msg) {
-            return Err(skip);
+            return Err((skip, None));
         }
         let channel_id = msg.channel_id.to_string();
-        if !self.rules.channel_listed(&channel_id) {
-            // Only a guild thread can be allowed through its parent.
-            let parent = match msg.guild_id {
-                Some(_) => self
-                    .lookups
-                    .channel(msg.channel_id)
-                    .await
-                    .and_then(|c| c.thread_parent),
-                None => None,
-            };
-            if !self.rules.channel_allowed(&channel_id, parent.as_deref()) {
-                return Err(Skip::Channel);
-            }
-        }
+        let chat = Chat {
+            id: &channel_id,
+            kind: match msg.guild_id {
+                Some(_) => ChatKind::Group,
+                None => ChatKind::Private,
+            },
+        };
         let id = msg.author.id.to_string();
         let user = User {
             id: &id,
             name: Some(&msg.author.name),
         };
-        self.access.role("discord", user).ok_or(Skip::Sender)
+        // Only a guild thread can be served through its parent.
+        let lookups = &mut self.lookups;
+        let parent = async {
+            match msg.guild_id {
+                Some(_) => lookups
+                    .channel(msg.channel_id)
+                    .await
+                    .and_then(|c| c.thread_parent),
+                None => None,
+            }
+        };
+        match self.gate.decide_thread("discord", chat, user, parent).await {
+            Decision::Admit(role) => Ok(role),
+            Decision::Drop(Dropped::Chat) => Err((Skip::Channel, None)),
+            Decision::Drop(Dropped::Sender) => Err((Skip::Sender, None)),
+            Decision::Pair(text) => Err((Skip::Sender, Some(text))),
+        }
     }
 
-    /// An unknown sender wrote a DM: a pairing code, at most one per hour (the message itself
-    /// goes nowhere).
-    async fn pair(&self, msg: &Message) {
-        let access = self.access.clone();
-        let (id, name) = (msg.author.id.to_string(), msg.author.name.clone());
-        let chat = msg.channel_id.to_string();
-        let request = tokio::task::spawn_blocking(move || {
-            let user = User {
-                id: &id,
-                name: Some(&name),
-            };
-            access.request_pairing("discord", user, &chat, chrono::Utc::now())
-        })
-        .await;
-        let (channel_id, sender_id) = (msg.channel_id, msg.author.id);
-        match request {
-            Ok(Ok(Request::New(pending))) => {
-                tracing::info!(%channel_id, %sender_id, "discord.pairing.requested");
-                let body = json!({
-                    "content": pairing::code_message(&pending),
-                    "allowed_mentions": {"parse": []},
-                });
-                if let Err(e) = self
-                    .rest
-                    .post(Route::ChannelMessages { channel_id }, &body)
-                    .await
-                {
-                    tracing::warn!(%channel_id, error = %format!("{e:#}"), "discord.pairing.reply_error");
-                }
-            }
-            Ok(Ok(other)) => {
-                tracing::info!(%channel_id, %sender_id, outcome = ?other, "discord.pairing.skip");
-            }
-            Ok(Err(e)) => {
-                tracing::error!(%channel_id, error = %format!("{e:#}"), "discord.pairing.error");
-            }
-            Err(e) => tracing::error!(%channel_id, error = %e, "discord.pairing.error"),
+    /// Sends a stranger's DM the gate's pairing text (the message itself goes nowhere).
+    async fn reply_pairing(&self, msg: &Message, text: &str) {
+        let channel_id = msg.channel_id;
+        let body = json!({
+            "content": text,
+            "allowed_mentions": {"parse": []},
+        });
+        if let Err(e) = self
+            .rest
+            .post(Route::ChannelMessages { channel_id }, &body)
+            .await
+        {
+            tracing::warn!(%channel_id, error = %format!("{e:#}"), "discord.pairing.reply_error");
         }
     }
 

@@ -61,7 +61,7 @@ use lookup::Lookups;
 use rest::{Rest, RestError};
 
 use super::{Channel, InboundSink, MediaFile, Outbound, text};
-use crate::access::Access;
+use crate::access::{Access, Gate};
 use crate::config::{ConfigError, DEFAULT_DISCORD_API_BASE, Settings};
 use crate::net::retry::RetryPolicy;
 
@@ -89,16 +89,16 @@ pub struct Discord {
     proxied: bool,
     client: reqwest::Client,
     rules: Rules,
-    access: Arc<Access>,
+    gate: Gate,
     rest: Arc<Rest>,
 }
 
 impl Discord {
-    /// Builds the REST client from `settings.discord` (token, API base, proxy, channel list,
-    /// command prefix) and `settings.mention_keyword`; senders are admitted by `access`. Nothing
-    /// is contacted yet. An empty token or an unusable proxy URL is an error.
+    /// Builds the REST client from the `discord` channel settings (token, API base, proxy,
+    /// command prefix) and `settings.mention_keyword`; messages are admitted by `access`'s gate.
+    /// Nothing is contacted yet. An empty token or an unusable proxy URL is an error.
     pub fn new(settings: &Settings, access: Arc<Access>) -> anyhow::Result<Self> {
-        let d = &settings.discord;
+        let d = &settings.channels["discord"];
         let token = d
             .token
             .as_ref()
@@ -146,9 +146,8 @@ impl Discord {
             api_base,
             proxied: proxy.is_some(),
             client,
-            access,
+            gate: Gate::new(access),
             rules: Rules {
-                allow_channels: d.allow_channels.clone(),
                 command_prefix: d.command_prefix.clone(),
                 keyword: settings.mention_keyword.clone(),
             },
@@ -323,7 +322,7 @@ impl Channel for Discord {
         };
         let pipeline = Pipeline {
             rules: self.rules.clone(),
-            access: Arc::clone(&self.access),
+            gate: self.gate.clone(),
             rest: Arc::clone(&self.rest),
             lookups: Lookups::new(Arc::clone(&self.rest)),
             bot: bot_rx,
@@ -402,15 +401,14 @@ impl Channel for Discord {
 
     async fn check_recipient(&self, chat_id: &str) -> anyhow::Result<()> {
         let id = channel_id(chat_id)?;
-        if self.rules.channel_listed(chat_id) {
-            return Ok(());
-        }
         // A thread is served when its parent channel is listed.
-        let parent = Lookups::new(Arc::clone(&self.rest))
-            .channel(id)
-            .await
-            .and_then(|c| c.thread_parent);
-        if self.rules.channel_allowed(chat_id, parent.as_deref()) {
+        let parent = async {
+            Lookups::new(Arc::clone(&self.rest))
+                .channel(id)
+                .await
+                .and_then(|c| c.thread_parent)
+        };
+        if self.gate.serves("discord", chat_id, parent).await {
             Ok(())
         } else {
             Err(anyhow!(
@@ -510,8 +508,8 @@ mod tests {
             .expect("no token")
             .to_string();
         assert!(err.contains("BUB_DISCORD_TOKEN"), "{err}");
-        s.discord.token = Some("secret-token-123".into());
-        s.discord.proxy = Some("::not a url::".into());
+        s.channel_mut("discord").token = Some("secret-token-123".into());
+        s.channel_mut("discord").proxy = Some("::not a url::".into());
         let err = Discord::new(&s, Arc::new(Access::new(&s)))
             .err()
             .expect("bad proxy")
@@ -520,14 +518,14 @@ mod tests {
             !err.contains("secret-token-123") && err.contains("BUB_DISCORD_PROXY"),
             "{err}"
         );
-        s.discord.proxy = None;
+        s.channel_mut("discord").proxy = None;
         let d = Discord::new(&s, Arc::new(Access::new(&s))).unwrap();
         assert!(
             d.api_base.is_none(),
             "default base keeps serenity's rate limiter"
         );
         assert!(d.rest.http.ratelimiter.is_some());
-        s.discord.api_base = "http://127.0.0.1:9/".into();
+        s.channel_mut("discord").api_base = "http://127.0.0.1:9/".into();
         let d = Discord::new(&s, Arc::new(Access::new(&s))).unwrap();
         assert_eq!(d.api_base.as_deref(), Some("http://127.0.0.1:9"));
         assert!(d.rest.http.ratelimiter.is_none());

@@ -1,8 +1,9 @@
-//! Who may talk to the bot and whether a Telegram message addresses it.
+//! Whether a Telegram message addresses the bot, and its commands.
 //!
 //! Pure functions over teloxide's [`Message`], so every rule is unit-tested here without a
-//! network. The adapter applies them in this order: sender present → `allow_chats` → the
-//! sender's admission ([`crate::access`]) → commands ([`parse_command`]) → [`is_addressed`].
+//! network. The adapter applies them in this order: sender present → the admission gate
+//! ([`crate::access::Gate`]: chat list, sender) → commands ([`parse_command`]) →
+//! [`is_addressed`].
 //!
 //! Fixes against Bub v0.2.3: the keyword counts only as a whole word (`"bubble"` does not
 //! address the bot), and `/bub@BotName text` is stripped like `/bub text`.
@@ -16,11 +17,6 @@ pub(crate) struct BotIdentity {
     pub id: u64,
     /// Without the leading `@`.
     pub username: String,
-}
-
-/// `allow_chats` check: an empty list allows every chat.
-pub(crate) fn chat_allowed(allow_chats: &[String], chat_id: i64) -> bool {
-    allow_chats.is_empty() || allow_chats.iter().any(|c| c.trim() == chat_id.to_string())
 }
 
 /// A leading bot command of a text message.
@@ -136,15 +132,6 @@ mod tests {
             m[k] = v.clone();
         }
         msg(m)
-    }
-
-    #[test]
-    fn allow_chats_empty_allows_all_else_exact_id() {
-        assert!(chat_allowed(&[], -5));
-        let list = vec!["42".to_owned(), " -100 ".to_owned()];
-        assert!(chat_allowed(&list, 42));
-        assert!(chat_allowed(&list, -100));
-        assert!(!chat_allowed(&list, 43));
     }
 
     #[test]

@@ -3,12 +3,13 @@
 //! * [`Telegram::new`] builds the teloxide [`Bot`] against `BUB_TELEGRAM_API_BASE` with its own
 //!   reqwest client: the explicit `BUB_TELEGRAM_PROXY` if set, otherwise **no** proxy (ambient
 //!   `HTTPS_PROXY` is ignored by design, as in the reference).
-//! * [`Channel::run`] checks the token with `getMe`, then long-polls `message` updates through a
-//!   teloxide [`Dispatcher`] until the shutdown token fires. Each message goes through the chat
-//!   allow-list and the sender's admission ([`crate::access`]: an unknown sender gets a pairing
-//!   code in a private chat and nothing in a group), then [`filter`] (commands, "is the bot
-//!   addressed") and [`prompt`] (content + metadata JSON) and becomes an [`Inbound`]. Pending updates are delivered after a
-//!   restart unless `BUB_TELEGRAM_DROP_PENDING_UPDATES` is set (Bub v0.2.3 dropped them).
+//! * [`Channel::run`] checks the token with `getMe`, then long-polls `message` updates until the
+//!   shutdown token fires. Each message goes to the admission gate ([`crate::access::Gate`]: the
+//!   chat list, the sender's role, a pairing code for a stranger in a private chat — the adapter
+//!   sends the text the gate returns), then [`filter`] (commands, "is the bot addressed") and
+//!   [`prompt`] (content + metadata JSON) and becomes an [`Inbound`]. Pending updates are
+//!   delivered after a restart unless `BUB_TELEGRAM_DROP_PENDING_UPDATES` is set (Bub v0.2.3
+//!   dropped them).
 //! * [`Channel::send`] splits answers at 4096 characters, renders them as Telegram HTML, falls
 //!   back to plain text when Telegram rejects the entities, and retries by the shared policy
 //!   ([`crate::net::retry::SENDS`]): `retry_after` honoured up to 60 s (a longer one fails the
@@ -40,9 +41,9 @@ use tokio_util::sync::CancellationToken;
 
 use self::filter::{BotIdentity, Command};
 use super::{Channel, Control, Inbound, InboundSink, MediaFile, Outbound, text};
-use crate::access::{Access, User, pairing};
+use crate::access::{Access, Chat, ChatKind, Decision, Dropped, Gate, User};
 use crate::config::{ConfigError, Settings};
-use crate::net::retry::{Failure, SENDS, retry};
+use crate::net::retry::{Failure, RetryPolicy, SENDS, retry};
 use crate::time::server_wait;
 
 /// Telegram's message size limit (characters after entity parsing).
@@ -63,10 +64,11 @@ pub const START_REPLY: &str = "Bub is online. Send text to start.";
 pub struct Telegram {
     bot: Bot,
     token: String,
-    access: Arc<Access>,
-    allow_chats: Vec<String>,
+    gate: Gate,
     keyword: String,
     drop_pending_updates: bool,
+    /// How sends are retried ([`SENDS`], within the channel's `send_retry_budget`).
+    sends: RetryPolicy,
     /// `BUB_MEDIA_MAX_BYTES`: the photo size described is the largest within it.
     media_max_bytes: u64,
     /// The Bot API's base and how the client reaches it, for connection errors.
@@ -75,10 +77,11 @@ pub struct Telegram {
 }
 
 impl Telegram {
-    /// Builds the client from `settings.telegram` (token, API base, proxy) without any network
-    /// call; senders are admitted by `access`. A missing token or a bad URL is a [`ConfigError`].
+    /// Builds the client from the `telegram` channel settings (token, API base, proxy) without
+    /// any network call; messages are admitted by `access`'s gate. A missing token or a bad URL
+    /// is a [`ConfigError`].
     pub fn new(settings: &Settings, access: Arc<Access>) -> anyhow::Result<Self> {
-        let tg = &settings.telegram;
+        let tg = &settings.channels["telegram"];
         let token = tg
             .token
             .as_ref()
@@ -109,10 +112,10 @@ impl Telegram {
         Ok(Self {
             bot,
             token,
-            access,
-            allow_chats: tg.allow_chats.clone(),
+            gate: Gate::new(access),
             keyword: settings.mention_keyword.clone(),
             drop_pending_updates: tg.drop_pending_updates,
+            sends: SENDS.within(tg.send_retry_budget),
             media_max_bytes: settings.media.max_bytes,
             api: url,
             route,
@@ -225,7 +228,7 @@ impl Telegram {
             tracing::warn!(chat_id = %to, error = %error, attempt,
                 retry_in_ms = wait.as_millis() as u64, "telegram.send: failed, retrying");
         };
-        retry(&SENDS, attempt, on_retry).await
+        retry(&self.sends, attempt, on_retry).await
     }
 }
 
@@ -398,8 +401,7 @@ impl Channel for Telegram {
             bot: self.bot.clone(),
             token: self.token.clone(),
             me: identity,
-            access: self.access.clone(),
-            allow_chats: self.allow_chats.clone(),
+            gate: self.gate.clone(),
             keyword: self.keyword.clone(),
             media_max_bytes: self.media_max_bytes,
             inbound,
@@ -475,13 +477,11 @@ impl Channel for Telegram {
     }
 
     async fn check_recipient(&self, chat_id: &str) -> anyhow::Result<()> {
-        let listed = match recipient(chat_id)? {
-            Recipient::Id(id) => filter::chat_allowed(&self.allow_chats, id.0),
-            Recipient::ChannelUsername(name) => {
-                self.allow_chats.is_empty() || self.allow_chats.iter().any(|c| c.trim() == name)
-            }
+        let chat = match recipient(chat_id)? {
+            Recipient::Id(id) => id.0.to_string(),
+            Recipient::ChannelUsername(name) => name,
         };
-        if listed {
+        if self.gate.serves("telegram", &chat, async { None }).await {
             Ok(())
         } else {
             Err(anyhow!(
@@ -523,8 +523,7 @@ struct Handler {
     bot: Bot,
     token: String,
     me: BotIdentity,
-    access: Arc<Access>,
-    allow_chats: Vec<String>,
+    gate: Gate,
     keyword: String,
     media_max_bytes: u64,
     inbound: InboundSink,
@@ -544,8 +543,8 @@ impl Handler {
         }
     }
 
-    /// Applies the rules in order (sender, chat allow-list, admission, commands, addressing) and
-    /// forwards the message. Logs reasons and ids, never the text.
+    /// Applies the rules in order (sender, the gate, commands, addressing) and forwards the
+    /// message. Logs reasons and ids, never the text.
     async fn on_message(&self, msg: Message, cursor: u64) -> anyhow::Result<()> {
         let chat_id = msg.chat.id.0;
         let message_id = msg.id.0;
@@ -553,33 +552,45 @@ impl Handler {
             tracing::debug!(chat_id, message_id, "telegram.skip: no sender");
             return Ok(());
         };
-        if !filter::chat_allowed(&self.allow_chats, chat_id) {
-            tracing::info!(
-                chat_id,
-                message_id,
-                "telegram.skip: chat not in allow_chats"
-            );
-            return Ok(());
-        }
         let sender_id = from.id.0;
         let sender = sender_id.to_string();
+        let private = msg.chat.is_private();
+        let chat_key = chat_id.to_string();
+        let chat = Chat {
+            id: &chat_key,
+            kind: if private {
+                ChatKind::Private
+            } else {
+                ChatKind::Group
+            },
+        };
         let user = User {
             id: &sender,
             name: from.username.as_deref(),
         };
-        let Some(role) = self.access.role("telegram", user) else {
-            let private = msg.chat.is_private();
-            tracing::info!(
-                chat_id,
-                message_id,
-                sender_id,
-                private,
-                "telegram.skip: sender not admitted"
-            );
-            if private {
-                self.pair(chat_id, user).await;
+        let role = match self.gate.decide("telegram", chat, user).await {
+            Decision::Admit(role) => role,
+            Decision::Drop(Dropped::Chat) => {
+                tracing::info!(
+                    chat_id,
+                    message_id,
+                    "telegram.skip: chat not in allow_chats"
+                );
+                return Ok(());
             }
-            return Ok(());
+            decision @ (Decision::Pair(_) | Decision::Drop(Dropped::Sender)) => {
+                tracing::info!(
+                    chat_id,
+                    message_id,
+                    sender_id,
+                    private,
+                    "telegram.skip: sender not admitted"
+                );
+                if let Decision::Pair(text) = decision {
+                    self.reply_plain(chat_id, &text).await;
+                }
+                return Ok(());
+            }
         };
         let described = prompt::describe_within(&msg, self.media_max_bytes);
         let mut content = described.content.as_str();
@@ -643,35 +654,6 @@ impl Handler {
         Ok(())
     }
 
-    /// An unknown sender wrote in a private chat: a pairing code, at most one per hour (the
-    /// message itself goes nowhere).
-    async fn pair(&self, chat_id: i64, user: User<'_>) {
-        let access = self.access.clone();
-        let (id, name) = (user.id.to_owned(), user.name.map(str::to_owned));
-        let request = tokio::task::spawn_blocking(move || {
-            let user = User {
-                id: &id,
-                name: name.as_deref(),
-            };
-            access.request_pairing("telegram", user, &chat_id.to_string(), chrono::Utc::now())
-        })
-        .await;
-        match request {
-            Ok(Ok(pairing::Request::New(pending))) => {
-                tracing::info!(chat_id, sender_id = user.id, "telegram.pairing.requested");
-                let text = pairing::code_message(&pending);
-                self.reply_plain(chat_id, &text).await;
-            }
-            Ok(Ok(other)) => {
-                tracing::info!(chat_id, sender_id = user.id, outcome = ?other, "telegram.pairing.skip");
-            }
-            Ok(Err(e)) => {
-                tracing::error!(chat_id, error = %format!("{e:#}"), "telegram.pairing.error");
-            }
-            Err(e) => tracing::error!(chat_id, error = %e, "telegram.pairing.error"),
-        }
-    }
-
     /// A short plain-text notice; failures are logged, not returned.
     async fn reply_plain(&self, chat_id: i64, text: &str) {
         if let Err(e) = self.bot.send_message(ChatId(chat_id), text).send().await {
@@ -691,29 +673,33 @@ mod tests {
 
     fn settings(f: impl FnOnce(&mut Settings)) -> Settings {
         let mut s = Settings::with_defaults("/tmp".into(), "/tmp".into());
-        s.telegram.enabled = true;
-        s.telegram.token = Some("123:SECRET".into());
+        s.channel_mut("telegram").enabled = true;
+        s.channel_mut("telegram").token = Some("123:SECRET".into());
         f(&mut s);
         s
     }
 
     #[test]
     fn new_requires_token_and_valid_urls() {
-        let err = telegram(&settings(|s| s.telegram.token = None))
+        let err = telegram(&settings(|s| s.channel_mut("telegram").token = None))
             .err()
             .unwrap();
         assert!(err.to_string().contains("BUB_TELEGRAM_TOKEN"), "{err}");
-        let err = telegram(&settings(|s| s.telegram.api_base = "not a url".into()))
-            .err()
-            .unwrap();
+        let err = telegram(&settings(|s| {
+            s.channel_mut("telegram").api_base = "not a url".into()
+        }))
+        .err()
+        .unwrap();
         assert!(err.to_string().contains("BUB_TELEGRAM_API_BASE"), "{err}");
-        let err = telegram(&settings(|s| s.telegram.proxy = Some("::bad::".into())))
-            .err()
-            .unwrap();
+        let err = telegram(&settings(|s| {
+            s.channel_mut("telegram").proxy = Some("::bad::".into())
+        }))
+        .err()
+        .unwrap();
         assert!(err.to_string().contains("BUB_TELEGRAM_PROXY"), "{err}");
         assert!(
             telegram(&settings(
-                |s| s.telegram.proxy = Some("http://127.0.0.1:1".into())
+                |s| s.channel_mut("telegram").proxy = Some("http://127.0.0.1:1".into())
             ))
             .is_ok()
         );
@@ -721,7 +707,10 @@ mod tests {
 
     #[test]
     fn api_base_trailing_slash_is_dropped() {
-        let tg = telegram(&settings(|s| s.telegram.api_base = "http://h:1/tg/".into())).unwrap();
+        let tg = telegram(&settings(|s| {
+            s.channel_mut("telegram").api_base = "http://h:1/tg/".into()
+        }))
+        .unwrap();
         assert_eq!(tg.bot.api_url().as_str(), "http://h:1/tg");
     }
 

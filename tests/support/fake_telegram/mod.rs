@@ -4,8 +4,8 @@
 //!
 //! ```ignore
 //! let fake = fake_telegram::start().await;
-//! settings.telegram.api_base = fake.api_base();            // BUB_TELEGRAM_API_BASE
-//! settings.telegram.token = Some(fake_telegram::TOKEN.into());
+//! settings.channel_mut("telegram").api_base = fake.api_base();            // BUB_TELEGRAM_API_BASE
+//! settings.channel_mut("telegram").token = Some(fake_telegram::TOKEN.into());
 //! fake.push_message(private_text(42, 42, "hello"));         // delivered by getUpdates
 //! fake.push_message(group_text(-100, 42, "hi @bub_test_bot").mention("@bub_test_bot"));
 //! fake.fail_next("sendMessage", 429, fake_telegram::retry_after_body(1));
