@@ -423,14 +423,16 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     agent.outbox().install(&channels);
     let inbox_path = agent.settings().home.join("inbox.jsonl");
     let access = agent.access().clone();
-    let readmitted = |m: &Inbound| {
+    let readmitted = move |m: &Inbound| {
         let user = User {
             id: &m.sender_id,
             name: m.sender_name.as_deref(),
         };
         access.role(&m.channel, user)
     };
-    let (inbox, resume) = Inbox::open(&inbox_path, readmitted)?;
+    // Reading and rewriting the journal is file work: on the blocking pool.
+    let (inbox, resume) =
+        tokio::task::spawn_blocking(move || Inbox::open(&inbox_path, readmitted)).await??;
     let mut manager = ChannelManager::new(agent.clone(), cfg, Arc::new(inbox));
     manager.resume(resume);
     for channel in &channels {

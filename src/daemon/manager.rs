@@ -3,8 +3,13 @@
 //!
 //! Invariants: one actor per live session (the [`ActorMap`]); an evicted actor is replaced by a
 //! fresh one on the next message, so memory is bounded by the number of *active* chats; the
-//! work a restart left ([`Resume`]) reaches its actors before any new message; shutdown stops
-//! the adapters first (no new messages), lets running turns finish for at most
+//! work a restart left ([`Resume`]) reaches its actors before any new message; every queue is
+//! bounded: the adapters' queue ([`INBOUND_QUEUE`]) and each actor's mailbox — when an actor's
+//! mailbox is full the manager waits for it, its queue fills, and the adapters wait in their
+//! sink (nothing is dropped: what is queued is journaled, and what is not yet journaled is not
+//! confirmed to the platform); a chat whose queues are full holds the others back until its
+//! turn takes its batch. Shutdown stops the adapters first (no new messages), leaves what is
+//! still queued to the next start (it is journaled), lets running turns finish for at most
 //! [`SHUTDOWN_GRACE`], then drops them (their shell commands are killed; the inbox resumes
 //! them on the next start). Memory goes back to the system when serving starts and after
 //! sessions are evicted ([`crate::memory`]).
@@ -16,10 +21,11 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use dashmap::mapref::entry::Entry;
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::session::{ActorMap, Mail, SessionActor, SessionConfig, TurnRunner};
+use super::session::{self, ActorMap, Lanes, Mail, SessionActor, SessionConfig, TurnRunner};
 use crate::channels::{Channel, Inbound, InboundSink};
 
 /// The actors' task tracker, stop and abort tokens.
@@ -30,6 +36,9 @@ type Tokens<'a> = (
 );
 use crate::inbox::{Inbox, Resume};
 use crate::status::Board;
+
+/// Messages journaled by the adapters and waiting for the manager; beyond that, adapters wait.
+pub(crate) const INBOUND_QUEUE: usize = 256;
 
 /// How long running turns may take to finish after a shutdown signal.
 pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
@@ -104,7 +113,7 @@ impl ChannelManager {
         }
         tracing::info!(channels = ?self.channel_names(), "channel.manager.start");
         let stop_channels = shutdown.child_token();
-        let (tx, mut rx) = mpsc::unbounded_channel::<Inbound>();
+        let (tx, mut rx) = mpsc::channel::<Inbound>(INBOUND_QUEUE);
         let mut adapters = tokio::task::JoinSet::new();
         for channel in self.channels.values() {
             let channel = channel.clone();
@@ -122,13 +131,7 @@ impl ChannelManager {
         let tracker = TaskTracker::new();
         let tokens = (&tracker, &actors_stop, &actors_abort);
         let resume = std::mem::take(&mut *self.resume.lock().expect("resume lock"));
-        for work in resume {
-            let (channel, mail) = match work {
-                Resume::Message(m) => (m.channel.clone(), Mail::Resumed(m)),
-                Resume::Deliver(d) => (d.channel.clone(), Mail::Deliver(d)),
-            };
-            self.route(&channel, mail, tokens);
-        }
+        let mut resuming = resume.into_iter();
         let mut failure = None;
         let mut receiving = true;
         let first = tokio::time::Instant::now() + STARTUP_SETTLES;
@@ -137,6 +140,17 @@ impl ChannelManager {
         // The first two checks (the channels have connected by then) release startup's code.
         let mut startup_checks: u8 = 2;
         loop {
+            // The previous run's work first (an actor's full mailbox makes this wait).
+            if let Some(work) = resuming.next() {
+                let (channel, mail) = match work {
+                    Resume::Message(m) => (m.channel.clone(), Mail::Resumed(m)),
+                    Resume::Deliver(d) => (d.channel.clone(), Mail::Deliver(d)),
+                };
+                tokio::select! {
+                    () = self.route(&channel, mail, tokens) => continue,
+                    () = shutdown.cancelled() => break,
+                }
+            }
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 _ = trim.tick() => {
@@ -150,7 +164,14 @@ impl ChannelManager {
                     peak_sessions = live;
                 }
                 inbound = rx.recv(), if receiving => match inbound {
-                    Some(inbound) => self.route(&inbound.channel.clone(), Mail::Message(inbound), tokens),
+                    Some(inbound) => {
+                        let channel = inbound.channel.clone();
+                        tokio::select! {
+                            () = self.route(&channel, Mail::Message(inbound), tokens) => {}
+                            // Journaled: it resumes on the next start.
+                            () = shutdown.cancelled() => break,
+                        }
+                    }
                     None => receiving = false,
                 },
                 done = adapters.join_next() => {
@@ -167,9 +188,15 @@ impl ChannelManager {
         }
 
         stop_channels.cancel();
-        // Messages already received still reach their sessions.
-        while let Ok(inbound) = rx.try_recv() {
-            self.route(&inbound.channel.clone(), Mail::Message(inbound), tokens);
+        // No new turn starts from here: what is still queued is journaled and resumes on the
+        // next start. Closing the queue releases an adapter waiting to hand a message on.
+        rx.close();
+        let left = std::iter::from_fn(|| rx.try_recv().ok()).count() + resuming.len();
+        if left > 0 {
+            tracing::info!(
+                messages = left,
+                "channel.manager.stop: queued work left for the next start"
+            );
         }
         actors_stop.cancel();
         tracker.close();
@@ -195,8 +222,9 @@ impl ChannelManager {
         failure.map_or(Ok(()), Err)
     }
 
-    /// Hands `mail` to its session's actor on `channel`, starting one if needed.
-    fn route(&self, channel: &str, mail: Mail, tokens: Tokens<'_>) {
+    /// Hands `mail` to its session's actor on `channel`, starting one if needed; waits while
+    /// the actor's mailbox is full.
+    async fn route(&self, channel: &str, mut mail: Mail, tokens: Tokens<'_>) {
         let Some(adapter) = self.channels.get(channel) else {
             tracing::warn!(channel, "inbound from an unknown channel");
             return;
@@ -205,25 +233,38 @@ impl ChannelManager {
             Mail::Message(m) | Mail::Resumed(m) => m.session_id(),
             Mail::Deliver(d) => format!("{channel}:{}", d.out.chat_id),
         };
-        // The entry stays locked from the send to the replacement: an idle actor cannot evict
-        // itself in between, so no message is left in a dead queue.
-        let rx = match self.actors.entry(session_id.clone()) {
-            Entry::Occupied(mut live) => match live.get().send(mail) {
-                Ok(()) => return,
-                Err(mpsc::error::SendError(mail)) => {
-                    let (tx, rx) = mpsc::unbounded_channel();
-                    tx.send(mail).expect("fresh channel");
-                    live.insert(tx);
-                    rx
+        loop {
+            // A post that needs no wait happens under the entry's lock, and so does a
+            // replacement: an idle actor cannot evict itself in between, so no message is left
+            // in a dead mailbox.
+            let busy = match self.actors.entry(session_id.clone()) {
+                Entry::Occupied(mut live) => match live.get().try_send(mail) {
+                    Ok(()) => return,
+                    Err(TrySendError::Full(back)) => {
+                        mail = back;
+                        live.get().clone()
+                    }
+                    Err(TrySendError::Closed(back)) => {
+                        let lanes = post_new(|mailbox| live.insert(mailbox), back);
+                        return self.start(session_id, adapter, lanes, tokens);
+                    }
+                },
+                Entry::Vacant(free) => {
+                    let lanes = post_new(|mailbox| free.insert(mailbox), mail);
+                    return self.start(session_id, adapter, lanes, tokens);
                 }
-            },
-            Entry::Vacant(free) => {
-                let (tx, rx) = mpsc::unbounded_channel();
-                tx.send(mail).expect("fresh channel");
-                free.insert(tx);
-                rx
+            };
+            // Full: wait outside the lock. An actor with a full mailbox is not idle, so it
+            // does not evict itself; if it ended anyway, the mail comes back: route it again.
+            match busy.send(mail).await {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(back)) => mail = back,
             }
-        };
+        }
+    }
+
+    /// Starts the actor of `session_id`, reading `lanes`.
+    fn start(&self, session_id: String, adapter: &Arc<dyn Channel>, lanes: Lanes, tokens: Tokens<'_>) {
         let actor = SessionActor::new(
             session_id,
             adapter.clone(),
@@ -234,6 +275,14 @@ impl ChannelManager {
             self.actors.clone(),
         );
         let (tracker, stop, abort) = tokens;
-        tracker.spawn(actor.run(rx, stop.clone(), abort.clone()));
+        tracker.spawn(actor.run(lanes, stop.clone(), abort.clone()));
     }
+}
+
+/// A new mailbox with `mail` in it, put in the map by `insert`; returns its lanes.
+fn post_new<R>(insert: impl FnOnce(session::Mailbox) -> R, mail: Mail) -> Lanes {
+    let (mailbox, lanes) = session::mailbox();
+    mailbox.try_send(mail).expect("a new mailbox has room");
+    insert(mailbox);
+    lanes
 }

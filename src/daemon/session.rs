@@ -14,6 +14,12 @@
 //! * A batch carries at most [`BATCH_MESSAGES`] messages and [`BATCH_BYTES`] into the model
 //!   request, the newest; the older ones are recorded on the tape (a `messages.left_out` event
 //!   that `tape.search` finds) and the prompt says how many were left out.
+//! * Bounded: the actor queues at most [`QUEUED_MESSAGES`] messages, commands and deliveries
+//!   ([`QUEUED_BYTES`] of batch text). A full queue runs its batch at once (no debounce) and
+//!   the actor stops reading its mailbox until a turn takes the batch: later messages wait in
+//!   the mailbox ([`MAILBOX`]), then in the manager's queue, then at the platform — journaled
+//!   before they are confirmed, never dropped — and form the next batches, in order. Controls
+//!   (`,stop`, `,status`) have a lane of their own ([`Mailbox`]) and are read at once even then.
 //! * Controls: `,stop` cancels the running turn at once (owners any turn, a guest only a turn
 //!   that answers them; queued messages stay queued), `,status` answers at once, `,new` queues
 //!   like a command and starts a fresh context.
@@ -61,6 +67,15 @@ use crate::time;
 pub(crate) const BATCH_MESSAGES: usize = 50;
 /// The most prompt bytes one batch carries into a model request.
 pub(crate) const BATCH_BYTES: usize = 64 * 1024;
+/// The most messages, commands and deliveries an actor keeps queued; past it, mail waits in
+/// the mailbox.
+pub(crate) const QUEUED_MESSAGES: usize = 10 * BATCH_MESSAGES;
+/// The most prompt bytes of an actor's queued batch; past it, mail waits in the mailbox.
+pub(crate) const QUEUED_BYTES: usize = 16 * BATCH_BYTES;
+/// Mail waiting for an actor; the manager waits beyond that.
+pub(crate) const MAILBOX: usize = 64;
+/// Chat controls waiting for an actor (read at once, whatever the actor's queue holds).
+const CONTROLS: usize = 8;
 
 /// Runs turns for sessions (the agent; a fake in tests).
 #[async_trait]
@@ -178,10 +193,70 @@ pub enum Mail {
     Deliver(Delivery),
 }
 
-/// The live actors by session id. A sender is only used under its entry's lock, and an actor
-/// only removes itself under it (`remove_if` its queue is empty), which makes eviction
-/// race-free.
-pub(crate) type ActorMap = Arc<dashmap::DashMap<String, mpsc::UnboundedSender<Mail>>>;
+impl Mail {
+    /// A chat control that acts at once (`,stop`, `,status`): it takes the controls' lane.
+    fn is_urgent(&self) -> bool {
+        matches!(self, Mail::Message(m)
+            if matches!(m.control(), Some(Control::Stop | Control::Status)))
+    }
+}
+
+/// Where the manager posts an actor's mail: two bounded lanes, one for the chat controls that
+/// act at once, so that they never wait behind queued messages.
+#[derive(Debug, Clone)]
+pub struct Mailbox {
+    mail: mpsc::Sender<Mail>,
+    controls: mpsc::Sender<Mail>,
+}
+
+/// The actor's side of its [`Mailbox`].
+pub(crate) struct Lanes {
+    mail: mpsc::Receiver<Mail>,
+    controls: mpsc::Receiver<Mail>,
+}
+
+/// A new actor's mailbox.
+pub(crate) fn mailbox() -> (Mailbox, Lanes) {
+    let (mail, mail_rx) = mpsc::channel(MAILBOX);
+    let (controls, controls_rx) = mpsc::channel(CONTROLS);
+    let lanes = Lanes {
+        mail: mail_rx,
+        controls: controls_rx,
+    };
+    (Mailbox { mail, controls }, lanes)
+}
+
+impl Mailbox {
+    fn lane(&self, mail: &Mail) -> &mpsc::Sender<Mail> {
+        if mail.is_urgent() {
+            &self.controls
+        } else {
+            &self.mail
+        }
+    }
+
+    /// Posts `mail` if its lane has room.
+    pub(crate) fn try_send(&self, mail: Mail) -> Result<(), mpsc::error::TrySendError<Mail>> {
+        self.lane(&mail).try_send(mail)
+    }
+
+    /// Posts `mail`, waiting while its lane is full; the mail comes back if the actor ended.
+    pub(crate) async fn send(&self, mail: Mail) -> Result<(), mpsc::error::SendError<Mail>> {
+        self.lane(&mail).send(mail).await
+    }
+}
+
+impl Lanes {
+    fn is_empty(&self) -> bool {
+        self.mail.is_empty() && self.controls.is_empty()
+    }
+}
+
+/// The live actors by session id. A mailbox is only posted to without waiting under its
+/// entry's lock, and an actor only removes itself under it (`remove_if` its lanes are empty),
+/// which makes eviction race-free; a post that has to wait (a full lane) waits outside the
+/// lock, and gets its mail back if the actor ended meanwhile.
+pub(crate) type ActorMap = Arc<dashmap::DashMap<String, Mailbox>>;
 
 type TurnFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -204,6 +279,8 @@ pub(crate) struct SessionActor {
     cfg: SessionConfig,
     actors: ActorMap,
     batch: Vec<Inbound>,
+    /// The prompt bytes of `batch`.
+    batch_bytes: usize,
     commands: VecDeque<Inbound>,
     deliveries: VecDeque<Delivery>,
     due: Option<Instant>,
@@ -234,6 +311,7 @@ impl SessionActor {
             cfg,
             actors,
             batch: Vec::new(),
+            batch_bytes: 0,
             commands: VecDeque::new(),
             deliveries: VecDeque::new(),
             due: None,
@@ -248,13 +326,15 @@ impl SessionActor {
     /// after `abort`, at once (the running turn is dropped and resumes after a restart).
     pub(crate) async fn run(
         mut self,
-        mut rx: mpsc::UnboundedReceiver<Mail>,
+        mut lanes: Lanes,
         stop: CancellationToken,
         abort: CancellationToken,
     ) {
         let mut turn: Option<TurnFuture> = None;
         let mut idle_since = Instant::now();
         let mut stopping = false;
+        // Both lanes closed (the mailbox left the map and nobody holds it).
+        let mut closed = false;
         loop {
             if turn.is_none() {
                 self.running = None;
@@ -276,19 +356,27 @@ impl SessionActor {
                     turn = None;
                     idle_since = Instant::now();
                 }
-                mail = rx.recv() => match mail {
+                control = lanes.controls.recv(), if !closed => match control {
                     Some(mail) => {
                         idle_since = Instant::now();
-                        self.accept(mail, &mut turn);
-                        while let Ok(mail) = rx.try_recv() {
-                            self.accept(mail, &mut turn);
-                        }
+                        // What was sent before it comes first, as far as the queue has room.
+                        self.take_mail(&mut lanes, &mut turn).await;
+                        self.accept(mail, &mut turn).await;
                     }
-                    None => stopping = true,
+                    None => (closed, stopping) = (true, true),
+                },
+                // Only with room in the queue: otherwise the mail waits in the mailbox.
+                mail = lanes.mail.recv(), if !closed && self.has_room() => match mail {
+                    Some(mail) => {
+                        idle_since = Instant::now();
+                        self.accept(mail, &mut turn).await;
+                        self.take_mail(&mut lanes, &mut turn).await;
+                    }
+                    None => (closed, stopping) = (true, true),
                 },
                 () = tokio::time::sleep_until(due), if turn.is_none() && self.due.is_some() => {}
                 () = tokio::time::sleep_until(time::deadline(idle_since, self.cfg.idle_ttl)), if idle => {
-                    if self.try_evict(&rx) {
+                    if self.try_evict(&lanes) {
                         break;
                     }
                     idle_since = Instant::now();
@@ -329,8 +417,33 @@ impl SessionActor {
         }
     }
 
+    /// Whether the queue takes more mail ([`QUEUED_MESSAGES`], [`QUEUED_BYTES`]).
+    fn has_room(&self) -> bool {
+        self.batch.len() + self.commands.len() + self.deliveries.len() < QUEUED_MESSAGES
+            && self.batch_bytes < QUEUED_BYTES
+    }
+
+    /// Takes the mail waiting in the mailbox while the queue has room.
+    async fn take_mail(&mut self, lanes: &mut Lanes, turn: &mut Option<TurnFuture>) {
+        while self.has_room() {
+            let Ok(mail) = lanes.mail.try_recv() else {
+                break;
+            };
+            self.accept(mail, turn).await;
+        }
+    }
+
+    /// Adds `message` to the batch; a full queue makes the batch due at once.
+    fn push_batch(&mut self, message: Inbound) {
+        self.batch_bytes += message.prompt.len();
+        self.batch.push(message);
+        if !self.has_room() {
+            self.due = Some(Instant::now());
+        }
+    }
+
     /// Takes one piece of mail: controls act at once, the rest is queued by the module's rules.
-    fn accept(&mut self, mail: Mail, turn: &mut Option<TurnFuture>) {
+    async fn accept(&mut self, mail: Mail, turn: &mut Option<TurnFuture>) {
         let message = match mail {
             Mail::Deliver(delivery) => return self.deliveries.push_back(delivery),
             Mail::Resumed(message) => {
@@ -338,16 +451,16 @@ impl SessionActor {
                     self.commands.push_back(message);
                 } else {
                     self.batch_since.get_or_insert_with(Instant::now);
-                    self.batch.push(message);
                     self.due = Some(Instant::now());
+                    self.push_batch(message);
                 }
                 return;
             }
             Mail::Message(message) => message,
         };
         match message.control() {
-            Some(Control::Stop) => return self.stop(&message, turn),
-            Some(Control::Status) => return self.status(&message),
+            Some(Control::Stop) => return self.stop(&message, turn).await,
+            Some(Control::Status) => return self.status(&message).await,
             Some(Control::New | Control::Usage) | None if message.is_command() => {
                 return self.commands.push_back(message);
             }
@@ -371,18 +484,18 @@ impl SessionActor {
             self.last_mention = None;
             tracing::info!(session = %self.session_id, message_id = %message.message_id,
                 reason, "session.skip");
-            self.inbox.done(&[message.seq], Outcome::Skipped);
+            self.inbox.done(&[message.seq], Outcome::Skipped).await;
             return;
         }
         let first = *self.batch_since.get_or_insert(now);
         let latest = time::deadline(first, self.cfg.max_wait);
         self.due = self.due.map(|due| due.min(latest));
-        self.batch.push(message);
+        self.push_batch(message);
     }
 
     /// `,stop`: cancels the running turn if `message`'s sender may (an owner, or a sender of
     /// the turn), then confirms; queued work stays queued.
-    fn stop(&mut self, message: &Inbound, turn: &mut Option<TurnFuture>) {
+    async fn stop(&mut self, message: &Inbound, turn: &mut Option<TurnFuture>) {
         let who = message.authority();
         let reply = |text: &str| Outbound {
             chat_id: message.chat_id.clone(),
@@ -391,7 +504,7 @@ impl SessionActor {
             file: None,
             edit: None,
         };
-        self.inbox.done(&[message.seq], Outcome::Sent);
+        self.inbox.done(&[message.seq], Outcome::Sent).await;
         let Some(running) = self.running.take().filter(|_| turn.is_some()) else {
             return self.notify(reply("Nothing is running."));
         };
@@ -407,7 +520,7 @@ impl SessionActor {
         let age = running.started.elapsed();
         tracing::info!(session = %self.session_id, by = %who.describe(), age_ms = age.as_millis() as u64,
             "session.turn.cancelled");
-        self.inbox.done(&running.seqs, Outcome::Cancelled);
+        self.inbox.done(&running.seqs, Outcome::Cancelled).await;
         let runner = self.runner.clone();
         let courier = self.courier();
         let session_id = self.session_id.clone();
@@ -427,7 +540,7 @@ impl SessionActor {
     }
 
     /// `,status`: answered at once, beside a running turn.
-    fn status(&self, message: &Inbound) {
+    async fn status(&self, message: &Inbound) {
         let runner = self.runner.clone();
         let courier = self.courier();
         let mut lines = Vec::new();
@@ -451,7 +564,7 @@ impl SessionActor {
             file: None,
             edit: None,
         };
-        self.inbox.done(&[message.seq], Outcome::Sent);
+        self.inbox.done(&[message.seq], Outcome::Sent).await;
         tokio::spawn(async move {
             let about = runner.status(&courier.session_id).await;
             out.text = [about.trim(), &lines.join("\n")]
@@ -489,6 +602,7 @@ impl SessionActor {
         }
         self.due = None;
         self.batch_since = None;
+        self.batch_bytes = 0;
         let mut batch = std::mem::take(&mut self.batch);
         let last = batch.last()?.clone();
         let who = Authority::least(&batch.iter().map(Inbound::authority).collect::<Vec<_>>());
@@ -538,7 +652,6 @@ impl SessionActor {
             .then(|| live::LiveAnswer::start(courier.channel.clone(), &chat_id, reply_to.clone()));
         tracing::info!(session = %session_id, message_id = %trigger.message_id,
             role = %who.role, messages = seqs.len(), "session.turn.start");
-        inbox.started(&seqs);
         let what = if trigger.is_command() {
             "a command".into()
         } else {
@@ -551,6 +664,8 @@ impl SessionActor {
             what,
         });
         Box::pin(async move {
+            // On disk before the turn does anything: a restart knows it was interrupted.
+            inbox.started(&seqs).await;
             let _typing = typing(courier.channel.clone(), chat_id.clone(), typing_interval);
             if !left_out.is_empty() {
                 let data = json!({"count": left_out.len(), "messages": left_out});
@@ -577,7 +692,7 @@ impl SessionActor {
             let mut text = render_output(&result, proactive);
             if text.is_empty() {
                 let Some(shown) = &shown else {
-                    inbox.done(&seqs, Outcome::Silent);
+                    inbox.done(&seqs, Outcome::Silent).await;
                     return;
                 };
                 // Nothing to deliver (answered with message.send, say): the live message
@@ -600,7 +715,7 @@ impl SessionActor {
                 },
                 parts_sent: 0,
             };
-            inbox.answered(&delivery);
+            inbox.answered(&delivery).await;
             courier.deliver_recorded(&inbox, &delivery).await;
         })
     }
@@ -647,18 +762,20 @@ impl SessionActor {
                 edit: None,
             };
             let sent = courier.deliver(&out).await;
-            inbox.done(&[command.seq], sent);
+            inbox.done(&[command.seq], sent).await;
         })
     }
 
     /// Removes this actor from the map if no message is waiting for it.
-    fn try_evict(&self, rx: &mpsc::UnboundedReceiver<Mail>) -> bool {
+    fn try_evict(&self, lanes: &Lanes) -> bool {
         let removed = self
             .actors
-            .remove_if(&self.session_id, |_, _| rx.is_empty())
+            .remove_if(&self.session_id, |_, _| lanes.is_empty())
             .is_some();
-        // Absent from the map: nothing can reach this actor any more.
-        let evicted = removed || (rx.is_empty() && !self.actors.contains_key(&self.session_id));
+        // Absent from the map: nothing new can reach this actor (a post that was waiting gets
+        // its mail back when the lanes close, and starts a new actor).
+        let evicted =
+            removed || (lanes.is_empty() && !self.actors.contains_key(&self.session_id));
         if evicted {
             tracing::debug!(session = %self.session_id, "session.evict");
         }
@@ -695,7 +812,7 @@ struct Courier {
 impl Courier {
     /// Sends `out` (the adapter retries on its own); the outcome for the inbox.
     async fn deliver(&self, out: &Outbound) -> Outcome {
-        self.deliver_from(out, 0, &mut |_| {}).await
+        self.deliver_from(out, 0, &mut |_| Box::pin(async {})).await
     }
 
     /// Sends a delivery recorded in the inbox from its first part not accepted yet, recording
@@ -704,9 +821,9 @@ impl Courier {
         let seqs = &delivery.seqs;
         let from = delivery.parts_sent;
         let sent = self
-            .deliver_from(&delivery.out, from, &mut |n| inbox.sent(seqs, n))
+            .deliver_from(&delivery.out, from, &mut |n| Box::pin(inbox.sent(seqs, n)))
             .await;
-        inbox.done(seqs, sent);
+        inbox.done(seqs, sent).await;
     }
 
     /// Sends `out` from part `from` on, `accepted` told of each part accepted.
@@ -714,7 +831,7 @@ impl Courier {
         &self,
         out: &Outbound,
         from: usize,
-        accepted: &mut (dyn FnMut(usize) + Send),
+        accepted: &mut delivery::Accepted<'_>,
     ) -> Outcome {
         let (channel, home) = (self.channel.as_ref(), &self.home);
         match delivery::send_from(channel, home, out, from, accepted).await {

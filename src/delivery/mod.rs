@@ -22,7 +22,7 @@ use crate::channels::{Channel, discord, telegram};
 pub use crate::chat::Outbound;
 use crate::config::{ConfigError, Settings};
 pub use outbox::Outbox;
-pub(crate) use send::{send, send_from};
+pub(crate) use send::{Accepted, send, send_from};
 
 /// Builds a platform's adapter from the settings.
 pub(crate) type Build = fn(&Settings, Arc<Access>) -> anyhow::Result<Arc<dyn Channel>>;
