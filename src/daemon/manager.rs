@@ -21,11 +21,11 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use dashmap::mapref::entry::Entry;
 use tokio::sync::mpsc;
-use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::session::{self, ActorMap, Lanes, Mail, SessionActor, SessionConfig, TurnRunner};
+use super::mailbox::{self, Lanes, Mailbox, Posted};
+use super::session::{ActorMap, Mail, SessionActor, SessionConfig, TurnRunner};
 use crate::channels::{Channel, Inbound, InboundSink};
 
 /// The actors' task tracker, stop and abort tokens.
@@ -239,12 +239,12 @@ impl ChannelManager {
             // in a dead mailbox.
             let busy = match self.actors.entry(session_id.clone()) {
                 Entry::Occupied(mut live) => match live.get().try_send(mail) {
-                    Ok(()) => return,
-                    Err(TrySendError::Full(back)) => {
+                    Posted::Done => return,
+                    Posted::Full(back) => {
                         mail = back;
                         live.get().clone()
                     }
-                    Err(TrySendError::Closed(back)) => {
+                    Posted::Closed(back) => {
                         let lanes = post_new(|mailbox| live.insert(mailbox), back);
                         return self.start(session_id, adapter, lanes, tokens);
                     }
@@ -264,7 +264,13 @@ impl ChannelManager {
     }
 
     /// Starts the actor of `session_id`, reading `lanes`.
-    fn start(&self, session_id: String, adapter: &Arc<dyn Channel>, lanes: Lanes, tokens: Tokens<'_>) {
+    fn start(
+        &self,
+        session_id: String,
+        adapter: &Arc<dyn Channel>,
+        lanes: Lanes,
+        tokens: Tokens<'_>,
+    ) {
         let actor = SessionActor::new(
             session_id,
             adapter.clone(),
@@ -280,9 +286,10 @@ impl ChannelManager {
 }
 
 /// A new mailbox with `mail` in it, put in the map by `insert`; returns its lanes.
-fn post_new<R>(insert: impl FnOnce(session::Mailbox) -> R, mail: Mail) -> Lanes {
-    let (mailbox, lanes) = session::mailbox();
-    mailbox.try_send(mail).expect("a new mailbox has room");
+fn post_new<R>(insert: impl FnOnce(Mailbox) -> R, mail: Mail) -> Lanes {
+    let (mailbox, lanes) = mailbox::mailbox();
+    let posted = mailbox.try_send(mail);
+    debug_assert!(matches!(posted, Posted::Done), "a new mailbox has room");
     insert(mailbox);
     lanes
 }

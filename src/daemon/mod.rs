@@ -8,6 +8,7 @@
 
 pub mod jobs;
 pub(crate) mod live;
+pub(crate) mod mailbox;
 pub(crate) mod manager;
 pub(crate) mod session;
 

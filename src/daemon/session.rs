@@ -17,7 +17,7 @@
 //! * Bounded: the actor queues at most [`QUEUED_MESSAGES`] messages, commands and deliveries
 //!   ([`QUEUED_BYTES`] of batch text). A full queue runs its batch at once (no debounce) and
 //!   the actor stops reading its mailbox until a turn takes the batch: later messages wait in
-//!   the mailbox ([`MAILBOX`]), then in the manager's queue, then at the platform — journaled
+//!   the mailbox ([`MAILBOX`](super::mailbox::MAILBOX)), then in the manager's queue, then at the platform — journaled
 //!   before they are confirmed, never dropped — and form the next batches, in order. Controls
 //!   (`,stop`, `,status`) have a lane of their own ([`Mailbox`]) and are read at once even then.
 //! * Controls: `,stop` cancels the running turn at once (owners any turn, a guest only a turn
@@ -48,11 +48,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::live;
+use super::mailbox::{Lanes, Mailbox};
 use crate::access::{Authority, Role};
 use crate::agent::AgentRuntime;
 use crate::channels::{Channel, Control, Inbound, LiveSender, Outbound};
@@ -72,10 +72,6 @@ pub(crate) const BATCH_BYTES: usize = 64 * 1024;
 pub(crate) const QUEUED_MESSAGES: usize = 10 * BATCH_MESSAGES;
 /// The most prompt bytes of an actor's queued batch; past it, mail waits in the mailbox.
 pub(crate) const QUEUED_BYTES: usize = 16 * BATCH_BYTES;
-/// Mail waiting for an actor; the manager waits beyond that.
-pub(crate) const MAILBOX: usize = 64;
-/// Chat controls waiting for an actor (read at once, whatever the actor's queue holds).
-const CONTROLS: usize = 8;
 
 /// Runs turns for sessions (the agent; a fake in tests).
 #[async_trait]
@@ -191,65 +187,6 @@ pub enum Mail {
     Resumed(Inbound),
     /// An answer recorded before a restart, not yet delivered.
     Deliver(Delivery),
-}
-
-impl Mail {
-    /// A chat control that acts at once (`,stop`, `,status`): it takes the controls' lane.
-    fn is_urgent(&self) -> bool {
-        matches!(self, Mail::Message(m)
-            if matches!(m.control(), Some(Control::Stop | Control::Status)))
-    }
-}
-
-/// Where the manager posts an actor's mail: two bounded lanes, one for the chat controls that
-/// act at once, so that they never wait behind queued messages.
-#[derive(Debug, Clone)]
-pub struct Mailbox {
-    mail: mpsc::Sender<Mail>,
-    controls: mpsc::Sender<Mail>,
-}
-
-/// The actor's side of its [`Mailbox`].
-pub(crate) struct Lanes {
-    mail: mpsc::Receiver<Mail>,
-    controls: mpsc::Receiver<Mail>,
-}
-
-/// A new actor's mailbox.
-pub(crate) fn mailbox() -> (Mailbox, Lanes) {
-    let (mail, mail_rx) = mpsc::channel(MAILBOX);
-    let (controls, controls_rx) = mpsc::channel(CONTROLS);
-    let lanes = Lanes {
-        mail: mail_rx,
-        controls: controls_rx,
-    };
-    (Mailbox { mail, controls }, lanes)
-}
-
-impl Mailbox {
-    fn lane(&self, mail: &Mail) -> &mpsc::Sender<Mail> {
-        if mail.is_urgent() {
-            &self.controls
-        } else {
-            &self.mail
-        }
-    }
-
-    /// Posts `mail` if its lane has room.
-    pub(crate) fn try_send(&self, mail: Mail) -> Result<(), mpsc::error::TrySendError<Mail>> {
-        self.lane(&mail).try_send(mail)
-    }
-
-    /// Posts `mail`, waiting while its lane is full; the mail comes back if the actor ended.
-    pub(crate) async fn send(&self, mail: Mail) -> Result<(), mpsc::error::SendError<Mail>> {
-        self.lane(&mail).send(mail).await
-    }
-}
-
-impl Lanes {
-    fn is_empty(&self) -> bool {
-        self.mail.is_empty() && self.controls.is_empty()
-    }
 }
 
 /// The live actors by session id. A mailbox is only posted to without waiting under its
@@ -774,8 +711,7 @@ impl SessionActor {
             .is_some();
         // Absent from the map: nothing new can reach this actor (a post that was waiting gets
         // its mail back when the lanes close, and starts a new actor).
-        let evicted =
-            removed || (lanes.is_empty() && !self.actors.contains_key(&self.session_id));
+        let evicted = removed || (lanes.is_empty() && !self.actors.contains_key(&self.session_id));
         if evicted {
             tracing::debug!(session = %self.session_id, "session.evict");
         }

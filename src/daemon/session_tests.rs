@@ -8,6 +8,7 @@ use tokio::sync::Semaphore;
 
 use super::*;
 use crate::access::Role;
+use crate::daemon::mailbox::{MAILBOX, mailbox};
 use crate::delivery::TurnError;
 use crate::inbox::Inbox;
 
@@ -589,9 +590,14 @@ async fn status_answers_beside_a_running_turn_and_new_queues_like_a_command() {
             .iter()
             .any(|t| t.starts_with("Started a fresh context"))
     );
-    let _ = h
-        .tx
-        .send(Mail::Message(inbound(99, ",stop", false, "42", Role::Owner)))
+    let _ =
+        h.tx.send(Mail::Message(inbound(
+            99,
+            ",stop",
+            false,
+            "42",
+            Role::Owner,
+        )))
         .await;
     at(&h, 11.0).await;
     assert_eq!(sent_texts(&h).last().unwrap(), "Nothing is running.");
@@ -691,7 +697,11 @@ async fn a_full_queue_holds_the_sender_and_loses_nothing() {
     let mut h = harness(cfg, FakeRunner::new(true));
     h.send("m0", true).await;
     at(&h, 1.0).await;
-    assert_eq!(h.runner.prompts().len(), 1, "the first turn runs (and waits)");
+    assert_eq!(
+        h.runner.prompts().len(),
+        1,
+        "the first turn runs (and waits)"
+    );
     let n = QUEUED_MESSAGES + MAILBOX + 20;
     let sender = tokio::spawn({
         let (inbox, tx) = (h.inbox.clone(), h.tx.clone());
@@ -709,7 +719,9 @@ async fn a_full_queue_holds_the_sender_and_loses_nothing() {
     assert_eq!(row.queued_messages, QUEUED_MESSAGES);
     h.send(",status", false).await;
     at(&h, 2.5).await;
-    let status = sent_texts(&h).pop().expect("status answered during the turn");
+    let status = sent_texts(&h)
+        .pop()
+        .expect("status answered during the turn");
     assert!(status.contains("queued: 500 message(s)"), "{status}");
 
     h.runner.gate.as_ref().unwrap().add_permits(100);

@@ -53,10 +53,9 @@ enum Part<'a> {
 
 /// Told that the platform accepted the parts before part `n` (an `async` step: the caller
 /// records it before the next part is sent).
-pub(crate) type Accepted<'a> =
-    dyn FnMut(usize) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>
-        + Send
-        + 'a;
+pub(crate) type Accepted<'a> = dyn FnMut(usize) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>
+    + Send
+    + 'a;
 
 /// Sends `out` through `channel`, all its parts (see the module docs).
 pub(crate) async fn send(channel: &dyn Channel, home: &Path, out: &Outbound) -> anyhow::Result<()> {

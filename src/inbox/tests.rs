@@ -40,7 +40,10 @@ fn disk(inbox: &Inbox) -> std::sync::MutexGuard<'_, writer::Disk> {
 }
 
 /// Keeps the writer from writing (a thread holds its file) until dropped.
-struct Hold(Option<std::sync::mpsc::Sender<()>>, Option<std::thread::JoinHandle<()>>);
+struct Hold(
+    Option<std::sync::mpsc::Sender<()>>,
+    Option<std::thread::JoinHandle<()>>,
+);
 
 fn hold(inbox: &Inbox) -> Hold {
     let disk = inbox.writer.as_ref().unwrap().disk.clone();
@@ -388,7 +391,10 @@ async fn a_memory_inbox_keeps_the_rules_without_a_file() {
     let mut m = msg("42", "1", "hi");
     assert_eq!(inbox.receive(&mut m, None).await.unwrap(), Received::New(1));
     assert_eq!(m.seq, 1);
-    assert_eq!(inbox.receive(&mut m, None).await.unwrap(), Received::Duplicate);
+    assert_eq!(
+        inbox.receive(&mut m, None).await.unwrap(),
+        Received::Duplicate
+    );
     inbox.done(&[1], Outcome::Sent).await;
     assert_eq!(inbox.pending(), 0);
 }
@@ -459,13 +465,24 @@ async fn a_failed_write_is_reported_to_every_waiter_and_applies_nothing() {
     inbox.done(&[kept], Outcome::Sent).await;
     assert_eq!(inbox.pending(), 1, "the failed `done` is not applied");
     assert!(inbox.lock().inflight.is_empty());
-    assert_eq!(std::fs::read(&path).unwrap(), before, "nothing reached the file");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "nothing reached the file"
+    );
 
     disk(&inbox).file = writable;
     for result in receive_all(&inbox, messages).await {
-        assert!(matches!(result.unwrap(), Received::New(_)), "not a duplicate");
+        assert!(
+            matches!(result.unwrap(), Received::New(_)),
+            "not a duplicate"
+        );
     }
     drop(inbox);
     let (_, resume) = open(&path);
-    assert_eq!(resume.len(), 21, "the message whose `done` failed resumes too");
+    assert_eq!(
+        resume.len(),
+        21,
+        "the message whose `done` failed resumes too"
+    );
 }
