@@ -2,8 +2,8 @@
 //! hold, under a model that does not answer yet (the fake model's `hold`). The queues fill, the
 //! Telegram adapter stops taking updates — it confirms (the `getUpdates` offset) only what the
 //! inbox journal holds — and once the model answers, every message reaches a turn exactly once,
-//! in order. A 1,300-message backlog of 4 KB messages costs the journal writes in proportion
-//! to what it received (its rewrites are amortised).
+//! in order — also across a stop while held. A 1,300-message backlog of 4 KB messages costs
+//! the journal writes in proportion to what it received (its rewrites are amortised).
 
 use crate::support;
 
@@ -228,4 +228,43 @@ async fn a_backlog_of_1300_messages_writes_the_journal_in_proportion_to_what_it_
         written < 3 * received,
         "{written} bytes written for {received} received"
     );
+}
+
+/// Stopped while held: what was journaled resumes on the next start, what was not is fetched
+/// from Telegram again, and every message reaches a turn once, in order (the interrupted first
+/// one twice: it runs again once after the restart).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_daemon_stopped_while_held_loses_nothing() {
+    const MESSAGES: usize = 1_000;
+    let env = Env::new().await;
+    env.model.echo_tokens("m");
+    env.model.hold();
+    let daemon = env.start();
+    env.telegram.push_message_update(private_text(42, 42, "m0"));
+    env.model.wait_for_requests(1, WAIT).await;
+    let mut last = 0;
+    for i in 1..MESSAGES {
+        last = env
+            .telegram
+            .push_message_update(private_text(42, 42, &format!("m{i}")));
+    }
+    daemon.wait_for_log("inbound.held").await;
+    let (status, log) = daemon.stop_with_log().await;
+    assert!(status.success(), "{status:?}\n{log}");
+    assert_confirmed_only_journaled(&env);
+    assert!(env.telegram.pending_updates() > 0, "not all were taken");
+
+    env.model.release();
+    let daemon = env.start();
+    env.telegram.wait_for_confirmed(last, LONG_WAIT).await;
+    wait_until(LONG_WAIT, "every message finished in the journal", || {
+        unfinished(&env) == 0 && env.inbox_text().contains(r#""op":"done""#)
+    })
+    .await;
+    let expected: Vec<String> = std::iter::once("m0".to_owned())
+        .chain((0..MESSAGES).map(|i| format!("m{i}")))
+        .collect();
+    assert_eq!(tokens_on_the_tape(&env, "m"), expected);
+    let (status, log) = daemon.stop_with_log().await;
+    assert!(status.success(), "{status:?}\n{log}");
 }
