@@ -17,9 +17,9 @@
 //! * Bounded: the actor queues at most [`QUEUED_MESSAGES`] messages, commands and deliveries
 //!   ([`QUEUED_BYTES`] of batch text). A full queue runs its batch at once (no debounce) and
 //!   the actor stops reading its mailbox until a turn takes the batch: later messages wait in
-//!   the mailbox ([`MAILBOX`](super::mailbox::MAILBOX)), then in the manager's queue, then at the platform — journaled
-//!   before they are confirmed, never dropped — and form the next batches, in order. Controls
-//!   (`,stop`, `,status`) have a lane of their own ([`Mailbox`]) and are read at once even then.
+//!   the [`Mailbox`], then in the manager's queue, then at the platform — journaled before
+//!   they are confirmed, never dropped — and form the next batches, in order. Controls
+//!   (`,stop`, `,status`) have a lane of their own and are read at once even then.
 //! * Controls: `,stop` cancels the running turn at once (owners any turn, a guest only a turn
 //!   that answers them; queued messages stay queued), `,status` answers at once, `,new` queues
 //!   like a command and starts a fresh context.

@@ -25,10 +25,10 @@
 //! after a failed write (which may have left part of a line) the next record starts on a new
 //! line; the in-memory state (pending messages, cursors, seen chats, recent keys) holds exactly
 //! the records that reached the file; the journal is compacted (pending work and cursors only,
-//! atomically replaced) at open and whenever it grows past [`COMPACT_AT`](writer::COMPACT_AT) and twice its size
-//! after the last compaction (so rewrites cost O(pending) amortised); every map is bounded
-//! except the pending messages themselves, and those are bounded by the daemon's queues (a
-//! message is received only when the one before it was handed on).
+//! atomically replaced) at open and whenever it grows past 4 MiB and twice its size after the
+//! last compaction (so rewrites cost O(pending) amortised, see [`writer`]); every map is
+//! bounded except the pending messages themselves, and those are bounded by the daemon's
+//! queues (a message is received only when the one before it was handed on).
 
 mod journal;
 mod writer;
