@@ -115,7 +115,7 @@ pub(super) async fn turn(
     let (record, status) = match runner.run_job(&run, output).await {
         Err(reason) => {
             tracing::warn!(job = %run.job, session = %run.session, reason = %reason, "schedule.refused");
-            inbox.done(&seqs, Outcome::Refused);
+            inbox.done(&seqs, Outcome::Refused).await;
             let record = json!({"job": run.job, "due": run.due, "refused": reason});
             (record, Err(format!("refused: {reason}")))
         }
@@ -126,7 +126,7 @@ pub(super) async fn turn(
             // Skipped this once (the next run is planned as usual); the chat did not ask now,
             // so it is not told.
             tracing::warn!(job = %run.job, session = %run.session, "schedule.skipped.budget");
-            inbox.done(&seqs, Outcome::Skipped);
+            inbox.done(&seqs, Outcome::Skipped).await;
             let record = json!({"job": run.job, "due": run.due, "skipped": why});
             (record, Err(format!("skipped: {why}")))
         }
@@ -168,11 +168,11 @@ async fn deliver(
     let text = render_output(result, proactive);
     let (channel, chat_id) = match session_chat(&run.session) {
         _ if text.is_empty() => {
-            inbox.done(&[run.seq], Outcome::Silent);
+            inbox.done(&[run.seq], Outcome::Silent).await;
             return Ok("nothing to send".to_owned());
         }
         None => {
-            inbox.done(&[run.seq], Outcome::Silent);
+            inbox.done(&[run.seq], Outcome::Silent).await;
             return Ok("no channel for this session; the answer is on the tape".to_owned());
         }
         Some(chat) => chat,
@@ -189,7 +189,7 @@ async fn deliver(
         },
         parts_sent: 0,
     };
-    inbox.answered(&delivery);
+    inbox.answered(&delivery).await;
     courier.send_recorded(inbox, &delivery).await?;
     Ok(format!("sent to {}", run.session))
 }

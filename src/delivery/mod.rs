@@ -27,7 +27,7 @@ pub use crate::chat::Outbound;
 use crate::config::{ConfigError, Field, Settings, var_name};
 pub use ledger::{SendLedger, Sent};
 pub use outbox::Outbox;
-pub(crate) use send::{send, send_from};
+pub(crate) use send::{Accepted, send, send_from};
 
 /// Builds a platform's adapter from the settings; its messages are admitted by the access's
 /// gate ([`crate::access::Gate`]).

@@ -5,7 +5,10 @@
 //!   [`Inbound`] (`inbound`: bots ignored, allow-lists on every message, addressing rules in
 //!   `filter`, the prompt in `prompt`). Messages the bot was not addressed in still go to the
 //!   session with `mentioned = false`; the session decides about follow-ups. Each one is
-//!   journaled (`InboundSink::deliver`) before the session sees it.
+//!   journaled (`InboundSink::deliver`) before the session sees it. When the sessions' queues
+//!   are full the pipeline waits in the sink; gateway events then wait in its queue
+//!   ([`QUEUE`]) and, past it, in serenity's handler tasks: Discord's gateway cannot be paused
+//!   (a client that stops reading it is disconnected), so that last wait is not bounded here.
 //! * Discord does not replay what a bot missed, so after READY (startup, new session) and
 //!   RESUMED the adapter catches up (`catchup`): for the most recently active chats in the
 //!   inbox it reads one page of the messages after the last one journaled and runs them,

@@ -233,9 +233,11 @@ impl Telegram {
 }
 
 impl Telegram {
-    /// Long-polls `getUpdates` until `shutdown`. Each update is journaled (through the sink)
-    /// **before** the next `getUpdates` confirms it with a higher offset; an update that could
-    /// not be journaled is fetched again after a pause. Starts after the last update the inbox
+    /// Long-polls `getUpdates` until `shutdown`. Each update is journaled and handed on
+    /// (through the sink) **before** the next `getUpdates` confirms it with a higher offset:
+    /// while the daemon's queues are full the loop waits in the sink and confirms nothing, so
+    /// Telegram keeps what Bub cannot take yet. An update that could not be journaled is
+    /// fetched again after a pause. Starts after the last update the inbox
     /// journaled, so a restart neither loses nor repeats one. Errors are retried with backoff
     /// (a rejected token stops the channel).
     async fn poll(&self, handler: &Handler, shutdown: CancellationToken) -> anyhow::Result<()> {
@@ -262,7 +264,12 @@ impl Telegram {
                     let mut failed = false;
                     for update in updates {
                         let id = update.id.0;
-                        if let Err(e) = handler.on_update(update).await {
+                        let handled = tokio::select! {
+                            handled = handler.on_update(update) => handled,
+                            // Held by full queues: this update and the rest are not confirmed.
+                            () = shutdown.cancelled() => break,
+                        };
+                        if let Err(e) = handled {
                             tracing::error!(update_id = id, error = %format!("{e:#}"),
                                 "telegram.inbox.error: not confirmed, fetched again later");
                             failed = true;
@@ -650,7 +657,7 @@ impl Handler {
             kind = described.kind,
             "telegram.inbound"
         );
-        self.inbound.deliver(inbound, Some(cursor))?;
+        self.inbound.deliver(inbound, Some(cursor)).await?;
         Ok(())
     }
 
