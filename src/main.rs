@@ -356,6 +356,7 @@ async fn turn(
     settings.log_level.get_or_insert_with(|| "warn".to_owned());
     logging::init(&settings, LogTarget::Stderr);
     let agent = AgentRuntime::new(settings, split_names(tools));
+    let session_id = &bub::channels::SessionId::from(session_id);
     let you = Authority::terminal();
     let observed = async {
         if verbose {

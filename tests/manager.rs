@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bub::agent::TurnResult;
-use bub::channels::{Channel, Inbound, InboundSink, Outbound};
+use bub::channels::{Channel, Inbound, InboundSink, Outbound, SessionId};
 use bub::daemon::{ChannelManager, SessionConfig, TurnRunner};
 use bub::inbox::Inbox;
 use support::wait::bounded;
@@ -108,7 +108,7 @@ struct Echo {
 
 #[async_trait]
 impl TurnRunner for Echo {
-    async fn run_turn(&self, session_id: &str, prompt: &str, _: &Authority) -> TurnResult {
+    async fn run_turn(&self, session_id: &SessionId, prompt: &str, _: &Authority) -> TurnResult {
         self.started.notify_one();
         if prompt.contains("hang") {
             std::future::pending::<()>().await;
@@ -119,8 +119,8 @@ impl TurnRunner for Echo {
         }
     }
 
-    fn release(&self, session_id: &str) {
-        self.released.lock().unwrap().push(session_id.to_owned());
+    fn release(&self, session_id: &SessionId) {
+        self.released.lock().unwrap().push(session_id.to_string());
     }
 }
 

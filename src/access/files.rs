@@ -46,10 +46,9 @@ pub(crate) const SECRET_FILES: &str = "hidden files and folders (.env, .git, .ss
     .git-credentials, …), keys and credentials (*.pem, *.key, *.p12, *.pfx, *.env, id_rsa, \
     id_ed25519, credentials.json, …)";
 
-/// The workspace folder of a chat session's files (`inbox/telegram--100123`), relative to the
-/// workspace; `None` for a session that is not a chat (`cli`).
-pub(crate) fn chat_folder(session_id: &str) -> Option<PathBuf> {
-    let (channel, chat) = super::session_chat(session_id)?;
+/// The workspace folder of the files of chat `chat` of `channel` (`inbox/telegram--100123`),
+/// relative to the workspace.
+pub(crate) fn chat_folder(channel: &str, chat: &str) -> PathBuf {
     let chat: String = chat
         .chars()
         .map(
@@ -59,7 +58,7 @@ pub(crate) fn chat_folder(session_id: &str) -> Option<PathBuf> {
             },
         )
         .collect();
-    Some(Path::new(INBOX_DIR).join(format!("{channel}-{chat}")))
+    Path::new(INBOX_DIR).join(format!("{channel}-{chat}"))
 }
 
 /// A file name that holds keys or credentials: a hidden name, or one of [`SECRET_NAMES`] /
@@ -158,15 +157,18 @@ pub(crate) struct GuestFiles {
 }
 
 impl GuestFiles {
-    /// The rule for `session_id` in `workspace`, `BUB_HOME` being `home`. Resolves the paths
-    /// (file I/O: the blocking pool); a path that does not exist yet is taken as written.
-    pub(crate) fn new(workspace: &Path, home: &Path, session_id: &str) -> Self {
+    /// The rule for a session in `workspace` — of `chat` (channel, chat id) when it is a
+    /// chat's —, `BUB_HOME` being `home`. Resolves the paths (file I/O: the blocking pool); a
+    /// path that does not exist yet is taken as written.
+    pub(crate) fn new(workspace: &Path, home: &Path, chat: Option<(&str, &str)>) -> Self {
         let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
         let root = real(workspace);
-        let folder = chat_folder(session_id).map(|rel| {
-            let abs = root.join(&rel);
-            (rel, real(&abs))
-        });
+        let folder = chat
+            .map(|(channel, chat)| chat_folder(channel, chat))
+            .map(|rel| {
+                let abs = root.join(&rel);
+                (rel, real(&abs))
+            });
         Self {
             inbox: real(&root.join(INBOX_DIR)),
             home: real(home),
@@ -245,14 +247,13 @@ mod tests {
     #[test]
     fn chat_folders_come_from_the_session() {
         assert_eq!(
-            chat_folder("telegram:-100123").unwrap(),
+            chat_folder("telegram", "-100123"),
             Path::new("inbox/telegram--100123")
         );
         assert_eq!(
-            chat_folder("discord:9/../x").unwrap(),
+            chat_folder("discord", "9/../x"),
             Path::new("inbox/discord-9____x")
         );
-        assert_eq!(chat_folder("cli"), None);
     }
 
     #[test]
@@ -280,7 +281,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().canonicalize().unwrap();
         let home = ws.join(".bub");
-        let rule = GuestFiles::new(&ws, &home, "telegram:42");
+        let rule = GuestFiles::new(&ws, &home, Some(("telegram", "42")));
         assert_eq!(rule.folder(), Some(Path::new("inbox/telegram-42")));
         assert_eq!(rule.read(&ws.join("src/main.rs")), Ok(()));
         assert_eq!(rule.read(&ws.join("inbox/telegram-42/a.pdf")), Ok(()));
@@ -294,7 +295,7 @@ mod tests {
         assert_eq!(rule.read(&ws.join(".ssh/config")), Err(Closed::Secret));
         assert_eq!(rule.read(&ws.join("deploy/tls.pem")), Err(Closed::Secret));
         // Outside home: a BUB_HOME that is not hidden is closed all the same.
-        let rule = GuestFiles::new(&ws, &ws.join("data"), "telegram:42");
+        let rule = GuestFiles::new(&ws, &ws.join("data"), Some(("telegram", "42")));
         assert_eq!(rule.read(&ws.join("data/jobs.json")), Err(Closed::BubHome));
     }
 
@@ -302,7 +303,7 @@ mod tests {
     fn guests_write_only_in_their_chat_folder() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().canonicalize().unwrap();
-        let rule = GuestFiles::new(&ws, &ws.join(".bub"), "telegram:42");
+        let rule = GuestFiles::new(&ws, &ws.join(".bub"), Some(("telegram", "42")));
         assert_eq!(rule.write(&ws.join("inbox/telegram-42/out.txt")), Ok(()));
         for closed in [
             "AGENTS.md",
@@ -317,7 +318,7 @@ mod tests {
             rule.write(&ws.join(".agents/skills/x/SKILL.md")),
             Err(Closed::Secret)
         );
-        let cli = GuestFiles::new(&ws, &ws.join(".bub"), "cli");
+        let cli = GuestFiles::new(&ws, &ws.join(".bub"), None);
         assert_eq!(cli.write(&ws.join("x")), Err(Closed::NotOwnFolder));
         assert!(
             Closed::NotOwnFolder

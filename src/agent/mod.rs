@@ -36,6 +36,7 @@ use dashmap::DashMap;
 use serde_json::json;
 
 use crate::access::{Access, Authority, TurnOrigin};
+use crate::chat::SessionId;
 use crate::config::Settings;
 use crate::delivery::Outbox;
 use crate::llm::{LlmClient, LlmConfig};
@@ -60,7 +61,7 @@ struct Session {
 pub struct AgentRuntime {
     process: Arc<ProcessCtx>,
     models: Models,
-    sessions: DashMap<String, Arc<Session>>,
+    sessions: DashMap<SessionId, Arc<Session>>,
     /// Runtimes of other workspaces, for scheduled jobs created there; each is dropped once no
     /// job uses it.
     workspaces: std::sync::Mutex<HashMap<PathBuf, Arc<AgentRuntime>>>,
@@ -153,7 +154,7 @@ impl AgentRuntime {
     /// After a scheduled run: its session's tape handle is let go (a chat's actor reopens it on
     /// its next turn), and so is another workspace's runtime once no job uses it — nothing per
     /// job is kept between runs.
-    pub(crate) fn release_job(&self, workspace: &Path, session_id: &str) {
+    pub(crate) fn release_job(&self, workspace: &Path, session_id: &SessionId) {
         let Some(other) = self.workspace_runtime(workspace) else {
             return self.release_session(session_id);
         };
@@ -199,31 +200,28 @@ impl AgentRuntime {
 
     /// The session's state, opened on first use. Opening (directories, the tape's index) is
     /// file work: it runs on the blocking pool, outside the sessions lock.
-    async fn session(&self, session_id: &str) -> anyhow::Result<Arc<Session>> {
+    async fn session(&self, session_id: &SessionId) -> anyhow::Result<Arc<Session>> {
         if let Some(s) = self.sessions.get(session_id) {
             return Ok(s.clone());
         }
         let settings = self.process.settings.clone();
-        let id = session_id.to_owned();
+        let id = session_id.clone();
         let state = tokio::task::spawn_blocking(move || SessionCtx::open(&settings, &id))
             .await
             .map_err(|e| anyhow::anyhow!("opening the session failed: {e}"))??;
         // Another caller may have opened it meanwhile: one state per session.
-        let session = self
-            .sessions
-            .entry(session_id.to_owned())
-            .or_insert_with(|| {
-                Arc::new(Session {
-                    state: Arc::new(state),
-                    memory: std::sync::Mutex::default(),
-                })
-            });
+        let session = self.sessions.entry(session_id.clone()).or_insert_with(|| {
+            Arc::new(Session {
+                state: Arc::new(state),
+                memory: std::sync::Mutex::default(),
+            })
+        });
         Ok(session.clone())
     }
 
     /// Forgets an idle session (its tape handle); the next input reopens it. A session in use
     /// elsewhere (a running turn) is kept.
-    pub(crate) fn release_session(&self, session_id: &str) {
+    pub(crate) fn release_session(&self, session_id: &SessionId) {
         self.sessions
             .remove_if(session_id, |_, s| Arc::strong_count(s) == 1);
     }
@@ -234,13 +232,13 @@ impl AgentRuntime {
     }
 
     /// The tape summary of a session (for status lines).
-    pub(crate) async fn tape_info(&self, session_id: &str) -> anyhow::Result<TapeInfo> {
+    pub(crate) async fn tape_info(&self, session_id: &SessionId) -> anyhow::Result<TapeInfo> {
         let session = self.session(session_id).await?;
         session.state.tape.run(|t| t.info()).await
     }
 
     /// The model a session's calls go to first: its own (`,model`), else `BUB_MODEL`.
-    pub(crate) async fn session_model(&self, session_id: &str) -> crate::config::Model {
+    pub(crate) async fn session_model(&self, session_id: &SessionId) -> crate::config::Model {
         let own = match self.session(session_id).await {
             Ok(session) => session.state.model(),
             Err(_) => None,
@@ -258,7 +256,7 @@ impl AgentRuntime {
     }
 
     /// Records an event on a session's tape outside a turn (`turn.interrupted`, `schedule.run`).
-    pub async fn append_event(&self, session_id: &str, name: &str, data: serde_json::Value) {
+    pub async fn append_event(&self, session_id: &SessionId, name: &str, data: serde_json::Value) {
         match self.session(session_id).await {
             Ok(session) => session.state.tape.event(name, data).await,
             Err(e) => crate::tape::shared::append_failed("event", &e),
@@ -269,7 +267,7 @@ impl AgentRuntime {
     /// everything before it.
     pub(crate) async fn fresh_context(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         who: &Authority,
     ) -> anyhow::Result<()> {
         let session = self.session(session_id).await?;
@@ -286,7 +284,7 @@ impl AgentRuntime {
 
     /// `,status`: the model, the tape since its last anchor, this chat's scheduled jobs, the
     /// process's uptime and version. Reads the tape without waiting for a running turn.
-    pub(crate) async fn status_text(&self, session_id: &str) -> String {
+    pub(crate) async fn status_text(&self, session_id: &SessionId) -> String {
         let settings = self.settings();
         let mut lines = vec![format!(
             "bub {} · up {}",
@@ -317,7 +315,7 @@ impl AgentRuntime {
             Ok(Ok(jobs)) => {
                 let mine: Vec<String> = jobs
                     .iter()
-                    .filter(|j| j.session == session_id)
+                    .filter(|j| j.session == session_id.as_str())
                     .map(|j| j.row(false))
                     .collect();
                 if mine.is_empty() {
@@ -334,7 +332,12 @@ impl AgentRuntime {
 
     /// Runs one turn in `session_id` for `who` (their role decides the tool policy). The caller
     /// runs one turn of a session at a time (see the module docs).
-    pub async fn handle_input(&self, session_id: &str, text: &str, who: &Authority) -> TurnResult {
+    pub async fn handle_input(
+        &self,
+        session_id: &SessionId,
+        text: &str,
+        who: &Authority,
+    ) -> TurnResult {
         self.handle_live(session_id, text, who, TurnOutput::default())
             .await
     }
@@ -344,7 +347,7 @@ impl AgentRuntime {
     /// `output.sends`.
     pub async fn handle_live(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         text: &str,
         who: &Authority,
         output: TurnOutput,
@@ -357,7 +360,7 @@ impl AgentRuntime {
     /// starts and ends (`bub chat`, `bub run -v`).
     pub async fn handle_observed(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         text: &str,
         who: &Authority,
         observer: crate::tools::ToolObserver,
@@ -377,7 +380,7 @@ impl AgentRuntime {
     /// (`who`): the run of a guest's job cannot schedule more jobs.
     pub async fn handle_scheduled(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         text: &str,
         who: &Authority,
         output: TurnOutput,
@@ -389,7 +392,7 @@ impl AgentRuntime {
     /// One turn of `who`, started by `origin`.
     async fn run_turn_as(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         text: &str,
         who: &Authority,
         origin: TurnOrigin,
@@ -447,7 +450,7 @@ impl AgentRuntime {
         }
         remember_prefixed(ctx, text).await;
         let settings = ctx.settings();
-        let media = media::prepare(settings, &self.process.outbox, ctx.session_id(), text).await;
+        let media = media::prepare(settings, &self.process.outbox, ctx.session(), text).await;
         let router = Router::new(ctx.clone());
         let route = router.route_user(&media.prompt).await;
         if route.exit_requested {

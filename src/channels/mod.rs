@@ -30,7 +30,7 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
 
-pub use crate::chat::{Control, Inbound, Live, LiveSender, MediaFile, Outbound};
+pub use crate::chat::{Control, Inbound, Live, LiveSender, MediaFile, Outbound, SessionId};
 use crate::inbox::{Inbox, Received};
 
 /// A chat platform adapter.

@@ -18,6 +18,7 @@ use tokio::io::AsyncBufReadExt;
 
 use crate::access::Authority;
 use crate::agent::{AgentRuntime, TurnResult};
+use crate::chat::SessionId;
 use crate::tape::md5_hex;
 use crate::tools::ToolObserver;
 use editor::{LineEditor, Read};
@@ -31,6 +32,7 @@ const RESET: &str = "\x1b[0m";
 
 /// Runs the chat loop until Ctrl-D, end of input or `,quit`.
 pub async fn run_chat(agent: Arc<AgentRuntime>, session_id: String) -> anyhow::Result<()> {
+    let session_id = SessionId::from(session_id);
     let style = Style {
         color: std::io::stdout().is_terminal(),
     };
@@ -44,7 +46,7 @@ pub async fn run_chat(agent: Arc<AgentRuntime>, session_id: String) -> anyhow::R
 }
 
 /// Lines from a pipe or file, one turn each.
-async fn piped(agent: &AgentRuntime, session_id: &str, style: Style) -> anyhow::Result<()> {
+async fn piped(agent: &AgentRuntime, session_id: &SessionId, style: Style) -> anyhow::Result<()> {
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     let mut debug = false;
     while let Some(line) = lines.next_line().await? {
@@ -63,7 +65,7 @@ async fn piped(agent: &AgentRuntime, session_id: &str, style: Style) -> anyhow::
 
 async fn interactive(
     agent: Arc<AgentRuntime>,
-    session_id: &str,
+    session_id: &SessionId,
     style: Style,
 ) -> anyhow::Result<()> {
     let settings = agent.settings();
@@ -155,7 +157,7 @@ fn toggled_debug(input: &str, debug: &mut bool, style: Style) -> bool {
 /// Runs one turn and prints its result; `None` when Ctrl-C interrupted it.
 async fn turn(
     agent: &AgentRuntime,
-    session_id: &str,
+    session_id: &SessionId,
     input: &str,
     style: Style,
     debug: bool,
@@ -221,7 +223,7 @@ fn print_welcome(agent: &AgentRuntime, style: Style) {
     );
 }
 
-async fn status_line(agent: &AgentRuntime, session_id: &str, shell_mode: bool) -> String {
+async fn status_line(agent: &AgentRuntime, session_id: &SessionId, shell_mode: bool) -> String {
     let time = chrono::Local::now().format("%H:%M");
     let mode = if shell_mode { "shell" } else { "agent" };
     let model = agent.session_model(session_id).await;

@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::runner::TurnRunner;
 use super::session::Courier;
-use crate::access::{Authority, session_chat};
+use crate::access::Authority;
 use crate::agent::AgentRuntime;
 use crate::channels::{Channel, InboundSink, Outbound};
 use crate::delivery::{SendLedger, TurnError, TurnResult, render_output};
@@ -74,7 +74,7 @@ impl JobRunner for JobQueue {
         let run = JobRun {
             seq: 0,
             job: job.id.clone(),
-            session: job.session.clone(),
+            session: job.session.as_str().into(),
             workspace: job.workspace.clone(),
             due,
             prompt: scheduled_prompt(&job, due),
@@ -132,7 +132,9 @@ pub(super) async fn turn(
         }
         Ok(result) => {
             if let Some(error) = &result.error {
-                courier.board.error(&run.session, &error.to_string());
+                courier
+                    .board
+                    .error(run.session.as_str(), &error.to_string());
             }
             let delivery = deliver(&run, &result, proactive, &courier, &inbox).await;
             let record = json!({
@@ -166,7 +168,7 @@ async fn deliver(
     inbox: &Inbox,
 ) -> Result<String, String> {
     let text = render_output(result, proactive);
-    let (channel, chat_id) = match session_chat(&run.session) {
+    let (channel, chat_id) = match run.session.chat() {
         _ if text.is_empty() => {
             inbox.done(&[run.seq], Outcome::Silent).await;
             return Ok("nothing to send".to_owned());
@@ -233,7 +235,7 @@ async fn authority(agent: &AgentRuntime, run: &JobRun) -> Result<Authority, Stri
     let who = tokio::task::spawn_blocking(move || access.reconfirm(&creator))
         .await
         .map_err(|e| format!("checking the creator failed: {e}"))??;
-    if let Some((channel, chat_id)) = session_chat(&run.session)
+    if let Some((channel, chat_id)) = run.session.chat()
         && let Ok(adapter) = agent.outbox().adapter(agent.settings(), channel)
     {
         adapter

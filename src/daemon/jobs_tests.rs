@@ -22,7 +22,7 @@ fn job_run(session: &str, workspace: &std::path::Path) -> JobRun {
     JobRun {
         seq: 0,
         job: job.id.clone(),
-        session: job.session.clone(),
+        session: job.session.as_str().into(),
         workspace: job.workspace.clone(),
         due: now,
         prompt: scheduled_prompt(&job, now),

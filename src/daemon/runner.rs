@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::jobs;
 use crate::access::Authority;
 use crate::agent::AgentRuntime;
-use crate::channels::Channel;
+use crate::channels::{Channel, SessionId};
 use crate::delivery::TurnResult;
 use crate::inbox::JobRun;
 use crate::tools::TurnOutput;
@@ -19,14 +19,14 @@ use crate::tools::TurnOutput;
 #[async_trait]
 pub trait TurnRunner: Send + Sync + 'static {
     /// Runs one turn in `session_id` for `who`.
-    async fn run_turn(&self, session_id: &str, prompt: &str, who: &Authority) -> TurnResult;
+    async fn run_turn(&self, session_id: &SessionId, prompt: &str, who: &Authority) -> TurnResult;
 
     /// Runs one turn of a chat, showing its answer in `output.live` as it is written and
     /// recording its sends on `output.sends` (by default: as [`TurnRunner::run_turn`], nothing
     /// shown or recorded).
     async fn run_chat_turn(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         prompt: &str,
         who: &Authority,
         _output: TurnOutput,
@@ -35,7 +35,7 @@ pub trait TurnRunner: Send + Sync + 'static {
     }
 
     /// Records an event on the session's tape.
-    async fn record(&self, _session_id: &str, _name: &str, _data: Value) {}
+    async fn record(&self, _session_id: &SessionId, _name: &str, _data: Value) {}
 
     /// Runs a scheduled job's turn with its creator's rights, checked again now, its sends
     /// recorded on `output.sends`; `Err` says why it may not run (the turn did not run).
@@ -58,28 +58,28 @@ pub trait TurnRunner: Send + Sync + 'static {
     }
 
     /// Starts a fresh context in the session (a handoff anchor).
-    async fn new_context(&self, _session_id: &str, _who: &Authority) -> anyhow::Result<()> {
+    async fn new_context(&self, _session_id: &SessionId, _who: &Authority) -> anyhow::Result<()> {
         Ok(())
     }
 
     /// Lines about the session for `,status` (model, tape, jobs, uptime, version).
-    async fn status(&self, _session_id: &str) -> String {
+    async fn status(&self, _session_id: &SessionId) -> String {
         String::new()
     }
 
     /// The session's actor ended: its resources may be released.
-    fn release(&self, _session_id: &str) {}
+    fn release(&self, _session_id: &SessionId) {}
 }
 
 #[async_trait]
 impl TurnRunner for AgentRuntime {
-    async fn run_turn(&self, session_id: &str, prompt: &str, who: &Authority) -> TurnResult {
+    async fn run_turn(&self, session_id: &SessionId, prompt: &str, who: &Authority) -> TurnResult {
         self.handle_input(session_id, prompt, who).await
     }
 
     async fn run_chat_turn(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         prompt: &str,
         who: &Authority,
         output: TurnOutput,
@@ -87,7 +87,7 @@ impl TurnRunner for AgentRuntime {
         self.handle_live(session_id, prompt, who, output).await
     }
 
-    async fn record(&self, session_id: &str, name: &str, data: Value) {
+    async fn record(&self, session_id: &SessionId, name: &str, data: Value) {
         self.append_event(session_id, name, data).await;
     }
 
@@ -103,15 +103,15 @@ impl TurnRunner for AgentRuntime {
         self.outbox().adapter(self.settings(), channel)
     }
 
-    async fn new_context(&self, session_id: &str, who: &Authority) -> anyhow::Result<()> {
+    async fn new_context(&self, session_id: &SessionId, who: &Authority) -> anyhow::Result<()> {
         self.fresh_context(session_id, who).await
     }
 
-    async fn status(&self, session_id: &str) -> String {
+    async fn status(&self, session_id: &SessionId) -> String {
         self.status_text(session_id).await
     }
 
-    fn release(&self, session_id: &str) {
+    fn release(&self, session_id: &SessionId) {
         self.release_session(session_id);
     }
 }

@@ -58,7 +58,7 @@ use super::live;
 use super::mailbox::{Lanes, Mailbox};
 use super::runner::TurnRunner;
 use crate::access::{Authority, Role};
-use crate::channels::{Channel, Control, Inbound, Outbound};
+use crate::channels::{Channel, Control, Inbound, Outbound, SessionId};
 use crate::config::Settings;
 use crate::delivery::{self, SendLedger, render_output};
 use crate::inbox::{Delivery, Inbox, Outcome};
@@ -131,7 +131,7 @@ pub enum Mail {
 /// entry's lock, and an actor only removes itself under it (`remove_if` its lanes are empty),
 /// which makes eviction race-free; a post that has to wait (a full lane) waits outside the
 /// lock, and gets its mail back if the actor ended meanwhile.
-pub(crate) type ActorMap = Arc<dashmap::DashMap<String, Mailbox>>;
+pub(crate) type ActorMap = Arc<dashmap::DashMap<SessionId, Mailbox>>;
 
 type TurnFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -145,7 +145,7 @@ struct Running {
 
 /// One chat's actor (see the module docs).
 pub(crate) struct SessionActor {
-    session_id: String,
+    session_id: SessionId,
     channel: Arc<dyn Channel>,
     runner: Arc<dyn TurnRunner>,
     inbox: Arc<Inbox>,
@@ -170,7 +170,7 @@ pub(crate) struct SessionActor {
 
 impl SessionActor {
     pub(crate) fn new(
-        session_id: String,
+        session_id: SessionId,
         channel: Arc<dyn Channel>,
         runner: Arc<dyn TurnRunner>,
         inbox: Arc<Inbox>,
@@ -266,7 +266,7 @@ impl SessionActor {
             tracing::info!(session = %self.session_id, queued,
                 running = turn.is_some(), "session.stop: left for the next start");
         }
-        self.board.remove(&self.session_id);
+        self.board.remove(self.session_id.as_str());
         self.runner.release(&self.session_id);
         tracing::debug!(session = %self.session_id, "session.actor.stop");
     }
@@ -291,7 +291,7 @@ impl SessionActor {
             queued_commands: self.commands.len() + self.deliveries.len() + self.jobs.len(),
         };
         if self.published.as_ref() != Some(&row) {
-            self.board.set(&self.session_id, row.clone());
+            self.board.set(self.session_id.as_str(), row.clone());
             self.published = Some(row);
         }
     }
@@ -588,7 +588,7 @@ impl SessionActor {
                 .map(|s| (s.id, s.text))
                 .or(earlier.map(|id| (id, String::new())));
             if let Some(error) = &result.error {
-                courier.board.error(&session_id, &error.to_string());
+                courier.board.error(session_id.as_str(), &error.to_string());
             }
             let mut text = render_output(&result, proactive);
             if text.is_empty() {
@@ -726,7 +726,7 @@ fn shown_count(batch: &[Inbound]) -> usize {
 pub(super) struct Courier {
     channel: Arc<dyn Channel>,
     home: PathBuf,
-    session_id: String,
+    session_id: SessionId,
     pub(super) board: Arc<Board>,
 }
 
@@ -780,8 +780,10 @@ impl Courier {
                 let error = format!("{e:#}");
                 tracing::error!(session = %self.session_id, chat_id = %out.chat_id, error = %error,
                     "session.deliver.error");
-                self.board
-                    .error(&self.session_id, &format!("delivery failed: {error}"));
+                self.board.error(
+                    self.session_id.as_str(),
+                    &format!("delivery failed: {error}"),
+                );
                 Err(error)
             }
         }

@@ -95,7 +95,7 @@ impl FakeRunner {
 
 #[async_trait]
 impl TurnRunner for FakeRunner {
-    async fn run_turn(&self, _session_id: &str, prompt: &str, who: &Authority) -> TurnResult {
+    async fn run_turn(&self, _session_id: &SessionId, prompt: &str, who: &Authority) -> TurnResult {
         self.prompts
             .lock()
             .unwrap()
@@ -124,11 +124,11 @@ impl TurnRunner for FakeRunner {
         }
     }
 
-    async fn record(&self, _session_id: &str, name: &str, data: serde_json::Value) {
+    async fn record(&self, _session_id: &SessionId, name: &str, data: serde_json::Value) {
         self.events.lock().unwrap().push((name.to_owned(), data));
     }
 
-    async fn new_context(&self, _session_id: &str, _who: &Authority) -> anyhow::Result<()> {
+    async fn new_context(&self, _session_id: &SessionId, _who: &Authority) -> anyhow::Result<()> {
         self.events
             .lock()
             .unwrap()
@@ -136,12 +136,12 @@ impl TurnRunner for FakeRunner {
         Ok(())
     }
 
-    async fn status(&self, _session_id: &str) -> String {
+    async fn status(&self, _session_id: &SessionId) -> String {
         "model: fake".to_owned()
     }
 
-    fn release(&self, session_id: &str) {
-        self.released.lock().unwrap().push(session_id.to_owned());
+    fn release(&self, session_id: &SessionId) {
+        self.released.lock().unwrap().push(session_id.to_string());
     }
 }
 

@@ -616,6 +616,13 @@ fn give_up_notice(seq: u64, msg: &Inbound) -> Delivery {
     }
 }
 
+impl Delivery {
+    /// The session of the chat it goes to.
+    pub fn session_id(&self) -> crate::chat::SessionId {
+        crate::chat::SessionId::chat_of(&self.channel, &self.out.chat_id)
+    }
+}
+
 fn is_zero(n: &usize) -> bool {
     *n == 0
 }

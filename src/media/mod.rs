@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::channels::{Channel, MediaFile};
+use crate::channels::{Channel, MediaFile, SessionId};
 use crate::config::Settings;
 use crate::delivery::Outbox;
 use crate::llm::transcribe::Transcriber;
@@ -37,17 +37,14 @@ pub(crate) struct Prepared {
 pub(crate) async fn prepare(
     settings: &Settings,
     outbox: &Outbox,
-    session_id: &str,
+    session_id: &SessionId,
     prompt: &str,
 ) -> Prepared {
     let unchanged = || Prepared {
         prompt: prompt.to_owned(),
         images: Vec::new(),
     };
-    let (Some((channel, _)), Some(folder)) = (
-        session_id.split_once(':'),
-        crate::access::files::chat_folder(session_id),
-    ) else {
+    let (Some((channel, _)), Some(folder)) = (session_id.chat(), session_id.chat_folder()) else {
         return unchanged();
     };
     if !prompt.contains("\"media\"") {

@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::access::{Access, Authority, Policy, Role, TurnOrigin};
+use crate::chat::SessionId;
 use crate::config::{Model, Settings};
 use crate::delivery::{Outbox, SendLedger};
 use crate::redact::Redactor;
@@ -106,7 +107,7 @@ impl ProcessCtx {
 /// What a session owns. The tape is used on the blocking pool ([`SharedTape`]); the expansion
 /// list is behind a std mutex never held across an `.await`.
 pub struct SessionCtx {
-    pub id: String,
+    pub id: SessionId,
     pub workspace: PathBuf,
     pub tape: SharedTape,
     /// Tools and skills whose details the system prompt shows (bounded; `tape.reset` clears it).
@@ -118,10 +119,11 @@ pub struct SessionCtx {
 
 impl SessionCtx {
     /// Opens the session's tape under `settings.home` for `settings.workspace`.
-    pub(crate) fn open(settings: &Settings, session_id: &str) -> anyhow::Result<Self> {
+    pub(crate) fn open(settings: &Settings, id: &SessionId) -> anyhow::Result<Self> {
+        let session_id = id.as_str();
         let tape = crate::tape::backend::open(settings, session_id)?;
         Ok(Self {
-            id: session_id.to_owned(),
+            id: id.clone(),
             workspace: settings.workspace.clone(),
             tape: SharedTape::new(tape),
             expanded: Mutex::default(),
@@ -242,7 +244,7 @@ impl ToolContext {
         session_id: &str,
         authority: Authority,
     ) -> anyhow::Result<Self> {
-        let session = Arc::new(SessionCtx::open(&settings, session_id)?);
+        let session = Arc::new(SessionCtx::open(&settings, &session_id.into())?);
         let process = Arc::new(ProcessCtx::new(settings, registry));
         Ok(Self::new(process, session, authority))
     }
@@ -255,7 +257,12 @@ impl ToolContext {
         &self.process.registry
     }
 
+    /// The session's id as written (`telegram:42`, `cli`).
     pub(crate) fn session_id(&self) -> &str {
+        self.session.id.as_str()
+    }
+
+    pub(crate) fn session(&self) -> &SessionId {
         &self.session.id
     }
 
@@ -274,6 +281,6 @@ impl ToolContext {
 
     /// The (channel, chat id) of this session when it is a chat (`telegram:42`).
     pub(crate) fn session_chat(&self) -> Option<(&str, &str)> {
-        crate::access::session_chat(&self.session.id)
+        self.session.id.chat()
     }
 }

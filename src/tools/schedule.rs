@@ -276,7 +276,7 @@ mod tests {
         }
 
         fn turn(&self, session: &str, who: Authority, origin: TurnOrigin) -> ToolContext {
-            let session = Arc::new(SessionCtx::open(&self.settings, session).unwrap());
+            let session = Arc::new(SessionCtx::open(&self.settings, &session.into()).unwrap());
             let output = crate::tools::TurnOutput::default();
             ToolContext::with_live(self.process.clone(), session, who, origin, output, None)
         }

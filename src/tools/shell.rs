@@ -131,7 +131,7 @@ pub(crate) fn tools() -> Vec<Tool> {
 
 /// A guest's chat folder in the workspace, created when missing: where its shell works.
 async fn guest_folder(ctx: &ToolContext) -> Result<PathBuf, ToolError> {
-    let Some(folder) = crate::access::files::chat_folder(ctx.session_id()) else {
+    let Some(folder) = ctx.session().chat_folder() else {
         return Err(ToolError::new("guests have no shell outside a chat"));
     };
     let folder = ctx.workspace().join(folder);

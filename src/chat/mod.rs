@@ -3,9 +3,12 @@
 //! (one text for a chat). They sit below the adapters (`channels`) and the journal (`inbox`),
 //! which both speak them.
 
+mod session;
+
 use serde::{Deserialize, Serialize};
 
 use crate::access::{Authority, Principal, Role};
+pub use session::SessionId;
 
 /// One inbound platform message from an admitted sender in an allowed chat.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -40,9 +43,9 @@ pub struct Inbound {
 }
 
 impl Inbound {
-    /// `"<channel>:<chat_id>"`.
-    pub fn session_id(&self) -> String {
-        format!("{}:{}", self.channel, self.chat_id)
+    /// The session of its chat (`<channel>:<chat_id>`).
+    pub fn session_id(&self) -> SessionId {
+        SessionId::chat_of(&self.channel, &self.chat_id)
     }
 
     /// Who sent this message, with their role.
