@@ -541,8 +541,8 @@ async fn open_inbox(agent: &AgentRuntime) -> anyhow::Result<(Inbox, Vec<Resume>)
     let access = agent.access().clone();
     let readmitted = move |m: &Inbound| {
         let user = User {
-            id: &m.sender_id,
-            name: m.sender_name.as_deref(),
+            id: &m.sender.id,
+            name: m.sender.username.as_deref(),
         };
         access.role(&m.channel, user)
     };

@@ -17,7 +17,8 @@
 
 pub(crate) mod commands;
 mod compact;
-mod inbound;
+pub(crate) mod inbound;
+mod input;
 mod learn;
 mod models;
 pub mod prompt;
@@ -48,6 +49,7 @@ use router::Router;
 use runner::{LoopMemory, ModelLoop};
 
 pub use crate::delivery::{TurnError, TurnResult};
+pub use input::{ChatBatch, TurnInput};
 
 /// Per-session state: its tape, and what the model loop remembers between turns.
 struct Session {
@@ -330,29 +332,38 @@ impl AgentRuntime {
         lines.join("\n")
     }
 
-    /// Runs one turn in `session_id` for `who` (their role decides the tool policy). The caller
-    /// runs one turn of a session at a time (see the module docs).
+    /// Runs one turn of `text` (a comma command or words) in `session_id` for `who` (their
+    /// role decides the tool policy). The caller runs one turn of a session at a time (see
+    /// the module docs).
     pub async fn handle_input(
         &self,
         session_id: &SessionId,
         text: &str,
         who: &Authority,
     ) -> TurnResult {
-        self.handle_live(session_id, text, who, TurnOutput::default())
-            .await
+        let input = TurnInput::text(text);
+        self.run_turn_as(
+            session_id,
+            input,
+            who,
+            TurnOrigin::Asked,
+            TurnOutput::default(),
+            None,
+        )
+        .await
     }
 
-    /// [`AgentRuntime::handle_input`] for a chat: the answer shown in `output.live` as it is
-    /// written (the model's reply streamed, what runs as a status line), the sends recorded on
+    /// A chat's turn ([`TurnInput`]): the answer shown in `output.live` as it is written (the
+    /// model's reply streamed, what runs as a status line), the sends recorded on
     /// `output.sends`.
     pub async fn handle_live(
         &self,
         session_id: &SessionId,
-        text: &str,
+        input: TurnInput,
         who: &Authority,
         output: TurnOutput,
     ) -> TurnResult {
-        self.run_turn_as(session_id, text, who, TurnOrigin::Asked, output, None)
+        self.run_turn_as(session_id, input, who, TurnOrigin::Asked, output, None)
             .await
     }
 
@@ -367,7 +378,7 @@ impl AgentRuntime {
     ) -> TurnResult {
         self.run_turn_as(
             session_id,
-            text,
+            TurnInput::text(text),
             who,
             TurnOrigin::Asked,
             TurnOutput::default(),
@@ -385,7 +396,8 @@ impl AgentRuntime {
         who: &Authority,
         output: TurnOutput,
     ) -> TurnResult {
-        self.run_turn_as(session_id, text, who, TurnOrigin::Scheduled, output, None)
+        let input = TurnInput::text(text);
+        self.run_turn_as(session_id, input, who, TurnOrigin::Scheduled, output, None)
             .await
     }
 
@@ -393,7 +405,7 @@ impl AgentRuntime {
     async fn run_turn_as(
         &self,
         session_id: &SessionId,
-        text: &str,
+        input: TurnInput,
         who: &Authority,
         origin: TurnOrigin,
         output: TurnOutput,
@@ -417,7 +429,7 @@ impl AgentRuntime {
             output,
             observer,
         );
-        let mut result = self.turn(&mut memory, &ctx, text).await;
+        let mut result = self.turn(&mut memory, &ctx, input).await;
         *session.memory.lock().expect("memory lock") = memory;
         result.answered = ctx.turn.answered.load(Ordering::Relaxed);
         result
@@ -441,18 +453,39 @@ impl AgentRuntime {
     }
 
     /// One turn in a session, with what its earlier turns left in `memory`.
-    async fn turn(&self, memory: &mut LoopMemory, ctx: &ToolContext, text: &str) -> TurnResult {
+    async fn turn(
+        &self,
+        memory: &mut LoopMemory,
+        ctx: &ToolContext,
+        input: TurnInput,
+    ) -> TurnResult {
         if let Err(e) = ctx.tape().run(|t| t.ensure_bootstrap()).await {
             return TurnResult {
                 error: Some(TurnError::tape("tape", &e)),
                 ..Default::default()
             };
         }
-        remember_prefixed(ctx, text).await;
+        remember_prefixed(ctx, &input).await;
         let settings = ctx.settings();
-        let media = media::prepare(settings, &self.process.outbox, ctx.session(), text).await;
         let router = Router::new(ctx.clone());
-        let route = router.route_user(&media.prompt).await;
+        let (route, images) = match input {
+            TurnInput::Text(text) | TurnInput::Command(text) => {
+                (router.route_user(&text).await, Vec::new())
+            }
+            // A chat's messages go to the model: their own lines never become commands.
+            TurnInput::Chat(mut batch) => {
+                let adapter = batch.adapter.clone();
+                let session = ctx.session();
+                let images =
+                    media::prepare(settings, adapter.as_ref(), session, &mut batch.messages).await;
+                let route = router::UserRoute {
+                    enter_model: true,
+                    model_prompt: inbound::render(&batch),
+                    ..Default::default()
+                };
+                (route, images)
+            }
+        };
         if route.exit_requested {
             return TurnResult {
                 exit_requested: true,
@@ -471,10 +504,9 @@ impl AgentRuntime {
             Ok(chain) => Ok(chain.as_ref()),
             Err(e) => Err(e.as_str()),
         };
-        // Routed as it came (a message's own lines never become commands), then made short.
-        let prompt = inbound::render(&route.model_prompt);
+        let prompt = route.model_prompt;
         let mut outcome = ModelLoop::new(llm, ctx, &router, memory)
-            .with_images(media.images)
+            .with_images(images)
             .run(&prompt)
             .await;
         if outcome.error.is_none() && learn::worth_learning(ctx, &outcome.tools) {
@@ -504,23 +536,24 @@ impl AgentRuntime {
 }
 
 /// Keeps what the user's messages ask to be remembered (`remember: …`, `记住：…`) in the chat's
-/// memory, before the turn runs (the model is not asked; the turn still runs). `text` is the
-/// raw input or, from a chat, one metadata JSON line per message (its `message` or `content`).
-async fn remember_prefixed(ctx: &ToolContext, text: &str) {
-    if !text.contains("记住") && !text.to_ascii_lowercase().contains("remember:") {
-        return;
-    }
-    let wanted: Vec<String> = text
-        .lines()
-        .filter_map(|line| {
-            let json = serde_json::from_str::<serde_json::Value>(line).ok();
-            let content = json
-                .as_ref()
-                .and_then(|v| v.get("message").or_else(|| v.get("content")))
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or(line);
-            crate::memory::remember_prefix(content).map(str::to_owned)
-        })
+/// memory, before the turn runs (the model is not asked; the turn still runs): each line of
+/// typed text, each chat message's text.
+async fn remember_prefixed(ctx: &ToolContext, input: &TurnInput) {
+    let texts: Vec<&str> = match input {
+        TurnInput::Text(text) | TurnInput::Command(text) => text.lines().collect(),
+        TurnInput::Chat(batch) => batch
+            .messages
+            .iter()
+            .filter_map(|m| match &m.content {
+                crate::chat::Content::Text(text) => Some(text.as_str()),
+                _ => None,
+            })
+            .collect(),
+    };
+    let wanted: Vec<String> = texts
+        .into_iter()
+        .filter_map(crate::memory::remember_prefix)
+        .map(str::to_owned)
         .collect();
     if wanted.is_empty() || !ctx.settings().memory_enabled {
         return;

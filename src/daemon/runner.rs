@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::jobs;
 use crate::access::Authority;
-use crate::agent::AgentRuntime;
+use crate::agent::{AgentRuntime, TurnInput};
 use crate::channels::{Channel, SessionId};
 use crate::delivery::TurnResult;
 use crate::inbox::JobRun;
@@ -18,8 +18,13 @@ use crate::tools::TurnOutput;
 /// Runs turns for sessions (the agent; a fake in tests).
 #[async_trait]
 pub trait TurnRunner: Send + Sync + 'static {
-    /// Runs one turn in `session_id` for `who`.
-    async fn run_turn(&self, session_id: &SessionId, prompt: &str, who: &Authority) -> TurnResult;
+    /// Runs one turn of `input` in `session_id` for `who`.
+    async fn run_turn(
+        &self,
+        session_id: &SessionId,
+        input: TurnInput,
+        who: &Authority,
+    ) -> TurnResult;
 
     /// Runs one turn of a chat, showing its answer in `output.live` as it is written and
     /// recording its sends on `output.sends` (by default: as [`TurnRunner::run_turn`], nothing
@@ -27,11 +32,11 @@ pub trait TurnRunner: Send + Sync + 'static {
     async fn run_chat_turn(
         &self,
         session_id: &SessionId,
-        prompt: &str,
+        input: TurnInput,
         who: &Authority,
         _output: TurnOutput,
     ) -> TurnResult {
-        self.run_turn(session_id, prompt, who).await
+        self.run_turn(session_id, input, who).await
     }
 
     /// Records an event on the session's tape.
@@ -40,9 +45,9 @@ pub trait TurnRunner: Send + Sync + 'static {
     /// Runs a scheduled job's turn with its creator's rights, checked again now, its sends
     /// recorded on `output.sends`; `Err` says why it may not run (the turn did not run).
     async fn run_job(&self, run: &JobRun, output: TurnOutput) -> Result<TurnResult, String> {
-        let (session, prompt) = (&run.session, &run.prompt);
+        let input = TurnInput::text(run.prompt.as_str());
         Ok(self
-            .run_chat_turn(session, prompt, &run.creator, output)
+            .run_chat_turn(&run.session, input, &run.creator, output)
             .await)
     }
 
@@ -73,18 +78,24 @@ pub trait TurnRunner: Send + Sync + 'static {
 
 #[async_trait]
 impl TurnRunner for AgentRuntime {
-    async fn run_turn(&self, session_id: &SessionId, prompt: &str, who: &Authority) -> TurnResult {
-        self.handle_input(session_id, prompt, who).await
+    async fn run_turn(
+        &self,
+        session_id: &SessionId,
+        input: TurnInput,
+        who: &Authority,
+    ) -> TurnResult {
+        self.handle_live(session_id, input, who, TurnOutput::default())
+            .await
     }
 
     async fn run_chat_turn(
         &self,
         session_id: &SessionId,
-        prompt: &str,
+        input: TurnInput,
         who: &Authority,
         output: TurnOutput,
     ) -> TurnResult {
-        self.handle_live(session_id, prompt, who, output).await
+        self.handle_live(session_id, input, who, output).await
     }
 
     async fn record(&self, session_id: &SessionId, name: &str, data: Value) {

@@ -58,6 +58,8 @@ use super::live;
 use super::mailbox::{Lanes, Mailbox};
 use super::runner::TurnRunner;
 use crate::access::{Authority, Role};
+use crate::agent::inbound;
+use crate::agent::{ChatBatch, TurnInput};
 use crate::channels::{Channel, Control, Inbound, Outbound, SessionId};
 use crate::config::Settings;
 use crate::delivery::{self, SendLedger, render_output};
@@ -314,7 +316,7 @@ impl SessionActor {
 
     /// Adds `message` to the batch; a full queue makes the batch due at once.
     fn push_batch(&mut self, message: Inbound) {
-        self.batch_bytes += message.prompt.len();
+        self.batch_bytes += prompt_bytes(&message);
         self.batch.push(message);
         if !self.has_room() {
             self.due = Some(Instant::now());
@@ -476,9 +478,9 @@ impl SessionActor {
             if command.control() == Some(Control::New) {
                 return Some(self.new_context(command));
             }
-            let prompt = command.prompt.trim().to_owned();
+            let input = TurnInput::Command(command.text().into_owned());
             let who = command.authority();
-            return Some(self.start_turn(prompt, &command, who, vec![command.seq], Vec::new()));
+            return Some(self.start_turn(input, &command, who, vec![command.seq], Vec::new()));
         }
         if let Some(scheduled) = self.jobs.pop_front() {
             return Some(self.start_job(scheduled));
@@ -496,31 +498,21 @@ impl SessionActor {
         let seqs = batch.iter().map(|m| m.seq).collect();
         let shown = shown_count(&batch);
         let left_out: Vec<Inbound> = batch.drain(..batch.len() - shown).collect();
-        let mut prompt = format!("channel: ${}\n", self.channel.name());
-        if batch.iter().chain(&left_out).any(|m| m.interrupted) {
-            prompt.push_str(
-                "[Bub restarted while answering these messages; the previous attempt was \
-                 interrupted. Answer them now.]\n",
-            );
-        }
-        if !left_out.is_empty() {
-            prompt.push_str(&format!(
-                "[{} earlier messages of this batch are not shown here; they are on the tape \
-                 (event `{LEFT_OUT_EVENT}`): use tape.search to find them.]\n",
-                left_out.len()
-            ));
-        }
-        let lines: Vec<&str> = batch.iter().map(|m| m.prompt.as_str()).collect();
-        prompt.push_str(&lines.join("\n"));
-        let left_out = left_out.into_iter().map(|m| m.prompt).collect();
-        Some(self.start_turn(prompt, &last, who, seqs, left_out))
+        let input = TurnInput::Chat(ChatBatch {
+            adapter: self.channel.clone(),
+            interrupted: batch.iter().chain(&left_out).any(|m| m.interrupted),
+            left_out: left_out.len(),
+            messages: batch,
+        });
+        let left_out = left_out.iter().map(inbound::line).collect();
+        Some(self.start_turn(input, &last, who, seqs, left_out))
     }
 
     /// The turn as one future: typing indicator while it runs, then the answer — recorded in
     /// the inbox before it is sent, and marked sent once the platform accepted it.
     fn start_turn(
         &mut self,
-        prompt: String,
+        input: TurnInput,
         trigger: &Inbound,
         who: Authority,
         seqs: Vec<u64>,
@@ -574,9 +566,7 @@ impl SessionActor {
                 live: live.as_ref().map(live::LiveAnswer::sender),
                 sends,
             };
-            let result = runner
-                .run_chat_turn(&session_id, &prompt, &who, output)
-                .await;
+            let result = runner.run_chat_turn(&session_id, input, &who, output).await;
             drop(_typing);
             // The live message, if one was posted (now or by an interrupted attempt), becomes
             // the answer's first part.
@@ -713,11 +703,16 @@ fn shown_count(batch: &[Inbound]) -> usize {
         .rev()
         .take(BATCH_MESSAGES)
         .take_while(|m| {
-            bytes += m.prompt.len() + 1;
+            bytes += prompt_bytes(m) + 1;
             bytes <= BATCH_BYTES
         })
         .count();
     fitting.max(1).min(batch.len())
+}
+
+/// The bytes of `message`'s line in the model's prompt (before its files are handled).
+fn prompt_bytes(message: &Inbound) -> usize {
+    inbound::line(message).len()
 }
 
 /// How an actor's tasks reach its chat: the adapter (through [`delivery::send`]), the home

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::access::{Access, Role};
 use crate::channels::{Channel, InboundSink};
-use crate::chat::Inbound;
+use crate::chat::{Inbound, Sender};
 use crate::inbox::Received;
 
 /// A channel that records what it sends (messages of at most 10 characters), refusing every
@@ -81,18 +81,10 @@ pub(crate) fn to(chat: &str, text: &str) -> Outbound {
 
 /// A journaled message of chat 42 (its sequence number).
 async fn received(inbox: &Inbox, id: &str) -> u64 {
+    let sender = Sender::new("42", None, Role::Owner);
     let mut m = Inbound {
-        channel: "telegram".into(),
-        chat_id: "42".into(),
-        message_id: id.into(),
-        sender_id: "42".into(),
-        sender_name: None,
-        role: Role::Owner,
-        prompt: "hi".into(),
         mentioned: true,
-        reply: false,
-        seq: 0,
-        interrupted: false,
+        ..Inbound::new("telegram", "42", id, sender, "hi")
     };
     match inbox.receive(&mut m, None).await.unwrap() {
         Received::New(seq) => seq,

@@ -37,6 +37,7 @@
 
 mod job;
 mod journal;
+pub(crate) mod legacy;
 mod outgoing;
 mod writer;
 
@@ -231,7 +232,7 @@ impl Inbox {
                 gave_up.push(*seq);
                 continue;
             };
-            p.msg.role = role;
+            p.msg.sender.role = role;
             p.msg.seq = *seq;
             let interrupted = p.attempts > 0;
             if interrupted && (p.attempts >= MAX_ATTEMPTS || p.msg.is_command()) {
@@ -593,8 +594,7 @@ fn journaled(seqs: &[u64]) -> Vec<u64> {
 /// The notice for a message that will not be handled again after a restart.
 fn give_up_notice(seq: u64, msg: &Inbound) -> Delivery {
     let text = if msg.is_command() {
-        let command = msg.prompt.trim();
-        let command: String = command.chars().take(80).collect();
+        let command: String = msg.text().trim().chars().take(80).collect();
         format!(
             "`{command}` was interrupted by a restart and was not run again. Send it again if it should run."
         )
