@@ -234,7 +234,7 @@ async fn authority(agent: &AgentRuntime, run: &JobRun) -> Result<Authority, Stri
         .await
         .map_err(|e| format!("checking the creator failed: {e}"))??;
     if let Some((channel, chat_id)) = session_chat(&run.session)
-        && let Ok(adapter) = agent.outbox().adapter(agent.settings(), channel)
+        && let Ok(adapter) = agent.outbox().adapter(channel)
     {
         adapter
             .check_recipient(chat_id)

@@ -100,7 +100,7 @@ impl TurnRunner for AgentRuntime {
     }
 
     fn adapter(&self, channel: &str) -> anyhow::Result<Arc<dyn Channel>> {
-        self.outbox().adapter(self.settings(), channel)
+        self.outbox().adapter(channel)
     }
 
     async fn new_context(&self, session_id: &str, who: &Authority) -> anyhow::Result<()> {

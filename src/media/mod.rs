@@ -20,9 +20,57 @@ use std::path::{Path, PathBuf};
 use serde_json::{Value, json};
 
 use crate::channels::{Channel, MediaFile};
-use crate::config::Settings;
+use crate::config::{MediaSettings, ModelConfig};
 use crate::delivery::Outbox;
 use crate::llm::transcribe::Transcriber;
+
+/// What media reads of the settings, converted once for the process.
+pub(crate) struct MediaConfig {
+    /// `BUB_MEDIA_*`, `BUB_VISION*` (and the `BUB_TRANSCRIBE_*` they were loaded with).
+    pub settings: MediaSettings,
+    /// Where speech is transcribed (`BUB_TRANSCRIBE_MODEL` at `BUB_TRANSCRIBE_API_BASE` with
+    /// `BUB_TRANSCRIBE_API_KEY`, else the chat model's OpenAI-compatible base and `BUB_API_KEY`),
+    /// or the note a voice file gets instead.
+    transcriber: Result<Transcriber, String>,
+}
+
+impl MediaConfig {
+    /// The media settings, transcribed with `models`' endpoint unless they name their own.
+    pub(crate) fn new(media: &MediaSettings, models: &ModelConfig) -> Self {
+        Self {
+            settings: media.clone(),
+            transcriber: transcriber(media, models),
+        }
+    }
+}
+
+/// The transcription endpoint of `media`, falling back to the chat model's (`models`).
+fn transcriber(media: &MediaSettings, models: &ModelConfig) -> Result<Transcriber, String> {
+    let Some(model) = &media.transcribe_model else {
+        return Err("not transcribed: no transcription model is set (BUB_TRANSCRIBE_MODEL)".into());
+    };
+    let provider = &models.model.provider;
+    let base_url = match &media.transcribe_api_base {
+        Some(base) => base.to_string(),
+        // Anthropic's and Gemini's APIs have no `/audio/transcriptions`.
+        None if crate::llm::Api::of(provider) != crate::llm::Api::OpenAi => {
+            return Err(format!(
+                "not transcribed: {provider} has no transcription endpoint; set BUB_TRANSCRIBE_API_BASE"
+            ));
+        }
+        None => models.base_url_for(&models.model),
+    };
+    Ok(Transcriber {
+        model: model.clone(),
+        base_url,
+        api_key: media
+            .transcribe_api_key
+            .as_ref()
+            .or(models.api_key())
+            .map(|k| k.expose().to_owned()),
+        timeout: models.timeout,
+    })
+}
 
 /// A turn's prompt after its files were handled, and the images it shows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -32,10 +80,12 @@ pub(crate) struct Prepared {
     pub images: Vec<String>,
 }
 
-/// Handles the files of `prompt` (a chat turn's prompt: metadata JSON lines) in `session_id`.
-/// A prompt without media is returned as it is, without any work.
+/// Handles the files of `prompt` (a chat turn's prompt: metadata JSON lines) in `session_id`,
+/// saving them under `workspace`. A prompt without media is returned as it is, without any
+/// work.
 pub(crate) async fn prepare(
-    settings: &Settings,
+    config: &MediaConfig,
+    workspace: &Path,
     outbox: &Outbox,
     session_id: &str,
     prompt: &str,
@@ -53,12 +103,13 @@ pub(crate) async fn prepare(
     if !prompt.contains("\"media\"") {
         return unchanged();
     }
-    let adapter = match outbox.adapter(settings, channel) {
+    let adapter = match outbox.adapter(channel) {
         Ok(adapter) => adapter,
         Err(_) => return unchanged(),
     };
     let inbox = Inbox {
-        settings,
+        config,
+        workspace,
         adapter: adapter.as_ref(),
         folder: folder.to_string_lossy().into_owned(),
     };
@@ -94,7 +145,8 @@ pub(crate) async fn prepare(
 
 /// Where one chat's files go, and the adapter that downloads them.
 struct Inbox<'a> {
-    settings: &'a Settings,
+    config: &'a MediaConfig,
+    workspace: &'a Path,
     adapter: &'a dyn Channel,
     /// Relative to the workspace.
     folder: String,
@@ -144,7 +196,7 @@ impl Inbox<'_> {
     /// Saves file number `n` of the message `metadata` (unless too large or already there),
     /// then transcribes it when it is speech.
     async fn receive(&self, metadata: &Value, file: &MediaFile, n: usize) -> Outcome {
-        let max = self.settings.media.max_bytes;
+        let max = self.config.settings.max_bytes;
         if let Some(size) = file.size.filter(|s| *s > max) {
             return Outcome::noted(format!(
                 "not downloaded: {} is over the {} limit (BUB_MEDIA_MAX_BYTES)",
@@ -153,7 +205,7 @@ impl Inbox<'_> {
             ));
         }
         let relative = format!("{}/{}", self.folder, file_name(metadata, file, n));
-        let path = self.settings.workspace.join(&relative);
+        let path = self.workspace.join(&relative);
         if !is_saved(&path).await {
             if let Err(e) = self.download(file, &path, max).await {
                 tracing::warn!(kind = %file.kind, error = %format!("{e:#}"), "media.download.error");
@@ -194,35 +246,7 @@ impl Inbox<'_> {
 
     /// The transcript of the audio at `path`, or why there is none.
     async fn transcribe(&self, path: &Path) -> Result<String, String> {
-        let settings = self.settings;
-        let Some(model) = &settings.media.transcribe_model else {
-            return Err(
-                "not transcribed: no transcription model is set (BUB_TRANSCRIBE_MODEL)".into(),
-            );
-        };
-        let transcriber = Transcriber {
-            model: model.clone(),
-            base_url: match &settings.media.transcribe_api_base {
-                Some(base) => base.to_string(),
-                // Anthropic's and Gemini's APIs have no `/audio/transcriptions`.
-                None if crate::llm::Api::of(&settings.model.provider)
-                    != crate::llm::Api::OpenAi =>
-                {
-                    return Err(format!(
-                        "not transcribed: {} has no transcription endpoint; set BUB_TRANSCRIBE_API_BASE",
-                        settings.model.provider
-                    ));
-                }
-                None => settings.model_base_url(),
-            },
-            api_key: settings
-                .media
-                .transcribe_api_key
-                .as_ref()
-                .or(settings.api_key.as_ref())
-                .map(|k| k.expose().to_owned()),
-            timeout: settings.model_timeout,
-        };
+        let transcriber = self.config.transcriber.as_ref().map_err(Clone::clone)?;
         let name = path.file_name().unwrap_or_default().to_string_lossy();
         match transcriber.transcribe(path, &name).await {
             Ok(text) if !text.is_empty() => Ok(text),

@@ -109,7 +109,7 @@ pub(crate) fn tools() -> Vec<Tool> {
             "Run shell command",
             DETAIL,
             |args: BashArgs, ctx: ToolContext| async move {
-                let settings = ctx.settings();
+                let process = &ctx.process;
                 let folder = match ctx.turn.policy.confines_files() {
                     true => Some(guest_folder(&ctx).await?),
                     false => None,
@@ -117,8 +117,8 @@ pub(crate) fn tools() -> Vec<Tool> {
                 let launch = Launch {
                     workspace: ctx.workspace(),
                     session_id: ctx.session_id(),
-                    home: &settings.home,
-                    user_home: settings.user_home.as_deref(),
+                    home: &process.home,
+                    user_home: process.user_home.as_deref(),
                     sandboxed: ctx.turn.policy.sandbox,
                     folder: folder.as_deref(),
                 };
