@@ -98,7 +98,11 @@ pub(crate) enum Learned {
 /// Whether a finished turn is worth a learning call: learning is on (`min_steps`, see
 /// [`super::config::TurnConfig::learn_min_steps`]), the turn ran with the owner's rights, and
 /// it made at least `min_steps` tool calls.
-pub(crate) fn worth_learning(min_steps: Option<u32>, ctx: &ToolContext, steps: &[ToolStep]) -> bool {
+pub(crate) fn worth_learning(
+    min_steps: Option<u32>,
+    ctx: &ToolContext,
+    steps: &[ToolStep],
+) -> bool {
     min_steps.is_some_and(|min| {
         ctx.turn.policy.role == crate::access::Role::Owner && steps.len() >= min as usize
     })
@@ -255,12 +259,7 @@ fn hyphen_case(name: &str) -> String {
 /// Writes `proposal` as a learned skill of the workspace, or updates the learned skill of that
 /// name; refuses a name taken by any other skill, a new skill beyond [`MAX_LEARNED`], and a
 /// file the skill parser does not accept.
-pub(crate) fn save(
-    roots: &SkillRoots,
-    proposal: &Proposal,
-    session: &str,
-    today: &str,
-) -> Learned {
+pub(crate) fn save(roots: &SkillRoots, proposal: &Proposal, session: &str, today: &str) -> Learned {
     let found = discover_all(roots);
     let name = &proposal.name;
     let (path, learned_at, source, revision) = match found.get(name) {

@@ -206,9 +206,10 @@ impl AgentRuntime {
         }
         let (process, workspace) = (self.process.clone(), self.workspace.clone());
         let id = session_id.to_owned();
-        let state = tokio::task::spawn_blocking(move || SessionCtx::open(&process, &workspace, &id))
-            .await
-            .map_err(|e| anyhow::anyhow!("opening the session failed: {e}"))??;
+        let state =
+            tokio::task::spawn_blocking(move || SessionCtx::open(&process, &workspace, &id))
+                .await
+                .map_err(|e| anyhow::anyhow!("opening the session failed: {e}"))??;
         // Another caller may have opened it meanwhile: one state per session.
         let session = self
             .sessions
@@ -448,7 +449,14 @@ impl AgentRuntime {
         }
         remember_prefixed(ctx, text).await;
         let (outbox, workspace) = (&self.process.outbox, ctx.workspace());
-        let media = media::prepare(&self.config.media, workspace, outbox, ctx.session_id(), text).await;
+        let media = media::prepare(
+            &self.config.media,
+            workspace,
+            outbox,
+            ctx.session_id(),
+            text,
+        )
+        .await;
         let router = Router::new(ctx.clone());
         let route = router.route_user(&media.prompt).await;
         if route.exit_requested {
@@ -464,7 +472,9 @@ impl AgentRuntime {
             };
         }
         let own = ctx.session.model();
-        let chain = self.models.chain(own.as_ref().unwrap_or(&self.process.models.model));
+        let chain = self
+            .models
+            .chain(own.as_ref().unwrap_or(&self.process.models.model));
         let llm = match &chain {
             Ok(chain) => Ok(chain.as_ref()),
             Err(e) => Err(e.as_str()),

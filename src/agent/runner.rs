@@ -199,8 +199,11 @@ impl<'a> ModelLoop<'a> {
         }
         if !done && out.error.is_none() {
             out.error = Some(TurnError::MaxSteps(self.config.max_steps));
-            self.event("loop.max_steps", json!({"max_steps": self.config.max_steps}))
-                .await;
+            self.event(
+                "loop.max_steps",
+                json!({"max_steps": self.config.max_steps}),
+            )
+            .await;
         }
         out.visible_text = visible.join("\n\n").trim().to_string();
         out.tools = std::mem::take(&mut self.trail);
@@ -524,7 +527,10 @@ impl<'a> ModelLoop<'a> {
             .filter(|p| !self.images_shown.contains_key(*p))
             .cloned()
             .collect();
-        let (workspace, home) = (self.ctx.workspace().to_owned(), self.ctx.process.home.clone());
+        let (workspace, home) = (
+            self.ctx.workspace().to_owned(),
+            self.ctx.process.home.clone(),
+        );
         let made = tokio::task::spawn_blocking(move || {
             missing
                 .into_iter()

@@ -521,7 +521,10 @@ fn command_line_overrides_are_above_every_source() {
         &fx.bub_home().join("config.toml"),
         "BUB_MODEL = \"openai:gpt-4o\"\nBUB_MAX_TOKENS = 10\n",
     );
-    let env = [("BUB_MODEL", "deepseek:deepseek-chat"), ("BUB_MAX_TOKENS", "20")];
+    let env = [
+        ("BUB_MODEL", "deepseek:deepseek-chat"),
+        ("BUB_MAX_TOKENS", "20"),
+    ];
     let load = |overrides: Overrides, env: &[(&str, &str)]| {
         Settings::load(&LoadOptions {
             overrides,
@@ -529,7 +532,10 @@ fn command_line_overrides_are_above_every_source() {
         })
     };
     let s = load(Overrides::default(), &env).unwrap();
-    assert_eq!((s.model.to_string(), s.max_tokens), ("deepseek:deepseek-chat".into(), 20));
+    assert_eq!(
+        (s.model.to_string(), s.max_tokens),
+        ("deepseek:deepseek-chat".into(), 20)
+    );
     assert!(s.allowed_skills.is_empty());
     assert_eq!(s.log_level, None);
 
@@ -543,7 +549,10 @@ fn command_line_overrides_are_above_every_source() {
         &env,
     )
     .unwrap();
-    assert_eq!((s.model.to_string(), s.max_tokens), ("ollama:llama3:8b".into(), 30));
+    assert_eq!(
+        (s.model.to_string(), s.max_tokens),
+        ("ollama:llama3:8b".into(), 30)
+    );
     assert_eq!(s.allowed_skills, ["deploy"]);
     assert_eq!(s.log_level.as_deref(), Some("warn"));
 

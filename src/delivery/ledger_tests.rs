@@ -112,15 +112,11 @@ async fn a_turn_run_again_skips_what_was_accepted_and_sends_what_was_not() {
     // then a report to chat 8 — and the restart comes before it is sent.
     let first = SendLedger::new(inbox.clone(), &[seq]).unwrap();
     for _ in 0..2 {
-        let sent = first
-            .send(&outbox, "telegram", &to("7", "ping"))
-            .await;
+        let sent = first.send(&outbox, "telegram", &to("7", "ping")).await;
         assert_eq!(sent.unwrap(), Sent::Now);
     }
     channel.accepting.store(0, Ordering::SeqCst);
-    let failed = first
-        .send(&outbox, "telegram", &to("8", "report"))
-        .await;
+    let failed = first.send(&outbox, "telegram", &to("8", "report")).await;
     assert!(failed.is_err());
     assert_eq!(channel.texts(), ["ping", "ping"]);
 
@@ -141,9 +137,7 @@ async fn a_turn_run_again_skips_what_was_accepted_and_sends_what_was_not() {
     assert_eq!(channel.texts(), ["ping", "ping", "report", "ping"]);
     // Another turn (other messages) sends its own "ping".
     let other = SendLedger::new(inbox.clone(), &[received(&inbox, "2")]).unwrap();
-    let sent = other
-        .send(&outbox, "telegram", &to("7", "ping"))
-        .await;
+    let sent = other.send(&outbox, "telegram", &to("7", "ping")).await;
     assert_eq!(sent.unwrap(), Sent::Now);
     // A turn of messages that were never journaled has no ledger.
     assert!(SendLedger::new(inbox, &[0]).is_none());
@@ -159,12 +153,7 @@ async fn a_long_send_resumes_at_its_first_part_not_accepted() {
     let long = to("7", "aaaa aaaa\n\nbbbb bbbb\n\ncccc cccc");
     channel.accepting.store(2, Ordering::SeqCst);
     let first = SendLedger::new(inbox.clone(), &[seq]).unwrap();
-    assert!(
-        first
-            .send(&outbox, "telegram", &long)
-            .await
-            .is_err()
-    );
+    assert!(first.send(&outbox, "telegram", &long).await.is_err());
     assert_eq!(channel.texts(), ["aaaa aaaa", "bbbb bbbb"]);
 
     channel.accepting.store(usize::MAX, Ordering::SeqCst);
@@ -186,9 +175,7 @@ async fn a_refused_chat_is_refused_and_nothing_is_recorded() {
     let inbox = Arc::new(Inbox::memory());
     let seq = received(&inbox, "1");
     let ledger = SendLedger::new(inbox.clone(), &[seq]).unwrap();
-    let refused = ledger
-        .send(&outbox, "telegram", &to("666", "hi"))
-        .await;
+    let refused = ledger.send(&outbox, "telegram", &to("666", "hi")).await;
     assert!(format!("{:#}", refused.unwrap_err()).contains("not in BUB_TELEGRAM_ALLOW_CHATS"));
     assert!(channel.texts().is_empty());
     let key = SendLedger::new(inbox.clone(), &[seq])

@@ -90,11 +90,7 @@ async fn a_torn_record_line_is_ignored_and_the_next_starts_on_a_line_of_its_own(
     let path = record_path(&home.path().join(DIR), "k");
     let long = to("42", "aaaa aaaa\n\nbbbb bbbb");
     channel.accepting.store(1, Ordering::SeqCst);
-    assert!(
-        send_once(&outbox, "telegram", &long, "k")
-            .await
-            .is_err()
-    );
+    assert!(send_once(&outbox, "telegram", &long, "k").await.is_err());
     // A process that died writing its next line left part of it.
     let mut file = std::fs::OpenOptions::new()
         .append(true)

@@ -326,10 +326,7 @@ fn discover_now(allowed: &[String], roots: Vec<(PathBuf, Source)>) -> Snapshot {
             folder,
         );
     }
-    let allowed: Vec<String> = allowed
-        .iter()
-        .map(|s| s.trim().to_lowercase())
-        .collect();
+    let allowed: Vec<String> = allowed.iter().map(|s| s.trim().to_lowercase()).collect();
     if !allowed.is_empty() {
         found.skills.retain(|s| allowed.contains(&s.file.name));
     }

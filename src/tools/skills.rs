@@ -68,7 +68,11 @@ pub(crate) fn tools() -> Vec<Tool> {
              built-in ones: name, description, source and location; invalid SKILL.md files are \
              listed as skipped with the reason.",
             |_: NoArgs, ctx: ToolContext| async move {
-                blocking(ctx, |ctx| Ok(skills::discover(&ctx.skill_roots()).listing())).await
+                blocking(
+                    ctx,
+                    |ctx| Ok(skills::discover(&ctx.skill_roots()).listing()),
+                )
+                .await
             },
         ),
         Tool::new(
