@@ -35,7 +35,7 @@ use crate::access::{Authority, session_chat};
 use crate::agent::AgentRuntime;
 use crate::channels::{Channel, InboundSink, Outbound};
 use crate::delivery::{SendLedger, TurnError, TurnResult, render_output};
-use crate::inbox::{Delivery, Inbox, JobRun, Outcome};
+use crate::inbox::{Inbox, JobRun, Outcome};
 use crate::scheduler::JobRunner;
 use crate::scheduler::job::{Job, local_time};
 use crate::tools::TurnOutput;
@@ -166,8 +166,9 @@ async fn deliver(
     inbox: &Inbox,
 ) -> Result<String, String> {
     let text = render_output(result, proactive);
-    let (channel, chat_id) = match session_chat(&run.session) {
-        _ if text.is_empty() => {
+    let empty = text.is_empty();
+    let delivery = match run.delivery(text) {
+        _ if empty => {
             inbox.done(&[run.seq], Outcome::Silent).await;
             return Ok("nothing to send".to_owned());
         }
@@ -175,19 +176,7 @@ async fn deliver(
             inbox.done(&[run.seq], Outcome::Silent).await;
             return Ok("no channel for this session; the answer is on the tape".to_owned());
         }
-        Some(chat) => chat,
-    };
-    let delivery = Delivery {
-        channel: channel.to_owned(),
-        seqs: vec![run.seq],
-        out: Outbound {
-            chat_id: chat_id.to_owned(),
-            text,
-            reply_to: None,
-            file: None,
-            edit: None,
-        },
-        parts_sent: 0,
+        Some(delivery) => delivery,
     };
     inbox.answered(&delivery).await;
     courier.send_recorded(inbox, &delivery).await?;
