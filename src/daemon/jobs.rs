@@ -50,7 +50,7 @@ const INTERRUPTED: &str =
 /// A due run on its way to its session's actor, and who waits for its outcome (the
 /// scheduler; nobody for a run resumed after a restart).
 #[derive(Debug)]
-pub struct ScheduledRun {
+pub(crate) struct ScheduledRun {
     pub(crate) run: JobRun,
     pub(crate) done: Option<oneshot::Sender<Result<(), String>>>,
 }

@@ -115,7 +115,7 @@ impl SessionConfig {
 
 /// What the manager hands a session actor.
 #[derive(Debug)]
-pub enum Mail {
+pub(crate) enum Mail {
     /// A message just received.
     Message(Inbound),
     /// A message received before a restart, not yet answered: it runs without waiting for a
