@@ -370,7 +370,7 @@ async fn turn(
     let result = tokio::select! {
         result = observed => result,
         _ = tokio::signal::ctrl_c() => {
-            agent.append_event(session_id, "turn.interrupted", serde_json::json!({"by": "SIGINT"})).await;
+            agent.append_event(session_id, bub::tape::Event::TurnInterrupted, serde_json::json!({"by": "SIGINT"})).await;
             eprintln!("Operation interrupted.");
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }

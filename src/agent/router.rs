@@ -11,6 +11,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use super::commands::{self, CommandKind, ParsedCommand};
+use crate::tape::Event;
 use crate::tools::{ToolContext, ToolError};
 
 /// Default timeout for a shell command typed by a human (`,cargo build`): long, because Ctrl-C
@@ -232,7 +233,7 @@ impl Router {
             "elapsed_ms": started.elapsed().as_millis() as u64,
             "output": outcome.output,
         });
-        self.ctx.tape().event("command", event).await;
+        self.ctx.tape().event(Event::Command, event).await;
         outcome
     }
 

@@ -63,7 +63,7 @@ use crate::config::Settings;
 use crate::delivery::{self, SendLedger, render_output};
 use crate::inbox::{Delivery, Inbox, Outcome};
 use crate::status::{Board, SessionState};
-use crate::tape::search::LEFT_OUT_EVENT;
+use crate::tape::Event;
 use crate::time;
 use crate::tools::TurnOutput;
 
@@ -418,7 +418,7 @@ impl SessionActor {
             what: "stop".into(),
         });
         *turn = Some(Box::pin(async move {
-            runner.record(&session_id, "turn.cancelled", data).await;
+            runner.record(&session_id, Event::TurnCancelled, data).await;
             courier.deliver(&out).await;
         }));
     }
@@ -506,8 +506,9 @@ impl SessionActor {
         if !left_out.is_empty() {
             prompt.push_str(&format!(
                 "[{} earlier messages of this batch are not shown here; they are on the tape \
-                 (event `{LEFT_OUT_EVENT}`): use tape.search to find them.]\n",
-                left_out.len()
+                 (event `{}`): use tape.search to find them.]\n",
+                left_out.len(),
+                Event::MessagesLeftOut,
             ));
         }
         let lines: Vec<&str> = batch.iter().map(|m| m.prompt.as_str()).collect();
@@ -568,7 +569,9 @@ impl SessionActor {
             let _typing = typing(courier.channel.clone(), chat_id.clone(), typing_interval);
             if !left_out.is_empty() {
                 let data = json!({"count": left_out.len(), "messages": left_out});
-                runner.record(&session_id, LEFT_OUT_EVENT, data).await;
+                runner
+                    .record(&session_id, Event::MessagesLeftOut, data)
+                    .await;
             }
             let output = TurnOutput {
                 live: live.as_ref().map(live::LiveAnswer::sender),

@@ -83,15 +83,15 @@ impl FileTape {
     }
 }
 
-/// The name of the event that holds the messages of a batch too large for one model request
-/// (written by the session actor): searchable like messages.
-pub(crate) const LEFT_OUT_EVENT: &str = "messages.left_out";
-
-/// Whether an event line is a [`LEFT_OUT_EVENT`] (its name comes first in the payload).
+/// Whether an event line is a [`Event::MessagesLeftOut`] (the messages of a batch too large for
+/// one model request, written by the session actor; searchable like messages). Its name comes
+/// first in the payload.
 fn is_left_out(line: &[u8]) -> bool {
-    let needle = br#"{"name":"messages.left_out""#;
-    line.windows(needle.len()).take(64).any(|w| w == needle)
+    line.windows(LEFT_OUT.len()).take(64).any(|w| w == LEFT_OUT)
 }
+
+/// How a [`Event::MessagesLeftOut`] payload starts.
+const LEFT_OUT: &[u8] = br#"{"name":"messages.left_out""#;
 
 /// A normalized query, ready to test entries.
 pub(crate) struct Matcher {
@@ -350,6 +350,7 @@ fn tokens_with_masks(text: &[u8]) -> impl Iterator<Item = ((usize, usize), u64)>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tape::Event;
 
     fn matches(query: &str, payload: &str) -> bool {
         Matcher::new(query).unwrap().matches_json(
@@ -357,6 +358,17 @@ mod tests {
             b"{}",
             &mut Scratch::default(),
         )
+    }
+
+    #[test]
+    fn left_out_events_are_told_by_their_name() {
+        let payload = serde_json::json!({"name": Event::MessagesLeftOut.as_str(), "data": {}});
+        assert!(payload.to_string().as_bytes().starts_with(LEFT_OUT));
+        let line = format!(r#"{{"id":1,"kind":"event","payload":{payload},"meta":{{}}}}"#);
+        assert!(is_left_out(line.as_bytes()));
+        assert!(!is_left_out(
+            br#"{"id":1,"kind":"event","payload":{"name":"run"}}"#
+        ));
     }
 
     #[test]
