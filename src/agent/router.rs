@@ -1,5 +1,5 @@
 //! The input router: decides whether a line is a comma command (run it now) or natural language
-//! (give it to the model), for human input and for the model's own text (as Bub v0.2.3, fixed).
+//! (give it to the model), for human input and for the model's own text.
 //!
 //! Every executed command is recorded on the tape as a `command` event; a failed human command
 //! falls back into the model as an escaped `<command>` block — unless the turn's policy refused

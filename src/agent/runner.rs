@@ -1,4 +1,4 @@
-//! The bounded model loop of one turn (as in Bub v0.2.3, fixed): call the model, run the tool
+//! The bounded model loop of one turn: call the model, run the tool
 //! calls it asks for, route its final text, repeat until it answers, fails or hits the step bound.
 //!
 //! Everything is recorded on the tape as it happens: the user prompt before the call (so a failed

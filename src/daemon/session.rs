@@ -1,7 +1,7 @@
 //! The session actor: one tokio task per chat (`"<channel>:<chat_id>"`) that decides when a turn
 //! runs, delivers its answer, and answers the chat controls.
 //!
-//! Rules (Bub v0.2.3's, fixed):
+//! Rules:
 //! * A comma command (`,help`) runs as its own turn without debounce or batching — also from a
 //!   sender who did not address the bot; the adapter already applied the allow-lists.
 //! * A message that addresses the bot opens (or extends) the follow-up window

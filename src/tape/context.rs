@@ -1,7 +1,8 @@
 //! What the model sees of a tape (its context) and the tape summary (`tape.info`).
 //!
 //! The context is the entries strictly after the last anchor, mapped to OpenAI chat messages
-//! as Bub v0.2.3 does, with two fixes:
+//! (a `message` as it is, a `tool_call` as an assistant message with `tool_calls`, a
+//! `tool_result` as one tool message per result; other kinds are not shown), and:
 //! * **Handoff note.** When the last anchor has a `summary` or `next_steps`, the context starts
 //!   with one user message carrying them, so a handoff carries its summary forward:
 //!   ```text
@@ -15,9 +16,9 @@
 //!   message per call. When a turn died between recording a `tool_call` and its
 //!   `tool_result`, the missing results are filled in with
 //!   `{"role":"tool","content":"error: no result recorded","tool_call_id","name"}` so the
-//!   sequence stays valid. Orphan tool results (no pending call) keep Bub v0.2.3's output, a
-//!   tool message without `tool_call_id`, on the tape's view; the model loop drops them before
-//!   the request (`agent::request::sanitize_context`), since providers reject them.
+//!   sequence stays valid. An orphan tool result (no pending call) is a tool message without
+//!   `tool_call_id` in the tape's view; the model loop drops it before the request
+//!   (`agent::request::sanitize_context`), since providers reject them.
 //!
 //! Both are read from the file, not from per-entry records (the index keeps none): the context
 //! parses the bytes from the last anchor's offset (or the start) to the end of the last
@@ -279,8 +280,8 @@ fn withheld(entry: &TapeEntry, guest: bool) -> bool {
     guest && entry.meta.get("role").and_then(Value::as_str) != Some("guest")
 }
 
-/// Maps entries (those after the last anchor) to chat messages, as Bub v0.2.3 does, plus
-/// synthetic results for unanswered tool calls.
+/// Maps entries (those after the last anchor) to chat messages, plus synthetic results for
+/// unanswered tool calls.
 #[cfg(test)]
 pub(crate) fn select_messages(entries: impl IntoIterator<Item = TapeEntry>) -> Vec<Value> {
     let mut messages = Messages::default();
@@ -393,8 +394,8 @@ fn tool_message(content: String, call: Option<&Value>) -> Value {
     msg
 }
 
-/// A string result as is; anything else as JSON text in the reference's `json.dumps` style
-/// (`", "` and `": "` separators, non-ASCII kept).
+/// A string result as is; anything else as JSON text with `", "` and `": "` separators,
+/// non-ASCII kept (how results have always been rendered, so the bytes stay the same).
 fn result_content(result: &Value) -> String {
     match result {
         Value::String(s) => s.clone(),

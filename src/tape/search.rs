@@ -2,15 +2,14 @@
 //! the `messages.left_out` events holding the overflow of very large batches),
 //! newest first.
 //!
-//! Semantics follow Bub v0.2.3, over `message` **and** `tool_result` entries (it searched
-//! messages only): the query is trimmed and lower-cased (empty → no results). An entry matches when
+//! The query is trimmed and lower-cased (empty → no results). An entry matches when
 //! the query is a substring of the lower-cased JSON of its payload or of its meta, or — for
 //! queries of at least 3 characters — fuzzily: the query's tokens (`[a-z0-9_/-]+`) joined by
 //! one space are compared with candidates taken from the entry's tokens (payload then meta):
 //! the first 128 tokens one by one, plus up to 128 sliding windows of as many tokens as the
 //! query has. A candidate matches when `rapidfuzz::fuzz::ratio` (normalized Indel similarity)
-//! is at least 0.8. The reference used `WRatio`, which rapidfuzz 0.5 lacks; the ratio over
-//! windows is our approximation of it.
+//! is at least 0.8: the ratio over windows finds a short query inside a long text, which the
+//! plain ratio over the whole text would not.
 //!
 //! Performance: entries are scanned newest first straight from the file in 1 MiB chunks (the
 //! index keeps no record per entry: lines are found by a backward scan for `\n`, and each
@@ -25,7 +24,7 @@ use super::entry::{Kind, TapeEntry, parse_entry, payload_meta_spans};
 use super::index::{BackLines, line_kind};
 use super::store::FileTape;
 
-/// Fuzzy threshold (the reference's `WRatio ≥ 80`, on rapidfuzz-rs's 0..1 scale).
+/// Fuzzy threshold (a ratio of 80 %, on rapidfuzz-rs's 0..1 scale).
 const THRESHOLD: f64 = 0.8;
 /// How many single tokens and how many windows are tried per entry.
 const MAX_CANDIDATES: usize = 128;

@@ -27,7 +27,7 @@
 //! ([`crate::net::retry::SENDS`]; `DiscordSettings::send_retry_budget`). `BUB_DISCORD_PROXY`
 //! (an HTTP/SOCKS proxy) is set on the reqwest client and so covers REST only: serenity 0.12
 //! opens the gateway websocket directly and has no proxy option for it. Ambient
-//! `HTTPS_PROXY`-style variables are ignored, as in the reference.
+//! `HTTPS_PROXY`-style variables are ignored: only `BUB_DISCORD_PROXY` chooses a proxy.
 //!
 //! The token is kept out of logs and errors: nothing here formats it, `Discord` has no `Debug`,
 //! and REST errors are rebuilt from route, status and Discord's message.
