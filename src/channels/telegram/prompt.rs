@@ -223,7 +223,7 @@ pub(crate) fn metadata(msg: &Message, described: &Described, content: &str) -> V
             .map(|t| t.chars().take(REPLY_TEXT_LIMIT).collect());
         let reply = json!({
             "message_id": reply.id.0,
-            // A number, as upstream Bub's own tests expect (sender ids are strings).
+            // A number, unlike sender ids (strings): the format tapes already hold.
             "from_user_id": author.map(|u| u.id.0),
             "from_username": author.and_then(|u| u.username.clone()),
             "from_is_bot": author.map(|u| u.is_bot),
