@@ -52,6 +52,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::jobs::{self, ScheduledRun};
 use super::live;
@@ -792,8 +793,8 @@ impl Courier {
 }
 
 /// Shows the typing indicator every `interval` until the returned guard is dropped.
-fn typing(channel: Arc<dyn Channel>, chat_id: String, interval: Duration) -> AbortOnDrop {
-    AbortOnDrop(tokio::spawn(async move {
+fn typing(channel: Arc<dyn Channel>, chat_id: String, interval: Duration) -> AbortOnDropHandle<()> {
+    AbortOnDropHandle::new(tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
         loop {
             tick.tick().await;
@@ -802,15 +803,6 @@ fn typing(channel: Arc<dyn Channel>, chat_id: String, interval: Duration) -> Abo
             }
         }
     }))
-}
-
-/// Aborts a task when dropped (the typing loop stops when its turn ends or is cancelled).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 #[cfg(test)]
