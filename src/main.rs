@@ -370,7 +370,7 @@ async fn turn(
     let result = tokio::select! {
         result = observed => result,
         _ = tokio::signal::ctrl_c() => {
-            agent.append_event(session_id, "turn.interrupted", serde_json::json!({"by": "SIGINT"})).await;
+            agent.append_event(session_id, bub::tape::Event::TurnInterrupted, serde_json::json!({"by": "SIGINT"})).await;
             eprintln!("Operation interrupted.");
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }
@@ -433,11 +433,8 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     let cfg = SessionConfig::from_settings(&settings);
     let scheduler_enabled = settings.scheduler_enabled;
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
-    let channels = bub::delivery::enabled_channels(
-        bub::delivery::PLATFORMS,
-        agent.settings(),
-        agent.access(),
-    )?;
+    let channels =
+        bub::delivery::served_channels(bub::delivery::PLATFORMS, agent.settings(), agent.access())?;
     agent.outbox().install(&channels);
     let (inbox, resume) = open_inbox(&agent).await?;
     let mut manager = ChannelManager::new(agent.clone(), cfg, Arc::new(inbox));
@@ -563,7 +560,7 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
     };
     let cfg = SessionConfig::from_settings(&settings);
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
-    let channels = bub::delivery::configured_channels(
+    let channels = bub::delivery::send_only_channels(
         bub::delivery::PLATFORMS,
         agent.settings(),
         agent.access(),

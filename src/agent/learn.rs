@@ -19,6 +19,7 @@ use super::compact::cut;
 use crate::config::Settings;
 use crate::llm::{ChatMessage, ChatRequest, ModelChain};
 use crate::skills::{self, Source};
+use crate::tape::Event;
 use crate::tools::ToolContext;
 
 /// The system prompt of the learning call.
@@ -153,7 +154,7 @@ pub(crate) async fn learn(llm: &ModelChain, ctx: &ToolContext, turn: Finished) {
         Learned::Refused(why) => json!({"outcome": "refused", "why": why}),
     };
     tracing::info!(data = %data, "skill.learn");
-    ctx.tape().event("skill.learn", data).await;
+    ctx.tape().event(Event::SkillLearn, data).await;
 }
 
 /// The learned skills of the workspace: `name: description` lines.

@@ -41,6 +41,7 @@ use crate::delivery::Outbox;
 use crate::llm::{LlmClient, LlmConfig};
 use crate::media;
 use crate::tape::TapeInfo;
+use crate::tape::{Event, Kind};
 use crate::tools::{self, ProcessCtx, SessionCtx, ToolContext, TurnOutput};
 use models::{Models, SharedChain};
 use router::Router;
@@ -258,10 +259,10 @@ impl AgentRuntime {
     }
 
     /// Records an event on a session's tape outside a turn (`turn.interrupted`, `schedule.run`).
-    pub async fn append_event(&self, session_id: &str, name: &str, data: serde_json::Value) {
+    pub async fn append_event(&self, session_id: &str, name: Event, data: serde_json::Value) {
         match self.session(session_id).await {
             Ok(session) => session.state.tape.event(name, data).await,
-            Err(e) => crate::tape::shared::append_failed("event", &e),
+            Err(e) => crate::tape::shared::append_failed(&Kind::Event, &e),
         }
     }
 
@@ -488,7 +489,7 @@ impl AgentRuntime {
             "exit_requested": outcome.exit_requested,
             "error": outcome.error,
         });
-        ctx.tape().event("loop.result", result).await;
+        ctx.tape().event(Event::LoopResult, result).await;
         TurnResult {
             immediate_output: route.immediate_output,
             assistant_output: outcome.visible_text,
@@ -535,7 +536,7 @@ async fn remember_prefixed(ctx: &ToolContext, text: &str) {
     match kept {
         Ok(Ok(entries)) => {
             ctx.tape()
-                .event("memory.remembered", json!({"entries": entries}))
+                .event(Event::MemoryRemembered, json!({"entries": entries}))
                 .await;
         }
         Ok(Err(e)) => tracing::error!(error = %format!("{e:#}"), "memory.remember.error"),

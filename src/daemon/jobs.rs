@@ -38,6 +38,7 @@ use crate::delivery::{SendLedger, TurnError, TurnResult, render_output};
 use crate::inbox::{Inbox, JobRun, Outcome};
 use crate::scheduler::JobRunner;
 use crate::scheduler::job::{Job, local_time};
+use crate::tape::Event;
 use crate::tools::TurnOutput;
 
 /// How many fired runs may wait for the manager to take them (the scheduler waits beyond).
@@ -208,8 +209,16 @@ pub(super) async fn run(
 /// workspace, then nothing of the run is kept.
 pub(super) async fn ran(agent: &AgentRuntime, run: &JobRun, data: Value) {
     match agent.workspace_runtime(&run.workspace) {
-        Some(other) => other.append_event(&run.session, "schedule.run", data).await,
-        None => agent.append_event(&run.session, "schedule.run", data).await,
+        Some(other) => {
+            other
+                .append_event(&run.session, Event::ScheduleRun, data)
+                .await
+        }
+        None => {
+            agent
+                .append_event(&run.session, Event::ScheduleRun, data)
+                .await
+        }
     }
     agent.release_job(&run.workspace, &run.session);
 }
