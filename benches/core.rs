@@ -18,7 +18,7 @@ use bub::access::Authority;
 use bub::agent::router::Router;
 use bub::config::Settings;
 use bub::redact::Redactor;
-use bub::tape::{FileTape, Searched};
+use bub::tape::{FileTape, Kind, Searched};
 use bub::tools::{ToolContext, builtin_registry};
 use serde_json::{Value, json};
 
@@ -36,65 +36,101 @@ fn main() {
 }
 
 /// The durable inbox: the cost of journaling one received message (a ~600-byte Telegram
-/// prompt) and of each progress record of its turn (start, answer, done) — one `write` each,
-/// no fsync. `done` alone is the duplicate window: a crash between the platform accepting an
-/// answer and that write repeats the answer after a restart.
+/// prompt) and of each progress record of its turn (start, answer, done), each awaited until
+/// the journal's writer task has written it (one hop to the writer, one `write` per batch, no
+/// fsync). `done` alone is the duplicate window: a crash between the platform accepting an
+/// answer and that write repeats the answer after a restart. Then the same messages from 64
+/// chats at once: the writer batches what is queued into one `write`.
 fn bench_inbox(dir: &Path) {
+    use std::sync::Arc;
+
     use bub::access::Role;
     use bub::channels::{Inbound, Outbound};
     use bub::inbox::{Delivery, Inbox, Outcome};
     const N: u64 = 20_000;
+    const CHATS: u64 = 64;
     let prompt = Prose(11).text(600);
+    let message = move |i: u64| Inbound {
+        channel: "telegram".into(),
+        chat_id: (i % 300).to_string(),
+        message_id: i.to_string(),
+        sender_id: "42".into(),
+        sender_name: None,
+        role: Role::Owner,
+        prompt: prompt.clone(),
+        mentioned: true,
+        reply: false,
+        seq: 0,
+        interrupted: false,
+    };
+    let delivery = |message: &Inbound| Delivery {
+        channel: "telegram".into(),
+        seqs: vec![message.seq],
+        out: Outbound {
+            chat_id: message.chat_id.clone(),
+            text: "An answer of a typical length, a sentence or two.".into(),
+            reply_to: None,
+            file: None,
+            edit: None,
+        },
+        parts_sent: 0,
+    };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
     let path = dir.join("inbox.jsonl");
-    let (inbox, _) = Inbox::open(&path, |m| Some(m.role)).expect("inbox");
-    let mut received = Duration::ZERO;
-    let mut progress = Duration::ZERO;
-    let mut done = Duration::ZERO;
-    for i in 0..N {
-        let mut message = Inbound {
-            channel: "telegram".into(),
-            chat_id: (i % 300).to_string(),
-            message_id: i.to_string(),
-            sender_id: "42".into(),
-            sender_name: None,
-            role: Role::Owner,
-            prompt: prompt.clone(),
-            mentioned: true,
-            reply: false,
-            seq: 0,
-            interrupted: false,
-        };
+    rt.block_on(async {
+        let (inbox, _) = Inbox::open(&path, |m| Some(m.role)).expect("inbox");
+        let mut received = Duration::ZERO;
+        let mut progress = Duration::ZERO;
+        let mut done = Duration::ZERO;
+        for i in 0..N {
+            let mut message = message(i);
+            let at = Instant::now();
+            inbox.receive(&mut message, Some(i)).await.expect("receive");
+            received += at.elapsed();
+            let delivery = delivery(&message);
+            let at = Instant::now();
+            inbox.started(&delivery.seqs).await;
+            inbox.answered(&delivery).await;
+            progress += at.elapsed();
+            let at = Instant::now();
+            inbox.done(&delivery.seqs, Outcome::Sent).await;
+            done += at.elapsed();
+        }
+        let per = |d: Duration| d.as_secs_f64() * 1e6 / N as f64;
+        println!(
+            "inbox: receive {:.1} µs per message, start + answer {:.1} µs, done {:.1} µs (journal {} KiB after compaction)",
+            per(received),
+            per(progress),
+            per(done),
+            std::fs::metadata(&path).map_or(0, |m| m.len() / 1024)
+        );
+
+        let inbox = Arc::new(inbox);
         let at = Instant::now();
-        inbox.receive(&mut message, Some(i)).expect("receive");
-        received += at.elapsed();
-        let delivery = Delivery {
-            channel: "telegram".into(),
-            seqs: vec![message.seq],
-            out: Outbound {
-                chat_id: message.chat_id.clone(),
-                text: "An answer of a typical length, a sentence or two.".into(),
-                reply_to: None,
-                file: None,
-                edit: None,
-            },
-            parts_sent: 0,
-        };
-        let at = Instant::now();
-        inbox.started(&delivery.seqs);
-        inbox.answered(&delivery);
-        progress += at.elapsed();
-        let at = Instant::now();
-        inbox.done(&delivery.seqs, Outcome::Sent);
-        done += at.elapsed();
-    }
-    let per = |d: Duration| d.as_secs_f64() * 1e6 / N as f64;
-    println!(
-        "inbox: receive {:.1} µs per message, start + answer {:.1} µs, done {:.1} µs (journal {} KiB after compaction)",
-        per(received),
-        per(progress),
-        per(done),
-        std::fs::metadata(&path).map_or(0, |m| m.len() / 1024)
-    );
+        let chats: Vec<_> = (0..CHATS)
+            .map(|chat| {
+                let inbox = inbox.clone();
+                let message = message.clone();
+                tokio::spawn(async move {
+                    for i in (0..N / CHATS).map(|k| N + k * CHATS + chat) {
+                        let mut message = message(i);
+                        inbox.receive(&mut message, Some(i)).await.expect("receive");
+                        let delivery = delivery(&message);
+                        inbox.started(&delivery.seqs).await;
+                        inbox.answered(&delivery).await;
+                        inbox.done(&delivery.seqs, Outcome::Sent).await;
+                    }
+                })
+            })
+            .collect();
+        for chat in chats {
+            chat.await.expect("chat task");
+        }
+        println!(
+            "inbox: {CHATS} chats at once: {:.1} µs per message and its turn's records",
+            at.elapsed().as_secs_f64() * 1e6 / (N / CHATS * CHATS) as f64
+        );
+    });
 }
 
 /// The redactor on one 32 KiB tool result (shell output), with no secret in it and with two.
@@ -203,7 +239,7 @@ impl Prose {
 }
 
 /// The `i`-th entry of the synthetic tape: cycles of a 10-entry model turn.
-fn synthetic_entry(i: usize, prose: &mut Prose) -> (&'static str, Value, Value) {
+fn synthetic_entry(i: usize, prose: &mut Prose) -> (Kind, Value, Value) {
     let meta = json!({"run_id": format!("{:032x}", i / 10)});
     match i % 10 {
         0 => {
@@ -211,46 +247,54 @@ fn synthetic_entry(i: usize, prose: &mut Prose) -> (&'static str, Value, Value) 
             if i.is_multiple_of(1000) {
                 text.push_str(" Please review the database migration plan.");
             }
-            ("message", json!({"role": "user", "content": text}), meta)
+            (
+                Kind::Message,
+                json!({"role": "user", "content": text}),
+                meta,
+            )
         }
         1 => (
-            "event",
+            Kind::Event,
             json!({"name": "loop.step.start", "data": {"step": 1, "model": "openrouter:qwen/qwen3"}}),
             json!({}),
         ),
         2 => {
             let args = json!({"path": "src/main.rs", "note": prose.text(100)}).to_string();
             let call = json!({"id": format!("call-{i}"), "type": "function", "function": {"name": "fs_read", "arguments": args}});
-            ("tool_call", json!({"calls": [call]}), meta)
+            (Kind::ToolCall, json!({"calls": [call]}), meta)
         }
-        3 => ("tool_result", json!({"results": [prose.text(200)]}), meta),
+        3 => (
+            Kind::ToolResult,
+            json!({"results": [prose.text(200)]}),
+            meta,
+        ),
         4 => (
-            "event",
+            Kind::Event,
             json!({"name": "run", "data": {"status": "ok", "usage": {"prompt_tokens": 900, "completion_tokens": 80, "total_tokens": 980}}}),
             meta,
         ),
         5 => (
-            "message",
+            Kind::Message,
             json!({"role": "user", "content": "Continue the task."}),
             meta,
         ),
         6 => (
-            "message",
+            Kind::Message,
             json!({"role": "assistant", "content": prose.text(200)}),
             meta,
         ),
         7 => (
-            "event",
+            Kind::Event,
             json!({"name": "run", "data": {"status": "ok"}}),
             meta,
         ),
         8 => (
-            "event",
+            Kind::Event,
             json!({"name": "loop.step.finish", "data": {"step": 2, "visible_text": true}}),
             json!({}),
         ),
         _ => (
-            "event",
+            Kind::Event,
             json!({"name": "loop.result", "data": {"steps": 2, "followups": 1, "error": null}}),
             json!({}),
         ),

@@ -372,7 +372,7 @@ async fn turn(
     let result = tokio::select! {
         result = observed => result,
         _ = tokio::signal::ctrl_c() => {
-            agent.append_event(session_id, "turn.interrupted", serde_json::json!({"by": "SIGINT"})).await;
+            agent.append_event(session_id, bub::tape::Event::TurnInterrupted, serde_json::json!({"by": "SIGINT"})).await;
             eprintln!("Operation interrupted.");
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }
@@ -435,13 +435,10 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     let cfg = SessionConfig::from_settings(&settings);
     let scheduler_enabled = settings.scheduler_enabled;
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
-    let channels = bub::delivery::enabled_channels(
-        bub::delivery::PLATFORMS,
-        agent.settings(),
-        agent.access(),
-    )?;
+    let channels =
+        bub::delivery::served_channels(bub::delivery::PLATFORMS, agent.settings(), agent.access())?;
     agent.outbox().install(&channels);
-    let (inbox, resume) = open_inbox(&agent)?;
+    let (inbox, resume) = open_inbox(&agent).await?;
     let mut manager = ChannelManager::new(agent.clone(), cfg, Arc::new(inbox));
     manager.resume(resume);
     for channel in &channels {
@@ -537,17 +534,18 @@ async fn usage_today(settings: &Settings) -> Result<bub::usage::Totals, String> 
 
 /// The inbox journal of `agent`'s `BUB_HOME` (the caller holds the daemon lock) and the work
 /// the previous run left; senders revoked meanwhile are dropped.
-fn open_inbox(agent: &AgentRuntime) -> anyhow::Result<(Inbox, Vec<Resume>)> {
+async fn open_inbox(agent: &AgentRuntime) -> anyhow::Result<(Inbox, Vec<Resume>)> {
     let inbox_path = agent.settings().home.join("inbox.jsonl");
     let access = agent.access().clone();
-    let readmitted = |m: &Inbound| {
+    let readmitted = move |m: &Inbound| {
         let user = User {
             id: &m.sender_id,
             name: m.sender_name.as_deref(),
         };
         access.role(&m.channel, user)
     };
-    Inbox::open(&inbox_path, readmitted)
+    // Reading and rewriting the journal is file work: on the blocking pool.
+    tokio::task::spawn_blocking(move || Inbox::open(&inbox_path, readmitted)).await?
 }
 
 /// `bub idle`: the scheduler, with send-only channel clients for delivering answers. Its jobs
@@ -564,7 +562,7 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
     };
     let cfg = SessionConfig::from_settings(&settings);
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
-    let channels = bub::delivery::configured_channels(
+    let channels = bub::delivery::send_only_channels(
         bub::delivery::PLATFORMS,
         agent.settings(),
         agent.access(),
@@ -572,7 +570,7 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
     let names: Vec<&str> = channels.iter().map(|c| c.name()).collect();
     tracing::info!(home = %agent.settings().home.display(), channels = ?names, "idle.start");
     agent.outbox().install(&channels);
-    let (inbox, resume) = open_inbox(&agent)?;
+    let (inbox, resume) = open_inbox(&agent).await?;
     let mut manager = ChannelManager::new(agent.clone(), cfg, Arc::new(inbox));
     manager.resume(resume);
     for channel in channels {

@@ -1,6 +1,6 @@
 //! The module graph drawn in ARCHITECTURE.md holds in the code: every module of `src/` uses
-//! (by a `crate::` path) only modules of its own layer or of the layers above it, and the
-//! modules form no cycle.
+//! (by a `crate::` path) only modules of its own layer or of the layers above it, the first
+//! layer's modules use none, and the modules form no cycle.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -105,6 +105,17 @@ fn modules_use_only_their_layer_and_the_layers_above_and_form_no_cycle() {
                 )),
                 _ => {}
             }
+        }
+    }
+    // The first layer are leaves: they use no other module at all.
+    for leaf in &layers[0] {
+        let used: Vec<_> = edges.get(leaf).into_iter().flatten().collect();
+        let modules: Vec<_> = used
+            .iter()
+            .filter(|m| layer_of.contains_key(m.as_str()))
+            .collect();
+        if !modules.is_empty() {
+            wrong.push(format!("{leaf} is a leaf but uses {modules:?}"));
         }
     }
     assert!(wrong.is_empty(), "{wrong:#?}");

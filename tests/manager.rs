@@ -72,13 +72,13 @@ impl Channel for Scripted {
             anyhow::bail!("{message}");
         }
         for message in &self.script {
-            inbound.deliver(message.clone(), None).unwrap();
+            inbound.deliver(message.clone(), None).await.unwrap();
         }
         let mut inject = self.inject.lock().unwrap().take().unwrap();
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return Ok(()),
-                Some(message) = inject.recv() => { inbound.deliver(message, None).unwrap(); }
+                Some(message) = inject.recv() => { inbound.deliver(message, None).await.unwrap(); }
             }
         }
     }

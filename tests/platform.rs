@@ -11,7 +11,7 @@ use bub::access::{Access, Role};
 use bub::agent::AgentRuntime;
 use bub::config::{Model, Settings};
 use bub::daemon::{ChannelManager, SessionConfig};
-use bub::delivery::{PLATFORMS, enabled_channels};
+use bub::delivery::{PLATFORMS, served_channels};
 use bub::inbox::Inbox;
 use tokio_util::sync::CancellationToken;
 
@@ -45,7 +45,7 @@ async fn a_third_platform_is_one_module_and_one_line_behind_the_same_gate() {
     let agent = Arc::new(AgentRuntime::new(s, Vec::new()));
     // The one line: the platform joins the list the daemon's channels are built from.
     let platforms = [PLATFORMS, &[fake_platform::PLATFORM]].concat();
-    let channels = enabled_channels(&platforms, agent.settings(), agent.access()).unwrap();
+    let channels = served_channels(&platforms, agent.settings(), agent.access()).unwrap();
     assert_eq!(channels.len(), 1, "only fakechat is enabled");
     agent.outbox().install(&channels);
     let cfg = SessionConfig::from_settings(agent.settings());

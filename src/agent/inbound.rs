@@ -1,6 +1,6 @@
 //! What the model sees of a chat message: a short line instead of the platform's metadata JSON.
 //!
-//! The adapters hand the session one metadata JSON object per message (Bub v0.2.3's fields:
+//! The adapters hand the session one metadata JSON object per message (fixed fields:
 //! ids, usernames, names, a float date, media); `media` adds where it saved the file. That
 //! JSON is what the inbox journals and the media step reads; the model needs far less, and
 //! pays for every byte on every later turn. [`render`] keeps what it can act on:

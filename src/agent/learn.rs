@@ -18,6 +18,7 @@ use yaml_rust2::{Yaml, YamlEmitter, yaml};
 use super::compact::cut;
 use crate::llm::{ChatMessage, ChatRequest, ModelChain};
 use crate::skills::{self, SkillRoots, Source};
+use crate::tape::Event;
 use crate::tools::ToolContext;
 
 /// The system prompt of the learning call.
@@ -156,7 +157,7 @@ pub(crate) async fn learn(llm: &ModelChain, ctx: &ToolContext, turn: Finished) {
         Learned::Refused(why) => json!({"outcome": "refused", "why": why}),
     };
     tracing::info!(data = %data, "skill.learn");
-    ctx.tape().event("skill.learn", data).await;
+    ctx.tape().event(Event::SkillLearn, data).await;
 }
 
 /// The learned skills of the workspace: `name: description` lines.

@@ -40,6 +40,7 @@ use crate::config::Settings;
 use crate::delivery::Outbox;
 use crate::media;
 use crate::tape::TapeInfo;
+use crate::tape::{Event, Kind};
 use crate::tools::{self, ProcessCtx, SessionCtx, ToolContext, TurnOutput};
 use config::TurnConfig;
 use models::{Models, SharedChain};
@@ -260,10 +261,10 @@ impl AgentRuntime {
     }
 
     /// Records an event on a session's tape outside a turn (`turn.interrupted`, `schedule.run`).
-    pub async fn append_event(&self, session_id: &str, name: &str, data: serde_json::Value) {
+    pub async fn append_event(&self, session_id: &str, name: Event, data: serde_json::Value) {
         match self.session(session_id).await {
             Ok(session) => session.state.tape.event(name, data).await,
-            Err(e) => crate::tape::shared::append_failed("event", &e),
+            Err(e) => crate::tape::shared::append_failed(&Kind::Event, &e),
         }
     }
 
@@ -500,7 +501,7 @@ impl AgentRuntime {
             "exit_requested": outcome.exit_requested,
             "error": outcome.error,
         });
-        ctx.tape().event("loop.result", result).await;
+        ctx.tape().event(Event::LoopResult, result).await;
         TurnResult {
             immediate_output: route.immediate_output,
             assistant_output: outcome.visible_text,
@@ -547,7 +548,7 @@ async fn remember_prefixed(ctx: &ToolContext, text: &str) {
     match kept {
         Ok(Ok(entries)) => {
             ctx.tape()
-                .event("memory.remembered", json!({"entries": entries}))
+                .event(Event::MemoryRemembered, json!({"entries": entries}))
                 .await;
         }
         Ok(Err(e)) => tracing::error!(error = %format!("{e:#}"), "memory.remember.error"),

@@ -1,4 +1,4 @@
-//! The bounded model loop of one turn (as in Bub v0.2.3, fixed): call the model, run the tool
+//! The bounded model loop of one turn: call the model, run the tool
 //! calls it asks for, route its final text, repeat until it answers, fails or hits the step bound.
 //!
 //! Everything is recorded on the tape as it happens: the user prompt before the call (so a failed
@@ -29,6 +29,7 @@ use crate::skills::Discovery;
 use crate::tape::context::View;
 use crate::tape::shared::{append_failed, logged};
 use crate::tape::{ContextCursor, Searched};
+use crate::tape::{Event, Kind};
 use crate::tools::{ToolContext, ToolEvent};
 use crate::usage::Purpose;
 
@@ -158,7 +159,7 @@ impl<'a> ModelLoop<'a> {
             let step = out.steps;
             match self.step(&prompt, step).await {
                 Err(error) => {
-                    self.event("loop.step.error", json!({"step": step, "error": error}))
+                    self.event(Event::LoopStepError, json!({"step": step, "error": error}))
                         .await;
                     out.error = Some(error);
                     done = true;
@@ -169,7 +170,8 @@ impl<'a> ModelLoop<'a> {
                     out.followups += 1;
                 }
                 Ok(Step::Text(text)) if text.trim().is_empty() => {
-                    self.event("loop.step.empty", json!({"step": step})).await;
+                    self.event(Event::LoopStepEmpty, json!({"step": step}))
+                        .await;
                     done = true;
                 }
                 Ok(Step::Text(text)) => {
@@ -200,7 +202,7 @@ impl<'a> ModelLoop<'a> {
         if !done && out.error.is_none() {
             out.error = Some(TurnError::MaxSteps(self.config.max_steps));
             self.event(
-                "loop.max_steps",
+                Event::LoopMaxSteps,
                 json!({"max_steps": self.config.max_steps}),
             )
             .await;
@@ -212,7 +214,7 @@ impl<'a> ModelLoop<'a> {
 
     async fn finish(&self, step: u32, visible: bool, followup: bool, exit: bool) {
         self.event(
-            "loop.step.finish",
+            Event::LoopStepFinish,
             json!({"step": step, "visible_text": visible, "followup": followup, "exit_requested": exit}),
         )
         .await;
@@ -231,12 +233,12 @@ impl<'a> ModelLoop<'a> {
         prompt::activate_hints(text, self.ctx.registry(), &self.skills, &mut expanded);
     }
 
-    async fn event(&self, name: &str, data: Value) {
+    async fn event(&self, name: Event, data: Value) {
         self.ctx.tape().event(name, data).await;
     }
 
     /// Appends one entry; a failure is logged and the turn goes on.
-    async fn append(&self, kind: &'static str, payload: Value, meta: &Value) {
+    async fn append(&self, kind: Kind, payload: Value, meta: &Value) {
         self.ctx.tape().record(kind, payload, meta.clone()).await;
     }
 
@@ -249,7 +251,7 @@ impl<'a> ModelLoop<'a> {
         let llm = match self.llm {
             Ok(llm) => llm,
             Err(e) => {
-                self.event("loop.step.start", start).await;
+                self.event(Event::LoopStepStart, start).await;
                 return Err(TurnError::Model(e.to_string()));
             }
         };
@@ -294,10 +296,10 @@ impl<'a> ModelLoop<'a> {
                 }
                 Err(e) => {
                     let payload = json!({"kind": e.kind(), "message": e.to_string()});
-                    self.append("error", payload, &run).await;
+                    self.append(Kind::Error, payload, &run).await;
                     let by = self.by.unwrap_or(llm.primary());
                     self.event(
-                        "run",
+                        Event::Run,
                         json!({"status": "error", "provider": by.provider(), "model": by.model()}),
                     )
                     .await;
@@ -313,13 +315,13 @@ impl<'a> ModelLoop<'a> {
             let answer = json!({"role": "assistant", "content": text});
             // One hop to the tape for the event and the answer.
             let recorded = self.ctx.tape().run(move |t| {
-                logged("event", t.event("run", ran));
-                t.append("message", answer, run)
+                logged(&Kind::Event, t.event(Event::Run, ran));
+                t.append(Kind::Message, answer, run)
             });
-            logged("message", recorded.await);
+            logged(&Kind::Message, recorded.await);
             return Ok(Step::Text(text));
         }
-        self.event("run", ran).await;
+        self.event(Event::Run, ran).await;
         self.run_tools(&response, &run).await;
         Ok(Step::Tools)
     }
@@ -355,10 +357,10 @@ impl<'a> ModelLoop<'a> {
             }
             let system = system_prompt(&ctx, &config.system_prompt, &skills);
             let hash = stable_hash(&system);
-            logged("event", t.event("loop.step.start", start));
+            logged(&Kind::Event, t.event(Event::LoopStepStart, start));
             let recorded_system = (last_system != Some(hash))
                 .then(|| json!({"content": system}))
-                .and_then(|entry| logged("system", t.append("system", entry, run.clone())))
+                .and_then(|entry| logged(&Kind::System, t.append(Kind::System, entry, run.clone())))
                 .is_some();
             let checkpoint = first.then(|| checkpoint_note(&ctx)).flatten();
             let (tools, names) = ctx.expanded().take_pending();
@@ -381,8 +383,8 @@ impl<'a> ModelLoop<'a> {
             if !notes.is_empty() {
                 meta["notes"] = json!(notes);
             }
-            t.append("message", message, meta)
-                .inspect_err(|e| append_failed("message", e))?;
+            t.append(Kind::Message, message, meta)
+                .inspect_err(|e| append_failed(&Kind::Message, e))?;
             let context = t.context(&mut cursor);
             Ok((
                 system,
@@ -441,7 +443,7 @@ impl<'a> ModelLoop<'a> {
                 self.memory.images_refused = true;
                 tracing::warn!(status, error = %message, "media.images_refused");
                 self.event(
-                    "media.images_refused",
+                    Event::ImagesRefused,
                     json!({"status": status, "error": message}),
                 )
                 .await;
@@ -627,14 +629,14 @@ impl<'a> ModelLoop<'a> {
         tracing::info!(reason = why, summary_by = by, "context.compacted");
         let run = run.clone();
         let written = self.ctx.tape().run(move |t| {
-            t.handoff("compaction", Some(&summary), None)?;
+            t.handoff(compact::ANCHOR, Some(&summary), None)?;
             for message in carried {
                 let meta = json!({"carried_over": true, "run_id": run["run_id"]});
-                t.append("message", message, meta)?;
+                t.append(Kind::Message, message, meta)?;
             }
-            t.event("context.compacted", data).map(drop)
+            t.event(Event::ContextCompacted, data).map(drop)
         });
-        logged("anchor", written.await);
+        logged(&Kind::Anchor, written.await);
     }
 
     /// Records the calls, runs them one by one, records their results.
@@ -644,7 +646,8 @@ impl<'a> ModelLoop<'a> {
             .iter()
             .map(ToolCall::to_record)
             .collect();
-        self.append("tool_call", json!({"calls": calls}), run).await;
+        self.append(Kind::ToolCall, json!({"calls": calls}), run)
+            .await;
         let mut results = Vec::with_capacity(response.tool_calls.len());
         for call in &response.tool_calls {
             self.show_status(Some(running(call)));
@@ -667,7 +670,7 @@ impl<'a> ModelLoop<'a> {
             results.push(Value::String(result.unwrap_or_else(|e| e)));
         }
         self.show_status(None);
-        self.append("tool_result", json!({"results": results}), run)
+        self.append(Kind::ToolResult, json!({"results": results}), run)
             .await;
     }
 
@@ -718,7 +721,10 @@ impl<'a> ModelLoop<'a> {
         let by = crate::memory::Author::of(&self.ctx.turn.authority);
         let kept = tokio::task::spawn_blocking(move || memory.remember(&scope, &lesson, &by)).await;
         match kept {
-            Ok(Ok(lesson)) => self.event("memory.lesson", json!({"lesson": lesson})).await,
+            Ok(Ok(lesson)) => {
+                self.event(Event::MemoryLesson, json!({"lesson": lesson}))
+                    .await
+            }
             Ok(Err(e)) => tracing::error!(error = %format!("{e:#}"), "memory.lesson.error"),
             Err(e) => tracing::error!(error = %e, "memory.lesson.error"),
         }
@@ -777,7 +783,7 @@ fn running(call: &ToolCall) -> String {
 pub(crate) async fn record_fallbacks(ctx: &ToolContext, fallbacks: Vec<Fallback>) {
     for fallback in fallbacks {
         ctx.tape()
-            .event("model.fallback", fallback.to_record())
+            .event(Event::ModelFallback, fallback.to_record())
             .await;
     }
 }

@@ -4,7 +4,8 @@
 //!   [`Inbound`] values), send an [`Outbound`] text, show a typing indicator. A third platform is
 //!   one new module implementing it plus one line in [`crate::delivery::PLATFORMS`]; its
 //!   settings and access lists are entries by name, needing no code.
-//! * [`InboundSink`] — where an adapter hands what it received: the durable inbox first.
+//! * [`InboundSink`] — where an adapter hands what it received: the durable inbox first, then
+//!   a bounded queue to the sessions (a full queue holds the adapter, never drops).
 //!
 //! What is built on top: [`crate::delivery`] (the platform table, the outbox, how a turn's
 //! result becomes a message) and [`crate::daemon`] (the session actors and the manager).
@@ -22,9 +23,11 @@ pub mod telegram;
 pub(crate) mod text;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 use async_trait::async_trait;
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::chat::{Control, Inbound, Live, LiveSender, MediaFile, Outbound};
@@ -124,32 +127,60 @@ where
     Ok(written)
 }
 
-/// Where an adapter hands what it received: the durable inbox first, then the session actors.
+/// Where an adapter hands what it received: the durable inbox first, then the session actors,
+/// through a bounded queue.
 #[derive(Clone)]
 pub struct InboundSink {
     inbox: Arc<Inbox>,
-    tx: mpsc::UnboundedSender<Inbound>,
+    tx: mpsc::Sender<Inbound>,
+    /// The queue was full at the last hand-off (logged once when it fills, once when it
+    /// flows again).
+    held: Arc<AtomicBool>,
 }
 
 impl InboundSink {
-    pub fn new(inbox: Arc<Inbox>, tx: mpsc::UnboundedSender<Inbound>) -> Self {
-        Self { inbox, tx }
+    pub fn new(inbox: Arc<Inbox>, tx: mpsc::Sender<Inbound>) -> Self {
+        Self {
+            inbox,
+            tx,
+            held: Arc::default(),
+        }
     }
 
-    /// Journals `inbound` and passes it on. `cursor` is the platform's position to resume
-    /// from (Telegram's update id). `Ok(false)`: a message received before, dropped. An error
-    /// means it is **not** on disk: the adapter must not confirm it to the platform.
-    pub fn deliver(&self, mut inbound: Inbound, cursor: Option<u64>) -> anyhow::Result<bool> {
-        match self.inbox.receive(&mut inbound, cursor)? {
+    /// Journals `inbound` and hands it on. `cursor` is the platform's position to resume
+    /// from (Telegram's update id). Returns once the message is on disk and in the sessions'
+    /// queue: while that queue is full it waits, and so does the adapter — which confirms
+    /// nothing meanwhile (backpressure reaches the platform; nothing is dropped).
+    /// `Ok(false)`: a message received before, dropped. An error means it is **not** on disk:
+    /// the adapter must not confirm it to the platform.
+    pub async fn deliver(&self, mut inbound: Inbound, cursor: Option<u64>) -> anyhow::Result<bool> {
+        match self.inbox.receive(&mut inbound, cursor).await? {
             Received::Duplicate => {
                 tracing::info!(session = %inbound.session_id(),
                     message_id = %inbound.message_id, "inbox.duplicate");
                 Ok(false)
             }
             Received::New(_) => {
-                if self.tx.send(inbound).is_err() {
+                let waited = match self.tx.try_send(inbound) {
+                    Ok(()) => Ok(()),
+                    Err(TrySendError::Full(inbound)) => {
+                        if !self.held.swap(true, Relaxed) {
+                            tracing::warn!(session = %inbound.session_id(),
+                                "inbound.held: the sessions' queue is full; waiting, and \
+                                 confirming nothing more to the platform meanwhile");
+                        }
+                        self.tx.send(inbound).await.map_err(|_| ())
+                    }
+                    Err(TrySendError::Closed(_)) => Err(()),
+                };
+                match waited {
                     // The manager stopped: the message is journaled and resumes on restart.
-                    tracing::debug!("inbound receiver closed");
+                    Err(()) => tracing::debug!("inbound receiver closed"),
+                    Ok(()) => {
+                        if self.tx.capacity() > 0 && self.held.swap(false, Relaxed) {
+                            tracing::info!("inbound.flowing: the sessions' queue has room again");
+                        }
+                    }
                 }
                 Ok(true)
             }

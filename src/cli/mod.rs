@@ -18,6 +18,7 @@ use tokio::io::AsyncBufReadExt;
 
 use crate::access::Authority;
 use crate::agent::{AgentRuntime, TurnResult};
+use crate::tape::Event;
 use crate::tape::md5_hex;
 use crate::tools::ToolObserver;
 use editor::{LineEditor, Read};
@@ -182,7 +183,7 @@ async fn turn(
             agent
                 .append_event(
                     session_id,
-                    "turn.interrupted",
+                    Event::TurnInterrupted,
                     serde_json::json!({"by": "Ctrl-C"}),
                 )
                 .await;

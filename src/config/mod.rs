@@ -1,6 +1,6 @@
 //! Configuration: built-in defaults → TOML file → `.env` files → process environment.
 //!
-//! Every setting keeps the reference's variable name (`BUB_MODEL`, `BUB_MAX_STEPS`, ...). A bad
+//! Every setting is read from its `BUB_*` variable (`BUB_MODEL`, `BUB_MAX_STEPS`, ...). A bad
 //! value is a [`ConfigError`] naming the variable; the CLI turns it into exit code 2 before
 //! anything starts serving. Every duration has a documented maximum (the `MAX_*_SECONDS`
 //! constants), so no deadline computed from a setting can overflow.

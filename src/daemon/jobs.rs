@@ -35,9 +35,10 @@ use crate::access::{Authority, session_chat};
 use crate::agent::AgentRuntime;
 use crate::channels::{Channel, InboundSink, Outbound};
 use crate::delivery::{SendLedger, TurnError, TurnResult, render_output};
-use crate::inbox::{Delivery, Inbox, JobRun, Outcome};
+use crate::inbox::{Inbox, JobRun, Outcome};
 use crate::scheduler::JobRunner;
 use crate::scheduler::job::{Job, local_time};
+use crate::tape::Event;
 use crate::tools::TurnOutput;
 
 /// How many fired runs may wait for the manager to take them (the scheduler waits beyond).
@@ -50,7 +51,7 @@ const INTERRUPTED: &str =
 /// A due run on its way to its session's actor, and who waits for its outcome (the
 /// scheduler; nobody for a run resumed after a restart).
 #[derive(Debug)]
-pub struct ScheduledRun {
+pub(crate) struct ScheduledRun {
     pub(crate) run: JobRun,
     pub(crate) done: Option<oneshot::Sender<Result<(), String>>>,
 }
@@ -115,7 +116,7 @@ pub(super) async fn turn(
     let (record, status) = match runner.run_job(&run, output).await {
         Err(reason) => {
             tracing::warn!(job = %run.job, session = %run.session, reason = %reason, "schedule.refused");
-            inbox.done(&seqs, Outcome::Refused);
+            inbox.done(&seqs, Outcome::Refused).await;
             let record = json!({"job": run.job, "due": run.due, "refused": reason});
             (record, Err(format!("refused: {reason}")))
         }
@@ -126,7 +127,7 @@ pub(super) async fn turn(
             // Skipped this once (the next run is planned as usual); the chat did not ask now,
             // so it is not told.
             tracing::warn!(job = %run.job, session = %run.session, "schedule.skipped.budget");
-            inbox.done(&seqs, Outcome::Skipped);
+            inbox.done(&seqs, Outcome::Skipped).await;
             let record = json!({"job": run.job, "due": run.due, "skipped": why});
             (record, Err(format!("skipped: {why}")))
         }
@@ -166,30 +167,19 @@ async fn deliver(
     inbox: &Inbox,
 ) -> Result<String, String> {
     let text = render_output(result, proactive);
-    let (channel, chat_id) = match session_chat(&run.session) {
-        _ if text.is_empty() => {
-            inbox.done(&[run.seq], Outcome::Silent);
+    let empty = text.is_empty();
+    let delivery = match run.delivery(text) {
+        _ if empty => {
+            inbox.done(&[run.seq], Outcome::Silent).await;
             return Ok("nothing to send".to_owned());
         }
         None => {
-            inbox.done(&[run.seq], Outcome::Silent);
+            inbox.done(&[run.seq], Outcome::Silent).await;
             return Ok("no channel for this session; the answer is on the tape".to_owned());
         }
-        Some(chat) => chat,
+        Some(delivery) => delivery,
     };
-    let delivery = Delivery {
-        channel: channel.to_owned(),
-        seqs: vec![run.seq],
-        out: Outbound {
-            chat_id: chat_id.to_owned(),
-            text,
-            reply_to: None,
-            file: None,
-            edit: None,
-        },
-        parts_sent: 0,
-    };
-    inbox.answered(&delivery);
+    inbox.answered(&delivery).await;
     courier.send_recorded(inbox, &delivery).await?;
     Ok(format!("sent to {}", run.session))
 }
@@ -219,8 +209,16 @@ pub(super) async fn run(
 /// workspace, then nothing of the run is kept.
 pub(super) async fn ran(agent: &AgentRuntime, run: &JobRun, data: Value) {
     match agent.workspace_runtime(&run.workspace) {
-        Some(other) => other.append_event(&run.session, "schedule.run", data).await,
-        None => agent.append_event(&run.session, "schedule.run", data).await,
+        Some(other) => {
+            other
+                .append_event(&run.session, Event::ScheduleRun, data)
+                .await
+        }
+        None => {
+            agent
+                .append_event(&run.session, Event::ScheduleRun, data)
+                .await
+        }
     }
     agent.release_job(&run.workspace, &run.session);
 }

@@ -5,12 +5,17 @@
 //!
 //! Invariants: one actor per live session (the [`ActorMap`]); an evicted actor is replaced by a
 //! fresh one on the next message, so memory is bounded by the number of *active* chats; a
-//! scheduled run is in the inbox before its actor sees it; the
-//! work a restart left ([`Resume`]) reaches its actors before any new message; shutdown stops
-//! the adapters first (no new messages), lets running turns finish for at most
-//! [`SHUTDOWN_GRACE`], then drops them (their shell commands are killed; the inbox resumes
-//! them on the next start). Memory goes back to the system when serving starts and after
-//! sessions are evicted ([`crate::memory`]).
+//! scheduled run is in the inbox before its actor sees it; the work a restart left
+//! ([`Resume`]) reaches its actors before any new message; every queue is bounded: the
+//! adapters' queue ([`INBOUND_QUEUE`]), the scheduler's ([`JOB_QUEUE`]) and each actor's
+//! mailbox — when an actor's mailbox is full the manager waits for it, its queue fills, and the
+//! adapters wait in their sink (nothing is dropped: what is queued is journaled, and what is not
+//! yet journaled is not confirmed to the platform); a chat whose queues are full holds the others
+//! back until its turn takes its batch. Shutdown stops the adapters first (no new messages),
+//! leaves what is still queued to the next start (it is journaled), lets running turns finish
+//! for at most [`SHUTDOWN_GRACE`], then drops them (their shell commands are killed; the inbox
+//! resumes them on the next start). Memory goes back to the system when serving starts and
+//! after sessions are evicted ([`crate::memory`]).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::jobs::{JOB_QUEUE, JobQueue, ScheduledRun, Unserved};
+use super::mailbox::{self, Lanes, Mailbox, Posted};
 use super::runner::TurnRunner;
 use super::session::{ActorMap, Mail, SessionActor, SessionConfig};
 use crate::channels::{Channel, Inbound, InboundSink};
@@ -35,6 +41,9 @@ type Tokens<'a> = (
 );
 use crate::inbox::{Inbox, Resume};
 use crate::status::Board;
+
+/// Messages journaled by the adapters and waiting for the manager; beyond that, adapters wait.
+pub(crate) const INBOUND_QUEUE: usize = 256;
 
 /// How long running turns may take to finish after a shutdown signal.
 pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
@@ -49,9 +58,9 @@ const STARTUP_SETTLES: Duration = Duration::from_secs(1);
 /// Runs channels and their session actors.
 pub struct ChannelManager {
     channels: HashMap<&'static str, Arc<dyn Channel>>,
-    /// Adapters only sent through (`bub idle`): never run.
+    /// Adapters only sent through (`bub idle`), never run.
     send_only: Vec<&'static str>,
-    /// The runs handed to [`ChannelManager::jobs`]' queue, taken by [`ChannelManager::run`].
+    /// Scheduled runs handed to the [`JobQueue`], until [`ChannelManager::run`] takes them.
     jobs: std::sync::Mutex<Option<mpsc::Receiver<ScheduledRun>>>,
     runner: Arc<dyn TurnRunner>,
     cfg: SessionConfig,
@@ -132,7 +141,7 @@ impl ChannelManager {
         }
         tracing::info!(channels = ?self.channel_names(), "channel.manager.start");
         let stop_channels = shutdown.child_token();
-        let (tx, mut rx) = mpsc::unbounded_channel::<Inbound>();
+        let (tx, mut rx) = mpsc::channel::<Inbound>(INBOUND_QUEUE);
         let mut adapters = tokio::task::JoinSet::new();
         let listening = self
             .channels
@@ -157,18 +166,7 @@ impl ChannelManager {
         let tracker = TaskTracker::new();
         let tokens = (&tracker, &actors_stop, &actors_abort);
         let resume = std::mem::take(&mut *self.resume.lock().expect("resume lock"));
-        for work in resume {
-            let (channel, mail) = match work {
-                Resume::Message(m) => (m.channel.clone(), Mail::Resumed(m)),
-                Resume::Deliver(d) => (d.channel.clone(), Mail::Deliver(d)),
-                Resume::Job(run) => {
-                    let done = None;
-                    self.route("", Mail::Job(ScheduledRun { run, done }), tokens);
-                    continue;
-                }
-            };
-            self.route(&channel, mail, tokens);
-        }
+        let mut resuming = resume.into_iter();
         let mut failure = None;
         let mut receiving = true;
         let first = tokio::time::Instant::now() + STARTUP_SETTLES;
@@ -177,6 +175,20 @@ impl ChannelManager {
         // The first two checks (the channels have connected by then) release startup's code.
         let mut startup_checks: u8 = 2;
         loop {
+            // The previous run's work first (an actor's full mailbox makes this wait).
+            if let Some(work) = resuming.next() {
+                let (channel, mail) = match work {
+                    Resume::Message(m) => (m.channel.clone(), Mail::Resumed(m)),
+                    Resume::Deliver(d) => (d.channel.clone(), Mail::Deliver(d)),
+                    Resume::Job(run) => {
+                        (String::new(), Mail::Job(ScheduledRun { run, done: None }))
+                    }
+                };
+                tokio::select! {
+                    () = self.route(&channel, mail, tokens) => continue,
+                    () = shutdown.cancelled() => break,
+                }
+            }
             tokio::select! {
                 () = shutdown.cancelled() => break,
                 _ = trim.tick() => {
@@ -190,10 +202,20 @@ impl ChannelManager {
                     peak_sessions = live;
                 }
                 inbound = rx.recv(), if receiving => match inbound {
-                    Some(inbound) => self.route(&inbound.channel.clone(), Mail::Message(inbound), tokens),
+                    Some(inbound) => {
+                        let channel = inbound.channel.clone();
+                        tokio::select! {
+                            () = self.route(&channel, Mail::Message(inbound), tokens) => {}
+                            // Journaled: it resumes on the next start.
+                            () = shutdown.cancelled() => break,
+                        }
+                    }
                     None => receiving = false,
                 },
-                Some(run) = next_job(&mut jobs) => self.schedule(run, tokens),
+                Some(run) = next_job(&mut jobs) => tokio::select! {
+                    () = self.schedule(run, tokens) => {}
+                    () = shutdown.cancelled() => break,
+                },
                 done = adapters.join_next(), if listening => {
                     let Some(done) = done else { break };
                     let (name, result) = done.context("channel task panicked")?;
@@ -208,16 +230,24 @@ impl ChannelManager {
         }
 
         stop_channels.cancel();
-        // Messages already received, and runs already fired, still reach their sessions (and
-        // stay journaled); a run fired from now on is refused to the scheduler.
-        while let Ok(inbound) = rx.try_recv() {
-            self.route(&inbound.channel.clone(), Mail::Message(inbound), tokens);
-        }
+        // No new turn starts from here: what is still queued is journaled and resumes on the
+        // next start. Closing the queue releases an adapter waiting to hand a message on.
+        rx.close();
+        let mut left = std::iter::from_fn(|| rx.try_recv().ok()).count() + resuming.len();
+        // Runs the scheduler already claimed are journaled, to run on the next start; a run
+        // fired from now on is refused to the scheduler.
         if let Some(jobs) = &mut jobs {
             jobs.close();
-            while let Ok(run) = jobs.try_recv() {
-                self.schedule(run, tokens);
+            while let Ok(mut scheduled) = jobs.try_recv() {
+                self.journal(&mut scheduled).await;
+                left += 1;
             }
+        }
+        if left > 0 {
+            tracing::info!(
+                messages = left,
+                "channel.manager.stop: queued work left for the next start"
+            );
         }
         actors_stop.cancel();
         tracker.close();
@@ -245,16 +275,21 @@ impl ChannelManager {
 
     /// Journals a scheduled run and hands it to its session's actor. A run the journal cannot
     /// take still runs (a restart cannot resume it).
-    fn schedule(&self, mut scheduled: ScheduledRun, tokens: Tokens<'_>) {
-        if let Err(e) = self.inbox.scheduled(&mut scheduled.run) {
+    async fn schedule(&self, mut scheduled: ScheduledRun, tokens: Tokens<'_>) {
+        self.journal(&mut scheduled).await;
+        self.route("", Mail::Job(scheduled), tokens).await;
+    }
+
+    /// Writes a scheduled run's `job` record (numbering it); a failure is logged.
+    async fn journal(&self, scheduled: &mut ScheduledRun) {
+        if let Err(e) = self.inbox.scheduled(&mut scheduled.run).await {
             tracing::error!(job = %scheduled.run.job, error = %format!("{e:#}"), "inbox.job.error");
         }
-        self.route("", Mail::Job(scheduled), tokens);
     }
 
     /// Hands `mail` to its session's actor on `channel` (a job's: its session's), starting one
-    /// if needed.
-    fn route(&self, channel: &str, mail: Mail, tokens: Tokens<'_>) {
+    /// if needed; waits while the actor's mailbox is full.
+    async fn route(&self, channel: &str, mut mail: Mail, tokens: Tokens<'_>) {
         let (session_id, adapter) = match &mail {
             Mail::Message(m) | Mail::Resumed(m) => (m.session_id(), self.adapter(channel).ok()),
             Mail::Deliver(d) => {
@@ -267,28 +302,48 @@ impl ChannelManager {
             tracing::warn!(channel, "inbound from an unknown channel");
             return;
         };
-        // The entry stays locked from the send to the replacement: an idle actor cannot evict
-        // itself in between, so no message is left in a dead queue.
-        let rx = match self.actors.entry(session_id.clone()) {
-            Entry::Occupied(mut live) => match live.get().send(mail) {
-                Ok(()) => return,
-                Err(mpsc::error::SendError(mail)) => {
-                    let (tx, rx) = mpsc::unbounded_channel();
-                    tx.send(mail).expect("fresh channel");
-                    live.insert(tx);
-                    rx
+        let adapter = &adapter;
+        loop {
+            // A post that needs no wait happens under the entry's lock, and so does a
+            // replacement: an idle actor cannot evict itself in between, so no message is left
+            // in a dead mailbox.
+            let busy = match self.actors.entry(session_id.clone()) {
+                Entry::Occupied(mut live) => match live.get().try_send(mail) {
+                    Posted::Done => return,
+                    Posted::Full(back) => {
+                        mail = back;
+                        live.get().clone()
+                    }
+                    Posted::Closed(back) => {
+                        let lanes = post_new(|mailbox| live.insert(mailbox), back);
+                        return self.start(session_id, adapter, lanes, tokens);
+                    }
+                },
+                Entry::Vacant(free) => {
+                    let lanes = post_new(|mailbox| free.insert(mailbox), mail);
+                    return self.start(session_id, adapter, lanes, tokens);
                 }
-            },
-            Entry::Vacant(free) => {
-                let (tx, rx) = mpsc::unbounded_channel();
-                tx.send(mail).expect("fresh channel");
-                free.insert(tx);
-                rx
+            };
+            // Full: wait outside the lock. An actor with a full mailbox is not idle, so it
+            // does not evict itself; if it ended anyway, the mail comes back: route it again.
+            match busy.send(mail).await {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(back)) => mail = back,
             }
-        };
+        }
+    }
+
+    /// Starts the actor of `session_id`, reading `lanes`.
+    fn start(
+        &self,
+        session_id: String,
+        adapter: &Arc<dyn Channel>,
+        lanes: Lanes,
+        tokens: Tokens<'_>,
+    ) {
         let actor = SessionActor::new(
             session_id,
-            adapter,
+            adapter.clone(),
             self.runner.clone(),
             self.inbox.clone(),
             self.board.clone(),
@@ -296,9 +351,11 @@ impl ChannelManager {
             self.actors.clone(),
         );
         let (tracker, stop, abort) = tokens;
-        tracker.spawn(actor.run(rx, stop.clone(), abort.clone()));
+        tracker.spawn(actor.run(lanes, stop.clone(), abort.clone()));
     }
+}
 
+impl ChannelManager {
     /// The adapter of `channel`: this manager's, else a send-only one from the runner (a
     /// platform with a token that this process does not serve).
     fn adapter(&self, channel: &str) -> anyhow::Result<Arc<dyn Channel>> {
@@ -331,4 +388,13 @@ async fn next_job(jobs: &mut Option<mpsc::Receiver<ScheduledRun>>) -> Option<Sch
         Some(jobs) => jobs.recv().await,
         None => std::future::pending().await,
     }
+}
+
+/// A new mailbox with `mail` in it, put in the map by `insert`; returns its lanes.
+fn post_new<R>(insert: impl FnOnce(Mailbox) -> R, mail: Mail) -> Lanes {
+    let (mailbox, lanes) = mailbox::mailbox();
+    let posted = mailbox.try_send(mail);
+    debug_assert!(matches!(posted, Posted::Done), "a new mailbox has room");
+    insert(mailbox);
+    lanes
 }

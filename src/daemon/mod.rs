@@ -9,6 +9,7 @@
 
 pub(crate) mod jobs;
 pub(crate) mod live;
+pub(crate) mod mailbox;
 pub(crate) mod manager;
 pub(crate) mod runner;
 pub(crate) mod session;

@@ -13,6 +13,7 @@ use crate::agent::AgentRuntime;
 use crate::channels::Channel;
 use crate::delivery::TurnResult;
 use crate::inbox::JobRun;
+use crate::tape::Event;
 use crate::tools::TurnOutput;
 
 /// Runs turns for sessions (the agent; a fake in tests).
@@ -35,7 +36,7 @@ pub trait TurnRunner: Send + Sync + 'static {
     }
 
     /// Records an event on the session's tape.
-    async fn record(&self, _session_id: &str, _name: &str, _data: Value) {}
+    async fn record(&self, _session_id: &str, _name: Event, _data: Value) {}
 
     /// Runs a scheduled job's turn with its creator's rights, checked again now, its sends
     /// recorded on `output.sends`; `Err` says why it may not run (the turn did not run).
@@ -49,7 +50,7 @@ pub trait TurnRunner: Send + Sync + 'static {
     /// Records how a job's run went (`schedule.run` on its session's tape) and lets go of what
     /// the run used.
     async fn job_ran(&self, run: &JobRun, data: Value) {
-        self.record(&run.session, "schedule.run", data).await;
+        self.record(&run.session, Event::ScheduleRun, data).await;
     }
 
     /// The adapter for `channel` when the manager runs none for it (a send-only one).
@@ -87,7 +88,7 @@ impl TurnRunner for AgentRuntime {
         self.handle_live(session_id, prompt, who, output).await
     }
 
-    async fn record(&self, session_id: &str, name: &str, data: Value) {
+    async fn record(&self, session_id: &str, name: Event, data: Value) {
         self.append_event(session_id, name, data).await;
     }
 

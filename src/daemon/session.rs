@@ -1,7 +1,7 @@
 //! The session actor: one tokio task per chat (`"<channel>:<chat_id>"`) that decides when a turn
 //! runs, delivers its answer, and answers the chat controls.
 //!
-//! Rules (Bub v0.2.3's, fixed):
+//! Rules:
 //! * A comma command (`,help`) runs as its own turn without debounce or batching — also from a
 //!   sender who did not address the bot; the adapter already applied the allow-lists.
 //! * A message that addresses the bot opens (or extends) the follow-up window
@@ -14,6 +14,12 @@
 //! * A batch carries at most [`BATCH_MESSAGES`] messages and [`BATCH_BYTES`] into the model
 //!   request, the newest; the older ones are recorded on the tape (a `messages.left_out` event
 //!   that `tape.search` finds) and the prompt says how many were left out.
+//! * Bounded: the actor queues at most [`QUEUED_MESSAGES`] messages, commands and deliveries
+//!   ([`QUEUED_BYTES`] of batch text). A full queue runs its batch at once (no debounce) and
+//!   the actor stops reading its mailbox until a turn takes the batch: later messages wait in
+//!   the [`Mailbox`], then in the manager's queue, then at the platform — journaled before
+//!   they are confirmed, never dropped — and form the next batches, in order. Controls
+//!   (`,stop`, `,status`) have a lane of their own and are read at once even then.
 //! * Controls: `,stop` cancels the running turn at once (owners any turn, a guest only a turn
 //!   that answers them; queued messages stay queued), `,status` answers at once, `,new` queues
 //!   like a command and starts a fresh context.
@@ -44,12 +50,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::jobs::{self, ScheduledRun};
 use super::live;
+use super::mailbox::{Lanes, Mailbox};
 use super::runner::TurnRunner;
 use crate::access::{Authority, Role};
 use crate::channels::{Channel, Control, Inbound, Outbound};
@@ -57,7 +64,7 @@ use crate::config::Settings;
 use crate::delivery::{self, SendLedger, render_output};
 use crate::inbox::{Delivery, Inbox, Outcome};
 use crate::status::{Board, SessionState};
-use crate::tape::search::LEFT_OUT_EVENT;
+use crate::tape::Event;
 use crate::time;
 use crate::tools::TurnOutput;
 
@@ -65,6 +72,11 @@ use crate::tools::TurnOutput;
 pub(crate) const BATCH_MESSAGES: usize = 50;
 /// The most prompt bytes one batch carries into a model request.
 pub(crate) const BATCH_BYTES: usize = 64 * 1024;
+/// The most messages, commands and deliveries an actor keeps queued; past it, mail waits in
+/// the mailbox.
+pub(crate) const QUEUED_MESSAGES: usize = 10 * BATCH_MESSAGES;
+/// The most prompt bytes of an actor's queued batch; past it, mail waits in the mailbox.
+pub(crate) const QUEUED_BYTES: usize = 16 * BATCH_BYTES;
 
 /// Timing and delivery settings of session actors.
 #[derive(Debug, Clone)]
@@ -104,7 +116,7 @@ impl SessionConfig {
 
 /// What the manager hands a session actor.
 #[derive(Debug)]
-pub enum Mail {
+pub(crate) enum Mail {
     /// A message just received.
     Message(Inbound),
     /// A message received before a restart, not yet answered: it runs without waiting for a
@@ -116,10 +128,11 @@ pub enum Mail {
     Job(ScheduledRun),
 }
 
-/// The live actors by session id. A sender is only used under its entry's lock, and an actor
-/// only removes itself under it (`remove_if` its queue is empty), which makes eviction
-/// race-free.
-pub(crate) type ActorMap = Arc<dashmap::DashMap<String, mpsc::UnboundedSender<Mail>>>;
+/// The live actors by session id. A mailbox is only posted to without waiting under its
+/// entry's lock, and an actor only removes itself under it (`remove_if` its lanes are empty),
+/// which makes eviction race-free; a post that has to wait (a full lane) waits outside the
+/// lock, and gets its mail back if the actor ended meanwhile.
+pub(crate) type ActorMap = Arc<dashmap::DashMap<String, Mailbox>>;
 
 type TurnFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -142,6 +155,8 @@ pub(crate) struct SessionActor {
     cfg: SessionConfig,
     actors: ActorMap,
     batch: Vec<Inbound>,
+    /// The prompt bytes of `batch`.
+    batch_bytes: usize,
     commands: VecDeque<Inbound>,
     deliveries: VecDeque<Delivery>,
     jobs: VecDeque<ScheduledRun>,
@@ -173,6 +188,7 @@ impl SessionActor {
             cfg,
             actors,
             batch: Vec::new(),
+            batch_bytes: 0,
             commands: VecDeque::new(),
             deliveries: VecDeque::new(),
             jobs: VecDeque::new(),
@@ -188,13 +204,15 @@ impl SessionActor {
     /// after `abort`, at once (the running turn is dropped and resumes after a restart).
     pub(crate) async fn run(
         mut self,
-        mut rx: mpsc::UnboundedReceiver<Mail>,
+        mut lanes: Lanes,
         stop: CancellationToken,
         abort: CancellationToken,
     ) {
         let mut turn: Option<TurnFuture> = None;
         let mut idle_since = Instant::now();
         let mut stopping = false;
+        // Both lanes closed (the mailbox left the map and nobody holds it).
+        let mut closed = false;
         loop {
             if turn.is_none() {
                 self.running = None;
@@ -217,19 +235,27 @@ impl SessionActor {
                     turn = None;
                     idle_since = Instant::now();
                 }
-                mail = rx.recv() => match mail {
+                control = lanes.controls.recv(), if !closed => match control {
                     Some(mail) => {
                         idle_since = Instant::now();
-                        self.accept(mail, &mut turn);
-                        while let Ok(mail) = rx.try_recv() {
-                            self.accept(mail, &mut turn);
-                        }
+                        // What was sent before it comes first, as far as the queue has room.
+                        self.take_mail(&mut lanes, &mut turn).await;
+                        self.accept(mail, &mut turn).await;
                     }
-                    None => stopping = true,
+                    None => (closed, stopping) = (true, true),
+                },
+                // Only with room in the queue: otherwise the mail waits in the mailbox.
+                mail = lanes.mail.recv(), if !closed && self.has_room() => match mail {
+                    Some(mail) => {
+                        idle_since = Instant::now();
+                        self.accept(mail, &mut turn).await;
+                        self.take_mail(&mut lanes, &mut turn).await;
+                    }
+                    None => (closed, stopping) = (true, true),
                 },
                 () = tokio::time::sleep_until(due), if turn.is_none() && self.due.is_some() => {}
                 () = tokio::time::sleep_until(time::deadline(idle_since, self.cfg.idle_ttl)), if idle => {
-                    if self.try_evict(&rx) {
+                    if self.try_evict(&lanes) {
                         break;
                     }
                     idle_since = Instant::now();
@@ -271,8 +297,33 @@ impl SessionActor {
         }
     }
 
+    /// Whether the queue takes more mail ([`QUEUED_MESSAGES`], [`QUEUED_BYTES`]).
+    fn has_room(&self) -> bool {
+        self.batch.len() + self.commands.len() + self.deliveries.len() < QUEUED_MESSAGES
+            && self.batch_bytes < QUEUED_BYTES
+    }
+
+    /// Takes the mail waiting in the mailbox while the queue has room.
+    async fn take_mail(&mut self, lanes: &mut Lanes, turn: &mut Option<TurnFuture>) {
+        while self.has_room() {
+            let Ok(mail) = lanes.mail.try_recv() else {
+                break;
+            };
+            self.accept(mail, turn).await;
+        }
+    }
+
+    /// Adds `message` to the batch; a full queue makes the batch due at once.
+    fn push_batch(&mut self, message: Inbound) {
+        self.batch_bytes += message.prompt.len();
+        self.batch.push(message);
+        if !self.has_room() {
+            self.due = Some(Instant::now());
+        }
+    }
+
     /// Takes one piece of mail: controls act at once, the rest is queued by the module's rules.
-    fn accept(&mut self, mail: Mail, turn: &mut Option<TurnFuture>) {
+    async fn accept(&mut self, mail: Mail, turn: &mut Option<TurnFuture>) {
         let message = match mail {
             Mail::Deliver(delivery) => return self.deliveries.push_back(delivery),
             Mail::Job(scheduled) => {
@@ -285,16 +336,16 @@ impl SessionActor {
                     self.commands.push_back(message);
                 } else {
                     self.batch_since.get_or_insert_with(Instant::now);
-                    self.batch.push(message);
                     self.due = Some(Instant::now());
+                    self.push_batch(message);
                 }
                 return;
             }
             Mail::Message(message) => message,
         };
         match message.control() {
-            Some(Control::Stop) => return self.stop(&message, turn),
-            Some(Control::Status) => return self.status(&message),
+            Some(Control::Stop) => return self.stop(&message, turn).await,
+            Some(Control::Status) => return self.status(&message).await,
             Some(Control::New | Control::Usage) | None if message.is_command() => {
                 return self.commands.push_back(message);
             }
@@ -318,18 +369,18 @@ impl SessionActor {
             self.last_mention = None;
             tracing::info!(session = %self.session_id, message_id = %message.message_id,
                 reason, "session.skip");
-            self.inbox.done(&[message.seq], Outcome::Skipped);
+            self.inbox.done(&[message.seq], Outcome::Skipped).await;
             return;
         }
         let first = *self.batch_since.get_or_insert(now);
         let latest = time::deadline(first, self.cfg.max_wait);
         self.due = self.due.map(|due| due.min(latest));
-        self.batch.push(message);
+        self.push_batch(message);
     }
 
     /// `,stop`: cancels the running turn if `message`'s sender may (an owner, or a sender of
     /// the turn), then confirms; queued work stays queued.
-    fn stop(&mut self, message: &Inbound, turn: &mut Option<TurnFuture>) {
+    async fn stop(&mut self, message: &Inbound, turn: &mut Option<TurnFuture>) {
         let who = message.authority();
         let reply = |text: &str| Outbound {
             chat_id: message.chat_id.clone(),
@@ -338,7 +389,7 @@ impl SessionActor {
             file: None,
             edit: None,
         };
-        self.inbox.done(&[message.seq], Outcome::Sent);
+        self.inbox.done(&[message.seq], Outcome::Sent).await;
         let Some(running) = self.running.take().filter(|_| turn.is_some()) else {
             return self.notify(reply("Nothing is running."));
         };
@@ -354,7 +405,7 @@ impl SessionActor {
         let age = running.started.elapsed();
         tracing::info!(session = %self.session_id, by = %who.describe(), age_ms = age.as_millis() as u64,
             "session.turn.cancelled");
-        self.inbox.done(&running.seqs, Outcome::Cancelled);
+        self.inbox.done(&running.seqs, Outcome::Cancelled).await;
         let runner = self.runner.clone();
         let courier = self.courier();
         let session_id = self.session_id.clone();
@@ -368,13 +419,13 @@ impl SessionActor {
             what: "stop".into(),
         });
         *turn = Some(Box::pin(async move {
-            runner.record(&session_id, "turn.cancelled", data).await;
+            runner.record(&session_id, Event::TurnCancelled, data).await;
             courier.deliver(&out).await;
         }));
     }
 
     /// `,status`: answered at once, beside a running turn.
-    fn status(&self, message: &Inbound) {
+    async fn status(&self, message: &Inbound) {
         let runner = self.runner.clone();
         let courier = self.courier();
         let mut lines = Vec::new();
@@ -398,7 +449,7 @@ impl SessionActor {
             file: None,
             edit: None,
         };
-        self.inbox.done(&[message.seq], Outcome::Sent);
+        self.inbox.done(&[message.seq], Outcome::Sent).await;
         tokio::spawn(async move {
             let about = runner.status(&courier.session_id).await;
             out.text = [about.trim(), &lines.join("\n")]
@@ -439,6 +490,7 @@ impl SessionActor {
         }
         self.due = None;
         self.batch_since = None;
+        self.batch_bytes = 0;
         let mut batch = std::mem::take(&mut self.batch);
         let last = batch.last()?.clone();
         let who = Authority::least(&batch.iter().map(Inbound::authority).collect::<Vec<_>>());
@@ -455,8 +507,9 @@ impl SessionActor {
         if !left_out.is_empty() {
             prompt.push_str(&format!(
                 "[{} earlier messages of this batch are not shown here; they are on the tape \
-                 (event `{LEFT_OUT_EVENT}`): use tape.search to find them.]\n",
-                left_out.len()
+                 (event `{}`): use tape.search to find them.]\n",
+                left_out.len(),
+                Event::MessagesLeftOut,
             ));
         }
         let lines: Vec<&str> = batch.iter().map(|m| m.prompt.as_str()).collect();
@@ -489,14 +542,17 @@ impl SessionActor {
         // Commands answer at once; a live answer is for the model's turns.
         let live = (self.cfg.live && !trigger.is_command()).then(|| {
             let (inbox, seqs) = (inbox.clone(), seqs.clone());
-            let posted = move |id: &str| inbox.live(&seqs, id);
+            // Recorded by a task of its own: the live message is not held up by the journal.
+            let posted = move |id: &str| {
+                let id = id.to_owned();
+                drop(tokio::spawn(async move { inbox.live(&seqs, &id).await }));
+            };
             let (channel, reply_to) = (courier.channel.clone(), reply_to.clone());
             live::LiveAnswer::start(channel, &chat_id, reply_to, earlier.clone(), posted)
         });
         let sends = SendLedger::new(inbox.clone(), &seqs);
         tracing::info!(session = %session_id, message_id = %trigger.message_id,
             role = %who.role, messages = seqs.len(), "session.turn.start");
-        inbox.started(&seqs);
         let what = if trigger.is_command() {
             "a command".into()
         } else {
@@ -509,10 +565,14 @@ impl SessionActor {
             what,
         });
         Box::pin(async move {
+            // On disk before the turn does anything: a restart knows it was interrupted.
+            inbox.started(&seqs).await;
             let _typing = typing(courier.channel.clone(), chat_id.clone(), typing_interval);
             if !left_out.is_empty() {
                 let data = json!({"count": left_out.len(), "messages": left_out});
-                runner.record(&session_id, LEFT_OUT_EVENT, data).await;
+                runner
+                    .record(&session_id, Event::MessagesLeftOut, data)
+                    .await;
             }
             let output = TurnOutput {
                 live: live.as_ref().map(live::LiveAnswer::sender),
@@ -537,7 +597,7 @@ impl SessionActor {
             let mut text = render_output(&result, proactive);
             if text.is_empty() {
                 let Some(shown) = &shown else {
-                    inbox.done(&seqs, Outcome::Silent);
+                    inbox.done(&seqs, Outcome::Silent).await;
                     return;
                 };
                 // Nothing to deliver (answered with message.send, say): the live message
@@ -560,7 +620,7 @@ impl SessionActor {
                 },
                 parts_sent: 0,
             };
-            inbox.answered(&delivery);
+            inbox.answered(&delivery).await;
             courier.deliver_recorded(&inbox, &delivery).await;
         })
     }
@@ -570,7 +630,7 @@ impl SessionActor {
         let run = &scheduled.run;
         tracing::info!(session = %self.session_id, job = %run.job, role = %run.creator.role,
             "session.job.start");
-        self.inbox.started(&[run.seq]);
+        let seq = run.seq;
         self.running = Some(Running {
             started: Instant::now(),
             who: run.creator.clone(),
@@ -578,14 +638,12 @@ impl SessionActor {
             what: format!("scheduled job {}", run.job).into(),
         });
         let (runner, inbox) = (self.runner.clone(), self.inbox.clone());
-        let turn = jobs::turn(
-            scheduled,
-            runner,
-            self.courier(),
-            inbox,
-            self.cfg.proactive_response,
-        );
-        Box::pin(turn)
+        let (courier, proactive) = (self.courier(), self.cfg.proactive_response);
+        Box::pin(async move {
+            // On disk before the turn does anything: a restart knows it was interrupted.
+            inbox.started(&[seq]).await;
+            jobs::turn(scheduled, runner, courier, inbox, proactive).await;
+        })
     }
 
     /// An answer recorded before a restart: sent, not re-run.
@@ -630,18 +688,19 @@ impl SessionActor {
                 edit: None,
             };
             let sent = courier.deliver(&out).await;
-            inbox.done(&[command.seq], sent);
+            inbox.done(&[command.seq], sent).await;
         })
     }
 
     /// Removes this actor from the map if no message is waiting for it.
-    fn try_evict(&self, rx: &mpsc::UnboundedReceiver<Mail>) -> bool {
+    fn try_evict(&self, lanes: &Lanes) -> bool {
         let removed = self
             .actors
-            .remove_if(&self.session_id, |_, _| rx.is_empty())
+            .remove_if(&self.session_id, |_, _| lanes.is_empty())
             .is_some();
-        // Absent from the map: nothing can reach this actor any more.
-        let evicted = removed || (rx.is_empty() && !self.actors.contains_key(&self.session_id));
+        // Absent from the map: nothing new can reach this actor (a post that was waiting gets
+        // its mail back when the lanes close, and starts a new actor).
+        let evicted = removed || (lanes.is_empty() && !self.actors.contains_key(&self.session_id));
         if evicted {
             tracing::debug!(session = %self.session_id, "session.evict");
         }
@@ -678,7 +737,7 @@ pub(super) struct Courier {
 impl Courier {
     /// Sends `out` (the adapter retries on its own); the outcome for the inbox.
     async fn deliver(&self, out: &Outbound) -> Outcome {
-        match self.deliver_from(out, 0, &mut |_| {}).await {
+        match self.deliver_from(out, 0, &mut |_| Box::pin(async {})).await {
             Ok(()) => Outcome::Sent,
             Err(_) => Outcome::Failed,
         }
@@ -700,13 +759,13 @@ impl Courier {
         let seqs = &delivery.seqs;
         let from = delivery.parts_sent;
         let sent = self
-            .deliver_from(&delivery.out, from, &mut |n| inbox.sent(seqs, n))
+            .deliver_from(&delivery.out, from, &mut |n| Box::pin(inbox.sent(seqs, n)))
             .await;
         let outcome = match sent {
             Ok(()) => Outcome::Sent,
             Err(_) => Outcome::Failed,
         };
-        inbox.done(seqs, outcome);
+        inbox.done(seqs, outcome).await;
         sent
     }
 
@@ -716,7 +775,7 @@ impl Courier {
         &self,
         out: &Outbound,
         from: usize,
-        accepted: &mut (dyn FnMut(usize) + Send),
+        accepted: &mut delivery::Accepted<'_>,
     ) -> Result<(), String> {
         let (channel, home) = (self.channel.as_ref(), &self.home);
         match delivery::send_from(channel, home, out, from, accepted).await {
@@ -734,8 +793,8 @@ impl Courier {
 }
 
 /// Shows the typing indicator every `interval` until the returned guard is dropped.
-fn typing(channel: Arc<dyn Channel>, chat_id: String, interval: Duration) -> AbortOnDrop {
-    AbortOnDrop(tokio::spawn(async move {
+fn typing(channel: Arc<dyn Channel>, chat_id: String, interval: Duration) -> AbortOnDropHandle<()> {
+    AbortOnDropHandle::new(tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
         loop {
             tick.tick().await;
@@ -744,15 +803,6 @@ fn typing(channel: Arc<dyn Channel>, chat_id: String, interval: Duration) -> Abo
             }
         }
     }))
-}
-
-/// Aborts a task when dropped (the typing loop stops when its turn ends or is cancelled).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use super::*;
 type Waiting = oneshot::Receiver<Result<(), String>>;
 
 /// A due run of job `j1` in `session`, journaled in `h`'s inbox.
-fn job(h: &Harness, session: &str, prompt: &str) -> (Mail, Waiting) {
+async fn job(h: &Harness, session: &str, prompt: &str) -> (Mail, Waiting) {
     let mut run = JobRun {
         seq: 0,
         job: "j1".into(),
@@ -21,7 +21,7 @@ fn job(h: &Harness, session: &str, prompt: &str) -> (Mail, Waiting) {
         creator: Authority::terminal(),
         interrupted: false,
     };
-    h.inbox.scheduled(&mut run).unwrap();
+    h.inbox.scheduled(&mut run).await.unwrap();
     let (done, outcome) = oneshot::channel();
     let run = ScheduledRun {
         run,
@@ -46,12 +46,12 @@ fn no_debounce() -> SessionConfig {
 #[tokio::test(start_paused = true)]
 async fn a_job_waits_behind_the_running_turn_and_is_answered_through_the_inbox() {
     let mut h = harness_for("telegram:1", no_debounce(), FakeRunner::new(true));
-    h.send("first", true);
+    h.send("first", true).await;
     at(&h, 1.0).await;
     assert_eq!(h.runner.prompts().len(), 1, "the chat's turn is running");
-    let (mail, outcome) = job(&h, "telegram:1", "[Scheduled run] stretch");
-    h.tx.send(mail).unwrap();
-    h.send("second", true);
+    let (mail, outcome) = job(&h, "telegram:1", "[Scheduled run] stretch").await;
+    h.tx.send(mail).await.unwrap();
+    h.send("second", true).await;
     at(&h, 5.0).await;
     assert_eq!(
         h.runner.prompts().len(),
@@ -91,8 +91,8 @@ async fn a_refused_job_runs_no_turn_and_sends_nothing() {
     let mut runner = FakeRunner::new(false);
     runner.refuse_jobs = Some("telegram:5 is no longer admitted".into());
     let h = harness_for("telegram:1", no_debounce(), runner);
-    let (mail, outcome) = job(&h, "telegram:1", "stretch");
-    h.tx.send(mail).unwrap();
+    let (mail, outcome) = job(&h, "telegram:1", "stretch").await;
+    h.tx.send(mail).await.unwrap();
     assert_eq!(
         outcome.await.unwrap(),
         Err("refused: telegram:5 is no longer admitted".into())
@@ -111,8 +111,8 @@ async fn a_job_over_budget_is_skipped_without_a_word_to_the_chat() {
     let mut runner = FakeRunner::new(false);
     runner.result.error = Some(TurnError::Budget("BUB_BUDGET_DAILY_TOKENS".into()));
     let h = harness_for("telegram:1", no_debounce(), runner);
-    let (mail, outcome) = job(&h, "telegram:1", "stretch");
-    h.tx.send(mail).unwrap();
+    let (mail, outcome) = job(&h, "telegram:1", "stretch").await;
+    h.tx.send(mail).await.unwrap();
     let status = outcome.await.unwrap().unwrap_err();
     assert!(status.starts_with("skipped: "), "{status}");
     assert!(sent_texts(&h).is_empty());
@@ -123,8 +123,8 @@ async fn a_job_over_budget_is_skipped_without_a_word_to_the_chat() {
 #[tokio::test(start_paused = true)]
 async fn a_job_in_a_session_without_a_chat_keeps_its_answer_on_the_tape() {
     let h = harness_for("cli", no_debounce(), FakeRunner::new(false));
-    let (mail, outcome) = job(&h, "cli", "summarise the day");
-    h.tx.send(mail).unwrap();
+    let (mail, outcome) = job(&h, "cli", "summarise the day").await;
+    h.tx.send(mail).await.unwrap();
     assert_eq!(outcome.await.unwrap(), Ok(()));
     assert_eq!(h.runner.prompts(), ["summarise the day"]);
     assert!(sent_texts(&h).is_empty());
@@ -140,10 +140,10 @@ async fn a_job_in_a_session_without_a_chat_keeps_its_answer_on_the_tape() {
 #[tokio::test(start_paused = true)]
 async fn stop_cancels_a_running_job_and_the_scheduler_hears_of_it() {
     let mut h = harness_for("telegram:1", no_debounce(), FakeRunner::new(true));
-    let (mail, outcome) = job(&h, "telegram:1", "a long job");
-    h.tx.send(mail).unwrap();
+    let (mail, outcome) = job(&h, "telegram:1", "a long job").await;
+    h.tx.send(mail).await.unwrap();
     at(&h, 1.0).await;
-    h.send(",stop", false);
+    h.send(",stop", false).await;
     let status = outcome.await.unwrap_err();
     assert_eq!(
         status.to_string(),

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 
 use super::*;
 use crate::access::Role;
+use crate::daemon::mailbox::{MAILBOX, mailbox};
 use crate::delivery::{TurnError, TurnResult};
 use crate::inbox::{Inbox, JobRun};
 
@@ -123,8 +124,8 @@ impl TurnRunner for FakeRunner {
         }
     }
 
-    async fn record(&self, _session_id: &str, name: &str, data: serde_json::Value) {
-        self.events.lock().unwrap().push((name.to_owned(), data));
+    async fn record(&self, _session_id: &str, name: Event, data: serde_json::Value) {
+        self.events.lock().unwrap().push((name.to_string(), data));
     }
 
     async fn new_context(&self, _session_id: &str, _who: &Authority) -> anyhow::Result<()> {
@@ -145,7 +146,7 @@ impl TurnRunner for FakeRunner {
 }
 
 struct Harness {
-    tx: mpsc::UnboundedSender<Mail>,
+    tx: Mailbox,
     inbox: Arc<Inbox>,
     channel: Arc<FakeChannel>,
     runner: Arc<FakeRunner>,
@@ -180,7 +181,7 @@ fn harness_for(session_id: &str, cfg: SessionConfig, runner: FakeRunner) -> Harn
     let channel = Arc::new(FakeChannel::default());
     let runner = Arc::new(runner);
     let actors: ActorMap = Arc::default();
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = mailbox();
     actors.insert(session_id.into(), tx.clone());
     let shutdown = CancellationToken::new();
     let inbox = Arc::new(Inbox::memory());
@@ -210,15 +211,15 @@ fn harness_for(session_id: &str, cfg: SessionConfig, runner: FakeRunner) -> Harn
 }
 
 impl Harness {
-    fn send(&mut self, prompt: &str, mentioned: bool) {
-        self.send_as(prompt, mentioned, "42", Role::Owner);
+    async fn send(&mut self, prompt: &str, mentioned: bool) {
+        self.send_as(prompt, mentioned, "42", Role::Owner).await;
     }
 
-    fn send_as(&mut self, prompt: &str, mentioned: bool, sender: &str, role: Role) {
+    async fn send_as(&mut self, prompt: &str, mentioned: bool, sender: &str, role: Role) {
         self.next_id += 1;
         let mut message = inbound(self.next_id, prompt, mentioned, sender, role);
-        self.inbox.receive(&mut message, None).unwrap();
-        self.tx.send(Mail::Message(message)).unwrap();
+        self.inbox.receive(&mut message, None).await.unwrap();
+        self.tx.send(Mail::Message(message)).await.unwrap();
     }
 
     /// Seconds after the start at which each turn began.
@@ -254,14 +255,14 @@ async fn at(h: &Harness, seconds: f64) {
 #[tokio::test(start_paused = true)]
 async fn reference_timeline_mention_follow_up_and_closed_window() {
     let mut h = harness(config(), FakeRunner::new(false));
-    h.send("m0", true);
+    h.send("m0", true).await;
     at(&h, 0.5).await;
-    h.send("m1", false);
+    h.send("m1", false).await;
     at(&h, 30.0).await;
     assert_eq!(h.runner.prompts(), ["channel: $fake\nm0\nm1"]);
-    h.send("m2", false);
+    h.send("m2", false).await;
     at(&h, 100.0).await;
-    h.send("m3", false);
+    h.send("m3", false).await;
     at(&h, 200.0).await;
     assert_eq!(
         h.runner.prompts(),
@@ -275,8 +276,8 @@ async fn reference_timeline_mention_follow_up_and_closed_window() {
 #[tokio::test(start_paused = true)]
 async fn unaddressed_messages_never_reach_the_model() {
     let mut h = harness(config(), FakeRunner::new(false));
-    h.send("chatter", false);
-    h.send("more chatter", false);
+    h.send("chatter", false).await;
+    h.send("more chatter", false).await;
     at(&h, 120.0).await;
     assert!(h.runner.prompts().is_empty());
     assert!(h.channel.sent.lock().unwrap().is_empty());
@@ -291,7 +292,7 @@ async fn mentions_keep_postponing_the_batch() {
     let mut h = harness(config(), FakeRunner::new(false));
     for i in 0..5 {
         at(&h, f64::from(i) * 0.8).await;
-        h.send(&format!("m{i}"), true);
+        h.send(&format!("m{i}"), true).await;
     }
     at(&h, 10.0).await;
     assert_eq!(h.runner.prompts(), ["channel: $fake\nm0\nm1\nm2\nm3\nm4"]);
@@ -307,10 +308,10 @@ async fn commands_bypass_debounce_and_the_window() {
     let mut cfg = config();
     cfg.debounce = Duration::ZERO;
     let mut h = harness(cfg, FakeRunner::new(false));
-    h.send(",help", false);
+    h.send(",help", false).await;
     at(&h, 0.001).await;
     assert_eq!(h.runner.prompts(), [",help"]);
-    h.send("hello", true);
+    h.send("hello", true).await;
     at(&h, 1.0).await;
     assert_eq!(h.runner.prompts(), [",help", "channel: $fake\nhello"]);
     let sent = h.channel.sent.lock().unwrap().clone();
@@ -323,10 +324,10 @@ async fn a_batch_runs_with_its_least_trusted_sender_and_a_command_with_its_own()
     let mut cfg = config();
     cfg.debounce = Duration::ZERO;
     let mut h = harness(cfg, FakeRunner::new(false));
-    h.send_as("owner asks", true, "1", Role::Owner);
-    h.send_as("guest adds", false, "2", Role::Guest);
+    h.send_as("owner asks", true, "1", Role::Owner).await;
+    h.send_as("guest adds", false, "2", Role::Guest).await;
     at(&h, 0.5).await;
-    h.send_as(",tape.info", false, "1", Role::Owner);
+    h.send_as(",tape.info", false, "1", Role::Owner).await;
     at(&h, 1.0).await;
     let who = h.runner.authorities.lock().unwrap().clone();
     assert_eq!(who.len(), 2, "{who:?}");
@@ -345,12 +346,12 @@ async fn one_turn_at_a_time_and_mid_turn_messages_form_the_next_batch() {
     let mut cfg = config();
     cfg.debounce = Duration::ZERO;
     let mut h = harness(cfg, FakeRunner::new(true));
-    h.send("first", true);
+    h.send("first", true).await;
     at(&h, 1.0).await;
     assert_eq!(h.runner.prompts().len(), 1, "the first turn is running");
-    h.send("second", true);
-    h.send(",tape.info", true);
-    h.send("third", false);
+    h.send("second", true).await;
+    h.send(",tape.info", true).await;
+    h.send("third", false).await;
     at(&h, 30.0).await;
     assert_eq!(
         h.runner.prompts().len(),
@@ -383,7 +384,7 @@ async fn typing_repeats_while_a_turn_runs_and_stops_after() {
     let mut cfg = config();
     cfg.debounce = Duration::ZERO;
     let mut h = harness(cfg, FakeRunner::new(true));
-    h.send("slow one", true);
+    h.send("slow one", true).await;
     at(&h, 10.0).await;
     assert_eq!(h.channel.typing.lock().unwrap().len(), 3, "at 0, 4 and 8 s");
     h.runner.gate.as_ref().unwrap().add_permits(1);
@@ -401,8 +402,8 @@ async fn proactive_mode_delivers_only_command_output_and_errors() {
     cfg.proactive_response = true;
     cfg.debounce = Duration::ZERO;
     let mut h = harness(cfg, FakeRunner::new(false));
-    h.send("hi", true);
-    h.send(",echo", true);
+    h.send("hi", true).await;
+    h.send(",echo", true).await;
     at(&h, 1.0).await;
     let sent = h.channel.sent.lock().unwrap().clone();
     assert_eq!(
@@ -418,7 +419,7 @@ async fn idle_actor_evicts_itself_and_releases_the_session() {
     let mut cfg = config();
     cfg.debounce = Duration::ZERO;
     let mut h = harness(cfg, FakeRunner::new(false));
-    h.send("hi", true);
+    h.send("hi", true).await;
     at(&h, 599.0).await;
     assert!(h.actors.contains_key("fake:1"));
     at(&h, 601.0).await;
@@ -430,8 +431,8 @@ async fn idle_actor_evicts_itself_and_releases_the_session() {
 #[tokio::test(start_paused = true)]
 async fn shutdown_starts_no_new_turn_and_leaves_the_batch_in_the_inbox() {
     let mut h = harness(config(), FakeRunner::new(false));
-    h.send("m0", true);
-    h.send("m1", false);
+    h.send("m0", true).await;
+    h.send("m1", false).await;
     at(&h, 0.1).await;
     assert!(h.runner.prompts().is_empty(), "still debouncing");
     h.shutdown.cancel();
@@ -456,8 +457,8 @@ async fn out_of_range_durations_in_settings_neither_panic_nor_fire() {
     s.active_time_window = Duration::ZERO;
     let cfg = SessionConfig::from_settings(&s);
     let mut h = harness(cfg, FakeRunner::new(false));
-    h.send("m0", true);
-    h.send(",help", false);
+    h.send("m0", true).await;
+    h.send(",help", false).await;
     at(&h, 86_400.0).await;
     assert!(
         !h.task.is_finished(),
@@ -503,7 +504,7 @@ async fn a_chat_that_keeps_mentioning_is_answered_within_max_wait() {
     // (no message at that instant, so the batch's end is deterministic).
     for i in 0..30 {
         at(&h, 0.3 + f64::from(i) * 0.7).await;
-        h.send(&format!("m{i}"), true);
+        h.send(&format!("m{i}"), true).await;
     }
     assert!(
         (h.turn_times()[0] - 10.3).abs() < 0.01,
@@ -520,10 +521,10 @@ async fn a_chat_that_keeps_mentioning_is_answered_within_max_wait() {
 #[tokio::test(start_paused = true)]
 async fn a_huge_batch_carries_the_newest_messages_and_records_the_rest() {
     let mut h = harness(config(), FakeRunner::new(true));
-    h.send(",first", false);
+    h.send(",first", false).await;
     at(&h, 0.1).await;
     for i in 0..120 {
-        h.send(&format!("follow-up {i}"), true);
+        h.send(&format!("follow-up {i}"), true).await;
     }
     h.runner.gate.as_ref().unwrap().add_permits(2);
     at(&h, 5.0).await;
@@ -535,7 +536,7 @@ async fn a_huge_batch_carries_the_newest_messages_and_records_the_rest() {
     assert!(!batch.contains("follow-up 69\n"), "{batch}");
     let recorded = h.runner.events.lock().unwrap();
     let (name, data) = &recorded[0];
-    assert_eq!(name, LEFT_OUT_EVENT);
+    assert_eq!(name, Event::MessagesLeftOut.as_str());
     assert_eq!(data["count"], 70);
     assert_eq!(data["messages"][0], "follow-up 0");
     drop(recorded);
@@ -545,10 +546,10 @@ async fn a_huge_batch_carries_the_newest_messages_and_records_the_rest() {
 #[tokio::test(start_paused = true)]
 async fn stop_cancels_the_running_turn_and_keeps_the_queue() {
     let mut h = harness(config(), FakeRunner::new(true));
-    h.send(",sleep 987", false);
+    h.send(",sleep 987", false).await;
     at(&h, 1.0).await;
-    h.send("queued", true);
-    h.send(",stop", false);
+    h.send("queued", true).await;
+    h.send(",stop", false).await;
     at(&h, 1.5).await;
     assert_eq!(sent_texts(&h), ["Stopped."]);
     assert_eq!(events(&h), ["turn.cancelled"]);
@@ -563,9 +564,9 @@ async fn stop_cancels_the_running_turn_and_keeps_the_queue() {
 #[tokio::test(start_paused = true)]
 async fn a_guest_stops_only_their_own_turn() {
     let mut h = harness(config(), FakeRunner::new(true));
-    h.send_as("owner asks", true, "1", Role::Owner);
+    h.send_as("owner asks", true, "1", Role::Owner).await;
     at(&h, 2.0).await;
-    h.send_as(",stop", false, "2", Role::Guest);
+    h.send_as(",stop", false, "2", Role::Guest).await;
     at(&h, 2.5).await;
     assert_eq!(
         sent_texts(&h),
@@ -574,9 +575,9 @@ async fn a_guest_stops_only_their_own_turn() {
     assert!(events(&h).is_empty());
     h.runner.gate.as_ref().unwrap().add_permits(1);
     at(&h, 3.0).await;
-    h.send_as("guest asks", true, "2", Role::Guest);
+    h.send_as("guest asks", true, "2", Role::Guest).await;
     at(&h, 5.0).await;
-    h.send_as(",stop", false, "2", Role::Guest);
+    h.send_as(",stop", false, "2", Role::Guest).await;
     at(&h, 5.5).await;
     assert_eq!(events(&h), ["turn.cancelled"]);
     assert_eq!(sent_texts(&h).last().unwrap(), "Stopped.");
@@ -585,11 +586,11 @@ async fn a_guest_stops_only_their_own_turn() {
 #[tokio::test(start_paused = true)]
 async fn status_answers_beside_a_running_turn_and_new_queues_like_a_command() {
     let mut h = harness(config(), FakeRunner::new(true));
-    h.send("long question", true);
+    h.send("long question", true).await;
     at(&h, 2.0).await;
-    h.send("next", true);
-    h.send(",new", false);
-    h.send(",status", false);
+    h.send("next", true).await;
+    h.send(",new", false).await;
+    h.send(",status", false).await;
     at(&h, 3.0).await;
     let status = sent_texts(&h).pop().expect("status sent during the turn");
     assert!(
@@ -609,13 +610,15 @@ async fn status_answers_beside_a_running_turn_and_new_queues_like_a_command() {
             .iter()
             .any(|t| t.starts_with("Started a fresh context"))
     );
-    let _ = h.tx.send(Mail::Message(inbound(
-        99,
-        ",stop",
-        false,
-        "42",
-        Role::Owner,
-    )));
+    let _ =
+        h.tx.send(Mail::Message(inbound(
+            99,
+            ",stop",
+            false,
+            "42",
+            Role::Owner,
+        )))
+        .await;
     at(&h, 11.0).await;
     assert_eq!(sent_texts(&h).last().unwrap(), "Nothing is running.");
 }
@@ -625,7 +628,7 @@ async fn resumed_work_runs_at_once_and_recorded_answers_are_only_delivered() {
     let h = harness(config(), FakeRunner::new(false));
     let mut interrupted = inbound(1, "asked before the crash", false, "42", Role::Owner);
     interrupted.interrupted = true;
-    h.tx.send(Mail::Resumed(interrupted)).unwrap();
+    h.tx.send(Mail::Resumed(interrupted)).await.unwrap();
     h.tx.send(Mail::Deliver(Delivery {
         channel: "fake".into(),
         seqs: vec![],
@@ -638,6 +641,7 @@ async fn resumed_work_runs_at_once_and_recorded_answers_are_only_delivered() {
         },
         parts_sent: 0,
     }))
+    .await
     .unwrap();
     at(&h, 0.1).await;
     assert_eq!(sent_texts(&h), ["answered before the crash", "answer"]);
@@ -657,10 +661,10 @@ async fn the_status_board_shows_the_turn_the_queue_and_errors_until_eviction() {
     let mut runner = FakeRunner::new(true);
     runner.result.error = Some(TurnError::Model("model: connection refused".into()));
     let mut h = harness(cfg, runner);
-    h.send("first", true);
+    h.send("first", true).await;
     at(&h, 1.0).await;
-    h.send("second", true);
-    h.send(",tape.info", false);
+    h.send("second", true).await;
+    h.send(",tape.info", false).await;
     at(&h, 2.0).await;
     let board = h.board.snapshot();
     let row = &board.sessions[0];
@@ -710,15 +714,73 @@ async fn a_turn_run_again_answers_in_the_live_message_its_interrupted_attempt_po
         cfg.live = live;
         let h = harness(cfg, FakeRunner::new(false));
         let mut interrupted = inbound(1, "asked before the crash", true, "42", Role::Owner);
-        h.inbox.receive(&mut interrupted, None).unwrap();
-        h.inbox.started(&[interrupted.seq]);
-        h.inbox.live(&[interrupted.seq], "1001");
+        h.inbox.receive(&mut interrupted, None).await.unwrap();
+        h.inbox.started(&[interrupted.seq]).await;
+        h.inbox.live(&[interrupted.seq], "1001").await;
         interrupted.interrupted = true;
-        h.tx.send(Mail::Resumed(interrupted)).unwrap();
+        h.tx.send(Mail::Resumed(interrupted)).await.unwrap();
         at(&h, 5.0).await;
         let sent = h.channel.sent.lock().unwrap().clone();
         assert_eq!(sent.len(), 1, "live={live}: {sent:?}");
         assert_eq!(sent[0].text, "answer");
         assert_eq!(sent[0].edit.as_deref(), Some("1001"), "live={live}");
     }
+}
+
+/// More messages than the actor queues: the rest wait in the mailbox and the sender waits for
+/// room (nothing is dropped), a control still gets through at once, and once the model moves
+/// every message reaches a turn — shown or left out — exactly once, in order.
+#[tokio::test(start_paused = true)]
+async fn a_full_queue_holds_the_sender_and_loses_nothing() {
+    let mut cfg = config();
+    cfg.debounce = Duration::ZERO;
+    let mut h = harness(cfg, FakeRunner::new(true));
+    h.send("m0", true).await;
+    at(&h, 1.0).await;
+    assert_eq!(
+        h.runner.prompts().len(),
+        1,
+        "the first turn runs (and waits)"
+    );
+    let n = QUEUED_MESSAGES + MAILBOX + 20;
+    let sender = tokio::spawn({
+        let (inbox, tx) = (h.inbox.clone(), h.tx.clone());
+        async move {
+            for i in 1..=n {
+                let mut m = inbound(1000 + i, &format!("m{i}"), true, "42", Role::Owner);
+                inbox.receive(&mut m, None).await.unwrap();
+                tx.send(Mail::Message(m)).await.unwrap();
+            }
+        }
+    });
+    at(&h, 2.0).await;
+    assert!(!sender.is_finished(), "the sender waits for room");
+    let row = h.board.snapshot().sessions[0].clone();
+    assert_eq!(row.queued_messages, QUEUED_MESSAGES);
+    h.send(",status", false).await;
+    at(&h, 2.5).await;
+    let status = sent_texts(&h)
+        .pop()
+        .expect("status answered during the turn");
+    assert!(status.contains("queued: 500 message(s)"), "{status}");
+
+    h.runner.gate.as_ref().unwrap().add_permits(100);
+    at(&h, 10.0).await;
+    assert!(sender.is_finished());
+    // Every message once, in order: each turn's left-out messages, then the ones it showed.
+    let events = h.runner.events.lock().unwrap().clone();
+    let mut left_out = events.iter().map(|(_, data)| data["messages"].clone());
+    let mut seen = Vec::new();
+    for prompt in h.runner.prompts().iter().skip(1) {
+        if prompt.contains("earlier messages of this batch") {
+            let messages = left_out.next().expect("a left_out event");
+            seen.extend(messages.as_array().unwrap().iter().map(|m| m.to_string()));
+        }
+        let lines = prompt.lines().filter(|l| l.starts_with('m'));
+        seen.extend(lines.map(|l| format!("{l:?}")));
+    }
+    let expected: Vec<String> = (1..=n).map(|i| format!("\"m{i}\"")).collect();
+    assert_eq!(seen, expected);
+    assert!(h.runner.prompts().len() >= 3, "more than one batch");
+    assert_eq!(h.inbox.pending(), 0, "all finished");
 }

@@ -68,13 +68,16 @@ impl SendLedger {
             }
             Some(p) => p.parts,
             None => {
-                inbox.sending(seqs, &key, &format!("{name}:{}", out.chat_id));
+                inbox
+                    .sending(seqs, &key, &format!("{name}:{}", out.chat_id))
+                    .await;
                 0
             }
         };
-        let mut accepted = |parts| inbox.send_part(seqs, &key, parts);
+        let key_ref = &key;
+        let mut accepted = |parts| Box::pin(inbox.send_part(seqs, key_ref, parts)) as _;
         super::send_from(adapter.as_ref(), outbox.home(), out, from, &mut accepted).await?;
-        inbox.send_done(seqs, &key);
+        inbox.send_done(seqs, &key).await;
         Ok(Sent::Now)
     }
 

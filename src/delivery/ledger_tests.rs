@@ -81,7 +81,7 @@ pub(crate) fn to(chat: &str, text: &str) -> Outbound {
 }
 
 /// A journaled message of chat 42 (its sequence number).
-fn received(inbox: &Inbox, id: &str) -> u64 {
+async fn received(inbox: &Inbox, id: &str) -> u64 {
     let mut m = Inbound {
         channel: "telegram".into(),
         chat_id: "42".into(),
@@ -95,7 +95,7 @@ fn received(inbox: &Inbox, id: &str) -> u64 {
         seq: 0,
         interrupted: false,
     };
-    match inbox.receive(&mut m, None).unwrap() {
+    match inbox.receive(&mut m, None).await.unwrap() {
         Received::New(seq) => seq,
         Received::Duplicate => panic!("duplicate"),
     }
@@ -107,7 +107,7 @@ async fn a_turn_run_again_skips_what_was_accepted_and_sends_what_was_not() {
     let channel = Recorder::new();
     let outbox = outbox(&channel, home.path());
     let inbox = Arc::new(Inbox::memory());
-    let seq = received(&inbox, "1");
+    let seq = received(&inbox, "1").await;
     // The first attempt: "ping" twice to chat 7 (both sent: the same text twice is two sends),
     // then a report to chat 8 — and the restart comes before it is sent.
     let first = SendLedger::new(inbox.clone(), &[seq]).unwrap();
@@ -136,7 +136,7 @@ async fn a_turn_run_again_skips_what_was_accepted_and_sends_what_was_not() {
     assert_eq!(outcomes, [Sent::Before, Sent::Before, Sent::Now, Sent::Now]);
     assert_eq!(channel.texts(), ["ping", "ping", "report", "ping"]);
     // Another turn (other messages) sends its own "ping".
-    let other = SendLedger::new(inbox.clone(), &[received(&inbox, "2")]).unwrap();
+    let other = SendLedger::new(inbox.clone(), &[received(&inbox, "2").await]).unwrap();
     let sent = other.send(&outbox, "telegram", &to("7", "ping")).await;
     assert_eq!(sent.unwrap(), Sent::Now);
     // A turn of messages that were never journaled has no ledger.
@@ -149,7 +149,7 @@ async fn a_long_send_resumes_at_its_first_part_not_accepted() {
     let channel = Recorder::new();
     let outbox = outbox(&channel, home.path());
     let inbox = Arc::new(Inbox::memory());
-    let seq = received(&inbox, "1");
+    let seq = received(&inbox, "1").await;
     let long = to("7", "aaaa aaaa\n\nbbbb bbbb\n\ncccc cccc");
     channel.accepting.store(2, Ordering::SeqCst);
     let first = SendLedger::new(inbox.clone(), &[seq]).unwrap();
@@ -173,7 +173,7 @@ async fn a_refused_chat_is_refused_and_nothing_is_recorded() {
     let channel = Recorder::new();
     let outbox = outbox(&channel, home.path());
     let inbox = Arc::new(Inbox::memory());
-    let seq = received(&inbox, "1");
+    let seq = received(&inbox, "1").await;
     let ledger = SendLedger::new(inbox.clone(), &[seq]).unwrap();
     let refused = ledger.send(&outbox, "telegram", &to("666", "hi")).await;
     assert!(format!("{:#}", refused.unwrap_err()).contains("not in BUB_TELEGRAM_ALLOW_CHATS"));

@@ -131,6 +131,7 @@ pub async fn send_once(
         if let Err(e) = record.append(&line) {
             tracing::error!(error = %format!("{e:#}"), "send.once.record.error");
         }
+        Box::pin(std::future::ready(())) as _
     };
     super::send_from(adapter.as_ref(), outbox.home(), out, from, &mut accepted).await?;
     record.append(&Line {

@@ -51,21 +51,27 @@ enum Part<'a> {
     WholeText,
 }
 
+/// Told that the platform accepted the parts before part `n` (an `async` step: the caller
+/// records it before the next part is sent).
+pub(crate) type Accepted<'a> = dyn FnMut(usize) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>
+    + Send
+    + 'a;
+
 /// Sends `out` through `channel`, all its parts (see the module docs).
 pub(crate) async fn send(channel: &dyn Channel, home: &Path, out: &Outbound) -> anyhow::Result<()> {
-    send_from(channel, home, out, 0, &mut |_| {}).await
+    send_from(channel, home, out, 0, &mut |_| Box::pin(async {})).await
 }
 
 /// Sends the parts of `out` from part `from` on (the ones before it were accepted before a
 /// restart), in order, stopping at the first that fails. After the platform accepted part
-/// `n - 1` and more parts follow, calls `accepted(n)`; the end of the send is the caller's to
+/// `n - 1` and more parts follow, awaits `accepted(n)`; the end of the send is the caller's to
 /// record.
 pub(crate) async fn send_from(
     channel: &dyn Channel,
     home: &Path,
     out: &Outbound,
     from: usize,
-    accepted: &mut (dyn FnMut(usize) + Send),
+    accepted: &mut Accepted<'_>,
 ) -> anyhow::Result<()> {
     let parts = parts(out, channel.message_limit());
     let total = parts.len();
@@ -97,7 +103,7 @@ pub(crate) async fn send_from(
             break;
         }
         if i + 1 < total {
-            accepted(i + 1);
+            accepted(i + 1).await;
         }
     }
     // Removing the folder is file work: on the blocking pool.

@@ -28,23 +28,23 @@ fn run(session: &str, prompt: &str) -> JobRun {
     }
 }
 
-fn journal(inbox: &Inbox, session: &str, prompt: &str) -> u64 {
+async fn journal(inbox: &Inbox, session: &str, prompt: &str) -> u64 {
     let mut run = run(session, prompt);
-    let seq = inbox.scheduled(&mut run).unwrap();
+    let seq = inbox.scheduled(&mut run).await.unwrap();
     assert_eq!(run.seq, seq);
     seq
 }
 
-#[test]
-fn an_interrupted_run_resumes_once_then_is_given_up_with_a_notice() {
+#[tokio::test]
+async fn an_interrupted_run_resumes_once_then_is_given_up_with_a_notice() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inbox.jsonl");
     let (inbox, _) = open(&path);
-    let never_started = journal(&inbox, "telegram:42", "later");
-    let interrupted = journal(&inbox, "telegram:42", "remind");
-    let command = journal(&inbox, "telegram:42", ",bash echo hi");
-    let chatless = journal(&inbox, "cli", "tidy up");
-    inbox.started(&[interrupted, command, chatless]);
+    let never_started = journal(&inbox, "telegram:42", "later").await;
+    let interrupted = journal(&inbox, "telegram:42", "remind").await;
+    let command = journal(&inbox, "telegram:42", ",bash echo hi").await;
+    let chatless = journal(&inbox, "cli", "tidy up").await;
+    inbox.started(&[interrupted, command, chatless]).await;
     drop(inbox);
 
     let (inbox, resume) = open(&path);
@@ -90,7 +90,7 @@ fn an_interrupted_run_resumes_once_then_is_given_up_with_a_notice() {
 
     // `interrupted` and `chatless` interrupted a second time: given up, the chat told (a
     // session without one is not); `never_started` was interrupted once: it runs again.
-    inbox.started(&[never_started, interrupted, chatless]);
+    inbox.started(&[never_started, interrupted, chatless]).await;
     drop(inbox);
     let (_, resume) = open(&path);
     let left: Vec<(u64, &str)> = resume
@@ -111,14 +111,14 @@ fn an_interrupted_run_resumes_once_then_is_given_up_with_a_notice() {
     );
 }
 
-#[test]
-fn a_recorded_answer_is_delivered_from_its_first_part_not_sent_and_never_run_again() {
+#[tokio::test]
+async fn a_recorded_answer_is_delivered_from_its_first_part_not_sent_and_never_run_again() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inbox.jsonl");
     let (inbox, _) = open(&path);
-    let seq = journal(&inbox, "telegram:42", "remind");
-    let finished = journal(&inbox, "telegram:42", "remind again");
-    inbox.started(&[seq]);
+    let seq = journal(&inbox, "telegram:42", "remind").await;
+    let finished = journal(&inbox, "telegram:42", "remind again").await;
+    inbox.started(&[seq]).await;
     let answer = Delivery {
         channel: "telegram".into(),
         seqs: vec![seq],
@@ -131,10 +131,10 @@ fn a_recorded_answer_is_delivered_from_its_first_part_not_sent_and_never_run_aga
         },
         parts_sent: 0,
     };
-    inbox.answered(&answer);
-    inbox.sent(&[seq], 1);
-    inbox.started(&[finished]);
-    inbox.done(&[finished], Outcome::Sent);
+    inbox.answered(&answer).await;
+    inbox.sent(&[seq], 1).await;
+    inbox.started(&[finished]).await;
+    inbox.done(&[finished], Outcome::Sent).await;
     drop(inbox);
 
     // Twice: the first open compacts the journal, the second reads the compacted one.
@@ -150,7 +150,7 @@ fn a_recorded_answer_is_delivered_from_its_first_part_not_sent_and_never_run_aga
         assert_eq!(inbox.pending(), 1);
     }
     let (inbox, _) = open(&path);
-    inbox.done(&[seq], Outcome::Sent);
+    inbox.done(&[seq], Outcome::Sent).await;
     drop(inbox);
     assert!(open(&path).1.is_empty());
     let text = std::fs::read_to_string(&path).unwrap();

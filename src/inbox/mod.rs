@@ -19,34 +19,43 @@
 //!   idempotent), is given up with a notice to its chat. Chat controls (`,stop`, `,status`)
 //!   are not resumed; senders no longer admitted are dropped.
 //!
-//! Invariants: a `recv` record is written before [`Inbox::receive`] returns; records are
-//! appended with one `write` each (no fsync: they survive a crash of the process, not of the
-//! machine — see docs/delivery.md); after a failed append (which may have left
-//! part of a line) the next record starts on a new line; the journal is compacted (pending work
-//! and cursors only, atomically replaced) at open and whenever it grows past [`COMPACT_AT`] and
-//! twice its size after the last compaction (so rewrites cost O(pending) amortised); every map
-//! is bounded except the pending messages themselves.
+//! Writing: one task owns the file ([`writer`]); records reach it through a bounded queue, are
+//! written in batches (whatever is queued, one `write`, on the blocking pool) and each is
+//! acknowledged once its bytes are in the file. Every method that records something is `async`
+//! and returns after that acknowledgement; nothing here does file I/O on an async thread
+//! except [`Inbox::open`], which callers run on the blocking pool.
+//!
+//! Invariants: a `recv` record is written before [`Inbox::receive`] returns; records are not
+//! fsynced (they survive a crash of the process, not of the machine — see docs/delivery.md);
+//! after a failed write (which may have left part of a line) the next record starts on a new
+//! line; the in-memory state (pending messages, cursors, seen chats, recent keys) holds exactly
+//! the records that reached the file; the journal is compacted (pending work and cursors only,
+//! atomically replaced) at open and whenever it grows past 4 MiB and twice its size after the
+//! last compaction (so rewrites cost O(pending) amortised, see [`writer`]); every map is
+//! bounded except the pending messages themselves, and those are bounded by the daemon's
+//! queues (a message is received only when the one before it was handed on).
 
 mod job;
 mod journal;
 mod outgoing;
+mod writer;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::fs::File;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
 
 use crate::chat::{Inbound, Outbound};
 pub use job::JobRun;
 use journal::Record;
 pub use outgoing::SendProgress;
+#[cfg(test)]
+use writer::COMPACT_AT;
+use writer::{Disk, Job, Writer};
 
-/// The journal is rewritten without finished records when it grows past this size.
-pub(crate) const COMPACT_AT: u64 = 4 << 20;
 /// Chats whose last message id is remembered (for Discord's catch-up after a restart; a
 /// platform with a cursor, like Telegram, needs none).
 const SEEN_CHATS: usize = 10_000;
@@ -139,37 +148,54 @@ struct State {
 
 /// The inbox of one daemon (one per `BUB_HOME`, see the daemon lock).
 pub struct Inbox {
-    path: Option<PathBuf>,
-    inner: Mutex<Inner>,
+    shared: Arc<Mutex<Shared>>,
+    /// The journal's writer; `None` for an inbox in memory (records apply at once).
+    writer: Option<Writer>,
 }
 
-struct Inner {
+/// What the inbox and its writer share. The lock is held for map work only, never for I/O.
+struct Shared {
+    /// What the written records describe (the writer applies each after writing it).
     state: State,
-    file: Option<File>,
-    bytes: u64,
-    /// The size at which the journal is rewritten next ([`next_compaction`]).
-    compact_at: u64,
-    /// Bytes written to the journal by this process (appends and rewrites), for tests.
-    #[cfg(test)]
-    written: u64,
-    /// The last append failed, maybe after part of its line reached the file (`EFBIG`,
-    /// `ENOSPC`): the next record starts on a new line, or it would be glued to the fragment
-    /// and unreadable after a restart.
-    torn: bool,
+    /// The last sequence number given out: ahead of `state.next_seq` while a `recv` record is
+    /// on its way to the file.
+    issued: u64,
+    /// Keys of received messages on their way to the file: another copy meanwhile is a
+    /// duplicate. (Adapters hand messages over one at a time, so a copy comes from another
+    /// source — Discord's catch-up — and only after the first one's outcome in practice.)
+    inflight: HashSet<u64>,
+}
+
+impl Shared {
+    fn new(state: State) -> Self {
+        Self {
+            issued: state.next_seq,
+            state,
+            inflight: HashSet::new(),
+        }
+    }
+
+    fn issue(&mut self) -> u64 {
+        self.issued += 1;
+        self.issued
+    }
 }
 
 impl Inbox {
     /// An inbox that keeps nothing on disk (tests, embedding): the same rules, no durability.
     pub fn memory() -> Self {
         Self {
-            path: None,
-            inner: Mutex::new(Inner::new(State::default(), None, 0)),
+            shared: Arc::new(Mutex::new(Shared::new(State::default()))),
+            writer: None,
         }
     }
 
     /// Opens (or creates) the journal at `path`, compacts it and returns the work left by the
     /// previous run. `admitted` re-checks each resumed message's sender (access may have changed
     /// while Bub was down): `None` drops the message, `Some(role)` sets its role.
+    ///
+    /// Reads and rewrites the file: call it on the blocking pool (or before serving). Starts
+    /// the journal's writer thread.
     pub fn open(
         path: &Path,
         admitted: impl Fn(&Inbound) -> Option<crate::access::Role>,
@@ -244,66 +270,106 @@ impl Inbox {
         state
             .outgoing
             .retain(|seq, _| pending.contains_key(seq) || jobs.contains_key(seq));
-        let (file, bytes) = rewrite(path, &state)?;
+        let disk = Disk::create(path, &state)?;
         if !resume.is_empty() {
             tracing::info!(count = resume.len(), "inbox.resume");
         }
+        let shared = Arc::new(Mutex::new(Shared::new(state)));
+        let writer = Writer::start(disk, shared.clone())?;
         let inbox = Self {
-            path: Some(path.to_path_buf()),
-            inner: Mutex::new(Inner::new(state, Some(file), bytes)),
+            shared,
+            writer: Some(writer),
         };
         Ok((inbox, resume))
     }
 
-    /// Journals an admitted message before its receipt is confirmed to the platform. `cursor`
-    /// is the platform's position (Telegram's update id), remembered for the next start. An
-    /// error means the message is **not** on disk: do not confirm it.
-    pub fn receive(&self, msg: &mut Inbound, cursor: Option<u64>) -> anyhow::Result<Received> {
-        let mut inner = self.inner.lock().expect("inbox lock");
-        if inner.state.recent.contains(&key_of(msg)) {
-            return Ok(Received::Duplicate);
-        }
-        let seq = inner.state.next_seq + 1;
-        msg.seq = seq;
-        inner.append(&Record::Recv {
-            seq,
-            cursor,
-            msg: msg.clone(),
-        })?;
-        inner.state.apply(Record::Recv {
-            seq,
-            cursor,
-            msg: msg.clone(),
-        });
-        inner.maybe_compact(self.path.as_deref());
+    /// Journals an admitted message before its receipt is confirmed to the platform: returns
+    /// once its `recv` record is in the file (waiting while the writer's queue is full).
+    /// `cursor` is the platform's position (Telegram's update id), remembered for the next
+    /// start. An error means the message is **not** on disk: do not confirm it.
+    pub async fn receive(
+        &self,
+        msg: &mut Inbound,
+        cursor: Option<u64>,
+    ) -> anyhow::Result<Received> {
+        let key = key_of(msg);
+        let Some(writer) = &self.writer else {
+            let mut shared = self.lock();
+            if shared.state.recent.contains(&key) {
+                return Ok(Received::Duplicate);
+            }
+            let seq = shared.issue();
+            msg.seq = seq;
+            let msg = msg.clone();
+            shared.state.apply(Record::Recv { seq, cursor, msg });
+            return Ok(Received::New(seq));
+        };
+        // The place in the queue first: numbers are given out in the order records are written.
+        let permit = writer.reserve().await?;
+        let (ack, written) = oneshot::channel();
+        let seq = {
+            let mut shared = self.lock();
+            if shared.state.recent.contains(&key) || !shared.inflight.insert(key) {
+                return Ok(Received::Duplicate);
+            }
+            let seq = shared.issue();
+            msg.seq = seq;
+            let msg = msg.clone();
+            let record = Record::Recv { seq, cursor, msg };
+            permit.send(Job {
+                record,
+                key: Some(key),
+                ack,
+            });
+            seq
+        };
+        writer::acked(written).await?;
         Ok(Received::New(seq))
     }
 
     /// Journals a scheduled job's due run before its turn starts, numbering it (`run.seq`).
     /// An error means the run is not on disk: it may still run, but a restart cannot resume it.
-    pub fn scheduled(&self, run: &mut JobRun) -> anyhow::Result<u64> {
-        let mut inner = self.inner.lock().expect("inbox lock");
-        let seq = inner.state.next_seq + 1;
-        let record = Record::Job {
-            seq,
-            run: run.clone(),
+    pub async fn scheduled(&self, run: &mut JobRun) -> anyhow::Result<u64> {
+        let Some(writer) = &self.writer else {
+            let mut shared = self.lock();
+            let seq = shared.issue();
+            run.seq = seq;
+            let run = run.clone();
+            shared.state.apply(Record::Job { seq, run });
+            return Ok(seq);
         };
-        inner.append(&record)?;
-        run.seq = seq;
-        inner.state.apply(record);
-        inner.maybe_compact(self.path.as_deref());
+        // As for a received message: numbered in the order records are written.
+        let permit = writer.reserve().await?;
+        let (ack, written) = oneshot::channel();
+        let seq = {
+            let mut shared = self.lock();
+            let seq = shared.issue();
+            run.seq = seq;
+            let record = Record::Job {
+                seq,
+                run: run.clone(),
+            };
+            permit.send(Job {
+                record,
+                key: None,
+                ack,
+            });
+            seq
+        };
+        writer::acked(written).await?;
         Ok(seq)
     }
 
     /// A turn started with these messages.
-    pub fn started(&self, seqs: &[u64]) {
+    pub async fn started(&self, seqs: &[u64]) {
         self.record(Record::Start {
             seqs: journaled(seqs),
-        });
+        })
+        .await;
     }
 
     /// The turn's answer, before it is sent (a restart delivers it instead of re-running).
-    pub fn answered(&self, delivery: &Delivery) {
+    pub async fn answered(&self, delivery: &Delivery) {
         let seqs = journaled(&delivery.seqs);
         if seqs.is_empty() {
             return;
@@ -311,37 +377,39 @@ impl Inbox {
         self.record(Record::Answer(Delivery {
             seqs,
             ..delivery.clone()
-        }));
+        }))
+        .await;
     }
 
     /// The platform accepted the first `parts` parts of the messages' answer (one small
     /// record, written between the parts of a long answer).
-    pub fn sent(&self, seqs: &[u64], parts: usize) {
+    pub async fn sent(&self, seqs: &[u64], parts: usize) {
         self.record(Record::Sent {
             seqs: journaled(seqs),
             parts,
-        });
+        })
+        .await;
     }
 
     /// The messages need no more work.
-    pub fn done(&self, seqs: &[u64], outcome: Outcome) {
+    pub async fn done(&self, seqs: &[u64], outcome: Outcome) {
         self.record(Record::Done {
             seqs: journaled(seqs),
             outcome,
-        });
+        })
+        .await;
     }
 
     /// The platform cursor of `channel` (Telegram: the last update id journaled).
     pub(crate) fn cursor(&self, channel: &str) -> Option<u64> {
-        let inner = self.inner.lock().expect("inbox lock");
-        inner.state.cursors.get(channel).copied()
+        self.lock().state.cursors.get(channel).copied()
     }
 
     /// The newest message id seen per chat of `channel`, most recently active chats first, at
     /// most `limit` (Discord's catch-up after a restart or a gateway resume).
     pub(crate) fn last_seen(&self, channel: &str, limit: usize) -> Vec<(String, u64)> {
-        let inner = self.inner.lock().expect("inbox lock");
-        let mut chats: Vec<(&String, u64, u64)> = inner
+        let shared = self.lock();
+        let mut chats: Vec<(&String, u64, u64)> = shared
             .state
             .seen
             .iter()
@@ -359,88 +427,31 @@ impl Inbox {
     /// Bytes this process wrote to the journal, appends and rewrites.
     #[cfg(test)]
     pub(crate) fn written(&self) -> u64 {
-        self.inner.lock().expect("inbox lock").written
+        self.writer.as_ref().map_or(0, Writer::written)
     }
 
     /// Messages received and scheduled runs journaled, not yet finished.
     #[cfg(test)]
     pub(crate) fn pending(&self) -> usize {
-        let inner = self.inner.lock().expect("inbox lock");
+        let inner = self.lock();
         inner.state.pending.len() + inner.state.jobs.len()
     }
 
-    /// Appends a progress record; a failure is logged (the message stays pending and resumes
-    /// after a restart, which is the safe side).
-    fn record(&self, record: Record) {
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock().expect("inbox lock")
+    }
+
+    /// Writes a progress record; a failure is logged (the record is not applied either, so the
+    /// message stays pending and resumes after a restart, which is the safe side).
+    async fn record(&self, record: Record) {
         if record.seqs().is_empty() {
             return;
         }
-        let mut inner = self.inner.lock().expect("inbox lock");
-        if let Err(e) = inner.append(&record) {
-            tracing::error!(error = %format!("{e:#}"), "inbox.append.error");
-        }
-        inner.state.apply(record);
-        inner.maybe_compact(self.path.as_deref());
-    }
-}
-
-impl Inner {
-    /// The journal's state, open `file` and its size (just written whole).
-    fn new(state: State, file: Option<File>, bytes: u64) -> Self {
-        Self {
-            state,
-            file,
-            bytes,
-            compact_at: next_compaction(bytes),
-            #[cfg(test)]
-            written: bytes,
-            torn: false,
-        }
-    }
-
-    fn append(&mut self, record: &Record) -> anyhow::Result<()> {
-        let Some(file) = self.file.as_mut() else {
-            return Ok(());
+        let Some(writer) = &self.writer else {
+            return self.lock().state.apply(record);
         };
-        let mut line = Vec::with_capacity(256);
-        if self.torn {
-            line.push(b'\n');
-        }
-        serde_json::to_writer(&mut line, record)?;
-        line.push(b'\n');
-        if let Err(e) = file.write_all(&line) {
-            self.torn = true;
-            return Err(e).context("writing the inbox journal");
-        }
-        self.torn = false;
-        self.bytes += line.len() as u64;
-        #[cfg(test)]
-        {
-            self.written += line.len() as u64;
-        }
-        Ok(())
-    }
-
-    /// Rewrites the journal with only what is still needed once it grew past `compact_at`.
-    fn maybe_compact(&mut self, path: Option<&Path>) {
-        let Some(path) = path else { return };
-        if self.bytes < self.compact_at {
-            return;
-        }
-        match rewrite(path, &self.state) {
-            Ok((file, bytes)) => {
-                self.file = Some(file);
-                self.bytes = bytes;
-                self.compact_at = next_compaction(bytes);
-                #[cfg(test)]
-                {
-                    self.written += bytes;
-                }
-                self.torn = false;
-                tracing::debug!(bytes = self.bytes, "inbox.compact");
-            }
-            // Keep appending to the old file; the next append retries.
-            Err(e) => tracing::error!(error = %format!("{e:#}"), "inbox.compact.error"),
+        if let Err(e) = writer.write(record).await {
+            tracing::error!(error = %format!("{e:#}"), "inbox.append.error");
         }
     }
 }
@@ -560,26 +571,6 @@ impl State {
             }
         }
     }
-}
-
-/// The size at which a journal whose last rewrite left `bytes` is rewritten again: past
-/// [`COMPACT_AT`], and not before it has doubled. A backlog of pending work (a slow model) then
-/// costs rewrites of about as many bytes as were appended — O(pending) amortised — instead of a
-/// rewrite of the whole backlog with every record once it passed [`COMPACT_AT`].
-fn next_compaction(bytes: u64) -> u64 {
-    COMPACT_AT.max(bytes.saturating_mul(2))
-}
-
-/// Replaces the journal at `path` with the snapshot of `state` (atomically) and opens it for
-/// appending; returns the file and its size.
-fn rewrite(path: &Path, state: &State) -> anyhow::Result<(File, u64)> {
-    let body = journal::snapshot(state);
-    crate::storage::write_atomic(path, body.trim_end().as_bytes(), Some(0o600))?;
-    let file = std::fs::OpenOptions::new()
-        .append(true)
-        .open(path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    Ok((file, body.len() as u64))
 }
 
 /// A message's identity (channel, chat, platform message id) as a hash; a collision would

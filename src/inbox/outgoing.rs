@@ -53,7 +53,7 @@ impl Inbox {
     /// How far an earlier attempt of these messages' turn got with the send `key` (`None`: it
     /// did not try it).
     pub(crate) fn send_progress(&self, seqs: &[u64], key: &str) -> Option<SendProgress> {
-        let inner = self.inner.lock().expect("inbox lock");
+        let inner = self.lock();
         seqs.iter()
             .filter_map(|seq| inner.state.outgoing.get(seq))
             .flat_map(|o| &o.sends)
@@ -62,44 +62,48 @@ impl Inbox {
     }
 
     /// The turn of these messages is about to send `key` to `to` (`channel:chat`).
-    pub(crate) fn sending(&self, seqs: &[u64], key: &str, to: &str) {
+    pub(crate) async fn sending(&self, seqs: &[u64], key: &str, to: &str) {
         self.record(Record::Send {
             seqs: super::journaled(seqs),
             key: key.to_owned(),
             to: to.to_owned(),
             parts: 0,
             done: false,
-        });
+        })
+        .await;
     }
 
     /// The platform accepted the first `parts` parts of the send `key`.
-    pub(crate) fn send_part(&self, seqs: &[u64], key: &str, parts: usize) {
+    pub(crate) async fn send_part(&self, seqs: &[u64], key: &str, parts: usize) {
         self.record(Record::SendPart {
             seqs: super::journaled(seqs),
             key: key.to_owned(),
             parts,
-        });
+        })
+        .await;
     }
 
     /// The platform accepted all of the send `key`.
-    pub(crate) fn send_done(&self, seqs: &[u64], key: &str) {
+    pub(crate) async fn send_done(&self, seqs: &[u64], key: &str) {
         self.record(Record::SendDone {
             seqs: super::journaled(seqs),
             key: key.to_owned(),
-        });
+        })
+        .await;
     }
 
     /// The live message `id` shows the answer of these messages' turn.
-    pub(crate) fn live(&self, seqs: &[u64], id: &str) {
+    pub(crate) async fn live(&self, seqs: &[u64], id: &str) {
         self.record(Record::Live {
             seqs: super::journaled(seqs),
             id: id.to_owned(),
-        });
+        })
+        .await;
     }
 
     /// The live message an earlier attempt of these messages' turn posted, if any.
     pub(crate) fn live_message(&self, seqs: &[u64]) -> Option<String> {
-        let inner = self.inner.lock().expect("inbox lock");
+        let inner = self.lock();
         seqs.iter()
             .filter_map(|seq| inner.state.outgoing.get(seq))
             .find_map(|o| o.live.clone())

@@ -28,8 +28,8 @@ fn open(path: &Path) -> (Inbox, Vec<Resume>) {
     Inbox::open(path, |m| Some(m.role)).unwrap()
 }
 
-fn receive(inbox: &Inbox, id: &str) -> u64 {
-    match inbox.receive(&mut msg(id, "hello"), None).unwrap() {
+async fn receive(inbox: &Inbox, id: &str) -> u64 {
+    match inbox.receive(&mut msg(id, "hello"), None).await.unwrap() {
         Received::New(seq) => seq,
         Received::Duplicate => panic!("duplicate"),
     }
@@ -39,19 +39,19 @@ fn progress(parts: usize, done: bool) -> Option<SendProgress> {
     Some(SendProgress { parts, done })
 }
 
-#[test]
-fn sends_and_the_live_message_survive_a_restart_until_their_messages_are_done() {
+#[tokio::test]
+async fn sends_and_the_live_message_survive_a_restart_until_their_messages_are_done() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inbox.jsonl");
     let (inbox, _) = open(&path);
-    let (a, b) = (receive(&inbox, "1"), receive(&inbox, "2"));
-    let other = receive(&inbox, "3");
-    inbox.started(&[a, b]);
-    inbox.live(&[a, b], "1001");
-    inbox.sending(&[a, b], "k1", "telegram:7");
-    inbox.send_done(&[a, b], "k1");
-    inbox.sending(&[a, b], "k2", "telegram:8");
-    inbox.send_part(&[a, b], "k2", 2);
+    let (a, b) = (receive(&inbox, "1").await, receive(&inbox, "2").await);
+    let other = receive(&inbox, "3").await;
+    inbox.started(&[a, b]).await;
+    inbox.live(&[a, b], "1001").await;
+    inbox.sending(&[a, b], "k1", "telegram:7").await;
+    inbox.send_done(&[a, b], "k1").await;
+    inbox.sending(&[a, b], "k2", "telegram:8").await;
+    inbox.send_part(&[a, b], "k2", 2).await;
     assert_eq!(inbox.send_progress(&[a], "k1"), progress(0, true));
     assert_eq!(inbox.send_progress(&[other], "k1"), None, "another turn's");
     drop(inbox);
@@ -80,12 +80,12 @@ fn sends_and_the_live_message_survive_a_restart_until_their_messages_are_done() 
     );
     assert!(journal.contains(r#"{"op":"live","seqs":[1],"id":"1001"}"#));
 
-    inbox.done(&[a, b], Outcome::Sent);
+    inbox.done(&[a, b], Outcome::Sent).await;
     assert_eq!(inbox.send_progress(&[a, b], "k1"), None);
     assert_eq!(inbox.live_message(&[a, b]), None);
     // A record about messages no longer pending (a live post that ended after `,stop`) is
     // not kept.
-    inbox.live(&[a], "1002");
+    inbox.live(&[a], "1002").await;
     assert_eq!(inbox.live_message(&[a]), None);
     drop(inbox);
     let (inbox, _) = open(&path);
@@ -95,36 +95,36 @@ fn sends_and_the_live_message_survive_a_restart_until_their_messages_are_done() 
     assert!(!journal.contains("\"op\":\"live\""), "{journal}");
 }
 
-#[test]
-fn at_most_max_sends_are_remembered_per_message() {
+#[tokio::test]
+async fn at_most_max_sends_are_remembered_per_message() {
     let inbox = Inbox::memory();
-    let seq = receive(&inbox, "1");
+    let seq = receive(&inbox, "1").await;
     for i in 0..MAX_SENDS + 5 {
-        inbox.sending(&[seq], &format!("k{i}"), "telegram:7");
+        inbox.sending(&[seq], &format!("k{i}"), "telegram:7").await;
     }
     let last = format!("k{}", MAX_SENDS - 1);
     assert_eq!(inbox.send_progress(&[seq], &last), progress(0, false));
     let over = format!("k{MAX_SENDS}");
     assert_eq!(inbox.send_progress(&[seq], &over), None);
     // A message that never went through the inbox (seq 0) has nothing recorded.
-    inbox.sending(&[0], "k", "telegram:7");
+    inbox.sending(&[0], "k", "telegram:7").await;
     assert_eq!(inbox.send_progress(&[0], "k"), None);
 }
 
-#[test]
-fn the_give_up_notice_replaces_the_live_message_an_interrupted_turn_left() {
+#[tokio::test]
+async fn the_give_up_notice_replaces_the_live_message_an_interrupted_turn_left() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inbox.jsonl");
     let (inbox, _) = open(&path);
-    let seq = receive(&inbox, "1");
-    inbox.started(&[seq]);
-    inbox.live(&[seq], "1001");
+    let seq = receive(&inbox, "1").await;
+    inbox.started(&[seq]).await;
+    inbox.live(&[seq], "1001").await;
     drop(inbox);
     // Interrupted once: runs again, with its live message still known.
     let (inbox, resume) = open(&path);
     assert!(matches!(&resume[..], [Resume::Message(m)] if m.interrupted));
     assert_eq!(inbox.live_message(&[seq]).as_deref(), Some("1001"));
-    inbox.started(&[seq]);
+    inbox.started(&[seq]).await;
     drop(inbox);
     // Interrupted twice: the notice edits the live message instead of leaving it stale.
     let (inbox, resume) = open(&path);
@@ -141,8 +141,8 @@ fn the_give_up_notice_replaces_the_live_message_an_interrupted_turn_left() {
 
 /// A journal of version 1 (no `version` line, the records of that version) reads as it did,
 /// and is rewritten as version 2.
-#[test]
-fn a_version_1_journal_is_read_and_rewritten_as_version_2() {
+#[tokio::test]
+async fn a_version_1_journal_is_read_and_rewritten_as_version_2() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inbox.jsonl");
     let m = |id: &str, text: &str| serde_json::to_string(&msg(id, text)).unwrap();
@@ -169,7 +169,7 @@ fn a_version_1_journal_is_read_and_rewritten_as_version_2() {
     assert_eq!((again.seq, again.interrupted), (6, true));
     assert_eq!(inbox.cursor("telegram"), Some(901));
     assert_eq!(inbox.last_seen("discord", 5), [("5".to_owned(), 77)]);
-    assert_eq!(receive(&inbox, "13"), 8, "the numbering goes on");
+    assert_eq!(receive(&inbox, "13").await, 8, "the numbering goes on");
     let journal = std::fs::read_to_string(&path).unwrap();
     assert!(
         journal.starts_with("{\"op\":\"version\",\"v\":2}\n"),
@@ -177,8 +177,8 @@ fn a_version_1_journal_is_read_and_rewritten_as_version_2() {
     );
 }
 
-#[test]
-fn a_journal_of_a_newer_version_is_read_for_what_this_one_understands() {
+#[tokio::test]
+async fn a_journal_of_a_newer_version_is_read_for_what_this_one_understands() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inbox.jsonl");
     let m = serde_json::to_string(&msg("10", "question")).unwrap();

@@ -1,5 +1,9 @@
 //! The inbox journal: what a restart resumes, duplicates, compaction, a torn line.
 
+use std::fs::File;
+use std::io::Write;
+use std::sync::Arc;
+
 use super::*;
 use crate::access::Role;
 
@@ -23,11 +27,69 @@ fn open(path: &Path) -> (Inbox, Vec<Resume>) {
     Inbox::open(path, |m| Some(m.role)).unwrap()
 }
 
-fn receive(inbox: &Inbox, m: &Inbound) -> u64 {
-    match inbox.receive(&mut m.clone(), None).unwrap() {
+async fn receive(inbox: &Inbox, m: &Inbound) -> u64 {
+    match inbox.receive(&mut m.clone(), None).await.unwrap() {
         Received::New(seq) => seq,
         Received::Duplicate => panic!("duplicate"),
     }
+}
+
+/// The writer's side of the journal file (held, the writer waits).
+fn disk(inbox: &Inbox) -> std::sync::MutexGuard<'_, writer::Disk> {
+    inbox.writer.as_ref().unwrap().disk.lock().unwrap()
+}
+
+/// Keeps the writer from writing (a thread holds its file) until dropped.
+struct Hold(
+    Option<std::sync::mpsc::Sender<()>>,
+    Option<std::thread::JoinHandle<()>>,
+);
+
+fn hold(inbox: &Inbox) -> Hold {
+    let disk = inbox.writer.as_ref().unwrap().disk.clone();
+    let (held, wait) = std::sync::mpsc::channel();
+    let (release, released) = std::sync::mpsc::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let _file = disk.lock().unwrap();
+        held.send(()).unwrap();
+        let _ = released.recv();
+    });
+    wait.recv().unwrap();
+    Hold(Some(release), Some(thread))
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        drop(self.0.take());
+        self.1.take().unwrap().join().unwrap();
+    }
+}
+
+/// Receives `messages` from one task each, all at once; their results in order.
+async fn receive_all(inbox: &Arc<Inbox>, messages: Vec<Inbound>) -> Vec<anyhow::Result<Received>> {
+    let tasks: Vec<_> = messages
+        .into_iter()
+        .map(|mut m| {
+            let inbox = inbox.clone();
+            tokio::spawn(async move { inbox.receive(&mut m, None).await })
+        })
+        .collect();
+    let mut results = Vec::new();
+    for task in tasks {
+        results.push(task.await.unwrap());
+    }
+    results
+}
+
+/// Waits (bounded) until `n` received messages are on their way to the file.
+async fn in_flight(inbox: &Inbox, n: usize) {
+    tokio::time::timeout(std::time::Duration::from_secs(20), async {
+        while inbox.lock().inflight.len() < n {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("messages in flight");
 }
 
 fn delivery(seqs: Vec<u64>, text: &str) -> Delivery {
@@ -45,22 +107,22 @@ fn delivery(seqs: Vec<u64>, text: &str) -> Delivery {
     }
 }
 
-#[test]
-fn a_restart_resumes_what_was_not_finished() {
+#[tokio::test]
+async fn a_restart_resumes_what_was_not_finished() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inbox.jsonl");
     let (inbox, resume) = open(&path);
     assert!(resume.is_empty());
-    let done = receive(&inbox, &msg("42", "1", "answered"));
-    let answered = receive(&inbox, &msg("42", "2", "answer recorded"));
-    let started = receive(&inbox, &msg("42", "3", "in a turn"));
-    let waiting = receive(&inbox, &msg("42", "4", "queued"));
-    inbox.started(&[done]);
-    inbox.answered(&delivery(vec![done], "one"));
-    inbox.done(&[done], Outcome::Sent);
-    inbox.started(&[answered]);
-    inbox.answered(&delivery(vec![answered], "two"));
-    inbox.started(&[started]);
+    let done = receive(&inbox, &msg("42", "1", "answered")).await;
+    let answered = receive(&inbox, &msg("42", "2", "answer recorded")).await;
+    let started = receive(&inbox, &msg("42", "3", "in a turn")).await;
+    let waiting = receive(&inbox, &msg("42", "4", "queued")).await;
+    inbox.started(&[done]).await;
+    inbox.answered(&delivery(vec![done], "one")).await;
+    inbox.done(&[done], Outcome::Sent).await;
+    inbox.started(&[answered]).await;
+    inbox.answered(&delivery(vec![answered], "two")).await;
+    inbox.started(&[started]).await;
     drop(inbox);
 
     let (inbox, resume) = open(&path);
@@ -82,18 +144,18 @@ fn a_restart_resumes_what_was_not_finished() {
         ("4", false, waiting)
     );
     // New messages continue the numbering.
-    assert_eq!(receive(&inbox, &msg("42", "5", "new")), waiting + 1);
+    assert_eq!(receive(&inbox, &msg("42", "5", "new")).await, waiting + 1);
 }
 
-#[test]
-fn an_interrupted_message_runs_again_only_once_and_commands_not_at_all() {
+#[tokio::test]
+async fn an_interrupted_message_runs_again_only_once_and_commands_not_at_all() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inbox.jsonl");
     let (inbox, _) = open(&path);
-    let twice = receive(&inbox, &msg("42", "1", "crashes me"));
-    let command = receive(&inbox, &msg("42", "2", ",bash cmd='rm x'"));
-    inbox.started(&[twice]);
-    inbox.started(&[command]);
+    let twice = receive(&inbox, &msg("42", "1", "crashes me")).await;
+    let command = receive(&inbox, &msg("42", "2", ",bash cmd='rm x'")).await;
+    inbox.started(&[twice]).await;
+    inbox.started(&[command]).await;
     drop(inbox);
     let (inbox, resume) = open(&path);
     assert!(matches!(&resume[0], Resume::Message(m) if m.seq == twice && m.interrupted));
@@ -102,7 +164,7 @@ fn an_interrupted_message_runs_again_only_once_and_commands_not_at_all() {
     };
     assert_eq!(notice.seqs, vec![command]);
     assert!(notice.out.text.contains("was not run again"), "{notice:?}");
-    inbox.started(&[twice]);
+    inbox.started(&[twice]).await;
     drop(inbox);
     let (_, resume) = open(&path);
     // The notice for the command is still undelivered; the message gave up, in one notice.
@@ -116,27 +178,27 @@ fn an_interrupted_message_runs_again_only_once_and_commands_not_at_all() {
     assert_eq!(notices, vec![vec![command], vec![twice]]);
 }
 
-#[test]
-fn duplicates_are_recognised_and_cursors_kept() {
+#[tokio::test]
+async fn duplicates_are_recognised_and_cursors_kept() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inbox.jsonl");
     let (inbox, _) = open(&path);
     let mut m = msg("42", "10", "hi");
     assert!(matches!(
-        inbox.receive(&mut m, Some(500)),
+        inbox.receive(&mut m, Some(500)).await,
         Ok(Received::New(_))
     ));
     assert_eq!(
-        inbox.receive(&mut m.clone(), Some(500)).unwrap(),
+        inbox.receive(&mut m.clone(), Some(500)).await.unwrap(),
         Received::Duplicate
     );
     let mut other = msg("43", "3", "yo");
-    inbox.receive(&mut other, Some(501)).unwrap();
+    inbox.receive(&mut other, Some(501)).await.unwrap();
     // Without a cursor (Discord), each chat's last message id is kept for the catch-up.
     for (chat, id) in [("7", "100"), ("8", "5"), ("7", "90")] {
         let mut m = msg(chat, id, "d");
         m.channel = "discord".into();
-        inbox.receive(&mut m, None).unwrap();
+        inbox.receive(&mut m, None).await.unwrap();
     }
     drop(inbox);
     let (inbox, _) = open(&path);
@@ -149,16 +211,16 @@ fn duplicates_are_recognised_and_cursors_kept() {
     assert_eq!(inbox.last_seen("discord", 1).len(), 1);
 }
 
-#[test]
-fn refused_senders_are_not_resumed() {
+#[tokio::test]
+async fn refused_senders_are_not_resumed() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inbox.jsonl");
     let (inbox, _) = open(&path);
-    receive(&inbox, &msg("42", "1", "from a revoked user"));
+    receive(&inbox, &msg("42", "1", "from a revoked user")).await;
     drop(inbox);
     let (inbox, resume) = open(&path);
     assert_eq!(resume.len(), 1);
-    receive(&inbox, &msg("42", "2", ",stop"));
+    receive(&inbox, &msg("42", "2", ",stop")).await;
     drop(inbox);
     let (_, resume) = open(&path);
     assert_eq!(resume.len(), 1, "a control is not resumed");
@@ -167,12 +229,12 @@ fn refused_senders_are_not_resumed() {
     assert_eq!(inbox.pending(), 0);
 }
 
-#[test]
-fn a_torn_last_line_is_skipped() {
+#[tokio::test]
+async fn a_torn_last_line_is_skipped() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inbox.jsonl");
     let (inbox, _) = open(&path);
-    receive(&inbox, &msg("42", "1", "kept"));
+    receive(&inbox, &msg("42", "1", "kept")).await;
     drop(inbox);
     let mut file = std::fs::OpenOptions::new()
         .append(true)
@@ -184,13 +246,13 @@ fn a_torn_last_line_is_skipped() {
     assert_eq!(resume.len(), 1);
     assert_eq!(inbox.pending(), 1);
     // The journal was rewritten whole: appending works.
-    receive(&inbox, &msg("42", "2", "next"));
+    receive(&inbox, &msg("42", "2", "next")).await;
     drop(inbox);
     assert_eq!(open(&path).1.len(), 2);
 }
 
-#[test]
-fn a_failed_append_does_not_glue_the_next_record_to_its_fragment() {
+#[tokio::test]
+async fn a_failed_append_does_not_glue_the_next_record_to_its_fragment() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inbox.jsonl");
     let (inbox, _) = open(&path);
@@ -201,21 +263,17 @@ fn a_failed_append_does_not_glue_the_next_record_to_its_fragment() {
         .unwrap();
     file.write_all(b"{\"op\":\"recv\",\"seq\":1,\"msg\":{\"chan")
         .unwrap();
-    let writable = inbox
-        .inner
-        .lock()
-        .unwrap()
-        .file
-        .replace(File::open(&path).unwrap());
+    let writable = std::mem::replace(&mut disk(&inbox).file, File::open(&path).unwrap());
     assert!(
         inbox
             .receive(&mut msg("42", "1", "first try"), None)
+            .await
             .is_err()
     );
-    inbox.inner.lock().unwrap().file = writable;
+    disk(&inbox).file = writable;
     // The platform delivers it again (it was not confirmed): journaled on a line of its own.
-    let seq = receive(&inbox, &msg("42", "1", "second try"));
-    inbox.started(&[seq]);
+    let seq = receive(&inbox, &msg("42", "1", "second try")).await;
+    inbox.started(&[seq]).await;
     drop(inbox);
     let (_, resume) = open(&path);
     let [Resume::Message(m)] = resume.as_slice() else {
@@ -227,40 +285,41 @@ fn a_failed_append_does_not_glue_the_next_record_to_its_fragment() {
     );
 }
 
-#[test]
-fn the_journal_is_compacted_to_pending_work() {
+#[tokio::test]
+async fn the_journal_is_compacted_to_pending_work() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inbox.jsonl");
     let (inbox, _) = open(&path);
     let text = "x".repeat(4096);
     let mut last = 0;
     for i in 0..2_000 {
-        let seq = receive(&inbox, &msg("42", &i.to_string(), &text));
-        inbox.done(&[seq], Outcome::Silent);
+        let seq = receive(&inbox, &msg("42", &i.to_string(), &text)).await;
+        inbox.done(&[seq], Outcome::Silent).await;
         last = seq;
     }
-    let keep = receive(&inbox, &msg("42", "9999", "still waiting"));
+    let keep = receive(&inbox, &msg("42", "9999", "still waiting")).await;
     let size = std::fs::metadata(&path).unwrap().len();
     assert!(size < COMPACT_AT, "compacted: {size} bytes");
     drop(inbox);
     let (inbox, resume) = open(&path);
     assert_eq!(resume.len(), 1);
     assert!(matches!(&resume[0], Resume::Message(m) if m.seq == keep));
-    assert_eq!(receive(&inbox, &msg("42", "10000", "n")), last + 2);
+    assert_eq!(receive(&inbox, &msg("42", "10000", "n")).await, last + 2);
 }
 
 /// A backlog (a slow model: 1,300 messages of 4 KB received, none answered yet) costs rewrites
 /// proportional to what was received, not a rewrite of the whole backlog with every record.
-#[test]
-fn a_backlog_costs_writes_proportional_to_what_was_received() {
+#[tokio::test]
+async fn a_backlog_costs_writes_proportional_to_what_was_received() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inbox.jsonl");
     let (inbox, _) = open(&path);
     let text = "x".repeat(4096);
-    let seqs: Vec<u64> = (0..1_300)
-        .map(|i| receive(&inbox, &msg("42", &i.to_string(), &text)))
-        .collect();
-    inbox.started(&seqs);
+    let mut seqs = Vec::new();
+    for i in 0..1_300 {
+        seqs.push(receive(&inbox, &msg("42", &i.to_string(), &text)).await);
+    }
+    inbox.started(&seqs).await;
     let journal = std::fs::metadata(&path).unwrap().len();
     assert!(
         journal > COMPACT_AT,
@@ -276,17 +335,17 @@ fn a_backlog_costs_writes_proportional_to_what_was_received() {
     assert_eq!(resume.len(), 1_300, "nothing lost");
 }
 
-#[test]
-fn a_restart_resumes_an_answer_from_its_first_part_not_sent() {
+#[tokio::test]
+async fn a_restart_resumes_an_answer_from_its_first_part_not_sent() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inbox.jsonl");
     let (inbox, _) = open(&path);
-    let a = receive(&inbox, &msg("42", "1", "first"));
-    let b = receive(&inbox, &msg("42", "2", "second"));
-    inbox.started(&[a, b]);
-    inbox.answered(&delivery(vec![a, b], "a long answer"));
-    inbox.sent(&[a, b], 1);
-    inbox.sent(&[a, b], 3);
+    let a = receive(&inbox, &msg("42", "1", "first")).await;
+    let b = receive(&inbox, &msg("42", "2", "second")).await;
+    inbox.started(&[a, b]).await;
+    inbox.answered(&delivery(vec![a, b], "a long answer")).await;
+    inbox.sent(&[a, b], 1).await;
+    inbox.sent(&[a, b], 3).await;
     drop(inbox);
     let journal = std::fs::read_to_string(&path).unwrap();
     assert!(
@@ -308,8 +367,8 @@ fn a_restart_resumes_an_answer_from_its_first_part_not_sent() {
     assert_eq!(open(&path).1, [Resume::Deliver(rest)]);
 }
 
-#[test]
-fn an_older_journal_without_part_records_resends_the_whole_answer() {
+#[tokio::test]
+async fn an_older_journal_without_part_records_resends_the_whole_answer() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inbox.jsonl");
     let m = serde_json::to_string(&msg("42", "1", "question")).unwrap();
@@ -326,13 +385,106 @@ fn an_older_journal_without_part_records_resends_the_whole_answer() {
     );
 }
 
-#[test]
-fn a_memory_inbox_keeps_the_rules_without_a_file() {
+#[tokio::test]
+async fn a_memory_inbox_keeps_the_rules_without_a_file() {
     let inbox = Inbox::memory();
     let mut m = msg("42", "1", "hi");
-    assert_eq!(inbox.receive(&mut m, None).unwrap(), Received::New(1));
+    assert_eq!(inbox.receive(&mut m, None).await.unwrap(), Received::New(1));
     assert_eq!(m.seq, 1);
-    assert_eq!(inbox.receive(&mut m, None).unwrap(), Received::Duplicate);
-    inbox.done(&[1], Outcome::Sent);
+    assert_eq!(
+        inbox.receive(&mut m, None).await.unwrap(),
+        Received::Duplicate
+    );
+    inbox.done(&[1], Outcome::Sent).await;
     assert_eq!(inbox.pending(), 0);
+}
+
+/// Records that queue up while the writer is busy go out together, in one `write`, in the
+/// order their numbers were given out, and each waiter hears only once its record is written.
+#[tokio::test]
+async fn queued_records_are_written_in_one_batch_and_each_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let inbox = Arc::new(open(&path).0);
+    let lines = || std::fs::read_to_string(&path).unwrap().lines().count();
+    let opened = lines();
+    let held = hold(&inbox);
+    let messages = (0..100).map(|i| msg("42", &i.to_string(), "hi")).collect();
+    let results = tokio::spawn({
+        let inbox = inbox.clone();
+        async move { receive_all(&inbox, messages).await }
+    });
+    // All are queued, or taken by the writer and waiting for the file with it.
+    in_flight(&inbox, 100).await;
+    assert!(!results.is_finished(), "nobody heard before the write");
+    assert_eq!(lines(), opened, "nothing written yet");
+    drop(held);
+    let results = results.await.unwrap();
+    let mut seqs: Vec<u64> = results
+        .into_iter()
+        .map(|r| match r.unwrap() {
+            Received::New(seq) => seq,
+            Received::Duplicate => panic!("duplicate"),
+        })
+        .collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, (1..=100).collect::<Vec<_>>());
+    assert!(disk(&inbox).batches <= 2, "{} writes", disk(&inbox).batches);
+    let journal = std::fs::read_to_string(&path).unwrap();
+    let written: Vec<u64> = journal::parse(journal.as_bytes())
+        .filter_map(|r| match r {
+            Record::Recv { seq, .. } => Some(seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(written, (1..=100).collect::<Vec<_>>(), "in numbering order");
+    assert_eq!(inbox.pending(), 100);
+}
+
+/// A write that fails fails every record of its batch: each waiter gets the error, nothing
+/// of it is applied (the platform will deliver the messages again, and they are not taken
+/// for duplicates then), and a progress record that failed leaves its message pending.
+#[tokio::test]
+async fn a_failed_write_is_reported_to_every_waiter_and_applies_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let inbox = Arc::new(open(&path).0);
+    let kept = receive(&inbox, &msg("42", "0", "journaled before")).await;
+    let before = std::fs::read(&path).unwrap();
+    let writable = std::mem::replace(&mut disk(&inbox).file, File::open(&path).unwrap());
+    let held = hold(&inbox);
+    let messages: Vec<Inbound> = (1..=20).map(|i| msg("42", &i.to_string(), "hi")).collect();
+    let results = tokio::spawn({
+        let (inbox, messages) = (inbox.clone(), messages.clone());
+        async move { receive_all(&inbox, messages).await }
+    });
+    in_flight(&inbox, 20).await;
+    drop(held);
+    for result in results.await.unwrap() {
+        let error = format!("{:#}", result.unwrap_err());
+        assert!(error.starts_with("writing the inbox journal"), "{error}");
+    }
+    inbox.done(&[kept], Outcome::Sent).await;
+    assert_eq!(inbox.pending(), 1, "the failed `done` is not applied");
+    assert!(inbox.lock().inflight.is_empty());
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "nothing reached the file"
+    );
+
+    disk(&inbox).file = writable;
+    for result in receive_all(&inbox, messages).await {
+        assert!(
+            matches!(result.unwrap(), Received::New(_)),
+            "not a duplicate"
+        );
+    }
+    drop(inbox);
+    let (_, resume) = open(&path);
+    assert_eq!(
+        resume.len(),
+        21,
+        "the message whose `done` failed resumes too"
+    );
 }

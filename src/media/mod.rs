@@ -1,6 +1,6 @@
 //! Media: what the files of chat messages become for a turn. Before a turn runs, every file its
 //! messages carry is downloaded through the chat's adapter — streamed, at most
-//! `BUB_MEDIA_MAX_BYTES` — into the workspace's `inbox/<channel>-<chat>/` folder under a
+//! `BUB_MEDIA_MAX_BYTES` — into the workspace's `chats/<channel>-<chat>/` folder under a
 //! date-prefixed safe name; voice and audio are transcribed when `BUB_TRANSCRIBE_MODEL` is set;
 //! images are listed for the model ([`image`] turns them into image parts for vision models).
 //!
@@ -107,7 +107,7 @@ pub(crate) async fn prepare(
         Ok(adapter) => adapter,
         Err(_) => return unchanged(),
     };
-    let inbox = Inbox {
+    let downloader = Downloader {
         config,
         workspace,
         adapter: adapter.as_ref(),
@@ -129,7 +129,7 @@ pub(crate) async fn prepare(
             continue;
         }
         for (n, file) in files.iter().enumerate() {
-            let outcome = inbox.receive(&metadata, file, n).await;
+            let outcome = downloader.receive(&metadata, file, n).await;
             if let Some(saved) = &outcome.saved
                 && file.is_image()
             {
@@ -143,8 +143,8 @@ pub(crate) async fn prepare(
     out
 }
 
-/// Where one chat's files go, and the adapter that downloads them.
-struct Inbox<'a> {
+/// Downloads one chat's files into its folder, through the chat's adapter.
+struct Downloader<'a> {
     config: &'a MediaConfig,
     workspace: &'a Path,
     adapter: &'a dyn Channel,
@@ -192,7 +192,7 @@ impl Outcome {
     }
 }
 
-impl Inbox<'_> {
+impl Downloader<'_> {
     /// Saves file number `n` of the message `metadata` (unless too large or already there),
     /// then transcribes it when it is speech.
     async fn receive(&self, metadata: &Value, file: &MediaFile, n: usize) -> Outcome {
@@ -407,12 +407,12 @@ mod tests {
     fn an_outcome_lands_at_the_file_s_entry_and_a_transcript_in_the_message() {
         let mut meta = json!({"message": "[Voice message: 3s]", "media": {"file_id": "v"}});
         let outcome = Outcome {
-            saved: Some("inbox/telegram-1/v.ogg".into()),
+            saved: Some("chats/telegram-1/v.ogg".into()),
             transcript: Some("buy milk".into()),
             note: None,
         };
         outcome.record(&mut meta, &file("voice", None, None));
-        assert_eq!(meta["media"]["saved"], "inbox/telegram-1/v.ogg");
+        assert_eq!(meta["media"]["saved"], "chats/telegram-1/v.ogg");
         assert_eq!(meta["media"]["transcript"], "buy milk");
         assert_eq!(
             meta["message"],

@@ -11,7 +11,8 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::context::{ContextCursor, TapeInfo};
-use super::entry::TapeEntry;
+use super::entry::{Kind, TapeEntry};
+use super::event::Event;
 use super::search::Searched;
 use super::store::FileTape;
 
@@ -25,11 +26,12 @@ pub trait TapeStore: Send + 'static {
     fn name(&self) -> &str;
 
     /// Appends one entry and returns it (with its id and date).
-    fn append(&mut self, kind: &str, payload: Value, meta: Value) -> anyhow::Result<TapeEntry>;
+    fn append(&mut self, kind: Kind, payload: Value, meta: Value) -> anyhow::Result<TapeEntry>;
 
     /// Appends an `event` entry `{name, data}`.
-    fn event(&mut self, name: &str, data: Value) -> anyhow::Result<TapeEntry> {
-        self.append("event", json!({"name": name, "data": data}), json!({}))
+    fn event(&mut self, name: Event, data: Value) -> anyhow::Result<TapeEntry> {
+        let payload = json!({"name": name.as_str(), "data": data});
+        self.append(Kind::Event, payload, json!({}))
     }
 
     /// Makes sure the tape has an anchor (a new or emptied tape gets `session/start`).
@@ -98,7 +100,7 @@ impl TapeStore for FileTape {
         FileTape::name(self)
     }
 
-    fn append(&mut self, kind: &str, payload: Value, meta: Value) -> anyhow::Result<TapeEntry> {
+    fn append(&mut self, kind: Kind, payload: Value, meta: Value) -> anyhow::Result<TapeEntry> {
         FileTape::append(self, kind, payload, meta)
     }
 

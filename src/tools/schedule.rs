@@ -239,6 +239,7 @@ mod tests {
     use super::*;
     use crate::access::{Authority, Principal, Role, TurnOrigin};
     use crate::config::Settings;
+    use crate::tape::Event;
     use crate::tools::{ProcessCtx, SessionCtx, builtin_registry};
 
     /// Telegram user `id` with `role`.
@@ -298,7 +299,7 @@ mod tests {
         let entries = ctx.tape().lock().entries().unwrap();
         entries
             .iter()
-            .filter(|e| e.kind == "event" && e.payload["name"] == "tool.refused")
+            .filter(|e| e.is_event(Event::ToolRefused))
             .count()
     }
 

@@ -96,7 +96,7 @@ pub struct Launch<'a> {
     pub user_home: Option<&'a Path>,
     /// Run in the Landlock sandbox with the minimal environment.
     pub sandboxed: bool,
-    /// A guest's turn: its chat's folder (`inbox/<channel>-<chat>/`, absolute), the default
+    /// A guest's turn: its chat's folder (`chats/<channel>-<chat>/`, absolute), the default
     /// working directory and, sandboxed, the only directory it sees instead of the workspace.
     pub folder: Option<&'a Path>,
 }

@@ -33,11 +33,11 @@ fn journaled(chat: &str, message_id: &str) -> Inbound {
 
 /// The inbox as a restart finds it in `dir`: a previous run journaled `seen` (chat, message
 /// id), in that order, then stopped.
-fn previous_run(dir: &Path, seen: &[(&str, &str)]) -> Arc<Inbox> {
+async fn previous_run(dir: &Path, seen: &[(&str, &str)]) -> Arc<Inbox> {
     let path = dir.join("inbox.jsonl");
     let (inbox, _) = Inbox::open(&path, |m| Some(m.role)).unwrap();
     for (chat, id) in seen {
-        inbox.receive(&mut journaled(chat, id), None).unwrap();
+        inbox.receive(&mut journaled(chat, id), None).await.unwrap();
     }
     drop(inbox);
     let (inbox, _resume) = Inbox::open(&path, |m| Some(m.role)).unwrap();
@@ -60,7 +60,7 @@ async fn a_restart_catches_up_through_the_same_filters() {
     fake.set_text_channel(CHANNEL, "general", GUILD);
     // Another chat, more recently active, that the bot may no longer read: skipped.
     fake.fail_history("556", 403);
-    let inbox = previous_run(home.path(), &[(CHANNEL, "100"), ("556", "50")]);
+    let inbox = previous_run(home.path(), &[(CHANNEL, "100"), ("556", "50")]).await;
     fake.add_history(Msg::guild(GUILD, CHANNEL, alice(), "seen before").id("100"));
     let helper = fake_discord::other_bot("88", "helper");
     fake.add_history(Msg::guild(GUILD, CHANNEL, helper, "beep").id("101"));
@@ -106,7 +106,7 @@ async fn a_message_both_fetched_and_dispatched_is_handled_once() {
     let fake = fake_discord::start().await;
     let home = tempfile::tempdir().unwrap();
     fake.set_text_channel(CHANNEL, "general", GUILD);
-    let inbox = previous_run(home.path(), &[(CHANNEL, "200")]);
+    let inbox = previous_run(home.path(), &[(CHANNEL, "200")]).await;
     let both = Msg::guild(GUILD, CHANNEL, alice(), "<@777> hello?")
         .mention_bot()
         .id("201");
@@ -129,7 +129,7 @@ async fn a_gateway_resume_catches_up_too() {
     let fake = fake_discord::start().await;
     let home = tempfile::tempdir().unwrap();
     fake.set_text_channel(CHANNEL, "general", GUILD);
-    let inbox = previous_run(home.path(), &[(CHANNEL, "300")]);
+    let inbox = previous_run(home.path(), &[(CHANNEL, "300")]).await;
     let mut bot = spawn_bot_with(&fake, inbox, |_| {});
     // READY's catch-up finds nothing.
     fake.wait_for_requests("GET", HISTORY, 1, WAIT).await;

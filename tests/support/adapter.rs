@@ -17,7 +17,7 @@ pub struct Running<C> {
     pub shutdown: CancellationToken,
     /// What `run` returned (for the tests of a failing start).
     pub task: JoinHandle<anyhow::Result<()>>,
-    rx: mpsc::UnboundedReceiver<Inbound>,
+    rx: mpsc::Receiver<Inbound>,
 }
 
 impl<C: Channel> Running<C> {
@@ -25,7 +25,8 @@ impl<C: Channel> Running<C> {
     /// left).
     pub fn spawn(adapter: C, inbox: Arc<Inbox>) -> Self {
         let adapter = Arc::new(adapter);
-        let (tx, rx) = mpsc::unbounded_channel();
+        // The manager's bound: an adapter whose messages are not read waits, as in the daemon.
+        let (tx, rx) = mpsc::channel(256);
         let shutdown = CancellationToken::new();
         let task = tokio::spawn({
             let (adapter, shutdown) = (Arc::clone(&adapter), shutdown.clone());

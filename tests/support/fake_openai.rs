@@ -16,7 +16,8 @@
 //! script is empty the answer is the text [`DEFAULT_REPLY`], or what the responder set with
 //! [`FakeOpenAi::set_responder`] / [`FakeOpenAi::echo_tokens`] makes of the request.
 //! [`FakeOpenAi::go_down`] closes the port (connections are refused) and
-//! [`FakeOpenAi::come_up`] opens it again, same address. The server runs on the test's tokio
+//! [`FakeOpenAi::come_up`] opens it again, same address. [`FakeOpenAi::hold`] keeps every chat
+//! request (recorded) unanswered until [`FakeOpenAi::release`]: a model as slow as a test needs. The server runs on the test's tokio
 //! runtime: tests that run the `bub` binary as a subprocess need
 //! `#[tokio::test(flavor = "multi_thread")]` so it keeps serving while the test waits.
 //!
@@ -189,6 +190,8 @@ struct Shared {
     /// Chat requests being answered now, and the most at once so far.
     in_flight: AtomicUsize,
     max_in_flight: AtomicUsize,
+    /// Chat requests wait (recorded) while this is `true`.
+    held: tokio::sync::watch::Sender<bool>,
 }
 
 /// Makes the text of the answer to a request when the script is empty.
@@ -224,6 +227,7 @@ pub async fn start() -> FakeOpenAi {
         usages: Mutex::new(Vec::new()),
         in_flight: AtomicUsize::new(0),
         max_in_flight: AtomicUsize::new(0),
+        held: tokio::sync::watch::Sender::new(false),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -325,6 +329,17 @@ impl FakeOpenAi {
     /// Delays every reply by `latency` (in addition to scripted delays).
     pub fn set_latency(&self, latency: Duration) {
         *self.shared.latency.lock().unwrap() = latency;
+    }
+
+    /// Holds chat requests from now on: each is recorded and then waits, unanswered, until
+    /// [`Self::release`].
+    pub fn hold(&self) {
+        self.shared.held.send_replace(true);
+    }
+
+    /// Answers the held requests (and the next ones as usual).
+    pub fn release(&self) {
+        self.shared.held.send_replace(false);
     }
 
     /// Answers with `respond(request body)` whenever the script is empty (instead of
@@ -566,6 +581,8 @@ async fn chat_completions(
     if let Some((status, message)) = failure {
         return raw_response(status, error_body(&message), Vec::new());
     }
+    // Held requests wait for `release` (or the fake's end).
+    let _ = shared.held.subscribe().wait_for(|held| !held).await;
     if shared.reject_images.load(Ordering::SeqCst) && !image_urls(&request).is_empty() {
         return raw_response(400, images_rejected_body().to_string(), Vec::new());
     }

@@ -200,7 +200,7 @@ impl FakeChat {
                     seq: 0,
                     interrupted: false,
                 };
-                inbound.deliver(message, None)?;
+                inbound.deliver(message, None).await?;
             }
             Decision::Pair(text) => self.server.record(&said.chat, &text),
             Decision::Drop(_) => {}

@@ -78,7 +78,7 @@ impl Pipeline {
         let Some(item) = self.handle(msg, bot).await else {
             return false;
         };
-        match self.inbound.deliver(item, None) {
+        match self.inbound.deliver(item, None).await {
             Ok(new) => new,
             Err(e) => {
                 // Not journaled, so the chat's last seen id did not move: a catch-up finds it

@@ -1,8 +1,8 @@
 //! What the session sees of a Discord message: the text of a comma command verbatim, otherwise
-//! the reference's metadata JSON (message, ids, sender, date, media, the replied-to message).
+//! its metadata JSON (message, ids, sender, date, media, the replied-to message).
 //!
-//! Pure functions over serenity's `Message`; no I/O. The JSON keeps the reference's field names
-//! and order and drops null values:
+//! Pure functions over serenity's `Message`; no I/O. The JSON keeps fixed field names and order
+//! (tapes and the journal hold them) and drops null values:
 //!
 //! ```json
 //! {"message": "...", "channel_id": "555", "message_id": 1001, "type": "text",

@@ -1,15 +1,16 @@
-//! Telegram adapter: teloxide long polling in, `sendMessage` out.
+//! Telegram adapter: `getUpdates` long polling in (a loop of its own over teloxide's [`Bot`]),
+//! `sendMessage` out.
 //!
 //! * [`Telegram::new`] builds the teloxide [`Bot`] against `BUB_TELEGRAM_API_BASE` with its own
 //!   reqwest client: the explicit `BUB_TELEGRAM_PROXY` if set, otherwise **no** proxy (ambient
-//!   `HTTPS_PROXY` is ignored by design, as in the reference).
+//!   `HTTPS_PROXY` is ignored by design).
 //! * [`Channel::run`] checks the token with `getMe`, then long-polls `message` updates until the
 //!   shutdown token fires. Each message goes to the admission gate ([`crate::access::Gate`]: the
 //!   chat list, the sender's role, a pairing code for a stranger in a private chat — the adapter
 //!   sends the text the gate returns), then [`filter`] (commands, "is the bot addressed") and
-//!   [`prompt`] (content + metadata JSON) and becomes an [`Inbound`]. Pending updates are
-//!   delivered after a restart unless `BUB_TELEGRAM_DROP_PENDING_UPDATES` is set (Bub v0.2.3
-//!   dropped them).
+//!   [`prompt`] (content + metadata JSON) and becomes an [`Inbound`]. Updates that arrived
+//!   while Bub was down are delivered after a restart unless
+//!   `BUB_TELEGRAM_DROP_PENDING_UPDATES` is set.
 //! * [`Channel::send`] splits answers at 4096 characters, renders them as Telegram HTML, falls
 //!   back to plain text when Telegram rejects the entities, and retries by the shared policy
 //!   ([`crate::net::retry::SENDS`]): `retry_after` honoured up to 60 s (a longer one fails the
@@ -233,9 +234,11 @@ impl Telegram {
 }
 
 impl Telegram {
-    /// Long-polls `getUpdates` until `shutdown`. Each update is journaled (through the sink)
-    /// **before** the next `getUpdates` confirms it with a higher offset; an update that could
-    /// not be journaled is fetched again after a pause. Starts after the last update the inbox
+    /// Long-polls `getUpdates` until `shutdown`. Each update is journaled and handed on
+    /// (through the sink) **before** the next `getUpdates` confirms it with a higher offset:
+    /// while the daemon's queues are full the loop waits in the sink and confirms nothing, so
+    /// Telegram keeps what Bub cannot take yet. An update that could not be journaled is
+    /// fetched again after a pause. Starts after the last update the inbox
     /// journaled, so a restart neither loses nor repeats one. Errors are retried with backoff
     /// (a rejected token stops the channel).
     async fn poll(&self, handler: &Handler, shutdown: CancellationToken) -> anyhow::Result<()> {
@@ -262,7 +265,12 @@ impl Telegram {
                     let mut failed = false;
                     for update in updates {
                         let id = update.id.0;
-                        if let Err(e) = handler.on_update(update).await {
+                        let handled = tokio::select! {
+                            handled = handler.on_update(update) => handled,
+                            // Held by full queues: this update and the rest are not confirmed.
+                            () = shutdown.cancelled() => break,
+                        };
+                        if let Err(e) = handled {
                             tracing::error!(update_id = id, error = %format!("{e:#}"),
                                 "telegram.inbox.error: not confirmed, fetched again later");
                             failed = true;
@@ -518,7 +526,7 @@ impl Channel for Telegram {
     }
 }
 
-/// What the update handler needs, shared by the dispatcher's workers.
+/// What handling one update needs; the polling loop hands it each update in turn.
 struct Handler {
     bot: Bot,
     token: String,
@@ -650,7 +658,7 @@ impl Handler {
             kind = described.kind,
             "telegram.inbound"
         );
-        self.inbound.deliver(inbound, Some(cursor))?;
+        self.inbound.deliver(inbound, Some(cursor)).await?;
         Ok(())
     }
 

@@ -1,4 +1,4 @@
-//! What the session sees of one Telegram message (Bub v0.2.3's content and metadata JSON).
+//! What the session sees of one Telegram message (its content and metadata JSON).
 //!
 //! [`describe`] turns a message into its content text (the text itself, or a line such as
 //! `[Photo message] Caption: look`) plus the media metadata; [`build`] turns that content into
@@ -187,7 +187,7 @@ pub(crate) fn build(msg: &Message, described: &Described, content: &str) -> Stri
     metadata(msg, described, content).to_string()
 }
 
-/// The metadata JSON object, with Bub v0.2.3's field names.
+/// The metadata JSON object (the field names every tape and journal has).
 pub(crate) fn metadata(msg: &Message, described: &Described, content: &str) -> Value {
     let from = msg.from.as_ref();
     let mut out = Map::new();
@@ -223,7 +223,7 @@ pub(crate) fn metadata(msg: &Message, described: &Described, content: &str) -> V
             .map(|t| t.chars().take(REPLY_TEXT_LIMIT).collect());
         let reply = json!({
             "message_id": reply.id.0,
-            // A number, as upstream Bub's own tests expect (sender ids are strings).
+            // A number, unlike sender ids (strings): the format tapes already hold.
             "from_user_id": author.map(|u| u.id.0),
             "from_username": author.and_then(|u| u.username.clone()),
             "from_is_bot": author.map(|u| u.is_bot),

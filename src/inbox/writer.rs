@@ -1,0 +1,257 @@
+//! The journal's writer: one thread owns the file. Records reach it through a bounded queue (a
+//! sender waits while it is full); it takes whatever is queued, writes it with one `write`,
+//! applies what reached the file to the inbox's state, acknowledges each record, and rewrites
+//! the journal when it has grown enough. A thread of its own, not a task that hops to the
+//! blocking pool: a record costs the sender one wake-up of the writer and one of itself.
+//!
+//! Invariants: the state holds exactly the records that reached the file, in file order, so the
+//! snapshot the writer takes is the journal it replaces (records still queued are appended after
+//! the rewrite); a record is acknowledged only once its bytes are in the file — all but its
+//! newline, which the next write (or the reader, at the end of the file) supplies; a failed
+//! write fails every record it did not finish, and the next write starts on a new line, so a
+//! fragment never glues to the record after it; the journal is rewritten only past
+//! [`COMPACT_AT`] and twice its size after the last rewrite, so rewrites cost O(pending)
+//! amortised.
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, anyhow};
+use tokio::sync::{mpsc, oneshot};
+
+use super::Shared;
+use super::journal::{self, Record};
+
+/// The journal is rewritten without finished records when it grows past this size.
+pub(super) const COMPACT_AT: u64 = 4 << 20;
+/// Records waiting for the writer; beyond that, senders wait. One write takes them all.
+pub(super) const QUEUE: usize = 1024;
+
+/// A record on its way to the file, with who waits for it.
+pub(super) struct Job {
+    pub record: Record,
+    /// A received message's key, in flight until the write ends (see `Shared::inflight`).
+    pub key: Option<u64>,
+    pub ack: oneshot::Sender<io::Result<()>>,
+}
+
+/// The inbox's handle on its writer thread.
+pub(super) struct Writer {
+    tx: mpsc::Sender<Job>,
+    /// The file side (the task's; tests reach in to make a write fail).
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub disk: Arc<Mutex<Disk>>,
+}
+
+impl Writer {
+    /// Starts the writer thread over `disk`; it ends when the inbox is dropped.
+    pub(super) fn start(disk: Disk, shared: Arc<Mutex<Shared>>) -> anyhow::Result<Self> {
+        let disk = Arc::new(Mutex::new(disk));
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let file = disk.clone();
+        std::thread::Builder::new()
+            .name("bub-journal".into())
+            .spawn(move || run(rx, &file, &shared))
+            .context("starting the inbox journal's writer")?;
+        Ok(Self { tx, disk })
+    }
+
+    /// A place in the queue (waits while it is full).
+    pub(super) async fn reserve(&self) -> anyhow::Result<mpsc::Permit<'_, Job>> {
+        self.tx.reserve().await.map_err(|_| stopped())
+    }
+
+    /// Writes `record`; returns once it is in the file (or could not be written).
+    pub(super) async fn write(&self, record: Record) -> anyhow::Result<()> {
+        let (ack, written) = oneshot::channel();
+        let job = Job {
+            record,
+            key: None,
+            ack,
+        };
+        self.tx.send(job).await.map_err(|_| stopped())?;
+        acked(written).await
+    }
+
+    /// Bytes this process wrote to the journal: appends and rewrites.
+    #[cfg(test)]
+    pub(super) fn written(&self) -> u64 {
+        self.disk.lock().expect("journal file").written
+    }
+}
+
+/// What the writer answered for one record.
+pub(super) async fn acked(written: oneshot::Receiver<io::Result<()>>) -> anyhow::Result<()> {
+    match written.await {
+        Ok(outcome) => outcome.context("writing the inbox journal"),
+        Err(_) => Err(stopped()),
+    }
+}
+
+fn stopped() -> anyhow::Error {
+    anyhow!("the inbox journal's writer stopped")
+}
+
+/// The writer thread: waits for a record, takes whatever else is queued, writes the batch.
+fn run(mut rx: mpsc::Receiver<Job>, disk: &Mutex<Disk>, shared: &Mutex<Shared>) {
+    while let Some(first) = rx.blocking_recv() {
+        let mut batch = vec![first];
+        while batch.len() < QUEUE {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        disk.lock().expect("journal file").write(batch, shared);
+    }
+}
+
+/// The journal file as the writer keeps it.
+pub(super) struct Disk {
+    path: PathBuf,
+    pub file: File,
+    /// The file's size as written by this process.
+    bytes: u64,
+    /// The size at which the journal is rewritten next ([`next_compaction`]).
+    compact_at: u64,
+    /// The last write failed, maybe after part of a line reached the file (`EFBIG`,
+    /// `ENOSPC`): the next one starts on a new line, or it would be glued to the fragment and
+    /// unreadable after a restart.
+    torn: bool,
+    /// Bytes this process wrote to the journal: appends and rewrites (logged at each rewrite).
+    written: u64,
+    /// Batches written (each one `append`).
+    #[cfg(test)]
+    pub batches: usize,
+}
+
+impl Disk {
+    /// Replaces the journal at `path` with the snapshot of `state` and opens it for appending.
+    pub(super) fn create(path: &Path, state: &super::State) -> anyhow::Result<Self> {
+        let (file, bytes) = rewrite(path, &journal::snapshot(state))?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            file,
+            bytes,
+            compact_at: next_compaction(bytes),
+            torn: false,
+            written: bytes,
+            #[cfg(test)]
+            batches: 0,
+        })
+    }
+
+    /// Writes `jobs` with one `write`, applies to the state the records that reached the file,
+    /// answers every job, then compacts if it is time.
+    fn write(&mut self, jobs: Vec<Job>, shared: &Mutex<Shared>) {
+        let mut buf = Vec::with_capacity(jobs.len() * 160);
+        if self.torn {
+            buf.push(b'\n');
+        }
+        let ends: Vec<Result<usize, serde_json::Error>> = jobs
+            .iter()
+            .map(|job| {
+                let start = buf.len();
+                match serde_json::to_writer(&mut buf, &job.record) {
+                    Ok(()) => {
+                        buf.push(b'\n');
+                        Ok(buf.len())
+                    }
+                    Err(e) => {
+                        buf.truncate(start);
+                        Err(e)
+                    }
+                }
+            })
+            .collect();
+        let (reached, failure) = append(&mut self.file, &buf);
+        #[cfg(test)]
+        {
+            self.batches += 1;
+        }
+        self.bytes += reached as u64;
+        self.written += reached as u64;
+        self.torn = failure.is_some();
+        let mut acks = Vec::with_capacity(jobs.len());
+        {
+            let mut shared = shared.lock().expect("inbox lock");
+            for (job, end) in jobs.into_iter().zip(ends) {
+                let outcome = match end {
+                    Ok(end) if end - 1 <= reached => Ok(()),
+                    Ok(_) => Err(failure.as_ref().map_or_else(
+                        || io::Error::from(io::ErrorKind::WriteZero),
+                        |e| io::Error::new(e.kind(), e.to_string()),
+                    )),
+                    Err(e) => Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+                };
+                if let Some(key) = job.key {
+                    shared.inflight.remove(&key);
+                }
+                if outcome.is_ok() {
+                    shared.state.apply(job.record);
+                }
+                acks.push((job.ack, outcome));
+            }
+        }
+        for (ack, outcome) in acks {
+            // A waiter that went away (its task was dropped) needs no answer.
+            let _ = ack.send(outcome);
+        }
+        self.maybe_compact(shared);
+    }
+
+    /// Rewrites the journal with only what is still needed once it grew past `compact_at`.
+    fn maybe_compact(&mut self, shared: &Mutex<Shared>) {
+        if self.bytes < self.compact_at {
+            return;
+        }
+        let body = journal::snapshot(&shared.lock().expect("inbox lock").state);
+        match rewrite(&self.path, &body) {
+            Ok((file, bytes)) => {
+                self.file = file;
+                self.bytes = bytes;
+                self.compact_at = next_compaction(bytes);
+                self.torn = false;
+                self.written += bytes;
+                tracing::info!(bytes, written = self.written, "inbox.compact");
+            }
+            // Keep appending to the old file; the next write tries again.
+            Err(e) => tracing::error!(error = %format!("{e:#}"), "inbox.compact.error"),
+        }
+    }
+}
+
+/// Appends `buf` to `file`; returns how many bytes reached it, and the error that stopped it.
+fn append(file: &mut File, buf: &[u8]) -> (usize, Option<io::Error>) {
+    let mut at = 0;
+    while at < buf.len() {
+        match file.write(&buf[at..]) {
+            Ok(0) => return (at, Some(io::ErrorKind::WriteZero.into())),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return (at, Some(e)),
+        }
+    }
+    (at, None)
+}
+
+/// The size at which a journal whose last rewrite left `bytes` is rewritten again: past
+/// [`COMPACT_AT`], and not before it has doubled. A backlog of pending work (a slow model) then
+/// costs rewrites of about as many bytes as were appended — O(pending) amortised — instead of a
+/// rewrite of the whole backlog with every record once it passed [`COMPACT_AT`].
+fn next_compaction(bytes: u64) -> u64 {
+    COMPACT_AT.max(bytes.saturating_mul(2))
+}
+
+/// Replaces the journal at `path` with `body` (atomically) and opens it for appending; returns
+/// the file and its size.
+fn rewrite(path: &Path, body: &str) -> anyhow::Result<(File, u64)> {
+    crate::storage::write_atomic(path, body.trim_end().as_bytes(), Some(0o600))?;
+    let file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    Ok((file, body.len() as u64))
+}
