@@ -18,7 +18,7 @@ use bub::access::Authority;
 use bub::agent::router::Router;
 use bub::config::Settings;
 use bub::redact::Redactor;
-use bub::tape::{FileTape, Searched};
+use bub::tape::{FileTape, Kind, Searched};
 use bub::tools::{ToolContext, builtin_registry};
 use serde_json::{Value, json};
 
@@ -234,7 +234,7 @@ impl Prose {
 }
 
 /// The `i`-th entry of the synthetic tape: cycles of a 10-entry model turn.
-fn synthetic_entry(i: usize, prose: &mut Prose) -> (&'static str, Value, Value) {
+fn synthetic_entry(i: usize, prose: &mut Prose) -> (Kind, Value, Value) {
     let meta = json!({"run_id": format!("{:032x}", i / 10)});
     match i % 10 {
         0 => {
@@ -242,46 +242,54 @@ fn synthetic_entry(i: usize, prose: &mut Prose) -> (&'static str, Value, Value) 
             if i.is_multiple_of(1000) {
                 text.push_str(" Please review the database migration plan.");
             }
-            ("message", json!({"role": "user", "content": text}), meta)
+            (
+                Kind::Message,
+                json!({"role": "user", "content": text}),
+                meta,
+            )
         }
         1 => (
-            "event",
+            Kind::Event,
             json!({"name": "loop.step.start", "data": {"step": 1, "model": "openrouter:qwen/qwen3"}}),
             json!({}),
         ),
         2 => {
             let args = json!({"path": "src/main.rs", "note": prose.text(100)}).to_string();
             let call = json!({"id": format!("call-{i}"), "type": "function", "function": {"name": "fs_read", "arguments": args}});
-            ("tool_call", json!({"calls": [call]}), meta)
+            (Kind::ToolCall, json!({"calls": [call]}), meta)
         }
-        3 => ("tool_result", json!({"results": [prose.text(200)]}), meta),
+        3 => (
+            Kind::ToolResult,
+            json!({"results": [prose.text(200)]}),
+            meta,
+        ),
         4 => (
-            "event",
+            Kind::Event,
             json!({"name": "run", "data": {"status": "ok", "usage": {"prompt_tokens": 900, "completion_tokens": 80, "total_tokens": 980}}}),
             meta,
         ),
         5 => (
-            "message",
+            Kind::Message,
             json!({"role": "user", "content": "Continue the task."}),
             meta,
         ),
         6 => (
-            "message",
+            Kind::Message,
             json!({"role": "assistant", "content": prose.text(200)}),
             meta,
         ),
         7 => (
-            "event",
+            Kind::Event,
             json!({"name": "run", "data": {"status": "ok"}}),
             meta,
         ),
         8 => (
-            "event",
+            Kind::Event,
             json!({"name": "loop.step.finish", "data": {"step": 2, "visible_text": true}}),
             json!({}),
         ),
         _ => (
-            "event",
+            Kind::Event,
             json!({"name": "loop.result", "data": {"steps": 2, "followups": 1, "error": null}}),
             json!({}),
         ),

@@ -13,12 +13,12 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use support::bench::{daemon_command, rss_mb, status_mb};
+use support::bench::{burst, daemon_command, latencies, rss_mb, status_mb};
 use support::fake_discord;
 use support::fake_openai;
-use support::fake_telegram::{self, private_text};
+use support::fake_telegram;
 
 const LATENCY_SAMPLES: i64 = 300;
 const BURST_CHATS: i64 = 1000;
@@ -63,17 +63,7 @@ async fn bench() {
     );
 
     // Per-message overhead, one message in flight at a time.
-    let mut latencies = Vec::new();
-    for i in 0..LATENCY_SAMPLES {
-        let before = telegram.calls_of("sendMessage").len();
-        let pushed = Instant::now();
-        telegram.push_message(private_text(100_000 + i, 100_000 + i, "ping"));
-        let sent = telegram
-            .wait_for_calls("sendMessage", before + 1, Duration::from_secs(30))
-            .await;
-        latencies.push(sent[before].at.duration_since(pushed));
-    }
-    latencies.sort();
+    let latencies = latencies(&telegram, LATENCY_SAMPLES).await;
     let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1000.0);
     println!(
         "daemon.overhead (update → sendMessage, {LATENCY_SAMPLES} chats): p50 {} p95 {} max {}",
@@ -83,39 +73,7 @@ async fn bench() {
     );
 
     // Burst: every chat sends 5 messages at once.
-    let requests_before = model.request_count();
-    let sent_before = telegram.sent_count();
-    let start = Instant::now();
-    for m in 0..BURST_MESSAGES {
-        for chat in 1..=BURST_CHATS {
-            telegram.push_message(private_text(chat, chat, &format!("burst c{chat} m{m}")));
-        }
-    }
-    let expected = (BURST_CHATS * BURST_MESSAGES) as usize;
-    let (mut seen, mut scanned) = (0, requests_before);
-    let (turns, elapsed) = loop {
-        // Only the last user message of a request is new in it (earlier turns are history).
-        for request in model.requests_since(scanned) {
-            scanned += 1;
-            let last = &request["messages"]
-                .as_array()
-                .expect("messages")
-                .last()
-                .expect("a message")["content"];
-            seen += last.as_str().unwrap_or_default().matches("burst c").count();
-        }
-        let turns = scanned - requests_before;
-        let answered = telegram.sent_count() - sent_before;
-        if seen >= expected && answered >= turns {
-            break (turns, start.elapsed());
-        }
-        if start.elapsed() > Duration::from_secs(120) {
-            panic!(
-                "burst not answered: {seen}/{expected} messages seen, {answered}/{turns} turns answered"
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    let (turns, elapsed) = burst(&telegram, &model, BURST_CHATS, BURST_MESSAGES).await;
     let burst_rss = rss_mb(pid);
     println!(
         "daemon.burst ({BURST_CHATS} chats × {BURST_MESSAGES} messages): all answered in {} ({turns} turns)",

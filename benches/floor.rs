@@ -18,9 +18,9 @@ use std::path::PathBuf;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use support::bench::{daemon_command, rss_mb};
-use support::fake_openai::{self, FakeOpenAi};
-use support::fake_telegram::{self, FakeTelegram, private_text};
+use support::bench::{burst, daemon_command, latencies, rss_mb};
+use support::fake_openai;
+use support::fake_telegram;
 
 const RUNS: usize = 3;
 const LATENCY_SAMPLES: i64 = 200;
@@ -154,8 +154,12 @@ async fn measure(bot: Bot, floor: &PathBuf) -> Figures {
     let start_ms = first[0].at.duration_since(spawned).as_secs_f64() * 1000.0;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle_mb = rss_mb(pid);
-    let p50_ms = p50(&telegram).await.as_secs_f64() * 1000.0;
-    let burst_s = burst(&telegram, &model).await.as_secs_f64();
+    let latencies = latencies(&telegram, LATENCY_SAMPLES).await;
+    let p50_ms = latencies[latencies.len() / 2].as_secs_f64() * 1000.0;
+    let burst_s = burst(&telegram, &model, BURST_CHATS, BURST_MESSAGES)
+        .await
+        .1
+        .as_secs_f64();
     let burst_mb = rss_mb(pid);
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
@@ -166,56 +170,5 @@ async fn measure(bot: Bot, floor: &PathBuf) -> Figures {
         p50_ms,
         burst_s,
         burst_mb,
-    }
-}
-
-/// The median time from an update pushed to its `sendMessage`, one message in flight.
-async fn p50(telegram: &FakeTelegram) -> Duration {
-    let mut latencies = Vec::new();
-    for i in 0..LATENCY_SAMPLES {
-        let before = telegram.calls_of("sendMessage").len();
-        let pushed = Instant::now();
-        telegram.push_message(private_text(100_000 + i, 100_000 + i, "ping"));
-        let sent = telegram
-            .wait_for_calls("sendMessage", before + 1, Duration::from_secs(30))
-            .await;
-        latencies.push(sent[before].at.duration_since(pushed));
-    }
-    latencies.sort();
-    latencies[latencies.len() / 2]
-}
-
-/// Every chat sends its messages at once: the time until each message was in a model prompt
-/// and each model call was answered in its chat.
-async fn burst(telegram: &FakeTelegram, model: &FakeOpenAi) -> Duration {
-    let requests_before = model.request_count();
-    let sent_before = telegram.sent_count();
-    let start = Instant::now();
-    for m in 0..BURST_MESSAGES {
-        for chat in 1..=BURST_CHATS {
-            telegram.push_message(private_text(chat, chat, &format!("burst c{chat} m{m}")));
-        }
-    }
-    let expected = (BURST_CHATS * BURST_MESSAGES) as usize;
-    let (mut seen, mut scanned) = (0, requests_before);
-    loop {
-        for request in model.requests_since(scanned) {
-            scanned += 1;
-            let last = &request["messages"]
-                .as_array()
-                .expect("messages")
-                .last()
-                .expect("a message")["content"];
-            seen += last.as_str().unwrap_or_default().matches("burst c").count();
-        }
-        let turns = scanned - requests_before;
-        if seen >= expected && telegram.sent_count() - sent_before >= turns {
-            return start.elapsed();
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "burst not answered: {seen}/{expected} messages seen"
-        );
-        tokio::time::sleep(Duration::from_millis(2)).await;
     }
 }

@@ -226,7 +226,7 @@ async fn bench() {
     sampling.store(false, Ordering::Relaxed);
     let peak = sampler.await.expect("sampler");
     assert_eq!(telegram.calls_of("file").len(), 1, "one download");
-    let saved = std::fs::read_dir(dir.path().join("inbox/telegram-42"))
+    let saved = std::fs::read_dir(dir.path().join("chats/telegram-42"))
         .expect("the inbox folder")
         .flatten()
         .map(|e| e.metadata().map_or(0, |m| m.len()))

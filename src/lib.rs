@@ -1,11 +1,10 @@
 //! Bub: a tape-first, multi-channel AI agent.
 //!
-//! The binary (`src/main.rs`) is a thin CLI over this library. Each module has one job:
-//! `access` decides who may talk to Bub and with which rights, `config` loads settings, `llm` talks to an OpenAI-compatible model, `tape` is the append-only
-//! conversation log, `tools` holds the registry and built-in tools, `agent` runs one turn
-//! (router → model loop → tape), `channels` serves chat platforms, `scheduler` fires the jobs
-//! the agent scheduled, `cli` is the interactive terminal, `terminal` makes chat text safe to
-//! print, and `time` holds duration and deadline arithmetic that never panics.
+//! The binary (`src/main.rs`) is a thin CLI over this library; ARCHITECTURE.md is the map of
+//! its modules. Items are private by default, and `unreachable_pub` keeps a `pub` that nothing
+//! outside its module tree can reach from passing for an API: the compiler then reports what
+//! nothing uses.
+#![warn(unreachable_pub)]
 
 pub mod access;
 pub mod agent;

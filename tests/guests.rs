@@ -43,8 +43,11 @@ async fn guests_read_neither_secrets_nor_other_chats_files_nor_bub_home() {
     write("notes.txt", &format!("the key is {API_KEY}\n"));
     write("readme.md", "hello world\n");
     write("deploy/id_ed25519", "-----BEGIN OPENSSH PRIVATE KEY-----\n");
-    write("inbox/telegram-51/contract.txt", "OWNER-PRIVATE-CONTRACT\n");
-    write("inbox/telegram-50/mine.txt", "the guest's own upload\n");
+    write("chats/telegram-51/contract.txt", "OWNER-PRIVATE-CONTRACT\n");
+    write("chats/telegram-50/mine.txt", "the guest's own upload\n");
+    // Where an earlier version saved the chats' files: they stay, under the same rule.
+    write("inbox/telegram-51/old.txt", "OWNER-OLD-CONTRACT\n");
+    write("inbox/telegram-50/old.txt", "the guest's old upload\n");
     let daemon = env.start();
     daemon.wait_for_log("the workspace").await;
 
@@ -62,7 +65,8 @@ async fn guests_read_neither_secrets_nor_other_chats_files_nor_bub_home() {
         listed.contains("readme.md") && listed.contains("notes.txt"),
         "{listed}"
     );
-    assert!(listed.contains("inbox/telegram-50/mine.txt"), "{listed}");
+    assert!(listed.contains("chats/telegram-50/mine.txt"), "{listed}");
+    assert!(listed.contains("inbox/telegram-50/old.txt"), "{listed}");
     for hidden in ["telegram-51", "id_ed25519", ".env", "inbox.jsonl"] {
         assert!(!listed.contains(hidden), "{hidden} listed: {listed}");
     }
@@ -70,7 +74,7 @@ async fn guests_read_neither_secrets_nor_other_chats_files_nor_bub_home() {
         &env,
         50,
         50,
-        ",fs.read path=inbox/telegram-51/contract.txt",
+        ",fs.read path=chats/telegram-51/contract.txt",
         6,
     )
     .await;
@@ -79,7 +83,7 @@ async fn guests_read_neither_secrets_nor_other_chats_files_nor_bub_home() {
         &env,
         50,
         50,
-        ",message.send file=inbox/telegram-51/contract.txt",
+        ",message.send file=chats/telegram-51/contract.txt",
         7,
     )
     .await;
@@ -90,15 +94,21 @@ async fn guests_read_neither_secrets_nor_other_chats_files_nor_bub_home() {
     assert!(home.contains("not open to guests"), "{home}");
     let key = ask(&env, 50, 50, ",fs.read path=deploy/id_ed25519", 10).await;
     assert!(key.contains("not open to guests"), "{key}");
-    let own = ask(&env, 50, 50, ",fs.read path=inbox/telegram-50/mine.txt", 11).await;
+    let own = ask(&env, 50, 50, ",fs.read path=chats/telegram-50/mine.txt", 11).await;
     assert!(own.contains("the guest's own upload"), "{own}");
+    let oracle = ask(&env, 50, 50, ",fs.grep pattern=CONTRACT", 12).await;
+    assert!(oracle.contains("(no matches)"), "{oracle}");
+    let other = ask(&env, 50, 50, ",fs.read path=inbox/telegram-51/old.txt", 13).await;
+    assert!(other.contains("another chat's files"), "{other}");
+    let own = ask(&env, 50, 50, ",fs.read path=inbox/telegram-50/old.txt", 14).await;
+    assert!(own.contains("the guest's old upload"), "{own}");
     // The owner reads what guests do not: the rule is the guests'.
     let owner = ask(
         &env,
         42,
         42,
-        ",fs.read path=inbox/telegram-51/contract.txt",
-        12,
+        ",fs.read path=chats/telegram-51/contract.txt",
+        15,
     )
     .await;
     assert!(owner.contains("OWNER-PRIVATE-CONTRACT"), "{owner}");
@@ -110,11 +120,10 @@ async fn guests_read_neither_secrets_nor_other_chats_files_nor_bub_home() {
     for secret in ["ghp_guestmustnotsee", "pw@db", "OPENSSH", API_KEY] {
         assert!(!all.contains(secret), "{secret} reached the chat: {all}");
     }
-    let guest_texts = texts(&env.telegram.calls_of("sendMessage"))[..11].join("\n");
-    assert!(
-        !guest_texts.contains("OWNER-PRIVATE-CONTRACT"),
-        "{guest_texts}"
-    );
+    let guest_texts = texts(&env.telegram.calls_of("sendMessage"))[..14].join("\n");
+    for private in ["OWNER-PRIVATE-CONTRACT", "OWNER-OLD-CONTRACT"] {
+        assert!(!guest_texts.contains(private), "{guest_texts}");
+    }
     assert!(env.telegram.calls_of("sendDocument").is_empty());
     assert!(
         env.model.requests().is_empty(),
@@ -158,14 +167,27 @@ async fn a_guest_cannot_change_what_bub_reads_as_configuration() {
         &env,
         50,
         50,
-        ",fs.write path=inbox/telegram-50/notes.md content=ok",
+        ",fs.write path=chats/telegram-50/notes.md content=ok",
         7,
     )
     .await;
-    assert!(own.contains("inbox/telegram-50/notes.md"), "{own}");
+    assert!(own.contains("chats/telegram-50/notes.md"), "{own}");
+    // The chat's folder of an earlier version is read, no longer written.
+    let old = ask(
+        &env,
+        50,
+        50,
+        ",fs.write path=inbox/telegram-50/notes.md content=ok",
+        8,
+    )
+    .await;
+    assert!(
+        old.contains("guests write only in this chat's folder, chats/telegram-50/"),
+        "{old}"
+    );
     // The owner's next turn carries the owner's AGENTS.md only.
     env.model.push_text("ok");
-    ask(&env, 42, 42, "hello", 8).await;
+    ask(&env, 42, 42, "hello", 9).await;
     assert!(daemon.stop().await.success());
 
     assert_eq!(
@@ -175,7 +197,8 @@ async fn a_guest_cannot_change_what_bub_reads_as_configuration() {
     for absent in [".env", "startup.sh", ".agents"] {
         assert!(!ws.join(absent).exists(), "{absent} was created");
     }
-    let folder = ws.join("inbox/telegram-50");
+    assert!(!ws.join("inbox").exists());
+    let folder = ws.join("chats/telegram-50");
     assert_eq!(
         std::fs::read_to_string(folder.join("own.txt")).unwrap(),
         "mine\n"
@@ -278,7 +301,7 @@ async fn in_a_shared_group_guests_neither_read_the_owners_output_nor_speak_for_t
         "{explained}"
     );
     assert!(
-        explained.contains("writes only in inbox/telegram--100/"),
+        explained.contains("writes only in chats/telegram--100/"),
         "{explained}"
     );
 }

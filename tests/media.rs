@@ -30,9 +30,9 @@ pub(crate) fn png(width: u32, height: u32) -> Vec<u8> {
     bytes
 }
 
-/// The files saved under the workspace's `inbox/telegram-42/`, by name.
+/// The files saved under the workspace's `chats/telegram-42/`, by name.
 fn saved(env: &Env) -> Vec<(String, Vec<u8>)> {
-    let dir = env.workspace.join("inbox/telegram-42");
+    let dir = env.workspace.join("chats/telegram-42");
     let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(&dir)
         .map(|entries| {
             entries
@@ -90,7 +90,7 @@ async fn a_photo_is_saved_and_shown_to_a_vision_model_or_named_to_one_that_refus
     assert_eq!(kept, std::slice::from_ref(&jpeg));
     let prompt = user_text(&env, 0);
     assert!(
-        prompt.contains(&format!("\"saved\":\"inbox/telegram-42/{}\"", files[0].0)),
+        prompt.contains(&format!("\"saved\":\"chats/telegram-42/{}\"", files[0].0)),
         "{prompt}"
     );
     assert!(prompt.contains("what is this?"));
@@ -111,7 +111,7 @@ async fn a_photo_is_saved_and_shown_to_a_vision_model_or_named_to_one_that_refus
     assert!(image_urls(&requests[2]).is_empty());
     let retried = user_text(&env, 2);
     assert!(
-        retried.contains("[The model cannot look at images; they are saved at: inbox/telegram-42/"),
+        retried.contains("[The model cannot look at images; they are saved at: chats/telegram-42/"),
         "{retried}"
     );
     assert!(env.tape_text().contains("\"media.images_refused\""));
@@ -256,7 +256,7 @@ async fn voice_is_transcribed_into_the_prompt_and_a_failed_transcription_names_t
             .contains("\"note\":\"not transcribed: provider returned HTTP 400: audio too short\""),
         "{prompt}"
     );
-    assert!(prompt.contains("\"saved\":\"inbox/telegram-42/"));
+    assert!(prompt.contains("\"saved\":\"chats/telegram-42/"));
     assert!(daemon.stop().await.success());
 }
 

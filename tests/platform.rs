@@ -9,9 +9,9 @@ use std::sync::Arc;
 
 use bub::access::{Access, Role};
 use bub::agent::AgentRuntime;
-use bub::config::Settings;
+use bub::config::{Model, Settings};
 use bub::daemon::{ChannelManager, SessionConfig};
-use bub::delivery::{PLATFORMS, enabled_channels};
+use bub::delivery::{PLATFORMS, served_channels};
 use bub::inbox::Inbox;
 use tokio_util::sync::CancellationToken;
 
@@ -31,7 +31,10 @@ async fn a_third_platform_is_one_module_and_one_line_behind_the_same_gate() {
 
     let mut s = Settings::with_defaults(home.clone(), workspace);
     s.api_base = Some(model.base_url().into());
-    s.set_model("openai:test-model").unwrap();
+    s.model = Model {
+        provider: "openai".into(),
+        id: "test-model".into(),
+    };
     s.message_debounce = std::time::Duration::ZERO;
     s.message_delay = std::time::Duration::ZERO;
     let fakechat = s.channel_mut("fakechat");
@@ -42,7 +45,7 @@ async fn a_third_platform_is_one_module_and_one_line_behind_the_same_gate() {
     let agent = Arc::new(AgentRuntime::new(s, Vec::new()));
     // The one line: the platform joins the list the daemon's channels are built from.
     let platforms = [PLATFORMS, &[fake_platform::PLATFORM]].concat();
-    let channels = enabled_channels(&platforms, agent.settings(), agent.access()).unwrap();
+    let channels = served_channels(&platforms, agent.settings(), agent.access()).unwrap();
     assert_eq!(channels.len(), 1, "only fakechat is enabled");
     agent.outbox().install(&channels);
     let cfg = SessionConfig::from_settings(agent.settings());

@@ -7,6 +7,7 @@ use crate::support;
 
 use bub::access::Authority;
 use bub::agent::router::Router;
+use bub::tape::Event;
 use serde_json::Value;
 use support::tool_env::{ToolEnv, guest};
 
@@ -29,11 +30,11 @@ fn fixture_as(who: Authority) -> Fixture {
 impl Fixture {
     /// The payload data of every `command` event on the tape.
     fn commands(&self) -> Vec<Value> {
-        self.events("command")
+        self.events(Event::Command)
     }
 
-    /// The payload data of every `name` event on the tape.
-    fn events(&self, name: &str) -> Vec<Value> {
+    /// The payload data of every `event` on the tape.
+    fn events(&self, event: Event) -> Vec<Value> {
         self.tools
             .ctx
             .tape()
@@ -41,7 +42,7 @@ impl Fixture {
             .entries()
             .unwrap()
             .into_iter()
-            .filter(|e| e.kind == "event" && e.payload["name"] == name)
+            .filter(|e| e.is_event(event))
             .map(|e| e.payload["data"].clone())
             .collect()
     }
@@ -302,7 +303,7 @@ async fn a_guest_gets_no_comma_shell_and_the_refusal_is_recorded() {
         "`bash` is not allowed for guests in this chat"
     );
     assert!(!marker.exists(), "the command did not run");
-    let refused = f.events("tool.refused");
+    let refused = f.events(Event::ToolRefused);
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert_eq!(refused[0]["tool"], "bash");
     assert_eq!(refused[0]["role"], "guest");

@@ -6,7 +6,7 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use bub::tape::{FileTape, Searched, TapeEntry};
+use bub::tape::{Event, FileTape, Kind, Searched, TapeEntry};
 use serde_json::{Value, json};
 
 fn tape_at(dir: &Path, name: &str) -> FileTape {
@@ -15,7 +15,7 @@ fn tape_at(dir: &Path, name: &str) -> FileTape {
 
 fn msg(tape: &mut FileTape, role: &str, content: &str) -> TapeEntry {
     tape.append(
-        "message",
+        Kind::Message,
         json!({"role": role, "content": content}),
         json!({}),
     )
@@ -151,11 +151,11 @@ fn torn_line_that_looks_complete_does_not_duplicate_ids() {
         tape.path(),
         br#"{"id":2,"kind":"event","payload":{"name":"x","data":{}}"#,
     );
-    assert_eq!(tape.event("y", json!(null)).unwrap().id, 2);
+    assert_eq!(tape.event(Event::Run, json!(null)).unwrap().id, 2);
     assert_eq!(msg(&mut tape, "user", "three").id, 3);
     let mut reopened = tape_at(dir.path(), "t");
     assert_eq!(ids(&mut reopened), vec![1, 2, 3]);
-    assert_eq!(reopened.entries().unwrap()[1].payload["name"], "y");
+    assert!(reopened.entries().unwrap()[1].is_event(Event::Run));
     // Same when the reader indexed the torn line in an earlier sync than its successor.
     let mut reader = tape_at(dir.path(), "t");
     reader.len().unwrap();
@@ -178,7 +178,7 @@ fn torn_line_that_looks_complete_does_not_duplicate_ids() {
         b"{\"id\":4,\"kind\":\"event\",\"payload\":{\"name\":\"w\"}}\n",
     );
     assert_eq!(ids(&mut reader), vec![1, 2, 3, 4, 4]);
-    assert_eq!(reader.event("v", json!(null)).unwrap().id, 5);
+    assert_eq!(reader.event(Event::Run, json!(null)).unwrap().id, 5);
 }
 
 #[test]
@@ -241,7 +241,7 @@ fn threads_with_separate_handles_never_duplicate_ids() {
             s.spawn(move || {
                 let mut tape = FileTape::open_path(path, "t".into()).unwrap();
                 for i in 0..200 {
-                    tape.append("message", json!({"role": "user", "content": format!("t{t} m{i} {}", "x".repeat(150))}), json!({}))
+                    tape.append(Kind::Message, json!({"role": "user", "content": format!("t{t} m{i} {}", "x".repeat(150))}), json!({}))
                         .unwrap();
                 }
             });
@@ -263,7 +263,7 @@ fn child_process_appender() {
     };
     let mut tape = FileTape::open_path(PathBuf::from(path), "t".into()).unwrap();
     for i in 0..200 {
-        tape.event("child", json!({"i": i, "pid": std::process::id()}))
+        tape.event(Event::Command, json!({"i": i, "pid": std::process::id()}))
             .unwrap();
     }
 }
@@ -292,7 +292,7 @@ fn processes_appending_concurrently_never_duplicate_ids() {
         .collect();
     let mut tape = FileTape::open_path(path.clone(), "t".into()).unwrap();
     for i in 0..200 {
-        tape.event("parent", json!({"i": i})).unwrap();
+        tape.event(Event::Command, json!({"i": i})).unwrap();
     }
     for mut child in children {
         assert!(child.wait().unwrap().success());
@@ -308,7 +308,7 @@ fn bootstrap_once_and_again_after_external_delete() {
     tape.ensure_bootstrap().unwrap();
     let entries = tape.entries().unwrap();
     assert_eq!(entries.len(), 2);
-    assert_eq!(entries[0].kind, "anchor");
+    assert_eq!(entries[0].kind, Kind::Anchor);
     assert_eq!(
         entries[0].payload,
         json!({"name": "session/start", "state": {"owner": "human"}})
@@ -341,17 +341,17 @@ fn context_starts_after_last_anchor_with_its_handoff_note() {
         {"id": "call-1", "type": "function", "function": {"name": "fs.write", "arguments": "{}"}},
         {"id": "call-2", "type": "function", "function": {"name": "fs.read", "arguments": "{}"}}
     ]);
-    tape.append("system", json!({"content": "sys"}), json!({}))
+    tape.append(Kind::System, json!({"content": "sys"}), json!({}))
         .unwrap();
-    tape.append("tool_call", json!({"calls": calls}), json!({}))
+    tape.append(Kind::ToolCall, json!({"calls": calls}), json!({}))
         .unwrap();
     tape.append(
-        "tool_result",
+        Kind::ToolResult,
         json!({"results": ["ok", {"content": "hi"}]}),
         json!({}),
     )
     .unwrap();
-    tape.event("run", json!({"status": "ok"})).unwrap();
+    tape.event(Event::Run, json!({"status": "ok"})).unwrap();
     msg(&mut tape, "assistant", "done");
     let context = tape.context_messages().unwrap();
     assert_eq!(
@@ -377,7 +377,7 @@ fn orphan_tool_result_context() {
     let dir = tempfile::tempdir().unwrap();
     let mut tape = tape_at(dir.path(), "t");
     tape.append(
-        "tool_result",
+        Kind::ToolResult,
         json!({"results": [{"status": "ok"}]}),
         json!({}),
     )
@@ -471,29 +471,29 @@ fn search_covers_messages_and_tool_results_only() {
     let dir = tempfile::tempdir().unwrap();
     let mut tape = tape_at(dir.path(), "t");
     tape.append(
-        "tool_result",
+        Kind::ToolResult,
         json!({"results": ["kubernetes manifest applied"]}),
         json!({}),
     )
     .unwrap();
-    tape.event("note", json!("kubernetes manifest applied"))
+    tape.event(Event::Command, json!("kubernetes manifest applied"))
         .unwrap();
     tape.append(
-        "system",
+        Kind::System,
         json!({"content": "kubernetes manifest applied"}),
         json!({}),
     )
     .unwrap();
     tape.append(
-        "message",
+        Kind::Message,
         json!({"role": "user", "content": "x"}),
         json!({"run_id": "kubernetes"}),
     )
     .unwrap();
     let found = tape.search("kubernetes", 20, Searched::Everything).unwrap();
     assert_eq!(
-        found.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
-        vec!["message", "tool_result"]
+        found.iter().map(|e| &e.kind).collect::<Vec<_>>(),
+        [&Kind::Message, &Kind::ToolResult]
     );
 }
 
@@ -508,12 +508,12 @@ fn info_counts_by_position_and_reports_last_usage() {
     );
     tape.ensure_bootstrap().unwrap();
     tape.event(
-        "run",
+        Event::Run,
         json!({"status": "ok", "usage": {"total_tokens": 120}}),
     )
     .unwrap();
     tape.handoff("phase-2", Some("s"), None).unwrap();
-    tape.event("run", json!({"status": "error"})).unwrap();
+    tape.event(Event::Run, json!({"status": "error"})).unwrap();
     msg(&mut tape, "user", "hi");
     let info = tape.info().unwrap();
     assert_eq!(
@@ -540,7 +540,7 @@ fn ids_never_wrap_around() {
         let before = std::fs::read(tape.path()).unwrap();
         let err = tape
             .append(
-                "message",
+                Kind::Message,
                 json!({"role": "user", "content": "y"}),
                 json!({}),
             )
@@ -569,7 +569,7 @@ fn ids_never_wrap_around() {
     let mut tape = tape_at(dir.path(), "almost");
     raw_append(tape.path(), foreign_line(i64::MAX as u64 - 1).as_bytes());
     assert_eq!(msg(&mut tape, "user", "last").id, i64::MAX as u64);
-    assert!(tape.append("message", json!({}), json!({})).is_err());
+    assert!(tape.append(Kind::Message, json!({}), json!({})).is_err());
 }
 
 #[test]
@@ -583,7 +583,7 @@ fn torn_anchor_line_is_dropped_from_the_counts() {
         tape.path(),
         br#"{"id":2,"kind":"anchor","payload":{"name":"torn"}"#,
     );
-    assert_eq!(tape.event("y", json!(null)).unwrap().id, 2);
+    assert_eq!(tape.event(Event::Run, json!(null)).unwrap().id, 2);
     let mut fresh = tape_at(dir.path(), "t");
     let info = fresh.info().unwrap();
     assert_eq!(

@@ -24,7 +24,7 @@ use bub::tools::web::{Guard, fetch_with_guard};
 use serde_json::{Value, json};
 use support::tool_env::ToolEnv;
 use support::wait::bounded;
-use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 
 const PAGE: &str = r#"<!DOCTYPE html>
 <html><head><title>Test Page</title>
@@ -58,13 +58,7 @@ struct Shared {
 struct Server {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    task: JoinHandle<()>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    _task: AbortOnDropHandle<()>,
 }
 
 impl Server {
@@ -85,7 +79,11 @@ async fn start() -> Server {
     let task = tokio::spawn(async move {
         axum::serve(listener, app).await.unwrap();
     });
-    Server { addr, shared, task }
+    Server {
+        addr,
+        shared,
+        _task: AbortOnDropHandle::new(task),
+    }
 }
 
 fn respond(status: StatusCode, content_type: &str, body: impl Into<Body>) -> Response {
@@ -737,6 +735,7 @@ fn searxng_url_setting_is_validated() {
             config_file: None,
             env: Some(env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()),
             cwd: Some(root.clone()),
+            ..LoadOptions::default()
         })
     };
     let settings = load("http://127.0.0.1:8888/").unwrap();

@@ -3,12 +3,17 @@
 //!
 //! * **Read**: the workspace, except hidden files and folders (`.env`, `.git`, `.ssh`, `.netrc`,
 //!   `.git-credentials`, `.bub`, …), keys and other secret files by name ([`is_secret_name`]),
-//!   other chats' folders under `inbox/`, and `BUB_HOME` wherever it is.
-//! * **Write**: only the chat's own folder, `inbox/<channel>-<chat>/` — where its downloads
+//!   other chats' folders under `chats/` (and under `inbox/`, where earlier versions kept them),
+//!   and `BUB_HOME` wherever it is.
+//! * **Write**: only the chat's own folder, `chats/<channel>-<chat>/` — where its downloads
 //!   land, and the only directory a guest's sandboxed shell sees. Bub reads nothing there as
 //!   configuration or instructions (`.env`, `AGENTS.md`, `startup.sh` and `.agents/skills/` are
 //!   read from the workspace root), so nothing a guest writes can change Bub or the owner's
 //!   next turn.
+//!
+//! A workspace set up by an earlier version has its chats' files in `inbox/<channel>-<chat>/`.
+//! They stay there: each chat's guests may still read their own old folder, never write in it,
+//! and never reach another chat's, old or new.
 //!
 //! Paths given to [`GuestFiles::read`] and [`GuestFiles::write`] are real (canonical) paths
 //! already confined to the workspace; [`GuestFiles::new`] resolves its own paths, so it does
@@ -17,8 +22,13 @@
 use std::ffi::OsStr;
 use std::path::{Component, Path, PathBuf};
 
-/// The folder of the workspace a chat's received files are saved in (and a guest writes in).
-pub(crate) const INBOX_DIR: &str = "inbox";
+/// The folder of the workspace that holds a folder per chat: the files the chat sent, and
+/// what its guests write.
+pub(crate) const CHATS_DIR: &str = "chats";
+
+/// Where earlier versions kept the chats' folders; files there stay, closed like [`CHATS_DIR`]
+/// except that a chat's own old folder is only read.
+const OLD_CHATS_DIR: &str = "inbox";
 
 /// File names (lower case) that hold keys or credentials, wherever they are.
 const SECRET_NAMES: &[&str] = &[
@@ -46,9 +56,14 @@ pub(crate) const SECRET_FILES: &str = "hidden files and folders (.env, .git, .ss
     .git-credentials, …), keys and credentials (*.pem, *.key, *.p12, *.pfx, *.env, id_rsa, \
     id_ed25519, credentials.json, …)";
 
-/// The workspace folder of the files of chat `chat` of `channel` (`inbox/telegram--100123`),
+/// The workspace folder of the files of chat `chat` of `channel` (`chats/telegram--100123`),
 /// relative to the workspace.
 pub(crate) fn chat_folder(channel: &str, chat: &str) -> PathBuf {
+    chat_folder_in(CHATS_DIR, channel, chat)
+}
+
+/// The folder of chat `chat` of `channel` under `dir`: the chat id made safe for a file name.
+fn chat_folder_in(dir: &str, channel: &str, chat: &str) -> PathBuf {
     let chat: String = chat
         .chars()
         .map(
@@ -58,7 +73,7 @@ pub(crate) fn chat_folder(channel: &str, chat: &str) -> PathBuf {
             },
         )
         .collect();
-    Path::new(INBOX_DIR).join(format!("{channel}-{chat}"))
+    Path::new(dir).join(format!("{channel}-{chat}"))
 }
 
 /// A file name that holds keys or credentials: a hidden name, or one of [`SECRET_NAMES`] /
@@ -120,11 +135,11 @@ pub fn startup_warnings(settings: &crate::config::Settings) -> Vec<String> {
 pub(crate) enum Closed {
     /// Under `BUB_HOME`: tapes, memory, access, jobs.
     BubHome,
-    /// Under another chat's folder (or the `inbox/` listing itself).
+    /// Under another chat's folder (in `chats/` or the old `inbox/`).
     OtherChat,
     /// A hidden or secret file, or one inside a hidden folder.
     Secret,
-    /// A write outside the chat's own folder.
+    /// A write outside the chat's own folder (its old folder included).
     NotOwnFolder,
 }
 
@@ -151,9 +166,13 @@ impl Closed {
 pub(crate) struct GuestFiles {
     root: PathBuf,
     home: PathBuf,
-    inbox: PathBuf,
+    /// `chats/` and the old `inbox/`, resolved.
+    chats: PathBuf,
+    old_chats: PathBuf,
     /// The chat's folder, relative to the workspace (as shown) and resolved.
     folder: Option<(PathBuf, PathBuf)>,
+    /// The chat's old folder (read only).
+    old_folder: Option<PathBuf>,
 }
 
 impl GuestFiles {
@@ -169,10 +188,18 @@ impl GuestFiles {
                 let abs = root.join(&rel);
                 (rel, real(&abs))
             });
+        // The old folder's own name under the resolved `inbox/`, not resolved itself: a link
+        // there to another folder opens nothing.
+        let old_chats = real(&root.join(OLD_CHATS_DIR));
+        let old_folder = chat
+            .map(|(channel, chat)| chat_folder_in(OLD_CHATS_DIR, channel, chat))
+            .and_then(|rel| rel.file_name().map(|name| old_chats.join(name)));
         Self {
-            inbox: real(&root.join(INBOX_DIR)),
+            chats: real(&root.join(CHATS_DIR)),
+            old_chats,
             home: real(home),
             folder,
+            old_folder,
             root,
         }
     }
@@ -192,11 +219,13 @@ impl GuestFiles {
         if real.starts_with(&self.home) {
             return Err(Closed::BubHome);
         }
-        // `inbox/` itself may be walked through to the chat's folder (walks prune the others).
-        let own = |f: &Path| real.starts_with(f);
-        if real.starts_with(&self.inbox)
-            && real != self.inbox
-            && !self.folder_path().is_some_and(own)
+        // `chats/` (and `inbox/`) itself may be walked through to the chat's folder (walks
+        // prune the others).
+        let other_chat = |chats: &Path, own: Option<&Path>| {
+            real.starts_with(chats) && real != chats && !own.is_some_and(|f| real.starts_with(f))
+        };
+        if other_chat(&self.chats, self.folder_path())
+            || other_chat(&self.old_chats, self.old_folder.as_deref())
         {
             return Err(Closed::OtherChat);
         }
@@ -248,11 +277,11 @@ mod tests {
     fn chat_folders_come_from_the_session() {
         assert_eq!(
             chat_folder("telegram", "-100123"),
-            Path::new("inbox/telegram--100123")
+            Path::new("chats/telegram--100123")
         );
         assert_eq!(
             chat_folder("discord", "9/../x"),
-            Path::new("inbox/discord-9____x")
+            Path::new("chats/discord-9____x")
         );
     }
 
@@ -282,14 +311,14 @@ mod tests {
         let ws = dir.path().canonicalize().unwrap();
         let home = ws.join(".bub");
         let rule = GuestFiles::new(&ws, &home, Some(("telegram", "42")));
-        assert_eq!(rule.folder(), Some(Path::new("inbox/telegram-42")));
+        assert_eq!(rule.folder(), Some(Path::new("chats/telegram-42")));
         assert_eq!(rule.read(&ws.join("src/main.rs")), Ok(()));
-        assert_eq!(rule.read(&ws.join("inbox/telegram-42/a.pdf")), Ok(()));
+        assert_eq!(rule.read(&ws.join("chats/telegram-42/a.pdf")), Ok(()));
         assert_eq!(
-            rule.read(&ws.join("inbox/telegram-43/a.pdf")),
+            rule.read(&ws.join("chats/telegram-43/a.pdf")),
             Err(Closed::OtherChat)
         );
-        assert_eq!(rule.read(&ws.join("inbox")), Ok(()));
+        assert_eq!(rule.read(&ws.join("chats")), Ok(()));
         assert_eq!(rule.read(&ws.join(".bub/tapes/x")), Err(Closed::BubHome));
         assert_eq!(rule.read(&ws.join(".env")), Err(Closed::Secret));
         assert_eq!(rule.read(&ws.join(".ssh/config")), Err(Closed::Secret));
@@ -304,12 +333,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().canonicalize().unwrap();
         let rule = GuestFiles::new(&ws, &ws.join(".bub"), Some(("telegram", "42")));
-        assert_eq!(rule.write(&ws.join("inbox/telegram-42/out.txt")), Ok(()));
+        assert_eq!(rule.write(&ws.join("chats/telegram-42/out.txt")), Ok(()));
         for closed in [
             "AGENTS.md",
             "startup.sh",
             "src/lib.rs",
-            "inbox/telegram-43/x",
+            "chats/telegram-43/x",
+            "chats/x",
+            "chats",
         ] {
             assert!(rule.write(&ws.join(closed)).is_err(), "{closed}");
         }
@@ -323,7 +354,62 @@ mod tests {
         assert!(
             Closed::NotOwnFolder
                 .message("AGENTS.md", rule.folder())
-                .contains("inbox/telegram-42/")
+                .contains("chats/telegram-42/")
         );
+    }
+
+    #[test]
+    fn the_old_inbox_folders_stay_closed_to_other_chats_and_read_only_to_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        for folder in [
+            "inbox/telegram-42",
+            "inbox/telegram-43",
+            "chats/telegram-43",
+        ] {
+            std::fs::create_dir_all(ws.join(folder)).unwrap();
+        }
+        let rule = GuestFiles::new(&ws, &ws.join(".bub"), Some(("telegram", "42")));
+        assert_eq!(rule.read(&ws.join("inbox/telegram-42/a.pdf")), Ok(()));
+        assert_eq!(rule.read(&ws.join("inbox")), Ok(()), "walked through");
+        for other in [
+            "inbox/telegram-43/a.pdf",
+            "inbox/telegram-43",
+            "inbox/telegram-420/a.pdf",
+            "inbox/x",
+            "chats/telegram-43/a.pdf",
+        ] {
+            assert_eq!(
+                rule.read(&ws.join(other)),
+                Err(Closed::OtherChat),
+                "{other}"
+            );
+            assert!(rule.write(&ws.join(other)).is_err(), "{other}");
+        }
+        assert_eq!(
+            rule.write(&ws.join("inbox/telegram-42/out.txt")),
+            Err(Closed::NotOwnFolder),
+            "the old folder is read, not written"
+        );
+        // A chat without an old folder, and a session that is not a chat: nothing old opens.
+        let cli = GuestFiles::new(&ws, &ws.join(".bub"), None);
+        assert_eq!(
+            cli.read(&ws.join("inbox/telegram-42/a.pdf")),
+            Err(Closed::OtherChat)
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn an_old_folder_linked_to_another_chats_opens_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(ws.join("inbox/telegram-43")).unwrap();
+        std::fs::write(ws.join("inbox/telegram-43/a.pdf"), "x").unwrap();
+        std::os::unix::fs::symlink(ws.join("inbox/telegram-43"), ws.join("inbox/telegram-42"))
+            .unwrap();
+        let rule = GuestFiles::new(&ws, &ws.join(".bub"), Some(("telegram", "42")));
+        let real = ws.join("inbox/telegram-42/a.pdf").canonicalize().unwrap();
+        assert_eq!(rule.read(&real), Err(Closed::OtherChat));
     }
 }

@@ -35,7 +35,7 @@ pub(crate) struct ParsedCommand {
     pub args: Option<Vec<String>>,
 }
 
-/// Aliases of the reference: `,tool` → `tool.describe`, `,tape` → `tape.info`.
+/// Aliases: `,tool` → `tool.describe`, `,tape` → `tape.info`.
 pub(crate) fn resolve_alias(name: &str) -> &str {
     match name {
         "tool" => "tool.describe",
@@ -51,9 +51,9 @@ pub(crate) fn split_words(text: &str) -> Option<Vec<String>> {
 
 /// Detects a comma command in one stripped line.
 ///
-/// Unlike the reference, a line starting with `,` and a non-empty body is *always* a command:
-/// unbalanced quotes no longer turn it into model prose (the shell, or the argument parser,
-/// reports the error instead).
+/// A line starting with `,` and a non-empty body is *always* a command: unbalanced quotes do
+/// not turn it into model prose (the shell, or the argument parser, reports the error
+/// instead).
 pub(crate) fn detect(line: &str, registry: &Registry) -> Option<ParsedCommand> {
     let line = line.trim();
     let body = line.strip_prefix(',')?.trim_start();
@@ -113,7 +113,7 @@ pub(crate) fn parse_kv(tokens: &[String]) -> (Map<String, Value>, Vec<String>) {
     (kwargs, positional)
 }
 
-/// Escapes `& < >` (and quotes when `quote`), as Python's `html.escape`.
+/// Escapes `& < >` (and, when `quote`, `"` as `&quot;` and `'` as `&#x27;`).
 pub(crate) fn escape_html(text: &str, quote: bool) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
@@ -129,7 +129,8 @@ pub(crate) fn escape_html(text: &str, quote: bool) -> String {
     out
 }
 
-/// The `<command>` block Bub v0.2.3 feeds back to the model; output cannot forge or close a block.
+/// The `<command>` block a command's result goes back to the model in; output cannot forge or
+/// close a block.
 pub(crate) fn command_block(name: &str, status: &str, output: &str) -> String {
     format!(
         "<command name=\"{}\" status=\"{}\">\n{}\n</command>",

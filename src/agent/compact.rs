@@ -22,6 +22,9 @@ these headings: Goals (what the user wants), Decisions (what was settled and why
 Keep exact names, paths, numbers and commands. Do not invent anything; leave a heading empty \
 when nothing belongs there.";
 
+/// The name of the anchor a compaction writes.
+pub(crate) const ANCHOR: &str = "compaction";
+
 /// How many messages are carried over verbatim after a compaction, at most.
 pub(crate) const CARRIED: usize = 4;
 

@@ -25,7 +25,7 @@ use serde_json::{Map, Value, json};
 use super::input::ChatBatch;
 use crate::access::ChatKind;
 use crate::chat::{Attachment, AttachmentKind, Content, Inbound};
-use crate::tape::search::LEFT_OUT_EVENT;
+use crate::tape::Event;
 
 /// The prompt of `batch`: the channel line, the notes, one line per message.
 pub(crate) fn render(batch: &ChatBatch) -> String {
@@ -44,8 +44,9 @@ pub(crate) fn render_with(batch: &ChatBatch, line: impl Fn(&Inbound) -> String) 
     if batch.left_out > 0 {
         prompt.push_str(&format!(
             "[{} earlier messages of this batch are not shown here; they are on the tape \
-             (event `{LEFT_OUT_EVENT}`): use tape.search to find them.]\n",
-            batch.left_out
+             (event `{}`): use tape.search to find them.]\n",
+            batch.left_out,
+            Event::MessagesLeftOut,
         ));
     }
     let lines: Vec<String> = batch.messages.iter().map(line).collect();

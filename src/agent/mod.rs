@@ -17,6 +17,7 @@
 
 pub(crate) mod commands;
 mod compact;
+mod config;
 pub(crate) mod inbound;
 mod input;
 mod learn;
@@ -31,7 +32,6 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use dashmap::DashMap;
 use serde_json::json;
@@ -40,10 +40,11 @@ use crate::access::{Access, Authority, TurnOrigin};
 use crate::chat::SessionId;
 use crate::config::Settings;
 use crate::delivery::Outbox;
-use crate::llm::{LlmClient, LlmConfig};
 use crate::media;
 use crate::tape::TapeInfo;
+use crate::tape::{Event, Kind};
 use crate::tools::{self, ProcessCtx, SessionCtx, ToolContext, TurnOutput};
+use config::TurnConfig;
 use models::{Models, SharedChain};
 use router::Router;
 use runner::{LoopMemory, ModelLoop};
@@ -58,11 +59,17 @@ struct Session {
     memory: std::sync::Mutex<LoopMemory>,
 }
 
-/// The agent of one process: the process parts (settings, tools, outbox, access, redactor), the
-/// model chains and the sessions.
+/// The agent of one process: the process parts (tools, outbox, access, redactor, the settings
+/// they read), the turn settings, the model chains and the sessions of one workspace.
 pub struct AgentRuntime {
+    /// The loaded whole, for the runtime's callers (the daemon builds its channels from it);
+    /// turns read `process` and `config`, converted from it once.
+    settings: Arc<Settings>,
     process: Arc<ProcessCtx>,
-    models: Models,
+    config: Arc<TurnConfig>,
+    /// The workspace of this runtime's sessions (see [`AgentRuntime::for_workspace`]).
+    workspace: PathBuf,
+    models: Arc<Models>,
     sessions: DashMap<SessionId, Arc<Session>>,
     /// Runtimes of other workspaces, for scheduled jobs created there; each is dropped once no
     /// job uses it.
@@ -94,33 +101,18 @@ impl Default for Background {
     }
 }
 
-/// A client for `model` with `settings`' key, base URL and timeout for its provider.
-pub(crate) fn client_for(
-    settings: &Settings,
-    model: &crate::config::Model,
-) -> Result<LlmClient, crate::llm::LlmError> {
-    LlmClient::new(LlmConfig {
-        provider: model.provider.clone(),
-        model: model.id.clone(),
-        base_url: settings.base_url_for(model),
-        api_key: settings.api_key_for(model).map(|k| k.expose().to_owned()),
-        timeout: settings.model_timeout,
-        max_retries: 3,
-        retry_base_delay: Duration::from_millis(500),
-    })
-}
-
 impl AgentRuntime {
     /// Creates the runtime. A model client that cannot be built (no API key, say) is not an
     /// error here: comma commands still work and each model turn reports the reason.
     pub fn new(settings: Settings, allowed_tools: Vec<String>) -> Self {
         let registry = tools::builtin_registry(&allowed_tools);
-        Self::with_process(Arc::new(ProcessCtx::new(settings, registry)))
-    }
-
-    fn with_process(process: Arc<ProcessCtx>) -> Self {
+        let settings = Arc::new(settings);
+        let process = Arc::new(ProcessCtx::new(settings.clone(), registry));
         Self {
-            models: Models::new(process.settings.clone()),
+            config: Arc::new(TurnConfig::from_settings(&settings, &process.models)),
+            models: Arc::new(Models::new(process.models.clone())),
+            workspace: settings.workspace.clone(),
+            settings,
             process,
             sessions: DashMap::new(),
             workspaces: std::sync::Mutex::default(),
@@ -129,21 +121,30 @@ impl AgentRuntime {
         }
     }
 
-    /// A runtime for another workspace (a scheduled job created there): its own tapes, this
-    /// process's tools, outbox and access gate.
-    pub(crate) fn for_workspace(&self, workspace: &std::path::Path) -> Self {
-        let mut settings = (*self.process.settings).clone();
-        settings.workspace = workspace.to_path_buf();
+    /// A runtime for another workspace (a scheduled job created there): its own sessions and
+    /// tapes, everything else this process's — tools, outbox, access, model chains, background
+    /// work, and the settings they were converted from. The workspace is the one value that
+    /// differs, and it is the runtime's own (each session it opens carries it): no part of the
+    /// process reads a workspace from `Settings` after start-up, so no second, changed
+    /// `Settings` is made.
+    pub(crate) fn for_workspace(&self, workspace: &Path) -> Self {
         Self {
+            settings: self.settings.clone(),
+            process: self.process.clone(),
+            config: self.config.clone(),
+            workspace: workspace.to_path_buf(),
+            models: self.models.clone(),
+            sessions: DashMap::new(),
+            workspaces: std::sync::Mutex::default(),
+            started: self.started,
             background: self.background.clone(),
-            ..Self::with_process(Arc::new(self.process.with_settings(settings)))
         }
     }
 
     /// The runtime for a scheduled job created in `workspace`, kept until
     /// [`AgentRuntime::release_job`]; `None` for this runtime's own workspace (or none named).
     pub(crate) fn workspace_runtime(&self, workspace: &Path) -> Option<Arc<AgentRuntime>> {
-        if workspace == self.settings().workspace || workspace.as_os_str().is_empty() {
+        if workspace == self.workspace || workspace.as_os_str().is_empty() {
             return None;
         }
         let mut others = self.workspaces.lock().expect("workspaces lock");
@@ -185,8 +186,9 @@ impl AgentRuntime {
         tasks.reopen();
     }
 
+    /// The settings the runtime was built from.
     pub fn settings(&self) -> &Settings {
-        &self.process.settings
+        &self.settings
     }
 
     /// The process's way to any chat (`message.send`, scheduled runs); the daemon installs its
@@ -206,11 +208,12 @@ impl AgentRuntime {
         if let Some(s) = self.sessions.get(session_id) {
             return Ok(s.clone());
         }
-        let settings = self.process.settings.clone();
+        let (process, workspace) = (self.process.clone(), self.workspace.clone());
         let id = session_id.clone();
-        let state = tokio::task::spawn_blocking(move || SessionCtx::open(&settings, &id))
-            .await
-            .map_err(|e| anyhow::anyhow!("opening the session failed: {e}"))??;
+        let state =
+            tokio::task::spawn_blocking(move || SessionCtx::open(&process, &workspace, &id))
+                .await
+                .map_err(|e| anyhow::anyhow!("opening the session failed: {e}"))??;
         // Another caller may have opened it meanwhile: one state per session.
         let session = self.sessions.entry(session_id.clone()).or_insert_with(|| {
             Arc::new(Session {
@@ -245,7 +248,7 @@ impl AgentRuntime {
             Ok(session) => session.state.model(),
             Err(_) => None,
         };
-        own.unwrap_or_else(|| self.settings().model.clone())
+        own.unwrap_or_else(|| self.process.models.model.clone())
     }
 
     /// The command names of the tools (for completion).
@@ -258,10 +261,10 @@ impl AgentRuntime {
     }
 
     /// Records an event on a session's tape outside a turn (`turn.interrupted`, `schedule.run`).
-    pub async fn append_event(&self, session_id: &SessionId, name: &str, data: serde_json::Value) {
+    pub async fn append_event(&self, session_id: &SessionId, name: Event, data: serde_json::Value) {
         match self.session(session_id).await {
             Ok(session) => session.state.tape.event(name, data).await,
-            Err(e) => crate::tape::shared::append_failed("event", &e),
+            Err(e) => crate::tape::shared::append_failed(&Kind::Event, &e),
         }
     }
 
@@ -287,7 +290,7 @@ impl AgentRuntime {
     /// `,status`: the model, the tape since its last anchor, this chat's scheduled jobs, the
     /// process's uptime and version. Reads the tape without waiting for a running turn.
     pub(crate) async fn status_text(&self, session_id: &SessionId) -> String {
-        let settings = self.settings();
+        let models = &self.process.models;
         let mut lines = vec![format!(
             "bub {} · up {}",
             env!("CARGO_PKG_VERSION"),
@@ -295,10 +298,10 @@ impl AgentRuntime {
         )];
         match self.session(session_id).await {
             Ok(session) => lines.push(tools::model::describe(
-                settings,
+                models,
                 session.state.model().as_ref(),
             )),
-            Err(e) => lines.push(format!("model: {} ({e:#})", settings.model)),
+            Err(e) => lines.push(format!("model: {} ({e:#})", models.model)),
         }
         match self.tape_info(session_id).await {
             Ok(info) => lines.push(format!(
@@ -311,7 +314,7 @@ impl AgentRuntime {
             )),
             Err(e) => lines.push(format!("context: unavailable ({e:#})")),
         }
-        let store = crate::scheduler::store::open(&settings.home);
+        let store = crate::scheduler::store::open(&self.process.home);
         let jobs = tokio::task::spawn_blocking(move || store.list()).await;
         match jobs {
             Ok(Ok(jobs)) => {
@@ -466,7 +469,6 @@ impl AgentRuntime {
             };
         }
         remember_prefixed(ctx, &input).await;
-        let settings = ctx.settings();
         let router = Router::new(ctx.clone());
         let (route, images) = match input {
             TurnInput::Text(text) | TurnInput::Command(text) => {
@@ -476,8 +478,15 @@ impl AgentRuntime {
             TurnInput::Chat(mut batch) => {
                 let adapter = batch.adapter.clone();
                 let session = ctx.session();
-                let images =
-                    media::prepare(settings, adapter.as_ref(), session, &mut batch.messages).await;
+                let (config, workspace) = (&self.config.media, ctx.workspace());
+                let images = media::prepare(
+                    config,
+                    workspace,
+                    adapter.as_ref(),
+                    session,
+                    &mut batch.messages,
+                )
+                .await;
                 let route = router::UserRoute {
                     enter_model: true,
                     model_prompt: inbound::render(&batch),
@@ -499,17 +508,20 @@ impl AgentRuntime {
             };
         }
         let own = ctx.session.model();
-        let chain = self.models.chain(own.as_ref().unwrap_or(&settings.model));
+        let chain = self
+            .models
+            .chain(own.as_ref().unwrap_or(&self.process.models.model));
         let llm = match &chain {
             Ok(chain) => Ok(chain.as_ref()),
             Err(e) => Err(e.as_str()),
         };
         let prompt = route.model_prompt;
-        let mut outcome = ModelLoop::new(llm, ctx, &router, memory)
+        let mut outcome = ModelLoop::new(llm, ctx, &router, memory, self.config.clone())
             .with_images(images)
             .run(&prompt)
             .await;
-        if outcome.error.is_none() && learn::worth_learning(ctx, &outcome.tools) {
+        let learning = self.config.learn_min_steps;
+        if outcome.error.is_none() && learn::worth_learning(learning, ctx, &outcome.tools) {
             let finished = learn::Finished {
                 task: prompt,
                 steps: std::mem::take(&mut outcome.tools),
@@ -523,7 +535,7 @@ impl AgentRuntime {
             "exit_requested": outcome.exit_requested,
             "error": outcome.error,
         });
-        ctx.tape().event("loop.result", result).await;
+        ctx.tape().event(Event::LoopResult, result).await;
         TurnResult {
             immediate_output: route.immediate_output,
             assistant_output: outcome.visible_text,
@@ -555,10 +567,10 @@ async fn remember_prefixed(ctx: &ToolContext, input: &TurnInput) {
         .filter_map(crate::memory::remember_prefix)
         .map(str::to_owned)
         .collect();
-    if wanted.is_empty() || !ctx.settings().memory_enabled {
+    if wanted.is_empty() || !ctx.process.memory_enabled {
         return;
     }
-    let memory = crate::memory::Memory::new(&ctx.settings().home);
+    let memory = crate::memory::Memory::new(&ctx.process.home);
     let scope = crate::memory::Scope::Chat(ctx.session_id().to_owned());
     let by = crate::memory::Author::of(&ctx.turn.authority);
     let kept = tokio::task::spawn_blocking(move || {
@@ -571,7 +583,7 @@ async fn remember_prefixed(ctx: &ToolContext, input: &TurnInput) {
     match kept {
         Ok(Ok(entries)) => {
             ctx.tape()
-                .event("memory.remembered", json!({"entries": entries}))
+                .event(Event::MemoryRemembered, json!({"entries": entries}))
                 .await;
         }
         Ok(Err(e)) => tracing::error!(error = %format!("{e:#}"), "memory.remember.error"),

@@ -1,5 +1,5 @@
 //! The input router: decides whether a line is a comma command (run it now) or natural language
-//! (give it to the model), for human input and for the model's own text (as Bub v0.2.3, fixed).
+//! (give it to the model), for human input and for the model's own text.
 //!
 //! Every executed command is recorded on the tape as a `command` event; a failed human command
 //! falls back into the model as an escaped `<command>` block — unless the turn's policy refused
@@ -11,6 +11,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use super::commands::{self, CommandKind, ParsedCommand};
+use crate::tape::Event;
 use crate::tools::{ToolContext, ToolError};
 
 /// Default timeout for a shell command typed by a human (`,cargo build`): long, because Ctrl-C
@@ -232,7 +233,7 @@ impl Router {
             "elapsed_ms": started.elapsed().as_millis() as u64,
             "output": outcome.output,
         });
-        self.ctx.tape().event("command", event).await;
+        self.ctx.tape().event(Event::Command, event).await;
         outcome
     }
 

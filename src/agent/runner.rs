@@ -1,4 +1,4 @@
-//! The bounded model loop of one turn (as in Bub v0.2.3, fixed): call the model, run the tool
+//! The bounded model loop of one turn: call the model, run the tool
 //! calls it asks for, route its final text, repeat until it answers, fails or hits the step bound.
 //!
 //! Everything is recorded on the tape as it happens: the user prompt before the call (so a failed
@@ -13,6 +13,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use super::compact;
+use super::config::TurnConfig;
 use super::learn::ToolStep;
 use super::prompt;
 use super::request::{checkpoint_note, noted, sanitize_context, stable_hash, system_prompt};
@@ -28,6 +29,7 @@ use crate::skills::Discovery;
 use crate::tape::context::View;
 use crate::tape::shared::{append_failed, logged};
 use crate::tape::{ContextCursor, Searched};
+use crate::tape::{Event, Kind};
 use crate::tools::{ToolContext, ToolEvent};
 use crate::usage::Purpose;
 
@@ -81,7 +83,8 @@ pub(crate) struct ModelLoop<'a> {
     by: Option<&'a LlmClient>,
     ctx: &'a ToolContext,
     router: &'a Router,
-    max_steps: u32,
+    /// The turn's bounds, system prompt, compaction budget and vision settings.
+    config: Arc<TurnConfig>,
     max_tokens: u32,
     /// What the session remembers between turns.
     memory: &'a mut LoopMemory,
@@ -105,27 +108,28 @@ pub(crate) struct ModelLoop<'a> {
 }
 
 impl<'a> ModelLoop<'a> {
-    /// The loop of a turn in `ctx`'s session, bounded by its settings' steps and tokens.
-    /// `memory` is what the session's earlier turns left for this one.
+    /// The loop of a turn in `ctx`'s session, bounded by `config`'s steps and the model's
+    /// tokens. `memory` is what the session's earlier turns left for this one.
     pub(crate) fn new(
         llm: Result<&'a ModelChain, &'a str>,
         ctx: &'a ToolContext,
         router: &'a Router,
         memory: &'a mut LoopMemory,
+        config: Arc<TurnConfig>,
     ) -> Self {
         Self {
             llm,
             by: None,
             ctx,
             router,
-            max_steps: ctx.settings().max_steps,
-            max_tokens: ctx.settings().max_tokens,
+            max_tokens: ctx.process.models.max_tokens,
             memory,
             // A guest's turn in a shared chat does not see an owner's command output.
             context: ContextCursor::new(View {
                 guest: ctx.turn.policy.searched() == Searched::Conversation,
-                max_result_chars: ctx.settings().tool_result_max_chars as usize,
+                max_result_chars: config.tool_result_max_chars,
             }),
+            config,
             skills: Arc::default(),
             tools_tokens: ctx.registry().spec_tokens_for(&ctx.turn.policy),
             failures: Vec::new(),
@@ -150,12 +154,12 @@ impl<'a> ModelLoop<'a> {
         let mut prompt = prompt.to_string();
         let mut visible: Vec<String> = Vec::new();
         let mut done = false;
-        while out.steps < self.max_steps && !done {
+        while out.steps < self.config.max_steps && !done {
             out.steps += 1;
             let step = out.steps;
             match self.step(&prompt, step).await {
                 Err(error) => {
-                    self.event("loop.step.error", json!({"step": step, "error": error}))
+                    self.event(Event::LoopStepError, json!({"step": step, "error": error}))
                         .await;
                     out.error = Some(error);
                     done = true;
@@ -166,7 +170,8 @@ impl<'a> ModelLoop<'a> {
                     out.followups += 1;
                 }
                 Ok(Step::Text(text)) if text.trim().is_empty() => {
-                    self.event("loop.step.empty", json!({"step": step})).await;
+                    self.event(Event::LoopStepEmpty, json!({"step": step}))
+                        .await;
                     done = true;
                 }
                 Ok(Step::Text(text)) => {
@@ -195,9 +200,12 @@ impl<'a> ModelLoop<'a> {
             }
         }
         if !done && out.error.is_none() {
-            out.error = Some(TurnError::MaxSteps(self.max_steps));
-            self.event("loop.max_steps", json!({"max_steps": self.max_steps}))
-                .await;
+            out.error = Some(TurnError::MaxSteps(self.config.max_steps));
+            self.event(
+                Event::LoopMaxSteps,
+                json!({"max_steps": self.config.max_steps}),
+            )
+            .await;
         }
         out.visible_text = visible.join("\n\n").trim().to_string();
         out.tools = std::mem::take(&mut self.trail);
@@ -206,7 +214,7 @@ impl<'a> ModelLoop<'a> {
 
     async fn finish(&self, step: u32, visible: bool, followup: bool, exit: bool) {
         self.event(
-            "loop.step.finish",
+            Event::LoopStepFinish,
             json!({"step": step, "visible_text": visible, "followup": followup, "exit_requested": exit}),
         )
         .await;
@@ -215,7 +223,7 @@ impl<'a> ModelLoop<'a> {
     fn model_label(&self) -> String {
         match self.llm {
             Ok(chain) => label(chain.primary()),
-            Err(_) => self.ctx.settings().model.to_string(),
+            Err(_) => self.ctx.process.models.model.to_string(),
         }
     }
 
@@ -225,12 +233,12 @@ impl<'a> ModelLoop<'a> {
         prompt::activate_hints(text, self.ctx.registry(), &self.skills, &mut expanded);
     }
 
-    async fn event(&self, name: &str, data: Value) {
+    async fn event(&self, name: Event, data: Value) {
         self.ctx.tape().event(name, data).await;
     }
 
     /// Appends one entry; a failure is logged and the turn goes on.
-    async fn append(&self, kind: &'static str, payload: Value, meta: &Value) {
+    async fn append(&self, kind: Kind, payload: Value, meta: &Value) {
         self.ctx.tape().record(kind, payload, meta.clone()).await;
     }
 
@@ -243,7 +251,7 @@ impl<'a> ModelLoop<'a> {
         let llm = match self.llm {
             Ok(llm) => llm,
             Err(e) => {
-                self.event("loop.step.start", start).await;
+                self.event(Event::LoopStepStart, start).await;
                 return Err(TurnError::Model(e.to_string()));
             }
         };
@@ -288,10 +296,10 @@ impl<'a> ModelLoop<'a> {
                 }
                 Err(e) => {
                     let payload = json!({"kind": e.kind(), "message": e.to_string()});
-                    self.append("error", payload, &run).await;
+                    self.append(Kind::Error, payload, &run).await;
                     let by = self.by.unwrap_or(llm.primary());
                     self.event(
-                        "run",
+                        Event::Run,
                         json!({"status": "error", "provider": by.provider(), "model": by.model()}),
                     )
                     .await;
@@ -307,13 +315,13 @@ impl<'a> ModelLoop<'a> {
             let answer = json!({"role": "assistant", "content": text});
             // One hop to the tape for the event and the answer.
             let recorded = self.ctx.tape().run(move |t| {
-                logged("event", t.event("run", ran));
-                t.append("message", answer, run)
+                logged(&Kind::Event, t.event(Event::Run, ran));
+                t.append(Kind::Message, answer, run)
             });
-            logged("message", recorded.await);
+            logged(&Kind::Message, recorded.await);
             return Ok(Step::Text(text));
         }
-        self.event("run", ran).await;
+        self.event(Event::Run, ran).await;
         self.run_tools(&response, &run).await;
         Ok(Step::Tools)
     }
@@ -341,17 +349,18 @@ impl<'a> ModelLoop<'a> {
         let (prompt, run) = (prompt.to_owned(), run.clone());
         let mut cursor = std::mem::take(&mut self.context);
         let (ctx, last_system) = (self.ctx.clone(), self.memory.last_system);
+        let config = self.config.clone();
         let recorded = self.ctx.tape().run(move |t| {
-            let skills = crate::skills::discover(ctx.settings());
+            let skills = crate::skills::discover(&ctx.skill_roots());
             if let Some(text) = hints {
                 prompt::activate_hints(&text, ctx.registry(), &skills, &mut ctx.expanded());
             }
-            let system = system_prompt(&ctx, &skills);
+            let system = system_prompt(&ctx, &config.system_prompt, &skills);
             let hash = stable_hash(&system);
-            logged("event", t.event("loop.step.start", start));
+            logged(&Kind::Event, t.event(Event::LoopStepStart, start));
             let recorded_system = (last_system != Some(hash))
                 .then(|| json!({"content": system}))
-                .and_then(|entry| logged("system", t.append("system", entry, run.clone())))
+                .and_then(|entry| logged(&Kind::System, t.append(Kind::System, entry, run.clone())))
                 .is_some();
             let checkpoint = first.then(|| checkpoint_note(&ctx)).flatten();
             let (tools, names) = ctx.expanded().take_pending();
@@ -374,8 +383,8 @@ impl<'a> ModelLoop<'a> {
             if !notes.is_empty() {
                 meta["notes"] = json!(notes);
             }
-            t.append("message", message, meta)
-                .inspect_err(|e| append_failed("message", e))?;
+            t.append(Kind::Message, message, meta)
+                .inspect_err(|e| append_failed(&Kind::Message, e))?;
             let context = t.context(&mut cursor);
             Ok((
                 system,
@@ -434,7 +443,7 @@ impl<'a> ModelLoop<'a> {
                 self.memory.images_refused = true;
                 tracing::warn!(status, error = %message, "media.images_refused");
                 self.event(
-                    "media.images_refused",
+                    Event::ImagesRefused,
                     json!({"status": status, "error": message}),
                 )
                 .await;
@@ -506,8 +515,8 @@ impl<'a> ModelLoop<'a> {
         llm: &LlmClient,
         messages: &mut [Value],
     ) -> Option<(usize, Vec<String>)> {
-        let settings = self.ctx.settings();
-        let wanted = settings.media.vision_for(llm.model()) && !self.memory.images_refused;
+        let media = &self.config.media.settings;
+        let wanted = media.vision_for(llm.model()) && !self.memory.images_refused;
         let newest = wanted
             .then(|| media::image::newest_images(messages))
             .flatten();
@@ -520,7 +529,10 @@ impl<'a> ModelLoop<'a> {
             .filter(|p| !self.images_shown.contains_key(*p))
             .cloned()
             .collect();
-        let (workspace, home) = (settings.workspace.clone(), settings.home.clone());
+        let (workspace, home) = (
+            self.ctx.workspace().to_owned(),
+            self.ctx.process.home.clone(),
+        );
         let made = tokio::task::spawn_blocking(move || {
             missing
                 .into_iter()
@@ -577,8 +589,7 @@ impl<'a> ModelLoop<'a> {
 
     /// The tokens the context may fill: `BUB_COMPACT_PERCENT` of `BUB_CONTEXT_TOKENS`.
     fn budget(&self) -> u64 {
-        let s = self.ctx.settings();
-        u64::from(s.context_tokens) * u64::from(s.compact_percent) / 100
+        self.config.context_budget
     }
 
     /// Compacts `messages` (the context): the model's summary — or, when its call fails, one
@@ -618,14 +629,14 @@ impl<'a> ModelLoop<'a> {
         tracing::info!(reason = why, summary_by = by, "context.compacted");
         let run = run.clone();
         let written = self.ctx.tape().run(move |t| {
-            t.handoff("compaction", Some(&summary), None)?;
+            t.handoff(compact::ANCHOR, Some(&summary), None)?;
             for message in carried {
                 let meta = json!({"carried_over": true, "run_id": run["run_id"]});
-                t.append("message", message, meta)?;
+                t.append(Kind::Message, message, meta)?;
             }
-            t.event("context.compacted", data).map(drop)
+            t.event(Event::ContextCompacted, data).map(drop)
         });
-        logged("anchor", written.await);
+        logged(&Kind::Anchor, written.await);
     }
 
     /// Records the calls, runs them one by one, records their results.
@@ -635,7 +646,8 @@ impl<'a> ModelLoop<'a> {
             .iter()
             .map(ToolCall::to_record)
             .collect();
-        self.append("tool_call", json!({"calls": calls}), run).await;
+        self.append(Kind::ToolCall, json!({"calls": calls}), run)
+            .await;
         let mut results = Vec::with_capacity(response.tool_calls.len());
         for call in &response.tool_calls {
             self.show_status(Some(running(call)));
@@ -658,7 +670,7 @@ impl<'a> ModelLoop<'a> {
             results.push(Value::String(result.unwrap_or_else(|e| e)));
         }
         self.show_status(None);
-        self.append("tool_result", json!({"results": results}), run)
+        self.append(Kind::ToolResult, json!({"results": results}), run)
             .await;
     }
 
@@ -700,16 +712,19 @@ impl<'a> ModelLoop<'a> {
                 None => return,
             },
         };
-        if !self.ctx.settings().memory_enabled {
+        if !self.ctx.process.memory_enabled {
             return;
         }
         let lesson = crate::memory::lesson(tool, &error, &call.arguments);
-        let memory = crate::memory::Memory::new(&self.ctx.settings().home);
+        let memory = crate::memory::Memory::new(&self.ctx.process.home);
         let scope = crate::memory::Scope::Chat(self.ctx.session_id().to_owned());
         let by = crate::memory::Author::of(&self.ctx.turn.authority);
         let kept = tokio::task::spawn_blocking(move || memory.remember(&scope, &lesson, &by)).await;
         match kept {
-            Ok(Ok(lesson)) => self.event("memory.lesson", json!({"lesson": lesson})).await,
+            Ok(Ok(lesson)) => {
+                self.event(Event::MemoryLesson, json!({"lesson": lesson}))
+                    .await
+            }
             Ok(Err(e)) => tracing::error!(error = %format!("{e:#}"), "memory.lesson.error"),
             Err(e) => tracing::error!(error = %e, "memory.lesson.error"),
         }
@@ -768,7 +783,7 @@ fn running(call: &ToolCall) -> String {
 pub(crate) async fn record_fallbacks(ctx: &ToolContext, fallbacks: Vec<Fallback>) {
     for fallback in fallbacks {
         ctx.tape()
-            .event("model.fallback", fallback.to_record())
+            .event(Event::ModelFallback, fallback.to_record())
             .await;
     }
 }

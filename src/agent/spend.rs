@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use crate::access::Role;
 use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, ModelChain, Usage};
+use crate::tape::Event;
 use crate::tools::ToolContext;
 use crate::usage::{Ask, Entry, Exceeded, Purpose};
 
@@ -27,7 +28,7 @@ pub(crate) async fn allowed(
         return Ok(());
     }
     let model = label(llm);
-    let chat_limited = ctx.turn.policy.role == Role::Guest || ctx.settings().budgets.owners;
+    let chat_limited = ctx.turn.policy.role == Role::Guest || ledger.limits_owners();
     let checked = tokio::task::spawn_blocking(move || {
         ledger.check(Ask {
             session: &session,
@@ -57,7 +58,7 @@ pub(crate) async fn allowed(
         "resets_in_seconds": exceeded.resets_in.as_secs(),
     });
     tracing::warn!(session = ctx.session_id(), data = %data, "budget.exceeded");
-    ctx.tape().event("budget.exceeded", data).await;
+    ctx.tape().event(Event::BudgetExceeded, data).await;
     Err(exceeded)
 }
 
@@ -98,7 +99,7 @@ pub(crate) async fn call(
     let response = answer.result.map_err(Failed::Model)?;
     let usage = record(ctx, purpose, answer.by, request, &response).await;
     ctx.tape()
-        .event("run", run_event(answer.by, &usage, purpose))
+        .event(Event::Run, run_event(answer.by, &usage, purpose))
         .await;
     Ok(response)
 }

@@ -217,7 +217,7 @@ pub fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Result<Exit
 
 /// `bub skills list` / `bub skills check`.
 pub fn skills(settings: &Settings, action: &SkillsAction) -> ExitCode {
-    let found = crate::skills::discover(settings);
+    let found = crate::skills::discover(&crate::skills::SkillRoots::from_settings(settings));
     if let SkillsAction::List = action {
         print_out(&safe(&found.listing()));
         return ExitCode::SUCCESS;

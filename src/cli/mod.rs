@@ -19,6 +19,7 @@ use tokio::io::AsyncBufReadExt;
 use crate::access::Authority;
 use crate::agent::{AgentRuntime, TurnResult};
 use crate::chat::SessionId;
+use crate::tape::Event;
 use crate::tape::md5_hex;
 use crate::tools::ToolObserver;
 use editor::{LineEditor, Read};
@@ -184,7 +185,7 @@ async fn turn(
             agent
                 .append_event(
                     session_id,
-                    "turn.interrupted",
+                    Event::TurnInterrupted,
                     serde_json::json!({"by": "Ctrl-C"}),
                 )
                 .await;

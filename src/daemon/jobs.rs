@@ -35,9 +35,10 @@ use crate::access::Authority;
 use crate::agent::AgentRuntime;
 use crate::channels::{Channel, InboundSink, Outbound};
 use crate::delivery::{SendLedger, TurnError, TurnResult, render_output};
-use crate::inbox::{Delivery, Inbox, JobRun, Outcome};
+use crate::inbox::{Inbox, JobRun, Outcome};
 use crate::scheduler::JobRunner;
 use crate::scheduler::job::{Job, local_time};
+use crate::tape::Event;
 use crate::tools::TurnOutput;
 
 /// How many fired runs may wait for the manager to take them (the scheduler waits beyond).
@@ -50,7 +51,7 @@ const INTERRUPTED: &str =
 /// A due run on its way to its session's actor, and who waits for its outcome (the
 /// scheduler; nobody for a run resumed after a restart).
 #[derive(Debug)]
-pub struct ScheduledRun {
+pub(crate) struct ScheduledRun {
     pub(crate) run: JobRun,
     pub(crate) done: Option<oneshot::Sender<Result<(), String>>>,
 }
@@ -168,8 +169,9 @@ async fn deliver(
     inbox: &Inbox,
 ) -> Result<String, String> {
     let text = render_output(result, proactive);
-    let (channel, chat_id) = match run.session.chat() {
-        _ if text.is_empty() => {
+    let empty = text.is_empty();
+    let delivery = match run.delivery(text) {
+        _ if empty => {
             inbox.done(&[run.seq], Outcome::Silent).await;
             return Ok("nothing to send".to_owned());
         }
@@ -177,19 +179,7 @@ async fn deliver(
             inbox.done(&[run.seq], Outcome::Silent).await;
             return Ok("no channel for this session; the answer is on the tape".to_owned());
         }
-        Some(chat) => chat,
-    };
-    let delivery = Delivery {
-        channel: channel.to_owned(),
-        seqs: vec![run.seq],
-        out: Outbound {
-            chat_id: chat_id.to_owned(),
-            text,
-            reply_to: None,
-            file: None,
-            edit: None,
-        },
-        parts_sent: 0,
+        Some(delivery) => delivery,
     };
     inbox.answered(&delivery).await;
     courier.send_recorded(inbox, &delivery).await?;
@@ -221,8 +211,16 @@ pub(super) async fn run(
 /// workspace, then nothing of the run is kept.
 pub(super) async fn ran(agent: &AgentRuntime, run: &JobRun, data: Value) {
     match agent.workspace_runtime(&run.workspace) {
-        Some(other) => other.append_event(&run.session, "schedule.run", data).await,
-        None => agent.append_event(&run.session, "schedule.run", data).await,
+        Some(other) => {
+            other
+                .append_event(&run.session, Event::ScheduleRun, data)
+                .await
+        }
+        None => {
+            agent
+                .append_event(&run.session, Event::ScheduleRun, data)
+                .await
+        }
     }
     agent.release_job(&run.workspace, &run.session);
 }
@@ -236,7 +234,7 @@ async fn authority(agent: &AgentRuntime, run: &JobRun) -> Result<Authority, Stri
         .await
         .map_err(|e| format!("checking the creator failed: {e}"))??;
     if let Some((channel, chat_id)) = run.session.chat()
-        && let Ok(adapter) = agent.outbox().adapter(agent.settings(), channel)
+        && let Ok(adapter) = agent.outbox().adapter(channel)
     {
         adapter
             .check_recipient(chat_id)

@@ -13,6 +13,7 @@ use crate::agent::{AgentRuntime, TurnInput};
 use crate::channels::{Channel, SessionId};
 use crate::delivery::TurnResult;
 use crate::inbox::JobRun;
+use crate::tape::Event;
 use crate::tools::TurnOutput;
 
 /// Runs turns for sessions (the agent; a fake in tests).
@@ -40,7 +41,7 @@ pub trait TurnRunner: Send + Sync + 'static {
     }
 
     /// Records an event on the session's tape.
-    async fn record(&self, _session_id: &SessionId, _name: &str, _data: Value) {}
+    async fn record(&self, _session_id: &SessionId, _name: Event, _data: Value) {}
 
     /// Runs a scheduled job's turn with its creator's rights, checked again now, its sends
     /// recorded on `output.sends`; `Err` says why it may not run (the turn did not run).
@@ -54,7 +55,7 @@ pub trait TurnRunner: Send + Sync + 'static {
     /// Records how a job's run went (`schedule.run` on its session's tape) and lets go of what
     /// the run used.
     async fn job_ran(&self, run: &JobRun, data: Value) {
-        self.record(&run.session, "schedule.run", data).await;
+        self.record(&run.session, Event::ScheduleRun, data).await;
     }
 
     /// The adapter for `channel` when the manager runs none for it (a send-only one).
@@ -98,7 +99,7 @@ impl TurnRunner for AgentRuntime {
         self.handle_live(session_id, input, who, output).await
     }
 
-    async fn record(&self, session_id: &SessionId, name: &str, data: Value) {
+    async fn record(&self, session_id: &SessionId, name: Event, data: Value) {
         self.append_event(session_id, name, data).await;
     }
 
@@ -111,7 +112,7 @@ impl TurnRunner for AgentRuntime {
     }
 
     fn adapter(&self, channel: &str) -> anyhow::Result<Arc<dyn Channel>> {
-        self.outbox().adapter(self.settings(), channel)
+        self.outbox().adapter(channel)
     }
 
     async fn new_context(&self, session_id: &SessionId, who: &Authority) -> anyhow::Result<()> {

@@ -1,7 +1,7 @@
 //! The session actor: one tokio task per chat (`"<channel>:<chat_id>"`) that decides when a turn
 //! runs, delivers its answer, and answers the chat controls.
 //!
-//! Rules (Bub v0.2.3's, fixed):
+//! Rules:
 //! * A comma command (`,help`) runs as its own turn without debounce or batching — also from a
 //!   sender who did not address the bot; the adapter already applied the allow-lists.
 //! * A message that addresses the bot opens (or extends) the follow-up window
@@ -52,6 +52,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use super::jobs::{self, ScheduledRun};
 use super::live;
@@ -65,7 +66,7 @@ use crate::config::Settings;
 use crate::delivery::{self, SendLedger, render_output};
 use crate::inbox::{Delivery, Inbox, Outcome};
 use crate::status::{Board, SessionState};
-use crate::tape::search::LEFT_OUT_EVENT;
+use crate::tape::Event;
 use crate::time;
 use crate::tools::TurnOutput;
 
@@ -117,7 +118,7 @@ impl SessionConfig {
 
 /// What the manager hands a session actor.
 #[derive(Debug)]
-pub enum Mail {
+pub(crate) enum Mail {
     /// A message just received.
     Message(Inbound),
     /// A message received before a restart, not yet answered: it runs without waiting for a
@@ -420,7 +421,7 @@ impl SessionActor {
             what: "stop".into(),
         });
         *turn = Some(Box::pin(async move {
-            runner.record(&session_id, "turn.cancelled", data).await;
+            runner.record(&session_id, Event::TurnCancelled, data).await;
             courier.deliver(&out).await;
         }));
     }
@@ -560,7 +561,9 @@ impl SessionActor {
             let _typing = typing(courier.channel.clone(), chat_id.clone(), typing_interval);
             if !left_out.is_empty() {
                 let data = json!({"count": left_out.len(), "messages": left_out});
-                runner.record(&session_id, LEFT_OUT_EVENT, data).await;
+                runner
+                    .record(&session_id, Event::MessagesLeftOut, data)
+                    .await;
             }
             let output = TurnOutput {
                 live: live.as_ref().map(live::LiveAnswer::sender),
@@ -786,8 +789,8 @@ impl Courier {
 }
 
 /// Shows the typing indicator every `interval` until the returned guard is dropped.
-fn typing(channel: Arc<dyn Channel>, chat_id: String, interval: Duration) -> AbortOnDrop {
-    AbortOnDrop(tokio::spawn(async move {
+fn typing(channel: Arc<dyn Channel>, chat_id: String, interval: Duration) -> AbortOnDropHandle<()> {
+    AbortOnDropHandle::new(tokio::spawn(async move {
         let mut tick = tokio::time::interval(interval);
         loop {
             tick.tick().await;
@@ -796,15 +799,6 @@ fn typing(channel: Arc<dyn Channel>, chat_id: String, interval: Duration) -> Abo
             }
         }
     }))
-}
-
-/// Aborts a task when dropped (the typing loop stops when its turn ends or is cancelled).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 #[cfg(test)]

@@ -138,8 +138,8 @@ impl TurnRunner for FakeRunner {
         }
     }
 
-    async fn record(&self, _session_id: &SessionId, name: &str, data: serde_json::Value) {
-        self.events.lock().unwrap().push((name.to_owned(), data));
+    async fn record(&self, _session_id: &SessionId, name: Event, data: serde_json::Value) {
+        self.events.lock().unwrap().push((name.to_string(), data));
     }
 
     async fn new_context(&self, _session_id: &SessionId, _who: &Authority) -> anyhow::Result<()> {
@@ -543,7 +543,7 @@ async fn a_huge_batch_carries_the_newest_messages_and_records_the_rest() {
     assert!(!batch.contains("follow-up 69\n"), "{batch}");
     let recorded = h.runner.events.lock().unwrap();
     let (name, data) = &recorded[0];
-    assert_eq!(name, LEFT_OUT_EVENT);
+    assert_eq!(name, Event::MessagesLeftOut.as_str());
     assert_eq!(data["count"], 70);
     assert_eq!(
         data["messages"][0], "someone: follow-up 0",

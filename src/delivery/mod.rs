@@ -2,8 +2,9 @@
 //!
 //! * [`PLATFORMS`] — the one place that knows the platforms and builds their adapters (for the
 //!   daemon, for `bub idle`, and send-only for everything else). A third platform is one new
-//!   module under `channels/` implementing [`Channel`] plus one line here; the daemon's
-//!   builders ([`enabled_channels`], [`configured_channels`]) take the list.
+//!   module under `channels/` implementing [`Channel`] plus one line here; the builders of
+//!   what `bub message` serves ([`served_channels`]) and what `bub idle` sends through
+//!   ([`send_only_channels`]) take the list.
 //! * [`Outbox`] — sending to any chat outside a turn's own delivery (`message.send`, `bub send`,
 //!   scheduled runs), always through the adapter and its chat allow-list; [`SendLedger`] records
 //!   a turn's sends in the inbox, so a turn run again after a restart does not repeat them.
@@ -79,30 +80,26 @@ pub(crate) fn platform_names() -> String {
     known.join(" or ")
 }
 
-/// The adapters of `platforms` (normally [`PLATFORMS`]) enabled in `settings`
+/// The adapters `bub idle` sends through (a job's answer to its chat; nothing is received):
+/// those of `platforms` (normally [`PLATFORMS`]) enabled in `settings`
 /// (`BUB_TELEGRAM_ENABLED`, `BUB_DISCORD_ENABLED`), possibly none.
-pub fn configured_channels(
+pub fn send_only_channels(
     platforms: &[Platform],
     settings: &Settings,
     access: &Arc<Access>,
 ) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
-    let mut channels = Vec::new();
-    for platform in platforms.iter().filter(|p| p.enabled(settings)) {
-        let channel = (platform.build)(settings, access.clone())?;
-        access.warn_at_start(channel.name());
-        channels.push(channel);
-    }
-    Ok(channels)
+    enabled(platforms, settings, access)
 }
 
-/// The adapters of `platforms` enabled in `settings`. None enabled is a configuration error:
-/// the daemon would have nothing to serve.
-pub fn enabled_channels(
+/// The adapters `bub message` serves (receives from and answers through): those of
+/// `platforms` enabled in `settings`. None enabled is a configuration error: the daemon would
+/// have nothing to serve.
+pub fn served_channels(
     platforms: &[Platform],
     settings: &Settings,
     access: &Arc<Access>,
 ) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
-    let channels = configured_channels(platforms, settings, access)?;
+    let channels = enabled(platforms, settings, access)?;
     if channels.is_empty() {
         let vars: Vec<&str> = platforms
             .iter()
@@ -114,6 +111,21 @@ pub fn enabled_channels(
             format!("no channel is enabled: set {}", sets.join(" and/or ")),
         )
         .into());
+    }
+    Ok(channels)
+}
+
+/// The adapters of the platforms enabled in `settings`, each with its start-up warnings.
+fn enabled(
+    platforms: &[Platform],
+    settings: &Settings,
+    access: &Arc<Access>,
+) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
+    let mut channels = Vec::new();
+    for platform in platforms.iter().filter(|p| p.enabled(settings)) {
+        let channel = (platform.build)(settings, access.clone())?;
+        access.warn_at_start(channel.name());
+        channels.push(channel);
     }
     Ok(channels)
 }

@@ -45,6 +45,23 @@ impl JobRun {
     pub fn is_command(&self) -> bool {
         self.prompt.trim_start().starts_with(',')
     }
+
+    /// `text` as the run's answer to its session's chat; `None` for a session without a chat.
+    pub fn delivery(&self, text: String) -> Option<Delivery> {
+        let (channel, chat_id) = self.session.chat()?;
+        Some(Delivery {
+            channel: channel.to_owned(),
+            seqs: vec![self.seq],
+            out: Outbound {
+                chat_id: chat_id.to_owned(),
+                text,
+                reply_to: None,
+                file: None,
+                edit: None,
+            },
+            parts_sent: 0,
+        })
+    }
 }
 
 /// A journaled run between its `job` and `done` records.
@@ -89,7 +106,7 @@ pub(super) fn resume(jobs: &mut BTreeMap<u64, PendingJob>, resume: &mut Vec<Resu
 /// The notice for a run that will not run again after a restart; `None` for a session
 /// without a chat.
 fn give_up_notice(run: &JobRun) -> Option<Delivery> {
-    let (channel, chat_id) = run.session.chat()?;
+    run.session.chat()?;
     let text = if run.is_command() {
         let command: String = run.prompt.trim().chars().take(80).collect();
         format!(
@@ -102,18 +119,7 @@ fn give_up_notice(run: &JobRun) -> Option<Delivery> {
             run.job
         )
     };
-    Some(Delivery {
-        channel: channel.to_owned(),
-        seqs: vec![run.seq],
-        out: Outbound {
-            chat_id: chat_id.to_owned(),
-            text,
-            reply_to: None,
-            file: None,
-            edit: None,
-        },
-        parts_sent: 0,
-    })
+    run.delivery(text)
 }
 
 #[cfg(test)]

@@ -195,14 +195,12 @@ impl Inbox {
     /// previous run. `admitted` re-checks each resumed message's sender (access may have changed
     /// while Bub was down): `None` drops the message, `Some(role)` sets its role.
     ///
-    /// Reads and rewrites the file: call it on the blocking pool (or before serving); its
-    /// writer task is started on the current tokio runtime.
+    /// Reads and rewrites the file: call it on the blocking pool (or before serving). Starts
+    /// the journal's writer thread.
     pub fn open(
         path: &Path,
         admitted: impl Fn(&Inbound) -> Option<crate::access::Role>,
     ) -> anyhow::Result<(Self, Vec<Resume>)> {
-        let runtime = tokio::runtime::Handle::try_current()
-            .context("the inbox journal's writer needs a tokio runtime")?;
         let mut state = State::default();
         if path.exists() {
             let text =
@@ -278,7 +276,7 @@ impl Inbox {
             tracing::info!(count = resume.len(), "inbox.resume");
         }
         let shared = Arc::new(Mutex::new(Shared::new(state)));
-        let writer = Writer::start(&runtime, disk, shared.clone());
+        let writer = Writer::start(disk, shared.clone())?;
         let inbox = Self {
             shared,
             writer: Some(writer),

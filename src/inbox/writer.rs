@@ -1,7 +1,8 @@
-//! The journal's writer: one task owns the file. Records reach it through a bounded queue (a
-//! sender waits while it is full); it takes whatever is queued, writes it with one `write` on
-//! the blocking pool, applies what reached the file to the inbox's state, acknowledges each
-//! record, and rewrites the journal when it has grown enough.
+//! The journal's writer: one thread owns the file. Records reach it through a bounded queue (a
+//! sender waits while it is full); it takes whatever is queued, writes it with one `write`,
+//! applies what reached the file to the inbox's state, acknowledges each record, and rewrites
+//! the journal when it has grown enough. A thread of its own, not a task that hops to the
+//! blocking pool: a record costs the sender one wake-up of the writer and one of itself.
 //!
 //! Invariants: the state holds exactly the records that reached the file, in file order, so the
 //! snapshot the writer takes is the journal it replaces (records still queued are appended after
@@ -36,7 +37,7 @@ pub(super) struct Job {
     pub ack: oneshot::Sender<io::Result<()>>,
 }
 
-/// The inbox's handle on its writer task.
+/// The inbox's handle on its writer thread.
 pub(super) struct Writer {
     tx: mpsc::Sender<Job>,
     /// The file side (the task's; tests reach in to make a write fail).
@@ -45,16 +46,16 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    /// Starts the writer task over `disk` on `runtime`.
-    pub(super) fn start(
-        runtime: &tokio::runtime::Handle,
-        disk: Disk,
-        shared: Arc<Mutex<Shared>>,
-    ) -> Self {
+    /// Starts the writer thread over `disk`; it ends when the inbox is dropped.
+    pub(super) fn start(disk: Disk, shared: Arc<Mutex<Shared>>) -> anyhow::Result<Self> {
         let disk = Arc::new(Mutex::new(disk));
         let (tx, rx) = mpsc::channel(QUEUE);
-        runtime.spawn(run(rx, disk.clone(), shared));
-        Self { tx, disk }
+        let file = disk.clone();
+        std::thread::Builder::new()
+            .name("bub-journal".into())
+            .spawn(move || run(rx, &file, &shared))
+            .context("starting the inbox journal's writer")?;
+        Ok(Self { tx, disk })
     }
 
     /// A place in the queue (waits while it is full).
@@ -93,20 +94,17 @@ fn stopped() -> anyhow::Error {
     anyhow!("the inbox journal's writer stopped")
 }
 
-/// The writer task: one batch at a time, each on the blocking pool.
-async fn run(mut rx: mpsc::Receiver<Job>, disk: Arc<Mutex<Disk>>, shared: Arc<Mutex<Shared>>) {
-    let mut jobs = Vec::new();
-    while rx.recv_many(&mut jobs, QUEUE).await > 0 {
-        let batch = std::mem::take(&mut jobs);
-        let (disk, shared) = (disk.clone(), shared.clone());
-        let wrote = tokio::task::spawn_blocking(move || {
-            disk.lock().expect("journal file").write(batch, &shared);
-        })
-        .await;
-        // The batch's waiters were told (their acks dropped): the next batch goes on.
-        if let Err(e) = wrote {
-            tracing::error!(error = %e, "inbox.writer.error");
+/// The writer thread: waits for a record, takes whatever else is queued, writes the batch.
+fn run(mut rx: mpsc::Receiver<Job>, disk: &Mutex<Disk>, shared: &Mutex<Shared>) {
+    while let Some(first) = rx.blocking_recv() {
+        let mut batch = vec![first];
+        while batch.len() < QUEUE {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
         }
+        disk.lock().expect("journal file").write(batch, shared);
     }
 }
 

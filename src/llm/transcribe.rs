@@ -12,7 +12,7 @@ use super::response::error_message;
 
 /// Where and with what to transcribe.
 #[derive(Debug, Clone)]
-pub struct Transcriber {
+pub(crate) struct Transcriber {
     /// `BUB_TRANSCRIBE_MODEL` (`whisper-1`, `whisper-large-v3`, …).
     pub model: String,
     /// The base URL, ending before `/audio/transcriptions`.
@@ -24,7 +24,7 @@ pub struct Transcriber {
 impl Transcriber {
     /// The text spoken in the audio file at `path` (named `name` for the server, which guesses
     /// the format from its extension).
-    pub async fn transcribe(&self, path: &Path, name: &str) -> Result<String, LlmError> {
+    pub(crate) async fn transcribe(&self, path: &Path, name: &str) -> Result<String, LlmError> {
         let bytes = tokio::fs::read(path)
             .await
             .map_err(|e| LlmError::Config(format!("cannot read the audio file: {e}")))?;

@@ -1,7 +1,7 @@
 //! Media: what the files of chat messages become for a turn. Before a turn runs, every file its
 //! messages carry ([`Attachment`]s with a source) is downloaded through the chat's adapter —
 //! the one its session actor holds — streamed, at most `BUB_MEDIA_MAX_BYTES`, into the
-//! workspace's `inbox/<channel>-<chat>/` folder under a date-prefixed safe name; voice and
+//! workspace's `chats/<channel>-<chat>/` folder under a date-prefixed safe name; voice and
 //! audio are transcribed when `BUB_TRANSCRIBE_MODEL` is set; images are listed for the model
 //! ([`image`] turns them into image parts for vision models).
 //!
@@ -19,8 +19,56 @@ pub(crate) mod image;
 use std::path::{Path, PathBuf};
 
 use crate::channels::{Attachment, Channel, Inbound, SessionId};
-use crate::config::Settings;
+use crate::config::{MediaSettings, ModelConfig};
 use crate::llm::transcribe::Transcriber;
+
+/// What media reads of the settings, converted once for the process.
+pub(crate) struct MediaConfig {
+    /// `BUB_MEDIA_*`, `BUB_VISION*` (and the `BUB_TRANSCRIBE_*` they were loaded with).
+    pub settings: MediaSettings,
+    /// Where speech is transcribed (`BUB_TRANSCRIBE_MODEL` at `BUB_TRANSCRIBE_API_BASE` with
+    /// `BUB_TRANSCRIBE_API_KEY`, else the chat model's OpenAI-compatible base and `BUB_API_KEY`),
+    /// or the note a voice file gets instead.
+    transcriber: Result<Transcriber, String>,
+}
+
+impl MediaConfig {
+    /// The media settings, transcribed with `models`' endpoint unless they name their own.
+    pub(crate) fn new(media: &MediaSettings, models: &ModelConfig) -> Self {
+        Self {
+            settings: media.clone(),
+            transcriber: transcriber(media, models),
+        }
+    }
+}
+
+/// The transcription endpoint of `media`, falling back to the chat model's (`models`).
+fn transcriber(media: &MediaSettings, models: &ModelConfig) -> Result<Transcriber, String> {
+    let Some(model) = &media.transcribe_model else {
+        return Err("not transcribed: no transcription model is set (BUB_TRANSCRIBE_MODEL)".into());
+    };
+    let provider = &models.model.provider;
+    let base_url = match &media.transcribe_api_base {
+        Some(base) => base.to_string(),
+        // Anthropic's and Gemini's APIs have no `/audio/transcriptions`.
+        None if crate::llm::Api::of(provider) != crate::llm::Api::OpenAi => {
+            return Err(format!(
+                "not transcribed: {provider} has no transcription endpoint; set BUB_TRANSCRIBE_API_BASE"
+            ));
+        }
+        None => models.base_url_for(&models.model),
+    };
+    Ok(Transcriber {
+        model: model.clone(),
+        base_url,
+        api_key: media
+            .transcribe_api_key
+            .as_ref()
+            .or(models.api_key())
+            .map(|k| k.expose().to_owned()),
+        timeout: models.timeout,
+    })
+}
 
 /// The most files of one message that are downloaded.
 pub(crate) const MAX_FILES: usize = 10;
@@ -29,7 +77,8 @@ pub(crate) const MAX_FILES: usize = 10;
 /// `adapter`), writing what became of each into its attachment. Returns the saved images,
 /// relative to the workspace. Messages without files cost nothing.
 pub(crate) async fn prepare(
-    settings: &Settings,
+    config: &MediaConfig,
+    workspace: &Path,
     adapter: &dyn Channel,
     session_id: &SessionId,
     messages: &mut [Inbound],
@@ -38,8 +87,9 @@ pub(crate) async fn prepare(
     let Some(folder) = session_id.chat_folder() else {
         return images;
     };
-    let inbox = Inbox {
-        settings,
+    let downloader = Downloader {
+        config,
+        workspace,
         adapter,
         folder: folder.to_string_lossy().into_owned(),
     };
@@ -51,7 +101,7 @@ pub(crate) async fn prepare(
             .filter(|a| a.source.is_some())
             .take(MAX_FILES);
         for (n, file) in files.enumerate() {
-            inbox.receive(&message_id, file, n).await;
+            downloader.receive(&message_id, file, n).await;
             if let Some(saved) = &file.saved
                 && file.is_image()
             {
@@ -62,19 +112,20 @@ pub(crate) async fn prepare(
     images
 }
 
-/// Where one chat's files go, and the adapter that downloads them.
-struct Inbox<'a> {
-    settings: &'a Settings,
+/// Downloads one chat's files into its folder, through the chat's adapter.
+struct Downloader<'a> {
+    config: &'a MediaConfig,
+    workspace: &'a Path,
     adapter: &'a dyn Channel,
     /// Relative to the workspace.
     folder: String,
 }
 
-impl Inbox<'_> {
+impl Downloader<'_> {
     /// Saves file number `n` of message `message_id` (unless too large or already there),
     /// then transcribes it when it is speech; what became of it is written into `file`.
     async fn receive(&self, message_id: &str, file: &mut Attachment, n: usize) {
-        let max = self.settings.media.max_bytes;
+        let max = self.config.settings.max_bytes;
         if let Some(size) = file.size.filter(|s| *s > max) {
             file.note = Some(format!(
                 "not downloaded: {} is over the {} limit (BUB_MEDIA_MAX_BYTES)",
@@ -85,7 +136,7 @@ impl Inbox<'_> {
         }
         let kind = file.kind.name();
         let relative = format!("{}/{}", self.folder, file_name(message_id, file, n));
-        let path = self.settings.workspace.join(&relative);
+        let path = self.workspace.join(&relative);
         if !is_saved(&path).await {
             if let Err(e) = self.download(file, &path, max).await {
                 tracing::warn!(kind, error = %format!("{e:#}"), "media.download.error");
@@ -123,35 +174,7 @@ impl Inbox<'_> {
 
     /// The transcript of the audio at `path`, or why there is none.
     async fn transcribe(&self, path: &Path) -> Result<String, String> {
-        let settings = self.settings;
-        let Some(model) = &settings.media.transcribe_model else {
-            return Err(
-                "not transcribed: no transcription model is set (BUB_TRANSCRIBE_MODEL)".into(),
-            );
-        };
-        let transcriber = Transcriber {
-            model: model.clone(),
-            base_url: match &settings.media.transcribe_api_base {
-                Some(base) => base.to_string(),
-                // Anthropic's and Gemini's APIs have no `/audio/transcriptions`.
-                None if crate::llm::Api::of(&settings.model.provider)
-                    != crate::llm::Api::OpenAi =>
-                {
-                    return Err(format!(
-                        "not transcribed: {} has no transcription endpoint; set BUB_TRANSCRIBE_API_BASE",
-                        settings.model.provider
-                    ));
-                }
-                None => settings.model_base_url(),
-            },
-            api_key: settings
-                .media
-                .transcribe_api_key
-                .as_ref()
-                .or(settings.api_key.as_ref())
-                .map(|k| k.expose().to_owned()),
-            timeout: settings.model_timeout,
-        };
+        let transcriber = self.config.transcriber.as_ref().map_err(Clone::clone)?;
         let name = path.file_name().unwrap_or_default().to_string_lossy();
         match transcriber.transcribe(path, &name).await {
             Ok(text) if !text.is_empty() => Ok(text),

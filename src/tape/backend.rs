@@ -6,13 +6,15 @@
 //! Every method is blocking I/O: async code reaches a tape through
 //! [`SharedTape`](super::SharedTape), on the blocking pool.
 
+use std::path::Path;
+
 use serde_json::{Value, json};
 
 use super::context::{ContextCursor, TapeInfo};
-use super::entry::TapeEntry;
+use super::entry::{Kind, TapeEntry};
+use super::event::Event;
 use super::search::Searched;
 use super::store::FileTape;
-use crate::config::Settings;
 
 /// One session's tape: an append-only log of entries with anchors.
 ///
@@ -24,11 +26,12 @@ pub trait TapeStore: Send + 'static {
     fn name(&self) -> &str;
 
     /// Appends one entry and returns it (with its id and date).
-    fn append(&mut self, kind: &str, payload: Value, meta: Value) -> anyhow::Result<TapeEntry>;
+    fn append(&mut self, kind: Kind, payload: Value, meta: Value) -> anyhow::Result<TapeEntry>;
 
     /// Appends an `event` entry `{name, data}`.
-    fn event(&mut self, name: &str, data: Value) -> anyhow::Result<TapeEntry> {
-        self.append("event", json!({"name": name, "data": data}), json!({}))
+    fn event(&mut self, name: Event, data: Value) -> anyhow::Result<TapeEntry> {
+        let payload = json!({"name": name.as_str(), "data": data});
+        self.append(Kind::Event, payload, json!({}))
     }
 
     /// Makes sure the tape has an anchor (a new or emptied tape gets `session/start`).
@@ -80,14 +83,15 @@ pub trait TapeStore: Send + 'static {
     fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<Value>>;
 }
 
-/// The tape of `session_id` in the settings' workspace (files under `BUB_HOME/tapes/`).
-pub(crate) fn open(settings: &Settings, session_id: &str) -> anyhow::Result<Box<dyn TapeStore>> {
-    let tape = FileTape::open(
-        &settings.home,
-        &settings.workspace,
-        &settings.tape_name,
-        session_id,
-    )?;
+/// The tape of `session_id` in `workspace`, its file named after `tape_name` (`BUB_TAPE_NAME`)
+/// under `home` (`BUB_HOME/tapes/`).
+pub(crate) fn open(
+    home: &Path,
+    workspace: &Path,
+    tape_name: &str,
+    session_id: &str,
+) -> anyhow::Result<Box<dyn TapeStore>> {
+    let tape = FileTape::open(home, workspace, tape_name, session_id)?;
     Ok(Box::new(tape))
 }
 
@@ -96,7 +100,7 @@ impl TapeStore for FileTape {
         FileTape::name(self)
     }
 
-    fn append(&mut self, kind: &str, payload: Value, meta: Value) -> anyhow::Result<TapeEntry> {
+    fn append(&mut self, kind: Kind, payload: Value, meta: Value) -> anyhow::Result<TapeEntry> {
         FileTape::append(self, kind, payload, meta)
     }
 

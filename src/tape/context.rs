@@ -1,7 +1,8 @@
 //! What the model sees of a tape (its context) and the tape summary (`tape.info`).
 //!
 //! The context is the entries strictly after the last anchor, mapped to OpenAI chat messages
-//! as Bub v0.2.3 does, with two fixes:
+//! (a `message` as it is, a `tool_call` as an assistant message with `tool_calls`, a
+//! `tool_result` as one tool message per result; other kinds are not shown), and:
 //! * **Handoff note.** When the last anchor has a `summary` or `next_steps`, the context starts
 //!   with one user message carrying them, so a handoff carries its summary forward:
 //!   ```text
@@ -15,9 +16,9 @@
 //!   message per call. When a turn died between recording a `tool_call` and its
 //!   `tool_result`, the missing results are filled in with
 //!   `{"role":"tool","content":"error: no result recorded","tool_call_id","name"}` so the
-//!   sequence stays valid. Orphan tool results (no pending call) keep Bub v0.2.3's output, a
-//!   tool message without `tool_call_id`, on the tape's view; the model loop drops them before
-//!   the request (`agent::request::sanitize_context`), since providers reject them.
+//!   sequence stays valid. An orphan tool result (no pending call) is a tool message without
+//!   `tool_call_id` in the tape's view; the model loop drops it before the request
+//!   (`agent::request::sanitize_context`), since providers reject them.
 //!
 //! Both are read from the file, not from per-entry records (the index keeps none): the context
 //! parses the bytes from the last anchor's offset (or the start) to the end of the last
@@ -30,6 +31,7 @@ use std::fmt;
 use serde_json::{Value, json};
 
 use super::entry::{Kind, TapeEntry, parse_entry};
+use super::event::Event;
 use super::index::{BackLines, line_kind, lines, read_at};
 use super::output::cut;
 use super::store::FileTape;
@@ -223,7 +225,7 @@ impl FileTape {
                 let Some(event) = parse_entry(line) else {
                     continue;
                 };
-                if event.name() != Some("run") {
+                if !event.is_event(Event::Run) {
                     continue;
                 }
                 let usage = event
@@ -278,8 +280,8 @@ fn withheld(entry: &TapeEntry, guest: bool) -> bool {
     guest && entry.meta.get("role").and_then(Value::as_str) != Some("guest")
 }
 
-/// Maps entries (those after the last anchor) to chat messages, as Bub v0.2.3 does, plus
-/// synthetic results for unanswered tool calls.
+/// Maps entries (those after the last anchor) to chat messages, plus synthetic results for
+/// unanswered tool calls.
 #[cfg(test)]
 pub(crate) fn select_messages(entries: impl IntoIterator<Item = TapeEntry>) -> Vec<Value> {
     let mut messages = Messages::default();
@@ -306,12 +308,12 @@ impl Messages {
     fn push(&mut self, entry: TapeEntry, view: View) {
         let guest = view.guest;
         let out = &mut self.out;
-        match entry.kind.as_str() {
-            "message" => {
+        match entry.kind {
+            Kind::Message => {
                 answer_unanswered(out, std::mem::take(&mut self.pending));
                 out.push(with_notes(entry.payload, &entry.meta));
             }
-            "tool_call" => {
+            Kind::ToolCall => {
                 answer_unanswered(out, std::mem::take(&mut self.pending));
                 let calls = entry.payload.get("calls").and_then(Value::as_array);
                 if let Some(calls) = calls.filter(|c| !c.is_empty()) {
@@ -326,7 +328,7 @@ impl Messages {
                     self.pending = calls.clone();
                 }
             }
-            "tool_result" => {
+            Kind::ToolResult => {
                 let results = entry.payload.get("results").and_then(Value::as_array);
                 let calls = std::mem::take(&mut self.pending);
                 let results = results.map(Vec::as_slice).unwrap_or_default();
@@ -392,8 +394,8 @@ fn tool_message(content: String, call: Option<&Value>) -> Value {
     msg
 }
 
-/// A string result as is; anything else as JSON text in the reference's `json.dumps` style
-/// (`", "` and `": "` separators, non-ASCII kept).
+/// A string result as is; anything else as JSON text with `", "` and `": "` separators,
+/// non-ASCII kept (how results have always been rendered, so the bytes stay the same).
 fn result_content(result: &Value) -> String {
     match result {
         Value::String(s) => s.clone(),
@@ -439,10 +441,10 @@ fn write_python_json(value: &Value, out: &mut String) {
 mod tests {
     use super::*;
 
-    fn entry(id: u64, kind: &str, payload: Value) -> TapeEntry {
+    fn entry(id: u64, kind: Kind, payload: Value) -> TapeEntry {
         TapeEntry {
             id,
-            kind: kind.into(),
+            kind,
             payload,
             meta: json!({}),
             date: String::new(),
@@ -452,20 +454,24 @@ mod tests {
     #[test]
     fn reference_example_pairs_results_with_calls() {
         let entries = vec![
-            entry(1, "message", json!({"role":"user","content":"hello"})),
+            entry(1, Kind::Message, json!({"role":"user","content":"hello"})),
             entry(
                 2,
-                "tool_call",
+                Kind::ToolCall,
                 json!({"calls":[
                 {"id":"call-1","type":"function","function":{"name":"fs.write","arguments":"{}"}},
                 {"id":"call-2","type":"function","function":{"name":"fs.read","arguments":"{}"}}]}),
             ),
             entry(
                 3,
-                "tool_result",
+                Kind::ToolResult,
                 json!({"results":["ok", {"content":"hi"}]}),
             ),
-            entry(4, "message", json!({"role":"assistant","content":"done"})),
+            entry(
+                4,
+                Kind::Message,
+                json!({"role":"assistant","content":"done"}),
+            ),
         ];
         let out = select_messages(entries.clone());
         assert_eq!(out.len(), 5);
@@ -488,7 +494,7 @@ mod tests {
     fn orphan_result_has_no_call_id() {
         let out = select_messages([entry(
             1,
-            "tool_result",
+            Kind::ToolResult,
             json!({"results":[{"status":"ok"}]}),
         )]);
         assert_eq!(
@@ -501,8 +507,8 @@ mod tests {
     fn unanswered_calls_get_synthetic_results() {
         let call = json!({"id":"c1","type":"function","function":{"name":"bash","arguments":"{}"}});
         let out = select_messages([
-            entry(1, "tool_call", json!({"calls":[call]})),
-            entry(2, "message", json!({"role":"user","content":"again"})),
+            entry(1, Kind::ToolCall, json!({"calls":[call]})),
+            entry(2, Kind::Message, json!({"role":"user","content":"again"})),
         ]);
         assert_eq!(
             out[1],
@@ -514,10 +520,10 @@ mod tests {
     #[test]
     fn system_event_error_and_empty_calls_are_dropped() {
         let out = select_messages([
-            entry(1, "system", json!({"content":"sys"})),
-            entry(2, "event", json!({"name":"run"})),
-            entry(3, "error", json!({"kind":"x","message":"y"})),
-            entry(4, "tool_call", json!({"calls":[]})),
+            entry(1, Kind::System, json!({"content":"sys"})),
+            entry(2, Kind::Event, json!({"name":"run"})),
+            entry(3, Kind::Error, json!({"kind":"x","message":"y"})),
+            entry(4, Kind::ToolCall, json!({"calls":[]})),
         ]);
         assert!(out.is_empty());
     }
@@ -526,7 +532,7 @@ mod tests {
     fn note_renders_summary_and_next_steps() {
         let a = entry(
             1,
-            "anchor",
+            Kind::Anchor,
             json!({"name":"phase-2","state":{"summary":"did A","next_steps":"do B"}}),
         );
         assert_eq!(
@@ -535,7 +541,7 @@ mod tests {
         );
         let plain = entry(
             1,
-            "anchor",
+            Kind::Anchor,
             json!({"name":"session/start","state":{"owner":"human"}}),
         );
         assert!(handoff_note(&plain).is_none());
@@ -563,12 +569,17 @@ mod tests {
         let path = dir.path().join("t.jsonl");
         let mut tape = FileTape::open_path(path.clone(), "t".into()).unwrap();
         tape.handoff("phase", Some("did A"), None).unwrap();
-        tape.event("loop.step.start", json!({"step": 1})).unwrap();
-        tape.append("system", json!({"content": "be brief"}), json!({}))
+        tape.event(Event::LoopStepStart, json!({"step": 1}))
             .unwrap();
-        tape.append("message", json!({"role":"user","content":"hi"}), json!({}))
+        tape.append(Kind::System, json!({"content": "be brief"}), json!({}))
             .unwrap();
-        tape.append("error", json!({"kind":"x","message":"m"}), json!({}))
+        tape.append(
+            Kind::Message,
+            json!({"role":"user","content":"hi"}),
+            json!({}),
+        )
+        .unwrap();
+        tape.append(Kind::Error, json!({"kind":"x","message":"m"}), json!({}))
             .unwrap();
         // Lines written by another program, fields in another order: read by a full parse.
         let mut file = std::fs::OpenOptions::new()
@@ -606,24 +617,24 @@ mod tests {
         type Change = Box<dyn Fn(&mut FileTape)>;
         let steps: Vec<Change> = vec![
             Box::new(|t| t.ensure_bootstrap().unwrap()),
-            Box::new(move |t| drop(t.append("message", user("hi"), json!({})).unwrap())),
-            Box::new(|t| drop(t.event("run", json!({})).unwrap())),
+            Box::new(move |t| drop(t.append(Kind::Message, user("hi"), json!({})).unwrap())),
+            Box::new(|t| drop(t.event(Event::Run, json!({})).unwrap())),
             Box::new(move |t| {
                 drop(
-                    t.append("tool_call", json!({"calls": [call.clone()]}), json!({}))
+                    t.append(Kind::ToolCall, json!({"calls": [call.clone()]}), json!({}))
                         .unwrap(),
                 )
             }),
             Box::new(|t| {
                 drop(
-                    t.append("tool_result", json!({"results": ["ok"]}), json!({}))
+                    t.append(Kind::ToolResult, json!({"results": ["ok"]}), json!({}))
                         .unwrap(),
                 )
             }),
             Box::new(|t| t.handoff("phase-2", Some("did A"), Some("do B")).unwrap()),
-            Box::new(move |t| drop(t.append("message", user("next"), json!({})).unwrap())),
+            Box::new(move |t| drop(t.append(Kind::Message, user("next"), json!({})).unwrap())),
             Box::new(|t| drop(t.reset(false).unwrap())),
-            Box::new(move |t| drop(t.append("message", user("fresh"), json!({})).unwrap())),
+            Box::new(move |t| drop(t.append(Kind::Message, user("fresh"), json!({})).unwrap())),
         ];
         for (i, step) in steps.iter().enumerate() {
             let before = std::fs::metadata(&path).map_or(0, |m| m.len());
@@ -646,9 +657,9 @@ mod tests {
 
     #[test]
     fn a_guests_context_withholds_the_output_of_other_turns() {
-        let entry = |id, kind: &str, payload: Value, role: Option<&str>| TapeEntry {
+        let entry = |id, kind: Kind, payload: Value, role: Option<&str>| TapeEntry {
             id,
-            kind: kind.into(),
+            kind,
             payload,
             meta: role.map_or(json!({}), |r| json!({"role": r})),
             date: String::new(),
@@ -661,9 +672,9 @@ mod tests {
             ..View::default()
         };
         for role in [Some("owner"), None, Some("guest")] {
-            messages.push(entry(1, "tool_call", call.clone(), role), guest);
+            messages.push(entry(1, Kind::ToolCall, call.clone(), role), guest);
             let result = json!({"results": [format!("output of {role:?}")]});
-            messages.push(entry(2, "tool_result", result, role), guest);
+            messages.push(entry(2, Kind::ToolResult, result, role), guest);
         }
         let contents: Vec<&str> = messages
             .out

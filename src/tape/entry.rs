@@ -4,10 +4,14 @@
 //! `{"id":…,"kind":…,"payload":…,"meta":…,"date":…}`. Because we always write that order, the
 //! index can read an entry's `id` and `kind` from the line prefix without parsing the line
 //! (`fast_header`); lines written by anything else fall back to a full parse
-//! (`full_header`, `parse_entry`), which applies the reference reader's validation: `id` an
-//! unsigned integer, `kind` a string, `payload` an object, missing/invalid `meta` → `{}`.
+//! (`full_header`, `parse_entry`), which validates: `id` an unsigned integer, `kind` a string,
+//! `payload` an object, missing/invalid `meta` → `{}`.
+//!
+//! [`Kind`] is the entry's `kind` field as a type; its names are the ones written on the line
+//! ([`Kind::as_str`]). A kind Bub does not write is read as [`Kind::Other`] and kept as
+//! written.
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 /// One entry of a tape.
@@ -15,8 +19,8 @@ use serde_json::{Map, Value};
 pub struct TapeEntry {
     /// Per-tape id, assigned on append as the largest id so far + 1 (1 for an empty tape).
     pub id: u64,
-    /// `anchor`, `event`, `message`, `system`, `tool_call`, `tool_result` or `error`.
-    pub kind: String,
+    /// What the entry records.
+    pub kind: Kind,
     /// Kind-specific object: `{role, content}` for a message, `{name, state}` for an anchor,
     /// `{name, data}` for an event, `{calls}` / `{results}` for tool calls and results.
     pub payload: Value,
@@ -30,6 +34,11 @@ impl TapeEntry {
     /// The `name` of an `anchor` or `event` payload.
     pub fn name(&self) -> Option<&str> {
         self.payload.get("name").and_then(Value::as_str)
+    }
+
+    /// Whether this is an `event` entry named `event`.
+    pub fn is_event(&self, event: super::Event) -> bool {
+        self.kind == Kind::Event && self.name() == Some(event.as_str())
     }
 
     /// The `state` of an anchor payload (`None` when absent).
@@ -49,20 +58,43 @@ pub(crate) fn now_date() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-/// Entry kinds the tape distinguishes without parsing payloads (one byte in the index).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+/// What an entry records: its `kind` field.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// `{name, state?}`: where the model's context starts.
     Anchor,
+    /// `{name, data}`: something that happened ([`super::Event`] names it).
     Event,
+    /// A chat message, `{role, content}`.
     Message,
+    /// `{content}`: the system prompt of a model call.
     System,
+    /// `{calls}`: the tool calls of a model answer.
     ToolCall,
+    /// `{results}`: their results, in the same order.
     ToolResult,
+    /// `{kind, message}`: a model call that failed.
     Error,
-    Other,
+    /// A kind Bub does not write (another writer's), kept as written.
+    Other(Box<str>),
 }
 
 impl Kind {
+    /// The name on the line.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Anchor => "anchor",
+            Self::Event => "event",
+            Self::Message => "message",
+            Self::System => "system",
+            Self::ToolCall => "tool_call",
+            Self::ToolResult => "tool_result",
+            Self::Error => "error",
+            Self::Other(name) => name,
+        }
+    }
+
+    /// The kind a line names (the bytes between the quotes, unescaped).
     pub(crate) fn from_bytes(kind: &[u8]) -> Self {
         match kind {
             b"anchor" => Self::Anchor,
@@ -72,8 +104,27 @@ impl Kind {
             b"tool_call" => Self::ToolCall,
             b"tool_result" => Self::ToolResult,
             b"error" => Self::Error,
-            _ => Self::Other,
+            other => Self::Other(String::from_utf8_lossy(other).into()),
         }
+    }
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for Kind {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Kind {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Ok(Self::from_bytes(name.as_bytes()))
     }
 }
 
@@ -114,13 +165,13 @@ pub(crate) fn fast_header(line: &[u8]) -> Option<(u64, Kind, usize)> {
 /// Parses and validates a line fully; `(id, kind)` of a valid entry.
 pub(crate) fn full_header(line: &[u8]) -> Option<(u64, Kind)> {
     let entry = parse_entry(line)?;
-    Some((entry.id, Kind::from_bytes(entry.kind.as_bytes())))
+    Some((entry.id, entry.kind))
 }
 
 /// Parses one line into an entry, or `None` when it is not a valid entry (invalid JSON, `id`
 /// not an unsigned integer, `kind` not a string, `payload` not an object). A missing or
-/// non-object `meta` becomes `{}`; a missing `date` is derived from a reference-style
-/// `timestamp` (Unix seconds) when present, else empty.
+/// non-object `meta` becomes `{}`; a missing `date` is derived from a `timestamp` (Unix
+/// seconds, as older tapes have it) when present, else empty.
 pub(crate) fn parse_entry(line: &[u8]) -> Option<TapeEntry> {
     let Value::Object(mut obj) = serde_json::from_slice::<Value>(line).ok()? else {
         return None;
@@ -129,6 +180,7 @@ pub(crate) fn parse_entry(line: &[u8]) -> Option<TapeEntry> {
     let Value::String(kind) = obj.remove("kind")? else {
         return None;
     };
+    let kind = Kind::from_bytes(kind.as_bytes());
     let payload = obj.remove("payload")?;
     if !payload.is_object() {
         return None;
@@ -230,7 +282,7 @@ mod tests {
     fn sample() -> TapeEntry {
         TapeEntry {
             id: 42,
-            kind: "message".into(),
+            kind: Kind::Message,
             payload: json!({"role":"user","content":"a \"quoted\" {brace} [x]"}),
             meta: json!({"run_id":"r1","nested":{"a":[1,2]}}),
             date: now_date(),
@@ -263,7 +315,7 @@ mod tests {
     }
 
     #[test]
-    fn full_parse_validates_like_the_reference() {
+    fn full_parse_validates_fields() {
         assert!(parse_entry(br#"{"id":"1","kind":"event","payload":{}}"#).is_none());
         assert!(parse_entry(br#"{"id":1,"kind":3,"payload":{}}"#).is_none());
         assert!(parse_entry(br#"{"id":1,"kind":"event","payload":[]}"#).is_none());
@@ -272,6 +324,33 @@ mod tests {
             .unwrap();
         assert_eq!(e.meta, json!({}));
         assert_eq!(e.date, "1970-01-01T00:00:01.500Z");
+    }
+
+    #[test]
+    fn every_kind_keeps_its_name_and_other_writers_kinds_are_kept() {
+        for kind in [
+            Kind::Anchor,
+            Kind::Event,
+            Kind::Message,
+            Kind::System,
+            Kind::ToolCall,
+            Kind::ToolResult,
+            Kind::Error,
+        ] {
+            assert_eq!(Kind::from_bytes(kind.as_str().as_bytes()), kind);
+        }
+        let line = br#"{"id":3,"kind":"reasoning","payload":{},"meta":{},"date":"d"}"#;
+        let (id, kind, _) = fast_header(line).unwrap();
+        assert_eq!((id, &kind), (3, &Kind::Other("reasoning".into())));
+        let entry = parse_entry(line).unwrap();
+        assert_eq!(entry.kind, kind);
+        let mut written = Vec::new();
+        entry.write_line(&mut written);
+        assert_eq!(
+            &written[..written.len() - 1],
+            line,
+            "written back as it was"
+        );
     }
 
     #[test]

@@ -41,7 +41,8 @@ pub(crate) struct Slot {
     pub offset: u64,
     /// Length of the line without its line terminator.
     pub len: u64,
-    pub kind: Kind,
+    /// The line is an anchor.
+    pub anchor: bool,
 }
 
 /// An anchor the index keeps: its line, and its position among the entries (0-based).
@@ -198,6 +199,7 @@ impl Index {
         } else {
             fast_header(line).map(|(id, k, _)| (id, k))
         };
+        let read_fast = fast.is_some();
         let (id, kind) = match fast.or_else(|| full_header(line)) {
             Some(h) => h,
             None => return Ok(false),
@@ -212,7 +214,7 @@ impl Index {
             if !prev_ok {
                 self.pop();
             }
-            if fast.is_some() && full_header(line).is_none() {
+            if read_fast && full_header(line).is_none() {
                 return Ok(false);
             }
         }
@@ -220,7 +222,7 @@ impl Index {
             id,
             offset: self.synced,
             len: line.len() as u64,
-            kind,
+            anchor: kind == Kind::Anchor,
         });
         Ok(true)
     }
@@ -228,7 +230,7 @@ impl Index {
     /// Counts an indexed line (also used by appends, which know the slot without reading it
     /// back).
     pub(crate) fn push(&mut self, slot: Slot) {
-        if slot.kind == Kind::Anchor {
+        if slot.anchor {
             if self.anchors.len() == ANCHORS_KEPT {
                 self.anchors.pop_front();
             }
@@ -255,7 +257,7 @@ impl Index {
         };
         self.recent.rotate_left(1);
         self.entries -= 1;
-        if undo.slot.kind == Kind::Anchor {
+        if undo.slot.anchor {
             self.anchor_count -= 1;
             let dropped = self.anchors.pop_back();
             debug_assert_eq!(dropped.map(|a| a.offset), Some(undo.slot.offset));
@@ -463,7 +465,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::tape::{FileTape, Searched};
+    use crate::tape::{Event, FileTape, Searched};
 
     /// The bound the index must stay under, whatever the tape's length.
     fn bound() -> usize {
@@ -481,7 +483,7 @@ mod tests {
         let path = dir.path().join("t.jsonl");
         let mut tape = FileTape::open_path(path.clone(), "t".into()).unwrap();
         tape.event(
-            "run",
+            Event::Run,
             json!({"status": "ok", "usage": {"total_tokens": 77}}),
         )
         .unwrap();
@@ -489,7 +491,7 @@ mod tests {
             let word = if i == 1 { "kumquat" } else { "lorem" };
             let content = format!("needle-{i} {}", format!("{word} ipsum ").repeat(8));
             tape.append(
-                "message",
+                Kind::Message,
                 json!({"role": "user", "content": content}),
                 json!({}),
             )
@@ -550,8 +552,11 @@ mod tests {
         let path = dir.path().join("t.jsonl");
         let mut tape = FileTape::open_path(path.clone(), "t".into()).unwrap();
         tape.ensure_bootstrap().unwrap();
-        tape.event("run", json!({"status": "ok", "usage": {"total_tokens": 5}}))
-            .unwrap();
+        tape.event(
+            Event::Run,
+            json!({"status": "ok", "usage": {"total_tokens": 5}}),
+        )
+        .unwrap();
         let mut handoffs = 0;
         // Entries so far; the next one gets id `total + 1`.
         let mut total = 3;
@@ -573,7 +578,7 @@ mod tests {
                     format!("{word} sit amet ").repeat(6)
                 );
                 tape.append(
-                    "message",
+                    Kind::Message,
                     json!({"role": "user", "content": content}),
                     json!({}),
                 )
@@ -602,7 +607,10 @@ mod tests {
         );
         let entries = cold.entries().unwrap();
         assert_eq!(entries.len(), total);
-        let last_anchor = entries.iter().rposition(|e| e.kind == "anchor").unwrap();
+        let last_anchor = entries
+            .iter()
+            .rposition(|e| e.kind == Kind::Anchor)
+            .unwrap();
         assert_eq!(info.entries_since_last_anchor, total - last_anchor - 1);
         assert_eq!(info.last_token_usage, Some(5));
 
@@ -610,7 +618,7 @@ mod tests {
         let context = cold.context_messages().unwrap();
         let after: Vec<&Value> = entries[last_anchor + 1..]
             .iter()
-            .filter(|e| e.kind == "message")
+            .filter(|e| e.kind == Kind::Message)
             .map(|e| &e.payload)
             .collect();
         assert_eq!(context.len(), after.len() + 1);
@@ -645,7 +653,7 @@ mod tests {
         let huge = "x".repeat(CHUNK * 2 + 100);
         for content in ["small", huge.as_str(), "small again"] {
             tape.append(
-                "message",
+                Kind::Message,
                 json!({"role": "user", "content": content}),
                 json!({}),
             )
@@ -669,7 +677,7 @@ mod tests {
             .unwrap();
         assert_eq!(cold.len().unwrap(), 3);
         assert_eq!(cold.index.tail, torn.len() as u64);
-        assert_eq!(other.event("after", json!(null)).unwrap().id, 4);
+        assert_eq!(other.event(Event::Run, json!(null)).unwrap().id, 4);
         assert_eq!(cold.len().unwrap(), 4);
         assert_eq!(cold.entries().unwrap().len(), 4);
         assert_eq!(cold.index.footprint(), std::mem::size_of::<Index>());

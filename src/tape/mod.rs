@@ -3,7 +3,8 @@
 //!
 //! * [`backend`] — the [`TapeStore`] trait (what the agent needs of a tape) and `open`, the one
 //!   place a session's tape is opened; [`FileTape`] is today's implementation.
-//! * [`entry`] — the entry type and its one-line JSON format (`{"id","kind","payload","meta","date"}`).
+//! * [`entry`] — the entry type and its one-line JSON format (`{"id","kind","payload","meta","date"}`),
+//!   its [`Kind`]; `event` — the names of the events Bub records ([`Event`]).
 //! * `index` — the in-memory index: counters (entries, anchors, largest id, bytes read) and the
 //!   newest anchors' byte ranges — bounded, never a record per entry — re-synced incrementally.
 //! * [`store`] — file naming, advisory locking, O(1) appends, bootstrap/handoff anchors, reset.
@@ -21,6 +22,7 @@
 pub(crate) mod backend;
 pub(crate) mod context;
 pub(crate) mod entry;
+mod event;
 mod index;
 pub(crate) mod output;
 pub(crate) mod search;
@@ -29,7 +31,8 @@ pub(crate) mod store;
 
 pub(crate) use backend::TapeStore;
 pub(crate) use context::{ContextCursor, TapeInfo};
-pub use entry::TapeEntry;
+pub use entry::{Kind, TapeEntry};
+pub use event::Event;
 pub use search::Searched;
 pub(crate) use shared::SharedTape;
 pub use store::{FileTape, MAX_ID, SESSION_START, md5_hex, tape_name_for, tape_path};

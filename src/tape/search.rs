@@ -2,15 +2,14 @@
 //! the `messages.left_out` events holding the overflow of very large batches),
 //! newest first.
 //!
-//! Semantics follow Bub v0.2.3, over `message` **and** `tool_result` entries (it searched
-//! messages only): the query is trimmed and lower-cased (empty → no results). An entry matches when
+//! The query is trimmed and lower-cased (empty → no results). An entry matches when
 //! the query is a substring of the lower-cased JSON of its payload or of its meta, or — for
 //! queries of at least 3 characters — fuzzily: the query's tokens (`[a-z0-9_/-]+`) joined by
 //! one space are compared with candidates taken from the entry's tokens (payload then meta):
 //! the first 128 tokens one by one, plus up to 128 sliding windows of as many tokens as the
 //! query has. A candidate matches when `rapidfuzz::fuzz::ratio` (normalized Indel similarity)
-//! is at least 0.8. The reference used `WRatio`, which rapidfuzz 0.5 lacks; the ratio over
-//! windows is our approximation of it.
+//! is at least 0.8: the ratio over windows finds a short query inside a long text, which the
+//! plain ratio over the whole text would not.
 //!
 //! Performance: entries are scanned newest first straight from the file in 1 MiB chunks (the
 //! index keeps no record per entry: lines are found by a backward scan for `\n`, and each
@@ -25,7 +24,7 @@ use super::entry::{Kind, TapeEntry, parse_entry, payload_meta_spans};
 use super::index::{BackLines, line_kind};
 use super::store::FileTape;
 
-/// Fuzzy threshold (the reference's `WRatio ≥ 80`, on rapidfuzz-rs's 0..1 scale).
+/// Fuzzy threshold (a ratio of 80 %, on rapidfuzz-rs's 0..1 scale).
 const THRESHOLD: f64 = 0.8;
 /// How many single tokens and how many windows are tried per entry.
 const MAX_CANDIDATES: usize = 128;
@@ -83,15 +82,15 @@ impl FileTape {
     }
 }
 
-/// The name of the event that holds the messages of a batch too large for one model request
-/// (written by the session actor): searchable like messages.
-pub(crate) const LEFT_OUT_EVENT: &str = "messages.left_out";
-
-/// Whether an event line is a [`LEFT_OUT_EVENT`] (its name comes first in the payload).
+/// Whether an event line is a [`Event::MessagesLeftOut`] (the messages of a batch too large for
+/// one model request, written by the session actor; searchable like messages). Its name comes
+/// first in the payload.
 fn is_left_out(line: &[u8]) -> bool {
-    let needle = br#"{"name":"messages.left_out""#;
-    line.windows(needle.len()).take(64).any(|w| w == needle)
+    line.windows(LEFT_OUT.len()).take(64).any(|w| w == LEFT_OUT)
 }
+
+/// How a [`Event::MessagesLeftOut`] payload starts.
+const LEFT_OUT: &[u8] = br#"{"name":"messages.left_out""#;
 
 /// A normalized query, ready to test entries.
 pub(crate) struct Matcher {
@@ -350,6 +349,7 @@ fn tokens_with_masks(text: &[u8]) -> impl Iterator<Item = ((usize, usize), u64)>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tape::Event;
 
     fn matches(query: &str, payload: &str) -> bool {
         Matcher::new(query).unwrap().matches_json(
@@ -357,6 +357,17 @@ mod tests {
             b"{}",
             &mut Scratch::default(),
         )
+    }
+
+    #[test]
+    fn left_out_events_are_told_by_their_name() {
+        let payload = serde_json::json!({"name": Event::MessagesLeftOut.as_str(), "data": {}});
+        assert!(payload.to_string().as_bytes().starts_with(LEFT_OUT));
+        let line = format!(r#"{{"id":1,"kind":"event","payload":{payload},"meta":{{}}}}"#);
+        assert!(is_left_out(line.as_bytes()));
+        assert!(!is_left_out(
+            br#"{"id":1,"kind":"event","payload":{"name":"run"}}"#
+        ));
     }
 
     #[test]

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde_json::Value;
 
-use super::TapeStore;
+use super::{Event, Kind, TapeStore};
 
 /// A session's tape, shared by its turns, tools and status readers.
 #[derive(Clone)]
@@ -37,26 +37,26 @@ impl SharedTape {
     /// Appends an entry; a failure is logged ([`append_failed`]) and returned.
     pub(crate) async fn append(
         &self,
-        kind: &'static str,
+        kind: Kind,
         payload: Value,
         meta: Value,
     ) -> anyhow::Result<()> {
-        let result = self.run(move |t| t.append(kind, payload, meta)).await;
+        let written = kind.clone();
+        let result = self.run(move |t| t.append(written, payload, meta)).await;
         if let Err(e) = &result {
-            append_failed(kind, e);
+            append_failed(&kind, e);
         }
         result.map(drop)
     }
 
     /// Appends an entry; a failure is logged and the turn goes on.
-    pub(crate) async fn record(&self, kind: &'static str, payload: Value, meta: Value) {
+    pub(crate) async fn record(&self, kind: Kind, payload: Value, meta: Value) {
         let _ = self.append(kind, payload, meta).await;
     }
 
     /// Appends an event; a failure is logged and the turn goes on.
-    pub(crate) async fn event(&self, name: &str, data: Value) {
-        let name = name.to_owned();
-        logged("event", self.run(move |t| t.event(&name, data)).await);
+    pub(crate) async fn event(&self, name: Event, data: Value) {
+        logged(&Kind::Event, self.run(move |t| t.event(name, data)).await);
     }
 
     /// The tape for code that is already off the async threads (a blocking task, a terminal
@@ -67,13 +67,13 @@ impl SharedTape {
 }
 
 /// The one log line for an append that failed (`tape.append.error`), whatever wrote it.
-pub(crate) fn append_failed(kind: &str, e: &anyhow::Error) {
-    tracing::error!(error = %format!("{e:#}"), kind, "tape.append.error");
+pub(crate) fn append_failed(kind: &Kind, e: &anyhow::Error) {
+    tracing::error!(error = %format!("{e:#}"), kind = kind.as_str(), "tape.append.error");
 }
 
 /// `result` of an append of `kind`, with a failure logged ([`append_failed`]): for records
 /// the turn goes on without, written inside [`SharedTape::run`].
-pub(crate) fn logged<T>(kind: &str, result: anyhow::Result<T>) -> Option<T> {
+pub(crate) fn logged<T>(kind: &Kind, result: anyhow::Result<T>) -> Option<T> {
     result.inspect_err(|e| append_failed(kind, e)).ok()
 }
 
@@ -98,22 +98,26 @@ mod tests {
             crate::tape::FileTape::open_path(path.clone(), "t".into()).unwrap(),
         ));
         tape.record(
-            "message",
+            Kind::Message,
             json!({"role": "user", "content": "hi"}),
             json!({}),
         )
         .await;
-        tape.event("step", json!({"n": 1})).await;
-        let kinds: Vec<String> = tape
+        tape.event(Event::LoopStepStart, json!({"n": 1})).await;
+        let kinds: Vec<Kind> = tape
             .run(|t| Ok(t.entries()?.into_iter().map(|e| e.kind).collect()))
             .await
             .unwrap();
-        assert_eq!(kinds, ["message", "event"]);
+        assert_eq!(kinds, [Kind::Message, Kind::Event]);
 
         // The tape's file replaced by a directory: appends fail, the caller goes on.
         std::fs::remove_file(&path).unwrap();
         std::fs::create_dir(&path).unwrap();
-        tape.event("step", json!({"n": 2})).await;
-        assert!(tape.run(|t| t.event("x", json!({}))).await.is_err());
+        tape.event(Event::LoopStepStart, json!({"n": 2})).await;
+        assert!(
+            tape.run(|t| t.event(Event::LoopStepStart, json!({})))
+                .await
+                .is_err()
+        );
     }
 }

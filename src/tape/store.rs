@@ -25,6 +25,7 @@ use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Value, json};
 
 use super::entry::{Kind, TapeEntry, now_date, parse_entry};
+use super::event::Event;
 use super::index::{BackLines, FileId, Index, Slot, line_kind, lines, read_at};
 
 /// Name of the anchor that starts every tape (bootstrap and reset).
@@ -207,7 +208,7 @@ impl FileTape {
         out
     }
 
-    fn flush(&mut self, file: &File, pending: Vec<(u64, Kind, Vec<u8>)>) -> std::io::Result<()> {
+    fn flush(&mut self, file: &File, pending: Vec<(u64, bool, Vec<u8>)>) -> std::io::Result<()> {
         let index = &mut self.index;
         let torn = index.tail > 0;
         let mut buf = Vec::with_capacity(pending.iter().map(|p| p.2.len()).sum::<usize>() + 1);
@@ -219,13 +220,13 @@ impl FileTape {
         }
         (&*file).write_all(&buf)?;
         let mut offset = index.synced + index.tail + u64::from(torn);
-        for (id, kind, line) in pending {
+        for (id, anchor, line) in pending {
             let len = line.len() as u64;
             index.push(Slot {
                 id,
                 offset,
                 len: len - 1,
-                kind,
+                anchor,
             });
             offset += len;
         }
@@ -235,13 +236,14 @@ impl FileTape {
     }
 
     /// Appends one entry and returns it (with its id and date).
-    pub fn append(&mut self, kind: &str, payload: Value, meta: Value) -> anyhow::Result<TapeEntry> {
+    pub fn append(&mut self, kind: Kind, payload: Value, meta: Value) -> anyhow::Result<TapeEntry> {
         self.write(|w| w.append(kind, payload, meta))
     }
 
     /// Appends an `event` entry `{name, data}`.
-    pub fn event(&mut self, name: &str, data: Value) -> anyhow::Result<TapeEntry> {
-        self.append("event", json!({"name": name, "data": data}), json!({}))
+    pub fn event(&mut self, name: Event, data: Value) -> anyhow::Result<TapeEntry> {
+        let payload = json!({"name": name.as_str(), "data": data});
+        self.append(Kind::Event, payload, json!({}))
     }
 
     /// Makes sure the tape has an anchor: when it has none at all (new tape, or the file was
@@ -398,14 +400,15 @@ impl FileTape {
 /// Collects the entries of one write operation (they share one lock and one `write_all`).
 pub(crate) struct Writer<'a> {
     pub index: &'a Index,
-    pending: Vec<(u64, Kind, Vec<u8>)>,
+    /// Id, whether an anchor, the line.
+    pending: Vec<(u64, bool, Vec<u8>)>,
 }
 
 impl Writer<'_> {
     /// Queues an entry with the next id; an error when the ids are exhausted ([`MAX_ID`]).
     pub(crate) fn append(
         &mut self,
-        kind: &str,
+        kind: Kind,
         payload: Value,
         meta: Value,
     ) -> anyhow::Result<TapeEntry> {
@@ -420,17 +423,17 @@ impl Writer<'_> {
                 )
             })?;
         let meta = if meta.is_object() { meta } else { json!({}) };
+        let anchor = kind == Kind::Anchor;
         let entry = TapeEntry {
             id,
-            kind: kind.to_string(),
+            kind,
             payload,
             meta,
             date: now_date(),
         };
         let mut line = Vec::with_capacity(256);
         entry.write_line(&mut line);
-        self.pending
-            .push((id, Kind::from_bytes(kind.as_bytes()), line));
+        self.pending.push((id, anchor, line));
         Ok(entry)
     }
 
@@ -444,9 +447,10 @@ impl Writer<'_> {
         if let Some(s) = &state {
             anchor["state"] = s.clone();
         }
-        self.append("anchor", anchor, json!({}))?;
+        self.append(Kind::Anchor, anchor, json!({}))?;
         let data = json!({"name": name, "state": state.unwrap_or_else(|| json!({}))});
-        self.append("event", json!({"name": "handoff", "data": data}), json!({}))?;
+        let event = json!({"name": Event::Handoff.as_str(), "data": data});
+        self.append(Kind::Event, event, json!({}))?;
         Ok(())
     }
 }

@@ -83,12 +83,12 @@ impl<'a> Files<'a> {
     pub(crate) fn of(ctx: &'a ToolContext) -> Self {
         let guest = ctx.turn.policy.confines_files().then(|| Guest {
             session: ctx.session().clone(),
-            home: ctx.settings().home.clone(),
+            home: ctx.process.home.clone(),
             redactor: ctx.process.redactor.clone(),
         });
         Self {
             workspace: ctx.workspace(),
-            timeout: ctx.settings().fs_timeout,
+            timeout: ctx.process.fs_timeout,
             guest,
         }
     }

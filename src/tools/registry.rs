@@ -18,6 +18,7 @@ use serde_json::{Map, Value, json};
 use super::ToolContext;
 use super::fs::PathUse;
 use crate::access::Policy;
+use crate::tape::Event;
 
 /// The future a tool handler returns.
 pub type ToolFuture = Pin<Box<dyn Future<Output = Result<String, ToolError>> + Send>>;
@@ -405,7 +406,7 @@ async fn record_refusal(tool: &Tool, refusal: &ToolError, ctx: &ToolContext) {
     let role = ctx.turn.policy.role;
     tracing::info!(tool = %tool.name, %role, "tool.call.refused");
     let event = json!({"tool": tool.name, "role": role, "reason": refusal.message()});
-    ctx.tape().event("tool.refused", event).await;
+    ctx.tape().event(Event::ToolRefused, event).await;
 }
 
 /// The turn's policy, applied to one call: the tool must be allowed; for a confined turn every

@@ -96,7 +96,7 @@ pub struct Launch<'a> {
     pub user_home: Option<&'a Path>,
     /// Run in the Landlock sandbox with the minimal environment.
     pub sandboxed: bool,
-    /// A guest's turn: its chat's folder (`inbox/<channel>-<chat>/`, absolute), the default
+    /// A guest's turn: its chat's folder (`chats/<channel>-<chat>/`, absolute), the default
     /// working directory and, sandboxed, the only directory it sees instead of the workspace.
     pub folder: Option<&'a Path>,
 }
@@ -109,7 +109,7 @@ pub(crate) fn tools() -> Vec<Tool> {
             "Run shell command",
             DETAIL,
             |args: BashArgs, ctx: ToolContext| async move {
-                let settings = ctx.settings();
+                let process = &ctx.process;
                 let folder = match ctx.turn.policy.confines_files() {
                     true => Some(guest_folder(&ctx).await?),
                     false => None,
@@ -117,8 +117,8 @@ pub(crate) fn tools() -> Vec<Tool> {
                 let launch = Launch {
                     workspace: ctx.workspace(),
                     session_id: ctx.session_id(),
-                    home: &settings.home,
-                    user_home: settings.user_home.as_deref(),
+                    home: &process.home,
+                    user_home: process.user_home.as_deref(),
                     sandboxed: ctx.turn.policy.sandbox,
                     folder: folder.as_deref(),
                 };

@@ -256,6 +256,7 @@ mod tests {
     use super::*;
     use crate::access::Authority;
     use crate::config::Settings;
+    use crate::tape::{Event, Kind};
     use crate::tools::Registry;
 
     fn context(dir: &std::path::Path) -> ToolContext {
@@ -280,11 +281,11 @@ mod tests {
         for (id, role) in [("c1", "owner"), ("c2", "guest")] {
             let call = json!({"calls": [{"id": id, "type": "function",
                 "function": {"name": "bash", "arguments": "{}"}}]});
-            tape.append("tool_call", call, json!({"role": role}))
+            tape.append(Kind::ToolCall, call, json!({"role": role}))
                 .unwrap();
-            tape.event("policy.refused", json!({})).unwrap();
+            tape.event(Event::ToolRefused, json!({})).unwrap();
             let result = json!({"results": [format!("{id}:0123456789")]});
-            tape.append("tool_result", result, json!({"role": role}))
+            tape.append(Kind::ToolResult, result, json!({"role": role}))
                 .unwrap();
         }
         let out = output_text(&mut **tape, "c1", 3, 4, false).unwrap();
@@ -302,7 +303,10 @@ mod tests {
         let ctx = context(dir.path());
         ctx.tape().lock().ensure_bootstrap().unwrap();
         let msg = json!({"role": "user", "content": "Please review the database migration plan."});
-        ctx.tape().lock().append("message", msg, json!({})).unwrap();
+        ctx.tape()
+            .lock()
+            .append(Kind::Message, msg, json!({}))
+            .unwrap();
         let out = run(
             &ctx,
             "tape.handoff",
@@ -347,7 +351,7 @@ mod tests {
             run(&ctx, "tape.anchors", json!({})).await.unwrap(),
             "(no anchors)"
         );
-        ctx.tape().lock().event("x", json!(1)).unwrap();
+        ctx.tape().lock().event(Event::Command, json!(1)).unwrap();
         let out = run(&ctx, "tape.reset", json!({"archive": "true"}))
             .await
             .unwrap();

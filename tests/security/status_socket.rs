@@ -53,7 +53,7 @@ async fn the_status_socket_answers_only_the_holder_of_the_token() {
     let mut env = Env::new().await;
     env.set("BUB_GUEST_TOOLS", "bash");
     // A guest's shell works in its chat's folder.
-    let folder = env.workspace.join("inbox/telegram-50");
+    let folder = env.workspace.join("chats/telegram-50");
     std::fs::create_dir_all(&folder).unwrap();
     std::fs::write(folder.join("probe.py"), PROBE).unwrap();
     env.model.push_text("hello");

@@ -1,11 +1,13 @@
-//! Helpers of the daemon benchmarks: the release `bub message` started against the fakes, and
-//! memory figures of a running process from `/proc/PID/status`.
+//! Helpers of the daemon benchmarks: the release `bub message` started against the fakes, the
+//! two traffic patterns they measure (one message at a time; a burst), and memory figures of a
+//! running process from `/proc/PID/status`.
 
 use std::path::Path;
 use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use super::fake_openai::FakeOpenAi;
-use super::fake_telegram::{self, FakeTelegram};
+use super::fake_telegram::{self, FakeTelegram, private_text};
 
 /// `bub message` against `model` and `telegram` with its home in `dir`: everyone admitted (as a
 /// guest: turns run under the guest policy, the costlier path), debounce 0, sessions evicted
@@ -69,4 +71,60 @@ pub fn status_mb(pid: u32, field: &str) -> f64 {
 /// The resident set (`VmRSS`) in MB.
 pub fn rss_mb(pid: u32) -> f64 {
     status_mb(pid, "VmRSS")
+}
+
+/// Per-message latency, sorted: `samples` new private chats, one message in flight at a time,
+/// each from the update pushed to the fake (its long poll is waiting) to its `sendMessage`.
+pub async fn latencies(telegram: &FakeTelegram, samples: i64) -> Vec<Duration> {
+    let mut latencies = Vec::new();
+    for i in 0..samples {
+        let before = telegram.calls_of("sendMessage").len();
+        let pushed = Instant::now();
+        telegram.push_message(private_text(100_000 + i, 100_000 + i, "ping"));
+        let sent = telegram
+            .wait_for_calls("sendMessage", before + 1, Duration::from_secs(30))
+            .await;
+        latencies.push(sent[before].at.duration_since(pushed));
+    }
+    latencies.sort();
+    latencies
+}
+
+/// `chats` chats each send `messages` messages at once: the model calls made and the time
+/// until every message was in a model prompt and every call was answered in its chat.
+pub async fn burst(
+    telegram: &FakeTelegram,
+    model: &FakeOpenAi,
+    chats: i64,
+    messages: i64,
+) -> (usize, Duration) {
+    let requests_before = model.request_count();
+    let sent_before = telegram.sent_count();
+    let start = Instant::now();
+    for m in 0..messages {
+        for chat in 1..=chats {
+            telegram.push_message(private_text(chat, chat, &format!("burst c{chat} m{m}")));
+        }
+    }
+    let expected = (chats * messages) as usize;
+    let (mut seen, mut scanned) = (0, requests_before);
+    loop {
+        // Only the last user message of a request is new in it (earlier turns are history).
+        for request in model.requests_since(scanned) {
+            scanned += 1;
+            let messages = request["messages"].as_array().expect("messages");
+            let last = &messages.last().expect("a message")["content"];
+            seen += last.as_str().unwrap_or_default().matches("burst c").count();
+        }
+        let turns = scanned - requests_before;
+        let answered = telegram.sent_count() - sent_before;
+        if seen >= expected && answered >= turns {
+            return (turns, start.elapsed());
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(120),
+            "burst not answered: {seen}/{expected} messages seen, {answered}/{turns} turns answered"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
 }

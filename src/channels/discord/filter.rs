@@ -2,9 +2,8 @@
 //!
 //! Pure rules over ids and text, no I/O. The adapter applies them to every `MESSAGE_CREATE`:
 //! first [`ignored`] and the admission gate ([`crate::access::Gate`]: the channel list, the
-//! sender) — for **every** message, addressed or not, command or not (the reference only
-//! checked them when deciding about mentions, so follow-ups and `,commands` of non-allowed
-//! users got through) — then the addressing rules. [`addressed`] covers the rules that need nothing but the message; the two
+//! sender) — for **every** message, addressed or not, command or not (so neither follow-ups
+//! nor `,commands` of users who are not allowed get through) — then the addressing rules. [`addressed`] covers the rules that need nothing but the message; the two
 //! that need Discord lookups (a mention of one of the bot's roles, a thread named `bub…`) are
 //! decided by the adapter with [`is_bub_thread`] and the bot's role list.
 

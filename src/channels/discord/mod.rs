@@ -27,7 +27,7 @@
 //! ([`crate::net::retry::SENDS`]; `DiscordSettings::send_retry_budget`). `BUB_DISCORD_PROXY`
 //! (an HTTP/SOCKS proxy) is set on the reqwest client and so covers REST only: serenity 0.12
 //! opens the gateway websocket directly and has no proxy option for it. Ambient
-//! `HTTPS_PROXY`-style variables are ignored, as in the reference.
+//! `HTTPS_PROXY`-style variables are ignored: only `BUB_DISCORD_PROXY` chooses a proxy.
 //!
 //! The token is kept out of logs and errors: nothing here formats it, `Discord` has no `Debug`,
 //! and REST errors are rebuilt from route, status and Discord's message.
@@ -56,6 +56,7 @@ use serenity::model::gateway::{GatewayIntents, Ready};
 use serenity::model::id::ChannelId;
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use catchup::{CatchUp, Reason};
 pub(crate) use filter::Rules;
@@ -251,15 +252,6 @@ fn gateway_error(err: serenity::Error) -> anyhow::Error {
     }
 }
 
-/// Aborts the task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 /// The JSON body of one posted message part.
 fn message_body(content: &str, channel: ChannelId, reply_to: Option<u64>) -> Value {
     let mut body = json!({
@@ -331,7 +323,7 @@ impl Channel for Discord {
             bot: bot_rx,
             inbound,
         };
-        let _worker = AbortOnDrop(tokio::spawn(pipeline.run(queue_rx)));
+        let _worker = AbortOnDropHandle::new(tokio::spawn(pipeline.run(queue_rx)));
         let shards = Arc::clone(&client.shard_manager);
         let start = client.start();
         tokio::pin!(start);

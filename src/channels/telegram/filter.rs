@@ -5,8 +5,8 @@
 //! ([`crate::access::Gate`]: chat list, sender) → commands ([`parse_command`]) →
 //! [`is_addressed`].
 //!
-//! Fixes against Bub v0.2.3: the keyword counts only as a whole word (`"bubble"` does not
-//! address the bot), and `/bub@BotName text` is stripped like `/bub text`.
+//! The keyword counts only as a whole word (`"bubble"` does not address the bot), and
+//! `/bub@BotName text` is stripped like `/bub text`.
 
 use crate::channels::{Control, contains_word};
 use teloxide::types::{Message, MessageEntityKind};

@@ -1,15 +1,16 @@
-//! Telegram adapter: teloxide long polling in, `sendMessage` out.
+//! Telegram adapter: `getUpdates` long polling in (a loop of its own over teloxide's [`Bot`]),
+//! `sendMessage` out.
 //!
 //! * [`Telegram::new`] builds the teloxide [`Bot`] against `BUB_TELEGRAM_API_BASE` with its own
 //!   reqwest client: the explicit `BUB_TELEGRAM_PROXY` if set, otherwise **no** proxy (ambient
-//!   `HTTPS_PROXY` is ignored by design, as in the reference).
+//!   `HTTPS_PROXY` is ignored by design).
 //! * [`Channel::run`] checks the token with `getMe`, then long-polls `message` updates until the
 //!   shutdown token fires. Each message goes to the admission gate ([`crate::access::Gate`]: the
 //!   chat list, the sender's role, a pairing code for a stranger in a private chat — the adapter
 //!   sends the text the gate returns), then [`filter`] (commands, "is the bot addressed") and
-//!   [`message`] (content, file, reply) and becomes an [`super::Inbound`]. Pending updates are
-//!   delivered after a restart unless `BUB_TELEGRAM_DROP_PENDING_UPDATES` is set (Bub v0.2.3
-//!   dropped them).
+//!   [`message`] (content, file, reply) and becomes an [`super::Inbound`]. Updates that arrived
+//!   while Bub was down are delivered after a restart unless
+//!   `BUB_TELEGRAM_DROP_PENDING_UPDATES` is set.
 //! * [`Channel::send`] splits answers at 4096 characters, renders them as Telegram HTML, falls
 //!   back to plain text when Telegram rejects the entities, and retries by the shared policy
 //!   ([`crate::net::retry::SENDS`]): `retry_after` honoured up to 60 s (a longer one fails the
@@ -521,7 +522,7 @@ impl Channel for Telegram {
     }
 }
 
-/// What the update handler needs, shared by the dispatcher's workers.
+/// What handling one update needs; the polling loop hands it each update in turn.
 struct Handler {
     bot: Bot,
     token: String,

@@ -118,7 +118,7 @@ fn looks_like_html(bytes: &[u8]) -> bool {
 }
 
 /// `raw` with `https://` in front when it names no scheme: `example.com/x`, `host:8080/x`,
-/// `//example.com` (as upstream Bub, which accepted `example.com`). Anything with a scheme —
+/// `//example.com` (a bare host name is taken as a web address). Anything with a scheme —
 /// `ftp://…`, `file:/…`, `mailto:…` — is left as it is, to be refused by [`parse_http_url`].
 fn with_scheme(raw: &str) -> Cow<'_, str> {
     if raw.contains("://") {
@@ -290,7 +290,7 @@ fn byte_count(bytes: usize, cut: bool) -> String {
 }
 
 pub(super) async fn fetch(args: FetchArgs, ctx: ToolContext) -> Result<String, ToolError> {
-    let guard = (!ctx.settings().web_allow_private).then(Guard::strict);
+    let guard = (!ctx.process.web.allow_private).then(Guard::strict);
     fetch_with(args, guard).await
 }
 

@@ -65,8 +65,8 @@ use axum::extract::DefaultBodyLimit;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{Notify, mpsc};
-use tokio::task::JoinHandle;
 use tokio_tungstenite::tungstenite::Message as WsMessage;
+use tokio_util::task::AbortOnDropHandle;
 
 /// The bot's user id (READY, `/users/@me`, authors of posted messages).
 pub const BOT_ID: &str = "777";
@@ -225,15 +225,7 @@ pub struct FakeDiscord {
     shared: Arc<Shared>,
     rest_addr: SocketAddr,
     ws_addr: SocketAddr,
-    tasks: Vec<JoinHandle<()>>,
-}
-
-impl Drop for FakeDiscord {
-    fn drop(&mut self) {
-        for task in &self.tasks {
-            task.abort();
-        }
-    }
+    _tasks: [AbortOnDropHandle<()>; 2],
 }
 
 /// Starts REST and gateway on `127.0.0.1:0`.
@@ -272,7 +264,7 @@ pub async fn start() -> FakeDiscord {
         shared,
         rest_addr,
         ws_addr,
-        tasks: vec![rest_task, ws_task],
+        _tasks: [rest_task, ws_task].map(AbortOnDropHandle::new),
     }
 }
 
