@@ -45,7 +45,7 @@ impl SessionId {
         self.0.split_once(':')
     }
 
-    /// The chat's folder of files in the workspace (`inbox/telegram--100123`); `None` for a
+    /// The chat's folder of files in the workspace (`chats/telegram--100123`); `None` for a
     /// session that is not a chat.
     pub(crate) fn chat_folder(&self) -> Option<PathBuf> {
         let (channel, chat) = self.chat()?;
@@ -122,11 +122,11 @@ mod tests {
     fn chat_folders_come_from_the_session() {
         assert_eq!(
             SessionId::from("telegram:-100123").chat_folder().unwrap(),
-            PathBuf::from("inbox/telegram--100123")
+            PathBuf::from("chats/telegram--100123")
         );
         assert_eq!(
             SessionId::from("discord:9/../x").chat_folder().unwrap(),
-            PathBuf::from("inbox/discord-9____x")
+            PathBuf::from("chats/discord-9____x")
         );
         assert_eq!(SessionId::from("cli").chat_folder(), None);
     }
