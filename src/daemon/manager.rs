@@ -178,7 +178,7 @@ impl ChannelManager {
             // The previous run's work first (an actor's full mailbox makes this wait).
             if let Some(work) = resuming.next() {
                 let (channel, mail) = match work {
-                    Resume::Message(m) => (m.channel.clone(), Mail::Resumed(m)),
+                    Resume::Message(m) => (m.channel.clone(), Mail::Resumed(*m)),
                     Resume::Deliver(d) => (d.channel.clone(), Mail::Deliver(d)),
                     Resume::Job(run) => {
                         (String::new(), Mail::Job(ScheduledRun { run, done: None }))

@@ -43,6 +43,8 @@ use crate::chat::Inbound;
 pub(super) const VERSION: u32 = 3;
 
 /// One journal line.
+// A line is decoded, used and dropped: its size is not worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub(super) enum Record {

@@ -17,6 +17,8 @@ use crate::chat::{
 };
 
 /// A message as a `recv` record holds it: typed (version 3), or with its text (before).
+// Decoded and converted at once: its size is not worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Deserialize)]
 #[serde(untagged)]
 enum Stored {

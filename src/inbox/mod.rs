@@ -90,7 +90,7 @@ pub enum Outcome {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resume {
     /// A message to handle (again). `interrupted` is set on it when a turn had started.
-    Message(Inbound),
+    Message(Box<Inbound>),
     /// An answer recorded but not yet accepted by the platform.
     Deliver(Delivery),
     /// A scheduled job's due run to run (again). `interrupted` is set on it when a turn had
@@ -253,7 +253,7 @@ impl Inbox {
                 continue;
             }
             p.msg.interrupted = interrupted;
-            resume.push(Resume::Message(p.msg.clone()));
+            resume.push(Resume::Message(Box::new(p.msg.clone())));
         }
         for seq in gave_up {
             state.pending.remove(&seq);

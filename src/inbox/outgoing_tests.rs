@@ -165,7 +165,7 @@ async fn a_version_1_journal_is_read_and_rewritten_as_the_current_version() {
     assert_eq!((answer.seqs.as_slice(), answer.parts_sent), (&[5][..], 1));
     assert_eq!((again.seq, again.interrupted), (6, true));
     assert_eq!(
-        *again,
+        **again,
         Inbound {
             seq: 6,
             interrupted: true,
