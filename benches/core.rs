@@ -45,23 +45,18 @@ fn bench_inbox(dir: &Path) {
     use std::sync::Arc;
 
     use bub::access::Role;
-    use bub::channels::{Inbound, Outbound};
+    use bub::channels::{Inbound, Outbound, Sender};
     use bub::inbox::{Delivery, Inbox, Outcome};
     const N: u64 = 20_000;
     const CHATS: u64 = 64;
     let prompt = Prose(11).text(600);
-    let message = move |i: u64| Inbound {
-        channel: "telegram".into(),
-        chat_id: (i % 300).to_string(),
-        message_id: i.to_string(),
-        sender_id: "42".into(),
-        sender_name: None,
-        role: Role::Owner,
-        prompt: prompt.clone(),
-        mentioned: true,
-        reply: false,
-        seq: 0,
-        interrupted: false,
+    let message = move |i: u64| {
+        let sender = Sender::new("42", None, Role::Owner);
+        let (chat, id) = ((i % 300).to_string(), i.to_string());
+        Inbound {
+            mentioned: true,
+            ..Inbound::new("telegram", &chat, &id, sender, &prompt)
+        }
     };
     let delivery = |message: &Inbound| Delivery {
         channel: "telegram".into(),
@@ -78,7 +73,7 @@ fn bench_inbox(dir: &Path) {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let path = dir.join("inbox.jsonl");
     rt.block_on(async {
-        let (inbox, _) = Inbox::open(&path, |m| Some(m.role)).expect("inbox");
+        let (inbox, _) = Inbox::open(&path, |m| Some(m.sender.role)).expect("inbox");
         let mut received = Duration::ZERO;
         let mut progress = Duration::ZERO;
         let mut done = Duration::ZERO;

@@ -17,7 +17,7 @@ use bub::channels::Inbound;
 use bub::cli::admin::{
     self, AccessAction, JobsAction, MemoryAction, PairAction, SkillsAction, UsageError, print_out,
 };
-use bub::config::{LoadOptions, Settings};
+use bub::config::{LoadOptions, Overrides, Settings};
 use bub::daemon::{ChannelManager, JobQueue, SessionConfig};
 use bub::delivery::once::Once;
 use bub::delivery::{Outbound, Outbox};
@@ -223,7 +223,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Init => return bub::cli::init::run(),
         _ => {}
     }
-    let settings = load_settings(&cli.common)?;
+    let settings = load_settings(&cli.common, &command)?;
     for warning in &settings.warnings {
         eprintln!("bub: warning: {}", safe_line(warning));
     }
@@ -246,13 +246,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Command::Run {
                 message,
                 tools,
-                skills,
                 verbose,
-            } => {
-                let mut settings = settings;
-                settings.allowed_skills = split_names(&skills);
-                turn(settings, &session_id, &message, &tools, verbose).await
-            }
+                ..
+            } => turn(settings, &session_id, &message, &tools, verbose).await,
             Command::Send {
                 channel,
                 chat_id,
@@ -278,18 +274,25 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     code
 }
 
-fn load_settings(common: &Common) -> Result<Settings, bub::config::ConfigError> {
-    let mut settings = Settings::load(&LoadOptions {
+/// The settings of `command`: every source, then the command line's flags (`--model`,
+/// `--max-tokens`; for `bub run`, `--skills` and a `warn` log level unless `BUB_LOG_LEVEL`
+/// says otherwise).
+fn load_settings(common: &Common, command: &Command) -> Result<Settings, bub::config::ConfigError> {
+    let mut overrides = Overrides {
+        model: common.model.clone(),
+        max_tokens: common.max_tokens,
+        ..Overrides::default()
+    };
+    if let Command::Run { skills, .. } = command {
+        overrides.skills = split_names(skills);
+        overrides.log_level = Some("warn".to_owned());
+    }
+    let settings = Settings::load(&LoadOptions {
         workspace: common.workspace.clone(),
         config_file: common.config.clone(),
+        overrides,
         ..LoadOptions::default()
     })?;
-    if let Some(model) = &common.model {
-        settings.set_model(model)?;
-    }
-    if let Some(max_tokens) = common.max_tokens {
-        settings.max_tokens = max_tokens;
-    }
     let names = bub::tools::builtin_names();
     bub::access::policy::check_guest_tools(&settings, names.iter().map(String::as_str))?;
     Ok(settings)
@@ -347,15 +350,15 @@ fn split_names(values: &[String]) -> Vec<String> {
 /// stdout is the answer only; stderr has errors and warnings (INFO logs when BUB_LOG_LEVEL asks
 /// for them) and, with `verbose`, the tool-call lines.
 async fn turn(
-    mut settings: Settings,
+    settings: Settings,
     session_id: &str,
     message: &str,
     tools: &[String],
     verbose: bool,
 ) -> anyhow::Result<ExitCode> {
-    settings.log_level.get_or_insert_with(|| "warn".to_owned());
     logging::init(&settings, LogTarget::Stderr);
     let agent = AgentRuntime::new(settings, split_names(tools));
+    let session_id = &bub::channels::SessionId::from(session_id);
     let you = Authority::terminal();
     let observed = async {
         if verbose {
@@ -537,8 +540,8 @@ async fn open_inbox(agent: &AgentRuntime) -> anyhow::Result<(Inbox, Vec<Resume>)
     let access = agent.access().clone();
     let readmitted = move |m: &Inbound| {
         let user = User {
-            id: &m.sender_id,
-            name: m.sender_name.as_deref(),
+            id: &m.sender.id,
+            name: m.sender.username.as_deref(),
         };
         access.role(&m.channel, user)
     };
@@ -646,16 +649,16 @@ async fn send(
     id: Option<&str>,
 ) -> anyhow::Result<()> {
     logging::init(&settings, LogTarget::Stderr);
-    let outbox = Outbox::new(Arc::new(Access::new(&settings)));
+    let outbox = Outbox::new(Arc::new(Access::new(&settings)), Arc::new(settings));
     let channel = channel.to_lowercase();
-    outbox.adapter(&settings, &channel)?;
+    outbox.adapter(&channel)?;
     let Some(key) = id else {
-        return outbox.send(&settings, &channel, &out).await;
+        return outbox.send(&channel, &out).await;
     };
     if key.trim().is_empty() {
         return Err(UsageError("--id: the key is empty".into()).into());
     }
-    match bub::delivery::once::send_once(&outbox, &settings, &channel, &out, key).await {
+    match bub::delivery::once::send_once(&outbox, &channel, &out, key).await {
         Ok(Once::Sent) => Ok(()),
         Ok(Once::Before(at)) => {
             let at = at.map_or_else(String::new, |at| format!(" on {}", at.to_rfc3339()));

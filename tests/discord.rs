@@ -14,7 +14,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bub::channels::discord::Discord;
-use bub::channels::{Channel, Inbound};
+use bub::channels::{
+    Attachment, AttachmentKind, Channel, ChatInfo, Content, Inbound, Quoted, Sender,
+};
 use bub::config::Settings;
 use bub::inbox::Inbox;
 use serde_json::{Value, json};
@@ -70,9 +72,9 @@ fn alice() -> Value {
     user("42", "alice")
 }
 
-fn prompt_json(inbound: &Inbound) -> Value {
-    serde_json::from_str(&inbound.prompt)
-        .unwrap_or_else(|e| panic!("prompt is not JSON ({e}): {}", inbound.prompt))
+/// What the message says (its text, a command or a control as written).
+fn text(inbound: &Inbound) -> String {
+    inbound.text().into_owned()
 }
 
 #[tokio::test]
@@ -95,7 +97,7 @@ async fn identify_carries_intents_and_bot_token() {
 }
 
 #[tokio::test]
-async fn dm_is_addressed_with_a_json_prompt_without_guild_id() {
+async fn a_dm_is_addressed_and_private() {
     let fake = fake_discord::start().await;
     let mut bot = start_bot(&fake, |_| {}).await;
     let msg = Msg::dm(
@@ -109,18 +111,20 @@ async fn dm_is_addressed_with_a_json_prompt_without_guild_id() {
     assert_eq!(got.channel, "discord");
     assert_eq!(got.chat_id, "31");
     assert_eq!(got.message_id, id);
-    assert_eq!(got.sender_id, "42");
     assert!(got.mentioned && got.reply);
-    let p = prompt_json(&got);
-    assert_eq!(p["message"], "hello");
-    assert_eq!(p["channel_id"], "31");
-    assert_eq!(p["message_id"], json!(id.parse::<u64>().unwrap()));
-    assert_eq!(p["type"], "text");
-    assert_eq!(p["username"], "alice");
-    assert_eq!(p["full_name"], "Alice");
-    assert_eq!(p["sender_id"], "42");
-    assert_eq!(p["date"], json!(1704067200.0));
-    assert!(p.get("guild_id").is_none(), "{p}");
+    assert_eq!(got.content, Content::Text("hello".into()));
+    assert_eq!(
+        got.sender,
+        Sender {
+            id: "42".into(),
+            username: Some("alice".into()),
+            name: Some("Alice".into()),
+            role: Role::Guest,
+        }
+    );
+    assert_eq!(got.chat, ChatInfo::private());
+    assert_eq!(got.platform.fields()["date"], json!(1704067200.0));
+    assert!(!got.platform.fields().contains_key("guild_id"));
     bot.stop().await;
 }
 
@@ -133,9 +137,13 @@ async fn guild_message_without_mention_still_reaches_the_session() {
     let got = bot.next().await;
     assert!(!got.mentioned);
     assert_eq!(got.chat_id, CHANNEL);
-    let p = prompt_json(&got);
-    assert_eq!(p["guild_id"], GUILD);
-    assert_eq!(p["full_name"], "Ali", "the guild nick is the display name");
+    assert_eq!(got.chat, ChatInfo::group(None));
+    assert_eq!(got.platform.fields()["guild_id"], GUILD);
+    assert_eq!(
+        got.sender.name.as_deref(),
+        Some("Ali"),
+        "the guild nick is the display name"
+    );
     bot.stop().await;
 }
 
@@ -179,15 +187,15 @@ async fn a_reply_to_the_bot_addresses_it_and_carries_the_context() {
         .await;
     let got = bot.next().await;
     assert!(got.mentioned);
-    let r = &prompt_json(&got)["reply_to_message"];
     assert_eq!(
-        r["message_id"],
-        json!(answer.message_id().parse::<u64>().unwrap())
+        got.reply_to,
+        Some(Quoted {
+            message_id: answer.message_id(),
+            sender_id: Some("777".into()),
+            username: Some("bub".into()),
+            text: Some("the answer is 42".into()),
+        })
     );
-    assert_eq!(r["from_user_id"], "777");
-    assert_eq!(r["from_username"], "bub");
-    assert_eq!(r["from_is_bot"], true);
-    assert_eq!(r["text"], "the answer is 42");
 
     let human = Msg::guild(GUILD, CHANNEL, user("5", "carol"), "something");
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "agreed").reply_to(&human))
@@ -204,13 +212,17 @@ async fn the_prefix_command_addresses_the_bot_and_is_stripped() {
         .await;
     let got = bot.next().await;
     assert!(got.mentioned);
-    assert_eq!(prompt_json(&got)["message"], "do x");
+    assert_eq!(got.content, Content::Text("do x".into()));
 
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "!bub ,help"))
         .await;
     let got = bot.next().await;
     assert!(got.mentioned && got.is_command());
-    assert_eq!(got.prompt, ",help", "a comma command is passed verbatim");
+    assert_eq!(
+        got.content,
+        Content::Command(",help".into()),
+        "a comma command is passed verbatim"
+    );
     bot.stop().await;
 }
 
@@ -295,9 +307,9 @@ async fn allow_from_drops_every_message_of_other_senders_and_pairs_in_dms() {
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "marker"))
         .await;
     let got = bot.next().await;
-    assert_eq!(got.sender_id, "42", "{got:?}");
+    assert_eq!(got.sender.id, "42", "{got:?}");
     assert_eq!(
-        got.role,
+        got.sender.role,
         Role::Guest,
         "a username admits a guest, never an owner"
     );
@@ -317,7 +329,10 @@ async fn allow_from_drops_every_message_of_other_senders_and_pairs_in_dms() {
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, user("7", "bob"), ",help"))
         .await;
     let by_id = bot.next().await;
-    assert_eq!((by_id.prompt.as_str(), by_id.role), (",help", Role::Owner));
+    assert_eq!(
+        (text(&by_id), by_id.sender.role),
+        (",help".into(), Role::Owner)
+    );
     let fake_dora = fake_discord::user_with_global_name("8", "dora", "Dora D");
     let fake_alice = fake_discord::user_with_global_name("9", "eve", "alice");
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, fake_dora, ",touch pwned"))
@@ -326,7 +341,7 @@ async fn allow_from_drops_every_message_of_other_senders_and_pairs_in_dms() {
         .await;
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "marker 2"))
         .await;
-    assert_eq!(bot.next().await.sender_id, "42");
+    assert_eq!(bot.next().await.sender.id, "42");
     bot.assert_idle();
     bot.stop().await;
 }
@@ -353,7 +368,7 @@ async fn allow_channels_drops_every_message_elsewhere_but_allows_threads_of_list
         .await;
     let got = bot.next().await;
     assert_eq!(
-        (got.chat_id.as_str(), got.prompt.as_str()),
+        (got.chat_id.as_str(), text(&got).as_str()),
         ("700", ",help")
     );
     bot.assert_idle();
@@ -379,38 +394,43 @@ async fn bot_authors_and_system_messages_are_ignored() {
     }
     fake.dispatch_message(Msg::guild(GUILD, CHANNEL, alice(), "marker"))
         .await;
-    assert_eq!(prompt_json(&bot.next().await)["message"], "marker");
+    assert_eq!(text(&bot.next().await), "marker");
     bot.assert_idle();
     bot.stop().await;
 }
 
 #[tokio::test]
-async fn attachments_and_stickers_are_described_in_the_metadata() {
+async fn attachments_and_stickers_are_described_with_their_files() {
     let fake = fake_discord::start().await;
     let mut bot = start_bot(&fake, |_| {}).await;
     let msg = Msg::dm("31", alice(), "")
         .attachment("5", "photo.png", Some("image/png"), 2048)
         .attachment("6", "notes", None, 12);
     fake.dispatch_message(msg).await;
-    let p = prompt_json(&bot.next().await);
-    assert_eq!(p["type"], "attachment");
-    assert_eq!(p["message"], "[Attachment: photo.png]\n[Attachment: notes]");
-    let list = p["media"]["attachments"].as_array().unwrap();
+    let got = bot.next().await;
+    assert_eq!(text(&got), "[Attachment: photo.png]\n[Attachment: notes]");
+    let url = "https://cdn.example.invalid/attachments/5/photo.png";
     assert_eq!(
-        list[0],
-        json!({"id": "5", "filename": "photo.png", "content_type": "image/png", "size": 2048,
-               "url": "https://cdn.example.invalid/attachments/5/photo.png"})
+        got.attachments[0],
+        Attachment {
+            name: Some("photo.png".into()),
+            mime: Some("image/png".into()),
+            size: Some(2048),
+            ..Attachment::new(AttachmentKind::File, Some(url.into()))
+        }
     );
-    assert!(list[1].get("content_type").is_none(), "nulls are dropped");
+    assert_eq!(got.attachments[1].mime, None, "no type given");
 
     fake.dispatch_message(Msg::dm("31", alice(), "").sticker("9", "wave"))
         .await;
-    let p = prompt_json(&bot.next().await);
-    assert_eq!(p["type"], "sticker");
-    assert_eq!(p["message"], "[Sticker: wave]");
+    let got = bot.next().await;
+    assert_eq!(text(&got), "[Sticker: wave]");
     assert_eq!(
-        p["media"],
-        json!({"stickers": [{"id": "9", "name": "wave"}]})
+        got.attachments,
+        [Attachment {
+            name: Some("wave".into()),
+            ..Attachment::new(AttachmentKind::Sticker(Box::default()), None)
+        }]
     );
     bot.stop().await;
 }

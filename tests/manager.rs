@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bub::agent::TurnResult;
-use bub::channels::{Channel, Inbound, InboundSink, Outbound};
+use bub::agent::{TurnInput, TurnResult};
+use bub::channels::{Channel, Inbound, InboundSink, Outbound, Sender, SessionId};
 use bub::daemon::{ChannelManager, SessionConfig, TurnRunner};
 use bub::inbox::Inbox;
 use support::wait::bounded;
@@ -108,7 +108,24 @@ struct Echo {
 
 #[async_trait]
 impl TurnRunner for Echo {
-    async fn run_turn(&self, session_id: &str, prompt: &str, _: &Authority) -> TurnResult {
+    async fn run_turn(
+        &self,
+        session_id: &SessionId,
+        input: TurnInput,
+        _: &Authority,
+    ) -> TurnResult {
+        let prompt = match input {
+            TurnInput::Text(text) | TurnInput::Command(text) => text,
+            // The batch's channel line (its adapter), then the texts.
+            TurnInput::Chat(batch) => {
+                let texts: Vec<_> = batch
+                    .messages
+                    .iter()
+                    .map(|m| m.text().into_owned())
+                    .collect();
+                format!("channel: ${}\n{}", batch.adapter.name(), texts.join("\n"))
+            }
+        };
         self.started.notify_one();
         if prompt.contains("hang") {
             std::future::pending::<()>().await;
@@ -119,8 +136,8 @@ impl TurnRunner for Echo {
         }
     }
 
-    fn release(&self, session_id: &str) {
-        self.released.lock().unwrap().push(session_id.to_owned());
+    fn release(&self, session_id: &SessionId) {
+        self.released.lock().unwrap().push(session_id.to_string());
     }
 }
 
@@ -153,19 +170,11 @@ fn start(manager: ChannelManager) -> (CancellationToken, JoinHandle<anyhow::Resu
     (shutdown, run)
 }
 
-fn inbound(channel: &str, chat: &str, id: &str, prompt: &str) -> Inbound {
+fn inbound(channel: &str, chat: &str, id: &str, text: &str) -> Inbound {
+    let sender = Sender::new("42", None, Role::Owner);
     Inbound {
-        channel: channel.into(),
-        chat_id: chat.into(),
-        message_id: id.into(),
-        sender_id: "42".into(),
-        sender_name: None,
-        role: Role::Owner,
-        prompt: prompt.into(),
         mentioned: true,
-        reply: false,
-        seq: 0,
-        interrupted: false,
+        ..Inbound::new(channel, chat, id, sender, text)
     }
 }
 

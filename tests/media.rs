@@ -11,9 +11,8 @@ use std::sync::Arc;
 
 use bub::access::Access;
 use bub::channels::discord::Discord;
-use bub::channels::{Channel, MediaFile, Outbound};
+use bub::channels::{Attachment, AttachmentKind, Channel, Outbound};
 use bub::config::Settings;
-use serde_json::Value;
 use support::bub_env::{Env, WAIT, stderr, stdout, texts};
 use support::fake_openai::image_urls;
 use support::fake_telegram::private_text;
@@ -418,11 +417,14 @@ async fn discord_attachments_come_from_the_cdn_only_and_files_go_up_as_attachmen
     let discord = Discord::new(&settings, Arc::new(Access::new(&settings))).unwrap();
     let log = b"line 1\nline 2\n".to_vec();
     let url = fake.add_attachment("app.log", log.clone());
-    let metadata: Value = serde_json::json!({"media": {"attachments": [
-        {"id": "5", "filename": "app.log", "content_type": "text/plain", "size": log.len(), "url": url},
-        {"id": "6", "filename": "x.png", "url": "http://203.0.113.9/attachments/1/x.png"}]}});
-    let files: Vec<MediaFile> = discord.files(&metadata);
-    assert_eq!(files.len(), 2);
+    let file = |name: &str, url: &str| Attachment {
+        name: Some(name.into()),
+        ..Attachment::new(AttachmentKind::File, Some(url.into()))
+    };
+    let files = [
+        file("app.log", &url),
+        file("x.png", "http://203.0.113.9/attachments/1/x.png"),
+    ];
     let mut got = Vec::new();
     let written = bounded(discord.download(&files[0], &mut got, 1_000_000))
         .await

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use bub::access::{Access, Role};
 use bub::agent::AgentRuntime;
-use bub::config::Settings;
+use bub::config::{Model, Settings};
 use bub::daemon::{ChannelManager, SessionConfig};
 use bub::delivery::{PLATFORMS, served_channels};
 use bub::inbox::Inbox;
@@ -31,7 +31,10 @@ async fn a_third_platform_is_one_module_and_one_line_behind_the_same_gate() {
 
     let mut s = Settings::with_defaults(home.clone(), workspace);
     s.api_base = Some(model.base_url().into());
-    s.set_model("openai:test-model").unwrap();
+    s.model = Model {
+        provider: "openai".into(),
+        id: "test-model".into(),
+    };
     s.message_debounce = std::time::Duration::ZERO;
     s.message_delay = std::time::Duration::ZERO;
     let fakechat = s.channel_mut("fakechat");

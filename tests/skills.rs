@@ -10,7 +10,7 @@ use std::sync::Arc;
 use bub::access::{Policy, Role};
 use bub::agent::prompt::{activate_hints, details, skills_view};
 use bub::config::Settings;
-use bub::skills::{MAX_SKILL_BYTES, Source, discover, parse_skill};
+use bub::skills::{MAX_SKILL_BYTES, SkillRoots, Source, discover, parse_skill};
 use bub::tools::builtin_registry;
 use bub::tools::expansion::{Expanded, MAX_SKILL_DETAILS};
 use support::bub_env::Env;
@@ -35,6 +35,11 @@ impl Roots {
 
     fn project(&self, root: &str) -> PathBuf {
         self.settings.workspace.join(root).join("skills")
+    }
+
+    /// The skill roots of the settings' workspace and user home.
+    fn skills(&self) -> SkillRoots {
+        SkillRoots::from_settings(&self.settings)
     }
 
     fn global(&self) -> PathBuf {
@@ -113,7 +118,7 @@ fn project_beats_global_beats_builtin_and_invalid_skills_are_skipped() {
         "broken",
         "---\nname: broken\n---\nno description\n",
     );
-    let found = discover(&roots.settings);
+    let found = discover(&roots.skills());
     let names: Vec<&str> = found.skills.iter().map(|s| s.name()).collect();
     for expected in [
         "gh",
@@ -145,8 +150,8 @@ fn project_beats_global_beats_builtin_and_invalid_skills_are_skipped() {
     assert!(found.issues[0].location.ends_with("broken/SKILL.md"));
     assert!(found.issues[0].problem.contains("description"));
 
-    let mut only = roots.settings.clone();
-    only.allowed_skills = vec!["notes".into(), " Telegram ".into()];
+    let mut only = roots.skills();
+    only.allowed = vec!["notes".into(), " Telegram ".into()];
     let names: Vec<String> = discover(&only)
         .skills
         .iter()
@@ -158,7 +163,7 @@ fn project_beats_global_beats_builtin_and_invalid_skills_are_skipped() {
 #[test]
 fn every_builtin_skill_is_valid() {
     let roots = Roots::new();
-    let found = discover(&roots.settings);
+    let found = discover(&roots.skills());
     assert!(found.issues.is_empty(), "{:?}", found.issues);
     let builtin: Vec<&str> = found
         .skills
@@ -183,7 +188,7 @@ fn the_prompt_lists_skills_and_shows_a_bounded_set_of_bodies() {
             &skill_md(&name, &format!("Skill {i}."), &format!("BODY-{i}")),
         );
     }
-    let found = discover(&roots.settings);
+    let found = discover(&roots.skills());
     let registry = builtin_registry(&[]);
     let owner = Policy::for_role(Role::Owner, &roots.settings);
     let mut expanded = Expanded::default();
@@ -222,7 +227,7 @@ fn a_huge_skill_body_is_cut_in_the_prompt() {
         "big",
         &skill_md("big", "Big.", &body),
     );
-    let found = discover(&roots.settings);
+    let found = discover(&roots.skills());
     let registry = builtin_registry(&[]);
     let owner = Policy::for_role(Role::Owner, &roots.settings);
     let view = details(&registry, &found, &owner, &[], &["big".to_owned()]).join("\n");
@@ -348,7 +353,7 @@ fn an_oversized_skill_md_is_invalid() {
         "huge",
         &skill_md("huge", "Huge.", &body),
     );
-    let found = discover(&roots.settings);
+    let found = discover(&roots.skills());
     assert!(found.get("huge").is_none());
     assert_eq!(found.issues.len(), 1, "{:?}", found.issues);
     assert!(found.issues[0].location.ends_with("huge/SKILL.md"));
@@ -376,29 +381,29 @@ fn a_skill_md_is_parsed_again_only_when_its_mtime_or_length_changes() {
     write_skill(&root, "notes", &skill_md("notes", "Notes.", "first"));
     let t0 = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
     set_mtime(&md, t0);
-    assert_eq!(body(&discover(&roots.settings)), "first");
+    assert_eq!(body(&discover(&roots.skills())), "first");
 
     // Same length, same modification time: the cached parse is used (the file is not re-read).
     std::fs::write(&md, skill_md("notes", "Notes.", "FIRST")).unwrap();
     set_mtime(&md, t0);
-    assert_eq!(body(&discover(&roots.settings)), "first");
+    assert_eq!(body(&discover(&roots.skills())), "first");
 
     // Same length, new modification time: read again.
     set_mtime(&md, t0 + std::time::Duration::from_secs(1));
-    assert_eq!(body(&discover(&roots.settings)), "FIRST");
+    assert_eq!(body(&discover(&roots.skills())), "FIRST");
 
     // New length, same modification time: read again.
     std::fs::write(&md, skill_md("notes", "Notes.", "second, longer")).unwrap();
     set_mtime(&md, t0 + std::time::Duration::from_secs(1));
-    assert_eq!(body(&discover(&roots.settings)), "second, longer");
+    assert_eq!(body(&discover(&roots.skills())), "second, longer");
 
     // An edit that breaks the skill is noticed too, and so is the repair.
     std::fs::write(&md, "---\nname: notes\n---\n").unwrap();
-    let found = discover(&roots.settings);
+    let found = discover(&roots.skills());
     assert!(found.get("notes").is_none());
     assert!(found.issues[0].problem.contains("description"));
     std::fs::write(&md, skill_md("notes", "Notes.", "third")).unwrap();
-    assert_eq!(body(&discover(&roots.settings)), "third");
+    assert_eq!(body(&discover(&roots.skills())), "third");
 }
 
 #[test]
@@ -417,8 +422,8 @@ fn a_discovery_is_kept_until_a_folder_or_skill_md_changes() {
         }
     };
     settle();
-    let first = discover(&roots.settings);
-    let again = discover(&roots.settings);
+    let first = discover(&roots.skills());
+    let again = discover(&roots.skills());
     assert!(
         Arc::ptr_eq(&first, &again),
         "nothing changed: the same discovery"
@@ -427,7 +432,7 @@ fn a_discovery_is_kept_until_a_folder_or_skill_md_changes() {
     // A new folder, then its SKILL.md a moment later (the same timestamp tick, possibly):
     // both are seen, because a discovery that saw a recent change is not kept.
     std::fs::create_dir(root.join("later")).unwrap();
-    let found = discover(&roots.settings);
+    let found = discover(&roots.skills());
     assert!(!Arc::ptr_eq(&first, &found), "the root changed");
     assert!(found.get("later").is_none());
     std::fs::write(
@@ -435,7 +440,7 @@ fn a_discovery_is_kept_until_a_folder_or_skill_md_changes() {
         skill_md("later", "Later.", "x"),
     )
     .unwrap();
-    assert!(discover(&roots.settings).get("later").is_some());
+    assert!(discover(&roots.skills()).get("later").is_some());
 
     // An edit in place (settled again, another length) is seen.
     std::fs::write(
@@ -447,10 +452,10 @@ fn a_discovery_is_kept_until_a_folder_or_skill_md_changes() {
     for path in [root.join("later"), root.join("later/SKILL.md")] {
         set_mtime(&path, past);
     }
-    let edited = discover(&roots.settings);
+    let edited = discover(&roots.skills());
     assert_eq!(edited.get("notes").unwrap().file.body, "edited");
     assert!(
-        Arc::ptr_eq(&edited, &discover(&roots.settings)),
+        Arc::ptr_eq(&edited, &discover(&roots.skills())),
         "kept again"
     );
 
@@ -460,5 +465,5 @@ fn a_discovery_is_kept_until_a_folder_or_skill_md_changes() {
         "global-one",
         &skill_md("global-one", "G.", "g"),
     );
-    assert!(discover(&roots.settings).get("global-one").is_some());
+    assert!(discover(&roots.skills()).get("global-one").is_some());
 }

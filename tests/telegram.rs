@@ -1,5 +1,5 @@
 //! The Telegram adapter (real teloxide) against the fake Bot API on 127.0.0.1: what becomes an
-//! `Inbound` (allow-lists, commands, mentions, metadata prompts) and what crosses the wire on
+//! `Inbound` (allow-lists, commands, mentions, the typed message) and what crosses the wire on
 //! delivery (splitting, HTML with plain-text fallback, 429 `retry_after`, typing), plus startup
 //! and shutdown behaviour. Every wait is bounded; nothing reaches the internet.
 
@@ -10,10 +10,12 @@ use std::time::{Duration, Instant};
 
 use bub::access::{Access, Role};
 use bub::channels::telegram::{START_REPLY, Telegram};
-use bub::channels::{Channel, Inbound};
+use bub::channels::{
+    Attachment, AttachmentKind, Channel, ChatInfo, Content, Inbound, Quoted, Sender,
+};
 use bub::config::Settings;
 use bub::inbox::Inbox;
-use serde_json::{Value, json};
+use serde_json::json;
 use support::adapter::Running;
 use support::fake_telegram::{
     self, BOT_USERNAME, FakeTelegram, TOKEN, bot_user, group_text, private_text, user,
@@ -57,12 +59,13 @@ async fn wait_for_long_poll(fake: &FakeTelegram) {
     .await;
 }
 
-fn prompt_json(inbound: &Inbound) -> Value {
-    serde_json::from_str(&inbound.prompt).expect("metadata JSON prompt")
+/// What the message says (its text, a command or a control as written).
+fn text(inbound: &Inbound) -> String {
+    inbound.text().into_owned()
 }
 
 #[tokio::test]
-async fn private_text_becomes_inbound_with_metadata_prompt() {
+async fn private_text_becomes_a_typed_inbound() {
     let fake = fake_telegram::start().await;
     let id = fake.push_message(private_text(42, 42, "héllo bub ✓"));
     let mut bot = run(&fake, |_| {});
@@ -70,17 +73,27 @@ async fn private_text_becomes_inbound_with_metadata_prompt() {
     assert_eq!(inbound.channel, "telegram");
     assert_eq!(inbound.chat_id, "42");
     assert_eq!(inbound.message_id, id.to_string());
-    assert_eq!(inbound.sender_id, "42");
+    assert_eq!(
+        inbound.sender,
+        Sender {
+            id: "42".into(),
+            username: Some("user42".into()),
+            name: Some("User42".into()),
+            role: Role::Guest,
+        }
+    );
     assert!(inbound.mentioned, "private chats are always addressed");
     assert!(!inbound.reply, "no reply threading in private chats");
     assert_eq!(inbound.session_id(), "telegram:42");
     assert_eq!(
-        prompt_json(&inbound),
-        json!({"message": "héllo bub ✓", "chat_id": "42", "message_id": id, "type": "text",
-            "username": "user42", "full_name": "User42", "sender_id": "42",
-            "sender_is_bot": false, "date": 1700000000.0})
+        inbound.content,
+        Content::Text("héllo bub ✓".into()),
+        "non-ASCII kept"
     );
-    assert!(inbound.prompt.contains("héllo bub ✓"), "non-ASCII kept");
+    assert_eq!(inbound.chat, ChatInfo::private());
+    assert!(inbound.attachments.is_empty() && inbound.reply_to.is_none());
+    assert_eq!(inbound.platform.fields()["type"], "text");
+    assert_eq!(inbound.platform.fields()["date"], 1700000000);
 
     // Answering while polling runs: the send goes out through the same client.
     let answer = outbound(&inbound.chat_id, "hi *there*", None);
@@ -178,10 +191,11 @@ async fn commands_bub_start_and_others() {
 
     let first = bot.next().await;
     assert!(first.mentioned, "/bub addresses the bot in a group");
-    assert_eq!(prompt_json(&first)["message"], "what time is it");
+    assert_eq!(first.content, Content::Text("what time is it".into()));
     let second = bot.next().await;
     assert_eq!(
-        second.prompt, ",tape.info",
+        second.content,
+        Content::Command(",tape.info".into()),
         "/bub@Bot followed by a comma command"
     );
     assert!(second.mentioned);
@@ -201,7 +215,10 @@ async fn comma_command_prompt_is_verbatim() {
     fake.push_message(private_text(42, 42, ",fs.read path=README.md"));
     let mut bot = run(&fake, |_| {});
     let inbound = bot.next().await;
-    assert_eq!(inbound.prompt, ",fs.read path=README.md");
+    assert_eq!(
+        inbound.content,
+        Content::Command(",fs.read path=README.md".into())
+    );
     assert!(inbound.is_command());
     bot.stop().await;
 }
@@ -241,11 +258,11 @@ async fn unknown_senders_get_one_pairing_code_privately_and_silence_in_groups() 
         s.channel_mut("telegram").allow_from = vec!["@ann_allowed".into(), "7".into()];
     });
     let mut admitted = [bot.next().await, bot.next().await];
-    admitted.sort_by(|a, b| a.sender_id.cmp(&b.sender_id));
-    let senders: Vec<&str> = admitted.iter().map(|i| i.sender_id.as_str()).collect();
+    admitted.sort_by(|a, b| a.sender.id.cmp(&b.sender.id));
+    let senders: Vec<&str> = admitted.iter().map(|i| i.sender.id.as_str()).collect();
     assert_eq!(senders, ["1", "7"], "admitted by username and by id");
-    assert_eq!(admitted[0].sender_name.as_deref(), Some("Ann_Allowed"));
-    let roles: Vec<Role> = admitted.iter().map(|i| i.role).collect();
+    assert_eq!(admitted[0].sender.username.as_deref(), Some("Ann_Allowed"));
+    let roles: Vec<Role> = admitted.iter().map(|i| i.sender.role).collect();
     assert_eq!(
         roles,
         [Role::Guest, Role::Owner],
@@ -304,55 +321,71 @@ async fn edits_are_not_messages() {
     fake.push_update(json!({"edited_message": edit}));
     fake.push_message(private_text(42, 42, "fresh"));
     let mut bot = run(&fake, |_| {});
-    assert_eq!(prompt_json(&bot.next().await)["message"], "fresh");
+    assert_eq!(text(&bot.next().await), "fresh");
     assert!(bot.stop().await.is_empty());
 }
 
 #[tokio::test]
-async fn media_metadata() {
+async fn media_is_described_with_its_file() {
     let fake = fake_telegram::start().await;
     fake.push_message(private_text(42, 42, "").photo(Some("sunset")));
     fake.push_message(private_text(42, 42, "").document("report.pdf", "application/pdf", None));
     fake.push_message(private_text(42, 42, "").voice(7));
     let mut bot = run(&fake, |_| {});
 
-    let photo = prompt_json(&bot.next().await);
-    assert_eq!(photo["type"], "photo");
-    assert_eq!(photo["message"], "[Photo message] Caption: sunset");
-    assert_eq!(photo["caption"], "sunset");
+    let photo = bot.next().await;
+    assert_eq!(photo.platform.fields()["type"], "photo");
+    assert_eq!(text(&photo), "[Photo message] Caption: sunset");
+    let large = AttachmentKind::Photo {
+        width: 1280,
+        height: 853,
+    };
     assert_eq!(
-        photo["media"],
-        json!({"file_id": "photo-large", "file_size": 90000, "width": 1280, "height": 853})
+        photo.attachments,
+        [Attachment {
+            size: Some(90000),
+            ..Attachment::new(large, Some("photo-large".into()))
+        }]
     );
 
-    let doc = prompt_json(&bot.next().await);
-    assert_eq!(doc["type"], "document");
-    assert_eq!(doc["message"], "[Document: report.pdf (application/pdf)]");
+    let doc = bot.next().await;
+    assert_eq!(doc.platform.fields()["type"], "document");
+    assert_eq!(text(&doc), "[Document: report.pdf (application/pdf)]");
     assert_eq!(
-        doc["media"],
-        json!({"file_id": "doc-1", "file_name": "report.pdf", "file_size": 2048,
-            "mime_type": "application/pdf"})
+        doc.attachments,
+        [Attachment {
+            name: Some("report.pdf".into()),
+            mime: Some("application/pdf".into()),
+            size: Some(2048),
+            ..Attachment::new(AttachmentKind::Document, Some("doc-1".into()))
+        }]
     );
-    assert!(doc.get("caption").is_none());
 
-    let voice = prompt_json(&bot.next().await);
-    assert_eq!(voice["type"], "voice");
-    assert_eq!(voice["message"], "[Voice message: 7s]");
-    assert_eq!(voice["media"], json!({"file_id": "voice-1", "duration": 7}));
+    let voice = bot.next().await;
+    assert_eq!(voice.platform.fields()["type"], "voice");
+    assert_eq!(text(&voice), "[Voice message: 7s]");
+    let seven = AttachmentKind::Voice { seconds: 7 };
+    assert_eq!(
+        voice.attachments,
+        [Attachment::new(seven, Some("voice-1".into()))]
+    );
     bot.stop().await;
 }
 
 #[tokio::test]
-async fn reply_context_in_prompt() {
+async fn reply_context_is_quoted() {
     let fake = fake_telegram::start().await;
     let quoted = "q".repeat(150);
     fake.push_message(group_text(-100, 1, "bub why?").reply_to(1001, bot_user(), &quoted));
     let mut bot = run(&fake, |_| {});
-    let prompt = prompt_json(&bot.next().await);
     assert_eq!(
-        prompt["reply_to_message"],
-        json!({"message_id": 1001, "from_user_id": 777, "from_username": BOT_USERNAME,
-            "from_is_bot": true, "text": "q".repeat(100)})
+        bot.next().await.reply_to,
+        Some(Quoted {
+            message_id: "1001".into(),
+            sender_id: Some("777".into()),
+            username: Some(BOT_USERNAME.into()),
+            text: Some("q".repeat(100)),
+        })
     );
     bot.stop().await;
 }
@@ -362,10 +395,7 @@ async fn pending_updates_are_delivered_by_default() {
     let fake = fake_telegram::start().await;
     fake.push_message(private_text(42, 42, "sent while the daemon was down"));
     let mut bot = run(&fake, |_| {});
-    assert_eq!(
-        prompt_json(&bot.next().await)["message"],
-        "sent while the daemon was down"
-    );
+    assert_eq!(text(&bot.next().await), "sent while the daemon was down");
     bot.stop().await;
     assert!(!fake.dropped_pending_updates());
     assert_eq!(fake.pending_updates(), 0, "the stop confirmed the offset");
@@ -373,7 +403,7 @@ async fn pending_updates_are_delivered_by_default() {
     // A restart does not deliver the handled message again.
     let mut again = run(&fake, |_| {});
     fake.push_message(private_text(42, 42, "after restart"));
-    assert_eq!(prompt_json(&again.next().await)["message"], "after restart");
+    assert_eq!(text(&again.next().await), "after restart");
     assert!(again.stop().await.is_empty());
 }
 
@@ -388,7 +418,7 @@ async fn drop_pending_updates_when_configured() {
     wait_for_long_poll(&fake).await;
     assert!(fake.dropped_pending_updates());
     fake.push_message(private_text(42, 42, "new"));
-    assert_eq!(prompt_json(&bot.next().await)["message"], "new");
+    assert_eq!(text(&bot.next().await), "new");
     assert!(bot.stop().await.is_empty());
 }
 

@@ -735,6 +735,7 @@ fn searxng_url_setting_is_validated() {
             config_file: None,
             env: Some(env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()),
             cwd: Some(root.clone()),
+            ..LoadOptions::default()
         })
     };
     let settings = load("http://127.0.0.1:8888/").unwrap();

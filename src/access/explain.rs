@@ -17,13 +17,10 @@ impl Access {
         &self,
         settings: &Settings,
         tools: &[&str],
-        session: &str,
+        (channel, chat_id): (&str, &str),
         user: Option<User<'_>>,
         now: DateTime<Utc>,
     ) -> anyhow::Result<String> {
-        let (channel, chat_id) = session
-            .split_once(':')
-            .ok_or_else(|| anyhow::anyhow!("expected CHANNEL:CHAT_ID, e.g. telegram:42"))?;
         let lists = self.known(channel)?;
         let file = self.file();
         let mut out = String::new();
@@ -89,7 +86,13 @@ impl Access {
                             admission.role,
                             why(admission.via, channel)
                         );
-                        describe_policy(&mut out, admission.role, settings, tools, session);
+                        describe_policy(
+                            &mut out,
+                            admission.role,
+                            settings,
+                            tools,
+                            (channel, chat_id),
+                        );
                     }
                     None => {
                         let _ = writeln!(
@@ -102,7 +105,7 @@ impl Access {
             None => {
                 for role in [Role::Owner, Role::Guest] {
                     let _ = writeln!(out, "{role}s get:");
-                    describe_policy(&mut out, role, settings, tools, session);
+                    describe_policy(&mut out, role, settings, tools, (channel, chat_id));
                 }
             }
         }
@@ -170,12 +173,13 @@ fn describe_policy(
     role: Role,
     settings: &Settings,
     tools: &[&str],
-    session: &str,
+    (channel, chat_id): (&str, &str),
 ) {
     let policy = &Policy::for_role(role, settings);
     let allowed = policy.allowed(tools.iter().copied());
     let _ = writeln!(out, "  tools ({}): {}", allowed.len(), allowed.join(", "));
-    let folder = super::files::chat_folder(session);
+    let folder =
+        crate::config::is_platform(channel).then(|| super::files::chat_folder(channel, chat_id));
     let folder = folder.as_ref().map(|f| f.display());
     let files = match (policy.confines_files(), &folder) {
         (false, _) => "anywhere the process may".to_owned(),
@@ -188,7 +192,7 @@ fn describe_policy(
     };
     let _ = writeln!(out, "  files: {files}");
     let messages = if policy.own_chat_only() {
-        format!("only to {session}")
+        format!("only to {channel}:{chat_id}")
     } else {
         "to any chat the allow-lists admit".to_owned()
     };

@@ -56,15 +56,14 @@ pub(crate) const SECRET_FILES: &str = "hidden files and folders (.env, .git, .ss
     .git-credentials, …), keys and credentials (*.pem, *.key, *.p12, *.pfx, *.env, id_rsa, \
     id_ed25519, credentials.json, …)";
 
-/// The workspace folder of a chat session's files (`chats/telegram--100123`), relative to the
-/// workspace; `None` for a session that is not a chat (`cli`).
-pub(crate) fn chat_folder(session_id: &str) -> Option<PathBuf> {
-    chat_folder_in(CHATS_DIR, session_id)
+/// The workspace folder of the files of chat `chat` of `channel` (`chats/telegram--100123`),
+/// relative to the workspace.
+pub(crate) fn chat_folder(channel: &str, chat: &str) -> PathBuf {
+    chat_folder_in(CHATS_DIR, channel, chat)
 }
 
-/// The folder of `session_id` under `dir`: the session's chat id made safe for a file name.
-fn chat_folder_in(dir: &str, session_id: &str) -> Option<PathBuf> {
-    let (channel, chat) = super::session_chat(session_id)?;
+/// The folder of chat `chat` of `channel` under `dir`: the chat id made safe for a file name.
+fn chat_folder_in(dir: &str, channel: &str, chat: &str) -> PathBuf {
     let chat: String = chat
         .chars()
         .map(
@@ -74,7 +73,7 @@ fn chat_folder_in(dir: &str, session_id: &str) -> Option<PathBuf> {
             },
         )
         .collect();
-    Some(Path::new(dir).join(format!("{channel}-{chat}")))
+    Path::new(dir).join(format!("{channel}-{chat}"))
 }
 
 /// A file name that holds keys or credentials: a hidden name, or one of [`SECRET_NAMES`] /
@@ -177,19 +176,23 @@ pub(crate) struct GuestFiles {
 }
 
 impl GuestFiles {
-    /// The rule for `session_id` in `workspace`, `BUB_HOME` being `home`. Resolves the paths
-    /// (file I/O: the blocking pool); a path that does not exist yet is taken as written.
-    pub(crate) fn new(workspace: &Path, home: &Path, session_id: &str) -> Self {
+    /// The rule for a session in `workspace` — of `chat` (channel, chat id) when it is a
+    /// chat's —, `BUB_HOME` being `home`. Resolves the paths (file I/O: the blocking pool); a
+    /// path that does not exist yet is taken as written.
+    pub(crate) fn new(workspace: &Path, home: &Path, chat: Option<(&str, &str)>) -> Self {
         let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
         let root = real(workspace);
-        let folder = chat_folder(session_id).map(|rel| {
-            let abs = root.join(&rel);
-            (rel, real(&abs))
-        });
+        let folder = chat
+            .map(|(channel, chat)| chat_folder(channel, chat))
+            .map(|rel| {
+                let abs = root.join(&rel);
+                (rel, real(&abs))
+            });
         // The old folder's own name under the resolved `inbox/`, not resolved itself: a link
         // there to another folder opens nothing.
         let old_chats = real(&root.join(OLD_CHATS_DIR));
-        let old_folder = chat_folder_in(OLD_CHATS_DIR, session_id)
+        let old_folder = chat
+            .map(|(channel, chat)| chat_folder_in(OLD_CHATS_DIR, channel, chat))
             .and_then(|rel| rel.file_name().map(|name| old_chats.join(name)));
         Self {
             chats: real(&root.join(CHATS_DIR)),
@@ -273,14 +276,13 @@ mod tests {
     #[test]
     fn chat_folders_come_from_the_session() {
         assert_eq!(
-            chat_folder("telegram:-100123").unwrap(),
+            chat_folder("telegram", "-100123"),
             Path::new("chats/telegram--100123")
         );
         assert_eq!(
-            chat_folder("discord:9/../x").unwrap(),
+            chat_folder("discord", "9/../x"),
             Path::new("chats/discord-9____x")
         );
-        assert_eq!(chat_folder("cli"), None);
     }
 
     #[test]
@@ -308,7 +310,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().canonicalize().unwrap();
         let home = ws.join(".bub");
-        let rule = GuestFiles::new(&ws, &home, "telegram:42");
+        let rule = GuestFiles::new(&ws, &home, Some(("telegram", "42")));
         assert_eq!(rule.folder(), Some(Path::new("chats/telegram-42")));
         assert_eq!(rule.read(&ws.join("src/main.rs")), Ok(()));
         assert_eq!(rule.read(&ws.join("chats/telegram-42/a.pdf")), Ok(()));
@@ -322,7 +324,7 @@ mod tests {
         assert_eq!(rule.read(&ws.join(".ssh/config")), Err(Closed::Secret));
         assert_eq!(rule.read(&ws.join("deploy/tls.pem")), Err(Closed::Secret));
         // Outside home: a BUB_HOME that is not hidden is closed all the same.
-        let rule = GuestFiles::new(&ws, &ws.join("data"), "telegram:42");
+        let rule = GuestFiles::new(&ws, &ws.join("data"), Some(("telegram", "42")));
         assert_eq!(rule.read(&ws.join("data/jobs.json")), Err(Closed::BubHome));
     }
 
@@ -330,7 +332,7 @@ mod tests {
     fn guests_write_only_in_their_chat_folder() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().canonicalize().unwrap();
-        let rule = GuestFiles::new(&ws, &ws.join(".bub"), "telegram:42");
+        let rule = GuestFiles::new(&ws, &ws.join(".bub"), Some(("telegram", "42")));
         assert_eq!(rule.write(&ws.join("chats/telegram-42/out.txt")), Ok(()));
         for closed in [
             "AGENTS.md",
@@ -347,7 +349,7 @@ mod tests {
             rule.write(&ws.join(".agents/skills/x/SKILL.md")),
             Err(Closed::Secret)
         );
-        let cli = GuestFiles::new(&ws, &ws.join(".bub"), "cli");
+        let cli = GuestFiles::new(&ws, &ws.join(".bub"), None);
         assert_eq!(cli.write(&ws.join("x")), Err(Closed::NotOwnFolder));
         assert!(
             Closed::NotOwnFolder
@@ -367,7 +369,7 @@ mod tests {
         ] {
             std::fs::create_dir_all(ws.join(folder)).unwrap();
         }
-        let rule = GuestFiles::new(&ws, &ws.join(".bub"), "telegram:42");
+        let rule = GuestFiles::new(&ws, &ws.join(".bub"), Some(("telegram", "42")));
         assert_eq!(rule.read(&ws.join("inbox/telegram-42/a.pdf")), Ok(()));
         assert_eq!(rule.read(&ws.join("inbox")), Ok(()), "walked through");
         for other in [
@@ -390,7 +392,7 @@ mod tests {
             "the old folder is read, not written"
         );
         // A chat without an old folder, and a session that is not a chat: nothing old opens.
-        let cli = GuestFiles::new(&ws, &ws.join(".bub"), "cli");
+        let cli = GuestFiles::new(&ws, &ws.join(".bub"), None);
         assert_eq!(
             cli.read(&ws.join("inbox/telegram-42/a.pdf")),
             Err(Closed::OtherChat)
@@ -406,7 +408,7 @@ mod tests {
         std::fs::write(ws.join("inbox/telegram-43/a.pdf"), "x").unwrap();
         std::os::unix::fs::symlink(ws.join("inbox/telegram-43"), ws.join("inbox/telegram-42"))
             .unwrap();
-        let rule = GuestFiles::new(&ws, &ws.join(".bub"), "telegram:42");
+        let rule = GuestFiles::new(&ws, &ws.join(".bub"), Some(("telegram", "42")));
         let real = ws.join("inbox/telegram-42/a.pdf").canonicalize().unwrap();
         assert_eq!(rule.read(&real), Err(Closed::OtherChat));
     }

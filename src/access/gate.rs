@@ -29,7 +29,8 @@ use super::pairing::{self, Request};
 use super::{Access, Role, User};
 
 /// What kind of chat a message was written in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ChatKind {
     /// One person and the bot: a stranger here may ask for pairing.
     Private,

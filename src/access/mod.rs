@@ -50,13 +50,6 @@ pub use policy::Policy;
 pub(crate) use policy::TurnOrigin;
 pub(crate) use store::{AccessFile, AccessStore, Paired};
 
-/// The (channel, chat id) of a chat session id (`telegram:42`), if it is one: the channel is a
-/// platform of the configuration's variables table.
-pub(crate) fn session_chat(session_id: &str) -> Option<(&str, &str)> {
-    let (channel, chat) = session_id.split_once(':')?;
-    crate::config::is_platform(channel).then_some((channel, chat))
-}
-
 /// What an admitted sender may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

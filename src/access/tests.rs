@@ -308,7 +308,7 @@ fn explain_names_the_lists_and_the_tools() {
         "schedule.add",
     ];
     let out = access
-        .explain(&s, &tools, "telegram:42", Some(user("9")), now())
+        .explain(&s, &tools, ("telegram", "42"), Some(user("9")), now())
         .unwrap();
     assert!(
         out.contains(
@@ -329,7 +329,7 @@ fn explain_names_the_lists_and_the_tools() {
     );
     assert!(out.contains("only to telegram:42"), "{out}");
     let out = access
-        .explain(&s, &tools, "telegram:42", Some(user("7")), now())
+        .explain(&s, &tools, ("telegram", "42"), Some(user("7")), now())
         .unwrap();
     assert!(
         out.contains("user 7: owner (listed in BUB_TELEGRAM_OWNERS)") && out.contains("tools (5)"),
@@ -343,7 +343,7 @@ fn explain_names_the_lists_and_the_tools() {
         "{out}"
     );
     let out = access
-        .explain(&s, &tools, "telegram:5", None, now())
+        .explain(&s, &tools, ("telegram", "5"), None, now())
         .unwrap();
     assert!(out.contains("NOT served"), "{out}");
     assert!(
@@ -362,7 +362,7 @@ fn explain_gives_the_gates_verdict_and_says_why() {
     let tools = ["bash", "fs.read"];
     let verdict = |u: User<'_>| {
         let out = access
-            .explain(&s, &tools, "discord:555", Some(u), now())
+            .explain(&s, &tools, ("discord", "555"), Some(u), now())
             .unwrap();
         let line = out.lines().find(|l| l.starts_with("user ")).unwrap();
         (line.to_owned(), out)

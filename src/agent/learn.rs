@@ -16,9 +16,8 @@ use serde_json::{Value, json};
 use yaml_rust2::{Yaml, YamlEmitter, yaml};
 
 use super::compact::cut;
-use crate::config::Settings;
 use crate::llm::{ChatMessage, ChatRequest, ModelChain};
-use crate::skills::{self, Source};
+use crate::skills::{self, SkillRoots, Source};
 use crate::tape::Event;
 use crate::tools::ToolContext;
 
@@ -97,21 +96,25 @@ pub(crate) enum Learned {
     Refused(String),
 }
 
-/// Whether a finished turn is worth a learning call: learning is on, the turn ran with the
-/// owner's rights, and it made at least `BUB_LEARN_MIN_STEPS` tool calls.
-pub(crate) fn worth_learning(ctx: &ToolContext, steps: &[ToolStep]) -> bool {
-    let settings = ctx.settings();
-    settings.learn_skills
-        && ctx.turn.policy.role == crate::access::Role::Owner
-        && steps.len() >= settings.learn_min_steps as usize
+/// Whether a finished turn is worth a learning call: learning is on (`min_steps`, see
+/// [`super::config::TurnConfig::learn_min_steps`]), the turn ran with the owner's rights, and
+/// it made at least `min_steps` tool calls.
+pub(crate) fn worth_learning(
+    min_steps: Option<u32>,
+    ctx: &ToolContext,
+    steps: &[ToolStep],
+) -> bool {
+    min_steps.is_some_and(|min| {
+        ctx.turn.policy.role == crate::access::Role::Owner && steps.len() >= min as usize
+    })
 }
 
 /// The learning call for `turn` and what came of it, recorded as a `skill.learn` event.
 pub(crate) async fn learn(llm: &ModelChain, ctx: &ToolContext, turn: Finished) {
-    let settings = ctx.settings().clone();
+    let roots = ctx.skill_roots();
     let listed = {
-        let settings = settings.clone();
-        tokio::task::spawn_blocking(move || learned_skills(&settings)).await
+        let roots = roots.clone();
+        tokio::task::spawn_blocking(move || learned_skills(&roots)).await
     };
     let request = ChatRequest {
         messages: vec![
@@ -119,7 +122,7 @@ pub(crate) async fn learn(llm: &ModelChain, ctx: &ToolContext, turn: Finished) {
             ChatMessage::user(transcript(&turn, &listed.unwrap_or_default())),
         ],
         tools: std::sync::Arc::from(Vec::new()),
-        max_tokens: settings.max_tokens,
+        max_tokens: ctx.process.models.max_tokens,
     };
     let answer = super::spend::call(ctx, crate::usage::Purpose::Learning, llm, &request).await;
     let learned = match answer {
@@ -135,7 +138,7 @@ pub(crate) async fn learn(llm: &ModelChain, ctx: &ToolContext, turn: Finished) {
                         description: redactor.redact(&proposal.description).into_owned(),
                         ..proposal
                     };
-                    save(&settings, &proposal, &session, &today)
+                    save(&roots, &proposal, &session, &today)
                 })
                 .await;
                 saved.unwrap_or_else(|e| Learned::Refused(format!("the write failed: {e}")))
@@ -158,8 +161,8 @@ pub(crate) async fn learn(llm: &ModelChain, ctx: &ToolContext, turn: Finished) {
 }
 
 /// The learned skills of the workspace: `name: description` lines.
-fn learned_skills(settings: &Settings) -> Vec<String> {
-    discover_all(settings)
+fn learned_skills(roots: &SkillRoots) -> Vec<String> {
+    discover_all(roots)
         .skills
         .iter()
         .filter(|s| s.learned())
@@ -169,9 +172,9 @@ fn learned_skills(settings: &Settings) -> Vec<String> {
 
 /// The skills of the workspace, whatever `--skills` allows (a name taken by a hidden skill is
 /// still taken).
-fn discover_all(settings: &Settings) -> std::sync::Arc<skills::Discovery> {
-    let mut all = settings.clone();
-    all.allowed_skills.clear();
+fn discover_all(roots: &SkillRoots) -> std::sync::Arc<skills::Discovery> {
+    let mut all = roots.clone();
+    all.allowed.clear();
     skills::discover(&all)
 }
 
@@ -257,13 +260,8 @@ fn hyphen_case(name: &str) -> String {
 /// Writes `proposal` as a learned skill of the workspace, or updates the learned skill of that
 /// name; refuses a name taken by any other skill, a new skill beyond [`MAX_LEARNED`], and a
 /// file the skill parser does not accept.
-pub(crate) fn save(
-    settings: &Settings,
-    proposal: &Proposal,
-    session: &str,
-    today: &str,
-) -> Learned {
-    let found = discover_all(settings);
+pub(crate) fn save(roots: &SkillRoots, proposal: &Proposal, session: &str, today: &str) -> Learned {
+    let found = discover_all(roots);
     let name = &proposal.name;
     let (path, learned_at, source, revision) = match found.get(name) {
         Some(skill) if skill.learned() && skill.source == Source::Project => {
@@ -288,7 +286,7 @@ pub(crate) fn save(
             ));
         }
         None => (
-            settings
+            roots
                 .workspace
                 .join(".agents/skills")
                 .join(name)
@@ -347,8 +345,16 @@ fn skill_text(
 mod tests {
     use super::*;
 
-    fn settings(dir: &std::path::Path) -> Settings {
-        Settings::with_defaults(dir.join("home"), dir.join("ws"))
+    use crate::agent::config::TurnConfig;
+    use crate::config::{ModelConfig, Settings};
+
+    /// The skill roots of workspace `dir/ws`.
+    fn roots(dir: &std::path::Path) -> SkillRoots {
+        SkillRoots {
+            workspace: dir.join("ws"),
+            user_home: None,
+            allowed: Vec::new(),
+        }
     }
 
     fn proposal(name: &str, steps: &str) -> Proposal {
@@ -387,7 +393,7 @@ mod tests {
     #[test]
     fn a_learned_skill_is_written_then_updated_never_duplicated_and_others_are_not_overwritten() {
         let dir = tempfile::tempdir().unwrap();
-        let s = settings(dir.path());
+        let s = roots(dir.path());
         let first = save(
             &s,
             &proposal("release-crate", "1. cargo test"),
@@ -455,7 +461,7 @@ mod tests {
     #[test]
     fn learned_skills_are_capped() {
         let dir = tempfile::tempdir().unwrap();
-        let s = settings(dir.path());
+        let s = roots(dir.path());
         for n in 0..MAX_LEARNED {
             let saved = save(
                 &s,
@@ -504,7 +510,7 @@ mod tests {
     fn only_an_owner_s_turn_with_enough_tool_calls_is_looked_at() {
         use crate::access::{Authority, Role};
         let dir = tempfile::tempdir().unwrap();
-        let mut s = settings(dir.path());
+        let mut s = Settings::with_defaults(dir.path().join("home"), dir.path().join("ws"));
         s.learn_min_steps = 2;
         let ctx = |s: &Settings, role: Role| {
             let mut who = Authority::terminal();
@@ -512,15 +518,18 @@ mod tests {
             let registry = crate::tools::builtin_registry(&[]);
             ToolContext::standalone(s.clone(), registry, "telegram:7", who).unwrap()
         };
+        let learn = |s: &Settings| {
+            TurnConfig::from_settings(s, &ModelConfig::from_settings(s)).learn_min_steps
+        };
         let step = ToolStep::new("fs.read", "{}", &Ok("x".into()));
         let two = vec![step.clone(), step.clone()];
         assert!(
-            !worth_learning(&ctx(&s, Role::Owner), &two),
+            !worth_learning(learn(&s), &ctx(&s, Role::Owner), &two),
             "off by default"
         );
         s.learn_skills = true;
-        assert!(worth_learning(&ctx(&s, Role::Owner), &two));
-        assert!(!worth_learning(&ctx(&s, Role::Owner), &two[..1]));
-        assert!(!worth_learning(&ctx(&s, Role::Guest), &two));
+        assert!(worth_learning(learn(&s), &ctx(&s, Role::Owner), &two));
+        assert!(!worth_learning(learn(&s), &ctx(&s, Role::Owner), &two[..1]));
+        assert!(!worth_learning(learn(&s), &ctx(&s, Role::Guest), &two));
     }
 }

@@ -17,7 +17,9 @@
 
 pub(crate) mod commands;
 mod compact;
-mod inbound;
+mod config;
+pub(crate) mod inbound;
+mod input;
 mod learn;
 mod models;
 pub mod prompt;
@@ -30,24 +32,25 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use dashmap::DashMap;
 use serde_json::json;
 
 use crate::access::{Access, Authority, TurnOrigin};
+use crate::chat::SessionId;
 use crate::config::Settings;
 use crate::delivery::Outbox;
-use crate::llm::{LlmClient, LlmConfig};
 use crate::media;
 use crate::tape::TapeInfo;
 use crate::tape::{Event, Kind};
 use crate::tools::{self, ProcessCtx, SessionCtx, ToolContext, TurnOutput};
+use config::TurnConfig;
 use models::{Models, SharedChain};
 use router::Router;
 use runner::{LoopMemory, ModelLoop};
 
 pub use crate::delivery::{TurnError, TurnResult};
+pub use input::{ChatBatch, TurnInput};
 
 /// Per-session state: its tape, and what the model loop remembers between turns.
 struct Session {
@@ -56,12 +59,18 @@ struct Session {
     memory: std::sync::Mutex<LoopMemory>,
 }
 
-/// The agent of one process: the process parts (settings, tools, outbox, access, redactor), the
-/// model chains and the sessions.
+/// The agent of one process: the process parts (tools, outbox, access, redactor, the settings
+/// they read), the turn settings, the model chains and the sessions of one workspace.
 pub struct AgentRuntime {
+    /// The loaded whole, for the runtime's callers (the daemon builds its channels from it);
+    /// turns read `process` and `config`, converted from it once.
+    settings: Arc<Settings>,
     process: Arc<ProcessCtx>,
-    models: Models,
-    sessions: DashMap<String, Arc<Session>>,
+    config: Arc<TurnConfig>,
+    /// The workspace of this runtime's sessions (see [`AgentRuntime::for_workspace`]).
+    workspace: PathBuf,
+    models: Arc<Models>,
+    sessions: DashMap<SessionId, Arc<Session>>,
     /// Runtimes of other workspaces, for scheduled jobs created there; each is dropped once no
     /// job uses it.
     workspaces: std::sync::Mutex<HashMap<PathBuf, Arc<AgentRuntime>>>,
@@ -92,33 +101,18 @@ impl Default for Background {
     }
 }
 
-/// A client for `model` with `settings`' key, base URL and timeout for its provider.
-pub(crate) fn client_for(
-    settings: &Settings,
-    model: &crate::config::Model,
-) -> Result<LlmClient, crate::llm::LlmError> {
-    LlmClient::new(LlmConfig {
-        provider: model.provider.clone(),
-        model: model.id.clone(),
-        base_url: settings.base_url_for(model),
-        api_key: settings.api_key_for(model).map(|k| k.expose().to_owned()),
-        timeout: settings.model_timeout,
-        max_retries: 3,
-        retry_base_delay: Duration::from_millis(500),
-    })
-}
-
 impl AgentRuntime {
     /// Creates the runtime. A model client that cannot be built (no API key, say) is not an
     /// error here: comma commands still work and each model turn reports the reason.
     pub fn new(settings: Settings, allowed_tools: Vec<String>) -> Self {
         let registry = tools::builtin_registry(&allowed_tools);
-        Self::with_process(Arc::new(ProcessCtx::new(settings, registry)))
-    }
-
-    fn with_process(process: Arc<ProcessCtx>) -> Self {
+        let settings = Arc::new(settings);
+        let process = Arc::new(ProcessCtx::new(settings.clone(), registry));
         Self {
-            models: Models::new(process.settings.clone()),
+            config: Arc::new(TurnConfig::from_settings(&settings, &process.models)),
+            models: Arc::new(Models::new(process.models.clone())),
+            workspace: settings.workspace.clone(),
+            settings,
             process,
             sessions: DashMap::new(),
             workspaces: std::sync::Mutex::default(),
@@ -127,21 +121,30 @@ impl AgentRuntime {
         }
     }
 
-    /// A runtime for another workspace (a scheduled job created there): its own tapes, this
-    /// process's tools, outbox and access gate.
-    pub(crate) fn for_workspace(&self, workspace: &std::path::Path) -> Self {
-        let mut settings = (*self.process.settings).clone();
-        settings.workspace = workspace.to_path_buf();
+    /// A runtime for another workspace (a scheduled job created there): its own sessions and
+    /// tapes, everything else this process's — tools, outbox, access, model chains, background
+    /// work, and the settings they were converted from. The workspace is the one value that
+    /// differs, and it is the runtime's own (each session it opens carries it): no part of the
+    /// process reads a workspace from `Settings` after start-up, so no second, changed
+    /// `Settings` is made.
+    pub(crate) fn for_workspace(&self, workspace: &Path) -> Self {
         Self {
+            settings: self.settings.clone(),
+            process: self.process.clone(),
+            config: self.config.clone(),
+            workspace: workspace.to_path_buf(),
+            models: self.models.clone(),
+            sessions: DashMap::new(),
+            workspaces: std::sync::Mutex::default(),
+            started: self.started,
             background: self.background.clone(),
-            ..Self::with_process(Arc::new(self.process.with_settings(settings)))
         }
     }
 
     /// The runtime for a scheduled job created in `workspace`, kept until
     /// [`AgentRuntime::release_job`]; `None` for this runtime's own workspace (or none named).
     pub(crate) fn workspace_runtime(&self, workspace: &Path) -> Option<Arc<AgentRuntime>> {
-        if workspace == self.settings().workspace || workspace.as_os_str().is_empty() {
+        if workspace == self.workspace || workspace.as_os_str().is_empty() {
             return None;
         }
         let mut others = self.workspaces.lock().expect("workspaces lock");
@@ -154,7 +157,7 @@ impl AgentRuntime {
     /// After a scheduled run: its session's tape handle is let go (a chat's actor reopens it on
     /// its next turn), and so is another workspace's runtime once no job uses it — nothing per
     /// job is kept between runs.
-    pub(crate) fn release_job(&self, workspace: &Path, session_id: &str) {
+    pub(crate) fn release_job(&self, workspace: &Path, session_id: &SessionId) {
         let Some(other) = self.workspace_runtime(workspace) else {
             return self.release_session(session_id);
         };
@@ -183,8 +186,9 @@ impl AgentRuntime {
         tasks.reopen();
     }
 
+    /// The settings the runtime was built from.
     pub fn settings(&self) -> &Settings {
-        &self.process.settings
+        &self.settings
     }
 
     /// The process's way to any chat (`message.send`, scheduled runs); the daemon installs its
@@ -200,31 +204,29 @@ impl AgentRuntime {
 
     /// The session's state, opened on first use. Opening (directories, the tape's index) is
     /// file work: it runs on the blocking pool, outside the sessions lock.
-    async fn session(&self, session_id: &str) -> anyhow::Result<Arc<Session>> {
+    async fn session(&self, session_id: &SessionId) -> anyhow::Result<Arc<Session>> {
         if let Some(s) = self.sessions.get(session_id) {
             return Ok(s.clone());
         }
-        let settings = self.process.settings.clone();
-        let id = session_id.to_owned();
-        let state = tokio::task::spawn_blocking(move || SessionCtx::open(&settings, &id))
-            .await
-            .map_err(|e| anyhow::anyhow!("opening the session failed: {e}"))??;
+        let (process, workspace) = (self.process.clone(), self.workspace.clone());
+        let id = session_id.clone();
+        let state =
+            tokio::task::spawn_blocking(move || SessionCtx::open(&process, &workspace, &id))
+                .await
+                .map_err(|e| anyhow::anyhow!("opening the session failed: {e}"))??;
         // Another caller may have opened it meanwhile: one state per session.
-        let session = self
-            .sessions
-            .entry(session_id.to_owned())
-            .or_insert_with(|| {
-                Arc::new(Session {
-                    state: Arc::new(state),
-                    memory: std::sync::Mutex::default(),
-                })
-            });
+        let session = self.sessions.entry(session_id.clone()).or_insert_with(|| {
+            Arc::new(Session {
+                state: Arc::new(state),
+                memory: std::sync::Mutex::default(),
+            })
+        });
         Ok(session.clone())
     }
 
     /// Forgets an idle session (its tape handle); the next input reopens it. A session in use
     /// elsewhere (a running turn) is kept.
-    pub(crate) fn release_session(&self, session_id: &str) {
+    pub(crate) fn release_session(&self, session_id: &SessionId) {
         self.sessions
             .remove_if(session_id, |_, s| Arc::strong_count(s) == 1);
     }
@@ -235,18 +237,18 @@ impl AgentRuntime {
     }
 
     /// The tape summary of a session (for status lines).
-    pub(crate) async fn tape_info(&self, session_id: &str) -> anyhow::Result<TapeInfo> {
+    pub(crate) async fn tape_info(&self, session_id: &SessionId) -> anyhow::Result<TapeInfo> {
         let session = self.session(session_id).await?;
         session.state.tape.run(|t| t.info()).await
     }
 
     /// The model a session's calls go to first: its own (`,model`), else `BUB_MODEL`.
-    pub(crate) async fn session_model(&self, session_id: &str) -> crate::config::Model {
+    pub(crate) async fn session_model(&self, session_id: &SessionId) -> crate::config::Model {
         let own = match self.session(session_id).await {
             Ok(session) => session.state.model(),
             Err(_) => None,
         };
-        own.unwrap_or_else(|| self.settings().model.clone())
+        own.unwrap_or_else(|| self.process.models.model.clone())
     }
 
     /// The command names of the tools (for completion).
@@ -259,7 +261,7 @@ impl AgentRuntime {
     }
 
     /// Records an event on a session's tape outside a turn (`turn.interrupted`, `schedule.run`).
-    pub async fn append_event(&self, session_id: &str, name: Event, data: serde_json::Value) {
+    pub async fn append_event(&self, session_id: &SessionId, name: Event, data: serde_json::Value) {
         match self.session(session_id).await {
             Ok(session) => session.state.tape.event(name, data).await,
             Err(e) => crate::tape::shared::append_failed(&Kind::Event, &e),
@@ -270,7 +272,7 @@ impl AgentRuntime {
     /// everything before it.
     pub(crate) async fn fresh_context(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         who: &Authority,
     ) -> anyhow::Result<()> {
         let session = self.session(session_id).await?;
@@ -287,8 +289,8 @@ impl AgentRuntime {
 
     /// `,status`: the model, the tape since its last anchor, this chat's scheduled jobs, the
     /// process's uptime and version. Reads the tape without waiting for a running turn.
-    pub(crate) async fn status_text(&self, session_id: &str) -> String {
-        let settings = self.settings();
+    pub(crate) async fn status_text(&self, session_id: &SessionId) -> String {
+        let models = &self.process.models;
         let mut lines = vec![format!(
             "bub {} · up {}",
             env!("CARGO_PKG_VERSION"),
@@ -296,10 +298,10 @@ impl AgentRuntime {
         )];
         match self.session(session_id).await {
             Ok(session) => lines.push(tools::model::describe(
-                settings,
+                models,
                 session.state.model().as_ref(),
             )),
-            Err(e) => lines.push(format!("model: {} ({e:#})", settings.model)),
+            Err(e) => lines.push(format!("model: {} ({e:#})", models.model)),
         }
         match self.tape_info(session_id).await {
             Ok(info) => lines.push(format!(
@@ -312,13 +314,13 @@ impl AgentRuntime {
             )),
             Err(e) => lines.push(format!("context: unavailable ({e:#})")),
         }
-        let store = crate::scheduler::store::open(&settings.home);
+        let store = crate::scheduler::store::open(&self.process.home);
         let jobs = tokio::task::spawn_blocking(move || store.list()).await;
         match jobs {
             Ok(Ok(jobs)) => {
                 let mine: Vec<String> = jobs
                     .iter()
-                    .filter(|j| j.session == session_id)
+                    .filter(|j| j.session == session_id.as_str())
                     .map(|j| j.row(false))
                     .collect();
                 if mine.is_empty() {
@@ -333,24 +335,38 @@ impl AgentRuntime {
         lines.join("\n")
     }
 
-    /// Runs one turn in `session_id` for `who` (their role decides the tool policy). The caller
-    /// runs one turn of a session at a time (see the module docs).
-    pub async fn handle_input(&self, session_id: &str, text: &str, who: &Authority) -> TurnResult {
-        self.handle_live(session_id, text, who, TurnOutput::default())
-            .await
+    /// Runs one turn of `text` (a comma command or words) in `session_id` for `who` (their
+    /// role decides the tool policy). The caller runs one turn of a session at a time (see
+    /// the module docs).
+    pub async fn handle_input(
+        &self,
+        session_id: &SessionId,
+        text: &str,
+        who: &Authority,
+    ) -> TurnResult {
+        let input = TurnInput::text(text);
+        self.run_turn_as(
+            session_id,
+            input,
+            who,
+            TurnOrigin::Asked,
+            TurnOutput::default(),
+            None,
+        )
+        .await
     }
 
-    /// [`AgentRuntime::handle_input`] for a chat: the answer shown in `output.live` as it is
-    /// written (the model's reply streamed, what runs as a status line), the sends recorded on
+    /// A chat's turn ([`TurnInput`]): the answer shown in `output.live` as it is written (the
+    /// model's reply streamed, what runs as a status line), the sends recorded on
     /// `output.sends`.
     pub async fn handle_live(
         &self,
-        session_id: &str,
-        text: &str,
+        session_id: &SessionId,
+        input: TurnInput,
         who: &Authority,
         output: TurnOutput,
     ) -> TurnResult {
-        self.run_turn_as(session_id, text, who, TurnOrigin::Asked, output, None)
+        self.run_turn_as(session_id, input, who, TurnOrigin::Asked, output, None)
             .await
     }
 
@@ -358,14 +374,14 @@ impl AgentRuntime {
     /// starts and ends (`bub chat`, `bub run -v`).
     pub async fn handle_observed(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         text: &str,
         who: &Authority,
         observer: crate::tools::ToolObserver,
     ) -> TurnResult {
         self.run_turn_as(
             session_id,
-            text,
+            TurnInput::text(text),
             who,
             TurnOrigin::Asked,
             TurnOutput::default(),
@@ -378,20 +394,21 @@ impl AgentRuntime {
     /// (`who`): the run of a guest's job cannot schedule more jobs.
     pub async fn handle_scheduled(
         &self,
-        session_id: &str,
+        session_id: &SessionId,
         text: &str,
         who: &Authority,
         output: TurnOutput,
     ) -> TurnResult {
-        self.run_turn_as(session_id, text, who, TurnOrigin::Scheduled, output, None)
+        let input = TurnInput::text(text);
+        self.run_turn_as(session_id, input, who, TurnOrigin::Scheduled, output, None)
             .await
     }
 
     /// One turn of `who`, started by `origin`.
     async fn run_turn_as(
         &self,
-        session_id: &str,
-        text: &str,
+        session_id: &SessionId,
+        input: TurnInput,
         who: &Authority,
         origin: TurnOrigin,
         output: TurnOutput,
@@ -415,7 +432,7 @@ impl AgentRuntime {
             output,
             observer,
         );
-        let mut result = self.turn(&mut memory, &ctx, text).await;
+        let mut result = self.turn(&mut memory, &ctx, input).await;
         *session.memory.lock().expect("memory lock") = memory;
         result.answered = ctx.turn.answered.load(Ordering::Relaxed);
         result
@@ -439,18 +456,45 @@ impl AgentRuntime {
     }
 
     /// One turn in a session, with what its earlier turns left in `memory`.
-    async fn turn(&self, memory: &mut LoopMemory, ctx: &ToolContext, text: &str) -> TurnResult {
+    async fn turn(
+        &self,
+        memory: &mut LoopMemory,
+        ctx: &ToolContext,
+        input: TurnInput,
+    ) -> TurnResult {
         if let Err(e) = ctx.tape().run(|t| t.ensure_bootstrap()).await {
             return TurnResult {
                 error: Some(TurnError::tape("tape", &e)),
                 ..Default::default()
             };
         }
-        remember_prefixed(ctx, text).await;
-        let settings = ctx.settings();
-        let media = media::prepare(settings, &self.process.outbox, ctx.session_id(), text).await;
+        remember_prefixed(ctx, &input).await;
         let router = Router::new(ctx.clone());
-        let route = router.route_user(&media.prompt).await;
+        let (route, images) = match input {
+            TurnInput::Text(text) | TurnInput::Command(text) => {
+                (router.route_user(&text).await, Vec::new())
+            }
+            // A chat's messages go to the model: their own lines never become commands.
+            TurnInput::Chat(mut batch) => {
+                let adapter = batch.adapter.clone();
+                let session = ctx.session();
+                let (config, workspace) = (&self.config.media, ctx.workspace());
+                let images = media::prepare(
+                    config,
+                    workspace,
+                    adapter.as_ref(),
+                    session,
+                    &mut batch.messages,
+                )
+                .await;
+                let route = router::UserRoute {
+                    enter_model: true,
+                    model_prompt: inbound::render(&batch),
+                    ..Default::default()
+                };
+                (route, images)
+            }
+        };
         if route.exit_requested {
             return TurnResult {
                 exit_requested: true,
@@ -464,18 +508,20 @@ impl AgentRuntime {
             };
         }
         let own = ctx.session.model();
-        let chain = self.models.chain(own.as_ref().unwrap_or(&settings.model));
+        let chain = self
+            .models
+            .chain(own.as_ref().unwrap_or(&self.process.models.model));
         let llm = match &chain {
             Ok(chain) => Ok(chain.as_ref()),
             Err(e) => Err(e.as_str()),
         };
-        // Routed as it came (a message's own lines never become commands), then made short.
-        let prompt = inbound::render(&route.model_prompt);
-        let mut outcome = ModelLoop::new(llm, ctx, &router, memory)
-            .with_images(media.images)
+        let prompt = route.model_prompt;
+        let mut outcome = ModelLoop::new(llm, ctx, &router, memory, self.config.clone())
+            .with_images(images)
             .run(&prompt)
             .await;
-        if outcome.error.is_none() && learn::worth_learning(ctx, &outcome.tools) {
+        let learning = self.config.learn_min_steps;
+        if outcome.error.is_none() && learn::worth_learning(learning, ctx, &outcome.tools) {
             let finished = learn::Finished {
                 task: prompt,
                 steps: std::mem::take(&mut outcome.tools),
@@ -502,28 +548,29 @@ impl AgentRuntime {
 }
 
 /// Keeps what the user's messages ask to be remembered (`remember: …`, `记住：…`) in the chat's
-/// memory, before the turn runs (the model is not asked; the turn still runs). `text` is the
-/// raw input or, from a chat, one metadata JSON line per message (its `message` or `content`).
-async fn remember_prefixed(ctx: &ToolContext, text: &str) {
-    if !text.contains("记住") && !text.to_ascii_lowercase().contains("remember:") {
-        return;
-    }
-    let wanted: Vec<String> = text
-        .lines()
-        .filter_map(|line| {
-            let json = serde_json::from_str::<serde_json::Value>(line).ok();
-            let content = json
-                .as_ref()
-                .and_then(|v| v.get("message").or_else(|| v.get("content")))
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or(line);
-            crate::memory::remember_prefix(content).map(str::to_owned)
-        })
+/// memory, before the turn runs (the model is not asked; the turn still runs): each line of
+/// typed text, each chat message's text.
+async fn remember_prefixed(ctx: &ToolContext, input: &TurnInput) {
+    let texts: Vec<&str> = match input {
+        TurnInput::Text(text) | TurnInput::Command(text) => text.lines().collect(),
+        TurnInput::Chat(batch) => batch
+            .messages
+            .iter()
+            .filter_map(|m| match &m.content {
+                crate::chat::Content::Text(text) => Some(text.as_str()),
+                _ => None,
+            })
+            .collect(),
+    };
+    let wanted: Vec<String> = texts
+        .into_iter()
+        .filter_map(crate::memory::remember_prefix)
+        .map(str::to_owned)
         .collect();
-    if wanted.is_empty() || !ctx.settings().memory_enabled {
+    if wanted.is_empty() || !ctx.process.memory_enabled {
         return;
     }
-    let memory = crate::memory::Memory::new(&ctx.settings().home);
+    let memory = crate::memory::Memory::new(&ctx.process.home);
     let scope = crate::memory::Scope::Chat(ctx.session_id().to_owned());
     let by = crate::memory::Author::of(&ctx.turn.authority);
     let kept = tokio::task::spawn_blocking(move || {

@@ -1,6 +1,7 @@
 //! The model chains of a process: for a session's model, a [`ModelChain`] of that model and
-//! then `BUB_FALLBACK_MODELS` (each client built once by [`super::client_for`], kept for the
-//! process and shared by the sessions that use the same model).
+//! then `BUB_FALLBACK_MODELS` (each client built once by [`client_for`] from the process's
+//! [`ModelConfig`], kept for the process and shared by the sessions — of every workspace —
+//! that use the same model).
 //!
 //! A chain whose own model cannot be built (no key for its provider, say) is the reason, reported
 //! by each turn; a fallback that cannot be built is left out of the chain with a warning.
@@ -8,8 +9,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::config::{Model, Settings};
-use crate::llm::ModelChain;
+use std::time::Duration;
+
+use crate::config::{Model, ModelConfig};
+use crate::llm::{LlmClient, LlmConfig, LlmError, ModelChain};
 
 /// A session's chain, or why there is none (reported per turn).
 pub(crate) type SharedChain = Result<Arc<ModelChain>, String>;
@@ -18,21 +21,34 @@ pub(crate) type SharedChain = Result<Arc<ModelChain>, String>;
 /// starts over.
 const MAX_CHAINS: usize = 16;
 
+/// A client for `model` with `config`'s key, base URL and timeout for its provider.
+pub(crate) fn client_for(config: &ModelConfig, model: &Model) -> Result<LlmClient, LlmError> {
+    LlmClient::new(LlmConfig {
+        provider: model.provider.clone(),
+        model: model.id.clone(),
+        base_url: config.base_url_for(model),
+        api_key: config.api_key_for(model).map(|k| k.expose().to_owned()),
+        timeout: config.timeout,
+        max_retries: 3,
+        retry_base_delay: Duration::from_millis(500),
+    })
+}
+
 /// The chains built so far, by their first model.
 pub(crate) struct Models {
-    settings: Arc<Settings>,
+    config: Arc<ModelConfig>,
     chains: Mutex<HashMap<Model, SharedChain>>,
 }
 
 impl Models {
-    /// The chains of `settings`, the default one (`BUB_MODEL`) built at once.
-    pub(crate) fn new(settings: Arc<Settings>) -> Self {
+    /// The chains of `config`, the default one (`BUB_MODEL`) built at once.
+    pub(crate) fn new(config: Arc<ModelConfig>) -> Self {
         let models = Self {
-            settings,
+            config,
             chains: Mutex::default(),
         };
         // Built now, so an unusable fallback is reported at startup.
-        let _ = models.chain(&models.settings.model);
+        let _ = models.chain(&models.config.model);
         models
     }
 
@@ -51,13 +67,13 @@ impl Models {
     }
 
     fn build(&self, model: &Model) -> SharedChain {
-        let settings = &self.settings;
-        let primary = super::client_for(settings, model).map_err(|e| e.to_string())?;
-        let fallbacks = settings
+        let config = &self.config;
+        let primary = client_for(config, model).map_err(|e| e.to_string())?;
+        let fallbacks = config
             .fallback_models
             .iter()
             .filter(|m| *m != model)
-            .filter_map(|m| match super::client_for(settings, m) {
+            .filter_map(|m| match client_for(config, m) {
                 Ok(client) => Some(Arc::new(client)),
                 Err(e) => {
                     tracing::warn!(model = %m, error = %e, "model.fallback.unusable");

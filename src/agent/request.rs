@@ -11,16 +11,17 @@ use super::prompt::{self, PromptParts};
 use crate::skills::Discovery;
 use crate::tools::ToolContext;
 
-/// The system prompt of a step in `ctx`'s session, showing `skills`.
-pub(crate) fn system_prompt(ctx: &ToolContext, skills: &Discovery) -> String {
-    let settings = ctx.settings();
-    let memory = match settings.memory_enabled {
-        true => crate::memory::Memory::new(&settings.home)
+/// The system prompt of a step in `ctx`'s session: `base` (`BUB_SYSTEM_PROMPT`) first,
+/// showing `skills`.
+pub(crate) fn system_prompt(ctx: &ToolContext, base: &str, skills: &Discovery) -> String {
+    let process = &ctx.process;
+    let memory = match process.memory_enabled {
+        true => crate::memory::Memory::new(&process.home)
             .prompt_block(ctx.session_id(), !ctx.turn.policy.own_chat_only()),
         false => String::new(),
     };
     prompt::system_prompt(&PromptParts {
-        base: &settings.system_prompt,
+        base,
         workspace: ctx.workspace(),
         policy: &ctx.turn.policy,
         skills,
@@ -30,10 +31,10 @@ pub(crate) fn system_prompt(ctx: &ToolContext, skills: &Discovery) -> String {
 
 /// The session's working checkpoint note, when memory is on and there is one.
 pub(crate) fn checkpoint_note(ctx: &ToolContext) -> Option<String> {
-    let settings = ctx.settings();
-    settings
+    let process = &ctx.process;
+    process
         .memory_enabled
-        .then(|| crate::memory::Memory::new(&settings.home).checkpoint_note(ctx.session_id()))?
+        .then(|| crate::memory::Memory::new(&process.home).checkpoint_note(ctx.session_id()))?
 }
 
 /// Whether a user message of `context` holds `note` already.

@@ -13,6 +13,7 @@ use std::time::Instant;
 use serde_json::{Value, json};
 
 use super::compact;
+use super::config::TurnConfig;
 use super::learn::ToolStep;
 use super::prompt;
 use super::request::{checkpoint_note, noted, sanitize_context, stable_hash, system_prompt};
@@ -82,7 +83,8 @@ pub(crate) struct ModelLoop<'a> {
     by: Option<&'a LlmClient>,
     ctx: &'a ToolContext,
     router: &'a Router,
-    max_steps: u32,
+    /// The turn's bounds, system prompt, compaction budget and vision settings.
+    config: Arc<TurnConfig>,
     max_tokens: u32,
     /// What the session remembers between turns.
     memory: &'a mut LoopMemory,
@@ -106,27 +108,28 @@ pub(crate) struct ModelLoop<'a> {
 }
 
 impl<'a> ModelLoop<'a> {
-    /// The loop of a turn in `ctx`'s session, bounded by its settings' steps and tokens.
-    /// `memory` is what the session's earlier turns left for this one.
+    /// The loop of a turn in `ctx`'s session, bounded by `config`'s steps and the model's
+    /// tokens. `memory` is what the session's earlier turns left for this one.
     pub(crate) fn new(
         llm: Result<&'a ModelChain, &'a str>,
         ctx: &'a ToolContext,
         router: &'a Router,
         memory: &'a mut LoopMemory,
+        config: Arc<TurnConfig>,
     ) -> Self {
         Self {
             llm,
             by: None,
             ctx,
             router,
-            max_steps: ctx.settings().max_steps,
-            max_tokens: ctx.settings().max_tokens,
+            max_tokens: ctx.process.models.max_tokens,
             memory,
             // A guest's turn in a shared chat does not see an owner's command output.
             context: ContextCursor::new(View {
                 guest: ctx.turn.policy.searched() == Searched::Conversation,
-                max_result_chars: ctx.settings().tool_result_max_chars as usize,
+                max_result_chars: config.tool_result_max_chars,
             }),
+            config,
             skills: Arc::default(),
             tools_tokens: ctx.registry().spec_tokens_for(&ctx.turn.policy),
             failures: Vec::new(),
@@ -151,7 +154,7 @@ impl<'a> ModelLoop<'a> {
         let mut prompt = prompt.to_string();
         let mut visible: Vec<String> = Vec::new();
         let mut done = false;
-        while out.steps < self.max_steps && !done {
+        while out.steps < self.config.max_steps && !done {
             out.steps += 1;
             let step = out.steps;
             match self.step(&prompt, step).await {
@@ -197,9 +200,12 @@ impl<'a> ModelLoop<'a> {
             }
         }
         if !done && out.error.is_none() {
-            out.error = Some(TurnError::MaxSteps(self.max_steps));
-            self.event(Event::LoopMaxSteps, json!({"max_steps": self.max_steps}))
-                .await;
+            out.error = Some(TurnError::MaxSteps(self.config.max_steps));
+            self.event(
+                Event::LoopMaxSteps,
+                json!({"max_steps": self.config.max_steps}),
+            )
+            .await;
         }
         out.visible_text = visible.join("\n\n").trim().to_string();
         out.tools = std::mem::take(&mut self.trail);
@@ -217,7 +223,7 @@ impl<'a> ModelLoop<'a> {
     fn model_label(&self) -> String {
         match self.llm {
             Ok(chain) => label(chain.primary()),
-            Err(_) => self.ctx.settings().model.to_string(),
+            Err(_) => self.ctx.process.models.model.to_string(),
         }
     }
 
@@ -343,12 +349,13 @@ impl<'a> ModelLoop<'a> {
         let (prompt, run) = (prompt.to_owned(), run.clone());
         let mut cursor = std::mem::take(&mut self.context);
         let (ctx, last_system) = (self.ctx.clone(), self.memory.last_system);
+        let config = self.config.clone();
         let recorded = self.ctx.tape().run(move |t| {
-            let skills = crate::skills::discover(ctx.settings());
+            let skills = crate::skills::discover(&ctx.skill_roots());
             if let Some(text) = hints {
                 prompt::activate_hints(&text, ctx.registry(), &skills, &mut ctx.expanded());
             }
-            let system = system_prompt(&ctx, &skills);
+            let system = system_prompt(&ctx, &config.system_prompt, &skills);
             let hash = stable_hash(&system);
             logged(&Kind::Event, t.event(Event::LoopStepStart, start));
             let recorded_system = (last_system != Some(hash))
@@ -508,8 +515,8 @@ impl<'a> ModelLoop<'a> {
         llm: &LlmClient,
         messages: &mut [Value],
     ) -> Option<(usize, Vec<String>)> {
-        let settings = self.ctx.settings();
-        let wanted = settings.media.vision_for(llm.model()) && !self.memory.images_refused;
+        let media = &self.config.media.settings;
+        let wanted = media.vision_for(llm.model()) && !self.memory.images_refused;
         let newest = wanted
             .then(|| media::image::newest_images(messages))
             .flatten();
@@ -522,7 +529,10 @@ impl<'a> ModelLoop<'a> {
             .filter(|p| !self.images_shown.contains_key(*p))
             .cloned()
             .collect();
-        let (workspace, home) = (settings.workspace.clone(), settings.home.clone());
+        let (workspace, home) = (
+            self.ctx.workspace().to_owned(),
+            self.ctx.process.home.clone(),
+        );
         let made = tokio::task::spawn_blocking(move || {
             missing
                 .into_iter()
@@ -579,8 +589,7 @@ impl<'a> ModelLoop<'a> {
 
     /// The tokens the context may fill: `BUB_COMPACT_PERCENT` of `BUB_CONTEXT_TOKENS`.
     fn budget(&self) -> u64 {
-        let s = self.ctx.settings();
-        u64::from(s.context_tokens) * u64::from(s.compact_percent) / 100
+        self.config.context_budget
     }
 
     /// Compacts `messages` (the context): the model's summary — or, when its call fails, one
@@ -703,11 +712,11 @@ impl<'a> ModelLoop<'a> {
                 None => return,
             },
         };
-        if !self.ctx.settings().memory_enabled {
+        if !self.ctx.process.memory_enabled {
             return;
         }
         let lesson = crate::memory::lesson(tool, &error, &call.arguments);
-        let memory = crate::memory::Memory::new(&self.ctx.settings().home);
+        let memory = crate::memory::Memory::new(&self.ctx.process.home);
         let scope = crate::memory::Scope::Chat(self.ctx.session_id().to_owned());
         let by = crate::memory::Author::of(&self.ctx.turn.authority);
         let kept = tokio::task::spawn_blocking(move || memory.remember(&scope, &lesson, &by)).await;

@@ -28,7 +28,7 @@ pub(crate) async fn allowed(
         return Ok(());
     }
     let model = label(llm);
-    let chat_limited = ctx.turn.policy.role == Role::Guest || ctx.settings().budgets.owners;
+    let chat_limited = ctx.turn.policy.role == Role::Guest || ledger.limits_owners();
     let checked = tokio::task::spawn_blocking(move || {
         ledger.check(Ask {
             session: &session,

@@ -30,7 +30,10 @@ use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
 
-pub use crate::chat::{Control, Inbound, Live, LiveSender, MediaFile, Outbound};
+pub use crate::chat::{
+    Attachment, AttachmentKind, ChatInfo, Content, Control, Inbound, Live, LiveSender, Outbound,
+    Platform, Quoted, Sender, SessionId, Sticker,
+};
 use crate::inbox::{Inbox, Received};
 
 /// A chat platform adapter.
@@ -80,16 +83,12 @@ pub trait Channel: Send + Sync + 'static {
         Ok(())
     }
 
-    /// The files a message carries, read from the metadata JSON this adapter made of it.
-    fn files(&self, _metadata: &serde_json::Value) -> Vec<MediaFile> {
-        Vec::new()
-    }
-
-    /// Downloads `file` into `to`, streamed, refusing more than `max_bytes` (an error that
-    /// says so). Returns the bytes written.
+    /// Downloads `file` (one of the attachments this adapter made, by its source) into `to`,
+    /// streamed, refusing more than `max_bytes` (an error that says so). Returns the bytes
+    /// written.
     async fn download(
         &self,
-        _file: &MediaFile,
+        _file: &Attachment,
         _to: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
         _max_bytes: u64,
     ) -> anyhow::Result<u64> {

@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use clap::Subcommand;
 
 use crate::access::{Access, Role, User, who};
+use crate::chat::SessionId;
 use crate::config::Settings;
 use crate::logging::{self, LogTarget};
 use crate::terminal::{safe, safe_line};
@@ -164,6 +165,11 @@ pub fn explain(settings: &Settings, action: &AccessAction) -> anyhow::Result<Exi
     let names = crate::tools::builtin_names();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
     let access = Access::new(settings);
+    // Any channel name: `explain` names the channels it knows.
+    let session = SessionId::from(chat.as_str());
+    let chat = session
+        .parts()
+        .ok_or_else(|| UsageError("expected CHANNEL:CHAT_ID, e.g. telegram:42".to_owned()))?;
     let text = access
         .explain(settings, &names, chat, user, chrono::Utc::now())
         .map_err(|e| UsageError(format!("{e:#}")))?;
@@ -211,7 +217,7 @@ pub fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Result<Exit
 
 /// `bub skills list` / `bub skills check`.
 pub fn skills(settings: &Settings, action: &SkillsAction) -> ExitCode {
-    let found = crate::skills::discover(settings);
+    let found = crate::skills::discover(&crate::skills::SkillRoots::from_settings(settings));
     if let SkillsAction::List = action {
         print_out(&safe(&found.listing()));
         return ExitCode::SUCCESS;

@@ -18,6 +18,7 @@ use tokio::io::AsyncBufReadExt;
 
 use crate::access::Authority;
 use crate::agent::{AgentRuntime, TurnResult};
+use crate::chat::SessionId;
 use crate::tape::Event;
 use crate::tape::md5_hex;
 use crate::tools::ToolObserver;
@@ -32,6 +33,7 @@ const RESET: &str = "\x1b[0m";
 
 /// Runs the chat loop until Ctrl-D, end of input or `,quit`.
 pub async fn run_chat(agent: Arc<AgentRuntime>, session_id: String) -> anyhow::Result<()> {
+    let session_id = SessionId::from(session_id);
     let style = Style {
         color: std::io::stdout().is_terminal(),
     };
@@ -45,7 +47,7 @@ pub async fn run_chat(agent: Arc<AgentRuntime>, session_id: String) -> anyhow::R
 }
 
 /// Lines from a pipe or file, one turn each.
-async fn piped(agent: &AgentRuntime, session_id: &str, style: Style) -> anyhow::Result<()> {
+async fn piped(agent: &AgentRuntime, session_id: &SessionId, style: Style) -> anyhow::Result<()> {
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     let mut debug = false;
     while let Some(line) = lines.next_line().await? {
@@ -64,7 +66,7 @@ async fn piped(agent: &AgentRuntime, session_id: &str, style: Style) -> anyhow::
 
 async fn interactive(
     agent: Arc<AgentRuntime>,
-    session_id: &str,
+    session_id: &SessionId,
     style: Style,
 ) -> anyhow::Result<()> {
     let settings = agent.settings();
@@ -156,7 +158,7 @@ fn toggled_debug(input: &str, debug: &mut bool, style: Style) -> bool {
 /// Runs one turn and prints its result; `None` when Ctrl-C interrupted it.
 async fn turn(
     agent: &AgentRuntime,
-    session_id: &str,
+    session_id: &SessionId,
     input: &str,
     style: Style,
     debug: bool,
@@ -222,7 +224,7 @@ fn print_welcome(agent: &AgentRuntime, style: Style) {
     );
 }
 
-async fn status_line(agent: &AgentRuntime, session_id: &str, shell_mode: bool) -> String {
+async fn status_line(agent: &AgentRuntime, session_id: &SessionId, shell_mode: bool) -> String {
     let time = chrono::Local::now().format("%H:%M");
     let mode = if shell_mode { "shell" } else { "agent" };
     let model = agent.session_model(session_id).await;

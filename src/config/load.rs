@@ -1,10 +1,11 @@
 //! [`Settings::load`]: resolves the workspace and `BUB_HOME`, reads every source by precedence
-//! and parses each variable into [`Settings`].
+//! and parses each variable into [`Settings`] — one function per group of the variable table —
+//! then applies the command line's [`Overrides`].
 //!
 //! Precedence, lowest to highest: built-in defaults → `BUB_HOME/config.toml` → `--config FILE` →
-//! `<workspace>/.env` → `<cwd>/.env` → environment. A blank value means "use the default".
-//! The workspace is `-w`, else `BUB_WORKSPACE_PATH` (from any source but the workspace's own
-//! `.env`), else the CWD.
+//! `<workspace>/.env` → `<cwd>/.env` → environment → the command line (`--model`,
+//! `--max-tokens`). A blank value means "use the default". The workspace is `-w`, else
+//! `BUB_WORKSPACE_PATH` (from any source but the workspace's own `.env`), else the CWD.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -28,11 +29,11 @@ use super::{
     Secret, Settings,
 };
 
-/// Where to look for configuration. `Default` means: workspace = CWD, no `--config`, the
-/// process environment and the process CWD.
+/// Where to look for configuration, and what the command line overrides. `Default` means:
+/// workspace = CWD, no `--config`, the process environment and the process CWD, no overrides.
 #[derive(Debug, Default, Clone)]
 pub struct LoadOptions {
-    /// `-w/--workspace`; `None` = the CWD.
+    /// `-w/--workspace`; `None` = `BUB_WORKSPACE_PATH`, else the CWD.
     pub workspace: Option<PathBuf>,
     /// `--config FILE`; must exist when given.
     pub config_file: Option<PathBuf>,
@@ -41,11 +42,44 @@ pub struct LoadOptions {
     pub env: Option<HashMap<String, String>>,
     /// The directory relative paths and `<cwd>/.env` refer to; `None` = the process CWD.
     pub cwd: Option<PathBuf>,
+    /// The command line's values, above every source.
+    pub overrides: Overrides,
+}
+
+/// What the command line sets, applied by the loader over every source (an error names the
+/// flag). Nothing changes the loaded [`Settings`] afterwards.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    /// `--model PROVIDER:MODEL`, validated like `BUB_MODEL`.
+    pub model: Option<String>,
+    /// `--max-tokens N` (≥ 1).
+    pub max_tokens: Option<u32>,
+    /// `bub run --skills`: only these skills are seen (empty = all).
+    pub skills: Vec<String>,
+    /// The log level when `BUB_LOG_LEVEL` is not set (`bub run`: `warn`; `None`: `info`).
+    pub log_level: Option<String>,
+}
+
+impl Overrides {
+    /// Sets what the command line gave over the loaded `s`.
+    fn apply(&self, s: &mut Settings) -> Result<(), ConfigError> {
+        if let Some(model) = &self.model {
+            s.model = parse_model("--model", model, s.api_base.as_deref())?;
+        }
+        if let Some(max_tokens) = self.max_tokens {
+            s.max_tokens = parse_u32_min("--max-tokens", &max_tokens.to_string(), 1)?;
+        }
+        s.allowed_skills.clone_from(&self.skills);
+        if s.log_level.is_none() {
+            s.log_level.clone_from(&self.log_level);
+        }
+        Ok(())
+    }
 }
 
 impl Settings {
-    /// Loads settings from every source (see the module docs). Reads files only; never
-    /// modifies the process environment.
+    /// Loads settings from every source (see the module docs), then the command line's
+    /// [`Overrides`]. Reads files only; never modifies the process environment.
     pub fn load(opts: &LoadOptions) -> Result<Settings, ConfigError> {
         let env = match &opts.env {
             Some(env) => env.clone(),
@@ -78,6 +112,7 @@ impl Settings {
         let mut layers = read_home_config(&home)?;
         layers.overlay(upper);
         let mut settings = build(&layers, home, workspace)?;
+        opts.overrides.apply(&mut settings)?;
         settings.user_home = user_home.map(Path::to_path_buf);
         settings.warnings = layers.unknown_warnings();
         Ok(settings)
@@ -100,10 +135,26 @@ fn user_home(env: &HashMap<String, String>) -> Option<PathBuf> {
         .or_else(std::env::home_dir)
 }
 
-/// Parses every variable over the defaults, then checks cross-field rules.
+/// Parses every variable over the defaults, one group of the table ([`vars`]) at a time, then
+/// checks cross-field rules.
 fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, ConfigError> {
     let mut s = Settings::with_defaults(home, workspace);
+    model(l, &mut s)?;
+    agent(l, &mut s)?;
+    sessions(l, &mut s)?;
+    tools(l, &mut s)?;
+    logging(l, &mut s)?;
+    super::media::load(l, &mut s.media)?;
+    for platform in vars::platforms() {
+        load_channel(l, platform, s.channel_mut(platform))?;
+    }
+    cost(l, &mut s)?;
+    Ok(s)
+}
 
+/// The model: `BUB_MODEL`, the fallbacks, each provider's key and base URL, the answer size,
+/// the timeout and the context window.
+fn model(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
     s.api_base = l
         .parse("BUB_API_BASE", optional_url("BUB_API_BASE"))?
         .flatten()
@@ -132,6 +183,14 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     })? {
         s.model_timeout = timeout.map(secs);
     }
+    set(l, "BUB_CONTEXT_TOKENS", &mut s.context_tokens, |var, v| {
+        parse_u32_min(var, v, 256)
+    })
+}
+
+/// The agent and its data: the system prompt, tapes, a turn's bounds, memory, learning and the
+/// scheduler.
+fn agent(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
     if let Some(raw) = l.get("BUB_SYSTEM_PROMPT") {
         s.system_prompt = raw.value.clone();
     }
@@ -140,9 +199,6 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     })?;
     set(l, "BUB_MAX_STEPS", &mut s.max_steps, |var, v| {
         parse_u32_min(var, v, 1)
-    })?;
-    set(l, "BUB_CONTEXT_TOKENS", &mut s.context_tokens, |var, v| {
-        parse_u32_min(var, v, 256)
     })?;
     set(
         l,
@@ -158,6 +214,35 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     )?;
     set(l, "BUB_MEMORY_ENABLED", &mut s.memory_enabled, parse_bool)?;
     set(l, "BUB_LEARN_SKILLS", &mut s.learn_skills, parse_bool)?;
+    set(
+        l,
+        "BUB_LEARN_MIN_STEPS",
+        &mut s.learn_min_steps,
+        |var, v| parse_u32_min(var, v, 1),
+    )?;
+    set(
+        l,
+        "BUB_SCHEDULER_ENABLED",
+        &mut s.scheduler_enabled,
+        parse_bool,
+    )?;
+    set(
+        l,
+        "BUB_SCHEDULER_CATCH_UP",
+        &mut s.scheduler_catch_up,
+        parse_bool,
+    )
+}
+
+/// How chats are answered (the session actors): who sends answers, streaming, the debounce
+/// and follow-up timings, the mention keyword, idle eviction.
+fn sessions(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
+    set(
+        l,
+        "BUB_PROACTIVE_RESPONSE",
+        &mut s.proactive_response,
+        parse_bool,
+    )?;
     set(l, "BUB_STREAM", &mut s.stream_edits, |var, v| {
         match v.trim().to_ascii_lowercase().as_str() {
             "edits" => Ok(true),
@@ -168,18 +253,6 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
             )),
         }
     })?;
-    set(
-        l,
-        "BUB_LEARN_MIN_STEPS",
-        &mut s.learn_min_steps,
-        |var, v| parse_u32_min(var, v, 1),
-    )?;
-    set(
-        l,
-        "BUB_PROACTIVE_RESPONSE",
-        &mut s.proactive_response,
-        parse_bool,
-    )?;
     set(
         l,
         "BUB_MESSAGE_DELAY_SECONDS",
@@ -209,19 +282,12 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
         "BUB_SESSION_IDLE_SECONDS",
         &mut s.session_idle,
         |var, v| parse_seconds(var, v, MAX_SESSION_IDLE_SECONDS).map(secs),
-    )?;
-    set(
-        l,
-        "BUB_SCHEDULER_ENABLED",
-        &mut s.scheduler_enabled,
-        parse_bool,
-    )?;
-    set(
-        l,
-        "BUB_SCHEDULER_CATCH_UP",
-        &mut s.scheduler_catch_up,
-        parse_bool,
-    )?;
+    )
+}
+
+/// Tools and security: web search and fetch, the sandbox, file and shell limits, the guests'
+/// tools.
+fn tools(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
     s.ollama_api_key = secret(l, "BUB_OLLAMA_API_KEY")?;
     set_url(l, "BUB_OLLAMA_API_BASE", &mut s.ollama_api_base)?;
     s.searxng_url = l
@@ -262,16 +328,20 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
             }
         })?
         .flatten();
+    Ok(())
+}
+
+/// `BUB_LOG_LEVEL`, `BUB_LOG_FORMAT`.
+fn logging(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
     set(l, "BUB_LOG_LEVEL", &mut s.log_level, |var, v| {
         parse_log_level(var, v).map(Some)
     })?;
-    set(l, "BUB_LOG_FORMAT", &mut s.log_format, parse_log_format)?;
-    super::media::load(l, &mut s.media)?;
+    set(l, "BUB_LOG_FORMAT", &mut s.log_format, parse_log_format)
+}
 
-    for platform in vars::platforms() {
-        load_channel(l, platform, s.channel_mut(platform))?;
-    }
-
+/// The `[prices]` table and the `BUB_BUDGET_*` budgets; a budget in US dollars needs the
+/// model's price.
+fn cost(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
     s.prices = Prices::parse(l.prices())?;
     let b = &mut s.budgets;
     b.daily_tokens = l.parse("BUB_BUDGET_DAILY_TOKENS", |v| {
@@ -294,8 +364,7 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
             ),
         ));
     }
-
-    Ok(s)
+    Ok(())
 }
 
 /// Reads the rows of chat platform `platform` (see [`super::channels`]) into `c`; an enabled

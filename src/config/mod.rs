@@ -14,6 +14,7 @@ mod channels;
 mod costs;
 mod load;
 mod media;
+mod model;
 mod parse;
 pub(crate) mod providers;
 mod secret;
@@ -28,12 +29,12 @@ use std::time::Duration;
 pub use channels::{ChannelSettings, ChannelTable};
 pub(crate) use channels::{Field, is_platform, var_name};
 pub use costs::{Budgets, Price, Prices};
-pub use load::LoadOptions;
+pub use load::{LoadOptions, Overrides};
 pub use media::{MediaSettings, Vision};
+pub use model::{Model, ModelConfig};
 pub(crate) use vars::platforms;
 pub use vars::{help as variables_help, secret_vars};
 
-use crate::llm::Api;
 pub(crate) use load::home_from_env;
 pub(crate) use parse::{parse_model, parse_url};
 pub(crate) use providers::provider_base_url;
@@ -110,33 +111,12 @@ pub(crate) const MAX_MAX_CONCURRENT_COMMANDS: u32 = 1_024;
 /// The most models `BUB_FALLBACK_MODELS` may name.
 pub(crate) const MAX_FALLBACK_MODELS: usize = 8;
 
-/// All settings of one process. Field docs name the environment variable. `Debug` shows no
-/// secret: keys and tokens are [`Secret`]s, URLs [`MaskedUrl`]s.
-/// `BUB_MODEL` parsed once: the provider (which gives the default base URL) and the model id
-/// sent to it. Shown as `provider:model`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Model {
-    pub provider: String,
-    pub id: String,
-}
-
-impl Model {
-    /// `openrouter:qwen/qwen3-coder-next`.
-    fn default_model() -> Self {
-        let (provider, id) = DEFAULT_MODEL.split_once(':').expect("provider:model");
-        Self {
-            provider: provider.to_owned(),
-            id: id.to_owned(),
-        }
-    }
-}
-
-impl std::fmt::Display for Model {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.provider, self.id)
-    }
-}
-
+/// All settings of one process, loaded and validated: what `bub help env` describes, the
+/// start-up checks read and each component's configuration is converted from once (the
+/// components take their own part — [`ModelConfig`], `daemon::SessionConfig`, ... — not this).
+/// Nothing changes it after loading: the command line's overrides are [`LoadOptions`]'. Field
+/// docs name the environment variable. `Debug` shows no secret: keys and tokens are
+/// [`Secret`]s, URLs [`MaskedUrl`]s.
 #[derive(Debug, Clone)]
 pub struct Settings {
     /// `BUB_MODEL`: `provider:model`, default `openrouter:qwen/qwen3-coder-next`.
@@ -168,11 +148,12 @@ pub struct Settings {
     pub system_prompt: String,
     /// `BUB_HOME` (default `~/.bub`), expanded and absolute.
     pub home: PathBuf,
-    /// The resolved workspace (`-w`, default CWD).
+    /// The resolved workspace (`-w`, else `BUB_WORKSPACE_PATH`, else the CWD): the workspace of
+    /// the process's runtime (a runtime for another workspace carries its own).
     pub workspace: PathBuf,
     /// The user's home directory (`HOME`), for the global skill roots (`~/.agents/skills`).
     pub user_home: Option<PathBuf>,
-    /// Skills allowed by `--skills` (empty = all).
+    /// Skills allowed by `--skills` ([`Overrides::skills`]; empty = all).
     pub allowed_skills: Vec<String>,
     /// `BUB_TAPE_NAME` (default `bub`).
     pub tape_name: String,
@@ -253,8 +234,8 @@ pub struct Settings {
     pub prices: Prices,
     /// `BUB_BUDGET_*`.
     pub budgets: Budgets,
-    /// `BUB_LOG_LEVEL`; `None` when not set: `info`, but `warn` for `bub run` (whose stderr is
-    /// for errors).
+    /// `BUB_LOG_LEVEL`, else [`Overrides::log_level`] (`warn` for `bub run`, whose stderr is
+    /// for errors); `None`: `info`.
     pub log_level: Option<String>,
     /// `BUB_LOG_FORMAT` (`text` or `json`).
     pub log_format: LogFormat,
@@ -333,68 +314,40 @@ impl Settings {
         &self.model.id
     }
 
-    /// `BUB_API_BASE` if set, else the provider's default base URL (empty for an unknown
-    /// provider, which [`Settings::load`] and [`Settings::set_model`] reject).
+    /// `BUB_API_BASE` if set, else the provider's default base URL.
+    #[cfg(test)]
     pub(crate) fn model_base_url(&self) -> String {
         self.base_url_for(&self.model)
     }
 
-    /// [`Self::model_base_url`] for any model: `BUB_ANTHROPIC_API_BASE` and
-    /// `BUB_GEMINI_API_BASE` for the providers with their own API.
+    /// [`ModelConfig::base_url_for`].
+    #[cfg(test)]
     pub(crate) fn base_url_for(&self, model: &Model) -> String {
-        match (Api::of(&model.provider), &self.api_base) {
-            (Api::Anthropic, _) => self.anthropic_api_base.to_string(),
-            (Api::Gemini, _) => self.gemini_api_base.to_string(),
-            (Api::OpenAi, Some(base)) => base.to_string(),
-            (Api::OpenAi, None) => provider_base_url(&model.provider)
-                .unwrap_or_default()
-                .to_owned(),
-        }
+        model::base_url(
+            model,
+            self.api_base.as_ref(),
+            &self.anthropic_api_base,
+            &self.gemini_api_base,
+        )
     }
 
-    /// The key for `model`'s provider: `BUB_ANTHROPIC_API_KEY`, `BUB_GEMINI_API_KEY` or
-    /// `BUB_API_KEY` (and their other names).
+    /// [`ModelConfig::api_key_for`].
+    #[cfg(test)]
     pub(crate) fn api_key_for(&self, model: &Model) -> Option<&Secret> {
-        match Api::of(&model.provider) {
-            Api::Anthropic => self.anthropic_api_key.as_ref(),
-            Api::Gemini => self.gemini_api_key.as_ref(),
-            Api::OpenAi => self.api_key.as_ref(),
-        }
+        model::by_api(
+            model,
+            &self.api_key,
+            &self.anthropic_api_key,
+            &self.gemini_api_key,
+        )
+        .as_ref()
     }
 
     /// The start-up check of commands that call the model: the model and each of
     /// `BUB_FALLBACK_MODELS` has its provider's key unless it needs none
     /// ([`crate::llm::needs_key`]). The error names the variables of every missing key.
     pub fn check_model_keys(&self) -> Result<(), ConfigError> {
-        let mut missing: Vec<(Api, Vec<String>)> = Vec::new();
-        for model in std::iter::once(&self.model).chain(&self.fallback_models) {
-            let needs = crate::llm::needs_key(&model.provider, &self.base_url_for(model));
-            if !needs || self.api_key_for(model).is_some() {
-                continue;
-            }
-            let api = Api::of(&model.provider);
-            match missing.iter_mut().find(|(a, _)| *a == api) {
-                Some((_, models)) => models.push(model.to_string()),
-                None => missing.push((api, vec![model.to_string()])),
-            }
-        }
-        if missing.is_empty() {
-            return Ok(());
-        }
-        let vars: Vec<&str> = missing.iter().map(|(api, _)| api.key_vars()).collect();
-        let models: Vec<String> = missing.into_iter().flat_map(|(_, m)| m).collect();
-        let (the_models, need, it) = match models.len() {
-            1 => ("the model", "needs a key", "it"),
-            _ => ("the models", "need keys", "them"),
-        };
-        Err(ConfigError::new(
-            vars.join(", "),
-            format!(
-                "not set: {the_models} {} {need}; put {it} in {} or the environment",
-                models.join(", "),
-                self.home.join("config.toml").display()
-            ),
-        ))
+        ModelConfig::from_settings(self).check_keys(&self.home.join("config.toml"))
     }
 
     /// The settings of chat platform `name` (`telegram`), added with the defaults when it has
@@ -436,17 +389,5 @@ impl Settings {
                 .filter_map(parse::url_password),
         );
         values
-    }
-
-    /// Replaces `model` (e.g. from `--model`) after validating it like `BUB_MODEL`.
-    pub fn set_model(&mut self, model: &str) -> Result<(), ConfigError> {
-        self.model = self.parse_model("--model", model)?;
-        Ok(())
-    }
-
-    /// `raw` validated like `BUB_MODEL` (`provider:model`, a known provider unless
-    /// `BUB_API_BASE` is set); the error names `var`.
-    pub(crate) fn parse_model(&self, var: &str, raw: &str) -> Result<Model, ConfigError> {
-        parse::parse_model(var, raw, self.api_base.as_deref())
     }
 }

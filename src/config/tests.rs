@@ -53,6 +53,7 @@ impl Fixture {
             config_file: None,
             env: Some(map),
             cwd: Some(self.cwd.clone()),
+            overrides: Overrides::default(),
         }
     }
 
@@ -501,10 +502,72 @@ fn api_key_order_urls_and_providers() {
     assert_eq!(s.fallback_models[0].to_string(), "deepseek:deepseek-chat");
     assert!(fx.load(&[]).unwrap().fallback_models.is_empty());
 
-    let mut s = fx.load(&[]).unwrap();
-    s.set_model("openai:gpt-4o").unwrap();
+    let with_model = |model: &str| {
+        let mut opts = fx.opts(&[]);
+        opts.overrides.model = Some(model.into());
+        Settings::load(&opts)
+    };
+    let s = with_model("openai:gpt-4o").unwrap();
     assert_eq!(s.model_base_url(), "https://api.openai.com/v1");
-    assert_eq!(s.set_model("bogus").unwrap_err().var, "--model");
+    assert_eq!(with_model("bogus").unwrap_err().var, "--model");
+}
+
+/// The command line is above every source; `bub run`'s log level only fills an unset
+/// `BUB_LOG_LEVEL`.
+#[test]
+fn command_line_overrides_are_above_every_source() {
+    let fx = Fixture::new();
+    write(
+        &fx.bub_home().join("config.toml"),
+        "BUB_MODEL = \"openai:gpt-4o\"\nBUB_MAX_TOKENS = 10\n",
+    );
+    let env = [
+        ("BUB_MODEL", "deepseek:deepseek-chat"),
+        ("BUB_MAX_TOKENS", "20"),
+    ];
+    let load = |overrides: Overrides, env: &[(&str, &str)]| {
+        Settings::load(&LoadOptions {
+            overrides,
+            ..fx.opts(env)
+        })
+    };
+    let s = load(Overrides::default(), &env).unwrap();
+    assert_eq!(
+        (s.model.to_string(), s.max_tokens),
+        ("deepseek:deepseek-chat".into(), 20)
+    );
+    assert!(s.allowed_skills.is_empty());
+    assert_eq!(s.log_level, None);
+
+    let s = load(
+        Overrides {
+            model: Some("ollama:llama3:8b".into()),
+            max_tokens: Some(30),
+            skills: vec!["deploy".into()],
+            log_level: Some("warn".into()),
+        },
+        &env,
+    )
+    .unwrap();
+    assert_eq!(
+        (s.model.to_string(), s.max_tokens),
+        ("ollama:llama3:8b".into(), 30)
+    );
+    assert_eq!(s.allowed_skills, ["deploy"]);
+    assert_eq!(s.log_level.as_deref(), Some("warn"));
+
+    let quiet = Overrides {
+        log_level: Some("warn".into()),
+        ..Overrides::default()
+    };
+    let s = load(quiet, &[("BUB_LOG_LEVEL", "DEBUG")]).unwrap();
+    assert_eq!(s.log_level.as_deref(), Some("debug"));
+
+    let zero = Overrides {
+        max_tokens: Some(0),
+        ..Overrides::default()
+    };
+    assert_eq!(load(zero, &[]).unwrap_err().var, "--max-tokens");
 }
 
 #[test]

@@ -368,6 +368,7 @@ mod tests {
                 config_file: None,
                 env: Some(env),
                 cwd: Some(root.clone()),
+                ..LoadOptions::default()
             })
             .unwrap_or_else(|e| panic!("{vars:?}: {e}"));
             format!("{settings:?}")

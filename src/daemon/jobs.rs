@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::runner::TurnRunner;
 use super::session::Courier;
-use crate::access::{Authority, session_chat};
+use crate::access::Authority;
 use crate::agent::AgentRuntime;
 use crate::channels::{Channel, InboundSink, Outbound};
 use crate::delivery::{SendLedger, TurnError, TurnResult, render_output};
@@ -75,7 +75,7 @@ impl JobRunner for JobQueue {
         let run = JobRun {
             seq: 0,
             job: job.id.clone(),
-            session: job.session.clone(),
+            session: job.session.as_str().into(),
             workspace: job.workspace.clone(),
             due,
             prompt: scheduled_prompt(&job, due),
@@ -133,7 +133,9 @@ pub(super) async fn turn(
         }
         Ok(result) => {
             if let Some(error) = &result.error {
-                courier.board.error(&run.session, &error.to_string());
+                courier
+                    .board
+                    .error(run.session.as_str(), &error.to_string());
             }
             let delivery = deliver(&run, &result, proactive, &courier, &inbox).await;
             let record = json!({
@@ -231,8 +233,8 @@ async fn authority(agent: &AgentRuntime, run: &JobRun) -> Result<Authority, Stri
     let who = tokio::task::spawn_blocking(move || access.reconfirm(&creator))
         .await
         .map_err(|e| format!("checking the creator failed: {e}"))??;
-    if let Some((channel, chat_id)) = session_chat(&run.session)
-        && let Ok(adapter) = agent.outbox().adapter(agent.settings(), channel)
+    if let Some((channel, chat_id)) = run.session.chat()
+        && let Ok(adapter) = agent.outbox().adapter(channel)
     {
         adapter
             .check_recipient(chat_id)

@@ -31,7 +31,7 @@ use super::jobs::{JOB_QUEUE, JobQueue, ScheduledRun, Unserved};
 use super::mailbox::{self, Lanes, Mailbox, Posted};
 use super::runner::TurnRunner;
 use super::session::{ActorMap, Mail, SessionActor, SessionConfig};
-use crate::channels::{Channel, Inbound, InboundSink};
+use crate::channels::{Channel, Inbound, InboundSink, SessionId};
 
 /// The actors' task tracker, stop and abort tokens.
 type Tokens<'a> = (
@@ -178,7 +178,7 @@ impl ChannelManager {
             // The previous run's work first (an actor's full mailbox makes this wait).
             if let Some(work) = resuming.next() {
                 let (channel, mail) = match work {
-                    Resume::Message(m) => (m.channel.clone(), Mail::Resumed(m)),
+                    Resume::Message(m) => (m.channel.clone(), Mail::Resumed(*m)),
                     Resume::Deliver(d) => (d.channel.clone(), Mail::Deliver(d)),
                     Resume::Job(run) => {
                         (String::new(), Mail::Job(ScheduledRun { run, done: None }))
@@ -292,10 +292,7 @@ impl ChannelManager {
     async fn route(&self, channel: &str, mut mail: Mail, tokens: Tokens<'_>) {
         let (session_id, adapter) = match &mail {
             Mail::Message(m) | Mail::Resumed(m) => (m.session_id(), self.adapter(channel).ok()),
-            Mail::Deliver(d) => {
-                let session_id = format!("{channel}:{}", d.out.chat_id);
-                (session_id, self.adapter(channel).ok())
-            }
+            Mail::Deliver(d) => (d.session_id(), self.adapter(channel).ok()),
             Mail::Job(job) => (job.run.session.clone(), Some(self.job_adapter(&job.run))),
         };
         let Some(adapter) = adapter else {
@@ -336,7 +333,7 @@ impl ChannelManager {
     /// Starts the actor of `session_id`, reading `lanes`.
     fn start(
         &self,
-        session_id: String,
+        session_id: SessionId,
         adapter: &Arc<dyn Channel>,
         lanes: Lanes,
         tokens: Tokens<'_>,
@@ -368,7 +365,7 @@ impl ChannelManager {
     /// The adapter a job's answer goes through; for a session without a chat, or a platform
     /// this process cannot reach, one that sends nothing — the job's turn runs all the same.
     fn job_adapter(&self, run: &crate::inbox::JobRun) -> Arc<dyn Channel> {
-        let Some((channel, _)) = crate::access::session_chat(&run.session) else {
+        let Some((channel, _)) = run.session.chat() else {
             let why = format!("session {} has no chat", run.session);
             return Arc::new(Unserved { name: "none", why });
         };

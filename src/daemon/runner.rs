@@ -9,8 +9,8 @@ use serde_json::Value;
 
 use super::jobs;
 use crate::access::Authority;
-use crate::agent::AgentRuntime;
-use crate::channels::Channel;
+use crate::agent::{AgentRuntime, TurnInput};
+use crate::channels::{Channel, SessionId};
 use crate::delivery::TurnResult;
 use crate::inbox::JobRun;
 use crate::tape::Event;
@@ -19,31 +19,36 @@ use crate::tools::TurnOutput;
 /// Runs turns for sessions (the agent; a fake in tests).
 #[async_trait]
 pub trait TurnRunner: Send + Sync + 'static {
-    /// Runs one turn in `session_id` for `who`.
-    async fn run_turn(&self, session_id: &str, prompt: &str, who: &Authority) -> TurnResult;
+    /// Runs one turn of `input` in `session_id` for `who`.
+    async fn run_turn(
+        &self,
+        session_id: &SessionId,
+        input: TurnInput,
+        who: &Authority,
+    ) -> TurnResult;
 
     /// Runs one turn of a chat, showing its answer in `output.live` as it is written and
     /// recording its sends on `output.sends` (by default: as [`TurnRunner::run_turn`], nothing
     /// shown or recorded).
     async fn run_chat_turn(
         &self,
-        session_id: &str,
-        prompt: &str,
+        session_id: &SessionId,
+        input: TurnInput,
         who: &Authority,
         _output: TurnOutput,
     ) -> TurnResult {
-        self.run_turn(session_id, prompt, who).await
+        self.run_turn(session_id, input, who).await
     }
 
     /// Records an event on the session's tape.
-    async fn record(&self, _session_id: &str, _name: Event, _data: Value) {}
+    async fn record(&self, _session_id: &SessionId, _name: Event, _data: Value) {}
 
     /// Runs a scheduled job's turn with its creator's rights, checked again now, its sends
     /// recorded on `output.sends`; `Err` says why it may not run (the turn did not run).
     async fn run_job(&self, run: &JobRun, output: TurnOutput) -> Result<TurnResult, String> {
-        let (session, prompt) = (&run.session, &run.prompt);
+        let input = TurnInput::text(run.prompt.as_str());
         Ok(self
-            .run_chat_turn(session, prompt, &run.creator, output)
+            .run_chat_turn(&run.session, input, &run.creator, output)
             .await)
     }
 
@@ -59,36 +64,42 @@ pub trait TurnRunner: Send + Sync + 'static {
     }
 
     /// Starts a fresh context in the session (a handoff anchor).
-    async fn new_context(&self, _session_id: &str, _who: &Authority) -> anyhow::Result<()> {
+    async fn new_context(&self, _session_id: &SessionId, _who: &Authority) -> anyhow::Result<()> {
         Ok(())
     }
 
     /// Lines about the session for `,status` (model, tape, jobs, uptime, version).
-    async fn status(&self, _session_id: &str) -> String {
+    async fn status(&self, _session_id: &SessionId) -> String {
         String::new()
     }
 
     /// The session's actor ended: its resources may be released.
-    fn release(&self, _session_id: &str) {}
+    fn release(&self, _session_id: &SessionId) {}
 }
 
 #[async_trait]
 impl TurnRunner for AgentRuntime {
-    async fn run_turn(&self, session_id: &str, prompt: &str, who: &Authority) -> TurnResult {
-        self.handle_input(session_id, prompt, who).await
+    async fn run_turn(
+        &self,
+        session_id: &SessionId,
+        input: TurnInput,
+        who: &Authority,
+    ) -> TurnResult {
+        self.handle_live(session_id, input, who, TurnOutput::default())
+            .await
     }
 
     async fn run_chat_turn(
         &self,
-        session_id: &str,
-        prompt: &str,
+        session_id: &SessionId,
+        input: TurnInput,
         who: &Authority,
         output: TurnOutput,
     ) -> TurnResult {
-        self.handle_live(session_id, prompt, who, output).await
+        self.handle_live(session_id, input, who, output).await
     }
 
-    async fn record(&self, session_id: &str, name: Event, data: Value) {
+    async fn record(&self, session_id: &SessionId, name: Event, data: Value) {
         self.append_event(session_id, name, data).await;
     }
 
@@ -101,18 +112,18 @@ impl TurnRunner for AgentRuntime {
     }
 
     fn adapter(&self, channel: &str) -> anyhow::Result<Arc<dyn Channel>> {
-        self.outbox().adapter(self.settings(), channel)
+        self.outbox().adapter(channel)
     }
 
-    async fn new_context(&self, session_id: &str, who: &Authority) -> anyhow::Result<()> {
+    async fn new_context(&self, session_id: &SessionId, who: &Authority) -> anyhow::Result<()> {
         self.fresh_context(session_id, who).await
     }
 
-    async fn status(&self, session_id: &str) -> String {
+    async fn status(&self, session_id: &SessionId) -> String {
         self.status_text(session_id).await
     }
 
-    fn release(&self, session_id: &str) {
+    fn release(&self, session_id: &SessionId) {
         self.release_session(session_id);
     }
 }

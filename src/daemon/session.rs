@@ -59,7 +59,9 @@ use super::live;
 use super::mailbox::{Lanes, Mailbox};
 use super::runner::TurnRunner;
 use crate::access::{Authority, Role};
-use crate::channels::{Channel, Control, Inbound, Outbound};
+use crate::agent::inbound;
+use crate::agent::{ChatBatch, TurnInput};
+use crate::channels::{Channel, Control, Inbound, Outbound, SessionId};
 use crate::config::Settings;
 use crate::delivery::{self, SendLedger, render_output};
 use crate::inbox::{Delivery, Inbox, Outcome};
@@ -132,7 +134,7 @@ pub(crate) enum Mail {
 /// entry's lock, and an actor only removes itself under it (`remove_if` its lanes are empty),
 /// which makes eviction race-free; a post that has to wait (a full lane) waits outside the
 /// lock, and gets its mail back if the actor ended meanwhile.
-pub(crate) type ActorMap = Arc<dashmap::DashMap<String, Mailbox>>;
+pub(crate) type ActorMap = Arc<dashmap::DashMap<SessionId, Mailbox>>;
 
 type TurnFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -146,7 +148,7 @@ struct Running {
 
 /// One chat's actor (see the module docs).
 pub(crate) struct SessionActor {
-    session_id: String,
+    session_id: SessionId,
     channel: Arc<dyn Channel>,
     runner: Arc<dyn TurnRunner>,
     inbox: Arc<Inbox>,
@@ -171,7 +173,7 @@ pub(crate) struct SessionActor {
 
 impl SessionActor {
     pub(crate) fn new(
-        session_id: String,
+        session_id: SessionId,
         channel: Arc<dyn Channel>,
         runner: Arc<dyn TurnRunner>,
         inbox: Arc<Inbox>,
@@ -267,7 +269,7 @@ impl SessionActor {
             tracing::info!(session = %self.session_id, queued,
                 running = turn.is_some(), "session.stop: left for the next start");
         }
-        self.board.remove(&self.session_id);
+        self.board.remove(self.session_id.as_str());
         self.runner.release(&self.session_id);
         tracing::debug!(session = %self.session_id, "session.actor.stop");
     }
@@ -292,7 +294,7 @@ impl SessionActor {
             queued_commands: self.commands.len() + self.deliveries.len() + self.jobs.len(),
         };
         if self.published.as_ref() != Some(&row) {
-            self.board.set(&self.session_id, row.clone());
+            self.board.set(self.session_id.as_str(), row.clone());
             self.published = Some(row);
         }
     }
@@ -315,7 +317,7 @@ impl SessionActor {
 
     /// Adds `message` to the batch; a full queue makes the batch due at once.
     fn push_batch(&mut self, message: Inbound) {
-        self.batch_bytes += message.prompt.len();
+        self.batch_bytes += prompt_bytes(&message);
         self.batch.push(message);
         if !self.has_room() {
             self.due = Some(Instant::now());
@@ -477,9 +479,9 @@ impl SessionActor {
             if command.control() == Some(Control::New) {
                 return Some(self.new_context(command));
             }
-            let prompt = command.prompt.trim().to_owned();
+            let input = TurnInput::Command(command.text().into_owned());
             let who = command.authority();
-            return Some(self.start_turn(prompt, &command, who, vec![command.seq], Vec::new()));
+            return Some(self.start_turn(input, &command, who, vec![command.seq], Vec::new()));
         }
         if let Some(scheduled) = self.jobs.pop_front() {
             return Some(self.start_job(scheduled));
@@ -497,32 +499,21 @@ impl SessionActor {
         let seqs = batch.iter().map(|m| m.seq).collect();
         let shown = shown_count(&batch);
         let left_out: Vec<Inbound> = batch.drain(..batch.len() - shown).collect();
-        let mut prompt = format!("channel: ${}\n", self.channel.name());
-        if batch.iter().chain(&left_out).any(|m| m.interrupted) {
-            prompt.push_str(
-                "[Bub restarted while answering these messages; the previous attempt was \
-                 interrupted. Answer them now.]\n",
-            );
-        }
-        if !left_out.is_empty() {
-            prompt.push_str(&format!(
-                "[{} earlier messages of this batch are not shown here; they are on the tape \
-                 (event `{}`): use tape.search to find them.]\n",
-                left_out.len(),
-                Event::MessagesLeftOut,
-            ));
-        }
-        let lines: Vec<&str> = batch.iter().map(|m| m.prompt.as_str()).collect();
-        prompt.push_str(&lines.join("\n"));
-        let left_out = left_out.into_iter().map(|m| m.prompt).collect();
-        Some(self.start_turn(prompt, &last, who, seqs, left_out))
+        let input = TurnInput::Chat(ChatBatch {
+            adapter: self.channel.clone(),
+            interrupted: batch.iter().chain(&left_out).any(|m| m.interrupted),
+            left_out: left_out.len(),
+            messages: batch,
+        });
+        let left_out = left_out.iter().map(inbound::line).collect();
+        Some(self.start_turn(input, &last, who, seqs, left_out))
     }
 
     /// The turn as one future: typing indicator while it runs, then the answer — recorded in
     /// the inbox before it is sent, and marked sent once the platform accepted it.
     fn start_turn(
         &mut self,
-        prompt: String,
+        input: TurnInput,
         trigger: &Inbound,
         who: Authority,
         seqs: Vec<u64>,
@@ -578,9 +569,7 @@ impl SessionActor {
                 live: live.as_ref().map(live::LiveAnswer::sender),
                 sends,
             };
-            let result = runner
-                .run_chat_turn(&session_id, &prompt, &who, output)
-                .await;
+            let result = runner.run_chat_turn(&session_id, input, &who, output).await;
             drop(_typing);
             // The live message, if one was posted (now or by an interrupted attempt), becomes
             // the answer's first part.
@@ -592,7 +581,7 @@ impl SessionActor {
                 .map(|s| (s.id, s.text))
                 .or(earlier.map(|id| (id, String::new())));
             if let Some(error) = &result.error {
-                courier.board.error(&session_id, &error.to_string());
+                courier.board.error(session_id.as_str(), &error.to_string());
             }
             let mut text = render_output(&result, proactive);
             if text.is_empty() {
@@ -717,11 +706,16 @@ fn shown_count(batch: &[Inbound]) -> usize {
         .rev()
         .take(BATCH_MESSAGES)
         .take_while(|m| {
-            bytes += m.prompt.len() + 1;
+            bytes += prompt_bytes(m) + 1;
             bytes <= BATCH_BYTES
         })
         .count();
     fitting.max(1).min(batch.len())
+}
+
+/// The bytes of `message`'s line in the model's prompt (before its files are handled).
+fn prompt_bytes(message: &Inbound) -> usize {
+    inbound::line(message).len()
 }
 
 /// How an actor's tasks reach its chat: the adapter (through [`delivery::send`]), the home
@@ -730,7 +724,7 @@ fn shown_count(batch: &[Inbound]) -> usize {
 pub(super) struct Courier {
     channel: Arc<dyn Channel>,
     home: PathBuf,
-    session_id: String,
+    session_id: SessionId,
     pub(super) board: Arc<Board>,
 }
 
@@ -784,8 +778,10 @@ impl Courier {
                 let error = format!("{e:#}");
                 tracing::error!(session = %self.session_id, chat_id = %out.chat_id, error = %error,
                     "session.deliver.error");
-                self.board
-                    .error(&self.session_id, &format!("delivery failed: {error}"));
+                self.board.error(
+                    self.session_id.as_str(),
+                    &format!("delivery failed: {error}"),
+                );
                 Err(error)
             }
         }

@@ -95,7 +95,18 @@ impl FakeRunner {
 
 #[async_trait]
 impl TurnRunner for FakeRunner {
-    async fn run_turn(&self, _session_id: &str, prompt: &str, who: &Authority) -> TurnResult {
+    async fn run_turn(
+        &self,
+        _session_id: &SessionId,
+        input: TurnInput,
+        who: &Authority,
+    ) -> TurnResult {
+        // The batch's lines are the messages' texts (the agent's renderer is tested on its own).
+        let prompt = match input {
+            TurnInput::Text(text) | TurnInput::Command(text) => text,
+            TurnInput::Chat(batch) => inbound::render_with(&batch, |m| m.text().into_owned()),
+        };
+        let prompt = prompt.as_str();
         self.prompts
             .lock()
             .unwrap()
@@ -120,15 +131,18 @@ impl TurnRunner for FakeRunner {
     async fn run_job(&self, run: &JobRun, _output: TurnOutput) -> Result<TurnResult, String> {
         match &self.refuse_jobs {
             Some(why) => Err(why.clone()),
-            None => Ok(self.run_turn(&run.session, &run.prompt, &run.creator).await),
+            None => {
+                let input = TurnInput::text(run.prompt.as_str());
+                Ok(self.run_turn(&run.session, input, &run.creator).await)
+            }
         }
     }
 
-    async fn record(&self, _session_id: &str, name: Event, data: serde_json::Value) {
+    async fn record(&self, _session_id: &SessionId, name: Event, data: serde_json::Value) {
         self.events.lock().unwrap().push((name.to_string(), data));
     }
 
-    async fn new_context(&self, _session_id: &str, _who: &Authority) -> anyhow::Result<()> {
+    async fn new_context(&self, _session_id: &SessionId, _who: &Authority) -> anyhow::Result<()> {
         self.events
             .lock()
             .unwrap()
@@ -136,12 +150,12 @@ impl TurnRunner for FakeRunner {
         Ok(())
     }
 
-    async fn status(&self, _session_id: &str) -> String {
+    async fn status(&self, _session_id: &SessionId) -> String {
         "model: fake".to_owned()
     }
 
-    fn release(&self, session_id: &str) {
-        self.released.lock().unwrap().push(session_id.to_owned());
+    fn release(&self, session_id: &SessionId) {
+        self.released.lock().unwrap().push(session_id.to_string());
     }
 }
 
@@ -232,19 +246,12 @@ impl Harness {
     }
 }
 
-fn inbound(id: usize, prompt: &str, mentioned: bool, sender: &str, role: Role) -> Inbound {
+fn inbound(id: usize, text: &str, mentioned: bool, sender: &str, role: Role) -> Inbound {
+    let sender = crate::channels::Sender::new(sender, None, role);
     Inbound {
-        channel: "fake".into(),
-        chat_id: "1".into(),
-        message_id: id.to_string(),
-        sender_id: sender.into(),
-        sender_name: None,
-        role,
-        prompt: prompt.into(),
         mentioned,
         reply: true,
-        seq: 0,
-        interrupted: false,
+        ..Inbound::new("fake", "1", &id.to_string(), sender, text)
     }
 }
 
@@ -538,7 +545,10 @@ async fn a_huge_batch_carries_the_newest_messages_and_records_the_rest() {
     let (name, data) = &recorded[0];
     assert_eq!(name, Event::MessagesLeftOut.as_str());
     assert_eq!(data["count"], 70);
-    assert_eq!(data["messages"][0], "follow-up 0");
+    assert_eq!(
+        data["messages"][0], "someone: follow-up 0",
+        "as the model would see it"
+    );
     drop(recorded);
     assert_eq!(h.inbox.pending(), 0, "all 121 messages finished");
 }
@@ -774,7 +784,11 @@ async fn a_full_queue_holds_the_sender_and_loses_nothing() {
     for prompt in h.runner.prompts().iter().skip(1) {
         if prompt.contains("earlier messages of this batch") {
             let messages = left_out.next().expect("a left_out event");
-            seen.extend(messages.as_array().unwrap().iter().map(|m| m.to_string()));
+            // Recorded as the model would have seen them (the sender has no name).
+            let lines = messages.as_array().unwrap().iter();
+            seen.extend(
+                lines.map(|m| format!("{:?}", m.as_str().unwrap().replace("someone: ", ""))),
+            );
         }
         let lines = prompt.lines().filter(|l| l.starts_with('m'));
         seen.extend(lines.map(|l| format!("{l:?}")));

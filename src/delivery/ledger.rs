@@ -17,7 +17,6 @@ use std::sync::{Arc, Mutex};
 use md5::{Digest, Md5};
 
 use super::{Outbound, Outbox};
-use crate::config::Settings;
 use crate::inbox::Inbox;
 
 /// The sends of one turn, recorded with the messages it answers.
@@ -55,11 +54,10 @@ impl SendLedger {
     pub(crate) async fn send(
         &self,
         outbox: &Outbox,
-        settings: &Settings,
         name: &str,
         out: &Outbound,
     ) -> anyhow::Result<Sent> {
-        let adapter = outbox.checked(settings, name, &out.chat_id).await?;
+        let adapter = outbox.checked(name, &out.chat_id).await?;
         let key = self.key(name, out);
         let (inbox, seqs) = (&self.inbox, self.seqs.as_slice());
         let from = match inbox.send_progress(seqs, &key) {
@@ -78,7 +76,7 @@ impl SendLedger {
         };
         let key_ref = &key;
         let mut accepted = |parts| Box::pin(inbox.send_part(seqs, key_ref, parts)) as _;
-        super::send_from(adapter.as_ref(), &settings.home, out, from, &mut accepted).await?;
+        super::send_from(adapter.as_ref(), outbox.home(), out, from, &mut accepted).await?;
         inbox.send_done(seqs, &key).await;
         Ok(Sent::Now)
     }

@@ -8,7 +8,8 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::access::{Access, Role};
 use crate::channels::{Channel, InboundSink};
-use crate::chat::Inbound;
+use crate::chat::{Inbound, Sender};
+use crate::config::Settings;
 use crate::inbox::Received;
 
 /// A channel that records what it sends (messages of at most 10 characters), refusing every
@@ -61,12 +62,12 @@ impl Channel for Recorder {
     }
 }
 
-/// An outbox whose `telegram` is `channel`, and settings with a temp home.
-pub(crate) fn outbox(channel: &Arc<Recorder>, home: &std::path::Path) -> (Outbox, Settings) {
+/// An outbox whose `telegram` is `channel`, on settings with a temp home.
+pub(crate) fn outbox(channel: &Arc<Recorder>, home: &std::path::Path) -> Outbox {
     let settings = Settings::with_defaults(home.to_path_buf(), home.to_path_buf());
-    let outbox = Outbox::new(Arc::new(Access::new(&settings)));
+    let outbox = Outbox::new(Arc::new(Access::new(&settings)), Arc::new(settings));
     outbox.install(&[channel.clone() as Arc<dyn Channel>]);
-    (outbox, settings)
+    outbox
 }
 
 pub(crate) fn to(chat: &str, text: &str) -> Outbound {
@@ -81,18 +82,10 @@ pub(crate) fn to(chat: &str, text: &str) -> Outbound {
 
 /// A journaled message of chat 42 (its sequence number).
 async fn received(inbox: &Inbox, id: &str) -> u64 {
+    let sender = Sender::new("42", None, Role::Owner);
     let mut m = Inbound {
-        channel: "telegram".into(),
-        chat_id: "42".into(),
-        message_id: id.into(),
-        sender_id: "42".into(),
-        sender_name: None,
-        role: Role::Owner,
-        prompt: "hi".into(),
         mentioned: true,
-        reply: false,
-        seq: 0,
-        interrupted: false,
+        ..Inbound::new("telegram", "42", id, sender, "hi")
     };
     match inbox.receive(&mut m, None).await.unwrap() {
         Received::New(seq) => seq,
@@ -104,22 +97,18 @@ async fn received(inbox: &Inbox, id: &str) -> u64 {
 async fn a_turn_run_again_skips_what_was_accepted_and_sends_what_was_not() {
     let home = tempfile::tempdir().unwrap();
     let channel = Recorder::new();
-    let (outbox, settings) = outbox(&channel, home.path());
+    let outbox = outbox(&channel, home.path());
     let inbox = Arc::new(Inbox::memory());
     let seq = received(&inbox, "1").await;
     // The first attempt: "ping" twice to chat 7 (both sent: the same text twice is two sends),
     // then a report to chat 8 — and the restart comes before it is sent.
     let first = SendLedger::new(inbox.clone(), &[seq]).unwrap();
     for _ in 0..2 {
-        let sent = first
-            .send(&outbox, &settings, "telegram", &to("7", "ping"))
-            .await;
+        let sent = first.send(&outbox, "telegram", &to("7", "ping")).await;
         assert_eq!(sent.unwrap(), Sent::Now);
     }
     channel.accepting.store(0, Ordering::SeqCst);
-    let failed = first
-        .send(&outbox, &settings, "telegram", &to("8", "report"))
-        .await;
+    let failed = first.send(&outbox, "telegram", &to("8", "report")).await;
     assert!(failed.is_err());
     assert_eq!(channel.texts(), ["ping", "ping"]);
 
@@ -131,7 +120,7 @@ async fn a_turn_run_again_skips_what_was_accepted_and_sends_what_was_not() {
     for (chat, text) in [("7", "ping"), ("7", "ping"), ("8", "report"), ("7", "ping")] {
         outcomes.push(
             again
-                .send(&outbox, &settings, "telegram", &to(chat, text))
+                .send(&outbox, "telegram", &to(chat, text))
                 .await
                 .unwrap(),
         );
@@ -140,9 +129,7 @@ async fn a_turn_run_again_skips_what_was_accepted_and_sends_what_was_not() {
     assert_eq!(channel.texts(), ["ping", "ping", "report", "ping"]);
     // Another turn (other messages) sends its own "ping".
     let other = SendLedger::new(inbox.clone(), &[received(&inbox, "2").await]).unwrap();
-    let sent = other
-        .send(&outbox, &settings, "telegram", &to("7", "ping"))
-        .await;
+    let sent = other.send(&outbox, "telegram", &to("7", "ping")).await;
     assert_eq!(sent.unwrap(), Sent::Now);
     // A turn of messages that were never journaled has no ledger.
     assert!(SendLedger::new(inbox, &[0]).is_none());
@@ -152,27 +139,22 @@ async fn a_turn_run_again_skips_what_was_accepted_and_sends_what_was_not() {
 async fn a_long_send_resumes_at_its_first_part_not_accepted() {
     let home = tempfile::tempdir().unwrap();
     let channel = Recorder::new();
-    let (outbox, settings) = outbox(&channel, home.path());
+    let outbox = outbox(&channel, home.path());
     let inbox = Arc::new(Inbox::memory());
     let seq = received(&inbox, "1").await;
     let long = to("7", "aaaa aaaa\n\nbbbb bbbb\n\ncccc cccc");
     channel.accepting.store(2, Ordering::SeqCst);
     let first = SendLedger::new(inbox.clone(), &[seq]).unwrap();
-    assert!(
-        first
-            .send(&outbox, &settings, "telegram", &long)
-            .await
-            .is_err()
-    );
+    assert!(first.send(&outbox, "telegram", &long).await.is_err());
     assert_eq!(channel.texts(), ["aaaa aaaa", "bbbb bbbb"]);
 
     channel.accepting.store(usize::MAX, Ordering::SeqCst);
     let again = SendLedger::new(inbox.clone(), &[seq]).unwrap();
-    let sent = again.send(&outbox, &settings, "telegram", &long).await;
+    let sent = again.send(&outbox, "telegram", &long).await;
     assert_eq!(sent.unwrap(), Sent::Now);
     assert_eq!(channel.texts(), ["aaaa aaaa", "bbbb bbbb", "cccc cccc"]);
     let third = SendLedger::new(inbox, &[seq]).unwrap();
-    let sent = third.send(&outbox, &settings, "telegram", &long).await;
+    let sent = third.send(&outbox, "telegram", &long).await;
     assert_eq!(sent.unwrap(), Sent::Before);
     assert_eq!(channel.texts().len(), 3);
 }
@@ -181,13 +163,11 @@ async fn a_long_send_resumes_at_its_first_part_not_accepted() {
 async fn a_refused_chat_is_refused_and_nothing_is_recorded() {
     let home = tempfile::tempdir().unwrap();
     let channel = Recorder::new();
-    let (outbox, settings) = outbox(&channel, home.path());
+    let outbox = outbox(&channel, home.path());
     let inbox = Arc::new(Inbox::memory());
     let seq = received(&inbox, "1").await;
     let ledger = SendLedger::new(inbox.clone(), &[seq]).unwrap();
-    let refused = ledger
-        .send(&outbox, &settings, "telegram", &to("666", "hi"))
-        .await;
+    let refused = ledger.send(&outbox, "telegram", &to("666", "hi")).await;
     assert!(format!("{:#}", refused.unwrap_err()).contains("not in BUB_TELEGRAM_ALLOW_CHATS"));
     assert!(channel.texts().is_empty());
     let key = SendLedger::new(inbox.clone(), &[seq])

@@ -235,7 +235,9 @@ mod tests {
         for p in PLATFORMS {
             assert_eq!(platform(p.name).unwrap().name, p.name);
             assert!(
-                crate::access::session_chat(&format!("{}:1", p.name)).is_some(),
+                crate::chat::SessionId::chat_of(p.name, "1")
+                    .chat()
+                    .is_some(),
                 "{}: its sessions are chats (it has variables)",
                 p.name
             );

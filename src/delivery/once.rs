@@ -28,7 +28,6 @@ use md5::{Digest, Md5};
 use serde::{Deserialize, Serialize};
 
 use super::{Outbound, Outbox};
-use crate::config::Settings;
 
 /// The folder of the records, under `BUB_HOME`.
 pub(crate) const DIR: &str = "sends";
@@ -85,15 +84,14 @@ struct Record {
 /// sent it (see the module docs).
 pub async fn send_once(
     outbox: &Outbox,
-    settings: &Settings,
     name: &str,
     out: &Outbound,
     key: &str,
 ) -> anyhow::Result<Once> {
-    let adapter = outbox.checked(settings, name, &out.chat_id).await?;
+    let adapter = outbox.checked(name, &out.chat_id).await?;
     let to = format!("{name}:{}", out.chat_id);
     let digest = hex(&super::ledger::digest(name, out));
-    let dir = settings.home.join(DIR);
+    let dir = outbox.home().join(DIR);
     let path = record_path(&dir, key);
     let mut record = tokio::task::spawn_blocking(move || {
         forget_old(&dir, &path);
@@ -135,7 +133,7 @@ pub async fn send_once(
         }
         Box::pin(std::future::ready(())) as _
     };
-    super::send_from(adapter.as_ref(), &settings.home, out, from, &mut accepted).await?;
+    super::send_from(adapter.as_ref(), outbox.home(), out, from, &mut accepted).await?;
     record.append(&Line {
         done: Some(true),
         at: Some(Utc::now()),

@@ -11,21 +11,21 @@ use crate::delivery::ledger::tests::{Recorder, outbox, to};
 async fn a_key_is_sent_once_and_a_failed_send_resumes_where_it_stopped() {
     let home = tempfile::tempdir().unwrap();
     let channel = Recorder::new();
-    let (outbox, settings) = outbox(&channel, home.path());
+    let outbox = outbox(&channel, home.path());
     let hello = to("42", "hello");
-    let sent = send_once(&outbox, &settings, "telegram", &hello, "greeting").await;
+    let sent = send_once(&outbox, "telegram", &hello, "greeting").await;
     assert_eq!(sent.unwrap(), Once::Sent);
-    let again = send_once(&outbox, &settings, "telegram", &hello, "greeting").await;
+    let again = send_once(&outbox, "telegram", &hello, "greeting").await;
     assert!(matches!(again.unwrap(), Once::Before(Some(_))));
     assert_eq!(channel.texts(), ["hello"], "not sent again");
 
     // A long one: the platform takes one part, then fails; the next run sends the rest.
     let long = to("42", "aaaa aaaa\n\nbbbb bbbb\n\ncccc cccc");
     channel.accepting.store(1, Ordering::SeqCst);
-    let failed = send_once(&outbox, &settings, "telegram", &long, "report").await;
+    let failed = send_once(&outbox, "telegram", &long, "report").await;
     assert!(format!("{:#}", failed.unwrap_err()).contains("502"));
     channel.accepting.store(usize::MAX, Ordering::SeqCst);
-    let sent = send_once(&outbox, &settings, "telegram", &long, "report").await;
+    let sent = send_once(&outbox, "telegram", &long, "report").await;
     assert_eq!(sent.unwrap(), Once::Sent);
     assert_eq!(
         channel.texts(),
@@ -45,18 +45,18 @@ async fn a_key_is_sent_once_and_a_failed_send_resumes_where_it_stopped() {
 async fn a_key_used_for_another_message_sends_nothing() {
     let home = tempfile::tempdir().unwrap();
     let channel = Recorder::new();
-    let (outbox, settings) = outbox(&channel, home.path());
-    let sent = send_once(&outbox, &settings, "telegram", &to("42", "one"), "k").await;
+    let outbox = outbox(&channel, home.path());
+    let sent = send_once(&outbox, "telegram", &to("42", "one"), "k").await;
     assert_eq!(sent.unwrap(), Once::Sent);
     for other in [to("42", "two"), to("43", "one")] {
-        let err = send_once(&outbox, &settings, "telegram", &other, "k")
+        let err = send_once(&outbox, "telegram", &other, "k")
             .await
             .unwrap_err();
         let reused = err.downcast_ref::<KeyReused>().expect("KeyReused");
         assert_eq!(reused.to, "telegram:42");
     }
     // A refused chat: refused before anything is recorded.
-    let refused = send_once(&outbox, &settings, "telegram", &to("666", "x"), "r").await;
+    let refused = send_once(&outbox, "telegram", &to("666", "x"), "r").await;
     assert!(refused.is_err());
     assert!(!record_path(&home.path().join(DIR), "r").exists());
     assert_eq!(channel.texts(), ["one"]);
@@ -66,14 +66,14 @@ async fn a_key_used_for_another_message_sends_nothing() {
 async fn keys_older_than_30_days_are_forgotten_and_records_are_private() {
     let home = tempfile::tempdir().unwrap();
     let channel = Recorder::new();
-    let (outbox, settings) = outbox(&channel, home.path());
+    let outbox = outbox(&channel, home.path());
     let dir = home.path().join(DIR);
     let old = record_path(&dir, "last-month");
-    let sent = send_once(&outbox, &settings, "telegram", &to("42", "a"), "last-month").await;
+    let sent = send_once(&outbox, "telegram", &to("42", "a"), "last-month").await;
     assert_eq!(sent.unwrap(), Once::Sent);
     let long_ago = SystemTime::now() - KEPT - Duration::from_secs(60);
     File::open(&old).unwrap().set_modified(long_ago).unwrap();
-    let sent = send_once(&outbox, &settings, "telegram", &to("42", "b"), "today").await;
+    let sent = send_once(&outbox, "telegram", &to("42", "b"), "today").await;
     assert_eq!(sent.unwrap(), Once::Sent);
     assert!(!old.exists(), "forgotten");
     use std::os::unix::fs::PermissionsExt;
@@ -86,15 +86,11 @@ async fn keys_older_than_30_days_are_forgotten_and_records_are_private() {
 async fn a_torn_record_line_is_ignored_and_the_next_starts_on_a_line_of_its_own() {
     let home = tempfile::tempdir().unwrap();
     let channel = Recorder::new();
-    let (outbox, settings) = outbox(&channel, home.path());
+    let outbox = outbox(&channel, home.path());
     let path = record_path(&home.path().join(DIR), "k");
     let long = to("42", "aaaa aaaa\n\nbbbb bbbb");
     channel.accepting.store(1, Ordering::SeqCst);
-    assert!(
-        send_once(&outbox, &settings, "telegram", &long, "k")
-            .await
-            .is_err()
-    );
+    assert!(send_once(&outbox, "telegram", &long, "k").await.is_err());
     // A process that died writing its next line left part of it.
     let mut file = std::fs::OpenOptions::new()
         .append(true)
@@ -102,9 +98,9 @@ async fn a_torn_record_line_is_ignored_and_the_next_starts_on_a_line_of_its_own(
         .unwrap();
     file.write_all(br#"{"par"#).unwrap();
     channel.accepting.store(usize::MAX, Ordering::SeqCst);
-    let sent = send_once(&outbox, &settings, "telegram", &long, "k").await;
+    let sent = send_once(&outbox, "telegram", &long, "k").await;
     assert_eq!(sent.unwrap(), Once::Sent);
     assert_eq!(channel.texts(), ["aaaa aaaa", "bbbb bbbb"]);
-    let again = send_once(&outbox, &settings, "telegram", &long, "k").await;
+    let again = send_once(&outbox, "telegram", &long, "k").await;
     assert!(matches!(again.unwrap(), Once::Before(_)));
 }

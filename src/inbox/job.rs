@@ -12,8 +12,8 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::{Delivery, MAX_ATTEMPTS, Resume};
-use crate::access::{Authority, session_chat};
-use crate::chat::Outbound;
+use crate::access::Authority;
+use crate::chat::{Outbound, SessionId};
 
 /// One due run of a scheduled job: everything its turn needs, so a restart can run it from the
 /// journal alone (a one-shot job is gone from `jobs.json` by then).
@@ -25,7 +25,7 @@ pub struct JobRun {
     /// The job's id.
     pub job: String,
     /// The session the job belongs to (`telegram:42`, `cli`).
-    pub session: String,
+    pub session: SessionId,
     /// The workspace the job was created in (its tapes); empty: the process's own.
     #[serde(default)]
     pub workspace: PathBuf,
@@ -48,7 +48,7 @@ impl JobRun {
 
     /// `text` as the run's answer to its session's chat; `None` for a session without a chat.
     pub fn delivery(&self, text: String) -> Option<Delivery> {
-        let (channel, chat_id) = session_chat(&self.session)?;
+        let (channel, chat_id) = self.session.chat()?;
         Some(Delivery {
             channel: channel.to_owned(),
             seqs: vec![self.seq],
@@ -106,7 +106,7 @@ pub(super) fn resume(jobs: &mut BTreeMap<u64, PendingJob>, resume: &mut Vec<Resu
 /// The notice for a run that will not run again after a restart; `None` for a session
 /// without a chat.
 fn give_up_notice(run: &JobRun) -> Option<Delivery> {
-    session_chat(&run.session)?;
+    run.session.chat()?;
     let text = if run.is_command() {
         let command: String = run.prompt.trim().chars().take(80).collect();
         format!(

@@ -9,7 +9,7 @@ use crate::access::Role;
 use crate::inbox::{Inbox, Outcome};
 
 fn open(path: &Path) -> (Inbox, Vec<Resume>) {
-    Inbox::open(path, |m| Some(m.role)).unwrap()
+    Inbox::open(path, |m| Some(m.sender.role)).unwrap()
 }
 
 fn run(session: &str, prompt: &str) -> JobRun {

@@ -1,7 +1,7 @@
 //! The inbox journal's line format: one JSON record per line, tagged by `op`.
 //!
 //! ```text
-//! {"op":"recv","seq":7,"cursor":1042,"msg":{...the Inbound...}}
+//! {"op":"recv","seq":7,"cursor":1042,"msg":{"channel":"telegram","chat_id":"42","sender":{...},"content":{"text":"hi"},...}}
 //! {"op":"start","seqs":[7,8]}
 //! {"op":"answer","channel":"telegram","seqs":[7,8],"out":{"chat_id":"42","text":"...","reply_to":null}}
 //! {"op":"sent","seqs":[7,8],"parts":2}       (the platform accepted the answer's first 2 parts)
@@ -10,7 +10,7 @@
 //! {"op":"send","seqs":[7,8],"key":"9f…","to":"telegram:7"}   (a message.send, before it is sent)
 //! {"op":"send_part","seqs":[7,8],"key":"9f…","parts":1}  {"op":"send_done","seqs":[7,8],"key":"9f…"}
 //! {"op":"job","seq":9,"run":{"job":"1a2b","session":"telegram:42","due":"...","prompt":"...","creator":{...}}}
-//! {"op":"version","v":2}  {"op":"next","seq":8}  {"op":"cursor",...}  {"op":"seen",...}
+//! {"op":"version","v":3}  {"op":"next","seq":8}  {"op":"cursor",...}  {"op":"seen",...}
 //!                                                                     (written by compaction)
 //! ```
 //!
@@ -18,10 +18,13 @@
 //! (an older journal) is delivered whole. It writes a send's progress into its `send` record
 //! (`"parts":1`, `"done":true`).
 //!
-//! Versions: 1 had no `version` line and no `live`/`send*`/`job` records; 2 (this one) starts every
-//! compacted journal with `{"op":"version","v":2}`. A version-1 journal reads as it always did.
-//! An older Bub skips the lines it does not understand, so it reads a version-2 journal too
-//! (without what those lines say).
+//! Versions: 1 had no `version` line and no `live`/`send*`/`job` records; 2 starts every
+//! compacted journal with `{"op":"version","v":2}`; 3 (this one) journals a received message
+//! typed — sender, content, attachments, the quoted message, the chat (`chat::Inbound`) —
+//! where 1 and 2 kept its text (`"prompt"`: a comma command, or the platform's metadata JSON);
+//! such a `recv` is read as the typed message (`legacy`). Older journals read as they always
+//! did. An older Bub skips the lines it does not understand, so it reads a newer journal too
+//! (without what those lines say: a version-3 `recv` is one of them).
 //!
 //! A scheduled job's due run is a `job` record, numbered like a received message; the records
 //! after it (`start`, `answer`, `sent`, `done`) are the messages' own. The other records are
@@ -37,9 +40,11 @@ use super::{Delivery, JobRun, Outcome, State};
 use crate::chat::Inbound;
 
 /// The version of the journal this Bub writes (see the module docs).
-pub(super) const VERSION: u32 = 2;
+pub(super) const VERSION: u32 = 3;
 
 /// One journal line.
+// A line is decoded, used and dropped: its size is not worth a box.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub(super) enum Record {
@@ -47,6 +52,8 @@ pub(super) enum Record {
         seq: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cursor: Option<u64>,
+        /// Typed; before version 3 with its text (`super::legacy`).
+        #[serde(deserialize_with = "super::legacy::inbound")]
         msg: Inbound,
     },
     Start {

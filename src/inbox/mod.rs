@@ -37,6 +37,7 @@
 
 mod job;
 mod journal;
+pub(crate) mod legacy;
 mod outgoing;
 mod writer;
 
@@ -89,7 +90,7 @@ pub enum Outcome {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resume {
     /// A message to handle (again). `interrupted` is set on it when a turn had started.
-    Message(Inbound),
+    Message(Box<Inbound>),
     /// An answer recorded but not yet accepted by the platform.
     Deliver(Delivery),
     /// A scheduled job's due run to run (again). `interrupted` is set on it when a turn had
@@ -229,7 +230,7 @@ impl Inbox {
                 gave_up.push(*seq);
                 continue;
             };
-            p.msg.role = role;
+            p.msg.sender.role = role;
             p.msg.seq = *seq;
             let interrupted = p.attempts > 0;
             if interrupted && (p.attempts >= MAX_ATTEMPTS || p.msg.is_command()) {
@@ -252,7 +253,7 @@ impl Inbox {
                 continue;
             }
             p.msg.interrupted = interrupted;
-            resume.push(Resume::Message(p.msg.clone()));
+            resume.push(Resume::Message(Box::new(p.msg.clone())));
         }
         for seq in gave_up {
             state.pending.remove(&seq);
@@ -591,8 +592,7 @@ fn journaled(seqs: &[u64]) -> Vec<u64> {
 /// The notice for a message that will not be handled again after a restart.
 fn give_up_notice(seq: u64, msg: &Inbound) -> Delivery {
     let text = if msg.is_command() {
-        let command = msg.prompt.trim();
-        let command: String = command.chars().take(80).collect();
+        let command: String = msg.text().trim().chars().take(80).collect();
         format!(
             "`{command}` was interrupted by a restart and was not run again. Send it again if it should run."
         )
@@ -611,6 +611,13 @@ fn give_up_notice(seq: u64, msg: &Inbound) -> Delivery {
             edit: None,
         },
         parts_sent: 0,
+    }
+}
+
+impl Delivery {
+    /// The session of the chat it goes to.
+    pub fn session_id(&self) -> crate::chat::SessionId {
+        crate::chat::SessionId::chat_of(&self.channel, &self.out.chat_id)
     }
 }
 

@@ -8,24 +8,16 @@ use crate::access::Role;
 use crate::chat::Inbound;
 use crate::inbox::{Inbox, Outcome, Received, Resume};
 
-fn msg(id: &str, prompt: &str) -> Inbound {
+fn msg(id: &str, text: &str) -> Inbound {
+    let sender = crate::chat::Sender::new("7", None, Role::Owner);
     Inbound {
-        channel: "telegram".into(),
-        chat_id: "42".into(),
-        message_id: id.into(),
-        sender_id: "7".into(),
-        sender_name: None,
-        role: Role::Owner,
-        prompt: prompt.into(),
         mentioned: true,
-        reply: false,
-        seq: 0,
-        interrupted: false,
+        ..Inbound::new("telegram", "42", id, sender, text)
     }
 }
 
 fn open(path: &Path) -> (Inbox, Vec<Resume>) {
-    Inbox::open(path, |m| Some(m.role)).unwrap()
+    Inbox::open(path, |m| Some(m.sender.role)).unwrap()
 }
 
 async fn receive(inbox: &Inbox, id: &str) -> u64 {
@@ -67,7 +59,7 @@ async fn sends_and_the_live_message_survive_a_restart_until_their_messages_are_d
     // The compacted journal holds them, one record per message, after its version.
     let journal = std::fs::read_to_string(&path).unwrap();
     assert!(
-        journal.starts_with("{\"op\":\"version\",\"v\":2}\n"),
+        journal.starts_with("{\"op\":\"version\",\"v\":3}\n"),
         "{journal}"
     );
     assert!(
@@ -139,13 +131,18 @@ async fn the_give_up_notice_replaces_the_live_message_an_interrupted_turn_left()
     assert!(matches!(&resume[..], [Resume::Deliver(n)] if n.out.edit.as_deref() == Some("1001")));
 }
 
-/// A journal of version 1 (no `version` line, the records of that version) reads as it did,
-/// and is rewritten as version 2.
+/// A journal of version 1 (no `version` line, the records of that version, messages with
+/// their text) reads as it did, and is rewritten as the current version.
 #[tokio::test]
-async fn a_version_1_journal_is_read_and_rewritten_as_version_2() {
+async fn a_version_1_journal_is_read_and_rewritten_as_the_current_version() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("inbox.jsonl");
-    let m = |id: &str, text: &str| serde_json::to_string(&msg(id, text)).unwrap();
+    let m = |id: &str, text: &str| {
+        serde_json::json!({"channel": "telegram", "chat_id": "42", "message_id": id,
+            "sender_id": "7", "sender_name": null, "role": "owner", "prompt": text,
+            "mentioned": true, "reply": false})
+        .to_string()
+    };
     let v1 = [
         r#"{"op":"next","seq":4}"#.to_owned(),
         r#"{"op":"cursor","channel":"telegram","at":900}"#.to_owned(),
@@ -167,12 +164,20 @@ async fn a_version_1_journal_is_read_and_rewritten_as_version_2() {
     };
     assert_eq!((answer.seqs.as_slice(), answer.parts_sent), (&[5][..], 1));
     assert_eq!((again.seq, again.interrupted), (6, true));
+    assert_eq!(
+        **again,
+        Inbound {
+            seq: 6,
+            interrupted: true,
+            ..msg("11", "interrupted")
+        }
+    );
     assert_eq!(inbox.cursor("telegram"), Some(901));
     assert_eq!(inbox.last_seen("discord", 5), [("5".to_owned(), 77)]);
     assert_eq!(receive(&inbox, "13").await, 8, "the numbering goes on");
     let journal = std::fs::read_to_string(&path).unwrap();
     assert!(
-        journal.starts_with("{\"op\":\"version\",\"v\":2}\n"),
+        journal.starts_with("{\"op\":\"version\",\"v\":3}\n"),
         "{journal}"
     );
 }

@@ -6,25 +6,18 @@ use std::sync::Arc;
 
 use super::*;
 use crate::access::Role;
+use crate::chat::Sender;
 
-fn msg(chat: &str, id: &str, prompt: &str) -> Inbound {
+fn msg(chat: &str, id: &str, text: &str) -> Inbound {
+    let sender = Sender::new("7", None, Role::Owner);
     Inbound {
-        channel: "telegram".into(),
-        chat_id: chat.into(),
-        message_id: id.into(),
-        sender_id: "7".into(),
-        sender_name: None,
-        role: Role::Owner,
-        prompt: prompt.into(),
         mentioned: true,
-        reply: false,
-        seq: 0,
-        interrupted: false,
+        ..Inbound::new("telegram", chat, id, sender, text)
     }
 }
 
 fn open(path: &Path) -> (Inbox, Vec<Resume>) {
-    Inbox::open(path, |m| Some(m.role)).unwrap()
+    Inbox::open(path, |m| Some(m.sender.role)).unwrap()
 }
 
 async fn receive(inbox: &Inbox, m: &Inbound) -> u64 {
@@ -280,7 +273,7 @@ async fn a_failed_append_does_not_glue_the_next_record_to_its_fragment() {
         panic!("the message survives the restart: {resume:?}")
     };
     assert_eq!(
-        (m.prompt.as_str(), m.seq, m.interrupted),
+        (m.text().as_ref(), m.seq, m.interrupted),
         ("second try", seq, true)
     );
 }

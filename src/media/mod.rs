@@ -1,13 +1,14 @@
 //! Media: what the files of chat messages become for a turn. Before a turn runs, every file its
-//! messages carry is downloaded through the chat's adapter — streamed, at most
-//! `BUB_MEDIA_MAX_BYTES` — into the workspace's `chats/<channel>-<chat>/` folder under a
-//! date-prefixed safe name; voice and audio are transcribed when `BUB_TRANSCRIBE_MODEL` is set;
-//! images are listed for the model ([`image`] turns them into image parts for vision models).
+//! messages carry ([`Attachment`]s with a source) is downloaded through the chat's adapter —
+//! the one its session actor holds — streamed, at most `BUB_MEDIA_MAX_BYTES`, into the
+//! workspace's `chats/<channel>-<chat>/` folder under a date-prefixed safe name; voice and
+//! audio are transcribed when `BUB_TRANSCRIBE_MODEL` is set; images are listed for the model
+//! ([`image`] turns them into image parts for vision models).
 //!
-//! What happened is written into the message's metadata JSON, at the file's own entry:
-//! `saved` (the path, relative to the workspace), `transcript`, or `note` (why a file was not
-//! downloaded or transcribed), and a transcript is added to the `message` text. Nothing here
-//! fails a turn: a file that cannot be had is described instead.
+//! What happened is written into the attachment: `saved` (the path, relative to the
+//! workspace), `transcript`, or `note` (why a file was not downloaded or transcribed); the
+//! prompt shows them. At most [`MAX_FILES`] files of one message are downloaded. Nothing
+//! here fails a turn: a file that cannot be had is described instead.
 //!
 //! A file already saved (a turn run again after a restart) is not downloaded twice. The folder
 //! comes from the session, never from the message, so a guest's files land only in their own
@@ -17,166 +18,145 @@ pub(crate) mod image;
 
 use std::path::{Path, PathBuf};
 
-use serde_json::{Value, json};
-
-use crate::channels::{Channel, MediaFile};
-use crate::config::Settings;
-use crate::delivery::Outbox;
+use crate::channels::{Attachment, Channel, Inbound, SessionId};
+use crate::config::{MediaSettings, ModelConfig};
 use crate::llm::transcribe::Transcriber;
 
-/// A turn's prompt after its files were handled, and the images it shows.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Prepared {
-    pub prompt: String,
-    /// The saved images, relative to the workspace.
-    pub images: Vec<String>,
+/// What media reads of the settings, converted once for the process.
+pub(crate) struct MediaConfig {
+    /// `BUB_MEDIA_*`, `BUB_VISION*` (and the `BUB_TRANSCRIBE_*` they were loaded with).
+    pub settings: MediaSettings,
+    /// Where speech is transcribed (`BUB_TRANSCRIBE_MODEL` at `BUB_TRANSCRIBE_API_BASE` with
+    /// `BUB_TRANSCRIBE_API_KEY`, else the chat model's OpenAI-compatible base and `BUB_API_KEY`),
+    /// or the note a voice file gets instead.
+    transcriber: Result<Transcriber, String>,
 }
 
-/// Handles the files of `prompt` (a chat turn's prompt: metadata JSON lines) in `session_id`.
-/// A prompt without media is returned as it is, without any work.
-pub(crate) async fn prepare(
-    settings: &Settings,
-    outbox: &Outbox,
-    session_id: &str,
-    prompt: &str,
-) -> Prepared {
-    let unchanged = || Prepared {
-        prompt: prompt.to_owned(),
-        images: Vec::new(),
-    };
-    let (Some((channel, _)), Some(folder)) = (
-        session_id.split_once(':'),
-        crate::access::files::chat_folder(session_id),
-    ) else {
-        return unchanged();
-    };
-    if !prompt.contains("\"media\"") {
-        return unchanged();
+impl MediaConfig {
+    /// The media settings, transcribed with `models`' endpoint unless they name their own.
+    pub(crate) fn new(media: &MediaSettings, models: &ModelConfig) -> Self {
+        Self {
+            settings: media.clone(),
+            transcriber: transcriber(media, models),
+        }
     }
-    let adapter = match outbox.adapter(settings, channel) {
-        Ok(adapter) => adapter,
-        Err(_) => return unchanged(),
+}
+
+/// The transcription endpoint of `media`, falling back to the chat model's (`models`).
+fn transcriber(media: &MediaSettings, models: &ModelConfig) -> Result<Transcriber, String> {
+    let Some(model) = &media.transcribe_model else {
+        return Err("not transcribed: no transcription model is set (BUB_TRANSCRIBE_MODEL)".into());
+    };
+    let provider = &models.model.provider;
+    let base_url = match &media.transcribe_api_base {
+        Some(base) => base.to_string(),
+        // Anthropic's and Gemini's APIs have no `/audio/transcriptions`.
+        None if crate::llm::Api::of(provider) != crate::llm::Api::OpenAi => {
+            return Err(format!(
+                "not transcribed: {provider} has no transcription endpoint; set BUB_TRANSCRIBE_API_BASE"
+            ));
+        }
+        None => models.base_url_for(&models.model),
+    };
+    Ok(Transcriber {
+        model: model.clone(),
+        base_url,
+        api_key: media
+            .transcribe_api_key
+            .as_ref()
+            .or(models.api_key())
+            .map(|k| k.expose().to_owned()),
+        timeout: models.timeout,
+    })
+}
+
+/// The most files of one message that are downloaded.
+pub(crate) const MAX_FILES: usize = 10;
+
+/// Handles the files of `messages` (a chat turn's batch in `session_id`, whose adapter is
+/// `adapter`), writing what became of each into its attachment. Returns the saved images,
+/// relative to the workspace. Messages without files cost nothing.
+pub(crate) async fn prepare(
+    config: &MediaConfig,
+    workspace: &Path,
+    adapter: &dyn Channel,
+    session_id: &SessionId,
+    messages: &mut [Inbound],
+) -> Vec<String> {
+    let mut images = Vec::new();
+    let Some(folder) = session_id.chat_folder() else {
+        return images;
     };
     let downloader = Downloader {
-        settings,
-        adapter: adapter.as_ref(),
+        config,
+        workspace,
+        adapter,
         folder: folder.to_string_lossy().into_owned(),
     };
-    let mut out = Prepared::default();
-    let mut lines = Vec::new();
-    for line in prompt.lines() {
-        let mut metadata = match serde_json::from_str::<Value>(line) {
-            Ok(value @ Value::Object(_)) => value,
-            _ => {
-                lines.push(line.to_owned());
-                continue;
-            }
-        };
-        let files = adapter.files(&metadata);
-        if files.is_empty() {
-            lines.push(line.to_owned());
-            continue;
-        }
-        for (n, file) in files.iter().enumerate() {
-            let outcome = downloader.receive(&metadata, file, n).await;
-            if let Some(saved) = &outcome.saved
+    for message in messages {
+        let message_id = message.message_id.clone();
+        let files = message
+            .attachments
+            .iter_mut()
+            .filter(|a| a.source.is_some())
+            .take(MAX_FILES);
+        for (n, file) in files.enumerate() {
+            downloader.receive(&message_id, file, n).await;
+            if let Some(saved) = &file.saved
                 && file.is_image()
             {
-                out.images.push(saved.clone());
+                images.push(saved.clone());
             }
-            outcome.record(&mut metadata, file);
         }
-        lines.push(metadata.to_string());
     }
-    out.prompt = lines.join("\n");
-    out
+    images
 }
 
 /// Downloads one chat's files into its folder, through the chat's adapter.
 struct Downloader<'a> {
-    settings: &'a Settings,
+    config: &'a MediaConfig,
+    workspace: &'a Path,
     adapter: &'a dyn Channel,
     /// Relative to the workspace.
     folder: String,
 }
 
-/// What became of one file.
-#[derive(Debug, Default)]
-struct Outcome {
-    saved: Option<String>,
-    transcript: Option<String>,
-    note: Option<String>,
-}
-
-impl Outcome {
-    fn noted(note: String) -> Self {
-        Self {
-            note: Some(note),
-            ..Self::default()
-        }
-    }
-
-    /// Writes the outcome into the file's entry of `metadata`, and a transcript into its
-    /// `message`.
-    fn record(self, metadata: &mut Value, file: &MediaFile) {
-        if let Some(transcript) = &self.transcript {
-            let label = file.name.as_deref().unwrap_or(&file.kind);
-            let message = metadata["message"].as_str().unwrap_or_default();
-            let line = format!("[Voice message transcript ({label}): {transcript}]");
-            metadata["message"] = json!(format!("{message}\n{line}").trim_start());
-        }
-        let Some(Value::Object(entry)) = metadata.pointer_mut(&file.pointer) else {
-            return;
-        };
-        for (key, value) in [
-            ("saved", self.saved),
-            ("transcript", self.transcript),
-            ("note", self.note),
-        ] {
-            if let Some(value) = value {
-                entry.insert(key.to_owned(), json!(value));
-            }
-        }
-    }
-}
-
 impl Downloader<'_> {
-    /// Saves file number `n` of the message `metadata` (unless too large or already there),
-    /// then transcribes it when it is speech.
-    async fn receive(&self, metadata: &Value, file: &MediaFile, n: usize) -> Outcome {
-        let max = self.settings.media.max_bytes;
+    /// Saves file number `n` of message `message_id` (unless too large or already there),
+    /// then transcribes it when it is speech; what became of it is written into `file`.
+    async fn receive(&self, message_id: &str, file: &mut Attachment, n: usize) {
+        let max = self.config.settings.max_bytes;
         if let Some(size) = file.size.filter(|s| *s > max) {
-            return Outcome::noted(format!(
+            file.note = Some(format!(
                 "not downloaded: {} is over the {} limit (BUB_MEDIA_MAX_BYTES)",
                 human_bytes(size),
                 human_bytes(max)
             ));
+            return;
         }
-        let relative = format!("{}/{}", self.folder, file_name(metadata, file, n));
-        let path = self.settings.workspace.join(&relative);
+        let kind = file.kind.name();
+        let relative = format!("{}/{}", self.folder, file_name(message_id, file, n));
+        let path = self.workspace.join(&relative);
         if !is_saved(&path).await {
             if let Err(e) = self.download(file, &path, max).await {
-                tracing::warn!(kind = %file.kind, error = %format!("{e:#}"), "media.download.error");
-                return Outcome::noted(format!("not downloaded: {e:#}"));
+                tracing::warn!(kind, error = %format!("{e:#}"), "media.download.error");
+                file.note = Some(format!("not downloaded: {e:#}"));
+                return;
             }
-            tracing::info!(kind = %file.kind, path = %relative, "media.saved");
+            tracing::info!(kind, path = %relative, "media.saved");
         }
-        let mut outcome = Outcome {
-            saved: Some(relative),
-            ..Outcome::default()
-        };
+        file.saved = Some(relative);
         if file.is_audio() {
             match self.transcribe(&path).await {
-                Ok(text) => outcome.transcript = Some(text),
-                Err(why) => outcome.note = Some(why),
+                Ok(text) => file.transcript = Some(text),
+                Err(why) => file.note = Some(why),
             }
         }
-        outcome
     }
 
     /// Downloads `file` to `path` through a temporary file beside it (renamed when complete,
     /// removed on failure).
-    async fn download(&self, file: &MediaFile, path: &Path, max: u64) -> anyhow::Result<()> {
+    async fn download(&self, file: &Attachment, path: &Path, max: u64) -> anyhow::Result<()> {
         let dir = path.parent().unwrap_or(Path::new("."));
         tokio::fs::create_dir_all(dir).await?;
         let partial = partial_path(path);
@@ -194,35 +174,7 @@ impl Downloader<'_> {
 
     /// The transcript of the audio at `path`, or why there is none.
     async fn transcribe(&self, path: &Path) -> Result<String, String> {
-        let settings = self.settings;
-        let Some(model) = &settings.media.transcribe_model else {
-            return Err(
-                "not transcribed: no transcription model is set (BUB_TRANSCRIBE_MODEL)".into(),
-            );
-        };
-        let transcriber = Transcriber {
-            model: model.clone(),
-            base_url: match &settings.media.transcribe_api_base {
-                Some(base) => base.to_string(),
-                // Anthropic's and Gemini's APIs have no `/audio/transcriptions`.
-                None if crate::llm::Api::of(&settings.model.provider)
-                    != crate::llm::Api::OpenAi =>
-                {
-                    return Err(format!(
-                        "not transcribed: {} has no transcription endpoint; set BUB_TRANSCRIBE_API_BASE",
-                        settings.model.provider
-                    ));
-                }
-                None => settings.model_base_url(),
-            },
-            api_key: settings
-                .media
-                .transcribe_api_key
-                .as_ref()
-                .or(settings.api_key.as_ref())
-                .map(|k| k.expose().to_owned()),
-            timeout: settings.model_timeout,
-        };
+        let transcriber = self.config.transcriber.as_ref().map_err(Clone::clone)?;
         let name = path.file_name().unwrap_or_default().to_string_lossy();
         match transcriber.transcribe(path, &name).await {
             Ok(text) if !text.is_empty() => Ok(text),
@@ -251,19 +203,18 @@ fn partial_path(path: &Path) -> PathBuf {
 /// `2026-11-25-<message id>-<name>`: the sender's file name made safe, else the file's kind
 /// with the extension its type suggests (`photo.jpg`, `voice.ogg`); file `n` of a message
 /// with several gets `-<n>` before its name.
-fn file_name(metadata: &Value, file: &MediaFile, n: usize) -> String {
+fn file_name(message_id: &str, file: &Attachment, n: usize) -> String {
     let date = chrono::Local::now().format("%Y-%m-%d");
-    let id = match &metadata["message_id"] {
-        Value::String(s) => safe_name(s),
-        Value::Number(n) => n.to_string(),
-        _ => "0".to_owned(),
+    let id = match message_id {
+        "" => "0".to_owned(),
+        id => safe_name(id),
     };
     let name = file
         .name
         .as_deref()
         .map(safe_name)
         .filter(|n| !n.trim_matches(['.', '_']).is_empty())
-        .unwrap_or_else(|| format!("{}{}", file.kind, extension(file)));
+        .unwrap_or_else(|| format!("{}{}", file.kind.name(), extension(file)));
     match n {
         0 => format!("{date}-{id}-{name}"),
         n => format!("{date}-{id}-{n}-{name}"),
@@ -271,7 +222,7 @@ fn file_name(metadata: &Value, file: &MediaFile, n: usize) -> String {
 }
 
 /// The extension a file of this kind and type gets when the sender gave no name.
-fn extension(file: &MediaFile) -> &'static str {
+fn extension(file: &Attachment) -> &'static str {
     let by_mime = match file.mime.as_deref().unwrap_or_default() {
         "image/png" => Some(".png"),
         "image/webp" => Some(".webp"),
@@ -284,7 +235,7 @@ fn extension(file: &MediaFile) -> &'static str {
         "application/pdf" => Some(".pdf"),
         _ => None,
     };
-    by_mime.unwrap_or(match file.kind.as_str() {
+    by_mime.unwrap_or(match file.kind.name() {
         "photo" => ".jpg",
         "voice" => ".ogg",
         "audio" => ".mp3",
@@ -334,35 +285,35 @@ fn human_bytes(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::channels::AttachmentKind;
 
-    fn file(kind: &str, name: Option<&str>, mime: Option<&str>) -> MediaFile {
-        MediaFile {
-            kind: kind.into(),
-            source: "x".into(),
+    fn file(kind: AttachmentKind, name: Option<&str>, mime: Option<&str>) -> Attachment {
+        Attachment {
             name: name.map(str::to_owned),
             mime: mime.map(str::to_owned),
-            size: None,
-            pointer: "/media".into(),
+            ..Attachment::new(kind, Some("x".into()))
         }
     }
 
     #[test]
     fn names_are_dated_safe_and_keep_their_extension() {
         let date = chrono::Local::now().format("%Y-%m-%d").to_string();
-        let meta = json!({"message_id": 11});
+        let photo = AttachmentKind::Photo {
+            width: 1,
+            height: 1,
+        };
         assert_eq!(
-            file_name(&meta, &file("photo", None, None), 0),
+            file_name("11", &file(photo, None, None), 0),
             format!("{date}-11-photo.jpg")
         );
-        let evil = file("document", Some("../../etc/passwd"), None);
+        let evil = file(AttachmentKind::Document, Some("../../etc/passwd"), None);
         assert_eq!(
-            file_name(&meta, &evil, 0),
+            file_name("11", &evil, 0),
             format!("{date}-11-_.._etc_passwd")
         );
-        let meta = json!({"message_id": "9/9"});
-        let png = file("attachment", None, Some("image/png"));
+        let png = file(AttachmentKind::File, None, Some("image/png"));
         assert_eq!(
-            file_name(&meta, &png, 2),
+            file_name("9/9", &png, 2),
             format!("{date}-9_9-2-attachment.png")
         );
         let long = format!("{}.pdf", "a".repeat(200));
@@ -377,22 +328,5 @@ mod tests {
         assert_eq!(human_bytes(20 * 1024 * 1024), "20 MB");
         assert_eq!(human_bytes(1536), "1.5 KB");
         assert_eq!(human_bytes(12), "12 B");
-    }
-
-    #[test]
-    fn an_outcome_lands_at_the_file_s_entry_and_a_transcript_in_the_message() {
-        let mut meta = json!({"message": "[Voice message: 3s]", "media": {"file_id": "v"}});
-        let outcome = Outcome {
-            saved: Some("chats/telegram-1/v.ogg".into()),
-            transcript: Some("buy milk".into()),
-            note: None,
-        };
-        outcome.record(&mut meta, &file("voice", None, None));
-        assert_eq!(meta["media"]["saved"], "chats/telegram-1/v.ogg");
-        assert_eq!(meta["media"]["transcript"], "buy milk");
-        assert_eq!(
-            meta["message"],
-            "[Voice message: 3s]\n[Voice message transcript (voice): buy milk]"
-        );
     }
 }

@@ -20,6 +20,7 @@ use jiff::tz::TimeZone;
 use serde::{Deserialize, Serialize};
 
 use crate::access::{Authority, Role};
+use crate::chat::SessionId;
 
 /// A job: a message that is run as a turn in `session` whenever its trigger fires.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -135,7 +136,7 @@ impl Job {
     pub(crate) fn recorded_authority(&self) -> Authority {
         match &self.creator {
             Some(creator) => creator.clone(),
-            None if crate::access::session_chat(&self.session).is_some() => Authority {
+            None if SessionId::from(self.session.as_str()).chat().is_some() => Authority {
                 role: Role::Guest,
                 senders: Vec::new(),
             },

@@ -218,25 +218,47 @@ impl Discovery {
     }
 }
 
-/// The skill roots of `settings`: (root, source), in precedence order.
-fn roots(settings: &Settings) -> Vec<(PathBuf, Source)> {
-    let ws = &settings.workspace;
-    let mut roots = vec![
-        (ws.join(".agents/skills"), Source::Project),
-        (ws.join(".agent/skills"), Source::Project),
-    ];
-    if let Some(home) = &settings.user_home {
-        roots.push((home.join(".agents/skills"), Source::Global));
-        roots.push((home.join(".agent/skills"), Source::Global));
-    }
-    roots
+/// Where a session's skills are found, and which of them it sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SkillRoots {
+    /// The session's workspace: its `.agents/skills` and `.agent/skills` (project).
+    pub workspace: PathBuf,
+    /// The user's home directory (`HOME`): `~/.agents/skills` and `~/.agent/skills` (global).
+    pub user_home: Option<PathBuf>,
+    /// `--skills`: only these (empty = all).
+    pub allowed: Vec<String>,
 }
 
-/// The skills of `settings` (restricted to `settings.allowed_skills` when non-empty): the last
-/// discovery when none of the paths it was made from changed, else a new one.
-pub fn discover(settings: &Settings) -> Arc<Discovery> {
-    let roots = roots(settings);
-    let key = format!("{roots:?} {:?}", settings.allowed_skills);
+impl SkillRoots {
+    /// The roots of the settings' workspace.
+    pub fn from_settings(settings: &Settings) -> Self {
+        Self {
+            workspace: settings.workspace.clone(),
+            user_home: settings.user_home.clone(),
+            allowed: settings.allowed_skills.clone(),
+        }
+    }
+
+    /// (root, source), in precedence order.
+    fn dirs(&self) -> Vec<(PathBuf, Source)> {
+        let ws = &self.workspace;
+        let mut roots = vec![
+            (ws.join(".agents/skills"), Source::Project),
+            (ws.join(".agent/skills"), Source::Project),
+        ];
+        if let Some(home) = &self.user_home {
+            roots.push((home.join(".agents/skills"), Source::Global));
+            roots.push((home.join(".agent/skills"), Source::Global));
+        }
+        roots
+    }
+}
+
+/// The skills of `roots` (restricted to `roots.allowed` when non-empty): the last discovery
+/// when none of the paths it was made from changed, else a new one.
+pub fn discover(roots: &SkillRoots) -> Arc<Discovery> {
+    let dirs = roots.dirs();
+    let key = format!("{dirs:?} {:?}", roots.allowed);
     let snapshots = || SNAPSHOTS.lock().unwrap_or_else(|e| e.into_inner());
     let last = snapshots().get(&key).cloned();
     if let Some(last) = last
@@ -244,7 +266,7 @@ pub fn discover(settings: &Settings) -> Arc<Discovery> {
     {
         return last.found.clone();
     }
-    let snapshot = Arc::new(discover_now(settings, roots));
+    let snapshot = Arc::new(discover_now(&roots.allowed, dirs));
     let found = snapshot.found.clone();
     let mut snapshots = snapshots();
     if !snapshot.settled() {
@@ -263,7 +285,7 @@ pub fn discover(settings: &Settings) -> Arc<Discovery> {
 
 /// Lists the roots and loads their skills, stamping each path before it is read (so a change
 /// during the discovery makes the next call discover again, never keeps a stale one).
-fn discover_now(settings: &Settings, roots: Vec<(PathBuf, Source)>) -> Snapshot {
+fn discover_now(allowed: &[String], roots: Vec<(PathBuf, Source)>) -> Snapshot {
     let mut found = Discovery::default();
     let mut stamps = Vec::new();
     for (root, source) in roots {
@@ -304,11 +326,7 @@ fn discover_now(settings: &Settings, roots: Vec<(PathBuf, Source)>) -> Snapshot 
             folder,
         );
     }
-    let allowed: Vec<String> = settings
-        .allowed_skills
-        .iter()
-        .map(|s| s.trim().to_lowercase())
-        .collect();
+    let allowed: Vec<String> = allowed.iter().map(|s| s.trim().to_lowercase()).collect();
     if !allowed.is_empty() {
         found.skills.retain(|s| allowed.contains(&s.file.name));
     }

@@ -6,6 +6,8 @@
 //! Every method is blocking I/O: async code reaches a tape through
 //! [`SharedTape`](super::SharedTape), on the blocking pool.
 
+use std::path::Path;
+
 use serde_json::{Value, json};
 
 use super::context::{ContextCursor, TapeInfo};
@@ -13,7 +15,6 @@ use super::entry::{Kind, TapeEntry};
 use super::event::Event;
 use super::search::Searched;
 use super::store::FileTape;
-use crate::config::Settings;
 
 /// One session's tape: an append-only log of entries with anchors.
 ///
@@ -82,14 +83,15 @@ pub trait TapeStore: Send + 'static {
     fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<Value>>;
 }
 
-/// The tape of `session_id` in the settings' workspace (files under `BUB_HOME/tapes/`).
-pub(crate) fn open(settings: &Settings, session_id: &str) -> anyhow::Result<Box<dyn TapeStore>> {
-    let tape = FileTape::open(
-        &settings.home,
-        &settings.workspace,
-        &settings.tape_name,
-        session_id,
-    )?;
+/// The tape of `session_id` in `workspace`, its file named after `tape_name` (`BUB_TAPE_NAME`)
+/// under `home` (`BUB_HOME/tapes/`).
+pub(crate) fn open(
+    home: &Path,
+    workspace: &Path,
+    tape_name: &str,
+    session_id: &str,
+) -> anyhow::Result<Box<dyn TapeStore>> {
+    let tape = FileTape::open(home, workspace, tape_name, session_id)?;
     Ok(Box::new(tape))
 }
 

@@ -1,8 +1,9 @@
 //! What a tool call can see, split by who owns it:
 //!
-//! * [`ProcessCtx`] — the process: settings, the tool registry, the outbox (channel clients),
-//!   the access gate, the secret redactor, the `bash` command limits and the usage ledger. One
-//!   per process, shared by every session.
+//! * [`ProcessCtx`] — the process: the tool registry, the outbox (channel clients), the access
+//!   gate, the secret redactor, the `bash` command limits, the usage ledger, and the settings
+//!   tools and turns read, each converted once from `Settings` (which no tool sees whole). One
+//!   per process, shared by every session and every workspace's runtime.
 //! * [`SessionCtx`] — one session: its id, workspace, tape, expanded tool/skill details and the
 //!   model it was switched to.
 //! * [`TurnCtx`] — one turn: who asked ([`Authority`]), the [`Policy`] it runs under (by role,
@@ -19,19 +20,21 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use crate::access::{Access, Authority, Policy, Role, TurnOrigin};
-use crate::config::{Model, Settings};
+use crate::chat::SessionId;
+use crate::config::{Model, ModelConfig, Settings};
 use crate::delivery::{Outbox, SendLedger};
 use crate::redact::Redactor;
+use crate::skills::SkillRoots;
 use crate::tape::SharedTape;
 use crate::tools::expansion::Expanded;
 use crate::tools::model::SessionModels;
 
 use super::Registry;
 use super::shell::CommandLimits;
+use super::web::WebConfig;
 
 /// What the process owns.
 pub struct ProcessCtx {
-    pub settings: Arc<Settings>,
     pub registry: Arc<Registry>,
     /// How the process reaches chats outside a turn's own delivery (`message.send`, jobs).
     pub outbox: Arc<Outbox>,
@@ -43,6 +46,23 @@ pub struct ProcessCtx {
     /// What the process's model calls used, and the daily budgets (one ledger per process,
     /// shared by every workspace's runtime).
     pub usage: Arc<crate::usage::Ledger>,
+    /// What the model clients are built from: the default model, the fallbacks, keys, base
+    /// URLs, the answer size and the timeout.
+    pub(crate) models: Arc<ModelConfig>,
+    /// `BUB_HOME`: tapes, memory, jobs, the models file.
+    pub(crate) home: PathBuf,
+    /// The user's home directory (`HOME`): the global skill roots, the sandbox's view of it.
+    pub(crate) user_home: Option<PathBuf>,
+    /// `BUB_TAPE_NAME`: the prefix of tape file names.
+    pub(crate) tape_name: String,
+    /// `--skills`: the skills turns see (empty: all).
+    pub(crate) allowed_skills: Vec<String>,
+    /// `BUB_MEMORY_ENABLED`: remembered entries are kept, shown and used.
+    pub(crate) memory_enabled: bool,
+    /// `BUB_FS_TIMEOUT_SECONDS`: the file work of one `fs.*` call.
+    pub(crate) fs_timeout: Duration,
+    /// `web.search`'s backend, `web.fetch`'s guard.
+    pub(crate) web: WebConfig,
     /// The policies of owner and guest turns (and of a guest's scheduled run), built once from
     /// the settings.
     owner: Arc<Policy>,
@@ -51,9 +71,11 @@ pub struct ProcessCtx {
 }
 
 impl ProcessCtx {
-    /// The process parts for `settings` and `registry`: access gate, outbox and redactor built
-    /// from the settings.
-    pub(crate) fn new(settings: Settings, registry: Registry) -> Self {
+    /// The process parts for `settings` and `registry`: access gate, outbox, redactor, limits,
+    /// policies and each tool's settings, converted once. Nothing here keeps `settings`' own
+    /// workspace: a session carries its workspace ([`SessionCtx::open`]), so runtimes of
+    /// several workspaces share one `ProcessCtx`.
+    pub(crate) fn new(settings: Arc<Settings>, registry: Registry) -> Self {
         let access = Arc::new(Access::new(&settings));
         Self {
             owner: Arc::new(Policy::for_role(Role::Owner, &settings)),
@@ -70,26 +92,17 @@ impl ProcessCtx {
                 settings.prices.clone(),
                 settings.budgets.clone(),
             )),
-            outbox: Arc::new(Outbox::new(access.clone())),
-            access,
+            models: Arc::new(ModelConfig::from_settings(&settings)),
+            home: settings.home.clone(),
+            user_home: settings.user_home.clone(),
+            tape_name: settings.tape_name.clone(),
+            allowed_skills: settings.allowed_skills.clone(),
+            memory_enabled: settings.memory_enabled,
+            fs_timeout: settings.fs_timeout,
+            web: WebConfig::from_settings(&settings),
             registry: Arc::new(registry),
-            settings: Arc::new(settings),
-        }
-    }
-
-    /// The same process parts with other settings (a job of another workspace).
-    pub(crate) fn with_settings(&self, settings: Settings) -> Self {
-        Self {
-            settings: Arc::new(settings),
-            registry: self.registry.clone(),
-            outbox: self.outbox.clone(),
-            access: self.access.clone(),
-            redactor: self.redactor.clone(),
-            commands: self.commands.clone(),
-            usage: self.usage.clone(),
-            owner: self.owner.clone(),
-            guest: self.guest.clone(),
-            guest_scheduled: self.guest_scheduled.clone(),
+            outbox: Arc::new(Outbox::new(access.clone(), settings)),
+            access,
         }
     }
 
@@ -106,7 +119,7 @@ impl ProcessCtx {
 /// What a session owns. The tape is used on the blocking pool ([`SharedTape`]); the expansion
 /// list is behind a std mutex never held across an `.await`.
 pub struct SessionCtx {
-    pub id: String,
+    pub id: SessionId,
     pub workspace: PathBuf,
     pub tape: SharedTape,
     /// Tools and skills whose details the system prompt shows (bounded; `tape.reset` clears it).
@@ -117,15 +130,20 @@ pub struct SessionCtx {
 }
 
 impl SessionCtx {
-    /// Opens the session's tape under `settings.home` for `settings.workspace`.
-    pub(crate) fn open(settings: &Settings, session_id: &str) -> anyhow::Result<Self> {
-        let tape = crate::tape::backend::open(settings, session_id)?;
+    /// Opens the session's tape in `workspace` under the process's `BUB_HOME`.
+    pub(crate) fn open(
+        process: &ProcessCtx,
+        workspace: &Path,
+        id: &SessionId,
+    ) -> anyhow::Result<Self> {
+        let home = &process.home;
+        let tape = crate::tape::backend::open(home, workspace, &process.tape_name, id.as_str())?;
         Ok(Self {
-            id: session_id.to_owned(),
-            workspace: settings.workspace.clone(),
+            id: id.clone(),
+            workspace: workspace.to_path_buf(),
             tape: SharedTape::new(tape),
             expanded: Mutex::default(),
-            model: Mutex::new(SessionModels::new(&settings.home).of(settings, session_id)),
+            model: Mutex::new(SessionModels::new(home).of(&process.models, id.as_str())),
         })
     }
 
@@ -242,25 +260,36 @@ impl ToolContext {
         session_id: &str,
         authority: Authority,
     ) -> anyhow::Result<Self> {
-        let session = Arc::new(SessionCtx::open(&settings, session_id)?);
-        let process = Arc::new(ProcessCtx::new(settings, registry));
+        let workspace = settings.workspace.clone();
+        let process = Arc::new(ProcessCtx::new(Arc::new(settings), registry));
+        let session = Arc::new(SessionCtx::open(&process, &workspace, &session_id.into())?);
         Ok(Self::new(process, session, authority))
-    }
-
-    pub(crate) fn settings(&self) -> &Settings {
-        &self.process.settings
     }
 
     pub fn registry(&self) -> &Arc<Registry> {
         &self.process.registry
     }
 
+    /// The session's id as written (`telegram:42`, `cli`).
     pub(crate) fn session_id(&self) -> &str {
+        self.session.id.as_str()
+    }
+
+    pub(crate) fn session(&self) -> &SessionId {
         &self.session.id
     }
 
     pub fn workspace(&self) -> &Path {
         &self.session.workspace
+    }
+
+    /// Where this session's skills are found: its workspace, the user's home, `--skills`.
+    pub(crate) fn skill_roots(&self) -> SkillRoots {
+        SkillRoots {
+            workspace: self.session.workspace.clone(),
+            user_home: self.process.user_home.clone(),
+            allowed: self.process.allowed_skills.clone(),
+        }
     }
 
     /// The session's tape.
@@ -274,6 +303,6 @@ impl ToolContext {
 
     /// The (channel, chat id) of this session when it is a chat (`telegram:42`).
     pub(crate) fn session_chat(&self) -> Option<(&str, &str)> {
-        crate::access::session_chat(&self.session.id)
+        self.session.id.chat()
     }
 }

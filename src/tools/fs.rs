@@ -65,7 +65,7 @@ pub struct Files<'a> {
 /// Bub's secrets.
 #[derive(Debug, Clone)]
 pub(crate) struct Guest {
-    pub session: String,
+    pub session: crate::chat::SessionId,
     pub home: PathBuf,
     pub redactor: Arc<Redactor>,
 }
@@ -73,7 +73,7 @@ pub(crate) struct Guest {
 impl Guest {
     /// The guest file rule in `workspace` (resolves paths: the blocking pool).
     pub(crate) fn rule(&self, workspace: &Path) -> GuestFiles {
-        GuestFiles::new(workspace, &self.home, &self.session)
+        GuestFiles::new(workspace, &self.home, self.session.chat())
     }
 }
 
@@ -82,13 +82,13 @@ impl<'a> Files<'a> {
     /// the guest rule when the turn's policy confines files.
     pub(crate) fn of(ctx: &'a ToolContext) -> Self {
         let guest = ctx.turn.policy.confines_files().then(|| Guest {
-            session: ctx.session_id().to_owned(),
-            home: ctx.settings().home.clone(),
+            session: ctx.session().clone(),
+            home: ctx.process.home.clone(),
             redactor: ctx.process.redactor.clone(),
         });
         Self {
             workspace: ctx.workspace(),
-            timeout: ctx.settings().fs_timeout,
+            timeout: ctx.process.fs_timeout,
             guest,
         }
     }

@@ -69,12 +69,12 @@ async fn with_memory<F>(ctx: &ToolContext, f: F) -> Result<String, ToolError>
 where
     F: FnOnce(Memory) -> Result<String, ToolError> + Send + 'static,
 {
-    if !ctx.settings().memory_enabled {
+    if !ctx.process.memory_enabled {
         return Err(ToolError::new(
             "memory is turned off (BUB_MEMORY_ENABLED=false)",
         ));
     }
-    let memory = Memory::new(&ctx.settings().home);
+    let memory = Memory::new(&ctx.process.home);
     tokio::task::spawn_blocking(move || f(memory))
         .await
         .map_err(|e| ToolError::new(format!("memory task failed: {e}")))?

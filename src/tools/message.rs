@@ -88,13 +88,10 @@ async fn send(args: SendArgs, ctx: ToolContext) -> Result<String, ToolError> {
         file,
         edit: None,
     };
-    let (outbox, settings) = (&ctx.process.outbox, ctx.settings());
+    let outbox = &ctx.process.outbox;
     let sent = match &ctx.turn.sends {
-        Some(ledger) => ledger.send(outbox, settings, &channel, &out).await,
-        None => outbox
-            .send(settings, &channel, &out)
-            .await
-            .map(|()| Sent::Now),
+        Some(ledger) => ledger.send(outbox, &channel, &out).await,
+        None => outbox.send(&channel, &out).await.map(|()| Sent::Now),
     }
     .map_err(|e| ToolError::new(format!("{e:#}")))?;
     if current == Some((channel.as_str(), chat_id.as_str())) {

@@ -17,7 +17,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::{Tool, ToolContext, ToolError};
-use crate::config::{Model, Settings};
+use crate::config::{Model, ModelConfig};
 use crate::llm::chain::Cooldowns;
 use crate::storage;
 
@@ -61,15 +61,15 @@ impl SessionModels {
             .with_context(|| format!("{} does not parse; fix or remove it", self.path.display()))
     }
 
-    /// The model `session` was switched to, validated against `settings` (`None`: `BUB_MODEL`).
+    /// The model `session` was switched to, validated like `BUB_MODEL` (`None`: `BUB_MODEL`).
     /// An unreadable file or an entry that no longer validates is logged and ignored.
-    pub(crate) fn of(&self, settings: &Settings, session: &str) -> Option<Model> {
+    pub(crate) fn of(&self, models: &ModelConfig, session: &str) -> Option<Model> {
         let file = self
             .load()
             .map_err(|e| tracing::warn!(error = %format!("{e:#}"), "models.unreadable"))
             .ok()?;
         let entry = file.sessions.get(session)?;
-        settings
+        models
             .parse_model("models.json", &entry.model)
             .map_err(|e| tracing::warn!(session, error = %e, "models.invalid"))
             .ok()
@@ -115,7 +115,7 @@ struct ModelArgs {
 
 /// What `,model` shows: the session's model (and where it comes from), then the chain after it
 /// with the models cooling down marked.
-pub(crate) fn describe(settings: &Settings, own: Option<&Model>) -> String {
+pub(crate) fn describe(models: &ModelConfig, own: Option<&Model>) -> String {
     let cooldowns = Cooldowns::process();
     let shown = |m: &Model| {
         let label = m.to_string();
@@ -125,13 +125,13 @@ pub(crate) fn describe(settings: &Settings, own: Option<&Model>) -> String {
             label
         }
     };
-    let model = own.unwrap_or(&settings.model);
+    let model = own.unwrap_or(&models.model);
     let source = if own.is_some() {
         "this session"
     } else {
         "BUB_MODEL"
     };
-    let fallbacks: Vec<String> = settings
+    let fallbacks: Vec<String> = models
         .fallback_models
         .iter()
         .filter(|m| *m != model)
@@ -154,17 +154,17 @@ pub(crate) fn tools() -> Vec<Tool> {
          model=provider:model: this session uses that model from the next call on, kept across \
          restarts.",
         |ModelArgs { model }, ctx: ToolContext| async move {
-            let settings = ctx.settings();
+            let models = &ctx.process.models;
             let Some(raw) = model.filter(|m| !m.trim().is_empty()) else {
-                return Ok(describe(settings, ctx.session.model().as_ref()));
+                return Ok(describe(models, ctx.session.model().as_ref()));
             };
-            let wanted = settings
+            let wanted = models
                 .parse_model("model", &raw)
                 .map_err(|e| ToolError::InvalidArguments(e.message))?;
             // The default model is no entry: the session follows BUB_MODEL if it changes.
-            let own = (wanted != settings.model).then_some(wanted);
+            let own = (wanted != models.model).then_some(wanted);
             let (store, session, kept) = (
-                SessionModels::new(&settings.home),
+                SessionModels::new(&ctx.process.home),
                 ctx.session_id().to_owned(),
                 own.clone(),
             );
@@ -174,7 +174,7 @@ pub(crate) fn tools() -> Vec<Tool> {
             ctx.session.set_model(own.clone());
             Ok(format!(
                 "switched; from the next call on:\n{}",
-                describe(settings, own.as_ref())
+                describe(models, own.as_ref())
             ))
         },
     )]
@@ -183,17 +183,19 @@ pub(crate) fn tools() -> Vec<Tool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::{Settings, parse_model};
 
-    fn settings(home: &Path) -> Settings {
-        let mut s = Settings::with_defaults(home.to_path_buf(), home.to_path_buf());
-        s.fallback_models = vec![s.parse_model("t", "openai:b").unwrap()];
-        s
+    /// The default model, with one fallback.
+    fn models() -> ModelConfig {
+        let mut s = Settings::with_defaults("/h".into(), "/w".into());
+        s.fallback_models = vec![parse_model("t", "openai:b", None).unwrap()];
+        ModelConfig::from_settings(&s)
     }
 
     #[test]
     fn a_switch_is_kept_and_bounded() {
         let dir = tempfile::tempdir().unwrap();
-        let s = settings(dir.path());
+        let s = models();
         let store = SessionModels::new(dir.path());
         assert_eq!(store.of(&s, "telegram:1"), None);
         let model = s.parse_model("t", "openai:gpt-4o").unwrap();
@@ -223,7 +225,7 @@ mod tests {
     #[test]
     fn an_entry_that_no_longer_validates_uses_the_default() {
         let dir = tempfile::tempdir().unwrap();
-        let s = settings(dir.path());
+        let s = models();
         std::fs::write(
             dir.path().join("models.json"),
             r#"{"sessions": {"cli:a": {"model": "acme:x", "set_at": "2026-01-01T00:00:00Z"}}}"#,
@@ -240,8 +242,7 @@ mod tests {
 
     #[test]
     fn describe_names_the_source_and_the_chain() {
-        let dir = tempfile::tempdir().unwrap();
-        let s = settings(dir.path());
+        let s = models();
         assert_eq!(
             describe(&s, None),
             "model: openrouter:qwen/qwen3-coder-next (BUB_MODEL)\nfallbacks: openai:b"

@@ -51,7 +51,7 @@ async fn with_store<R: Send + 'static>(
     ctx: &ToolContext,
     f: impl FnOnce(Arc<dyn JobStore>) -> Result<R, ToolError> + Send + 'static,
 ) -> Result<R, ToolError> {
-    let store = crate::scheduler::store::open(&ctx.settings().home);
+    let store = crate::scheduler::store::open(&ctx.process.home);
     tokio::task::spawn_blocking(move || f(store))
         .await
         .map_err(|e| ToolError::new(format!("schedule task failed: {e}")))?
@@ -268,7 +268,8 @@ mod tests {
         fn new() -> Self {
             let dir = tempfile::tempdir().unwrap();
             let settings = Settings::with_defaults(dir.path().join("home"), dir.path().into());
-            let process = Arc::new(ProcessCtx::new(settings.clone(), builtin_registry(&[])));
+            let shared = Arc::new(settings.clone());
+            let process = Arc::new(ProcessCtx::new(shared, builtin_registry(&[])));
             Self {
                 _dir: dir,
                 settings,
@@ -277,7 +278,9 @@ mod tests {
         }
 
         fn turn(&self, session: &str, who: Authority, origin: TurnOrigin) -> ToolContext {
-            let session = Arc::new(SessionCtx::open(&self.settings, session).unwrap());
+            let workspace = &self.settings.workspace;
+            let session = SessionCtx::open(&self.process, workspace, &session.into()).unwrap();
+            let session = Arc::new(session);
             let output = crate::tools::TurnOutput::default();
             ToolContext::with_live(self.process.clone(), session, who, origin, output, None)
         }

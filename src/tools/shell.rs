@@ -109,7 +109,7 @@ pub(crate) fn tools() -> Vec<Tool> {
             "Run shell command",
             DETAIL,
             |args: BashArgs, ctx: ToolContext| async move {
-                let settings = ctx.settings();
+                let process = &ctx.process;
                 let folder = match ctx.turn.policy.confines_files() {
                     true => Some(guest_folder(&ctx).await?),
                     false => None,
@@ -117,8 +117,8 @@ pub(crate) fn tools() -> Vec<Tool> {
                 let launch = Launch {
                     workspace: ctx.workspace(),
                     session_id: ctx.session_id(),
-                    home: &settings.home,
-                    user_home: settings.user_home.as_deref(),
+                    home: &process.home,
+                    user_home: process.user_home.as_deref(),
                     sandboxed: ctx.turn.policy.sandbox,
                     folder: folder.as_deref(),
                 };
@@ -131,7 +131,7 @@ pub(crate) fn tools() -> Vec<Tool> {
 
 /// A guest's chat folder in the workspace, created when missing: where its shell works.
 async fn guest_folder(ctx: &ToolContext) -> Result<PathBuf, ToolError> {
-    let Some(folder) = crate::access::files::chat_folder(ctx.session_id()) else {
+    let Some(folder) = ctx.session().chat_folder() else {
         return Err(ToolError::new("guests have no shell outside a chat"));
     };
     let folder = ctx.workspace().join(folder);

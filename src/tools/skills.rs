@@ -68,7 +68,11 @@ pub(crate) fn tools() -> Vec<Tool> {
              built-in ones: name, description, source and location; invalid SKILL.md files are \
              listed as skipped with the reason.",
             |_: NoArgs, ctx: ToolContext| async move {
-                blocking(ctx, |ctx| Ok(skills::discover(ctx.settings()).listing())).await
+                blocking(
+                    ctx,
+                    |ctx| Ok(skills::discover(&ctx.skill_roots()).listing()),
+                )
+                .await
             },
         ),
         Tool::new(
@@ -78,7 +82,7 @@ pub(crate) fn tools() -> Vec<Tool> {
              files in its folder.",
             |DescribeArgs { name }, ctx: ToolContext| async move {
                 blocking(ctx, move |ctx| {
-                    let found = skills::discover(ctx.settings());
+                    let found = skills::discover(&ctx.skill_roots());
                     let skill = found.get(name.trim()).ok_or_else(|| {
                         ToolError::new(format!("unknown skill: {name} (see skills.list)"))
                     })?;

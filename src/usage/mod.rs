@@ -223,6 +223,11 @@ impl Ledger {
         self.budgets.any()
     }
 
+    /// `BUB_BUDGET_OWNERS`: the chat budget applies to owners too.
+    pub(crate) fn limits_owners(&self) -> bool {
+        self.budgets.owners
+    }
+
     /// Appends one call's line and counts it. When nothing else was appended since the state
     /// last read the file, the entry is counted as it is (no read back); else the state catches
     /// up with everything, this line included.

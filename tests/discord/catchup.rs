@@ -6,28 +6,21 @@ use std::path::Path;
 use std::sync::Arc;
 
 use bub::access::Role;
-use bub::channels::Inbound;
+use bub::channels::{ChatInfo, Inbound, Sender};
 use bub::inbox::Inbox;
 
 use super::support::fake_discord::{self, Msg, user};
-use super::{Bot, CHANNEL, GUILD, WAIT, alice, prompt_json, spawn_bot_with};
+use super::{Bot, CHANNEL, GUILD, WAIT, alice, spawn_bot_with};
 
 const HISTORY: &str = "/api/v10/channels/555/messages";
 
 /// A message a previous run journaled in `chat`.
 fn journaled(chat: &str, message_id: &str) -> Inbound {
+    let sender = Sender::new("42", Some("alice"), Role::Guest);
     Inbound {
-        channel: "discord".into(),
-        chat_id: chat.into(),
-        message_id: message_id.into(),
-        sender_id: "42".into(),
-        sender_name: Some("alice".into()),
-        role: Role::Guest,
-        prompt: "earlier".into(),
         mentioned: true,
         reply: true,
-        seq: 0,
-        interrupted: false,
+        ..Inbound::new("discord", chat, message_id, sender, "earlier")
     }
 }
 
@@ -35,12 +28,12 @@ fn journaled(chat: &str, message_id: &str) -> Inbound {
 /// id), in that order, then stopped.
 async fn previous_run(dir: &Path, seen: &[(&str, &str)]) -> Arc<Inbox> {
     let path = dir.join("inbox.jsonl");
-    let (inbox, _) = Inbox::open(&path, |m| Some(m.role)).unwrap();
+    let (inbox, _) = Inbox::open(&path, |m| Some(m.sender.role)).unwrap();
     for (chat, id) in seen {
         inbox.receive(&mut journaled(chat, id), None).await.unwrap();
     }
     drop(inbox);
-    let (inbox, _resume) = Inbox::open(&path, |m| Some(m.role)).unwrap();
+    let (inbox, _resume) = Inbox::open(&path, |m| Some(m.sender.role)).unwrap();
     Arc::new(inbox)
 }
 
@@ -83,7 +76,12 @@ async fn a_restart_catches_up_through_the_same_filters() {
     );
     // A guild message, although REST messages carry no guild_id: not taken for a DM.
     assert!(!missed.mentioned, "not addressed in a guild channel");
-    assert_eq!(prompt_json(&missed)["guild_id"], GUILD);
+    assert_eq!(missed.platform.fields()["guild_id"], GUILD);
+    assert_eq!(
+        missed.chat,
+        ChatInfo::group(None),
+        "a guild message, not a DM"
+    );
     only_live_messages_follow(&fake, &mut bot).await;
 
     let fetched = fake.requests_to("GET", HISTORY);

@@ -14,7 +14,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use async_trait::async_trait;
 use bub::access::{Access, Chat, ChatKind, Decision, Gate, User};
-use bub::channels::{Channel, Inbound, InboundSink, Outbound};
+use bub::channels::{Channel, ChatInfo, Inbound, InboundSink, Outbound, Sender};
 use bub::config::Settings;
 use bub::delivery::Platform;
 use tokio::sync::{Notify, mpsc};
@@ -187,18 +187,16 @@ impl FakeChat {
         match self.gate.decide("fakechat", chat, sender).await {
             Decision::Admit(role) => {
                 let message_id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                let sender = Sender::new(&said.sender, said.username.as_deref(), role);
+                let id = message_id.to_string();
                 let message = Inbound {
-                    channel: "fakechat".to_owned(),
-                    chat_id: said.chat.clone(),
-                    message_id: message_id.to_string(),
-                    sender_id: said.sender.clone(),
-                    sender_name: said.username.clone(),
-                    role,
-                    prompt: said.text,
                     mentioned: true,
                     reply: !said.private,
-                    seq: 0,
-                    interrupted: false,
+                    chat: match said.private {
+                        true => ChatInfo::private(),
+                        false => ChatInfo::group(None),
+                    },
+                    ..Inbound::new("fakechat", &said.chat, &id, sender, &said.text)
                 };
                 inbound.deliver(message, None).await?;
             }

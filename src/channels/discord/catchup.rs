@@ -14,7 +14,7 @@
 //!   logged and skipped, and no chat is started after [`BUDGET`].
 //! * **How.** Oldest first (Discord answers newest first), each message through
 //!   [`Pipeline::process`] exactly like a gateway `MESSAGE_CREATE`: bots ignored, allow-lists,
-//!   admission (and pairing for a stranger's DM), addressing, prompt, then the inbox, which
+//!   admission (and pairing for a stranger's DM), addressing, the message, then the inbox, which
 //!   drops a message it already has — a message that arrives both ways is handled once. REST
 //!   messages carry no `guild_id`; it comes from the channel lookup (cached; the addressing
 //!   rules use it too), so a guild message is never taken for a DM. A chat whose channel

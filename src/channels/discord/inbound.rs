@@ -3,7 +3,7 @@
 //! messages take the same path — and, for each message, drops it (bot author, system/empty
 //! message, or what the admission gate drops: channel not served, sender not admitted — who
 //! gets the gate's pairing text when they wrote a DM), decides whether the bot was addressed,
-//! builds the prompt, and hands the result to the inbox (which drops a message it already has).
+//! builds the [`Inbound`], and hands it to the inbox (which drops a message it already has).
 //!
 //! Order matters: the gate ([`Gate`]) comes first and applies to every message, commands
 //! included. The sender is their id and username, never a display name or nickname; a thread's
@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, watch};
 use super::catchup::CatchUp;
 use super::filter::{self, Addressed, Rules, Skip};
 use super::lookup::Lookups;
-use super::prompt;
+use super::message;
 use super::rest::Rest;
 use crate::access::{Chat, ChatKind, Decision, Dropped, Gate, Role, User};
 use crate::channels::{Inbound, InboundSink};
@@ -107,19 +107,8 @@ impl Pipeline {
             .rules
             .strip_command(&msg.content)
             .unwrap_or(&msg.content);
-        let item = Inbound {
-            channel: "discord".to_owned(),
-            chat_id: msg.channel_id.to_string(),
-            message_id: msg.id.to_string(),
-            sender_id: msg.author.id.to_string(),
-            sender_name: Some(msg.author.name.clone()),
-            role,
-            prompt: prompt::build(msg, text),
-            mentioned: reason.is_some(),
-            reply: true,
-            seq: 0,
-            interrupted: false,
-        };
+        let mut item = message::inbound(msg, text, role);
+        item.mentioned = reason.is_some();
         tracing::info!(channel_id = %msg.channel_id, message_id = %msg.id,
             sender_id = %msg.author.id, mentioned = item.mentioned, %role,
             reason = reason.map_or("none", Addressed::as_str), "discord.inbound");

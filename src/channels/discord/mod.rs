@@ -3,7 +3,7 @@
 //! * [`Discord::run`] connects to the gateway (intents `GUILD_MESSAGES | DIRECT_MESSAGES |
 //!   MESSAGE_CONTENT`) and turns every `MESSAGE_CREATE` that passes the allow-lists into an
 //!   [`Inbound`] (`inbound`: bots ignored, allow-lists on every message, addressing rules in
-//!   `filter`, the prompt in `prompt`). Messages the bot was not addressed in still go to the
+//!   `filter`, the message in `message`). Messages the bot was not addressed in still go to the
 //!   session with `mentioned = false`; the session decides about follow-ups. Each one is
 //!   journaled (`InboundSink::deliver`) before the session sees it. When the sessions' queues
 //!   are full the pipeline waits in the sink; gateway events then wait in its queue
@@ -37,7 +37,7 @@ mod filter;
 mod inbound;
 mod lookup;
 mod media;
-mod prompt;
+mod message;
 mod rest;
 
 use std::future::IntoFuture;
@@ -64,7 +64,7 @@ use inbound::{BotUser, Event, Pipeline};
 use lookup::Lookups;
 use rest::{Rest, RestError};
 
-use super::{Channel, InboundSink, MediaFile, Outbound, text};
+use super::{Attachment, Channel, InboundSink, Outbound, text};
 use crate::access::{Access, Gate};
 use crate::config::{ConfigError, DEFAULT_DISCORD_API_BASE, Settings};
 use crate::net::retry::RetryPolicy;
@@ -440,13 +440,9 @@ impl Channel for Discord {
         self.rest.patch(route, &body).await.map(drop)
     }
 
-    fn files(&self, metadata: &serde_json::Value) -> Vec<MediaFile> {
-        media::files(metadata)
-    }
-
     async fn download(
         &self,
-        file: &MediaFile,
+        file: &Attachment,
         to: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
         max_bytes: u64,
     ) -> anyhow::Result<u64> {

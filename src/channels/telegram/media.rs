@@ -1,5 +1,5 @@
-//! The files of Telegram messages: which one a message carries (read from the metadata JSON
-//! [`super::prompt`] made of it) and its download through the Bot API — `getFile`, then
+//! The files of Telegram messages: the download of the one a message carries (its attachment,
+//! made by [`super::message`]) through the Bot API — `getFile`, then
 //! `<BUB_TELEGRAM_API_BASE>/file/bot<token>/<file_path>` — streamed to the caller's file and
 //! capped; and files sent to a chat, as a photo, voice note, audio or document by their type
 //! (multipart `sendPhoto` / `sendVoice` / `sendAudio` / `sendDocument`), within the Bot API's
@@ -9,13 +9,12 @@ use std::path::Path;
 
 use anyhow::anyhow;
 use futures_util::{FutureExt, StreamExt};
-use serde_json::Value;
 use teloxide::net::Download;
 use teloxide::prelude::*;
 use teloxide::types::{FileId, InputFile, MessageId, ParseMode, Recipient, ReplyParameters};
 
 use super::Telegram;
-use crate::channels::{MediaFile, copy_capped, text};
+use crate::channels::{Attachment, copy_capped, text};
 
 /// The largest file a bot uploads (the Bot API's limit).
 pub(super) const MAX_UPLOAD_BYTES: u64 = 50 * 1024 * 1024;
@@ -51,38 +50,18 @@ impl Upload {
     }
 }
 
-/// The message types whose file Bub downloads (stickers are described only).
-const DOWNLOADED: [&str; 6] = ["photo", "voice", "audio", "video", "video_note", "document"];
-
-/// The file of a message's metadata (`type` and `media.file_id`, ...), if it has one.
-pub(super) fn files(metadata: &Value) -> Vec<MediaFile> {
-    let kind = metadata["type"].as_str().unwrap_or_default();
-    let media = &metadata["media"];
-    let (true, Some(id)) = (DOWNLOADED.contains(&kind), media["file_id"].as_str()) else {
-        return Vec::new();
-    };
-    let text = |key: &str| media[key].as_str().map(str::to_owned);
-    vec![MediaFile {
-        kind: kind.to_owned(),
-        source: id.to_owned(),
-        name: text("file_name"),
-        mime: text("mime_type"),
-        size: media["file_size"].as_u64(),
-        pointer: "/media".to_owned(),
-    }]
-}
-
 impl Telegram {
     /// Downloads `file` (by its `file_id`) into `to`, at most `max_bytes`.
     pub(super) async fn fetch(
         &self,
-        file: &MediaFile,
+        file: &Attachment,
         to: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
         max_bytes: u64,
     ) -> anyhow::Result<u64> {
+        let id = file.source.clone().unwrap_or_default();
         let found = self
             .bot
-            .get_file(FileId(file.source.clone()))
+            .get_file(FileId(id))
             .send()
             .await
             .map_err(|e| anyhow!("telegram: getFile failed: {}", self.describe(&e)))?;
@@ -164,30 +143,6 @@ impl Telegram {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn a_message_carries_its_file_unless_it_is_text_or_a_sticker() {
-        let voice = json!({"type": "voice", "media": {"file_id": "v1", "duration": 3}});
-        assert_eq!(
-            files(&voice),
-            [MediaFile {
-                kind: "voice".into(),
-                source: "v1".into(),
-                name: None,
-                mime: None,
-                size: None,
-                pointer: "/media".into(),
-            }]
-        );
-        let doc = json!({"type": "document", "media": {"file_id": "d", "file_name": "r.pdf",
-            "mime_type": "application/pdf", "file_size": 9}});
-        let found = files(&doc);
-        assert_eq!(found[0].name.as_deref(), Some("r.pdf"));
-        assert_eq!((found[0].size, found[0].is_image()), (Some(9), false));
-        assert!(files(&json!({"type": "sticker", "media": {"file_id": "s"}})).is_empty());
-        assert!(files(&json!({"type": "text", "message": "hi"})).is_empty());
-    }
 
     #[test]
     fn a_file_goes_as_a_photo_voice_audio_or_document_by_its_type() {

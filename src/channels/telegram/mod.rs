@@ -8,7 +8,7 @@
 //!   shutdown token fires. Each message goes to the admission gate ([`crate::access::Gate`]: the
 //!   chat list, the sender's role, a pairing code for a stranger in a private chat — the adapter
 //!   sends the text the gate returns), then [`filter`] (commands, "is the bot addressed") and
-//!   [`prompt`] (content + metadata JSON) and becomes an [`Inbound`]. Updates that arrived
+//!   [`message`] (content, file, reply) and becomes an [`super::Inbound`]. Updates that arrived
 //!   while Bub was down are delivered after a restart unless
 //!   `BUB_TELEGRAM_DROP_PENDING_UPDATES` is set.
 //! * [`Channel::send`] splits answers at 4096 characters, renders them as Telegram HTML, falls
@@ -23,7 +23,7 @@
 pub(crate) mod filter;
 mod live;
 mod media;
-pub(crate) mod prompt;
+pub(crate) mod message;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -41,7 +41,7 @@ use teloxide::types::{
 use tokio_util::sync::CancellationToken;
 
 use self::filter::{BotIdentity, Command};
-use super::{Channel, Control, Inbound, InboundSink, MediaFile, Outbound, text};
+use super::{Attachment, Channel, Control, InboundSink, Outbound, text};
 use crate::access::{Access, Chat, ChatKind, Decision, Dropped, Gate, User};
 use crate::config::{ConfigError, Settings};
 use crate::net::retry::{Failure, RetryPolicy, SENDS, retry};
@@ -498,13 +498,9 @@ impl Channel for Telegram {
         }
     }
 
-    fn files(&self, metadata: &serde_json::Value) -> Vec<MediaFile> {
-        media::files(metadata)
-    }
-
     async fn download(
         &self,
-        file: &MediaFile,
+        file: &Attachment,
         to: &mut (dyn tokio::io::AsyncWrite + Unpin + Send),
         max_bytes: u64,
     ) -> anyhow::Result<u64> {
@@ -600,8 +596,10 @@ impl Handler {
                 return Ok(());
             }
         };
-        let described = prompt::describe_within(&msg, self.media_max_bytes);
-        let mut content = described.content.as_str();
+        let described = message::describe_within(&msg, self.media_max_bytes);
+        let kind = described.kind;
+        let text = described.content.clone();
+        let mut content = text.as_str();
         let control_prompt;
         let mut mentioned = filter::is_addressed(&msg, &self.me, &self.keyword);
         if let Some(text) = msg.text() {
@@ -632,30 +630,15 @@ impl Handler {
                 }
             }
         }
-        let inbound = Inbound {
-            channel: "telegram".to_owned(),
-            chat_id: chat_id.to_string(),
-            message_id: message_id.to_string(),
-            sender_id: sender,
-            sender_name: from.username.clone(),
-            role,
-            prompt: if content.starts_with(',') {
-                content.trim().to_owned()
-            } else {
-                prompt::build(&msg, &described, content)
-            },
-            mentioned,
-            reply: !msg.chat.is_private(),
-            seq: 0,
-            interrupted: false,
-        };
+        let mut inbound = message::inbound(&msg, described, content, role);
+        inbound.mentioned = mentioned;
         tracing::info!(
             chat_id,
             message_id,
             sender_id,
             mentioned,
             %role,
-            kind = described.kind,
+            kind,
             "telegram.inbound"
         );
         self.inbound.deliver(inbound, Some(cursor)).await?;

@@ -290,7 +290,7 @@ fn byte_count(bytes: usize, cut: bool) -> String {
 }
 
 pub(super) async fn fetch(args: FetchArgs, ctx: ToolContext) -> Result<String, ToolError> {
-    let guard = (!ctx.settings().web_allow_private).then(Guard::strict);
+    let guard = (!ctx.process.web.allow_private).then(Guard::strict);
     fetch_with(args, guard).await
 }
 

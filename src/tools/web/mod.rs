@@ -29,6 +29,26 @@ use reqwest::{Client, ClientBuilder, Url};
 pub use guard::Guard;
 
 use super::{Tool, ToolError};
+use crate::config::Settings;
+
+/// What the web tools read of the settings, converted once for the process.
+#[derive(Debug, Clone)]
+pub(crate) struct WebConfig {
+    /// Where `web.search` asks (`BUB_SEARXNG_URL`, else Ollama's with `BUB_OLLAMA_API_KEY`);
+    /// `None`: it says how to configure one.
+    pub search: Option<search::Backend>,
+    /// `BUB_WEB_ALLOW_PRIVATE`: `web.fetch` may reach non-public addresses.
+    pub allow_private: bool,
+}
+
+impl WebConfig {
+    pub(crate) fn from_settings(s: &Settings) -> Self {
+        Self {
+            search: search::Backend::from_settings(s),
+            allow_private: s.web_allow_private,
+        }
+    }
+}
 
 /// Time to establish a connection (TCP + TLS).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{client_for, describe, excerpt, shown};
-use crate::config::Settings;
+use crate::config::{Secret, Settings};
 use crate::tools::{ToolContext, ToolError};
 
 /// Results listed when `max_results` is not given.
@@ -37,21 +37,25 @@ pub(super) struct SearchArgs {
     max_results: Option<i64>,
 }
 
-/// A search backend from the settings.
-enum Backend<'a> {
-    SearXng { base: &'a str },
-    Ollama { base: &'a str, key: &'a str },
+/// The search backend the settings name (see the module docs).
+#[derive(Debug, Clone)]
+pub(crate) enum Backend {
+    SearXng { base: String },
+    Ollama { base: String, key: Secret },
 }
 
-impl<'a> Backend<'a> {
-    fn from_settings(s: &'a Settings) -> Option<Self> {
+impl Backend {
+    /// `BUB_SEARXNG_URL`, else `BUB_OLLAMA_API_KEY` at `BUB_OLLAMA_API_BASE`; `None`: neither.
+    pub(crate) fn from_settings(s: &Settings) -> Option<Self> {
         if let Some(base) = s.searxng_url.as_deref().filter(|u| !u.trim().is_empty()) {
-            return Some(Self::SearXng { base: base.trim() });
+            return Some(Self::SearXng {
+                base: base.trim().to_owned(),
+            });
         }
         let key = s.ollama_api_key.as_ref().map(|k| k.expose().trim())?;
-        (!key.is_empty()).then_some(Self::Ollama {
-            base: s.ollama_api_base.trim(),
-            key,
+        (!key.is_empty()).then(|| Self::Ollama {
+            base: s.ollama_api_base.trim().to_owned(),
+            key: Secret::from(key),
         })
     }
 }
@@ -82,14 +86,15 @@ pub(super) async fn search(args: SearchArgs, ctx: ToolContext) -> Result<String,
         .max_results
         .unwrap_or(DEFAULT_MAX_RESULTS)
         .clamp(1, MAX_RESULTS_LIMIT);
-    let backend = Backend::from_settings(ctx.settings()).ok_or(ToolError::new(NOT_CONFIGURED))?;
+    let backend = ctx.process.web.search.as_ref();
+    let backend = backend.ok_or(ToolError::new(NOT_CONFIGURED))?;
     let max = max as usize;
-    let hits = match &backend {
+    let hits = match backend {
         Backend::SearXng { base } => searxng(base, query).await?,
-        Backend::Ollama { base, key } => ollama(base, key, query, max)
+        Backend::Ollama { base, key } => ollama(base, key.expose(), query, max)
             .await
             // Belt and braces: whatever the backend echoed, the key never leaves.
-            .map_err(|e| e.map_message(|m| m.replace(key, "***")))?,
+            .map_err(|e| e.map_message(|m| m.replace(key.expose(), "***")))?,
     };
     Ok(render(hits.into_iter().take(max)))
 }
@@ -248,7 +253,7 @@ mod tests {
         s.ollama_api_key = Some("k".into());
         assert!(matches!(
             Backend::from_settings(&s),
-            Some(Backend::Ollama { key: "k", .. })
+            Some(Backend::Ollama { key, .. }) if key.expose() == "k"
         ));
         s.searxng_url = Some("http://127.0.0.1:8888".into());
         assert!(matches!(
