@@ -29,8 +29,8 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
+use super::courier::Courier;
 use super::runner::TurnRunner;
-use super::session::Courier;
 use crate::access::Authority;
 use crate::agent::AgentRuntime;
 use crate::channels::{Channel, InboundSink, Outbound};

@@ -7,6 +7,7 @@
 //! Layering: the daemon drives the agent's turns and sits on top of delivery and the channel
 //! adapters; nothing below depends on it.
 
+mod courier;
 pub(crate) mod jobs;
 pub(crate) mod live;
 pub(crate) mod mailbox;
