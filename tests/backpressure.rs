@@ -10,7 +10,7 @@ use crate::support;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::bub_env::{Env, WAIT};
+use support::bub_env::{Daemon, Env, WAIT};
 use support::fake_openai::tokens;
 use support::fake_telegram::private_text;
 use support::wait::{wait_for, wait_until};
@@ -109,24 +109,31 @@ fn tokens_on_the_tape(env: &Env, prefix: &str) -> Vec<String> {
     seen
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn a_full_inbound_queue_loses_nothing_and_confirms_only_journaled_updates() {
-    // More than the queues hold: a chat's 500 queued messages, its mailbox of 64, the
-    // manager's 256, and the one the turn runs with.
-    const MESSAGES: usize = 1_000;
-    let env = Env::new().await;
+/// A daemon whose model holds the first of `messages` messages to chat 42 while the others
+/// arrive, once its inbound queue is full (`inbound.held`); the last update's id.
+async fn held(env: &Env, messages: usize) -> (Daemon, i64) {
     env.model.echo_tokens("m");
     env.model.hold();
     let daemon = env.start();
     env.telegram.push_message_update(private_text(42, 42, "m0"));
     env.model.wait_for_requests(1, WAIT).await;
     let mut last = 0;
-    for i in 1..MESSAGES {
+    for i in 1..messages {
         last = env
             .telegram
             .push_message_update(private_text(42, 42, &format!("m{i}")));
     }
     daemon.wait_for_log("inbound.held").await;
+    (daemon, last)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_full_inbound_queue_loses_nothing_and_confirms_only_journaled_updates() {
+    // More than the queues hold: a chat's 500 queued messages, its mailbox of 64, the
+    // manager's 256, and the one the turn runs with.
+    const MESSAGES: usize = 1_000;
+    let env = Env::new().await;
+    let (daemon, last) = held(&env, MESSAGES).await;
     wait_until(LONG_WAIT, "the queues to fill", || {
         journaled_messages(&env) >= 1 + 500 + 64 + 256
     })
@@ -237,18 +244,7 @@ async fn a_backlog_of_1300_messages_writes_the_journal_in_proportion_to_what_it_
 async fn a_daemon_stopped_while_held_loses_nothing() {
     const MESSAGES: usize = 1_000;
     let env = Env::new().await;
-    env.model.echo_tokens("m");
-    env.model.hold();
-    let daemon = env.start();
-    env.telegram.push_message_update(private_text(42, 42, "m0"));
-    env.model.wait_for_requests(1, WAIT).await;
-    let mut last = 0;
-    for i in 1..MESSAGES {
-        last = env
-            .telegram
-            .push_message_update(private_text(42, 42, &format!("m{i}")));
-    }
-    daemon.wait_for_log("inbound.held").await;
+    let (daemon, last) = held(&env, MESSAGES).await;
     let (status, log) = daemon.stop_with_log().await;
     assert!(status.success(), "{status:?}\n{log}");
     assert_confirmed_only_journaled(&env);

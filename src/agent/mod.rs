@@ -462,7 +462,13 @@ impl AgentRuntime {
         ctx: &ToolContext,
         input: TurnInput,
     ) -> TurnResult {
-        if let Err(e) = ctx.tape().run(|t| t.ensure_bootstrap()).await {
+        if matches!(input, TurnInput::Chat(_)) {
+            // Nothing reads or writes the tape before the prompt is recorded (which fails, and
+            // fails the turn, on a tape that cannot be written): the anchor goes with it.
+            ctx.tape().defer(|t| {
+                crate::tape::shared::logged(&Kind::Anchor, t.ensure_bootstrap());
+            });
+        } else if let Err(e) = ctx.tape().run(|t| t.ensure_bootstrap()).await {
             return TurnResult {
                 error: Some(TurnError::tape("tape", &e)),
                 ..Default::default()

@@ -212,12 +212,12 @@ impl<'a> ModelLoop<'a> {
         out
     }
 
+    /// The step's `loop.step.finish` record, written with the tape's next operation.
     async fn finish(&self, step: u32, visible: bool, followup: bool, exit: bool) {
-        self.event(
+        self.ctx.tape().defer_event(
             Event::LoopStepFinish,
             json!({"step": step, "visible_text": visible, "followup": followup, "exit_requested": exit}),
-        )
-        .await;
+        );
     }
 
     fn model_label(&self) -> String {
@@ -313,15 +313,14 @@ impl<'a> ModelLoop<'a> {
         if response.tool_calls.is_empty() {
             let text = response.content.unwrap_or_default();
             let answer = json!({"role": "assistant", "content": text});
-            // One hop to the tape for the event and the answer.
-            let recorded = self.ctx.tape().run(move |t| {
+            // Written with the tape's next operation (the turn's last record at the latest).
+            self.ctx.tape().defer(move |t| {
                 logged(&Kind::Event, t.event(Event::Run, ran));
-                t.append(Kind::Message, answer, run)
+                logged(&Kind::Message, t.append(Kind::Message, answer, run));
             });
-            logged(&Kind::Message, recorded.await);
             return Ok(Step::Text(text));
         }
-        self.event(Event::Run, ran).await;
+        self.ctx.tape().defer_event(Event::Run, ran);
         self.run_tools(&response, &run).await;
         Ok(Step::Tools)
     }

@@ -124,11 +124,19 @@ pub(crate) async fn record(
         &label(llm),
         &usage,
     );
-    let written = tokio::task::spawn_blocking(move || ledger.record(&entry)).await;
-    match written {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::error!(error = %format!("{e:#}"), "usage.ledger.error"),
-        Err(e) => tracing::error!(error = %e, "usage.ledger.error"),
+    let failed =
+        |e: anyhow::Error| tracing::error!(error = %format!("{e:#}"), "usage.ledger.error");
+    if ledger.has_budgets() {
+        // The next call's budget check counts this one: written before going on.
+        let written = tokio::task::spawn_blocking(move || ledger.record(&entry)).await;
+        match written {
+            Ok(result) => result.unwrap_or_else(failed),
+            Err(e) => tracing::error!(error = %e, "usage.ledger.error"),
+        }
+    } else {
+        // No budget reads it: written with the tape's next operation, saving a hop.
+        ctx.tape()
+            .defer(move |_| ledger.record(&entry).unwrap_or_else(failed));
     }
     usage
 }

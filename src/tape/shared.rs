@@ -6,6 +6,12 @@
 //! [`SharedTape::event`]): a failed append is logged as `tape.append.error` and the turn goes
 //! on. Writes whose failure must change what the user gets (the user's own prompt) use
 //! [`SharedTape::run`] and handle the error.
+//!
+//! A hop to the blocking pool costs two thread wake-ups, more than the append itself. What a
+//! turn records without waiting for it ([`SharedTape::defer`]: the model loop's step records,
+//! the usage ledger's line) is queued and written, in order, at the start of the tape's next
+//! operation — before anything else reads or writes the tape, so order and reads are as if it
+//! had been written at once. The turn's last record (`loop.result`) is such an operation.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -13,25 +19,48 @@ use serde_json::Value;
 
 use super::{Event, Kind, TapeStore};
 
+/// Work queued for the tape's next operation.
+type Deferred = Box<dyn FnOnce(&mut dyn TapeStore) + Send>;
+
 /// A session's tape, shared by its turns, tools and status readers.
 #[derive(Clone)]
-pub struct SharedTape(Arc<Mutex<Box<dyn TapeStore>>>);
+pub struct SharedTape(Arc<Shared>);
+
+struct Shared {
+    tape: Mutex<Box<dyn TapeStore>>,
+    /// Written before the next operation, in order (see the module docs).
+    deferred: Mutex<Vec<Deferred>>,
+}
 
 impl SharedTape {
     pub(crate) fn new(tape: Box<dyn TapeStore>) -> Self {
-        Self(Arc::new(Mutex::new(tape)))
+        Self(Arc::new(Shared {
+            tape: Mutex::new(tape),
+            deferred: Mutex::default(),
+        }))
     }
 
-    /// Runs `f` on the tape on the blocking pool.
+    /// Runs `f` on the tape on the blocking pool (after what was deferred).
     pub(crate) async fn run<R, F>(&self, f: F) -> anyhow::Result<R>
     where
         R: Send + 'static,
         F: FnOnce(&mut dyn TapeStore) -> anyhow::Result<R> + Send + 'static,
     {
-        let tape = self.0.clone();
-        tokio::task::spawn_blocking(move || f(lock(&tape).as_mut()))
+        let shared = self.0.clone();
+        tokio::task::spawn_blocking(move || f(shared.lock().as_mut()))
             .await
             .map_err(|e| anyhow::anyhow!("tape task failed: {e}"))?
+    }
+
+    /// Queues `f` for the start of the tape's next operation (see the module docs); a
+    /// failure is `f`'s to log.
+    pub(crate) fn defer(&self, f: impl FnOnce(&mut dyn TapeStore) + Send + 'static) {
+        lock(&self.0.deferred).push(Box::new(f));
+    }
+
+    /// Queues an event for the tape's next operation; a failure is logged.
+    pub(crate) fn defer_event(&self, name: Event, data: Value) {
+        self.defer(move |t| drop(logged(&Kind::Event, t.event(name, data))));
     }
 
     /// Appends an entry; a failure is logged ([`append_failed`]) and returned.
@@ -60,9 +89,22 @@ impl SharedTape {
     }
 
     /// The tape for code that is already off the async threads (a blocking task, a terminal
-    /// status line between turns, tests).
+    /// status line between turns, tests), with what was deferred written.
     pub fn lock(&self) -> MutexGuard<'_, Box<dyn TapeStore>> {
-        lock(&self.0)
+        self.0.lock()
+    }
+}
+
+impl Shared {
+    /// The tape, after the deferred work (taken under the tape's lock, so whichever operation
+    /// comes first writes it, in order).
+    fn lock(&self) -> MutexGuard<'_, Box<dyn TapeStore>> {
+        let mut tape = lock(&self.tape);
+        let deferred = std::mem::take(&mut *lock(&self.deferred));
+        for f in deferred {
+            f(tape.as_mut());
+        }
+        tape
     }
 }
 
@@ -77,9 +119,9 @@ pub(crate) fn logged<T>(kind: &Kind, result: anyhow::Result<T>) -> Option<T> {
     result.inspect_err(|e| append_failed(kind, e)).ok()
 }
 
-/// The tape behind `mutex`; a panic in an earlier holder leaves the tape usable (every
-/// operation is a whole append or read, and the index re-syncs from the file).
-fn lock(mutex: &Mutex<Box<dyn TapeStore>>) -> MutexGuard<'_, Box<dyn TapeStore>> {
+/// What `mutex` guards; a panic in an earlier holder leaves the tape usable (every operation
+/// is a whole append or read, and the index re-syncs from the file).
+fn lock<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -119,5 +161,26 @@ mod tests {
                 .await
                 .is_err()
         );
+    }
+
+    #[tokio::test]
+    async fn deferred_records_are_written_in_order_before_the_next_operation() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.jsonl");
+        let tape = SharedTape::new(Box::new(
+            crate::tape::FileTape::open_path(path.clone(), "t".into()).unwrap(),
+        ));
+        tape.defer_event(Event::LoopStepStart, json!({"n": 1}));
+        tape.defer(|t| drop(t.append(Kind::Message, json!({"content": "a"}), json!({}))));
+        assert_eq!(std::fs::read_to_string(&path).unwrap_or_default(), "");
+        tape.event(Event::LoopResult, json!({})).await;
+        let kinds = |tape: &SharedTape| -> Vec<Kind> {
+            let entries = tape.lock().entries().unwrap();
+            entries.into_iter().map(|e| e.kind).collect()
+        };
+        assert_eq!(kinds(&tape), [Kind::Event, Kind::Message, Kind::Event]);
+        // A reader off the async threads gets what was deferred too.
+        tape.defer_event(Event::LoopStepFinish, json!({}));
+        assert_eq!(kinds(&tape).len(), 4);
     }
 }
