@@ -651,3 +651,37 @@ fn anchors_older_than_those_the_index_keeps_come_from_the_file() {
     assert_eq!(info.last_anchor.as_deref(), Some("phase-120"));
     assert_eq!(info.entries_since_last_anchor, 1);
 }
+
+/// A batch holds the file locked for all its operations: another handle (another thread)
+/// appends only after it, and ids stay unique and increasing; a tape without a file is not
+/// created by a batch that only reads.
+#[test]
+fn a_batch_holds_the_tape_for_its_operations() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut unread = tape_at(dir.path(), "none");
+    assert_eq!(unread.batch(|t| t.len().unwrap()).unwrap(), 0);
+    assert!(!unread.path().exists(), "a reading batch creates no file");
+
+    let mut tape = tape_at(dir.path(), "t");
+    msg(&mut tape, "user", "first");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = tape.path().to_path_buf();
+    let other = std::thread::spawn(move || {
+        let mut other = FileTape::open_path(path, "t".into()).unwrap();
+        rx.recv().unwrap();
+        msg(&mut other, "user", "other").id
+    });
+    let inside = tape
+        .batch(|t| {
+            tx.send(()).unwrap();
+            // The other handle is waiting for the lock while the batch goes on.
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            let a = msg(t, "assistant", "a").id;
+            let b = msg(t, "assistant", "b").id;
+            (a, b, t.entries().unwrap().len())
+        })
+        .unwrap();
+    assert_eq!(inside, (2, 3, 3));
+    assert_eq!(other.join().unwrap(), 4, "the other handle appended after the batch");
+    assert_eq!(ids(&mut tape), [1, 2, 3, 4]);
+}

@@ -81,6 +81,10 @@ pub trait TapeStore: Send + 'static {
     /// The model's context through `cursor` (read only where it left off, see
     /// [`ContextCursor`]).
     fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<Value>>;
+
+    /// Runs `f` with the tape held for all its operations (a file tape opens and locks its
+    /// file once); an error means the tape could not be held and `f` did not run.
+    fn batch(&mut self, f: &mut dyn FnMut(&mut dyn TapeStore)) -> anyhow::Result<()>;
 }
 
 /// The tape of `session_id` in `workspace`, its file named after `tape_name` (`BUB_TAPE_NAME`)
@@ -153,5 +157,9 @@ impl TapeStore for FileTape {
 
     fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<Value>> {
         FileTape::context(self, cursor)
+    }
+
+    fn batch(&mut self, f: &mut dyn FnMut(&mut dyn TapeStore)) -> anyhow::Result<()> {
+        FileTape::batch(self, |tape| f(tape))
     }
 }

@@ -47,7 +47,7 @@ impl SharedTape {
         F: FnOnce(&mut dyn TapeStore) -> anyhow::Result<R> + Send + 'static,
     {
         let shared = self.0.clone();
-        tokio::task::spawn_blocking(move || f(shared.lock().as_mut()))
+        tokio::task::spawn_blocking(move || shared.with(f))
             .await
             .map_err(|e| anyhow::anyhow!("tape task failed: {e}"))?
     }
@@ -96,15 +96,51 @@ impl SharedTape {
 }
 
 impl Shared {
-    /// The tape, after the deferred work (taken under the tape's lock, so whichever operation
-    /// comes first writes it, in order).
+    /// The tape, after the deferred work.
     fn lock(&self) -> MutexGuard<'_, Box<dyn TapeStore>> {
         let mut tape = lock(&self.tape);
-        let deferred = std::mem::take(&mut *lock(&self.deferred));
-        for f in deferred {
-            f(tape.as_mut());
-        }
+        self.run_deferred(tape.as_mut(), None::<fn(&mut dyn TapeStore)>);
         tape
+    }
+
+    /// Runs `f` on the tape after the deferred work.
+    fn with<R>(
+        &self,
+        f: impl FnOnce(&mut dyn TapeStore) -> anyhow::Result<R>,
+    ) -> anyhow::Result<R> {
+        let mut tape = lock(&self.tape);
+        let mut out = None;
+        self.run_deferred(
+            tape.as_mut(),
+            Some(|t: &mut dyn TapeStore| out = Some(f(t))),
+        );
+        out.expect("the tape operation ran")
+    }
+
+    /// The deferred work, then `then`, in one batch of the tape when it can be held (else each
+    /// operation on its own). The work is taken under the tape's lock, so whichever operation
+    /// comes first writes it, in order.
+    fn run_deferred(
+        &self,
+        tape: &mut dyn TapeStore,
+        then: Option<impl FnOnce(&mut dyn TapeStore)>,
+    ) {
+        let deferred = std::mem::take(&mut *lock(&self.deferred));
+        if deferred.is_empty() && then.is_none() {
+            return;
+        }
+        let (mut deferred, mut then) = (Some(deferred), then);
+        let mut work = |t: &mut dyn TapeStore| {
+            for f in deferred.take().into_iter().flatten() {
+                f(t);
+            }
+            if let Some(then) = then.take() {
+                then(t);
+            }
+        };
+        if tape.batch(&mut work).is_err() {
+            work(tape);
+        }
     }
 }
 

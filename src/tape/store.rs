@@ -3,7 +3,8 @@
 //! Every operation opens the file, takes an advisory lock (exclusive for writes, shared for
 //! reads) with `File::lock`, checks that the path still names the locked file (a concurrent
 //! `reset` may have replaced it), re-syncs the in-memory index with the bytes appended since the last
-//! operation, and releases the lock when done. The index holds counters and the newest anchors
+//! operation, and releases the lock when done — or, inside a [`FileTape::batch`], uses the file
+//! the batch holds locked (one open and lock for all the operations of a turn's step). The index holds counters and the newest anchors
 //! only (O(anchors kept), never a record per entry), so an open tape's memory does not grow
 //! with its length: `entries` parses the file, and `anchors` beyond those kept scans it
 //! backwards. Appends are O(1): one `write_all` of the new
@@ -40,6 +41,8 @@ pub struct FileTape {
     path: PathBuf,
     name: String,
     pub(crate) index: Index,
+    /// The file, locked exclusively, while a [`FileTape::batch`] runs.
+    held: Option<File>,
 }
 
 /// How a file is locked for one operation.
@@ -97,6 +100,7 @@ impl FileTape {
             path,
             name,
             index: Index::default(),
+            held: None,
         })
     }
 
@@ -161,14 +165,41 @@ impl FileTape {
         &mut self,
         f: impl FnOnce(&Index, Option<&File>) -> anyhow::Result<R>,
     ) -> anyhow::Result<R> {
-        let Some(file) = self.open_locked(Lock::Shared)? else {
-            self.index.reset();
-            return f(&self.index, None);
+        let opened;
+        let file = match &self.held {
+            Some(file) => file,
+            None => match self.open_locked(Lock::Shared)? {
+                Some(file) => {
+                    opened = file;
+                    &opened
+                }
+                None => {
+                    self.index.reset();
+                    return f(&self.index, None);
+                }
+            },
         };
-        self.index.sync(&file, false)?;
-        let out = f(&self.index, Some(&file));
-        let _ = file.unlock();
+        self.index.sync(file, false)?;
+        let out = f(&self.index, Some(file));
+        if self.held.is_none() {
+            let _ = file.unlock();
+        }
         out
+    }
+
+    /// Runs `f` with the file locked exclusively for all its operations (one open and lock
+    /// instead of one per operation); other handles wait until it returns. A tape without a
+    /// file yet is not created for it: its operations lock on their own.
+    pub fn batch<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> anyhow::Result<R> {
+        if self.held.is_some() || !self.path.exists() {
+            return Ok(f(self));
+        }
+        self.held = self.open_locked(Lock::Exclusive)?;
+        let out = f(self);
+        if let Some(file) = self.held.take() {
+            let _ = file.unlock();
+        }
+        Ok(out)
     }
 
     /// Runs `f` with the file locked exclusively and the index synced; entries `f` appends to
@@ -177,10 +208,17 @@ impl FileTape {
         &mut self,
         f: impl FnOnce(&mut Writer<'_>) -> anyhow::Result<R>,
     ) -> anyhow::Result<R> {
-        let file = self
-            .open_locked(Lock::Exclusive)?
-            .expect("exclusive open creates the file");
-        self.index.sync(&file, true)?;
+        let opened;
+        let file = match &self.held {
+            Some(file) => file,
+            None => {
+                opened = self
+                    .open_locked(Lock::Exclusive)?
+                    .expect("exclusive open creates the file");
+                &opened
+            }
+        };
+        self.index.sync(file, true)?;
         let mut writer = Writer {
             index: &self.index,
             pending: Vec::new(),
@@ -196,7 +234,7 @@ impl FileTape {
         // A torn tail is terminated even when nothing is appended, so the index (which may
         // have taken it in as a valid entry) and the file agree.
         if (!pending.is_empty() || self.index.tail > 0)
-            && let Err(e) = self.flush(&file, pending)
+            && let Err(e) = Self::flush(&mut self.index, file, pending)
         {
             // The file may now hold part of the write: rebuild the index from the file.
             self.index.reset();
@@ -204,12 +242,19 @@ impl FileTape {
                 anyhow::Error::new(e).context(format!("appending to {}", self.path.display()))
             );
         }
-        let _ = file.unlock();
+        if self.held.is_none() {
+            let _ = file.unlock();
+        }
         out
     }
 
-    fn flush(&mut self, file: &File, pending: Vec<(u64, bool, Vec<u8>)>) -> std::io::Result<()> {
-        let index = &mut self.index;
+    /// Writes the `pending` lines at the end of `file` (a torn tail ended first) and adds them
+    /// to `index`.
+    fn flush(
+        index: &mut Index,
+        file: &File,
+        pending: Vec<(u64, bool, Vec<u8>)>,
+    ) -> std::io::Result<()> {
         let torn = index.tail > 0;
         let mut buf = Vec::with_capacity(pending.iter().map(|p| p.2.len()).sum::<usize>() + 1);
         if torn {
@@ -281,6 +326,10 @@ impl FileTape {
     /// `handoff` event. The new file replaces the old one atomically while the old one is
     /// locked, so concurrent appenders move over to the new file.
     pub fn reset(&mut self, archive: bool) -> anyhow::Result<Option<PathBuf>> {
+        // The file is replaced: a batch's lock on it ends here.
+        if let Some(file) = self.held.take() {
+            let _ = file.unlock();
+        }
         let old = self
             .open_locked(Lock::Exclusive)?
             .expect("exclusive open creates the file");
