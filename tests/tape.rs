@@ -659,7 +659,7 @@ fn anchors_older_than_those_the_index_keeps_come_from_the_file() {
 fn a_batch_holds_the_tape_for_its_operations() {
     let dir = tempfile::tempdir().unwrap();
     let mut unread = tape_at(dir.path(), "none");
-    assert_eq!(unread.batch(|t| t.len().unwrap()).unwrap(), 0);
+    assert_eq!(unread.batch(false, |t| t.len().unwrap()).unwrap(), 0);
     assert!(!unread.path().exists(), "a reading batch creates no file");
 
     let mut tape = tape_at(dir.path(), "t");
@@ -672,7 +672,7 @@ fn a_batch_holds_the_tape_for_its_operations() {
         msg(&mut other, "user", "other").id
     });
     let inside = tape
-        .batch(|t| {
+        .batch(true, |t| {
             tx.send(()).unwrap();
             // The other handle is waiting for the lock while the batch goes on.
             std::thread::sleep(std::time::Duration::from_millis(50));
@@ -682,6 +682,10 @@ fn a_batch_holds_the_tape_for_its_operations() {
         })
         .unwrap();
     assert_eq!(inside, (2, 3, 3));
-    assert_eq!(other.join().unwrap(), 4, "the other handle appended after the batch");
+    assert_eq!(
+        other.join().unwrap(),
+        4,
+        "the other handle appended after the batch"
+    );
     assert_eq!(ids(&mut tape), [1, 2, 3, 4]);
 }

@@ -83,8 +83,9 @@ pub trait TapeStore: Send + 'static {
     fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<Value>>;
 
     /// Runs `f` with the tape held for all its operations (a file tape opens and locks its
-    /// file once); an error means the tape could not be held and `f` did not run.
-    fn batch(&mut self, f: &mut dyn FnMut(&mut dyn TapeStore)) -> anyhow::Result<()>;
+    /// file once, creating it when `f` `writes`); an error means the tape could not be held
+    /// and `f` did not run.
+    fn batch(&mut self, writes: bool, f: &mut dyn FnMut(&mut dyn TapeStore)) -> anyhow::Result<()>;
 }
 
 /// The tape of `session_id` in `workspace`, its file named after `tape_name` (`BUB_TAPE_NAME`)
@@ -159,7 +160,7 @@ impl TapeStore for FileTape {
         FileTape::context(self, cursor)
     }
 
-    fn batch(&mut self, f: &mut dyn FnMut(&mut dyn TapeStore)) -> anyhow::Result<()> {
-        FileTape::batch(self, |tape| f(tape))
+    fn batch(&mut self, writes: bool, f: &mut dyn FnMut(&mut dyn TapeStore)) -> anyhow::Result<()> {
+        FileTape::batch(self, writes, |tape| f(tape))
     }
 }

@@ -129,6 +129,8 @@ impl Shared {
         if deferred.is_empty() && then.is_none() {
             return;
         }
+        // Deferred work writes: the tape's file may be created for it.
+        let writes = !deferred.is_empty();
         let (mut deferred, mut then) = (Some(deferred), then);
         let mut work = |t: &mut dyn TapeStore| {
             for f in deferred.take().into_iter().flatten() {
@@ -138,7 +140,7 @@ impl Shared {
                 then(t);
             }
         };
-        if tape.batch(&mut work).is_err() {
+        if tape.batch(writes, &mut work).is_err() {
             work(tape);
         }
     }

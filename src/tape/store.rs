@@ -188,10 +188,11 @@ impl FileTape {
     }
 
     /// Runs `f` with the file locked exclusively for all its operations (one open and lock
-    /// instead of one per operation); other handles wait until it returns. A tape without a
-    /// file yet is not created for it: its operations lock on their own.
-    pub fn batch<R>(&mut self, f: impl FnOnce(&mut Self) -> R) -> anyhow::Result<R> {
-        if self.held.is_some() || !self.path.exists() {
+    /// instead of one per operation); other handles wait until it returns. The file is created
+    /// for it only when `f` writes (`writes`); else a tape without a file stays without one
+    /// and `f`'s operations lock on their own.
+    pub fn batch<R>(&mut self, writes: bool, f: impl FnOnce(&mut Self) -> R) -> anyhow::Result<R> {
+        if self.held.is_some() || (!writes && !self.path.exists()) {
             return Ok(f(self));
         }
         self.held = self.open_locked(Lock::Exclusive)?;

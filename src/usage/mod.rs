@@ -234,7 +234,8 @@ impl Ledger {
     pub fn record(&self, entry: &Entry) -> anyhow::Result<()> {
         let mut line = serde_json::to_vec(entry)?;
         line.push(b'\n');
-        self.with_state_mut(|state, today| {
+        // No catch-up first: the append sees whether anything else was appended.
+        self.with_state_mut_as(false, |state, today| {
             let _lock = crate::storage::lock(&self.lock)?;
             let mut file = crate::storage::private_file()
                 .create(true)
@@ -355,6 +356,16 @@ impl Ledger {
         &self,
         f: impl FnOnce(&mut State, NaiveDate) -> anyhow::Result<T>,
     ) -> anyhow::Result<T> {
+        self.with_state_mut_as(true, f)
+    }
+
+    /// [`Self::with_state_mut`], reading what was appended since the state last read the file
+    /// first only when `caught_up`.
+    fn with_state_mut_as<T>(
+        &self,
+        caught_up: bool,
+        f: impl FnOnce(&mut State, NaiveDate) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
         let today = self.today();
         let mut guard = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let state = guard.get_or_insert_with(State::default);
@@ -365,7 +376,9 @@ impl Ledger {
             };
             self.compact_if_large(today)?;
         }
-        self.catch_up(state, today)?;
+        if caught_up {
+            self.catch_up(state, today)?;
+        }
         f(state, today)
     }
 
