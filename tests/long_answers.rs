@@ -17,20 +17,6 @@ use support::fake_openai::StreamStyle;
 use support::fake_telegram::{self, private_text};
 use support::wait::{wait_for, wait_until};
 
-/// An answer of about `kb` KB: numbered paragraphs of Markdown.
-fn answer(kb: usize) -> String {
-    let paragraphs = kb * 1024 / 256;
-    (0..paragraphs)
-        .map(|i| {
-            format!(
-                "Paragraph {i:05}: {}",
-                "the quick brown fox. ".repeat(11).trim()
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n\n")
-}
-
 /// The note ending the first part of `whole`.
 fn note(whole: &str) -> String {
     format!(
@@ -61,7 +47,7 @@ async fn a_long_answer_is_its_first_part_and_a_file_on_telegram_and_discord() {
     env.set("BUB_DISCORD_ENABLED", "true");
     env.set("BUB_DISCORD_TOKEN", "discord-test-token");
     env.set("BUB_DISCORD_API_BASE", &discord.api_base());
-    let whole = answer(200);
+    let whole = support::long_answer(200);
     env.model.push_text(whole.clone());
     let daemon = env.start();
     env.telegram
@@ -80,7 +66,7 @@ async fn a_long_answer_is_its_first_part_and_a_file_on_telegram_and_discord() {
     wait_until(WAIT, "the file removed", || spooled(&env) == 0).await;
 
     // Discord: one message, then the file.
-    let whole = answer(100);
+    let whole = support::long_answer(100);
     env.model.push_text(whole.clone());
     discord.wait_for_identify(WAIT).await;
     let dm = Msg::dm("555", fake_discord::user("42", "alice"), "and here");
@@ -103,7 +89,7 @@ async fn a_long_answer_is_its_first_part_and_a_file_on_telegram_and_discord() {
     assert!(uploads[0].1 == whole.as_bytes(), "the whole answer");
 
     // Three messages' worth: three messages, no file.
-    let three = answer(10);
+    let three = support::long_answer(10);
     env.model.push_text(three.clone());
     env.telegram
         .push_message_update(private_text(42, 42, "a shorter one"));
@@ -118,7 +104,7 @@ async fn a_long_answer_is_its_first_part_and_a_file_on_telegram_and_discord() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_long_answer_recorded_before_a_restart_is_sent_the_same_way_once() {
     let mut env = Env::new().await;
-    let whole = answer(200);
+    let whole = support::long_answer(200);
     env.model.push_text(whole.clone());
     // Telegram takes the first send and never answers: the answer is recorded, not delivered.
     env.telegram
@@ -171,7 +157,7 @@ async fn restart_with_a_fresh_telegram(env: &mut Env) -> support::bub_env::Daemo
 #[tokio::test(flavor = "multi_thread")]
 async fn killed_after_3_of_4_parts_a_restart_sends_only_the_4th() {
     let mut env = Env::new().await;
-    let whole = answer(14); // four messages of Telegram's
+    let whole = support::long_answer(14); // four messages of Telegram's
     env.model.push_text(whole.clone());
     // Telegram accepts three parts and never answers the fourth.
     env.telegram.stall_after("sendMessage", 3);
@@ -207,7 +193,7 @@ async fn killed_after_3_of_4_parts_a_restart_sends_only_the_4th() {
 #[tokio::test(flavor = "multi_thread")]
 async fn killed_after_the_first_part_a_restart_sends_only_the_file() {
     let mut env = Env::new().await;
-    let whole = answer(200);
+    let whole = support::long_answer(200);
     env.model.push_text(whole.clone());
     // The first part is accepted; the file's upload never answered.
     env.telegram
@@ -238,7 +224,7 @@ async fn a_live_answer_and_message_send_are_capped_the_same_way() {
         pause: Duration::ZERO,
         ..StreamStyle::default()
     });
-    let whole = answer(60);
+    let whole = support::long_answer(60);
     env.model.push_text(whole.clone());
     let daemon = env.start();
     env.telegram
@@ -252,7 +238,7 @@ async fn a_live_answer_and_message_send_are_capped_the_same_way() {
     assert!(uploads(&env, 1).await[0].1 == whole.as_bytes());
 
     // message.send to another chat: the same.
-    let sent = answer(30);
+    let sent = support::long_answer(30);
     env.model.push_tool_calls(&[(
         "message_send",
         json!({"channel": "telegram", "chat_id": "7", "text": sent}),

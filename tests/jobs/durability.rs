@@ -10,19 +10,6 @@ use crate::support::bub_env::{Env, WAIT, texts};
 use crate::support::fake_telegram::{self, private_text};
 use crate::support::wait::wait_until;
 
-/// An answer of about `kb` KB in numbered paragraphs (more than one Telegram message past 4).
-fn report(kb: usize) -> String {
-    (0..kb * 4)
-        .map(|i| {
-            format!(
-                "Paragraph {i:03}: {}",
-                "all quiet on the farm. ".repeat(10).trim()
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n\n")
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_job_killed_in_its_turn_is_answered_once_after_the_restart() {
     let env = Env::new().await;
@@ -85,7 +72,7 @@ async fn killed_after_the_first_part_of_a_job_s_answer_idle_sends_only_the_rest(
         "after_seconds=1 message='the weekly report'",
     )
     .await;
-    let whole = report(6);
+    let whole = crate::support::long_answer(6);
     env.model.push_text(whole.clone());
     // Telegram accepts the first part and never answers the second.
     env.telegram.stall_after("sendMessage", 1);

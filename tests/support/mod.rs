@@ -21,6 +21,21 @@ pub mod tool_env;
 pub mod wait;
 pub mod wire;
 
+/// A long answer of about `kb` KB: numbered Markdown paragraphs (`Paragraph 00000: the quick
+/// brown fox. …`), several Telegram messages past 4 KB.
+pub fn long_answer(kb: usize) -> String {
+    let paragraphs = kb * 1024 / 256;
+    (0..paragraphs)
+        .map(|i| {
+            format!(
+                "Paragraph {i:05}: {}",
+                "the quick brown fox. ".repeat(11).trim()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
 /// An address on 127.0.0.1 where nothing listens (a port that was free a moment ago).
 pub fn closed_addr() -> std::net::SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
