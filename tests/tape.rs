@@ -674,9 +674,13 @@ fn a_batch_holds_the_tape_for_its_operations() {
     let inside = tape
         .batch(true, |t| {
             tx.send(()).unwrap();
-            // The other handle is waiting for the lock while the batch goes on.
-            std::thread::sleep(std::time::Duration::from_millis(50));
             let a = msg(t, "assistant", "a").id;
+            // Held between operations: no other handle can lock the file now.
+            let probe = std::fs::File::open(t.path()).unwrap();
+            assert!(
+                matches!(probe.try_lock(), Err(std::fs::TryLockError::WouldBlock)),
+                "the file stays locked between a batch's operations"
+            );
             let b = msg(t, "assistant", "b").id;
             (a, b, t.entries().unwrap().len())
         })
