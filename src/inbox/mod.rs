@@ -293,72 +293,64 @@ impl Inbox {
         msg: &mut Inbound,
         cursor: Option<u64>,
     ) -> anyhow::Result<Received> {
-        let key = key_of(msg);
-        let Some(writer) = &self.writer else {
-            let mut shared = self.lock();
-            if shared.state.recent.contains(&key) {
-                return Ok(Received::Duplicate);
-            }
-            let seq = shared.issue();
-            msg.seq = seq;
-            let msg = msg.clone();
-            shared.state.apply(Record::Recv { seq, cursor, msg });
-            return Ok(Received::New(seq));
-        };
-        // The place in the queue first: numbers are given out in the order records are written.
-        let permit = writer.reserve().await?;
-        let (ack, written) = oneshot::channel();
-        let seq = {
-            let mut shared = self.lock();
-            if shared.state.recent.contains(&key) || !shared.inflight.insert(key) {
-                return Ok(Received::Duplicate);
-            }
-            let seq = shared.issue();
-            msg.seq = seq;
-            let msg = msg.clone();
-            let record = Record::Recv { seq, cursor, msg };
-            permit.send(Job {
-                record,
-                key: Some(key),
-                ack,
-            });
-            seq
-        };
-        writer::acked(written).await?;
-        Ok(Received::New(seq))
+        let numbered = self
+            .journal_numbered(Some(key_of(msg)), |seq| {
+                msg.seq = seq;
+                let msg = msg.clone();
+                Record::Recv { seq, cursor, msg }
+            })
+            .await?;
+        Ok(numbered.map_or(Received::Duplicate, Received::New))
     }
 
     /// Journals a scheduled job's due run before its turn starts, numbering it (`run.seq`).
     /// An error means the run is not on disk: it may still run, but a restart cannot resume it.
     pub async fn scheduled(&self, run: &mut JobRun) -> anyhow::Result<u64> {
+        let numbered = self
+            .journal_numbered(None, |seq| {
+                run.seq = seq;
+                let run = run.clone();
+                Record::Job { seq, run }
+            })
+            .await?;
+        Ok(numbered.expect("a run without a key is never a duplicate"))
+    }
+
+    /// Gives out the next sequence number to the record `make` builds with it and journals
+    /// the record, returning once it is on disk. Numbers are given out in the order records
+    /// are written (the place in the writer's queue is taken first). With a message's `key`,
+    /// `None` when that message was received before or is on its way to the file.
+    async fn journal_numbered(
+        &self,
+        key: Option<u64>,
+        make: impl FnOnce(u64) -> Record,
+    ) -> anyhow::Result<Option<u64>> {
+        let duplicate = |shared: &Shared, key: u64| shared.state.recent.contains(&key);
         let Some(writer) = &self.writer else {
             let mut shared = self.lock();
+            if key.is_some_and(|key| duplicate(&shared, key)) {
+                return Ok(None);
+            }
             let seq = shared.issue();
-            run.seq = seq;
-            let run = run.clone();
-            shared.state.apply(Record::Job { seq, run });
-            return Ok(seq);
+            shared.state.apply(make(seq));
+            return Ok(Some(seq));
         };
-        // As for a received message: numbered in the order records are written.
         let permit = writer.reserve().await?;
         let (ack, written) = oneshot::channel();
         let seq = {
             let mut shared = self.lock();
+            if let Some(key) = key
+                && (duplicate(&shared, key) || !shared.inflight.insert(key))
+            {
+                return Ok(None);
+            }
             let seq = shared.issue();
-            run.seq = seq;
-            let record = Record::Job {
-                seq,
-                run: run.clone(),
-            };
-            permit.send(Job {
-                record,
-                key: None,
-                ack,
-            });
+            let record = make(seq);
+            permit.send(Job { record, key, ack });
             seq
         };
         writer::acked(written).await?;
-        Ok(seq)
+        Ok(Some(seq))
     }
 
     /// A turn started with these messages.
