@@ -83,14 +83,21 @@ impl Courier {
     }
 }
 
-/// Shows the typing indicator every `interval` until the returned guard is dropped.
+/// How long a turn runs before the typing indicator shows: an answer that comes sooner (a
+/// command, a cached or fast model) costs the chat no extra request, and a person does not
+/// notice the wait.
+const TYPING_DELAY: Duration = Duration::from_millis(200);
+
+/// Shows the typing indicator after [`TYPING_DELAY`], then every `interval`, until the
+/// returned guard is dropped.
 pub(super) fn typing(
     channel: Arc<dyn Channel>,
     chat_id: String,
     interval: Duration,
 ) -> AbortOnDropHandle<()> {
     AbortOnDropHandle::new(tokio::spawn(async move {
-        let mut tick = tokio::time::interval(interval);
+        let first = tokio::time::Instant::now() + TYPING_DELAY;
+        let mut tick = tokio::time::interval_at(first, interval);
         loop {
             tick.tick().await;
             if let Err(e) = channel.typing(&chat_id).await {

@@ -269,6 +269,8 @@ impl ChannelManager {
         {
             adapters.abort_all();
         }
+        // Records queued without waiting (a turn's start and end) reach the file.
+        self.inbox.flush().await;
         tracing::info!("channel.manager.stop");
         failure.map_or(Ok(()), Err)
     }

@@ -324,6 +324,10 @@ async fn commands_bypass_debounce_and_the_window() {
     let sent = h.channel.sent.lock().unwrap().clone();
     assert_eq!(sent[0].text, "ran ,help");
     assert_eq!(sent[1].text, "answer");
+    assert!(
+        h.channel.typing.lock().unwrap().is_empty(),
+        "answers that came at once need no typing request"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -393,7 +397,11 @@ async fn typing_repeats_while_a_turn_runs_and_stops_after() {
     let mut h = harness(cfg, FakeRunner::new(true));
     h.send("slow one", true).await;
     at(&h, 10.0).await;
-    assert_eq!(h.channel.typing.lock().unwrap().len(), 3, "at 0, 4 and 8 s");
+    assert_eq!(
+        h.channel.typing.lock().unwrap().len(),
+        3,
+        "at 0.2, 4.2 and 8.2 s"
+    );
     h.runner.gate.as_ref().unwrap().add_permits(1);
     at(&h, 60.0).await;
     assert_eq!(

@@ -19,11 +19,13 @@
 //!   idempotent), is given up with a notice to its chat. Chat controls (`,stop`, `,status`)
 //!   are not resumed; senders no longer admitted are dropped.
 //!
-//! Writing: one task owns the file ([`writer`]); records reach it through a bounded queue, are
-//! written in batches (whatever is queued, one `write`, on the blocking pool) and each is
-//! acknowledged once its bytes are in the file. Every method that records something is `async`
-//! and returns after that acknowledgement; nothing here does file I/O on an async thread
-//! except [`Inbox::open`], which callers run on the blocking pool.
+//! Writing: one thread owns the file ([`writer`]); records reach it through a bounded queue, are
+//! written in batches (whatever is queued, one `write`) and each is acknowledged once its bytes
+//! are in the file. Every method that records something is `async` and returns after that
+//! acknowledgement — except a turn's `start` and `done`, which return once queued (nothing
+//! waits for them; they are written just as soon, in order, and [`Inbox::flush`] waits for
+//! them at shutdown); nothing here does file I/O on an async thread except [`Inbox::open`],
+//! which callers run on the blocking pool.
 //!
 //! Invariants: a `recv` record is written before [`Inbox::receive`] returns; records are not
 //! fsynced (they survive a crash of the process, not of the machine — see docs/delivery.md);
@@ -346,16 +348,22 @@ impl Inbox {
             }
             let seq = shared.issue();
             let record = make(seq);
-            permit.send(Job { record, key, ack });
+            permit.send(Job {
+                record: Some(record),
+                key,
+                ack: Some(ack),
+            });
             seq
         };
         writer::acked(written).await?;
         Ok(Some(seq))
     }
 
-    /// A turn started with these messages.
+    /// A turn started with these messages. Queued, not waited for: the record reaches the
+    /// file as soon as if the caller waited (and before any record queued after it), the turn
+    /// just does not stand still meanwhile; [`Inbox::flush`] waits for it at shutdown.
     pub async fn started(&self, seqs: &[u64]) {
-        self.record(Record::Start {
+        self.post(Record::Start {
             seqs: journaled(seqs),
         })
         .await;
@@ -384,13 +392,22 @@ impl Inbox {
         .await;
     }
 
-    /// The messages need no more work.
+    /// The messages need no more work. Queued, not waited for, like [`Inbox::started`].
     pub async fn done(&self, seqs: &[u64], outcome: Outcome) {
-        self.record(Record::Done {
+        self.post(Record::Done {
             seqs: journaled(seqs),
             outcome,
         })
         .await;
+    }
+
+    /// Returns once every record queued before it is in the file (the daemon's last step).
+    pub async fn flush(&self) {
+        if let Some(writer) = &self.writer
+            && let Err(e) = writer.flush().await
+        {
+            tracing::error!(error = %format!("{e:#}"), "inbox.flush.error");
+        }
     }
 
     /// The platform cursor of `channel` (Telegram: the last update id journaled).
@@ -444,6 +461,19 @@ impl Inbox {
             return self.lock().state.apply(record);
         };
         if let Err(e) = writer.write(record).await {
+            tracing::error!(error = %format!("{e:#}"), "inbox.append.error");
+        }
+    }
+
+    /// [`Inbox::record`] without waiting for the write (the writer logs a failure).
+    async fn post(&self, record: Record) {
+        if record.seqs().is_empty() {
+            return;
+        }
+        let Some(writer) = &self.writer else {
+            return self.lock().state.apply(record);
+        };
+        if let Err(e) = writer.post(record).await {
             tracing::error!(error = %format!("{e:#}"), "inbox.append.error");
         }
     }

@@ -73,6 +73,7 @@ async fn sends_and_the_live_message_survive_a_restart_until_their_messages_are_d
     assert!(journal.contains(r#"{"op":"live","seqs":[1],"id":"1001"}"#));
 
     inbox.done(&[a, b], Outcome::Sent).await;
+    inbox.flush().await; // `done` is not waited for
     assert_eq!(inbox.send_progress(&[a, b], "k1"), None);
     assert_eq!(inbox.live_message(&[a, b]), None);
     // A record about messages no longer pending (a live post that ended after `,stop`) is

@@ -458,6 +458,7 @@ async fn a_failed_write_is_reported_to_every_waiter_and_applies_nothing() {
         assert!(error.starts_with("writing the inbox journal"), "{error}");
     }
     inbox.done(&[kept], Outcome::Sent).await;
+    inbox.flush().await; // `done` is not waited for
     assert_eq!(inbox.pending(), 1, "the failed `done` is not applied");
     assert!(inbox.lock().inflight.is_empty());
     assert_eq!(

@@ -2,7 +2,10 @@
 //! sender waits while it is full); it takes whatever is queued, writes it with one `write`,
 //! applies what reached the file to the inbox's state, acknowledges each record, and rewrites
 //! the journal when it has grown enough. A thread of its own, not a task that hops to the
-//! blocking pool: a record costs the sender one wake-up of the writer and one of itself.
+//! blocking pool: a record costs the sender one wake-up of the writer and one of itself — or,
+//! for a record nobody waits for ([`Writer::post`]), only the writer's; a failure to write
+//! such a record is logged here. A barrier ([`Writer::flush`]) is answered once everything
+//! queued before it was written.
 //!
 //! Invariants: the state holds exactly the records that reached the file, in file order, so the
 //! snapshot the writer takes is the journal it replaces (records still queued are appended after
@@ -29,17 +32,21 @@ pub(super) const COMPACT_AT: u64 = 4 << 20;
 /// Records waiting for the writer; beyond that, senders wait. One write takes them all.
 pub(super) const QUEUE: usize = 1024;
 
-/// A record on its way to the file, with who waits for it.
+/// A record on its way to the file (`None`: a barrier), with who waits for it (if anyone).
 pub(super) struct Job {
-    pub record: Record,
+    pub record: Option<Record>,
     /// A received message's key, in flight until the write ends (see `Shared::inflight`).
     pub key: Option<u64>,
-    pub ack: oneshot::Sender<io::Result<()>>,
+    pub ack: Option<oneshot::Sender<io::Result<()>>>,
 }
 
-/// The inbox's handle on its writer thread.
+/// The inbox's handle on its writer thread. Dropping it closes the queue and waits for the
+/// thread to write what was queued (at the daemon's end the queue is already empty: see
+/// `Inbox::flush`).
 pub(super) struct Writer {
-    tx: mpsc::Sender<Job>,
+    /// `None` only while being dropped.
+    tx: Option<mpsc::Sender<Job>>,
+    thread: Option<std::thread::JoinHandle<()>>,
     /// The file side (the task's; tests reach in to make a write fail).
     #[cfg_attr(not(test), allow(dead_code))]
     pub disk: Arc<Mutex<Disk>>,
@@ -51,27 +58,57 @@ impl Writer {
         let disk = Arc::new(Mutex::new(disk));
         let (tx, rx) = mpsc::channel(QUEUE);
         let file = disk.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("bub-journal".into())
             .spawn(move || run(rx, &file, &shared))
             .context("starting the inbox journal's writer")?;
-        Ok(Self { tx, disk })
+        Ok(Self {
+            tx: Some(tx),
+            thread: Some(thread),
+            disk,
+        })
+    }
+
+    fn tx(&self) -> &mpsc::Sender<Job> {
+        self.tx
+            .as_ref()
+            .expect("the queue is open until the writer is dropped")
     }
 
     /// A place in the queue (waits while it is full).
     pub(super) async fn reserve(&self) -> anyhow::Result<mpsc::Permit<'_, Job>> {
-        self.tx.reserve().await.map_err(|_| stopped())
+        self.tx().reserve().await.map_err(|_| stopped())
     }
 
     /// Writes `record`; returns once it is in the file (or could not be written).
     pub(super) async fn write(&self, record: Record) -> anyhow::Result<()> {
+        self.acked_job(Some(record)).await
+    }
+
+    /// Queues `record` behind everything queued before it and returns (waiting only while the
+    /// queue is full); the writer logs a failure to write it.
+    pub(super) async fn post(&self, record: Record) -> anyhow::Result<()> {
+        let job = Job {
+            record: Some(record),
+            key: None,
+            ack: None,
+        };
+        self.tx().send(job).await.map_err(|_| stopped())
+    }
+
+    /// Returns once everything queued before the call was written (or failed).
+    pub(super) async fn flush(&self) -> anyhow::Result<()> {
+        self.acked_job(None).await
+    }
+
+    async fn acked_job(&self, record: Option<Record>) -> anyhow::Result<()> {
         let (ack, written) = oneshot::channel();
         let job = Job {
             record,
             key: None,
-            ack,
+            ack: Some(ack),
         };
-        self.tx.send(job).await.map_err(|_| stopped())?;
+        self.tx().send(job).await.map_err(|_| stopped())?;
         acked(written).await
     }
 
@@ -79,6 +116,15 @@ impl Writer {
     #[cfg(test)]
     pub(super) fn written(&self) -> u64 {
         self.disk.lock().expect("journal file").written
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -150,11 +196,13 @@ impl Disk {
         if self.torn {
             buf.push(b'\n');
         }
-        let ends: Vec<Result<usize, serde_json::Error>> = jobs
+        // Where each record's line ends in `buf` (`None`: a barrier).
+        let ends: Vec<Option<Result<usize, serde_json::Error>>> = jobs
             .iter()
             .map(|job| {
+                let record = job.record.as_ref()?;
                 let start = buf.len();
-                match serde_json::to_writer(&mut buf, &job.record) {
+                Some(match serde_json::to_writer(&mut buf, record) {
                     Ok(()) => {
                         buf.push(b'\n');
                         Ok(buf.len())
@@ -163,7 +211,7 @@ impl Disk {
                         buf.truncate(start);
                         Err(e)
                     }
-                }
+                })
             })
             .collect();
         let (reached, failure) = append(&mut self.file, &buf);
@@ -179,25 +227,30 @@ impl Disk {
             let mut shared = shared.lock().expect("inbox lock");
             for (job, end) in jobs.into_iter().zip(ends) {
                 let outcome = match end {
-                    Ok(end) if end - 1 <= reached => Ok(()),
-                    Ok(_) => Err(failure.as_ref().map_or_else(
+                    None => Ok(()),
+                    Some(Ok(end)) if end - 1 <= reached => Ok(()),
+                    Some(Ok(_)) => Err(failure.as_ref().map_or_else(
                         || io::Error::from(io::ErrorKind::WriteZero),
                         |e| io::Error::new(e.kind(), e.to_string()),
                     )),
-                    Err(e) => Err(io::Error::new(io::ErrorKind::InvalidData, e)),
+                    Some(Err(e)) => Err(io::Error::new(io::ErrorKind::InvalidData, e)),
                 };
                 if let Some(key) = job.key {
                     shared.inflight.remove(&key);
                 }
-                if outcome.is_ok() {
-                    shared.state.apply(job.record);
+                if let (Ok(()), Some(record)) = (&outcome, job.record) {
+                    shared.state.apply(record);
                 }
                 acks.push((job.ack, outcome));
             }
         }
         for (ack, outcome) in acks {
-            // A waiter that went away (its task was dropped) needs no answer.
-            let _ = ack.send(outcome);
+            match (ack, outcome) {
+                // A waiter that went away (its task was dropped) needs no answer.
+                (Some(ack), outcome) => drop(ack.send(outcome)),
+                (None, Err(e)) => tracing::error!(error = %e, "inbox.append.error"),
+                (None, Ok(())) => {}
+            }
         }
         self.maybe_compact(shared);
     }
