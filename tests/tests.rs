@@ -37,6 +37,7 @@ mod run_cli;
 mod scheduler;
 mod security;
 mod skills;
+mod stagnation;
 mod startup;
 mod tape;
 mod telegram;

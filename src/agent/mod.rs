@@ -27,6 +27,7 @@ mod request;
 pub mod router;
 pub(crate) mod runner;
 mod spend;
+mod stagnation;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -19,6 +19,7 @@ use super::prompt;
 use super::request::{checkpoint_note, noted, sanitize_context, stable_hash, system_prompt};
 use super::router::Router;
 use super::spend;
+use super::stagnation;
 use crate::delivery::TurnError;
 use crate::llm::chain::{Answer, Fallback, label};
 use crate::llm::{
@@ -99,6 +100,8 @@ pub(crate) struct ModelLoop<'a> {
     failures: Vec<(String, String)>,
     /// This turn's tool calls so far.
     trail: Vec<ToolStep>,
+    /// Calls repeated with the same result ([`stagnation`]).
+    guard: stagnation::Guard,
     /// The images the turn's prompt brought (saved files, relative to the workspace).
     images: Vec<String>,
     /// What this turn shows of its images, by path (made or read from the cache once a turn).
@@ -134,6 +137,7 @@ impl<'a> ModelLoop<'a> {
             tools_tokens: ctx.registry().spec_tokens_for(&ctx.turn.policy),
             failures: Vec::new(),
             trail: Vec::new(),
+            guard: stagnation::Guard::default(),
             images: Vec::new(),
             images_shown: HashMap::new(),
             shown: String::new(),
@@ -166,6 +170,12 @@ impl<'a> ModelLoop<'a> {
                 }
                 Ok(Step::Tools) => {
                     self.finish(step, false, true, false).await;
+                    if let Some(message) = self.guard.exhausted() {
+                        self.event(Event::LoopStagnant, json!({"step": step})).await;
+                        out.error = Some(TurnError::Stagnant(message));
+                        done = true;
+                        continue;
+                    }
                     prompt = CONTINUE_PROMPT.to_string();
                     out.followups += 1;
                 }
@@ -648,6 +658,7 @@ impl<'a> ModelLoop<'a> {
         self.append(Kind::ToolCall, json!({"calls": calls}), run)
             .await;
         let mut results = Vec::with_capacity(response.tool_calls.len());
+        let mut statuses = Vec::with_capacity(response.tool_calls.len());
         for call in &response.tool_calls {
             self.show_status(Some(running(call)));
             let registry = self.ctx.registry();
@@ -663,14 +674,20 @@ impl<'a> ModelLoop<'a> {
                 elapsed: started.elapsed(),
                 result: result.as_deref().map_err(String::as_str),
             });
+            let seen = self.guard.observe(tool, &call.arguments, &result);
+            statuses.push(seen.status.as_str());
             let step = ToolStep::new(tool, &call.arguments, &result);
             self.learn(&step.tool, call, &result).await;
             self.trail.push(step);
-            results.push(Value::String(result.unwrap_or_else(|e| e)));
+            let shown = match seen.status {
+                stagnation::Status::Stagnant => stagnation::note(tool, seen),
+                _ => result.unwrap_or_else(|e| e),
+            };
+            results.push(Value::String(shown));
         }
         self.show_status(None);
-        self.append(Kind::ToolResult, json!({"results": results}), run)
-            .await;
+        let payload = json!({"results": results, "status": statuses});
+        self.append(Kind::ToolResult, payload, run).await;
     }
 
     /// Tells the turn's observer (if any) about a tool call, with its arguments redacted (they

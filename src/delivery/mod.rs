@@ -162,6 +162,9 @@ pub enum TurnError {
     MaxSteps(u32),
     /// The call would pass a daily budget, so it was not made: the message for the chat.
     Budget(String),
+    /// Tool calls kept returning the same result (the stagnation guard): the message for the
+    /// chat, naming what was repeated.
+    Stagnant(String),
 }
 
 impl TurnError {
@@ -176,7 +179,10 @@ impl TurnError {
 impl std::fmt::Display for TurnError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            TurnError::Model(e) | TurnError::Tape(e) | TurnError::Budget(e) => f.write_str(e),
+            TurnError::Model(e)
+            | TurnError::Tape(e)
+            | TurnError::Budget(e)
+            | TurnError::Stagnant(e) => f.write_str(e),
             TurnError::MaxSteps(n) => write!(f, "max_steps_reached={n}"),
         }
     }
@@ -194,7 +200,7 @@ impl serde::Serialize for TurnError {
 /// blank lines. Empty = nothing to send.
 pub(crate) fn render_output(result: &TurnResult, proactive_response: bool) -> String {
     let error = result.error.as_ref().map(|e| match e {
-        TurnError::Budget(message) => message.clone(),
+        TurnError::Budget(message) | TurnError::Stagnant(message) => message.clone(),
         e => format!("Error: {e}"),
     });
     let mut parts = vec![result.immediate_output.as_str()];

@@ -22,6 +22,8 @@ pub enum Event {
     LoopStepEmpty,
     /// `loop.max_steps`: the loop stopped at its limit, `{max_steps}`.
     LoopMaxSteps,
+    /// `loop.stagnant`: the loop stopped: tool calls kept returning the same, `{step}`.
+    LoopStagnant,
     /// `loop.result`: the turn's loop ended, `{steps, followups, exit_requested, error}`.
     LoopResult,
     /// `context.compacted`: the context was summarised into a new anchor,
@@ -64,6 +66,7 @@ impl Event {
             Self::LoopStepError => "loop.step.error",
             Self::LoopStepEmpty => "loop.step.empty",
             Self::LoopMaxSteps => "loop.max_steps",
+            Self::LoopStagnant => "loop.stagnant",
             Self::LoopResult => "loop.result",
             Self::ContextCompacted => "context.compacted",
             Self::ModelFallback => "model.fallback",
