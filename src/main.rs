@@ -18,7 +18,7 @@ use bub::cli::admin::{
     self, AccessAction, JobsAction, MemoryAction, PairAction, SkillsAction, UsageError, print_out,
 };
 use bub::config::{LoadOptions, Overrides, Settings};
-use bub::daemon::{ChannelManager, JobQueue, SessionConfig};
+use bub::daemon::{ChannelManager, Heartbeat, JobQueue, SessionConfig};
 use bub::delivery::once::Once;
 use bub::delivery::{Outbound, Outbox};
 use bub::inbox::{Inbox, Resume};
@@ -447,9 +447,11 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
             .add(channel.clone())
             .map_err(|e| UsageError(format!("{e:#}")))?;
     }
-    let jobs = scheduler_enabled.then(|| manager.jobs());
+    let heartbeat_on = !agent.settings().heartbeat_every.is_zero();
+    let jobs = (scheduler_enabled || heartbeat_on).then(|| manager.jobs());
     let shutdown = CancellationToken::new();
     stop_on_signal(shutdown.clone());
+    beat(&agent, jobs.clone(), &shutdown);
     let board = Arc::new(Board::new(
         &agent.settings().model.to_string(),
         &manager.channel_names(),
@@ -465,6 +467,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "status.unavailable"),
     }
     let scheduler = jobs
+        .filter(|_| scheduler_enabled)
         .map(|jobs| tokio::spawn(scheduler(agent.settings(), jobs).run(shutdown.child_token())));
     let served = manager.run(shutdown.clone()).await;
     shutdown.cancel();
@@ -579,7 +582,9 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
             .add_send_only(channel)
             .map_err(|e| UsageError(format!("{e:#}")))?;
     }
-    let scheduler = scheduler(agent.settings(), manager.jobs());
+    let jobs = manager.jobs();
+    beat(&agent, Some(jobs.clone()), &shutdown);
+    let scheduler = scheduler(agent.settings(), jobs);
     // A scheduler that fails stops the process (there is nothing else to do).
     let scheduled = tokio::spawn({
         let shutdown = shutdown.clone();
@@ -596,6 +601,14 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
     tracing::info!("idle.stop");
     served?;
     result.context("scheduler")
+}
+
+/// Starts the heartbeat when the settings ask for one (its turns go through `jobs`).
+fn beat(agent: &AgentRuntime, jobs: Option<JobQueue>, shutdown: &CancellationToken) {
+    if let Some(heartbeat) = jobs.and_then(|jobs| Heartbeat::from_settings(agent.settings(), jobs))
+    {
+        drop(tokio::spawn(heartbeat.run(shutdown.child_token())));
+    }
 }
 
 /// Takes the daemon lock of `home`, waiting while another `bub message` or `bub idle` holds it

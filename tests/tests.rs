@@ -19,6 +19,7 @@ mod fallback;
 mod file_modes;
 mod gemini;
 mod guests;
+mod heartbeat;
 mod jobs;
 mod learning;
 mod ledger;

@@ -7,9 +7,9 @@
 //!   and `BUB_HOME` wherever it is.
 //! * **Write**: only the chat's own folder, `chats/<channel>-<chat>/` — where its downloads
 //!   land, and the only directory a guest's sandboxed shell sees. Bub reads nothing there as
-//!   configuration or instructions (`.env`, `AGENTS.md`, `startup.sh` and `.agents/skills/` are
-//!   read from the workspace root), so nothing a guest writes can change Bub or the owner's
-//!   next turn.
+//!   configuration or instructions (`.env`, `AGENTS.md`, `HEARTBEAT.md`, `startup.sh` and
+//!   `.agents/skills/` are read from the workspace root), so nothing a guest writes can change
+//!   Bub, the owner's next turn or what the heartbeat runs.
 //!
 //! A workspace set up by an earlier version has its chats' files in `inbox/<channel>-<chat>/`.
 //! They stay there: each chat's guests may still read their own old folder, never write in it,
@@ -336,6 +336,7 @@ mod tests {
         assert_eq!(rule.write(&ws.join("chats/telegram-42/out.txt")), Ok(()));
         for closed in [
             "AGENTS.md",
+            "HEARTBEAT.md",
             "startup.sh",
             "src/lib.rs",
             "chats/telegram-43/x",

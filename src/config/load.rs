@@ -24,9 +24,9 @@ use super::sources::{self, Layers};
 use super::vars;
 use super::{
     ConfigError, DEFAULT_MODEL, MAX_ACTIVE_TIME_WINDOW_SECONDS, MAX_BASH_MAX_TIMEOUT_SECONDS,
-    MAX_FS_TIMEOUT_SECONDS, MAX_MAX_CONCURRENT_COMMANDS, MAX_MESSAGE_DEBOUNCE_SECONDS,
-    MAX_MESSAGE_DELAY_SECONDS, MAX_MODEL_TIMEOUT_SECONDS, MAX_SESSION_IDLE_SECONDS, MaskedUrl,
-    Secret, Settings,
+    MAX_FS_TIMEOUT_SECONDS, MAX_HEARTBEAT_MINUTES, MAX_MAX_CONCURRENT_COMMANDS,
+    MAX_MESSAGE_DEBOUNCE_SECONDS, MAX_MESSAGE_DELAY_SECONDS, MAX_MODEL_TIMEOUT_SECONDS,
+    MAX_SESSION_IDLE_SECONDS, MaskedUrl, Secret, Settings,
 };
 
 /// Where to look for configuration, and what the command line overrides. `Default` means:
@@ -231,7 +231,60 @@ fn agent(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
         "BUB_SCHEDULER_CATCH_UP",
         &mut s.scheduler_catch_up,
         parse_bool,
-    )
+    )?;
+    heartbeat(l, s)
+}
+
+/// The heartbeat: how often, the chat its answers go to (required with it), its rights.
+fn heartbeat(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
+    set(
+        l,
+        "BUB_HEARTBEAT_MINUTES",
+        &mut s.heartbeat_every,
+        |var, v| {
+            v.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|m| (0.0..=MAX_HEARTBEAT_MINUTES).contains(m))
+                .map(|m| secs(m * 60.0))
+                .ok_or_else(|| {
+                    let expected = format!("0 to {MAX_HEARTBEAT_MINUTES}, e.g. 30 or 0.5");
+                    ConfigError::new(var, format!("invalid number of minutes {v:?} ({expected})"))
+                })
+        },
+    )?;
+    s.heartbeat_chat = l.parse("BUB_HEARTBEAT_CHAT", |v| {
+        let chat = v.trim();
+        match chat.split_once(':') {
+            Some((channel, id)) if vars::platforms().any(|p| p == channel) && !id.is_empty() => {
+                Ok(chat.to_owned())
+            }
+            _ => Err(ConfigError::new(
+                "BUB_HEARTBEAT_CHAT",
+                format!("invalid chat {chat:?} (expected channel:chat, e.g. telegram:42)"),
+            )),
+        }
+    })?;
+    set(
+        l,
+        "BUB_HEARTBEAT_ROLE",
+        &mut s.heartbeat_owner,
+        |var, v| match v.trim() {
+            "guest" => Ok(false),
+            "owner" => Ok(true),
+            other => Err(ConfigError::new(
+                var,
+                format!("invalid role {other:?} (expected guest or owner)"),
+            )),
+        },
+    )?;
+    if !s.heartbeat_every.is_zero() && s.heartbeat_chat.is_none() {
+        return Err(ConfigError::new(
+            "BUB_HEARTBEAT_CHAT",
+            "required when BUB_HEARTBEAT_MINUTES is set (the chat its answers go to)",
+        ));
+    }
+    Ok(())
 }
 
 /// How chats are answered (the session actors): who sends answers, streaming, the debounce

@@ -96,6 +96,8 @@ pub(crate) const MAX_MESSAGE_DEBOUNCE_SECONDS: f64 = 3_600.0;
 pub(crate) const MAX_ACTIVE_TIME_WINDOW_SECONDS: f64 = 86_400.0;
 /// The largest `BUB_SESSION_IDLE_SECONDS`: 30 days.
 pub(crate) const MAX_SESSION_IDLE_SECONDS: f64 = 2_592_000.0;
+/// `BUB_HEARTBEAT_MINUTES` at most: a week.
+pub(crate) const MAX_HEARTBEAT_MINUTES: f64 = 10_080.0;
 /// `BUB_FS_TIMEOUT_SECONDS` default: how long one `fs.*` call's file work may take.
 pub(crate) const DEFAULT_FS_TIMEOUT_SECONDS: f64 = 10.0;
 /// The largest `BUB_FS_TIMEOUT_SECONDS`: one hour.
@@ -202,6 +204,14 @@ pub struct Settings {
     /// `BUB_SCHEDULER_CATCH_UP` (default true): runs missed while no scheduler was alive fire
     /// once at startup (recurring ones coalesced); `false` skips them.
     pub scheduler_catch_up: bool,
+    /// `BUB_HEARTBEAT_MINUTES` (default 0: off): how often `bub message` and `bub idle` read
+    /// `HEARTBEAT.md` in the workspace.
+    pub heartbeat_every: Duration,
+    /// `BUB_HEARTBEAT_CHAT`: the chat (`channel:chat`) a heartbeat's answer goes to; required
+    /// with the heartbeat.
+    pub heartbeat_chat: Option<String>,
+    /// `BUB_HEARTBEAT_ROLE` (default guest): a heartbeat's turn runs with an owner's rights.
+    pub heartbeat_owner: bool,
     /// `BUB_OLLAMA_API_KEY`.
     pub ollama_api_key: Option<Secret>,
     /// `BUB_OLLAMA_API_BASE` (default `https://ollama.com/api`).
@@ -283,6 +293,9 @@ impl Settings {
             session_idle: Duration::from_secs(600),
             scheduler_enabled: true,
             scheduler_catch_up: true,
+            heartbeat_every: Duration::ZERO,
+            heartbeat_chat: None,
+            heartbeat_owner: false,
             ollama_api_key: None,
             ollama_api_base: DEFAULT_OLLAMA_API_BASE.into(),
             searxng_url: None,

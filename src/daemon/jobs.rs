@@ -30,6 +30,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::courier::Courier;
+use super::heartbeat;
 use super::runner::TurnRunner;
 use crate::access::Authority;
 use crate::agent::AgentRuntime;
@@ -69,19 +70,9 @@ impl JobQueue {
     }
 }
 
-#[async_trait]
-impl JobRunner for JobQueue {
-    async fn run(&self, job: Job, due: DateTime<Utc>) -> Result<(), String> {
-        let run = JobRun {
-            seq: 0,
-            job: job.id.clone(),
-            session: job.session.as_str().into(),
-            workspace: job.workspace.clone(),
-            due,
-            prompt: scheduled_prompt(&job, due),
-            creator: job.recorded_authority(),
-            interrupted: false,
-        };
+impl JobQueue {
+    /// Hands `run` to the session actors and waits for its outcome.
+    pub(crate) async fn submit(&self, run: JobRun) -> Result<(), String> {
         let (done, outcome) = oneshot::channel();
         let scheduled = ScheduledRun {
             run,
@@ -93,6 +84,24 @@ impl JobRunner for JobQueue {
         outcome.await.unwrap_or_else(|_| {
             Err("interrupted (stopped, or a restart resumes it from the inbox)".to_owned())
         })
+    }
+}
+
+#[async_trait]
+impl JobRunner for JobQueue {
+    async fn run(&self, job: Job, due: DateTime<Utc>) -> Result<(), String> {
+        self.submit(JobRun {
+            seq: 0,
+            job: job.id.clone(),
+            session: job.session.as_str().into(),
+            workspace: job.workspace.clone(),
+            due,
+            prompt: scheduled_prompt(&job, due),
+            creator: job.recorded_authority(),
+            interrupted: false,
+            deliver_to: None,
+        })
+        .await
     }
 }
 
@@ -170,8 +179,9 @@ async fn deliver(
 ) -> Result<String, String> {
     let text = render_output(result, proactive);
     let empty = text.is_empty();
+    let quiet = heartbeat::is_quiet(run, &text);
     let delivery = match run.delivery(text) {
-        _ if empty => {
+        _ if empty || quiet => {
             inbox.done(&[run.seq], Outcome::Silent).await;
             return Ok("nothing to send".to_owned());
         }
@@ -233,7 +243,7 @@ async fn authority(agent: &AgentRuntime, run: &JobRun) -> Result<Authority, Stri
     let who = tokio::task::spawn_blocking(move || access.reconfirm(&creator))
         .await
         .map_err(|e| format!("checking the creator failed: {e}"))??;
-    if let Some((channel, chat_id)) = run.session.chat()
+    if let Some((channel, chat_id)) = run.chat()
         && let Ok(adapter) = agent.outbox().adapter(channel)
     {
         adapter

@@ -33,6 +33,7 @@ fn job_running(session: &str, workspace: &std::path::Path, message: &str) -> Job
         prompt: scheduled_prompt(&job, now),
         creator: job.recorded_authority(),
         interrupted: false,
+        deliver_to: None,
     }
 }
 

@@ -367,7 +367,7 @@ impl ChannelManager {
     /// The adapter a job's answer goes through; for a session without a chat, or a platform
     /// this process cannot reach, one that sends nothing — the job's turn runs all the same.
     fn job_adapter(&self, run: &crate::inbox::JobRun) -> Arc<dyn Channel> {
-        let Some((channel, _)) = run.session.chat() else {
+        let Some((channel, _)) = run.chat() else {
             let why = format!("session {} has no chat", run.session);
             return Arc::new(Unserved { name: "none", why });
         };

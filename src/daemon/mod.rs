@@ -1,13 +1,14 @@
 //! What drives the agent in the background (`bub message`, `bub idle`): the session actors that
 //! decide when a turn runs and deliver its answer ([`session`]; what they ask of the agent:
 //! [`runner`]), the manager that runs the adapters, routes what they receive and the scheduled
-//! runs to the actors and shuts everything down ([`manager`]), and scheduled jobs as mail for
-//! the actors ([`jobs`]).
+//! runs to the actors and shuts everything down ([`manager`]), and scheduled jobs and the
+//! heartbeat as mail for the actors ([`jobs`], [`heartbeat`]).
 //!
 //! Layering: the daemon drives the agent's turns and sits on top of delivery and the channel
 //! adapters; nothing below depends on it.
 
 mod courier;
+pub mod heartbeat;
 pub(crate) mod jobs;
 pub(crate) mod live;
 pub(crate) mod mailbox;
@@ -15,6 +16,7 @@ pub(crate) mod manager;
 pub(crate) mod runner;
 pub(crate) mod session;
 
+pub use heartbeat::Heartbeat;
 pub use jobs::JobQueue;
 pub use manager::ChannelManager;
 pub use runner::TurnRunner;

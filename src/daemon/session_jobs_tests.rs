@@ -20,6 +20,7 @@ async fn job(h: &Harness, session: &str, prompt: &str) -> (Mail, Waiting) {
         prompt: prompt.into(),
         creator: Authority::terminal(),
         interrupted: false,
+        deliver_to: None,
     };
     h.inbox.scheduled(&mut run).await.unwrap();
     let (done, outcome) = oneshot::channel();

@@ -38,6 +38,9 @@ pub struct JobRun {
     /// A previous attempt was interrupted by a restart (set when resumed).
     #[serde(skip)]
     pub interrupted: bool,
+    /// The chat the answer goes to when it is not the session's own (the heartbeat's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deliver_to: Option<SessionId>,
 }
 
 impl JobRun {
@@ -46,9 +49,14 @@ impl JobRun {
         self.prompt.trim_start().starts_with(',')
     }
 
-    /// `text` as the run's answer to its session's chat; `None` for a session without a chat.
+    /// The chat the run answers: `deliver_to`, else its session's (`None`: no chat).
+    pub fn chat(&self) -> Option<(&str, &str)> {
+        self.deliver_to.as_ref().unwrap_or(&self.session).chat()
+    }
+
+    /// `text` as the run's answer to its chat ([`JobRun::chat`]); `None` without one.
     pub fn delivery(&self, text: String) -> Option<Delivery> {
-        let (channel, chat_id) = self.session.chat()?;
+        let (channel, chat_id) = self.chat()?;
         Some(Delivery {
             channel: channel.to_owned(),
             seqs: vec![self.seq],
@@ -106,7 +114,7 @@ pub(super) fn resume(jobs: &mut BTreeMap<u64, PendingJob>, resume: &mut Vec<Resu
 /// The notice for a run that will not run again after a restart; `None` for a session
 /// without a chat.
 fn give_up_notice(run: &JobRun) -> Option<Delivery> {
-    run.session.chat()?;
+    run.chat()?;
     let text = if run.is_command() {
         let command: String = run.prompt.trim().chars().take(80).collect();
         format!(

@@ -25,6 +25,7 @@ fn run(session: &str, prompt: &str) -> JobRun {
             senders: Vec::new(),
         },
         interrupted: false,
+        deliver_to: None,
     }
 }
 
