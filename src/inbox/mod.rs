@@ -454,26 +454,27 @@ impl Inbox {
     /// Writes a progress record; a failure is logged (the record is not applied either, so the
     /// message stays pending and resumes after a restart, which is the safe side).
     async fn record(&self, record: Record) {
-        if record.seqs().is_empty() {
-            return;
-        }
-        let Some(writer) = &self.writer else {
-            return self.lock().state.apply(record);
-        };
-        if let Err(e) = writer.write(record).await {
-            tracing::error!(error = %format!("{e:#}"), "inbox.append.error");
-        }
+        self.write_progress(record, true).await;
     }
 
     /// [`Inbox::record`] without waiting for the write (the writer logs a failure).
     async fn post(&self, record: Record) {
+        self.write_progress(record, false).await;
+    }
+
+    /// Journals a progress record, returning once it is written (`written`) or queued.
+    async fn write_progress(&self, record: Record, written: bool) {
         if record.seqs().is_empty() {
             return;
         }
         let Some(writer) = &self.writer else {
             return self.lock().state.apply(record);
         };
-        if let Err(e) = writer.post(record).await {
+        let result = match written {
+            true => writer.write(record).await,
+            false => writer.post(record).await,
+        };
+        if let Err(e) = result {
             tracing::error!(error = %format!("{e:#}"), "inbox.append.error");
         }
     }
