@@ -666,3 +666,33 @@ fn example_config_lists_every_key_and_loads() {
 
 #[path = "model_tests.rs"]
 mod model;
+
+#[test]
+fn the_heartbeat_needs_a_chat_and_sane_minutes() {
+    let fx = Fixture::new();
+    let s = fx.load(&[]).unwrap();
+    assert!(
+        s.heartbeat_every.is_zero() && !s.heartbeat_owner,
+        "off, as a guest"
+    );
+    let on = [
+        ("BUB_HEARTBEAT_MINUTES", "0.5"),
+        ("BUB_HEARTBEAT_CHAT", "telegram:42"),
+        ("BUB_HEARTBEAT_ROLE", "owner"),
+    ];
+    let s = fx.load(&on).unwrap();
+    assert_eq!(s.heartbeat_every, Duration::from_secs(30));
+    assert_eq!(s.heartbeat_chat.as_deref(), Some("telegram:42"));
+    assert!(s.heartbeat_owner);
+    err_for(&[("BUB_HEARTBEAT_MINUTES", "30")], "BUB_HEARTBEAT_CHAT");
+    for minutes in ["-1", "NaN", "20000", "soon"] {
+        err_for(
+            &[("BUB_HEARTBEAT_MINUTES", minutes)],
+            "BUB_HEARTBEAT_MINUTES",
+        );
+    }
+    for chat in ["42", "matrix:42", "telegram:"] {
+        err_for(&[("BUB_HEARTBEAT_CHAT", chat)], "BUB_HEARTBEAT_CHAT");
+    }
+    err_for(&[("BUB_HEARTBEAT_ROLE", "admin")], "BUB_HEARTBEAT_ROLE");
+}

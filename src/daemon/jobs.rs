@@ -68,9 +68,7 @@ impl JobQueue {
     pub(crate) fn new(tx: mpsc::Sender<ScheduledRun>) -> Self {
         Self { tx }
     }
-}
 
-impl JobQueue {
     /// Hands `run` to the session actors and waits for its outcome.
     pub(crate) async fn submit(&self, run: JobRun) -> Result<(), String> {
         let (done, outcome) = oneshot::channel();
