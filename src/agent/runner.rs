@@ -8,7 +8,6 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use serde_json::{Value, json};
 
@@ -22,17 +21,17 @@ use super::spend;
 use super::stagnation;
 use crate::delivery::TurnError;
 use crate::llm::chain::{Answer, Fallback, label};
-use crate::llm::{
-    ChatMessage, ChatRequest, ChatResponse, LlmClient, LlmError, ModelChain, ToolCall,
-};
+use crate::llm::{ChatMessage, ChatRequest, ChatResponse, LlmClient, LlmError, ModelChain};
 use crate::media;
 use crate::skills::Discovery;
 use crate::tape::context::View;
 use crate::tape::shared::{append_failed, logged};
 use crate::tape::{ContextCursor, Searched};
 use crate::tape::{Event, Kind};
-use crate::tools::{ToolContext, ToolEvent};
+use crate::tools::ToolContext;
 use crate::usage::Purpose;
+
+mod tools;
 
 /// The follow-up prompt after tool calls.
 pub(crate) const CONTINUE_PROMPT: &str = "Continue the task.";
@@ -647,151 +646,6 @@ impl<'a> ModelLoop<'a> {
         });
         logged(&Kind::Anchor, written.await);
     }
-
-    /// Records the calls, runs them one by one, records their results.
-    async fn run_tools(&mut self, response: &ChatResponse, run: &Value) {
-        let calls: Vec<Value> = response
-            .tool_calls
-            .iter()
-            .map(ToolCall::to_record)
-            .collect();
-        self.append(Kind::ToolCall, json!({"calls": calls}), run)
-            .await;
-        let mut results = Vec::with_capacity(response.tool_calls.len());
-        let mut statuses = Vec::with_capacity(response.tool_calls.len());
-        for call in &response.tool_calls {
-            self.show_status(Some(running(call)));
-            let registry = self.ctx.registry();
-            let tool = registry.get(&call.name).map_or(&call.name, |t| &t.name);
-            self.observe(ToolEvent::Started {
-                tool,
-                arguments: &call.arguments,
-            });
-            let started = Instant::now();
-            let result = self.run_tool(call).await;
-            self.observe(ToolEvent::Finished {
-                tool,
-                elapsed: started.elapsed(),
-                result: result.as_deref().map_err(String::as_str),
-            });
-            let seen = self.guard.observe(tool, &call.arguments, &result);
-            statuses.push(seen.status.as_str());
-            let step = ToolStep::new(tool, &call.arguments, &result);
-            self.learn(&step.tool, call, &result).await;
-            self.trail.push(step);
-            let shown = match seen.status {
-                stagnation::Status::Stagnant => stagnation::note(tool, seen),
-                _ => result.unwrap_or_else(|e| e),
-            };
-            results.push(Value::String(shown));
-        }
-        self.show_status(None);
-        let payload = json!({"results": results, "status": statuses});
-        self.append(Kind::ToolResult, payload, run).await;
-    }
-
-    /// Tells the turn's observer (if any) about a tool call, with its arguments redacted (they
-    /// come from the model; outputs and errors passed the registry's redactor already).
-    fn observe(&self, event: ToolEvent<'_>) {
-        let Some(observer) = &self.ctx.turn.observer else {
-            return;
-        };
-        match event {
-            // The model's arguments are the one part no tool has redacted.
-            ToolEvent::Started { tool, arguments } => observer(&ToolEvent::Started {
-                tool,
-                arguments: &self.ctx.process.redactor.redact(arguments),
-            }),
-            // Outputs and errors are what the registry returned: already redacted.
-            finished => observer(&finished),
-        }
-    }
-
-    /// Shows what runs under the live answer (`None`: nothing), and only the earlier steps'
-    /// text above it (this step's text asked for tools; it is not part of the answer).
-    fn show_status(&self, status: Option<String>) {
-        if let Some(live) = &self.ctx.turn.live {
-            live.send_modify(|l| {
-                l.text.clone_from(&self.shown);
-                l.status = status;
-            });
-        }
-    }
-
-    /// A lesson from this turn's tool calls: when a call fails and a later call of the same
-    /// tool succeeds, what failed and what worked is kept in the chat's memory.
-    async fn learn(&mut self, tool: &str, call: &ToolCall, result: &Result<String, String>) {
-        let error = match result {
-            Err(error) => return self.failures.push((tool.to_owned(), error.clone())),
-            Ok(_) => match self.failures.iter().position(|(name, _)| name == tool) {
-                Some(at) => self.failures.remove(at).1,
-                None => return,
-            },
-        };
-        if !self.ctx.process.memory_enabled {
-            return;
-        }
-        let lesson = crate::memory::lesson(tool, &error, &call.arguments);
-        let memory = crate::memory::Memory::new(&self.ctx.process.home);
-        let scope = crate::memory::Scope::Chat(self.ctx.session_id().to_owned());
-        let by = crate::memory::Author::of(&self.ctx.turn.authority);
-        let kept = tokio::task::spawn_blocking(move || memory.remember(&scope, &lesson, &by)).await;
-        match kept {
-            Ok(Ok(lesson)) => {
-                self.event(Event::MemoryLesson, json!({"lesson": lesson}))
-                    .await
-            }
-            Ok(Err(e)) => tracing::error!(error = %format!("{e:#}"), "memory.lesson.error"),
-            Err(e) => tracing::error!(error = %e, "memory.lesson.error"),
-        }
-    }
-
-    /// The call's output, or the error text the model is told.
-    async fn run_tool(&self, call: &ToolCall) -> Result<String, String> {
-        let registry = self.ctx.registry();
-        let Some(tool) = registry.get(&call.name) else {
-            let known: Vec<String> = registry.tools().map(|t| t.model_name()).collect();
-            return Err(format!(
-                "error: unknown tool '{}'; available tools: {}",
-                call.name,
-                known.join(", ")
-            ));
-        };
-        let args = if call.arguments.trim().is_empty() {
-            Value::Object(Default::default())
-        } else {
-            match serde_json::from_str::<Value>(&call.arguments) {
-                Ok(v) => v,
-                Err(e) => {
-                    return Err(format!(
-                        "error: arguments of tool '{}' are not valid JSON ({e}); send a JSON object",
-                        call.name
-                    ));
-                }
-            }
-        };
-        let name = tool.name.clone();
-        registry
-            .execute(&name, args, self.ctx.clone())
-            .await
-            .map_err(|e| format!("error: tool '{name}' failed: {e}"))
-    }
-}
-
-/// The status line of a running tool call: ``running `cargo test`…`` for a shell command (its
-/// first line, cut), ``running `fs.read`…`` for any other tool.
-fn running(call: &ToolCall) -> String {
-    let command = serde_json::from_str::<Value>(&call.arguments)
-        .ok()
-        .and_then(|args| args["cmd"].as_str().map(str::to_owned))
-        .and_then(|cmd| {
-            cmd.lines()
-                .next()
-                .map(|l| crate::channels::text::cut(l.trim(), 60))
-        })
-        .filter(|cmd| !cmd.is_empty());
-    let what = command.unwrap_or_else(|| call.name.replace('_', "."));
-    format!("running `{what}`…")
 }
 
 /// Records each fallback of a call on the session's tape (`model.fallback`: the model that
