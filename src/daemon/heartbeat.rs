@@ -73,7 +73,7 @@ impl Heartbeat {
                 _ = beats.tick() => {}
             }
             let file = self.file.clone();
-            let text = tokio::task::spawn_blocking(move || std::fs::read(file))
+            let text = tokio::task::spawn_blocking(move || read_head(&file))
                 .await
                 .ok()
                 .and_then(Result::ok)
@@ -121,14 +121,22 @@ fn has_open_item(text: &str) -> bool {
     })
 }
 
+/// The start of the file: enough bytes for [`capped`] (a huge file is not read whole).
+fn read_head(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut head = Vec::new();
+    // Three more bytes complete a character that starts before the cap.
+    let limit = MAX_FILE_BYTES as u64 + 3;
+    std::fs::File::open(path)?
+        .take(limit)
+        .read_to_end(&mut head)?;
+    Ok(head)
+}
+
 /// The file's text, at most [`MAX_FILE_BYTES`] (cut at a character boundary).
 fn capped(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
-    let mut end = text.len().min(MAX_FILE_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    text[..end].to_owned()
+    text[..text.floor_char_boundary(MAX_FILE_BYTES)].to_owned()
 }
 
 /// The turn's input: what a beat is, the file, and how to say there is nothing to tell.
@@ -160,6 +168,15 @@ mod tests {
         let long = "é".repeat(MAX_FILE_BYTES);
         let shown = capped(long.as_bytes());
         assert!(shown.len() <= MAX_FILE_BYTES && shown.chars().all(|c| c == 'é'));
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(FILE), &long).unwrap();
+        let head = read_head(&dir.path().join(FILE)).unwrap();
+        assert_eq!(
+            capped(&head),
+            shown,
+            "the file is read only as far as it is shown"
+        );
+        assert!(head.len() < long.len());
         let settings = Settings::with_defaults("/h".into(), "/w".into());
         let queue = JobQueue::new(tokio::sync::mpsc::channel(1).0);
         assert!(
