@@ -556,7 +556,8 @@ impl SessionActor {
             what,
         });
         Box::pin(async move {
-            // On disk before the turn does anything: a restart knows it was interrupted.
+            // Queued before the turn does anything, written ahead of its later records: a restart
+            // knows it was interrupted.
             inbox.started(&seqs).await;
             let _typing = typing(courier.channel.clone(), chat_id.clone(), typing_interval);
             if !left_out.is_empty() {
@@ -629,7 +630,8 @@ impl SessionActor {
         let (runner, inbox) = (self.runner.clone(), self.inbox.clone());
         let (courier, proactive) = (self.courier(), self.cfg.proactive_response);
         Box::pin(async move {
-            // On disk before the turn does anything: a restart knows it was interrupted.
+            // Queued before the turn does anything, written ahead of its later records: a restart
+            // knows it was interrupted.
             inbox.started(&[seq]).await;
             jobs::turn(scheduled, runner, courier, inbox, proactive).await;
         })
