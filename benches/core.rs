@@ -8,6 +8,9 @@
 //! Router: time per input to route plain text (the path every chat message takes), a long
 //! assistant answer without commands, and an internal comma command (parse, run, tape event).
 //!
+//! MCP: one `mcp.call` of the fake MCP server's `echo` over stdio (Python, as in the tests),
+//! through the registry (policy, redaction): the p50 and p90 of the round trip.
+//!
 //! Each benchmark is a function; `main` calls them in turn (add new ones at the marked place).
 
 use std::hint::black_box;
@@ -33,6 +36,60 @@ fn main() {
     bench_router(dir.path());
     bench_redact();
     bench_inbox(dir.path());
+    bench_mcp(dir.path());
+}
+
+/// An MCP tool call's round trip: `mcp.call` → the registry → rmcp → the fake's stdio and
+/// back, 500 times after the server started.
+fn bench_mcp(dir: &Path) {
+    let (home, workspace) = (dir.join("mcp-home"), dir.join("mcp-ws"));
+    std::fs::create_dir_all(&home).expect("home");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/mcp_server.py");
+    let servers = json!({"mcpServers": {"fake": {"command": "python3", "args": [script]}}});
+    std::fs::write(home.join("mcp.json"), servers.to_string()).expect("mcp.json");
+    let env = [
+        ("BUB_HOME", home.display().to_string()),
+        ("PATH", std::env::var("PATH").unwrap_or_default()),
+    ];
+    let settings = Settings::load(&bub::config::LoadOptions {
+        workspace: Some(workspace),
+        env: Some(env.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()),
+        ..Default::default()
+    })
+    .expect("settings");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let ctx = ToolContext::standalone(
+        settings,
+        builtin_registry(&[]),
+        "mcp",
+        Authority::terminal(),
+    )
+    .expect("context");
+    let registry = ctx.registry().clone();
+    let call = || {
+        let args = json!({"name": "mcp.fake.echo", "arguments": {"text": "ping"}});
+        rt.block_on(registry.execute("mcp.call", args, ctx.clone()))
+    };
+    assert_eq!(call().expect("the fake answers"), "echo: ping");
+    let mut times: Vec<Duration> = (0..500)
+        .map(|_| {
+            let start = Instant::now();
+            black_box(call().expect("echo"));
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    let us = |d: Duration| format!("{:.0} µs", d.as_secs_f64() * 1e6);
+    println!(
+        "mcp stdio echo round trip: p50 {}, p90 {}",
+        us(times[times.len() / 2]),
+        us(times[times.len() * 9 / 10])
+    );
+    rt.block_on(ctx.process.mcp.shutdown());
 }
 
 /// The durable inbox: the cost of journaling one received message (a ~600-byte Telegram

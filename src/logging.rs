@@ -18,9 +18,10 @@ pub enum LogTarget<'a> {
 
 /// Installs the global subscriber once; later calls are ignored.
 pub fn init(settings: &Settings, target: LogTarget<'_>) {
-    // Dependencies (hyper, reqwest, rustyline) stay at warn unless asked for explicitly.
+    // Dependencies (hyper, reqwest, rustyline) stay at warn unless asked for explicitly; rmcp
+    // is silent (Bub logs what an MCP server did itself, shorter: `mcp.server.*`).
     let level = settings.log_level.as_deref().unwrap_or("info");
-    let filter = EnvFilter::try_new(format!("warn,bub={level}"))
+    let filter = EnvFilter::try_new(format!("warn,rmcp=off,bub={level}"))
         .unwrap_or_else(|_| EnvFilter::new("warn,bub=info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

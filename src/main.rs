@@ -171,6 +171,11 @@ enum Command {
         #[command(subcommand)]
         action: PairAction,
     },
+    /// MCP servers (BUB_HOME/mcp.json): their tools are the agent's, as `mcp.SERVER.TOOL`.
+    Mcp {
+        #[command(subcommand)]
+        action: bub::cli::mcp::McpAction,
+    },
     /// Who may use a chat, and with which tools.
     Access {
         #[command(subcommand)]
@@ -264,6 +269,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             Command::Message => message(settings).await.map(|()| ExitCode::SUCCESS),
             Command::Idle => idle(settings).await.map(|()| ExitCode::SUCCESS),
+            Command::Mcp { action } => bub::cli::mcp::run(&settings, action).await,
             Command::Status { json } => status(&settings, json).await.map(|()| ExitCode::SUCCESS),
             _ => chat(settings, session_id).await.map(|()| ExitCode::SUCCESS),
         }
@@ -378,6 +384,7 @@ async fn turn(
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }
     };
+    agent.stop_servers().await;
     if let Some(error) = &result.error {
         // A failed command handed to the model: its own output still reaches the user.
         if !result.immediate_output.trim().is_empty() {
@@ -400,6 +407,7 @@ async fn chat(settings: Settings, session_id: String) -> anyhow::Result<()> {
     logging::init(&settings, LogTarget::File(&log_file));
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
     let chatted = bub::cli::run_chat(agent.clone(), session_id).await;
+    agent.stop_servers().await;
     agent.settle().await;
     chatted
 }
@@ -474,6 +482,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     if let Some(scheduler) = scheduler {
         report_scheduler(scheduler.await);
     }
+    agent.stop_servers().await;
     settle(&agent).await;
     served
 }
@@ -597,6 +606,7 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
     let served = manager.run(shutdown.clone()).await;
     shutdown.cancel();
     let result = scheduled.await.context("scheduler task")?;
+    agent.stop_servers().await;
     settle(&agent).await;
     tracing::info!("idle.stop");
     served?;

@@ -28,6 +28,7 @@ mod live;
 mod llm;
 mod long_answers;
 mod manager;
+mod mcp;
 mod media;
 mod memory;
 mod message;

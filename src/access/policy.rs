@@ -110,6 +110,9 @@ pub struct Policy {
     origin: TurnOrigin,
     /// The allowed tools by command name; `None` = all.
     tools: Option<BTreeSet<String>>,
+    /// Allowed name prefixes, from `BUB_GUEST_TOOLS` entries such as `mcp.notes.*`
+    /// (`mcp.notes.`).
+    prefixes: Vec<String>,
     /// `bash` runs in the Landlock sandbox.
     pub sandbox: bool,
     /// The OpenAI tool specs this policy offers, built by the process's registry on first use.
@@ -143,12 +146,22 @@ impl Policy {
             if origin == TurnOrigin::Scheduled {
                 tools.remove(SCHEDULING);
             }
+            if tools.iter().any(|t| t.starts_with(MCP)) {
+                tools.insert(MCP_CALL.to_owned());
+            }
             tools
         });
+        let prefixes = tools
+            .iter()
+            .flatten()
+            .filter_map(|t| t.strip_suffix('*').filter(|p| p.ends_with('.')))
+            .map(str::to_owned)
+            .collect();
         Self {
             role,
             origin,
             tools,
+            prefixes,
             sandbox,
             specs: OnceLock::new(),
         }
@@ -163,6 +176,7 @@ impl Policy {
     /// The tool (by command name) may be called.
     pub(crate) fn allows(&self, tool: &str) -> bool {
         self.tools.as_ref().is_none_or(|t| t.contains(tool))
+            || self.prefixes.iter().any(|p| tool.starts_with(p.as_str()))
     }
 
     /// File paths must stay inside the workspace.
@@ -210,9 +224,18 @@ impl Policy {
     }
 }
 
-/// `fs_read` / `FS.Read` → `fs.read` (the command names have no `_`).
+/// The prefix of MCP tool names, and the function the model calls them through.
+const MCP: &str = "mcp.";
+const MCP_CALL: &str = "mcp.call";
+
+/// `fs_read` / `FS.Read` → `fs.read` (the command names have no `_`); an MCP tool's name
+/// (`mcp.github.list_issues`) is the server's and is kept as it is.
 fn command_name(name: &str) -> String {
-    name.trim().to_lowercase().replace('_', ".")
+    let name = name.trim();
+    match name.starts_with(MCP) {
+        true => name.to_owned(),
+        false => name.to_lowercase().replace('_', "."),
+    }
 }
 
 /// `BUB_GUEST_TOOLS` names tools that exist (`known`: the registry's command names).
@@ -231,7 +254,21 @@ pub fn check_guest_tools<'a>(
                 format!("{name:?} is for owners only (it changes what everyone in a chat sees)"),
             ));
         }
-        if !known.clone().into_iter().any(|k| k == wanted) {
+        if let Some(rest) = wanted.strip_prefix(MCP) {
+            let server = rest.split('.').next().unwrap_or_default();
+            if !settings.mcp_servers.entries.contains_key(server) {
+                return Err(ConfigError::new(
+                    "BUB_GUEST_TOOLS",
+                    format!("{name:?}: no MCP server named {server:?} in mcp.json"),
+                ));
+            }
+            continue;
+        }
+        let matches = |k: &str| match wanted.strip_suffix('*') {
+            Some(prefix) => prefix.ends_with('.') && k.starts_with(prefix),
+            None => k == wanted,
+        };
+        if !known.clone().into_iter().any(matches) {
             let all: Vec<&str> = known.into_iter().collect();
             return Err(ConfigError::new(
                 "BUB_GUEST_TOOLS",
@@ -329,5 +366,35 @@ mod tests {
         let err = check_guest_tools(&s, known).unwrap_err();
         assert_eq!(err.var, "BUB_GUEST_TOOLS");
         assert!(err.message.contains("\"rm\""), "{err}");
+    }
+
+    #[test]
+    fn guests_get_the_mcp_tools_listed_by_name_or_server_and_no_other() {
+        let mut s = settings(|s| {
+            s.guest_tools = Some(vec!["fs.read".into(), "mcp.notes.*".into()]);
+        });
+        s.mcp_servers = crate::config::mcp::Servers::parse(
+            r#"{"mcpServers": {"notes": {"command": "n"}, "github": {"url": "http://x/mcp"}}}"#,
+        )
+        .unwrap();
+        let guest = Policy::for_role(Role::Guest, &s);
+        assert!(guest.allows("mcp.call"), "the function of every MCP tool");
+        assert!(
+            guest.allows("mcp.notes.search_notes"),
+            "names kept as they are"
+        );
+        assert!(!guest.allows("mcp.github.create_issue"));
+        assert!(!Policy::for_role(Role::Guest, &settings(|_| {})).allows("mcp.call"));
+        assert!(Policy::for_role(Role::Owner, &s).allows("mcp.github.create_issue"));
+        assert!(check_guest_tools(&s, ["fs.read"]).is_ok());
+        s.guest_tools = Some(vec!["mcp.jira.*".into()]);
+        let err = check_guest_tools(&s, ["fs.read"]).unwrap_err();
+        assert!(
+            err.message.contains("no MCP server named \"jira\""),
+            "{err}"
+        );
+        s.guest_tools = Some(vec!["fs.*".into()]);
+        assert!(check_guest_tools(&s, ["fs.read"]).is_ok());
+        assert!(Policy::for_role(Role::Guest, &s).allows("fs.write"));
     }
 }

@@ -62,7 +62,9 @@ pub(crate) fn detect(line: &str, registry: &Registry) -> Option<ParsedCommand> {
     }
     let first = body.split_whitespace().next().unwrap_or_default();
     let name = resolve_alias(first);
-    if registry.get(name).is_some() {
+    // An MCP tool is known once its server has started (the router starts it).
+    let mcp = registry.has_mcp() && name.starts_with("mcp.") && name.matches('.').count() >= 2;
+    if mcp || registry.get(name).is_some() {
         let args = split_words(body).map(|mut words| {
             words.remove(0);
             words
@@ -71,8 +73,7 @@ pub(crate) fn detect(line: &str, registry: &Registry) -> Option<ParsedCommand> {
             kind: CommandKind::Internal,
             name: registry
                 .get(name)
-                .map(|t| t.name.clone())
-                .unwrap_or_default(),
+                .map_or_else(|| name.to_owned(), |t| t.name.clone()),
             raw: line.to_string(),
             args,
         });

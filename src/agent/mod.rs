@@ -187,6 +187,12 @@ impl AgentRuntime {
         tasks.reopen();
     }
 
+    /// Stops the MCP servers this process started (a stdio server's process group with it);
+    /// the commands call it before they exit.
+    pub async fn stop_servers(&self) {
+        self.process.mcp.shutdown().await;
+    }
+
     /// The settings the runtime was built from.
     pub fn settings(&self) -> &Settings {
         &self.settings
@@ -257,6 +263,7 @@ impl AgentRuntime {
         self.process
             .registry
             .tools()
+            .iter()
             .map(|t| t.name.clone())
             .collect()
     }

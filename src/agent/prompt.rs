@@ -80,9 +80,10 @@ pub fn details(
     skills: &[String],
 ) -> Vec<String> {
     let mut out = Vec::new();
-    for tool in registry
-        .tools()
-        .filter(|t| tools.contains(&t.name) && policy.allows(&t.name))
+    for tool in tools
+        .iter()
+        .filter_map(|name| registry.get(name))
+        .filter(|t| policy.allows(&t.name))
     {
         out.push(format!(
             "<tool name=\"{}\" command=\"{}\">\n{}\n{}\n</tool>",
@@ -153,6 +154,8 @@ pub(crate) struct PromptParts<'a> {
     /// The turn's policy (a guest's turn is told what it cannot do).
     pub policy: &'a Policy,
     pub skills: &'a Discovery,
+    /// The `<mcp_tools>` block: one line per MCP tool (empty without MCP servers).
+    pub mcp: &'a str,
     /// The `<memory>` block (empty when nothing is remembered).
     pub memory: &'a str,
 }
@@ -170,6 +173,7 @@ pub(crate) fn system_prompt(parts: &PromptParts<'_>) -> String {
         agents.trim().to_string(),
         skills_view(parts.skills),
         RUNTIME_CONTRACT.to_string(),
+        parts.mcp.to_string(),
         guest_note(parts.policy),
         parts.memory.to_string(),
     ];
@@ -254,6 +258,7 @@ mod tests {
             workspace: dir.path(),
             policy: &policy(Role::Owner),
             skills: &Discovery::default(),
+            mcp: "",
             memory: "<memory>\n- likes tea\n</memory>",
         };
         let prompt = system_prompt(&parts);

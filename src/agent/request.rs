@@ -20,11 +20,13 @@ pub(crate) fn system_prompt(ctx: &ToolContext, base: &str, skills: &Discovery) -
             .prompt_block(ctx.session_id(), !ctx.turn.policy.own_chat_only()),
         false => String::new(),
     };
+    let mcp = crate::tools::mcp::prompt_block(&process.mcp.catalog(), &ctx.turn.policy);
     prompt::system_prompt(&PromptParts {
         base,
         workspace: ctx.workspace(),
         policy: &ctx.turn.policy,
         skills,
+        mcp: &mcp,
         memory: &memory,
     })
 }

@@ -276,6 +276,27 @@ impl Router {
     /// (then the refusal is the answer, as for any call).
     async fn run_internal(&self, cmd: &ParsedCommand) -> CommandOutcome {
         let name = cmd.name.clone();
+        if name.starts_with("mcp.") && self.ctx.registry().get(&name).is_none() {
+            // The first use of an MCP tool starts its server — for a turn that may use one.
+            let policy = &self.ctx.turn.policy;
+            if crate::tools::mcp::allowed_by(policy) {
+                self.ctx.process.mcp.prepare().await;
+            }
+            if self.ctx.registry().get(&name).is_none() {
+                let refused = !policy.allows(&name);
+                let output = match refused {
+                    true => policy.refusal(&name),
+                    false => format!("unknown tool: {name}"),
+                };
+                return CommandOutcome {
+                    name,
+                    ok: false,
+                    output,
+                    exit: false,
+                    answered: refused,
+                };
+            }
+        }
         let parsed = match &cmd.args {
             None => Err(ToolError::invalid("unbalanced quotes")),
             Some(words) => self.command_args(&name, words),

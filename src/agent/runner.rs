@@ -352,6 +352,11 @@ impl<'a> ModelLoop<'a> {
         hints: Option<String>,
     ) -> anyhow::Result<(String, anyhow::Result<Vec<Value>>)> {
         let first = hints.is_some();
+        let mcp = &self.ctx.process.mcp;
+        if first && mcp.is_configured() && crate::tools::mcp::allowed_by(&self.ctx.turn.policy) {
+            // First use starts the servers: their tools are listed in the system prompt.
+            mcp.prepare().await;
+        }
         let time = first.then(|| prompt::time_note(chrono::Local::now()));
         let images = (first && !self.images.is_empty()).then(|| json!(self.images));
         let (prompt, run) = (prompt.to_owned(), run.clone());

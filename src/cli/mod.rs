@@ -9,6 +9,7 @@ pub mod admin;
 mod editor;
 pub mod init;
 pub mod listing;
+pub mod mcp;
 pub mod trace;
 
 use std::io::{IsTerminal, Write};

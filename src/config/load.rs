@@ -25,8 +25,8 @@ use super::vars;
 use super::{
     ConfigError, DEFAULT_MODEL, MAX_ACTIVE_TIME_WINDOW_SECONDS, MAX_BASH_MAX_TIMEOUT_SECONDS,
     MAX_FS_TIMEOUT_SECONDS, MAX_HEARTBEAT_MINUTES, MAX_MAX_CONCURRENT_COMMANDS,
-    MAX_MESSAGE_DEBOUNCE_SECONDS, MAX_MESSAGE_DELAY_SECONDS, MAX_MODEL_TIMEOUT_SECONDS,
-    MAX_SESSION_IDLE_SECONDS, MaskedUrl, Secret, Settings,
+    MAX_MCP_TIMEOUT_SECONDS, MAX_MESSAGE_DEBOUNCE_SECONDS, MAX_MESSAGE_DELAY_SECONDS,
+    MAX_MODEL_TIMEOUT_SECONDS, MAX_SESSION_IDLE_SECONDS, MaskedUrl, Secret, Settings,
 };
 
 /// Where to look for configuration, and what the command line overrides. `Default` means:
@@ -112,6 +112,10 @@ impl Settings {
         let mut layers = read_home_config(&home)?;
         layers.overlay(upper);
         let mut settings = build(&layers, home, workspace)?;
+        settings.mcp_servers = super::mcp::Servers::load(&settings.home).map_err(|e| {
+            let path = settings.home.join(super::mcp::FILE);
+            ConfigError::new(path.display().to_string(), format!("{e:#}"))
+        })?;
         opts.overrides.apply(&mut settings)?;
         settings.user_home = user_home.map(Path::to_path_buf);
         settings.warnings = layers.unknown_warnings();
@@ -357,6 +361,12 @@ fn tools(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
     set(l, "BUB_FS_TIMEOUT_SECONDS", &mut s.fs_timeout, |var, v| {
         parse_positive_seconds(var, v, MAX_FS_TIMEOUT_SECONDS).map(secs)
     })?;
+    set(
+        l,
+        "BUB_MCP_TIMEOUT_SECONDS",
+        &mut s.mcp_timeout,
+        |var, v| parse_positive_seconds(var, v, MAX_MCP_TIMEOUT_SECONDS).map(secs),
+    )?;
     set(
         l,
         "BUB_BASH_MAX_TIMEOUT_SECONDS",

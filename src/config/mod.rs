@@ -13,6 +13,7 @@
 mod channels;
 mod costs;
 mod load;
+pub(crate) mod mcp;
 mod media;
 mod model;
 mod parse;
@@ -102,6 +103,8 @@ pub(crate) const MAX_HEARTBEAT_MINUTES: f64 = 10_080.0;
 pub(crate) const DEFAULT_FS_TIMEOUT_SECONDS: f64 = 10.0;
 /// The largest `BUB_FS_TIMEOUT_SECONDS`: one hour.
 pub(crate) const MAX_FS_TIMEOUT_SECONDS: f64 = 3_600.0;
+/// The largest `BUB_MCP_TIMEOUT_SECONDS`.
+pub(crate) const MAX_MCP_TIMEOUT_SECONDS: f64 = 3_600.0;
 /// `BUB_BASH_MAX_TIMEOUT_SECONDS` default: one hour.
 pub(crate) const DEFAULT_BASH_MAX_TIMEOUT_SECONDS: u32 = 3_600;
 /// The largest `BUB_BASH_MAX_TIMEOUT_SECONDS`: one day.
@@ -228,6 +231,11 @@ pub struct Settings {
     /// `fs.*` call (and the path check of a confined turn) that takes longer — a hung mount —
     /// is abandoned with an error.
     pub fs_timeout: Duration,
+    /// `BUB_MCP_TIMEOUT_SECONDS` (default 60): an MCP server's start or one call of its tools
+    /// fails after this.
+    pub mcp_timeout: Duration,
+    /// The MCP servers of `BUB_HOME/mcp.json` (none without the file).
+    pub(crate) mcp_servers: mcp::Servers,
     /// `BUB_BASH_MAX_TIMEOUT_SECONDS` (default 3600, 1..=86400): the largest `timeout_seconds`
     /// of a `bash` call; a larger request is lowered to it, with a note in the output.
     pub bash_max_timeout: Duration,
@@ -302,6 +310,8 @@ impl Settings {
             web_allow_private: false,
             sandbox: SandboxMode::Guests,
             fs_timeout: crate::time::secs(DEFAULT_FS_TIMEOUT_SECONDS),
+            mcp_timeout: Duration::from_secs(60),
+            mcp_servers: mcp::Servers::default(),
             bash_max_timeout: Duration::from_secs(DEFAULT_BASH_MAX_TIMEOUT_SECONDS.into()),
             max_concurrent_commands: DEFAULT_MAX_CONCURRENT_COMMANDS,
             guest_tools: None,
@@ -401,6 +411,7 @@ impl Settings {
                 .flatten()
                 .filter_map(parse::url_password),
         );
+        values.extend(self.mcp_servers.secret_values().map(str::to_owned));
         values
     }
 }

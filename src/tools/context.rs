@@ -36,6 +36,8 @@ use super::web::WebConfig;
 /// What the process owns.
 pub struct ProcessCtx {
     pub registry: Arc<Registry>,
+    /// The MCP servers of `mcp.json` (started on first use).
+    pub mcp: Arc<super::mcp::Mcp>,
     /// How the process reaches chats outside a turn's own delivery (`message.send`, jobs).
     pub outbox: Arc<Outbox>,
     pub access: Arc<Access>,
@@ -77,6 +79,7 @@ impl ProcessCtx {
     /// several workspaces share one `ProcessCtx`.
     pub(crate) fn new(settings: Arc<Settings>, registry: Registry) -> Self {
         let access = Arc::new(Access::new(&settings));
+        let mcp = Arc::new(super::mcp::Mcp::new(&settings));
         Self {
             owner: Arc::new(Policy::for_role(Role::Owner, &settings)),
             guest: Arc::new(Policy::for_role(Role::Guest, &settings)),
@@ -100,7 +103,8 @@ impl ProcessCtx {
             memory_enabled: settings.memory_enabled,
             fs_timeout: settings.fs_timeout,
             web: WebConfig::from_settings(&settings),
-            registry: Arc::new(registry),
+            registry: Arc::new(registry.with_mcp(mcp.clone())),
+            mcp,
             outbox: Arc::new(Outbox::new(access.clone(), settings)),
             access,
         }

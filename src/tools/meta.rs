@@ -16,7 +16,8 @@ that tool (,fs.read path=README.md; ,tool.describe fs.read shows its arguments).
 fn help(ctx: &ToolContext) -> String {
     let policy = &ctx.turn.policy;
     let mut groups: Vec<(&str, Vec<String>)> = Vec::new();
-    let allowed = ctx.registry().tools().filter(|t| policy.allows(&t.name));
+    let tools = ctx.registry().tools();
+    let allowed = tools.iter().filter(|t| policy.allows(&t.name));
     let (plain, dotted): (Vec<_>, Vec<_>) = allowed.partition(|t| !t.name.contains('.'));
     for tool in plain.into_iter().chain(dotted) {
         let group = tool.name.split_once('.').map_or("", |(prefix, _)| prefix);
@@ -63,6 +64,7 @@ pub(crate) fn tools() -> Vec<Tool> {
                 Ok(ctx
                     .registry()
                     .tools()
+                    .iter()
                     .filter(|t| ctx.turn.policy.allows(&t.name))
                     .map(|t| format!("{}: {}", t.name, t.description))
                     .collect::<Vec<_>>()
@@ -78,6 +80,7 @@ pub(crate) fn tools() -> Vec<Tool> {
                 let tool = ctx
                     .registry()
                     .get(&name)
+                    .filter(|t| ctx.turn.policy.allows(&t.name))
                     .ok_or_else(|| ToolError::Unknown(format!("unknown tool: {name}")))?;
                 Ok(format!(
                     "name: {}\ndescription: {}\ndetail: {}\nschema: {}",

@@ -4,6 +4,7 @@
 pub(crate) mod context;
 pub mod expansion;
 pub mod fs;
+pub(crate) mod mcp;
 pub(crate) mod memory;
 pub(crate) mod message;
 pub(crate) mod meta;
@@ -25,6 +26,7 @@ pub use registry::{Registry, Scope, Tool, ToolError, ToolFuture};
 pub fn builtin_names() -> Vec<String> {
     builtin_registry(&[])
         .tools()
+        .iter()
         .map(|t| t.name.clone())
         .collect()
 }

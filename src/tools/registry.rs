@@ -17,6 +17,7 @@ use serde_json::{Map, Value, json};
 
 use super::ToolContext;
 use super::fs::PathUse;
+use super::mcp::Mcp;
 use crate::access::Policy;
 use crate::tape::Event;
 
@@ -164,6 +165,27 @@ impl Tool {
         }
     }
 
+    /// A tool whose schema comes from elsewhere (an MCP server's): the handler receives the
+    /// coerced JSON arguments; the server checks them against its schema.
+    pub(crate) fn raw(
+        name: &str,
+        description: &str,
+        detail: &str,
+        schema: Value,
+        handler: impl Fn(Value, ToolContext) -> ToolFuture + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            name: name.to_string(),
+            description: description.to_string(),
+            detail: detail.to_string(),
+            schema,
+            scope: Scope::Local,
+            offered: false,
+            handler: Arc::new(handler),
+            check: Arc::new(|_| Ok(())),
+        }
+    }
+
     /// A comma command's `key=value` arguments parsed as this tool's, before it runs: no key
     /// it does not take, string values coerced to the schema's types, required ones present,
     /// and the argument struct parsed. An error is [`ToolError::InvalidArguments`] and says what
@@ -259,9 +281,10 @@ pub(crate) fn model_name(name: &str) -> String {
     name.replace('.', "_")
 }
 
-/// The tools of the process, sorted by command name.
+/// The tools of the process, sorted by command name: the built-in ones, and those the MCP
+/// servers offer now (looked up in the MCP catalog, `mcp.<server>.<tool>`).
 pub struct Registry {
-    tools: BTreeMap<String, Tool>,
+    tools: BTreeMap<String, Arc<Tool>>,
     /// Lowercased model name → command name: every spelling `get` accepts.
     by_model_name: BTreeMap<String, String>,
     /// The OpenAI `tools[]` entries of the offered tools, built once (every model call sends
@@ -269,6 +292,10 @@ pub struct Registry {
     specs: Arc<[Value]>,
     /// The command name and the estimated tokens of each entry of `specs`, in the same order.
     spec_tokens: Vec<(String, u64)>,
+    /// The MCP servers, when any is configured.
+    mcp: Option<Arc<Mcp>>,
+    /// `--tools`, lowercased (empty: every tool).
+    allowed: Vec<String>,
 }
 
 impl Registry {
@@ -287,30 +314,60 @@ impl Registry {
             by_model_name: BTreeMap::new(),
             specs: Arc::from(Vec::new()),
             spec_tokens: Vec::new(),
+            mcp: None,
+            allowed,
         };
         for tool in tools {
-            let keep = allowed.is_empty()
-                || allowed.iter().any(|a| {
-                    *a == tool.name.to_lowercase() || *a == tool.model_name().to_lowercase()
-                });
-            if !keep {
-                continue;
-            }
-            let mn = tool.model_name().to_lowercase();
-            assert!(
-                !reg.by_model_name.contains_key(&mn),
-                "Duplicate model tool name after conversion: {mn}"
-            );
-            reg.by_model_name.insert(mn, tool.name.clone());
-            reg.tools.insert(tool.name.clone(), tool);
+            reg.insert(tool);
         }
-        let offered = || reg.tools.values().filter(|t| t.offered);
-        reg.specs = offered().map(Tool::openai_spec).collect();
-        reg.spec_tokens = offered()
-            .zip(reg.specs.iter())
+        reg.build_specs();
+        reg
+    }
+
+    /// Adds `tool` unless `--tools` leaves it out.
+    fn insert(&mut self, tool: Tool) {
+        let keep = self.allowed.is_empty()
+            || self
+                .allowed
+                .iter()
+                .any(|a| *a == tool.name.to_lowercase() || *a == tool.model_name().to_lowercase());
+        if !keep {
+            return;
+        }
+        let mn = tool.model_name().to_lowercase();
+        assert!(
+            !self.by_model_name.contains_key(&mn),
+            "Duplicate model tool name after conversion: {mn}"
+        );
+        self.by_model_name.insert(mn, tool.name.clone());
+        self.tools.insert(tool.name.clone(), Arc::new(tool));
+    }
+
+    /// The specs (and their estimated tokens) of the offered tools, built once.
+    fn build_specs(&mut self) {
+        let offered = || self.tools.values().filter(|t| t.offered);
+        self.specs = offered().map(|t| t.openai_spec()).collect();
+        self.spec_tokens = offered()
+            .zip(self.specs.iter())
             .map(|(t, s)| (t.name.clone(), crate::llm::estimate_tokens(&s.to_string())))
             .collect();
-        reg
+    }
+
+    /// The registry with the MCP servers' tools: `mcp.call` is offered when a server is
+    /// configured (and `--tools` allows it), and `mcp.<server>.<tool>` names resolve through
+    /// `mcp`'s catalog.
+    pub(crate) fn with_mcp(mut self, mcp: Arc<Mcp>) -> Self {
+        if mcp.is_configured() {
+            self.insert(super::mcp::call_tool());
+            self.build_specs();
+            self.mcp = Some(mcp);
+        }
+        self
+    }
+
+    /// Whether MCP servers are configured (a `,mcp.…` command is a tool's, not the shell's).
+    pub(crate) fn has_mcp(&self) -> bool {
+        self.mcp.is_some()
     }
 
     /// The estimated tokens of the tool specs `policy` offers (see [`Self::openai_specs_for`]).
@@ -322,18 +379,28 @@ impl Registry {
             .sum()
     }
 
-    /// All tools, sorted by command name.
-    pub(crate) fn tools(&self) -> impl Iterator<Item = &Tool> {
-        self.tools.values()
+    /// All tools, sorted by command name: the built-in ones, then the MCP tools known now.
+    pub(crate) fn tools(&self) -> Vec<Arc<Tool>> {
+        let mut tools: Vec<Arc<Tool>> = self.tools.values().cloned().collect();
+        if let Some(mcp) = &self.mcp {
+            tools.extend(mcp.catalog().tools().cloned());
+        }
+        tools
     }
 
-    /// Finds a tool by command name or model name (case-insensitive).
-    pub fn get(&self, name: &str) -> Option<&Tool> {
+    /// Finds a tool by command name or model name (case-insensitive); an MCP tool by its
+    /// command name, `mcp.<server>.<tool>`.
+    pub fn get(&self, name: &str) -> Option<Arc<Tool>> {
         if let Some(t) = self.tools.get(name) {
-            return Some(t);
+            return Some(t.clone());
+        }
+        if let Some(mcp) = self.mcp.as_ref().filter(|_| name.starts_with("mcp."))
+            && let Some(tool) = mcp.catalog().get(name)
+        {
+            return Some(tool);
         }
         let name = self.by_model_name.get(&model_name(&name.to_lowercase()))?;
-        self.tools.get(name)
+        self.tools.get(name).cloned()
     }
 
     /// The OpenAI `tools` array of the tools `policy` allows (the shared array when it allows
@@ -367,6 +434,7 @@ impl Registry {
             .get(name)
             .ok_or_else(|| ToolError::Unknown(format!("unknown tool: {name}")))?;
         let args = coerce_args(&tool.schema, args)?;
+        let tool = &*tool;
         if let Err(refusal) = authorize(tool, &args, &ctx).await {
             record_refusal(tool, &refusal, &ctx).await;
             return Err(refusal);
@@ -707,7 +775,7 @@ mod tests {
             vec![noop("fs.read"), noop("web.search")],
             &["FS_READ".into()],
         );
-        let names: Vec<_> = reg.tools().map(|t| t.name.clone()).collect();
+        let names: Vec<_> = reg.tools().iter().map(|t| t.name.clone()).collect();
         assert_eq!(names, vec!["fs.read"]);
         for spelling in ["fs.read", "fs_read", "FS.Read", "Fs_READ"] {
             assert_eq!(reg.get(spelling).unwrap().name, "fs.read", "{spelling}");

@@ -12,6 +12,7 @@ pub mod bub_env;
 pub mod fake_anthropic;
 pub mod fake_discord;
 pub mod fake_gemini;
+pub mod fake_mcp;
 pub mod fake_openai;
 pub mod fake_platform;
 pub mod fake_telegram;

@@ -28,7 +28,8 @@ impl ModelLoop<'_> {
         for call in &response.tool_calls {
             self.show_status(Some(running(call)));
             let registry = self.ctx.registry();
-            let tool = registry.get(&call.name).map_or(&call.name, |t| &t.name);
+            let found = registry.get(&call.name);
+            let tool = found.as_ref().map_or(&call.name, |t| &t.name);
             self.observe(ToolEvent::Started {
                 tool,
                 arguments: &call.arguments,
@@ -116,7 +117,12 @@ impl ModelLoop<'_> {
     async fn run_tool(&self, call: &ToolCall) -> Result<String, String> {
         let registry = self.ctx.registry();
         let Some(tool) = registry.get(&call.name) else {
-            let known: Vec<String> = registry.tools().map(|t| t.model_name()).collect();
+            let known: Vec<String> = registry
+                .tools()
+                .iter()
+                .filter(|t| t.offered)
+                .map(|t| t.model_name())
+                .collect();
             return Err(format!(
                 "error: unknown tool '{}'; available tools: {}",
                 call.name,
