@@ -358,3 +358,25 @@ async fn a_bad_entry_is_named_and_the_other_servers_still_work() {
     assert_eq!(out.status.code(), Some(2), "a broken file stops Bub");
     assert!(stderr(&out).contains("mcp.json"), "{}", stderr(&out));
 }
+
+#[tokio::test]
+async fn a_sandboxed_server_runs_confined_or_not_at_all() {
+    let env = Env::cli().await;
+    // The sandbox lets the server read the workspace and the system, nothing else.
+    let script = env.workspace.join("server.py");
+    std::fs::copy(fake_mcp::script(), &script).unwrap();
+    let entry = json!({"command": "python3", "args": [script], "sandbox": true});
+    fake_mcp::write_config(&env.home, json!({"boxed": entry}));
+    let out = env.run(&["run", ",mcp.boxed.env name=HOME"]).await;
+    let printed = stdout(&out);
+    if bub::tools::sandbox::available().is_available() {
+        assert!(
+            printed.trim().contains("bub-sandbox-"),
+            "HOME is the sandbox's own directory: {printed} {}",
+            stderr(&out)
+        );
+    } else {
+        let told = env.model.requests()[0]["messages"].to_string();
+        assert!(told.contains("not available"), "fail closed: {told}");
+    }
+}
