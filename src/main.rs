@@ -384,7 +384,7 @@ async fn turn(
             return Ok(ExitCode::from(EXIT_INTERRUPTED));
         }
     };
-    agent.stop_servers().await;
+    agent.stop_children().await;
     if let Some(error) = &result.error {
         // A failed command handed to the model: its own output still reaches the user.
         if !result.immediate_output.trim().is_empty() {
@@ -407,7 +407,7 @@ async fn chat(settings: Settings, session_id: String) -> anyhow::Result<()> {
     logging::init(&settings, LogTarget::File(&log_file));
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
     let chatted = bub::cli::run_chat(agent.clone(), session_id).await;
-    agent.stop_servers().await;
+    agent.stop_children().await;
     agent.settle().await;
     chatted
 }
@@ -482,7 +482,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     if let Some(scheduler) = scheduler {
         report_scheduler(scheduler.await);
     }
-    agent.stop_servers().await;
+    agent.stop_children().await;
     settle(&agent).await;
     served
 }
@@ -606,7 +606,7 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
     let served = manager.run(shutdown.clone()).await;
     shutdown.cancel();
     let result = scheduled.await.context("scheduler task")?;
-    agent.stop_servers().await;
+    agent.stop_children().await;
     settle(&agent).await;
     tracing::info!("idle.stop");
     served?;

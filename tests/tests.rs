@@ -7,6 +7,7 @@ mod support;
 mod access;
 mod anthropic;
 mod architecture;
+mod background;
 mod backpressure;
 mod chaos;
 mod compaction;

@@ -149,6 +149,10 @@ impl Policy {
             if tools.iter().any(|t| t.starts_with(MCP)) {
                 tools.insert(MCP_CALL.to_owned());
             }
+            if tools.contains("bash") {
+                // A guest given a shell may also run it in the background (their session's).
+                tools.extend(["bash.output", "bash.kill"].map(str::to_owned));
+            }
             tools
         });
         let prefixes = tools

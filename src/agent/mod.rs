@@ -187,9 +187,10 @@ impl AgentRuntime {
         tasks.reopen();
     }
 
-    /// Stops the MCP servers this process started (a stdio server's process group with it);
-    /// the commands call it before they exit.
-    pub async fn stop_servers(&self) {
+    /// Stops what the process started besides turns: background commands and MCP servers (a
+    /// stdio server's process group with it); the commands call it before they exit.
+    pub async fn stop_children(&self) {
+        self.process.background.stop_all();
         self.process.mcp.shutdown().await;
     }
 
@@ -340,6 +341,7 @@ impl AgentRuntime {
             }
             _ => lines.push("jobs: unavailable".to_owned()),
         }
+        lines.extend(self.process.background.describe(session_id.as_str()));
         lines.join("\n")
     }
 

@@ -45,6 +45,8 @@ pub struct ProcessCtx {
     /// How many `bash` commands may run at once, and their longest timeout (shared by every
     /// session and workspace of the process).
     pub commands: Arc<CommandLimits>,
+    /// `bash background=true` commands, by session.
+    pub background: Arc<super::shell::Background>,
     /// What the process's model calls used, and the daily budgets (one ledger per process,
     /// shared by every workspace's runtime).
     pub usage: Arc<crate::usage::Ledger>,
@@ -90,6 +92,7 @@ impl ProcessCtx {
             )),
             redactor: Arc::new(Redactor::from_settings(&settings)),
             commands: Arc::new(CommandLimits::from_settings(&settings)),
+            background: Arc::default(),
             usage: Arc::new(crate::usage::Ledger::new(
                 &settings.home,
                 settings.prices.clone(),

@@ -30,8 +30,10 @@ use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::task::JoinHandle;
 
+mod background;
 mod limits;
 
+pub use background::Background;
 pub(crate) use limits::CommandLimits;
 
 use super::fs::resolve_path;
@@ -65,6 +67,9 @@ non-zero exit is an error `exit=<code>: ...`. Each stream is capped at 32 KiB (h
 kept); write large output to a file and read it with fs.read.
 The call returns when the shell has exited and its output is closed: start background processes
 with their output redirected (`server > server.log 2>&1 &`).
+Long-running commands (a server, a long build): background=true returns an id at once; read
+the output with bash.output, stop it with bash.kill (at most 4 per session; they end after
+BUB_BASH_MAX_TIMEOUT_SECONDS, or timeout_seconds).
 Do not use `sleep` to wait for something to happen later; use schedule.add instead.";
 
 /// Arguments of `bash`.
@@ -79,6 +84,9 @@ pub struct BashArgs {
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub timeout_seconds: Option<i64>,
+    /// run in the background: returns an id at once (read with bash.output, stop with bash.kill)
+    #[serde(default)]
+    pub background: bool,
 }
 
 /// How [`run_bash`] launches a command.
@@ -122,11 +130,42 @@ pub(crate) fn tools() -> Vec<Tool> {
                     sandboxed: ctx.turn.policy.sandbox,
                     folder: folder.as_deref(),
                 };
-                run_limited(args, launch, &ctx.process.commands).await
+                match args.background {
+                    true => {
+                        process
+                            .background
+                            .start(ctx.session_id(), &args, launch, &process.commands)
+                    }
+                    false => run_limited(args, launch, &process.commands).await,
+                }
             },
         )
         .scoped(Scope::Writes(&["cwd"])),
+        Tool::new(
+            "bash.output",
+            "Read a background command's new output",
+            "The output a `bash background=true` command wrote since the last read (at most 16 \
+             KiB; read again for more) and whether it still runs.",
+            |IdArgs { id }, ctx: ToolContext| async move {
+                ctx.process.background.output(ctx.session_id(), id)
+            },
+        ),
+        Tool::new(
+            "bash.kill",
+            "Stop a background command",
+            "Kills a `bash background=true` command (its whole process group).",
+            |IdArgs { id }, ctx: ToolContext| async move {
+                ctx.process.background.kill(ctx.session_id(), id)
+            },
+        ),
     ]
+}
+
+/// Arguments of `bash.output` and `bash.kill`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+struct IdArgs {
+    /// the id `bash background=true` returned
+    id: u64,
 }
 
 /// A guest's chat folder in the workspace, created when missing: where its shell works.
@@ -179,7 +218,6 @@ async fn run_bash_with(
     parent_env: impl IntoIterator<Item = (OsString, OsString)>,
     support: impl FnOnce() -> Support,
 ) -> Result<String, ToolError> {
-    let workspace = launch.workspace;
     let secs = args
         .timeout_seconds
         .unwrap_or(DEFAULT_TIMEOUT_SECONDS as i64);
@@ -189,74 +227,9 @@ async fn run_bash_with(
         )));
     }
     let timeout = Duration::from_secs(secs as u64);
-    let root = launch.folder.unwrap_or(workspace);
-    let cwd = resolve_cwd(workspace, root, args.cwd.as_deref());
-    if !cwd.is_dir() {
-        return Err(ToolError::new(format!(
-            "cwd is not a directory: {}",
-            cwd.display()
-        )));
-    }
-    // Kept alive until the call returns: it owns the private directory.
-    let sandbox = if launch.sandboxed {
-        let sandbox = Sandbox::new(support(), root, launch.home, launch.user_home)
-            .map_err(|e| ToolError::new(e.to_string()))?;
-        let inside = cwd
-            .canonicalize()
-            .is_ok_and(|c| c.starts_with(sandbox.workspace()));
-        if !inside {
-            let place = match launch.folder {
-                Some(_) => "this chat's folder",
-                None => "the workspace",
-            };
-            return Err(ToolError::new(format!(
-                "cwd {} is outside {place} ({}), where sandboxed commands run; the command was \
-                 not run",
-                cwd.display(),
-                root.display()
-            )));
-        }
-        Some(sandbox)
-    } else {
-        None
-    };
-    let env = child_env(
-        parent_env,
-        workspace,
-        launch.session_id,
-        sandbox.as_ref().map(Sandbox::tmp_dir),
-    );
-
-    let mut command = tokio::process::Command::new("bash");
-    command
-        .arg("-lc")
-        .arg(&args.cmd)
-        .current_dir(&cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env_clear()
-        .envs(env)
-        .process_group(0)
-        .kill_on_drop(true);
-    // SAFETY: `signal` is async-signal-safe and the closure allocates nothing. Bub ignores
-    // SIGXFSZ (a file over RLIMIT_FSIZE is an error, not death) and an ignored signal stays
-    // ignored across exec: the child gets the default action back.
-    unsafe {
-        command.pre_exec(|| {
-            libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
-            Ok(())
-        });
-    }
-    if let Some(sandbox) = &sandbox {
-        sandbox.confine(&mut command);
-    }
-    let mut child = command.spawn().map_err(|e| match sandbox {
-        Some(_) => ToolError::new(format!(
-            "failed to start bash in the sandbox: {e}; the command was not run"
-        )),
-        None => ToolError::new(format!("failed to start bash: {e}")),
-    })?;
+    let (mut command, sandbox) =
+        prepare(&args.cmd, args.cwd.as_deref(), launch, parent_env, support)?;
+    let mut child = spawn(&mut command, sandbox.as_ref())?;
     let pgid = child
         .id()
         .and_then(|id| i32::try_from(id).ok())
@@ -308,6 +281,96 @@ async fn run_bash_with(
             Err(ToolError::Failed(msg))
         }
     }
+}
+
+/// The `bash -lc cmd` command of `launch`: its working directory checked (`cwd` relative to the
+/// workspace, default the workspace or the guest's folder), its environment built
+/// ([`child_env`]), in its own process group, piped, and — sandboxed — confined to a sandbox
+/// that must live until the command has been spawned (it owns the private directory).
+pub(super) fn prepare(
+    cmd: &str,
+    cwd: Option<&str>,
+    launch: Launch<'_>,
+    parent_env: impl IntoIterator<Item = (OsString, OsString)>,
+    support: impl FnOnce() -> Support,
+) -> Result<(tokio::process::Command, Option<Sandbox>), ToolError> {
+    let workspace = launch.workspace;
+    let root = launch.folder.unwrap_or(workspace);
+    let cwd = resolve_cwd(workspace, root, cwd);
+    if !cwd.is_dir() {
+        return Err(ToolError::new(format!(
+            "cwd is not a directory: {}",
+            cwd.display()
+        )));
+    }
+    // Kept alive until the call returns: it owns the private directory.
+    let sandbox = if launch.sandboxed {
+        let sandbox = Sandbox::new(support(), root, launch.home, launch.user_home)
+            .map_err(|e| ToolError::new(e.to_string()))?;
+        let inside = cwd
+            .canonicalize()
+            .is_ok_and(|c| c.starts_with(sandbox.workspace()));
+        if !inside {
+            let place = match launch.folder {
+                Some(_) => "this chat's folder",
+                None => "the workspace",
+            };
+            return Err(ToolError::new(format!(
+                "cwd {} is outside {place} ({}), where sandboxed commands run; the command was \
+                 not run",
+                cwd.display(),
+                root.display()
+            )));
+        }
+        Some(sandbox)
+    } else {
+        None
+    };
+    let env = child_env(
+        parent_env,
+        workspace,
+        launch.session_id,
+        sandbox.as_ref().map(Sandbox::tmp_dir),
+    );
+
+    let mut command = tokio::process::Command::new("bash");
+    command
+        .arg("-lc")
+        .arg(cmd)
+        .current_dir(&cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env_clear()
+        .envs(env)
+        .process_group(0)
+        .kill_on_drop(true);
+    // SAFETY: `signal` is async-signal-safe and the closure allocates nothing. Bub ignores
+    // SIGXFSZ (a file over RLIMIT_FSIZE is an error, not death) and an ignored signal stays
+    // ignored across exec: the child gets the default action back.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGXFSZ, libc::SIG_DFL);
+            Ok(())
+        });
+    }
+    if let Some(sandbox) = &sandbox {
+        sandbox.confine(&mut command);
+    }
+    Ok((command, sandbox))
+}
+
+/// Spawns a [`prepare`]d command; the error says whether the sandbox was in the way.
+pub(super) fn spawn(
+    command: &mut tokio::process::Command,
+    sandbox: Option<&Sandbox>,
+) -> Result<tokio::process::Child, ToolError> {
+    command.spawn().map_err(|e| match sandbox {
+        Some(_) => ToolError::new(format!(
+            "failed to start bash in the sandbox: {e}; the command was not run"
+        )),
+        None => ToolError::new(format!("failed to start bash: {e}")),
+    })
 }
 
 /// Variables a sandboxed command inherits (besides `LC_*`).
@@ -537,12 +600,16 @@ fn format_result(status: ExitStatus, stdout: &str, stderr: &str) -> Result<Strin
         (true, false) => stdout.to_string(),
         (true, true) => "(no output)".to_string(),
     };
-    let head = match (status.code(), status.signal()) {
+    Err(ToolError::Failed(format!("{}: {body}", exit_text(status))))
+}
+
+/// `exit=CODE`, `signal=N`.
+fn exit_text(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
         (Some(code), _) => format!("exit={code}"),
         (None, Some(sig)) => format!("signal={sig}"),
         (None, None) => "exit=?".to_string(),
-    };
-    Err(ToolError::Failed(format!("{head}: {body}")))
+    }
 }
 
 /// The directory a `cwd` argument names (relative to the workspace): `default` when absent or

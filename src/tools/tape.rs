@@ -241,10 +241,12 @@ pub(crate) fn tools() -> Vec<Tool> {
             "tape.reset",
             "Reset the tape",
             "Starts the session's tape afresh (archived as a .bak file with archive=true, else \
-             deleted) and forgets expanded tool and skill details.",
+             deleted), forgets expanded tool and skill details and stops the session's \
+             background commands.",
             |ResetArgs { archive }, ctx: ToolContext| async move {
                 let out = with_tape(&ctx, move |tape| reset_text(tape, archive)).await?;
                 ctx.expanded().clear();
+                ctx.process.background.stop_session(ctx.session_id());
                 Ok(out)
             },
         ),

@@ -7,9 +7,10 @@
 //! cancellation alike; a call waiting for a slot gives up its place in the queue when it is
 //! dropped (a cancelled turn), so waiting never outlives the turn.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokio::sync::{Semaphore, SemaphorePermit};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 
 use crate::config::Settings;
 use crate::tools::ToolError;
@@ -18,7 +19,7 @@ use crate::tools::ToolError;
 /// shared by every session.
 #[derive(Debug)]
 pub struct CommandLimits {
-    slots: Semaphore,
+    slots: Arc<Semaphore>,
     capacity: usize,
     waiting: AtomicUsize,
     max_timeout_seconds: u64,
@@ -38,7 +39,7 @@ impl CommandLimits {
     pub(crate) fn new(max_concurrent: usize, max_timeout_seconds: u64) -> Self {
         let capacity = max_concurrent.clamp(1, Semaphore::MAX_PERMITS);
         Self {
-            slots: Semaphore::new(capacity),
+            slots: Arc::new(Semaphore::new(capacity)),
             capacity,
             waiting: AtomicUsize::new(0),
             max_timeout_seconds: max_timeout_seconds.max(1),
@@ -69,6 +70,12 @@ impl CommandLimits {
             .acquire()
             .await
             .map_err(|_| ToolError::new("the command slots are closed"))
+    }
+
+    /// A free slot now, held by its owner (a background command) until dropped; `None` when
+    /// every slot is taken (a background command does not wait).
+    pub(crate) fn try_slot_owned(&self) -> Option<OwnedSemaphorePermit> {
+        self.slots.clone().try_acquire_owned().ok()
     }
 
     /// Commands holding a slot now.
