@@ -42,6 +42,7 @@ mod security;
 mod skills;
 mod stagnation;
 mod startup;
+mod subagent;
 mod tape;
 mod telegram;
 mod terminal;

@@ -57,6 +57,9 @@ pub(crate) const GUEST_TOOLS: &[&str] = &[
 /// `model` switches the model (and so the bill) of everyone in the chat.
 pub(crate) const OWNER_ONLY: &[&str] = &["tape.reset", "model"];
 
+/// The tool a subagent may not call: subagents do not start subagents.
+const SUBAGENT: &str = "subagent";
+
 /// The tool a guest's scheduled run may not call: a job must not schedule more jobs.
 const SCHEDULING: &str = "schedule.add";
 
@@ -113,6 +116,8 @@ pub struct Policy {
     /// Allowed name prefixes, from `BUB_GUEST_TOOLS` entries such as `mcp.notes.*`
     /// (`mcp.notes.`).
     prefixes: Vec<String>,
+    /// Tools refused whatever the lists say (a subagent's: `subagent`).
+    without: BTreeSet<String>,
     /// `bash` runs in the Landlock sandbox.
     pub sandbox: bool,
     /// The OpenAI tool specs this policy offers, built by the process's registry on first use.
@@ -166,6 +171,7 @@ impl Policy {
             origin,
             tools,
             prefixes,
+            without: BTreeSet::new(),
             sandbox,
             specs: OnceLock::new(),
         }
@@ -177,10 +183,35 @@ impl Policy {
         self.specs.get_or_init(build).clone()
     }
 
+    /// The policy of a subagent this turn starts: the same role and bounds, only `tools` when
+    /// given (those this policy allows; an MCP tool brings `mcp.call`), and never `subagent`
+    /// (depth 1).
+    pub(crate) fn for_subagent(&self, tools: Option<&[String]>) -> Self {
+        let mut child = Self {
+            specs: OnceLock::new(),
+            ..self.clone()
+        };
+        if let Some(tools) = tools {
+            let mut kept: BTreeSet<String> = tools
+                .iter()
+                .map(|t| command_name(t))
+                .filter(|t| self.allows(t))
+                .collect();
+            if kept.iter().any(|t| t.starts_with(MCP)) && self.allows(MCP_CALL) {
+                kept.insert(MCP_CALL.to_owned());
+            }
+            child.tools = Some(kept);
+            child.prefixes.clear();
+        }
+        child.without.insert(SUBAGENT.to_owned());
+        child
+    }
+
     /// The tool (by command name) may be called.
     pub(crate) fn allows(&self, tool: &str) -> bool {
-        self.tools.as_ref().is_none_or(|t| t.contains(tool))
-            || self.prefixes.iter().any(|p| tool.starts_with(p.as_str()))
+        !self.without.contains(tool)
+            && (self.tools.as_ref().is_none_or(|t| t.contains(tool))
+                || self.prefixes.iter().any(|p| tool.starts_with(p.as_str())))
     }
 
     /// File paths must stay inside the workspace.

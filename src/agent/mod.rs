@@ -28,6 +28,7 @@ pub mod router;
 pub(crate) mod runner;
 mod spend;
 mod stagnation;
+mod subagent;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -109,9 +110,16 @@ impl AgentRuntime {
         let registry = tools::builtin_registry(&allowed_tools);
         let settings = Arc::new(settings);
         let process = Arc::new(ProcessCtx::new(settings.clone(), registry));
+        let config = Arc::new(TurnConfig::from_settings(&settings, &process.models));
+        let models = Arc::new(Models::new(process.models.clone()));
+        if settings.max_subagents > 0 {
+            let max = settings.max_subagents as usize;
+            let subagents = subagent::Subagents::new(config.clone(), models.clone(), max);
+            let _ = process.delegate.set(Arc::new(subagents));
+        }
         Self {
-            config: Arc::new(TurnConfig::from_settings(&settings, &process.models)),
-            models: Arc::new(Models::new(process.models.clone())),
+            config,
+            models,
             workspace: settings.workspace.clone(),
             settings,
             process,

@@ -23,7 +23,7 @@ pub(crate) async fn allowed(
     llm: &LlmClient,
     input: u64,
 ) -> Result<(), Exceeded> {
-    let (ledger, session) = (ctx.process.usage.clone(), ctx.session_id().to_owned());
+    let (ledger, session) = (ctx.process.usage.clone(), ctx.billed_session().to_owned());
     if !ledger.has_budgets() {
         return Ok(());
     }
@@ -119,7 +119,7 @@ pub(crate) async fn record(
     let ledger = ctx.process.usage.clone();
     let entry = Entry::call(
         ledger.today(),
-        ctx.session_id(),
+        ctx.billed_session(),
         purpose,
         &label(llm),
         &usage,

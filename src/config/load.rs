@@ -382,6 +382,9 @@ fn tools(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
         &mut s.max_concurrent_commands,
         |var, v| parse_u32_range(var, v, 1, MAX_MAX_CONCURRENT_COMMANDS),
     )?;
+    set(l, "BUB_MAX_SUBAGENTS", &mut s.max_subagents, |var, v| {
+        parse_u32_range(var, v, 0, 64)
+    })?;
     s.guest_tools = l
         .parse("BUB_GUEST_TOOLS", |v| {
             if is_null(v) {

@@ -242,6 +242,8 @@ pub struct Settings {
     /// `BUB_MAX_CONCURRENT_COMMANDS` (default 8, 1..=1024): `bash` commands running at once in
     /// the process; more wait their turn.
     pub max_concurrent_commands: u32,
+    /// `BUB_MAX_SUBAGENTS` (default 4, 0: none): subagents running at once in the process.
+    pub max_subagents: u32,
     /// `BUB_GUEST_TOOLS`: the tools a guest's turn may use; `None` = the built-in guest set.
     pub guest_tools: Option<Vec<String>>,
     /// `BUB_TELEGRAM_*`, `BUB_DISCORD_*`: each chat platform's settings, by its name.
@@ -314,6 +316,7 @@ impl Settings {
             mcp_servers: mcp::Servers::default(),
             bash_max_timeout: Duration::from_secs(DEFAULT_BASH_MAX_TIMEOUT_SECONDS.into()),
             max_concurrent_commands: DEFAULT_MAX_CONCURRENT_COMMANDS,
+            max_subagents: 4,
             guest_tools: None,
             channels: ChannelTable::defaults(),
             media: MediaSettings::default(),

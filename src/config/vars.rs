@@ -171,6 +171,7 @@ pub(crate) const VARS: &[Var] = &[
     var("BUB_GUEST_TOOLS", Tools, "(the built-in guest set)", "the tools a guest's turn may use").list(),
     var("BUB_WEB_ALLOW_PRIVATE", Tools, "false", "web.fetch may reach loopback, private and link-local addresses"),
     var("BUB_FS_TIMEOUT_SECONDS", Tools, "10", "an fs.* call's file work is abandoned after this (> 0, at most 3600)"),
+    var("BUB_MAX_SUBAGENTS", Tools, "4", "subagents running at once in the process (0: none; at most 64; 2 per session)"),
     var("BUB_MCP_TIMEOUT_SECONDS", Tools, "60", "an MCP server's start or one call of its tools fails after this (> 0, at most 3600)"),
     var("BUB_BASH_MAX_TIMEOUT_SECONDS", Tools, "3600", "the largest timeout of one bash call (1-86400)"),
     var("BUB_MAX_CONCURRENT_COMMANDS", Tools, "8", "bash commands running at once; more wait (1-1024)"),

@@ -49,6 +49,11 @@ pub enum Event {
     TurnInterrupted,
     /// `turn.cancelled`: `,stop` ended a chat's turn, `{by, after_ms, what}`.
     TurnCancelled,
+    /// `subagent.start`: a subagent took a task, `{id, session, task, tools}` (its turn is on
+    /// the tape of `session`).
+    SubagentStart,
+    /// `subagent.done`: a subagent finished, `{id, session, steps, error}`.
+    SubagentDone,
     /// `messages.left_out`: messages of a batch too large for one model request,
     /// `{count, messages}`; searchable like messages.
     MessagesLeftOut,
@@ -79,6 +84,8 @@ impl Event {
             Self::ScheduleRun => "schedule.run",
             Self::TurnInterrupted => "turn.interrupted",
             Self::TurnCancelled => "turn.cancelled",
+            Self::SubagentStart => "subagent.start",
+            Self::SubagentDone => "subagent.done",
             Self::MessagesLeftOut => "messages.left_out",
         }
     }

@@ -47,6 +47,8 @@ pub struct ProcessCtx {
     pub commands: Arc<CommandLimits>,
     /// `bash background=true` commands, by session.
     pub background: Arc<super::shell::Background>,
+    /// Who runs a subagent's turn (the agent installs itself; unset: no subagents).
+    pub(crate) delegate: std::sync::OnceLock<Arc<dyn super::subagent::Delegate>>,
     /// What the process's model calls used, and the daily budgets (one ledger per process,
     /// shared by every workspace's runtime).
     pub usage: Arc<crate::usage::Ledger>,
@@ -93,6 +95,7 @@ impl ProcessCtx {
             redactor: Arc::new(Redactor::from_settings(&settings)),
             commands: Arc::new(CommandLimits::from_settings(&settings)),
             background: Arc::default(),
+            delegate: std::sync::OnceLock::new(),
             usage: Arc::new(crate::usage::Ledger::new(
                 &settings.home,
                 settings.prices.clone(),
@@ -178,6 +181,8 @@ pub struct TurnCtx {
     pub sends: Option<SendLedger>,
     /// Who is told when a tool call the model made starts and ends (`bub chat`, `bub run -v`).
     pub observer: Option<ToolObserver>,
+    /// A subagent's turn: the session of the turn that started it (its budget, its chat's).
+    pub parent: Option<SessionId>,
 }
 
 /// Where a chat turn's output goes while it runs, besides its final answer: the live message
@@ -215,6 +220,7 @@ impl TurnCtx {
             live: None,
             sends: None,
             observer: None,
+            parent: None,
         }
     }
 }
@@ -258,6 +264,39 @@ impl ToolContext {
             session,
             turn,
         }
+    }
+
+    /// The context of a subagent of `parent`'s turn, in the subagent's own `session`: the same
+    /// sender, under `policy` (never more than the parent's), billed to the parent's session.
+    pub(crate) fn for_subagent(
+        parent: &ToolContext,
+        session: Arc<SessionCtx>,
+        policy: Policy,
+    ) -> Self {
+        let turn = TurnCtx {
+            authority: parent.turn.authority.clone(),
+            policy: Arc::new(policy),
+            answered: AtomicBool::new(false),
+            live: None,
+            sends: None,
+            observer: None,
+            parent: Some(parent.session.id.clone()),
+        };
+        Self {
+            process: parent.process.clone(),
+            session,
+            turn: Arc::new(turn),
+        }
+    }
+
+    /// The session whose budget and usage a model call counts against: the parent's for a
+    /// subagent, else this one.
+    pub(crate) fn billed_session(&self) -> &str {
+        self.turn
+            .parent
+            .as_ref()
+            .unwrap_or(&self.session.id)
+            .as_str()
     }
 
     /// A self-contained context (its own process parts and session) — for tests and embedding.

@@ -14,6 +14,7 @@ pub mod sandbox;
 pub(crate) mod schedule;
 pub mod shell;
 pub(crate) mod skills;
+pub(crate) mod subagent;
 pub(crate) mod tape;
 pub mod web;
 
@@ -45,5 +46,6 @@ pub fn builtin_registry(allowed: &[String]) -> Registry {
     tools.extend(web::tools());
     tools.extend(meta::tools());
     tools.extend(model::tools());
+    tools.extend(subagent::tools());
     Registry::new(tools, allowed)
 }

@@ -1,0 +1,63 @@
+//! The `subagent` tool: hands a task to a subagent — a bounded turn of its own, on a tape of
+//! its own, with a subset of the caller's tools — and returns its final answer.
+//!
+//! The turn itself is the agent's business: it installs a [`Delegate`] in the process
+//! ([`crate::tools::ProcessCtx::delegate`]); this module only defines the call. A subagent
+//! has its caller's sender and role, never more tools than its caller ([`Policy::for_subagent`]:
+//! a guest's subagent is a guest, and no subagent starts another), and its model calls count
+//! against its caller's session budget.
+//!
+//! [`Policy::for_subagent`]: crate::access::Policy::for_subagent
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+
+use super::{Tool, ToolContext, ToolError};
+
+/// What a subagent is asked to do.
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
+pub(crate) struct Task {
+    /// what to do, with everything the subagent needs to know (it does not see this chat)
+    pub task: String,
+    /// the tools it may use (default: yours)
+    #[serde(default)]
+    pub tools: Option<Vec<String>>,
+    /// skills whose instructions it should follow
+    #[serde(default)]
+    pub skills: Vec<String>,
+    /// the model it runs on, provider:model (default: this session's)
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+/// Runs a subagent's turn for the turn in `parent`.
+#[async_trait::async_trait]
+pub(crate) trait Delegate: Send + Sync {
+    async fn delegate(&self, parent: &ToolContext, task: Task) -> Result<String, ToolError>;
+}
+
+const DETAIL: &str = "Gives a self-contained task to a subagent: a fresh context of its own (it \
+does not see this conversation), at most BUB_MAX_STEPS steps, your rights or fewer (`tools`: a \
+subset of yours), its final answer returned here. Use it for work that would fill this \
+context: searching, reading many files, trying things. At most 2 run per session and \
+BUB_MAX_SUBAGENTS per process; a subagent cannot start another.";
+
+/// `subagent`.
+pub(crate) fn tools() -> Vec<Tool> {
+    vec![Tool::new(
+        "subagent",
+        "Give a task to a subagent and get its answer",
+        DETAIL,
+        |task: Task, ctx: ToolContext| async move {
+            if task.task.trim().is_empty() {
+                return Err(ToolError::invalid("`task` is empty"));
+            }
+            let Some(delegate) = ctx.process.delegate.get().cloned() else {
+                return Err(ToolError::new(
+                    "subagents are not available in this process",
+                ));
+            };
+            delegate.delegate(&ctx, task).await
+        },
+    )]
+}
