@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::support::bub_env::{Env, stderr, stdout};
 use crate::support::fake_mcp::{self, HttpServer, SOON};
+use crate::support::fake_openai::{offered_functions, tool_results};
 use crate::support::fake_telegram::private_text;
 use crate::support::wait::{WAIT, wait_until};
 
@@ -20,15 +21,6 @@ async fn with_fake(extra: &[&str]) -> (Env, std::path::PathBuf) {
     (env, log)
 }
 
-/// The contents of the `tool` messages of a model request.
-fn tool_results(request: &Value) -> Vec<String> {
-    messages(request)
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
-
 fn messages(request: &Value) -> Vec<Value> {
     request["messages"].as_array().cloned().unwrap_or_default()
 }
@@ -38,15 +30,6 @@ fn system(request: &Value) -> String {
         .as_str()
         .unwrap_or_default()
         .to_owned()
-}
-
-fn function_names(request: &Value) -> Vec<String> {
-    request["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
-        .collect()
 }
 
 #[tokio::test]
@@ -63,7 +46,7 @@ async fn the_model_calls_an_mcp_tool_listed_as_one_line_and_the_server_stops_wit
 
     let requests = env.model.requests();
     let first = &requests[0];
-    let functions = function_names(first);
+    let functions = offered_functions(first);
     assert!(functions.contains(&"mcp_call".to_owned()), "{functions:?}");
     assert!(
         !functions.iter().any(|f| f.starts_with("mcp_fake")),
@@ -244,7 +227,7 @@ async fn a_guest_without_mcp_tools_starts_no_server_and_cannot_call_one() {
     assert!(refusal.contains("not allowed"), "{refusal}");
     assert!(daemon.stop().await.success());
     let request = &env.model.requests()[0];
-    assert!(!function_names(request).contains(&"mcp_call".to_owned()));
+    assert!(!offered_functions(request).contains(&"mcp_call".to_owned()));
     assert!(!system(request).contains("mcp_tools"));
     assert!(fake_mcp::pids(&log).is_empty(), "no server started");
 }

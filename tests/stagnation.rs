@@ -3,9 +3,10 @@
 //! three stagnant calls with a message naming the repeated tool — in the terminal and in a
 //! Telegram chat.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::support::bub_env::{Env, stderr};
+use crate::support::fake_openai::tool_results;
 use crate::support::fake_telegram::private_text;
 use crate::support::wait::WAIT;
 
@@ -18,17 +19,6 @@ fn loop_forever(env: &Env) {
         env.model
             .push_tool_calls(&[("fs_read", json!({"path": "notes.txt"}))]);
     }
-}
-
-/// The tool results of the last request, as the model was shown them.
-fn tool_results(request: &Value) -> Vec<String> {
-    request["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect()
 }
 
 #[tokio::test]

@@ -3,30 +3,12 @@
 //! a subagent cannot start another; a guest's subagent is a guest; `/stop` stops it with its
 //! parent's turn.
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::support::bub_env::{Env, stderr, stdout, texts};
+use crate::support::fake_openai::{offered_functions as functions, tool_results};
 use crate::support::fake_telegram::private_text;
 use crate::support::wait::WAIT;
-
-fn functions(request: &Value) -> Vec<String> {
-    request["tools"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
-        .collect()
-}
-
-fn tool_results(request: &Value) -> Vec<String> {
-    request["messages"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|m| m["role"] == "tool")
-        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
 
 #[tokio::test]
 async fn a_subagent_works_in_its_own_context_with_the_tools_it_was_given() {

@@ -15,8 +15,9 @@
 //!   any tool (guests get only what `BUB_GUEST_TOOLS` lists, e.g. `mcp.notes.*`) and redacts
 //!   what it returns; a stdio server gets none of Bub's secrets ([`client`]).
 //!
-//! Invariant: at most one start of a server runs at a time (its state's lock); the catalog is
-//! replaced whole, never edited in place, so a turn reads one consistent snapshot.
+//! Invariants: at most one start of a server runs at a time (its state's lock), and a turn
+//! never waits for another's start or a background restart; the catalog is replaced whole,
+//! never edited in place, so a turn reads one consistent snapshot.
 
 mod client;
 mod http;
@@ -147,7 +148,11 @@ impl Mcp {
         let mut first = Vec::new();
         let mut due = false;
         for (name, server) in &self.servers {
-            match &*server.state.lock().await {
+            // A server being started elsewhere is not waited for.
+            let Ok(state) = server.state.try_lock() else {
+                continue;
+            };
+            match &*state {
                 State::Idle => first.push((name, server)),
                 State::Up(conn, _) => due |= conn.is_closed(),
                 State::Down { retry_at, .. } => due |= Instant::now() >= *retry_at,
@@ -156,12 +161,7 @@ impl Mcp {
         let started = first
             .into_iter()
             .map(|(name, server)| self.ensure(name, server));
-        if futures_util::future::join_all(started)
-            .await
-            .contains(&true)
-        {
-            self.rebuild().await;
-        }
+        futures_util::future::join_all(started).await;
         if due && !self.restarting.swap(true, Ordering::AcqRel) {
             let this = self.clone();
             tokio::spawn(async move {
@@ -172,25 +172,22 @@ impl Mcp {
     }
 
     /// Starts the servers (all, or `only`) that are not running and may be tried now, and
-    /// lists their tools; the catalog is rebuilt when anything changed. Servers start
-    /// concurrently, each within the timeout.
+    /// lists their tools. Servers start concurrently, each within the timeout.
     pub(crate) async fn refresh(&self, only: Option<&str>) {
         let starts = self
             .servers
             .iter()
             .filter(|(name, _)| only.is_none_or(|o| o == name.as_str()))
             .map(|(name, server)| self.ensure(name, server));
-        if futures_util::future::join_all(starts).await.contains(&true) {
-            self.rebuild().await;
-        }
+        futures_util::future::join_all(starts).await;
     }
 
-    /// Makes sure `server` is up (unless in backoff); whether its state changed.
-    async fn ensure(&self, name: &str, server: &Server) -> bool {
+    /// Makes sure `server` is up (unless in backoff); a change is published in the catalog.
+    async fn ensure(&self, name: &str, server: &Server) {
         let mut state = server.state.lock().await;
         match &*state {
-            State::Up(conn, _) if !conn.is_closed() => return false,
-            State::Down { retry_at, .. } if Instant::now() < *retry_at => return false,
+            State::Up(conn, _) if !conn.is_closed() => return,
+            State::Down { retry_at, .. } if Instant::now() < *retry_at => return,
             _ => {}
         }
         let failures = match &*state {
@@ -213,7 +210,7 @@ impl Mcp {
                 }
             }
         };
-        true
+        self.publish(name, &state);
     }
 
     /// Connects to the server (starting its process), within the timeout.
@@ -259,24 +256,34 @@ impl Mcp {
         })
     }
 
-    /// A new catalog of the tools every running server listed, and the servers that are down.
-    async fn rebuild(&self) {
-        let mut catalog = Catalog::default();
-        for (name, server) in &self.servers {
-            match &*server.state.lock().await {
-                State::Up(_, tools) => {
-                    for tool in tools.iter() {
-                        let tool = registry_tool(name, tool);
-                        catalog.tools.insert(tool.name.clone(), Arc::new(tool));
-                    }
+    /// A new catalog with server `name`'s part as `state` says: its tools when it is up, its
+    /// error when it is down (the other servers' parts as they were).
+    fn publish(&self, name: &str, state: &State) {
+        let mut catalog = self.catalog.write().expect("mcp catalog");
+        let prefix = format!("mcp.{name}.");
+        let mut next = Catalog {
+            tools: catalog
+                .tools
+                .iter()
+                .filter(|(tool, _)| !tool.starts_with(&prefix))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            down: catalog.down.clone(),
+        };
+        next.down.remove(name);
+        match state {
+            State::Up(_, tools) => {
+                for tool in tools.iter() {
+                    let tool = registry_tool(name, tool);
+                    next.tools.insert(tool.name.clone(), Arc::new(tool));
                 }
-                State::Down { error, .. } => {
-                    catalog.down.insert(name.clone(), error.clone());
-                }
-                State::Idle => {}
             }
+            State::Down { error, .. } => {
+                next.down.insert(name.to_owned(), error.clone());
+            }
+            State::Idle => {}
         }
-        *self.catalog.write().expect("mcp catalog") = Arc::new(catalog);
+        *catalog = Arc::new(next);
     }
 
     /// Calls `tool` of `server` with `args`, within the timeout; a server that is not running
@@ -291,9 +298,7 @@ impl Mcp {
             .servers
             .get(server)
             .ok_or_else(|| ToolError::Unknown(format!("no MCP server named {server}")))?;
-        if self.ensure(server, entry).await {
-            self.rebuild().await;
-        }
+        self.ensure(server, entry).await;
         let conn = match &*entry.state.lock().await {
             State::Up(conn, _) => conn.clone(),
             State::Down {

@@ -216,6 +216,27 @@ pub struct FakeOpenAi {
     server: Mutex<Option<Server>>,
 }
 
+/// The function names a recorded request offered the model (`fs_read`, `mcp_call`).
+pub fn offered_functions(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// The contents of a recorded request's `tool` messages: the tool results the model was shown.
+pub fn tool_results(request: &Value) -> Vec<String> {
+    request["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
 /// Starts a fake on an ephemeral port of 127.0.0.1.
 pub async fn start() -> FakeOpenAi {
     let shared = Arc::new(Shared {
