@@ -25,7 +25,7 @@ fn bash_args(cmd: &str, timeout: i64) -> BashArgs {
         cmd: cmd.to_string(),
         cwd: None,
         timeout_seconds: Some(timeout),
-        background: false,
+        background: None,
     }
 }
 
@@ -141,7 +141,7 @@ async fn bash_runs_in_cwd() {
         cmd: "pwd".into(),
         cwd: Some("sub".into()),
         timeout_seconds: None,
-        background: false,
+        background: None,
     };
     let out = run_bash(args, plain(ws.path(), "s")).await.unwrap();
     assert!(out.ends_with("/sub"), "{out}");
@@ -149,7 +149,7 @@ async fn bash_runs_in_cwd() {
         cmd: "pwd".into(),
         cwd: Some("missing".into()),
         timeout_seconds: None,
-        background: false,
+        background: None,
     };
     let err = run_bash(args, plain(ws.path(), "s")).await.unwrap_err();
     assert!(

@@ -117,7 +117,7 @@ impl Delegate for Subagents {
         let session = open(parent, &id).await?;
         session.set_model(model.clone());
         let ctx = ToolContext::for_subagent(parent, Arc::new(session), policy);
-        for skill in &task.skills {
+        for skill in task.skills.iter().flatten() {
             ctx.expanded().skill(skill);
         }
         let started = json!({"id": id, "task": task.task, "tools": task.tools});

@@ -696,3 +696,28 @@ fn the_heartbeat_needs_a_chat_and_sane_minutes() {
     }
     err_for(&[("BUB_HEARTBEAT_ROLE", "admin")], "BUB_HEARTBEAT_ROLE");
 }
+
+#[test]
+fn mcp_and_subagent_settings_are_bounded() {
+    let fx = Fixture::new();
+    let s = fx.load(&[]).unwrap();
+    assert_eq!(
+        (s.mcp_timeout, s.max_subagents),
+        (std::time::Duration::from_secs(60), 4)
+    );
+    let s = fx
+        .load(&[
+            ("BUB_MCP_TIMEOUT_SECONDS", "2.5"),
+            ("BUB_MAX_SUBAGENTS", "0"),
+        ])
+        .unwrap();
+    assert_eq!(s.mcp_timeout, std::time::Duration::from_millis(2500));
+    assert_eq!(s.max_subagents, 0, "0: no subagents");
+    for bad in ["0", "3601", "soon"] {
+        err_for(
+            &[("BUB_MCP_TIMEOUT_SECONDS", bad)],
+            "BUB_MCP_TIMEOUT_SECONDS",
+        );
+    }
+    err_for(&[("BUB_MAX_SUBAGENTS", "65")], "BUB_MAX_SUBAGENTS");
+}

@@ -19,20 +19,19 @@ use crate::delivery::Sent;
 
 #[derive(Deserialize, JsonSchema)]
 struct SendArgs {
-    /// The message (Markdown); with a file, its caption
+    /// Markdown text (a file's caption)
     #[serde(default)]
     text: String,
-    /// A file to send (a path in the workspace): a photo, voice note, audio or document by its
-    /// type
+    /// a workspace file to send
     #[serde(default)]
     file: Option<String>,
-    /// telegram or discord (default: this session's)
+    /// telegram or discord (default: this chat's)
     #[serde(default)]
     channel: Option<String>,
-    /// Chat / channel id (default: this session's)
+    /// default: this chat
     #[serde(default)]
     chat_id: Option<String>,
-    /// Message id to reply to
+    /// message id to reply to
     #[serde(default)]
     reply_to: Option<String>,
 }

@@ -21,9 +21,9 @@ use crate::scheduler::{CHANGED, JobStore};
 
 #[derive(Deserialize, JsonSchema)]
 struct AddArgs {
-    /// What to do when the job fires
+    /// what to do then
     message: String,
-    /// Run once after this many seconds
+    /// once, after N seconds
     #[serde(default)]
     after_seconds: Option<f64>,
     /// Run every N seconds
@@ -32,7 +32,7 @@ struct AddArgs {
     /// 5-field crontab expression
     #[serde(default)]
     cron: Option<String>,
-    /// Run once at this ISO 8601 time
+    /// once, at this ISO 8601 time
     #[serde(default)]
     at: Option<String>,
     /// IANA time zone for cron / at
@@ -203,7 +203,7 @@ pub(crate) fn tools() -> Vec<Tool> {
     vec![
         Tool::new(
             "schedule.add",
-            "Schedule a task for later or on a recurring basis",
+            "Schedule a task (once or recurring)",
             "Schedules `message` to run as a turn in this session. Give exactly one trigger: \
              `after_seconds` (once, that many seconds from now), `interval_seconds` (every N \
              seconds), `cron` (5 fields: minute hour day-of-month month day-of-week, e.g. \

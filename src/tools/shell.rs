@@ -80,13 +80,13 @@ pub struct BashArgs {
     /// working directory (default: workspace)
     #[serde(default)]
     pub cwd: Option<String>,
-    /// kill the command after this many seconds (default 30)
+    /// seconds before it is killed (default 30)
     #[serde(default)]
     #[schemars(range(min = 1))]
     pub timeout_seconds: Option<i64>,
-    /// run in the background: returns an id at once (read with bash.output, stop with bash.kill)
+    /// return an id at once (see bash.output)
     #[serde(default)]
-    pub background: bool,
+    pub background: Option<bool>,
 }
 
 /// How [`run_bash`] launches a command.
@@ -130,7 +130,7 @@ pub(crate) fn tools() -> Vec<Tool> {
                     sandboxed: ctx.turn.policy.sandbox,
                     folder: folder.as_deref(),
                 };
-                match args.background {
+                match args.background.unwrap_or(false) {
                     true => {
                         process
                             .background
@@ -143,7 +143,7 @@ pub(crate) fn tools() -> Vec<Tool> {
         .scoped(Scope::Writes(&["cwd"])),
         Tool::new(
             "bash.output",
-            "Read a background command's new output",
+            "New output of a background command",
             "The output a `bash background=true` command wrote since the last read (at most 16 \
              KiB; read again for more) and whether it still runs.",
             |IdArgs { id }, ctx: ToolContext| async move {
@@ -164,8 +164,8 @@ pub(crate) fn tools() -> Vec<Tool> {
 /// Arguments of `bash.output` and `bash.kill`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct IdArgs {
-    /// the id `bash background=true` returned
-    id: u64,
+    /// background command id
+    id: i64,
 }
 
 /// A guest's chat folder in the workspace, created when missing: where its shell works.

@@ -17,15 +17,15 @@ use super::{Tool, ToolContext, ToolError};
 /// What a subagent is asked to do.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 pub(crate) struct Task {
-    /// what to do, with everything the subagent needs to know (it does not see this chat)
+    /// self-contained task (it sees nothing else)
     pub task: String,
-    /// the tools it may use (default: yours)
+    /// allowed tools (default: yours)
     #[serde(default)]
     pub tools: Option<Vec<String>>,
-    /// skills whose instructions it should follow
+    /// skills to follow
     #[serde(default)]
-    pub skills: Vec<String>,
-    /// the model it runs on, provider:model (default: this session's)
+    pub skills: Option<Vec<String>>,
+    /// provider:model
     #[serde(default)]
     pub model: Option<String>,
 }
@@ -46,7 +46,7 @@ BUB_MAX_SUBAGENTS per process; a subagent cannot start another.";
 pub(crate) fn tools() -> Vec<Tool> {
     vec![Tool::new(
         "subagent",
-        "Give a task to a subagent and get its answer",
+        "Delegate a task; returns the answer",
         DETAIL,
         |task: Task, ctx: ToolContext| async move {
             if task.task.trim().is_empty() {

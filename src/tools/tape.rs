@@ -32,13 +32,13 @@ fn default_limit() -> i64 {
 
 #[derive(Deserialize, JsonSchema)]
 struct OutputArgs {
-    /// the tool call's id, as in the cut result's note
+    /// id from the cut result's note
     call_id: String,
-    /// first character to show (0-based)
+    /// first character (0-based)
     #[serde(default)]
     #[schemars(range(min = 0))]
     offset: i64,
-    /// how many characters (default 16000)
+    /// characters to show
     #[serde(default = "default_output_chars")]
     #[schemars(range(min = 1))]
     limit: i64,

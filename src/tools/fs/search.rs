@@ -49,10 +49,10 @@ pub struct GrepArgs {
     /// file or directory (default: workspace)
     #[serde(default)]
     pub path: Option<String>,
-    /// only search files matching this glob
+    /// file name glob
     #[serde(default)]
     pub glob: Option<String>,
-    /// case-insensitive (default false)
+    /// case-insensitive
     #[serde(default)]
     pub ignore_case: Option<bool>,
 }

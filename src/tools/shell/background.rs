@@ -183,7 +183,7 @@ impl Background {
     }
 
     /// What command `id` of `session` wrote since the last read, and whether it still runs.
-    pub(crate) fn output(&self, session: &str, id: u64) -> Result<String, ToolError> {
+    pub(crate) fn output(&self, session: &str, id: i64) -> Result<String, ToolError> {
         let command = self.find(session, id)?;
         let mut state = command.state();
         let n = state.unread.len().min(READ_BYTES);
@@ -212,7 +212,7 @@ impl Background {
     }
 
     /// Kills command `id` of `session` (its process group).
-    pub(crate) fn kill(&self, session: &str, id: u64) -> Result<String, ToolError> {
+    pub(crate) fn kill(&self, session: &str, id: i64) -> Result<String, ToolError> {
         let command = self.find(session, id)?;
         if !command.running() {
             return Ok(format!("{id} had already ended"));
@@ -247,11 +247,11 @@ impl Background {
         }
     }
 
-    fn find(&self, session: &str, id: u64) -> Result<Arc<Command>, ToolError> {
+    fn find(&self, session: &str, id: i64) -> Result<Arc<Command>, ToolError> {
         let sessions = self.sessions();
         sessions
             .get(session)
-            .and_then(|commands| commands.iter().find(|c| c.id == id))
+            .and_then(|commands| commands.iter().find(|c| i64::try_from(c.id) == Ok(id)))
             .cloned()
             .ok_or_else(|| {
                 ToolError::invalid(format!("no background command {id} in this session"))
@@ -306,7 +306,7 @@ mod tests {
             cmd: cmd.into(),
             cwd: None,
             timeout_seconds: None,
-            background: true,
+            background: Some(true),
         }
     }
 

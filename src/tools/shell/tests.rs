@@ -89,7 +89,7 @@ fn args(cmd: &str) -> BashArgs {
         cmd: cmd.into(),
         cwd: None,
         timeout_seconds: Some(20),
-        background: false,
+        background: None,
     }
 }
 

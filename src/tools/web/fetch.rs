@@ -31,9 +31,9 @@ const ERROR_EXCERPT_CHARS: usize = 300;
 
 #[derive(Deserialize, schemars::JsonSchema)]
 pub(super) struct FetchArgs {
-    /// http(s) URL to fetch (https:// when none is given)
+    /// http(s) URL
     pub url: String,
-    /// Maximum characters returned (default 20000, at most 200000)
+    /// maximum characters (default 20000)
     #[serde(default)]
     pub max_chars: Option<i64>,
 }
