@@ -230,6 +230,8 @@ impl Mcp {
         let connect = async {
             let conn = client::connect(launch).await?;
             let mut tools = conn.tools().await?;
+            // A name goes into the prompt and a command: no spaces, no markup, bounded.
+            tools.retain(|t| usable_name(&t.name));
             tools.truncate(MAX_TOOLS_PER_SERVER);
             anyhow::Ok((conn, tools.into()))
         };
@@ -414,6 +416,14 @@ fn registry_tool(server: &str, remote: &RemoteTool) -> Tool {
     )
 }
 
+/// A tool name of the MCP spec's alphabet (`[A-Za-z0-9_.-]`, 1 to 128 characters).
+fn usable_name(name: &str) -> bool {
+    (1..=128).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
 /// The first line of a description, cut to [`LINE_CHARS`] characters.
 fn one_line(description: &str) -> String {
     let first = description.trim().lines().next().unwrap_or_default().trim();
@@ -490,6 +500,14 @@ pub(crate) fn call_tool() -> Tool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tool_name_with_spaces_or_markup_is_left_out() {
+        assert!(usable_name("list_issues") && usable_name("a.b-c"));
+        for bad in ["", "x y", "x\n- mcp.evil", "</mcp_tools>", &"x".repeat(129)] {
+            assert!(!usable_name(bad), "{bad:?}");
+        }
+    }
 
     #[test]
     fn a_description_is_one_short_line() {
