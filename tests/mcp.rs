@@ -363,3 +363,16 @@ async fn a_sandboxed_server_runs_confined_or_not_at_all() {
         assert!(told.contains("not available"), "fail closed: {told}");
     }
 }
+
+#[tokio::test]
+async fn a_failing_servers_stderr_is_shown_without_its_secret() {
+    let env = Env::cli().await;
+    let code = "import os, sys; sys.stderr.write('bad token ' + os.environ['NOTES_TOKEN'] + '\\n'); sys.exit(1)";
+    let entry = json!({"command": "python3", "args": ["-c", code], "env": {"NOTES_TOKEN": "tok-notes-123456"}});
+    fake_mcp::write_config(&env.home, json!({"notes": entry}));
+    let out = env.run(&["mcp", "test", "notes"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let shown = stdout(&out) + &stderr(&out);
+    assert!(shown.contains("bad token [redacted]"), "{shown}");
+    assert!(!shown.contains("tok-notes-123456"), "{shown}");
+}

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Subcommand;
 use serde_json::{Value, json};
@@ -10,6 +11,7 @@ use serde_json::{Value, json};
 use super::admin::UsageError;
 use crate::config::Settings;
 use crate::config::mcp;
+use crate::redact::Redactor;
 use crate::terminal::safe_line;
 use crate::tools::mcp::{Mcp, ServerReport};
 
@@ -76,7 +78,7 @@ pub async fn run(settings: &Settings, action: McpAction) -> anyhow::Result<ExitC
             Ok(ExitCode::SUCCESS)
         }
         McpAction::List => {
-            let servers = Mcp::new(settings);
+            let servers = Mcp::new(settings, Arc::new(Redactor::from_settings(settings)));
             let reports = servers.report(None).await;
             servers.shutdown().await;
             if reports.is_empty() {
@@ -91,7 +93,7 @@ pub async fn run(settings: &Settings, action: McpAction) -> anyhow::Result<ExitC
             Ok(ExitCode::SUCCESS)
         }
         McpAction::Test { name } => {
-            let servers = Mcp::new(settings);
+            let servers = Mcp::new(settings, Arc::new(Redactor::from_settings(settings)));
             let reports = servers.report(Some(&name)).await;
             servers.shutdown().await;
             let Some(report) = reports.first() else {

@@ -83,7 +83,8 @@ impl ProcessCtx {
     /// several workspaces share one `ProcessCtx`.
     pub(crate) fn new(settings: Arc<Settings>, registry: Registry) -> Self {
         let access = Arc::new(Access::new(&settings));
-        let mcp = Arc::new(super::mcp::Mcp::new(&settings));
+        let redactor = Arc::new(Redactor::from_settings(&settings));
+        let mcp = Arc::new(super::mcp::Mcp::new(&settings, redactor.clone()));
         Self {
             owner: Arc::new(Policy::for_role(Role::Owner, &settings)),
             guest: Arc::new(Policy::for_role(Role::Guest, &settings)),
@@ -92,7 +93,7 @@ impl ProcessCtx {
                 TurnOrigin::Scheduled,
                 &settings,
             )),
-            redactor: Arc::new(Redactor::from_settings(&settings)),
+            redactor,
             commands: Arc::new(CommandLimits::from_settings(&settings)),
             background: Arc::default(),
             delegate: std::sync::OnceLock::new(),

@@ -446,11 +446,17 @@ struct GroupGuard {
 
 impl GroupGuard {
     fn kill(&mut self) {
-        if let Some(pgid) = self.pgid.take() {
-            // SAFETY: killpg only sends a signal; an already-empty group yields ESRCH.
-            unsafe {
-                libc::killpg(pgid, libc::SIGKILL);
-            }
+        signal_group(self.pgid.take(), libc::SIGKILL);
+    }
+}
+
+/// Sends `signal` to process group `pgid` (a child Bub started in a group of its own): a
+/// `bash` command, a background command, an MCP server.
+pub(crate) fn signal_group(pgid: Option<i32>, signal: i32) {
+    if let Some(pgid) = pgid {
+        // SAFETY: killpg only sends a signal; an already-empty group yields ESRCH.
+        unsafe {
+            libc::killpg(pgid, signal);
         }
     }
 }

@@ -208,12 +208,7 @@ impl Child {
 
     /// Signals the whole process group.
     fn signal(&self, signal: i32) {
-        if let Some(pgid) = self.pgid {
-            // SAFETY: killpg on the group this process created for its child; no memory.
-            unsafe {
-                libc::killpg(pgid, signal);
-            }
-        }
+        crate::tools::shell::signal_group(self.pgid, signal);
     }
 
     /// Waits a little for the process to exit after its stdin closed, then stops the group.
@@ -271,7 +266,6 @@ async fn keep_tail(pipe: tokio::process::ChildStderr, tail: Arc<Mutex<VecDeque<S
     let mut lines = tokio::io::BufReader::new(pipe).lines();
     while let Ok(Some(line)) = lines.next_line().await {
         let line: String = line.chars().take(200).collect();
-        tracing::debug!(target: "bub::mcp", stderr = %line, "mcp.server.stderr");
         let mut tail = tail.lock().expect("stderr tail");
         if tail.len() == STDERR_LINES {
             tail.pop_front();

@@ -37,6 +37,7 @@ use super::{Tool, ToolContext, ToolError};
 use crate::access::Policy;
 use crate::config::Settings;
 use crate::config::mcp::{Entry, Servers};
+use crate::redact::Redactor;
 
 /// The command name of the one function the model is offered for every MCP tool.
 pub(crate) const CALL: &str = "mcp.call";
@@ -60,6 +61,7 @@ pub struct Mcp {
     catalog: RwLock<Arc<Catalog>>,
     /// A background restart is under way ([`Mcp::prepare`]).
     restarting: AtomicBool,
+    redactor: Arc<Redactor>,
 }
 
 /// A running server and the tools it listed.
@@ -106,13 +108,15 @@ impl Catalog {
 }
 
 impl Mcp {
-    /// The servers of `settings` (none running yet).
-    pub(crate) fn new(settings: &Settings) -> Self {
-        Self::with_servers(settings, settings.mcp_servers.clone())
+    /// The servers of `settings` (none running yet); `redactor` cleans what their failures say
+    /// (a server's stderr may quote its own token) before it is logged or shown.
+    pub(crate) fn new(settings: &Settings, redactor: Arc<Redactor>) -> Self {
+        Self::with_servers(settings, settings.mcp_servers.clone(), redactor)
     }
 
-    fn with_servers(settings: &Settings, servers: Servers) -> Self {
+    fn with_servers(settings: &Settings, servers: Servers, redactor: Arc<Redactor>) -> Self {
         Self {
+            redactor,
             servers: servers
                 .entries
                 .into_iter()
@@ -201,6 +205,7 @@ impl Mcp {
         *state = match self.start(name, server).await {
             Ok((conn, tools)) => State::Up(conn, tools),
             Err(error) => {
+                let error = self.redactor.redact(&error).into_owned();
                 tracing::warn!(server = name, %error, "mcp.server.failed");
                 let backoff = FIRST_BACKOFF.saturating_mul(1 << failures.min(16));
                 State::Down {

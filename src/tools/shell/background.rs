@@ -289,12 +289,7 @@ async fn collect<R: AsyncRead + Unpin>(pipe: Option<R>, command: Arc<Command>) {
 
 /// SIGKILL to the group (what the shell left behind goes with it).
 fn kill_group(pgid: Option<i32>) {
-    if let Some(pgid) = pgid {
-        // SAFETY: killpg only sends a signal; an already-empty group yields ESRCH.
-        unsafe {
-            libc::killpg(pgid, libc::SIGKILL);
-        }
-    }
+    super::signal_group(pgid, libc::SIGKILL);
 }
 
 #[cfg(test)]
