@@ -81,6 +81,9 @@ async fn a_subagent_cannot_start_another() {
 async fn a_guests_subagent_is_a_guest_and_stops_with_its_parents_turn() {
     let mut env = Env::new().await;
     env.set("BUB_GUEST_TOOLS", "fs.read,subagent");
+    // Choosing the model (the bill) is for owners.
+    let priced = json!({"task": "Look around.", "model": "openai:expensive"});
+    env.model.push_tool_calls(&[("subagent", priced)]);
     let task = json!({"task": "Look around.", "tools": ["bash", "fs.read", "fs.write"]});
     env.model.push_tool_calls(&[("subagent", task)]);
     let held = env.model.push_hold();
@@ -89,8 +92,10 @@ async fn a_guests_subagent_is_a_guest_and_stops_with_its_parents_turn() {
     // User 5 is a guest.
     env.telegram
         .push_message(private_text(5, 5, "look around for me"));
-    let requests = env.model.wait_for_requests(2, WAIT).await;
-    let child = functions(&requests[1].body);
+    let requests = env.model.wait_for_requests(3, WAIT).await;
+    let refused = tool_results(&requests[1].body);
+    assert!(refused[0].contains("`model` is for owners"), "{refused:?}");
+    let child = functions(&requests[2].body);
     assert_eq!(child, ["fs_read"], "what a guest may, of what it asked for");
 
     // `/stop` from the chat ends the parent's turn, and the subagent's with it.
@@ -99,7 +104,7 @@ async fn a_guests_subagent_is_a_guest_and_stops_with_its_parents_turn() {
     assert_eq!(texts(&sent), ["Stopped."]);
     held.release();
     assert!(daemon.stop().await.success());
-    assert_eq!(env.model.request_count(), 2, "no call after the stop");
+    assert_eq!(env.model.request_count(), 3, "no call after the stop");
     let tape = env.tape_text();
     assert!(tape.contains("\"turn.cancelled\""), "{tape}");
 }

@@ -100,6 +100,12 @@ impl Delegate for Subagents {
             )));
         };
         let model = match &task.model {
+            // Choosing a model chooses the bill: owners only, like `,model`.
+            Some(_) if parent.turn.policy.role == crate::access::Role::Guest => {
+                return Err(ToolError::Refused(
+                    "a guest's subagent runs on the chat's model (`model` is for owners)".into(),
+                ));
+            }
             Some(raw) => Some(
                 parent
                     .process
