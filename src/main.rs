@@ -455,8 +455,9 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
             .add(channel.clone())
             .map_err(|e| UsageError(format!("{e:#}")))?;
     }
-    let heartbeat_on = !agent.settings().heartbeat_every.is_zero();
-    let jobs = (scheduler_enabled || heartbeat_on).then(|| manager.jobs());
+    // Scheduled runs, the heartbeat's and background subagents take the same way in.
+    let jobs = manager.jobs();
+    agent.launch_with(Arc::new(jobs.clone()));
     let shutdown = CancellationToken::new();
     stop_on_signal(shutdown.clone());
     beat(&agent, jobs.clone(), &shutdown);
@@ -474,9 +475,8 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
         // Serving chats matters more than `bub status`.
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "status.unavailable"),
     }
-    let scheduler = jobs
-        .filter(|_| scheduler_enabled)
-        .map(|jobs| tokio::spawn(scheduler(agent.settings(), jobs).run(shutdown.child_token())));
+    let scheduler = scheduler_enabled
+        .then(|| tokio::spawn(scheduler(agent.settings(), jobs).run(shutdown.child_token())));
     let served = manager.run(shutdown.clone()).await;
     shutdown.cancel();
     if let Some(scheduler) = scheduler {
@@ -592,7 +592,8 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
             .map_err(|e| UsageError(format!("{e:#}")))?;
     }
     let jobs = manager.jobs();
-    beat(&agent, Some(jobs.clone()), &shutdown);
+    agent.launch_with(Arc::new(jobs.clone()));
+    beat(&agent, jobs.clone(), &shutdown);
     let scheduler = scheduler(agent.settings(), jobs);
     // A scheduler that fails stops the process (there is nothing else to do).
     let scheduled = tokio::spawn({
@@ -614,9 +615,8 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
 }
 
 /// Starts the heartbeat when the settings ask for one (its turns go through `jobs`).
-fn beat(agent: &AgentRuntime, jobs: Option<JobQueue>, shutdown: &CancellationToken) {
-    if let Some(heartbeat) = jobs.and_then(|jobs| Heartbeat::from_settings(agent.settings(), jobs))
-    {
+fn beat(agent: &AgentRuntime, jobs: JobQueue, shutdown: &CancellationToken) {
+    if let Some(heartbeat) = Heartbeat::from_settings(agent.settings(), jobs) {
         drop(tokio::spawn(heartbeat.run(shutdown.child_token())));
     }
 }

@@ -8,7 +8,7 @@ use serde_json::json;
 use crate::support::bub_env::{Env, stderr, stdout, texts};
 use crate::support::fake_openai::{offered_functions as functions, tool_results};
 use crate::support::fake_telegram::private_text;
-use crate::support::wait::WAIT;
+use crate::support::wait::{WAIT, wait_until};
 
 #[tokio::test]
 async fn a_subagent_works_in_its_own_context_with_the_tools_it_was_given() {
@@ -107,4 +107,165 @@ async fn a_guests_subagent_is_a_guest_and_stops_with_its_parents_turn() {
     assert_eq!(env.model.request_count(), 3, "no call after the stop");
     let tape = env.tape_text();
     assert!(tape.contains("\"turn.cancelled\""), "{tape}");
+}
+
+/// What only a subagent's requests contain (its task's introduction).
+const CHILD: &str = "You are a subagent";
+
+/// The requests so far, the parents' and the subagents' apart (their order between the two is
+/// a race).
+fn parent_and_children(env: &Env) -> (Vec<serde_json::Value>, Vec<serde_json::Value>) {
+    env.model
+        .requests()
+        .into_iter()
+        .partition(|r| !r["messages"].to_string().contains(CHILD))
+}
+
+/// Starts the daemon again and stops it once it has nothing left to resume (it has gone on to
+/// poll Telegram for new messages).
+async fn restart_and_poll(env: &Env) {
+    let polls = env.telegram.calls_of("getUpdates").len();
+    let daemon = env.start();
+    env.telegram
+        .wait_until(WAIT, "a long poll", |f| {
+            (f.calls_of("getUpdates").len() > polls + 1).then_some(())
+        })
+        .await;
+    assert!(daemon.stop().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_background_subagent_answers_later_once_even_after_kill_9() {
+    let env = Env::new().await;
+    let child = env.model.lane(CHILD);
+    let task = json!({"task": "Count to three.", "background": true});
+    env.model.push_tool_calls(&[("subagent", task)]);
+    env.model.push_text("Started; I will tell you.");
+    let _held = child.push_hold();
+    child.push_text("never sent: killed first");
+    let daemon = env.start();
+    env.telegram
+        .push_message(private_text(42, 42, "count in the background"));
+    // The tool returned at once and the turn ended while the subagent works.
+    let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    assert_eq!(texts(&sent), ["Started; I will tell you."]);
+    env.model.wait_for_requests(3, WAIT).await;
+    let (parent, children) = parent_and_children(&env);
+    let started = tool_results(&parent[1]);
+    assert!(
+        started[0].contains("started in the background"),
+        "{started:?}"
+    );
+    assert!(
+        children[0]["messages"]
+            .to_string()
+            .contains("Count to three.")
+    );
+    assert!(
+        !functions(&children[0]).contains(&"subagent".to_owned()),
+        "depth 1"
+    );
+    // Killed once the chat's message is done in the journal (before that, its sent answer
+    // could be sent again: a platform cannot tell a retry from a new message).
+    wait_until(WAIT, "the message done in the journal", || {
+        env.inbox_text().contains(r#""op":"done""#)
+    })
+    .await;
+    daemon.kill().await;
+
+    // After the restart the subagent runs again, once, and its answer comes to the chat as a
+    // turn of the parent session.
+    child.push_text("one, two, three");
+    env.model.push_text("It counted: one, two, three.");
+    let daemon = env.start();
+    let sent = env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
+    assert_eq!(texts(&sent)[1], "It counted: one, two, three.");
+    let (parent, children) = parent_and_children(&env);
+    assert_eq!(children.len(), 2, "the subagent again");
+    let again = children[1]["messages"].to_string();
+    assert!(again.contains("Bub restarted while you worked"), "{again}");
+    assert_eq!(parent.len(), 3, "then the report");
+    let report = parent[2]["messages"].to_string();
+    assert!(
+        report.contains("Background subagent")
+            && report.contains("(for owner")
+            && report.contains("one, two, three"),
+        "{report}"
+    );
+    assert!(
+        report.contains("count in the background"),
+        "in the parent's conversation"
+    );
+    assert!(daemon.stop().await.success());
+
+    // A third start has nothing left to do.
+    restart_and_poll(&env).await;
+    assert_eq!(env.telegram.calls_of("sendMessage").len(), 2, "once");
+    assert_eq!(env.model.request_count(), 5);
+    let tape = env.tape_text();
+    assert!(tape.contains("\"subagent.done\""), "{tape}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn background_subagents_are_bounded_per_session_and_stopped_from_the_chat() {
+    let env = Env::new().await;
+    let child = env.model.lane(CHILD);
+    let task = json!({"task": "Wait for the build.", "background": true});
+    env.model.push_tool_calls(&[
+        ("subagent", task.clone()),
+        ("subagent", task.clone()),
+        ("subagent", task),
+    ]);
+    env.model.push_text("Two are working on it.");
+    let holds = [(); 2].map(|()| {
+        let hold = child.push_hold();
+        child.push_text("never sent: stopped first");
+        hold
+    });
+    let daemon = env.start();
+    env.telegram.push_message(private_text(42, 42, "watch it"));
+    let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    assert_eq!(texts(&sent), ["Two are working on it."]);
+    env.model.wait_for_requests(4, WAIT).await;
+    let results = tool_results(&parent_and_children(&env).0[1]);
+    let started = results
+        .iter()
+        .filter(|r| r.contains("started in the background"))
+        .count();
+    let refused = results
+        .iter()
+        .filter(|r| r.contains("2 subagents run for this session"))
+        .count();
+    assert_eq!((started, refused), (2, 1), "{results:?}");
+
+    env.telegram.push_message(private_text(42, 42, "/stop"));
+    let sent = env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
+    assert_eq!(
+        texts(&sent)[1],
+        "Stopped 2 background subagents.",
+        "{:?}",
+        texts(&sent)
+    );
+    for hold in &holds {
+        hold.release();
+    }
+    assert!(daemon.stop().await.success());
+    // Stopped ones report nothing, now or after a restart.
+    restart_and_poll(&env).await;
+    assert_eq!(env.telegram.calls_of("sendMessage").len(), 2);
+    assert_eq!(env.model.request_count(), 4);
+    let tape = env.tape_text();
+    assert_eq!(tape.matches("\"stopped\":true").count(), 2, "{tape}");
+}
+
+#[tokio::test]
+async fn background_subagents_need_the_daemon() {
+    let env = Env::cli().await;
+    let task = json!({"task": "Later.", "background": true});
+    env.model.push_tool_calls(&[("subagent", task)]);
+    env.model.push_text("I will do it myself.");
+    let out = env.run(&["run", "go"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let refused = tool_results(&env.model.requests()[1]);
+    assert!(refused[0].contains("only in the daemon"), "{refused:?}");
 }

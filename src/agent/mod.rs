@@ -53,6 +53,7 @@ use runner::{LoopMemory, ModelLoop};
 
 pub use crate::delivery::{TurnError, TurnResult};
 pub use input::{ChatBatch, TurnInput};
+pub use subagent::Launch;
 
 /// Per-session state: its tape, and what the model loop remembers between turns.
 struct Session {
@@ -79,6 +80,8 @@ pub struct AgentRuntime {
     started: std::time::Instant,
     /// Work a turn leaves behind after its answer: learning calls, one at a time.
     background: Background,
+    /// The process's subagents (`None`: `BUB_MAX_SUBAGENTS=0`).
+    subagents: Option<Arc<subagent::Subagents>>,
 }
 
 /// The tasks turns leave behind (shared by the runtimes of one process), the lock that runs
@@ -112,12 +115,18 @@ impl AgentRuntime {
         let process = Arc::new(ProcessCtx::new(settings.clone(), registry));
         let config = Arc::new(TurnConfig::from_settings(&settings, &process.models));
         let models = Arc::new(Models::new(process.models.clone()));
-        if settings.max_subagents > 0 {
+        let subagents = (settings.max_subagents > 0).then(|| {
             let max = settings.max_subagents as usize;
-            let subagents = subagent::Subagents::new(config.clone(), models.clone(), max);
-            let _ = process.delegate.set(Arc::new(subagents));
-        }
+            let subagents = Arc::new(subagent::Subagents::new(
+                config.clone(),
+                models.clone(),
+                max,
+            ));
+            let _ = process.delegate.set(subagents.clone());
+            subagents
+        });
         Self {
+            subagents,
             config,
             models,
             workspace: settings.workspace.clone(),
@@ -147,6 +156,7 @@ impl AgentRuntime {
             workspaces: std::sync::Mutex::default(),
             started: self.started,
             background: self.background.clone(),
+            subagents: self.subagents.clone(),
         }
     }
 
@@ -350,6 +360,7 @@ impl AgentRuntime {
             _ => lines.push("jobs: unavailable".to_owned()),
         }
         lines.extend(self.process.background.describe(session_id.as_str()));
+        lines.extend(self.describe_subagents(session_id));
         lines.join("\n")
     }
 

@@ -104,6 +104,8 @@ impl Heartbeat {
             creator: self.creator.clone(),
             interrupted: false,
             deliver_to: Some(self.chat.clone()),
+            subagent: None,
+            reports: None,
         }
     }
 }

@@ -17,6 +17,9 @@
 //!   to the actor again): once with a note, like a message; a recorded answer is delivered,
 //!   not run again.
 //!
+//! A background subagent's run ([`JobRun::subagent`]) comes this way too, from the agent
+//! ([`Launch`]), and so does the run that reports its answer to the parent session.
+//!
 //! Jobs of another workspace run in that workspace's runtime (its tapes); after a run the
 //! session's tape handle is let go and that runtime is dropped once no job uses it: nothing per
 //! job is kept between runs.
@@ -33,7 +36,7 @@ use super::courier::Courier;
 use super::heartbeat;
 use super::runner::TurnRunner;
 use crate::access::Authority;
-use crate::agent::AgentRuntime;
+use crate::agent::{AgentRuntime, Launch};
 use crate::channels::{Channel, InboundSink, Outbound};
 use crate::delivery::{SendLedger, TurnError, TurnResult, render_output};
 use crate::inbox::{Inbox, JobRun, Outcome};
@@ -85,6 +88,29 @@ impl JobQueue {
     }
 }
 
+/// Background subagents and their reports take the scheduled runs' way.
+#[async_trait]
+impl Launch for JobQueue {
+    fn try_launch(&self, run: JobRun) -> Result<(), String> {
+        let scheduled = ScheduledRun { run, done: None };
+        self.tx.try_send(scheduled).map_err(|e| {
+            match e {
+                mpsc::error::TrySendError::Full(_) => "the daemon is busy: try again shortly",
+                mpsc::error::TrySendError::Closed(_) => "the daemon is stopping",
+            }
+            .to_owned()
+        })
+    }
+
+    async fn launch(&self, run: JobRun) -> Result<(), String> {
+        let scheduled = ScheduledRun { run, done: None };
+        self.tx
+            .send(scheduled)
+            .await
+            .map_err(|_| "the daemon is stopping".to_owned())
+    }
+}
+
 #[async_trait]
 impl JobRunner for JobQueue {
     async fn run(&self, job: Job, due: DateTime<Utc>) -> Result<(), String> {
@@ -98,6 +124,8 @@ impl JobRunner for JobQueue {
             creator: job.recorded_authority(),
             interrupted: false,
             deliver_to: None,
+            subagent: None,
+            reports: None,
         })
         .await
     }
@@ -115,6 +143,16 @@ pub(super) async fn turn(
 ) {
     let ScheduledRun { run, done } = scheduled;
     let seqs = [run.seq];
+    if run.subagent.is_some() {
+        // Its answer goes on as a run of the parent session, whose record closes this one.
+        if let Err(outcome) = runner.run_subagent(&run).await {
+            inbox.done(&seqs, outcome).await;
+        }
+        if let Some(done) = done {
+            let _ = done.send(Ok(()));
+        }
+        return;
+    }
     // The turn's `message.send`s are on the ledger with the run, like a chat turn's.
     let output = TurnOutput {
         live: None,
@@ -231,6 +269,13 @@ pub(super) async fn ran(agent: &AgentRuntime, run: &JobRun, data: Value) {
         }
     }
     agent.release_job(&run.workspace, &run.session);
+}
+
+/// [`TurnRunner::run_subagent`] for the agent: a background subagent's run, with its
+/// creator's rights checked again.
+pub(super) async fn run_subagent(agent: &AgentRuntime, run: &JobRun) -> Result<(), Outcome> {
+    let who = authority(agent, run).await;
+    agent.run_subagent(run, who).await
 }
 
 /// The rights the run has now, or why it may not run: its creator must still be admitted and

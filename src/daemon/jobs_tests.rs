@@ -34,6 +34,8 @@ fn job_running(session: &str, workspace: &std::path::Path, message: &str) -> Job
         creator: job.recorded_authority(),
         interrupted: false,
         deliver_to: None,
+        subagent: None,
+        reports: None,
     }
 }
 

@@ -1,6 +1,7 @@
-//! What the session actors ask of the agent: [`TurnRunner`] (a turn, a scheduled job's turn,
-//! tape records, a fresh context, `,status`, the adapter of a channel the manager does not
-//! run) and its implementation by [`AgentRuntime`]. Tests drive the actors with fakes of it.
+//! What the session actors ask of the agent: [`TurnRunner`] (a turn, a scheduled job's turn, a
+//! background subagent's run and `/stop` of those, tape records, a fresh context, `,status`,
+//! the adapter of a channel the manager does not run) and its implementation by
+//! [`AgentRuntime`]. Tests drive the actors with fakes of it.
 
 use std::sync::Arc;
 
@@ -12,7 +13,7 @@ use crate::access::Authority;
 use crate::agent::{AgentRuntime, TurnInput};
 use crate::channels::{Channel, SessionId};
 use crate::delivery::TurnResult;
-use crate::inbox::JobRun;
+use crate::inbox::{JobRun, Outcome};
 use crate::tape::Event;
 use crate::tools::TurnOutput;
 
@@ -56,6 +57,18 @@ pub trait TurnRunner: Send + Sync + 'static {
     /// the run used.
     async fn job_ran(&self, run: &JobRun, data: Value) {
         self.record(&run.session, Event::ScheduleRun, data).await;
+    }
+
+    /// Runs a background subagent's run (`run.subagent`); `Err`: how it ended without handing
+    /// its answer to the parent session (which closes it in the journal).
+    async fn run_subagent(&self, _run: &JobRun) -> Result<(), Outcome> {
+        Err(Outcome::Refused)
+    }
+
+    /// `/stop` in `session_id`'s chat by `who`: stops the background subagents of the session
+    /// they may stop; how many.
+    fn stop_subagents(&self, _session_id: &SessionId, _who: &Authority) -> usize {
+        0
     }
 
     /// The adapter for `channel` when the manager runs none for it (a send-only one).
@@ -109,6 +122,14 @@ impl TurnRunner for AgentRuntime {
 
     async fn job_ran(&self, run: &JobRun, data: Value) {
         jobs::ran(self, run, data).await;
+    }
+
+    async fn run_subagent(&self, run: &JobRun) -> Result<(), Outcome> {
+        jobs::run_subagent(self, run).await
+    }
+
+    fn stop_subagents(&self, session_id: &SessionId, who: &Authority) -> usize {
+        AgentRuntime::stop_subagents(self, session_id, who)
     }
 
     fn adapter(&self, channel: &str) -> anyhow::Result<Arc<dyn Channel>> {

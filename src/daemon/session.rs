@@ -21,8 +21,9 @@
 //!   they are confirmed, never dropped — and form the next batches, in order. Controls
 //!   (`,stop`, `,status`) have a lane of their own and are read at once even then.
 //! * Controls: `,stop` cancels the running turn at once (owners any turn, a guest only a turn
-//!   that answers them; queued messages stay queued), `,status` answers at once, `,new` queues
-//!   like a command and starts a fresh context.
+//!   that answers them; queued messages stay queued) and the session's background subagents
+//!   (the same rule), `,status` answers at once, `,new` queues like a command and starts a
+//!   fresh context.
 //!
 //! * A scheduled job's due run ([`Mail::Job`]) queues like a command and runs as its own turn
 //!   ([`super::jobs::turn`]): the actor is the only place a daemon turn starts.
@@ -380,10 +381,16 @@ impl SessionActor {
         self.push_batch(message);
     }
 
-    /// `,stop`: cancels the running turn if `message`'s sender may (an owner, or a sender of
-    /// the turn), then confirms; queued work stays queued.
+    /// `,stop`: cancels the running turn and the session's background subagents that
+    /// `message`'s sender may stop (an owner all, others what runs for them), then confirms;
+    /// queued work stays queued.
     async fn stop(&mut self, message: &Inbound, turn: &mut Option<TurnFuture>) {
         let who = message.authority();
+        let children = match self.runner.stop_subagents(&self.session_id, &who) {
+            0 => String::new(),
+            1 => "1 background subagent".to_owned(),
+            n => format!("{n} background subagents"),
+        };
         let reply = |text: &str| Outbound {
             chat_id: message.chat_id.clone(),
             text: text.to_owned(),
@@ -393,15 +400,20 @@ impl SessionActor {
         };
         self.inbox.done(&[message.seq], Outcome::Sent).await;
         let Some(running) = self.running.take().filter(|_| turn.is_some()) else {
-            return self.notify(reply("Nothing is running."));
+            return self.notify(reply(&match children.is_empty() {
+                true => "Nothing is running.".to_owned(),
+                false => format!("Stopped {children}."),
+            }));
         };
         let allowed =
             who.role == Role::Owner || who.senders.iter().any(|s| running.who.senders.contains(s));
         if !allowed {
             self.running = Some(running);
-            return self.notify(reply(
-                "Only an owner or the person it answers can stop this turn.",
-            ));
+            let mut text = "Only an owner or the person it answers can stop this turn.".to_owned();
+            if !children.is_empty() {
+                text.push_str(&format!(" Stopped {children}."));
+            }
+            return self.notify(reply(&text));
         }
         *turn = None; // Drops the model call and kills the turn's shell commands.
         let age = running.started.elapsed();
@@ -413,7 +425,10 @@ impl SessionActor {
         let session_id = self.session_id.clone();
         let data = json!({"by": who.describe(), "after_ms": age.as_millis() as u64,
             "what": &*running.what});
-        let out = reply("Stopped.");
+        let out = reply(&match children.is_empty() {
+            true => "Stopped.".to_owned(),
+            false => format!("Stopped, with {children}."),
+        });
         self.running = Some(Running {
             started: Instant::now(),
             who,
@@ -625,7 +640,11 @@ impl SessionActor {
             started: Instant::now(),
             who: run.creator.clone(),
             seqs: vec![run.seq],
-            what: format!("scheduled job {}", run.job).into(),
+            what: match run.subagent.is_some() || run.reports.is_some() {
+                true => format!("background {}", run.job),
+                false => format!("scheduled job {}", run.job),
+            }
+            .into(),
         });
         let (runner, inbox) = (self.runner.clone(), self.inbox.clone());
         let (courier, proactive) = (self.courier(), self.cfg.proactive_response);

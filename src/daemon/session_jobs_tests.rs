@@ -21,6 +21,8 @@ async fn job(h: &Harness, session: &str, prompt: &str) -> (Mail, Waiting) {
         creator: Authority::terminal(),
         interrupted: false,
         deliver_to: None,
+        subagent: None,
+        reports: None,
     };
     h.inbox.scheduled(&mut run).await.unwrap();
     let (done, outcome) = oneshot::channel();

@@ -4,6 +4,11 @@
 //! without running the job again, and runs an interrupted run again **once** (at most
 //! `MAX_ATTEMPTS` starts, a comma command not again: it is not idempotent); a run given up
 //! tells its chat, when its session has one.
+//!
+//! A background subagent's turn is such a run too ([`JobRun::subagent`], in a session of its
+//! own). Its answer becomes a run of the parent session ([`JobRun::reports`]) whose `job`
+//! record also closes the subagent's run: one write hands the answer on, so a restart neither
+//! loses it nor reports it twice.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -41,12 +46,32 @@ pub struct JobRun {
     /// The chat the answer goes to when it is not the session's own (the heartbeat's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deliver_to: Option<SessionId>,
+    /// The run is a background subagent's turn (`prompt`: its task).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent: Option<Subtask>,
+    /// The run hands the answer of the subagent run with this sequence number to its parent
+    /// session; journaling it closes that run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reports: Option<u64>,
+}
+
+/// What a background subagent was given besides its task: the session it answers to, and
+/// its tools, skills and model (the parent's, or fewer).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Subtask {
+    pub parent: SessionId,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skills: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 impl JobRun {
     /// The job's message is a comma command (run as is, and not again after an interruption).
     pub fn is_command(&self) -> bool {
-        self.prompt.trim_start().starts_with(',')
+        self.subagent.is_none() && self.prompt.trim_start().starts_with(',')
     }
 
     /// The chat the run answers: `deliver_to`, else its session's (`None`: no chat).
@@ -56,8 +81,12 @@ impl JobRun {
 
     /// `text` as the run's answer to its chat ([`JobRun::chat`]); `None` without one.
     pub fn delivery(&self, text: String) -> Option<Delivery> {
-        let (channel, chat_id) = self.chat()?;
-        Some(Delivery {
+        Some(self.delivery_in(self.chat()?, text))
+    }
+
+    /// `text` as the run's message to `chat` (`channel`, `chat_id`).
+    fn delivery_in(&self, (channel, chat_id): (&str, &str), text: String) -> Delivery {
+        Delivery {
             channel: channel.to_owned(),
             seqs: vec![self.seq],
             out: Outbound {
@@ -68,7 +97,7 @@ impl JobRun {
                 edit: None,
             },
             parts_sent: 0,
-        })
+        }
     }
 }
 
@@ -111,9 +140,16 @@ pub(super) fn resume(jobs: &mut BTreeMap<u64, PendingJob>, resume: &mut Vec<Resu
     }
 }
 
-/// The notice for a run that will not run again after a restart; `None` for a session
-/// without a chat.
+/// The notice for a run that will not run again after a restart (a subagent's: to its
+/// parent's chat); `None` for a session without a chat.
 fn give_up_notice(run: &JobRun) -> Option<Delivery> {
+    if let Some(task) = &run.subagent {
+        let text = format!(
+            "A background subagent ({}) was interrupted twice by a restart and was given up.",
+            run.job
+        );
+        return Some(run.delivery_in(task.parent.chat()?, text));
+    }
     run.chat()?;
     let text = if run.is_command() {
         let command: String = run.prompt.trim().chars().take(80).collect();

@@ -26,6 +26,8 @@ fn run(session: &str, prompt: &str) -> JobRun {
         },
         interrupted: false,
         deliver_to: None,
+        subagent: None,
+        reports: None,
     }
 }
 
@@ -159,4 +161,73 @@ async fn a_recorded_answer_is_delivered_from_its_first_part_not_sent_and_never_r
         !text.contains("\"op\":\"job\""),
         "finished runs are compacted away: {text}"
     );
+}
+
+/// A background subagent's run of `parent`.
+fn subagent_run(parent: &str) -> JobRun {
+    JobRun {
+        job: "subagent-1".into(),
+        subagent: Some(Subtask {
+            parent: parent.into(),
+            tools: None,
+            skills: Vec::new(),
+            model: None,
+        }),
+        ..run("subagent-1", ",looks like a command")
+    }
+}
+
+#[tokio::test]
+async fn the_report_of_a_subagent_closes_its_run_in_the_same_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let (inbox, _) = open(&path);
+    let mut child = subagent_run("telegram:42");
+    let child_seq = inbox.scheduled(&mut child).await.unwrap();
+    inbox.started(&[child_seq]).await;
+    let mut report = JobRun {
+        reports: Some(child_seq),
+        ..run("telegram:42", "[Background subagent subagent-1 finished …]")
+    };
+    let report_seq = inbox.scheduled(&mut report).await.unwrap();
+    assert_eq!(inbox.pending(), 1, "the report alone");
+    drop(inbox);
+
+    // Killed before the report's turn: the report runs, the subagent does not run again.
+    let (_, resume) = open(&path);
+    let runs: Vec<u64> = resume
+        .iter()
+        .map(|r| match r {
+            Resume::Job(run) => run.seq,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(runs, [report_seq]);
+}
+
+#[tokio::test]
+async fn a_subagent_interrupted_twice_is_given_up_with_a_notice_to_its_parents_chat() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("inbox.jsonl");
+    let (inbox, _) = open(&path);
+    let mut child = subagent_run("telegram:42");
+    let seq = inbox.scheduled(&mut child).await.unwrap();
+    inbox.started(&[seq]).await;
+    drop(inbox);
+    let (inbox, resume) = open(&path);
+    let [Resume::Job(again)] = &resume[..] else {
+        panic!("a subagent's task is not a command: {resume:?}")
+    };
+    assert!(again.interrupted);
+    inbox.started(&[seq]).await;
+    drop(inbox);
+    let (_, resume) = open(&path);
+    let [Resume::Deliver(notice)] = &resume[..] else {
+        panic!("{resume:?}")
+    };
+    assert_eq!(
+        (notice.channel.as_str(), notice.out.chat_id.as_str()),
+        ("telegram", "42")
+    );
+    assert!(notice.out.text.contains("subagent-1"), "{notice:?}");
 }

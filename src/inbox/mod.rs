@@ -52,7 +52,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
 use crate::chat::{Inbound, Outbound};
-pub use job::JobRun;
+pub use job::{JobRun, Subtask};
 use journal::Record;
 pub use outgoing::SendProgress;
 #[cfg(test)]
@@ -505,6 +505,11 @@ impl State {
             }
             Record::Job { seq, run } => {
                 self.next_seq = self.next_seq.max(seq);
+                if let Some(child) = run.reports {
+                    // The subagent's answer is handed on: its run is done.
+                    self.jobs.remove(&child);
+                    self.outgoing.remove(&child);
+                }
                 let pending = job::PendingJob {
                     run,
                     attempts: 0,

@@ -267,24 +267,26 @@ impl ToolContext {
         }
     }
 
-    /// The context of a subagent of `parent`'s turn, in the subagent's own `session`: the same
-    /// sender, under `policy` (never more than the parent's), billed to the parent's session.
+    /// The context of a subagent in its own `session`, for `authority` (its parent turn's
+    /// sender) under `policy` (never more than the parent's), billed to the `parent` session.
     pub(crate) fn for_subagent(
-        parent: &ToolContext,
+        process: Arc<ProcessCtx>,
         session: Arc<SessionCtx>,
+        authority: Authority,
         policy: Policy,
+        parent: SessionId,
     ) -> Self {
         let turn = TurnCtx {
-            authority: parent.turn.authority.clone(),
+            authority,
             policy: Arc::new(policy),
             answered: AtomicBool::new(false),
             live: None,
             sends: None,
             observer: None,
-            parent: Some(parent.session.id.clone()),
+            parent: Some(parent),
         };
         Self {
-            process: parent.process.clone(),
+            process,
             session,
             turn: Arc::new(turn),
         }

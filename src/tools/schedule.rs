@@ -26,7 +26,7 @@ struct AddArgs {
     /// once, after N seconds
     #[serde(default)]
     after_seconds: Option<f64>,
-    /// Run every N seconds
+    /// every N seconds
     #[serde(default)]
     interval_seconds: Option<f64>,
     /// 5-field crontab expression

@@ -1,5 +1,7 @@
 //! The `subagent` tool: hands a task to a subagent — a bounded turn of its own, on a tape of
-//! its own, with a subset of the caller's tools — and returns its final answer.
+//! its own, with a subset of the caller's tools — and returns its final answer; or, with
+//! `background`, returns at once and the answer comes to the caller's session later, as a new
+//! turn (in the daemon).
 //!
 //! The turn itself is the agent's business: it installs a [`Delegate`] in the process
 //! ([`crate::tools::ProcessCtx::delegate`]); this module only defines the call. A subagent
@@ -17,9 +19,9 @@ use super::{Tool, ToolContext, ToolError};
 /// What a subagent is asked to do.
 #[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 pub(crate) struct Task {
-    /// self-contained task (it sees nothing else)
+    /// self-contained (it sees nothing else)
     pub task: String,
-    /// allowed tools (default: yours)
+    /// a subset of your tools
     #[serde(default)]
     pub tools: Option<Vec<String>>,
     /// skills to follow
@@ -28,25 +30,31 @@ pub(crate) struct Task {
     /// provider:model
     #[serde(default)]
     pub model: Option<String>,
+    /// answer later, as a new message
+    #[serde(default)]
+    pub background: Option<bool>,
 }
 
 /// Runs a subagent's turn for the turn in `parent`.
 #[async_trait::async_trait]
 pub(crate) trait Delegate: Send + Sync {
+    /// The subagent's answer; for a background one, that it started.
     async fn delegate(&self, parent: &ToolContext, task: Task) -> Result<String, ToolError>;
 }
 
 const DETAIL: &str = "Gives a self-contained task to a subagent: a fresh context of its own (it \
 does not see this conversation), at most BUB_MAX_STEPS steps, your rights or fewer (`tools`: a \
 subset of yours), its final answer returned here. Use it for work that would fill this \
-context: searching, reading many files, trying things. At most 2 run per session and \
-BUB_MAX_SUBAGENTS per process; a subagent cannot start another.";
+context: searching, reading many files, trying things. With `background`: returns at once; \
+when it is done its answer comes to this chat as a new message for you to pass on (`,stop` \
+stops it). At most 2 run per session and BUB_MAX_SUBAGENTS per process; a subagent cannot \
+start another.";
 
 /// `subagent`.
 pub(crate) fn tools() -> Vec<Tool> {
     vec![Tool::new(
         "subagent",
-        "Delegate a task; returns the answer",
+        "Delegate a task",
         DETAIL,
         |task: Task, ctx: ToolContext| async move {
             if task.task.trim().is_empty() {

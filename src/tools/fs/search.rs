@@ -52,7 +52,7 @@ pub struct GrepArgs {
     /// file name glob
     #[serde(default)]
     pub glob: Option<String>,
-    /// case-insensitive
+    // Its name says it all (each word of a spec is paid for in every request).
     #[serde(default)]
     pub ignore_case: Option<bool>,
 }

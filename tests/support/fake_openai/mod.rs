@@ -179,6 +179,8 @@ impl Hold {
 
 struct Shared {
     script: Mutex<VecDeque<Step>>,
+    /// Scripts of their own for the requests whose messages contain a text ([`FakeOpenAi::lane`]).
+    lanes: Mutex<Vec<(String, VecDeque<Step>)>>,
     recorder: Recorder,
     next_call_id: AtomicU64,
     style: Mutex<StreamStyle>,
@@ -246,6 +248,7 @@ pub async fn start() -> FakeOpenAi {
         style: Mutex::new(StreamStyle::default()),
         latency: Mutex::new(Duration::ZERO),
         responder: Mutex::new(None),
+        lanes: Mutex::default(),
         transcripts: Mutex::new(VecDeque::new()),
         transcriptions: Mutex::new(Vec::new()),
         reject_images: AtomicBool::new(false),
@@ -545,6 +548,47 @@ impl FakeOpenAi {
     fn push(&self, step: Step) {
         self.shared.script.lock().unwrap().push_back(step);
     }
+
+    /// A script of its own for the requests whose messages contain `needle` (while it has
+    /// steps): concurrent turns — a subagent beside its parent — get their replies whatever
+    /// order their requests come in.
+    pub fn lane(&self, needle: &str) -> Lane<'_> {
+        Lane {
+            fake: self,
+            needle: needle.to_owned(),
+        }
+    }
+}
+
+/// The script of the requests that contain a text ([`FakeOpenAi::lane`]).
+pub struct Lane<'a> {
+    fake: &'a FakeOpenAi,
+    needle: String,
+}
+
+impl Lane<'_> {
+    /// Queues a plain text answer in this lane.
+    pub fn push_text(&self, text: impl Into<String>) {
+        self.push(Step::Reply(Reply::Message {
+            text: Some(text.into()),
+            calls: Vec::new(),
+        }));
+    }
+
+    /// Holds this lane's next reply until the returned hold is released.
+    pub fn push_hold(&self) -> Hold {
+        let hold = Hold(Arc::new(tokio::sync::Semaphore::new(0)));
+        self.push(Step::Hold(hold.clone()));
+        hold
+    }
+
+    fn push(&self, step: Step) {
+        let mut lanes = self.fake.shared.lanes.lock().unwrap();
+        match lanes.iter_mut().find(|(needle, _)| *needle == self.needle) {
+            Some((_, steps)) => steps.push_back(step),
+            None => lanes.push((self.needle.clone(), VecDeque::from([step]))),
+        }
+    }
 }
 
 impl Shared {
@@ -567,7 +611,16 @@ impl Shared {
     /// Pops leading delays and holds and the next reply (the responder's or the default text
     /// when the script runs out).
     fn next_reply(&self, request: &Value) -> (Duration, Vec<Hold>, Reply) {
-        let mut script = self.script.lock().unwrap();
+        let messages = request["messages"].to_string();
+        let mut lanes = self.lanes.lock().unwrap();
+        let lane = lanes
+            .iter_mut()
+            .find(|(needle, steps)| !steps.is_empty() && messages.contains(needle.as_str()));
+        let mut main = self.script.lock().unwrap();
+        let script = match lane {
+            Some((_, steps)) => steps,
+            None => &mut *main,
+        };
         let mut delay = *self.latency.lock().unwrap();
         let mut holds = Vec::new();
         loop {
