@@ -139,16 +139,19 @@ impl Subagents {
     /// The stop token of background subagent `id`, registering it (with a place if one is
     /// free) when it runs again after a restart.
     fn adopt(&self, id: &str, parent: &SessionId, creator: &Authority) -> CancellationToken {
-        let slot = self.slot(parent.as_str()).ok();
-        let mut children = self.children();
-        let child = children.entry(id.to_owned()).or_insert_with(|| Child {
+        if let Some(child) = self.children().get(id) {
+            return child.stop.clone();
+        }
+        let child = Child {
             parent: parent.clone(),
             creator: creator.clone(),
             stop: CancellationToken::new(),
             since: std::time::Instant::now(),
-            _slot: slot,
-        });
-        child.stop.clone()
+            _slot: self.slot(parent.as_str()).ok(),
+        };
+        let stop = child.stop.clone();
+        self.children().insert(id.to_owned(), child);
+        stop
     }
 
     /// Stops the background subagents of `parent` that `who` may stop (an owner all, a guest
@@ -224,12 +227,14 @@ impl Subagents {
             _slot: Some(slot),
         };
         self.children().insert(id.clone(), child);
-        if let Err(e) = launcher.try_launch(run) {
-            self.children().remove(&id);
-            return Err(ToolError::new(format!("the subagent could not start: {e}")));
-        }
         let started = json!({"id": id, "task": task.task, "tools": task.tools, "background": true});
         parent.tape().event(Event::SubagentStart, started).await;
+        if let Err(e) = launcher.try_launch(run) {
+            self.children().remove(&id);
+            let done = json!({"id": id, "error": e});
+            parent.tape().event(Event::SubagentDone, done).await;
+            return Err(ToolError::new(format!("the subagent could not start: {e}")));
+        }
         tracing::info!(parent = parent.session_id(), subagent = %id, "subagent.start");
         Ok(format!(
             "{id} started in the background. Its answer comes to this chat as a new message \
@@ -351,13 +356,11 @@ impl AgentRuntime {
         };
         subagents.children().remove(&run.job);
         let (done, answer) = match ended {
-            Ok(ended) => ended,
-            Err((done, outcome)) => {
-                self.parent_event(run, done).await;
-                return Err(outcome);
-            }
+            Ok((done, answer)) => (done, Ok(answer)),
+            Err((done, outcome)) => (done, Err(outcome)),
         };
         self.parent_event(run, done).await;
+        let answer = answer?;
         let Some(launcher) = subagents.launcher.get() else {
             return Err(Outcome::Failed);
         };
