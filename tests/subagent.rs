@@ -1,7 +1,8 @@
 //! Subagents through the `bub` binary and the fake model: a task handed to a subagent runs in
 //! a fresh context of its own with only the tools it was given, its answer is the tool result;
 //! a subagent cannot start another; a guest's subagent is a guest; `/stop` stops it with its
-//! parent's turn.
+//! parent's turn. A background one answers later as a turn of the parent session, once, also
+//! after `kill -9`; the bounds count it; `/stop` from the chat stops it.
 
 use serde_json::json;
 
@@ -268,4 +269,34 @@ async fn background_subagents_need_the_daemon() {
     assert!(out.status.success(), "{}", stderr(&out));
     let refused = tool_results(&env.model.requests()[1]);
     assert!(refused[0].contains("only in the daemon"), "{refused:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn background_subagents_count_toward_the_process_bound() {
+    let mut env = Env::new().await;
+    env.set("BUB_MAX_SUBAGENTS", "1");
+    let child = env.model.lane(CHILD);
+    let background = json!({"task": "Watch the logs.", "background": true});
+    let blocking = json!({"task": "Read the logs."});
+    env.model
+        .push_tool_calls(&[("subagent", background), ("subagent", blocking)]);
+    env.model.push_text("One is watching.");
+    let hold = child.push_hold();
+    child.push_text("never sent: stopped first");
+    let daemon = env.start();
+    env.telegram.push_message(private_text(42, 42, "watch"));
+    let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    assert_eq!(texts(&sent), ["One is watching."]);
+    let results = tool_results(&parent_and_children(&env).0[1]);
+    assert_eq!(results.len(), 2);
+    let started = results
+        .iter()
+        .any(|r| r.contains("started in the background"));
+    let refused = results.iter().any(|r| r.contains("BUB_MAX_SUBAGENTS"));
+    assert!(started && refused, "{results:?}");
+    env.telegram.push_message(private_text(42, 42, "/stop"));
+    let sent = env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
+    assert_eq!(texts(&sent)[1], "Stopped 1 background subagent.");
+    hold.release();
+    assert!(daemon.stop().await.success());
 }
