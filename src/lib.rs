@@ -20,6 +20,7 @@ pub mod llm;
 pub mod logging;
 pub(crate) mod media;
 pub mod memory;
+pub mod metrics;
 pub mod net;
 pub mod redact;
 pub mod scheduler;

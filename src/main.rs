@@ -475,6 +475,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
         // Serving chats matters more than `bub status`.
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "status.unavailable"),
     }
+    listen(agent.settings(), manager.channel_names(), &shutdown).await?;
     let scheduler = scheduler_enabled
         .then(|| tokio::spawn(scheduler(agent.settings(), jobs).run(shutdown.child_token())));
     let served = manager.run(shutdown.clone()).await;
@@ -594,6 +595,8 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
     let jobs = manager.jobs();
     agent.launch_with(Arc::new(jobs.clone()));
     beat(&agent, jobs.clone(), &shutdown);
+    // Nothing to wait for: its channels only send.
+    listen(agent.settings(), Vec::new(), &shutdown).await?;
     let scheduler = scheduler(agent.settings(), jobs);
     // A scheduler that fails stops the process (there is nothing else to do).
     let scheduled = tokio::spawn({
@@ -612,6 +615,21 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
     tracing::info!("idle.stop");
     served?;
     result.context("scheduler")
+}
+
+/// Serves health and metrics on `BUB_HTTP_LISTEN`, if set, until `shutdown` (`/readyz` waits
+/// for `channels`); a port that cannot be bound stops the command before it serves.
+async fn listen(
+    settings: &Settings,
+    channels: Vec<&'static str>,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    if let Some(addr) = settings.http_listen {
+        let listener = bub::daemon::http::bind(addr).await?;
+        let serving = bub::daemon::http::serve(listener, channels, shutdown.child_token());
+        drop(tokio::spawn(serving));
+    }
+    Ok(())
 }
 
 /// Starts the heartbeat when the settings ask for one (its turns go through `jobs`).

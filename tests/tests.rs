@@ -33,6 +33,7 @@ mod mcp;
 mod media;
 mod memory;
 mod message;
+mod monitoring;
 mod platform;
 mod prompt_cache;
 mod router;

@@ -463,6 +463,9 @@ impl AgentRuntime {
         );
         let mut result = self.turn(&mut memory, &ctx, input).await;
         *session.memory.lock().expect("memory lock") = memory;
+        if let Some(error) = &result.error {
+            crate::metrics::error(error.kind());
+        }
         result.answered = ctx.turn.answered.load(Ordering::Relaxed);
         result
     }

@@ -116,6 +116,7 @@ pub(crate) async fn record(
     let usage = response
         .usage
         .unwrap_or_else(|| Usage::estimated(request, response));
+    crate::metrics::tokens(usage.input, usage.cache_read, usage.output);
     let ledger = ctx.process.usage.clone();
     let entry = Entry::call(
         ledger.today(),

@@ -160,6 +160,7 @@ impl InboundSink {
                 Ok(false)
             }
             Received::New(_) => {
+                crate::metrics::received(&inbound.channel);
                 let waited = match self.tx.try_send(inbound) {
                     Ok(()) => Ok(()),
                     Err(TrySendError::Full(inbound)) => {

@@ -397,12 +397,30 @@ fn tools(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// `BUB_LOG_LEVEL`, `BUB_LOG_FORMAT`.
+/// `BUB_LOG_LEVEL`, `BUB_LOG_FORMAT`, `BUB_HTTP_LISTEN`.
 fn logging(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
     set(l, "BUB_LOG_LEVEL", &mut s.log_level, |var, v| {
         parse_log_level(var, v).map(Some)
     })?;
-    set(l, "BUB_LOG_FORMAT", &mut s.log_format, parse_log_format)
+    set(l, "BUB_LOG_FORMAT", &mut s.log_format, parse_log_format)?;
+    set(l, "BUB_HTTP_LISTEN", &mut s.http_listen, |var, v| {
+        parse_listen(v).map(Some).ok_or_else(|| {
+            let expected =
+                "HOST:PORT with an IP address, e.g. 127.0.0.1:8080 or 0.0.0.0:8080, or a PORT";
+            ConfigError::new(var, format!("invalid address {v:?} (expected {expected})"))
+        })
+    })
+}
+
+/// A listen address: `IP:PORT`, `localhost:PORT`, or a bare `PORT` (on 127.0.0.1: loopback
+/// unless an address says otherwise).
+fn parse_listen(v: &str) -> Option<std::net::SocketAddr> {
+    let v = v.trim();
+    let loopback = |port: &str| port.parse::<u16>().ok().map(|p| ([127, 0, 0, 1], p).into());
+    if let Some(port) = v.strip_prefix("localhost:") {
+        return loopback(port);
+    }
+    v.parse().ok().or_else(|| loopback(v))
 }
 
 /// The `[prices]` table and the `BUB_BUDGET_*` budgets; a budget in US dollars needs the

@@ -259,6 +259,8 @@ pub struct Settings {
     pub log_level: Option<String>,
     /// `BUB_LOG_FORMAT` (`text` or `json`).
     pub log_format: LogFormat,
+    /// `BUB_HTTP_LISTEN`: where `bub message` and `bub idle` serve health and metrics.
+    pub http_listen: Option<std::net::SocketAddr>,
     /// What loading noticed but did not refuse (a `BUB_*` name that is not a variable), one
     /// line each, for the command line to print once at start.
     pub warnings: Vec<String>,
@@ -324,6 +326,7 @@ impl Settings {
             budgets: Budgets::default(),
             log_level: None,
             log_format: LogFormat::Text,
+            http_listen: None,
             warnings: Vec::new(),
         }
     }

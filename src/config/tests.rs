@@ -721,3 +721,21 @@ fn mcp_and_subagent_settings_are_bounded() {
     }
     err_for(&[("BUB_MAX_SUBAGENTS", "65")], "BUB_MAX_SUBAGENTS");
 }
+
+#[test]
+fn the_http_listener_is_off_or_on_loopback_unless_an_address_says_otherwise() {
+    let fx = Fixture::new();
+    assert_eq!(fx.load(&[]).unwrap().http_listen, None);
+    for (value, expected) in [
+        ("8080", "127.0.0.1:8080"),
+        ("localhost:9100", "127.0.0.1:9100"),
+        ("0.0.0.0:8080", "0.0.0.0:8080"),
+        ("[::1]:8080", "[::1]:8080"),
+    ] {
+        let s = fx.load(&[("BUB_HTTP_LISTEN", value)]).unwrap();
+        assert_eq!(s.http_listen.unwrap().to_string(), expected, "{value}");
+    }
+    for bad in ["example.com:80", "http://0.0.0.0:8080", "70000"] {
+        err_for(&[("BUB_HTTP_LISTEN", bad)], "BUB_HTTP_LISTEN");
+    }
+}

@@ -40,7 +40,7 @@ impl Group {
             Group::Channels => "Channels (Telegram, Discord)",
             Group::Tools => "Tools and security",
             Group::Cost => "Cost",
-            Group::Logging => "Logging",
+            Group::Logging => "Logging and monitoring",
         }
     }
 }
@@ -184,6 +184,7 @@ pub(crate) const VARS: &[Var] = &[
     var("BUB_BUDGET_OWNERS", Cost, "false", "the chat budget applies to owners too"),
     var("BUB_LOG_LEVEL", Logging, "(info; warn for bub run)", "trace, debug, info, warn or error"),
     var("BUB_LOG_FORMAT", Logging, "text", "text or json"),
+    var("BUB_HTTP_LISTEN", Logging, "(off)", "bub message/idle serve /healthz, /readyz and /metrics on HOST:PORT (a bare PORT: 127.0.0.1)"),
 ];
 
 /// `BUB_*` names that are not settings but are read by Bub's command line, its container

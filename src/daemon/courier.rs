@@ -67,7 +67,9 @@ impl Courier {
         accepted: &mut delivery::Accepted<'_>,
     ) -> Result<(), String> {
         let (channel, home) = (self.channel.as_ref(), &self.home);
-        match delivery::send_from(channel, home, out, from, accepted).await {
+        let sent = delivery::send_from(channel, home, out, from, accepted).await;
+        crate::metrics::delivery(channel.name(), sent.is_ok());
+        match sent {
             Ok(()) => Ok(()),
             Err(e) => {
                 let error = format!("{e:#}");

@@ -49,7 +49,7 @@ pub(crate) const INBOUND_QUEUE: usize = 256;
 pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
 
 /// How often the manager checks whether sessions were evicted and, if so, trims the heap and
-/// releases code pages.
+/// releases code pages; and sets the queue gauges of `/metrics`.
 const TRIM_CHECK_EVERY: Duration = Duration::from_secs(5);
 /// When the first check runs: the channels have connected (getMe, the gateway) by then, so the
 /// code that ran only to start is released, not the code of the connection still starting.
@@ -193,6 +193,7 @@ impl ChannelManager {
                 () = shutdown.cancelled() => break,
                 _ = trim.tick() => {
                     let live = self.actors.len();
+                    crate::metrics::queues(self.inbox.pending(), live, rx.len());
                     // After start (startup code has run) and after evictions (the burst's code).
                     if live < peak_sessions || startup_checks > 0 {
                         crate::heap::trim_heap();

@@ -2,13 +2,15 @@
 //! decide when a turn runs and deliver its answer ([`session`]; what they ask of the agent:
 //! [`runner`]), the manager that runs the adapters, routes what they receive and the scheduled
 //! runs to the actors and shuts everything down ([`manager`]), and scheduled jobs and the
-//! heartbeat as mail for the actors ([`jobs`], [`heartbeat`]).
+//! heartbeat as mail for the actors ([`jobs`], [`heartbeat`]), and the HTTP listener of health
+//! and metrics ([`http`]).
 //!
 //! Layering: the daemon drives the agent's turns and sits on top of delivery and the channel
 //! adapters; nothing below depends on it.
 
 mod courier;
 pub mod heartbeat;
+pub mod http;
 pub(crate) mod jobs;
 pub(crate) mod live;
 pub(crate) mod mailbox;

@@ -66,6 +66,7 @@ use crate::channels::{Channel, Control, Inbound, Outbound, SessionId};
 use crate::config::Settings;
 use crate::delivery::{SendLedger, render_output};
 use crate::inbox::{Delivery, Inbox, Outcome};
+use crate::metrics::{self, TurnKind};
 use crate::status::{Board, SessionState};
 use crate::tape::Event;
 use crate::time;
@@ -142,6 +143,7 @@ type TurnFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// The turn in progress, for `,stop` and `,status`.
 struct Running {
     started: Instant,
+    kind: TurnKind,
     who: Authority,
     seqs: Vec<u64>,
     what: Arc<str>,
@@ -236,6 +238,9 @@ impl SessionActor {
                 () = stop.cancelled(), if !stopping => stopping = true,
                 () = async { turn.as_mut().expect("turn").await }, if turn.is_some() => {
                     turn = None;
+                    if let Some(running) = &self.running {
+                        metrics::turn(running.kind, running.started.elapsed());
+                    }
                     idle_since = Instant::now();
                 }
                 control = lanes.controls.recv(), if !closed => match control {
@@ -434,6 +439,7 @@ impl SessionActor {
             who,
             seqs: Vec::new(),
             what: "stop".into(),
+            kind: TurnKind::Control,
         });
         *turn = Some(Box::pin(async move {
             runner.record(&session_id, Event::TurnCancelled, data).await;
@@ -569,6 +575,10 @@ impl SessionActor {
             who: who.clone(),
             seqs: seqs.clone(),
             what,
+            kind: match trigger.is_command() {
+                true => TurnKind::Command,
+                false => TurnKind::Chat,
+            },
         });
         Box::pin(async move {
             // Queued before the turn does anything, written ahead of its later records: a restart
@@ -636,15 +646,20 @@ impl SessionActor {
         tracing::info!(session = %self.session_id, job = %run.job, role = %run.creator.role,
             "session.job.start");
         let seq = run.seq;
+        let background = run.subagent.is_some() || run.reports.is_some();
         self.running = Some(Running {
             started: Instant::now(),
             who: run.creator.clone(),
             seqs: vec![run.seq],
-            what: match run.subagent.is_some() || run.reports.is_some() {
+            what: match background {
                 true => format!("background {}", run.job),
                 false => format!("scheduled job {}", run.job),
             }
             .into(),
+            kind: match background {
+                true => TurnKind::Subagent,
+                false => TurnKind::Job,
+            },
         });
         let (runner, inbox) = (self.runner.clone(), self.inbox.clone());
         let (courier, proactive) = (self.courier(), self.cfg.proactive_response);
@@ -665,6 +680,7 @@ impl SessionActor {
             who: Authority::terminal(),
             seqs: delivery.seqs.clone(),
             what: "a delivery".into(),
+            kind: TurnKind::Delivery,
         });
         tracing::info!(session = %self.session_id, messages = delivery.seqs.len(), "session.redeliver");
         Box::pin(async move { courier.deliver_recorded(&inbox, &delivery).await })
@@ -682,6 +698,7 @@ impl SessionActor {
             who: who.clone(),
             seqs: vec![command.seq],
             what: "a new context".into(),
+            kind: TurnKind::Control,
         });
         Box::pin(async move {
             let text = match runner.new_context(&session_id, &who).await {

@@ -168,6 +168,17 @@ pub enum TurnError {
 }
 
 impl TurnError {
+    /// The kind, as metrics name it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TurnError::Model(_) => "model",
+            TurnError::Tape(_) => "tape",
+            TurnError::MaxSteps(_) => "max_steps",
+            TurnError::Budget(_) => "budget",
+            TurnError::Stagnant(_) => "stagnant",
+        }
+    }
+
     /// A tape failure: the chat is told the cause only (the full error, with the tape's path
     /// under `BUB_HOME`, goes to the log).
     pub(crate) fn tape(what: &str, e: &anyhow::Error) -> Self {

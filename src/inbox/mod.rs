@@ -441,7 +441,6 @@ impl Inbox {
     }
 
     /// Messages received and scheduled runs journaled, not yet finished.
-    #[cfg(test)]
     pub(crate) fn pending(&self) -> usize {
         let inner = self.lock();
         inner.state.pending.len() + inner.state.jobs.len()

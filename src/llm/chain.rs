@@ -231,6 +231,7 @@ impl ModelChain {
                     if result.is_ok() {
                         self.cooldowns.answered(&name);
                     }
+                    crate::metrics::model_call(result.is_ok());
                     return Answer {
                         result,
                         by: model,
@@ -240,6 +241,7 @@ impl ModelChain {
             };
             self.cooldowns.failed(&name);
             let Some(next) = order.get(at + 1).filter(|_| !shown) else {
+                crate::metrics::model_call(false);
                 return Answer {
                     result: Err(error),
                     by: model,

@@ -279,6 +279,7 @@ impl LlmClient {
             }
         };
         let on_retry = |error: &LlmError, attempt, delay: Duration| {
+            crate::metrics::retry("model");
             tracing::warn!(
                 attempt,
                 max_attempts = policy.attempts,

@@ -214,6 +214,7 @@ struct Gateway {
 impl EventHandler for Gateway {
     async fn ready(&self, _ctx: Context, ready: Ready) {
         tracing::info!(bot_id = %ready.user.id, bot_name = %ready.user.name, "discord.ready");
+        crate::metrics::connected("discord", true);
         // The snapshot comes before the bot user is known: on the first READY the pipeline
         // journals nothing before that.
         let plan = CatchUp::snapshot(&self.sink, Reason::Ready);
@@ -229,6 +230,16 @@ impl EventHandler for Gateway {
         tracing::info!("discord.resumed");
         let plan = CatchUp::snapshot(&self.sink, Reason::Resumed);
         let _ = self.queue.send(Event::CatchUp(plan)).await;
+    }
+
+    /// The gateway went down or came back (`/readyz`, `bub_channel_connected`).
+    async fn shard_stage_update(
+        &self,
+        _ctx: Context,
+        event: serenity::gateway::ShardStageUpdateEvent,
+    ) {
+        let up = event.new == serenity::gateway::ConnectionStage::Connected;
+        crate::metrics::connected("discord", up);
     }
 
     async fn message(&self, _ctx: Context, msg: Message) {

@@ -146,6 +146,7 @@ impl Rest {
             })
         };
         let on_retry = |error: &anyhow::Error, attempt, wait: Duration| {
+            crate::metrics::retry("discord");
             let wait_ms = wait.as_millis() as u64;
             match error.downcast_ref::<RestError>().map(|e| e.status) {
                 Some(429) => {

@@ -226,6 +226,7 @@ impl Telegram {
             }
         };
         let on_retry = |error: &String, attempt, wait: Duration| {
+            crate::metrics::retry("telegram");
             tracing::warn!(chat_id = %to, error = %error, attempt,
                 retry_in_ms = wait.as_millis() as u64, "telegram.send: failed, retrying");
         };
@@ -260,6 +261,8 @@ impl Telegram {
                 updates = request.send() => updates,
                 () = shutdown.cancelled() => break,
             };
+            // Reached or not: `/readyz` and `bub_channel_connected` tell.
+            crate::metrics::connected("telegram", updates.is_ok());
             let failed = match updates {
                 Ok(updates) => {
                     let mut failed = false;
@@ -392,6 +395,7 @@ impl Channel for Telegram {
         };
         tracing::info!(bot_id = identity.id, username = %identity.username,
             drop_pending_updates = self.drop_pending_updates, "telegram.start");
+        crate::metrics::connected("telegram", true);
         self.register_commands().await;
         let delete = self
             .bot
@@ -414,7 +418,9 @@ impl Channel for Telegram {
             media_max_bytes: self.media_max_bytes,
             inbound,
         };
-        self.poll(&handler, shutdown).await
+        let polled = self.poll(&handler, shutdown).await;
+        crate::metrics::connected("telegram", false);
+        polled
     }
 
     fn message_limit(&self) -> usize {

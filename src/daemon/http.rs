@@ -1,0 +1,76 @@
+//! The daemon's HTTP listener (`BUB_HTTP_LISTEN`): what a load balancer and an operator need.
+//!
+//! * `GET /healthz` — the process serves: `200 ok`.
+//! * `GET /readyz` — every channel the daemon listens on reaches its platform (Telegram's last
+//!   poll answered, Discord's gateway connected): `200 ready`, else `503` naming the ones that
+//!   do not. `bub idle` listens on none: ready while it serves.
+//! * `GET /metrics` — [`crate::metrics`] in the Prometheus text format.
+//!
+//! Anything else is 404 (405 for another method). Nothing secret is served: counts under
+//! closed label sets, never a message, a chat id or a key. The address is bound before serving
+//! starts, so a taken port stops the command with the reason; it is loopback unless
+//! `BUB_HTTP_LISTEN` names another.
+
+use std::net::SocketAddr;
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+/// The content type of `/metrics` (OpenMetrics text, which Prometheus reads).
+const METRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Binds `addr` (`BUB_HTTP_LISTEN`).
+pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("BUB_HTTP_LISTEN: cannot listen on {addr}"))?;
+    tracing::info!(addr = %listener.local_addr()?, "http.listen");
+    Ok(listener)
+}
+
+/// Serves on `listener` until `shutdown`; `channels` are those `/readyz` waits for.
+pub async fn serve(
+    listener: TcpListener,
+    channels: Vec<&'static str>,
+    shutdown: CancellationToken,
+) {
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(ready))
+        .route("/metrics", get(metrics))
+        .with_state(channels);
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await;
+    if let Err(e) = served {
+        tracing::error!(error = %e, "http.error");
+    }
+}
+
+async fn ready(State(channels): State<Vec<&'static str>>) -> impl IntoResponse {
+    let down: Vec<&str> = channels
+        .iter()
+        .copied()
+        .filter(|c| !crate::metrics::is_connected(c))
+        .collect();
+    match down.is_empty() {
+        true => (StatusCode::OK, "ready\n".to_owned()),
+        false => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not connected: {}\n", down.join(", ")),
+        ),
+    }
+}
+
+async fn metrics() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, METRICS_TYPE)],
+        crate::metrics::encode(),
+    )
+}

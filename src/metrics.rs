@@ -1,0 +1,281 @@
+//! The process's metrics, served in the Prometheus text format on `BUB_HTTP_LISTEN`
+//! (`GET /metrics`, [`crate::daemon::http`]): counters and histograms that each module bumps
+//! where the thing happens, gauges the daemon sets as it goes.
+//!
+//! Invariant: label values come from closed sets named in code or configuration — channel
+//! names, kinds, outcomes — never a chat or user id, message text, a URL or anything secret.
+//! Bumping a metric is an atomic add (and a read-locked map lookup for a labelled one): cheap
+//! enough for every message, and done whether or not anyone scrapes.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// What a turn was, for [`turn`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TurnKind {
+    /// A chat's messages answered by the model.
+    Chat,
+    /// A comma command.
+    Command,
+    /// A scheduled run (a job, the heartbeat).
+    Job,
+    /// A background subagent's run, or its report to the parent session.
+    Subagent,
+    /// An answer recorded before a restart, delivered.
+    Delivery,
+    /// `,stop`, `,new`.
+    Control,
+}
+
+impl TurnKind {
+    fn label(self) -> &'static str {
+        match self {
+            Self::Chat => "chat",
+            Self::Command => "command",
+            Self::Job => "job",
+            Self::Subagent => "subagent",
+            Self::Delivery => "delivery",
+            Self::Control => "control",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Channel {
+    channel: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Kind {
+    kind: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Outcome {
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Delivered {
+    channel: String,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Client {
+    client: &'static str,
+}
+
+/// Every metric of the process, registered once.
+struct Metrics {
+    registry: Registry,
+    received: Family<Channel, Counter>,
+    turns: Family<Kind, Histogram>,
+    model_calls: Family<Outcome, Counter>,
+    tokens: Family<Kind, Counter>,
+    deliveries: Family<Delivered, Counter>,
+    retries: Family<Client, Counter>,
+    errors: Family<Kind, Counter>,
+    connected: Family<Channel, Gauge>,
+    inbox_pending: Gauge,
+    sessions: Gauge,
+    inbound_queue: Gauge,
+}
+
+/// Seconds a turn's histogram tells apart: a command's milliseconds to a long agentic turn.
+const TURN_SECONDS: [f64; 10] = [0.05, 0.25, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 180.0, 600.0];
+
+static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
+    let mut registry = Registry::with_prefix("bub");
+    let received = Family::default();
+    registry.register(
+        "messages_received",
+        "Chat messages admitted and journaled",
+        received.clone(),
+    );
+    let turns = Family::<Kind, Histogram>::new_with_constructor(|| Histogram::new(TURN_SECONDS));
+    registry.register(
+        "turn_duration_seconds",
+        "Turns of the session actors, by kind, and how long they took",
+        turns.clone(),
+    );
+    let model_calls = Family::default();
+    registry.register(
+        "model_calls",
+        "Model requests, by outcome (ok: answered; error: failed after retries and fallbacks)",
+        model_calls.clone(),
+    );
+    let tokens = Family::default();
+    registry.register(
+        "model_tokens",
+        "Model tokens, by kind (input includes cached)",
+        tokens.clone(),
+    );
+    let deliveries = Family::default();
+    registry.register(
+        "deliveries",
+        "Messages sent to chats (all parts of one), by outcome",
+        deliveries.clone(),
+    );
+    let retries = Family::default();
+    registry.register(
+        "http_retries",
+        "HTTP attempts repeated after a 429, a 5xx or a connection error, by client",
+        retries.clone(),
+    );
+    let errors = Family::default();
+    registry.register(
+        "errors",
+        "Turns that ended with an error, by kind",
+        errors.clone(),
+    );
+    let connected = Family::default();
+    registry.register(
+        "channel_connected",
+        "1 while a channel reaches its platform (Telegram's last poll, Discord's gateway)",
+        connected.clone(),
+    );
+    let inbox_pending = Gauge::default();
+    registry.register(
+        "inbox_pending",
+        "Messages and runs journaled and not yet done",
+        inbox_pending.clone(),
+    );
+    let sessions = Gauge::default();
+    registry.register("sessions_active", "Session actors alive", sessions.clone());
+    let inbound_queue = Gauge::default();
+    registry.register(
+        "inbound_queue_depth",
+        "Messages journaled and waiting for the manager",
+        inbound_queue.clone(),
+    );
+    Metrics {
+        registry,
+        received,
+        turns,
+        model_calls,
+        tokens,
+        deliveries,
+        retries,
+        errors,
+        connected,
+        inbox_pending,
+        sessions,
+        inbound_queue,
+    }
+});
+
+/// A chat message of `channel` was admitted and journaled.
+pub fn received(channel: &str) {
+    let channel = channel.to_owned();
+    METRICS.received.get_or_create(&Channel { channel }).inc();
+}
+
+/// A turn of `kind` ended after `took`.
+pub fn turn(kind: TurnKind, took: Duration) {
+    let kind = Kind { kind: kind.label() };
+    METRICS
+        .turns
+        .get_or_create(&kind)
+        .observe(took.as_secs_f64());
+}
+
+/// A model request answered (`ok`) or failed for good.
+pub fn model_call(ok: bool) {
+    let outcome = if ok { "ok" } else { "error" };
+    METRICS
+        .model_calls
+        .get_or_create(&Outcome { outcome })
+        .inc();
+}
+
+/// The tokens of one answered model request.
+pub fn tokens(input: u64, cached: u64, output: u64) {
+    for (kind, n) in [("input", input), ("cached", cached), ("output", output)] {
+        METRICS.tokens.get_or_create(&Kind { kind }).inc_by(n);
+    }
+}
+
+/// A message to a chat of `channel` was sent (every part) or failed.
+pub fn delivery(channel: &str, sent: bool) {
+    let outcome = if sent { "sent" } else { "failed" };
+    let labels = Delivered {
+        channel: channel.to_owned(),
+        outcome,
+    };
+    METRICS.deliveries.get_or_create(&labels).inc();
+}
+
+/// An HTTP `client` (`telegram`, `discord`, `model`, …) tries a request again.
+pub fn retry(client: &'static str) {
+    METRICS.retries.get_or_create(&Client { client }).inc();
+}
+
+/// A turn ended with an error of `kind` (`model`, `tape`, `max_steps`, …).
+pub fn error(kind: &'static str) {
+    METRICS.errors.get_or_create(&Kind { kind }).inc();
+}
+
+/// Whether `channel` reaches its platform now.
+pub fn connected(channel: &str, up: bool) {
+    let channel = channel.to_owned();
+    METRICS
+        .connected
+        .get_or_create(&Channel { channel })
+        .set(i64::from(up));
+}
+
+/// Whether `channel` reached its platform last time it tried.
+pub fn is_connected(channel: &str) -> bool {
+    let channel = channel.to_owned();
+    METRICS.connected.get_or_create(&Channel { channel }).get() == 1
+}
+
+/// The daemon's queues now: journaled work not done, live session actors, the adapters' queue.
+pub fn queues(inbox_pending: usize, sessions: usize, inbound_queue: usize) {
+    let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+    METRICS.inbox_pending.set(as_i64(inbox_pending));
+    METRICS.sessions.set(as_i64(sessions));
+    METRICS.inbound_queue.set(as_i64(inbound_queue));
+}
+
+/// Every metric in the text format (OpenMetrics, which Prometheus reads).
+pub fn encode() -> String {
+    let mut text = String::new();
+    // Writing to a String does not fail.
+    let _ = prometheus_client::encoding::text::encode(&mut text, &METRICS.registry);
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_are_what_the_caller_names_and_the_text_parses() {
+        received("telegram");
+        turn(TurnKind::Chat, Duration::from_millis(300));
+        tokens(100, 80, 5);
+        connected("telegram", true);
+        let text = encode();
+        assert!(
+            text.contains("bub_messages_received_total{channel=\"telegram\"}"),
+            "{text}"
+        );
+        assert!(
+            text.contains("bub_turn_duration_seconds_count{kind=\"chat\"}"),
+            "{text}"
+        );
+        assert!(is_connected("telegram"));
+        assert!(!is_connected("matrix"), "never connected");
+        let lines = text.lines().map(|l| Ok(l.to_owned()));
+        prometheus_parse::Scrape::parse(lines).expect("Prometheus text");
+    }
+}
