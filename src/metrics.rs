@@ -2,12 +2,14 @@
 //! (`GET /metrics`, [`crate::daemon::http`]): counters and histograms that each module bumps
 //! where the thing happens, gauges the daemon sets as it goes.
 //!
-//! Invariant: label values come from closed sets named in code or configuration — channel
+//! Invariants: label values come from closed sets named in code or configuration — channel
 //! names, kinds, outcomes — never a chat or user id, message text, a URL or anything secret.
-//! Bumping a metric is an atomic add (and a read-locked map lookup for a labelled one): cheap
-//! enough for every message, and done whether or not anyone scrapes.
+//! Metrics cost nothing until [`enable`] (the listener starts): before that every bump returns
+//! at once and the registry is never built. After it, a bump is an atomic add (and a
+//! read-locked map lookup for a labelled one).
 
 use std::sync::LazyLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -172,14 +174,34 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     }
 });
 
+/// Whether metrics are kept ([`enable`]).
+static ON: AtomicBool = AtomicBool::new(false);
+
+/// Starts keeping metrics (the HTTP listener serves them from now on).
+pub fn enable() {
+    ON.store(true, Ordering::Relaxed);
+    LazyLock::force(&METRICS);
+}
+
+/// Whether a bump counts: only once someone may read it.
+fn on() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
 /// A chat message of `channel` was admitted and journaled.
 pub fn received(channel: &str) {
+    if !on() {
+        return;
+    }
     let channel = channel.to_owned();
     METRICS.received.get_or_create(&Channel { channel }).inc();
 }
 
 /// A turn of `kind` ended after `took`.
 pub fn turn(kind: TurnKind, took: Duration) {
+    if !on() {
+        return;
+    }
     let kind = Kind { kind: kind.label() };
     METRICS
         .turns
@@ -189,6 +211,9 @@ pub fn turn(kind: TurnKind, took: Duration) {
 
 /// A model request answered (`ok`) or failed for good.
 pub fn model_call(ok: bool) {
+    if !on() {
+        return;
+    }
     let outcome = if ok { "ok" } else { "error" };
     METRICS
         .model_calls
@@ -198,6 +223,9 @@ pub fn model_call(ok: bool) {
 
 /// The tokens of one answered model request.
 pub fn tokens(input: u64, cached: u64, output: u64) {
+    if !on() {
+        return;
+    }
     for (kind, n) in [("input", input), ("cached", cached), ("output", output)] {
         METRICS.tokens.get_or_create(&Kind { kind }).inc_by(n);
     }
@@ -205,6 +233,9 @@ pub fn tokens(input: u64, cached: u64, output: u64) {
 
 /// A message to a chat of `channel` was sent (every part) or failed.
 pub fn delivery(channel: &str, sent: bool) {
+    if !on() {
+        return;
+    }
     let outcome = if sent { "sent" } else { "failed" };
     let labels = Delivered {
         channel: channel.to_owned(),
@@ -215,16 +246,25 @@ pub fn delivery(channel: &str, sent: bool) {
 
 /// An HTTP `client` (`telegram`, `discord`, `model`, …) tries a request again.
 pub fn retry(client: &'static str) {
+    if !on() {
+        return;
+    }
     METRICS.retries.get_or_create(&Client { client }).inc();
 }
 
 /// A turn ended with an error of `kind` (`model`, `tape`, `max_steps`, …).
 pub fn error(kind: &'static str) {
+    if !on() {
+        return;
+    }
     METRICS.errors.get_or_create(&Kind { kind }).inc();
 }
 
 /// Whether `channel` reaches its platform now.
 pub fn connected(channel: &str, up: bool) {
+    if !on() {
+        return;
+    }
     let channel = channel.to_owned();
     METRICS
         .connected
@@ -240,6 +280,9 @@ pub fn is_connected(channel: &str) -> bool {
 
 /// The daemon's queues now: journaled work not done, live session actors, the adapters' queue.
 pub fn queues(inbox_pending: usize, sessions: usize, inbound_queue: usize) {
+    if !on() {
+        return;
+    }
     let as_i64 = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
     METRICS.inbox_pending.set(as_i64(inbox_pending));
     METRICS.sessions.set(as_i64(sessions));
@@ -260,6 +303,7 @@ mod tests {
 
     #[test]
     fn labels_are_what_the_caller_names_and_the_text_parses() {
+        enable();
         received("telegram");
         turn(TurnKind::Chat, Duration::from_millis(300));
         tokens(100, 80, 5);

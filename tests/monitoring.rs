@@ -61,9 +61,10 @@ async fn health_readiness_and_metrics_of_a_running_daemon() {
     let port = free_port();
     // A bare port: loopback.
     env.set("BUB_HTTP_LISTEN", &port.to_string());
-    // Telegram is unreachable for the first seconds: not ready, then ready.
+    // Telegram refuses polls for the first seconds: not ready, then ready. (A 4xx: teloxide
+    // waits 10 s before it reads a 5xx answer.)
     env.telegram
-        .fail_for("getUpdates", 502, Duration::from_secs(3));
+        .fail_for("getUpdates", 429, Duration::from_secs(2));
     let daemon = env.start();
     assert_eq!(wait_for_status(port, "/healthz", 200).await, "ok\n");
     let down = wait_for_status(port, "/readyz", 503).await;

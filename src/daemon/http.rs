@@ -25,12 +25,13 @@ use tokio_util::sync::CancellationToken;
 /// The content type of `/metrics` (OpenMetrics text, which Prometheus reads).
 const METRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Binds `addr` (`BUB_HTTP_LISTEN`).
+/// Binds `addr` (`BUB_HTTP_LISTEN`) and starts keeping metrics (until then none are kept).
 pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     let listener = TcpListener::bind(addr)
         .await
         .with_context(|| format!("BUB_HTTP_LISTEN: cannot listen on {addr}"))?;
     tracing::info!(addr = %listener.local_addr()?, "http.listen");
+    crate::metrics::enable();
     Ok(listener)
 }
 
