@@ -17,7 +17,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry};
 
 /// What a turn was, for [`turn`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -96,67 +96,55 @@ const TURN_SECONDS: [f64; 10] = [0.05, 0.25, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 18
 
 static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
     let mut registry = Registry::with_prefix("bub");
-    let received = Family::default();
-    registry.register(
+    let r = &mut registry;
+    let received = register(
+        r,
         "messages_received",
         "Chat messages admitted and journaled",
-        received.clone(),
     );
     let turns = Family::<Kind, Histogram>::new_with_constructor(|| Histogram::new(TURN_SECONDS));
-    registry.register(
+    let turns = register_as(
+        r,
         "turn_duration_seconds",
         "Turns of the session actors, by kind, and how long they took",
-        turns.clone(),
+        turns,
     );
-    let model_calls = Family::default();
-    registry.register(
+    let model_calls = register(
+        r,
         "model_calls",
         "Model requests, by outcome (ok: answered; error: failed after retries and fallbacks)",
-        model_calls.clone(),
     );
-    let tokens = Family::default();
-    registry.register(
+    let tokens = register(
+        r,
         "model_tokens",
         "Model tokens, by kind (input includes cached)",
-        tokens.clone(),
     );
-    let deliveries = Family::default();
-    registry.register(
+    let deliveries = register(
+        r,
         "deliveries",
         "Messages sent to chats (all parts of one), by outcome",
-        deliveries.clone(),
     );
-    let retries = Family::default();
-    registry.register(
+    let retries = register(
+        r,
         "http_retries",
         "HTTP attempts repeated after a 429, a 5xx or a connection error, by client",
-        retries.clone(),
     );
-    let errors = Family::default();
-    registry.register(
-        "errors",
-        "Turns that ended with an error, by kind",
-        errors.clone(),
-    );
-    let connected = Family::default();
-    registry.register(
+    let errors = register(r, "errors", "Turns that ended with an error, by kind");
+    let connected = register(
+        r,
         "channel_connected",
         "1 while a channel reaches its platform (Telegram's last poll, Discord's gateway)",
-        connected.clone(),
     );
-    let inbox_pending = Gauge::default();
-    registry.register(
+    let inbox_pending = register(
+        r,
         "inbox_pending",
-        "Messages and runs journaled and not yet done",
-        inbox_pending.clone(),
+        "Messages and runs journaled and not done",
     );
-    let sessions = Gauge::default();
-    registry.register("sessions_active", "Session actors alive", sessions.clone());
-    let inbound_queue = Gauge::default();
-    registry.register(
+    let sessions = register(r, "sessions_active", "Session actors alive");
+    let inbound_queue = register(
+        r,
         "inbound_queue_depth",
         "Messages journaled and waiting for the manager",
-        inbound_queue.clone(),
     );
     Metrics {
         registry,
@@ -173,6 +161,17 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         inbound_queue,
     }
 });
+
+/// A new metric registered in `registry` as `name` with `help`.
+fn register<M: Metric + Clone + Default>(registry: &mut Registry, name: &str, help: &str) -> M {
+    register_as(registry, name, help, M::default())
+}
+
+/// `metric` registered in `registry` as `name` with `help`.
+fn register_as<M: Metric + Clone>(registry: &mut Registry, name: &str, help: &str, metric: M) -> M {
+    registry.register(name, help, metric.clone());
+    metric
+}
 
 /// Whether metrics are kept ([`enable`]).
 static ON: AtomicBool = AtomicBool::new(false);
