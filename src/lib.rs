@@ -13,6 +13,7 @@ pub(crate) mod chat;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod db;
 pub mod delivery;
 pub mod heap;
 pub mod inbox;

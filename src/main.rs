@@ -176,6 +176,11 @@ enum Command {
         #[command(subcommand)]
         action: bub::cli::mcp::McpAction,
     },
+    /// The PostgreSQL database of BUB_DATABASE_URL: migrate its schema, show its status.
+    Db {
+        #[command(subcommand)]
+        action: bub::cli::db::DbAction,
+    },
     /// Who may use a chat, and with which tools.
     Access {
         #[command(subcommand)]
@@ -234,6 +239,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     if calls_model(&command) {
         settings.check_model_keys()?;
+    }
+    if let Command::Db { action } = &command {
+        return bub::cli::db::run(&settings, action);
+    }
+    // Every command that keeps state migrates the database first (a newer schema: exit 2); the
+    // pool stays open for the command.
+    let _database = match &command {
+        Command::Status { .. } | Command::Skills { .. } => None,
+        _ => bub::cli::db::open(&settings)?,
+    };
+    if let Some(db) = &_database {
+        bub::cli::db::migrate(db)?;
     }
     match &command {
         Command::Jobs { action } => return admin::jobs(&settings, action),

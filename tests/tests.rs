@@ -38,6 +38,7 @@ mod platform;
 mod prompt_cache;
 mod router;
 mod run_cli;
+mod scale;
 mod scheduler;
 mod security;
 mod skills;

@@ -6,6 +6,7 @@
 //! editor) so chat can be scripted.
 
 pub mod admin;
+pub mod db;
 mod editor;
 pub mod init;
 pub mod listing;

@@ -148,6 +148,7 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     sessions(l, &mut s)?;
     tools(l, &mut s)?;
     logging(l, &mut s)?;
+    scale(l, &mut s)?;
     super::media::load(l, &mut s.media)?;
     for platform in vars::platforms() {
         load_channel(l, platform, s.channel_mut(platform))?;
@@ -409,6 +410,26 @@ fn logging(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
                 "HOST:PORT with an IP address, e.g. 127.0.0.1:8080 or 0.0.0.0:8080, or a PORT";
             ConfigError::new(var, format!("invalid address {v:?} (expected {expected})"))
         })
+    })
+}
+
+/// `BUB_DATABASE_URL`: a `postgres://` (or `postgresql://`) URL. Never quoted in an error: it
+/// holds a password.
+fn scale(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
+    set(l, "BUB_DATABASE_URL", &mut s.database_url, |var, v| {
+        let v = v.trim();
+        if v.is_empty() || is_null(v) {
+            return Ok(None);
+        }
+        let scheme = v.starts_with("postgres://") || v.starts_with("postgresql://");
+        if !scheme || v.parse::<tokio_postgres::Config>().is_err() {
+            let expected = "postgres://USER:PASSWORD@HOST:PORT/DATABASE";
+            return Err(ConfigError::new(
+                var,
+                format!("not a PostgreSQL URL (expected {expected})"),
+            ));
+        }
+        Ok(Some(Secret::new(v)))
     })
 }
 

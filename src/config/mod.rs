@@ -261,6 +261,9 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// `BUB_HTTP_LISTEN`: where `bub message` and `bub idle` serve health and metrics.
     pub http_listen: Option<std::net::SocketAddr>,
+    /// `BUB_DATABASE_URL`: the PostgreSQL database replicas share (`None`: files in
+    /// `BUB_HOME`).
+    pub database_url: Option<Secret>,
     /// What loading noticed but did not refuse (a `BUB_*` name that is not a variable), one
     /// line each, for the command line to print once at start.
     pub warnings: Vec<String>,
@@ -327,6 +330,7 @@ impl Settings {
             log_level: None,
             log_format: LogFormat::Text,
             http_listen: None,
+            database_url: None,
             warnings: Vec::new(),
         }
     }
@@ -418,6 +422,10 @@ impl Settings {
                 .filter_map(parse::url_password),
         );
         values.extend(self.mcp_servers.secret_values().map(str::to_owned));
+        if let Some(url) = &self.database_url {
+            values.extend(crate::db::password(url.expose()));
+            values.push(url.expose().to_owned());
+        }
         values
     }
 }

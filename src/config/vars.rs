@@ -21,16 +21,18 @@ pub(crate) enum Group {
     Tools,
     Cost,
     Logging,
+    Scale,
 }
 
 impl Group {
-    const ALL: [Group; 6] = [
+    const ALL: [Group; 7] = [
         Group::Model,
         Group::Agent,
         Group::Channels,
         Group::Tools,
         Group::Cost,
         Group::Logging,
+        Group::Scale,
     ];
 
     fn title(self) -> &'static str {
@@ -41,6 +43,7 @@ impl Group {
             Group::Tools => "Tools and security",
             Group::Cost => "Cost",
             Group::Logging => "Logging and monitoring",
+            Group::Scale => "Scaling out",
         }
     }
 }
@@ -102,7 +105,7 @@ use Field::{
     AllowChannels, AllowChats, AllowFrom, ApiBase, CommandPrefix, DropPendingUpdates, Enabled,
     Owners, Proxy, Token,
 };
-use Group::{Agent, Channels, Cost, Logging, Model, Tools};
+use Group::{Agent, Channels, Cost, Logging, Model, Scale, Tools};
 
 /// Every variable Bub reads, grouped as `bub help env` shows them.
 #[rustfmt::skip]
@@ -185,6 +188,7 @@ pub(crate) const VARS: &[Var] = &[
     var("BUB_LOG_LEVEL", Logging, "(info; warn for bub run)", "trace, debug, info, warn or error"),
     var("BUB_LOG_FORMAT", Logging, "text", "text or json"),
     var("BUB_HTTP_LISTEN", Logging, "(off)", "bub message/idle serve /healthz, /readyz and /metrics on HOST:PORT (a bare PORT: 127.0.0.1)"),
+    var("BUB_DATABASE_URL", Scale, "(none: files in BUB_HOME)", "postgres://USER:PASSWORD@HOST:PORT/DB: replicas share their state there").secret(),
 ];
 
 /// `BUB_*` names that are not settings but are read by Bub's command line, its container

@@ -1,20 +1,23 @@
 //! What the agent needs of a tape, as a trait ([`TapeStore`]), and the one place a session's
-//! tape is opened ([`open`]). Today's implementation is the JSONL file ([`FileTape`]); another
-//! backend (a database shared by several replicas, say) implements the trait and is chosen in
-//! [`open`], without a change to the agent, the tools or the daemon.
+//! tape is opened ([`open`]): the JSONL file ([`FileTape`]) by default, a PostgreSQL tape
+//! ([`PgTape`]) when `BUB_DATABASE_URL` names a database — without a change to the agent, the
+//! tools or the daemon.
 //!
 //! Every method is blocking I/O: async code reaches a tape through
 //! [`SharedTape`](super::SharedTape), on the blocking pool.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
 use super::context::{ContextCursor, TapeInfo};
 use super::entry::{Kind, TapeEntry};
 use super::event::Event;
+use super::pg::PgTape;
 use super::search::Searched;
 use super::store::FileTape;
+use crate::db::Database;
 
 /// One session's tape: an append-only log of entries with anchors.
 ///
@@ -88,14 +91,20 @@ pub trait TapeStore: Send + 'static {
     fn batch(&mut self, writes: bool, f: &mut dyn FnMut(&mut dyn TapeStore)) -> anyhow::Result<()>;
 }
 
-/// The tape of `session_id` in `workspace`, its file named after `tape_name` (`BUB_TAPE_NAME`)
-/// under `home` (`BUB_HOME/tapes/`).
+/// The tape of `session_id` in `workspace`, named after `tape_name` (`BUB_TAPE_NAME`): in
+/// `database` when there is one (`BUB_DATABASE_URL`), else a file under `home`
+/// (`BUB_HOME/tapes/`).
 pub(crate) fn open(
     home: &Path,
+    database: Option<&Arc<Database>>,
     workspace: &Path,
     tape_name: &str,
     session_id: &str,
 ) -> anyhow::Result<Box<dyn TapeStore>> {
+    if let Some(db) = database {
+        let name = super::store::tape_name_for(tape_name, session_id);
+        return Ok(Box::new(PgTape::open(db.clone(), workspace, name)));
+    }
     let tape = FileTape::open(home, workspace, tape_name, session_id)?;
     Ok(Box::new(tape))
 }

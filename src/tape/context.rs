@@ -37,7 +37,7 @@ use super::output::cut;
 use super::store::FileTape;
 
 /// The entry kinds a context is built from (besides the anchor it starts after).
-const CONTEXT_KINDS: [Kind; 3] = [Kind::Message, Kind::ToolCall, Kind::ToolResult];
+pub(crate) const CONTEXT_KINDS: [Kind; 3] = [Kind::Message, Kind::ToolCall, Kind::ToolResult];
 
 /// What a guest's turn sees instead of the output of a tool call made in an owner's turn.
 pub(crate) const WITHHELD: &str =
@@ -145,6 +145,39 @@ impl ContextCursor {
                 .map(|call| tool_message(NO_RESULT.to_string(), Some(call))),
         );
         out
+    }
+}
+
+impl ContextCursor {
+    /// The context of a store whose positions are entry ids (a database): `origin` names the
+    /// tape's state and last anchor (a change starts the cursor over from `anchor`), and
+    /// `after(id)` returns the entries of [`CONTEXT_KINDS`] after entry `id`, oldest first.
+    pub(crate) fn read_entries(
+        &mut self,
+        origin: [u64; 3],
+        anchor: Option<TapeEntry>,
+        after: impl FnOnce(u64) -> anyhow::Result<Vec<TapeEntry>>,
+    ) -> anyhow::Result<Vec<Value>> {
+        if self.origin != Some(origin) {
+            *self = ContextCursor {
+                origin: Some(origin),
+                read_to: anchor.as_ref().map_or(0, |a| a.id),
+                note: anchor
+                    .as_ref()
+                    .and_then(handoff_note)
+                    .map(|note| json!({"role": "user", "content": note})),
+                ..ContextCursor::new(self.view)
+            };
+        }
+        let entries = after(self.read_to)?;
+        self.last_read = entries.len() as u64;
+        if let Some(last) = entries.last() {
+            self.read_to = last.id;
+        }
+        for entry in entries {
+            self.messages.push(entry, self.view);
+        }
+        Ok(self.messages())
     }
 }
 

@@ -25,9 +25,12 @@ pub(crate) mod entry;
 mod event;
 mod index;
 pub(crate) mod output;
+mod pg;
 pub(crate) mod search;
 pub(crate) mod shared;
 pub(crate) mod store;
+#[cfg(test)]
+mod suite_tests;
 
 pub(crate) use backend::TapeStore;
 pub(crate) use context::{ContextCursor, TapeInfo};

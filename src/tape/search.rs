@@ -61,13 +61,7 @@ impl FileTape {
             let mut scratch = Scratch::default();
             let mut out = Vec::new();
             while let Some(line) = back.next_line()? {
-                let searched = match line_kind(line) {
-                    Some(Kind::Message) => true,
-                    Some(Kind::ToolResult) => what == Searched::Everything,
-                    Some(Kind::Event) => is_left_out(line),
-                    _ => false,
-                };
-                if searched
+                if line_kind(line).is_some_and(|kind| searched(&kind, what, line))
                     && matcher.matches_line(line, &mut scratch)
                     && let Some(entry) = parse_entry(line)
                 {
@@ -79,6 +73,43 @@ impl FileTape {
             }
             Ok(out)
         })
+    }
+}
+
+/// Whether an entry of `kind`, whose line (or payload) is `text`, is looked at by a search of
+/// `what`.
+fn searched(kind: &Kind, what: Searched, text: &[u8]) -> bool {
+    match kind {
+        Kind::Message => true,
+        Kind::ToolResult => what == Searched::Everything,
+        Kind::Event => is_left_out(text),
+        _ => false,
+    }
+}
+
+/// A search over a store that keeps each entry's payload and meta as JSON texts (a database):
+/// the store reads entries newest first and keeps those [`Search::matches`] accepts.
+pub(crate) struct Search {
+    matcher: Matcher,
+    scratch: Scratch,
+    what: Searched,
+}
+
+impl Search {
+    /// `None` when `query` matches nothing (blank).
+    pub(crate) fn new(query: &str, what: Searched) -> Option<Self> {
+        Some(Self {
+            matcher: Matcher::new(query)?,
+            scratch: Scratch::default(),
+            what,
+        })
+    }
+
+    /// Whether the entry is searched and matches.
+    pub(crate) fn matches(&mut self, kind: &Kind, payload: &str, meta: &str) -> bool {
+        let (payload, meta) = (payload.as_bytes(), meta.as_bytes());
+        searched(kind, self.what, payload)
+            && self.matcher.matches_json(payload, meta, &mut self.scratch)
     }
 }
 

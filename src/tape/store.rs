@@ -68,13 +68,19 @@ pub fn tape_name_for(tape_name: &str, session_id: &str) -> String {
 /// `<home>/tapes/<md5hex(workspace)>__<percent-encoded tape name>.jsonl`. The workspace is
 /// canonicalized when it exists, so `./ws` and `/abs/ws` name the same tape.
 pub fn tape_path(home: &Path, workspace: &Path, name: &str) -> PathBuf {
-    let workspace = workspace
-        .canonicalize()
-        .unwrap_or_else(|_| workspace.to_path_buf());
-    let ws_hash = md5_hex(&workspace.to_string_lossy());
+    let ws_hash = workspace_key(workspace);
     let encoded = utf8_percent_encode(name, NON_ALPHANUMERIC);
     home.join("tapes")
         .join(format!("{ws_hash}__{encoded}.jsonl"))
+}
+
+/// What names `workspace` in its tapes' keys: the MD5 of its canonical path (as given when it
+/// does not exist).
+pub(crate) fn workspace_key(workspace: &Path) -> String {
+    let workspace = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf());
+    md5_hex(&workspace.to_string_lossy())
 }
 
 impl FileTape {
@@ -312,13 +318,8 @@ impl FileTape {
         summary: Option<&str>,
         next_steps: Option<&str>,
     ) -> anyhow::Result<()> {
-        let mut state = serde_json::Map::new();
-        for (key, value) in [("summary", summary), ("next_steps", next_steps)] {
-            if let Some(v) = value.filter(|v| !v.trim().is_empty()) {
-                state.insert(key.to_string(), Value::String(v.to_string()));
-            }
-        }
-        self.write(|w| w.handoff_with(name, (!state.is_empty()).then_some(Value::Object(state))))
+        let state = handoff_state(summary, next_steps);
+        self.write(|w| w.handoff_with(name, state))
     }
 
     /// Starts the tape afresh. With `archive`, the current file is kept as
@@ -493,14 +494,32 @@ impl Writer<'_> {
     }
 
     fn handoff_with(&mut self, name: &str, state: Option<Value>) -> anyhow::Result<()> {
-        let mut anchor = json!({"name": name});
-        if let Some(s) = &state {
-            anchor["state"] = s.clone();
+        for (kind, payload) in handoff_entries(name, state) {
+            self.append(kind, payload, json!({}))?;
         }
-        self.append(Kind::Anchor, anchor, json!({}))?;
-        let data = json!({"name": name, "state": state.unwrap_or_else(|| json!({}))});
-        let event = json!({"name": Event::Handoff.as_str(), "data": data});
-        self.append(Kind::Event, event, json!({}))?;
         Ok(())
     }
+}
+
+/// The state of a handoff anchor: its summary and next steps, those not blank (`None`: both
+/// are).
+pub(crate) fn handoff_state(summary: Option<&str>, next_steps: Option<&str>) -> Option<Value> {
+    let mut state = serde_json::Map::new();
+    for (key, value) in [("summary", summary), ("next_steps", next_steps)] {
+        if let Some(v) = value.filter(|v| !v.trim().is_empty()) {
+            state.insert(key.to_string(), Value::String(v.to_string()));
+        }
+    }
+    (!state.is_empty()).then_some(Value::Object(state))
+}
+
+/// What a handoff writes, in order: anchor `{name, state?}` and its `handoff` event.
+pub(crate) fn handoff_entries(name: &str, state: Option<Value>) -> [(Kind, Value); 2] {
+    let mut anchor = json!({"name": name});
+    if let Some(s) = &state {
+        anchor["state"] = s.clone();
+    }
+    let data = json!({"name": name, "state": state.unwrap_or_else(|| json!({}))});
+    let event = json!({"name": Event::Handoff.as_str(), "data": data});
+    [(Kind::Anchor, anchor), (Kind::Event, event)]
 }

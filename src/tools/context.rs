@@ -59,6 +59,8 @@ pub struct ProcessCtx {
     pub(crate) home: PathBuf,
     /// The user's home directory (`HOME`): the global skill roots, the sandbox's view of it.
     pub(crate) user_home: Option<PathBuf>,
+    /// `BUB_DATABASE_URL`: the database shared state lives in (`None`: files in `home`).
+    pub(crate) database: Option<Arc<crate::db::Database>>,
     /// `BUB_TAPE_NAME`: the prefix of tape file names.
     pub(crate) tape_name: String,
     /// `--skills`: the skills turns see (empty: all).
@@ -105,6 +107,12 @@ impl ProcessCtx {
             models: Arc::new(ModelConfig::from_settings(&settings)),
             home: settings.home.clone(),
             user_home: settings.user_home.clone(),
+            // The URL was checked when the settings loaded; never fall back to files, which
+            // other replicas would not see.
+            database: settings.database_url.as_ref().map(|url| {
+                crate::db::Database::shared(url.expose())
+                    .expect("BUB_DATABASE_URL was checked when the settings loaded")
+            }),
             tape_name: settings.tape_name.clone(),
             allowed_skills: settings.allowed_skills.clone(),
             memory_enabled: settings.memory_enabled,
@@ -148,7 +156,13 @@ impl SessionCtx {
         id: &SessionId,
     ) -> anyhow::Result<Self> {
         let home = &process.home;
-        let tape = crate::tape::backend::open(home, workspace, &process.tape_name, id.as_str())?;
+        let tape = crate::tape::backend::open(
+            home,
+            process.database.as_ref(),
+            workspace,
+            &process.tape_name,
+            id.as_str(),
+        )?;
         Ok(Self {
             id: id.clone(),
             workspace: workspace.to_path_buf(),

@@ -17,6 +17,7 @@ pub mod fake_openai;
 pub mod fake_platform;
 pub mod fake_telegram;
 pub mod images;
+pub mod postgres;
 pub mod prompt_cache;
 pub mod tool_env;
 pub mod wait;

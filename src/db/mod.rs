@@ -1,0 +1,207 @@
+//! PostgreSQL, when `BUB_DATABASE_URL` names one: where replicas keep the state they share.
+//! Without it nothing here runs, and nothing of it is in memory.
+//!
+//! One [`Database`] per process and URL ([`Database::shared`]): a pool of connections on a
+//! runtime of its own (one thread), so the stores — whose traits are blocking, called on the
+//! blocking pool or by commands that run no runtime — reach it with [`Database::block_on`],
+//! and async code with [`Database::run`]. Creating one does no I/O: connections are made when
+//! first used. The schema is versioned and migrated at start ([`migrate`]).
+//!
+//! TLS: `sslmode=prefer` (the default) or `require` in the URL uses rustls with the webpki
+//! roots, so a server's certificate must chain to a public root; `sslmode=disable` turns it
+//! off. The URL's password is a secret: it is never logged, and errors name the server by
+//! host, port and database only ([`Database::label`]).
+
+pub mod migrate;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::{Arc, LazyLock, Mutex, Weak};
+
+use anyhow::Context as _;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+
+pub use migrate::{NewerSchema, SchemaStatus};
+
+/// Connections one process keeps open at most.
+const POOL_SIZE: usize = 8;
+
+/// A pooled connection.
+pub type Client = deadpool_postgres::Object;
+
+/// A PostgreSQL database and the pool that reaches it.
+pub struct Database {
+    pool: Pool,
+    runtime: Option<tokio::runtime::Runtime>,
+    label: String,
+}
+
+/// The databases open in this process, by URL (one pool each; dropped with their last user).
+static OPEN: LazyLock<Mutex<HashMap<String, Weak<Database>>>> = LazyLock::new(Mutex::default);
+
+impl Database {
+    /// The database of `url` (`postgres://…`), shared by everything in the process that uses
+    /// it. No connection is made here.
+    pub fn shared(url: &str) -> anyhow::Result<Arc<Database>> {
+        let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        open.retain(|_, db| db.strong_count() > 0);
+        if let Some(db) = open.get(url).and_then(Weak::upgrade) {
+            return Ok(db);
+        }
+        let db = Arc::new(Database::new(url)?);
+        open.insert(url.to_owned(), Arc::downgrade(&db));
+        Ok(db)
+    }
+
+    fn new(url: &str) -> anyhow::Result<Database> {
+        // The URL is a secret: a parse error must not quote it.
+        let config = tokio_postgres::Config::from_str(url)
+            .map_err(|_| anyhow::anyhow!("BUB_DATABASE_URL is not a valid PostgreSQL URL"))?;
+        let label = label(&config);
+        let manager = Manager::from_config(
+            config,
+            tls(),
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("bub-db")
+            .enable_all()
+            .build()
+            .context("cannot start the database runtime")?;
+        let pool = Pool::builder(manager)
+            .max_size(POOL_SIZE)
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .build()
+            .context("cannot build the database pool")?;
+        Ok(Database {
+            pool,
+            runtime: Some(runtime),
+            label,
+        })
+    }
+
+    /// The server, for messages: `host:port/database`, never the password.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// Runs `work` on the database's runtime and waits for it, blocking this thread: for the
+    /// stores' blocking methods (the blocking pool, commands without a runtime). On an async
+    /// worker thread it blocks that thread like any blocking I/O would, but never panics.
+    pub fn block_on<R: Send + 'static>(
+        &self,
+        work: impl Future<Output = anyhow::Result<R>> + Send + 'static,
+    ) -> anyhow::Result<R> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.handle().spawn(async move {
+            let _ = tx.send(work.await);
+        });
+        rx.recv()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the database runtime stopped")))
+    }
+
+    /// Runs `work` on the database's runtime, for async callers.
+    pub async fn run<R: Send + 'static>(
+        &self,
+        work: impl Future<Output = anyhow::Result<R>> + Send + 'static,
+    ) -> anyhow::Result<R> {
+        self.handle()
+            .spawn(work)
+            .await
+            .unwrap_or_else(|e| Err(anyhow::anyhow!("database task failed: {e}")))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.runtime
+            .as_ref()
+            .expect("the runtime lives as long as the database")
+            .handle()
+    }
+
+    /// The pool (cheap to clone), for work moved onto the database's runtime.
+    pub fn pool(&self) -> Pool {
+        self.pool.clone()
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        // May be dropped on an async thread, where waiting for the runtime is not allowed.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// A connection from `pool` (made when none is idle).
+pub async fn client(pool: &Pool) -> anyhow::Result<Client> {
+    pool.get()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reach the database: {e}"))
+}
+
+/// `host:port/database` of `config`.
+fn label(config: &tokio_postgres::Config) -> String {
+    let host = match config.get_hosts().first() {
+        Some(tokio_postgres::config::Host::Tcp(host)) => host.clone(),
+        Some(tokio_postgres::config::Host::Unix(path)) => path.display().to_string(),
+        None => "localhost".into(),
+    };
+    let port = config.get_ports().first().copied().unwrap_or(5432);
+    let db = config.get_dbname().or(config.get_user()).unwrap_or("");
+    format!("{host}:{port}/{db}")
+}
+
+/// rustls with the webpki roots (used when the URL's `sslmode` asks for TLS).
+fn tls() -> tokio_postgres_rustls::MakeRustlsConnect {
+    let roots = rustls::RootCertStore {
+        roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+    };
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("ring supports the default protocol versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    tokio_postgres_rustls::MakeRustlsConnect::new(config)
+}
+
+/// The password in `url` (a `postgres://` URL or its `password=` parameter), for the redactor.
+pub fn password(url: &str) -> Option<String> {
+    let config = tokio_postgres::Config::from_str(url).ok()?;
+    let password = config.get_password()?;
+    Some(String::from_utf8_lossy(password).into_owned())
+}
+
+#[cfg(test)]
+#[path = "../../tests/support/postgres.rs"]
+pub(crate) mod cluster;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_label_names_the_server_but_never_the_password() {
+        let db = Database::shared("postgres://bub:s3cret@db.example:6543/bubdb").unwrap();
+        assert_eq!(db.label(), "db.example:6543/bubdb");
+        assert_eq!(
+            password("postgres://bub:s3cret@db.example/bubdb").as_deref(),
+            Some("s3cret")
+        );
+        assert_eq!(
+            password("postgres://bub@db.example/bubdb?password=p%20w").as_deref(),
+            Some("p w")
+        );
+        let again = Database::shared("postgres://bub:s3cret@db.example:6543/bubdb").unwrap();
+        assert!(Arc::ptr_eq(&db, &again), "one pool per URL");
+        let err = Database::shared("postgres://bub:s3cret@db.example:badport/x").err();
+        let err = format!("{:#}", err.expect("a bad URL is an error"));
+        assert!(!err.contains("s3cret"), "{err}");
+    }
+}

@@ -1,0 +1,497 @@
+//! A tape in PostgreSQL (`BUB_DATABASE_URL`): the same promises as the file ([`TapeStore`]),
+//! kept by the database so every replica reads and appends the same tape.
+//!
+//! A tape is a row of `bub_tapes` (keyed by workspace and tape name, as a file's name is) and
+//! its entries rows of `bub_tape_entries`, payload and meta kept as the JSON text written so an
+//! entry reads back byte for byte. An append takes the next id by incrementing the tape row's
+//! `last_id` in the same statement that inserts the entry: ids are unique and increasing with
+//! any number of writers, and an append is whole or absent. Writes of several entries (a
+//! handoff, the bootstrap, a reset) run in one transaction holding the tape row's lock.
+//! Reading the context is indexed: the last anchor comes from a partial index on anchors, then
+//! only the entries after it (or after where the turn's cursor left off) are read.
+//!
+//! A reset bumps the row's `generation` (a cursor from before starts over); with `archive`,
+//! the entries move to a new row named `<name>.<YYYYMMDDTHHMMSSZ>`, which is returned.
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+
+use deadpool_postgres::GenericClient;
+use serde_json::{Value, json};
+use tokio_postgres::Row;
+
+use super::backend::TapeStore;
+use super::context::{CONTEXT_KINDS, ContextCursor, TapeInfo};
+use super::entry::{Kind, TapeEntry, now_date};
+use super::event::Event;
+use super::search::{Search, Searched};
+use super::store::{SESSION_START, handoff_entries, handoff_state, workspace_key};
+use crate::db::{self, Client, Database};
+
+/// Rows read per round trip by a search.
+const SEARCH_PAGE: i64 = 256;
+
+const COLUMNS: &str = "id, kind, date, payload, meta";
+
+/// One session's tape in the database.
+pub(crate) struct PgTape {
+    db: Arc<Database>,
+    workspace: String,
+    name: String,
+    /// The tape's row, once looked up (it never changes: a reset keeps it).
+    row: Option<i64>,
+}
+
+impl PgTape {
+    /// The tape `name` of `workspace` (its row is created by the first operation).
+    pub(crate) fn open(db: Arc<Database>, workspace: &Path, name: String) -> PgTape {
+        PgTape {
+            db,
+            workspace: workspace_key(workspace),
+            name,
+            row: None,
+        }
+    }
+
+    /// Runs `work` with a connection and the tape's row, on the database's runtime.
+    fn with<R, F>(
+        &mut self,
+        work: impl FnOnce(Client, i64) -> F + Send + 'static,
+    ) -> anyhow::Result<R>
+    where
+        R: Send + 'static,
+        F: Future<Output = anyhow::Result<R>> + Send,
+    {
+        let pool = self.db.pool();
+        let (known, workspace, name) = (self.row, self.workspace.clone(), self.name.clone());
+        let (row, out) = self.db.block_on(async move {
+            let client = db::client(&pool).await?;
+            let row = match known {
+                Some(row) => row,
+                None => tape_row(&client, &workspace, &name).await?,
+            };
+            Ok((row, work(client, row).await?))
+        })?;
+        self.row = Some(row);
+        Ok(out)
+    }
+}
+
+/// The row of tape `name` in `workspace`, created when missing.
+async fn tape_row(client: &impl GenericClient, workspace: &str, name: &str) -> anyhow::Result<i64> {
+    let row = client
+        .query_one(
+            "INSERT INTO bub_tapes (workspace, name) VALUES ($1, $2) \
+             ON CONFLICT (workspace, name) DO UPDATE SET name = EXCLUDED.name RETURNING id",
+            &[&workspace, &name],
+        )
+        .await?;
+    Ok(row.get(0))
+}
+
+/// Locks the tape's row until the transaction ends (other appends wait); returns its largest id.
+async fn lock(tx: &impl GenericClient, row: i64) -> anyhow::Result<i64> {
+    let r = tx
+        .query_one(
+            "SELECT last_id FROM bub_tapes WHERE id = $1 FOR UPDATE",
+            &[&row],
+        )
+        .await?;
+    Ok(r.get(0))
+}
+
+/// Appends one entry with the next id (one statement: the id and the row are one change).
+async fn insert(
+    client: &impl GenericClient,
+    row: i64,
+    kind: &Kind,
+    payload: &Value,
+    meta: &Value,
+) -> anyhow::Result<TapeEntry> {
+    let meta = if meta.is_object() {
+        meta.clone()
+    } else {
+        json!({})
+    };
+    let date = now_date();
+    let id: i64 = client
+        .query_one(
+            "WITH t AS (UPDATE bub_tapes SET last_id = last_id + 1 WHERE id = $1 RETURNING last_id) \
+             INSERT INTO bub_tape_entries (tape, id, kind, date, payload, meta) \
+             SELECT $1, last_id, $2, $3, $4, $5 FROM t RETURNING id",
+            &[&row, &kind.as_str(), &date, &payload.to_string(), &meta.to_string()],
+        )
+        .await?
+        .get(0);
+    Ok(TapeEntry {
+        id: id as u64,
+        kind: kind.clone(),
+        payload: payload.clone(),
+        meta,
+        date,
+    })
+}
+
+/// An entry from a row of [`COLUMNS`]; `None` when its JSON does not parse.
+fn entry(row: &Row) -> Option<TapeEntry> {
+    let id: i64 = row.get(0);
+    let kind: &str = row.get(1);
+    Some(TapeEntry {
+        id: id as u64,
+        kind: Kind::from_bytes(kind.as_bytes()),
+        date: row.get(2),
+        payload: serde_json::from_str(row.get(3)).ok()?,
+        meta: serde_json::from_str(row.get(4)).ok()?,
+    })
+}
+
+impl TapeStore for PgTape {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn append(&mut self, kind: Kind, payload: Value, meta: Value) -> anyhow::Result<TapeEntry> {
+        self.with(
+            move |client, row| async move { insert(&client, row, &kind, &payload, &meta).await },
+        )
+    }
+
+    fn ensure_bootstrap(&mut self) -> anyhow::Result<()> {
+        self.with(|mut client, row| async move {
+            let tx = client.transaction().await?;
+            lock(&tx, row).await?;
+            let anchored: bool = tx
+                .query_one(
+                    "SELECT EXISTS (SELECT 1 FROM bub_tape_entries WHERE tape = $1 AND kind = 'anchor')",
+                    &[&row],
+                )
+                .await?
+                .get(0);
+            if !anchored {
+                let state = json!({"owner": "human"});
+                for (kind, payload) in handoff_entries(SESSION_START, Some(state)) {
+                    insert(&tx, row, &kind, &payload, &json!({})).await?;
+                }
+            }
+            Ok(tx.commit().await?)
+        })
+    }
+
+    fn handoff(
+        &mut self,
+        name: &str,
+        summary: Option<&str>,
+        next_steps: Option<&str>,
+    ) -> anyhow::Result<()> {
+        let entries = handoff_entries(name, handoff_state(summary, next_steps));
+        self.with(|mut client, row| async move {
+            // One transaction: nothing of another writer comes between the anchor and its event.
+            let tx = client.transaction().await?;
+            lock(&tx, row).await?;
+            for (kind, payload) in entries {
+                insert(&tx, row, &kind, &payload, &json!({})).await?;
+            }
+            Ok(tx.commit().await?)
+        })
+    }
+
+    fn reset(&mut self, archive: bool) -> anyhow::Result<Option<String>> {
+        let (workspace, name) = (self.workspace.clone(), self.name.clone());
+        self.with(move |mut client, row| async move {
+            let tx = client.transaction().await?;
+            let last = lock(&tx, row).await?;
+            let mut archived = None;
+            if archive && last > 0 {
+                let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+                let mut archive_name = format!("{name}.{stamp}");
+                for n in 1.. {
+                    let taken: bool = tx
+                        .query_one(
+                            "SELECT EXISTS (SELECT 1 FROM bub_tapes WHERE workspace = $1 AND name = $2)",
+                            &[&workspace, &archive_name],
+                        )
+                        .await?
+                        .get(0);
+                    if !taken {
+                        break;
+                    }
+                    archive_name = format!("{name}.{stamp}-{n}");
+                }
+                let to: i64 = tx
+                    .query_one(
+                        "INSERT INTO bub_tapes (workspace, name, last_id) VALUES ($1, $2, $3) RETURNING id",
+                        &[&workspace, &archive_name, &last],
+                    )
+                    .await?
+                    .get(0);
+                tx.execute("UPDATE bub_tape_entries SET tape = $2 WHERE tape = $1", &[&row, &to])
+                    .await?;
+                archived = Some(archive_name);
+            } else {
+                tx.execute("DELETE FROM bub_tape_entries WHERE tape = $1", &[&row])
+                    .await?;
+            }
+            tx.execute(
+                "UPDATE bub_tapes SET last_id = 0, generation = generation + 1 WHERE id = $1",
+                &[&row],
+            )
+            .await?;
+            let mut state = json!({"owner": "human"});
+            if let Some(name) = &archived {
+                state["archived"] = Value::String(name.clone());
+            }
+            for (kind, payload) in handoff_entries(SESSION_START, Some(state)) {
+                insert(&tx, row, &kind, &payload, &json!({})).await?;
+            }
+            tx.commit().await?;
+            Ok(archived)
+        })
+    }
+
+    fn len(&mut self) -> anyhow::Result<usize> {
+        self.with(|client, row| async move {
+            let n: i64 = client
+                .query_one(
+                    "SELECT count(*) FROM bub_tape_entries WHERE tape = $1",
+                    &[&row],
+                )
+                .await?
+                .get(0);
+            Ok(n as usize)
+        })
+    }
+
+    fn entries(&mut self) -> anyhow::Result<Vec<TapeEntry>> {
+        self.with(|client, row| async move {
+            let sql = format!("SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = $1 ORDER BY id");
+            Ok(client
+                .query(&sql, &[&row])
+                .await?
+                .iter()
+                .filter_map(entry)
+                .collect())
+        })
+    }
+
+    fn anchors(&mut self, limit: usize) -> anyhow::Result<Vec<TapeEntry>> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.with(move |client, row| async move {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = $1 AND kind = 'anchor' \
+                 ORDER BY id DESC LIMIT $2"
+            );
+            let mut out: Vec<_> = client
+                .query(&sql, &[&row, &limit])
+                .await?
+                .iter()
+                .filter_map(entry)
+                .collect();
+            out.reverse();
+            Ok(out)
+        })
+    }
+
+    fn search(
+        &mut self,
+        query: &str,
+        limit: usize,
+        what: Searched,
+    ) -> anyhow::Result<Vec<TapeEntry>> {
+        let Some(mut search) = Search::new(query, what) else {
+            return Ok(Vec::new());
+        };
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut kinds = vec![
+            Kind::Message.as_str().to_owned(),
+            Kind::Event.as_str().to_owned(),
+        ];
+        if what == Searched::Everything {
+            kinds.push(Kind::ToolResult.as_str().to_owned());
+        }
+        self.with(move |client, row| async move {
+            // Newest first, a page at a time; events only when they are left-out messages.
+            let sql = format!(
+                "SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = $1 AND id < $2 \
+                 AND kind = ANY($3) AND (kind <> 'event' OR starts_with(payload, $4)) \
+                 ORDER BY id DESC LIMIT $5"
+            );
+            let left_out = format!(r#"{{"name":"{}""#, Event::MessagesLeftOut.as_str());
+            let (mut before, mut out) = (i64::MAX, Vec::new());
+            loop {
+                let rows = client
+                    .query(&sql, &[&row, &before, &kinds, &left_out, &SEARCH_PAGE])
+                    .await?;
+                for r in &rows {
+                    before = r.get(0);
+                    if search.matches(
+                        &Kind::from_bytes(r.get::<_, &str>(1).as_bytes()),
+                        r.get(3),
+                        r.get(4),
+                    ) && let Some(e) = entry(r)
+                    {
+                        out.push(e);
+                        if out.len() >= limit {
+                            return Ok(out);
+                        }
+                    }
+                }
+                if (rows.len() as i64) < SEARCH_PAGE {
+                    return Ok(out);
+                }
+            }
+        })
+    }
+
+    fn info(&mut self) -> anyhow::Result<TapeInfo> {
+        let name = self.name.clone();
+        self.with(move |client, row| async move {
+            let r = client
+                .query_one(
+                    "WITH a AS (SELECT id, payload FROM bub_tape_entries \
+                                WHERE tape = $1 AND kind = 'anchor' ORDER BY id DESC LIMIT 1) \
+                     SELECT (SELECT count(*) FROM bub_tape_entries WHERE tape = $1), \
+                            (SELECT count(*) FROM bub_tape_entries WHERE tape = $1 AND kind = 'anchor'), \
+                            (SELECT payload FROM a), \
+                            (SELECT count(*) FROM bub_tape_entries \
+                             WHERE tape = $1 AND id > coalesce((SELECT id FROM a), 0))",
+                    &[&row],
+                )
+                .await?;
+            let anchor: Option<String> = r.get(2);
+            let last_anchor = anchor
+                .and_then(|p| serde_json::from_str::<Value>(&p).ok())
+                .and_then(|p| p.get("name").and_then(Value::as_str).map(str::to_owned));
+            // The newest `run` event that recorded a token usage.
+            let runs = client
+                .query(
+                    "SELECT payload FROM bub_tape_entries WHERE tape = $1 AND kind = 'event' \
+                     AND starts_with(payload, $2) AND strpos(payload, 'total_tokens') > 0 \
+                     ORDER BY id DESC LIMIT 16",
+                    &[&row, &format!(r#"{{"name":"{}""#, Event::Run.as_str())],
+                )
+                .await?;
+            let last_token_usage = runs.iter().find_map(|r| {
+                let payload: Value = serde_json::from_str(r.get(0)).ok()?;
+                payload.pointer("/data/usage/total_tokens").and_then(Value::as_u64)
+            });
+            Ok(TapeInfo {
+                name,
+                entries: r.get::<_, i64>(0) as usize,
+                anchors: r.get::<_, i64>(1) as usize,
+                last_anchor,
+                entries_since_last_anchor: r.get::<_, i64>(3) as usize,
+                last_token_usage,
+            })
+        })
+    }
+
+    fn output(&mut self, call_id: &str) -> anyhow::Result<Option<(String, Value)>> {
+        if call_id.is_empty() {
+            return Ok(None);
+        }
+        let call_id = call_id.to_owned();
+        self.with(move |client, row| async move {
+            // The newest call with that id; its result is the first result after it, unless
+            // another call comes first.
+            let calls = client
+                .query(
+                    "SELECT id, payload FROM bub_tape_entries WHERE tape = $1 AND kind = 'tool_call' \
+                     AND strpos(payload, $2) > 0 ORDER BY id DESC",
+                    &[&row, &call_id],
+                )
+                .await?;
+            for call in &calls {
+                let payload: Value = serde_json::from_str(call.get(1)).unwrap_or_default();
+                let calls = payload["calls"].as_array().cloned().unwrap_or_default();
+                let Some(at) = calls.iter().position(|c| c["id"] == *call_id) else {
+                    continue;
+                };
+                let next = client
+                    .query_opt(
+                        &format!(
+                            "SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = $1 AND id > $2 \
+                             AND kind IN ('tool_call', 'tool_result') ORDER BY id LIMIT 1"
+                        ),
+                        &[&row, &call.get::<_, i64>(0)],
+                    )
+                    .await?;
+                let Some(result) = next.as_ref().and_then(entry).filter(|e| e.kind == Kind::ToolResult) else {
+                    return Ok(None);
+                };
+                let text = match &result.payload["results"][at] {
+                    Value::Null => return Ok(None),
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                return Ok(Some((text, result.meta)));
+            }
+            Ok(None)
+        })
+    }
+
+    fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<Value>> {
+        // Where the context starts: the tape's generation and its last anchor.
+        let (generation, anchor) = self.with(|client, row| async move {
+            let r = client
+                .query_one(
+                    &format!(
+                        "SELECT t.generation, a.* FROM bub_tapes t LEFT JOIN LATERAL \
+                         (SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = t.id AND kind = 'anchor' \
+                          ORDER BY id DESC LIMIT 1) a ON true WHERE t.id = $1"
+                    ),
+                    &[&row],
+                )
+                .await?;
+            let generation: i64 = r.get(0);
+            let anchor = r.get::<_, Option<i64>>(1).and_then(|_| {
+                let id: i64 = r.get(1);
+                Some(TapeEntry {
+                    id: id as u64,
+                    kind: Kind::Anchor,
+                    date: r.get(3),
+                    payload: serde_json::from_str(r.get(4)).ok()?,
+                    meta: serde_json::from_str(r.get(5)).ok()?,
+                })
+            });
+            Ok((generation, anchor))
+        })?;
+        let row = self.row.unwrap_or_default();
+        let origin = [
+            row as u64,
+            generation as u64,
+            anchor.as_ref().map_or(0, |a| a.id),
+        ];
+        let kinds: Vec<String> = CONTEXT_KINDS
+            .iter()
+            .map(|k| k.as_str().to_owned())
+            .collect();
+        cursor.read_entries(origin, anchor, |after| {
+            let after = i64::try_from(after).unwrap_or(i64::MAX);
+            self.with(move |client, row| async move {
+                let sql = format!(
+                    "SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = $1 AND id > $2 \
+                     AND kind = ANY($3) ORDER BY id"
+                );
+                Ok(client
+                    .query(&sql, &[&row, &after, &kinds])
+                    .await?
+                    .iter()
+                    .filter_map(entry)
+                    .collect())
+            })
+        })
+    }
+
+    fn batch(
+        &mut self,
+        _writes: bool,
+        f: &mut dyn FnMut(&mut dyn TapeStore),
+    ) -> anyhow::Result<()> {
+        // Each operation is its own statement or transaction; nothing needs holding between them.
+        f(self);
+        Ok(())
+    }
+}

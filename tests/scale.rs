@@ -1,0 +1,130 @@
+//! Scaling out on PostgreSQL (`BUB_DATABASE_URL`), end to end: the real binary against a
+//! throwaway cluster (`support::postgres`) and the fake model. `bub db migrate` / `status`, the
+//! migrations every command runs at start, a schema from a newer Bub refused, and the tapes
+//! of `bub run` kept in the database (none in BUB_HOME).
+
+use crate::support;
+
+use support::bub_env::{Env, stderr, stdout};
+use support::postgres;
+
+/// Runs `sql` on the database of `url` and returns the first column of each row as text.
+async fn query(url: &str, sql: &str) -> Vec<String> {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let driver = tokio::spawn(connection);
+    let rows = client.simple_query(sql).await.unwrap();
+    drop(client);
+    let _ = driver.await;
+    rows.iter()
+        .filter_map(|m| match m {
+            tokio_postgres::SimpleQueryMessage::Row(r) => Some(r.get(0).unwrap_or("").to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn db_commands_migrate_once_and_report_the_schema() {
+    let mut env = Env::cli().await;
+    let out = env.run(&["db", "status"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("BUB_DATABASE_URL is not set"),
+        "{}",
+        stderr(&out)
+    );
+
+    env.set("BUB_DATABASE_URL", "mysql://bub:hunter2@db/bub");
+    let out = env.run(&["db", "status"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("BUB_DATABASE_URL"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(
+        !stderr(&out).contains("hunter2"),
+        "the password is never shown"
+    );
+
+    let url = postgres::database();
+    env.set("BUB_DATABASE_URL", &url);
+    let out = env.run(&["db", "status"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status = stdout(&out);
+    assert!(status.contains("schema version 0"), "{status}");
+    assert!(status.contains("pending  #1 tapes"), "{status}");
+
+    let out = env.run(&["db", "migrate"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("applied #1"), "{}", stdout(&out));
+    let out = env.run(&["db", "migrate"]).await;
+    assert!(stdout(&out).contains("up to date"), "{}", stdout(&out));
+    let status = stdout(&env.run(&["db", "status"]).await);
+    assert!(status.contains("applied  #1 tapes"), "{status}");
+    assert!(!status.contains("pending"), "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tapes_live_in_the_database_and_a_newer_schema_stops_bub() {
+    let mut env = Env::cli().await;
+    let url = postgres::database();
+    env.set("BUB_DATABASE_URL", &url);
+
+    // The first command migrates by itself; the conversation is kept in the database.
+    env.model.push_text("Nice to meet you, Ann.");
+    let out = env.run(&["run", "my name is Ann"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    env.model.push_text("Your name is Ann.");
+    let out = env.run(&["run", "what is my name?"]).await;
+    assert_eq!(stdout(&out).trim(), "Your name is Ann.");
+    let second = &env.model.requests()[1];
+    let said = second.to_string();
+    assert!(
+        said.contains("my name is Ann") && said.contains("Nice to meet you, Ann."),
+        "{said}"
+    );
+    assert!(
+        env.tape_paths().is_empty(),
+        "no tape file: {:?}",
+        env.tape_paths()
+    );
+    let kinds = query(&url, "SELECT kind FROM bub_tape_entries ORDER BY tape, id").await;
+    assert_eq!(
+        kinds.iter().filter(|k| *k == "anchor").count(),
+        1,
+        "{kinds:?}"
+    );
+    let messages = query(
+        &url,
+        "SELECT payload FROM bub_tape_entries WHERE kind = 'message' ORDER BY id",
+    )
+    .await;
+    assert!(
+        messages.iter().any(|m| m.contains("what is my name?")),
+        "{messages:?}"
+    );
+    assert!(
+        messages.iter().any(|m| m.contains("Your name is Ann.")),
+        "{messages:?}"
+    );
+
+    // A replica of an older Bub does not write into a schema it does not know.
+    query(
+        &url,
+        "INSERT INTO bub_migrations (version, name) VALUES (1000, 'future')",
+    )
+    .await;
+    let before = env.model.requests().len();
+    let out = env.run(&["run", "hello"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("BUB_DATABASE_URL"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(stderr(&out).contains("version 1000"), "{}", stderr(&out));
+    assert_eq!(env.model.requests().len(), before, "no model call");
+}
