@@ -52,3 +52,4 @@ mod tools;
 mod trace;
 mod usage;
 mod web;
+mod webhook;

@@ -21,6 +21,7 @@
 pub mod discord;
 pub mod telegram;
 pub(crate) mod text;
+pub mod webhook;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};

@@ -35,6 +35,10 @@ pub(crate) enum Field {
     DropPendingUpdates,
     /// The prefix of the bot's commands.
     CommandPrefix,
+    /// The public URL the platform posts updates to (instead of being polled).
+    WebhookUrl,
+    /// What the platform sends with every posted update, to prove it is the platform.
+    WebhookSecret,
 }
 
 /// One platform's settings (`BUB_<PLATFORM>_*`). A platform uses the fields its rows set; the
@@ -62,6 +66,11 @@ pub struct ChannelSettings {
     pub drop_pending_updates: bool,
     /// `BUB_DISCORD_COMMAND_PREFIX` (default `!`).
     pub command_prefix: String,
+    /// `BUB_TELEGRAM_WEBHOOK_URL`: an `https` URL; updates are posted there (served at its
+    /// path on `BUB_HTTP_LISTEN`) instead of polled.
+    pub webhook_url: Option<reqwest::Url>,
+    /// `BUB_TELEGRAM_WEBHOOK_SECRET` (required with the URL). Never logged.
+    pub webhook_secret: Option<Secret>,
     /// How long a send is retried through 5xx answers and network errors: 2 minutes. Not a
     /// variable: tests shorten it.
     pub send_retry_budget: Duration,
@@ -80,6 +89,8 @@ impl Default for ChannelSettings {
             api_base: MaskedUrl::from(""),
             drop_pending_updates: false,
             command_prefix: String::new(),
+            webhook_url: None,
+            webhook_secret: None,
             send_retry_budget: crate::net::retry::SENDS.budget,
         }
     }

@@ -152,6 +152,14 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
     super::media::load(l, &mut s.media)?;
     for platform in vars::platforms() {
         load_channel(l, platform, s.channel_mut(platform))?;
+        let webhook = s.channel_mut(platform).webhook_url.is_some();
+        if webhook && s.http_listen.is_none() {
+            let var = format!("BUB_{}_WEBHOOK_URL", platform.to_ascii_uppercase());
+            return Err(ConfigError::new(
+                "BUB_HTTP_LISTEN",
+                format!("required with {var}: the updates are posted to this listener"),
+            ));
+        }
     }
     cost(l, &mut s)?;
     Ok(s)
@@ -496,10 +504,55 @@ fn load_channel(l: &Layers, platform: &str, c: &mut ChannelSettings) -> Result<(
             Field::CommandPrefix => set(l, var, &mut c.command_prefix, |_, v| {
                 Ok(v.trim().to_owned())
             })?,
+            Field::WebhookUrl => set(l, var, &mut c.webhook_url, parse_webhook_url)?,
+            Field::WebhookSecret => {
+                c.webhook_secret = secret(l, var)?;
+                if let Some(s) = &c.webhook_secret {
+                    check_webhook_secret(var, s.expose())?;
+                }
+            }
         }
     }
     let prefix = format!("BUB_{}", platform.to_ascii_uppercase());
+    if c.webhook_url.is_some() && c.webhook_secret.is_none() {
+        return Err(ConfigError::new(
+            format!("{prefix}_WEBHOOK_SECRET"),
+            format!("required with {prefix}_WEBHOOK_URL (the platform sends it with every update)"),
+        ));
+    }
     require_token(c.enabled, &c.token, &prefix)
+}
+
+/// A webhook URL: `https` (what the platforms post to), with a host.
+fn parse_webhook_url(var: &str, v: &str) -> Result<Option<reqwest::Url>, ConfigError> {
+    let v = v.trim();
+    if v.is_empty() || is_null(v) {
+        return Ok(None);
+    }
+    match reqwest::Url::parse(v) {
+        Ok(url) if url.scheme() == "https" && url.host_str().is_some() => Ok(Some(url)),
+        _ => Err(ConfigError::new(
+            var,
+            format!(
+                "invalid URL {v:?} (expected https://HOST/PATH, the address the platform posts to)"
+            ),
+        )),
+    }
+}
+
+/// Telegram's rule for a webhook secret: 1 to 256 of `A-Z a-z 0-9 _ -`. Never quoted.
+fn check_webhook_secret(var: &str, secret: &str) -> Result<(), ConfigError> {
+    let ok = (1..=256).contains(&secret.len())
+        && secret
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    match ok {
+        true => Ok(()),
+        false => Err(ConfigError::new(
+            var,
+            "must be 1 to 256 characters of A-Z, a-z, 0-9, _ and -",
+        )),
+    }
 }
 
 /// Overwrites `field` with the parsed value of `var` when it is set.

@@ -399,7 +399,10 @@ impl Settings {
             &self.ollama_api_key,
             &self.media.transcribe_api_key,
         ];
-        let tokens = self.channels.iter().map(|(_, c)| &c.token);
+        let tokens = self
+            .channels
+            .iter()
+            .flat_map(|(_, c)| [&c.token, &c.webhook_secret]);
         let mut values: Vec<String> = keys
             .into_iter()
             .chain(tokens)

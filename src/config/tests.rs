@@ -739,3 +739,33 @@ fn the_http_listener_is_off_or_on_loopback_unless_an_address_says_otherwise() {
         err_for(&[("BUB_HTTP_LISTEN", bad)], "BUB_HTTP_LISTEN");
     }
 }
+
+#[test]
+fn the_database_url_and_the_webhook_secret_are_secrets() {
+    let fx = Fixture::new();
+    let s = fx
+        .load(&[
+            ("BUB_DATABASE_URL", "postgres://bub:db-pass-123@db:5432/bub"),
+            ("BUB_HTTP_LISTEN", "8080"),
+            ("BUB_TELEGRAM_WEBHOOK_URL", "https://bot.example/hook"),
+            ("BUB_TELEGRAM_WEBHOOK_SECRET", "hook-secret-456"),
+        ])
+        .unwrap();
+    let secrets = s.secret_values();
+    for secret in [
+        "db-pass-123",
+        "hook-secret-456",
+        "postgres://bub:db-pass-123@db:5432/bub",
+    ] {
+        assert!(secrets.iter().any(|v| v == secret), "{secret}");
+    }
+    assert_eq!(
+        s.channels["telegram"].webhook_url.as_ref().unwrap().path(),
+        "/hook"
+    );
+    for bad in ["mysql://db/bub", "postgres://db:notaport/bub"] {
+        err_for(&[("BUB_DATABASE_URL", bad)], "BUB_DATABASE_URL");
+    }
+    let vars = crate::config::vars::secret_vars().collect::<Vec<_>>();
+    assert!(vars.contains(&"BUB_DATABASE_URL") && vars.contains(&"BUB_TELEGRAM_WEBHOOK_SECRET"));
+}

@@ -103,7 +103,7 @@ impl Var {
 
 use Field::{
     AllowChannels, AllowChats, AllowFrom, ApiBase, CommandPrefix, DropPendingUpdates, Enabled,
-    Owners, Proxy, Token,
+    Owners, Proxy, Token, WebhookSecret, WebhookUrl,
 };
 use Group::{Agent, Channels, Cost, Logging, Model, Scale, Tools};
 
@@ -162,6 +162,8 @@ pub(crate) const VARS: &[Var] = &[
     var("BUB_TELEGRAM_PROXY", Channels, "(none)", "an http(s) proxy for Telegram").secret().of("telegram", Proxy),
     var("BUB_TELEGRAM_API_BASE", Channels, DEFAULT_TELEGRAM_API_BASE, "the Telegram Bot API root").of("telegram", ApiBase),
     var("BUB_TELEGRAM_DROP_PENDING_UPDATES", Channels, "false", "skip messages sent while Bub was not running").of("telegram", DropPendingUpdates),
+    var("BUB_TELEGRAM_WEBHOOK_URL", Channels, "(none: long polling)", "the https URL Telegram posts updates to; bub message serves its path on BUB_HTTP_LISTEN").of("telegram", WebhookUrl),
+    var("BUB_TELEGRAM_WEBHOOK_SECRET", Channels, "(none)", "required with the webhook URL: sent by Telegram with every update (1-256 of A-Z a-z 0-9 _ -)").secret().of("telegram", WebhookSecret),
     var("BUB_DISCORD_ENABLED", Channels, "false", "bub message serves Discord (needs BUB_DISCORD_TOKEN)").of("discord", Enabled),
     var("BUB_DISCORD_TOKEN", Channels, "(none)", "the bot token").secret().of("discord", Token),
     var("BUB_DISCORD_ALLOW_FROM", Channels, "(nobody)", "user ids or usernames admitted; * admits everyone (as guests)").list().of("discord", AllowFrom),

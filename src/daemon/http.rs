@@ -6,6 +6,9 @@
 //!   do not. `bub idle` listens on none: ready while it serves.
 //! * `GET /metrics` — [`crate::metrics`] in the Prometheus text format.
 //!
+//! * `POST` to the path of a webhook URL (`BUB_TELEGRAM_WEBHOOK_URL`) — a platform's update,
+//!   checked and stored by [`crate::channels::webhook`].
+//!
 //! Anything else is 404 (405 for another method). Nothing secret is served: counts under
 //! closed label sets, never a message, a chat id or a key. The address is bound before serving
 //! starts, so a taken port stops the command with the reason; it is loopback unless
@@ -15,8 +18,9 @@ use std::net::SocketAddr;
 
 use anyhow::Context;
 use axum::Router;
+use axum::body::Body;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::net::TcpListener;
@@ -45,6 +49,7 @@ pub async fn serve(
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
+        .fallback(posted)
         .with_state(channels);
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
@@ -67,6 +72,14 @@ async fn ready(State(channels): State<Vec<&'static str>>) -> impl IntoResponse {
             format!("not connected: {}\n", down.join(", ")),
         ),
     }
+}
+
+/// A POST to any other path: a webhook's, or 404.
+async fn posted(method: Method, uri: Uri, headers: HeaderMap, body: Body) -> StatusCode {
+    if method != Method::POST {
+        return StatusCode::NOT_FOUND;
+    }
+    crate::channels::webhook::dispatch(uri.path(), &headers, body).await
 }
 
 async fn metrics() -> impl IntoResponse {

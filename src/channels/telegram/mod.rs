@@ -1,5 +1,5 @@
 //! Telegram adapter: `getUpdates` long polling in (a loop of its own over teloxide's [`Bot`]),
-//! `sendMessage` out.
+//! or updates posted to a webhook ([`webhook`], `BUB_TELEGRAM_WEBHOOK_URL`); `sendMessage` out.
 //!
 //! * [`Telegram::new`] builds the teloxide [`Bot`] against `BUB_TELEGRAM_API_BASE` with its own
 //!   reqwest client: the explicit `BUB_TELEGRAM_PROXY` if set, otherwise **no** proxy (ambient
@@ -24,6 +24,7 @@ pub(crate) mod filter;
 mod live;
 mod media;
 pub(crate) mod message;
+mod webhook;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -75,6 +76,8 @@ pub struct Telegram {
     /// The Bot API's base and how the client reaches it, for connection errors.
     api: reqwest::Url,
     route: crate::net::Route,
+    /// `BUB_TELEGRAM_WEBHOOK_URL`: updates are posted (else polled).
+    webhook: Option<webhook::Webhook>,
 }
 
 impl Telegram {
@@ -120,6 +123,11 @@ impl Telegram {
             media_max_bytes: settings.media.max_bytes,
             api: url,
             route,
+            webhook: tg
+                .webhook_url
+                .clone()
+                .zip(tg.webhook_secret.clone())
+                .map(|(url, secret)| webhook::Webhook { url, secret }),
         })
     }
 
@@ -243,6 +251,19 @@ impl Telegram {
     /// journaled, so a restart neither loses nor repeats one. Errors are retried with backoff
     /// (a rejected token stops the channel).
     async fn poll(&self, handler: &Handler, shutdown: CancellationToken) -> anyhow::Result<()> {
+        // A webhook set earlier would make Telegram refuse `getUpdates`.
+        let delete = self
+            .bot
+            .delete_webhook()
+            .drop_pending_updates(self.drop_pending_updates);
+        tokio::select! {
+            done = delete.send() => {
+                if let Err(e) = done {
+                    tracing::warn!(error = %self.describe(&e), "telegram.delete_webhook.error");
+                }
+            }
+            () = shutdown.cancelled() => return Ok(()),
+        }
         let mut offset = handler
             .inbound
             .cursor("telegram")
@@ -397,18 +418,6 @@ impl Channel for Telegram {
             drop_pending_updates = self.drop_pending_updates, "telegram.start");
         crate::metrics::connected("telegram", true);
         self.register_commands().await;
-        let delete = self
-            .bot
-            .delete_webhook()
-            .drop_pending_updates(self.drop_pending_updates);
-        tokio::select! {
-            done = delete.send() => {
-                if let Err(e) = done {
-                    tracing::warn!(error = %self.describe(&e), "telegram.delete_webhook.error");
-                }
-            }
-            () = shutdown.cancelled() => return Ok(()),
-        }
         let handler = Handler {
             bot: self.bot.clone(),
             token: self.token.clone(),
@@ -418,9 +427,12 @@ impl Channel for Telegram {
             media_max_bytes: self.media_max_bytes,
             inbound,
         };
-        let polled = self.poll(&handler, shutdown).await;
+        let received = match &self.webhook {
+            Some(webhook) => self.receive(webhook, &handler, shutdown).await,
+            None => self.poll(&handler, shutdown).await,
+        };
         crate::metrics::connected("telegram", false);
-        polled
+        received
     }
 
     fn message_limit(&self) -> usize {

@@ -37,6 +37,9 @@
 //! outage made with [`FakeTelegram::fail_for`] (5xx) or [`FakeTelegram::stall_for`] (no answer,
 //! so the client times out) costs a test at least that long.
 //!
+//! Webhooks: `setWebhook` makes the fake post its queued updates to the webhook as Telegram
+//! does ([`webhook`]; the test says where the URL's path is served).
+//!
 //! Files: [`FakeTelegram::add_file`] registers bytes under a `file_id`; `getFile` answers
 //! `{"file_id", "file_unique_id", "file_size", "file_path"}` (400 "Bad Request: invalid
 //! file_id" for unknown ids) and `GET /file/bot<token>/<file_path>` serves the bytes in 64 KiB
@@ -71,6 +74,7 @@ use tokio_util::sync::CancellationToken;
 
 mod media;
 pub mod messages;
+pub mod webhook;
 
 use super::wire;
 
@@ -144,6 +148,10 @@ struct Inner {
     files: HashMap<String, media::StoredFile>,
     /// `(method, bytes)` of the uploads answered with success.
     uploads: Vec<(String, Bytes)>,
+    /// The webhook `setWebhook` set ([`webhook`]), where its path is served, what was posted.
+    webhook: Option<webhook::Hook>,
+    deliver_to: Option<reqwest::Url>,
+    posts: Vec<webhook::Post>,
 }
 
 struct Shared {
@@ -177,6 +185,9 @@ pub async fn start() -> FakeTelegram {
             texts: HashMap::new(),
             files: HashMap::new(),
             uploads: Vec::new(),
+            webhook: None,
+            deliver_to: None,
+            posts: Vec::new(),
         }),
         changed: Notify::new(),
         next_update_id: AtomicI64::new(1),
@@ -194,6 +205,7 @@ pub async fn start() -> FakeTelegram {
         .await
         .expect("bind fake telegram");
     let addr = listener.local_addr().expect("fake telegram address");
+    tokio::spawn(webhook::deliver(shared.clone()));
     let closed = shared.closed.clone();
     let task = tokio::spawn(async move {
         axum::serve(listener, app)
@@ -633,7 +645,9 @@ async fn answer(
             let pending = shared.state.lock().unwrap().updates.len();
             ok(json!({"url": "", "has_custom_certificate": false, "pending_update_count": pending}))
         }
+        "getupdates" if shared.state.lock().unwrap().webhook.is_some() => webhook::conflict(),
         "getupdates" => ok(get_updates(shared, body).await),
+        "setwebhook" => webhook::set(shared, body),
         "sendmessage" => {
             let id = shared.next_sent_id.fetch_add(1, Ordering::SeqCst);
             let message = sent_message(id, body);
@@ -646,12 +660,7 @@ async fn answer(
         "sendphoto" | "senddocument" | "sendvoice" | "sendaudio" => {
             media::send_media(shared, method, body, upload)
         }
-        "deletewebhook" => {
-            if body["drop_pending_updates"] == true {
-                shared.state.lock().unwrap().updates.clear();
-            }
-            ok(json!(true))
-        }
+        "deletewebhook" => webhook::delete(shared, body),
         "sendchataction" | "setmycommands" | "deletemessage" | "setmessagereaction" => {
             ok(json!(true))
         }
