@@ -133,12 +133,31 @@ write_state() {
     echo "$*" 2>/dev/null >"$state_file" || log "cannot write $state_file: the healthcheck will fail"
 }
 
-# healthcheck: the running entrypoint's mode, checked.
+# health_url: /healthz at BUB_HTTP_LISTEN (a PORT or HOST:PORT), as reached from inside.
+health_url() {
+    local listen="$BUB_HTTP_LISTEN" host="" port
+    port="${listen##*:}"
+    [[ "$listen" != "$port" ]] && host="${listen%:*}"
+    case "$host" in
+    "" | 0.0.0.0 | localhost) host=127.0.0.1 ;;
+    "[::]") host="[::1]" ;;
+    esac
+    echo "http://$host:$port/healthz"
+}
+
+# healthcheck: the running entrypoint's mode, checked (bub message: its /healthz when
+# BUB_HTTP_LISTEN is set, else `bub status`).
 healthcheck() {
     local mode="" pid=""
     read -r mode pid 2>/dev/null <"$state_file" || true
     case "$mode" in
-    message) "$bub_bin" status --json >/dev/null || return 1 ;;
+    message)
+        if [[ -n "${BUB_HTTP_LISTEN:-}" ]]; then
+            curl -fsS --max-time 5 -o /dev/null "$(health_url)" || return 1
+        else
+            "$bub_bin" status --json >/dev/null || return 1
+        fi
+        ;;
     startup)
         if [[ -n "$pid" && -d "/proc/$pid" ]]; then
             return 0

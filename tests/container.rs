@@ -588,3 +588,43 @@ fn missing_bub_fails_clearly() {
     assert_eq!(status.code(), Some(127));
     assert!(sb.stderr().contains("cannot find"), "{}", sb.stderr());
 }
+
+#[test]
+fn the_healthcheck_asks_healthz_when_bub_listens() {
+    // A one-request HTTP server standing in for bub message's listener.
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port().to_string();
+    let answered = std::thread::spawn(move || {
+        let (mut conn, _) = server.accept().unwrap();
+        let mut request = [0u8; 1024];
+        let n = std::io::Read::read(&mut conn, &mut request).unwrap();
+        std::io::Write::write_all(
+            &mut conn,
+            b"HTTP/1.1 200 OK\r\ncontent-length: 3\r\n\r\nok\n",
+        )
+        .unwrap();
+        String::from_utf8_lossy(&request[..n]).into_owned()
+    });
+    let sb = Sandbox::new();
+    let mut ep = sb.spawn(&[], &[("STUB_MESSAGE_WAIT", "1")]);
+    sb.wait_for_log("message waiting");
+    let listen = format!("0.0.0.0:{port}");
+    let (code, said) = sb.healthcheck(&[("BUB_HTTP_LISTEN", &listen)]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        answered
+            .join()
+            .unwrap()
+            .starts_with("GET /healthz HTTP/1.1")
+    );
+    assert!(
+        sb.argv_lines("status").is_empty(),
+        "no bub status: {}",
+        sb.log()
+    );
+    // Nothing answers there now: unhealthy.
+    assert_eq!(sb.healthcheck(&[("BUB_HTTP_LISTEN", &port)]).0, Some(1));
+
+    ep.signal(libc::SIGTERM);
+    assert_eq!(ep.wait(&sb).code(), Some(0), "stderr:\n{}", sb.stderr());
+}

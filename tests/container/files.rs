@@ -213,6 +213,16 @@ fn the_account_the_healthcheck_and_the_skills_mount_agree() {
         .and_then(|v| v.parse::<u32>().ok())
         .expect("HEALTHCHECK --interval=Ns");
     assert!(interval >= 30, "a check every {interval} s");
+    // Compose checks the same way, and serves /healthz for it.
+    for needle in [
+        r#"test: ["CMD", "/usr/local/bin/bub-entrypoint", "--healthcheck"]"#,
+        "BUB_HTTP_LISTEN: ${BUB_HTTP_LISTEN:-8080}",
+    ] {
+        assert!(
+            compose.contains(needle),
+            "docker-compose.yml lacks {needle:?}"
+        );
+    }
 
     // Global skills are opt-in (commented out), and never a directory Docker creates as root.
     assert!(
