@@ -74,7 +74,7 @@ fn job(id: &str, trigger: Trigger, now: DateTime<Utc>) -> Job {
 }
 
 fn load(home: &std::path::Path) {
-    let store = store::open(home);
+    let store = store::open(home, None);
     let jobs = background_jobs(JOBS, Utc::now());
     store.change(|all| *all = jobs).expect("write");
     let size = std::fs::metadata(home.join("jobs.json"))
@@ -141,7 +141,7 @@ fn ms(d: Duration) -> String {
 }
 
 async fn run_scheduler(home: &std::path::Path, jobs: Vec<Job>, n: usize) -> Vec<Duration> {
-    store::open(home)
+    store::open(home, None)
         .change(|all| *all = jobs)
         .expect("write jobs");
     let recorder = Arc::new(Recorder::default());

@@ -494,7 +494,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     }
     listen(agent.settings(), manager.channel_names(), &shutdown).await?;
     let scheduler = scheduler_enabled
-        .then(|| tokio::spawn(scheduler(agent.settings(), jobs).run(shutdown.child_token())));
+        .then(|| tokio::spawn(scheduler(&agent, jobs).run(shutdown.child_token())));
     let served = manager.run(shutdown.clone()).await;
     shutdown.cancel();
     if let Some(scheduler) = scheduler {
@@ -533,7 +533,7 @@ async fn status(settings: &Settings, json: bool) -> anyhow::Result<()> {
         print_out(&bub::terminal::safe_json(&text));
         return Ok(());
     }
-    let store = bub::scheduler::store::open(home);
+    let store = bub::scheduler::store::open(home, bub::cli::db::open(settings)?.as_ref());
     let jobs = match store.list() {
         Ok(jobs) => jobs
             .iter()
@@ -614,7 +614,7 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
     beat(&agent, jobs.clone(), &shutdown);
     // Nothing to wait for: its channels only send.
     listen(agent.settings(), Vec::new(), &shutdown).await?;
-    let scheduler = scheduler(agent.settings(), jobs);
+    let scheduler = scheduler(&agent, jobs);
     // A scheduler that fails stops the process (there is nothing else to do).
     let scheduled = tokio::spawn({
         let shutdown = shutdown.clone();
@@ -692,9 +692,12 @@ fn warn_about_guests(settings: &Settings) {
     }
 }
 
-/// The scheduler of this process: due runs go to the session actors through `jobs`.
-fn scheduler(settings: &Settings, jobs: JobQueue) -> Scheduler {
+/// The scheduler of this process: due runs go to the session actors through `jobs`; the jobs
+/// are those of `agent`'s store (files in `BUB_HOME`, or the database).
+fn scheduler(agent: &AgentRuntime, jobs: JobQueue) -> Scheduler {
+    let settings = agent.settings();
     Scheduler::new(&settings.home, settings.scheduler_catch_up, Arc::new(jobs))
+        .with_store(agent.jobs())
 }
 
 /// `bub send CHANNEL CHAT_ID TEXT`: exit 0 sent (with `--id`: or sent before), 1 not

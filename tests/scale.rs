@@ -1,12 +1,14 @@
 //! Scaling out on PostgreSQL (`BUB_DATABASE_URL`), end to end: the real binary against a
 //! throwaway cluster (`support::postgres`) and the fake model. `bub db migrate` / `status`, the
 //! migrations every command runs at start, a schema from a newer Bub refused, and the tapes
-//! of `bub run` kept in the database (none in BUB_HOME).
+//! of `bub run` and the jobs it schedules kept in the database (none in BUB_HOME), fired from
+//! there by `bub idle`.
 
 use crate::support;
 
-use support::bub_env::{Env, stderr, stdout};
+use support::bub_env::{Env, stderr, stdout, texts};
 use support::postgres;
+use support::wait::WAIT;
 
 /// Runs `sql` on the database of `url` and returns the first column of each row as text.
 async fn query(url: &str, sql: &str) -> Vec<String> {
@@ -56,10 +58,11 @@ async fn db_commands_migrate_once_and_report_the_schema() {
     let status = stdout(&out);
     assert!(status.contains("schema version 0"), "{status}");
     assert!(status.contains("pending  #1 tapes"), "{status}");
+    assert!(status.contains("pending  #2 jobs"), "{status}");
 
     let out = env.run(&["db", "migrate"]).await;
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).contains("applied #1"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("applied #1, #2"), "{}", stdout(&out));
     let out = env.run(&["db", "migrate"]).await;
     assert!(stdout(&out).contains("up to date"), "{}", stdout(&out));
     let status = stdout(&env.run(&["db", "status"]).await);
@@ -127,4 +130,44 @@ async fn tapes_live_in_the_database_and_a_newer_schema_stops_bub() {
     );
     assert!(stderr(&out).contains("version 1000"), "{}", stderr(&out));
     assert_eq!(env.model.requests().len(), before, "no model call");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn jobs_live_in_the_database_and_fire_from_there() {
+    let mut env = Env::new().await;
+    let url = postgres::database();
+    env.set("BUB_DATABASE_URL", &url);
+    let out = env
+        .run(&[
+            "run",
+            "--session-id",
+            "telegram:42",
+            ",schedule.add after_seconds=1 message='say pong'",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!env.home.join("jobs.json").exists(), "no jobs file");
+    let stored = query(&url, "SELECT job FROM bub_jobs").await;
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert!(stored[0].contains("say pong"), "{stored:?}");
+    let listed = stdout(&env.run(&["jobs", "list"]).await);
+    assert!(
+        listed.contains("say pong") && listed.contains("telegram:42"),
+        "{listed}"
+    );
+
+    env.model.push_text("pong");
+    let idle = env.spawn(&["idle"]);
+    let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    assert_eq!(texts(&sent), ["pong"]);
+    let done = async {
+        while !query(&url, "SELECT id FROM bub_jobs").await.is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(WAIT, done)
+        .await
+        .expect("the one-shot job removed in time");
+    assert!(idle.stop().await.success());
+    assert_eq!(env.model.request_count(), 1, "fired once");
 }

@@ -339,7 +339,7 @@ fn runs_interrupted_by_a_crash_are_not_repeated() {
 #[test]
 fn store_is_plain_json_and_shared_by_writers() {
     let dir = tempfile::tempdir().unwrap();
-    let store = store::open(dir.path());
+    let store = store::open(dir.path(), None);
     assert!(store.list().unwrap().is_empty(), "no file = no jobs");
     // Eight writers at once (as eight processes would): no update is lost.
     std::thread::scope(|s| {
@@ -378,7 +378,7 @@ fn store_is_plain_json_and_shared_by_writers() {
 #[test]
 fn corrupt_store_is_moved_aside_and_never_overwritten() {
     let dir = tempfile::tempdir().unwrap();
-    let store = store::open(dir.path());
+    let store = store::open(dir.path(), None);
     std::fs::write(jobs_file(dir.path()), "{\"version\": 1, \"jobs\": [ {oops").unwrap();
     assert!(store.list().unwrap().is_empty());
     let aside: Vec<_> = std::fs::read_dir(dir.path())
@@ -484,7 +484,7 @@ fn logged<R>(f: impl FnOnce() -> R) -> (R, String) {
 #[test]
 fn a_job_that_cannot_run_is_set_aside_alone() {
     let dir = tempfile::tempdir().unwrap();
-    let store = store::open(dir.path());
+    let store = store::open(dir.path(), None);
     let tomorrow = hand_job(
         "tmrw",
         serde_json::json!({"kind": "once", "at": "tomorrow"}),
@@ -578,7 +578,7 @@ fn a_job_that_cannot_run_is_set_aside_alone() {
 #[test]
 fn every_kind_of_unrunnable_job_gets_its_reason() {
     let dir = tempfile::tempdir().unwrap();
-    let store = store::open(dir.path());
+    let store = store::open(dir.path(), None);
     let once_at = serde_json::json!({"kind": "once", "at": "2026-11-23T13:00:00Z"});
     let next = "2026-11-23T13:00:00Z";
     let mut no_session = hand_job("nosession", once_at.clone(), next);
@@ -679,7 +679,7 @@ fn a_file_without_a_jobs_array_is_still_moved_aside_whole() {
     .enumerate()
     {
         let dir = tempfile::tempdir().unwrap();
-        let store = store::open(dir.path());
+        let store = store::open(dir.path(), None);
         std::fs::write(jobs_file(dir.path()), text).unwrap();
         assert!(store.list().unwrap().is_empty(), "case {i}");
         let aside = files_named(dir.path(), "jobs.json.corrupt-");
@@ -696,7 +696,7 @@ fn a_file_without_a_jobs_array_is_still_moved_aside_whole() {
 #[test]
 fn a_broken_rejected_file_is_moved_aside_and_an_unwritable_one_keeps_the_job() {
     let dir = tempfile::tempdir().unwrap();
-    let store = store::open(dir.path());
+    let store = store::open(dir.path(), None);
     let valid = hand_job(
         "ok",
         serde_json::json!({"kind": "once", "at": "2026-11-23T13:00:00Z"}),

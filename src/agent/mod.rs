@@ -217,6 +217,11 @@ impl AgentRuntime {
         &self.settings
     }
 
+    /// The scheduled jobs this runtime's process keeps (files or the database).
+    pub fn jobs(&self) -> std::sync::Arc<dyn crate::scheduler::JobStore> {
+        self.process.jobs()
+    }
+
     /// The process's way to any chat (`message.send`, scheduled runs); the daemon installs its
     /// running adapters here.
     pub fn outbox(&self) -> &Arc<Outbox> {
@@ -341,7 +346,7 @@ impl AgentRuntime {
             )),
             Err(e) => lines.push(format!("context: unavailable ({e:#})")),
         }
-        let store = crate::scheduler::store::open(&self.process.home);
+        let store = self.process.jobs();
         let jobs = tokio::task::spawn_blocking(move || store.list()).await;
         match jobs {
             Ok(Ok(jobs)) => {

@@ -247,7 +247,7 @@ pub fn print_out(text: &str) {
 pub fn jobs(settings: &Settings, action: &JobsAction) -> anyhow::Result<ExitCode> {
     // Reading the store may set jobs aside (or a broken file); that is logged to stderr.
     logging::init(settings, LogTarget::Stderr);
-    let store = crate::scheduler::store::open(&settings.home);
+    let store = crate::scheduler::store::open(&settings.home, super::db::open(settings)?.as_ref());
     let in_store = || store.location();
     match action {
         // Loading sets aside jobs that cannot run; they are listed after the others, with why.

@@ -12,7 +12,10 @@ use super::Database;
 
 /// The migrations, in order: version, name, SQL. A released migration is never edited; a
 /// change is a new one.
-const MIGRATIONS: &[(i32, &str, &str)] = &[(1, "tapes", include_str!("migrations/0001_tapes.sql"))];
+const MIGRATIONS: &[(i32, &str, &str)] = &[
+    (1, "tapes", include_str!("migrations/0001_tapes.sql")),
+    (2, "jobs", include_str!("migrations/0002_jobs.sql")),
+];
 
 /// The advisory lock key under which migrations run ("bub" in ASCII, then 1).
 const LOCK: i64 = 0x0062_7562_0000_0001;

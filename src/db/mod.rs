@@ -96,12 +96,20 @@ impl Database {
         &self,
         work: impl Future<Output = anyhow::Result<R>> + Send + 'static,
     ) -> anyhow::Result<R> {
+        self.start(work).wait()
+    }
+
+    /// Starts `work` on the database's runtime; [`Started::wait`] blocks for its result. For a
+    /// caller that has more to do on its own thread meanwhile (answer the work, say).
+    pub fn start<R: Send + 'static>(
+        &self,
+        work: impl Future<Output = anyhow::Result<R>> + Send + 'static,
+    ) -> Started<R> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.handle().spawn(async move {
             let _ = tx.send(work.await);
         });
-        rx.recv()
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("the database runtime stopped")))
+        Started(rx)
     }
 
     /// Runs `work` on the database's runtime, for async callers.
@@ -125,6 +133,18 @@ impl Database {
     /// The pool (cheap to clone), for work moved onto the database's runtime.
     pub fn pool(&self) -> Pool {
         self.pool.clone()
+    }
+}
+
+/// Work started on the database's runtime ([`Database::start`]).
+pub struct Started<R>(std::sync::mpsc::Receiver<anyhow::Result<R>>);
+
+impl<R> Started<R> {
+    /// Blocks this thread until the work is done.
+    pub fn wait(self) -> anyhow::Result<R> {
+        self.0
+            .recv()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the database runtime stopped")))
     }
 }
 

@@ -75,12 +75,18 @@ impl Scheduler {
     /// `runner`, on the wall clock.
     pub fn new(home: &std::path::Path, catch_up: bool, runner: Arc<dyn JobRunner>) -> Self {
         Self {
-            store: store::open(home),
+            store: store::open(home, None),
             clock: Arc::new(SystemClock),
             owner_lock: home.join("scheduler.lock"),
             catch_up,
             runner,
         }
+    }
+
+    /// The same scheduler over `store` (the database's jobs, say) instead of `home`'s file.
+    pub fn with_store(mut self, store: Arc<dyn JobStore>) -> Self {
+        self.store = store;
+        self
     }
 
     /// The same scheduler reading the time from `clock` (due jobs, catch-up, lateness). Its

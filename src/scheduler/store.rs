@@ -2,8 +2,10 @@
 //! scheduler's loop, the `schedule.*` tools, `bub jobs`, `bub status`, the chat's `,status`),
 //! and [`open`], the one place a store is chosen.
 //!
-//! * [`file`](mod@file) — today's store: `BUB_HOME/jobs.json` (locked read-modify-write,
-//!   atomic replace; a job that cannot run is set aside on its own in `jobs.rejected.json`).
+//! * [`file`](mod@file) — the default: `BUB_HOME/jobs.json` (locked read-modify-write, atomic
+//!   replace; a job that cannot run is set aside on its own in `jobs.rejected.json`);
+//! * `pg` — with `BUB_DATABASE_URL`: a row per job, every change a transaction holding the
+//!   change counter's row, so replicas share one list.
 //!
 //! A store is a list of [`Job`]s that many processes share. What it promises (see each method):
 //! an update is an atomic read-modify-write, so concurrent writers never lose each other's
@@ -14,6 +16,9 @@
 //! a change to [`open`], not to its users.
 
 pub(crate) mod file;
+mod pg;
+#[cfg(test)]
+mod suite_tests;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -23,13 +28,18 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::job::Job;
+use crate::db::Database;
 use crate::storage::Stamp;
 pub(crate) use file::FileJobStore;
 
-/// The store of `home` (`BUB_HOME`): the jobs file there. Every process that reads or changes
-/// jobs opens its store here (cheap; holds no open file).
-pub fn open(home: &Path) -> Arc<dyn JobStore> {
-    Arc::new(FileJobStore::new(home))
+/// The store of `home` (`BUB_HOME`): the jobs file there, or the jobs in `database` when there
+/// is one (`BUB_DATABASE_URL`). Every process that reads or changes jobs opens its store here
+/// (cheap; holds no open file, makes no connection).
+pub fn open(home: &Path, database: Option<&Arc<Database>>) -> Arc<dyn JobStore> {
+    match database {
+        Some(db) => Arc::new(pg::PgJobStore::new(db.clone())),
+        None => Arc::new(FileJobStore::new(home)),
+    }
 }
 
 /// The shared list of jobs.
@@ -116,16 +126,13 @@ enum Repr {
     /// The file store: the identity of `jobs.json` (modification time, size, inode; `None` when
     /// there is no file). Every write replaces the file, so it changes with every write.
     File(Option<Stamp>),
-    /// A store that counts the changes it stores (a database's change counter; today only the
-    /// in-memory store of the tests).
-    #[cfg(test)]
+    /// A store that counts the changes it stores (a database's change counter).
     Counter(u64),
 }
 
 impl Version {
     /// The version of a store that counts its changes: `changes` stored so far. The count must
     /// grow with every stored change (by any process) and never go back.
-    #[cfg(test)]
     pub(crate) fn counter(changes: u64) -> Self {
         Self(Repr::Counter(changes))
     }

@@ -79,6 +79,11 @@ pub struct ProcessCtx {
 }
 
 impl ProcessCtx {
+    /// The scheduled jobs: `BUB_HOME/jobs.json`, or the database's.
+    pub(crate) fn jobs(&self) -> Arc<dyn crate::scheduler::JobStore> {
+        crate::scheduler::store::open(&self.home, self.database.as_ref())
+    }
+
     /// The process parts for `settings` and `registry`: access gate, outbox, redactor, limits,
     /// policies and each tool's settings, converted once. Nothing here keeps `settings`' own
     /// workspace: a session carries its workspace ([`SessionCtx::open`]), so runtimes of

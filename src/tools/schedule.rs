@@ -51,7 +51,7 @@ async fn with_store<R: Send + 'static>(
     ctx: &ToolContext,
     f: impl FnOnce(Arc<dyn JobStore>) -> Result<R, ToolError> + Send + 'static,
 ) -> Result<R, ToolError> {
-    let store = crate::scheduler::store::open(&ctx.process.home);
+    let store = ctx.process.jobs();
     tokio::task::spawn_blocking(move || f(store))
         .await
         .map_err(|e| ToolError::new(format!("schedule task failed: {e}")))?
@@ -286,7 +286,7 @@ mod tests {
         }
 
         fn jobs(&self) -> Vec<Job> {
-            crate::scheduler::store::open(&self.settings.home)
+            crate::scheduler::store::open(&self.settings.home, None)
                 .list()
                 .unwrap()
         }
@@ -395,7 +395,7 @@ mod tests {
     async fn owners_keep_fifty_jobs_per_chat_and_a_home_keeps_a_thousand() {
         let home = Home::new();
         let owner = home.turn("cli", Authority::terminal(), TurnOrigin::Asked);
-        let store = crate::scheduler::store::open(&home.settings.home);
+        let store = crate::scheduler::store::open(&home.settings.home, None);
         let mut first = None;
         for _ in 0..50 {
             let added = call(

@@ -168,7 +168,7 @@ fn on_time((id, due, fired): &Run, bound: chrono::Duration) {
 #[tokio::test(start_paused = true)]
 async fn owner_fires_due_jobs_added_by_other_processes() {
     let dir = tempfile::tempdir().unwrap();
-    let store = store::open(dir.path());
+    let store = store::open(dir.path(), None);
     let clock = Arc::new(TokioClock::new());
     let recorder = Recorder::new(&clock);
     let scheduler = Running::start(dir.path(), &recorder);
@@ -201,7 +201,7 @@ async fn owner_fires_due_jobs_added_by_other_processes() {
 #[tokio::test(start_paused = true)]
 async fn two_schedulers_on_one_home_fire_each_job_once_and_the_standby_takes_over() {
     let dir = tempfile::tempdir().unwrap();
-    let store = store::open(dir.path());
+    let store = store::open(dir.path(), None);
     let clock = Arc::new(TokioClock::new());
     let (first, second) = (Recorder::new(&clock), Recorder::new(&clock));
     let first_scheduler = Running::start(dir.path(), &first);
@@ -230,7 +230,7 @@ async fn two_schedulers_on_one_home_fire_each_job_once_and_the_standby_takes_ove
 #[tokio::test(start_paused = true)]
 async fn a_claimed_run_does_not_fire_again_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let store = store::open(dir.path());
+    let store = store::open(dir.path(), None);
     let clock = Arc::new(TokioClock::new());
     // The previous owner claimed "every" (running) and died; "missed" was due while no one ran.
     let now = clock.now();
@@ -265,7 +265,7 @@ async fn a_claimed_run_does_not_fire_again_after_a_restart() {
 #[tokio::test(start_paused = true)]
 async fn a_valid_job_fires_next_to_a_rejected_one() {
     let dir = tempfile::tempdir().unwrap();
-    let store = store::open(dir.path());
+    let store = store::open(dir.path(), None);
     let clock = Arc::new(TokioClock::new());
     let due = clock.now() + chrono::Duration::milliseconds(500);
     let due_text = due.to_rfc3339();

@@ -1,0 +1,215 @@
+//! [`PgJobStore`]: the jobs in PostgreSQL (`BUB_DATABASE_URL`), shared by every replica.
+//!
+//! A row of `bub_jobs` per job (its JSON as `jobs.json` would hold it, and its position in the
+//! list); `bub_jobs_state` counts the stored changes — the [`Version`]. Every update is one
+//! transaction that first locks the counter's row, so updates from any process are applied one
+//! after the other and never lose each other's changes (the scheduler's claims among them: a
+//! due run is claimed by one replica only). A read is one statement, so it sees one state. A
+//! row that cannot run (edited by hand, say) is moved to `bub_jobs_rejected` with its reason,
+//! in the transaction that found it.
+
+use std::sync::Arc;
+
+use deadpool_postgres::GenericClient;
+
+use super::{JobStore, Rejected, Version};
+use crate::db::{self, Database};
+use crate::scheduler::job::Job;
+
+pub(crate) struct PgJobStore {
+    db: Arc<Database>,
+}
+
+/// The jobs as read: those that can run, and the rows that cannot (id, job text, reason).
+struct Read {
+    version: i64,
+    jobs: Vec<Job>,
+    bad: Vec<(String, String, String)>,
+}
+
+impl PgJobStore {
+    pub(crate) fn new(db: Arc<Database>) -> Self {
+        Self { db }
+    }
+}
+
+/// Reads the counter and every job in one statement (one snapshot).
+async fn read(client: &impl GenericClient) -> anyhow::Result<Read> {
+    let rows = client
+        .query(
+            "SELECT s.version, j.id, j.job FROM bub_jobs_state s \
+             LEFT JOIN bub_jobs j ON true ORDER BY j.position",
+            &[],
+        )
+        .await?;
+    let mut read = Read {
+        version: rows.first().map_or(0, |r| r.get(0)),
+        jobs: Vec::with_capacity(rows.len()),
+        bad: Vec::new(),
+    };
+    for row in &rows {
+        let (Some(id), Some(text)) = (
+            row.get::<_, Option<String>>(1),
+            row.get::<_, Option<String>>(2),
+        ) else {
+            continue;
+        };
+        match Job::from_json(&text) {
+            Ok(job) => read.jobs.push(job),
+            Err(reason) => read.bad.push((id, text, reason)),
+        }
+    }
+    Ok(read)
+}
+
+/// Moves `bad` rows to `bub_jobs_rejected` and counts the change (counter row locked).
+async fn set_aside(
+    client: &impl GenericClient,
+    bad: &[(String, String, String)],
+) -> anyhow::Result<()> {
+    for (id, job, reason) in bad {
+        tracing::error!(job = %id, reason = %reason, "scheduler.store.rejected: set aside");
+        client
+            .execute(
+                "INSERT INTO bub_jobs_rejected (job, reason) VALUES ($1, $2)",
+                &[job, reason],
+            )
+            .await?;
+        client
+            .execute("DELETE FROM bub_jobs WHERE id = $1", &[id])
+            .await?;
+    }
+    client
+        .execute("UPDATE bub_jobs_state SET version = version + 1", &[])
+        .await?;
+    Ok(())
+}
+
+/// Replaces the stored list with `jobs` (a later job with an id already written is dropped).
+async fn write(client: &impl GenericClient, jobs: &[Job]) -> anyhow::Result<()> {
+    let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+    let positions: Vec<i64> = (0..jobs.len() as i64).collect();
+    let texts = jobs
+        .iter()
+        .map(serde_json::to_string)
+        .collect::<Result<Vec<_>, _>>()?;
+    client.execute("DELETE FROM bub_jobs", &[]).await?;
+    client
+        .execute(
+            "INSERT INTO bub_jobs (id, position, job) \
+             SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[]) ON CONFLICT (id) DO NOTHING",
+            &[&ids, &positions, &texts],
+        )
+        .await?;
+    client
+        .execute("UPDATE bub_jobs_state SET version = version + 1", &[])
+        .await?;
+    Ok(())
+}
+
+fn version(n: i64) -> Version {
+    Version::counter(n as u64)
+}
+
+impl JobStore for PgJobStore {
+    fn load(&self) -> anyhow::Result<(Vec<Job>, Version)> {
+        let mut read = self.read()?;
+        if !read.bad.is_empty() {
+            // Rows that cannot run: an update that changes nothing sets them aside.
+            self.update(&mut |_| {})?;
+            read = self.read()?;
+        }
+        Ok((read.jobs, version(read.version)))
+    }
+
+    fn update(&self, change: &mut dyn FnMut(&mut Vec<Job>)) -> anyhow::Result<Version> {
+        // The transaction runs on the database's runtime; `change` (borrowed, not `Send`) runs
+        // here, between its read and its write: the jobs come here and the changed ones go back.
+        let (ask, asked) = std::sync::mpsc::sync_channel::<Vec<Job>>(1);
+        let (answer, answered) = std::sync::mpsc::sync_channel::<Option<Vec<Job>>>(1);
+        let pool = self.db.pool();
+        let transaction = self.db.start(async move {
+            let mut client = db::client(&pool).await?;
+            let tx = client.transaction().await?;
+            tx.execute("SELECT 1 FROM bub_jobs_state FOR UPDATE", &[])
+                .await?;
+            let Read {
+                version: mut after,
+                jobs,
+                bad,
+            } = read(&tx).await?;
+            if !bad.is_empty() {
+                set_aside(&tx, &bad).await?;
+                after += 1;
+            }
+            ask.send(jobs)?;
+            // No answer (the change panicked): nothing is written.
+            if let Some(jobs) = tokio::task::spawn_blocking(move || answered.recv()).await?? {
+                write(&tx, &jobs).await?;
+                after += 1;
+            }
+            tx.commit().await?;
+            Ok(after)
+        });
+        // Called exactly once when the jobs could be read, not at all otherwise.
+        if let Ok(mut jobs) = asked.recv() {
+            let before = jobs.clone();
+            change(&mut jobs);
+            let _ = answer.send((jobs != before).then_some(jobs));
+        }
+        Ok(version(transaction.wait()?))
+    }
+
+    fn version(&self) -> anyhow::Result<Version> {
+        let pool = self.db.pool();
+        let n = self.db.block_on(async move {
+            let client = db::client(&pool).await?;
+            let row = client
+                .query_one("SELECT version FROM bub_jobs_state", &[])
+                .await?;
+            Ok(row.get::<_, i64>(0))
+        })?;
+        Ok(version(n))
+    }
+
+    fn rejected(&self) -> anyhow::Result<Vec<Rejected>> {
+        let pool = self.db.pool();
+        self.db.block_on(async move {
+            let client = db::client(&pool).await?;
+            let rows = client
+                .query(
+                    "SELECT job, reason, rejected_at FROM bub_jobs_rejected ORDER BY seq",
+                    &[],
+                )
+                .await?;
+            Ok(rows
+                .iter()
+                .map(|r| {
+                    let text: String = r.get(0);
+                    Rejected {
+                        job: serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+                        reason: r.get(1),
+                        rejected_at: r.get(2),
+                    }
+                })
+                .collect())
+        })
+    }
+
+    fn location(&self) -> String {
+        format!("PostgreSQL {} (bub_jobs)", self.db.label())
+    }
+
+    fn rejected_location(&self) -> String {
+        format!("PostgreSQL {} (bub_jobs_rejected)", self.db.label())
+    }
+}
+
+impl PgJobStore {
+    /// The counter and the jobs, as stored now.
+    fn read(&self) -> anyhow::Result<Read> {
+        let pool = self.db.pool();
+        self.db
+            .block_on(async move { read(&db::client(&pool).await?).await })
+    }
+}

@@ -1,0 +1,153 @@
+//! One test suite for every [`JobStore`]: the file and PostgreSQL keep the same promises —
+//! stored order, versions that change exactly when the jobs do, no change lost to a concurrent
+//! one, and a due run claimed once however many schedulers claim at the same time.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+
+use super::{JobStore, open};
+use crate::db::{Database, cluster};
+use crate::scheduler::job::{Job, Trigger};
+use crate::scheduler::plan;
+
+fn job(id: &str, at: DateTime<Utc>) -> Job {
+    Job {
+        id: id.into(),
+        session: "telegram:42".into(),
+        message: "water the plants".into(),
+        workspace: "/ws".into(),
+        trigger: Trigger::Once { at },
+        created: at,
+        next_run: Some(at),
+        last_run: None,
+        last_status: None,
+        creator: None,
+    }
+}
+
+fn ids(jobs: &[Job]) -> Vec<&str> {
+    jobs.iter().map(|j| j.id.as_str()).collect()
+}
+
+fn suite(store: &Arc<dyn JobStore>) {
+    let now = Utc::now();
+    let (jobs, empty) = store.load().unwrap();
+    assert!(jobs.is_empty());
+    assert_eq!(store.version().unwrap(), empty);
+    assert!(store.rejected().unwrap().is_empty());
+
+    // A change is stored whole, in order, under a new version.
+    let later = now + chrono::Duration::hours(1);
+    let (n, added) = store
+        .change_versioned(|jobs| {
+            jobs.push(job("later", later));
+            jobs.push(job("sooner", now));
+            jobs.len()
+        })
+        .unwrap();
+    assert_eq!(n, 2);
+    assert_ne!(added, empty);
+    assert_eq!(store.version().unwrap(), added);
+    let (jobs, read_at) = store.load().unwrap();
+    assert_eq!(ids(&jobs), ["later", "sooner"]);
+    assert_eq!(jobs[0], job("later", later), "read back as written");
+    assert_eq!(read_at, added);
+    assert_eq!(ids(&store.list().unwrap()), ["sooner", "later"]);
+
+    // A change that changes nothing stores nothing.
+    let ((), same) = store.change_versioned(|_| ()).unwrap();
+    assert_eq!(same, added);
+
+    // Concurrent changes from many threads: none lost.
+    std::thread::scope(|s| {
+        for t in 0..6 {
+            let store = store.clone();
+            s.spawn(move || {
+                for i in 0..8 {
+                    store
+                        .change(|jobs| jobs.push(job(&format!("t{t}-{i}"), later)))
+                        .unwrap();
+                }
+            });
+        }
+    });
+    assert_eq!(store.load().unwrap().0.len(), 2 + 6 * 8);
+    store.change(|jobs| jobs.clear()).unwrap();
+    assert!(store.list().unwrap().is_empty());
+
+    // 500 runs due at once, claimed by four schedulers at the same time: each exactly once.
+    store
+        .change(|jobs| jobs.extend((0..500).map(|i| job(&format!("due-{i}"), now))))
+        .unwrap();
+    let claimed: Vec<String> = std::thread::scope(|s| {
+        let claimers: Vec<_> = (0..4)
+            .map(|_| {
+                let store = store.clone();
+                s.spawn(move || {
+                    let mut mine = Vec::new();
+                    for _ in 0..3 {
+                        let claims = store.change(|jobs| plan::claim_due(jobs, now)).unwrap();
+                        mine.extend(claims.into_iter().map(|c| c.job.id));
+                    }
+                    mine
+                })
+            })
+            .collect();
+        claimers
+            .into_iter()
+            .flat_map(|c| c.join().unwrap())
+            .collect()
+    });
+    assert_eq!(claimed.len(), 500, "every due run claimed");
+    assert_eq!(
+        claimed.iter().collect::<HashSet<_>>().len(),
+        500,
+        "none twice"
+    );
+}
+
+#[test]
+fn the_file_store_passes_the_suite() {
+    let home = tempfile::tempdir().unwrap();
+    suite(&open(home.path(), None));
+}
+
+#[test]
+fn the_postgres_store_passes_the_suite_and_sets_aside_a_job_that_cannot_run() {
+    let db = Database::shared(&cluster::database()).unwrap();
+    db.migrate().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let store = open(home.path(), Some(&db));
+    suite(&store);
+    assert!(
+        store.location().contains("bub_jobs"),
+        "{}",
+        store.location()
+    );
+
+    // A row edited by hand into something that cannot run.
+    let before = store.version().unwrap();
+    let pool = db.pool();
+    db.block_on(async move {
+        let client = crate::db::client(&pool).await?;
+        client
+            .execute(
+                "INSERT INTO bub_jobs (id, position, job) VALUES ('broken', 9999, '{\"id\": \"broken\"}')",
+                &[],
+            )
+            .await?;
+        Ok(())
+    })
+    .unwrap();
+    let (jobs, after) = store.load().unwrap();
+    assert_eq!(jobs.len(), 500, "the others are read");
+    assert!(!ids(&jobs).contains(&"broken"));
+    assert_ne!(after, before);
+    let rejected = store.rejected().unwrap();
+    assert_eq!(rejected.len(), 1);
+    assert_eq!(rejected[0].id(), Some("broken"));
+    assert!(!rejected[0].reason.is_empty());
+    assert_eq!(store.load().unwrap().0.len(), 500, "set aside once");
+}
