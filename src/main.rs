@@ -494,7 +494,9 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     }
     listen(agent.settings(), manager.channel_names(), &shutdown).await?;
     let scheduler = scheduler_enabled
-        .then(|| tokio::spawn(scheduler(&agent, jobs).run(shutdown.child_token())));
+        .then(|| scheduler(agent.settings(), jobs))
+        .transpose()?
+        .map(|scheduler| tokio::spawn(scheduler.run(shutdown.child_token())));
     let served = manager.run(shutdown.clone()).await;
     shutdown.cancel();
     if let Some(scheduler) = scheduler {
@@ -614,7 +616,7 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
     beat(&agent, jobs.clone(), &shutdown);
     // Nothing to wait for: its channels only send.
     listen(agent.settings(), Vec::new(), &shutdown).await?;
-    let scheduler = scheduler(&agent, jobs);
+    let scheduler = scheduler(agent.settings(), jobs)?;
     // A scheduler that fails stops the process (there is nothing else to do).
     let scheduled = tokio::spawn({
         let shutdown = shutdown.clone();
@@ -693,11 +695,13 @@ fn warn_about_guests(settings: &Settings) {
 }
 
 /// The scheduler of this process: due runs go to the session actors through `jobs`; the jobs
-/// are those of `agent`'s store (files in `BUB_HOME`, or the database).
-fn scheduler(agent: &AgentRuntime, jobs: JobQueue) -> Scheduler {
-    let settings = agent.settings();
-    Scheduler::new(&settings.home, settings.scheduler_catch_up, Arc::new(jobs))
-        .with_store(agent.jobs())
+/// are `BUB_HOME`'s, or the database's (one owner among the replicas).
+fn scheduler(settings: &Settings, jobs: JobQueue) -> anyhow::Result<Scheduler> {
+    let scheduler = Scheduler::new(&settings.home, settings.scheduler_catch_up, Arc::new(jobs));
+    Ok(match bub::cli::db::open(settings)? {
+        Some(db) => scheduler.on_database(db),
+        None => scheduler,
+    })
 }
 
 /// `bub send CHANNEL CHAT_ID TEXT`: exit 0 sent (with `--id`: or sent before), 1 not

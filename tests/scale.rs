@@ -171,3 +171,49 @@ async fn jobs_live_in_the_database_and_fire_from_there() {
     assert!(idle.stop().await.success());
     assert_eq!(env.model.request_count(), 1, "fired once");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_replica_runs_the_jobs_and_another_takes_over_when_it_dies() {
+    let mut env = Env::new().await;
+    let url = postgres::database();
+    env.set("BUB_DATABASE_URL", &url);
+    let first = env.spawn(&["idle"]);
+    first.wait_for_log("scheduler.owner").await;
+    // A second replica: another BUB_HOME, the same database.
+    let other_home = env.home.with_file_name("home-2");
+    env.set("BUB_HOME", &other_home.display().to_string());
+    let second = env.spawn(&["idle"]);
+    second.wait_for_log("scheduler.standby").await;
+    assert!(
+        !second.log().contains("scheduler.owner"),
+        "{}",
+        second.log()
+    );
+
+    // The owner dies: the database frees its lock, the other replica takes over.
+    let killed = std::time::Instant::now();
+    first.kill().await;
+    second.wait_for_log("scheduler.owner").await;
+    let failover = killed.elapsed();
+    eprintln!("scheduler failover after SIGKILL: {failover:?}");
+    assert!(
+        failover < std::time::Duration::from_secs(30),
+        "{failover:?}"
+    );
+
+    // And runs what is due.
+    env.model.push_text("pong");
+    let out = env
+        .run(&[
+            "run",
+            "--session-id",
+            "telegram:42",
+            ",schedule.add after_seconds=1 message='say pong'",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    assert_eq!(texts(&sent), ["pong"]);
+    assert!(second.stop().await.success());
+    assert_eq!(env.model.request_count(), 1);
+}

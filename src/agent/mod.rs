@@ -217,11 +217,6 @@ impl AgentRuntime {
         &self.settings
     }
 
-    /// The scheduled jobs this runtime's process keeps (files or the database).
-    pub fn jobs(&self) -> std::sync::Arc<dyn crate::scheduler::JobStore> {
-        self.process.jobs()
-    }
-
     /// The process's way to any chat (`message.send`, scheduled runs); the daemon installs its
     /// running adapters here.
     pub fn outbox(&self) -> &Arc<Outbox> {

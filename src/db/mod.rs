@@ -12,6 +12,7 @@
 //! off. The URL's password is a secret: it is never logged, and errors name the server by
 //! host, port and database only ([`Database::label`]).
 
+mod lock;
 pub mod migrate;
 
 use std::collections::HashMap;
@@ -22,7 +23,11 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 use anyhow::Context as _;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
+pub use lock::SessionLock;
 pub use migrate::{NewerSchema, SchemaStatus};
+
+/// The advisory lock of the scheduler: one owner among the replicas ("bub" in ASCII, then 2).
+pub const SCHEDULER_LOCK: i64 = 0x0062_7562_0000_0002;
 
 /// Connections one process keeps open at most.
 const POOL_SIZE: usize = 8;

@@ -22,6 +22,8 @@ pub mod plan;
 pub mod store;
 
 use std::fs::File;
+
+use crate::db::{Database, SessionLock};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -65,9 +67,32 @@ pub trait JobRunner: Send + Sync + 'static {
 pub struct Scheduler {
     store: Arc<dyn JobStore>,
     clock: Arc<dyn Clock>,
-    owner_lock: PathBuf,
+    owner_lock: OwnerLock,
     catch_up: bool,
     runner: Arc<dyn JobRunner>,
+}
+
+/// What makes a process the one scheduler: a file lock in `BUB_HOME`, or the database's lock
+/// among replicas.
+enum OwnerLock {
+    File(PathBuf),
+    Database(Arc<Database>),
+}
+
+/// The owner lock, held.
+enum Owner {
+    File(#[allow(dead_code)] File),
+    Database(SessionLock),
+}
+
+impl Owner {
+    /// The lock was lost (the database connection holding it closed).
+    fn is_lost(&self) -> bool {
+        match self {
+            Owner::File(_) => false,
+            Owner::Database(lock) => lock.is_lost(),
+        }
+    }
 }
 
 impl Scheduler {
@@ -77,15 +102,18 @@ impl Scheduler {
         Self {
             store: store::open(home, None),
             clock: Arc::new(SystemClock),
-            owner_lock: home.join("scheduler.lock"),
+            owner_lock: OwnerLock::File(home.join("scheduler.lock")),
             catch_up,
             runner,
         }
     }
 
-    /// The same scheduler over `store` (the database's jobs, say) instead of `home`'s file.
-    pub fn with_store(mut self, store: Arc<dyn JobStore>) -> Self {
-        self.store = store;
+    /// The same scheduler over the jobs of `database` (`BUB_DATABASE_URL`), owned by one
+    /// process among every replica on it (an advisory lock: when the owner dies, another
+    /// takes over within [`OWNER_RETRY`]).
+    pub fn on_database(mut self, database: Arc<Database>) -> Self {
+        self.store = store::open(std::path::Path::new(""), Some(&database));
+        self.owner_lock = OwnerLock::Database(database);
         self
     }
 
@@ -103,9 +131,21 @@ impl Scheduler {
     /// File work runs on the blocking pool; finished runs are reported back to this loop and
     /// recorded in batches, so a burst of runs costs a few writes of `jobs.json`, not one each.
     pub async fn run(self, shutdown: CancellationToken) -> anyhow::Result<()> {
-        let Some(_owner) = self.become_owner(&shutdown).await? else {
-            return Ok(());
-        };
+        while let Some(owner) = self.become_owner(&shutdown).await? {
+            self.serve(&owner, &shutdown).await?;
+            if shutdown.is_cancelled() {
+                break;
+            }
+            tracing::warn!(
+                "scheduler.owner.lost: the database connection holding the lock closed; standing by"
+            );
+        }
+        Ok(())
+    }
+
+    /// Fires due jobs while this process is the owner: until `shutdown`, or until `owner` is
+    /// lost.
+    async fn serve(&self, owner: &Owner, shutdown: &CancellationToken) -> anyhow::Result<()> {
         tracing::info!(store = %self.store.location(), "scheduler.owner");
         let (now, catch_up) = (self.clock.now(), self.catch_up);
         let notes = self
@@ -118,7 +158,7 @@ impl Scheduler {
         let running = TaskTracker::new();
         let mut known: Known = None;
         let mut ended = Vec::new();
-        loop {
+        while !owner.is_lost() {
             while let Ok(done) = done_rx.try_recv() {
                 ended.push(done);
             }
@@ -223,33 +263,51 @@ impl Scheduler {
     }
 
     /// Takes the owner lock, retrying until it is free or `shutdown`; `None` on shutdown.
-    async fn become_owner(&self, shutdown: &CancellationToken) -> anyhow::Result<Option<File>> {
-        if let Some(dir) = self.owner_lock.parent() {
-            crate::storage::create_private_dir(dir)?;
-        }
-        let file = crate::storage::private_file()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&self.owner_lock)?;
+    async fn become_owner(&self, shutdown: &CancellationToken) -> anyhow::Result<Option<Owner>> {
         let mut announced = false;
         loop {
-            match file.try_lock() {
-                Ok(()) => return Ok(Some(file)),
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    if !announced {
-                        tracing::info!(
-                            "scheduler.standby: another process on this BUB_HOME runs the jobs"
-                        );
-                        announced = true;
-                    }
-                }
-                Err(std::fs::TryLockError::Error(e)) => return Err(e.into()),
+            if let Some(owner) = self.owner_lock.try_take().await? {
+                return Ok(Some(owner));
+            }
+            if !announced {
+                tracing::info!("scheduler.standby: another process runs the jobs");
+                announced = true;
             }
             tokio::select! {
                 () = shutdown.cancelled() => return Ok(None),
                 () = tokio::time::sleep(OWNER_RETRY) => {}
             }
+        }
+    }
+}
+
+impl OwnerLock {
+    /// Takes the lock if it is free. A database that cannot be reached is only logged (the
+    /// next try may reach it); a lock file that cannot be opened is an error.
+    async fn try_take(&self) -> anyhow::Result<Option<Owner>> {
+        match self {
+            OwnerLock::File(path) => {
+                if let Some(dir) = path.parent() {
+                    crate::storage::create_private_dir(dir)?;
+                }
+                let file = crate::storage::private_file()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(path)?;
+                match file.try_lock() {
+                    Ok(()) => Ok(Some(Owner::File(file))),
+                    Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+                    Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
+                }
+            }
+            OwnerLock::Database(db) => match db.try_lock(crate::db::SCHEDULER_LOCK).await {
+                Ok(lock) => Ok(lock.map(Owner::Database)),
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), "scheduler.owner.error: retrying");
+                    Ok(None)
+                }
+            },
         }
     }
 }
