@@ -284,8 +284,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .await
                     .map(|()| ExitCode::SUCCESS)
             }
-            Command::Message => message(settings).await.map(|()| ExitCode::SUCCESS),
-            Command::Idle => idle(settings).await.map(|()| ExitCode::SUCCESS),
+            Command::Message => {
+                let db = bub::cli::db::open(&settings)?;
+                let served = bub::cli::db::serving(db, "message", message(settings));
+                served.await.map(|()| ExitCode::SUCCESS)
+            }
+            Command::Idle => {
+                let db = bub::cli::db::open(&settings)?;
+                let served = bub::cli::db::serving(db, "idle", idle(settings));
+                served.await.map(|()| ExitCode::SUCCESS)
+            }
             Command::Mcp { action } => bub::cli::mcp::run(&settings, action).await,
             Command::Status { json } => status(&settings, json).await.map(|()| ExitCode::SUCCESS),
             _ => chat(settings, session_id).await.map(|()| ExitCode::SUCCESS),
@@ -525,12 +533,19 @@ async fn status(settings: &Settings, json: bool) -> anyhow::Result<()> {
         }
     };
     let today = usage_today(settings).await;
+    let replicas = bub::cli::db::replicas(settings).await?;
     if json {
         let mut value = serde_json::to_value(&snapshot)?;
         value["usage_today"] = match &today {
             Ok(totals) => serde_json::to_value(totals)?,
             Err(e) => serde_json::Value::String(format!("unavailable: {e}")),
         };
+        if let Some(replicas) = replicas {
+            value["replicas"] = match replicas {
+                Ok(rows) => serde_json::to_value(rows)?,
+                Err(e) => serde_json::Value::String(format!("unavailable: {e:#}")),
+            };
+        }
         let text = serde_json::to_string_pretty(&value)?;
         print_out(&bub::terminal::safe_json(&text));
         return Ok(());
@@ -547,7 +562,11 @@ async fn status(settings: &Settings, json: bool) -> anyhow::Result<()> {
         Ok(totals) => totals.describe(),
         Err(e) => format!("unavailable: {e}"),
     };
-    print_out(&safe(&bub::status::render(&snapshot, &jobs, &today)));
+    let mut text = bub::status::render(&snapshot, &jobs, &today);
+    if let Some(replicas) = replicas {
+        text.push_str(&bub::cli::db::describe_replicas(&replicas));
+    }
+    print_out(&safe(&text));
     Ok(())
 }
 

@@ -217,3 +217,46 @@ async fn one_replica_runs_the_jobs_and_another_takes_over_when_it_dies() {
     assert!(second.stop().await.success());
     assert_eq!(env.model.request_count(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bub_status_lists_the_replicas_on_the_database() {
+    let mut env = Env::new().await;
+    let url = postgres::database();
+    env.set("BUB_DATABASE_URL", &url);
+    let first = env.start();
+    first.wait_for_log("telegram.start").await;
+    let first_home = env.home.display().to_string();
+    env.set(
+        "BUB_HOME",
+        &env.home.with_file_name("home-2").display().to_string(),
+    );
+    let second = env.start();
+    second.wait_for_log("telegram.start").await;
+
+    env.set("BUB_HOME", &first_home);
+    let out = env.run(&["status"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("replicas (2):"), "{text}");
+    assert_eq!(text.matches("  message  host ").count(), 2, "{text}");
+    assert!(
+        text.contains("heartbeat 0 s ago") || text.contains("heartbeat 1 s ago"),
+        "{text}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&env.run(&["status", "--json"]).await)).unwrap();
+    let replicas = json["replicas"].as_array().expect("replicas in the JSON");
+    assert_eq!(replicas.len(), 2);
+    assert!(
+        replicas
+            .iter()
+            .all(|r| r["role"] == "message" && r["pid"].as_i64() > Some(0))
+    );
+
+    // A replica that stops removes its row.
+    assert!(second.stop().await.success());
+    let text = stdout(&env.run(&["status"]).await);
+    assert!(text.contains("replicas (1):"), "{text}");
+    assert!(first.stop().await.success());
+    assert!(query(&url, "SELECT id FROM bub_replicas").await.is_empty());
+}

@@ -1,6 +1,7 @@
 //! `bub db`: the PostgreSQL database of `BUB_DATABASE_URL` — apply the schema's migrations,
 //! show where the schema stands.
 
+use std::future::Future;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -75,6 +76,48 @@ pub fn open(settings: &Settings) -> anyhow::Result<Option<Arc<Database>>> {
         .as_ref()
         .map(|url| Database::shared(url.expose()))
         .transpose()
+}
+
+/// Runs `serve` (`bub message`, `bub idle`) as a replica of `role` on `db`, when there is one:
+/// its row is kept fresh while it serves and removed when it stops.
+pub async fn serving(
+    db: Option<Arc<Database>>,
+    role: &str,
+    serve: impl Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<()> {
+    let replica = match &db {
+        Some(db) => Some(db.join(role).await?),
+        None => None,
+    };
+    let served = serve.await;
+    if let Some(replica) = replica {
+        replica.leave().await;
+    }
+    served
+}
+
+/// The replicas on the database of `settings` (`None` without one).
+pub async fn replicas(
+    settings: &Settings,
+) -> anyhow::Result<Option<anyhow::Result<Vec<crate::db::ReplicaRow>>>> {
+    Ok(match open(settings)? {
+        Some(db) => Some(db.replicas().await),
+        None => None,
+    })
+}
+
+/// `bub status`'s replica lines.
+pub fn describe_replicas(replicas: &anyhow::Result<Vec<crate::db::ReplicaRow>>) -> String {
+    match replicas {
+        Ok(rows) => {
+            let mut text = format!("\nreplicas ({}):\n", rows.len());
+            for row in rows {
+                text.push_str(&format!("  {}\n", row.describe()));
+            }
+            text
+        }
+        Err(e) => format!("\nreplicas: unavailable ({e:#})\n"),
+    }
 }
 
 /// Applies pending migrations; a schema newer than this binary's is a configuration error

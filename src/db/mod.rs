@@ -14,6 +14,7 @@
 
 mod lock;
 pub mod migrate;
+pub mod replica;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -25,6 +26,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 
 pub use lock::SessionLock;
 pub use migrate::{NewerSchema, SchemaStatus};
+pub use replica::{Replica, ReplicaRow};
 
 /// The advisory lock of the scheduler: one owner among the replicas ("bub" in ASCII, then 2).
 pub const SCHEDULER_LOCK: i64 = 0x0062_7562_0000_0002;
