@@ -18,7 +18,7 @@ use bub::cli::admin::{
     self, AccessAction, JobsAction, MemoryAction, PairAction, SkillsAction, UsageError, print_out,
 };
 use bub::config::{LoadOptions, Overrides, Settings};
-use bub::daemon::{ChannelManager, Heartbeat, JobQueue, SessionConfig};
+use bub::daemon::{ChannelManager, DAEMON_LOCK, Heartbeat, JobQueue, SessionConfig};
 use bub::delivery::once::Once;
 use bub::delivery::{Outbound, Outbox};
 use bub::inbox::{Inbox, Resume};
@@ -26,13 +26,10 @@ use bub::logging::{self, LogTarget};
 use bub::scheduler::Scheduler;
 use bub::status::Board;
 use bub::storage::PidLock;
-use bub::terminal::{safe, safe_line};
+use bub::terminal::safe_line;
 
 /// Exit code for configuration and usage errors.
 const EXIT_CONFIG: u8 = 2;
-/// The daemon's lock file in `BUB_HOME`: one `bub message` or `bub idle` per data directory,
-/// the only process that writes its inbox.
-const DAEMON_LOCK: &str = "daemon.lock";
 /// How often a standby `bub idle` tries to take the daemon lock.
 const DAEMON_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
 /// Exit code when a run is interrupted by Ctrl-C (128 + SIGINT).
@@ -295,7 +292,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 served.await.map(|()| ExitCode::SUCCESS)
             }
             Command::Mcp { action } => bub::cli::mcp::run(&settings, action).await,
-            Command::Status { json } => status(&settings, json).await.map(|()| ExitCode::SUCCESS),
+            Command::Status { json } => {
+                let status = bub::cli::status::run(&settings, json);
+                status.await.map(|()| ExitCode::SUCCESS)
+            }
             _ => chat(settings, session_id).await.map(|()| ExitCode::SUCCESS),
         }
     });
@@ -513,75 +513,6 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     agent.stop_children().await;
     settle(&agent).await;
     served
-}
-
-/// `bub status`: the daemon's own answer on its socket, with the scheduled jobs; exit 1 when
-/// no daemon runs (or it does not answer).
-async fn status(settings: &Settings, json: bool) -> anyhow::Result<()> {
-    let home = &settings.home;
-    let snapshot = match bub::status::query(home).await {
-        Ok(snapshot) => snapshot,
-        Err(e) => {
-            let lock = home.join(DAEMON_LOCK);
-            return Err(match lock.exists().then(|| PidLock::try_take(&lock)) {
-                Some(Ok(PidLock::Taken(pid))) => e.context(format!(
-                    "the daemon (pid {}) does not answer",
-                    pid.map_or_else(|| "?".to_owned(), |p| p.to_string())
-                )),
-                _ => anyhow::anyhow!("no daemon is running for BUB_HOME={}", home.display()),
-            });
-        }
-    };
-    let today = usage_today(settings).await;
-    let replicas = bub::cli::db::replicas(settings).await?;
-    if json {
-        let mut value = serde_json::to_value(&snapshot)?;
-        value["usage_today"] = match &today {
-            Ok(totals) => serde_json::to_value(totals)?,
-            Err(e) => serde_json::Value::String(format!("unavailable: {e}")),
-        };
-        if let Some(replicas) = replicas {
-            value["replicas"] = match replicas {
-                Ok(rows) => serde_json::to_value(rows)?,
-                Err(e) => serde_json::Value::String(format!("unavailable: {e:#}")),
-            };
-        }
-        let text = serde_json::to_string_pretty(&value)?;
-        print_out(&bub::terminal::safe_json(&text));
-        return Ok(());
-    }
-    let store = bub::scheduler::store::open(home, bub::cli::db::open(settings)?.as_ref());
-    let jobs = match store.list() {
-        Ok(jobs) => jobs
-            .iter()
-            .map(|j| safe_line(&j.row(true)).into())
-            .collect(),
-        Err(e) => vec![format!("unavailable: {e:#}")],
-    };
-    let today = match today {
-        Ok(totals) => totals.describe(),
-        Err(e) => format!("unavailable: {e}"),
-    };
-    let mut text = bub::status::render(&snapshot, &jobs, &today);
-    if let Some(replicas) = replicas {
-        text.push_str(&bub::cli::db::describe_replicas(&replicas));
-    }
-    print_out(&safe(&text));
-    Ok(())
-}
-
-/// Today's totals of the usage ledger, for `bub status`.
-async fn usage_today(settings: &Settings) -> Result<bub::usage::Totals, String> {
-    let ledger = bub::usage::Ledger::new(
-        &settings.home,
-        settings.prices.clone(),
-        settings.budgets.clone(),
-    );
-    match tokio::task::spawn_blocking(move || ledger.today_totals()).await {
-        Ok(Ok(totals)) => Ok(totals),
-        Ok(Err(e)) => Err(format!("{e:#}")),
-        Err(e) => Err(e.to_string()),
-    }
 }
 
 /// The inbox journal of `agent`'s `BUB_HOME` (the caller holds the daemon lock) and the work

@@ -11,6 +11,7 @@ mod editor;
 pub mod init;
 pub mod listing;
 pub mod mcp;
+pub mod status;
 pub mod trace;
 
 use std::io::{IsTerminal, Write};

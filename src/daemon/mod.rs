@@ -18,6 +18,10 @@ pub(crate) mod manager;
 pub(crate) mod runner;
 pub(crate) mod session;
 
+/// The daemon's lock file in `BUB_HOME`: one `bub message` or `bub idle` per data directory,
+/// the only process that writes its inbox.
+pub const DAEMON_LOCK: &str = "daemon.lock";
+
 pub use heartbeat::Heartbeat;
 pub use jobs::JobQueue;
 pub use manager::ChannelManager;

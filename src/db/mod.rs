@@ -40,6 +40,7 @@ pub type Client = deadpool_postgres::Object;
 /// A PostgreSQL database and the pool that reaches it.
 pub struct Database {
     pool: Pool,
+    relaxed: Pool,
     runtime: Option<tokio::runtime::Runtime>,
     label: String,
 }
@@ -66,26 +67,20 @@ impl Database {
         let config = tokio_postgres::Config::from_str(url)
             .map_err(|_| anyhow::anyhow!("BUB_DATABASE_URL is not a valid PostgreSQL URL"))?;
         let label = label(&config);
-        let manager = Manager::from_config(
-            config,
-            tls(),
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
+        let mut relaxed = config.clone();
+        relaxed.options(&match config.get_options() {
+            Some(options) => format!("{options} {RELAXED}"),
+            None => RELAXED.to_owned(),
+        });
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("bub-db")
             .enable_all()
             .build()
             .context("cannot start the database runtime")?;
-        let pool = Pool::builder(manager)
-            .max_size(POOL_SIZE)
-            .runtime(deadpool_postgres::Runtime::Tokio1)
-            .build()
-            .context("cannot build the database pool")?;
         Ok(Database {
-            pool,
+            pool: pool(config)?,
+            relaxed: pool(relaxed)?,
             runtime: Some(runtime),
             label,
         })
@@ -137,9 +132,18 @@ impl Database {
             .handle()
     }
 
-    /// The pool (cheap to clone), for work moved onto the database's runtime.
+    /// The pool (cheap to clone), for work moved onto the database's runtime. A commit returns
+    /// once it is durable on the server.
     pub fn pool(&self) -> Pool {
         self.pool.clone()
+    }
+
+    /// A pool whose commits do not wait for the server's disk (`synchronous_commit=off`): a
+    /// crash of Bub loses nothing committed, a crash of the database server may lose its last
+    /// moments — what appending to a file without `fsync` promises. For tapes, whose appends
+    /// are most of the writes of a turn.
+    pub fn relaxed_pool(&self) -> Pool {
+        self.relaxed.clone()
     }
 }
 
@@ -162,6 +166,25 @@ impl Drop for Database {
             runtime.shutdown_background();
         }
     }
+}
+
+/// What the connections of [`Database::relaxed_pool`] are started with.
+const RELAXED: &str = "-c synchronous_commit=off";
+
+/// A pool of at most [`POOL_SIZE`] connections to `config`, made when first needed.
+fn pool(config: tokio_postgres::Config) -> anyhow::Result<Pool> {
+    let manager = Manager::from_config(
+        config,
+        tls(),
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(POOL_SIZE)
+        .runtime(deadpool_postgres::Runtime::Tokio1)
+        .build()
+        .context("cannot build the database pool")
 }
 
 /// A connection from `pool` (made when none is idle).
@@ -230,5 +253,20 @@ mod tests {
         let err = Database::shared("postgres://bub:s3cret@db.example:badport/x").err();
         let err = format!("{:#}", err.expect("a bad URL is an error"));
         assert!(!err.contains("s3cret"), "{err}");
+    }
+
+    #[test]
+    fn only_the_relaxed_pool_skips_waiting_for_the_disk() {
+        let db = Database::shared(&cluster::database()).unwrap();
+        let show = |pool: Pool| {
+            db.block_on(async move {
+                let client = client(&pool).await?;
+                let row = client.query_one("SHOW synchronous_commit", &[]).await?;
+                Ok(row.get::<_, String>(0))
+            })
+            .unwrap()
+        };
+        assert_eq!(show(db.pool()), "on");
+        assert_eq!(show(db.relaxed_pool()), "off");
     }
 }

@@ -10,6 +10,9 @@
 //! Reading the context is indexed: the last anchor comes from a partial index on anchors, then
 //! only the entries after it (or after where the turn's cursor left off) are read.
 //!
+//! Tapes use the database's relaxed pool (commits do not wait for the server's disk: what an
+//! append to a file without `fsync` promises — see [`Database::relaxed_pool`]).
+//!
 //! A reset bumps the row's `generation` (a cursor from before starts over); with `archive`,
 //! the entries move to a new row named `<name>.<YYYYMMDDTHHMMSSZ>`, which is returned.
 
@@ -63,7 +66,7 @@ impl PgTape {
         R: Send + 'static,
         F: Future<Output = anyhow::Result<R>> + Send,
     {
-        let pool = self.db.pool();
+        let pool = self.db.relaxed_pool();
         let (known, workspace, name) = (self.row, self.workspace.clone(), self.name.clone());
         let (row, out) = self.db.block_on(async move {
             let client = db::client(&pool).await?;
@@ -88,6 +91,12 @@ async fn tape_row(client: &impl GenericClient, workspace: &str, name: &str) -> a
         )
         .await?;
     Ok(row.get(0))
+}
+
+/// Whether the tape has an anchor.
+async fn anchored(client: &impl GenericClient, row: i64) -> anyhow::Result<bool> {
+    let sql = "SELECT EXISTS (SELECT 1 FROM bub_tape_entries WHERE tape = $1 AND kind = 'anchor')";
+    Ok(client.query_one(sql, &[&row]).await?.get(0))
 }
 
 /// Locks the tape's row until the transaction ends (other appends wait); returns its largest id.
@@ -159,16 +168,13 @@ impl TapeStore for PgTape {
 
     fn ensure_bootstrap(&mut self) -> anyhow::Result<()> {
         self.with(|mut client, row| async move {
+            // Every turn asks; all but the first find an anchor without a transaction.
+            if anchored(&client, row).await? {
+                return Ok(());
+            }
             let tx = client.transaction().await?;
             lock(&tx, row).await?;
-            let anchored: bool = tx
-                .query_one(
-                    "SELECT EXISTS (SELECT 1 FROM bub_tape_entries WHERE tape = $1 AND kind = 'anchor')",
-                    &[&row],
-                )
-                .await?
-                .get(0);
-            if !anchored {
+            if !anchored(&tx, row).await? {
                 let state = json!({"owner": "human"});
                 for (kind, payload) in handoff_entries(SESSION_START, Some(state)) {
                     insert(&tx, row, &kind, &payload, &json!({})).await?;

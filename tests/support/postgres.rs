@@ -1,7 +1,7 @@
 //! A throwaway PostgreSQL cluster for the tests: started once per test binary from the
 //! machine's server binaries (`initdb`, `postgres`; Debian's `/usr/lib/postgresql/*/bin`, or
-//! `BUB_TEST_PG_BIN`), in a temporary directory, on a free loopback port, with `fsync` off.
-//! Each test gets a database of its own ([`database`]). `initdb` refuses to run as root, so as
+//! `BUB_TEST_PG_BIN`), in a temporary directory, on a free loopback port, with `fsync` off
+//! (`synchronous_commit` stays on: the tests tell the two pools apart by it). Each test gets a database of its own ([`database`]). `initdb` refuses to run as root, so as
 //! root the cluster runs as the `postgres` user. A watchdog stops the server and removes the
 //! directory when the test binary exits, however it exits.
 //!
@@ -134,8 +134,6 @@ fn start() -> Cluster {
             "listen_addresses=127.0.0.1",
             "-c",
             "fsync=off",
-            "-c",
-            "synchronous_commit=off",
             "-c",
             "full_page_writes=off",
             "-c",

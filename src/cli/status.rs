@@ -1,0 +1,77 @@
+//! `bub status`: the running daemon's own answer on its socket (sessions, turns, queues,
+//! recent errors), with the scheduled jobs, today's usage and, with a database, the replicas.
+
+use crate::config::Settings;
+use crate::storage::PidLock;
+use crate::terminal::{safe, safe_line};
+
+use super::admin::print_out;
+
+/// `bub status`: the daemon's own answer on its socket, with the scheduled jobs; exit 1 when
+/// no daemon runs (or it does not answer).
+pub async fn run(settings: &Settings, json: bool) -> anyhow::Result<()> {
+    let home = &settings.home;
+    let snapshot = match crate::status::query(home).await {
+        Ok(snapshot) => snapshot,
+        Err(e) => {
+            let lock = home.join(crate::daemon::DAEMON_LOCK);
+            return Err(match lock.exists().then(|| PidLock::try_take(&lock)) {
+                Some(Ok(PidLock::Taken(pid))) => e.context(format!(
+                    "the daemon (pid {}) does not answer",
+                    pid.map_or_else(|| "?".to_owned(), |p| p.to_string())
+                )),
+                _ => anyhow::anyhow!("no daemon is running for BUB_HOME={}", home.display()),
+            });
+        }
+    };
+    let today = usage_today(settings).await;
+    let replicas = super::db::replicas(settings).await?;
+    if json {
+        let mut value = serde_json::to_value(&snapshot)?;
+        value["usage_today"] = match &today {
+            Ok(totals) => serde_json::to_value(totals)?,
+            Err(e) => serde_json::Value::String(format!("unavailable: {e}")),
+        };
+        if let Some(replicas) = replicas {
+            value["replicas"] = match replicas {
+                Ok(rows) => serde_json::to_value(rows)?,
+                Err(e) => serde_json::Value::String(format!("unavailable: {e:#}")),
+            };
+        }
+        let text = serde_json::to_string_pretty(&value)?;
+        print_out(&crate::terminal::safe_json(&text));
+        return Ok(());
+    }
+    let store = crate::scheduler::store::open(home, super::db::open(settings)?.as_ref());
+    let jobs = match store.list() {
+        Ok(jobs) => jobs
+            .iter()
+            .map(|j| safe_line(&j.row(true)).into())
+            .collect(),
+        Err(e) => vec![format!("unavailable: {e:#}")],
+    };
+    let today = match today {
+        Ok(totals) => totals.describe(),
+        Err(e) => format!("unavailable: {e}"),
+    };
+    let mut text = crate::status::render(&snapshot, &jobs, &today);
+    if let Some(replicas) = replicas {
+        text.push_str(&super::db::describe_replicas(&replicas));
+    }
+    print_out(&safe(&text));
+    Ok(())
+}
+
+/// Today's totals of the usage ledger, for `bub status`.
+async fn usage_today(settings: &Settings) -> Result<crate::usage::Totals, String> {
+    let ledger = crate::usage::Ledger::new(
+        &settings.home,
+        settings.prices.clone(),
+        settings.budgets.clone(),
+    );
+    match tokio::task::spawn_blocking(move || ledger.today_totals()).await {
+        Ok(Ok(totals)) => Ok(totals),
+        Ok(Err(e)) => Err(format!("{e:#}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
