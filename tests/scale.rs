@@ -27,6 +27,13 @@ async fn query(url: &str, sql: &str) -> Vec<String> {
         .collect()
 }
 
+/// `schedule.add` of a job due in a second, in chat telegram:42, through `bub run`.
+async fn schedule_pong(env: &Env) {
+    let add = ",schedule.add after_seconds=1 message='say pong'";
+    let out = env.run(&["run", "--session-id", "telegram:42", add]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn db_commands_migrate_once_and_report_the_schema() {
     let mut env = Env::cli().await;
@@ -137,15 +144,7 @@ async fn jobs_live_in_the_database_and_fire_from_there() {
     let mut env = Env::new().await;
     let url = postgres::database();
     env.set("BUB_DATABASE_URL", &url);
-    let out = env
-        .run(&[
-            "run",
-            "--session-id",
-            "telegram:42",
-            ",schedule.add after_seconds=1 message='say pong'",
-        ])
-        .await;
-    assert!(out.status.success(), "{}", stderr(&out));
+    schedule_pong(&env).await;
     assert!(!env.home.join("jobs.json").exists(), "no jobs file");
     let stored = query(&url, "SELECT job FROM bub_jobs").await;
     assert_eq!(stored.len(), 1, "{stored:?}");
@@ -203,15 +202,7 @@ async fn one_replica_runs_the_jobs_and_another_takes_over_when_it_dies() {
 
     // And runs what is due.
     env.model.push_text("pong");
-    let out = env
-        .run(&[
-            "run",
-            "--session-id",
-            "telegram:42",
-            ",schedule.add after_seconds=1 message='say pong'",
-        ])
-        .await;
-    assert!(out.status.success(), "{}", stderr(&out));
+    schedule_pong(&env).await;
     let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
     assert_eq!(texts(&sent), ["pong"]);
     assert!(second.stop().await.success());

@@ -48,6 +48,15 @@ fn update(update_id: i64, message_id: i64, text: &str) -> Vec<u8> {
     serde_json::to_vec(&serde_json::json!({"update_id": update_id, "message": message})).unwrap()
 }
 
+/// Waits until the fake Telegram's post of update `id` got `200`.
+async fn answered_200(env: &Env, id: i64) {
+    wait_until(WAIT, "the post answered 200", || {
+        let posts = env.telegram.webhook_posts();
+        posts.iter().any(|p| p.update_id == id && p.status == 200)
+    })
+    .await;
+}
+
 fn journal(env: &Env) -> String {
     std::fs::read_to_string(env.home.join("inbox.jsonl")).unwrap_or_default()
 }
@@ -105,13 +114,7 @@ async fn updates_posted_by_telegram_are_stored_before_200_and_answered_once() {
     let id = env
         .telegram
         .push_message_update(private_text(42, 42, "hello by post"));
-    wait_until(WAIT, "the post answered 200", || {
-        env.telegram
-            .webhook_posts()
-            .iter()
-            .any(|p| p.update_id == id && p.status == 200)
-    })
-    .await;
+    answered_200(&env, id).await;
     assert!(
         journal(&env).contains("hello by post"),
         "journaled before the 200"
@@ -192,13 +195,7 @@ async fn a_posted_update_answered_200_survives_kill_9_and_is_answered_once() {
     let id = env
         .telegram
         .push_message_update(private_text(42, 42, "remember the eggs"));
-    wait_until(WAIT, "the post answered 200", || {
-        env.telegram
-            .webhook_posts()
-            .iter()
-            .any(|p| p.update_id == id && p.status == 200)
-    })
-    .await;
+    answered_200(&env, id).await;
     // Killed while debouncing: Telegram was told 200 and will not post it again.
     daemon.kill().await;
     assert_eq!(env.model.request_count(), 0);

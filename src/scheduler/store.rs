@@ -211,7 +211,8 @@ mod tests {
         }
     }
 
-    fn job(id: &str, at: DateTime<Utc>) -> Job {
+    /// A one-shot job due at `at`.
+    pub(super) fn job(id: &str, at: DateTime<Utc>) -> Job {
         Job {
             id: id.into(),
             session: "cli".into(),

@@ -5,27 +5,13 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 
+use super::tests::job;
 use super::{JobStore, open};
 use crate::db::{Database, cluster};
-use crate::scheduler::job::{Job, Trigger};
+use crate::scheduler::job::Job;
 use crate::scheduler::plan;
-
-fn job(id: &str, at: DateTime<Utc>) -> Job {
-    Job {
-        id: id.into(),
-        session: "telegram:42".into(),
-        message: "water the plants".into(),
-        workspace: "/ws".into(),
-        trigger: Trigger::Once { at },
-        created: at,
-        next_run: Some(at),
-        last_run: None,
-        last_status: None,
-        creator: None,
-    }
-}
 
 fn ids(jobs: &[Job]) -> Vec<&str> {
     jobs.iter().map(|j| j.id.as_str()).collect()
