@@ -76,8 +76,20 @@ async fn health_readiness_and_metrics_of_a_running_daemon() {
         .push_message(private_text(42, 42, "hello, a secret plan"));
     let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
     assert_eq!(texts(&sent), ["Hello back."]);
-    let (status, text) = get(port, reqwest::Method::GET, "/metrics").await.unwrap();
-    assert_eq!(status, 200);
+    // The turn is counted when it ends, just after its answer was delivered.
+    let counted = async {
+        loop {
+            if let Some((200, text)) = get(port, reqwest::Method::GET, "/metrics").await
+                && text.contains("bub_turn_duration_seconds_count{kind=\"chat\"}")
+            {
+                return text;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let text = tokio::time::timeout(WAIT, counted)
+        .await
+        .expect("the turn counted in time");
     let lines = text.lines().map(|l| Ok(l.to_owned()));
     let scrape = prometheus_parse::Scrape::parse(lines).expect("Prometheus text");
     let telegram = [("channel", "telegram")];
