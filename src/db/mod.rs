@@ -23,6 +23,8 @@ use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use anyhow::Context as _;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
+use tokio_postgres::Row;
+use tokio_postgres::types::ToSql;
 
 pub use lock::SessionLock;
 pub use migrate::{NewerSchema, SchemaStatus};
@@ -193,6 +195,54 @@ pub async fn client(pool: &Pool) -> anyhow::Result<Client> {
         .await
         .map_err(|e| anyhow::anyhow!("cannot reach the database: {e}"))
 }
+
+/// Queries through statements prepared once per connection (deadpool's cache): one round trip
+/// each, where a query by text costs two (prepare, then run).
+pub trait Cached: deadpool_postgres::GenericClient {
+    /// The rows of `sql`.
+    fn rows<'a>(
+        &'a self,
+        sql: &'a str,
+        params: &'a [&'a (dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<Vec<Row>, tokio_postgres::Error>> + Send + 'a {
+        async move { self.query(&self.prepare_cached(sql).await?, params).await }
+    }
+
+    /// The one row of `sql` (an error when there is none).
+    fn one<'a>(
+        &'a self,
+        sql: &'a str,
+        params: &'a [&'a (dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<Row, tokio_postgres::Error>> + Send + 'a {
+        async move {
+            self.query_one(&self.prepare_cached(sql).await?, params)
+                .await
+        }
+    }
+
+    /// The row of `sql`, if there is one.
+    fn opt<'a>(
+        &'a self,
+        sql: &'a str,
+        params: &'a [&'a (dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<Option<Row>, tokio_postgres::Error>> + Send + 'a {
+        async move {
+            self.query_opt(&self.prepare_cached(sql).await?, params)
+                .await
+        }
+    }
+
+    /// Runs `sql`; the number of rows it changed.
+    fn run<'a>(
+        &'a self,
+        sql: &'a str,
+        params: &'a [&'a (dyn ToSql + Sync)],
+    ) -> impl Future<Output = Result<u64, tokio_postgres::Error>> + Send + 'a {
+        async move { self.execute(&self.prepare_cached(sql).await?, params).await }
+    }
+}
+
+impl<C: deadpool_postgres::GenericClient> Cached for C {}
 
 /// `host:port/database` of `config`.
 fn label(config: &tokio_postgres::Config) -> String {

@@ -30,7 +30,7 @@ use super::entry::{Kind, TapeEntry, now_date};
 use super::event::Event;
 use super::search::{Search, Searched};
 use super::store::{SESSION_START, handoff_entries, handoff_state, workspace_key};
-use crate::db::{self, Client, Database};
+use crate::db::{self, Cached, Client, Database};
 
 /// Rows read per round trip by a search.
 const SEARCH_PAGE: i64 = 256;
@@ -84,7 +84,7 @@ impl PgTape {
 /// The row of tape `name` in `workspace`, created when missing.
 async fn tape_row(client: &impl GenericClient, workspace: &str, name: &str) -> anyhow::Result<i64> {
     let row = client
-        .query_one(
+        .one(
             "INSERT INTO bub_tapes (workspace, name) VALUES ($1, $2) \
              ON CONFLICT (workspace, name) DO UPDATE SET name = EXCLUDED.name RETURNING id",
             &[&workspace, &name],
@@ -96,13 +96,13 @@ async fn tape_row(client: &impl GenericClient, workspace: &str, name: &str) -> a
 /// Whether the tape has an anchor.
 async fn anchored(client: &impl GenericClient, row: i64) -> anyhow::Result<bool> {
     let sql = "SELECT EXISTS (SELECT 1 FROM bub_tape_entries WHERE tape = $1 AND kind = 'anchor')";
-    Ok(client.query_one(sql, &[&row]).await?.get(0))
+    Ok(client.one(sql, &[&row]).await?.get(0))
 }
 
 /// Locks the tape's row until the transaction ends (other appends wait); returns its largest id.
 async fn lock(tx: &impl GenericClient, row: i64) -> anyhow::Result<i64> {
     let r = tx
-        .query_one(
+        .one(
             "SELECT last_id FROM bub_tapes WHERE id = $1 FOR UPDATE",
             &[&row],
         )
@@ -125,7 +125,7 @@ async fn insert(
     };
     let date = now_date();
     let id: i64 = client
-        .query_one(
+        .one(
             "WITH t AS (UPDATE bub_tapes SET last_id = last_id + 1 WHERE id = $1 RETURNING last_id) \
              INSERT INTO bub_tape_entries (tape, id, kind, date, payload, meta) \
              SELECT $1, last_id, $2, $3, $4, $5 FROM t RETURNING id",
@@ -213,7 +213,7 @@ impl TapeStore for PgTape {
                 let mut archive_name = format!("{name}.{stamp}");
                 for n in 1.. {
                     let taken: bool = tx
-                        .query_one(
+                        .one(
                             "SELECT EXISTS (SELECT 1 FROM bub_tapes WHERE workspace = $1 AND name = $2)",
                             &[&workspace, &archive_name],
                         )
@@ -225,20 +225,20 @@ impl TapeStore for PgTape {
                     archive_name = format!("{name}.{stamp}-{n}");
                 }
                 let to: i64 = tx
-                    .query_one(
+                    .one(
                         "INSERT INTO bub_tapes (workspace, name, last_id) VALUES ($1, $2, $3) RETURNING id",
                         &[&workspace, &archive_name, &last],
                     )
                     .await?
                     .get(0);
-                tx.execute("UPDATE bub_tape_entries SET tape = $2 WHERE tape = $1", &[&row, &to])
+                tx.run("UPDATE bub_tape_entries SET tape = $2 WHERE tape = $1", &[&row, &to])
                     .await?;
                 archived = Some(archive_name);
             } else {
-                tx.execute("DELETE FROM bub_tape_entries WHERE tape = $1", &[&row])
+                tx.run("DELETE FROM bub_tape_entries WHERE tape = $1", &[&row])
                     .await?;
             }
-            tx.execute(
+            tx.run(
                 "UPDATE bub_tapes SET last_id = 0, generation = generation + 1 WHERE id = $1",
                 &[&row],
             )
@@ -258,7 +258,7 @@ impl TapeStore for PgTape {
     fn len(&mut self) -> anyhow::Result<usize> {
         self.with(|client, row| async move {
             let n: i64 = client
-                .query_one(
+                .one(
                     "SELECT count(*) FROM bub_tape_entries WHERE tape = $1",
                     &[&row],
                 )
@@ -272,7 +272,7 @@ impl TapeStore for PgTape {
         self.with(|client, row| async move {
             let sql = format!("SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = $1 ORDER BY id");
             Ok(client
-                .query(&sql, &[&row])
+                .rows(&sql, &[&row])
                 .await?
                 .iter()
                 .filter_map(entry)
@@ -288,7 +288,7 @@ impl TapeStore for PgTape {
                  ORDER BY id DESC LIMIT $2"
             );
             let mut out: Vec<_> = client
-                .query(&sql, &[&row, &limit])
+                .rows(&sql, &[&row, &limit])
                 .await?
                 .iter()
                 .filter_map(entry)
@@ -328,7 +328,7 @@ impl TapeStore for PgTape {
             let (mut before, mut out) = (i64::MAX, Vec::new());
             loop {
                 let rows = client
-                    .query(&sql, &[&row, &before, &kinds, &left_out, &SEARCH_PAGE])
+                    .rows(&sql, &[&row, &before, &kinds, &left_out, &SEARCH_PAGE])
                     .await?;
                 for r in &rows {
                     before = r.get(0);
@@ -355,7 +355,7 @@ impl TapeStore for PgTape {
         let name = self.name.clone();
         self.with(move |client, row| async move {
             let r = client
-                .query_one(
+                .one(
                     "WITH a AS (SELECT id, payload FROM bub_tape_entries \
                                 WHERE tape = $1 AND kind = 'anchor' ORDER BY id DESC LIMIT 1) \
                      SELECT (SELECT count(*) FROM bub_tape_entries WHERE tape = $1), \
@@ -372,7 +372,7 @@ impl TapeStore for PgTape {
                 .and_then(|p| p.get("name").and_then(Value::as_str).map(str::to_owned));
             // The newest `run` event that recorded a token usage.
             let runs = client
-                .query(
+                .rows(
                     "SELECT payload FROM bub_tape_entries WHERE tape = $1 AND kind = 'event' \
                      AND starts_with(payload, $2) AND strpos(payload, 'total_tokens') > 0 \
                      ORDER BY id DESC LIMIT 16",
@@ -403,7 +403,7 @@ impl TapeStore for PgTape {
             // The newest call with that id; its result is the first result after it, unless
             // another call comes first.
             let calls = client
-                .query(
+                .rows(
                     "SELECT id, payload FROM bub_tape_entries WHERE tape = $1 AND kind = 'tool_call' \
                      AND strpos(payload, $2) > 0 ORDER BY id DESC",
                     &[&row, &call_id],
@@ -416,7 +416,7 @@ impl TapeStore for PgTape {
                     continue;
                 };
                 let next = client
-                    .query_opt(
+                    .opt(
                         &format!(
                             "SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = $1 AND id > $2 \
                              AND kind IN ('tool_call', 'tool_result') ORDER BY id LIMIT 1"
@@ -442,7 +442,7 @@ impl TapeStore for PgTape {
         // Where the context starts: the tape's generation and its last anchor.
         let (generation, anchor) = self.with(|client, row| async move {
             let r = client
-                .query_one(
+                .one(
                     &format!(
                         "SELECT t.generation, a.* FROM bub_tapes t LEFT JOIN LATERAL \
                          (SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = t.id AND kind = 'anchor' \
@@ -482,7 +482,7 @@ impl TapeStore for PgTape {
                      AND kind = ANY($3) ORDER BY id"
                 );
                 Ok(client
-                    .query(&sql, &[&row, &after, &kinds])
+                    .rows(&sql, &[&row, &after, &kinds])
                     .await?
                     .iter()
                     .filter_map(entry)
