@@ -240,11 +240,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::Db { action } = &command {
         return bub::cli::db::run(&settings, action);
     }
-    // Every command that keeps state migrates the database first (a newer schema: exit 2); the
-    // pool stays open for the command.
+    // The commands that keep state in the database migrate it first (a newer schema: exit 2);
+    // the pool stays open for the command. The others never need it to be reachable.
     let _database = match &command {
-        Command::Status { .. } | Command::Skills { .. } => None,
-        _ => bub::cli::db::open(&settings)?,
+        Command::Chat | Command::Run { .. } | Command::Message | Command::Idle => {
+            bub::cli::db::open(&settings)?
+        }
+        Command::Jobs { .. } => bub::cli::db::open(&settings)?,
+        _ => None,
     };
     if let Some(db) = &_database {
         bub::cli::db::migrate(db)?;

@@ -13,8 +13,8 @@ use crate::db::{Database, NewerSchema};
 
 #[derive(Subcommand, Debug)]
 pub enum DbAction {
-    /// Apply the migrations the database lacks (every command that uses the database also
-    /// does this at start).
+    /// Apply the migrations the database lacks (`bub message`, `idle`, `run`, `chat` and
+    /// `jobs` also do this at start).
     Migrate,
     /// The schema's version, the migrations applied (and when) and those pending.
     Status,
