@@ -251,3 +251,66 @@ async fn bub_status_lists_the_replicas_on_the_database() {
     assert!(first.stop().await.success());
     assert!(query(&url, "SELECT id FROM bub_replicas").await.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bub_db_import_moves_a_one_box_history_into_the_database_once() {
+    let mut env = Env::new().await;
+    // A one-box Bub: a conversation, a reset that archived it, another message, a job.
+    env.model.push_text("Nice to meet you, Ann.");
+    assert!(env.run(&["run", "my name is Ann"]).await.status.success());
+    assert!(
+        env.run(&["run", ",tape.reset archive=true"])
+            .await
+            .status
+            .success()
+    );
+    env.model.push_text("Noted: blue.");
+    assert!(
+        env.run(&["run", "my favourite colour is blue"])
+            .await
+            .status
+            .success()
+    );
+    schedule_pong(&env).await;
+    // The chat's tape, its archive, and the tape of the session the job was added in.
+    assert_eq!(env.tape_paths().len(), 3, "{:?}", env.tape_paths());
+
+    let url = postgres::database();
+    env.set("BUB_DATABASE_URL", &url);
+    let out = env.run(&["db", "import"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let said = stdout(&out);
+    assert!(said.contains(": 3 tapes ("), "{said}");
+    assert!(said.contains("1 jobs added"), "{said}");
+    let entries = env.tape_entries().len();
+    assert!(
+        said.contains(&format!("({entries} entries, {entries} added)")),
+        "{said}"
+    );
+    let again = stdout(&env.run(&["db", "import"]).await);
+    assert!(
+        again.contains(&format!("({entries} entries, 0 added), 0 jobs added")),
+        "{again}"
+    );
+    let names = query(&url, "SELECT name FROM bub_tapes ORDER BY name").await;
+    assert_eq!(names.len(), 3, "{names:?}");
+    let archived = |n: &String| names.iter().any(|m| n.starts_with(&format!("{m}.")));
+    assert_eq!(
+        names.iter().filter(|n| archived(n)).count(),
+        1,
+        "one archive: {names:?}"
+    );
+
+    // The conversation goes on from the database, with what was said on the box.
+    env.model.push_text("Blue.");
+    let out = env.run(&["run", "what is my favourite colour?"]).await;
+    assert_eq!(stdout(&out).trim(), "Blue.");
+    let last = env.model.requests().last().unwrap().to_string();
+    assert!(last.contains("my favourite colour is blue"), "{last}");
+    assert!(
+        !last.contains("my name is Ann"),
+        "the archived part stays archived"
+    );
+    let listed = stdout(&env.run(&["jobs", "list"]).await);
+    assert!(listed.contains("say pong"), "{listed}");
+}

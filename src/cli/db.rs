@@ -18,6 +18,9 @@ pub enum DbAction {
     Migrate,
     /// The schema's version, the migrations applied (and when) and those pending.
     Status,
+    /// Copy this BUB_HOME's tapes (archives too) and scheduled jobs into the database: what it
+    /// lacks is added, what it has is kept, so running it again adds nothing.
+    Import,
 }
 
 /// Runs `action` on the database of `settings`.
@@ -49,6 +52,22 @@ pub fn run(settings: &Settings, action: &DbAction) -> anyhow::Result<ExitCode> {
                     crate::db::migrate::known()
                 ),
             }
+        }
+        DbAction::Import => {
+            migrate(&db)?;
+            let tapes = crate::tape::import::import_home(&db, &settings.home)?;
+            let added: usize = tapes.iter().map(|t| t.added).sum();
+            let entries: usize = tapes.iter().map(|t| t.entries).sum();
+            let jobs = crate::scheduler::store::import(&settings.home, &db)?;
+            println!(
+                "{}: {} tapes ({entries} entries, {added} added), {jobs} jobs added",
+                db.label(),
+                tapes.len()
+            );
+            println!(
+                "pairings, memory, usage and the inbox stay in {} (not in the database yet)",
+                settings.home.display()
+            );
         }
         DbAction::Status => {
             let status = db.schema_status()?;

@@ -42,6 +42,21 @@ pub fn open(home: &Path, database: Option<&Arc<Database>>) -> Arc<dyn JobStore> 
     }
 }
 
+/// `bub db import`: adds the jobs of `home`'s `jobs.json` that `database` lacks (by id); returns
+/// how many. Importing again adds nothing.
+pub fn import(home: &Path, database: &Arc<Database>) -> anyhow::Result<usize> {
+    let (from_file, _) = FileJobStore::new(home).load()?;
+    open(home, Some(database)).change(|jobs| {
+        let before = jobs.len();
+        for job in from_file {
+            if !jobs.iter().any(|j| j.id == job.id) {
+                jobs.push(job);
+            }
+        }
+        jobs.len() - before
+    })
+}
+
 /// The shared list of jobs.
 ///
 /// Every method but [`JobStore::version`] may block on I/O (a lock, a file, a network): async

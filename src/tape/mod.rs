@@ -23,6 +23,7 @@ pub(crate) mod backend;
 pub(crate) mod context;
 pub(crate) mod entry;
 mod event;
+pub mod import;
 mod index;
 pub(crate) mod output;
 mod pg;

@@ -82,7 +82,11 @@ impl PgTape {
 }
 
 /// The row of tape `name` in `workspace`, created when missing.
-async fn tape_row(client: &impl GenericClient, workspace: &str, name: &str) -> anyhow::Result<i64> {
+pub(super) async fn tape_row(
+    client: &impl GenericClient,
+    workspace: &str,
+    name: &str,
+) -> anyhow::Result<i64> {
     let row = client
         .one(
             "INSERT INTO bub_tapes (workspace, name) VALUES ($1, $2) \
