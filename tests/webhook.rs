@@ -57,6 +57,14 @@ async fn answered_200(env: &Env, id: i64) {
     .await;
 }
 
+/// `bub message` stops with exit 2 naming `var`; what it said.
+async fn refused(env: &Env, var: &str) -> String {
+    let out = env.run(&["message"]).await;
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains(var), "{}", stderr(&out));
+    stderr(&out)
+}
+
 fn journal(env: &Env) -> String {
     std::fs::read_to_string(env.home.join("inbox.jsonl")).unwrap_or_default()
 }
@@ -148,41 +156,15 @@ async fn updates_posted_by_telegram_are_stored_before_200_and_answered_once() {
 async fn a_webhook_needs_its_secret_and_the_listener() {
     let mut env = Env::new().await;
     env.set("BUB_TELEGRAM_WEBHOOK_URL", URL);
-    let out = env.run(&["message"]).await;
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("BUB_TELEGRAM_WEBHOOK_SECRET"),
-        "{}",
-        stderr(&out)
-    );
-
+    refused(&env, "BUB_TELEGRAM_WEBHOOK_SECRET").await;
     env.set("BUB_TELEGRAM_WEBHOOK_SECRET", "has spaces, not allowed");
-    let out = env.run(&["message"]).await;
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("BUB_TELEGRAM_WEBHOOK_SECRET"),
-        "{}",
-        stderr(&out)
-    );
-    assert!(
-        !stderr(&out).contains("has spaces"),
-        "the secret is not quoted"
-    );
-
+    let said = refused(&env, "BUB_TELEGRAM_WEBHOOK_SECRET").await;
+    assert!(!said.contains("has spaces"), "the secret is not quoted");
     env.set("BUB_TELEGRAM_WEBHOOK_SECRET", SECRET);
-    let out = env.run(&["message"]).await;
-    assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("BUB_HTTP_LISTEN"), "{}", stderr(&out));
-
+    refused(&env, "BUB_HTTP_LISTEN").await;
     env.set("BUB_HTTP_LISTEN", &free_port().to_string());
     env.set("BUB_TELEGRAM_WEBHOOK_URL", "http://bot.example/hook");
-    let out = env.run(&["message"]).await;
-    assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("BUB_TELEGRAM_WEBHOOK_URL"),
-        "{}",
-        stderr(&out)
-    );
+    refused(&env, "BUB_TELEGRAM_WEBHOOK_URL").await;
     assert!(env.telegram.calls_of("setWebhook").is_empty());
 }
 
