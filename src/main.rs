@@ -242,12 +242,17 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     // The commands that keep state in the database migrate it first (a newer schema: exit 2);
     // the pool stays open for the command. The others never need it to be reachable.
-    let _database = match &command {
-        Command::Chat | Command::Run { .. } | Command::Message | Command::Idle => {
-            bub::cli::db::open(&settings)?
-        }
-        Command::Jobs { .. } => bub::cli::db::open(&settings)?,
-        _ => None,
+    let keeps_state = matches!(
+        command,
+        Command::Chat
+            | Command::Run { .. }
+            | Command::Message
+            | Command::Idle
+            | Command::Jobs { .. }
+    );
+    let _database = match keeps_state {
+        true => bub::cli::db::open(&settings)?,
+        false => None,
     };
     if let Some(db) = &_database {
         bub::cli::db::migrate(db)?;

@@ -7,13 +7,8 @@ use std::time::Duration;
 
 use crate::support::bub_env::{Env, texts};
 use crate::support::fake_telegram::{TOKEN, private_text};
+use crate::support::postgres::free_port;
 use crate::support::wait::WAIT;
-
-/// A port nothing listens on now.
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
 
 /// `GET` (or `POST`) `path`: the status and the body; `None` while nothing answers.
 async fn get(port: u16, method: reqwest::Method, path: &str) -> Option<(u16, String)> {

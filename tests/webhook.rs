@@ -8,15 +8,11 @@ use std::time::Duration;
 
 use crate::support::bub_env::{Env, stderr, texts};
 use crate::support::fake_telegram::private_text;
+use crate::support::postgres::free_port;
 use crate::support::wait::{WAIT, wait_until};
 
 const SECRET: &str = "s3cret-Token_1";
 const URL: &str = "https://bot.example/tg/hook-7f3a";
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
 
 /// A `bub message` environment with the webhook set up on `port`.
 async fn webhook_env(port: u16) -> Env {

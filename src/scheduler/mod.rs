@@ -112,7 +112,7 @@ impl Scheduler {
     /// process among every replica on it (an advisory lock: when the owner dies, another
     /// takes over within [`OWNER_RETRY`]).
     pub fn on_database(mut self, database: Arc<Database>) -> Self {
-        self.store = store::open(std::path::Path::new(""), Some(&database));
+        self.store = store::in_database(&database);
         self.owner_lock = OwnerLock::Database(database);
         self
     }

@@ -37,9 +37,14 @@ pub(crate) use file::FileJobStore;
 /// (cheap; holds no open file, makes no connection).
 pub fn open(home: &Path, database: Option<&Arc<Database>>) -> Arc<dyn JobStore> {
     match database {
-        Some(db) => Arc::new(pg::PgJobStore::new(db.clone())),
+        Some(db) => in_database(db),
         None => Arc::new(FileJobStore::new(home)),
     }
+}
+
+/// The jobs kept in `database`.
+pub fn in_database(database: &Arc<Database>) -> Arc<dyn JobStore> {
+    Arc::new(pg::PgJobStore::new(database.clone()))
 }
 
 /// `bub db import`: adds the jobs of `home`'s `jobs.json` that `database` lacks (by id); returns

@@ -223,7 +223,8 @@ fn postgres_user() -> (u32, u32) {
         .expect("as root, these tests run PostgreSQL as the postgres user, which does not exist")
 }
 
-fn free_port() -> u16 {
+/// A loopback port nothing listens on now.
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
