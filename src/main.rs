@@ -463,16 +463,20 @@ async fn settle(agent: &AgentRuntime) {
 async fn message(settings: Settings) -> anyhow::Result<()> {
     logging::init(&settings, LogTarget::Stderr);
     warn_about_guests(&settings);
-    let _daemon = match PidLock::try_take(&settings.home.join(DAEMON_LOCK))? {
-        PidLock::Held(file) => file,
-        PidLock::Taken(pid) => {
-            let pid = pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
-            return Err(UsageError(format!(
-                "another `bub message` or `bub idle` (pid {pid}) is serving BUB_HOME={}; stop it first or use another BUB_HOME",
-                settings.home.display()
-            ))
-            .into());
-        }
+    // One process per BUB_HOME writes the inbox file; replicas share the database's.
+    let _daemon = match settings.database_url {
+        Some(_) => None,
+        None => match PidLock::try_take(&settings.home.join(DAEMON_LOCK))? {
+            PidLock::Held(file) => Some(file),
+            PidLock::Taken(pid) => {
+                let pid = pid.map_or_else(|| "?".to_owned(), |p| p.to_string());
+                return Err(UsageError(format!(
+                    "another `bub message` or `bub idle` (pid {pid}) is serving BUB_HOME={}; stop it first or use another BUB_HOME",
+                    settings.home.display()
+                ))
+                .into());
+            }
+        },
     };
     let cfg = SessionConfig::from_settings(&settings);
     let scheduler_enabled = settings.scheduler_enabled;
@@ -524,9 +528,9 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
 }
 
 /// The inbox journal of `agent`'s `BUB_HOME` (the caller holds the daemon lock) and the work
-/// the previous run left; senders revoked meanwhile are dropped.
+/// the previous run left, or with a database the inbox the replicas share (whose work comes by
+/// lease, none at start); senders revoked meanwhile are dropped.
 async fn open_inbox(agent: &AgentRuntime) -> anyhow::Result<(Inbox, Vec<Resume>)> {
-    let inbox_path = agent.settings().home.join("inbox.jsonl");
     let access = agent.access().clone();
     let readmitted = move |m: &Inbound| {
         let user = User {
@@ -535,6 +539,10 @@ async fn open_inbox(agent: &AgentRuntime) -> anyhow::Result<(Inbox, Vec<Resume>)
         };
         access.role(&m.channel, user)
     };
+    if let Some(db) = bub::cli::db::open(agent.settings())? {
+        return Ok((Inbox::shared(db, Box::new(readmitted)).await?, Vec::new()));
+    }
+    let inbox_path = agent.settings().home.join("inbox.jsonl");
     // Reading and rewriting the journal is file work: on the blocking pool.
     tokio::task::spawn_blocking(move || Inbox::open(&inbox_path, readmitted)).await?
 }
@@ -542,14 +550,19 @@ async fn open_inbox(agent: &AgentRuntime) -> anyhow::Result<(Inbox, Vec<Resume>)
 /// `bub idle`: the scheduler, with send-only channel clients for delivering answers. Its jobs
 /// run in session actors over the inbox, as in `bub message`, so it holds the daemon lock too:
 /// beside a running `bub message` (or another `bub idle`) it stands by and takes over when
-/// that one exits.
+/// that one exits. On a database it is a replica like `bub message`'s.
 async fn idle(settings: Settings) -> anyhow::Result<()> {
     logging::init(&settings, LogTarget::Stderr);
     warn_about_guests(&settings);
     let shutdown = CancellationToken::new();
     stop_on_signal(shutdown.clone());
-    let Some(_daemon) = wait_for_daemon_lock(&settings.home, &shutdown).await? else {
-        return Ok(());
+    // Replicas on a database share its inbox: no lock to wait for.
+    let _daemon = match settings.database_url {
+        Some(_) => None,
+        None => match wait_for_daemon_lock(&settings.home, &shutdown).await? {
+            Some(lock) => Some(lock),
+            None => return Ok(()),
+        },
     };
     let cfg = SessionConfig::from_settings(&settings);
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));

@@ -89,6 +89,7 @@ struct Metrics {
     inbox_pending: Gauge,
     sessions: Gauge,
     inbound_queue: Gauge,
+    leases: Gauge,
 }
 
 /// Seconds a turn's histogram tells apart: a command's milliseconds to a long agentic turn.
@@ -146,6 +147,11 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         "inbound_queue_depth",
         "Messages journaled and waiting for the manager",
     );
+    let leases = register(
+        r,
+        "chat_leases_held",
+        "Chats whose turns this replica runs (with BUB_DATABASE_URL)",
+    );
     Metrics {
         registry,
         received,
@@ -159,6 +165,7 @@ static METRICS: LazyLock<Metrics> = LazyLock::new(|| {
         inbox_pending,
         sessions,
         inbound_queue,
+        leases,
     }
 });
 
@@ -286,6 +293,13 @@ pub fn queues(inbox_pending: usize, sessions: usize, inbound_queue: usize) {
     METRICS.inbox_pending.set(as_i64(inbox_pending));
     METRICS.sessions.set(as_i64(sessions));
     METRICS.inbound_queue.set(as_i64(inbound_queue));
+}
+
+/// The chat leases this replica holds.
+pub fn leases(held: usize) {
+    if on() {
+        METRICS.leases.set(i64::try_from(held).unwrap_or(i64::MAX));
+    }
 }
 
 /// Every metric in the text format (OpenMetrics, which Prometheus reads).

@@ -36,6 +36,7 @@ mod message;
 mod monitoring;
 mod platform;
 mod prompt_cache;
+mod replicas;
 mod router;
 mod run_cli;
 mod scale;

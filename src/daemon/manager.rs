@@ -33,11 +33,13 @@ use super::runner::TurnRunner;
 use super::session::{ActorMap, Mail, SessionActor, SessionConfig};
 use crate::channels::{Channel, Inbound, InboundSink, SessionId};
 
-/// The actors' task tracker, stop and abort tokens.
+/// The actors' task tracker, stop and abort tokens, and where an actor that ended says so
+/// (with a shared inbox: its lease is given back).
 type Tokens<'a> = (
     &'a TaskTracker,
     &'a CancellationToken,
     &'a CancellationToken,
+    &'a mpsc::Sender<SessionId>,
 );
 use crate::inbox::{Inbox, Resume};
 use crate::status::Board;
@@ -51,6 +53,9 @@ pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
 /// How often the manager checks whether sessions were evicted and, if so, trims the heap and
 /// releases code pages; and sets the queue gauges of `/metrics`.
 const TRIM_CHECK_EVERY: Duration = Duration::from_secs(5);
+/// How often a replica on a shared inbox looks for work no notice announced, and for the
+/// chats of replicas that died (what bounds a takeover's wait).
+const SWEEP_EVERY: Duration = Duration::from_secs(3);
 /// When the first check runs: the channels have connected (getMe, the gateway) by then, so the
 /// code that ran only to start is released, not the code of the connection still starting.
 const STARTUP_SETTLES: Duration = Duration::from_secs(1);
@@ -164,7 +169,11 @@ impl ChannelManager {
         let actors_stop = CancellationToken::new();
         let actors_abort = CancellationToken::new();
         let tracker = TaskTracker::new();
-        let tokens = (&tracker, &actors_stop, &actors_abort);
+        let (ended_tx, mut ended) = mpsc::channel::<SessionId>(INBOUND_QUEUE);
+        let tokens = (&tracker, &actors_stop, &actors_abort, &ended_tx);
+        let shared = self.inbox.is_shared();
+        let mut notices = self.inbox.notices();
+        let mut sweep = tokio::time::interval(SWEEP_EVERY);
         let resume = std::mem::take(&mut *self.resume.lock().expect("resume lock"));
         let mut resuming = resume.into_iter();
         let mut failure = None;
@@ -177,13 +186,7 @@ impl ChannelManager {
         loop {
             // The previous run's work first (an actor's full mailbox makes this wait).
             if let Some(work) = resuming.next() {
-                let (channel, mail) = match work {
-                    Resume::Message(m) => (m.channel.clone(), Mail::Resumed(*m)),
-                    Resume::Deliver(d) => (d.channel.clone(), Mail::Deliver(d)),
-                    Resume::Job(run) => {
-                        (String::new(), Mail::Job(ScheduledRun { run, done: None }))
-                    }
-                };
+                let (channel, mail) = mail_of(work);
                 tokio::select! {
                     () = self.route(&channel, mail, tokens) => continue,
                     () = shutdown.cancelled() => break,
@@ -194,6 +197,7 @@ impl ChannelManager {
                 _ = trim.tick() => {
                     let live = self.actors.len();
                     crate::metrics::queues(self.inbox.pending(), live, rx.len());
+                    crate::metrics::leases(self.inbox.leases());
                     // After start (startup code has run) and after evictions (the burst's code).
                     if live < peak_sessions || startup_checks > 0 {
                         crate::heap::trim_heap();
@@ -205,14 +209,38 @@ impl ChannelManager {
                 inbound = rx.recv(), if receiving => match inbound {
                     Some(inbound) => {
                         let channel = inbound.channel.clone();
+                        let session = inbound.session_id();
                         tokio::select! {
-                            () = self.route(&channel, Mail::Message(inbound), tokens) => {}
+                            () = self.route(&channel, Mail::Message(inbound), tokens), if !shared => {}
+                            // Stored: its lease decides which replica runs it.
+                            () = self.pull(&session, tokens, None), if shared => {}
                             // Journaled: it resumes on the next start.
                             () = shutdown.cancelled() => break,
                         }
                     }
                     None => receiving = false,
                 },
+                Some(session) = next_notice(&mut notices) => {
+                    let session = SessionId::from(session);
+                    tokio::select! {
+                        () = self.pull(&session, tokens, None) => {}
+                        () = shutdown.cancelled() => break,
+                    }
+                }
+                _ = sweep.tick(), if shared => tokio::select! {
+                    () = self.sweep(tokens) => {}
+                    () = shutdown.cancelled() => break,
+                },
+                Some(session) = ended.recv() => tokio::select! {
+                    () = self.release(&session, tokens) => {}
+                    () = shutdown.cancelled() => break,
+                },
+                () = self.inbox.lost() => {
+                    failure = Some(anyhow::anyhow!(
+                        "lost the database connection holding this replica's chat leases"
+                    ));
+                    break;
+                }
                 Some(run) = next_job(&mut jobs) => tokio::select! {
                     () = self.schedule(run, tokens) => {}
                     () = shutdown.cancelled() => break,
@@ -280,7 +308,73 @@ impl ChannelManager {
     /// take still runs (a restart cannot resume it).
     async fn schedule(&self, mut scheduled: ScheduledRun, tokens: Tokens<'_>) {
         self.journal(&mut scheduled).await;
-        self.route("", Mail::Job(scheduled), tokens).await;
+        if !self.inbox.is_shared() || scheduled.run.seq == 0 {
+            return self.route("", Mail::Job(scheduled), tokens).await;
+        }
+        let session = scheduled.run.session.clone();
+        let waiting = scheduled.done.map(|done| (scheduled.run.seq, done));
+        self.pull(&session, tokens, waiting).await;
+    }
+
+    /// Hands this replica's work for `session` to its actor ([`Inbox::pull`]). `waiting`: a
+    /// scheduled run's number and who waits for its outcome — told the run went to another
+    /// replica when it is not among the work.
+    async fn pull(
+        &self,
+        session: &SessionId,
+        tokens: Tokens<'_>,
+        mut waiting: Option<(u64, tokio::sync::oneshot::Sender<Result<(), String>>)>,
+    ) {
+        match self.inbox.pull(session).await {
+            Ok(work) => {
+                for work in work {
+                    let (channel, mut mail) = mail_of(work);
+                    if let Mail::Job(scheduled) = &mut mail
+                        && waiting
+                            .as_ref()
+                            .is_some_and(|(seq, _)| *seq == scheduled.run.seq)
+                    {
+                        scheduled.done = waiting.take().map(|(_, done)| done);
+                    }
+                    self.route(&channel, mail, tokens).await;
+                }
+            }
+            Err(e) => {
+                tracing::error!(session = %session, error = %format!("{e:#}"), "inbox.pull.error");
+            }
+        }
+        if let Some((_, done)) = waiting {
+            // Stored: the replica holding the session runs it.
+            let _ = done.send(Ok(()));
+        }
+    }
+
+    /// The work the database has for this replica that no notice announced.
+    async fn sweep(&self, tokens: Tokens<'_>) {
+        match self.inbox.sweep().await {
+            Ok(work) => {
+                for work in work {
+                    let (channel, mail) = mail_of(work);
+                    self.route(&channel, mail, tokens).await;
+                }
+            }
+            Err(e) => tracing::error!(error = %format!("{e:#}"), "inbox.sweep.error"),
+        }
+    }
+
+    /// `session`'s actor ended: gives its lease back, unless a new actor runs it already;
+    /// takes the work stored meanwhile.
+    async fn release(&self, session: &SessionId, tokens: Tokens<'_>) {
+        if self.actors.contains_key(session) {
+            return;
+        }
+        match self.inbox.release(session).await {
+            Ok(true) => self.pull(session, tokens, None).await,
+            Ok(false) => {}
+            Err(e) => {
+                tracing::error!(session = %session, error = %format!("{e:#}"), "inbox.release.error");
+            }
+        }
     }
 
     /// Writes a scheduled run's `job` record (numbering it); a failure is logged.
@@ -342,7 +436,7 @@ impl ChannelManager {
         tokens: Tokens<'_>,
     ) {
         let actor = SessionActor::new(
-            session_id,
+            session_id.clone(),
             adapter.clone(),
             self.runner.clone(),
             self.inbox.clone(),
@@ -350,8 +444,19 @@ impl ChannelManager {
             self.cfg.clone(),
             self.actors.clone(),
         );
-        let (tracker, stop, abort) = tokens;
-        tracker.spawn(actor.run(lanes, stop.clone(), abort.clone()));
+        let (tracker, stop, abort, ended) = tokens;
+        let run = actor.run(lanes, stop.clone(), abort.clone());
+        if !self.inbox.is_shared() {
+            tracker.spawn(run);
+            return;
+        }
+        let ended = ended.clone();
+        tracker.spawn(async move {
+            run.await;
+            // Never waits (at shutdown nobody reads): a lease not given back stays with this
+            // replica, whose next pull of the chat starts an actor again.
+            let _ = ended.try_send(session_id);
+        });
     }
 }
 
@@ -387,6 +492,24 @@ async fn next_job(jobs: &mut Option<mpsc::Receiver<ScheduledRun>>) -> Option<Sch
     match jobs {
         Some(jobs) => jobs.recv().await,
         None => std::future::pending().await,
+    }
+}
+
+/// The next session the database announced work for; never, without a shared inbox.
+async fn next_notice(notices: &mut Option<mpsc::Receiver<String>>) -> Option<String> {
+    match notices {
+        Some(notices) => notices.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The actor's mail for `work`, and the channel of its chat (none for a run: its session's).
+fn mail_of(work: Resume) -> (String, Mail) {
+    match work {
+        Resume::Message(m) => (m.channel.clone(), Mail::Resumed(*m)),
+        Resume::Received(m) => (m.channel.clone(), Mail::Message(*m)),
+        Resume::Deliver(d) => (d.channel.clone(), Mail::Deliver(d)),
+        Resume::Job(run) => (String::new(), Mail::Job(ScheduledRun { run, done: None })),
     }
 }
 

@@ -16,6 +16,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (1, "tapes", include_str!("migrations/0001_tapes.sql")),
     (2, "jobs", include_str!("migrations/0002_jobs.sql")),
     (3, "replicas", include_str!("migrations/0003_replicas.sql")),
+    (4, "inbox", include_str!("migrations/0004_inbox.sql")),
 ];
 
 /// The advisory lock key under which migrations run ("bub" in ASCII, then 1).

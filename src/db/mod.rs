@@ -12,6 +12,7 @@
 //! off. The URL's password is a secret: it is never logged, and errors name the server by
 //! host, port and database only ([`Database::label`]).
 
+mod lease;
 mod lock;
 pub mod migrate;
 pub mod replica;
@@ -26,6 +27,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod};
 use tokio_postgres::Row;
 use tokio_postgres::types::ToSql;
 
+pub use lease::{Leases, NOTICES};
 pub use lock::SessionLock;
 pub use migrate::{NewerSchema, SchemaStatus};
 pub use replica::{Replica, ReplicaRow};
@@ -41,6 +43,8 @@ pub type Client = deadpool_postgres::Object;
 
 /// A PostgreSQL database and the pool that reaches it.
 pub struct Database {
+    /// Where the pools connect (and [`Leases`] with a connection of its own).
+    config: tokio_postgres::Config,
     pool: Pool,
     relaxed: Pool,
     runtime: Option<tokio::runtime::Runtime>,
@@ -81,7 +85,8 @@ impl Database {
             .build()
             .context("cannot start the database runtime")?;
         Ok(Database {
-            pool: pool(config)?,
+            pool: pool(config.clone())?,
+            config,
             relaxed: pool(relaxed)?,
             runtime: Some(runtime),
             label,

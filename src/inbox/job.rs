@@ -16,7 +16,8 @@ use std::path::PathBuf;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
-use super::{Delivery, MAX_ATTEMPTS, Resume};
+use super::journal::Record;
+use super::{Delivery, MAX_ATTEMPTS, Outcome, Resume};
 use crate::access::Authority;
 use crate::chat::{Outbound, SessionId};
 
@@ -109,12 +110,18 @@ pub(super) struct PendingJob {
     pub answer: Option<Delivery>,
 }
 
-/// What a restart does with the runs left in `jobs`: a recorded answer is delivered, an
-/// interrupted run runs again once (marked `interrupted`), one interrupted too often (or an
-/// interrupted command) is given up — with a notice to its chat, if it has one.
-pub(super) fn resume(jobs: &mut BTreeMap<u64, PendingJob>, resume: &mut Vec<Resume>) {
+/// What a restart does with the runs of `jobs` that `resumed` selects: a recorded answer is
+/// delivered, an interrupted run runs again once (marked `interrupted`), one interrupted too
+/// often (or an interrupted command) is given up — with a notice to its chat (an `answer`
+/// record in `settled`), or without a chat a `done` one.
+pub(super) fn resume(
+    jobs: &mut BTreeMap<u64, PendingJob>,
+    resumed: &dyn Fn(u64) -> bool,
+    resume: &mut Vec<Resume>,
+    settled: &mut Vec<Record>,
+) {
     let mut dropped = Vec::new();
-    for (seq, p) in jobs.iter_mut() {
+    for (seq, p) in jobs.iter_mut().filter(|(seq, _)| resumed(**seq)) {
         if let Some(answer) = &p.answer {
             resume.push(Resume::Deliver(answer.clone()));
             continue;
@@ -125,7 +132,7 @@ pub(super) fn resume(jobs: &mut BTreeMap<u64, PendingJob>, resume: &mut Vec<Resu
             tracing::warn!(job = %p.run.job, session = %p.run.session, seq, "inbox.resume.job.gave_up");
             match give_up_notice(&p.run) {
                 Some(notice) => {
-                    p.answer = Some(notice.clone());
+                    settled.push(Record::Answer(notice.clone()));
                     resume.push(Resume::Deliver(notice));
                 }
                 None => dropped.push(*seq),
@@ -135,8 +142,11 @@ pub(super) fn resume(jobs: &mut BTreeMap<u64, PendingJob>, resume: &mut Vec<Resu
         p.run.interrupted = interrupted;
         resume.push(Resume::Job(p.run.clone()));
     }
-    for seq in dropped {
-        jobs.remove(&seq);
+    if !dropped.is_empty() {
+        settled.push(Record::Done {
+            seqs: dropped,
+            outcome: Outcome::GaveUp,
+        });
     }
 }
 

@@ -39,8 +39,10 @@
 
 mod job;
 mod journal;
+mod leased;
 pub(crate) mod legacy;
 mod outgoing;
+mod pg;
 mod writer;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -54,6 +56,7 @@ use tokio::sync::oneshot;
 use crate::chat::{Inbound, Outbound};
 pub use job::{JobRun, Subtask};
 use journal::Record;
+pub use leased::Admitted;
 pub use outgoing::SendProgress;
 #[cfg(test)]
 use writer::COMPACT_AT;
@@ -98,6 +101,9 @@ pub enum Resume {
     /// A scheduled job's due run to run (again). `interrupted` is set on it when a turn had
     /// started.
     Job(JobRun),
+    /// A message another replica received (or this one, for a chat it did not hold yet): it
+    /// is handled as just received (`leased`).
+    Received(Box<Inbound>),
 }
 
 /// An answer to deliver to a chat, with the messages it answers.
@@ -152,8 +158,11 @@ struct State {
 /// The inbox of one daemon (one per `BUB_HOME`, see the daemon lock).
 pub struct Inbox {
     shared: Arc<Mutex<Shared>>,
-    /// The journal's writer; `None` for an inbox in memory (records apply at once).
+    /// The journal's writer; `None` for an inbox in memory (records apply at once) or in the
+    /// database.
     writer: Option<Writer>,
+    /// The inbox in the database, shared by replicas (`leased`); `None` for the others.
+    ledger: Option<leased::Replicated>,
 }
 
 /// What the inbox and its writer share. The lock is held for map work only, never for I/O.
@@ -190,6 +199,7 @@ impl Inbox {
         Self {
             shared: Arc::new(Mutex::new(Shared::new(State::default()))),
             writer: None,
+            ledger: None,
         }
     }
 
@@ -211,64 +221,10 @@ impl Inbox {
                 state.apply(record);
             }
         }
-        let mut resume = Vec::new();
-        let mut gave_up = Vec::new();
-        // Given-up messages of one chat share one notice.
-        let mut notices: Vec<Delivery> = Vec::new();
-        for (seq, p) in &mut state.pending {
-            if let Some(answer) = &p.answer {
-                if answer.seqs.first() == Some(seq) {
-                    resume.push(Resume::Deliver(answer.clone()));
-                }
-                continue;
-            }
-            if p.msg.control().is_some() {
-                // `,stop` / `,status` answer the moment they were sent, not a later one.
-                gave_up.push(*seq);
-                continue;
-            }
-            let Some(role) = admitted(&p.msg) else {
-                tracing::info!(session = %p.msg.session_id(), seq, "inbox.resume.refused");
-                gave_up.push(*seq);
-                continue;
-            };
-            p.msg.sender.role = role;
-            p.msg.seq = *seq;
-            let interrupted = p.attempts > 0;
-            if interrupted && (p.attempts >= MAX_ATTEMPTS || p.msg.is_command()) {
-                let mut notice = give_up_notice(*seq, &p.msg);
-                // It replaces the live message the interrupted turn left, if any.
-                let live = state.outgoing.get(seq).and_then(|o| o.live.clone());
-                match notices
-                    .iter_mut()
-                    .find(|n| n.channel == notice.channel && n.out.chat_id == notice.out.chat_id)
-                {
-                    Some(n) => {
-                        n.seqs.push(*seq);
-                        n.out.edit = n.out.edit.take().or(live);
-                    }
-                    None => {
-                        notice.out.edit = live;
-                        notices.push(notice);
-                    }
-                }
-                continue;
-            }
-            p.msg.interrupted = interrupted;
-            resume.push(Resume::Message(Box::new(p.msg.clone())));
+        let (resume, settled) = plan(&mut state, &|_| true, &admitted);
+        for record in settled {
+            state.apply(record);
         }
-        for seq in gave_up {
-            state.pending.remove(&seq);
-        }
-        for notice in notices {
-            for seq in &notice.seqs {
-                if let Some(p) = state.pending.get_mut(seq) {
-                    p.answer = Some(notice.clone());
-                }
-            }
-            resume.push(Resume::Deliver(notice));
-        }
-        job::resume(&mut state.jobs, &mut resume);
         let (pending, jobs) = (&state.pending, &state.jobs);
         state
             .outgoing
@@ -282,6 +238,7 @@ impl Inbox {
         let inbox = Self {
             shared,
             writer: Some(writer),
+            ledger: None,
         };
         Ok((inbox, resume))
     }
@@ -295,6 +252,9 @@ impl Inbox {
         msg: &mut Inbound,
         cursor: Option<u64>,
     ) -> anyhow::Result<Received> {
+        if let Some(ledger) = &self.ledger {
+            return ledger.receive(self, msg, cursor).await;
+        }
         let numbered = self
             .journal_numbered(Some(key_of(msg)), |seq| {
                 msg.seq = seq;
@@ -308,6 +268,10 @@ impl Inbox {
     /// Journals a scheduled job's due run before its turn starts, numbering it (`run.seq`).
     /// An error means the run is not on disk: it may still run, but a restart cannot resume it.
     pub async fn scheduled(&self, run: &mut JobRun) -> anyhow::Result<u64> {
+        if let Some(ledger) = &self.ledger {
+            run.seq = ledger.ledger.scheduled(run).await?;
+            return Ok(run.seq);
+        }
         let numbered = self
             .journal_numbered(None, |seq| {
                 run.seq = seq;
@@ -465,6 +429,13 @@ impl Inbox {
     async fn write_progress(&self, record: Record, written: bool) {
         if record.seqs().is_empty() {
             return;
+        }
+        if let Some(ledger) = &self.ledger {
+            // Applied once stored, like a journal line once written.
+            return match ledger.ledger.record(&record).await {
+                Ok(()) => self.lock().state.apply(record),
+                Err(e) => tracing::error!(error = %format!("{e:#}"), "inbox.append.error"),
+            };
         }
         let Some(writer) = &self.writer else {
             return self.lock().state.apply(record);
@@ -639,6 +610,79 @@ fn give_up_notice(seq: u64, msg: &Inbound) -> Delivery {
         },
         parts_sent: 0,
     }
+}
+
+/// What to do with the pending work `resumed` selects after a restart (all of it) or when
+/// a replica takes a chat's lease over (what another replica had taken): the work to hand on
+/// — recorded answers to deliver, interrupted turns to run once more, the rest as usual — and
+/// the records that settle what will not run: `done` for chat controls and senders no longer
+/// admitted, an `answer` (a notice to the chat) for work interrupted too often. The caller
+/// applies (and stores) those records before handing the work on. `admitted` re-checks each
+/// message's sender; `None` drops it.
+fn plan(
+    state: &mut State,
+    resumed: &dyn Fn(u64) -> bool,
+    admitted: &dyn Fn(&Inbound) -> Option<crate::access::Role>,
+) -> (Vec<Resume>, Vec<Record>) {
+    let mut resume = Vec::new();
+    let mut gave_up = Vec::new();
+    let mut refused = Vec::new();
+    // Given-up messages of one chat share one notice.
+    let mut notices: Vec<Delivery> = Vec::new();
+    for (seq, p) in state.pending.iter_mut().filter(|(seq, _)| resumed(**seq)) {
+        if let Some(answer) = &p.answer {
+            if answer.seqs.first() == Some(seq) {
+                resume.push(Resume::Deliver(answer.clone()));
+            }
+            continue;
+        }
+        if p.msg.control().is_some() {
+            // `,stop` / `,status` answer the moment they were sent, not a later one.
+            gave_up.push(*seq);
+            continue;
+        }
+        let Some(role) = admitted(&p.msg) else {
+            tracing::info!(session = %p.msg.session_id(), seq, "inbox.resume.refused");
+            refused.push(*seq);
+            continue;
+        };
+        p.msg.sender.role = role;
+        p.msg.seq = *seq;
+        let interrupted = p.attempts > 0;
+        if interrupted && (p.attempts >= MAX_ATTEMPTS || p.msg.is_command()) {
+            let mut notice = give_up_notice(*seq, &p.msg);
+            // It replaces the live message the interrupted turn left, if any.
+            let live = state.outgoing.get(seq).and_then(|o| o.live.clone());
+            match notices
+                .iter_mut()
+                .find(|n| n.channel == notice.channel && n.out.chat_id == notice.out.chat_id)
+            {
+                Some(n) => {
+                    n.seqs.push(*seq);
+                    n.out.edit = n.out.edit.take().or(live);
+                }
+                None => {
+                    notice.out.edit = live;
+                    notices.push(notice);
+                }
+            }
+            continue;
+        }
+        p.msg.interrupted = interrupted;
+        resume.push(Resume::Message(Box::new(p.msg.clone())));
+    }
+    let mut settled = Vec::new();
+    for (seqs, outcome) in [(gave_up, Outcome::GaveUp), (refused, Outcome::Refused)] {
+        if !seqs.is_empty() {
+            settled.push(Record::Done { seqs, outcome });
+        }
+    }
+    for notice in notices {
+        settled.push(Record::Answer(notice.clone()));
+        resume.push(Resume::Deliver(notice));
+    }
+    job::resume(&mut state.jobs, resumed, &mut resume, &mut settled);
+    (resume, settled)
 }
 
 impl Delivery {

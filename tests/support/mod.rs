@@ -2,7 +2,7 @@
 //! requests and never reaches the internet: OpenAI-compatible, Anthropic, Gemini, Telegram,
 //! Discord), the `bub` process environment (`bub_env`), a
 //! channel adapter running against a fake (`adapter`), the in-process tool environment
-//! (`tool_env`), the bounded waits (`wait`), the fakes' multipart parser and streamed
+//! (`tool_env`), a round-robin proxy in front of replicas (`proxy`), the bounded waits (`wait`), the fakes' multipart parser and streamed
 //! downloads (`wire`) and a decompression-bomb PNG (`images`). Each test module uses what it needs.
 #![allow(dead_code)]
 
@@ -19,6 +19,7 @@ pub mod fake_telegram;
 pub mod images;
 pub mod postgres;
 pub mod prompt_cache;
+pub mod proxy;
 pub mod tool_env;
 pub mod wait;
 pub mod wire;
