@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use crate::support;
 
-use support::bub_env::{Daemon, Env};
+use support::bub_env::{Daemon, Env, WAIT};
 use support::fake_telegram::private_text;
 use support::postgres::{self, free_port};
+use support::wait::wait_until;
 
 const SECRET: &str = "s3cret-Token_1";
 const URL: &str = "https://bot.example/tg/hook";
@@ -127,6 +128,13 @@ async fn three_replicas_answer_every_message_once_in_order_through_a_kill() {
     }
     assert_eq!(chats.len() as i64, CHATS);
     assert!(twice <= 1, "{twice} answered twice for one kill");
+    // `bub status` lists the replicas (the dead one until its row goes stale) and their leases.
+    let out = env.run(&["status", "--json"]).await;
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = status["replicas"].as_array().unwrap();
+    assert_eq!(rows.len(), 3, "{status}");
+    let leases: i64 = rows.iter().filter_map(|r| r["leases"].as_i64()).sum();
+    assert!(leases > 0, "{status}");
     let mut took_over = false;
     for daemon in daemons {
         let (status, log) = daemon.stop_with_log().await;
@@ -195,4 +203,147 @@ async fn a_thousand_jobs_due_at_once_fire_once_each_across_three_replicas() {
         ran_on += usize::from(log.contains("session.job.queued"));
     }
     assert!(ran_on >= 2, "the runs spread over the replicas' leases");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_replica_polls_telegram_and_another_takes_over_when_it_dies() {
+    let mut env = Env::new().await;
+    let url = postgres::database();
+    env.set("BUB_DATABASE_URL", &url);
+    env.model.echo_tokens("p");
+    let (mut daemons, _ports) = replicas(&mut env, 2);
+    // Whichever comes first polls; the other stands by.
+    wait_until(WAIT, "one poller and one standing by", || {
+        let logs: Vec<String> = daemons.iter().map(Daemon::log).collect();
+        logs.iter().any(|l| l.contains("channel.connection.held"))
+            && logs
+                .iter()
+                .any(|l| l.contains("channel.connection.standby"))
+    })
+    .await;
+    if daemons[1].log().contains("channel.connection.held") {
+        daemons.swap(0, 1);
+    }
+    env.telegram.push_message_update(private_text(5, 5, "p5-1"));
+    env.telegram
+        .wait_until(WAIT, "p5-1 answered", |f| {
+            (f.delivered().len() == 1).then_some(())
+        })
+        .await;
+
+    // Done (not only sent): a kill between the send and its record would send it again.
+    let open = "SELECT count(*) FROM bub_inbox WHERE done_at IS NULL";
+    let deadline = Instant::now() + WAIT;
+    while crate::scale::query(&url, open).await != ["0"] {
+        assert!(Instant::now() < deadline, "p5-1 is not done");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // The poller dies: the other replica polls within the retry (5 s) and answers.
+    let killed = Instant::now();
+    daemons.remove(0).kill().await;
+    let survivor = daemons.remove(0);
+    survivor.wait_for_log("channel.connection.held").await;
+    eprintln!(
+        "Telegram polling taken over {:?} after SIGKILL",
+        killed.elapsed()
+    );
+    env.telegram.push_message_update(private_text(5, 5, "p5-2"));
+    env.telegram
+        .wait_until(WAIT, "p5-2 answered", |f| {
+            (f.delivered().len() == 2).then_some(())
+        })
+        .await;
+    let (status, log) = survivor.stop_with_log().await;
+    assert!(status.success(), "{log}");
+    let texts: Vec<String> = env
+        .telegram
+        .delivered()
+        .iter()
+        .map(|c| c.body["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(texts, ["answering: p5-1", "answering: p5-2"]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_update_is_answered_200_only_after_its_commit_and_a_replica_killed_before_it_stores_nothing()
+ {
+    let mut env = Env::new().await;
+    let url = postgres::database();
+    env.set("BUB_DATABASE_URL", &url);
+    env.set("BUB_TELEGRAM_WEBHOOK_URL", URL);
+    env.set("BUB_TELEGRAM_WEBHOOK_SECRET", SECRET);
+    env.model.echo_tokens("w");
+    let (mut daemons, ports) = replicas(&mut env, 2);
+    for daemon in &daemons {
+        daemon.wait_for_log("channel.manager.start").await;
+    }
+    // The first replica's transaction will stop between its insert and its commit: the
+    // cursor's row is locked by the test.
+    crate::scale::query(&url, "INSERT INTO bub_inbox_cursors VALUES ('telegram', 0)").await;
+    let (holder, connection) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    let driver = tokio::spawn(connection);
+    holder
+        .batch_execute("BEGIN; SELECT at FROM bub_inbox_cursors FOR UPDATE")
+        .await
+        .unwrap();
+    let proxy = support::proxy::start(&ports).await;
+    env.telegram.deliver_webhooks_to(&proxy.url());
+    let id = env.telegram.push_message_update(private_text(3, 3, "w3-1"));
+    let waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'";
+    let deadline = Instant::now() + WAIT;
+    while crate::scale::query(&url, waiting).await != ["1"] {
+        assert!(
+            Instant::now() < deadline,
+            "no insert waiting for its commit"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        env.telegram.webhook_posts().is_empty(),
+        "no answer before the commit"
+    );
+    let stored = "SELECT count(*) FROM bub_inbox";
+    assert_eq!(
+        crate::scale::query(&url, stored).await,
+        ["0"],
+        "nothing committed"
+    );
+
+    // Killed mid-transaction: the proxy answers 502, Telegram posts again, the other replica
+    // stores it once the row is free.
+    daemons.remove(0).kill().await;
+    wait_until(WAIT, "the post refused", || {
+        env.telegram.webhook_posts().iter().any(|p| p.status == 502)
+    })
+    .await;
+    holder.batch_execute("ROLLBACK").await.unwrap();
+    drop(holder);
+    let _ = driver.await;
+    env.telegram
+        .wait_until(WAIT, "w3-1 answered", |f| {
+            (!f.delivered().is_empty()).then_some(())
+        })
+        .await;
+    let posts = env.telegram.webhook_posts();
+    assert_eq!(posts.first().map(|p| p.status), Some(502), "{posts:?}");
+    assert_eq!(
+        posts.last().map(|p| (p.update_id, p.status)),
+        Some((id, 200))
+    );
+    assert_eq!(
+        crate::scale::query(&url, stored).await,
+        ["1"],
+        "stored once"
+    );
+    let (status, log) = daemons.remove(0).stop_with_log().await;
+    assert!(status.success(), "{log}");
+    let texts: Vec<String> = env
+        .telegram
+        .delivered()
+        .iter()
+        .map(|c| c.body["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(texts, ["answering: w3-1"]);
 }

@@ -11,7 +11,7 @@ use support::postgres;
 use support::wait::WAIT;
 
 /// Runs `sql` on the database of `url` and returns the first column of each row as text.
-async fn query(url: &str, sql: &str) -> Vec<String> {
+pub(crate) async fn query(url: &str, sql: &str) -> Vec<String> {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
         .await
         .unwrap();

@@ -19,6 +19,7 @@
 //! the adapter, which renders and splits it for its platform.
 
 pub mod discord;
+pub(crate) mod exclusive;
 pub mod telegram;
 pub(crate) mod text;
 pub mod webhook;

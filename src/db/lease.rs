@@ -13,6 +13,7 @@
 
 use std::collections::HashSet;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::Context as _;
 use tokio::sync::mpsc;
@@ -31,6 +32,14 @@ pub const NOTICES: &str = "bub_inbox";
 /// Notices waiting for the replica; beyond that they are dropped (the periodic sweep finds the
 /// work all the same).
 const NOTICE_QUEUE: usize = 1024;
+
+/// How many leases this process holds (its replica row shows it: `bub status`).
+static HELD: AtomicUsize = AtomicUsize::new(0);
+
+/// How many chat leases this process holds.
+pub(super) fn held_now() -> usize {
+    HELD.load(Ordering::Relaxed)
+}
 
 /// This replica's leases and the connection that holds them.
 pub struct Leases {
@@ -120,14 +129,20 @@ impl Leases {
             .await
             .context("taking chat leases")?;
         let taken: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
-        self.held().extend(taken.iter().cloned());
+        let mut held = self.held();
+        held.extend(taken.iter().cloned());
+        HELD.store(held.len(), Ordering::Relaxed);
         Ok(taken)
     }
 
     /// Gives `session`'s lease back (another replica may take it from now on).
     pub async fn release(&self, session: &str) -> anyhow::Result<()> {
-        if !self.held().remove(session) {
-            return Ok(());
+        {
+            let mut held = self.held();
+            if !held.remove(session) {
+                return Ok(());
+            }
+            HELD.store(held.len(), Ordering::Relaxed);
         }
         self.client
             .execute(

@@ -34,6 +34,10 @@ pub use replica::{Replica, ReplicaRow};
 
 /// The advisory lock of the scheduler: one owner among the replicas ("bub" in ASCII, then 2).
 pub const SCHEDULER_LOCK: i64 = 0x0062_7562_0000_0002;
+/// The advisory lock of Telegram's long polling: one poller among the replicas.
+pub const TELEGRAM_POLL_LOCK: i64 = 0x0062_7562_0000_0004;
+/// The advisory lock of Discord's gateway: one gateway session among the replicas.
+pub const DISCORD_GATEWAY_LOCK: i64 = 0x0062_7562_0000_0005;
 
 /// Connections one process keeps open at most.
 const POOL_SIZE: usize = 8;

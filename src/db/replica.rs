@@ -1,6 +1,6 @@
 //! The replicas on one database: each `bub message` and `bub idle` with `BUB_DATABASE_URL`
-//! keeps a row of `bub_replicas` fresh while it runs (every [`HEARTBEAT`]) and removes it when
-//! it stops; `bub status` lists them. One that died leaves its row, whose heartbeat gets old
+//! keeps a row of `bub_replicas` fresh while it runs (every [`HEARTBEAT`], with the number of
+//! chat leases it holds) and removes it when it stops; `bub status` lists them. One that died leaves its row, whose heartbeat gets old
 //! (shown as stale after [`STALE`]); rows silent for a day are removed by the next replica
 //! that starts.
 
@@ -35,6 +35,8 @@ pub struct ReplicaRow {
     pub heartbeat_at: DateTime<Utc>,
     /// Seconds since its last heartbeat (by the database's clock).
     pub silent_seconds: f64,
+    /// The chats whose turns it runs (at its last heartbeat).
+    pub leases: i32,
 }
 
 impl ReplicaRow {
@@ -45,12 +47,13 @@ impl ReplicaRow {
             false => "",
         };
         format!(
-            "{}  {}  host {}, pid {}, up since {}, heartbeat {:.0} s ago{stale}",
+            "{}  {}  host {}, pid {}, up since {}, {} chat lease(s), heartbeat {:.0} s ago{stale}",
             self.id,
             self.role,
             self.host,
             self.pid,
             self.started_at.format("%Y-%m-%d %H:%M:%S UTC"),
+            self.leases,
             self.silent_seconds,
         )
     }
@@ -99,7 +102,7 @@ impl Database {
             let rows = client
                 .query(
                     "SELECT id, host, pid, role, started_at, heartbeat_at, \
-                     extract(epoch FROM now() - heartbeat_at)::float8 \
+                     extract(epoch FROM now() - heartbeat_at)::float8, leases \
                      FROM bub_replicas ORDER BY started_at DESC",
                     &[],
                 )
@@ -114,6 +117,7 @@ impl Database {
                     started_at: r.get(4),
                     heartbeat_at: r.get(5),
                     silent_seconds: r.get(6),
+                    leases: r.get(7),
                 })
                 .collect())
         })
@@ -155,13 +159,14 @@ async fn beat(db: Arc<Database>, id: String, stop: CancellationToken) {
             () = tokio::time::sleep(HEARTBEAT) => {}
         }
         let (pool, row) = (db.pool(), id.clone());
+        let leases = i32::try_from(super::lease::held_now()).unwrap_or(i32::MAX);
         let beat = db
             .run(async move {
                 let client = super::client(&pool).await?;
                 client
                     .execute(
-                        "UPDATE bub_replicas SET heartbeat_at = now() WHERE id = $1",
-                        &[&row],
+                        "UPDATE bub_replicas SET heartbeat_at = now(), leases = $2 WHERE id = $1",
+                        &[&row, &leases],
                     )
                     .await?;
                 Ok(())

@@ -95,6 +95,8 @@ pub struct Discord {
     rules: Rules,
     gate: Gate,
     rest: Arc<Rest>,
+    /// With replicas, the database whose lock lets one of them hold the gateway.
+    database: Option<Arc<crate::db::Database>>,
 }
 
 impl Discord {
@@ -146,6 +148,7 @@ impl Discord {
                 crate::net::Route::configured(proxy),
                 crate::net::retry::SENDS.within(d.send_retry_budget),
             )),
+            database: crate::channels::exclusive::database(settings)?,
             token,
             api_base,
             proxied: proxy.is_some(),
@@ -307,6 +310,13 @@ impl Channel for Discord {
                 "discord.proxy covers REST only; the gateway websocket connects directly"
             );
         }
+        let lock = crate::db::DISCORD_GATEWAY_LOCK;
+        let db = self.database.as_ref();
+        let Some(held) =
+            crate::channels::exclusive::acquire(db, "discord", lock, &shutdown).await?
+        else {
+            return Ok(());
+        };
         let (bot_tx, bot_rx) = watch::channel(None);
         let (queue_tx, queue_rx) = mpsc::channel(QUEUE);
         let handler = Gateway {
@@ -340,6 +350,11 @@ impl Channel for Discord {
         tokio::pin!(start);
         tokio::select! {
             result = &mut start => return result.map_err(gateway_error),
+            () = held.lost() => {
+                return Err(anyhow!(
+                    "lost the database lock of Discord's gateway (another replica may hold it now)"
+                ));
+            }
             () = shutdown.cancelled() => {}
         }
         tracing::info!("discord.stopping");

@@ -42,7 +42,7 @@ use teloxide::types::{
 use tokio_util::sync::CancellationToken;
 
 use self::filter::{BotIdentity, Command};
-use super::{Attachment, Channel, Control, InboundSink, Outbound, text};
+use super::{Attachment, Channel, Control, InboundSink, Outbound, exclusive, text};
 use crate::access::{Access, Chat, ChatKind, Decision, Dropped, Gate, User};
 use crate::config::{ConfigError, Settings};
 use crate::net::retry::{Failure, RetryPolicy, SENDS, retry};
@@ -78,6 +78,8 @@ pub struct Telegram {
     route: crate::net::Route,
     /// `BUB_TELEGRAM_WEBHOOK_URL`: updates are posted (else polled).
     webhook: Option<webhook::Webhook>,
+    /// With replicas, the database whose lock lets one of them poll.
+    database: Option<Arc<crate::db::Database>>,
 }
 
 impl Telegram {
@@ -128,6 +130,7 @@ impl Telegram {
                 .clone()
                 .zip(tg.webhook_secret.clone())
                 .map(|(url, secret)| webhook::Webhook { url, secret }),
+            database: crate::channels::exclusive::database(settings)?,
         })
     }
 
@@ -429,7 +432,19 @@ impl Channel for Telegram {
         };
         let received = match &self.webhook {
             Some(webhook) => self.receive(webhook, &handler, shutdown).await,
-            None => self.poll(&handler, shutdown).await,
+            None => {
+                let lock = crate::db::TELEGRAM_POLL_LOCK;
+                let db = self.database.as_ref();
+                match exclusive::acquire(db, "telegram", lock, &shutdown).await? {
+                    None => Ok(()),
+                    Some(held) => tokio::select! {
+                        polled = self.poll(&handler, shutdown) => polled,
+                        () = held.lost() => Err(anyhow::anyhow!(
+                            "lost the database lock of Telegram's long polling (another replica may poll now)"
+                        )),
+                    },
+                }
+            }
         };
         crate::metrics::connected("telegram", false);
         received
