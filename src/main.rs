@@ -616,7 +616,8 @@ async fn listen(
 ) -> anyhow::Result<()> {
     if let Some(addr) = settings.http_listen {
         let listener = bub::daemon::http::bind(addr).await?;
-        let serving = bub::daemon::http::serve(listener, channels, shutdown.child_token());
+        let db = bub::cli::db::open(settings)?;
+        let serving = bub::daemon::http::serve(listener, channels, db, shutdown.child_token());
         drop(tokio::spawn(serving));
     }
     Ok(())

@@ -128,6 +128,11 @@ async fn three_replicas_answer_every_message_once_in_order_through_a_kill() {
     }
     assert_eq!(chats.len() as i64, CHATS);
     assert!(twice <= 1, "{twice} answered twice for one kill");
+    // A survivor is ready: its channel connected, its database answering.
+    let ready = reqwest::get(format!("http://127.0.0.1:{}/readyz", ports[1]))
+        .await
+        .unwrap();
+    assert_eq!(ready.status(), 200);
     // `bub status` lists the replicas (the dead one until its row goes stale) and their leases.
     let out = env.run(&["status", "--json"]).await;
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

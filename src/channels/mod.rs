@@ -189,6 +189,12 @@ impl InboundSink {
         }
     }
 
+    /// Reads the platform positions again (with replicas: what the others received while
+    /// this one stood by), before polling or catching up.
+    pub(crate) async fn refresh_positions(&self) -> anyhow::Result<()> {
+        self.inbox.refresh_positions().await
+    }
+
     /// The platform cursor journaled for `channel` (Telegram: the last update id taken).
     pub(crate) fn cursor(&self, channel: &str) -> Option<u64> {
         self.inbox.cursor(channel)

@@ -2,8 +2,9 @@
 //!
 //! * `GET /healthz` — the process serves: `200 ok`.
 //! * `GET /readyz` — every channel the daemon listens on reaches its platform (Telegram's last
-//!   poll answered, Discord's gateway connected): `200 ready`, else `503` naming the ones that
-//!   do not. `bub idle` listens on none: ready while it serves.
+//!   poll answered, Discord's gateway connected) and the database (`BUB_DATABASE_URL`) answers
+//!   within [`DB_CHECK`]: `200 ready`, else `503` naming what does not. `bub idle` listens on
+//!   no channel: ready while it serves (and reaches its database).
 //! * `GET /metrics` — [`crate::metrics`] in the Prometheus text format.
 //!
 //! * `POST` to the path of a webhook URL (`BUB_TELEGRAM_WEBHOOK_URL`) — a platform's update,
@@ -15,6 +16,8 @@
 //! `BUB_HTTP_LISTEN` names another.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
@@ -25,6 +28,16 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+/// How long `/readyz` waits for the database to answer.
+pub const DB_CHECK: Duration = Duration::from_secs(2);
+
+/// What `/readyz` checks.
+#[derive(Clone)]
+struct Readiness {
+    channels: Vec<&'static str>,
+    db: Option<Arc<crate::db::Database>>,
+}
 
 /// The content type of `/metrics` (OpenMetrics text, which Prometheus reads).
 const METRICS_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -39,10 +52,11 @@ pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     Ok(listener)
 }
 
-/// Serves on `listener` until `shutdown`; `channels` are those `/readyz` waits for.
+/// Serves on `listener` until `shutdown`; `/readyz` waits for `channels` and `db`.
 pub async fn serve(
     listener: TcpListener,
     channels: Vec<&'static str>,
+    db: Option<Arc<crate::db::Database>>,
     shutdown: CancellationToken,
 ) {
     let app = Router::new()
@@ -50,7 +64,7 @@ pub async fn serve(
         .route("/readyz", get(ready))
         .route("/metrics", get(metrics))
         .fallback(posted)
-        .with_state(channels);
+        .with_state(Readiness { channels, db });
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await;
@@ -59,12 +73,18 @@ pub async fn serve(
     }
 }
 
-async fn ready(State(channels): State<Vec<&'static str>>) -> impl IntoResponse {
-    let down: Vec<&str> = channels
+async fn ready(State(ready): State<Readiness>) -> impl IntoResponse {
+    let mut down: Vec<&str> = ready
+        .channels
         .iter()
         .copied()
         .filter(|c| !crate::metrics::is_connected(c))
         .collect();
+    if let Some(db) = &ready.db
+        && !matches!(tokio::time::timeout(DB_CHECK, db.ping()).await, Ok(Ok(())))
+    {
+        down.push("database");
+    }
     match down.is_empty() {
         true => (StatusCode::OK, "ready\n".to_owned()),
         false => (

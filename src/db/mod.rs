@@ -143,6 +143,16 @@ impl Database {
             .handle()
     }
 
+    /// Whether the database answers (a `SELECT 1` through the pool).
+    pub async fn ping(&self) -> anyhow::Result<()> {
+        let pool = self.pool();
+        self.run(async move {
+            client(&pool).await?.simple_query("SELECT 1").await?;
+            Ok(())
+        })
+        .await
+    }
+
     /// The pool (cheap to clone), for work moved onto the database's runtime. A commit returns
     /// once it is durable on the server.
     pub fn pool(&self) -> Pool {

@@ -70,6 +70,21 @@ impl Inbox {
         })
     }
 
+    /// Reads the platforms' positions again from the database (what other replicas received
+    /// meanwhile): for an adapter about to poll or catch up after standing by. Nothing to do
+    /// for an inbox that is not shared.
+    pub async fn refresh_positions(&self) -> anyhow::Result<()> {
+        let Some(ledger) = &self.ledger else {
+            return Ok(());
+        };
+        let records = ledger.ledger.positions().await?;
+        let mut shared = self.lock();
+        for record in records {
+            shared.state.apply(record);
+        }
+        Ok(())
+    }
+
     /// Whether this inbox is shared by replicas (its work comes by [`Inbox::pull`]).
     pub fn is_shared(&self) -> bool {
         self.ledger.is_some()

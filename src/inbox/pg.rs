@@ -280,7 +280,9 @@ impl Ledger {
                 }
                 for row in client
                     .rows(
-                        "SELECT channel, chat, id FROM bub_inbox_seen ORDER BY at LIMIT $1",
+                        // The most recently active, applied oldest first (the newest last).
+                        "SELECT channel, chat, id FROM (SELECT * FROM bub_inbox_seen \
+                         ORDER BY at DESC LIMIT $1) s ORDER BY at",
                         &[&(super::SEEN_CHATS as i64)],
                     )
                     .await?

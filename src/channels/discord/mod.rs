@@ -317,6 +317,8 @@ impl Channel for Discord {
         else {
             return Ok(());
         };
+        // The catch-up starts from what every replica received, not what this one last saw.
+        inbound.refresh_positions().await?;
         let (bot_tx, bot_rx) = watch::channel(None);
         let (queue_tx, queue_rx) = mpsc::channel(QUEUE);
         let handler = Gateway {

@@ -438,7 +438,11 @@ impl Channel for Telegram {
                 match exclusive::acquire(db, "telegram", lock, &shutdown).await? {
                     None => Ok(()),
                     Some(held) => tokio::select! {
-                        polled = self.poll(&handler, shutdown) => polled,
+                        // What other replicas polled meanwhile is not polled again.
+                        polled = async {
+                            handler.inbound.refresh_positions().await?;
+                            self.poll(&handler, shutdown).await
+                        } => polled,
                         () = held.lost() => Err(anyhow::anyhow!(
                             "lost the database lock of Telegram's long polling (another replica may poll now)"
                         )),
