@@ -70,7 +70,9 @@ fn main() {
                 &Author::Owner,
             )
             .expect("checkpoint");
-        let bytes = |scope: &Scope| std::fs::metadata(memory.path(scope)).map_or(0, |m| m.len());
+        let bytes = |scope: &Scope| {
+            std::fs::metadata(memory.path(scope).expect("files")).map_or(0, |m| m.len())
+        };
         assert!(
             bytes(&Scope::Global) as usize <= MAX_BYTES + 1
                 && bytes(&chat) as usize <= MAX_BYTES + 1

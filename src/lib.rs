@@ -15,6 +15,7 @@ pub mod config;
 pub mod daemon;
 pub mod db;
 pub mod delivery;
+pub(crate) mod document;
 pub mod heap;
 pub mod inbox;
 pub mod llm;

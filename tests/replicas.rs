@@ -352,3 +352,44 @@ async fn an_update_is_answered_200_only_after_its_commit_and_a_replica_killed_be
         .collect();
     assert_eq!(texts, ["answering: w3-1"]);
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pairing_approved_from_any_replicas_home_admits_the_user_on_every_replica() {
+    let mut env = Env::new().await;
+    env.set("BUB_DATABASE_URL", &postgres::database());
+    env.set("BUB_TELEGRAM_ALLOW_FROM", "");
+    env.set("BUB_TELEGRAM_OWNERS", "");
+    env.model.echo_tokens("a");
+    let (mut daemons, _ports) = replicas(&mut env, 1);
+    let daemon = daemons.remove(0);
+    daemon.wait_for_log("channel.connection.held").await;
+    env.telegram
+        .push_message_update(private_text(61, 61, "a61-1"));
+    let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    let text = sent[0].body["text"].as_str().unwrap().to_owned();
+    let code = text
+        .lines()
+        .find_map(|l| l.strip_prefix("bub pair approve telegram "))
+        .unwrap_or_else(|| panic!("no code in {text}"))
+        .to_owned();
+    // Approved from another replica's BUB_HOME: the pairing is the database's.
+    env.set(
+        "BUB_HOME",
+        &env.home.with_file_name("home-other").display().to_string(),
+    );
+    let approved = env.run(&["pair", "approve", "telegram", &code]).await;
+    assert!(approved.status.success(), "{approved:?}");
+    env.telegram
+        .push_message_update(private_text(61, 61, "a61-2"));
+    env.telegram
+        .wait_until(WAIT, "a61-2 answered", |f| {
+            f.delivered()
+                .iter()
+                .any(|c| c.body["text"] == "answering: a61-2")
+                .then_some(())
+        })
+        .await;
+    let (status, log) = daemon.stop_with_log().await;
+    assert!(status.success(), "{log}");
+    assert_eq!(env.model.request_count(), 1, "a61-1 was not answered");
+}

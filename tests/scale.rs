@@ -272,6 +272,8 @@ async fn bub_db_import_moves_a_one_box_history_into_the_database_once() {
             .success()
     );
     schedule_pong(&env).await;
+    let remember = ",memory.remember text='likes green tea'";
+    assert!(env.run(&["run", remember]).await.status.success());
     // The chat's tape, its archive, and the tape of the session the job was added in.
     assert_eq!(env.tape_paths().len(), 3, "{:?}", env.tape_paths());
 
@@ -281,7 +283,7 @@ async fn bub_db_import_moves_a_one_box_history_into_the_database_once() {
     assert!(out.status.success(), "{}", stderr(&out));
     let said = stdout(&out);
     assert!(said.contains(": 3 tapes ("), "{said}");
-    assert!(said.contains("1 jobs added"), "{said}");
+    assert!(said.contains("1 jobs added, 1 documents added"), "{said}");
     let entries = env.tape_entries().len();
     assert!(
         said.contains(&format!("({entries} entries, {entries} added)")),
@@ -289,9 +291,16 @@ async fn bub_db_import_moves_a_one_box_history_into_the_database_once() {
     );
     let again = stdout(&env.run(&["db", "import"]).await);
     assert!(
-        again.contains(&format!("({entries} entries, 0 added), 0 jobs added")),
+        again.contains(&format!(
+            "({entries} entries, 0 added), 0 jobs added, 0 documents added"
+        )),
         "{again}"
     );
+    // Memory is the database's now: the box's files are not read.
+    std::fs::remove_dir_all(env.home.join("memory")).unwrap();
+    let memory = stdout(&env.run(&["memory", "list"]).await);
+    assert!(memory.contains("  - likes green tea"), "{memory}");
+    assert!(memory.contains("in the database"), "{memory}");
     let names = query(&url, "SELECT name FROM bub_tapes ORDER BY name").await;
     assert_eq!(names.len(), 3, "{names:?}");
     let archived = |n: &String| names.iter().any(|m| n.starts_with(&format!("{m}.")));

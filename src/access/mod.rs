@@ -42,7 +42,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::config::{Field, Settings, var_name};
-use crate::storage::Stamp;
+use crate::document::Revision;
 use crate::terminal::safe_line;
 pub use gate::{Chat, ChatKind, Decision, Dropped, Gate};
 pub(crate) use pairing::{FloodLog, Pending, Request};
@@ -250,7 +250,7 @@ pub struct Access {
 }
 
 struct Cached {
-    stamp: Option<Stamp>,
+    stamp: Option<Revision>,
     file: Arc<AccessFile>,
 }
 
@@ -271,7 +271,11 @@ impl Access {
                 .iter()
                 .map(|(name, c)| (name.to_owned(), Lists::new(c)))
                 .collect(),
-            store: AccessStore::new(&settings.home),
+            store: AccessStore::new(crate::document::Documents::of(
+                &settings.home,
+                // A bad URL stopped the process at start; here it only means files.
+                settings.database().ok().flatten().as_ref(),
+            )),
             cache: Mutex::new(Cached {
                 stamp: None,
                 file: Arc::default(),
@@ -325,7 +329,7 @@ impl Access {
     pub fn file(&self) -> Arc<AccessFile> {
         let stamp = self.store.stamp();
         let mut cache = self.cache.lock().expect("access cache");
-        if cache.stamp != stamp {
+        if cache.stamp.as_ref() != Some(&stamp) {
             let file = match self.store.load() {
                 Ok(file) => file,
                 Err(e) => {
@@ -334,7 +338,7 @@ impl Access {
                 }
             };
             *cache = Cached {
-                stamp,
+                stamp: Some(stamp),
                 file: Arc::new(file),
             };
         }
@@ -455,7 +459,7 @@ impl Access {
             return Ok(Request::AlreadyAsked);
         }
         let (request, displaced) = self.store.update(|file| {
-            pairing::request(&mut file.pending, &mut file.gave_way, template, now)
+            pairing::request(&mut file.pending, &mut file.gave_way, template.clone(), now)
         })?;
         if let Request::New(_) = request {
             let mut floods = self.floods.lock().expect("flood log");

@@ -2,14 +2,13 @@
 //! newer ones in the last hour, shared by the daemon (which records requests) and `bub pair`
 //! (which approves and revokes them, and shows a flood).
 //!
+//! With replicas (`BUB_DATABASE_URL`) it is the database's document `access.json`, the same
+//! JSON, changed by version instead of under the lock (`crate::document`).
+//!
 //! Invariants: mode 0600 (it names who may use a shell on this host); every change is a
 //! read-modify-write under the exclusive lock on `access.lock`; writes are atomic; a file that
 //! does not parse is never overwritten — changes fail with an error naming the file, and
 //! readers treat it as "no pairings" (fail closed: only the configured lists admit anyone).
-
-use std::fs;
-use std::io::ErrorKind;
-use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
@@ -17,7 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Role;
 use super::pairing::{GaveWay, Pending};
-use crate::storage::{self, Stamp};
+use crate::document::{Documents, Revision};
 
 const VERSION: u32 = 1;
 
@@ -51,57 +50,68 @@ struct OnDisk {
     file: AccessFile,
 }
 
-/// Handle on `access.json` (holds no open file).
+/// Handle on `access.json` (holds no open file): a file of `BUB_HOME`, or with replicas the
+/// database's document of that name.
 #[derive(Debug, Clone)]
 pub(crate) struct AccessStore {
-    path: PathBuf,
-    lock_path: PathBuf,
+    docs: Documents,
 }
 
+/// The document's name (and the file's, under `BUB_HOME`).
+const NAME: &str = "access.json";
+
 impl AccessStore {
-    pub(crate) fn new(home: &Path) -> Self {
-        Self {
-            path: home.join("access.json"),
-            lock_path: home.join("access.lock"),
-        }
+    pub(crate) fn new(docs: Documents) -> Self {
+        Self { docs }
     }
 
-    pub(crate) fn stamp(&self) -> Option<Stamp> {
-        Stamp::of(&self.path)
+    pub(crate) fn stamp(&self) -> Revision {
+        self.docs.revision(NAME)
     }
 
     /// The file's contents (empty when it does not exist). No lock is needed: writes are atomic.
     pub(crate) fn load(&self) -> anyhow::Result<AccessFile> {
-        let text = match fs::read_to_string(&self.path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(AccessFile::default()),
-            Err(e) => return Err(e).with_context(|| format!("reading {}", self.path.display())),
-        };
+        let text = self.docs.read(NAME)?.unwrap_or_default();
+        self.parse(&text)
+    }
+
+    fn parse(&self, text: &str) -> anyhow::Result<AccessFile> {
         if text.trim().is_empty() {
             return Ok(AccessFile::default());
         }
-        let disk: OnDisk = serde_json::from_str(&text).with_context(|| {
+        let disk: OnDisk = serde_json::from_str(text).with_context(|| {
             format!(
                 "{} does not parse; fix or remove it (pairings are ignored until then)",
-                self.path.display()
+                self.docs.describe(NAME)
             )
         })?;
         Ok(disk.file)
     }
 
     /// Applies `change` under the lock and writes the result (mode 0600) when it changed.
-    pub(crate) fn update<R>(&self, change: impl FnOnce(&mut AccessFile) -> R) -> anyhow::Result<R> {
-        let _lock = storage::lock(&self.lock_path)?;
-        let mut file = self.load()?;
-        let before = file.clone();
-        let result = change(&mut file);
-        if file != before {
-            let body = serde_json::to_vec_pretty(&OnDisk {
+    pub(crate) fn update<R>(
+        &self,
+        mut change: impl FnMut(&mut AccessFile) -> R,
+    ) -> anyhow::Result<R> {
+        self.docs.change(NAME, "access.lock", |text| {
+            let mut file = match self.parse(text.unwrap_or_default()) {
+                Ok(file) => file,
+                // Never overwritten: the change fails, naming the file.
+                Err(e) => return (text.map(str::to_owned), Err(e)),
+            };
+            let before = file.clone();
+            let result = change(&mut file);
+            if file == before {
+                return (text.map(str::to_owned), Ok(result));
+            }
+            let body = serde_json::to_string_pretty(&OnDisk {
                 version: VERSION,
                 file,
-            })?;
-            storage::write_atomic(&self.path, &body, Some(0o600))?;
-        }
-        Ok(result)
+            });
+            match body {
+                Ok(body) => (Some(body), Ok(result)),
+                Err(e) => (text.map(str::to_owned), Err(e.into())),
+            }
+        })?
     }
 }

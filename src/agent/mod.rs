@@ -608,7 +608,7 @@ async fn remember_prefixed(ctx: &ToolContext, input: &TurnInput) {
     if wanted.is_empty() || !ctx.process.memory_enabled {
         return;
     }
-    let memory = crate::memory::Memory::new(&ctx.process.home);
+    let memory = ctx.process.memory();
     let scope = crate::memory::Scope::Chat(ctx.session_id().to_owned());
     let by = crate::memory::Author::of(&ctx.turn.authority);
     let kept = tokio::task::spawn_blocking(move || {

@@ -16,7 +16,8 @@ use crate::tools::ToolContext;
 pub(crate) fn system_prompt(ctx: &ToolContext, base: &str, skills: &Discovery) -> String {
     let process = &ctx.process;
     let memory = match process.memory_enabled {
-        true => crate::memory::Memory::new(&process.home)
+        true => process
+            .memory()
             .prompt_block(ctx.session_id(), !ctx.turn.policy.own_chat_only()),
         false => String::new(),
     };
@@ -36,7 +37,7 @@ pub(crate) fn checkpoint_note(ctx: &ToolContext) -> Option<String> {
     let process = &ctx.process;
     process
         .memory_enabled
-        .then(|| crate::memory::Memory::new(&process.home).checkpoint_note(ctx.session_id()))?
+        .then(|| process.memory().checkpoint_note(ctx.session_id()))?
 }
 
 /// Whether a user message of `context` holds `note` already.

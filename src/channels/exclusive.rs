@@ -20,17 +20,6 @@ pub(crate) struct Exclusive {
     lock: Option<SessionLock>,
 }
 
-/// The database of `settings`' replicas, if any (no connection is made).
-pub(crate) fn database(
-    settings: &crate::config::Settings,
-) -> anyhow::Result<Option<Arc<Database>>> {
-    settings
-        .database_url
-        .as_ref()
-        .map(|url| Database::shared(url.expose()))
-        .transpose()
-}
-
 /// Waits until this process may hold `platform`'s connection (lock `key` of `db`); `None`
 /// when `shutdown` comes first.
 pub(crate) async fn acquire(

@@ -180,7 +180,7 @@ pub fn explain(settings: &Settings, action: &AccessAction) -> anyhow::Result<Exi
 /// `bub memory list` / `bub memory edit`.
 pub fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Result<ExitCode> {
     use crate::memory::{Memory, Scope};
-    let memory = Memory::new(&settings.home);
+    let memory = Memory::of(settings)?;
     match action {
         MemoryAction::List => {
             print_out(&crate::cli::listing::memory(&memory));
@@ -188,7 +188,25 @@ pub fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Result<Exit
         }
         MemoryAction::Edit { session } => {
             let scope = session.clone().map_or(Scope::Global, Scope::Chat);
-            let path = memory.path(&scope);
+            // In the database: edited in a private copy, stored back within the caps.
+            let copy = match memory.path(&scope) {
+                Some(_) => None,
+                None => {
+                    let mut copy = tempfile::Builder::new().suffix(".md").tempfile()?;
+                    let text: Vec<String> = memory
+                        .list(&scope)
+                        .iter()
+                        .map(|e| format!("- {e}"))
+                        .collect();
+                    std::io::Write::write_all(&mut copy, (text.join("\n") + "\n").as_bytes())?;
+                    Some(copy)
+                }
+            };
+            let path = match (&copy, memory.path(&scope)) {
+                (Some(copy), _) => copy.path().to_path_buf(),
+                (None, Some(path)) => path,
+                (None, None) => unreachable!("memory is in files or in the database"),
+            };
             if let Some(dir) = path.parent() {
                 crate::storage::create_private_dir(dir)?;
             }
@@ -206,6 +224,9 @@ pub fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Result<Exit
                 .arg(&path)
                 .status()
                 .with_context(|| format!("starting {editor}"))?;
+            if status.success() && copy.is_some() {
+                memory.replace(&scope, &std::fs::read_to_string(&path)?)?;
+            }
             Ok(if status.success() {
                 ExitCode::SUCCESS
             } else {

@@ -59,13 +59,16 @@ pub fn run(settings: &Settings, action: &DbAction) -> anyhow::Result<ExitCode> {
             let added: usize = tapes.iter().map(|t| t.added).sum();
             let entries: usize = tapes.iter().map(|t| t.entries).sum();
             let jobs = crate::scheduler::store::import(&settings.home, &db)?;
+            let documents = crate::document::import(&settings.home, &db)?;
             println!(
-                "{}: {} tapes ({entries} entries, {added} added), {jobs} jobs added",
+                "{}: {} tapes ({entries} entries, {added} added), {jobs} jobs added, \
+                 {documents} documents added (pairings, memory)",
                 db.label(),
                 tapes.len()
             );
             println!(
-                "pairings, memory, usage and the inbox stay in {} (not in the database yet)",
+                "the usage ledger stays in {} (not in the database yet); stop `bub message` \
+                 before importing: work it left in its inbox is resumed only from there",
                 settings.home.display()
             );
         }
@@ -90,11 +93,7 @@ pub fn run(settings: &Settings, action: &DbAction) -> anyhow::Result<ExitCode> {
 
 /// The database of `settings`, when `BUB_DATABASE_URL` names one (no connection yet).
 pub fn open(settings: &Settings) -> anyhow::Result<Option<Arc<Database>>> {
-    settings
-        .database_url
-        .as_ref()
-        .map(|url| Database::shared(url.expose()))
-        .transpose()
+    settings.database()
 }
 
 /// Runs `serve` (`bub message`, `bub idle`) as a replica of `role` on `db`, when there is one:

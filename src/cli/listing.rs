@@ -3,8 +3,6 @@
 //! every row is escaped (`terminal::safe_line`): a guest's text cannot rewrite the screen, set
 //! the window title or write the clipboard.
 
-use std::path::Path;
-
 use chrono::{DateTime, NaiveDate, Utc};
 
 use crate::access::{Access, who};
@@ -53,50 +51,26 @@ pub fn pairs(access: &Access, now: DateTime<Utc>) -> String {
     rows(out)
 }
 
-/// `bub memory list`: the global memory, then each chat's, with their files.
+/// `bub memory list`: the global memory, then each chat's, with where they are kept.
 pub fn memory(memory: &Memory) -> String {
-    let mut out = vec![format!(
-        "global ({})",
-        memory.path(&Scope::Global).display()
-    )];
-    out.extend(
-        memory
-            .list(&Scope::Global)
-            .iter()
-            .map(|e| format!("  - {e}")),
-    );
-    let chats = memory.path(&Scope::Chat(String::new()));
-    let mut files: Vec<_> = chats
-        .parent()
-        .and_then(|dir| std::fs::read_dir(dir).ok())
-        .map(|d| d.flatten().map(|e| e.path()).collect())
-        .unwrap_or_default();
-    files.sort();
-    if out.len() == 1 && files.is_empty() {
+    let mut out = vec![format!("global ({})", memory.describe(&Scope::Global))];
+    let entries = |scope: &Scope| memory.list(scope).into_iter().map(|e| format!("  - {e}"));
+    out.extend(entries(&Scope::Global));
+    let chats = memory.chats();
+    if out.len() == 1 && chats.is_empty() {
+        let place = memory.describe(&Scope::Global);
+        let place = place.strip_suffix("/global.md").unwrap_or(&place);
         return format!(
             "No memory yet. Bub remembers what a message asks it to (`remember: I prefer metric \
              units`) and what the model keeps with its memory.* tools; it is kept in \
              {} (`bub memory edit`).",
-            safe_line(
-                &memory
-                    .path(&Scope::Global)
-                    .parent()
-                    .unwrap_or(Path::new(""))
-                    .display()
-                    .to_string()
-            )
+            safe_line(place)
         );
     }
-    for file in files {
-        let text = std::fs::read_to_string(&file).unwrap_or_default();
-        let name = file.file_stem().unwrap_or_default().to_string_lossy();
-        let session = percent_encoding::percent_decode_str(&name).decode_utf8_lossy();
-        out.push(format!("chat {session} ({})", file.display()));
-        out.extend(
-            text.lines()
-                .filter(|l| l.starts_with("- "))
-                .map(|l| format!("  {l}")),
-        );
+    for session in chats {
+        let scope = Scope::Chat(session.clone());
+        out.push(format!("chat {session} ({})", memory.describe(&scope)));
+        out.extend(entries(&scope));
     }
     rows(out)
 }

@@ -270,6 +270,15 @@ pub struct Settings {
 }
 
 impl Settings {
+    /// The replicas' database (`BUB_DATABASE_URL`), shared by everything in the process that
+    /// uses it; `None` without one. No connection is made here.
+    pub fn database(&self) -> anyhow::Result<Option<std::sync::Arc<crate::db::Database>>> {
+        self.database_url
+            .as_ref()
+            .map(|url| crate::db::Database::shared(url.expose()))
+            .transpose()
+    }
+
     /// Settings with every built-in default, for the given data root and workspace (no sources
     /// read, nothing validated). [`Settings::load`] is the normal constructor; this one is for
     /// tests and embedding.

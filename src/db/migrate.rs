@@ -17,6 +17,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
     (2, "jobs", include_str!("migrations/0002_jobs.sql")),
     (3, "replicas", include_str!("migrations/0003_replicas.sql")),
     (4, "inbox", include_str!("migrations/0004_inbox.sql")),
+    (
+        5,
+        "documents",
+        include_str!("migrations/0005_documents.sql"),
+    ),
 ];
 
 /// The advisory lock key under which migrations run ("bub" in ASCII, then 1).

@@ -12,6 +12,7 @@
 //! off. The URL's password is a secret: it is never logged, and errors name the server by
 //! host, port and database only ([`Database::label`]).
 
+mod document;
 mod lease;
 mod lock;
 pub mod migrate;

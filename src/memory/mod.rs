@@ -12,7 +12,8 @@
 //! out of the prompt. Each file is capped ([`MAX_ENTRIES`] entries, [`MAX_BYTES`] bytes, an
 //! entry [`MAX_ENTRY_CHARS`] characters): remembering an entry again moves it to the end (the
 //! most recently used), and the oldest entries make room. Entries are deduplicated ignoring case
-//! and spacing. Writes are atomic (temp file + rename) under a lock, so a person editing the
+//! and spacing. With replicas (`BUB_DATABASE_URL`) the same texts are the database's documents
+//! of the same names (`crate::document`). Writes are atomic (temp file + rename) under a lock, so a person editing the
 //! file and the agent never see half a file. All of it is file I/O: async code calls it on the
 //! blocking pool.
 
@@ -21,6 +22,16 @@ use std::path::{Path, PathBuf};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 
 use crate::access::{Authority, Principal, Role};
+use crate::document::Documents;
+
+/// The folder of the chats' memory files (relative to `BUB_HOME`).
+const CHATS: &str = "memory/chats";
+
+/// The name of `session`'s checkpoint file, relative to `BUB_HOME`.
+fn checkpoint_name(session: &str) -> String {
+    let name = utf8_percent_encode(session, NON_ALPHANUMERIC);
+    format!("memory/checkpoints/{name}.md")
+}
 
 /// The most entries one memory file keeps.
 pub const MAX_ENTRIES: usize = 50;
@@ -105,23 +116,41 @@ impl Author {
 /// How a guest's entry starts.
 const GUEST_MARK: &str = "[guest";
 
-/// The memory files under one `BUB_HOME`.
+/// The memory files under one `BUB_HOME` (with replicas, the database's documents of the same
+/// names: `crate::document`).
 #[derive(Debug, Clone)]
 pub struct Memory {
-    dir: PathBuf,
+    docs: Documents,
 }
 
+/// The lock of every change to a memory file (relative to `BUB_HOME`).
+const LOCK: &str = "memory/memory.lock";
+
 impl Memory {
-    /// The memory of `home` (`BUB_HOME`).
+    /// The memory of `home` (`BUB_HOME`), in files.
     pub fn new(home: &Path) -> Self {
         Self {
-            dir: home.join("memory"),
+            docs: Documents::Files(home.to_path_buf()),
         }
+    }
+
+    /// The memory kept in `docs`.
+    pub(crate) fn in_documents(docs: Documents) -> Self {
+        Self { docs }
+    }
+
+    /// The memory of `settings`: `BUB_HOME`'s files, or the replicas' database.
+    pub fn of(settings: &crate::config::Settings) -> anyhow::Result<Self> {
+        let db = settings.database()?;
+        Ok(Self::in_documents(Documents::of(
+            &settings.home,
+            db.as_ref(),
+        )))
     }
 
     /// The working checkpoint of `session`, if it has one.
     pub fn checkpoint(&self, session: &str) -> Option<String> {
-        let text = std::fs::read_to_string(self.checkpoint_path(session)).ok()?;
+        let text = self.docs.read(&checkpoint_name(session)).ok()??;
         Some(text.trim().to_owned()).filter(|t| !t.is_empty())
     }
 
@@ -129,47 +158,79 @@ impl Memory {
     /// [`MAX_CHECKPOINT_BYTES`] at a character boundary); empty text removes it. Returns what
     /// was stored.
     pub fn set_checkpoint(&self, session: &str, text: &str, by: &Author) -> anyhow::Result<String> {
-        let path = self.checkpoint_path(session);
         let mut text = text.trim().to_owned();
         if !text.is_empty() {
             text = by.marked(&text);
-        }
-        if text.is_empty() {
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
-                _ => return Ok(text),
-            }
         }
         let mut end = text.len().min(MAX_CHECKPOINT_BYTES);
         while !text.is_char_boundary(end) {
             end -= 1;
         }
         text.truncate(end);
-        crate::storage::write_atomic(&path, text.as_bytes(), Some(0o600))?;
+        let body = (!text.is_empty()).then(|| text.clone());
+        self.docs
+            .change(&checkpoint_name(session), LOCK, |_| (body.clone(), ()))?;
         Ok(text)
     }
 
-    fn checkpoint_path(&self, session: &str) -> PathBuf {
-        let name = utf8_percent_encode(session, NON_ALPHANUMERIC);
-        self.dir.join("checkpoints").join(format!("{name}.md"))
-    }
-
-    /// The file of `scope`.
-    pub fn path(&self, scope: &Scope) -> PathBuf {
+    /// The name of `scope`'s file, relative to `BUB_HOME` (`memory/global.md`).
+    pub fn name(&self, scope: &Scope) -> String {
         match scope {
-            Scope::Global => self.dir.join("global.md"),
+            Scope::Global => "memory/global.md".to_owned(),
             Scope::Chat(session) => {
                 let name = utf8_percent_encode(session, NON_ALPHANUMERIC);
-                self.dir.join("chats").join(format!("{name}.md"))
+                format!("{CHATS}/{name}.md")
             }
         }
     }
 
+    /// Where `scope`'s memory lives, for people: its file, or the database's document.
+    pub fn describe(&self, scope: &Scope) -> String {
+        self.docs.describe(&self.name(scope))
+    }
+
+    /// The file of `scope`, when memory is kept in files (`None`: in the database).
+    pub fn path(&self, scope: &Scope) -> Option<PathBuf> {
+        match &self.docs {
+            Documents::Files(home) => Some(home.join(self.name(scope))),
+            Documents::Database(_) => None,
+        }
+    }
+
+    /// The sessions that have a chat memory, sorted.
+    pub fn chats(&self) -> Vec<String> {
+        self.docs
+            .list(CHATS)
+            .iter()
+            .filter_map(|name| {
+                name.strip_prefix(CHATS)?
+                    .strip_prefix('/')?
+                    .strip_suffix(".md")
+            })
+            .map(|name| {
+                percent_encoding::percent_decode_str(name)
+                    .decode_utf8_lossy()
+                    .into_owned()
+            })
+            .collect()
+    }
+
     /// The entries of `scope`, oldest first (none when the file does not exist).
     pub fn list(&self, scope: &Scope) -> Vec<String> {
-        std::fs::read_to_string(self.path(scope))
-            .map(|text| entries(&text))
-            .unwrap_or_default()
+        match self.docs.read(&self.name(scope)) {
+            Ok(text) => entries(text.as_deref().unwrap_or_default()),
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "memory.read.error");
+                Vec::new()
+            }
+        }
+    }
+
+    /// Replaces `scope`'s text as a person edited it (`bub memory edit`): its bullets are kept,
+    /// within the caps.
+    pub fn replace(&self, scope: &Scope, text: &str) -> anyhow::Result<()> {
+        let edited = entries(text);
+        self.change(scope, |list| list.clone_from(&edited))
     }
 
     /// Remembers `text` in `scope` (marked with its author, as the newest entry; an equal one
@@ -180,11 +241,6 @@ impl Memory {
         self.change(scope, |list| {
             list.retain(|e| key(e) != key(&entry));
             list.push(entry.clone());
-            while list.len() > MAX_ENTRIES
-                || list.iter().map(|e| e.len() + 3).sum::<usize>() > MAX_BYTES
-            {
-                list.remove(0);
-            }
         })?;
         Ok(entry)
     }
@@ -196,6 +252,7 @@ impl Memory {
         anyhow::ensure!(!needle.is_empty(), "say what to forget");
         let mut gone = Vec::new();
         self.change(scope, |list| {
+            gone.clear();
             list.retain(|e| {
                 let hit = key(e).contains(&needle) && by.may_change(e);
                 if hit {
@@ -207,14 +264,26 @@ impl Memory {
         Ok(gone)
     }
 
-    /// Rewrites `scope`'s file with `change` applied to its entries, under the memory lock.
-    fn change(&self, scope: &Scope, change: impl FnOnce(&mut Vec<String>)) -> anyhow::Result<()> {
-        let _lock = crate::storage::lock(&self.dir.join("memory.lock"))?;
-        let mut list = self.list(scope);
-        change(&mut list);
-        // One `- entry` line each (`write_atomic` ends the file with a newline).
-        let text: Vec<String> = list.iter().map(|e| format!("- {e}")).collect();
-        crate::storage::write_atomic(&self.path(scope), text.join("\n").as_bytes(), Some(0o600))
+    /// Rewrites `scope`'s file with `change` applied to its entries (the oldest dropped beyond
+    /// the caps), under the memory lock. `change` may run again when another replica wrote
+    /// meanwhile.
+    fn change(
+        &self,
+        scope: &Scope,
+        mut change: impl FnMut(&mut Vec<String>),
+    ) -> anyhow::Result<()> {
+        self.docs.change(&self.name(scope), LOCK, |text| {
+            let mut list = entries(text.unwrap_or_default());
+            change(&mut list);
+            while list.len() > MAX_ENTRIES
+                || list.iter().map(|e| e.len() + 3).sum::<usize>() > MAX_BYTES
+            {
+                list.remove(0);
+            }
+            // One `- entry` line each.
+            let lines: Vec<String> = list.iter().map(|e| format!("- {e}")).collect();
+            (Some(lines.join("\n")), ())
+        })
     }
 
     /// The `<memory>` block of a session's system prompt (empty when nothing is remembered):
@@ -402,7 +471,12 @@ mod tests {
             memory.list(&chat),
             ["lives in Lyon", "Prefers metric UNITS"]
         );
-        assert!(memory.path(&chat).ends_with("chats/telegram%3A42.md"));
+        assert!(
+            memory
+                .path(&chat)
+                .unwrap()
+                .ends_with("chats/telegram%3A42.md")
+        );
         for i in 0..200 {
             memory
                 .remember(&chat, &format!("fact number {i}"), &Author::Owner)
@@ -410,7 +484,9 @@ mod tests {
         }
         let list = memory.list(&chat);
         assert!(list.len() <= MAX_ENTRIES);
-        let bytes = std::fs::read_to_string(memory.path(&chat)).unwrap().len();
+        let bytes = std::fs::read_to_string(memory.path(&chat).unwrap())
+            .unwrap()
+            .len();
         assert!(bytes <= MAX_BYTES, "{bytes}");
         assert_eq!(list.last().unwrap(), "fact number 199", "the newest stays");
         assert!(
@@ -498,7 +574,7 @@ mod tests {
     fn a_hand_edited_file_keeps_only_its_bullets() {
         let dir = tempfile::tempdir().unwrap();
         let memory = Memory::new(dir.path());
-        let path = memory.path(&Scope::Global);
+        let path = memory.path(&Scope::Global).unwrap();
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, "# My notes\n\n- one\nsome prose\n  - two\n-\n").unwrap();
         assert_eq!(memory.list(&Scope::Global), ["one", "two"]);

@@ -79,6 +79,12 @@ pub struct ProcessCtx {
 }
 
 impl ProcessCtx {
+    /// The process's memory: `BUB_HOME`'s files, or the replicas' database.
+    pub(crate) fn memory(&self) -> crate::memory::Memory {
+        let docs = crate::document::Documents::of(&self.home, self.database.as_ref());
+        crate::memory::Memory::in_documents(docs)
+    }
+
     /// The scheduled jobs: `BUB_HOME/jobs.json`, or the database's.
     pub(crate) fn jobs(&self) -> Arc<dyn crate::scheduler::JobStore> {
         crate::scheduler::store::open(&self.home, self.database.as_ref())

@@ -74,7 +74,7 @@ where
             "memory is turned off (BUB_MEMORY_ENABLED=false)",
         ));
     }
-    let memory = Memory::new(&ctx.process.home);
+    let memory = ctx.process.memory();
     tokio::task::spawn_blocking(move || f(memory))
         .await
         .map_err(|e| ToolError::new(format!("memory task failed: {e}")))?

@@ -99,7 +99,7 @@ impl ModelLoop<'_> {
             return;
         }
         let lesson = crate::memory::lesson(tool, &error, &call.arguments);
-        let memory = crate::memory::Memory::new(&self.ctx.process.home);
+        let memory = self.ctx.process.memory();
         let scope = crate::memory::Scope::Chat(self.ctx.session_id().to_owned());
         let by = crate::memory::Author::of(&self.ctx.turn.authority);
         let kept = tokio::task::spawn_blocking(move || memory.remember(&scope, &lesson, &by)).await;

@@ -148,7 +148,7 @@ impl Discord {
                 crate::net::Route::configured(proxy),
                 crate::net::retry::SENDS.within(d.send_retry_budget),
             )),
-            database: crate::channels::exclusive::database(settings)?,
+            database: settings.database()?,
             token,
             api_base,
             proxied: proxy.is_some(),

@@ -130,7 +130,7 @@ impl Telegram {
                 .clone()
                 .zip(tg.webhook_secret.clone())
                 .map(|(url, secret)| webhook::Webhook { url, secret }),
-            database: crate::channels::exclusive::database(settings)?,
+            database: settings.database()?,
         })
     }
 
