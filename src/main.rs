@@ -249,6 +249,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             | Command::Message
             | Command::Idle
             | Command::Jobs { .. }
+            | Command::Usage { .. }
+            | Command::Memory { .. }
+            | Command::Pair { .. }
+            | Command::Access { .. }
     );
     let _database = match keeps_state {
         true => bub::cli::db::open(&settings)?,

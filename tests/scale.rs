@@ -284,6 +284,10 @@ async fn bub_db_import_moves_a_one_box_history_into_the_database_once() {
     let said = stdout(&out);
     assert!(said.contains(": 3 tapes ("), "{said}");
     assert!(said.contains("1 jobs added, 1 documents added"), "{said}");
+    assert!(
+        said.contains("usage rows added") && !said.contains(", 0 usage rows added"),
+        "{said}"
+    );
     let entries = env.tape_entries().len();
     assert!(
         said.contains(&format!("({entries} entries, {entries} added)")),
@@ -292,7 +296,8 @@ async fn bub_db_import_moves_a_one_box_history_into_the_database_once() {
     let again = stdout(&env.run(&["db", "import"]).await);
     assert!(
         again.contains(&format!(
-            "({entries} entries, 0 added), 0 jobs added, 0 documents added"
+            "({entries} entries, 0 added), 0 jobs added, 0 documents added (pairings, memory), \
+             0 usage rows added"
         )),
         "{again}"
     );
@@ -322,4 +327,9 @@ async fn bub_db_import_moves_a_one_box_history_into_the_database_once() {
     );
     let listed = stdout(&env.run(&["jobs", "list"]).await);
     assert!(listed.contains("say pong"), "{listed}");
+    // The usage ledger too: the box's calls and the one made from the database.
+    std::fs::remove_file(env.home.join("usage.jsonl")).unwrap();
+    let usage: serde_json::Value =
+        serde_json::from_str(&stdout(&env.run(&["usage", "--json"]).await)).unwrap();
+    assert_eq!(usage["total"]["calls"], 3, "{usage}");
 }

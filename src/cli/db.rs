@@ -13,13 +13,14 @@ use crate::db::{Database, NewerSchema};
 
 #[derive(Subcommand, Debug)]
 pub enum DbAction {
-    /// Apply the migrations the database lacks (`bub message`, `idle`, `run`, `chat` and
-    /// `jobs` also do this at start).
+    /// Apply the migrations the database lacks (every command that keeps state also does
+    /// this at start).
     Migrate,
     /// The schema's version, the migrations applied (and when) and those pending.
     Status,
-    /// Copy this BUB_HOME's tapes (archives too) and scheduled jobs into the database: what it
-    /// lacks is added, what it has is kept, so running it again adds nothing.
+    /// Copy this BUB_HOME's tapes (archives too), scheduled jobs, pairings, memory and usage
+    /// into the database: what it lacks is added, what it has is kept, so running it again
+    /// adds nothing.
     Import,
 }
 
@@ -60,16 +61,17 @@ pub fn run(settings: &Settings, action: &DbAction) -> anyhow::Result<ExitCode> {
             let entries: usize = tapes.iter().map(|t| t.entries).sum();
             let jobs = crate::scheduler::store::import(&settings.home, &db)?;
             let documents = crate::document::import(&settings.home, &db)?;
+            let usage = crate::usage::import(&settings.home, &db)?;
             println!(
                 "{}: {} tapes ({entries} entries, {added} added), {jobs} jobs added, \
-                 {documents} documents added (pairings, memory)",
+                 {documents} documents added (pairings, memory), {usage} usage rows added",
                 db.label(),
                 tapes.len()
             );
             println!(
-                "the usage ledger stays in {} (not in the database yet); stop `bub message` \
-                 before importing: work it left in its inbox is resumed only from there",
-                settings.home.display()
+                "stop `bub message` before importing: work it left in its inbox ({}) is resumed \
+                 only from there",
+                settings.home.join("inbox.jsonl").display()
             );
         }
         DbAction::Status => {

@@ -109,7 +109,7 @@ fn rows(rows: Vec<String>) -> String {
 /// `bub usage`: the usage ledger from `since` on (all of it when `None`), per day and session
 /// and in all, as a table or (`json`) JSON; session names escaped.
 pub fn usage(settings: &Settings, since: Option<NaiveDate>, json: bool) -> anyhow::Result<String> {
-    let entries = crate::usage::read(&settings.home.join(crate::usage::FILE))?;
+    let entries = crate::usage::entries(settings)?;
     let summary = crate::usage::Summary::of(&entries, since, &settings.prices);
     Ok(match json {
         true => crate::terminal::safe_json(&serde_json::to_string_pretty(&summary)?).into_owned(),

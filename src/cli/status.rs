@@ -68,7 +68,8 @@ async fn usage_today(settings: &Settings) -> Result<crate::usage::Totals, String
         &settings.home,
         settings.prices.clone(),
         settings.budgets.clone(),
-    );
+    )
+    .on_database(settings.database().map_err(|e| format!("{e:#}"))?);
     match tokio::task::spawn_blocking(move || ledger.today_totals()).await {
         Ok(Ok(totals)) => Ok(totals),
         Ok(Err(e)) => Err(format!("{e:#}")),

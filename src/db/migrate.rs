@@ -22,6 +22,7 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         "documents",
         include_str!("migrations/0005_documents.sql"),
     ),
+    (6, "usage", include_str!("migrations/0006_usage.sql")),
 ];
 
 /// The advisory lock key under which migrations run ("bub" in ASCII, then 1).

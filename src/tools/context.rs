@@ -98,6 +98,12 @@ impl ProcessCtx {
         let access = Arc::new(Access::new(&settings));
         let redactor = Arc::new(Redactor::from_settings(&settings));
         let mcp = Arc::new(super::mcp::Mcp::new(&settings, redactor.clone()));
+        // The URL was checked when the settings loaded; never fall back to files, which other
+        // replicas would not see.
+        let database = settings.database_url.as_ref().map(|url| {
+            crate::db::Database::shared(url.expose())
+                .expect("BUB_DATABASE_URL was checked when the settings loaded")
+        });
         Self {
             owner: Arc::new(Policy::for_role(Role::Owner, &settings)),
             guest: Arc::new(Policy::for_role(Role::Guest, &settings)),
@@ -110,20 +116,18 @@ impl ProcessCtx {
             commands: Arc::new(CommandLimits::from_settings(&settings)),
             background: Arc::default(),
             delegate: std::sync::OnceLock::new(),
-            usage: Arc::new(crate::usage::Ledger::new(
-                &settings.home,
-                settings.prices.clone(),
-                settings.budgets.clone(),
-            )),
+            usage: Arc::new(
+                crate::usage::Ledger::new(
+                    &settings.home,
+                    settings.prices.clone(),
+                    settings.budgets.clone(),
+                )
+                .on_database(database.clone()),
+            ),
             models: Arc::new(ModelConfig::from_settings(&settings)),
             home: settings.home.clone(),
             user_home: settings.user_home.clone(),
-            // The URL was checked when the settings loaded; never fall back to files, which
-            // other replicas would not see.
-            database: settings.database_url.as_ref().map(|url| {
-                crate::db::Database::shared(url.expose())
-                    .expect("BUB_DATABASE_URL was checked when the settings loaded")
-            }),
+            database,
             tape_name: settings.tape_name.clone(),
             allowed_skills: settings.allowed_skills.clone(),
             memory_enabled: settings.memory_enabled,

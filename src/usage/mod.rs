@@ -9,9 +9,13 @@
 //! are summed into one line per day, session, purpose and model, and days older than
 //! [`KEPT_DAYS`] are dropped. Every method does file I/O: call them on the blocking pool.
 //!
+//! With replicas (`BUB_DATABASE_URL`) the ledger is the database's (`pg`): a row per call,
+//! summed when a budget is checked, so the budgets hold across replicas.
+//!
 //! Days are the process's local days: budgets reset at local midnight. The clock is
 //! injectable ([`Clock`]) for tests.
 
+mod pg;
 mod report;
 
 use std::collections::{BTreeMap, HashMap};
@@ -171,8 +175,11 @@ pub struct Ask<'a> {
     pub input: u64,
 }
 
-/// The ledger of one `BUB_HOME`, shared by the process's runtimes.
+/// The ledger of one `BUB_HOME`, shared by the process's runtimes (with replicas, the
+/// database's, shared by all of them).
 pub struct Ledger {
+    /// With replicas: the database's rows instead of the file (`pg`).
+    db: Option<Arc<crate::db::Database>>,
     path: PathBuf,
     lock: PathBuf,
     prices: Prices,
@@ -204,6 +211,7 @@ impl Ledger {
     /// [`Self::new`] on another clock.
     pub fn with_clock(home: &Path, prices: Prices, budgets: Budgets, clock: Clock) -> Self {
         Self {
+            db: None,
             path: home.join(FILE),
             lock: home.join("usage.lock"),
             prices,
@@ -211,6 +219,12 @@ impl Ledger {
             clock,
             state: Mutex::new(None),
         }
+    }
+
+    /// The ledger in `db` (the replicas' database), when there is one, instead of the file.
+    pub fn on_database(mut self, db: Option<Arc<crate::db::Database>>) -> Self {
+        self.db = db;
+        self
     }
 
     /// Today by the ledger's clock.
@@ -232,6 +246,9 @@ impl Ledger {
     /// last read the file, the entry is counted as it is (no read back); else the state catches
     /// up with everything, this line included.
     pub fn record(&self, entry: &Entry) -> anyhow::Result<()> {
+        if let Some(db) = &self.db {
+            return pg::record(db, entry, None).map(drop);
+        }
         let mut line = serde_json::to_vec(entry)?;
         line.push(b'\n');
         // No catch-up first: the append sees whether anything else was appended.
@@ -267,22 +284,45 @@ impl Ledger {
 
     /// Today's totals, all sessions.
     pub fn today_totals(&self) -> anyhow::Result<Totals> {
-        self.with_state(|s| s.today)
+        Ok(self.today_and("")?.0)
+    }
+
+    /// Today's totals: all sessions', and `session`'s.
+    fn today_and(&self, session: &str) -> anyhow::Result<(Totals, Totals)> {
+        let Some(db) = &self.db else {
+            return self.with_state(|s| {
+                let chat = s.today_by_session.get(session).copied();
+                (s.today, chat.unwrap_or_default())
+            });
+        };
+        let today = self.today();
+        let (mut all, mut chat) = (Totals::default(), Totals::default());
+        for entry in pg::entries(db, today, today, None)? {
+            all.add(&entry, &self.prices);
+            if entry.session == session {
+                chat.add(&entry, &self.prices);
+            }
+        }
+        Ok((all, chat))
     }
 
     /// A session's totals today and this month. The month is read from the file (`/usage` is
     /// rare; keeping every session of the month in memory would not be).
     pub fn session_totals(&self, session: &str) -> anyhow::Result<(Totals, Totals)> {
-        let today = self.with_state(|s| s.today_by_session.get(session).copied())?;
+        let today = self.today_and(session)?.1;
         let date = self.today();
         let mut month = Totals::default();
-        for entry in read(&self.path)? {
+        let entries = match &self.db {
+            Some(db) => pg::entries(db, date.with_day(1).unwrap_or(date), date, Some(session))?,
+            None => read(&self.path)?,
+        };
+        for entry in entries {
             let same_month = (entry.date.year(), entry.date.month()) == (date.year(), date.month());
             if entry.session == session && same_month && entry.date <= date {
                 month.add(&entry, &self.prices);
             }
         }
-        Ok((today.unwrap_or_default(), month))
+        Ok((today, month))
     }
 
     /// `Err(Exceeded)` when the call `ask` describes would pass a daily budget.
@@ -298,10 +338,7 @@ impl Ledger {
             .unwrap_or(now.date())
             .and_time(Default::default());
         let resets_in = (midnight - now).to_std().unwrap_or_default();
-        let (today, chat) = self.with_state(|s| {
-            let chat = s.today_by_session.get(ask.session).copied();
-            (s.today, chat.unwrap_or_default())
-        })?;
+        let (today, chat) = self.today_and(ask.session)?;
         let over = |budget, limit: String, spent: String| Exceeded {
             budget,
             limit,
@@ -467,6 +504,46 @@ impl Ledger {
         tracing::info!(bytes = body.len(), "usage.ledger.compacted");
         Ok(())
     }
+}
+
+/// Every entry of the ledger of `settings`: `BUB_HOME`'s file, or the replicas' database
+/// (summed per day, session, purpose and model).
+pub fn entries(settings: &crate::config::Settings) -> anyhow::Result<Vec<Entry>> {
+    match settings.database()? {
+        Some(db) => {
+            let (first, last) = (
+                NaiveDate::from_ymd_opt(1970, 1, 1),
+                NaiveDate::from_ymd_opt(9999, 12, 31),
+            );
+            pg::entries(
+                &db,
+                first.unwrap_or_default(),
+                last.unwrap_or_default(),
+                None,
+            )
+        }
+        None => read(&settings.home.join(FILE)),
+    }
+}
+
+/// Copies the ledger of `home` into `db` (`bub db import`), summed per day, session, purpose
+/// and model; a sum imported before is kept (running it again adds nothing). Returns how many
+/// rows were added.
+pub(crate) fn import(home: &Path, db: &Arc<crate::db::Database>) -> anyhow::Result<usize> {
+    let mut summed: BTreeMap<String, Entry> = BTreeMap::new();
+    for entry in read(&home.join(FILE))? {
+        let purpose = serde_json::to_string(&entry.purpose).unwrap_or_default();
+        let key = format!("{}|{}|{purpose}|{}", entry.date, entry.session, entry.model);
+        match summed.get_mut(&key) {
+            Some(sum) => sum.absorb(&entry),
+            None => drop(summed.insert(key, entry)),
+        }
+    }
+    let mut added = 0;
+    for (key, entry) in summed {
+        added += usize::from(pg::record(db, &entry, Some(key))?);
+    }
+    Ok(added)
 }
 
 /// Every entry of the ledger at `path` (none when it does not exist); bad lines are skipped.

@@ -208,3 +208,54 @@ fn a_line_appended_after_a_torn_one_starts_on_its_own_line() {
     assert_eq!(ledger.today_totals().unwrap().calls, 2);
     assert_eq!(read(&path).unwrap().len(), 2);
 }
+
+/// Two replicas (two homes, one database): each one's calls count against the budgets the
+/// other checks, and the totals and a session's month are the sums of both.
+#[test]
+fn replicas_on_one_database_share_the_budgets_and_the_totals() {
+    let db = crate::db::Database::shared(&crate::db::cluster::database()).unwrap();
+    db.migrate().unwrap();
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    let minutes = Arc::new(AtomicI64::new(12 * 60));
+    let budgets = Budgets {
+        daily_tokens: Some(1_000),
+        ..Budgets::default()
+    };
+    let [a, b] = dirs.each_ref().map(|dir| {
+        Ledger::with_clock(
+            dir.path(),
+            Prices::default(),
+            budgets.clone(),
+            clock(minutes.clone()),
+        )
+        .on_database(Some(db.clone()))
+    });
+    let today = a.today();
+    let yesterday = today.pred_opt().unwrap();
+    a.record(&call(today, "telegram:1", 300, 100)).unwrap();
+    b.record(&call(today, "telegram:2", 400, 100)).unwrap();
+    b.record(&call(yesterday, "telegram:1", 5, 5)).unwrap();
+    // 900 used today across both: a call of 200 more passes the day's 1,000 on either.
+    for ledger in [&a, &b] {
+        let over = ledger
+            .check(ask("telegram:3", 200, false))
+            .unwrap()
+            .unwrap_err();
+        assert_eq!(over.budget, "BUB_BUDGET_DAILY_TOKENS");
+        assert_eq!(over.spent, "900 tokens");
+        assert!(ledger.check(ask("telegram:3", 50, false)).unwrap().is_ok());
+        assert_eq!(ledger.today_totals().unwrap().tokens(), 900);
+    }
+    let (day, month) = b.session_totals("telegram:1").unwrap();
+    assert_eq!((day.tokens(), day.calls), (400, 1));
+    assert_eq!(
+        month.tokens(),
+        if yesterday.month() == today.month() {
+            410
+        } else {
+            400
+        }
+    );
+    // Nothing in the homes: the ledger is the database's.
+    assert!(!dirs[0].path().join(FILE).exists() && !dirs[1].path().join(FILE).exists());
+}

@@ -1,0 +1,101 @@
+//! The usage ledger in the replicas' database (`bub_usage`): a row per call, summed by the
+//! database when a budget is checked or a report asked for, so every replica's calls count
+//! against the same daily budgets. Blocking, like the file ledger: call it on the blocking pool.
+
+use std::sync::Arc;
+
+use chrono::NaiveDate;
+
+use super::{Entry, Purpose};
+use crate::db::{Cached, Database};
+
+/// The columns of an entry, summed over a group.
+const SUMS: &str = "sum(input)::bigint, sum(cache_read)::bigint, sum(cache_write)::bigint, \
+                    sum(output)::bigint, sum(estimated)::bigint, sum(calls)::bigint";
+
+/// Adds one call's row (`import_key`: an imported line's key, stored once).
+pub(super) fn record(
+    db: &Arc<Database>,
+    entry: &Entry,
+    import_key: Option<String>,
+) -> anyhow::Result<bool> {
+    let entry = entry.clone();
+    let pool = db.pool();
+    db.block_on(async move {
+        let client = crate::db::client(&pool).await?;
+        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        let added = client
+            .run(
+                "INSERT INTO bub_usage (day, session, purpose, model, input, cache_read, \
+                 cache_write, output, estimated, calls, import_key) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
+                 ON CONFLICT (import_key) DO NOTHING",
+                &[
+                    &entry.date,
+                    &entry.session,
+                    &purpose_name(entry.purpose),
+                    &entry.model,
+                    &n(entry.input),
+                    &n(entry.cache_read),
+                    &n(entry.cache_write),
+                    &n(entry.output),
+                    &n(entry.estimated),
+                    &n(entry.calls),
+                    &import_key,
+                ],
+            )
+            .await?;
+        Ok(added == 1)
+    })
+}
+
+/// The entries from `since` to `until` (inclusive), of `session` or all, summed per day,
+/// session, purpose and model.
+pub(super) fn entries(
+    db: &Arc<Database>,
+    since: NaiveDate,
+    until: NaiveDate,
+    session: Option<&str>,
+) -> anyhow::Result<Vec<Entry>> {
+    let session = session.map(str::to_owned);
+    let pool = db.pool();
+    db.block_on(async move {
+        let client = crate::db::client(&pool).await?;
+        let sql = format!(
+            "SELECT day, session, purpose, model, {SUMS} FROM bub_usage \
+             WHERE day >= $1 AND day <= $2 AND ($3::text IS NULL OR session = $3) \
+             GROUP BY day, session, purpose, model ORDER BY day, session, purpose, model"
+        );
+        let rows = client.rows(&sql, &[&since, &until, &session]).await?;
+        let n = |v: i64| u64::try_from(v).unwrap_or_default();
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                Some(Entry {
+                    date: r.get(0),
+                    session: r.get(1),
+                    purpose: purpose_of(r.get(2))?,
+                    model: r.get(3),
+                    input: n(r.get(4)),
+                    cache_read: n(r.get(5)),
+                    cache_write: n(r.get(6)),
+                    output: n(r.get(7)),
+                    estimated: n(r.get(8)),
+                    calls: n(r.get(9)),
+                })
+            })
+            .collect())
+    })
+}
+
+fn purpose_name(purpose: Purpose) -> &'static str {
+    match purpose {
+        Purpose::Step => "step",
+        Purpose::Compaction => "compaction",
+        Purpose::Learning => "learning",
+    }
+}
+
+fn purpose_of(name: &str) -> Option<Purpose> {
+    serde_json::from_value(serde_json::Value::String(name.to_owned())).ok()
+}
