@@ -65,44 +65,44 @@ impl Ledger {
             msg: msg.clone(),
         })?;
         let (channel, chat) = (msg.channel.clone(), msg.chat_id.clone());
-        let seen = msg.message_id.parse::<i64>().ok();
+        // The platform's cursor, else the chat's newest message id.
+        let cursor = cursor.map(|at| at as i64);
+        let seen = msg
+            .message_id
+            .parse::<i64>()
+            .ok()
+            .filter(|_| cursor.is_none());
         let pool = self.db.pool();
         self.db
             .run(async move {
-                let mut client = crate::db::client(&pool).await?;
-                let tx = client.transaction().await?;
-                let row = tx
+                let client = crate::db::client(&pool).await?;
+                // One statement, one round trip: it commits (and notifies) as a whole.
+                let row = client
                     .opt(
-                        "INSERT INTO bub_inbox (session, key, record) VALUES ($1, $2, $3) \
-                         ON CONFLICT (key) DO NOTHING RETURNING seq",
-                        &[&session, &key, &record],
+                        "WITH ins AS (INSERT INTO bub_inbox (session, key, record) \
+                             VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING RETURNING seq), \
+                         cur AS (INSERT INTO bub_inbox_cursors (channel, at) \
+                             SELECT $4, $5 FROM ins WHERE $5::bigint IS NOT NULL \
+                             ON CONFLICT (channel) DO UPDATE \
+                             SET at = GREATEST(bub_inbox_cursors.at, EXCLUDED.at)), \
+                         seen AS (INSERT INTO bub_inbox_seen (channel, chat, id) \
+                             SELECT $4, $6, $7 FROM ins WHERE $7::bigint IS NOT NULL \
+                             ON CONFLICT (channel, chat) DO UPDATE \
+                             SET id = GREATEST(bub_inbox_seen.id, EXCLUDED.id), at = now()) \
+                         SELECT ins.seq FROM ins CROSS JOIN LATERAL pg_notify($8, $1)",
+                        &[
+                            &session,
+                            &key,
+                            &record,
+                            &channel,
+                            &cursor,
+                            &chat,
+                            &seen,
+                            &crate::db::NOTICES,
+                        ],
                     )
                     .await?;
-                let Some(row) = row else { return Ok(None) };
-                match (cursor, seen) {
-                    (Some(at), _) => {
-                        tx.run(
-                            "INSERT INTO bub_inbox_cursors (channel, at) VALUES ($1, $2) \
-                             ON CONFLICT (channel) DO UPDATE \
-                             SET at = GREATEST(bub_inbox_cursors.at, EXCLUDED.at)",
-                            &[&channel, &(at as i64)],
-                        )
-                        .await?;
-                    }
-                    (None, Some(id)) => {
-                        tx.run(
-                            "INSERT INTO bub_inbox_seen (channel, chat, id) VALUES ($1, $2, $3) \
-                             ON CONFLICT (channel, chat) DO UPDATE \
-                             SET id = GREATEST(bub_inbox_seen.id, EXCLUDED.id), at = now()",
-                            &[&channel, &chat, &id],
-                        )
-                        .await?;
-                    }
-                    (None, None) => {}
-                }
-                notify(&tx, &session).await?;
-                tx.commit().await?;
-                Ok(Some(row.get::<_, i64>(0) as u64))
+                Ok(row.map(|row| row.get::<_, i64>(0) as u64))
             })
             .await
             .context("storing in the shared inbox")
@@ -178,6 +178,21 @@ impl Ledger {
         self.db
             .run(async move {
                 let mut client = crate::db::client(&pool).await?;
+                if !all {
+                    // Under the lease nobody else claims: one statement.
+                    let rows = client
+                        .rows(
+                            "UPDATE bub_inbox SET taken = true WHERE session = $1 \
+                             AND done_at IS NULL AND NOT taken RETURNING seq, record",
+                            &[&session],
+                        )
+                        .await?;
+                    let items = numbered_items(rows.iter().map(|r| (r.get(0), r.get(1), false)));
+                    return Ok(Claimed {
+                        items,
+                        progress: Vec::new(),
+                    });
+                }
                 let tx = client.transaction().await?;
                 let rows = tx
                     .rows(
@@ -189,27 +204,16 @@ impl Ledger {
                         &[&session, &all],
                     )
                     .await?;
-                let mut items = Vec::with_capacity(rows.len());
-                for row in rows {
-                    let seq = row.get::<_, i64>(0) as u64;
-                    match numbered(row.get(1), seq) {
-                        Some(record) => items.push((record, row.get::<_, bool>(2))),
-                        None => tracing::warn!(seq, "inbox.shared.unreadable"),
-                    }
-                }
-                items.sort_unstable_by_key(|(record, _)| seq_of(record));
-                let progress = match all {
-                    false => Vec::new(),
-                    true => tx
-                        .rows(
-                            "SELECT record FROM bub_inbox_progress WHERE session = $1 ORDER BY id",
-                            &[&session],
-                        )
-                        .await?
-                        .iter()
-                        .filter_map(|row| serde_json::from_str(row.get(0)).ok())
-                        .collect(),
-                };
+                let items = numbered_items(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))));
+                let progress = tx
+                    .rows(
+                        "SELECT record FROM bub_inbox_progress WHERE session = $1 ORDER BY id",
+                        &[&session],
+                    )
+                    .await?
+                    .iter()
+                    .filter_map(|row| serde_json::from_str(row.get(0)).ok())
+                    .collect();
                 tx.commit().await?;
                 Ok(Claimed { items, progress })
             })
@@ -321,6 +325,22 @@ async fn done(client: &impl Cached, seqs: &[i64]) -> Result<(), tokio_postgres::
         )
         .await
         .map(drop)
+}
+
+/// Claimed rows (number, record, taken before) as numbered records in order; an unreadable
+/// one is logged and left out.
+fn numbered_items<'a>(rows: impl Iterator<Item = (i64, &'a str, bool)>) -> Vec<(Record, bool)> {
+    let mut items: Vec<(Record, bool)> = rows
+        .filter_map(|(seq, text, taken)| match numbered(text, seq as u64) {
+            Some(record) => Some((record, taken)),
+            None => {
+                tracing::warn!(seq, "inbox.shared.unreadable");
+                None
+            }
+        })
+        .collect();
+    items.sort_unstable_by_key(|(record, _)| seq_of(record));
+    items
 }
 
 /// The record stored for item `seq`, numbered (`None`: unreadable).
