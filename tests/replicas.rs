@@ -223,13 +223,11 @@ async fn one_replica_polls_telegram_and_another_takes_over_when_it_dies() {
     // Whichever comes first polls; the other stands by.
     wait_until(WAIT, "one poller and one standing by", || {
         let logs: Vec<String> = daemons.iter().map(Daemon::log).collect();
-        logs.iter().any(|l| l.contains("channel.connection.held"))
-            && logs
-                .iter()
-                .any(|l| l.contains("channel.connection.standby"))
+        logs.iter().any(|l| l.contains("exclusive.held"))
+            && logs.iter().any(|l| l.contains("exclusive.standby"))
     })
     .await;
-    if daemons[1].log().contains("channel.connection.held") {
+    if daemons[1].log().contains("exclusive.held") {
         daemons.swap(0, 1);
     }
     env.telegram.push_message_update(private_text(5, 5, "p5-1"));
@@ -250,7 +248,7 @@ async fn one_replica_polls_telegram_and_another_takes_over_when_it_dies() {
     let killed = Instant::now();
     daemons.remove(0).kill().await;
     let survivor = daemons.remove(0);
-    survivor.wait_for_log("channel.connection.held").await;
+    survivor.wait_for_log("exclusive.held").await;
     eprintln!(
         "Telegram polling taken over {:?} after SIGKILL",
         killed.elapsed()
@@ -273,8 +271,7 @@ async fn one_replica_polls_telegram_and_another_takes_over_when_it_dies() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn an_update_is_answered_200_only_after_its_commit_and_a_kill_mid_post_stores_it_once()
- {
+async fn an_update_is_answered_200_only_after_its_commit_and_a_kill_mid_post_stores_it_once() {
     let mut env = Env::new().await;
     let url = postgres::database();
     env.set("BUB_DATABASE_URL", &url);
@@ -368,7 +365,7 @@ async fn a_pairing_approved_from_any_replicas_home_admits_the_user_on_every_repl
     env.model.echo_tokens("a");
     let (mut daemons, _ports) = replicas(&mut env, 1);
     let daemon = daemons.remove(0);
-    daemon.wait_for_log("channel.connection.held").await;
+    daemon.wait_for_log("exclusive.held").await;
     env.telegram
         .push_message_update(private_text(61, 61, "a61-1"));
     let sent = env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
@@ -398,4 +395,112 @@ async fn a_pairing_approved_from_any_replicas_home_admits_the_user_on_every_repl
     let (status, log) = daemon.stop_with_log().await;
     assert!(status.success(), "{log}");
     assert_eq!(env.model.request_count(), 1, "a61-1 was not answered");
+}
+
+/// Messages per second through 1, 2 and 3 replicas on one database (the fake model answers at
+/// once, Telegram posts one update at a time): a measurement, on a release build —
+/// `BUB_BENCH_BINARY=target/release/bub cargo test --test tests replicas::throughput --
+/// --ignored --nocapture`.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a measurement: run it on a release build"]
+async fn throughput_through_one_two_and_three_replicas() {
+    for n in 1..=3 {
+        let mut env = Env::new().await;
+        env.set("BUB_DATABASE_URL", &postgres::database());
+        env.set("BUB_TELEGRAM_WEBHOOK_URL", URL);
+        env.set("BUB_TELEGRAM_WEBHOOK_SECRET", SECRET);
+        env.model.echo_tokens("m");
+        let (daemons, ports) = replicas(&mut env, n);
+        for daemon in &daemons {
+            daemon.wait_for_log("channel.manager.start").await;
+        }
+        let proxy = support::proxy::start(&ports).await;
+        let started = Instant::now();
+        for k in 1..=PER_CHAT {
+            for chat in 1..=CHATS {
+                let text = format!("m{chat}-{k}");
+                env.telegram
+                    .push_message_update(private_text(chat, chat, &text));
+            }
+        }
+        env.telegram.deliver_webhooks_to(&proxy.url());
+        let total = (CHATS * PER_CHAT) as usize;
+        env.telegram
+            .wait_until(RUN_WAIT, "every message answered", |_| {
+                (answered_count(&env) >= total).then_some(())
+            })
+            .await;
+        let took = started.elapsed();
+        eprintln!(
+            "{n} replica(s): {total} messages in {CHATS} chats in {took:?}: {:.0} msg/s, {} answers",
+            total as f64 / took.as_secs_f64(),
+            env.telegram.delivered().len()
+        );
+        for daemon in daemons {
+            assert!(daemon.stop().await.success());
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_chat_whose_replica_dies_mid_turn_is_answered_by_another_within_seconds() {
+    let mut env = Env::new().await;
+    let url = postgres::database();
+    env.set("BUB_DATABASE_URL", &url);
+    env.set("BUB_TELEGRAM_WEBHOOK_URL", URL);
+    env.set("BUB_TELEGRAM_WEBHOOK_SECRET", SECRET);
+    env.model.echo_tokens("f");
+    let (mut daemons, ports) = replicas(&mut env, 2);
+    for daemon in &daemons {
+        daemon.wait_for_log("channel.manager.start").await;
+    }
+    let proxy = support::proxy::start(&ports).await;
+    env.telegram.deliver_webhooks_to(&proxy.url());
+    // The turn's model call hangs: the chat's replica dies in the middle of it.
+    env.model.hold();
+    env.telegram.push_message_update(private_text(8, 8, "f8-1"));
+    wait_until(WAIT, "a replica running the turn", || {
+        daemons
+            .iter()
+            .any(|d| d.log().contains("session.turn.start"))
+    })
+    .await;
+    let holder = daemons
+        .iter()
+        .position(|d| d.log().contains("session.turn.start"))
+        .unwrap();
+    // The turn's start is recorded (what makes the next attempt an interrupted one's).
+    let started = "SELECT count(*) FROM bub_inbox_progress WHERE record LIKE '%\"start\"%'";
+    let deadline = Instant::now() + WAIT;
+    while crate::scale::query(&url, started).await != ["1"] {
+        assert!(Instant::now() < deadline, "the turn's start is not recorded");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let survivor = daemons.remove(1 - holder);
+    let killed = Instant::now();
+    daemons.remove(0).kill().await;
+    env.model.release();
+    env.telegram
+        .wait_until(WAIT, "f8-1 answered", |f| {
+            (!f.delivered().is_empty()).then_some(())
+        })
+        .await;
+    let failover = killed.elapsed();
+    eprintln!("a chat's lease taken over and its turn answered {failover:?} after SIGKILL");
+    assert!(failover < Duration::from_secs(30), "{failover:?}");
+    let (status, log) = survivor.stop_with_log().await;
+    assert!(status.success(), "{log}");
+    assert!(log.contains("inbox.lease.resume"), "{log}");
+    let texts: Vec<String> = env
+        .telegram
+        .delivered()
+        .iter()
+        .map(|c| c.body["text"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(texts, ["answering: f8-1"], "answered once");
+    let prompt = env.model.requests().last().unwrap().to_string();
+    assert!(
+        prompt.contains("interrupted"),
+        "resumed as interrupted: {prompt}"
+    );
 }

@@ -1,9 +1,9 @@
-//! Platform connections only one client may hold at a time — Telegram's long polling (a second
-//! poller gets `409 Conflict`) and Discord's gateway (every session gets every event): with
-//! replicas on a database one replica holds each, by an advisory lock, and the others stand
-//! by; when the holder dies its connection closes, the database frees the lock and a replica
-//! standing by takes over within [`RETRY`]. Without a database nothing is held or waited for.
-//! Telegram's webhooks need none of this: every replica takes posted updates.
+//! What only one replica may do at a time — hold Telegram's long polling (a second poller gets
+//! `409 Conflict`) or Discord's gateway (every session gets every event), beat the heartbeat:
+//! with replicas on a database one replica holds each, by an advisory lock, and the others
+//! stand by; when the holder dies its connection closes, the database frees the lock and a
+//! replica standing by takes over within [`RETRY`]. Without a database nothing is held or
+//! waited for. Telegram's webhooks need none of this: every replica takes posted updates.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,16 +15,16 @@ use crate::db::{Database, SessionLock};
 /// How often a replica standing by tries to take the connection over.
 pub(crate) const RETRY: Duration = Duration::from_secs(5);
 
-/// The right to hold a platform's connection, while this process has it.
+/// The right to do what only one replica may do, while this process has it.
 pub(crate) struct Exclusive {
     lock: Option<SessionLock>,
 }
 
-/// Waits until this process may hold `platform`'s connection (lock `key` of `db`); `None`
-/// when `shutdown` comes first.
+/// Waits until this process may do `what` (`telegram`, `discord`, `heartbeat`: lock `key` of
+/// `db`); `None` when `shutdown` comes first.
 pub(crate) async fn acquire(
     db: Option<&Arc<Database>>,
-    platform: &str,
+    what: &str,
     key: i64,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Option<Exclusive>> {
@@ -35,19 +35,19 @@ pub(crate) async fn acquire(
     loop {
         match db.try_lock(key).await {
             Ok(Some(lock)) => {
-                tracing::info!(platform, "channel.connection.held");
+                tracing::info!(what, "exclusive.held");
                 return Ok(Some(Exclusive { lock: Some(lock) }));
             }
             Ok(None) if !announced => {
                 tracing::info!(
-                    platform,
-                    "channel.connection.standby: another replica holds it; this one takes over when it stops"
+                    what,
+                    "exclusive.standby: another replica holds it; this one takes over when it stops"
                 );
                 announced = true;
             }
             Ok(None) => {}
             Err(e) => {
-                tracing::warn!(platform, error = %format!("{e:#}"), "channel.connection.lock_error")
+                tracing::warn!(what, error = %format!("{e:#}"), "exclusive.lock_error")
             }
         }
         tokio::select! {

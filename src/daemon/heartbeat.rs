@@ -9,7 +9,8 @@
 //!
 //! Invariants: beats never overlap (the next beat waits for the run before it, and a beat
 //! missed meanwhile is skipped, not made up); what the model is shown of the file is at most
-//! [`MAX_FILE_BYTES`].
+//! [`MAX_FILE_BYTES`]; with replicas one of them beats (a database lock, taken over within 5 s
+//! when its holder dies: `channels::exclusive`), not every one.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -42,6 +43,8 @@ pub struct Heartbeat {
     chat: SessionId,
     creator: Authority,
     queue: JobQueue,
+    /// With replicas, the database whose lock lets one of them beat.
+    database: Option<std::sync::Arc<crate::db::Database>>,
 }
 
 impl Heartbeat {
@@ -60,11 +63,28 @@ impl Heartbeat {
                 senders: Vec::new(),
             },
             queue,
+            // A bad URL stopped the process at start.
+            database: settings.database().ok().flatten(),
         })
     }
 
-    /// Beats until `shutdown`.
+    /// Beats until `shutdown` (with replicas, while this one holds the heartbeat's lock).
     pub async fn run(self, shutdown: CancellationToken) {
+        let lock = crate::db::HEARTBEAT_LOCK;
+        let db = self.database.as_ref();
+        loop {
+            let held = crate::channels::exclusive::acquire(db, "heartbeat", lock, &shutdown).await;
+            let Ok(Some(held)) = held else { return };
+            tokio::select! {
+                () = self.beat(&shutdown) => return,
+                // Another replica beats now; this one stands by again.
+                () = held.lost() => tracing::warn!("heartbeat.lock.lost"),
+            }
+        }
+    }
+
+    /// Beats until `shutdown`.
+    async fn beat(&self, shutdown: &CancellationToken) {
         let mut beats = tokio::time::interval_at(Instant::now() + self.every, self.every);
         beats.set_missed_tick_behavior(MissedTickBehavior::Skip);
         loop {

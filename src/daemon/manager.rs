@@ -15,7 +15,13 @@
 //! leaves what is still queued to the next start (it is journaled), lets running turns finish
 //! for at most [`SHUTDOWN_GRACE`], then drops them (their shell commands are killed; the inbox
 //! resumes them on the next start). Memory goes back to the system when serving starts and
-//! after sessions are evicted ([`crate::memory`]).
+//! after sessions are evicted ([`crate::heap`]).
+//!
+//! With a shared inbox (replicas on a database) nothing is routed as it arrives: what the
+//! adapters stored, the database's notices and a sweep every [`SWEEP_EVERY`] only say which
+//! chat has work, and the manager routes what [`Inbox::pull`] hands it under the chat's lease;
+//! an actor that ends gives its lease back (unless a new one took over), and a lost lease
+//! connection stops the manager — the chats resume on other replicas.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -326,19 +332,7 @@ impl ChannelManager {
         mut waiting: Option<(u64, tokio::sync::oneshot::Sender<Result<(), String>>)>,
     ) {
         match self.inbox.pull(session).await {
-            Ok(work) => {
-                for work in work {
-                    let (channel, mut mail) = mail_of(work);
-                    if let Mail::Job(scheduled) = &mut mail
-                        && waiting
-                            .as_ref()
-                            .is_some_and(|(seq, _)| *seq == scheduled.run.seq)
-                    {
-                        scheduled.done = waiting.take().map(|(_, done)| done);
-                    }
-                    self.route(&channel, mail, tokens).await;
-                }
-            }
+            Ok(work) => self.hand_on(work, tokens, &mut waiting).await,
             Err(e) => {
                 tracing::error!(session = %session, error = %format!("{e:#}"), "inbox.pull.error");
             }
@@ -352,13 +346,28 @@ impl ChannelManager {
     /// The work the database has for this replica that no notice announced.
     async fn sweep(&self, tokens: Tokens<'_>) {
         match self.inbox.sweep().await {
-            Ok(work) => {
-                for work in work {
-                    let (channel, mail) = mail_of(work);
-                    self.route(&channel, mail, tokens).await;
-                }
-            }
+            Ok(work) => self.hand_on(work, tokens, &mut None).await,
             Err(e) => tracing::error!(error = %format!("{e:#}"), "inbox.sweep.error"),
+        }
+    }
+
+    /// Routes pulled `work` to its actors; the scheduled run `waiting` names takes its waiter.
+    async fn hand_on(
+        &self,
+        work: Vec<Resume>,
+        tokens: Tokens<'_>,
+        waiting: &mut Option<(u64, tokio::sync::oneshot::Sender<Result<(), String>>)>,
+    ) {
+        for work in work {
+            let (channel, mut mail) = mail_of(work);
+            if let Mail::Job(scheduled) = &mut mail
+                && waiting
+                    .as_ref()
+                    .is_some_and(|(seq, _)| *seq == scheduled.run.seq)
+            {
+                scheduled.done = waiting.take().map(|(_, done)| done);
+            }
+            self.route(&channel, mail, tokens).await;
         }
     }
 

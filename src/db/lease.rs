@@ -26,7 +26,8 @@ use super::Database;
 /// session's `hashtext`.
 const NAMESPACE: i32 = 0x6275_6203;
 
-/// The channel the inbox notifies: its payload is a session with new work.
+/// The channel the inbox notifies: its payload is the notifying replica's origin
+/// ([`Leases::notice`]) and a session with new work.
 pub const NOTICES: &str = "bub_inbox";
 
 /// Notices waiting for the replica; beyond that they are dropped (the periodic sweep finds the
@@ -43,6 +44,9 @@ pub(super) fn held_now() -> usize {
 
 /// This replica's leases and the connection that holds them.
 pub struct Leases {
+    /// This replica in the notices it sends: the ones it sent itself are not passed on (it
+    /// took the work it stored already).
+    origin: String,
     client: tokio_postgres::Client,
     held: Mutex<HashSet<String>>,
     lost: CancellationToken,
@@ -57,6 +61,8 @@ impl Database {
         let lost = CancellationToken::new();
         let (tx, notices) = mpsc::channel(NOTICE_QUEUE);
         let closed = lost.clone();
+        let origin = format!("{:016x}", fastrand::u64(..));
+        let own = format!("{origin}\u{1f}");
         let client = self
             .run(async move {
                 let (client, mut connection) = config
@@ -67,7 +73,11 @@ impl Database {
                     loop {
                         match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
                             Some(Ok(AsyncMessage::Notification(n))) => {
-                                let _ = tx.try_send(n.payload().to_owned());
+                                if let Some((_, session)) = n.payload().split_once('\u{1f}')
+                                    && !n.payload().starts_with(&own)
+                                {
+                                    let _ = tx.try_send(session.to_owned());
+                                }
                             }
                             Some(Ok(_)) => {}
                             Some(Err(e)) => {
@@ -87,6 +97,7 @@ impl Database {
             })
             .await?;
         let leases = Leases {
+            origin,
             client,
             held: Mutex::default(),
             lost,
@@ -96,6 +107,11 @@ impl Database {
 }
 
 impl Leases {
+    /// The payload of a notice that `session` has new work, from this replica.
+    pub fn notice(&self, session: &str) -> String {
+        format!("{}\u{1f}{session}", self.origin)
+    }
+
     /// Whether this replica holds `session`'s lease.
     pub fn holds(&self, session: &str) -> bool {
         self.held().contains(session)

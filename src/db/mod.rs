@@ -39,6 +39,8 @@ pub const SCHEDULER_LOCK: i64 = 0x0062_7562_0000_0002;
 pub const TELEGRAM_POLL_LOCK: i64 = 0x0062_7562_0000_0004;
 /// The advisory lock of Discord's gateway: one gateway session among the replicas.
 pub const DISCORD_GATEWAY_LOCK: i64 = 0x0062_7562_0000_0005;
+/// The advisory lock of the heartbeat: one replica beats.
+pub const HEARTBEAT_LOCK: i64 = 0x0062_7562_0000_0006;
 
 /// Connections one process keeps open at most.
 const POOL_SIZE: usize = 8;

@@ -248,3 +248,7 @@ impl State {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "leased_tests.rs"]
+mod tests;

@@ -65,6 +65,7 @@ impl Ledger {
             msg: msg.clone(),
         })?;
         let (channel, chat) = (msg.channel.clone(), msg.chat_id.clone());
+        let notice = self.leases.notice(&session);
         // The platform's cursor, else the chat's newest message id.
         let cursor = cursor.map(|at| at as i64);
         let seen = msg
@@ -89,7 +90,7 @@ impl Ledger {
                              SELECT $4, $6, $7 FROM ins WHERE $7::bigint IS NOT NULL \
                              ON CONFLICT (channel, chat) DO UPDATE \
                              SET id = GREATEST(bub_inbox_seen.id, EXCLUDED.id), at = now()) \
-                         SELECT ins.seq FROM ins CROSS JOIN LATERAL pg_notify($8, $1)",
+                         SELECT ins.seq FROM ins CROSS JOIN LATERAL pg_notify($8, $9)",
                         &[
                             &session,
                             &key,
@@ -99,6 +100,7 @@ impl Ledger {
                             &chat,
                             &seen,
                             &crate::db::NOTICES,
+                            &notice,
                         ],
                     )
                     .await?;
@@ -112,6 +114,7 @@ impl Ledger {
     /// replicas; its number.
     pub(super) async fn scheduled(&self, run: &super::JobRun) -> anyhow::Result<u64> {
         let session = run.session.as_str().to_owned();
+        let notice = self.leases.notice(&session);
         let reports = run.reports.map(|s| s as i64);
         let record = serde_json::to_string(&Record::Job {
             seq: 0,
@@ -131,7 +134,8 @@ impl Ledger {
                 if let Some(child) = reports {
                     done(&tx, &[child]).await?;
                 }
-                notify(&tx, &session).await?;
+                tx.run("SELECT pg_notify($1, $2)", &[&crate::db::NOTICES, &notice])
+                    .await?;
                 tx.commit().await?;
                 Ok(row.get::<_, i64>(0) as u64)
             })
@@ -174,7 +178,8 @@ impl Ledger {
     /// `all` (the lease was just taken) every one of them, with the session's progress.
     pub(super) async fn claim(&self, session: &str, all: bool) -> anyhow::Result<Claimed> {
         let session = session.to_owned();
-        let pool = self.db.pool();
+        // A claim lost to a crash of the server is only claimed again (as new work).
+        let pool = self.db.relaxed_pool();
         self.db
             .run(async move {
                 let mut client = crate::db::client(&pool).await?;
@@ -302,13 +307,6 @@ impl Ledger {
             .await
             .context("reading the shared inbox")
     }
-}
-
-/// Notifies the replicas that `session` has new work (delivered when the transaction commits).
-async fn notify(tx: &impl Cached, session: &str) -> Result<(), tokio_postgres::Error> {
-    tx.run("SELECT pg_notify($1, $2)", &[&crate::db::NOTICES, &session])
-        .await
-        .map(drop)
 }
 
 /// Marks items done and drops the progress rows none of whose items is still pending.

@@ -174,7 +174,12 @@ impl Env {
     /// The `bub` binary with this environment, in the workspace, stdin closed: a blocking
     /// command (e.g. for a poll); [`Self::command`] for tokio.
     pub fn std_command(&self, args: &[&str]) -> std::process::Command {
-        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_bub"));
+        // `BUB_BENCH_BINARY`: another `bub` (a release build), for the measurements.
+        let binary = std::env::var_os("BUB_BENCH_BINARY");
+        let binary = binary
+            .as_deref()
+            .unwrap_or(env!("CARGO_BIN_EXE_bub").as_ref());
+        let mut cmd = std::process::Command::new(binary);
         cmd.env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("HOME", self.home.join("user"))
