@@ -68,19 +68,51 @@ fn replicas(env: &mut Env, n: usize) -> (Vec<Daemon>, Vec<u16>) {
     (daemons, ports)
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn three_replicas_answer_every_message_once_in_order_through_a_kill() {
+/// A `bub message` environment on a fresh database (and its URL), the model echoing the
+/// message tokens that start with `token`.
+async fn on_database(token: &str) -> (Env, String) {
     let mut env = Env::new().await;
-    env.set("BUB_DATABASE_URL", &postgres::database());
+    let url = postgres::database();
+    env.set("BUB_DATABASE_URL", &url);
+    env.model.echo_tokens(token);
+    (env, url)
+}
+
+/// Telegram's webhook set up and `n` replicas serving it: their daemons and ports.
+async fn webhook_replicas(env: &mut Env, n: usize) -> (Vec<Daemon>, Vec<u16>) {
     env.set("BUB_TELEGRAM_WEBHOOK_URL", URL);
     env.set("BUB_TELEGRAM_WEBHOOK_SECRET", SECRET);
-    env.model.echo_tokens("m");
-    // Turns slower than the intake: at the kill the dead replica has turns in flight.
-    env.model.set_latency(Duration::from_millis(300));
-    let (mut daemons, ports) = replicas(&mut env, 3);
+    let (daemons, ports) = replicas(env, n);
     for daemon in &daemons {
         daemon.wait_for_log("channel.manager.start").await;
     }
+    (daemons, ports)
+}
+
+/// The texts delivered to the chats, oldest first.
+fn delivered_texts(env: &Env) -> Vec<String> {
+    env.telegram
+        .delivered()
+        .iter()
+        .map(|c| c.body["text"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Waits until `sql` (on the database of `url`) answers `expected`; panics after [`WAIT`].
+async fn wait_for_rows(url: &str, sql: &str, expected: &str) {
+    let deadline = Instant::now() + WAIT;
+    while crate::scale::query(url, sql).await != [expected] {
+        assert!(Instant::now() < deadline, "{sql} never answered {expected}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn three_replicas_answer_every_message_once_in_order_through_a_kill() {
+    let (mut env, _url) = on_database("m").await;
+    // Turns slower than the intake: at the kill the dead replica has turns in flight.
+    env.model.set_latency(Duration::from_millis(300));
+    let (mut daemons, ports) = webhook_replicas(&mut env, 3).await;
     let proxy = support::proxy::start(&ports).await;
     env.telegram.deliver_webhooks_to(&proxy.url());
 
@@ -177,18 +209,14 @@ fn due_jobs(env: &Env, chats: i64, count: i64, at: chrono::DateTime<chrono::Utc>
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_thousand_jobs_due_at_once_fire_once_each_across_three_replicas() {
-    let mut env = Env::new().await;
-    env.set("BUB_DATABASE_URL", &postgres::database());
-    env.model.echo_tokens("j");
+    let (mut env, _url) = on_database("j").await;
     // Imported from a one-box BUB_HOME, due a few seconds from now.
     let due = chrono::Utc::now() + chrono::Duration::seconds(4);
     std::fs::create_dir_all(&env.home).unwrap();
     std::fs::write(env.home.join("jobs.json"), due_jobs(&env, CHATS, 1000, due)).unwrap();
     let out = env.run(&["db", "import"]).await;
     assert!(out.status.success(), "{}", support::bub_env::stderr(&out));
-    env.set("BUB_TELEGRAM_WEBHOOK_URL", URL);
-    env.set("BUB_TELEGRAM_WEBHOOK_SECRET", SECRET);
-    let (daemons, _ports) = replicas(&mut env, 3);
+    let (daemons, _ports) = webhook_replicas(&mut env, 3).await;
 
     env.telegram
         .wait_until(RUN_WAIT, "every job answered", |_| {
@@ -215,10 +243,7 @@ async fn a_thousand_jobs_due_at_once_fire_once_each_across_three_replicas() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn one_replica_polls_telegram_and_another_takes_over_when_it_dies() {
-    let mut env = Env::new().await;
-    let url = postgres::database();
-    env.set("BUB_DATABASE_URL", &url);
-    env.model.echo_tokens("p");
+    let (mut env, url) = on_database("p").await;
     let (mut daemons, _ports) = replicas(&mut env, 2);
     // Whichever comes first polls; the other stands by.
     wait_until(WAIT, "one poller and one standing by", || {
@@ -239,11 +264,7 @@ async fn one_replica_polls_telegram_and_another_takes_over_when_it_dies() {
 
     // Done (not only sent): a kill between the send and its record would send it again.
     let open = "SELECT count(*) FROM bub_inbox WHERE done_at IS NULL";
-    let deadline = Instant::now() + WAIT;
-    while crate::scale::query(&url, open).await != ["0"] {
-        assert!(Instant::now() < deadline, "p5-1 is not done");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_for_rows(&url, open, "0").await;
     // The poller dies: the other replica polls within the retry (5 s) and answers.
     let killed = Instant::now();
     daemons.remove(0).kill().await;
@@ -261,27 +282,14 @@ async fn one_replica_polls_telegram_and_another_takes_over_when_it_dies() {
         .await;
     let (status, log) = survivor.stop_with_log().await;
     assert!(status.success(), "{log}");
-    let texts: Vec<String> = env
-        .telegram
-        .delivered()
-        .iter()
-        .map(|c| c.body["text"].as_str().unwrap_or_default().to_owned())
-        .collect();
+    let texts = delivered_texts(&env);
     assert_eq!(texts, ["answering: p5-1", "answering: p5-2"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_update_is_answered_200_only_after_its_commit_and_a_kill_mid_post_stores_it_once() {
-    let mut env = Env::new().await;
-    let url = postgres::database();
-    env.set("BUB_DATABASE_URL", &url);
-    env.set("BUB_TELEGRAM_WEBHOOK_URL", URL);
-    env.set("BUB_TELEGRAM_WEBHOOK_SECRET", SECRET);
-    env.model.echo_tokens("w");
-    let (mut daemons, ports) = replicas(&mut env, 2);
-    for daemon in &daemons {
-        daemon.wait_for_log("channel.manager.start").await;
-    }
+    let (mut env, url) = on_database("w").await;
+    let (mut daemons, ports) = webhook_replicas(&mut env, 2).await;
     // The first replica's transaction will stop between its insert and its commit: the
     // cursor's row is locked by the test.
     crate::scale::query(&url, "INSERT INTO bub_inbox_cursors VALUES ('telegram', 0)").await;
@@ -297,14 +305,7 @@ async fn an_update_is_answered_200_only_after_its_commit_and_a_kill_mid_post_sto
     env.telegram.deliver_webhooks_to(&proxy.url());
     let id = env.telegram.push_message_update(private_text(3, 3, "w3-1"));
     let waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'";
-    let deadline = Instant::now() + WAIT;
-    while crate::scale::query(&url, waiting).await != ["1"] {
-        assert!(
-            Instant::now() < deadline,
-            "no insert waiting for its commit"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_rows(&url, waiting, "1").await;
     assert!(
         env.telegram.webhook_posts().is_empty(),
         "no answer before the commit"
@@ -347,22 +348,15 @@ async fn an_update_is_answered_200_only_after_its_commit_and_a_kill_mid_post_sto
     );
     let (status, log) = daemons.remove(0).stop_with_log().await;
     assert!(status.success(), "{log}");
-    let texts: Vec<String> = env
-        .telegram
-        .delivered()
-        .iter()
-        .map(|c| c.body["text"].as_str().unwrap_or_default().to_owned())
-        .collect();
+    let texts = delivered_texts(&env);
     assert_eq!(texts, ["answering: w3-1"]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pairing_approved_from_any_replicas_home_admits_the_user_on_every_replica() {
-    let mut env = Env::new().await;
-    env.set("BUB_DATABASE_URL", &postgres::database());
+    let (mut env, _url) = on_database("a").await;
     env.set("BUB_TELEGRAM_ALLOW_FROM", "");
     env.set("BUB_TELEGRAM_OWNERS", "");
-    env.model.echo_tokens("a");
     let (mut daemons, _ports) = replicas(&mut env, 1);
     let daemon = daemons.remove(0);
     daemon.wait_for_log("exclusive.held").await;
@@ -405,15 +399,8 @@ async fn a_pairing_approved_from_any_replicas_home_admits_the_user_on_every_repl
 #[ignore = "a measurement: run it on a release build"]
 async fn throughput_through_one_two_and_three_replicas() {
     for n in 1..=3 {
-        let mut env = Env::new().await;
-        env.set("BUB_DATABASE_URL", &postgres::database());
-        env.set("BUB_TELEGRAM_WEBHOOK_URL", URL);
-        env.set("BUB_TELEGRAM_WEBHOOK_SECRET", SECRET);
-        env.model.echo_tokens("m");
-        let (daemons, ports) = replicas(&mut env, n);
-        for daemon in &daemons {
-            daemon.wait_for_log("channel.manager.start").await;
-        }
+        let (mut env, _url) = on_database("m").await;
+        let (daemons, ports) = webhook_replicas(&mut env, n).await;
         let proxy = support::proxy::start(&ports).await;
         let started = Instant::now();
         for k in 1..=PER_CHAT {
@@ -444,16 +431,8 @@ async fn throughput_through_one_two_and_three_replicas() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_chat_whose_replica_dies_mid_turn_is_answered_by_another_within_seconds() {
-    let mut env = Env::new().await;
-    let url = postgres::database();
-    env.set("BUB_DATABASE_URL", &url);
-    env.set("BUB_TELEGRAM_WEBHOOK_URL", URL);
-    env.set("BUB_TELEGRAM_WEBHOOK_SECRET", SECRET);
-    env.model.echo_tokens("f");
-    let (mut daemons, ports) = replicas(&mut env, 2);
-    for daemon in &daemons {
-        daemon.wait_for_log("channel.manager.start").await;
-    }
+    let (mut env, url) = on_database("f").await;
+    let (mut daemons, ports) = webhook_replicas(&mut env, 2).await;
     let proxy = support::proxy::start(&ports).await;
     env.telegram.deliver_webhooks_to(&proxy.url());
     // The turn's model call hangs: the chat's replica dies in the middle of it.
@@ -471,11 +450,7 @@ async fn a_chat_whose_replica_dies_mid_turn_is_answered_by_another_within_second
         .unwrap();
     // The turn's start is recorded (what makes the next attempt an interrupted one's).
     let started = "SELECT count(*) FROM bub_inbox_progress WHERE record LIKE '%\"start\"%'";
-    let deadline = Instant::now() + WAIT;
-    while crate::scale::query(&url, started).await != ["1"] {
-        assert!(Instant::now() < deadline, "the turn's start is not recorded");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_rows(&url, started, "1").await;
     let survivor = daemons.remove(1 - holder);
     let killed = Instant::now();
     daemons.remove(0).kill().await;
@@ -491,12 +466,7 @@ async fn a_chat_whose_replica_dies_mid_turn_is_answered_by_another_within_second
     let (status, log) = survivor.stop_with_log().await;
     assert!(status.success(), "{log}");
     assert!(log.contains("inbox.lease.resume"), "{log}");
-    let texts: Vec<String> = env
-        .telegram
-        .delivered()
-        .iter()
-        .map(|c| c.body["text"].as_str().unwrap_or_default().to_owned())
-        .collect();
+    let texts = delivered_texts(&env);
     assert_eq!(texts, ["answering: f8-1"], "answered once");
     let prompt = env.model.requests().last().unwrap().to_string();
     assert!(

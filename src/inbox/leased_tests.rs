@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use super::*;
 use crate::access::Role;
 use crate::chat::{Outbound, Sender};
-use crate::inbox::{Delivery, Outcome};
 use crate::db::Database;
+use crate::inbox::{Delivery, Outcome};
 
 fn msg(chat: &str, id: &str, text: &str) -> Inbound {
     let sender = Sender::new("7", None, Role::Owner);
