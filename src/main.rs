@@ -544,7 +544,7 @@ async fn open_inbox(agent: &AgentRuntime) -> anyhow::Result<(Inbox, Vec<Resume>)
         access.role(&m.channel, user)
     };
     if let Some(db) = bub::cli::db::open(agent.settings())? {
-        return Ok((Inbox::shared(db, Box::new(readmitted)).await?, Vec::new()));
+        return Ok((Inbox::shared(db, Arc::new(readmitted)).await?, Vec::new()));
     }
     let inbox_path = agent.settings().home.join("inbox.jsonl");
     // Reading and rewriting the journal is file work: on the blocking pool.

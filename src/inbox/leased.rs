@@ -21,8 +21,9 @@ use crate::access::Role;
 use crate::chat::{Inbound, SessionId};
 use crate::db::Database;
 
-/// Re-checks a resumed message's sender (`None`: no longer admitted).
-pub type Admitted = Box<dyn Fn(&Inbound) -> Option<Role> + Send + Sync>;
+/// Re-checks a resumed message's sender (`None`: no longer admitted). It may read files or the
+/// database: it runs on the blocking pool.
+pub type Admitted = Arc<dyn Fn(&Inbound) -> Option<Role> + Send + Sync>;
 
 /// The inbox's database side.
 pub(super) struct Replicated {
@@ -169,6 +170,22 @@ impl Inbox {
     /// the restart rule, the rest is handled as received.
     async fn take_over(&self, ledger: &Replicated, session: &str) -> anyhow::Result<Vec<Resume>> {
         let claimed = ledger.ledger.claim(session, true).await?;
+        // The senders of the work taken before are checked again first (access may read the
+        // database): on the blocking pool, not under the state's lock.
+        let senders: Vec<Inbound> = claimed
+            .items
+            .iter()
+            .filter_map(|(record, taken)| match record {
+                Record::Recv { msg, .. } if *taken => Some(msg.clone()),
+                _ => None,
+            })
+            .collect();
+        let admitted = ledger.admitted.clone();
+        let roles: std::collections::HashMap<u64, Option<Role>> =
+            tokio::task::spawn_blocking(move || {
+                senders.iter().map(|m| (m.seq, admitted(m))).collect()
+            })
+            .await?;
         let (fresh, taken) = self.hand_on(claimed);
         if taken.is_empty() {
             return Ok(fresh);
@@ -176,7 +193,8 @@ impl Inbox {
         let (mut work, settled) = {
             let mut shared = self.lock();
             let resumed = |seq: u64| taken.contains(&seq);
-            super::plan(&mut shared.state, &resumed, &ledger.admitted)
+            let admitted = |m: &Inbound| roles.get(&m.seq).copied().flatten();
+            super::plan(&mut shared.state, &resumed, &admitted)
         };
         for record in settled {
             self.write_progress(record, true).await;

@@ -22,7 +22,7 @@ fn msg(chat: &str, id: &str, text: &str) -> Inbound {
 }
 
 async fn replica(db: &Arc<Database>) -> Inbox {
-    Inbox::shared(db.clone(), Box::new(|m: &Inbound| Some(m.sender.role)))
+    Inbox::shared(db.clone(), Arc::new(|m: &Inbound| Some(m.sender.role)))
         .await
         .unwrap()
 }
@@ -117,4 +117,27 @@ async fn a_dead_replicas_chats_are_taken_over_by_the_restart_rule() {
     c.done(&[seq2], Outcome::Sent).await;
     assert_eq!(c.pending(), 0);
     assert!(!c.release(&chat1).await.unwrap(), "nothing left for chat 1");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sender_revoked_meanwhile_is_not_answered_by_the_replica_taking_over() {
+    let db = Database::shared(&crate::db::cluster::database()).unwrap();
+    db.migrate().unwrap();
+    let a = replica(&db).await;
+    let chat = SessionId::chat_of("telegram", "3");
+    let seq = receive(&a, &msg("3", "30", "hello")).await;
+    assert!(matches!(a.pull(&chat).await.unwrap()[..], [Resume::Received(_)]));
+    a.started(&[seq]).await;
+    drop(a);
+    let revoked = Inbox::shared(db.clone(), Arc::new(|_: &Inbound| None))
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while revoked.leases() == 0 {
+        assert!(revoked.sweep().await.unwrap().is_empty(), "nothing to run");
+        assert!(Instant::now() < deadline, "the chat was not taken over");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(revoked.pending(), 0, "refused, not resumed");
+    assert!(!revoked.release(&chat).await.unwrap(), "done in the database too");
 }
