@@ -126,7 +126,10 @@ async fn a_sender_revoked_meanwhile_is_not_answered_by_the_replica_taking_over()
     let a = replica(&db).await;
     let chat = SessionId::chat_of("telegram", "3");
     let seq = receive(&a, &msg("3", "30", "hello")).await;
-    assert!(matches!(a.pull(&chat).await.unwrap()[..], [Resume::Received(_)]));
+    assert!(matches!(
+        a.pull(&chat).await.unwrap()[..],
+        [Resume::Received(_)]
+    ));
     a.started(&[seq]).await;
     drop(a);
     let revoked = Inbox::shared(db.clone(), Arc::new(|_: &Inbound| None))
@@ -139,5 +142,8 @@ async fn a_sender_revoked_meanwhile_is_not_answered_by_the_replica_taking_over()
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert_eq!(revoked.pending(), 0, "refused, not resumed");
-    assert!(!revoked.release(&chat).await.unwrap(), "done in the database too");
+    assert!(
+        !revoked.release(&chat).await.unwrap(),
+        "done in the database too"
+    );
 }
