@@ -167,8 +167,22 @@ impl Inbox {
     }
 
     /// All of `session`'s pending items, its lease just taken: what was taken before follows
-    /// the restart rule, the rest is handled as received.
+    /// the restart rule, the rest is handled as received. On an error the lease is given back
+    /// (holding it, this replica would never claim what the other one had taken).
     async fn take_over(&self, ledger: &Replicated, session: &str) -> anyhow::Result<Vec<Resume>> {
+        let taken = self.take_over_held(ledger, session).await;
+        if taken.is_err() {
+            self.lock().state.forget(&SessionId::from(session));
+            let _ = ledger.ledger.leases.release(session).await;
+        }
+        taken
+    }
+
+    async fn take_over_held(
+        &self,
+        ledger: &Replicated,
+        session: &str,
+    ) -> anyhow::Result<Vec<Resume>> {
         let claimed = ledger.ledger.claim(session, true).await?;
         // The senders of the work taken before are checked again first (access may read the
         // database): on the blocking pool, not under the state's lock.
