@@ -53,6 +53,24 @@ fn answered_count(env: &Env) -> usize {
         .sum()
 }
 
+/// Queues [`PER_CHAT`] messages in each of [`CHATS`] chats (`m<chat>-<k>`), round by round.
+fn push_all(env: &Env) {
+    for k in 1..=PER_CHAT {
+        for chat in 1..=CHATS {
+            let text = format!("m{chat}-{k}");
+            env.telegram
+                .push_message_update(private_text(chat, chat, &text));
+        }
+    }
+}
+
+/// Waits until `n` of the messages were answered (each at least once).
+async fn wait_answered(env: &Env, n: usize, what: &str) {
+    env.telegram
+        .wait_until(RUN_WAIT, what, |_| (answered_count(env) >= n).then_some(()))
+        .await;
+}
+
 /// `n` replicas of `bub message` on `env`'s database, each with a BUB_HOME and a port of its
 /// own; their ports.
 fn replicas(env: &mut Env, n: usize) -> (Vec<Daemon>, Vec<u16>) {
@@ -117,28 +135,14 @@ async fn three_replicas_answer_every_message_once_in_order_through_a_kill() {
     env.telegram.deliver_webhooks_to(&proxy.url());
 
     let started = Instant::now();
-    for k in 1..=PER_CHAT {
-        for chat in 1..=CHATS {
-            let text = format!("m{chat}-{k}");
-            env.telegram
-                .push_message_update(private_text(chat, chat, &text));
-        }
-    }
+    push_all(&env);
     let total = (CHATS * PER_CHAT) as usize;
     // A third answered: one replica dies mid-run.
-    env.telegram
-        .wait_until(RUN_WAIT, "a third answered", |_| {
-            (answered_count(&env) >= total / 3).then_some(())
-        })
-        .await;
+    wait_answered(&env, total / 3, "a third answered").await;
     let victim = daemons.remove(0);
     victim.kill().await;
     let killed = Instant::now();
-    env.telegram
-        .wait_until(RUN_WAIT, "every message answered", |_| {
-            (answered_count(&env) >= total).then_some(())
-        })
-        .await;
+    wait_answered(&env, total, "every message answered").await;
     let took = started.elapsed();
     eprintln!(
         "{total} messages in {CHATS} chats through 3 replicas (one killed): {took:?}, {:.0} msg/s; \
@@ -403,20 +407,10 @@ async fn throughput_through_one_two_and_three_replicas() {
         let (daemons, ports) = webhook_replicas(&mut env, n).await;
         let proxy = support::proxy::start(&ports).await;
         let started = Instant::now();
-        for k in 1..=PER_CHAT {
-            for chat in 1..=CHATS {
-                let text = format!("m{chat}-{k}");
-                env.telegram
-                    .push_message_update(private_text(chat, chat, &text));
-            }
-        }
+        push_all(&env);
         env.telegram.deliver_webhooks_to(&proxy.url());
         let total = (CHATS * PER_CHAT) as usize;
-        env.telegram
-            .wait_until(RUN_WAIT, "every message answered", |_| {
-                (answered_count(&env) >= total).then_some(())
-            })
-            .await;
+        wait_answered(&env, total, "every message answered").await;
         let took = started.elapsed();
         eprintln!(
             "{n} replica(s): {total} messages in {CHATS} chats in {took:?}: {:.0} msg/s, {} answers",
