@@ -242,8 +242,8 @@ impl Inbox {
 }
 
 impl State {
-    /// Notes a message's platform position (the cursor, or the chat's newest id) without
-    /// taking it as pending work.
+    /// Notes a message's platform position — the cursor, or (a platform without a replay
+    /// cursor: Discord's catch-up) the chat's newest id — without taking it as pending work.
     pub(super) fn position(&mut self, msg: &Inbound, cursor: Option<u64>) {
         match cursor {
             Some(at) => {

@@ -456,13 +456,7 @@ impl State {
         match record {
             Record::Recv { seq, cursor, msg } => {
                 self.next_seq = self.next_seq.max(seq);
-                // A platform with a replay cursor (Telegram) needs no per-chat catch-up.
-                if let Some(cursor) = cursor {
-                    let at = self.cursors.entry(msg.channel.clone()).or_default();
-                    *at = (*at).max(cursor);
-                } else if let Ok(id) = msg.message_id.parse::<u64>() {
-                    self.saw(&msg.channel, &msg.chat_id, id);
-                }
+                self.position(&msg, cursor);
                 self.remember(&msg);
                 self.pending.insert(
                     seq,
