@@ -12,6 +12,7 @@ pub mod channels;
 pub(crate) mod chat;
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod daemon;
 pub mod db;
 pub mod delivery;

@@ -18,7 +18,7 @@ use bub::cli::admin::{
     self, AccessAction, JobsAction, MemoryAction, PairAction, SkillsAction, UsageError, print_out,
 };
 use bub::config::{LoadOptions, Overrides, Settings};
-use bub::daemon::{ChannelManager, DAEMON_LOCK, Heartbeat, JobQueue, SessionConfig};
+use bub::daemon::{ChannelManager, DAEMON_LOCK, Heartbeat, JobQueue, SessionConfig, http};
 use bub::delivery::once::Once;
 use bub::delivery::{Outbound, Outbox};
 use bub::inbox::{Inbox, Resume};
@@ -114,6 +114,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The web console on BUB_CONSOLE_LISTEN (default 127.0.0.1:8787): sessions and their
+    /// tapes, jobs, pairing, status and cost, memory. Log in with BUB_HOME/console.token.
+    Console,
     /// Tokens and cost of the model calls of BUB_HOME (its usage ledger): per day and
     /// session, and in all, with the cache-hit rate and the cost of priced models.
     Usage {
@@ -253,6 +256,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             | Command::Memory { .. }
             | Command::Pair { .. }
             | Command::Access { .. }
+            | Command::Console
     );
     let _database = match keeps_state {
         true => bub::cli::db::open(&settings)?,
@@ -307,6 +311,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Command::Status { json } => {
                 let status = bub::cli::status::run(&settings, json);
                 status.await.map(|()| ExitCode::SUCCESS)
+            }
+            Command::Console => {
+                logging::init(&settings, LogTarget::Stderr);
+                let shutdown = CancellationToken::new();
+                stop_on_signal(shutdown.clone());
+                let served = bub::console::run(&settings, shutdown);
+                served.await.map(|()| ExitCode::SUCCESS)
             }
             _ => chat(settings, session_id).await.map(|()| ExitCode::SUCCESS),
         }
@@ -484,6 +495,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     };
     let cfg = SessionConfig::from_settings(&settings);
     let scheduler_enabled = settings.scheduler_enabled;
+    bub::console::prepare(&settings)?;
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
     let channels =
         bub::delivery::served_channels(bub::delivery::PLATFORMS, agent.settings(), agent.access())?;
@@ -510,13 +522,15 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     match bub::status::bind(&agent.settings().home) {
         Ok(socket) => drop(tokio::spawn(bub::status::serve(
             socket,
-            board,
+            board.clone(),
             shutdown.child_token(),
         ))),
         // Serving chats matters more than `bub status`.
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "status.unavailable"),
     }
-    listen(agent.settings(), manager.channel_names(), &shutdown).await?;
+    let console = bub::console::in_daemon(agent.settings(), board.clone(), &shutdown).await?;
+    let channels = manager.channel_names();
+    http::listen(agent.settings(), channels, console, &shutdown).await?;
     let scheduler = scheduler_enabled
         .then(|| scheduler(agent.settings(), jobs))
         .transpose()?
@@ -590,7 +604,7 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
     agent.launch_with(Arc::new(jobs.clone()));
     beat(&agent, jobs.clone(), &shutdown);
     // Nothing to wait for: its channels only send.
-    listen(agent.settings(), Vec::new(), &shutdown).await?;
+    http::listen(agent.settings(), Vec::new(), None, &shutdown).await?;
     let scheduler = scheduler(agent.settings(), jobs)?;
     // A scheduler that fails stops the process (there is nothing else to do).
     let scheduled = tokio::spawn({
@@ -609,22 +623,6 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
     tracing::info!("idle.stop");
     served?;
     result.context("scheduler")
-}
-
-/// Serves health and metrics on `BUB_HTTP_LISTEN`, if set, until `shutdown` (`/readyz` waits
-/// for `channels`); a port that cannot be bound stops the command before it serves.
-async fn listen(
-    settings: &Settings,
-    channels: Vec<&'static str>,
-    shutdown: &CancellationToken,
-) -> anyhow::Result<()> {
-    if let Some(addr) = settings.http_listen {
-        let listener = bub::daemon::http::bind(addr).await?;
-        let db = bub::cli::db::open(settings)?;
-        let serving = bub::daemon::http::serve(listener, channels, db, shutdown.child_token());
-        drop(tokio::spawn(serving));
-    }
-    Ok(())
 }
 
 /// Starts the heartbeat when the settings ask for one (its turns go through `jobs`).

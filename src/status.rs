@@ -221,7 +221,7 @@ pub fn bind(home: &Path) -> anyhow::Result<Listener> {
 }
 
 /// 64 hex digits from the OS CSPRNG (two v4 UUIDs: 244 random bits, as pairing codes get theirs).
-fn new_token() -> String {
+pub(crate) fn new_token() -> String {
     let part = || uuid::Uuid::new_v4().simple().to_string();
     part() + &part()
 }

@@ -525,6 +525,19 @@ impl Access {
         }
     }
 
+    /// Rejects the pending request with `code` (the sender may ask again later); whether there
+    /// was one.
+    pub fn reject(&self, channel: &str, code: &str) -> anyhow::Result<bool> {
+        self.known(channel)?;
+        let code = pairing::normalize_code(code);
+        self.store.update(|file| {
+            let before = file.pending.len();
+            file.pending
+                .retain(|p| !(p.channel == channel && p.code == code));
+            file.pending.len() < before
+        })
+    }
+
     /// Removes the pairing of `user_id` (and their pending request).
     pub fn revoke(&self, channel: &str, user_id: &str) -> anyhow::Result<Revoked> {
         self.known(channel)?;

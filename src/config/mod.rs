@@ -261,12 +261,37 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// `BUB_HTTP_LISTEN`: where `bub message` and `bub idle` serve health and metrics.
     pub http_listen: Option<std::net::SocketAddr>,
+    /// `BUB_CONSOLE*`: the web console.
+    pub console: ConsoleSettings,
     /// `BUB_DATABASE_URL`: the PostgreSQL database replicas share (`None`: files in
     /// `BUB_HOME`).
     pub database_url: Option<Secret>,
     /// What loading noticed but did not refuse (a `BUB_*` name that is not a variable), one
     /// line each, for the command line to print once at start.
     pub warnings: Vec<String>,
+}
+
+/// The file of `BUB_HOME` holding the web console's login token (a secret like Bub's keys).
+pub const CONSOLE_TOKEN: &str = "console.token";
+
+/// `BUB_CONSOLE`, `BUB_CONSOLE_LISTEN`, `BUB_CONSOLE_ALLOW_REMOTE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleSettings {
+    /// `bub message` serves the console too.
+    pub enabled: bool,
+    /// Where it listens (loopback unless [`allow_remote`](Self::allow_remote)).
+    pub listen: std::net::SocketAddr,
+    pub allow_remote: bool,
+}
+
+impl Default for ConsoleSettings {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            listen: ([127, 0, 0, 1], 8787).into(),
+            allow_remote: false,
+        }
+    }
 }
 
 impl Settings {
@@ -339,6 +364,7 @@ impl Settings {
             log_level: None,
             log_format: LogFormat::Text,
             http_listen: None,
+            console: ConsoleSettings::default(),
             database_url: None,
             warnings: Vec::new(),
         }
@@ -437,6 +463,10 @@ impl Settings {
         if let Some(url) = &self.database_url {
             values.extend(crate::db::password(url.expose()));
             values.push(url.expose().to_owned());
+        }
+        // The web console's login token, once it has one.
+        if let Ok(token) = std::fs::read_to_string(self.home.join(CONSOLE_TOKEN)) {
+            values.push(token.trim().to_owned());
         }
         values
     }

@@ -190,6 +190,9 @@ pub(crate) const VARS: &[Var] = &[
     var("BUB_LOG_LEVEL", Logging, "(info; warn for bub run)", "trace, debug, info, warn or error"),
     var("BUB_LOG_FORMAT", Logging, "text", "text or json"),
     var("BUB_HTTP_LISTEN", Logging, "(off)", "bub message/idle serve /healthz, /readyz and /metrics on HOST:PORT (a bare PORT: 127.0.0.1)"),
+    var("BUB_CONSOLE", Logging, "false", "bub message also serves the web console (bub console serves it alone)"),
+    var("BUB_CONSOLE_LISTEN", Logging, "127.0.0.1:8787", "where the console listens (HOST:PORT or a PORT); the same address as BUB_HTTP_LISTEN shares that listener"),
+    var("BUB_CONSOLE_ALLOW_REMOTE", Logging, "false", "let the console listen on an address that is not loopback (put TLS in front)"),
     var("BUB_DATABASE_URL", Scale, "(none: files in BUB_HOME)", "postgres://USER:PASSWORD@HOST:PORT/DB: replicas share their state there").secret(),
 ];
 

@@ -7,6 +7,7 @@
 //!   no channel: ready while it serves (and reaches its database).
 //! * `GET /metrics` — [`crate::metrics`] in the Prometheus text format.
 //!
+//! * The console's pages ([`crate::console`]), when `BUB_CONSOLE_LISTEN` is this address.
 //! * `POST` to the path of a webhook URL (`BUB_TELEGRAM_WEBHOOK_URL`) — a platform's update,
 //!   checked and stored by [`crate::channels::webhook`].
 //!
@@ -52,11 +53,30 @@ pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
     Ok(listener)
 }
 
+/// Serves health and metrics (and `console`'s pages, when it shares this listener) on
+/// `BUB_HTTP_LISTEN`, if set, until `shutdown` (`/readyz` waits for `channels`); a port that
+/// cannot be bound stops the command before it serves.
+pub async fn listen(
+    settings: &crate::config::Settings,
+    channels: Vec<&'static str>,
+    console: Option<Router>,
+    shutdown: &CancellationToken,
+) -> anyhow::Result<()> {
+    if let Some(addr) = settings.http_listen {
+        let listener = bind(addr).await?;
+        let db = settings.database()?;
+        let serving = serve(listener, channels, db, console, shutdown.child_token());
+        drop(tokio::spawn(serving));
+    }
+    Ok(())
+}
+
 /// Serves on `listener` until `shutdown`; `/readyz` waits for `channels` and `db`.
 pub async fn serve(
     listener: TcpListener,
     channels: Vec<&'static str>,
     db: Option<Arc<crate::db::Database>>,
+    console: Option<Router>,
     shutdown: CancellationToken,
 ) {
     let app = Router::new()
@@ -65,6 +85,10 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .fallback(posted)
         .with_state(Readiness { channels, db });
+    let app = match console {
+        Some(console) => app.merge(console),
+        None => app,
+    };
     let served = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown.cancelled_owned())
         .await;

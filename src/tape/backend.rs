@@ -1,7 +1,7 @@
 //! What the agent needs of a tape, as a trait ([`TapeStore`]), and the one place a session's
-//! tape is opened ([`open`]): the JSONL file ([`FileTape`]) by default, a PostgreSQL tape
-//! ([`PgTape`]) when `BUB_DATABASE_URL` names a database — without a change to the agent, the
-//! tools or the daemon.
+//! tape is opened ([`open`]; [`open_name`] opens one by its name, for the console): the JSONL
+//! file ([`FileTape`]) by default, a PostgreSQL tape ([`PgTape`]) when `BUB_DATABASE_URL` names
+//! a database — without a change to the agent, the tools or the daemon.
 //!
 //! Every method is blocking I/O: async code reaches a tape through
 //! [`SharedTape`](super::SharedTape), on the blocking pool.
@@ -16,7 +16,7 @@ use super::entry::{Kind, TapeEntry};
 use super::event::Event;
 use super::pg::PgTape;
 use super::search::Searched;
-use super::store::FileTape;
+use super::store::{FileTape, tape_name_for, tape_path};
 use crate::db::Database;
 
 /// One session's tape: an append-only log of entries with anchors.
@@ -102,10 +102,32 @@ pub(crate) fn open(
     session_id: &str,
 ) -> anyhow::Result<Box<dyn TapeStore>> {
     if let Some(db) = database {
-        let name = super::store::tape_name_for(tape_name, session_id);
-        return Ok(Box::new(PgTape::open(db.clone(), workspace, name)));
+        let name = tape_name_for(tape_name, session_id);
+        let session = Some(session_id.to_owned());
+        return Ok(Box::new(PgTape::open(db.clone(), workspace, name, session)));
     }
     let tape = FileTape::open(home, workspace, tape_name, session_id)?;
+    Ok(Box::new(tape))
+}
+
+/// The tape named `name` (`bub:0123456789abcdef`, as [`list`](super::list) gives it) in
+/// `workspace`, in the store [`open`] picks: for a tape whose session is unknown. It records no
+/// session: a `session/start` anchor it writes has none.
+pub(crate) fn open_name(
+    home: &Path,
+    database: Option<&Arc<Database>>,
+    workspace: &Path,
+    name: &str,
+) -> anyhow::Result<Box<dyn TapeStore>> {
+    if let Some(db) = database {
+        return Ok(Box::new(PgTape::open(
+            db.clone(),
+            workspace,
+            name.to_owned(),
+            None,
+        )));
+    }
+    let tape = FileTape::open_path(tape_path(home, workspace, name), name.to_owned())?;
     Ok(Box::new(tape))
 }
 

@@ -38,7 +38,7 @@ struct Columns {
 }
 
 /// The workspace key and tape name of a tape file (`None`: not a tape file).
-fn key_of(file_name: &str) -> Option<(String, String)> {
+pub(super) fn key_of(file_name: &str) -> Option<(String, String)> {
     let (base, archive) = match file_name.strip_suffix(".jsonl") {
         Some(base) => (base, None),
         None => {

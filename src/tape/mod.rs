@@ -2,7 +2,10 @@
 //! did — messages, tool calls and results, events, anchors.
 //!
 //! * [`backend`] — the [`TapeStore`] trait (what the agent needs of a tape) and `open`, the one
-//!   place a session's tape is opened; [`FileTape`] is today's implementation.
+//!   place a session's tape is opened (`open_name`: by its name); [`FileTape`] is the file
+//!   implementation, `pg` the PostgreSQL one.
+//! * [`listing`] — the tapes of a workspace for the console ([`list`]): name, the session its
+//!   `session/start` anchor records, entry count, newest date.
 //! * [`entry`] — the entry type and its one-line JSON format (`{"id","kind","payload","meta","date"}`),
 //!   its [`Kind`]; `event` — the names of the events Bub records ([`Event`]).
 //! * `index` — the in-memory index: counters (entries, anchors, largest id, bytes read) and the
@@ -25,6 +28,7 @@ pub(crate) mod entry;
 mod event;
 pub mod import;
 mod index;
+pub(crate) mod listing;
 pub(crate) mod output;
 mod pg;
 pub(crate) mod search;
@@ -37,6 +41,7 @@ pub(crate) use backend::TapeStore;
 pub(crate) use context::{ContextCursor, TapeInfo};
 pub use entry::{Kind, TapeEntry};
 pub use event::Event;
+pub(crate) use listing::list;
 pub use search::Searched;
 pub(crate) use shared::SharedTape;
 pub use store::{FileTape, MAX_ID, SESSION_START, md5_hex, tape_name_for, tape_path};

@@ -29,7 +29,7 @@ use super::context::{CONTEXT_KINDS, ContextCursor, TapeInfo};
 use super::entry::{Kind, TapeEntry, now_date};
 use super::event::Event;
 use super::search::{Search, Searched};
-use super::store::{SESSION_START, handoff_entries, handoff_state, workspace_key};
+use super::store::{SESSION_START, handoff_entries, handoff_state, start_state, workspace_key};
 use crate::db::{self, Cached, Client, Database};
 
 /// Rows read per round trip by a search.
@@ -42,17 +42,27 @@ pub(crate) struct PgTape {
     db: Arc<Database>,
     workspace: String,
     name: String,
+    /// The session the tape belongs to, recorded in its `session/start` anchor (`None`: a tape
+    /// opened by name, which records none).
+    session: Option<String>,
     /// The tape's row, once looked up (it never changes: a reset keeps it).
     row: Option<i64>,
 }
 
 impl PgTape {
-    /// The tape `name` of `workspace` (its row is created by the first operation).
-    pub(crate) fn open(db: Arc<Database>, workspace: &Path, name: String) -> PgTape {
+    /// The tape `name` of `workspace`, of `session` when known (its row is created by the first
+    /// operation).
+    pub(crate) fn open(
+        db: Arc<Database>,
+        workspace: &Path,
+        name: String,
+        session: Option<String>,
+    ) -> PgTape {
         PgTape {
             db,
             workspace: workspace_key(workspace),
             name,
+            session,
             row: None,
         }
     }
@@ -171,6 +181,7 @@ impl TapeStore for PgTape {
     }
 
     fn ensure_bootstrap(&mut self) -> anyhow::Result<()> {
+        let session = self.session.clone();
         self.with(|mut client, row| async move {
             // Every turn asks; all but the first find an anchor without a transaction.
             if anchored(&client, row).await? {
@@ -179,7 +190,7 @@ impl TapeStore for PgTape {
             let tx = client.transaction().await?;
             lock(&tx, row).await?;
             if !anchored(&tx, row).await? {
-                let state = json!({"owner": "human"});
+                let state = start_state(session.as_deref(), None);
                 for (kind, payload) in handoff_entries(SESSION_START, Some(state)) {
                     insert(&tx, row, &kind, &payload, &json!({})).await?;
                 }
@@ -208,6 +219,7 @@ impl TapeStore for PgTape {
 
     fn reset(&mut self, archive: bool) -> anyhow::Result<Option<String>> {
         let (workspace, name) = (self.workspace.clone(), self.name.clone());
+        let session = self.session.clone();
         self.with(move |mut client, row| async move {
             let tx = client.transaction().await?;
             let last = lock(&tx, row).await?;
@@ -247,10 +259,7 @@ impl TapeStore for PgTape {
                 &[&row],
             )
             .await?;
-            let mut state = json!({"owner": "human"});
-            if let Some(name) = &archived {
-                state["archived"] = Value::String(name.clone());
-            }
+            let state = start_state(session.as_deref(), archived.clone());
             for (kind, payload) in handoff_entries(SESSION_START, Some(state)) {
                 insert(&tx, row, &kind, &payload, &json!({})).await?;
             }

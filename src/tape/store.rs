@@ -40,6 +40,9 @@ pub const MAX_ID: u64 = i64::MAX as u64;
 pub struct FileTape {
     path: PathBuf,
     name: String,
+    /// The session the tape belongs to, recorded in its `session/start` anchor (`None`: a tape
+    /// opened by path or by name, which records none).
+    session: Option<String>,
     pub(crate) index: Index,
     /// The file, locked exclusively, while a [`FileTape::batch`] runs.
     held: Option<File>,
@@ -93,10 +96,13 @@ impl FileTape {
         session_id: &str,
     ) -> anyhow::Result<FileTape> {
         let name = tape_name_for(tape_name, session_id);
-        Self::open_path(tape_path(home, workspace, &name), name)
+        let mut tape = Self::open_path(tape_path(home, workspace, &name), name)?;
+        tape.session = Some(session_id.to_owned());
+        Ok(tape)
     }
 
-    /// A tape stored at `path` (its parent directory is created).
+    /// A tape stored at `path` (its parent directory is created). It knows no session: its
+    /// `session/start` anchors record none.
     pub fn open_path(path: PathBuf, name: String) -> anyhow::Result<FileTape> {
         if let Some(dir) = path.parent() {
             crate::storage::create_private_dir(dir)
@@ -105,6 +111,7 @@ impl FileTape {
         Ok(FileTape {
             path,
             name,
+            session: None,
             index: Index::default(),
             held: None,
         })
@@ -300,11 +307,13 @@ impl FileTape {
 
     /// Makes sure the tape has an anchor: when it has none at all (new tape, or the file was
     /// deleted or truncated externally), writes anchor `session/start` with state
-    /// `{"owner":"human"}` and its `handoff` event. Called at the start of every turn.
+    /// `{"owner":"human","session":"<session id>"}` (no `session` when the tape knows none) and
+    /// its `handoff` event. Called at the start of every turn.
     pub fn ensure_bootstrap(&mut self) -> anyhow::Result<()> {
+        let state = start_state(self.session.as_deref(), None);
         self.write(|w| {
             if w.index.anchor_count == 0 {
-                w.handoff(SESSION_START, json!({"owner": "human"}))?;
+                w.handoff(SESSION_START, state)?;
             }
             Ok(())
         })
@@ -324,7 +333,8 @@ impl FileTape {
 
     /// Starts the tape afresh. With `archive`, the current file is kept as
     /// `<file>.<YYYYMMDDTHHMMSSZ>.bak` (returned), else it is deleted. The fresh tape holds the
-    /// `session/start` anchor (state `{"owner":"human"}`, plus `"archived": "<path>"`) and its
+    /// `session/start` anchor (state as [`ensure_bootstrap`](Self::ensure_bootstrap) writes it,
+    /// plus `"archived": "<path>"`) and its
     /// `handoff` event. The new file replaces the old one atomically while the old one is
     /// locked, so concurrent appenders move over to the new file.
     pub fn reset(&mut self, archive: bool) -> anyhow::Result<Option<PathBuf>> {
@@ -340,10 +350,10 @@ impl FileTape {
         } else {
             None
         };
-        let mut state = json!({"owner": "human"});
-        if let Some(p) = &archived {
-            state["archived"] = Value::String(p.to_string_lossy().into_owned());
-        }
+        let state = start_state(
+            self.session.as_deref(),
+            archived.as_ref().map(|p| p.to_string_lossy().into_owned()),
+        );
         let empty = Index::default();
         let mut writer = Writer {
             index: &empty,
@@ -499,6 +509,22 @@ impl Writer<'_> {
         }
         Ok(())
     }
+}
+
+/// The state of a `session/start` anchor: `{"owner":"human"}`, plus the session it belongs to
+/// (`"session"`, when known) and where a reset archived the old tape (`"archived"`). Not part of
+/// the model's context (of an anchor, only a `summary` and `next_steps` are; `tape.anchors`
+/// lists the state); the console's session list reads the session from it
+/// ([`super::listing`]).
+pub(crate) fn start_state(session: Option<&str>, archived: Option<String>) -> Value {
+    let mut state = json!({"owner": "human"});
+    if let Some(session) = session {
+        state["session"] = Value::String(session.to_owned());
+    }
+    if let Some(archived) = archived {
+        state["archived"] = Value::String(archived);
+    }
+    state
 }
 
 /// The state of a handoff anchor: its summary and next steps, those not blank (`None`: both

@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::backend::{TapeStore, open};
+use super::backend::{TapeStore, open, open_name};
 use super::context::{ContextCursor, View};
-use super::{Event, Kind, Searched};
+use super::listing::Listed;
+use super::{Event, Kind, Searched, list, tape_name_for};
 use crate::db::{Database, cluster};
 
 /// Opens tape `session` (a second call opens a second handle on the same tape).
@@ -197,6 +198,58 @@ fn suite(open: Open) {
     assert_eq!(other.len().unwrap(), 0, "tapes of other sessions are apart");
 }
 
+/// The sessions of a workspace: each tape listed with the session its `session/start` anchor
+/// records (also after a reset), its entry count and newest date, newest first; archives and
+/// other workspaces' tapes left out; a listed tape opened by name reads as its session's.
+fn listing(home: &Path, db: Option<&Arc<Database>>) {
+    let (ws, elsewhere) = (home.join("ws"), home.join("elsewhere"));
+    std::fs::create_dir_all(&ws).unwrap();
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let tape = |ws: &Path, session: &str| open(home, db, ws, "bub", session).unwrap();
+    let tick = || std::thread::sleep(std::time::Duration::from_millis(5));
+    assert_eq!(list(home, db, &ws).unwrap(), []);
+
+    let mut first = tape(&ws, "telegram:1");
+    first.ensure_bootstrap().unwrap();
+    message(first.as_mut(), "user", "one");
+    first.reset(true).unwrap().expect("archived");
+    message(first.as_mut(), "user", "two");
+    tick();
+    let mut second = tape(&ws, "cli");
+    second.ensure_bootstrap().unwrap();
+    message(second.as_mut(), "user", "three");
+    message(second.as_mut(), "assistant", "four");
+    tape(&elsewhere, "telegram:9").ensure_bootstrap().unwrap();
+    let start = &second.entries().unwrap()[0];
+    assert_eq!(start.state().unwrap()["session"], "cli");
+
+    let newest =
+        |tape: &mut Box<dyn TapeStore>| tape.entries().unwrap().last().unwrap().date.clone();
+    let row = |tape: &mut Box<dyn TapeStore>, session: &str| Listed {
+        name: tape_name_for("bub", session),
+        session: Some(session.to_owned()),
+        entries: tape.len().unwrap(),
+        last: Some(newest(tape)),
+    };
+    let (a, b) = (row(&mut first, "telegram:1"), row(&mut second, "cli"));
+    assert_eq!((a.entries, b.entries), (3, 4));
+    assert_eq!(list(home, db, &ws).unwrap(), [b.clone(), a]);
+    tick();
+    message(first.as_mut(), "user", "five");
+    let a = row(&mut first, "telegram:1");
+    assert_eq!(list(home, db, &ws).unwrap(), [a.clone(), b]);
+    let others = list(home, db, &elsewhere).unwrap();
+    assert_eq!(others.len(), 1);
+    assert_eq!(others[0].session.as_deref(), Some("telegram:9"));
+
+    let mut by_name = open_name(home, db, &ws, &a.name).unwrap();
+    assert_eq!(by_name.name(), a.name);
+    assert_eq!(by_name.entries().unwrap(), first.entries().unwrap());
+    // What one handle appends, the other reads.
+    message(by_name.as_mut(), "user", "six");
+    assert_eq!(first.len().unwrap(), 5);
+}
+
 /// The context after the same operations, as the model would be sent it.
 fn script(tape: &mut dyn TapeStore) -> String {
     tape.ensure_bootstrap().unwrap();
@@ -226,6 +279,8 @@ fn file_tapes_pass_the_suite() {
     let workspace = home.path().join("ws");
     let open_file = |session: &str| open(home.path(), None, &workspace, "bub", session).unwrap();
     suite(&open_file);
+    let home = tempfile::tempdir().unwrap();
+    listing(home.path(), None);
 }
 
 #[test]
@@ -246,6 +301,14 @@ fn postgres_tapes_pass_the_suite_and_render_as_files_do() {
     );
     assert_eq!(from_pg, from_file);
     assert!(from_pg.contains("error: no result recorded"), "{from_pg}");
+}
+
+#[test]
+fn postgres_lists_the_tapes_of_a_workspace_as_files_do() {
+    let db = Database::shared(&cluster::database()).unwrap();
+    db.migrate().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    listing(home.path(), Some(&db));
 }
 
 #[test]

@@ -324,7 +324,7 @@ mod tests {
         let anchors = run(&ctx, "tape.anchors", json!({})).await.unwrap();
         assert_eq!(
             anchors,
-            "session/start state={\"owner\":\"human\"}\nhandoff state={\"summary\":\"reviewed\",\"next_steps\":\"ship\"}"
+            "session/start state={\"owner\":\"human\",\"session\":\"cli:test\"}\nhandoff state={\"summary\":\"reviewed\",\"next_steps\":\"ship\"}"
         );
         let found = run(
             &ctx,
@@ -362,7 +362,9 @@ mod tests {
         assert_eq!(*ctx.expanded(), Default::default());
         let anchors = run(&ctx, "tape.anchors", json!({})).await.unwrap();
         assert!(
-            anchors.starts_with("session/start state={\"owner\":\"human\",\"archived\":"),
+            anchors.starts_with(
+                "session/start state={\"owner\":\"human\",\"session\":\"cli:test\",\"archived\":"
+            ),
             "{anchors}"
         );
         assert_eq!(run(&ctx, "tape.reset", json!({})).await.unwrap(), "ok");

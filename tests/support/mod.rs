@@ -3,11 +3,13 @@
 //! Discord), the `bub` process environment (`bub_env`), a
 //! channel adapter running against a fake (`adapter`), the in-process tool environment
 //! (`tool_env`), a round-robin proxy in front of replicas (`proxy`), the bounded waits (`wait`), the fakes' multipart parser and streamed
-//! downloads (`wire`) and a decompression-bomb PNG (`images`). Each test module uses what it needs.
+//! downloads (`wire`), a decompression-bomb PNG (`images`) and a headless Chromium driven
+//! through ChromeDriver (`browser`). Each test module uses what it needs.
 #![allow(dead_code)]
 
 pub mod adapter;
 pub mod bench;
+pub mod browser;
 pub mod bub_env;
 pub mod fake_anthropic;
 pub mod fake_discord;

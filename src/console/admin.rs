@@ -1,0 +1,282 @@
+//! The pages that change state, each through the store the operator's command uses: jobs
+//! (removed as `bub jobs remove` does), access (pairings approved or rejected, users revoked,
+//! `bub access explain`), memory (replaced within its caps, as `bub memory edit`). A change
+//! answers with a redirect back to its page and a line saying what happened.
+
+use axum::Form;
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Redirect, Response};
+use maud::html;
+use serde::Deserialize;
+
+use super::page::{self, blocking, csrf};
+use super::sessions::encode;
+use super::{Console, Shared};
+use crate::access::{Role, User, who};
+use crate::chat::SessionId;
+use crate::memory::Scope;
+
+/// What a change says on the page it returns to (`?done=`).
+#[derive(Deserialize, Default)]
+pub(super) struct Done {
+    done: Option<String>,
+    explain: Option<String>,
+    user: Option<String>,
+}
+
+fn done(path: &str, message: &str) -> Response {
+    Redirect::to(&format!("{path}?done={}", encode(message))).into_response()
+}
+
+fn notice(message: Option<&String>) -> maud::Markup {
+    html! { @if let Some(m) = message { p.done role="status" { (m) } } }
+}
+
+/// `GET /jobs`.
+pub(super) async fn jobs(State(console): State<Shared>, Query(q): Query<Done>) -> Response {
+    blocking(console, move |c| {
+        let jobs = c.jobs.list()?;
+        let body = html! {
+            h1 { "Jobs" }
+            (notice(q.done.as_ref()))
+            div.scroll { table.jobs {
+                thead { tr { th { "Id" } th { "Next run" } th { "Trigger" } th { "Session" } th { "Last" } th { "Creator" } th { "Message" } th {} } }
+                tbody { @for job in &jobs {
+                    tr {
+                        td { code { (job.id) } }
+                        td { (job.next_run.map(|t| page::when(&t.to_rfc3339())).unwrap_or_else(|| "-".to_owned())) }
+                        td { (job.trigger) }
+                        td { a href={ "/session?id=" (encode(&job.session)) } { (job.session) } }
+                        td { (job.last_status.as_ref().map(ToString::to_string).unwrap_or_default()) }
+                        td { (job.creator.as_ref().map_or_else(|| "unknown".to_owned(), |a| a.describe())) }
+                        td.text { (job.message) }
+                        td { form method="post" action="/jobs/remove" {
+                            (csrf(c)) input type="hidden" name="id" value=(job.id);
+                            button.danger type="submit" { "Remove" }
+                        } }
+                    }
+                } }
+            } }
+            @if jobs.is_empty() { p.hint { "No scheduled jobs." } }
+        };
+        Ok(page::ok(c, "Jobs", "/jobs", body))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+pub(super) struct JobId {
+    id: String,
+}
+
+/// `POST /jobs/remove`.
+pub(super) async fn remove_job(State(console): State<Shared>, Form(form): Form<JobId>) -> Response {
+    blocking(console, move |c| {
+        let removed = c.jobs.change(|jobs| {
+            let before = jobs.len();
+            jobs.retain(|j| j.id != form.id);
+            jobs.len() < before
+        })?;
+        let message = match removed {
+            true => format!("Removed job {}.", form.id),
+            false => format!("No job {} (removed already?).", form.id),
+        };
+        Ok(done("/jobs", &message))
+    })
+    .await
+}
+
+/// `GET /access`: pending requests, approved users, and `explain` for a chat.
+pub(super) async fn access(State(console): State<Shared>, Query(q): Query<Done>) -> Response {
+    blocking(console, move |c| {
+        let now = chrono::Utc::now();
+        let pending = c.access.pending(now);
+        let file = c.access.file();
+        let explained = q.explain.as_deref().filter(|e| !e.trim().is_empty()).map(|chat| {
+            explain(c, chat.trim(), q.user.as_deref().filter(|u| !u.trim().is_empty()))
+        });
+        let body = html! {
+            h1 { "Access" }
+            (notice(q.done.as_ref()))
+            h2 { "Pending pairing requests" }
+            @for note in c.access.flood_notes(now) { p.error { (note) } }
+            @if pending.is_empty() { p.hint { "None. Someone the allow-lists do not admit gets a code when they write to the bot in a private chat." } }
+            ul.pending { @for p in &pending {
+                li {
+                    span { code { (p.code) } " " (p.channel) " user " (who(&p.user_id, p.username.as_deref()))
+                        " · expires in " ((p.expires_at() - now).num_minutes().max(0)) " min" }
+                    form method="post" action="/access/approve" {
+                        (csrf(c)) input type="hidden" name="channel" value=(p.channel);
+                        input type="hidden" name="code" value=(p.code);
+                        button type="submit" name="role" value="guest" { "Approve as guest" }
+                        button type="submit" name="role" value="owner" { "Approve as owner" }
+                    }
+                    form method="post" action="/access/reject" {
+                        (csrf(c)) input type="hidden" name="channel" value=(p.channel);
+                        input type="hidden" name="code" value=(p.code);
+                        button.danger type="submit" { "Reject" }
+                    }
+                }
+            } }
+            h2 { "Approved users" }
+            @if file.users.is_empty() { p.hint { "No paired users." } }
+            ul.users { @for u in &file.users {
+                li {
+                    span { (u.channel) " user " (who(&u.user_id, u.username.as_deref())) " · " (u.role)
+                        " · approved " (u.approved_at.format("%Y-%m-%d %H:%M UTC")) }
+                    form method="post" action="/access/revoke" {
+                        (csrf(c)) input type="hidden" name="channel" value=(u.channel);
+                        input type="hidden" name="user_id" value=(u.user_id);
+                        button.danger type="submit" { "Revoke" }
+                    }
+                }
+            } }
+            h2 { "Explain a chat" }
+            form.explain method="get" action="/access" {
+                input type="text" name="explain" placeholder="telegram:42" value=(q.explain.as_deref().unwrap_or_default());
+                input type="text" name="user" placeholder="user id (optional)" value=(q.user.as_deref().unwrap_or_default());
+                button type="submit" { "Explain" }
+            }
+            @if let Some(text) = explained { pre.status { (text) } }
+        };
+        Ok(page::ok(c, "Access", "/access", body))
+    })
+    .await
+}
+
+/// `bub access explain CHAT [--user ID]`'s text, or why it cannot be given.
+fn explain(c: &Console, chat: &str, user: Option<&str>) -> String {
+    let names = crate::tools::builtin_names();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let session = SessionId::from(chat);
+    let Some(parts) = session.parts() else {
+        return "expected CHANNEL:CHAT_ID, e.g. telegram:42".to_owned();
+    };
+    let user = user.map(|id| User {
+        id: id.trim(),
+        name: None,
+    });
+    c.access
+        .explain(&c.settings, &names, parts, user, chrono::Utc::now())
+        .unwrap_or_else(|e| format!("{e:#}"))
+}
+
+#[derive(Deserialize)]
+pub(super) struct Decision {
+    channel: String,
+    #[serde(default)]
+    code: String,
+    #[serde(default)]
+    role: String,
+    #[serde(default)]
+    user_id: String,
+}
+
+/// `POST /access/approve`: as `bub pair approve` (effective at once, in every process).
+pub(super) async fn approve(State(console): State<Shared>, Form(form): Form<Decision>) -> Response {
+    blocking(console, move |c| {
+        let role = match form.role.as_str() {
+            "owner" => Role::Owner,
+            _ => Role::Guest,
+        };
+        let message =
+            match c
+                .access
+                .approve(&form.channel, &form.code, Some(role), chrono::Utc::now())
+            {
+                Ok(p) => format!(
+                    "Approved {} user {} as {}.",
+                    p.channel,
+                    who(&p.user_id, p.username.as_deref()),
+                    p.role
+                ),
+                Err(e) => format!("Not approved: {e:#}"),
+            };
+        Ok(done("/access", &message))
+    })
+    .await
+}
+
+/// `POST /access/reject`.
+pub(super) async fn reject(State(console): State<Shared>, Form(form): Form<Decision>) -> Response {
+    blocking(console, move |c| {
+        let message = match c.access.reject(&form.channel, &form.code)? {
+            true => format!("Rejected request {}.", form.code),
+            false => format!("No pending request {}.", form.code),
+        };
+        Ok(done("/access", &message))
+    })
+    .await
+}
+
+/// `POST /access/revoke`: as `bub pair revoke`.
+pub(super) async fn revoke(State(console): State<Shared>, Form(form): Form<Decision>) -> Response {
+    blocking(console, move |c| {
+        let r = c.access.revoke(&form.channel, &form.user_id)?;
+        let mut message = match r.removed {
+            true => format!("Revoked {} user {}.", form.channel, form.user_id),
+            false => format!("{} user {} was not paired.", form.channel, form.user_id),
+        };
+        if let Some(var) = r.still_admitted_by {
+            message.push_str(&format!(" They are still admitted by {var}."));
+        }
+        Ok(done("/access", &message))
+    })
+    .await
+}
+
+/// `GET /memory`: the global memory and each chat's, each with an edit form.
+pub(super) async fn memory(State(console): State<Shared>, Query(q): Query<Done>) -> Response {
+    blocking(console, move |c| {
+        let mut scopes = vec![Scope::Global];
+        scopes.extend(c.memory.chats().into_iter().map(Scope::Chat));
+        let body = html! {
+            h1 { "Memory" }
+            (notice(q.done.as_ref()))
+            @for scope in &scopes {
+                @let entries = c.memory.list(scope);
+                @let name = match scope { Scope::Global => "global".to_owned(), Scope::Chat(s) => s.clone() };
+                section.memory {
+                    h2 { (name) } p.hint { (c.memory.describe(scope)) }
+                    form method="post" action="/memory/edit" {
+                        (csrf(c))
+                        @if let Scope::Chat(chat) = scope { input type="hidden" name="chat" value=(chat); }
+                        textarea name="text" rows=(entries.len().clamp(3, 20)) {
+                            @for e in &entries { "- " (e) "\n" }
+                        }
+                        button type="submit" { "Save" }
+                    }
+                }
+            }
+        };
+        Ok(page::ok(c, "Memory", "/memory", body))
+    })
+    .await
+}
+
+#[derive(Deserialize)]
+pub(super) struct MemoryEdit {
+    /// The chat whose memory this is; the global memory without one.
+    chat: Option<String>,
+    text: String,
+}
+
+/// `POST /memory/edit`: the bullets kept within the caps, as `bub memory edit`.
+pub(super) async fn edit_memory(
+    State(console): State<Shared>,
+    Form(form): Form<MemoryEdit>,
+) -> Response {
+    blocking(console, move |c| {
+        let scope = form
+            .chat
+            .filter(|c| !c.is_empty())
+            .map_or(Scope::Global, Scope::Chat);
+        let name = match &scope {
+            Scope::Global => "global".to_owned(),
+            Scope::Chat(chat) => chat.clone(),
+        };
+        c.memory.replace(&scope, &form.text)?;
+        Ok(done("/memory", &format!("Saved the {name} memory.")))
+    })
+    .await
+}

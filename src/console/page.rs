@@ -1,0 +1,182 @@
+//! The console's page frame: the layout and navigation around every page, the assets compiled
+//! into the binary, the security headers of every answer, and the last step before a page
+//! leaves — the redactor over the whole HTML.
+
+use axum::extract::Request;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{Html, IntoResponse, Response};
+use maud::{DOCTYPE, Markup, html};
+
+use super::{Console, Shared};
+
+const CSS: &str = include_str!("assets/console.css");
+const JS: &str = include_str!("assets/console.js");
+
+/// What every answer carries: no script or style but the console's own, no framing, nothing
+/// cached or sniffed, no referrer.
+const HEADERS: [(&str, &str); 6] = [
+    (
+        "content-security-policy",
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+         connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    ),
+    ("x-frame-options", "DENY"),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "no-referrer"),
+    ("cache-control", "no-store"),
+    ("cross-origin-opener-policy", "same-origin"),
+];
+
+/// Adds [`HEADERS`] to every answer.
+pub(super) async fn headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    for (name, value) in HEADERS {
+        response
+            .headers_mut()
+            .insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+pub(super) async fn css() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "text/css; charset=utf-8")], CSS)
+}
+
+pub(super) async fn js() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        JS,
+    )
+}
+
+/// The pages of the navigation: path and title.
+const NAV: [(&str, &str); 5] = [
+    ("/", "Sessions"),
+    ("/jobs", "Jobs"),
+    ("/access", "Access"),
+    ("/status", "Status"),
+    ("/memory", "Memory"),
+];
+
+/// `body` in the frame (with the navigation when `nav` names the current page), redacted.
+pub(super) fn respond(
+    console: &Console,
+    status: StatusCode,
+    title: &str,
+    nav: Option<&str>,
+    body: Markup,
+) -> Response {
+    let page = html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · Bub" }
+                link rel="stylesheet" href="/assets/console.css";
+                script src="/assets/console.js" defer {}
+            }
+            body {
+                @if let Some(current) = nav {
+                    nav {
+                        @for (path, name) in NAV {
+                            a href=(path) class=[(path == current).then_some("current")] { (name) }
+                        }
+                        form.logout method="post" action="/logout" {
+                            (csrf(console))
+                            button type="submit" { "Log out" }
+                        }
+                    }
+                }
+                main { (body) }
+            }
+        }
+    };
+    (status, Html(redacted(console, page.into_string()))).into_response()
+}
+
+/// A page of the console, 200.
+pub(super) fn ok(console: &Console, title: &str, nav: &str, body: Markup) -> Response {
+    respond(console, StatusCode::OK, title, Some(nav), body)
+}
+
+/// A fragment (the timeline's new entries), redacted like a page.
+pub(super) fn fragment(console: &Console, body: Markup) -> Response {
+    Html(redacted(console, body.into_string())).into_response()
+}
+
+/// A short error a page could not avoid (a missing session, a store that failed), 4xx/5xx.
+pub(super) fn error(console: &Console, status: StatusCode, message: &str) -> Response {
+    let body =
+        html! { h1 { "Error" } p.error { (message) } p { a href="/" { "Back to the sessions" } } };
+    respond(console, status, "Error", Some(""), body)
+}
+
+/// The hidden CSRF field of a form.
+pub(super) fn csrf(console: &Console) -> Markup {
+    html! { input type="hidden" name="csrf" value=(console.csrf); }
+}
+
+fn redacted(console: &Console, html: String) -> String {
+    match console.redactor.redact(&html) {
+        std::borrow::Cow::Borrowed(_) => html,
+        std::borrow::Cow::Owned(clean) => clean,
+    }
+}
+
+/// `text` as HTML escapes it (how a secret looks inside a page).
+pub(super) fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Runs `render` (file or database reads) on the blocking pool; a failure is a 500 page.
+pub(super) async fn blocking(
+    console: Shared,
+    render: impl FnOnce(&Console) -> anyhow::Result<Response> + Send + 'static,
+) -> Response {
+    let worker = console.clone();
+    match tokio::task::spawn_blocking(move || render(&worker)).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %format!("{e:#}"), "console.error");
+            error(
+                &console,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("{e:#}"),
+            )
+        }
+        Err(e) => error(&console, StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+    }
+}
+
+/// An RFC 3339 date as the console shows it: `2026-11-27 17:02:03` in local time.
+pub(super) fn when(date: &str) -> String {
+    chrono::DateTime::parse_from_rfc3339(date).map_or_else(
+        |_| date.to_owned(),
+        |d| {
+            d.with_timezone(&chrono::Local)
+                .format("%Y-%m-%d %H:%M:%S")
+                .to_string()
+        },
+    )
+}
+
+/// The first `max` characters of `text`, with how many more there were.
+pub(super) fn cut(text: &str, max: usize) -> (String, usize) {
+    let total = text.chars().count();
+    if total <= max {
+        return (text.to_owned(), 0);
+    }
+    (text.chars().take(max).collect(), total - max)
+}

@@ -1,0 +1,389 @@
+//! A session's tape as a timeline: the `main` lane (what people and the agent said, anchors as
+//! markers with their summary) and, on request, the `work` lane (tool calls with their
+//! arguments and results, folded, long ones cut; events and errors).
+//!
+//! The tape is read through the same store the agent writes (`tape::open`), from an anchor the
+//! reader picks (the whole tape by default), a page of [`PAGE`] entries at a time, newest last,
+//! with a link to the older ones. Search is the tape's own (`tape.search`: substring or fuzzy,
+//! newest first). The page's script asks `/session/live` for entries newer than the last it
+//! has; that answer is empty (204) while the tape's length is unchanged.
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use maud::{Markup, html};
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::page::{self, blocking};
+use super::sessions::encode;
+use super::{Console, Shared};
+use crate::tape::{Kind, Searched, TapeEntry, TapeStore};
+
+/// Entries shown at a time.
+pub(crate) const PAGE: usize = 200;
+/// The longest argument or result shown (characters).
+const CUT: usize = 4_000;
+/// The search hits shown.
+const HITS: usize = 50;
+/// The anchors the picker offers.
+const ANCHORS: usize = 100;
+
+/// Which tape, from where, and how.
+#[derive(Deserialize, Default, Clone)]
+pub(super) struct View {
+    /// The session (`telegram:42`).
+    id: Option<String>,
+    /// A tape by name, for one whose session is unknown.
+    tape: Option<String>,
+    /// Show entries from this anchor's id (absent: the whole tape).
+    anchor: Option<u64>,
+    /// Show the work lane.
+    #[serde(default)]
+    work: Option<String>,
+    /// Search for this.
+    q: Option<String>,
+    /// Show the page before this entry id.
+    before: Option<u64>,
+    /// `/session/live`: the last entry id the page has, and the tape's length then.
+    after: Option<u64>,
+    len: Option<usize>,
+}
+
+impl View {
+    fn work(&self) -> bool {
+        self.work.as_deref().is_some_and(|w| w == "1")
+    }
+
+    /// The query of this view with `work` as given (other fields kept).
+    fn link(&self, work: bool, before: Option<u64>) -> String {
+        let mut q = match (&self.id, &self.tape) {
+            (Some(id), _) => format!("/session?id={}", encode(id)),
+            (None, Some(tape)) => format!("/session?tape={}", encode(tape)),
+            _ => "/session?".to_owned(),
+        };
+        if let Some(anchor) = self.anchor {
+            q.push_str(&format!("&anchor={anchor}"));
+        }
+        if work {
+            q.push_str("&work=1");
+        }
+        if let Some(before) = before {
+            q.push_str(&format!("&before={before}"));
+        }
+        q
+    }
+
+    /// What the page calls the tape.
+    fn title(&self) -> &str {
+        self.id
+            .as_deref()
+            .or(self.tape.as_deref())
+            .unwrap_or("session")
+    }
+}
+
+fn open(c: &Console, view: &View) -> anyhow::Result<Box<dyn TapeStore>> {
+    let (home, db, ws) = (&c.settings.home, c.db.as_ref(), super::workspace(c));
+    match (&view.id, &view.tape) {
+        (Some(id), _) => crate::tape::backend::open(home, db, ws, &c.settings.tape_name, id),
+        (None, Some(name)) => crate::tape::backend::open_name(home, db, ws, name),
+        _ => anyhow::bail!("which session? (?id=telegram:42)"),
+    }
+}
+
+/// Whether `entry` is in the lanes shown.
+fn shown(entry: &TapeEntry, work: bool) -> bool {
+    match entry.kind {
+        Kind::Anchor => true,
+        Kind::Message => true,
+        Kind::ToolCall | Kind::ToolResult | Kind::Event | Kind::Error => work,
+        Kind::System | Kind::Other(_) => false,
+    }
+}
+
+/// `GET /session`: the timeline.
+pub(super) async fn page(State(console): State<Shared>, Query(view): Query<View>) -> Response {
+    blocking(console, move |c| {
+        if view.id.is_none() && view.tape.is_none() {
+            return Ok(page::error(c, StatusCode::BAD_REQUEST, "which session? (?id=telegram:42)"));
+        }
+        let mut tape = open(c, &view)?;
+        let anchors = tape.anchors(ANCHORS)?;
+        let len = tape.len()?;
+        let work = view.work();
+        let searching = view.q.as_deref().map(str::trim).filter(|q| !q.is_empty());
+        let (entries, older, last) = match searching {
+            Some(q) => (tape.search(q, HITS, Searched::Everything)?, None, None),
+            None => {
+                let all = tape.entries()?;
+                let last = all.last().map_or(0, |e| e.id);
+                let from = view.anchor.unwrap_or(0);
+                let mut lane: Vec<TapeEntry> = all
+                    .into_iter()
+                    .filter(|e| e.id >= from && view.before.is_none_or(|b| e.id < b))
+                    .filter(|e| shown(e, work))
+                    .collect();
+                let skip = lane.len().saturating_sub(PAGE);
+                let older = (skip > 0).then(|| lane[skip].id);
+                lane.drain(..skip);
+                (lane, older, Some(last))
+            }
+        };
+        // New entries are fetched only at the newest end of an unsearched timeline.
+        let live = last.filter(|_| view.before.is_none());
+        let body = html! {
+            h1 { (view.title()) }
+            div.tools {
+                form.anchor method="get" action="/session" {
+                    @if let Some(id) = &view.id { input type="hidden" name="id" value=(id); }
+                    @if let Some(tape) = &view.tape { input type="hidden" name="tape" value=(tape); }
+                    @if work { input type="hidden" name="work" value="1"; }
+                    label { "From " select name="anchor" data-autosubmit {
+                        option value="" { "the start of the tape" }
+                        @for a in anchors.iter().rev() {
+                            option value=(a.id) selected[view.anchor == Some(a.id)] {
+                                (anchor_name(a)) " · " (page::when(&a.date))
+                            }
+                        }
+                    } }
+                    button type="submit" { "Show" }
+                }
+                a #work-toggle href=(view.link(!work, None)) {
+                    @if work { "Hide the work lane" } @else { "Show the work lane" }
+                }
+                form.search method="get" action="/session" {
+                    @if let Some(id) = &view.id { input type="hidden" name="id" value=(id); }
+                    @if let Some(tape) = &view.tape { input type="hidden" name="tape" value=(tape); }
+                    input #search type="search" name="q" value=(searching.unwrap_or_default()) placeholder="Search this tape";
+                    button type="submit" { "Search" }
+                }
+            }
+            @if let Some(q) = searching {
+                p.hint { (entries.len()) " match(es) for “" (q) "”, newest first. "
+                    a href=(view.link(work, None)) { "Back to the timeline" } }
+            }
+            @if let Some(before) = older {
+                p.older { a href=(view.link(work, Some(before))) { "Older entries" } }
+            }
+            ol #timeline data-live=[live.map(|_| format!("/session/live{}", &view.link(work, None)["/session".len()..]))]
+                data-after=[live] data-len=[live.map(|_| len)] {
+                @for entry in &entries { (render(entry, view.id.as_deref())) }
+            }
+            @if entries.is_empty() { p.hint { "Nothing to show here." } }
+        };
+        Ok(page::ok(c, view.title(), "", body))
+    })
+    .await
+}
+
+/// `GET /session/live?…&after=ID&len=N`: the entries after `ID` as list items (with the new
+/// last id and length in `x-after` / `x-len`), or 204 while the tape's length is `N`.
+pub(super) async fn live(State(console): State<Shared>, Query(view): Query<View>) -> Response {
+    blocking(console, move |c| {
+        let mut tape = open(c, &view)?;
+        let len = tape.len()?;
+        if view.len == Some(len) {
+            return Ok(StatusCode::NO_CONTENT.into_response());
+        }
+        let after = view.after.unwrap_or(0);
+        let all = tape.entries()?;
+        let last = all.last().map_or(0, |e| e.id);
+        // A reset tape starts its ids again: the page reloads.
+        if last < after {
+            return Ok(StatusCode::RESET_CONTENT.into_response());
+        }
+        let work = view.work();
+        let fresh = all.iter().filter(|e| e.id > after && shown(e, work));
+        let body = html! { @for entry in fresh { (render(entry, view.id.as_deref())) } };
+        let mut response = page::fragment(c, body);
+        let headers = response.headers_mut();
+        headers.insert("x-after", HeaderValue::from(last));
+        headers.insert("x-len", HeaderValue::from(len));
+        Ok(response)
+    })
+    .await
+}
+
+fn anchor_name(anchor: &TapeEntry) -> &str {
+    anchor.payload["name"].as_str().unwrap_or("anchor")
+}
+
+/// One entry as a list item; the files of `session`'s messages as links.
+fn render(entry: &TapeEntry, session: Option<&str>) -> Markup {
+    let p = &entry.payload;
+    let time = page::when(&entry.date);
+    match entry.kind {
+        Kind::Anchor => html! {
+            li.anchor id={ "e" (entry.id) } {
+                span.mark { "⚓ " (anchor_name(entry)) }
+                @if let Some(summary) = p["state"]["summary"].as_str() { span.summary { (summary) } }
+                time { (time) }
+            }
+        },
+        Kind::Message => {
+            let role = p["role"].as_str().unwrap_or("message");
+            html! {
+                li.message.(role) id={ "e" (entry.id) } {
+                    div.meta { span.who { (role) } time { (time) } }
+                    @let text = text_of(&p["content"]);
+                    div.text { (text) }
+                    @if let Some(session) = session {
+                        @for name in saved(&text) {
+                            a.file href={ "/file?id=" (encode(session)) "&name=" (encode(name)) } { "📎 " (name) }
+                        }
+                    }
+                    @if let Some(images) = p["images"].as_array() {
+                        div.meta { (images.len()) " image(s) sent to the model" }
+                    }
+                }
+            }
+        }
+        Kind::ToolCall => html! {
+            @for call in p["calls"].as_array().into_iter().flatten() {
+                @let name = call["function"]["name"].as_str().or(call["name"].as_str()).unwrap_or("tool");
+                @let args = call["function"]["arguments"].as_str().map(str::to_owned)
+                    .unwrap_or_else(|| call["arguments"].to_string());
+                li.work.call id={ "e" (entry.id) } {
+                    details {
+                        summary { "→ " (name) " " span.args { (page::cut(&args, 120).0) } time { (time) } }
+                        (folded(&pretty(&args)))
+                    }
+                }
+            }
+        },
+        Kind::ToolResult => html! {
+            @for (i, result) in p["results"].as_array().into_iter().flatten().enumerate() {
+                @let text = result.as_str().map(str::to_owned).unwrap_or_else(|| result.to_string());
+                @let status = p["status"][i].as_str().unwrap_or("ok");
+                li.work.result id={ "e" (entry.id) } {
+                    details {
+                        summary { "✓ result " span.args { (status) ", " (text.chars().count()) " characters" } time { (time) } }
+                        (folded(&text))
+                    }
+                }
+            }
+        },
+        Kind::Event => html! {
+            li.work.event id={ "e" (entry.id) } {
+                details {
+                    summary { "• " (p["name"].as_str().unwrap_or("event")) time { (time) } }
+                    (folded(&pretty_value(&p["data"])))
+                }
+            }
+        },
+        Kind::Error => html! {
+            li.work.failure id={ "e" (entry.id) } {
+                div.meta { span.who { "error" } time { (time) } }
+                div.text { (p["message"].as_str().map_or_else(|| p.to_string(), str::to_owned)) }
+            }
+        },
+        Kind::System | Kind::Other(_) => html! {},
+    }
+}
+
+/// A long text cut at [`CUT`], saying how much was left out.
+fn folded(text: &str) -> Markup {
+    let (shown, left) = page::cut(text, CUT);
+    html! {
+        pre { (shown) }
+        @if left > 0 { p.hint { "… " (left) " more characters (tape.output has them all)" } }
+    }
+}
+
+/// A message's text: a string, or the text parts of a list of parts.
+fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(text) => text.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    }
+}
+
+/// JSON arguments indented (as given when they are not JSON).
+fn pretty(args: &str) -> String {
+    serde_json::from_str::<Value>(args).map_or_else(|_| args.to_owned(), |v| pretty_value(&v))
+}
+
+fn pretty_value(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_default()
+}
+
+/// The names of the files a message's prompt says were saved for it (`"saved":"chats/…/NAME"`).
+fn saved(text: &str) -> impl Iterator<Item = &str> {
+    text.match_indices("\"saved\":\"")
+        .filter_map(|(at, key)| {
+            let rest = &text[at + key.len()..];
+            let path = &rest[..rest.find('"')?];
+            path.rsplit('/').next()
+        })
+        .filter(|name| !name.is_empty())
+}
+
+/// A file of a chat's folder: the name (no folder, nothing hidden or secret) and the session.
+#[derive(Deserialize)]
+pub(super) struct FileQuery {
+    id: String,
+    name: String,
+}
+
+/// The largest file the console serves.
+const MAX_FILE: u64 = 50 * 1024 * 1024;
+
+/// `GET /file?id=SESSION&name=NAME`: a file saved for a chat, from its folder
+/// (`chats/<channel>-<chat>/` of the workspace) only — an image shown, anything else
+/// downloaded; a path, a hidden or secret name, or a link out of the folder is 404.
+pub(super) async fn file(State(console): State<Shared>, Query(q): Query<FileQuery>) -> Response {
+    blocking(console, move |c| {
+        let not_found = || page::error(c, StatusCode::NOT_FOUND, "no such file");
+        let plain = !q.name.contains(['/', '\\']) && !q.name.starts_with('.');
+        let folder = crate::chat::SessionId::from(q.id.as_str()).chat_folder();
+        let (Some(folder), true) = (folder, plain) else {
+            return Ok(not_found());
+        };
+        if crate::access::files::is_secret_name(q.name.as_ref()) {
+            return Ok(not_found());
+        }
+        let folder = super::workspace(c).join(folder);
+        let (Ok(folder), Ok(path)) = (folder.canonicalize(), folder.join(&q.name).canonicalize())
+        else {
+            return Ok(not_found());
+        };
+        let meta = std::fs::metadata(&path)?;
+        if !path.starts_with(&folder) || !meta.is_file() || meta.len() > MAX_FILE {
+            return Ok(not_found());
+        }
+        let bytes = std::fs::read(&path)?;
+        let image = match path
+            .extension()
+            .and_then(|e| e.to_str())
+            .map(str::to_ascii_lowercase)
+        {
+            Some(e) if e == "jpg" || e == "jpeg" => Some("image/jpeg"),
+            Some(e) if e == "png" => Some("image/png"),
+            Some(e) if e == "gif" => Some("image/gif"),
+            Some(e) if e == "webp" => Some("image/webp"),
+            _ => None,
+        };
+        let mut response = bytes.into_response();
+        let headers = response.headers_mut();
+        match image {
+            Some(kind) => {
+                headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+            }
+            None => {
+                let octets = HeaderValue::from_static("application/octet-stream");
+                headers.insert(header::CONTENT_TYPE, octets);
+                let attachment = HeaderValue::from_static("attachment");
+                headers.insert(header::CONTENT_DISPOSITION, attachment);
+            }
+        }
+        Ok(response)
+    })
+    .await
+}

@@ -1,0 +1,152 @@
+//! The console in a real headless Chromium, beside the running daemon: log in through the form,
+//! read the Telegram conversation (the tool call behind the work-lane toggle, the anchor, the
+//! `<script>` shown as text), search, watch a new answer arrive without reloading, approve the
+//! stranger's pairing and see the daemon answer them — and the page's own requests refused
+//! without the cookie (401) or the CSRF token (403). Screenshots go to `target/screenshots/`.
+
+use crate::support;
+
+use serde_json::Value;
+use support::browser::{Browser, screenshots};
+use support::fake_telegram::private_text;
+
+use super::Rig;
+
+/// What a script in the page gets for `fetch(path, options)`: the status.
+async fn status_of(browser: &Browser, path: &str, options: &str) -> u64 {
+    let script = format!("return fetch({path:?}, {options}).then(r => r.status);");
+    let status = browser.execute(&script, &[]).await.unwrap();
+    status.as_u64().unwrap_or_else(|| panic!("{status}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_operator_reads_the_timeline_and_approves_a_pairing_in_chromium() {
+    let rig = Rig::start().await;
+    let browser = Browser::start().await.unwrap();
+    let shots = screenshots();
+    std::fs::create_dir_all(&shots).unwrap();
+
+    // Logged out, any page is the login form; the token logs in and goes on to that page.
+    browser
+        .goto(&format!("{}/session?id=telegram%3A42", rig.base))
+        .await
+        .unwrap();
+    let token = browser.find("#token").await.unwrap();
+    browser.type_text(&token, &rig.token).await.unwrap();
+    let submit = browser.find("form.login button").await.unwrap();
+    browser.click(&submit).await.unwrap();
+    browser
+        .wait_text("#timeline", "All done: tool-ran.")
+        .await
+        .unwrap();
+    let cookies = browser.cookies().await.unwrap();
+    let login = cookies.iter().find(|c| c.name == "bub_console").unwrap();
+    assert!(login.http_only, "{login:?}");
+    assert_eq!(login.same_site.as_deref(), Some("Strict"));
+
+    // The message with markup is text, its secret redacted; no script of its own ran.
+    let said = browser.find("li.message.user .text").await.unwrap();
+    let said = browser.text(&said).await.unwrap();
+    assert!(
+        said.contains("run it <script>alert(1)</script> with [redacted]"),
+        "{said}"
+    );
+    let scripts = "return document.querySelectorAll('main script').length;";
+    assert_eq!(browser.execute(scripts, &[]).await.unwrap(), Value::from(0));
+    browser.wait_text("li.anchor", "phase1").await.unwrap();
+    browser
+        .wait_text("li.anchor", "The first part is done.")
+        .await
+        .unwrap();
+    browser
+        .screenshot(shots.join("console-timeline.png"))
+        .await
+        .unwrap();
+
+    // The work lane: the tool call with its arguments.
+    let toggle = browser.find("#work-toggle").await.unwrap();
+    browser.click(&toggle).await.unwrap();
+    let call = browser.wait_text("li.work.call", "bash").await.unwrap();
+    browser.click(&call).await.unwrap();
+    browser
+        .wait_text("li.work.call pre", "echo tool-ran")
+        .await
+        .unwrap();
+    browser
+        .screenshot(shots.join("console-work-lane.png"))
+        .await
+        .unwrap();
+
+    // Search within the session.
+    let search = browser.find("#search").await.unwrap();
+    browser.type_text(&search, "tool-ran").await.unwrap();
+    let go = browser.find("form.search button").await.unwrap();
+    browser.click(&go).await.unwrap();
+    browser.wait_text("p.hint", "match(es)").await.unwrap();
+    browser.wait_text("#timeline", "tool-ran").await.unwrap();
+
+    // Live: a new answer appears without a reload.
+    browser
+        .goto(&format!("{}/session?id=telegram%3A42", rig.base))
+        .await
+        .unwrap();
+    browser.find("#timeline").await.unwrap();
+    let marker = "document.body.dataset.unreloaded = 'yes'; return true;";
+    browser.execute(marker, &[]).await.unwrap();
+    rig.env.model.push_text("A live answer.");
+    rig.env
+        .telegram
+        .push_message(private_text(42, 42, "anything new?"));
+    browser
+        .wait_text("#timeline", "A live answer.")
+        .await
+        .unwrap();
+    let kept = "return document.body.dataset.unreloaded || null;";
+    assert_eq!(
+        browser.execute(kept, &[]).await.unwrap(),
+        Value::from("yes")
+    );
+
+    // The page's own requests: 401 without the cookie, 403 without the CSRF token.
+    assert_eq!(
+        status_of(&browser, "/jobs", "{credentials: 'omit'}").await,
+        401
+    );
+    let forged = "{method: 'POST', headers: {'content-type': 'application/x-www-form-urlencoded'}, \
+                  body: 'channel=telegram&code=AAAAAAAA&role=owner'}";
+    assert_eq!(status_of(&browser, "/access/approve", forged).await, 403);
+
+    // Approve the stranger as a guest: the running daemon answers them at once.
+    browser.goto(&format!("{}/access", rig.base)).await.unwrap();
+    browser.wait_text("ul.pending", &rig.code).await.unwrap();
+    let approve = browser
+        .find("ul.pending button[value=guest]")
+        .await
+        .unwrap();
+    browser.click(&approve).await.unwrap();
+    browser
+        .wait_text("p.done", "Approved telegram user 50")
+        .await
+        .unwrap();
+    browser.wait_text("ul.users", "guest").await.unwrap();
+    rig.env.model.push_text("Welcome aboard.");
+    rig.env
+        .telegram
+        .push_message(private_text(50, 50, "thanks for letting me in"));
+    rig.env.wait_for_chat_text("Welcome aboard.").await;
+
+    // Readable on a phone.
+    browser.set_window_size(390, 844).await.unwrap();
+    browser
+        .goto(&format!("{}/session?id=telegram%3A42", rig.base))
+        .await
+        .unwrap();
+    browser.find("#timeline").await.unwrap();
+    let wide = "return document.documentElement.scrollWidth <= window.innerWidth + 1;";
+    assert_eq!(browser.execute(wide, &[]).await.unwrap(), Value::from(true));
+    browser
+        .screenshot(shots.join("console-phone.png"))
+        .await
+        .unwrap();
+    rig.daemon.stop().await;
+}
