@@ -12,7 +12,7 @@ use std::time::Duration;
 use reqwest::StatusCode;
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 use serde_json::json;
-use support::bub_env::{Daemon, Env, assert_exit};
+use support::bub_env::{Daemon, Env, assert_exit, code_in};
 use support::fake_telegram::{TOKEN, private_text};
 use support::postgres::free_port;
 use support::wait::WAIT;
@@ -34,18 +34,6 @@ pub(crate) struct Rig {
     /// The code the stranger (user 50) was given.
     pub code: String,
     http: reqwest::Client,
-}
-
-/// The 8-character code in a pairing message.
-fn code_in(text: &str) -> String {
-    text.split_whitespace()
-        .find(|w| {
-            w.len() == 8
-                && w.chars()
-                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
-        })
-        .unwrap_or_else(|| panic!("no code in {text:?}"))
-        .to_owned()
 }
 
 impl Rig {
@@ -601,4 +589,28 @@ async fn a_chats_files_are_links_served_only_from_its_folder() {
         assert!(!body.contains("workspace file") && !body.contains("X=1"));
     }
     rig.daemon.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_shares_the_health_listener_when_given_its_address() {
+    let mut env = Env::new().await;
+    let port = free_port();
+    env.set("BUB_HTTP_LISTEN", &port.to_string());
+    env.set("BUB_CONSOLE", "true");
+    env.set("BUB_CONSOLE_LISTEN", &format!("127.0.0.1:{port}"));
+    let daemon = env.start();
+    daemon.wait_for_log("console.listen").await;
+    let get = |path: &str| reqwest::get(format!("http://127.0.0.1:{port}{path}"));
+    support::wait::wait_until(WAIT, "the listener", || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    })
+    .await;
+    let health = get("/healthz").await.unwrap();
+    assert_eq!(health.text().await.unwrap(), "ok\n");
+    let console = get("/").await.unwrap();
+    assert_eq!(console.status(), StatusCode::UNAUTHORIZED);
+    assert!(console.text().await.unwrap().contains("action=\"/login\""));
+    let metrics = get("/metrics").await.unwrap();
+    assert_eq!(metrics.status(), StatusCode::OK, "both on one listener");
+    daemon.stop().await;
 }

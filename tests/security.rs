@@ -7,7 +7,7 @@
 use crate::support;
 
 use serde_json::{Value, json};
-use support::bub_env::{Env, WAIT, assert_exit, stdout, texts};
+use support::bub_env::{Env, WAIT, assert_exit, code_in, stdout, texts};
 use support::fake_openai::tool_names;
 use support::fake_telegram::{self, TOKEN, group_text, private_text};
 use support::wait::wait_for;
@@ -24,18 +24,6 @@ async fn closed_env() -> Env {
     env.set("BUB_TELEGRAM_ALLOW_FROM", "");
     env.set("BUB_TELEGRAM_OWNERS", "");
     env
-}
-
-/// The 8-character code in a pairing message.
-fn code_in(text: &str) -> String {
-    text.split_whitespace()
-        .find(|w| {
-            w.len() == 8
-                && w.chars()
-                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
-        })
-        .unwrap_or_else(|| panic!("no code in {text:?}"))
-        .to_owned()
 }
 
 /// Pushes a message and waits until the daemon has fetched it.

@@ -125,19 +125,9 @@ fn redacted(console: &Console, html: String) -> String {
     }
 }
 
-/// `text` as HTML escapes it (how a secret looks inside a page).
+/// `text` as the templates escape it (how a secret would look inside a page).
 pub(super) fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            _ => out.push(c),
-        }
-    }
-    out
+    html! { (text) }.into_string()
 }
 
 /// Runs `render` (file or database reads) on the blocking pool; a failure is a 500 page.
@@ -179,4 +169,25 @@ pub(super) fn cut(text: &str, max: usize) -> (String, usize) {
         return (text.to_owned(), 0);
     }
     (text.chars().take(max).collect(), total - max)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_secret_is_found_in_a_page_as_the_templates_escape_it() {
+        let secret = "p&ss\"w<rd>";
+        assert_eq!(escape(secret), "p&amp;ss&quot;w&lt;rd&gt;");
+        let page = html! { p { (secret) } }.into_string();
+        assert!(page.contains(&escape(secret)));
+        let redactor = crate::redact::Redactor::new([secret.to_owned(), escape(secret)]);
+        assert_eq!(redactor.redact(&page), "<p>[redacted]</p>");
+    }
+
+    #[test]
+    fn cut_counts_characters() {
+        assert_eq!(cut("héllo", 10), ("héllo".to_owned(), 0));
+        assert_eq!(cut("héllo", 2), ("hé".to_owned(), 3));
+    }
 }

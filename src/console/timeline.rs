@@ -55,12 +55,12 @@ impl View {
         self.work.as_deref().is_some_and(|w| w == "1")
     }
 
-    /// The query of this view with `work` as given (other fields kept).
-    fn link(&self, work: bool, before: Option<u64>) -> String {
+    /// `path` with this view's tape and anchor, `work` and `before` as given.
+    fn link(&self, path: &str, work: bool, before: Option<u64>) -> String {
         let mut q = match (&self.id, &self.tape) {
-            (Some(id), _) => format!("/session?id={}", encode(id)),
-            (None, Some(tape)) => format!("/session?tape={}", encode(tape)),
-            _ => "/session?".to_owned(),
+            (Some(id), _) => format!("{path}?id={}", encode(id)),
+            (None, Some(tape)) => format!("{path}?tape={}", encode(tape)),
+            _ => format!("{path}?"),
         };
         if let Some(anchor) = self.anchor {
             q.push_str(&format!("&anchor={anchor}"));
@@ -149,7 +149,7 @@ pub(super) async fn page(State(console): State<Shared>, Query(view): Query<View>
                     } }
                     button type="submit" { "Show" }
                 }
-                a #work-toggle href=(view.link(!work, None)) {
+                a #work-toggle href=(view.link("/session", !work, None)) {
                     @if work { "Hide the work lane" } @else { "Show the work lane" }
                 }
                 form.search method="get" action="/session" {
@@ -161,12 +161,12 @@ pub(super) async fn page(State(console): State<Shared>, Query(view): Query<View>
             }
             @if let Some(q) = searching {
                 p.hint { (entries.len()) " match(es) for “" (q) "”, newest first. "
-                    a href=(view.link(work, None)) { "Back to the timeline" } }
+                    a href=(view.link("/session", work, None)) { "Back to the timeline" } }
             }
             @if let Some(before) = older {
-                p.older { a href=(view.link(work, Some(before))) { "Older entries" } }
+                p.older { a href=(view.link("/session", work, Some(before))) { "Older entries" } }
             }
-            ol #timeline data-live=[live.map(|_| format!("/session/live{}", &view.link(work, None)["/session".len()..]))]
+            ol #timeline data-live=[live.map(|_| view.link("/session/live", work, None))]
                 data-after=[live] data-len=[live.map(|_| len)] {
                 @for entry in &entries { (render(entry, view.id.as_deref())) }
             }

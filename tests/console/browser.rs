@@ -24,7 +24,6 @@ async fn an_operator_reads_the_timeline_and_approves_a_pairing_in_chromium() {
     let rig = Rig::start().await;
     let browser = Browser::start().await.unwrap();
     let shots = screenshots();
-    std::fs::create_dir_all(&shots).unwrap();
 
     // Logged out, any page is the login form; the token logs in and goes on to that page.
     browser

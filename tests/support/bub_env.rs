@@ -280,6 +280,18 @@ impl Env {
     }
 }
 
+/// The 8-character code in a pairing message.
+pub fn code_in(text: &str) -> String {
+    text.split_whitespace()
+        .find(|w| {
+            w.len() == 8
+                && w.chars()
+                    .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+        })
+        .unwrap_or_else(|| panic!("no code in {text:?}"))
+        .to_owned()
+}
+
 /// The texts of Telegram send calls.
 pub fn texts(calls: &[super::fake_telegram::Call]) -> Vec<String> {
     calls
