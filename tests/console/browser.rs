@@ -115,6 +115,27 @@ async fn an_operator_reads_the_timeline_and_approves_a_pairing_in_chromium() {
                   body: 'channel=telegram&code=AAAAAAAA&role=owner'}";
     assert_eq!(status_of(&browser, "/access/approve", forged).await, 403);
 
+    // The session list and the status page with its usage plot.
+    browser.goto(&format!("{}/", rig.base)).await.unwrap();
+    browser
+        .wait_text("table.sessions", "telegram:42")
+        .await
+        .unwrap();
+    browser
+        .screenshot(shots.join("console-sessions.png"))
+        .await
+        .unwrap();
+    browser.goto(&format!("{}/status", rig.base)).await.unwrap();
+    browser.find("svg.plot rect.bar").await.unwrap();
+    browser
+        .wait_text("pre.status", "telegram:42")
+        .await
+        .unwrap();
+    browser
+        .screenshot(shots.join("console-status.png"))
+        .await
+        .unwrap();
+
     // Approve the stranger as a guest: the running daemon answers them at once.
     browser.goto(&format!("{}/access", rig.base)).await.unwrap();
     browser.wait_text("ul.pending", &rig.code).await.unwrap();
