@@ -18,7 +18,7 @@ use serde_json::Value;
 use super::page::{self, blocking};
 use super::sessions::encode;
 use super::{Console, Shared};
-use crate::tape::{Kind, Searched, TapeEntry, TapeStore};
+use crate::tape::{Kind, Searched, TapeEntry, TapeStore, Window};
 
 /// Entries shown at a time.
 pub(crate) const PAGE: usize = 200;
@@ -92,14 +92,20 @@ fn open(c: &Console, view: &View) -> anyhow::Result<Box<dyn TapeStore>> {
     }
 }
 
-/// Whether `entry` is in the lanes shown.
-fn shown(entry: &TapeEntry, work: bool) -> bool {
-    match entry.kind {
-        Kind::Anchor => true,
-        Kind::Message => true,
-        Kind::ToolCall | Kind::ToolResult | Kind::Event | Kind::Error => work,
-        Kind::System | Kind::Other(_) => false,
-    }
+/// What the `main` lane shows: people, the agent, anchors.
+static MAIN: [Kind; 2] = [Kind::Anchor, Kind::Message];
+/// With the `work` lane: tool calls and results, events, failed model calls.
+static WORK: [Kind; 6] = [
+    Kind::Anchor,
+    Kind::Message,
+    Kind::ToolCall,
+    Kind::ToolResult,
+    Kind::Event,
+    Kind::Error,
+];
+
+fn kinds(work: bool) -> &'static [Kind] {
+    if work { &WORK } else { &MAIN }
 }
 
 /// `GET /session`: the timeline.
@@ -113,25 +119,25 @@ pub(super) async fn page(State(console): State<Shared>, Query(view): Query<View>
         let len = tape.len()?;
         let work = view.work();
         let searching = view.q.as_deref().map(str::trim).filter(|q| !q.is_empty());
-        let (entries, older, last) = match searching {
+        let (entries, older, live) = match searching {
             Some(q) => (tape.search(q, HITS, Searched::Everything)?, None, None),
             None => {
-                let all = tape.entries()?;
-                let last = all.last().map_or(0, |e| e.id);
-                let from = view.anchor.unwrap_or(0);
-                let mut lane: Vec<TapeEntry> = all
-                    .into_iter()
-                    .filter(|e| e.id >= from && view.before.is_none_or(|b| e.id < b))
-                    .filter(|e| shown(e, work))
-                    .collect();
-                let skip = lane.len().saturating_sub(PAGE);
-                let older = (skip > 0).then(|| lane[skip].id);
-                lane.drain(..skip);
-                (lane, older, Some(last))
+                let window = Window {
+                    from: view.anchor.unwrap_or(0),
+                    before: view.before,
+                    kinds: kinds(work),
+                    limit: PAGE + 1,
+                };
+                let mut lane = tape.window(&window)?;
+                let older = (lane.len() > PAGE).then(|| {
+                    lane.remove(0);
+                    lane[0].id
+                });
+                // New entries are fetched only at the newest end of the timeline.
+                let last = lane.last().map_or(window.from, |e| e.id);
+                (lane, older, view.before.is_none().then_some(last))
             }
         };
-        // New entries are fetched only at the newest end of an unsearched timeline.
-        let live = last.filter(|_| view.before.is_none());
         let body = html! {
             h1 { (view.title()) }
             div.tools {
@@ -178,24 +184,32 @@ pub(super) async fn page(State(console): State<Shared>, Query(view): Query<View>
 }
 
 /// `GET /session/live?…&after=ID&len=N`: the entries after `ID` as list items (with the new
-/// last id and length in `x-after` / `x-len`), or 204 while the tape's length is `N`.
+/// last id and length in `x-after` / `x-len`); 204 while the tape's length is `N`, 205 (the
+/// page reloads) when the tape was reset or more arrived than a page.
 pub(super) async fn live(State(console): State<Shared>, Query(view): Query<View>) -> Response {
     blocking(console, move |c| {
         let mut tape = open(c, &view)?;
         let len = tape.len()?;
+        let after = view.after.unwrap_or(0);
         if view.len == Some(len) {
             return Ok(StatusCode::NO_CONTENT.into_response());
         }
-        let after = view.after.unwrap_or(0);
-        let all = tape.entries()?;
-        let last = all.last().map_or(0, |e| e.id);
-        // A reset tape starts its ids again: the page reloads.
-        if last < after {
+        // Ids follow positions: a tape shorter than before was reset.
+        if view.len.is_some_and(|n| len < n) || (len as u64) < after {
             return Ok(StatusCode::RESET_CONTENT.into_response());
         }
-        let work = view.work();
-        let fresh = all.iter().filter(|e| e.id > after && shown(e, work));
-        let body = html! { @for entry in fresh { (render(entry, view.id.as_deref())) } };
+        let window = Window {
+            from: after.saturating_add(1),
+            before: None,
+            kinds: kinds(view.work()),
+            limit: PAGE,
+        };
+        let fresh = tape.window(&window)?;
+        if fresh.len() == PAGE {
+            return Ok(StatusCode::RESET_CONTENT.into_response());
+        }
+        let last = fresh.last().map_or(after, |e| e.id);
+        let body = html! { @for entry in &fresh { (render(entry, view.id.as_deref())) } };
         let mut response = page::fragment(c, body);
         let headers = response.headers_mut();
         headers.insert("x-after", HeaderValue::from(last));

@@ -66,6 +66,9 @@ pub trait TapeStore: Send + 'static {
     /// The last `limit` anchors, oldest first.
     fn anchors(&mut self, limit: usize) -> anyhow::Result<Vec<TapeEntry>>;
 
+    /// A page of the tape ([`Window`]), oldest first: it costs what it holds, not the tape.
+    fn window(&mut self, window: &Window<'_>) -> anyhow::Result<Vec<TapeEntry>>;
+
     /// Messages (and with [`Searched::Everything`] tool results) matching `query` (substring or
     /// fuzzy), newest first.
     fn search(
@@ -89,6 +92,18 @@ pub trait TapeStore: Send + 'static {
     /// file once, creating it when `f` `writes`); an error means the tape could not be held
     /// and `f` did not run.
     fn batch(&mut self, writes: bool, f: &mut dyn FnMut(&mut dyn TapeStore)) -> anyhow::Result<()>;
+}
+
+/// What [`TapeStore::window`] reads: the newest `limit` entries of `kinds` with ids from
+/// `from` up to (not including) `before` — a page of a timeline.
+#[derive(Debug, Clone, Copy)]
+pub struct Window<'a> {
+    /// The oldest id (an anchor's, to start from it; 0: the whole tape).
+    pub from: u64,
+    /// Only ids below this (an older page); `None`: up to the newest.
+    pub before: Option<u64>,
+    pub kinds: &'a [Kind],
+    pub limit: usize,
 }
 
 /// The tape of `session_id` in `workspace`, named after `tape_name` (`BUB_TAPE_NAME`): in
@@ -168,6 +183,10 @@ impl TapeStore for FileTape {
 
     fn anchors(&mut self, limit: usize) -> anyhow::Result<Vec<TapeEntry>> {
         FileTape::anchors(self, limit)
+    }
+
+    fn window(&mut self, window: &Window<'_>) -> anyhow::Result<Vec<TapeEntry>> {
+        FileTape::window(self, window)
     }
 
     fn search(

@@ -343,13 +343,18 @@ fn read_exact_at(_: &File, _: &mut [u8], _: u64) -> std::io::Result<()> {
     ))
 }
 
-/// The kind of an entry line, from its header (the cheap prefix read for our own lines, a full
-/// parse otherwise); `None` when the line is not a valid entry.
-pub(crate) fn line_kind(line: &[u8]) -> Option<Kind> {
+/// The id and kind of an entry line, from its header (the cheap prefix read for our own lines,
+/// a full parse otherwise); `None` when the line is not a valid entry.
+pub(crate) fn line_header(line: &[u8]) -> Option<(u64, Kind)> {
     match fast_header(line) {
-        Some((_, kind, _)) => Some(kind),
-        None => full_header(line).map(|(_, kind)| kind),
+        Some((id, kind, _)) => Some((id, kind)),
+        None => full_header(line),
     }
+}
+
+/// The kind of an entry line (see [`line_header`]).
+pub(crate) fn line_kind(line: &[u8]) -> Option<Kind> {
+    line_header(line).map(|(_, kind)| kind)
 }
 
 /// The lines of `bytes` (complete lines of the file), without terminators; blank lines left

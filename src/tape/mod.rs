@@ -37,7 +37,7 @@ pub(crate) mod store;
 #[cfg(test)]
 mod suite_tests;
 
-pub(crate) use backend::TapeStore;
+pub(crate) use backend::{TapeStore, Window};
 pub(crate) use context::{ContextCursor, TapeInfo};
 pub use entry::{Kind, TapeEntry};
 pub use event::Event;

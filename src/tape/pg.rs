@@ -24,7 +24,7 @@ use deadpool_postgres::GenericClient;
 use serde_json::{Value, json};
 use tokio_postgres::Row;
 
-use super::backend::TapeStore;
+use super::backend::{TapeStore, Window};
 use super::context::{CONTEXT_KINDS, ContextCursor, TapeInfo};
 use super::entry::{Kind, TapeEntry, now_date};
 use super::event::Event;
@@ -302,6 +302,27 @@ impl TapeStore for PgTape {
             );
             let mut out: Vec<_> = client
                 .rows(&sql, &[&row, &limit])
+                .await?
+                .iter()
+                .filter_map(entry)
+                .collect();
+            out.reverse();
+            Ok(out)
+        })
+    }
+
+    fn window(&mut self, w: &Window<'_>) -> anyhow::Result<Vec<TapeEntry>> {
+        let kinds: Vec<String> = w.kinds.iter().map(|k| k.as_str().to_owned()).collect();
+        let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        let (from, limit) = (bound(w.from), bound(w.limit as u64));
+        let before = w.before.map_or(i64::MAX, bound);
+        self.with(move |client, row| async move {
+            let sql = format!(
+                "SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = $1 AND id >= $2 \
+                 AND id < $3 AND kind = ANY($4) ORDER BY id DESC LIMIT $5"
+            );
+            let mut out: Vec<_> = client
+                .rows(&sql, &[&row, &from, &before, &kinds, &limit])
                 .await?
                 .iter()
                 .filter_map(entry)

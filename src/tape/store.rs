@@ -25,9 +25,10 @@ use md5::{Digest, Md5};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Value, json};
 
+use super::backend::Window;
 use super::entry::{Kind, TapeEntry, now_date, parse_entry};
 use super::event::Event;
-use super::index::{BackLines, FileId, Index, Slot, line_kind, lines, read_at};
+use super::index::{BackLines, FileId, Index, Slot, line_header, line_kind, lines, read_at};
 
 /// Name of the anchor that starts every tape (bootstrap and reset).
 pub const SESSION_START: &str = "session/start";
@@ -449,6 +450,37 @@ impl FileTape {
             {
                 if line_kind(line) == Some(Kind::Anchor) {
                     seen += 1;
+                    out.extend(parse_entry(line));
+                }
+            }
+            out.reverse();
+            Ok(out)
+        })
+    }
+}
+
+impl FileTape {
+    /// A page of the tape ([`Window`]), oldest first: the file is read backwards from its end
+    /// and only the lines of the page are parsed (the others by their header), so the newest
+    /// page of a long tape costs what it shows.
+    pub(crate) fn window(&mut self, w: &Window<'_>) -> anyhow::Result<Vec<TapeEntry>> {
+        self.read(|index, file| {
+            let Some(file) = file else {
+                return Ok(Vec::new());
+            };
+            let mut back = BackLines::new(file, index.synced);
+            let mut out = Vec::new();
+            while out.len() < w.limit
+                && let Some(line) = back.next_line()?
+            {
+                let Some((id, kind)) = line_header(line) else {
+                    continue;
+                };
+                // Ids increase along the file: nothing older is in the window.
+                if id < w.from {
+                    break;
+                }
+                if w.before.is_none_or(|b| id < b) && w.kinds.contains(&kind) {
                     out.extend(parse_entry(line));
                 }
             }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::backend::{TapeStore, open, open_name};
+use super::backend::{TapeStore, Window, open, open_name};
 use super::context::{ContextCursor, View};
 use super::listing::Listed;
 use super::{Event, Kind, Searched, list, tape_name_for};
@@ -158,6 +158,47 @@ fn suite(open: Open) {
     );
     assert_eq!(info.entries_since_last_anchor, 6);
     assert_eq!(info.last_token_usage, Some(1234));
+
+    // Windows: the newest of the kinds asked, from an id and before one, oldest first.
+    let ids = |w: Window<'_>, tape: &mut dyn TapeStore| -> Vec<u64> {
+        tape.window(&w).unwrap().iter().map(|e| e.id).collect()
+    };
+    let talk = [Kind::Anchor, Kind::Message];
+    let all = Window {
+        from: 0,
+        before: None,
+        kinds: &talk,
+        limit: 100,
+    };
+    assert_eq!(ids(all, tape), [1, 3, 6, 7, 9, 11]);
+    assert_eq!(ids(Window { limit: 2, ..all }, tape), [9, 11]);
+    assert_eq!(ids(Window { from: 7, ..all }, tape), [7, 9, 11]);
+    assert_eq!(
+        ids(
+            Window {
+                before: Some(7),
+                limit: 2,
+                ..all
+            },
+            tape
+        ),
+        [3, 6]
+    );
+    let work = [Kind::ToolCall, Kind::ToolResult];
+    assert_eq!(
+        ids(
+            Window {
+                kinds: &work,
+                ..all
+            },
+            tape
+        ),
+        [4, 5]
+    );
+    assert_eq!(
+        tape.window(&Window { from: 5, ..all }).unwrap()[0].payload["content"],
+        "two files"
+    );
 
     // A reset starts afresh; the archive keeps the old entries somewhere it names.
     let archived = tape.reset(true).unwrap().expect("archived");
