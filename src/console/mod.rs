@@ -52,6 +52,8 @@ pub(crate) struct Console {
     csrf: String,
     /// Bub's secrets (the console's token among them), raw and HTML-escaped.
     redactor: Redactor,
+    /// The tapes read last, kept open.
+    tapes: timeline::Tapes,
 }
 
 type Shared = Arc<Console>;
@@ -79,6 +81,7 @@ impl Console {
             token,
             csrf: crate::status::new_token(),
             redactor: Redactor::new(secrets),
+            tapes: timeline::Tapes::default(),
         };
         Ok((console, created))
     }

@@ -8,6 +8,8 @@
 //! newest first). The page's script asks `/session/live` for entries newer than the last it
 //! has; that answer is empty (204) while the tape's length is unchanged.
 
+use std::sync::Mutex;
+
 use axum::extract::{Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -83,12 +85,78 @@ impl View {
     }
 }
 
-fn open(c: &Console, view: &View) -> anyhow::Result<Box<dyn TapeStore>> {
-    let (home, db, ws) = (&c.settings.home, c.db.as_ref(), super::workspace(c));
-    match (&view.id, &view.tape) {
-        (Some(id), _) => crate::tape::backend::open(home, db, ws, &c.settings.tape_name, id),
-        (None, Some(name)) => crate::tape::backend::open_name(home, db, ws, name),
-        _ => anyhow::bail!("which session? (?id=telegram:42)"),
+/// The tapes read last, kept open (at most [`KEPT`], the most recent first) so that the next
+/// request on one — the page's live poll every few seconds — reads only what was appended
+/// since: a file tape's index is brought up to date, not rebuilt from the whole file.
+#[derive(Default)]
+pub(super) struct Tapes(Mutex<Vec<(String, Box<dyn TapeStore>)>>);
+
+/// The tapes [`Tapes`] keeps.
+const KEPT: usize = 8;
+
+/// A tape taken from [`Tapes`] (or opened), given back when dropped.
+struct Held<'a> {
+    tapes: &'a Tapes,
+    key: String,
+    tape: Option<Box<dyn TapeStore>>,
+}
+
+impl Tapes {
+    fn list(&self) -> std::sync::MutexGuard<'_, Vec<(String, Box<dyn TapeStore>)>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The tape of `view`: kept, or opened in the store the agent writes.
+    fn take<'a>(&'a self, c: &Console, view: &View) -> anyhow::Result<Held<'a>> {
+        let (home, db, ws) = (&c.settings.home, c.db.as_ref(), super::workspace(c));
+        let key = match (&view.id, &view.tape) {
+            (Some(id), _) => format!("id:{id}"),
+            (None, Some(name)) => format!("tape:{name}"),
+            _ => anyhow::bail!("which session? (?id=telegram:42)"),
+        };
+        let kept = {
+            let mut list = self.list();
+            let at = list.iter().position(|(k, _)| *k == key);
+            at.map(|i| list.remove(i).1)
+        };
+        let tape = match (kept, &view.id, &view.tape) {
+            (Some(tape), _, _) => tape,
+            (None, Some(id), _) => {
+                crate::tape::backend::open(home, db, ws, &c.settings.tape_name, id)?
+            }
+            (None, None, Some(name)) => crate::tape::backend::open_name(home, db, ws, name)?,
+            (None, None, None) => unreachable!("the key names one"),
+        };
+        Ok(Held {
+            tapes: self,
+            key,
+            tape: Some(tape),
+        })
+    }
+}
+
+impl std::ops::Deref for Held<'_> {
+    type Target = dyn TapeStore;
+    fn deref(&self) -> &Self::Target {
+        self.tape.as_deref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Held<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.tape.as_deref_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        let Some(tape) = self.tape.take() else { return };
+        let mut list = self.tapes.list();
+        list.retain(|(k, _)| *k != self.key);
+        list.insert(0, (std::mem::take(&mut self.key), tape));
+        list.truncate(KEPT);
     }
 }
 
@@ -114,7 +182,7 @@ pub(super) async fn page(State(console): State<Shared>, Query(view): Query<View>
         if view.id.is_none() && view.tape.is_none() {
             return Ok(page::error(c, StatusCode::BAD_REQUEST, "which session? (?id=telegram:42)"));
         }
-        let mut tape = open(c, &view)?;
+        let mut tape = c.tapes.take(c, &view)?;
         let anchors = tape.anchors(ANCHORS)?;
         let len = tape.len()?;
         let work = view.work();
@@ -188,7 +256,7 @@ pub(super) async fn page(State(console): State<Shared>, Query(view): Query<View>
 /// page reloads) when the tape was reset or more arrived than a page.
 pub(super) async fn live(State(console): State<Shared>, Query(view): Query<View>) -> Response {
     blocking(console, move |c| {
-        let mut tape = open(c, &view)?;
+        let mut tape = c.tapes.take(c, &view)?;
         let len = tape.len()?;
         let after = view.after.unwrap_or(0);
         if view.len == Some(len) {
