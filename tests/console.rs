@@ -319,16 +319,44 @@ async fn login_sets_a_strict_http_only_cookie_and_every_change_needs_the_csrf_to
 
     let (_, access) = rig.get("/access", true).await;
     assert!(access.contains(&rig.code), "the pending request: {access}");
-    let rejected = rig
-        .post(
-            "/access/reject",
-            &[("channel", "telegram"), ("code", &rig.code)],
-            true,
-        )
+    let approve = [
+        ("channel", "telegram"),
+        ("code", &rig.code),
+        ("role", "guest"),
+    ];
+    let approved = rig.post("/access/approve", &approve, true).await;
+    assert_eq!(approved.status(), StatusCode::SEE_OTHER);
+    let paired = |rig: &Rig| {
+        let text = std::fs::read_to_string(rig.env.home.join("access.json")).unwrap();
+        let file: serde_json::Value = serde_json::from_str(&text).unwrap();
+        file["users"].as_array().unwrap().len()
+    };
+    assert_eq!(paired(&rig), 1, "user 50 approved");
+    let back = approved.headers()[LOCATION].to_str().unwrap();
+    let (_, access) = rig.get(back, true).await;
+    let done = "Approved telegram user 50 @user50 as guest.";
+    assert!(access.contains(done), "{access}");
+    let revoke = [("channel", "telegram"), ("user_id", "50")];
+    let revoked = rig.post("/access/revoke", &revoke, true).await;
+    assert_eq!(revoked.status(), StatusCode::SEE_OTHER);
+    assert_eq!(paired(&rig), 0, "user 50 revoked");
+
+    // Another stranger's request, rejected: gone, nobody admitted.
+    rig.env
+        .telegram
+        .push_message(private_text(60, 60, "me too, please"));
+    let sent = rig
+        .env
+        .telegram
+        .wait_for_calls("sendMessage", 4, WAIT)
         .await;
+    let code = code_in(sent[3].body["text"].as_str().unwrap());
+    let reject = [("channel", "telegram"), ("code", code.as_str())];
+    let rejected = rig.post("/access/reject", &reject, true).await;
     assert_eq!(rejected.status(), StatusCode::SEE_OTHER);
     let (_, access) = rig.get("/access", true).await;
-    assert!(!access.contains(&rig.code), "rejected: {access}");
+    assert!(!access.contains(&code), "rejected: {access}");
+    assert_eq!(paired(&rig), 0);
     let (_, explained) = rig.get("/access?explain=telegram%3A42&user=42", true).await;
     assert!(explained.contains("owner"), "{explained}");
 
