@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::bench::{bub_command, daemon_command, status_mb};
+use support::bench::{bub_command, daemon_command, serving, status_mb};
 use support::fake_openai;
 use support::fake_telegram;
 use support::postgres::free_port;
@@ -110,15 +110,10 @@ async fn daemon_idle(console: bool) -> (f64, f64) {
     let dir = tempfile::tempdir().expect("temp dir");
     let model = fake_openai::start().await;
     let telegram = fake_telegram::start().await;
-    let mut child = daemon_command(dir.path(), &model, &telegram, 600)
-        .env("BUB_CONSOLE", console.to_string())
-        .env("BUB_CONSOLE_LISTEN", free_port().to_string())
-        .spawn()
-        .expect("start bub message");
-    let pid = child.id().expect("pid");
-    telegram
-        .wait_for_calls("getUpdates", 1, Duration::from_secs(30))
-        .await;
+    let mut cmd = daemon_command(dir.path(), &model, &telegram, 600);
+    cmd.env("BUB_CONSOLE", console.to_string())
+        .env("BUB_CONSOLE_LISTEN", free_port().to_string());
+    let (mut child, pid) = serving(cmd, &telegram).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let figures = (status_mb(pid, "VmRSS"), status_mb(pid, "RssAnon"));
     let _ = child.kill().await;

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use support::bench::{daemon_command, rss_mb, status_mb};
+use support::bench::{daemon_command, rss_mb, serving, status_mb};
 use support::fake_openai::{self, StreamStyle};
 use support::fake_telegram::{self, private_text};
 
@@ -42,14 +42,10 @@ async fn images() {
     let dir = tempfile::tempdir().expect("temp dir");
     let model = fake_openai::start().await;
     let telegram = fake_telegram::start().await;
-    let mut child = daemon_command(dir.path(), &model, &telegram, 600)
-        .env("BUB_VISION", "on")
-        .current_dir(dir.path())
-        .spawn()
-        .expect("start bub message");
-    let pid = child.id().expect("pid");
+    let mut cmd = daemon_command(dir.path(), &model, &telegram, 600);
+    cmd.env("BUB_VISION", "on").current_dir(dir.path());
+    let (mut child, pid) = serving(cmd, &telegram).await;
     let within = Duration::from_secs(60);
-    telegram.wait_for_calls("getUpdates", 1, within).await;
     let bomb = support::images::png_bomb(16000, 10000);
     telegram.add_file("bomb", bomb.clone());
     let started = Instant::now();
@@ -116,13 +112,9 @@ async fn live() {
         ..StreamStyle::default()
     });
     let telegram = fake_telegram::start().await;
-    let mut child = daemon_command(dir.path(), &model, &telegram, 600)
-        .env("BUB_STREAM", "edits")
-        .spawn()
-        .expect("start bub message");
-    telegram
-        .wait_for_calls("getUpdates", 1, Duration::from_secs(30))
-        .await;
+    let mut cmd = daemon_command(dir.path(), &model, &telegram, 600);
+    cmd.env("BUB_STREAM", "edits");
+    let (mut child, _) = serving(cmd, &telegram).await;
     let answer = "A streamed answer of a few words, written slowly by the model.";
     for _ in 0..LIVE_CHATS {
         model.push_text(answer);
@@ -184,14 +176,9 @@ async fn bench() {
     let dir = tempfile::tempdir().expect("temp dir");
     let model = fake_openai::start().await;
     let telegram = fake_telegram::start().await;
-    let mut child = daemon_command(dir.path(), &model, &telegram, 600)
-        .current_dir(dir.path())
-        .spawn()
-        .expect("start bub message");
-    let pid = child.id().expect("pid");
-    telegram
-        .wait_for_calls("getUpdates", 1, Duration::from_secs(30))
-        .await;
+    let mut cmd = daemon_command(dir.path(), &model, &telegram, 600);
+    cmd.current_dir(dir.path());
+    let (mut child, pid) = serving(cmd, &telegram).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let idle = rss_mb(pid);
 

@@ -14,7 +14,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::bench::{daemon_command, rss_mb, status_mb};
+use support::bench::{daemon_command, rss_mb, serving, status_mb};
 use support::fake_openai;
 use support::fake_telegram::{self, private_text};
 
@@ -55,13 +55,8 @@ async fn bench() {
     let dir = tempfile::tempdir().expect("temp dir");
     let model = fake_openai::start().await;
     let telegram = fake_telegram::start().await;
-    let mut child = daemon_command(dir.path(), &model, &telegram, idle)
-        .spawn()
-        .expect("start bub message");
-    let pid = child.id().expect("pid");
-    telegram
-        .wait_for_calls("getUpdates", 1, Duration::from_secs(30))
-        .await;
+    let cmd = daemon_command(dir.path(), &model, &telegram, idle);
+    let (mut child, pid) = serving(cmd, &telegram).await;
     println!(
         "soak: {} min, {rate} messages/s over {CHATS} chats, sessions evicted after {idle} s idle; growth measured after {} min",
         total.as_secs() / 60,

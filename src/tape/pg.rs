@@ -294,20 +294,11 @@ impl TapeStore for PgTape {
     }
 
     fn anchors(&mut self, limit: usize) -> anyhow::Result<Vec<TapeEntry>> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.with(move |client, row| async move {
-            let sql = format!(
-                "SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = $1 AND kind = 'anchor' \
-                 ORDER BY id DESC LIMIT $2"
-            );
-            let mut out: Vec<_> = client
-                .rows(&sql, &[&row, &limit])
-                .await?
-                .iter()
-                .filter_map(entry)
-                .collect();
-            out.reverse();
-            Ok(out)
+        self.window(&Window {
+            from: 0,
+            before: None,
+            kinds: &[Kind::Anchor],
+            limit,
         })
     }
 

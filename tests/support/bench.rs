@@ -57,6 +57,20 @@ pub fn bub_command(dir: &Path, model: &FakeOpenAi) -> tokio::process::Command {
     cmd
 }
 
+/// Starts `cmd` (a [`daemon_command`]) and waits until it polls `telegram`: the child and its
+/// pid.
+pub async fn serving(
+    mut cmd: tokio::process::Command,
+    telegram: &FakeTelegram,
+) -> (tokio::process::Child, u32) {
+    let child = cmd.spawn().expect("start bub message");
+    let pid = child.id().expect("pid");
+    telegram
+        .wait_for_calls("getUpdates", 1, Duration::from_secs(30))
+        .await;
+    (child, pid)
+}
+
 /// A `/proc/PID/status` memory field in MB (`VmRSS`, `RssAnon`, `RssFile`); 0 when unreadable.
 pub fn status_mb(pid: u32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
