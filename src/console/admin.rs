@@ -9,8 +9,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use serde::Deserialize;
 
-use super::page::{self, blocking, csrf};
-use super::sessions::encode;
+use super::page::{self, blocking, csrf, encode};
 use super::{Console, Shared};
 use crate::access::{Role, User, who};
 use crate::chat::SessionId;

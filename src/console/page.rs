@@ -130,6 +130,11 @@ pub(super) fn escape(text: &str) -> String {
     html! { (text) }.into_string()
 }
 
+/// `text` for a query string.
+pub(super) fn encode(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
 /// Runs `render` (file or database reads) on the blocking pool; a failure is a 500 page.
 pub(super) async fn blocking(
     console: Shared,

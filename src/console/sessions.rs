@@ -64,8 +64,8 @@ pub(super) async fn list(State(console): State<Shared>, Query(filter): Query<Fil
                         @let totals = session.and_then(|s| today.get(s));
                         tr {
                             td { @match session {
-                                Some(s) => a href={ "/session?id=" (encode(s)) } { (s) },
-                                None => a href={ "/session?tape=" (encode(&tape.name)) } { (tape.name) " (session unknown)" },
+                                Some(s) => a href={ "/session?id=" (page::encode(s)) } { (s) },
+                                None => a href={ "/session?tape=" (page::encode(&tape.name)) } { (tape.name) " (session unknown)" },
                             } }
                             td { (tape.last.as_deref().map(page::when).unwrap_or_default()) }
                             td.num { (tape.entries) }
@@ -201,9 +201,4 @@ fn plot(days: &BTreeMap<NaiveDate, Totals>) -> Markup {
         }
         p.hint { "Bars: input and output tokens per day; the darker part was read from the provider's cache." }
     }
-}
-
-/// `text` for a query string.
-pub(super) fn encode(text: &str) -> String {
-    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
 }

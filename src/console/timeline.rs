@@ -17,8 +17,7 @@ use maud::{Markup, html};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::page::{self, blocking};
-use super::sessions::encode;
+use super::page::{self, blocking, encode};
 use super::{Console, Shared};
 use crate::tape::{Kind, Searched, TapeEntry, TapeStore, Window};
 
