@@ -478,8 +478,24 @@ async fn bub_console_prints_its_token_once_and_serves_alone() {
     );
     assert_eq!(mode & 0o777, 0o600);
     first.kill().await.unwrap();
+    // Allowed beyond loopback, its cookie is for TLS only.
+    env.set("BUB_CONSOLE_ALLOW_REMOTE", "true");
     let (mut second, printed) = console(&env).await;
     assert!(!printed.contains(token), "not printed again: {printed}");
+    let login = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let form = login.get(format!("http://127.0.0.1:{port}/")).send().await;
+    let csrf = field(&form.unwrap().text().await.unwrap(), "csrf");
+    let logged_in = login
+        .post(format!("http://127.0.0.1:{port}/login"))
+        .form(&[("token", token), ("csrf", &csrf)])
+        .send()
+        .await
+        .unwrap();
+    let cookie = logged_in.headers()[SET_COOKIE].to_str().unwrap();
+    assert!(cookie.contains("; Secure"), "{cookie}");
     let page = reqwest::Client::new()
         .get(format!("http://127.0.0.1:{port}/status"))
         .header(COOKIE, format!("bub_console={token}"))

@@ -162,19 +162,29 @@ pub fn explain(settings: &Settings, action: &AccessAction) -> anyhow::Result<Exi
     } = action;
     let name = username.as_deref().map(|n| n.trim_start_matches('@'));
     let user = user.as_deref().map(|id| User { id, name });
+    let text = explanation(settings, &Access::new(settings), chat, user)?;
+    print_out(&safe(&text));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `Access::explain` of `chat` (`telegram:42`) with the built-in tools: what `bub access
+/// explain` prints and the console shows.
+pub fn explanation(
+    settings: &Settings,
+    access: &Access,
+    chat: &str,
+    user: Option<User<'_>>,
+) -> Result<String, UsageError> {
     let names = crate::tools::builtin_names();
     let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    let access = Access::new(settings);
     // Any channel name: `explain` names the channels it knows.
-    let session = SessionId::from(chat.as_str());
+    let session = SessionId::from(chat);
     let chat = session
         .parts()
         .ok_or_else(|| UsageError("expected CHANNEL:CHAT_ID, e.g. telegram:42".to_owned()))?;
-    let text = access
+    access
         .explain(settings, &names, chat, user, chrono::Utc::now())
-        .map_err(|e| UsageError(format!("{e:#}")))?;
-    print_out(&safe(&text));
-    Ok(ExitCode::SUCCESS)
+        .map_err(|e| UsageError(format!("{e:#}")))
 }
 
 /// `bub memory list` / `bub memory edit`.
@@ -277,13 +287,7 @@ pub fn jobs(settings: &Settings, action: &JobsAction) -> anyhow::Result<ExitCode
             print_out(&listing);
         }
         JobsAction::Remove { id } => {
-            let removed = store
-                .change(|jobs| {
-                    let before = jobs.len();
-                    jobs.retain(|j| j.id != *id);
-                    jobs.len() < before
-                })
-                .with_context(in_store)?;
+            let removed = store.remove(id).with_context(in_store)?;
             anyhow::ensure!(removed, "job not found: {id}");
             print_out(&format!("removed: {id}"));
         }

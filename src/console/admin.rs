@@ -12,7 +12,6 @@ use serde::Deserialize;
 use super::page::{self, blocking, csrf, encode};
 use super::{Console, Shared};
 use crate::access::{Role, User, who};
-use crate::chat::SessionId;
 use crate::memory::Scope;
 
 /// What a change says on the page it returns to (`?done=`).
@@ -71,11 +70,7 @@ pub(super) struct JobId {
 /// `POST /jobs/remove`.
 pub(super) async fn remove_job(State(console): State<Shared>, Form(form): Form<JobId>) -> Response {
     blocking(console, move |c| {
-        let removed = c.jobs.change(|jobs| {
-            let before = jobs.len();
-            jobs.retain(|j| j.id != form.id);
-            jobs.len() < before
-        })?;
+        let removed = c.jobs.remove(&form.id)?;
         let message = match removed {
             true => format!("Removed job {}.", form.id),
             false => format!("No job {} (removed already?).", form.id),
@@ -145,19 +140,11 @@ pub(super) async fn access(State(console): State<Shared>, Query(q): Query<Done>)
 
 /// `bub access explain CHAT [--user ID]`'s text, or why it cannot be given.
 fn explain(c: &Console, chat: &str, user: Option<&str>) -> String {
-    let names = crate::tools::builtin_names();
-    let names: Vec<&str> = names.iter().map(String::as_str).collect();
-    let session = SessionId::from(chat);
-    let Some(parts) = session.parts() else {
-        return "expected CHANNEL:CHAT_ID, e.g. telegram:42".to_owned();
-    };
     let user = user.map(|id| User {
         id: id.trim(),
         name: None,
     });
-    c.access
-        .explain(&c.settings, &names, parts, user, chrono::Utc::now())
-        .unwrap_or_else(|e| format!("{e:#}"))
+    crate::cli::admin::explanation(&c.settings, &c.access, chat, user).unwrap_or_else(|e| e.0)
 }
 
 #[derive(Deserialize)]

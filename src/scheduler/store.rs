@@ -111,6 +111,15 @@ impl dyn JobStore + '_ {
         Ok(jobs)
     }
 
+    /// Removes job `id` (of any session), as `bub jobs remove` does; whether there was one.
+    pub fn remove(&self, id: &str) -> anyhow::Result<bool> {
+        self.change(|jobs| {
+            let before = jobs.len();
+            jobs.retain(|j| j.id != id);
+            jobs.len() < before
+        })
+    }
+
     /// [`JobStore::update`] with a change that returns a value: returns that value.
     pub fn change<R>(&self, change: impl FnOnce(&mut Vec<Job>) -> R) -> anyhow::Result<R> {
         Ok(self.change_versioned(change)?.0)
