@@ -99,17 +99,20 @@ fn median(runs: &[Figures], get: fn(&Figures) -> f64) -> f64 {
 fn build_floor() -> PathBuf {
     // Only what cargo needs: the variables cargo sets for a bench it runs would make it see
     // the dependencies' build scripts as stale and rebuild them.
-    let kept = [
-        "PATH",
-        "HOME",
-        "CARGO_HOME",
-        "RUSTUP_HOME",
-        "RUSTUP_TOOLCHAIN",
-        "CARGO_TARGET_DIR",
-    ];
-    let output = std::process::Command::new(env!("CARGO"))
-        .env_clear()
-        .envs(std::env::vars().filter(|(k, _)| kept.contains(&k.as_str())))
+    let kept = ["PATH", "HOME", "CARGO_HOME", "CARGO_TARGET_DIR"];
+    // The compiler beside this cargo, not rustup's `rustc` on the PATH: run in a dependency's
+    // folder, rustup would honour that crate's `rust-toolchain.toml` and may install or update
+    // a toolchain (it did, when the bench ran outside `cargo bench`).
+    let rustc = std::path::Path::new(env!("CARGO")).with_file_name("rustc");
+    let mut command = std::process::Command::new(env!("CARGO"));
+    command.env_clear().envs(std::env::vars().filter(|(k, _)| {
+        // rustup's settings, and the profile overrides the bench itself was built with.
+        kept.contains(&k.as_str()) || k.starts_with("RUSTUP_") || k.starts_with("CARGO_PROFILE_")
+    }));
+    if rustc.exists() {
+        command.env("RUSTC", rustc);
+    }
+    let output = command
         .args(["build", "--release", "--locked", "--example", "floor"])
         .args(["--message-format", "json-render-diagnostics"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))

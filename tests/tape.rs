@@ -46,7 +46,11 @@ fn file_name_follows_workspace_hash_and_encoded_tape_name() {
     let ws_hash = bub::tape::md5_hex(&ws.path().canonicalize().unwrap().to_string_lossy());
     let expected = format!("{ws_hash}__bub%3A{}.jsonl", &session_hash[..16]);
     assert_eq!(tape.path(), home.path().join("tapes").join(expected));
-    assert!(home.path().join("tapes").is_dir());
+    // Opening reads and makes nothing: the folder comes with the first append.
+    assert!(!home.path().join("tapes").exists());
+    let mut tape = tape;
+    tape.event(Event::Run, json!(null)).unwrap();
+    assert!(tape.path().is_file());
 }
 
 #[test]

@@ -228,18 +228,23 @@ impl AgentRuntime {
         &self.process.access
     }
 
-    /// The session's state, opened on first use. Opening (directories, the tape's index) is
-    /// file work: it runs on the blocking pool, outside the sessions lock.
+    /// The session's state, opened on first use. Opening reads files only the first time in
+    /// the process (`models.json`, the workspace's path): then it runs on the blocking pool,
+    /// outside the sessions lock.
     async fn session(&self, session_id: &SessionId) -> anyhow::Result<Arc<Session>> {
         if let Some(s) = self.sessions.get(session_id) {
             return Ok(s.clone());
         }
         let (process, workspace) = (self.process.clone(), self.workspace.clone());
         let id = session_id.clone();
-        let state =
-            tokio::task::spawn_blocking(move || SessionCtx::open(&process, &workspace, &id))
-                .await
-                .map_err(|e| anyhow::anyhow!("opening the session failed: {e}"))??;
+        let state = match SessionCtx::open_known(&process, &workspace, &id) {
+            Some(opened) => opened?,
+            None => {
+                tokio::task::spawn_blocking(move || SessionCtx::open(&process, &workspace, &id))
+                    .await
+                    .map_err(|e| anyhow::anyhow!("opening the session failed: {e}"))??
+            }
+        };
         // Another caller may have opened it meanwhile: one state per session.
         let session = self.sessions.entry(session_id.clone()).or_insert_with(|| {
             Arc::new(Session {

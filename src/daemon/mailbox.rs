@@ -76,7 +76,9 @@ impl Mailbox {
         }
     }
 
-    /// Posts `mail`, waiting while its lane is full; the mail comes back if the actor ended.
+    /// Posts `mail`, waiting while its lane is full; the mail comes back if the actor ended
+    /// (by value, as tokio returns it: the error is as large as the mail).
+    #[allow(clippy::result_large_err)]
     pub(crate) async fn send(&self, mail: Mail) -> Result<(), mpsc::error::SendError<Mail>> {
         self.lane(&mail).send(mail).await
     }

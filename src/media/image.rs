@@ -214,7 +214,9 @@ fn coefficient_bytes(segment: &[u8]) -> u64 {
     let height = u64::from(u16::from_be_bytes([*h0, *h1]));
     let width = u64::from(u16::from_be_bytes([*w0, *w1]));
     let sampling: Vec<(u64, u64)> = components
-        .chunks_exact(3)
+        .as_chunks::<3>()
+        .0
+        .iter()
         .map(|c| (u64::from(c[1] >> 4).max(1), u64::from(c[1] & 0x0F).max(1)))
         .collect();
     let h_max = sampling.iter().map(|s| s.0).max().unwrap_or(1);

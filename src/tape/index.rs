@@ -689,6 +689,39 @@ mod tests {
     }
 
     #[test]
+    fn a_batch_syncs_once_and_sees_what_others_wrote_between_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        // The folder is created by the first append.
+        let path = dir.path().join("tapes").join("t.jsonl");
+        let mut tape = FileTape::open_path(path.clone(), "t".into()).unwrap();
+        let mut other = FileTape::open_path(path.clone(), "t".into()).unwrap();
+        let user = |content: &str| json!({"role": "user", "content": content});
+        let ids = |tape: &mut FileTape| -> Vec<u64> {
+            tape.batch(true, |t| {
+                let a = t.append(Kind::Message, user("a"), json!({})).unwrap().id;
+                let b = t.event(Event::Run, json!(null)).unwrap().id;
+                assert_eq!(
+                    t.len().unwrap(),
+                    b as usize,
+                    "the batch sees its own appends"
+                );
+                vec![a, b]
+            })
+            .unwrap()
+        };
+        assert_eq!(ids(&mut tape), [1, 2]);
+        other
+            .append(Kind::Message, user("between"), json!({}))
+            .unwrap();
+        // The next batch syncs first: it numbers after the other handle's entry.
+        assert_eq!(ids(&mut tape), [4, 5]);
+        assert_eq!(other.len().unwrap(), 5);
+        let mut cold = FileTape::open_path(path, "t".into()).unwrap();
+        let read: Vec<u64> = cold.entries().unwrap().iter().map(|e| e.id).collect();
+        assert_eq!(read, [1, 2, 3, 4, 5]);
+    }
+
+    #[test]
     fn back_lines_match_forward_lines_across_chunks() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("lines");

@@ -44,4 +44,5 @@ pub use event::Event;
 pub(crate) use listing::list;
 pub use search::Searched;
 pub(crate) use shared::SharedTape;
+pub(crate) use store::workspace_key_known;
 pub use store::{FileTape, MAX_ID, SESSION_START, md5_hex, tape_name_for, tape_path};

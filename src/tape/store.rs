@@ -47,6 +47,9 @@ pub struct FileTape {
     pub(crate) index: Index,
     /// The file, locked exclusively, while a [`FileTape::batch`] runs.
     held: Option<File>,
+    /// The index was synced with the held file during this batch: nobody else can write it
+    /// meanwhile, so the index stays in step and the batch's later operations skip the sync.
+    in_step: bool,
 }
 
 /// How a file is locked for one operation.
@@ -79,17 +82,48 @@ pub fn tape_path(home: &Path, workspace: &Path, name: &str) -> PathBuf {
 }
 
 /// What names `workspace` in its tapes' keys: the MD5 of its canonical path (as given when it
-/// does not exist).
+/// does not exist). The process keeps the keys of the last [`KNOWN_WORKSPACES`] workspaces, so
+/// the path is resolved (file work) once, not per session.
 pub(crate) fn workspace_key(workspace: &Path) -> String {
-    let workspace = workspace
+    if let Some(key) = known_key(workspace) {
+        return key;
+    }
+    let canonical = workspace
         .canonicalize()
         .unwrap_or_else(|_| workspace.to_path_buf());
-    md5_hex(&workspace.to_string_lossy())
+    let key = md5_hex(&canonical.to_string_lossy());
+    let mut known = known_keys();
+    if known.len() >= KNOWN_WORKSPACES {
+        known.remove(0);
+    }
+    known.push((workspace.to_path_buf(), key.clone()));
+    key
+}
+
+/// Whether [`workspace_key`] of `workspace` needs no file work.
+pub(crate) fn workspace_key_known(workspace: &Path) -> bool {
+    known_key(workspace).is_some()
+}
+
+/// How many workspaces' keys the process keeps.
+const KNOWN_WORKSPACES: usize = 8;
+
+fn known_key(workspace: &Path) -> Option<String> {
+    let known = known_keys();
+    known
+        .iter()
+        .find(|(w, _)| w == workspace)
+        .map(|(_, k)| k.clone())
+}
+
+fn known_keys() -> std::sync::MutexGuard<'static, Vec<(PathBuf, String)>> {
+    static KNOWN: std::sync::Mutex<Vec<(PathBuf, String)>> = std::sync::Mutex::new(Vec::new());
+    KNOWN.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl FileTape {
-    /// The tape of `session_id` in `workspace`, stored under `<home>/tapes/` (created here; the
-    /// file itself is created by the first append).
+    /// The tape of `session_id` in `workspace`, stored under `<home>/tapes/` (the folder and
+    /// the file are created by the first append).
     pub fn open(
         home: &Path,
         workspace: &Path,
@@ -102,19 +136,16 @@ impl FileTape {
         Ok(tape)
     }
 
-    /// A tape stored at `path` (its parent directory is created). It knows no session: its
-    /// `session/start` anchors record none.
+    /// A tape stored at `path` (its folder is created by the first append). It knows no
+    /// session: its `session/start` anchors record none. Reads no file.
     pub fn open_path(path: PathBuf, name: String) -> anyhow::Result<FileTape> {
-        if let Some(dir) = path.parent() {
-            crate::storage::create_private_dir(dir)
-                .with_context(|| format!("creating {}", dir.display()))?;
-        }
         Ok(FileTape {
             path,
             name,
             session: None,
             index: Index::default(),
             held: None,
+            in_step: false,
         })
     }
 
@@ -144,7 +175,8 @@ impl FileTape {
                 }
                 Err(e) if e.kind() == ErrorKind::NotFound => {
                     if let Some(dir) = self.path.parent() {
-                        crate::storage::create_private_dir(dir)?;
+                        crate::storage::create_private_dir(dir)
+                            .with_context(|| format!("creating {}", dir.display()))?;
                     }
                     continue;
                 }
@@ -193,7 +225,8 @@ impl FileTape {
                 }
             },
         };
-        self.index.sync(file, false)?;
+        let held = self.held.is_some();
+        Self::sync(&mut self.index, &mut self.in_step, held, file, false)?;
         let out = f(&self.index, Some(file));
         if self.held.is_none() {
             let _ = file.unlock();
@@ -210,11 +243,30 @@ impl FileTape {
             return Ok(f(self));
         }
         self.held = self.open_locked(Lock::Exclusive)?;
+        self.in_step = false;
         let out = f(self);
         if let Some(file) = self.held.take() {
             let _ = file.unlock();
         }
         Ok(out)
+    }
+
+    /// Syncs `index` with `file` (see [`Index::sync`]), unless `file` is the held one and the
+    /// index is in step with it (no torn tail to repair).
+    fn sync(
+        index: &mut Index,
+        in_step: &mut bool,
+        held: bool,
+        file: &File,
+        repair_tail: bool,
+    ) -> std::io::Result<()> {
+        if held && *in_step && index.tail == 0 {
+            return Ok(());
+        }
+        *in_step = false;
+        index.sync(file, repair_tail)?;
+        *in_step = held;
+        Ok(())
     }
 
     /// Runs `f` with the file locked exclusively and the index synced; entries `f` appends to
@@ -233,7 +285,8 @@ impl FileTape {
                 &opened
             }
         };
-        self.index.sync(file, true)?;
+        let held = self.held.is_some();
+        Self::sync(&mut self.index, &mut self.in_step, held, file, true)?;
         let mut writer = Writer {
             index: &self.index,
             pending: Vec::new(),
@@ -253,6 +306,7 @@ impl FileTape {
         {
             // The file may now hold part of the write: rebuild the index from the file.
             self.index.reset();
+            self.in_step = false;
             return Err(
                 anyhow::Error::new(e).context(format!("appending to {}", self.path.display()))
             );

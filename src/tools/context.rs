@@ -63,6 +63,8 @@ pub struct ProcessCtx {
     pub(crate) database: Option<Arc<crate::db::Database>>,
     /// `BUB_TAPE_NAME`: the prefix of tape file names.
     pub(crate) tape_name: String,
+    /// The models sessions were switched to (`BUB_HOME/models.json`, read once).
+    pub(crate) session_models: SessionModels,
     /// `--skills`: the skills turns see (empty: all).
     pub(crate) allowed_skills: Vec<String>,
     /// `BUB_MEMORY_ENABLED`: remembered entries are kept, shown and used.
@@ -129,6 +131,7 @@ impl ProcessCtx {
             user_home: settings.user_home.clone(),
             database,
             tape_name: settings.tape_name.clone(),
+            session_models: SessionModels::new(&settings.home),
             allowed_skills: settings.allowed_skills.clone(),
             memory_enabled: settings.memory_enabled,
             fs_timeout: settings.fs_timeout,
@@ -164,11 +167,38 @@ pub struct SessionCtx {
 }
 
 impl SessionCtx {
-    /// Opens the session's tape in `workspace` under the process's `BUB_HOME`.
+    /// Opens the session's tape in `workspace` under the process's `BUB_HOME`. May read files
+    /// (the first time): call it on the blocking pool, or try [`SessionCtx::open_known`] first.
     pub(crate) fn open(
         process: &ProcessCtx,
         workspace: &Path,
         id: &SessionId,
+    ) -> anyhow::Result<Self> {
+        let model = process.session_models.of(&process.models, id.as_str());
+        Self::with_model(process, workspace, id, model)
+    }
+
+    /// [`SessionCtx::open`] when it reads no file — the process has read `models.json` and
+    /// knows the workspace's tape key — so an async task may call it; `None` otherwise.
+    pub(crate) fn open_known(
+        process: &ProcessCtx,
+        workspace: &Path,
+        id: &SessionId,
+    ) -> Option<anyhow::Result<Self>> {
+        if !crate::tape::workspace_key_known(workspace) {
+            return None;
+        }
+        let model = process
+            .session_models
+            .of_known(&process.models, id.as_str())?;
+        Some(Self::with_model(process, workspace, id, model))
+    }
+
+    fn with_model(
+        process: &ProcessCtx,
+        workspace: &Path,
+        id: &SessionId,
+        model: Option<Model>,
     ) -> anyhow::Result<Self> {
         let home = &process.home;
         let tape = crate::tape::backend::open(
@@ -183,7 +213,7 @@ impl SessionCtx {
             workspace: workspace.to_path_buf(),
             tape: SharedTape::new(tape),
             expanded: Mutex::default(),
-            model: Mutex::new(SessionModels::new(home).of(&process.models, id.as_str())),
+            model: Mutex::new(model),
         })
     }
 

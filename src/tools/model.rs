@@ -5,11 +5,15 @@
 //! [`MAX_SESSIONS`] sessions (the longest unchanged gives way); every change is a
 //! read-modify-write under `models.lock`, written atomically; a session without an entry (or
 //! whose entry no longer validates) uses `BUB_MODEL`. Owner-only (`access::policy::OWNER_ONLY`):
-//! a guest's turn cannot switch the model.
+//! a guest's turn cannot switch the model. The process keeps what it last read or wrote of the
+//! file (read once, on the blocking pool): opening a session reads no file, and a switch made
+//! by another process (`bub run ",model …"` beside a daemon) shows in this one after its
+//! restart.
 
 use std::collections::BTreeMap;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use anyhow::Context;
 use chrono::{DateTime, Utc};
@@ -37,10 +41,13 @@ struct ModelsFile {
     sessions: BTreeMap<String, Entry>,
 }
 
-/// Handle on `BUB_HOME/models.json` (holds no open file).
+/// Handle on `BUB_HOME/models.json` (holds no open file), with the sessions' models as this
+/// process last read or wrote them.
 pub(crate) struct SessionModels {
     path: PathBuf,
     lock_path: PathBuf,
+    /// Each session's model as the file names it; `None` until the file is first read.
+    known: Mutex<Option<BTreeMap<String, String>>>,
 }
 
 impl SessionModels {
@@ -48,7 +55,18 @@ impl SessionModels {
         Self {
             path: home.join("models.json"),
             lock_path: home.join("models.lock"),
+            known: Mutex::default(),
         }
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, Option<BTreeMap<String, String>>> {
+        self.known.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Keeps the file's entries as known (an unreadable file is known as empty).
+    fn remember(&self, file: &ModelsFile) {
+        let entries = file.sessions.iter();
+        *self.known() = Some(entries.map(|(s, e)| (s.clone(), e.model.clone())).collect());
     }
 
     fn load(&self) -> anyhow::Result<ModelsFile> {
@@ -61,18 +79,34 @@ impl SessionModels {
             .with_context(|| format!("{} does not parse; fix or remove it", self.path.display()))
     }
 
-    /// The model `session` was switched to, validated like `BUB_MODEL` (`None`: `BUB_MODEL`).
-    /// An unreadable file or an entry that no longer validates is logged and ignored.
+    /// The model `session` was switched to, validated like `BUB_MODEL` (`None`: `BUB_MODEL`);
+    /// reads the file when this process has not yet (blocking). An unreadable file or an entry
+    /// that no longer validates is logged and ignored.
     pub(crate) fn of(&self, models: &ModelConfig, session: &str) -> Option<Model> {
+        if let Some(known) = self.of_known(models, session) {
+            return known;
+        }
         let file = self
             .load()
-            .map_err(|e| tracing::warn!(error = %format!("{e:#}"), "models.unreadable"))
-            .ok()?;
-        let entry = file.sessions.get(session)?;
-        models
-            .parse_model("models.json", &entry.model)
-            .map_err(|e| tracing::warn!(session, error = %e, "models.invalid"))
-            .ok()
+            .inspect_err(|e| tracing::warn!(error = %format!("{e:#}"), "models.unreadable"))
+            .unwrap_or_default();
+        self.remember(&file);
+        self.of_known(models, session).flatten()
+    }
+
+    /// [`SessionModels::of`] without reading the file: `None` when this process has not read
+    /// it yet.
+    pub(crate) fn of_known(&self, models: &ModelConfig, session: &str) -> Option<Option<Model>> {
+        let known = self.known();
+        let Some(raw) = known.as_ref()?.get(session) else {
+            return Some(None);
+        };
+        let parsed = models.parse_model("models.json", raw);
+        Some(
+            parsed
+                .map_err(|e| tracing::warn!(session, error = %e, "models.invalid"))
+                .ok(),
+        )
     }
 
     /// Keeps `model` for `session` (`None` removes its entry: it follows `BUB_MODEL`).
@@ -102,7 +136,9 @@ impl SessionModels {
             }
         }
         let body = serde_json::to_vec_pretty(&file)?;
-        storage::write_atomic(&self.path, &body, Some(0o600))
+        storage::write_atomic(&self.path, &body, Some(0o600))?;
+        self.remember(&file);
+        Ok(())
     }
 }
 
@@ -163,12 +199,13 @@ pub(crate) fn tools() -> Vec<Tool> {
                 .map_err(|e| ToolError::InvalidArguments(e.message))?;
             // The default model is no entry: the session follows BUB_MODEL if it changes.
             let own = (wanted != models.model).then_some(wanted);
-            let (store, session, kept) = (
-                SessionModels::new(&ctx.process.home),
+            let (process, session, kept) = (
+                ctx.process.clone(),
                 ctx.session_id().to_owned(),
                 own.clone(),
             );
-            tokio::task::spawn_blocking(move || store.set(&session, kept.as_ref()))
+            let store = move || process.session_models.set(&session, kept.as_ref());
+            tokio::task::spawn_blocking(store)
                 .await
                 .map_err(|e| ToolError::Failed(e.to_string()))??;
             ctx.session.set_model(own.clone());
@@ -220,6 +257,32 @@ mod tests {
         assert!(file.sessions.contains_key("cli:new"));
         store.set("cli:7", None).unwrap();
         assert_eq!(store.of(&s, "cli:7"), None);
+    }
+
+    #[test]
+    fn the_file_is_read_once_and_kept_with_this_process_s_switches() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = models();
+        let store = SessionModels::new(dir.path());
+        assert_eq!(store.of_known(&s, "cli:a"), None, "not read yet");
+        let model = s.parse_model("t", "openai:gpt-4o").unwrap();
+        SessionModels::new(dir.path())
+            .set("cli:a", Some(&model))
+            .unwrap();
+        assert_eq!(store.of(&s, "cli:a"), Some(model.clone()));
+        assert_eq!(store.of_known(&s, "cli:b"), Some(None));
+        // Another process's later switch is not read again; this one's own switch is kept.
+        SessionModels::new(dir.path())
+            .set("cli:b", Some(&model))
+            .unwrap();
+        assert_eq!(store.of_known(&s, "cli:b"), Some(None));
+        store.set("cli:a", None).unwrap();
+        assert_eq!(store.of_known(&s, "cli:a"), Some(None));
+        assert_eq!(
+            store.of_known(&s, "cli:b"),
+            Some(Some(model)),
+            "written from the file"
+        );
     }
 
     #[test]

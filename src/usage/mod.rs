@@ -262,7 +262,7 @@ impl Ledger {
                 .with_context(|| format!("opening {}", self.path.display()))?;
             // After a torn append (a crash, a full disk) the next line starts on a new line.
             let meta = file.metadata()?;
-            let mut last = [b'\n'];
+            let mut last = *b"\n";
             if meta.len() > 0 {
                 std::os::unix::fs::FileExt::read_at(&file, &mut last, meta.len() - 1)?;
             }
