@@ -716,9 +716,23 @@ mod tests {
         // The next batch syncs first: it numbers after the other handle's entry.
         assert_eq!(ids(&mut tape), [4, 5]);
         assert_eq!(other.len().unwrap(), 5);
-        let mut cold = FileTape::open_path(path, "t".into()).unwrap();
+        let mut cold = FileTape::open_path(path.clone(), "t".into()).unwrap();
         let read: Vec<u64> = cold.entries().unwrap().iter().map(|e| e.id).collect();
         assert_eq!(read, [1, 2, 3, 4, 5]);
+
+        // Within a batch only its first operation syncs: a line slipped in without the lock
+        // (no Bub handle does that) is not seen until the next batch.
+        let seen_inside = tape
+            .batch(true, |t| {
+                t.event(Event::Run, json!(null)).unwrap();
+                let line = r#"{"id":7,"kind":"event","payload":{},"meta":{},"date":"2026-01-01T00:00:00.000Z"}"#;
+                let mut raw = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+                writeln!(raw, "{line}").unwrap();
+                t.len().unwrap()
+            })
+            .unwrap();
+        assert_eq!(seen_inside, 6);
+        assert_eq!(tape.len().unwrap(), 7);
     }
 
     #[test]
