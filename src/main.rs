@@ -113,6 +113,10 @@ enum Command {
         /// Print the daemon's answer as JSON (without the jobs).
         #[arg(long)]
         json: bool,
+        /// End the daemon's background command ID (and every process it started), whoever
+        /// started it.
+        #[arg(long, value_name = "ID")]
+        kill: Option<u64>,
     },
     /// The web console on BUB_CONSOLE_LISTEN (default 127.0.0.1:8787): sessions and their
     /// tapes, jobs, pairing, status and cost, memory. Log in with BUB_HOME/console.token.
@@ -201,6 +205,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // A command's keeper runs as `bub-keeper` and never returns from here; from now on keepers
+    // are fresh images of this binary.
+    bub::tools::contain::keeper_main();
+    bub::tools::contain::exec_keepers();
     bub::heap::tune_allocator();
     // A write past RLIMIT_FSIZE then fails with EFBIG (a tape append reports it) instead of the
     // signal killing the daemon. Children get the default action back (`tools::shell`).
@@ -308,10 +316,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 served.await.map(|()| ExitCode::SUCCESS)
             }
             Command::Mcp { action } => bub::cli::mcp::run(&settings, action).await,
-            Command::Status { json } => {
+            Command::Status { json, kill: None } => {
                 let status = bub::cli::status::run(&settings, json);
                 status.await.map(|()| ExitCode::SUCCESS)
             }
+            Command::Status { kill: Some(id), .. } => bub::cli::status::kill(&settings, id).await,
             Command::Console => {
                 logging::init(&settings, LogTarget::Stderr);
                 let shutdown = CancellationToken::new();
@@ -519,6 +528,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
         &manager.channel_names(),
     ));
     manager.show_on(board.clone());
+    board.show_commands(agent.background_commands());
     match bub::status::bind(&agent.settings().home) {
         Ok(socket) => drop(tokio::spawn(bub::status::serve(
             socket,

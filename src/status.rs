@@ -1,5 +1,7 @@
 //! What the running daemon is doing, for `bub status` in a terminal: the live sessions (the
-//! running turn and its age, what is queued), and the last errors chats were told about.
+//! running turn and its age, what is queued), the background commands (whose, and what they
+//! run), and the last errors chats were told about; `bub status --kill ID` ends a background
+//! command (the operator is an owner: any command).
 //!
 //! The session actors keep a [`Board`] up to date (a few map writes per turn, nothing per idle
 //! second); `bub message` serves a [`Snapshot`] of it as one JSON document on
@@ -8,7 +10,7 @@
 //!
 //! Only a caller that can read `BUB_HOME` is answered: the daemon writes a random token to
 //! `BUB_HOME/daemon.token` (mode 0600) when it binds the socket, and a client sends it as its
-//! first line. The file mode does not stop a process of the same user, but the sandbox does: a
+//! first line — alone for the snapshot, or followed by ` end ID` to end a background command. The file mode does not stop a process of the same user, but the sandbox does: a
 //! sandboxed command cannot read `BUB_HOME`, and Landlock does not cover connecting to a socket,
 //! so the token is what keeps it out.
 //!
@@ -38,7 +40,7 @@ pub(crate) const TOKEN: &str = "daemon.token";
 const TOKEN_TIMEOUT: Duration = Duration::from_secs(2);
 /// The most connections served at once.
 const MAX_CONNECTIONS: usize = 8;
-/// The longest first line read from a client (a token is 64 characters).
+/// The longest first line read from a client (a token is 64 characters, `end ID` a few more).
 const MAX_TOKEN_LINE: u64 = 128;
 /// What a client without the right token gets.
 const REFUSAL: &str = "refused: send the token of BUB_HOME/daemon.token first\n";
@@ -65,6 +67,29 @@ pub struct Board {
     model: String,
     channels: Vec<String>,
     state: Mutex<State>,
+    /// The process's background commands, once the daemon shows them.
+    commands: std::sync::OnceLock<std::sync::Arc<dyn Commands>>,
+}
+
+/// The background commands of the process, as the operator sees and ends them.
+pub trait Commands: Send + Sync {
+    /// Every command kept, oldest first.
+    fn rows(&self) -> Vec<CommandRow>;
+    /// Ends command `id` (and all it started), whoever started it; what happened, or why not.
+    fn end(&self, id: u64) -> Result<String, String>;
+}
+
+/// A background command in the snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommandRow {
+    pub id: u64,
+    /// The chat's session it runs for.
+    pub session: String,
+    /// Who started it: `guest (telegram:7)`.
+    pub owner: String,
+    /// `running 2m`, `exit=0`, `killed`.
+    pub state: String,
+    pub command: String,
 }
 
 #[derive(Default)]
@@ -81,6 +106,20 @@ impl Board {
             model: model.to_owned(),
             channels: channels.iter().map(|c| (*c).to_owned()).collect(),
             state: Mutex::default(),
+            commands: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Shows `commands` in the snapshot and lets the operator end them.
+    pub fn show_commands(&self, commands: std::sync::Arc<dyn Commands>) {
+        let _ = self.commands.set(commands);
+    }
+
+    /// Ends background command `id` (`bub status --kill`, the console).
+    pub fn end_command(&self, id: u64) -> Result<String, String> {
+        match self.commands.get() {
+            Some(commands) => commands.end(id),
+            None => Err("this process runs no background commands".to_owned()),
         }
     }
 
@@ -143,6 +182,7 @@ impl Board {
             model: self.model.clone(),
             channels: self.channels.clone(),
             sessions,
+            commands: self.commands.get().map(|c| c.rows()).unwrap_or_default(),
             errors: state.errors.iter().rev().cloned().collect(),
         }
     }
@@ -159,6 +199,9 @@ pub struct Snapshot {
     pub channels: Vec<String>,
     /// The live sessions, by id.
     pub sessions: Vec<SessionRow>,
+    /// The background commands kept, oldest first.
+    #[serde(default)]
+    pub commands: Vec<CommandRow>,
     /// The last errors, newest first.
     pub errors: Vec<ErrorRow>,
 }
@@ -272,17 +315,33 @@ pub async fn serve(listener: Listener, board: std::sync::Arc<Board>, stop: Cance
     let _ = std::fs::remove_file(&listener.token_path);
 }
 
-/// One connection: its first line must be the token; then the snapshot, else a refusal.
+/// One connection: its first line must be the token (then the snapshot) or the token and
+/// `end ID` (then `ok: …` or `error: …`); else a refusal.
 async fn answer(mut stream: tokio::net::UnixStream, board: &Board, token: &str) {
     let mut line = Vec::new();
     let read = {
         let mut first = tokio::io::BufReader::new(&mut stream).take(MAX_TOKEN_LINE);
         tokio::time::timeout(TOKEN_TIMEOUT, first.read_until(b'\n', &mut line)).await
     };
+    let mut words = line.trim_ascii().split(|b| *b == b' ');
+    let given = words.next().unwrap_or_default();
+    let request: Vec<&[u8]> = words.filter(|w| !w.is_empty()).collect();
     let body = match read {
-        Ok(Ok(_)) if same_token(line.trim_ascii(), token.as_bytes()) => {
-            serde_json::to_vec(&board.snapshot()).expect("snapshot serializes")
-        }
+        Ok(Ok(_)) if same_token(given, token.as_bytes()) => match request.as_slice() {
+            [] => serde_json::to_vec(&board.snapshot()).expect("snapshot serializes"),
+            [b"end", id] => {
+                let id = std::str::from_utf8(id).ok().and_then(|id| id.parse().ok());
+                let ended = id.map_or_else(
+                    || Err("not a command id".to_owned()),
+                    |id| board.end_command(id),
+                );
+                match ended {
+                    Ok(done) => format!("ok: {done}\n").into_bytes(),
+                    Err(why) => format!("error: {why}\n").into_bytes(),
+                }
+            }
+            _ => b"error: unknown request\n".to_vec(),
+        },
         Ok(_) => {
             // Not a warning: a sandboxed loop could write one per connection.
             tracing::debug!("status.refused: a client without the token");
@@ -305,6 +364,22 @@ async fn answer(mut stream: tokio::net::UnixStream, board: &Board, token: &str) 
 
 /// Asks the daemon of `home` for its snapshot, with the token from `BUB_HOME/daemon.token`.
 pub async fn query(home: &Path) -> anyhow::Result<Snapshot> {
+    let body = ask(home, "").await?;
+    serde_json::from_slice(&body).context("reading the daemon's status")
+}
+
+/// Asks the daemon of `home` to end background command `id`: what it did, or why not (`Err`).
+pub async fn end_command(home: &Path, id: u64) -> anyhow::Result<Result<String, String>> {
+    let body = ask(home, &format!(" end {id}")).await?;
+    let text = String::from_utf8_lossy(&body).trim().to_owned();
+    Ok(match text.strip_prefix("ok: ") {
+        Some(done) => Ok(done.to_owned()),
+        None => Err(text.strip_prefix("error: ").unwrap_or(&text).to_owned()),
+    })
+}
+
+/// Sends the token and `request` (empty: the snapshot) on the socket of `home`; the answer.
+async fn ask(home: &Path, request: &str) -> anyhow::Result<Vec<u8>> {
     let path = socket_path(home);
     let token_path = home.join(TOKEN);
     let token = tokio::fs::read_to_string(&token_path)
@@ -313,7 +388,7 @@ pub async fn query(home: &Path) -> anyhow::Result<Snapshot> {
     let read = async {
         let mut stream = tokio::net::UnixStream::connect(&path).await?;
         stream
-            .write_all(format!("{}\n", token.trim()).as_bytes())
+            .write_all(format!("{}{request}\n", token.trim()).as_bytes())
             .await?;
         let mut body = Vec::new();
         stream.read_to_end(&mut body).await?;
@@ -329,7 +404,7 @@ pub async fn query(home: &Path) -> anyhow::Result<Snapshot> {
             token_path.display()
         );
     }
-    serde_json::from_slice(&body).context("reading the daemon's status")
+    Ok(body)
 }
 
 /// The snapshot for a terminal, with today's usage (`bub usage`'s totals) and `jobs` (rows of
@@ -373,6 +448,20 @@ pub fn render(s: &Snapshot, jobs: &[String], usage_today: &str) -> String {
             (m, c) => format!(" · queued {m} message(s), {c} command(s)"),
         };
         lines.push(format!("  {:width$}  {doing}{queue}", row.session));
+    }
+    if !s.commands.is_empty() {
+        lines.push(format!(
+            "background commands ({}; end one with bub status --kill ID):",
+            s.commands.len()
+        ));
+        for c in &s.commands {
+            let cmd: String = c.command.chars().take(100).collect();
+            let cmd = crate::terminal::safe_line(&cmd);
+            lines.push(format!(
+                "  {} {}  {} · {}: {cmd}",
+                c.id, c.state, c.session, c.owner
+            ));
+        }
     }
     if jobs.is_empty() {
         lines.push("jobs: none".to_owned());

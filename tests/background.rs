@@ -1,7 +1,8 @@
 //! Background commands in a running daemon, as an owner drives them from Telegram:
 //! `bash background=true` answers at once with an id, `bash.output` shows what it wrote,
-//! `,status` lists it, `bash.kill` stops its process group, a session runs at most four, and
-//! `tape.reset` and the daemon's stop kill the rest.
+//! `,status` lists it, `bash.kill` stops it, a session runs at most four, and `tape.reset` and
+//! the daemon's stop kill the rest. `people.rs`: whose they are; `escape.rs`: no process a
+//! command starts outlives it.
 
 use std::path::Path;
 
@@ -9,6 +10,11 @@ use crate::support::bub_env::{Env, texts};
 use crate::support::fake_mcp::{SOON, alive};
 use crate::support::fake_telegram::private_text;
 use crate::support::wait::{WAIT, wait_for, wait_until};
+
+#[path = "background/escape.rs"]
+mod escape;
+#[path = "background/people.rs"]
+mod people;
 
 /// Sends `text` as the owner (user 42) and returns the answer (the `n`th message sent).
 async fn ask(env: &Env, n: usize, text: &str) -> String {

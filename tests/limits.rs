@@ -191,7 +191,9 @@ async fn bash_timeouts_over_the_maximum_are_lowered_with_a_note() {
         )
         .await;
     assert!(
-        err.starts_with("timeout: command did not finish within 1s (process group killed)"),
+        err.starts_with(
+            "timeout: command did not finish within 1s (it and all it started were killed)"
+        ),
         "{err}"
     );
     assert!(err.ends_with(note), "{err}");

@@ -73,6 +73,23 @@ async fn the_model_calls_an_mcp_tool_listed_as_one_line_and_the_server_stops_wit
 }
 
 #[tokio::test]
+async fn what_a_server_left_in_a_session_of_its_own_stops_with_bub() {
+    let (env, log) = with_fake(&["--escape", "7601"]).await;
+    let out = env.run(&["run", ",mcp.fake.echo text=hi"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let escaped = fake_mcp::pids_of(&log, "escaped");
+    assert_eq!(escaped.len(), 1, "{escaped:?}");
+    assert!(
+        !fake_mcp::alive(fake_mcp::pids(&log)[0]),
+        "the server stopped"
+    );
+    assert!(
+        !fake_mcp::alive(escaped[0]),
+        "the server's setsid helper outlived `bub run`"
+    );
+}
+
+#[tokio::test]
 async fn asking_for_a_tool_shows_its_arguments_after_the_conversation() {
     let (env, _log) = with_fake(&[]).await;
     env.model.push_text("I see its arguments");

@@ -191,19 +191,20 @@ async fn bash_rejects_zero_timeout() {
 }
 
 #[tokio::test]
-async fn bash_timeout_kills_the_process_group() {
+async fn bash_timeout_kills_the_command_and_what_left_its_group() {
     let ws = tempfile::tempdir().unwrap();
     let started = Instant::now();
     let err = run_bash(
-        bash_args("echo started; sleep 30 & echo $! > pid; wait", 2),
+        bash_args("echo started; setsid sleep 30 & echo $! > pid; wait", 2),
         plain(ws.path(), "s"),
     )
     .await
     .unwrap_err();
     let elapsed = started.elapsed();
     assert!(
-        err.message()
-            .starts_with("timeout: command did not finish within 2s (process group killed)"),
+        err.message().starts_with(
+            "timeout: command did not finish within 2s (it and all it started were killed)"
+        ),
         "{err}"
     );
     assert!(

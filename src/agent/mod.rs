@@ -212,6 +212,11 @@ impl AgentRuntime {
         self.process.mcp.shutdown().await;
     }
 
+    /// The process's background commands, for the operator (`bub status`, the console).
+    pub fn background_commands(&self) -> Arc<dyn crate::status::Commands> {
+        self.process.background.clone()
+    }
+
     /// The settings the runtime was built from.
     pub fn settings(&self) -> &Settings {
         &self.settings
@@ -319,9 +324,10 @@ impl AgentRuntime {
             .await
     }
 
-    /// `,status`: the model, the tape since its last anchor, this chat's scheduled jobs, the
-    /// process's uptime and version. Reads the tape without waiting for a running turn.
-    pub(crate) async fn status_text(&self, session_id: &SessionId) -> String {
+    /// `,status` for `who`: the model, the tape since its last anchor, this chat's scheduled
+    /// jobs and background work (others' commands only counted), the process's uptime and
+    /// version. Reads the tape without waiting for a running turn.
+    pub(crate) async fn status_text(&self, session_id: &SessionId, who: &Authority) -> String {
         let models = &self.process.models;
         let mut lines = vec![format!(
             "bub {} · up {}",
@@ -364,7 +370,7 @@ impl AgentRuntime {
             }
             _ => lines.push("jobs: unavailable".to_owned()),
         }
-        lines.extend(self.process.background.describe(session_id.as_str()));
+        lines.extend(self.process.background.describe(session_id.as_str(), who));
         lines.extend(self.describe_subagents(session_id));
         lines.join("\n")
     }

@@ -332,6 +332,12 @@ impl AgentRuntime {
         self.subagents.as_ref().map_or(0, |s| s.stop(parent, who))
     }
 
+    /// Ends the background commands of `session`'s chat that `who` started (`own`, `/stop`)
+    /// or may end (`/new`); how many.
+    pub(crate) fn stop_commands(&self, session: &SessionId, who: &Authority, own: bool) -> usize {
+        self.process.background.stop_in(session.as_str(), who, own)
+    }
+
     /// A background subagent's run (`run.subagent`) in its session's actor, for its creator
     /// (`who`: the rights they have now, or why they may not run it). Its answer is handed to
     /// the daemon as a run of the parent session, whose journal record closes this one: `Ok`.

@@ -1,6 +1,8 @@
 //! `bub status`: the running daemon's own answer on its socket (sessions, turns, queues,
 //! recent errors), with the scheduled jobs, today's usage and, with a database, the replicas.
 
+use anyhow::Context as _;
+
 use crate::config::Settings;
 use crate::storage::PidLock;
 use crate::terminal::{safe, safe_line};
@@ -60,6 +62,23 @@ pub async fn run(settings: &Settings, json: bool) -> anyhow::Result<()> {
     }
     print_out(&safe(&text));
     Ok(())
+}
+
+/// `bub status --kill ID`: the daemon ends background command `ID`; exit 1 when it cannot.
+pub async fn kill(settings: &Settings, id: u64) -> anyhow::Result<std::process::ExitCode> {
+    let ended = crate::status::end_command(&settings.home, id)
+        .await
+        .with_context(|| format!("no daemon answers for BUB_HOME={}", settings.home.display()))?;
+    match ended {
+        Ok(done) => {
+            print_out(&safe_line(&done));
+            Ok(std::process::ExitCode::SUCCESS)
+        }
+        Err(why) => {
+            eprintln!("bub: {}", safe_line(&why));
+            Ok(std::process::ExitCode::FAILURE)
+        }
+    }
 }
 
 /// Today's totals of the usage ledger, for `bub status`.

@@ -394,6 +394,12 @@ fn tools(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
     set(l, "BUB_MAX_SUBAGENTS", &mut s.max_subagents, |var, v| {
         parse_u32_range(var, v, 0, 64)
     })?;
+    set(
+        l,
+        "BUB_GUEST_BACKGROUND_COMMANDS",
+        &mut s.guest_background_commands,
+        |var, v| parse_u32_range(var, v, 0, 4),
+    )?;
     s.guest_tools = l
         .parse("BUB_GUEST_TOOLS", |v| {
             if is_null(v) {

@@ -244,6 +244,9 @@ pub struct Settings {
     pub max_concurrent_commands: u32,
     /// `BUB_MAX_SUBAGENTS` (default 4, 0: none): subagents running at once in the process.
     pub max_subagents: u32,
+    /// `BUB_GUEST_BACKGROUND_COMMANDS` (default 1, 0..=4): background commands one guest may
+    /// have running at once, in all chats together.
+    pub guest_background_commands: u32,
     /// `BUB_GUEST_TOOLS`: the tools a guest's turn may use; `None` = the built-in guest set.
     pub guest_tools: Option<Vec<String>>,
     /// `BUB_TELEGRAM_*`, `BUB_DISCORD_*`: each chat platform's settings, by its name.
@@ -356,6 +359,7 @@ impl Settings {
             bash_max_timeout: Duration::from_secs(DEFAULT_BASH_MAX_TIMEOUT_SECONDS.into()),
             max_concurrent_commands: DEFAULT_MAX_CONCURRENT_COMMANDS,
             max_subagents: 4,
+            guest_background_commands: 1,
             guest_tools: None,
             channels: ChannelTable::defaults(),
             media: MediaSettings::default(),

@@ -720,6 +720,13 @@ fn mcp_and_subagent_settings_are_bounded() {
         );
     }
     err_for(&[("BUB_MAX_SUBAGENTS", "65")], "BUB_MAX_SUBAGENTS");
+    assert_eq!(s.guest_background_commands, 1);
+    let s = fx.load(&[("BUB_GUEST_BACKGROUND_COMMANDS", "0")]).unwrap();
+    assert_eq!(s.guest_background_commands, 0, "0: none");
+    err_for(
+        &[("BUB_GUEST_BACKGROUND_COMMANDS", "5")],
+        "BUB_GUEST_BACKGROUND_COMMANDS",
+    );
 }
 
 #[test]

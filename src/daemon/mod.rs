@@ -25,5 +25,5 @@ pub const DAEMON_LOCK: &str = "daemon.lock";
 pub use heartbeat::Heartbeat;
 pub use jobs::JobQueue;
 pub use manager::ChannelManager;
-pub use runner::TurnRunner;
+pub use runner::{Stopped, TurnRunner};
 pub use session::SessionConfig;

@@ -66,9 +66,9 @@ pub trait TurnRunner: Send + Sync + 'static {
     }
 
     /// `/stop` in `session_id`'s chat by `who`: stops the background subagents of the session
-    /// they may stop; how many.
-    fn stop_subagents(&self, _session_id: &SessionId, _who: &Authority) -> usize {
-        0
+    /// they may stop and the background commands they started there.
+    fn stop_background(&self, _session_id: &SessionId, _who: &Authority) -> Stopped {
+        Stopped::default()
     }
 
     /// The adapter for `channel` when the manager runs none for it (a send-only one).
@@ -76,13 +76,19 @@ pub trait TurnRunner: Send + Sync + 'static {
         anyhow::bail!("no {channel} adapter in this process")
     }
 
-    /// Starts a fresh context in the session (a handoff anchor).
-    async fn new_context(&self, _session_id: &SessionId, _who: &Authority) -> anyhow::Result<()> {
-        Ok(())
+    /// Starts a fresh context in the session (a handoff anchor) and ends the session's
+    /// background commands `who` may end; how many.
+    async fn new_context(
+        &self,
+        _session_id: &SessionId,
+        _who: &Authority,
+    ) -> anyhow::Result<usize> {
+        Ok(0)
     }
 
-    /// Lines about the session for `,status` (model, tape, jobs, uptime, version).
-    async fn status(&self, _session_id: &SessionId) -> String {
+    /// Lines about the session for `who`'s `,status` (model, tape, jobs, background work,
+    /// uptime, version).
+    async fn status(&self, _session_id: &SessionId, _who: &Authority) -> String {
         String::new()
     }
 
@@ -128,23 +134,53 @@ impl TurnRunner for AgentRuntime {
         jobs::run_subagent(self, run).await
     }
 
-    fn stop_subagents(&self, session_id: &SessionId, who: &Authority) -> usize {
-        AgentRuntime::stop_subagents(self, session_id, who)
+    fn stop_background(&self, session_id: &SessionId, who: &Authority) -> Stopped {
+        Stopped {
+            subagents: self.stop_subagents(session_id, who),
+            commands: self.stop_commands(session_id, who, true),
+        }
     }
 
     fn adapter(&self, channel: &str) -> anyhow::Result<Arc<dyn Channel>> {
         self.outbox().adapter(channel)
     }
 
-    async fn new_context(&self, session_id: &SessionId, who: &Authority) -> anyhow::Result<()> {
-        self.fresh_context(session_id, who).await
+    async fn new_context(&self, session_id: &SessionId, who: &Authority) -> anyhow::Result<usize> {
+        self.fresh_context(session_id, who).await?;
+        Ok(self.stop_commands(session_id, who, false))
     }
 
-    async fn status(&self, session_id: &SessionId) -> String {
-        self.status_text(session_id).await
+    async fn status(&self, session_id: &SessionId, who: &Authority) -> String {
+        self.status_text(session_id, who).await
     }
 
     fn release(&self, session_id: &SessionId) {
         self.release_session(session_id);
+    }
+}
+
+/// What `/stop` stopped besides the turn.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped {
+    pub subagents: usize,
+    pub commands: usize,
+}
+
+impl Stopped {
+    /// `1 background subagent and 2 background commands`; empty for nothing.
+    pub fn describe(self) -> String {
+        let count = |n: usize, what: &str| match n {
+            0 => None,
+            1 => Some(format!("1 {what}")),
+            n => Some(format!("{n} {what}s")),
+        };
+        let parts: Vec<String> = [
+            count(self.subagents, "background subagent"),
+            count(self.commands, "background command"),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        parts.join(" and ")
     }
 }

@@ -58,7 +58,7 @@ use super::courier::{Courier, typing};
 use super::jobs::{self, ScheduledRun};
 use super::live;
 use super::mailbox::{Lanes, Mailbox};
-use super::runner::TurnRunner;
+use super::runner::{Stopped, TurnRunner};
 use crate::access::{Authority, Role};
 use crate::agent::inbound;
 use crate::agent::{ChatBatch, TurnInput};
@@ -386,16 +386,15 @@ impl SessionActor {
         self.push_batch(message);
     }
 
-    /// `,stop`: cancels the running turn and the session's background subagents that
-    /// `message`'s sender may stop (an owner all, others what runs for them), then confirms;
-    /// queued work stays queued.
+    /// `,stop`: cancels the running turn, the session's background subagents that
+    /// `message`'s sender may stop (an owner all, others what runs for them) and the background
+    /// commands the sender started, then confirms; queued work stays queued.
     async fn stop(&mut self, message: &Inbound, turn: &mut Option<TurnFuture>) {
         let who = message.authority();
-        let children = match self.runner.stop_subagents(&self.session_id, &who) {
-            0 => String::new(),
-            1 => "1 background subagent".to_owned(),
-            n => format!("{n} background subagents"),
-        };
+        let children = self
+            .runner
+            .stop_background(&self.session_id, &who)
+            .describe();
         let reply = |text: &str| Outbound {
             chat_id: message.chat_id.clone(),
             text: text.to_owned(),
@@ -473,8 +472,9 @@ impl SessionActor {
             edit: None,
         };
         self.inbox.done(&[message.seq], Outcome::Sent).await;
+        let who = message.authority();
         tokio::spawn(async move {
-            let about = runner.status(&courier.session_id).await;
+            let about = runner.status(&courier.session_id, &who).await;
             out.text = [about.trim(), &lines.join("\n")]
                 .into_iter()
                 .filter(|p| !p.is_empty())
@@ -702,9 +702,19 @@ impl SessionActor {
         });
         Box::pin(async move {
             let text = match runner.new_context(&session_id, &who).await {
-                Ok(()) => "Started a fresh context. Earlier messages stay on the tape \
-                           (tape.search finds them)."
-                    .to_owned(),
+                Ok(ended) => {
+                    let mut text = "Started a fresh context. Earlier messages stay on the tape \
+                                    (tape.search finds them)."
+                        .to_owned();
+                    let ended = Stopped {
+                        subagents: 0,
+                        commands: ended,
+                    };
+                    if ended.commands > 0 {
+                        text.push_str(&format!(" Ended {}.", ended.describe()));
+                    }
+                    text
+                }
                 Err(e) => format!("Error: could not start a fresh context: {e:#}"),
             };
             let out = Outbound {

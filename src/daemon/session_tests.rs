@@ -144,15 +144,19 @@ impl TurnRunner for FakeRunner {
         self.events.lock().unwrap().push((name.to_string(), data));
     }
 
-    async fn new_context(&self, _session_id: &SessionId, _who: &Authority) -> anyhow::Result<()> {
+    async fn new_context(
+        &self,
+        _session_id: &SessionId,
+        _who: &Authority,
+    ) -> anyhow::Result<usize> {
         self.events
             .lock()
             .unwrap()
             .push(("new".to_owned(), serde_json::Value::Null));
-        Ok(())
+        Ok(0)
     }
 
-    async fn status(&self, _session_id: &SessionId) -> String {
+    async fn status(&self, _session_id: &SessionId, _who: &Authority) -> String {
         "model: fake".to_owned()
     }
 

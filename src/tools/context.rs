@@ -116,7 +116,9 @@ impl ProcessCtx {
             )),
             redactor,
             commands: Arc::new(CommandLimits::from_settings(&settings)),
-            background: Arc::default(),
+            background: Arc::new(super::shell::Background::new(
+                settings.guest_background_commands as usize,
+            )),
             delegate: std::sync::OnceLock::new(),
             usage: Arc::new(
                 crate::usage::Ledger::new(
@@ -351,14 +353,15 @@ impl ToolContext {
         }
     }
 
-    /// The session whose budget and usage a model call counts against: the parent's for a
-    /// subagent, else this one.
+    /// The session of the chat this turn works for: the parent's for a subagent, else this
+    /// one. Its budget and usage, its jobs and background commands are that chat's.
+    pub(crate) fn chat_session(&self) -> &SessionId {
+        self.turn.parent.as_ref().unwrap_or(&self.session.id)
+    }
+
+    /// The session whose budget and usage a model call counts against ([`Self::chat_session`]).
     pub(crate) fn billed_session(&self) -> &str {
-        self.turn
-            .parent
-            .as_ref()
-            .unwrap_or(&self.session.id)
-            .as_str()
+        self.chat_session().as_str()
     }
 
     /// A self-contained context (its own process parts and session) — for tests and embedding.

@@ -1,6 +1,7 @@
 //! Tools: everything the agent can do, callable by the model (function calling) and by humans
 //! (comma commands). [`registry`] holds them; the other files are the built-in tools by domain.
 
+pub mod contain;
 pub(crate) mod context;
 pub mod expansion;
 pub mod fs;

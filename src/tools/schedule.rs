@@ -1,7 +1,9 @@
 //! Schedule tools: `schedule.add`, `schedule.list`, `schedule.remove`.
 //!
 //! They only edit the job store (`BUB_HOME/jobs.json`; any process may); the process owning the
-//! scheduler fires the jobs. A session sees and removes only its own jobs.
+//! scheduler fires the jobs. A session sees and removes only its own jobs; a subagent's turn
+//! works on its parent chat's ([`ToolContext::chat_session`]): a job it adds runs there and
+//! counts against that chat's caps.
 //!
 //! They apply the turn's [`JobLimits`](crate::access::policy::JobLimits) (by role: jobs per
 //! session, message size, shortest interval, removing only one's own jobs) and the bound on all
@@ -92,7 +94,7 @@ async fn add(args: AddArgs, ctx: ToolContext) -> Result<String, ToolError> {
     }
     let job = Job {
         id: job::new_id(),
-        session: ctx.session_id().to_owned(),
+        session: ctx.chat_session().to_string(),
         message: args.message,
         workspace: ctx.workspace().to_path_buf(),
         next_run: trigger.next_after(now - chrono::Duration::milliseconds(1)),
@@ -136,7 +138,7 @@ async fn add(args: AddArgs, ctx: ToolContext) -> Result<String, ToolError> {
 }
 
 async fn list(ctx: ToolContext) -> Result<String, ToolError> {
-    let session = ctx.session_id().to_owned();
+    let session = ctx.chat_session().to_string();
     let jobs = with_store(&ctx, |store| store.list().map_err(ToolError::from)).await?;
     let rows: Vec<String> = jobs
         .iter()
@@ -161,7 +163,7 @@ enum Removal {
 
 async fn remove(args: RemoveArgs, ctx: ToolContext) -> Result<String, ToolError> {
     let id = args.job_id.trim().to_owned();
-    let session = ctx.session_id().to_owned();
+    let session = ctx.chat_session().to_string();
     let own_only = ctx.turn.policy.jobs().own_jobs_only;
     let who = ctx.turn.authority.clone();
     let removal = with_store(&ctx, {

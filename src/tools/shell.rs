@@ -1,11 +1,11 @@
-//! The `bash` tool: runs `bash -lc <cmd>` in its own process group with a timeout that kills
-//! the whole group, bounded output capture, and an environment built by [`child_env`];
-//! optionally inside the Landlock sandbox ([`super::sandbox`]), as [`Launch`] says.
+//! The `bash` tool: runs `bash -lc <cmd>` contained ([`super::contain`]: the command and
+//! everything it starts, `setsid` included, end together) with a timeout, bounded output
+//! capture, and an environment built by [`child_env`]; optionally inside the Landlock sandbox
+//! ([`super::sandbox`]), as [`Launch`] says.
 //!
 //! Invariants:
-//! * the spawned process group never outlives the call unless the command finished normally
-//!   (shell exited and both output pipes closed) — a timeout or a dropped future (turn
-//!   cancelled) sends `SIGKILL` to the group;
+//! * no process the command started outlives the call: when the shell exits, what it left
+//!   running is killed; a timeout or a dropped future (turn cancelled) ends it all;
 //! * each output stream keeps at most [`STREAM_CAP`] bytes (head and tail, with a visible note
 //!   in between);
 //! * Bub's own secrets ([`secret_vars`]: API keys, bot tokens, proxies) never reach a child,
@@ -15,7 +15,8 @@
 //!   must not get the owner's `GH_TOKEN` — and runs only if the sandbox could be applied
 //!   (fail closed: otherwise an error and nothing is started);
 //! * through the tool, at most `BUB_MAX_CONCURRENT_COMMANDS` commands run at once in the process
-//!   and no timeout exceeds `BUB_BASH_MAX_TIMEOUT_SECONDS` ([`CommandLimits`], [`run_limited`]);
+//!   (some slots kept for owners), and no timeout exceeds `BUB_BASH_MAX_TIMEOUT_SECONDS`
+//!   ([`CommandLimits`], [`run_limited`]);
 //! * a child starts with `SIGXFSZ` at its default action, although Bub itself ignores it.
 
 use std::collections::BTreeMap;
@@ -36,9 +37,11 @@ mod limits;
 pub use background::Background;
 pub(crate) use limits::CommandLimits;
 
+use super::contain::{self, Keeper};
 use super::fs::resolve_path;
 use super::sandbox::{self, Sandbox, Support};
 use super::{Scope, Tool, ToolContext, ToolError};
+use crate::access::Role;
 use crate::config::secret_vars;
 
 /// Default `timeout_seconds`.
@@ -53,8 +56,8 @@ Args:
   cmd: the shell command line (pipes, redirections, && etc. allowed).
   cwd: working directory (default: the workspace; relative paths are joined to it, ~ expanded).
   timeout_seconds: integer >= 1, default 30, at most BUB_BASH_MAX_TIMEOUT_SECONDS (3600 unless
-    configured; a larger value is lowered to it, with a note). On timeout the whole process group
-    is killed and an error with the partial output is returned.
+    configured; a larger value is lowered to it, with a note). On timeout the command and every
+    process it started are killed and an error with the partial output is returned.
 At most BUB_MAX_CONCURRENT_COMMANDS (8 unless configured) commands run at once; more wait their
 turn (the timeout starts when the command starts).
 Environment: the process environment plus KEY=VAL pairs of <workspace>/.env and BUB_SESSION_ID;
@@ -65,8 +68,8 @@ minimal (no .env).
 Output: stdout, then stderr after a `[stderr]` line; `(no output)` when both are empty. A
 non-zero exit is an error `exit=<code>: ...`. Each stream is capped at 32 KiB (head and tail
 kept); write large output to a file and read it with fs.read.
-The call returns when the shell has exited and its output is closed: start background processes
-with their output redirected (`server > server.log 2>&1 &`).
+The call returns when the shell has exited; whatever it left running (`&`, nohup, setsid) is
+killed then.
 Long-running commands (a server, a long build): background=true returns an id at once; read
 the output with bash.output, stop it with bash.kill (at most 4 per session; they end after
 BUB_BASH_MAX_TIMEOUT_SECONDS, or timeout_seconds).
@@ -130,13 +133,16 @@ pub(crate) fn tools() -> Vec<Tool> {
                     sandboxed: ctx.turn.policy.sandbox,
                     folder: folder.as_deref(),
                 };
+                let who = &ctx.turn.authority;
                 match args.background.unwrap_or(false) {
-                    true => {
-                        process
-                            .background
-                            .start(ctx.session_id(), &args, launch, &process.commands)
-                    }
-                    false => run_limited(args, launch, &process.commands).await,
+                    true => process.background.start(
+                        ctx.chat_session().as_str(),
+                        who,
+                        &args,
+                        launch,
+                        &process.commands,
+                    ),
+                    false => run_limited(args, launch, &process.commands, who.role).await,
                 }
             },
         )
@@ -147,15 +153,17 @@ pub(crate) fn tools() -> Vec<Tool> {
             "The output a `bash background=true` command wrote since the last read (at most 16 \
              KiB; read again for more) and whether it still runs.",
             |IdArgs { id }, ctx: ToolContext| async move {
-                ctx.process.background.output(ctx.session_id(), id)
+                let (chat, who) = (ctx.chat_session().as_str(), &ctx.turn.authority);
+                ctx.process.background.output(chat, who, id)
             },
         ),
         Tool::new(
             "bash.kill",
             "Stop a background command",
-            "Kills a `bash background=true` command (its whole process group).",
+            "Kills a `bash background=true` command and every process it started.",
             |IdArgs { id }, ctx: ToolContext| async move {
-                ctx.process.background.kill(ctx.session_id(), id)
+                let (chat, who) = (ctx.chat_session().as_str(), &ctx.turn.authority);
+                ctx.process.background.kill(chat, who, id)
             },
         ),
     ]
@@ -182,18 +190,19 @@ async fn guest_folder(ctx: &ToolContext) -> Result<PathBuf, ToolError> {
 
 /// [`run_bash`] within the process's [`CommandLimits`]: the timeout lowered to the maximum (a
 /// note at the end of the output or error says so), and the command started only when a slot
-/// is free. The slot is held until the call returns or is dropped (its process group killed).
+/// is free. The slot is held until the call returns or is dropped (the command ended).
 pub(crate) async fn run_limited(
     mut args: BashArgs,
     launch: Launch<'_>,
     limits: &CommandLimits,
+    role: Role,
 ) -> Result<String, ToolError> {
     let timeout = limits.timeout(
         args.timeout_seconds
             .unwrap_or(DEFAULT_TIMEOUT_SECONDS as i64),
     );
     args.timeout_seconds = Some(timeout.seconds);
-    let _slot = limits.slot().await?;
+    let _slot = limits.slot(role).await?;
     let result = run_bash(args, launch).await;
     match timeout.note {
         None => result,
@@ -230,12 +239,8 @@ async fn run_bash_with(
     let (mut command, sandbox) =
         prepare(&args.cmd, args.cwd.as_deref(), launch, parent_env, support)?;
     let mut child = spawn(&mut command, sandbox.as_ref())?;
-    let pgid = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .ok_or_else(|| ToolError::new("failed to start bash: no process id"))?;
-    let mut guard = GroupGuard {
-        pgid: Some(pgid),
+    let mut guard = Running {
+        keeper: Keeper::of(&child),
         tasks: Vec::new(),
     };
 
@@ -256,24 +261,27 @@ async fn run_bash_with(
 
     match finished {
         Ok(status) => {
-            // The shell exited and its output is closed: leave any detached background job alone.
-            guard.pgid = None;
+            // The shell exited and what it left running was killed.
+            guard.keeper.reaped();
             let status = status.map_err(|e| ToolError::new(format!("bash failed: {e}")))?;
             let stdout = take_text(&out);
             let stderr = take_text(&err);
             format_result(status, &stdout, &stderr)
         }
         Err(_) => {
-            guard.kill();
-            let _ = tokio::time::timeout(DRAIN_GRACE, child.wait()).await;
+            guard.keeper.end();
+            if let Ok(Ok(_)) = tokio::time::timeout(DRAIN_GRACE, child.wait()).await {
+                guard.keeper.reaped();
+            }
             let _ = tokio::time::timeout(DRAIN_GRACE, async {
                 let _ = (&mut out_task).await;
                 let _ = (&mut err_task).await;
             })
             .await;
             let partial = combine(&take_text(&out), &take_text(&err));
-            let mut msg =
-                format!("timeout: command did not finish within {secs}s (process group killed)");
+            let mut msg = format!(
+                "timeout: command did not finish within {secs}s (it and all it started were killed)"
+            );
             if !partial.is_empty() {
                 msg.push_str("\npartial output:\n");
                 msg.push_str(&partial);
@@ -285,7 +293,7 @@ async fn run_bash_with(
 
 /// The `bash -lc cmd` command of `launch`: its working directory checked (`cwd` relative to the
 /// workspace, default the workspace or the guest's folder), its environment built
-/// ([`child_env`]), in its own process group, piped, and — sandboxed — confined to a sandbox
+/// ([`child_env`]), contained, in its own process group, piped, and — sandboxed — confined to a sandbox
 /// that must live until the command has been spawned (it owns the private directory).
 pub(super) fn prepare(
     cmd: &str,
@@ -343,8 +351,8 @@ pub(super) fn prepare(
         .stderr(Stdio::piped())
         .env_clear()
         .envs(env)
-        .process_group(0)
-        .kill_on_drop(true);
+        .process_group(0);
+    contain::keep(&mut command);
     // SAFETY: `signal` is async-signal-safe and the closure allocates nothing. Bub ignores
     // SIGXFSZ (a file over RLIMIT_FSIZE is an error, not death) and an ignored signal stays
     // ignored across exec: the child gets the default action back.
@@ -438,32 +446,15 @@ pub(crate) fn workspace_env(workspace: &Path) -> Vec<(String, String)> {
     pairs
 }
 
-/// Kills the process group on drop (timeout or cancellation) and stops the pipe readers.
-struct GroupGuard {
-    pgid: Option<i32>,
+/// A running call: ends the command (unless it was reaped) and stops the pipe readers when
+/// dropped (timeout or cancellation).
+struct Running {
+    keeper: Keeper,
     tasks: Vec<tokio::task::AbortHandle>,
 }
 
-impl GroupGuard {
-    fn kill(&mut self) {
-        signal_group(self.pgid.take(), libc::SIGKILL);
-    }
-}
-
-/// Sends `signal` to process group `pgid` (a child Bub started in a group of its own): a
-/// `bash` command, a background command, an MCP server.
-pub(crate) fn signal_group(pgid: Option<i32>, signal: i32) {
-    if let Some(pgid) = pgid {
-        // SAFETY: killpg only sends a signal; an already-empty group yields ESRCH.
-        unsafe {
-            libc::killpg(pgid, signal);
-        }
-    }
-}
-
-impl Drop for GroupGuard {
+impl Drop for Running {
     fn drop(&mut self) {
-        self.kill();
         for task in &self.tasks {
             task.abort();
         }

@@ -59,9 +59,14 @@ pub fn calls(path: &Path) -> Vec<(String, Value)> {
 
 /// The pids of the fake's processes, in the order they started.
 pub fn pids(path: &Path) -> Vec<i32> {
+    pids_of(path, "start")
+}
+
+/// The pids logged with `event` (`start`: the servers; `escaped`: what `--escape` left).
+pub fn pids_of(path: &Path, event: &str) -> Vec<i32> {
     log(path)
         .iter()
-        .filter(|l| l["event"] == "start")
+        .filter(|l| l["event"] == event)
         .filter_map(|l| l["pid"].as_i64())
         .map(|p| p as i32)
         .collect()

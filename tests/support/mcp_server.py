@@ -3,6 +3,7 @@
 
 Tests spawn it as a child process and point the MCP client at it:
   python3 tests/support/mcp_server.py [--http PORT_FILE] [--log LOG_FILE] [--tools N] [--name NAME]
+                                      [--escape SECONDS]
 
 * stdio (default): newline-delimited JSON-RPC 2.0 on stdin/stdout (stdout carries nothing else);
   exits 0 on stdin EOF. Each tools/call runs in its own thread: a `sleep` blocks nothing, and
@@ -14,6 +15,8 @@ Tests spawn it as a child process and point the MCP client at it:
 * --log LOG_FILE: one JSON line per received message {"transport", "message", "headers" (http,
   lower-cased)}; undecodable input under "raw"; GET/DELETE under "http_method". First line:
   {"event": "start", "pid", "transport"}.
+* --escape SECONDS: at start, runs `sleep SECONDS` in a session of its own (setsid), as a server
+  that leaves helpers behind would; logged as {"event": "escaped", "pid"}.
 * Tools: echo env add sleep crash (exit 3, no answer) fail image resource cwd, plus --tools N
   generated tool_0..tool_{N-1}. tools/list pages hold 25 tools.
 
@@ -422,9 +425,15 @@ def main():
     p.add_argument("--log", metavar="LOG_FILE", help="append every received message as JSON lines")
     p.add_argument("--tools", metavar="N", type=int, default=0, help="add tool_0..tool_{N-1}")
     p.add_argument("--name", default="fake", help="serverInfo.name")
+    p.add_argument("--escape", metavar="SECONDS", help="leave `sleep SECONDS` running in its own session")
     ARGS = p.parse_args()
     build_tools(ARGS.tools)
     log({"event": "start", "pid": os.getpid(), "transport": "http" if ARGS.http else "stdio"})
+    if ARGS.escape:
+        import subprocess
+        helper = subprocess.Popen(["sleep", ARGS.escape], start_new_session=True, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        log({"event": "escaped", "pid": helper.pid})
     run_http(ARGS.http) if ARGS.http else run_stdio()
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
 //! [`RemoteTool`] and [`Reply`]).
 //!
 //! A stdio server is Bub's own child: started with `env_clear` and a minimal base environment
-//! plus its entry's `env` (none of Bub's secrets), in its own process group (killed whole on
-//! close or drop), under the guest shell's Landlock rules when its entry says `sandbox`, its
+//! plus its entry's `env` (none of Bub's secrets), contained ([`crate::tools::contain`]: it and
+//! every process it starts, `setsid` included, end on close or drop), under the guest shell's Landlock rules when its entry says `sandbox`, its
 //! stderr kept as a short tail for error messages. A streamable HTTP server is reached with
 //! Bub's reqwest client ([`super::http`]).
 
@@ -26,6 +26,7 @@ use serde_json::{Map, Value};
 use tokio::io::AsyncBufReadExt;
 
 use crate::config::mcp::Transport;
+use crate::tools::contain::Keeper;
 use crate::tools::sandbox::{self, Sandbox};
 
 /// Variables a stdio server inherits from Bub's environment (the MCP SDKs' default set), before
@@ -122,10 +123,10 @@ pub(crate) async fn connect(launch: Launch<'_>) -> anyhow::Result<Arc<dyn Connec
     }
 }
 
-/// A stdio server's process: its group is killed when this drops.
+/// A stdio server's process, contained: it and all it started end when this drops.
 struct Child {
     process: tokio::process::Child,
-    pgid: Option<i32>,
+    keeper: Keeper,
     stdout: Option<tokio::process::ChildStdout>,
     stdin: Option<tokio::process::ChildStdin>,
     stderr: Arc<Mutex<VecDeque<String>>>,
@@ -171,15 +172,15 @@ impl Child {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(true);
+            .process_group(0);
+        crate::tools::contain::keep(&mut process);
         if let Some(sandbox) = &sandbox {
             sandbox.confine(&mut process);
         }
         let mut process = process
             .spawn()
             .with_context(|| format!("starting `{command}` in {}", cwd.display()))?;
-        let pgid = process.id().and_then(|id| i32::try_from(id).ok());
+        let keeper = Keeper::of(&process);
         let stderr = Arc::new(Mutex::new(VecDeque::new()));
         if let Some(pipe) = process.stderr.take() {
             tokio::spawn(keep_tail(pipe, stderr.clone()));
@@ -188,7 +189,7 @@ impl Child {
             stdout: process.stdout.take(),
             stdin: process.stdin.take(),
             process,
-            pgid,
+            keeper,
             stderr,
             _sandbox: sandbox,
         })
@@ -206,35 +207,22 @@ impl Child {
         }
     }
 
-    /// Signals the whole process group.
-    fn signal(&self, signal: i32) {
-        crate::tools::shell::signal_group(self.pgid, signal);
-    }
-
-    /// Waits a little for the process to exit after its stdin closed, then stops the group.
+    /// Waits a little for the process to exit after its stdin closed, asks it to stop
+    /// (`SIGTERM`), then ends it; whatever it started ends with it.
     async fn stop(&mut self) {
-        if tokio::time::timeout(EXIT_GRACE, self.process.wait())
-            .await
-            .is_err()
-        {
-            self.signal(libc::SIGTERM);
-            if tokio::time::timeout(EXIT_GRACE, self.process.wait())
+        let exited = async |child: &mut Self| {
+            tokio::time::timeout(EXIT_GRACE, child.process.wait())
                 .await
-                .is_err()
-            {
-                self.signal(libc::SIGKILL);
+                .is_ok()
+        };
+        if !exited(self).await {
+            self.keeper.ask();
+            if !exited(self).await {
+                self.keeper.end();
                 let _ = self.process.wait().await;
             }
         }
-        // Whatever the server left running in its group goes with it.
-        self.signal(libc::SIGKILL);
-        self.pgid = None;
-    }
-}
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        self.signal(libc::SIGKILL);
+        self.keeper.reaped();
     }
 }
 

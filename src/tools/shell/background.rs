@@ -3,22 +3,33 @@
 //! last read, `bash.kill` stops it, `,status` lists them.
 //!
 //! A background command is started exactly like a `bash` call ([`super::prepare`]: the same
-//! working directory rules, environment without Bub's secrets, process group, sandbox), so it
-//! has the same rights as the turn that started it.
+//! working directory rules, environment without Bub's secrets, containment, sandbox), so it has
+//! the same rights as the turn that started it. It belongs to the **person** who started it (the
+//! turn's [`Authority`]) in the chat it was started in:
+//!
+//! * an owner's turn sees, reads and ends any command (by id, from any chat); any other turn
+//!   only commands a guest's turn started whose starters include every sender of the turn —
+//!   others' commands are not named to it, and `,status` counts them without their command
+//!   line ([`Background::describe`]);
+//! * `/stop` ends the commands its sender started in the chat, `/new` those they may end
+//!   ([`Background::stop_in`]), `tape.reset` every command of the chat, the process's stop all;
+//!   the operator lists and ends any (its [`Commands`]: `bub status`, the console).
 //!
 //! Invariants:
-//! * at most [`MAX_RUNNING`] run per session, and each holds one of the process's command slots
-//!   (`BUB_MAX_CONCURRENT_COMMANDS`) while it runs — when none is free it is refused, not queued;
+//! * at most [`MAX_RUNNING`] run per chat, and at most `BUB_GUEST_BACKGROUND_COMMANDS` per
+//!   guest in all chats; each holds one of the process's command slots while it runs (a guest's
+//!   from the guests' share, [`CommandLimits`]) — when none is free it is refused, not queued;
 //! * its output (stdout and stderr, as they come) is kept in a buffer of at most
 //!   [`BUFFER_BYTES`]: unread bytes past that are dropped oldest first, and the next read says
 //!   how many; one read returns at most [`READ_BYTES`];
 //! * it runs at most its `timeout_seconds` (default and maximum `BUB_BASH_MAX_TIMEOUT_SECONDS`),
-//!   then its process group is killed — as on `bash.kill`, on `tape.reset` of its session and
-//!   when the process stops ([`Background::stop_all`]; dropping it kills them too);
-//! * a session keeps at most [`KEPT`] commands: a finished one is forgotten, oldest first, to
-//!   make room.
+//!   then it and everything it started are killed ([`super::contain`]) — as on `bash.kill`,
+//!   `/stop`, `/new`, `tape.reset` and when the process stops ([`Background::stop_all`];
+//!   dropping it ends them too);
+//! * a chat keeps at most [`KEPT`] commands and the process [`KEPT_ALL`]: a finished one is
+//!   forgotten, oldest first, to make room.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -27,31 +38,41 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
 
 use super::{BashArgs, CommandLimits, Launch, prepare, spawn};
+use crate::access::{Authority, Principal, Role};
+use crate::status::{CommandRow, Commands};
+use crate::tools::contain::{self, Keeper};
 use crate::tools::{ToolError, sandbox};
 
-/// Running background commands one session may have.
+/// Running background commands one chat may have.
 pub(crate) const MAX_RUNNING: usize = 4;
-/// Commands (running or finished, not yet forgotten) one session keeps.
+/// Commands (running or finished, not yet forgotten) one chat keeps.
 const KEPT: usize = 8;
+/// Commands the process keeps.
+const KEPT_ALL: usize = 256;
 /// Output kept per command, unread.
 const BUFFER_BYTES: usize = 64 * 1024;
 /// Output one `bash.output` returns at most.
 const READ_BYTES: usize = 16 * 1024;
 
-/// The background commands of the process, by session.
-#[derive(Default)]
+/// The background commands of the process.
 pub struct Background {
-    sessions: Mutex<HashMap<String, Vec<Arc<Command>>>>,
+    commands: Mutex<VecDeque<Arc<Command>>>,
     next_id: AtomicU64,
+    /// `BUB_GUEST_BACKGROUND_COMMANDS`.
+    per_guest: usize,
 }
 
 /// One background command.
 struct Command {
     id: u64,
+    /// The chat's session it was started in.
+    session: String,
+    /// Who started it.
+    owner: Authority,
     cmd: String,
     started: Instant,
-    pgid: Option<i32>,
-    /// Cancelled to kill it.
+    keeper: Mutex<Keeper>,
+    /// Cancelled to end it.
     stop: CancellationToken,
     state: Mutex<State>,
 }
@@ -65,55 +86,127 @@ struct State {
     ended: Option<String>,
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 impl Command {
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.state)
     }
 
+    /// Runs and was not told to end.
     fn running(&self) -> bool {
-        self.state().ended.is_none()
+        !self.stop.is_cancelled() && self.state().ended.is_none()
     }
 
-    /// Kills its process group now (also when the runtime is going away) and tells its waiter.
+    /// Ends it and all it started now (also when the runtime is going away) and tells its
+    /// waiter.
     fn stop(&self) {
         self.stop.cancel();
-        kill_group(self.pgid);
+        lock(&self.keeper).end();
     }
 
-    /// `3 running 2m: npm run dev` / `3 exit=0: make`.
-    fn line(&self) -> String {
-        let state = match &self.state().ended {
+    /// Whether `who`'s turn may see, read and end it (see the module docs).
+    fn open_to(&self, who: &Authority) -> bool {
+        who.role == Role::Owner
+            || (self.owner.role == Role::Guest
+                && !who.senders.is_empty()
+                && who.senders.iter().all(|s| self.among_starters(s)))
+    }
+
+    /// Whether `who` started it (`/stop`'s rule): a sender of theirs among its starters, or
+    /// both the terminal.
+    fn started_by(&self, who: &Authority) -> bool {
+        match who.senders.is_empty() {
+            true => self.owner.senders.is_empty(),
+            false => who.senders.iter().any(|s| self.among_starters(s)),
+        }
+    }
+
+    /// `sender` is one of the people it was started for (by channel and id: a name may change).
+    fn among_starters(&self, sender: &Principal) -> bool {
+        let same = |s: &Principal| s.channel == sender.channel && s.id == sender.id;
+        self.owner.senders.iter().any(same)
+    }
+
+    /// A guest's command that `sender` started.
+    fn a_guests_of(&self, sender: &Principal) -> bool {
+        self.owner.role == Role::Guest && self.among_starters(sender)
+    }
+
+    /// `running 2m`, `ending`, `exit=0`.
+    fn how(&self) -> String {
+        match &self.state().ended {
+            None if self.stop.is_cancelled() => "ending".to_owned(),
             None => format!(
                 "running {}",
                 crate::time::human_duration(self.started.elapsed())
             ),
             Some(ended) => ended.clone(),
-        };
+        }
+    }
+
+    /// `3 running 2m: npm run dev` / `3 exit=0: make`.
+    fn line(&self) -> String {
         let cmd: String = self.cmd.chars().take(80).collect();
-        format!("{} {state}: {cmd}", self.id)
+        format!("{} {}: {cmd}", self.id, self.how())
     }
 }
 
 impl Background {
-    /// Starts `args.cmd` for `session` in the background; its id, or why not.
+    /// Background commands with at most `per_guest` running for one guest.
+    pub(crate) fn new(per_guest: usize) -> Self {
+        Self {
+            commands: Mutex::default(),
+            next_id: AtomicU64::new(0),
+            per_guest,
+        }
+    }
+
+    /// Starts `args.cmd` in the background for `who` in `session`; its id, or why not.
     pub(crate) fn start(
         &self,
         session: &str,
+        who: &Authority,
         args: &BashArgs,
         launch: Launch<'_>,
         limits: &CommandLimits,
     ) -> Result<String, ToolError> {
-        let mut sessions = self.sessions();
-        let commands = sessions.entry(session.to_owned()).or_default();
-        if commands.iter().filter(|c| c.running()).count() >= MAX_RUNNING {
+        let mut commands = self.commands();
+        let running = |c: &&Arc<Command>| c.running();
+        let here = commands
+            .iter()
+            .filter(running)
+            .filter(|c| c.session == session)
+            .count();
+        if here >= MAX_RUNNING {
             return Err(ToolError::Refused(format!(
-                "{MAX_RUNNING} background commands run in this session already: stop one with \
+                "{MAX_RUNNING} background commands run in this chat already: stop one with \
                  bash.kill first"
             )));
         }
-        let Some(slot) = limits.try_slot_owned() else {
+        if who.role == Role::Guest {
+            if let Err(why) = contain::support() {
+                return Err(ToolError::Refused(format!(
+                    "guests get no background commands here: {why}"
+                )));
+            }
+            let theirs = |s: &Principal| {
+                let mine = commands.iter().filter(|c| c.running() && c.a_guests_of(s));
+                mine.count()
+            };
+            if who.senders.iter().any(|s| theirs(s) >= self.per_guest) {
+                return Err(ToolError::Refused(format!(
+                    "a guest may have {} background command(s) running \
+                     (BUB_GUEST_BACKGROUND_COMMANDS): stop yours with bash.kill first",
+                    self.per_guest
+                )));
+            }
+        }
+        let Some(slot) = limits.try_slot(who.role) else {
             return Err(ToolError::new(
                 "every command slot is taken (BUB_MAX_CONCURRENT_COMMANDS): try again later",
             ));
@@ -130,12 +223,13 @@ impl Background {
         )?;
         process.stdin(std::process::Stdio::null());
         let mut child = spawn(&mut process, sandbox.as_ref())?;
-        let pgid = child.id().and_then(|id| i32::try_from(id).ok());
         let command = Arc::new(Command {
             id: self.next_id.fetch_add(1, Ordering::Relaxed) + 1,
+            session: session.to_owned(),
+            owner: who.clone(),
             cmd: args.cmd.clone(),
             started: Instant::now(),
-            pgid,
+            keeper: Mutex::new(Keeper::of(&child)),
             stop: CancellationToken::new(),
             state: Mutex::default(),
         });
@@ -157,20 +251,18 @@ impl Background {
                 _ = tokio::time::sleep(limit) => "killed after its timeout".to_owned(),
                 _ = watched.stop.cancelled() => "killed".to_owned(),
             };
-            kill_group(pgid);
-            let _ = child.wait().await;
+            lock(&watched.keeper).end();
+            if child.wait().await.is_ok() {
+                lock(&watched.keeper).reaped();
+            }
             for reader in readers {
                 let _ = tokio::time::timeout(Duration::from_secs(2), reader).await;
             }
             watched.state().ended = Some(ended);
         });
         let id = command.id;
-        if commands.len() >= KEPT
-            && let Some(oldest) = commands.iter().position(|c| !c.running())
-        {
-            commands.remove(oldest);
-        }
-        commands.push(command);
+        forget_to_fit(&mut commands, session);
+        commands.push_back(command);
         let mut out = format!(
             "started background command {id}; read its output with bash.output id={id}, stop it \
              with bash.kill id={id}"
@@ -182,9 +274,15 @@ impl Background {
         Ok(out)
     }
 
-    /// What command `id` of `session` wrote since the last read, and whether it still runs.
-    pub(crate) fn output(&self, session: &str, id: i64) -> Result<String, ToolError> {
-        let command = self.find(session, id)?;
+    /// What command `id` wrote since the last read, and whether it still runs — when `who`
+    /// may read it from `session`.
+    pub(crate) fn output(
+        &self,
+        session: &str,
+        who: &Authority,
+        id: i64,
+    ) -> Result<String, ToolError> {
+        let command = self.find(session, who, id)?;
         let mut state = command.state();
         let n = state.unread.len().min(READ_BYTES);
         let bytes: Vec<u8> = state.unread.drain(..n).collect();
@@ -211,9 +309,14 @@ impl Background {
         Ok(format!("[{id} {status}]\n{}", out.trim_end()))
     }
 
-    /// Kills command `id` of `session` (its process group).
-    pub(crate) fn kill(&self, session: &str, id: i64) -> Result<String, ToolError> {
-        let command = self.find(session, id)?;
+    /// Ends command `id` (and all it started) when `who` may end it from `session`.
+    pub(crate) fn kill(
+        &self,
+        session: &str,
+        who: &Authority,
+        id: i64,
+    ) -> Result<String, ToolError> {
+        let command = self.find(session, who, id)?;
         if !command.running() {
             return Ok(format!("{id} had already ended"));
         }
@@ -221,47 +324,123 @@ impl Background {
         Ok(format!("killed background command {id}"))
     }
 
-    /// `,status` lines of `session`'s commands (none: empty).
-    pub(crate) fn describe(&self, session: &str) -> Vec<String> {
-        let sessions = self.sessions();
-        let commands = sessions.get(session).map(Vec::as_slice).unwrap_or_default();
-        commands
-            .iter()
+    /// `,status` lines of `session`'s commands for `who`: theirs in full, the others' running
+    /// ones only counted (none: empty).
+    pub(crate) fn describe(&self, session: &str, who: &Authority) -> Vec<String> {
+        let commands = self.commands();
+        let here = commands.iter().filter(|c| c.session == session);
+        let mut lines: Vec<String> = here
+            .clone()
+            .filter(|c| c.open_to(who))
             .map(|c| format!("background {}", c.line()))
-            .collect()
+            .collect();
+        let others = here.filter(|c| !c.open_to(who) && c.running()).count();
+        if others > 0 {
+            lines.push(format!(
+                "background: {others} running, started by someone else"
+            ));
+        }
+        lines
     }
 
-    /// Kills and forgets every command of `session` (`tape.reset`).
+    /// Ends the running commands of `session` that `who` started (`/stop`: `own`), or that
+    /// they may end (`/new`); how many.
+    pub(crate) fn stop_in(&self, session: &str, who: &Authority, own: bool) -> usize {
+        let commands = self.commands();
+        let ended = commands.iter().filter(|c| {
+            c.session == session
+                && c.running()
+                && match own {
+                    true => c.started_by(who),
+                    false => c.open_to(who),
+                }
+        });
+        ended.map(|c| c.stop()).count()
+    }
+
+    /// Ends and forgets every command of `session` (`tape.reset`).
     pub(crate) fn stop_session(&self, session: &str) {
-        for command in self.sessions().remove(session).unwrap_or_default() {
+        self.commands().retain(|c| {
+            let other = c.session != session;
+            if !other {
+                c.stop();
+            }
+            other
+        });
+    }
+
+    /// Ends every command (the process stops).
+    pub(crate) fn stop_all(&self) {
+        for command in self.commands().drain(..) {
             command.stop();
         }
     }
 
-    /// Kills every command (the process stops).
-    pub(crate) fn stop_all(&self) {
-        for (_, commands) in self.sessions().drain() {
-            for command in commands {
-                command.stop();
-            }
-        }
-    }
-
-    fn find(&self, session: &str, id: i64) -> Result<Arc<Command>, ToolError> {
-        let sessions = self.sessions();
-        sessions
-            .get(session)
-            .and_then(|commands| commands.iter().find(|c| i64::try_from(c.id) == Ok(id)))
+    /// Command `id` if `who` may touch it from `session` (an owner's turn from any chat);
+    /// others' commands are reported missing, as if they did not exist.
+    fn find(&self, session: &str, who: &Authority, id: i64) -> Result<Arc<Command>, ToolError> {
+        let commands = self.commands();
+        commands
+            .iter()
+            .find(|c| {
+                i64::try_from(c.id) == Ok(id)
+                    && (c.session == session || who.role == Role::Owner)
+                    && c.open_to(who)
+            })
             .cloned()
             .ok_or_else(|| {
-                ToolError::invalid(format!("no background command {id} in this session"))
+                ToolError::invalid(format!("no background command {id} of yours in this chat"))
             })
     }
 
-    fn sessions(&self) -> MutexGuard<'_, HashMap<String, Vec<Arc<Command>>>> {
-        self.sessions
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn commands(&self) -> MutexGuard<'_, VecDeque<Arc<Command>>> {
+        lock(&self.commands)
+    }
+}
+
+/// Makes room for one more command of `session`: forgets its oldest finished one when it keeps
+/// [`KEPT`], and the process's oldest finished one when it keeps [`KEPT_ALL`].
+fn forget_to_fit(commands: &mut VecDeque<Arc<Command>>, session: &str) {
+    let mine = commands.iter().filter(|c| c.session == session).count();
+    if mine >= KEPT
+        && let Some(oldest) = commands
+            .iter()
+            .position(|c| c.session == session && !c.running())
+    {
+        commands.remove(oldest);
+    }
+    if commands.len() >= KEPT_ALL
+        && let Some(oldest) = commands.iter().position(|c| !c.running())
+    {
+        commands.remove(oldest);
+    }
+}
+
+/// The operator's view (`bub status`, the console): every command, and any ended.
+impl Commands for Background {
+    fn rows(&self) -> Vec<CommandRow> {
+        self.commands()
+            .iter()
+            .map(|c| CommandRow {
+                id: c.id,
+                session: c.session.clone(),
+                owner: c.owner.describe(),
+                state: c.how(),
+                command: c.cmd.clone(),
+            })
+            .collect()
+    }
+
+    fn end(&self, id: u64) -> Result<String, String> {
+        let command = self.commands().iter().find(|c| c.id == id).cloned();
+        match command {
+            None => Err(format!("no background command {id}")),
+            Some(c) if !c.running() => Ok(format!("{id} had already ended")),
+            Some(c) => {
+                c.stop();
+                Ok(format!("killed background command {id}"))
+            }
+        }
     }
 }
 
@@ -287,71 +466,5 @@ async fn collect<R: AsyncRead + Unpin>(pipe: Option<R>, command: Arc<Command>) {
     }
 }
 
-/// SIGKILL to the group (what the shell left behind goes with it).
-fn kill_group(pgid: Option<i32>) {
-    super::signal_group(pgid, libc::SIGKILL);
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn args(cmd: &str) -> BashArgs {
-        BashArgs {
-            cmd: cmd.into(),
-            cwd: None,
-            timeout_seconds: None,
-            background: Some(true),
-        }
-    }
-
-    #[tokio::test]
-    async fn output_is_bounded_read_in_parts_and_says_what_was_dropped() {
-        let dir = tempfile::tempdir().unwrap();
-        let launch = Launch {
-            workspace: dir.path(),
-            session_id: "s",
-            home: &dir.path().join("home"),
-            user_home: None,
-            sandboxed: false,
-            folder: None,
-        };
-        let (limits, background) = (CommandLimits::new(1, 60), Background::default());
-        let cmd = "head -c 200000 /dev/zero | tr '\\0' x; echo; echo end";
-        let started = background.start("s", &args(cmd), launch, &limits).unwrap();
-        assert!(started.contains("command 1"), "{started}");
-        let refused = background.start("s", &args("true"), launch, &limits);
-        assert!(
-            refused
-                .unwrap_err()
-                .message()
-                .contains("every command slot"),
-            "the one slot is the running command's"
-        );
-        // Nothing is read until it ended (`,status` does not read).
-        let ended = async {
-            while !background.describe("s")[0].contains("exit=0") {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(20), ended)
-            .await
-            .expect("the command ends");
-        let first = background.output("s", 1).unwrap();
-        assert!(first.starts_with("[1 exit=0]"), "{}", &first[..40]);
-        assert!(
-            first.contains("earlier bytes were dropped"),
-            "{}",
-            &first[..200]
-        );
-        assert!(first.len() < READ_BYTES + 300, "{} bytes", first.len());
-        assert!(first.ends_with("more bytes: read again]"));
-        let mut rest = String::new();
-        for _ in 0..8 {
-            rest.push_str(&background.output("s", 1).unwrap());
-        }
-        assert!(rest.contains("end"), "the last of it is kept");
-        assert!(background.output("other", 1).is_err(), "per session");
-        assert!(limits.try_slot_owned().is_some(), "the slot is back");
-    }
-}
+mod tests;

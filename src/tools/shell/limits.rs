@@ -1,17 +1,20 @@
 //! [`CommandLimits`]: the process-wide bounds on `bash` commands — how many run at once
-//! (`BUB_MAX_CONCURRENT_COMMANDS`) and the longest timeout one may ask for
-//! (`BUB_BASH_MAX_TIMEOUT_SECONDS`).
+//! (`BUB_MAX_CONCURRENT_COMMANDS`), how many of those guests may hold, and the longest timeout
+//! one may ask for (`BUB_BASH_MAX_TIMEOUT_SECONDS`).
 //!
 //! Invariants: a command holds a slot (a semaphore permit) from before its process starts until
-//! its call returns or is dropped — the process group is killed by then, on timeout and on
+//! its call returns or is dropped — the command has ended by then, on timeout and on
 //! cancellation alike; a call waiting for a slot gives up its place in the queue when it is
-//! dropped (a cancelled turn), so waiting never outlives the turn.
+//! dropped (a cancelled turn), so waiting never outlives the turn. [`owners_only`] of the
+//! slots are never a guest's: however many commands guests start, an owner's `bash` gets a slot
+//! once the owner's own commands leave one.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::access::Role;
 use crate::config::Settings;
 use crate::tools::ToolError;
 
@@ -20,9 +23,27 @@ use crate::tools::ToolError;
 #[derive(Debug)]
 pub struct CommandLimits {
     slots: Arc<Semaphore>,
+    /// The share of `slots` guests' commands may hold.
+    guest_slots: Arc<Semaphore>,
     capacity: usize,
     waiting: AtomicUsize,
     max_timeout_seconds: u64,
+}
+
+/// A running command's slot (and its guest share), given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    _slot: OwnedSemaphorePermit,
+    _guest: Option<OwnedSemaphorePermit>,
+}
+
+/// The slots of `capacity` that only owners' commands take: a quarter (at least one) once there
+/// are two or more.
+pub(crate) fn owners_only(capacity: usize) -> usize {
+    match capacity {
+        0 | 1 => 0,
+        n => (n / 4).max(1),
+    }
 }
 
 /// A requested `timeout_seconds` after [`CommandLimits::timeout`]: the value to use and, when it
@@ -40,6 +61,7 @@ impl CommandLimits {
         let capacity = max_concurrent.clamp(1, Semaphore::MAX_PERMITS);
         Self {
             slots: Arc::new(Semaphore::new(capacity)),
+            guest_slots: Arc::new(Semaphore::new(capacity - owners_only(capacity))),
             capacity,
             waiting: AtomicUsize::new(0),
             max_timeout_seconds: max_timeout_seconds.max(1),
@@ -54,28 +76,50 @@ impl CommandLimits {
         )
     }
 
-    /// Waits for a free slot; the command may run while the permit lives. Dropping the returned
-    /// future gives up the place in the queue.
-    pub(crate) async fn slot(&self) -> Result<SemaphorePermit<'_>, ToolError> {
-        if let Ok(permit) = self.slots.try_acquire() {
-            return Ok(permit);
+    /// Waits for a free slot for a command of `role`; the command may run while the slot lives.
+    /// Dropping the returned future gives up the place in the queue.
+    pub(crate) async fn slot(&self, role: Role) -> Result<Slot, ToolError> {
+        if let Some(slot) = self.try_slot(role) {
+            return Ok(slot);
         }
         tracing::info!(
             running = self.running(),
             waiting = self.waiting() + 1,
+            %role,
             "bash.wait: every command slot is taken"
         );
         let _waiting = Waiting::enter(&self.waiting);
-        self.slots
-            .acquire()
-            .await
-            .map_err(|_| ToolError::new("the command slots are closed"))
+        let closed = |_| ToolError::new("the command slots are closed");
+        // A guest's share first, then a slot: owners never wait behind a guest's share.
+        let guest = match role {
+            Role::Owner => None,
+            Role::Guest => Some(
+                self.guest_slots
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(closed)?,
+            ),
+        };
+        let slot = self.slots.clone().acquire_owned().await.map_err(closed)?;
+        Ok(Slot {
+            _slot: slot,
+            _guest: guest,
+        })
     }
 
-    /// A free slot now, held by its owner (a background command) until dropped; `None` when
-    /// every slot is taken (a background command does not wait).
-    pub(crate) fn try_slot_owned(&self) -> Option<OwnedSemaphorePermit> {
-        self.slots.clone().try_acquire_owned().ok()
+    /// A free slot for a command of `role` now (a background command does not wait); `None`
+    /// when there is none.
+    pub(crate) fn try_slot(&self, role: Role) -> Option<Slot> {
+        let guest = match role {
+            Role::Owner => None,
+            Role::Guest => Some(self.guest_slots.clone().try_acquire_owned().ok()?),
+        };
+        let slot = self.slots.clone().try_acquire_owned().ok()?;
+        Some(Slot {
+            _slot: slot,
+            _guest: guest,
+        })
     }
 
     /// Commands holding a slot now.
@@ -140,18 +184,18 @@ mod tests {
     #[test]
     fn a_dropped_wait_gives_up_its_place() {
         let limits = CommandLimits::new(1, 60);
-        let first = limits.slot();
+        let first = limits.slot(Role::Owner);
         let Poll::Ready(Ok(held)) = poll_once(pin!(first)) else {
             panic!("a free slot is granted at once");
         };
         assert_eq!((limits.running(), limits.waiting()), (1, 0));
         {
-            let mut second = pin!(limits.slot());
+            let mut second = pin!(limits.slot(Role::Owner));
             assert!(poll_once(second.as_mut()).is_pending());
             assert_eq!((limits.running(), limits.waiting()), (1, 1));
         } // dropped while waiting: a cancelled turn
         assert_eq!(limits.waiting(), 0);
-        let mut third = pin!(limits.slot());
+        let mut third = pin!(limits.slot(Role::Guest));
         assert!(poll_once(third.as_mut()).is_pending());
         drop(held);
         assert!(
@@ -159,6 +203,29 @@ mod tests {
             "the slot went to the next waiter, not the dropped one"
         );
         assert_eq!(limits.waiting(), 0);
+    }
+
+    #[test]
+    fn guests_never_take_the_owners_slots() {
+        assert_eq!(
+            [1, 2, 3, 4, 8, 9, 1024].map(owners_only),
+            [0, 1, 1, 1, 2, 2, 256]
+        );
+        let limits = CommandLimits::new(8, 60);
+        let guests: Vec<Slot> = std::iter::from_fn(|| limits.try_slot(Role::Guest)).collect();
+        assert_eq!(guests.len(), 6, "a guest's share is 6 of 8");
+        let mut waiting = pin!(limits.slot(Role::Guest));
+        assert!(poll_once(waiting.as_mut()).is_pending(), "a guest waits");
+        let owners: Vec<Slot> = std::iter::from_fn(|| limits.try_slot(Role::Owner)).collect();
+        assert_eq!(owners.len(), 2, "the owners' two are free");
+        assert_eq!(limits.running(), 8);
+        drop(owners);
+        assert!(
+            poll_once(waiting.as_mut()).is_pending(),
+            "freed owners' slots do not go to a guest over its share"
+        );
+        drop(guests);
+        assert!(matches!(poll_once(waiting.as_mut()), Poll::Ready(Ok(_))));
     }
 
     #[test]
