@@ -49,14 +49,32 @@ async fn bench() {
         .expect("start bub console");
     let pid = child.id().expect("pid");
     let base = format!("http://127.0.0.1:{port}");
-    let client = reqwest::Client::new();
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
     let deadline = Instant::now() + Duration::from_secs(30);
     while client.get(format!("{base}/login")).send().await.is_err() {
         assert!(Instant::now() < deadline, "bub console did not start");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let token = std::fs::read_to_string(workspace.join("home/console.token")).expect("token");
-    let cookie = format!("bub_console={}", token.trim());
+    // Logged in through the form, as from the console's own page: the session's cookie.
+    let login = client
+        .post(format!("{base}/login"))
+        .header("origin", &base)
+        .form(&[("token", token.trim())])
+        .send()
+        .await
+        .expect("login");
+    assert_eq!(login.status().as_u16(), 303, "logged in");
+    let cookie = login.headers()["set-cookie"]
+        .to_str()
+        .expect("a cookie")
+        .split(';')
+        .next()
+        .expect("a cookie")
+        .to_owned();
     println!(
         "console.rss.idle: {:.1} MB (RssAnon {:.1} MB)",
         status_mb(pid, "VmRSS"),

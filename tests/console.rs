@@ -2,15 +2,15 @@
 //! fake Telegram and the fake model, whose conversation (a tool call, an anchor, a message with
 //! `<script>` and a secret in it, a stranger asking to pair) is what the console shows. These
 //! tests speak HTTP (status codes, escaping, redaction, the login and CSRF rules, every page and
-//! action, the live updates, paging); `console/browser.rs` drives the same pages in a real
-//! headless Chromium.
+//! action, the live updates, paging); `console/login.rs` the sessions and the `Host` and
+//! `Origin` rules; `console/browser.rs` drives the same pages in a real headless Chromium.
 
 use crate::support;
 
 use std::time::Duration;
 
 use reqwest::StatusCode;
-use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use reqwest::header::{COOKIE, HOST, LOCATION, ORIGIN, SET_COOKIE};
 use serde_json::json;
 use support::bub_env::{Daemon, Env, assert_exit, code_in};
 use support::fake_telegram::{TOKEN, private_text};
@@ -19,6 +19,8 @@ use support::wait::WAIT;
 
 #[path = "console/browser.rs"]
 mod browser;
+#[path = "console/login.rs"]
+mod login;
 
 /// The API key of the test environment (in a chat message the console must not show).
 const API_KEY: &str = "sk-test-secret";
@@ -33,6 +35,10 @@ pub(crate) struct Rig {
     pub token: String,
     /// The code the stranger (user 50) was given.
     pub code: String,
+    /// The console's port.
+    pub port: u16,
+    /// The login cookie (`name=value`) of the session the rig logged in with.
+    pub cookie: String,
     http: reqwest::Client,
 }
 
@@ -79,27 +85,37 @@ impl Rig {
             .to_owned();
         assert!(!env.tape_text().contains(&token), "the token is a secret");
         assert!(env.tape_text().contains("[redacted]"));
+        let cookie = login(&http, &base, &token).await;
         Rig {
             env,
             daemon,
             base,
             token,
             code,
+            port,
+            cookie,
             http,
         }
     }
 
     /// `GET path` with the login cookie (or without: `cookie` false): status and body.
     async fn get(&self, path: &str, cookie: bool) -> (StatusCode, String) {
+        let cookie = cookie.then_some(self.cookie.as_str());
+        self.get_as(path, cookie).await
+    }
+
+    /// `GET path` with `cookie` (`name=value`) if any: status and body.
+    async fn get_as(&self, path: &str, cookie: Option<&str>) -> (StatusCode, String) {
         let mut request = self.http.get(format!("{}{path}", self.base));
-        if cookie {
-            request = request.header(COOKIE, format!("bub_console={}", self.token));
+        if let Some(cookie) = cookie {
+            request = request.header(COOKIE, cookie);
         }
         let response = request.send().await.unwrap();
         (response.status(), response.text().await.unwrap())
     }
 
-    /// `POST path` with `form`, the cookie, and the page's CSRF token when `csrf`.
+    /// `POST path` with `form`, the cookie, the console's own `Origin`, and the page's CSRF
+    /// token when `csrf`.
     async fn post(&self, path: &str, form: &[(&str, &str)], csrf: bool) -> reqwest::Response {
         let mut fields: Vec<(String, String)> = form
             .iter()
@@ -110,7 +126,8 @@ impl Rig {
         }
         self.http
             .post(format!("{}{path}", self.base))
-            .header(COOKIE, format!("bub_console={}", self.token))
+            .header(COOKIE, &self.cookie)
+            .header(ORIGIN, &self.base)
             .form(&fields)
             .send()
             .await
@@ -124,13 +141,51 @@ impl Rig {
     }
 }
 
+/// Logs in to the console at `base` with `token` through the login form, as a browser on the
+/// console's own page does (its `Origin`): the session's cookie, `name=value`.
+pub(crate) async fn login(http: &reqwest::Client, base: &str, token: &str) -> String {
+    let response = login_as(http, base, token, Some(base)).await;
+    assert_eq!(response.status(), StatusCode::SEE_OTHER, "logged in");
+    set_cookie(&response)
+}
+
+/// `POST /login` with `token` and `origin` (none: no `Origin` header). The login page's CSRF
+/// field is sent back when it has one (the console before sessions printed one).
+pub(crate) async fn login_as(
+    http: &reqwest::Client,
+    base: &str,
+    token: &str,
+    origin: Option<&str>,
+) -> reqwest::Response {
+    let page = http.get(format!("{base}/")).send().await.unwrap();
+    let page = page.text().await.unwrap();
+    let mut form = vec![("token", token.to_owned()), ("next", "/".to_owned())];
+    if let Some(csrf) = field_if(&page, "csrf") {
+        form.push(("csrf", csrf));
+    }
+    let mut request = http.post(format!("{base}/login")).form(&form);
+    if let Some(origin) = origin {
+        request = request.header(ORIGIN, origin);
+    }
+    request.send().await.unwrap()
+}
+
+/// The cookie an answer sets, `name=value`.
+pub(crate) fn set_cookie(response: &reqwest::Response) -> String {
+    let set = response.headers()[SET_COOKIE].to_str().unwrap();
+    set.split(';').next().unwrap().to_owned()
+}
+
 /// The value of the hidden input `name` in `page`.
 fn field(page: &str, name: &str) -> String {
-    let at = page
-        .find(&format!("name=\"{name}\" value=\""))
-        .unwrap_or_else(|| panic!("no {name} field in {page}"));
+    field_if(page, name).unwrap_or_else(|| panic!("no {name} field in {page}"))
+}
+
+/// The value of the hidden input `name` in `page`, if it has one.
+fn field_if(page: &str, name: &str) -> Option<String> {
+    let at = page.find(&format!("name=\"{name}\" value=\""))?;
     let rest = &page[at + name.len() + 15..];
-    rest[..rest.find('"').unwrap()].to_owned()
+    Some(rest[..rest.find('"').unwrap()].to_owned())
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -205,29 +260,37 @@ async fn every_page_needs_the_login_and_shows_the_conversation_escaped_and_redac
 #[tokio::test(flavor = "multi_thread")]
 async fn login_sets_a_strict_http_only_cookie_and_every_change_needs_the_csrf_token() {
     let rig = Rig::start().await;
-    let (_, login) = rig.get("/", false).await;
-    let csrf = field(&login, "csrf");
-    let post = |form: Vec<(&'static str, String)>| {
-        rig.http
-            .post(format!("{}/login", rig.base))
-            .form(&form)
-            .send()
+    let post = |form: Vec<(&'static str, String)>, origin: bool| {
+        let request = rig.http.post(format!("{}/login", rig.base)).form(&form);
+        match origin {
+            true => request.header(ORIGIN, &rig.base).send(),
+            false => request.send(),
+        }
     };
-    let wrong = post(vec![("token", "nope".into()), ("csrf", csrf.clone())]);
+    let wrong = post(vec![("token", "nope".into())], true);
     assert_eq!(wrong.await.unwrap().status(), StatusCode::UNAUTHORIZED);
-    let forged = post(vec![("token", rig.token.clone()), ("next", "/".into())]);
+    let forged = post(
+        vec![("token", rig.token.clone()), ("next", "/".into())],
+        false,
+    );
     assert_eq!(forged.await.unwrap().status(), StatusCode::FORBIDDEN);
-    let ok = post(vec![
-        ("token", rig.token.clone()),
-        ("csrf", csrf),
-        ("next", "//evil.example/".into()),
-    ])
+    let ok = post(
+        vec![
+            ("token", rig.token.clone()),
+            ("next", "//evil.example/".into()),
+        ],
+        true,
+    )
     .await
     .unwrap();
     assert_eq!(ok.status(), StatusCode::SEE_OTHER);
     assert_eq!(ok.headers()[LOCATION], "/", "never to another site");
     let cookie = ok.headers()[SET_COOKIE].to_str().unwrap();
-    assert!(cookie.starts_with(&format!("bub_console={};", rig.token)));
+    assert!(cookie.starts_with("bub_console="), "{cookie}");
+    assert!(
+        !cookie.contains(&rig.token),
+        "a session, not the token: {cookie}"
+    );
     assert!(
         cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
         "{cookie}"
@@ -269,6 +332,7 @@ async fn login_sets_a_strict_http_only_cookie_and_every_change_needs_the_csrf_to
         let unauthenticated = rig
             .http
             .post(format!("{}{path}", rig.base))
+            .header(ORIGIN, &rig.base)
             .form(form)
             .send()
             .await
@@ -478,32 +542,82 @@ async fn bub_console_prints_its_token_once_and_serves_alone() {
     );
     assert_eq!(mode & 0o777, 0o600);
     first.kill().await.unwrap();
-    // Allowed beyond loopback, its cookie is for TLS only.
+    // Beyond loopback it needs the address browsers reach it at (behind TLS)...
     env.set("BUB_CONSOLE_ALLOW_REMOTE", "true");
+    let out = env.run(&["console"]).await;
+    assert_exit(&out, 2, "BUB_CONSOLE_PUBLIC_URL");
+    // ... and then its cookie is for TLS only, and that name is its Host and Origin.
+    env.set("BUB_CONSOLE_PUBLIC_URL", "https://bub.example.com");
     let (mut second, printed) = console(&env).await;
     assert!(!printed.contains(token), "not printed again: {printed}");
-    let login = reqwest::Client::builder()
+    let http = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
-    let form = login.get(format!("http://127.0.0.1:{port}/")).send().await;
-    let csrf = field(&form.unwrap().text().await.unwrap(), "csrf");
-    let logged_in = login
-        .post(format!("http://127.0.0.1:{port}/login"))
-        .form(&[("token", token), ("csrf", &csrf)])
+    let base = format!("http://127.0.0.1:{port}");
+    let logged_in = http
+        .post(format!("{base}/login"))
+        .header(HOST, "bub.example.com")
+        .header(ORIGIN, "https://bub.example.com")
+        .form(&[("token", token)])
         .send()
         .await
         .unwrap();
+    assert_eq!(logged_in.status(), StatusCode::SEE_OTHER);
     let cookie = logged_in.headers()[SET_COOKIE].to_str().unwrap();
-    assert!(cookie.contains("; Secure"), "{cookie}");
-    let page = reqwest::Client::new()
-        .get(format!("http://127.0.0.1:{port}/status"))
-        .header(COOKIE, format!("bub_console={token}"))
+    assert!(cookie.starts_with("__Host-bub_console="), "{cookie}");
+    assert!(
+        cookie.contains("; Secure") && cookie.contains("Path=/") && !cookie.contains(token),
+        "{cookie}"
+    );
+    let page = http
+        .get(format!("{base}/status"))
+        .header(HOST, "bub.example.com")
+        .header(COOKIE, set_cookie(&logged_in))
         .send()
         .await
         .unwrap();
     assert_eq!(page.status(), StatusCode::OK);
     assert!(page.text().await.unwrap().contains("No daemon answers"));
+    // Not another name, nor that name on another port; a change only from that origin (or
+    // the listener's own, as a proxy passing its own Host on would be).
+    for host in ["evil.example", "bub.example.com:8443"] {
+        let misdirected = http
+            .get(format!("{base}/status"))
+            .header(HOST, host)
+            .header(COOKIE, set_cookie(&logged_in))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            misdirected.status(),
+            StatusCode::MISDIRECTED_REQUEST,
+            "{host}"
+        );
+    }
+    let jobs = http
+        .get(format!("{base}/jobs"))
+        .header(COOKIE, set_cookie(&logged_in))
+        .send()
+        .await
+        .unwrap();
+    let csrf = field(&jobs.text().await.unwrap(), "csrf");
+    for (origin, status) in [
+        ("http://bub.example.com", StatusCode::FORBIDDEN),
+        ("https://bub.example.com:8443", StatusCode::FORBIDDEN),
+        ("https://bub.example.com", StatusCode::SEE_OTHER),
+    ] {
+        let edited = http
+            .post(format!("{base}/memory/edit"))
+            .header(HOST, "bub.example.com")
+            .header(ORIGIN, origin)
+            .header(COOKIE, set_cookie(&logged_in))
+            .form(&[("text", "- via the proxy"), ("csrf", &csrf)])
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(edited.status(), status, "{origin}");
+    }
     second.kill().await.unwrap();
 }
 
@@ -536,9 +650,11 @@ async fn the_console_reads_and_changes_the_database_as_it_does_files() {
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .unwrap();
+    let base = format!("http://127.0.0.1:{port}");
+    let cookie = login(&http, &base, token.trim()).await;
     let get = |path: &str| {
-        http.get(format!("http://127.0.0.1:{port}{path}"))
-            .header(COOKIE, format!("bub_console={}", token.trim()))
+        http.get(format!("{base}{path}"))
+            .header(COOKIE, &cookie)
             .send()
     };
     let sessions = get("/").await.unwrap().text().await.unwrap();
@@ -558,8 +674,9 @@ async fn the_console_reads_and_changes_the_database_as_it_does_files() {
     assert!(jobs.contains("db-job"), "{jobs}");
     let csrf = field(&jobs, "csrf");
     let edited = http
-        .post(format!("http://127.0.0.1:{port}/memory/edit"))
-        .header(COOKIE, format!("bub_console={}", token.trim()))
+        .post(format!("{base}/memory/edit"))
+        .header(COOKIE, &cookie)
+        .header(ORIGIN, &base)
         .form(&[
             ("chat", "telegram:5"),
             ("text", "- kept in the database"),
@@ -600,7 +717,7 @@ async fn a_chats_files_are_links_served_only_from_its_folder() {
     let served = rig
         .http
         .get(format!("{}{link}", rig.base))
-        .header(COOKIE, format!("bub_console={}", rig.token))
+        .header(COOKIE, &rig.cookie)
         .send()
         .await
         .unwrap();
@@ -656,5 +773,23 @@ async fn the_console_shares_the_health_listener_when_given_its_address() {
     assert!(console.text().await.unwrap().contains("action=\"/login\""));
     let metrics = get("/metrics").await.unwrap();
     assert_eq!(metrics.status(), StatusCode::OK, "both on one listener");
+    // The console's Host rule holds on the console's routes, and only there.
+    let http = reqwest::Client::new();
+    let rebound = |path: &str| {
+        http.get(format!("http://127.0.0.1:{port}{path}"))
+            .header(HOST, format!("evil.example:{port}"))
+            .send()
+    };
+    for console in ["/", "/assets/console.css"] {
+        let refused = rebound(console).await.unwrap();
+        assert_eq!(
+            refused.status(),
+            StatusCode::MISDIRECTED_REQUEST,
+            "{console}"
+        );
+    }
+    for health in ["/healthz", "/metrics"] {
+        assert_eq!(rebound(health).await.unwrap().status(), StatusCode::OK);
+    }
     daemon.stop().await;
 }

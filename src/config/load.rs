@@ -412,7 +412,7 @@ fn tools(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// `BUB_LOG_LEVEL`, `BUB_LOG_FORMAT`, `BUB_HTTP_LISTEN`, `BUB_CONSOLE*`.
+/// `BUB_LOG_LEVEL`, `BUB_LOG_FORMAT`, `BUB_HTTP_LISTEN`, `BUB_CONSOLE*` ([`super::console`]).
 fn logging(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
     set(l, "BUB_LOG_LEVEL", &mut s.log_level, |var, v| {
         parse_log_level(var, v).map(Some)
@@ -421,30 +421,11 @@ fn logging(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
     set(l, "BUB_HTTP_LISTEN", &mut s.http_listen, |var, v| {
         listen_address(var, v).map(Some)
     })?;
-    let console = &mut s.console;
-    set(l, "BUB_CONSOLE", &mut console.enabled, parse_bool)?;
-    set(l, "BUB_CONSOLE_LISTEN", &mut console.listen, listen_address)?;
-    set(
-        l,
-        "BUB_CONSOLE_ALLOW_REMOTE",
-        &mut console.allow_remote,
-        parse_bool,
-    )?;
-    if !console.listen.ip().is_loopback() && !console.allow_remote {
-        return Err(ConfigError::new(
-            "BUB_CONSOLE_LISTEN",
-            format!(
-                "{} is not a loopback address: the console would be reachable from other \
-                 machines; set BUB_CONSOLE_ALLOW_REMOTE=true to allow it (and put TLS in front)",
-                console.listen
-            ),
-        ));
-    }
-    Ok(())
+    super::console::load(l, &mut s.console)
 }
 
 /// A listen address (`BUB_HTTP_LISTEN`, `BUB_CONSOLE_LISTEN`).
-fn listen_address(var: &str, v: &str) -> Result<std::net::SocketAddr, ConfigError> {
+pub(super) fn listen_address(var: &str, v: &str) -> Result<std::net::SocketAddr, ConfigError> {
     parse_listen(v).ok_or_else(|| {
         let expected =
             "HOST:PORT with an IP address, e.g. 127.0.0.1:8080 or 0.0.0.0:8080, or a PORT";

@@ -11,6 +11,7 @@
 //! hides them ([`secret`]), so a logged `Settings` never leaks them.
 
 mod channels;
+mod console;
 mod costs;
 mod load;
 pub(crate) mod mcp;
@@ -29,6 +30,7 @@ use std::time::Duration;
 
 pub use channels::{ChannelSettings, ChannelTable};
 pub(crate) use channels::{Field, is_platform, var_name};
+pub use console::{ConsoleSettings, PublicUrl};
 pub use costs::{Budgets, Price, Prices};
 pub use load::{LoadOptions, Overrides};
 pub use media::{MediaSettings, Vision};
@@ -276,26 +278,6 @@ pub struct Settings {
 
 /// The file of `BUB_HOME` holding the web console's login token (a secret like Bub's keys).
 pub const CONSOLE_TOKEN: &str = "console.token";
-
-/// `BUB_CONSOLE`, `BUB_CONSOLE_LISTEN`, `BUB_CONSOLE_ALLOW_REMOTE`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConsoleSettings {
-    /// `bub message` serves the console too.
-    pub enabled: bool,
-    /// Where it listens (loopback unless [`allow_remote`](Self::allow_remote)).
-    pub listen: std::net::SocketAddr,
-    pub allow_remote: bool,
-}
-
-impl Default for ConsoleSettings {
-    fn default() -> Self {
-        Self {
-            enabled: false,
-            listen: ([127, 0, 0, 1], 8787).into(),
-            allow_remote: false,
-        }
-    }
-}
 
 impl Settings {
     /// The replicas' database (`BUB_DATABASE_URL`), shared by everything in the process that

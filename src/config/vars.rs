@@ -193,7 +193,8 @@ pub(crate) const VARS: &[Var] = &[
     var("BUB_HTTP_LISTEN", Logging, "(off)", "bub message/idle serve /healthz, /readyz and /metrics on HOST:PORT (a bare PORT: 127.0.0.1)"),
     var("BUB_CONSOLE", Logging, "false", "bub message also serves the web console (bub console serves it alone)"),
     var("BUB_CONSOLE_LISTEN", Logging, "127.0.0.1:8787", "where the console listens (HOST:PORT or a PORT); the same address as BUB_HTTP_LISTEN shares that listener"),
-    var("BUB_CONSOLE_ALLOW_REMOTE", Logging, "false", "let the console listen on an address that is not loopback (put TLS in front)"),
+    var("BUB_CONSOLE_ALLOW_REMOTE", Logging, "false", "let the console listen on an address that is not loopback (put TLS in front; needs BUB_CONSOLE_PUBLIC_URL)"),
+    var("BUB_CONSOLE_PUBLIC_URL", Logging, "(none: only the listen address)", "scheme://host[:port] browsers reach the console at (a TLS proxy, an SSH tunnel's port): the one other Host and Origin it accepts; https, and required, with BUB_CONSOLE_ALLOW_REMOTE"),
     var("BUB_DATABASE_URL", Scale, "(none: files in BUB_HOME)", "postgres://USER:PASSWORD@HOST:PORT/DB: replicas share their state there").secret(),
 ];
 

@@ -4,13 +4,14 @@
 //! answers with a redirect back to its page and a line saying what happened.
 
 use axum::Form;
-use axum::extract::{Query, State};
+use axum::extract::Query;
 use axum::response::{IntoResponse, Redirect, Response};
 use maud::html;
 use serde::Deserialize;
 
+use super::Console;
+use super::auth::Operator;
 use super::page::{self, blocking, csrf, encode};
-use super::{Console, Shared};
 use crate::access::{Role, User, who};
 use crate::memory::Scope;
 
@@ -31,8 +32,8 @@ fn notice(message: Option<&String>) -> maud::Markup {
 }
 
 /// `GET /jobs`.
-pub(super) async fn jobs(State(console): State<Shared>, Query(q): Query<Done>) -> Response {
-    blocking(console, move |c| {
+pub(super) async fn jobs(operator: Operator, Query(q): Query<Done>) -> Response {
+    blocking(operator, move |c| {
         let jobs = c.jobs.list()?;
         let body = html! {
             h1 { "Jobs" }
@@ -68,8 +69,8 @@ pub(super) struct JobId {
 }
 
 /// `POST /jobs/remove`.
-pub(super) async fn remove_job(State(console): State<Shared>, Form(form): Form<JobId>) -> Response {
-    blocking(console, move |c| {
+pub(super) async fn remove_job(operator: Operator, Form(form): Form<JobId>) -> Response {
+    blocking(operator, move |c| {
         let removed = c.jobs.remove(&form.id)?;
         let message = match removed {
             true => format!("Removed job {}.", form.id),
@@ -81,8 +82,8 @@ pub(super) async fn remove_job(State(console): State<Shared>, Form(form): Form<J
 }
 
 /// `GET /access`: pending requests, approved users, and `explain` for a chat.
-pub(super) async fn access(State(console): State<Shared>, Query(q): Query<Done>) -> Response {
-    blocking(console, move |c| {
+pub(super) async fn access(operator: Operator, Query(q): Query<Done>) -> Response {
+    blocking(operator, move |c| {
         let now = chrono::Utc::now();
         let pending = c.access.pending(now);
         let file = c.access.file();
@@ -159,8 +160,8 @@ pub(super) struct Decision {
 }
 
 /// `POST /access/approve`: as `bub pair approve` (effective at once, in every process).
-pub(super) async fn approve(State(console): State<Shared>, Form(form): Form<Decision>) -> Response {
-    blocking(console, move |c| {
+pub(super) async fn approve(operator: Operator, Form(form): Form<Decision>) -> Response {
+    blocking(operator, move |c| {
         let role = match form.role.as_str() {
             "owner" => Role::Owner,
             _ => Role::Guest,
@@ -184,8 +185,8 @@ pub(super) async fn approve(State(console): State<Shared>, Form(form): Form<Deci
 }
 
 /// `POST /access/reject`.
-pub(super) async fn reject(State(console): State<Shared>, Form(form): Form<Decision>) -> Response {
-    blocking(console, move |c| {
+pub(super) async fn reject(operator: Operator, Form(form): Form<Decision>) -> Response {
+    blocking(operator, move |c| {
         let message = match c.access.reject(&form.channel, &form.code)? {
             true => format!("Rejected request {}.", form.code),
             false => format!("No pending request {}.", form.code),
@@ -196,8 +197,8 @@ pub(super) async fn reject(State(console): State<Shared>, Form(form): Form<Decis
 }
 
 /// `POST /access/revoke`: as `bub pair revoke`.
-pub(super) async fn revoke(State(console): State<Shared>, Form(form): Form<Decision>) -> Response {
-    blocking(console, move |c| {
+pub(super) async fn revoke(operator: Operator, Form(form): Form<Decision>) -> Response {
+    blocking(operator, move |c| {
         let r = c.access.revoke(&form.channel, &form.user_id)?;
         let mut message = match r.removed {
             true => format!("Revoked {} user {}.", form.channel, form.user_id),
@@ -212,8 +213,8 @@ pub(super) async fn revoke(State(console): State<Shared>, Form(form): Form<Decis
 }
 
 /// `GET /memory`: the global memory and each chat's, each with an edit form.
-pub(super) async fn memory(State(console): State<Shared>, Query(q): Query<Done>) -> Response {
-    blocking(console, move |c| {
+pub(super) async fn memory(operator: Operator, Query(q): Query<Done>) -> Response {
+    blocking(operator, move |c| {
         let mut scopes = vec![Scope::Global];
         scopes.extend(c.memory.chats().into_iter().map(Scope::Chat));
         let body = html! {
@@ -248,11 +249,8 @@ pub(super) struct MemoryEdit {
 }
 
 /// `POST /memory/edit`: the bullets kept within the caps, as `bub memory edit`.
-pub(super) async fn edit_memory(
-    State(console): State<Shared>,
-    Form(form): Form<MemoryEdit>,
-) -> Response {
-    blocking(console, move |c| {
+pub(super) async fn edit_memory(operator: Operator, Form(form): Form<MemoryEdit>) -> Response {
+    blocking(operator, move |c| {
         let scope = form
             .chat
             .filter(|c| !c.is_empty())

@@ -8,17 +8,23 @@
 //! files or on the database alike, and changes state only through them (`Access::approve`,
 //! `Memory::replace` within its caps, a job removed as `bub jobs remove` does).
 //!
-//! Security ([`auth`]): nothing but the login page without the cookie holding the token of
-//! `BUB_HOME/console.token` (401); every change is a POST carrying the page's CSRF token (403
-//! without); every value is HTML-escaped by the templates, and the whole page passes through the
-//! redactor before it leaves, so no key or token of Bub's is ever shown. Every file or database
-//! read runs on the blocking pool.
+//! Security: every request must name one of the console's own addresses in `Host`, and every
+//! change come from its own origin ([`site`]: 421 / 403); nothing but the login page without a
+//! session that a login with the token of `BUB_HOME/console.token` created ([`auth`],
+//! [`logins`], [`token`]; 401), failed logins limited ([`limit`]); every change is a POST
+//! carrying its session's CSRF token (403 without); every value is HTML-escaped by the
+//! templates, and the whole page passes through the redactor before it leaves, so no key or
+//! token of Bub's is ever shown. Every file or database read runs on the blocking pool.
 
 mod admin;
 mod auth;
+mod limit;
+mod logins;
 mod page;
 mod sessions;
+mod site;
 mod timeline;
+mod token;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -46,10 +52,10 @@ pub(crate) struct Console {
     access: Access,
     memory: Memory,
     jobs: Arc<dyn JobStore>,
-    /// The login token (`console.token`).
-    token: String,
-    /// This process's CSRF token, in every form.
-    csrf: String,
+    /// The logins: the token, the sessions, the limiter.
+    auth: auth::Auth,
+    /// The console's own addresses (`Host`, `Origin`).
+    site: site::Site,
     /// Bub's secrets (the console's token among them), raw and HTML-escaped.
     redactor: Redactor,
     /// The tapes read last, kept open.
@@ -59,13 +65,14 @@ pub(crate) struct Console {
 type Shared = Arc<Console>;
 
 impl Console {
-    /// The console of `settings`' `BUB_HOME`; creates `console.token` when there is none
-    /// (`created` says so).
+    /// The console of `settings`' `BUB_HOME`, served on `listen` (as bound); creates
+    /// `console.token` when there is none (and then returns it, to be printed once).
     pub(crate) fn new(
         settings: &Settings,
         board: Option<Arc<Board>>,
-    ) -> anyhow::Result<(Console, bool)> {
-        let (token, created) = auth::token(&settings.home)?;
+        listen: SocketAddr,
+    ) -> anyhow::Result<(Console, Option<String>)> {
+        let (token, created) = token::token(&settings.home)?;
         let db = settings.database()?;
         // Bub's secrets, the token among them (it exists now).
         let mut secrets = settings.secret_values();
@@ -78,16 +85,17 @@ impl Console {
             settings: settings.clone(),
             db,
             board,
-            token,
-            csrf: crate::status::new_token(),
+            auth: auth::Auth::new(settings, token.clone()),
+            site: site::Site::new(listen, settings.console.public_url.as_ref()),
             redactor: Redactor::new(secrets),
             tapes: timeline::Tapes::default(),
         };
-        Ok((console, created))
+        Ok((console, created.then_some(token)))
     }
 }
 
-/// The console's routes (the caller serves them, alone or beside `/healthz`).
+/// The console's routes (the caller serves them, alone or beside `/healthz`): every one behind
+/// the `Host` and `Origin` checks, the pages behind the login too.
 pub(crate) fn router(console: Console) -> Router {
     let shared: Shared = Arc::new(console);
     let pages = Router::new()
@@ -114,6 +122,10 @@ pub(crate) fn router(console: Console) -> Router {
         .route("/assets/console.css", get(page::css))
         .route("/assets/console.js", get(page::js))
         .merge(pages)
+        .layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            site::guard,
+        ))
         .layer(axum::middleware::from_fn(page::headers))
         .with_state(shared)
 }
@@ -122,7 +134,7 @@ pub(crate) fn router(console: Console) -> Router {
 /// console), so that the agent's redactor knows it from the first turn.
 pub fn prepare(settings: &Settings) -> anyhow::Result<()> {
     if settings.console.enabled {
-        auth::token(&settings.home)?;
+        token::token(&settings.home)?;
     }
     Ok(())
 }
@@ -137,13 +149,14 @@ pub async fn in_daemon(
     if !settings.console.enabled {
         return Ok(None);
     }
-    let (console, _) = Console::new(settings, Some(board))?;
-    let app = router(console);
     if settings.http_listen == Some(settings.console.listen) {
+        let (console, _) = Console::new(settings, Some(board), settings.console.listen)?;
         tracing::info!(addr = %settings.console.listen, "console.listen");
-        return Ok(Some(app));
+        return Ok(Some(router(console)));
     }
     let listener = bind(settings.console.listen).await?;
+    let (console, _) = Console::new(settings, Some(board), listener.local_addr()?)?;
+    let app = router(console);
     drop(tokio::spawn(serve(listener, app, shutdown.child_token())));
     Ok(None)
 }
@@ -151,16 +164,23 @@ pub async fn in_daemon(
 /// `bub console`: serves the console until `shutdown`. Prints where, and the token when it was
 /// created now (afterwards it is only in `console.token`).
 pub async fn run(settings: &Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let (console, created) = Console::new(settings, None)?;
     let listener = bind(settings.console.listen).await?;
     let addr = listener.local_addr()?;
+    let (console, created) = Console::new(settings, None, addr)?;
     let token_path = settings.home.join(crate::config::CONSOLE_TOKEN);
-    println!("Bub console: http://{addr}/");
-    if created {
+    // An address the console answers to (not `0.0.0.0`, which no browser names).
+    let shown = match addr.ip().is_unspecified() {
+        true => SocketAddr::from(([127, 0, 0, 1], addr.port())),
+        false => addr,
+    };
+    println!("Bub console: http://{shown}/");
+    if let Some(public) = &settings.console.public_url {
+        println!("Behind its proxy: {}/", public.origin());
+    }
+    if let Some(token) = created {
         println!(
-            "Log in with this token (kept in {}): {}",
+            "Log in with this token (kept in {}): {token}",
             token_path.display(),
-            console.token
         );
     } else {
         println!("Log in with the token in {}", token_path.display());

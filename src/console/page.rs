@@ -1,6 +1,7 @@
 //! The console's page frame: the layout and navigation around every page, the assets compiled
 //! into the binary, the security headers of every answer, and the last step before a page
-//! leaves — the redactor over the whole HTML.
+//! leaves — the redactor over the whole HTML. A logged-in page is rendered for its
+//! [`Operator`], whose session's CSRF token its forms carry.
 
 use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -8,7 +9,8 @@ use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Response};
 use maud::{DOCTYPE, Markup, html};
 
-use super::{Console, Shared};
+use super::Console;
+use super::auth::Operator;
 
 const CSS: &str = include_str!("assets/console.css");
 const JS: &str = include_str!("assets/console.js");
@@ -59,12 +61,19 @@ const NAV: [(&str, &str); 5] = [
     ("/memory", "Memory"),
 ];
 
-/// `body` in the frame (with the navigation when `nav` names the current page), redacted.
+/// The navigation of a logged-in page: the current page's path, and the CSRF token of the
+/// operator's session for the logout form.
+pub(super) struct Nav<'a> {
+    pub current: &'a str,
+    pub csrf: &'a str,
+}
+
+/// `body` in the frame (with the navigation when given), redacted.
 pub(super) fn respond(
     console: &Console,
     status: StatusCode,
     title: &str,
-    nav: Option<&str>,
+    nav: Option<Nav<'_>>,
     body: Markup,
 ) -> Response {
     let page = html! {
@@ -78,13 +87,13 @@ pub(super) fn respond(
                 script src="/assets/console.js" defer {}
             }
             body {
-                @if let Some(current) = nav {
+                @if let Some(Nav { current, csrf }) = nav {
                     nav {
                         @for (path, name) in NAV {
                             a href=(path) class=[(path == current).then_some("current")] { (name) }
                         }
                         form.logout method="post" action="/logout" {
-                            (csrf(console))
+                            input type="hidden" name="csrf" value=(csrf);
                             button type="submit" { "Log out" }
                         }
                     }
@@ -96,9 +105,13 @@ pub(super) fn respond(
     (status, Html(redacted(console, page.into_string()))).into_response()
 }
 
-/// A page of the console, 200.
-pub(super) fn ok(console: &Console, title: &str, nav: &str, body: Markup) -> Response {
-    respond(console, StatusCode::OK, title, Some(nav), body)
+/// A page of the console for `operator`, 200.
+pub(super) fn ok(operator: &Operator, title: &str, nav: &str, body: Markup) -> Response {
+    let nav = Nav {
+        current: nav,
+        csrf: operator.csrf(),
+    };
+    respond(operator, StatusCode::OK, title, Some(nav), body)
 }
 
 /// A fragment (the timeline's new entries), redacted like a page.
@@ -107,15 +120,19 @@ pub(super) fn fragment(console: &Console, body: Markup) -> Response {
 }
 
 /// A short error a page could not avoid (a missing session, a store that failed), 4xx/5xx.
-pub(super) fn error(console: &Console, status: StatusCode, message: &str) -> Response {
+pub(super) fn error(operator: &Operator, status: StatusCode, message: &str) -> Response {
     let body =
         html! { h1 { "Error" } p.error { (message) } p { a href="/" { "Back to the sessions" } } };
-    respond(console, status, "Error", Some(""), body)
+    let nav = Nav {
+        current: "",
+        csrf: operator.csrf(),
+    };
+    respond(operator, status, "Error", Some(nav), body)
 }
 
-/// The hidden CSRF field of a form.
-pub(super) fn csrf(console: &Console) -> Markup {
-    html! { input type="hidden" name="csrf" value=(console.csrf); }
+/// The hidden CSRF field of a form: the operator's session's token.
+pub(super) fn csrf(operator: &Operator) -> Markup {
+    html! { input type="hidden" name="csrf" value=(operator.csrf()); }
 }
 
 fn redacted(console: &Console, html: String) -> String {
@@ -135,23 +152,24 @@ pub(super) fn encode(text: &str) -> String {
     percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
-/// Runs `render` (file or database reads) on the blocking pool; a failure is a 500 page.
+/// Runs `render` (file or database reads) for `operator` on the blocking pool; a failure is a
+/// 500 page.
 pub(super) async fn blocking(
-    console: Shared,
-    render: impl FnOnce(&Console) -> anyhow::Result<Response> + Send + 'static,
+    operator: Operator,
+    render: impl FnOnce(&Operator) -> anyhow::Result<Response> + Send + 'static,
 ) -> Response {
-    let worker = console.clone();
+    let worker = operator.clone();
     match tokio::task::spawn_blocking(move || render(&worker)).await {
         Ok(Ok(response)) => response,
         Ok(Err(e)) => {
             tracing::warn!(error = %format!("{e:#}"), "console.error");
             error(
-                &console,
+                &operator,
                 StatusCode::INTERNAL_SERVER_ERROR,
                 &format!("{e:#}"),
             )
         }
-        Err(e) => error(&console, StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+        Err(e) => error(&operator, StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     }
 }
 

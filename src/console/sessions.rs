@@ -4,14 +4,15 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use axum::extract::{Query, State};
+use axum::extract::Query;
 use axum::response::Response;
 use chrono::NaiveDate;
 use maud::{Markup, html};
 use serde::Deserialize;
 
+use super::Console;
+use super::auth::Operator;
 use super::page::{self, blocking};
-use super::{Console, Shared};
 use crate::status::{SessionRow, Snapshot};
 use crate::usage::Totals;
 
@@ -34,9 +35,9 @@ pub(super) struct Filter {
 }
 
 /// `GET /`: the sessions, newest first, filtered by `q` (a part of the session id).
-pub(super) async fn list(State(console): State<Shared>, Query(filter): Query<Filter>) -> Response {
-    let live = snapshot(&console).await;
-    blocking(console, move |c| {
+pub(super) async fn list(operator: Operator, Query(filter): Query<Filter>) -> Response {
+    let live = snapshot(&operator).await;
+    blocking(operator, move |c| {
         let tapes = crate::tape::list(&c.settings.home, c.db.as_ref(), super::workspace(c))?;
         let today = per_session_today(c)?;
         let live: HashMap<String, SessionRow> = live
@@ -127,14 +128,14 @@ fn per_session_today(c: &Console) -> anyhow::Result<HashMap<String, Totals>> {
 
 /// `GET /status`: the daemon's answer, the jobs and today's usage (as `bub status` prints
 /// them), the replicas, and the last 30 days' usage.
-pub(super) async fn status(State(console): State<Shared>) -> Response {
-    let live = snapshot(&console).await;
-    let replicas = match crate::cli::db::replicas(&console.settings).await {
+pub(super) async fn status(operator: Operator) -> Response {
+    let live = snapshot(&operator).await;
+    let replicas = match crate::cli::db::replicas(&operator.settings).await {
         Ok(Some(rows)) => Some(crate::cli::db::describe_replicas(&rows)),
         Ok(None) => None,
         Err(e) => Some(format!("replicas unavailable: {e:#}")),
     };
-    blocking(console, move |c| {
+    blocking(operator, move |c| {
         let jobs: Vec<String> = c.jobs.list()?.iter().map(|j| j.row(true)).collect();
         let entries = crate::usage::entries(&c.settings)?;
         let today = chrono::Local::now().date_naive();

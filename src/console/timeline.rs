@@ -10,15 +10,16 @@
 
 use std::sync::Mutex;
 
-use axum::extract::{Query, State};
+use axum::extract::Query;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use maud::{Markup, html};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::Console;
+use super::auth::Operator;
 use super::page::{self, blocking, encode};
-use super::{Console, Shared};
 use crate::tape::{Kind, Searched, TapeEntry, TapeStore, Window};
 
 /// Entries shown at a time.
@@ -176,8 +177,8 @@ fn kinds(work: bool) -> &'static [Kind] {
 }
 
 /// `GET /session`: the timeline.
-pub(super) async fn page(State(console): State<Shared>, Query(view): Query<View>) -> Response {
-    blocking(console, move |c| {
+pub(super) async fn page(operator: Operator, Query(view): Query<View>) -> Response {
+    blocking(operator, move |c| {
         if view.id.is_none() && view.tape.is_none() {
             return Ok(page::error(c, StatusCode::BAD_REQUEST, "which session? (?id=telegram:42)"));
         }
@@ -253,8 +254,8 @@ pub(super) async fn page(State(console): State<Shared>, Query(view): Query<View>
 /// `GET /session/live?…&after=ID&len=N`: the entries after `ID` as list items (with the new
 /// last id and length in `x-after` / `x-len`); 204 while the tape's length is `N`, 205 (the
 /// page reloads) when the tape was reset or more arrived than a page.
-pub(super) async fn live(State(console): State<Shared>, Query(view): Query<View>) -> Response {
-    blocking(console, move |c| {
+pub(super) async fn live(operator: Operator, Query(view): Query<View>) -> Response {
+    blocking(operator, move |c| {
         let mut tape = c.tapes.take(c, &view)?;
         let len = tape.len()?;
         let after = view.after.unwrap_or(0);
@@ -419,8 +420,8 @@ const MAX_FILE: u64 = 50 * 1024 * 1024;
 /// `GET /file?id=SESSION&name=NAME`: a file saved for a chat, from its folder
 /// (`chats/<channel>-<chat>/` of the workspace) only — an image shown, anything else
 /// downloaded; a path, a hidden or secret name, or a link out of the folder is 404.
-pub(super) async fn file(State(console): State<Shared>, Query(q): Query<FileQuery>) -> Response {
-    blocking(console, move |c| {
+pub(super) async fn file(operator: Operator, Query(q): Query<FileQuery>) -> Response {
+    blocking(operator, move |c| {
         let not_found = || page::error(c, StatusCode::NOT_FOUND, "no such file");
         let plain = !q.name.contains(['/', '\\']) && !q.name.starts_with('.');
         let folder = crate::chat::SessionId::from(q.id.as_str()).chat_folder();

@@ -2,13 +2,18 @@
 //! read the Telegram conversation (the tool call behind the work-lane toggle, the anchor, the
 //! `<script>` shown as text), search, watch a new answer arrive without reloading, approve the
 //! stranger's pairing and see the daemon answer them — and the page's own requests refused
-//! without the cookie (401) or the CSRF token (403). Screenshots go to `target/screenshots/`.
+//! without the cookie (401) or the CSRF token (403) — and a page on another loopback port, which
+//! is the same *site* to the browser, unable to approve a stranger through the operator's
+//! login. Screenshots go to `target/screenshots/`.
 
 use crate::support;
+
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use support::browser::{Browser, screenshots};
 use support::fake_telegram::private_text;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::Rig;
 
@@ -168,5 +173,137 @@ async fn an_operator_reads_the_timeline_and_approves_a_pairing_in_chromium() {
         .screenshot(shots.join("console-phone.png"))
         .await
         .unwrap();
+    rig.daemon.stop().await;
+}
+
+/// A web app on another loopback port, as any local program (a guest's `python3 -m
+/// http.server`) can serve: its page posts a form to the console as soon as it loads, and every
+/// request it receives is recorded (its head: the request line and the headers).
+struct Hostile {
+    url: String,
+    heads: Arc<Mutex<Vec<String>>>,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl Hostile {
+    async fn start(page: String) -> Hostile {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        let heads: Arc<Mutex<Vec<String>>> = Arc::default();
+        let recorded = heads.clone();
+        let server = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                drop(tokio::spawn(answer(stream, page.clone(), recorded.clone())));
+            }
+        });
+        Hostile { url, heads, server }
+    }
+
+    fn heads(&self) -> Vec<String> {
+        self.heads.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Hostile {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+/// Reads a request's head (bounded), records it, and answers with `page` (`GET /`) or 404.
+async fn answer(mut stream: tokio::net::TcpStream, page: String, heads: Arc<Mutex<Vec<String>>>) {
+    let mut head = Vec::new();
+    let mut chunk = [0; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 64 * 1024 {
+        match stream.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let head = String::from_utf8_lossy(&head).into_owned();
+    let (status, body) = match head.starts_with("GET / ") {
+        true => ("200 OK", page),
+        false => ("404 Not Found", String::new()),
+    };
+    heads.lock().unwrap().push(head);
+    let answer = format!(
+        "HTTP/1.1 {status}\r\ncontent-type: text/html; charset=utf-8\r\n\
+         content-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(answer.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_page_on_another_loopback_port_cannot_approve_a_stranger_in_chromium() {
+    let rig = Rig::start().await;
+    let browser = Browser::start().await.unwrap();
+
+    // The operator logs in and sees the stranger's request.
+    browser.goto(&format!("{}/access", rig.base)).await.unwrap();
+    let token = browser.find("#token").await.unwrap();
+    browser.type_text(&token, &rig.token).await.unwrap();
+    let submit = browser.find("form.login button").await.unwrap();
+    browser.click(&submit).await.unwrap();
+    browser.wait_text("ul.pending", &rig.code).await.unwrap();
+
+    // The hostile app takes whatever CSRF token the console's login page shows anyone, and
+    // serves a page that approves the stranger as owner.
+    let (_, login) = rig.get("/", false).await;
+    let csrf = super::field_if(&login, "csrf").unwrap_or_default();
+    let page = format!(
+        "<!doctype html><html><body><h1>Cat pictures</h1>\
+         <form id=\"f\" method=\"post\" action=\"{}/access/approve\">\
+         <input type=\"hidden\" name=\"channel\" value=\"telegram\">\
+         <input type=\"hidden\" name=\"code\" value=\"{}\">\
+         <input type=\"hidden\" name=\"role\" value=\"owner\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\"></form>\
+         <script>document.getElementById('f').submit();</script></body></html>",
+        rig.base, rig.code
+    );
+    let hostile = Hostile::start(page).await;
+    let access = || std::fs::read_to_string(rig.env.home.join("access.json")).unwrap();
+    let before = access();
+
+    // The operator opens the hostile page; it posts itself to the console.
+    browser.goto(&hostile.url).await.unwrap();
+    let deadline = tokio::time::Instant::now() + support::browser::FIND;
+    loop {
+        let url = browser.url().await.unwrap();
+        let ready = "return document.readyState;";
+        if url.starts_with(&rig.base) && browser.execute(ready, &[]).await.unwrap() == "complete" {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the hostile form was not posted: still on {url}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let after = access();
+    let file: Value = serde_json::from_str(&after).unwrap();
+    assert_eq!(
+        file["users"].as_array().map_or(0, Vec::len),
+        0,
+        "the stranger was approved: {after}"
+    );
+    assert_eq!(before, after, "access.json unchanged");
+    browser.wait_text("body", "forbidden").await.unwrap();
+    browser
+        .screenshot(screenshots().join("console-cross-port-refused.png"))
+        .await
+        .unwrap();
+
+    // The hostile app saw the browser's requests, never the login token.
+    let heads = hostile.heads();
+    assert!(heads.iter().any(|h| h.starts_with("GET / ")), "{heads:?}");
+    for head in &heads {
+        assert!(!head.contains(&rig.token), "the token reached it: {head}");
+    }
+
+    // The request is still pending, for the operator to decide in the console itself.
+    browser.goto(&format!("{}/access", rig.base)).await.unwrap();
+    browser.wait_text("ul.pending", &rig.code).await.unwrap();
     rig.daemon.stop().await;
 }
