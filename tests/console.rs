@@ -177,7 +177,7 @@ pub(crate) fn set_cookie(response: &reqwest::Response) -> String {
 }
 
 /// The value of the hidden input `name` in `page`.
-fn field(page: &str, name: &str) -> String {
+pub(crate) fn field(page: &str, name: &str) -> String {
     field_if(page, name).unwrap_or_else(|| panic!("no {name} field in {page}"))
 }
 
@@ -305,8 +305,9 @@ async fn login_sets_a_strict_http_only_cookie_and_every_change_needs_the_csrf_to
         .await;
     let job = rig.env.jobs()["jobs"][0]["id"].as_str().unwrap().to_owned();
     let access_before = std::fs::read_to_string(rig.env.home.join("access.json")).unwrap();
-    let actions: [(&str, Vec<(&str, &str)>); 6] = [
+    let actions: [(&str, Vec<(&str, &str)>); 7] = [
         ("/jobs/remove", vec![("id", &job)]),
+        ("/commands/end", vec![("id", "1")]),
         (
             "/access/approve",
             vec![

@@ -2,7 +2,8 @@
 //! a fresh context of its own with only the tools it was given, its answer is the tool result;
 //! a subagent cannot start another; a guest's subagent is a guest; `/stop` stops it with its
 //! parent's turn. A background one answers later as a turn of the parent session, once, also
-//! after `kill -9`; the bounds count it; `/stop` from the chat stops it.
+//! after `kill -9`; the bounds count it; `/stop` from the chat stops it. A job a subagent
+//! schedules is its parent chat's, within that chat's caps.
 
 use serde_json::json;
 
@@ -299,4 +300,52 @@ async fn background_subagents_count_toward_the_process_bound() {
     assert_eq!(texts(&sent)[1], "Stopped 1 background subagent.");
     hold.release();
     assert!(daemon.stop().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_guests_subagent_schedules_in_the_parents_chat_within_its_caps() {
+    let mut env = Env::new().await;
+    env.set("BUB_GUEST_TOOLS", "schedule.add,schedule.list,subagent");
+    let daemon = env.start();
+    // The guest (user 5) already has four of its five jobs in the chat.
+    for i in 0..4 {
+        let add = format!(r#",schedule.add message="ping {i}" after_seconds=3600"#);
+        env.telegram.push_message(private_text(5, 5, &add));
+        env.telegram
+            .wait_for_calls("sendMessage", i + 1, WAIT)
+            .await;
+    }
+    // Its turn hands two more to a subagent.
+    let task = json!({"task": "Schedule two reminders.", "tools": ["schedule.add"]});
+    env.model.push_tool_calls(&[("subagent", task)]);
+    let later = |text: &str| json!({"message": text, "after_seconds": 3600});
+    env.model.push_tool_calls(&[
+        ("schedule_add", later("five")),
+        ("schedule_add", later("six")),
+    ]);
+    env.model.push_text("one scheduled, one refused");
+    env.model.push_text("Done.");
+    env.telegram
+        .push_message(private_text(5, 5, "remind me twice"));
+    let sent = env.telegram.wait_for_calls("sendMessage", 5, WAIT).await;
+    assert_eq!(texts(&sent)[4], "Done.");
+    assert!(daemon.stop().await.success());
+
+    let results = tool_results(&env.model.requests()[2]);
+    let added = results
+        .iter()
+        .filter(|r| r.starts_with("scheduled:"))
+        .count();
+    assert_eq!(added, 1, "{results:?}");
+    assert!(
+        results
+            .iter()
+            .any(|r| r.contains("already has 5 scheduled jobs")),
+        "the chat's cap counts the subagent's job: {results:?}"
+    );
+    let jobs = env.jobs()["jobs"].as_array().unwrap().clone();
+    assert_eq!(jobs.len(), 5);
+    for job in &jobs {
+        assert_eq!(job["session"], "telegram:5", "filed under the chat: {job}");
+    }
 }

@@ -1,7 +1,8 @@
 //! The pages that change state, each through the store the operator's command uses: jobs
 //! (removed as `bub jobs remove` does), access (pairings approved or rejected, users revoked,
-//! `bub access explain`), memory (replaced within its caps, as `bub memory edit`). A change
-//! answers with a redirect back to its page and a line saying what happened.
+//! `bub access explain`), memory (replaced within its caps, as `bub memory edit`), background
+//! commands (ended as `bub status --kill` does). A change answers with a redirect back to its
+//! page and a line saying what happened.
 
 use axum::Form;
 use axum::extract::Query;
@@ -18,16 +19,16 @@ use crate::memory::Scope;
 /// What a change says on the page it returns to (`?done=`).
 #[derive(Deserialize, Default)]
 pub(super) struct Done {
-    done: Option<String>,
+    pub(super) done: Option<String>,
     explain: Option<String>,
     user: Option<String>,
 }
 
-fn done(path: &str, message: &str) -> Response {
+pub(super) fn done(path: &str, message: &str) -> Response {
     Redirect::to(&format!("{path}?done={}", encode(message))).into_response()
 }
 
-fn notice(message: Option<&String>) -> maud::Markup {
+pub(super) fn notice(message: Option<&String>) -> maud::Markup {
     html! { @if let Some(m) = message { p.done role="status" { (m) } } }
 }
 
@@ -79,6 +80,26 @@ pub(super) async fn remove_job(operator: Operator, Form(form): Form<JobId>) -> R
         Ok(done("/jobs", &message))
     })
     .await
+}
+
+#[derive(Deserialize)]
+pub(super) struct CommandId {
+    id: u64,
+}
+
+/// `POST /commands/end`: the daemon ends a background command, whoever started it.
+pub(super) async fn end_command(operator: Operator, Form(form): Form<CommandId>) -> Response {
+    let ended = match &operator.board {
+        Some(board) => board.end_command(form.id),
+        None => crate::status::end_command(&operator.settings.home, form.id)
+            .await
+            .unwrap_or_else(|e| Err(format!("{e:#}"))),
+    };
+    let message = match ended {
+        Ok(ended) => format!("Done: {ended}."),
+        Err(why) => format!("Not ended: {why}."),
+    };
+    done("/status", &message)
 }
 
 /// `GET /access`: pending requests, approved users, and `explain` for a chat.

@@ -112,6 +112,7 @@ pub(crate) fn router(console: Console) -> Router {
         .route("/access/revoke", post(admin::revoke))
         .route("/memory", get(admin::memory))
         .route("/memory/edit", post(admin::edit_memory))
+        .route("/commands/end", post(admin::end_command))
         .route("/logout", post(auth::logout))
         .route_layer(axum::middleware::from_fn_with_state(
             shared.clone(),

@@ -1,6 +1,7 @@
 //! The sessions page (every tape of the workspace with its activity, today's tokens and cost,
-//! the running turn and queue) and the status page (what `bub status` shows, and the usage of
-//! the last 30 days as a plot).
+//! the running turn and queue) and the status page (what `bub status` shows, the running
+//! background commands with a button that ends each, and the usage of the last 30 days as a
+//! plot).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -13,7 +14,7 @@ use serde::Deserialize;
 use super::Console;
 use super::auth::Operator;
 use super::page::{self, blocking};
-use crate::status::{SessionRow, Snapshot};
+use crate::status::{CommandRow, SessionRow, Snapshot};
 use crate::usage::Totals;
 
 /// The days the usage plot shows.
@@ -128,7 +129,7 @@ fn per_session_today(c: &Console) -> anyhow::Result<HashMap<String, Totals>> {
 
 /// `GET /status`: the daemon's answer, the jobs and today's usage (as `bub status` prints
 /// them), the replicas, and the last 30 days' usage.
-pub(super) async fn status(operator: Operator) -> Response {
+pub(super) async fn status(operator: Operator, Query(q): Query<super::admin::Done>) -> Response {
     let live = snapshot(&operator).await;
     let replicas = match crate::cli::db::replicas(&operator.settings).await {
         Ok(Some(rows)) => Some(crate::cli::db::describe_replicas(&rows)),
@@ -149,8 +150,29 @@ pub(super) async fn status(operator: Operator) -> Response {
             }
         }
         let today_text = days.get(&today).map(Totals::describe).unwrap_or_default();
+        let running: Vec<&CommandRow> = live
+            .iter()
+            .flat_map(|s| &s.commands)
+            .filter(|r| r.state.starts_with("running"))
+            .collect();
         let body = html! {
             h1 { "Status" }
+            (super::admin::notice(q.done.as_ref()))
+            @if !running.is_empty() {
+                h2 { "Background commands" }
+                div.scroll { table.commands {
+                    thead { tr { th { "Id" } th { "Session" } th { "Started by" } th { "State" } th { "Command" } th {} } }
+                    tbody { @for r in &running {
+                        tr {
+                            td { (r.id) } td { (r.session) } td { (r.owner) } td { (r.state) } td { code { (r.command) } }
+                            td { form method="post" action="/commands/end" {
+                                (page::csrf(c)) input type="hidden" name="id" value=(r.id);
+                                button.danger type="submit" { "End" }
+                            } }
+                        }
+                    } }
+                } }
+            }
             @match &live {
                 Some(snapshot) => pre.status { (crate::status::render(snapshot, &jobs, &today_text)) },
                 None => {

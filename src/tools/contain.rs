@@ -227,7 +227,10 @@ static EXEC: AtomicBool = AtomicBool::new(false);
 pub fn keeper_main() {
     use std::os::unix::ffi::OsStrExt;
     let mut args = std::env::args_os();
-    if args.next().is_none_or(|a| a.as_bytes() != KEEPER.to_bytes()) {
+    if args
+        .next()
+        .is_none_or(|a| a.as_bytes() != KEEPER.to_bytes())
+    {
         return;
     }
     let mut pid = || -> pid_t {

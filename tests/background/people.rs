@@ -2,7 +2,7 @@
 //! a group shared with the owner (user 42 is an owner, 50 and 51 are guests given `bash`): the
 //! owner's command is neither named, read nor ended for a guest; a guest runs one at a time in
 //! all chats and never takes the slots kept for owners; `/stop` ends a person's own, `/new` what
-//! they may end, and the operator lists and ends any with `bub status`.
+//! they may end, and the operator lists and ends any with `bub status` and in the console.
 
 use crate::support::bub_env::{Env, stdout, texts};
 use crate::support::fake_telegram::{group_text, private_text};
@@ -156,5 +156,61 @@ async fn guests_never_take_the_slots_kept_for_owners() {
     )
     .await;
     assert!(answer.contains("started background command"), "{answer}");
+    assert!(daemon.stop().await.success());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operator_ends_a_guests_command_in_the_console() {
+    let mut env = Env::new().await;
+    env.set("BUB_GUEST_TOOLS", GUEST_SHELL);
+    let port = crate::support::postgres::free_port();
+    env.set("BUB_CONSOLE", "true");
+    env.set("BUB_CONSOLE_LISTEN", &port.to_string());
+    let daemon = env.start();
+    let cmd = r#",bash cmd="sleep 65" background=true"#;
+    let started = say(&env, GROUP, 50, cmd, 1).await;
+    assert!(
+        started.contains("started background command 1"),
+        "{started}"
+    );
+
+    let base = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let token = std::fs::read_to_string(env.home.join("console.token")).unwrap();
+    let cookie = crate::console::login(&http, &base, token.trim()).await;
+    let page = http
+        .get(format!("{base}/status"))
+        .header(reqwest::header::COOKIE, &cookie)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(page.contains("guest (telegram:50)"), "{page}");
+    assert!(page.contains("action=\"/commands/end\""), "{page}");
+    let csrf = crate::console::field(&page, "csrf");
+    let ended = http
+        .post(format!("{base}/commands/end"))
+        .header(reqwest::header::COOKIE, &cookie)
+        .header(reqwest::header::ORIGIN, &base)
+        .form(&[("id", "1"), ("csrf", &csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ended.status(), reqwest::StatusCode::SEE_OTHER);
+    let location = ended.headers()[reqwest::header::LOCATION].to_str().unwrap();
+    assert!(
+        location.contains("killed%20background%20command%201"),
+        "{location}"
+    );
+    let read = say(&env, GROUP, 50, ",bash.output id=1", 2).await;
+    assert!(
+        read.starts_with("[1 killed]") || read.starts_with("[1 ending]"),
+        "{read}"
+    );
     assert!(daemon.stop().await.success());
 }

@@ -303,6 +303,7 @@ impl Background {
             ));
         }
         let status = match &state.ended {
+            None if command.stop.is_cancelled() => "ending".to_owned(),
             None => "running".to_owned(),
             Some(ended) => ended.clone(),
         };
