@@ -671,10 +671,17 @@ async fn wait_for_daemon_lock(
     }
 }
 
-/// One warning line for each risk to guests' file rule (`access::files::startup_warnings`).
+/// One warning line for each risk to guests' file rule (`access::files::startup_warnings`),
+/// and one when commands cannot be fully contained (guests then get no background commands).
 fn warn_about_guests(settings: &Settings) {
     for warning in bub::access::files::startup_warnings(settings) {
         tracing::warn!(%warning, "access.files");
+    }
+    if let Err(missing) = bub::tools::contain::support() {
+        tracing::warn!(
+            %missing,
+            "contain.partial: a process that leaves its command's group may outlive it; guests get no background commands"
+        );
     }
 }
 
