@@ -2,7 +2,7 @@
 //! (sandboxed, as guests' are) leave processes behind in every way a shell can — `setsid`, a
 //! double fork, `nohup … &`, `setsid -f` — and after the command returns, times out, is killed
 //! with `bash.kill`, is stopped with `/stop`, its chat is reset and the daemon stops, none of
-//! them is left in `/proc`.
+//! them is left in `/proc`; nor can a command kill its keeper to orphan them.
 
 use crate::support::bub_env::{Env, texts};
 use crate::support::fake_mcp::SOON;
@@ -67,12 +67,18 @@ async fn nothing_a_command_started_outlives_it() {
     assert_eq!(say(&env, 50, &cmd, 1).await, "started");
     none_left("711", "the command returned").await;
 
+    // Killing its keeper (its parent) to orphan what it started: the sandbox does not let it.
+    let cmd = r#",bash cmd="setsid sleep 7171 & kill -KILL $PPID; echo kill=$?""#;
+    let answer = say(&env, 50, cmd, 2).await;
+    assert!(answer.contains("kill=1"), "{answer}");
+    none_left("717", "a kill of the keeper").await;
+
     // A timeout.
     let cmd = format!(
         r#",bash cmd="{}; sleep 100" timeout_seconds=2"#,
         escapes("712")
     );
-    let timeout = say(&env, 50, &cmd, 2).await;
+    let timeout = say(&env, 50, &cmd, 3).await;
     assert!(
         timeout.contains("timeout: command did not finish"),
         "{timeout}"
@@ -85,19 +91,19 @@ async fn nothing_a_command_started_outlives_it() {
         escapes("713")
     );
     assert!(
-        say(&env, 50, &cmd, 3)
+        say(&env, 50, &cmd, 4)
             .await
             .contains("started background command 1")
     );
     all_running("713").await;
-    assert!(say(&env, 50, ",bash.kill id=1", 4).await.contains("killed"));
+    assert!(say(&env, 50, ",bash.kill id=1", 5).await.contains("killed"));
     none_left("713", "bash.kill").await;
 
     // `/stop` of the turn running the command.
     let cmd = format!(r#",bash cmd="{}; sleep 100""#, escapes("714"));
     env.telegram.push_message(private_text(50, 50, &cmd));
     all_running("714").await;
-    assert_eq!(say(&env, 50, "/stop", 5).await, "Stopped.");
+    assert_eq!(say(&env, 50, "/stop", 6).await, "Stopped.");
     none_left("714", "/stop").await;
 
     // `tape.reset` of the owner's chat.
@@ -106,12 +112,12 @@ async fn nothing_a_command_started_outlives_it() {
         escapes("715")
     );
     assert!(
-        say(&env, 42, &cmd, 6)
+        say(&env, 42, &cmd, 7)
             .await
             .contains("started background command")
     );
     all_running("715").await;
-    say(&env, 42, ",tape.reset", 7).await;
+    say(&env, 42, ",tape.reset", 8).await;
     none_left("715", "tape.reset").await;
 
     // The daemon's stop.
@@ -120,7 +126,7 @@ async fn nothing_a_command_started_outlives_it() {
         escapes("716")
     );
     assert!(
-        say(&env, 50, &cmd, 8)
+        say(&env, 50, &cmd, 9)
             .await
             .contains("started background command")
     );
