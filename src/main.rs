@@ -323,6 +323,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Command::Status { kill: Some(id), .. } => bub::cli::status::kill(&settings, id).await,
             Command::Console => {
                 logging::init(&settings, LogTarget::Stderr);
+                bub::net::fd_limit::raise();
                 let shutdown = CancellationToken::new();
                 stop_on_signal(shutdown.clone());
                 let served = bub::console::run(&settings, shutdown);
@@ -486,6 +487,7 @@ async fn settle(agent: &AgentRuntime) {
 /// `bub message`: the channel daemon (one per `BUB_HOME`).
 async fn message(settings: Settings) -> anyhow::Result<()> {
     logging::init(&settings, LogTarget::Stderr);
+    bub::net::fd_limit::raise();
     warn_about_guests(&settings);
     // One process per BUB_HOME writes the inbox file; replicas share the database's.
     let _daemon = match settings.database_url {
@@ -539,6 +541,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "status.unavailable"),
     }
     let console = bub::console::in_daemon(agent.settings(), board.clone(), &shutdown).await?;
+    let console = console.map(bub::console::limited);
     let channels = manager.channel_names();
     http::listen(agent.settings(), channels, console, &shutdown).await?;
     let scheduler = scheduler_enabled
@@ -581,6 +584,7 @@ async fn open_inbox(agent: &AgentRuntime) -> anyhow::Result<(Inbox, Vec<Resume>)
 /// that one exits. On a database it is a replica like `bub message`'s.
 async fn idle(settings: Settings) -> anyhow::Result<()> {
     logging::init(&settings, LogTarget::Stderr);
+    bub::net::fd_limit::raise();
     warn_about_guests(&settings);
     let shutdown = CancellationToken::new();
     stop_on_signal(shutdown.clone());

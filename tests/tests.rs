@@ -27,6 +27,7 @@ mod jobs;
 mod learning;
 mod ledger;
 mod limits;
+mod listener;
 mod live;
 mod llm;
 mod long_answers;

@@ -198,13 +198,17 @@ async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
     Ok(listener)
 }
 
+/// Serves the console on its own listener until `shutdown` ([`crate::net::server`]: header and
+/// request timeouts, a connection cap, no body over the largest form).
 async fn serve(listener: tokio::net::TcpListener, app: Router, shutdown: CancellationToken) {
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await;
-    if let Err(e) = served {
-        tracing::error!(error = %e, "console.error");
-    }
+    let server = crate::net::server::Server::new("console", auth::MAX_FORM);
+    server.serve(listener, limited(app), shutdown).await;
+}
+
+/// The console's routes with its body limit, the largest form it reads (`auth::MAX_FORM`; the
+/// login form's extractor would take 2 MB), on its own listener or on `BUB_HTTP_LISTEN`'s.
+pub fn limited(app: Router) -> Router {
+    app.layer(axum::extract::DefaultBodyLimit::max(auth::MAX_FORM))
 }
 
 /// The workspace whose tapes the console shows.

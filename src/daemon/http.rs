@@ -15,6 +15,11 @@
 //! closed label sets, never a message, a chat id or a key. The address is bound before serving
 //! starts, so a taken port stops the command with the reason; it is loopback unless
 //! `BUB_HTTP_LISTEN` names another.
+//!
+//! It is served by [`crate::net::server`], which holds under abuse: headers within 5 s, an
+//! answer within 30 s, a cap on connections (the oldest half-open one gives way to a newcomer),
+//! no body over the webhook's 1 MB (the only route here that reads one; the console's routes
+//! come with their own, lower limit).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,6 +34,8 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+use crate::net::server::Server;
 
 /// How long `/readyz` waits for the database to answer.
 pub const DB_CHECK: Duration = Duration::from_secs(2);
@@ -89,12 +96,8 @@ pub async fn serve(
         Some(console) => app.merge(console),
         None => app,
     };
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await;
-    if let Err(e) = served {
-        tracing::error!(error = %e, "http.error");
-    }
+    let server = Server::new("http", crate::channels::webhook::MAX_BODY);
+    server.serve(listener, app, shutdown).await;
 }
 
 async fn ready(State(ready): State<Readiness>) -> impl IntoResponse {
