@@ -488,7 +488,7 @@ async fn settle(agent: &AgentRuntime) {
 async fn message(settings: Settings) -> anyhow::Result<()> {
     logging::init(&settings, LogTarget::Stderr);
     bub::net::fd_limit::raise();
-    warn_about_guests(&settings);
+    bub::daemon::warn_about_guests(&settings);
     // One process per BUB_HOME writes the inbox file; replicas share the database's.
     let _daemon = match settings.database_url {
         Some(_) => None,
@@ -585,7 +585,7 @@ async fn open_inbox(agent: &AgentRuntime) -> anyhow::Result<(Inbox, Vec<Resume>)
 async fn idle(settings: Settings) -> anyhow::Result<()> {
     logging::init(&settings, LogTarget::Stderr);
     bub::net::fd_limit::raise();
-    warn_about_guests(&settings);
+    bub::daemon::warn_about_guests(&settings);
     let shutdown = CancellationToken::new();
     stop_on_signal(shutdown.clone());
     // Replicas on a database share its inbox: no lock to wait for.
@@ -672,20 +672,6 @@ async fn wait_for_daemon_lock(
             () = shutdown.cancelled() => return Ok(None),
             () = tokio::time::sleep(DAEMON_RETRY) => {}
         }
-    }
-}
-
-/// One warning line for each risk to guests' file rule (`access::files::startup_warnings`),
-/// and one when commands cannot be fully contained (guests then get no background commands).
-fn warn_about_guests(settings: &Settings) {
-    for warning in bub::access::files::startup_warnings(settings) {
-        tracing::warn!(%warning, "access.files");
-    }
-    if let Err(missing) = bub::tools::contain::support() {
-        tracing::warn!(
-            %missing,
-            "contain.partial: a process that leaves its command's group may outlive it; guests get no background commands"
-        );
     }
 }
 

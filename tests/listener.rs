@@ -241,18 +241,19 @@ async fn headers_never_finished_are_closed_within_the_header_timeout() {
         assert!(took >= timeout - Duration::from_secs(1), "{took:?}");
     }
     assert_eq!(login(console_port, 300 * 1024).await, 413);
-    assert_eq!(login(console_port, 1024).await, 403, "a small form is read");
+    assert_eq!(login(console_port, 1024).await, 401, "a small form is read");
     assert!(daemon.stop().await.success());
 }
 
-/// POSTs a login form of `len` bytes (without the CSRF field) to the console on `port`: the
-/// status.
+/// POSTs a login form of `len` bytes (a wrong token) to the console on `port`, from the
+/// console's own page (its `Origin`): the status.
 async fn login(port: u16, len: usize) -> u16 {
     let form = format!("token={}", "a".repeat(len - 6));
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let response = client
         .post(format!("http://127.0.0.1:{port}/login"))
         .header("content-type", "application/x-www-form-urlencoded")
+        .header("origin", format!("http://127.0.0.1:{port}"))
         .timeout(Duration::from_secs(10))
         .body(form)
         .send()
@@ -272,6 +273,6 @@ async fn the_console_sharing_the_http_listener_keeps_its_form_limit() {
     healthy(port).await;
     // Over the console's 256 KB, under the listener's 1 MB (the webhook's).
     assert_eq!(login(port, 300 * 1024).await, 413);
-    assert_eq!(login(port, 1024).await, 403, "a small form is read");
+    assert_eq!(login(port, 1024).await, 401, "a small form is read");
     assert!(daemon.stop().await.success());
 }

@@ -22,6 +22,21 @@ pub(crate) mod session;
 /// the only process that writes its inbox.
 pub const DAEMON_LOCK: &str = "daemon.lock";
 
+/// One warning line for each risk to guests' file rule (`access::files::startup_warnings`),
+/// and one when commands cannot be fully contained (guests then get no background commands):
+/// what `bub message` and `bub idle` say at start.
+pub fn warn_about_guests(settings: &crate::config::Settings) {
+    for warning in crate::access::files::startup_warnings(settings) {
+        tracing::warn!(%warning, "access.files");
+    }
+    if let Err(missing) = crate::tools::contain::support() {
+        tracing::warn!(
+            %missing,
+            "contain.partial: a process that leaves its command's group may outlive it; guests get no background commands"
+        );
+    }
+}
+
 pub use heartbeat::Heartbeat;
 pub use jobs::JobQueue;
 pub use manager::ChannelManager;

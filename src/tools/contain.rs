@@ -108,7 +108,7 @@ impl Drop for Keeper {
 }
 
 /// Whether containment is complete here (`Err`: what is missing), probed once.
-pub fn support() -> Result<(), &'static str> {
+pub(crate) fn support() -> Result<(), &'static str> {
     static SUPPORT: OnceLock<Result<(), &'static str>> = OnceLock::new();
     *SUPPORT.get_or_init(|| {
         let mut flag: c_int = 0;
