@@ -6,22 +6,14 @@
 use crate::support;
 
 use serde_json::json;
-use support::bub_env::{Env, WAIT, texts};
-use support::fake_telegram::{group_text, private_text};
+use support::bub_env::{Env, texts};
 
 /// Bub's API key in the test environment.
 const API_KEY: &str = "sk-test-secret";
 
-/// Sends `text` as the guest (user 50, private chat) and returns the answer, the `n`th message
-/// the bot sent (1-based).
+/// `user` says `text` in `chat`; the answer, the `n`th message the bot sent.
 async fn ask(env: &Env, chat: i64, user: i64, text: &str, n: usize) -> String {
-    let message = match chat < 0 {
-        true => group_text(chat, user, text),
-        false => private_text(chat, user, text),
-    };
-    env.telegram.push_message(message);
-    let sent = env.telegram.wait_for_calls("sendMessage", n, WAIT).await;
-    texts(&sent)[n - 1].clone()
+    env.say(chat, user, text, n).await
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -4,7 +4,7 @@
 //! with `bash.kill`, is stopped with `/stop`, its chat is reset and the daemon stops, none of
 //! them is left in `/proc`; nor can a command kill its keeper to orphan them.
 
-use crate::support::bub_env::{Env, texts};
+use crate::support::bub_env::Env;
 use crate::support::fake_mcp::SOON;
 use crate::support::fake_telegram::private_text;
 use crate::support::wait::{WAIT, wait_until};
@@ -49,13 +49,6 @@ async fn none_left(marker: &str, after: &str) {
     wait_until(SOON, &what, || left(marker).is_empty()).await;
 }
 
-/// `user` says `text` in their private chat; the answer, the `n`th message sent.
-async fn say(env: &Env, user: i64, text: &str, n: usize) -> String {
-    env.telegram.push_message(private_text(user, user, text));
-    let sent = env.telegram.wait_for_calls("sendMessage", n, WAIT).await;
-    texts(&sent)[n - 1].clone()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn nothing_a_command_started_outlives_it() {
     let mut env = Env::new().await;
@@ -64,12 +57,12 @@ async fn nothing_a_command_started_outlives_it() {
 
     // The command returns: what it left goes with it.
     let cmd = format!(r#",bash cmd="{}; echo started""#, escapes("711"));
-    assert_eq!(say(&env, 50, &cmd, 1).await, "started");
+    assert_eq!(env.say(50, 50, &cmd, 1).await, "started");
     none_left("711", "the command returned").await;
 
     // Killing its keeper (its parent) to orphan what it started: the sandbox does not let it.
     let cmd = r#",bash cmd="setsid sleep 7171 & kill -KILL $PPID; echo kill=$?""#;
-    let answer = say(&env, 50, cmd, 2).await;
+    let answer = env.say(50, 50, cmd, 2).await;
     assert!(answer.contains("kill=1"), "{answer}");
     none_left("717", "a kill of the keeper").await;
 
@@ -78,7 +71,7 @@ async fn nothing_a_command_started_outlives_it() {
         r#",bash cmd="{}; sleep 100" timeout_seconds=2"#,
         escapes("712")
     );
-    let timeout = say(&env, 50, &cmd, 3).await;
+    let timeout = env.say(50, 50, &cmd, 3).await;
     assert!(
         timeout.contains("timeout: command did not finish"),
         "{timeout}"
@@ -91,19 +84,23 @@ async fn nothing_a_command_started_outlives_it() {
         escapes("713")
     );
     assert!(
-        say(&env, 50, &cmd, 4)
+        env.say(50, 50, &cmd, 4)
             .await
             .contains("started background command 1")
     );
     all_running("713").await;
-    assert!(say(&env, 50, ",bash.kill id=1", 5).await.contains("killed"));
+    assert!(
+        env.say(50, 50, ",bash.kill id=1", 5)
+            .await
+            .contains("killed")
+    );
     none_left("713", "bash.kill").await;
 
     // `/stop` of the turn running the command.
     let cmd = format!(r#",bash cmd="{}; sleep 100""#, escapes("714"));
     env.telegram.push_message(private_text(50, 50, &cmd));
     all_running("714").await;
-    assert_eq!(say(&env, 50, "/stop", 6).await, "Stopped.");
+    assert_eq!(env.say(50, 50, "/stop", 6).await, "Stopped.");
     none_left("714", "/stop").await;
 
     // `tape.reset` of the owner's chat.
@@ -112,12 +109,12 @@ async fn nothing_a_command_started_outlives_it() {
         escapes("715")
     );
     assert!(
-        say(&env, 42, &cmd, 7)
+        env.say(42, 42, &cmd, 7)
             .await
             .contains("started background command")
     );
     all_running("715").await;
-    say(&env, 42, ",tape.reset", 8).await;
+    env.say(42, 42, ",tape.reset", 8).await;
     none_left("715", "tape.reset").await;
 
     // The daemon's stop.
@@ -126,7 +123,7 @@ async fn nothing_a_command_started_outlives_it() {
         escapes("716")
     );
     assert!(
-        say(&env, 50, &cmd, 9)
+        env.say(50, 50, &cmd, 9)
             .await
             .contains("started background command")
     );

@@ -4,24 +4,11 @@
 //! all chats and never takes the slots kept for owners; `/stop` ends a person's own, `/new` what
 //! they may end, and the operator lists and ends any with `bub status` and in the console.
 
-use crate::support::bub_env::{Env, stdout, texts};
-use crate::support::fake_telegram::{group_text, private_text};
-use crate::support::wait::WAIT;
+use crate::support::bub_env::{Env, stdout};
 
 const GROUP: i64 = -100;
 /// What the owner's command prints: a guest must never see it.
 const SECRET: &str = "OWNER-SECRET-4242";
-
-/// `user` says `text` in `chat` (a group when negative); the answer, the `n`th message sent.
-async fn say(env: &Env, chat: i64, user: i64, text: &str, n: usize) -> String {
-    let message = match chat < 0 {
-        true => group_text(chat, user, text),
-        false => private_text(chat, user, text),
-    };
-    env.telegram.push_message(message);
-    let sent = env.telegram.wait_for_calls("sendMessage", n, WAIT).await;
-    texts(&sent)[n - 1].clone()
-}
 
 /// Guests get a shell with background commands.
 const GUEST_SHELL: &str = "bash,bash.output,bash.kill";
@@ -32,18 +19,18 @@ async fn in_a_shared_group_a_guest_neither_reads_nor_ends_the_owners_command() {
     env.set("BUB_GUEST_TOOLS", GUEST_SHELL);
     let daemon = env.start();
     let owners = format!(r#",bash cmd="echo {SECRET}; sleep 60" background=true"#);
-    let started = say(&env, GROUP, 42, &owners, 1).await;
+    let started = env.say(GROUP, 42, &owners, 1).await;
     assert!(
         started.contains("started background command 1"),
         "{started}"
     );
 
     let mut guests = Vec::new();
-    let read = say(&env, GROUP, 50, ",bash.output id=1", 2).await;
+    let read = env.say(GROUP, 50, ",bash.output id=1", 2).await;
     assert!(read.contains("no background command 1"), "{read}");
-    let kill = say(&env, GROUP, 50, ",bash.kill id=1", 3).await;
+    let kill = env.say(GROUP, 50, ",bash.kill id=1", 3).await;
     assert!(kill.contains("no background command 1"), "{kill}");
-    let status = say(&env, GROUP, 50, ",status", 4).await;
+    let status = env.say(GROUP, 50, ",status", 4).await;
     assert!(
         status.contains("background: 1 running, started by someone else"),
         "{status}"
@@ -51,31 +38,23 @@ async fn in_a_shared_group_a_guest_neither_reads_nor_ends_the_owners_command() {
     guests.extend([read, kill, status]);
 
     // The guest's own: one at a time, in this chat and their private one alike.
-    let own = say(
-        &env,
-        GROUP,
-        50,
-        r#",bash cmd="sleep 61" background=true"#,
-        5,
-    )
-    .await;
+    let own = env
+        .say(GROUP, 50, r#",bash cmd="sleep 61" background=true"#, 5)
+        .await;
     assert!(own.contains("started background command 2"), "{own}");
-    let more = say(
-        &env,
-        GROUP,
-        50,
-        r#",bash cmd="sleep 62" background=true"#,
-        6,
-    )
-    .await;
+    let more = env
+        .say(GROUP, 50, r#",bash cmd="sleep 62" background=true"#, 6)
+        .await;
     assert!(more.contains("BUB_GUEST_BACKGROUND_COMMANDS"), "{more}");
-    let private = say(&env, 50, 50, r#",bash cmd="sleep 63" background=true"#, 7).await;
+    let private = env
+        .say(50, 50, r#",bash cmd="sleep 63" background=true"#, 7)
+        .await;
     assert!(
         private.contains("BUB_GUEST_BACKGROUND_COMMANDS"),
         "{private}"
     );
     // Another guest in the group neither reads nor ends it.
-    let other = say(&env, GROUP, 51, ",bash.kill id=2", 8).await;
+    let other = env.say(GROUP, 51, ",bash.kill id=2", 8).await;
     assert!(other.contains("no background command 2"), "{other}");
 
     // The operator sees both, with whose they are, and ends the guest's.
@@ -91,23 +70,18 @@ async fn in_a_shared_group_a_guest_neither_reads_nor_ends_the_owners_command() {
     assert_eq!(missing.status.code(), Some(1));
 
     // `/stop` by the guest ends the guest's, not the owner's; the owner's `/new` ends it.
-    let again = say(
-        &env,
-        GROUP,
-        50,
-        r#",bash cmd="sleep 64" background=true"#,
-        9,
-    )
-    .await;
+    let again = env
+        .say(GROUP, 50, r#",bash cmd="sleep 64" background=true"#, 9)
+        .await;
     assert!(again.contains("started background command 3"), "{again}");
-    let stopped = say(&env, GROUP, 50, "/stop", 10).await;
+    let stopped = env.say(GROUP, 50, "/stop", 10).await;
     assert_eq!(stopped, "Stopped 1 background command.");
-    let owner_read = say(&env, GROUP, 42, ",bash.output id=1", 11).await;
+    let owner_read = env.say(GROUP, 42, ",bash.output id=1", 11).await;
     assert!(owner_read.starts_with("[1 running]"), "{owner_read}");
     assert!(owner_read.contains(SECRET), "{owner_read}");
-    let fresh = say(&env, GROUP, 42, "/new", 12).await;
+    let fresh = env.say(GROUP, 42, "/new", 12).await;
     assert!(fresh.ends_with("Ended 1 background command."), "{fresh}");
-    let status = say(&env, GROUP, 42, ",status", 13).await;
+    let status = env.say(GROUP, 42, ",status", 13).await;
     assert!(status.contains("background 1 killed"), "{status}");
     assert!(status.contains("background 3 killed"), "{status}");
     assert!(daemon.stop().await.success());
@@ -135,7 +109,7 @@ async fn guests_never_take_the_slots_kept_for_owners() {
         for i in 0..4 {
             n += 1;
             let cmd = format!(r#",bash cmd="sleep 6{guest}{i}" background=true"#);
-            let answer = say(&env, guest, guest, &cmd, n).await;
+            let answer = env.say(guest, guest, &cmd, n).await;
             if answer.contains("started background command") {
                 started += 1;
             } else {
@@ -145,16 +119,13 @@ async fn guests_never_take_the_slots_kept_for_owners() {
     }
     assert_eq!(started, 6, "guests hold at most 6 of the 8 slots");
     // The owner's shell still answers, at once and in the background.
-    let answer = say(&env, 42, 42, r#",bash cmd="echo owner-ran""#, n + 1).await;
+    let answer = env
+        .say(42, 42, r#",bash cmd="echo owner-ran""#, n + 1)
+        .await;
     assert_eq!(answer, "owner-ran");
-    let answer = say(
-        &env,
-        42,
-        42,
-        r#",bash cmd="sleep 60" background=true"#,
-        n + 2,
-    )
-    .await;
+    let answer = env
+        .say(42, 42, r#",bash cmd="sleep 60" background=true"#, n + 2)
+        .await;
     assert!(answer.contains("started background command"), "{answer}");
     assert!(daemon.stop().await.success());
 }
@@ -168,7 +139,7 @@ async fn the_operator_ends_a_guests_command_in_the_console() {
     env.set("BUB_CONSOLE_LISTEN", &port.to_string());
     let daemon = env.start();
     let cmd = r#",bash cmd="sleep 65" background=true"#;
-    let started = say(&env, GROUP, 50, cmd, 1).await;
+    let started = env.say(GROUP, 50, cmd, 1).await;
     assert!(
         started.contains("started background command 1"),
         "{started}"
@@ -207,7 +178,7 @@ async fn the_operator_ends_a_guests_command_in_the_console() {
         location.contains("killed%20background%20command%201"),
         "{location}"
     );
-    let read = say(&env, GROUP, 50, ",bash.output id=1", 2).await;
+    let read = env.say(GROUP, 50, ",bash.output id=1", 2).await;
     assert!(
         read.starts_with("[1 killed]") || read.starts_with("[1 ending]"),
         "{read}"

@@ -226,6 +226,18 @@ impl Env {
             .collect()
     }
 
+    /// `user` says `text` in Telegram chat `chat` (a group when negative); the answer: the
+    /// `n`th message the bot sent (1-based), once it was sent.
+    pub async fn say(&self, chat: i64, user: i64, text: &str, n: usize) -> String {
+        let message = match chat < 0 {
+            true => fake_telegram::group_text(chat, user, text),
+            false => fake_telegram::private_text(chat, user, text),
+        };
+        self.telegram.push_message(message);
+        let sent = self.telegram.wait_for_calls("sendMessage", n, WAIT).await;
+        texts(&sent)[n - 1].clone()
+    }
+
     /// Waits (bounded) until `text` is in the fake Telegram chat: sent, or a live message
     /// edited to it.
     pub async fn wait_for_chat_text(&self, text: &str) {
