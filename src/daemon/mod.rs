@@ -34,6 +34,13 @@ pub fn warn_about_guests(settings: &crate::config::Settings) {
             %missing,
             "contain.partial: a process that leaves its command's group may outlive it; guests get no background commands"
         );
+    } else if settings.sandbox != crate::config::SandboxMode::Off
+        && crate::tools::sandbox::available().is_available()
+        && !crate::tools::sandbox::scopes_signals()
+    {
+        tracing::warn!(
+            "contain.unscoped: this kernel's Landlock does not scope signals (Linux 6.12+), so a sandboxed command could kill its keeper and leave processes behind; guests get no background commands"
+        );
     }
 }
 

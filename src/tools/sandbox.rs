@@ -30,7 +30,8 @@
 //!   mount), but not load modules, do raw I/O or administer the system; `no_new_privs` keeps
 //!   setuid binaries and root's exec rules from giving any back.
 //! * Where the kernel supports it (ABI 6), signals and abstract UNIX sockets are scoped to the
-//!   sandbox: a command cannot signal Bub or other processes outside it.
+//!   sandbox: a command cannot signal Bub or other processes outside it, its keeper included
+//!   (without it, guests get no background commands: [`scopes_signals`]).
 //!
 //! Not restricted: the network (TCP; pathname UNIX sockets before ABI 9), and reading the system
 //! directories as their permissions allow (as root that includes `/etc/shadow`).
@@ -50,6 +51,15 @@ use landlock::{
 /// The oldest Landlock ABI the sandbox accepts: ABI 3 (Linux 6.2) is the first that can deny
 /// `truncate(2)`; with older ones a command could empty any file it can name, `BUB_HOME`'s too.
 pub(crate) const MIN_ABI: i32 = 3;
+
+/// The first Landlock ABI that scopes signals (Linux 6.12): from it on, a sandboxed command
+/// cannot signal a process outside its sandbox — its keeper ([`super::contain`]) among them.
+const SIGNAL_SCOPE_ABI: i32 = 6;
+
+/// Whether a sandboxed command here is kept from signalling processes outside its sandbox.
+pub(crate) fn scopes_signals() -> bool {
+    matches!(available(), Support::Available { abi } if abi >= SIGNAL_SCOPE_ABI)
+}
 
 /// Directories a sandboxed command may read and execute (those that exist).
 pub(crate) const SYSTEM_DIRS: &[&str] = &[

@@ -189,7 +189,8 @@ impl Background {
             )));
         }
         if who.role == Role::Guest {
-            if let Err(why) = contain::support() {
+            let scoped = !launch.sandboxed || sandbox::scopes_signals();
+            if let Err(why) = contained(contain::support(), scoped) {
                 return Err(ToolError::Refused(format!(
                     "guests get no background commands here: {why}"
                 )));
@@ -396,6 +397,17 @@ impl Background {
 
     fn commands(&self) -> MutexGuard<'_, VecDeque<Arc<Command>>> {
         lock(&self.commands)
+    }
+}
+
+/// Whether a guest's command stays contained: the keeper can find what it starts (`support`)
+/// and the command cannot kill its keeper (`scoped`: unsandboxed, or Landlock scopes its
+/// signals); else why not.
+fn contained(support: Result<(), &'static str>, scoped: bool) -> Result<(), &'static str> {
+    support?;
+    match scoped {
+        true => Ok(()),
+        false => Err("the kernel's Landlock does not scope signals (Linux 6.12+)"),
     }
 }
 

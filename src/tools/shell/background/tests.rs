@@ -220,3 +220,14 @@ async fn a_guest_runs_one_command_in_all_chats_and_owners_keep_their_slots() {
     })
     .await;
 }
+
+#[test]
+fn guests_get_background_commands_only_where_they_stay_contained() {
+    assert_eq!(contained(Ok(()), true), Ok(()));
+    assert!(
+        contained(Ok(()), false)
+            .unwrap_err()
+            .contains("scope signals")
+    );
+    assert_eq!(contained(Err("no /proc"), true), Err("no /proc"));
+}
