@@ -172,13 +172,24 @@ async fn three_replicas_answer_every_message_once_in_order_through_a_kill() {
         .await
         .unwrap();
     assert_eq!(ready.status(), 200);
-    // `bub status` lists the replicas (the dead one until its row goes stale) and their leases.
-    let out = env.run(&["status", "--json"]).await;
-    let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let rows = status["replicas"].as_array().unwrap();
-    assert_eq!(rows.len(), 3, "{status}");
-    let leases: i64 = rows.iter().filter_map(|r| r["leases"].as_i64()).sum();
-    assert!(leases > 0, "{status}");
+    // `bub status` lists the replicas (the dead one until its row goes stale) and their leases
+    // (counted in each replica's heartbeat, every 10 s: a fast run asks before the first).
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let out = env.run(&["status", "--json"]).await;
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let rows = status["replicas"].as_array().unwrap();
+        assert_eq!(rows.len(), 3, "{status}");
+        let leases: i64 = rows.iter().filter_map(|r| r["leases"].as_i64()).sum();
+        if leases > 0 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no leases: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     let mut took_over = false;
     for daemon in daemons {
         let (status, log) = daemon.stop_with_log().await;
