@@ -114,11 +114,12 @@ impl ProcessCtx {
                 TurnOrigin::Scheduled,
                 &settings,
             )),
-            redactor,
             commands: Arc::new(CommandLimits::from_settings(&settings)),
             background: Arc::new(super::shell::Background::new(
                 settings.guest_background_commands as usize,
+                redactor.clone(),
             )),
+            redactor,
             delegate: std::sync::OnceLock::new(),
             usage: Arc::new(
                 crate::usage::Ledger::new(

@@ -39,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{BashArgs, CommandLimits, Launch, prepare, spawn};
 use crate::access::{Authority, Principal, Role};
+use crate::redact::Redactor;
 use crate::status::{CommandRow, Commands};
 use crate::tools::contain::{self, Keeper};
 use crate::tools::{ToolError, sandbox};
@@ -60,6 +61,8 @@ pub struct Background {
     next_id: AtomicU64,
     /// `BUB_GUEST_BACKGROUND_COMMANDS`.
     per_guest: usize,
+    /// Bub's secrets, kept out of the command lines shown (`,status`, `bub status`, the console).
+    redactor: Arc<Redactor>,
 }
 
 /// One background command.
@@ -157,12 +160,14 @@ impl Command {
 }
 
 impl Background {
-    /// Background commands with at most `per_guest` running for one guest.
-    pub(crate) fn new(per_guest: usize) -> Self {
+    /// Background commands with at most `per_guest` running for one guest, whose command lines
+    /// are shown through `redactor`.
+    pub(crate) fn new(per_guest: usize, redactor: Arc<Redactor>) -> Self {
         Self {
             commands: Mutex::default(),
             next_id: AtomicU64::new(0),
             per_guest,
+            redactor,
         }
     }
 
@@ -228,7 +233,7 @@ impl Background {
             id: self.next_id.fetch_add(1, Ordering::Relaxed) + 1,
             session: session.to_owned(),
             owner: who.clone(),
-            cmd: args.cmd.clone(),
+            cmd: self.redactor.redact(&args.cmd).into_owned(),
             started: Instant::now(),
             keeper: Mutex::new(Keeper::of(&child)),
             stop: CancellationToken::new(),
@@ -243,19 +248,29 @@ impl Background {
         tokio::spawn(async move {
             // Owned until the command ends: its slot, its sandbox's private directory.
             let (_slot, _sandbox) = (slot, sandbox);
-            let ended = tokio::select! {
-                status = child.wait() => match status {
-                    _ if watched.stop.is_cancelled() => "killed".to_owned(),
-                    Ok(status) => super::exit_text(status),
-                    Err(e) => format!("failed: {e}"),
-                },
-                _ = tokio::time::sleep(limit) => "killed after its timeout".to_owned(),
-                _ = watched.stop.cancelled() => "killed".to_owned(),
+            let exited = tokio::select! {
+                status = child.wait() => Ok(status),
+                _ = tokio::time::sleep(limit) => Err("killed after its timeout"),
+                _ = watched.stop.cancelled() => Err("killed"),
             };
-            lock(&watched.keeper).end();
-            if child.wait().await.is_ok() {
-                lock(&watched.keeper).reaped();
-            }
+            let ended = match exited {
+                Ok(status) => {
+                    // Waited for: its pid may be another process's now.
+                    lock(&watched.keeper).reaped();
+                    match status {
+                        _ if watched.stop.is_cancelled() => "killed".to_owned(),
+                        Ok(status) => super::exit_text(status),
+                        Err(e) => format!("failed: {e}"),
+                    }
+                }
+                Err(killed) => {
+                    lock(&watched.keeper).end();
+                    if child.wait().await.is_ok() {
+                        lock(&watched.keeper).reaped();
+                    }
+                    killed.to_owned()
+                }
+            };
             for reader in readers {
                 let _ = tokio::time::timeout(Duration::from_secs(2), reader).await;
             }

@@ -2,6 +2,10 @@
 
 use super::*;
 
+fn no_secrets() -> Arc<Redactor> {
+    Arc::new(Redactor::new(Vec::<String>::new()))
+}
+
 fn args(cmd: &str) -> BashArgs {
     BashArgs {
         cmd: cmd.into(),
@@ -62,7 +66,7 @@ async fn until(what: &str, mut done: impl FnMut() -> bool) {
 async fn output_is_bounded_read_in_parts_and_says_what_was_dropped() {
     let rig = Rig::new();
     let owner = Authority::terminal();
-    let (limits, background) = (CommandLimits::new(1, 60), Background::new(1));
+    let (limits, background) = (CommandLimits::new(1, 60), Background::new(1, no_secrets()));
     let cmd = "head -c 200000 /dev/zero | tr '\\0' x; echo; echo end";
     let started = background
         .start("s", &owner, &args(cmd), rig.launch(), &limits)
@@ -106,7 +110,7 @@ async fn a_guest_sees_reads_and_ends_only_their_own_commands() {
         person(Role::Guest, "7"),
         person(Role::Guest, "8"),
     );
-    let (limits, background) = (CommandLimits::new(8, 60), Background::new(1));
+    let (limits, background) = (CommandLimits::new(8, 60), Background::new(1, no_secrets()));
     let secret = "echo owner-secret; sleep 60";
     background
         .start("group", &owner, &args(secret), rig.launch(), &limits)
@@ -185,7 +189,7 @@ async fn a_guest_runs_one_command_in_all_chats_and_owners_keep_their_slots() {
         person(Role::Guest, "7"),
         person(Role::Guest, "8"),
     );
-    let (limits, background) = (CommandLimits::new(2, 60), Background::new(1));
+    let (limits, background) = (CommandLimits::new(2, 60), Background::new(1, no_secrets()));
     background
         .start("a", &guest, &args("sleep 60"), rig.launch(), &limits)
         .unwrap();
@@ -230,4 +234,25 @@ fn guests_get_background_commands_only_where_they_stay_contained() {
             .contains("scope signals")
     );
     assert_eq!(contained(Err("no /proc"), true), Err("no /proc"));
+}
+
+#[tokio::test]
+async fn a_secret_of_bubs_is_never_shown_in_a_command_line() {
+    let rig = Rig::new();
+    let owner = Authority::terminal();
+    let redactor = Arc::new(Redactor::new(["sk-live-1234"]));
+    let (limits, background) = (CommandLimits::new(1, 60), Background::new(1, redactor));
+    let cmd = "curl -H 'Authorization: Bearer sk-live-1234' localhost; sleep 60";
+    background
+        .start("s", &owner, &args(cmd), rig.launch(), &limits)
+        .unwrap();
+    let shown = [
+        background.describe("s", &owner).join("\n"),
+        background.rows()[0].command.clone(),
+    ];
+    for text in shown {
+        assert!(!text.contains("sk-live-1234"), "{text}");
+        assert!(text.contains("[redacted]"), "{text}");
+    }
+    background.stop_all();
 }
