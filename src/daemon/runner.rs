@@ -77,13 +77,13 @@ pub trait TurnRunner: Send + Sync + 'static {
     }
 
     /// Starts a fresh context in the session (a handoff anchor) and ends the session's
-    /// background commands `who` may end; how many.
+    /// background commands `who` may end.
     async fn new_context(
         &self,
         _session_id: &SessionId,
         _who: &Authority,
-    ) -> anyhow::Result<usize> {
-        Ok(0)
+    ) -> anyhow::Result<Stopped> {
+        Ok(Stopped::default())
     }
 
     /// Lines about the session for `who`'s `,status` (model, tape, jobs, background work,
@@ -145,9 +145,16 @@ impl TurnRunner for AgentRuntime {
         self.outbox().adapter(channel)
     }
 
-    async fn new_context(&self, session_id: &SessionId, who: &Authority) -> anyhow::Result<usize> {
+    async fn new_context(
+        &self,
+        session_id: &SessionId,
+        who: &Authority,
+    ) -> anyhow::Result<Stopped> {
         self.fresh_context(session_id, who).await?;
-        Ok(self.stop_commands(session_id, who, false))
+        Ok(Stopped {
+            subagents: 0,
+            commands: self.stop_commands(session_id, who, false),
+        })
     }
 
     async fn status(&self, session_id: &SessionId, who: &Authority) -> String {
@@ -159,7 +166,7 @@ impl TurnRunner for AgentRuntime {
     }
 }
 
-/// What `/stop` stopped besides the turn.
+/// What `/stop` (or `/new`) ended besides the turn.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Stopped {
     pub subagents: usize,

@@ -58,7 +58,7 @@ use super::courier::{Courier, typing};
 use super::jobs::{self, ScheduledRun};
 use super::live;
 use super::mailbox::{Lanes, Mailbox};
-use super::runner::{Stopped, TurnRunner};
+use super::runner::TurnRunner;
 use crate::access::{Authority, Role};
 use crate::agent::inbound;
 use crate::agent::{ChatBatch, TurnInput};
@@ -706,12 +706,9 @@ impl SessionActor {
                     let mut text = "Started a fresh context. Earlier messages stay on the tape \
                                     (tape.search finds them)."
                         .to_owned();
-                    let ended = Stopped {
-                        subagents: 0,
-                        commands: ended,
-                    };
-                    if ended.commands > 0 {
-                        text.push_str(&format!(" Ended {}.", ended.describe()));
+                    let ended = ended.describe();
+                    if !ended.is_empty() {
+                        text.push_str(&format!(" Ended {ended}."));
                     }
                     text
                 }

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 
 use super::*;
 use crate::access::Role;
+use crate::daemon::Stopped;
 use crate::daemon::mailbox::{MAILBOX, mailbox};
 use crate::delivery::{TurnError, TurnResult};
 use crate::inbox::{Inbox, JobRun};
@@ -148,12 +149,12 @@ impl TurnRunner for FakeRunner {
         &self,
         _session_id: &SessionId,
         _who: &Authority,
-    ) -> anyhow::Result<usize> {
+    ) -> anyhow::Result<Stopped> {
         self.events
             .lock()
             .unwrap()
             .push(("new".to_owned(), serde_json::Value::Null));
-        Ok(0)
+        Ok(Stopped::default())
     }
 
     async fn status(&self, _session_id: &SessionId, _who: &Authority) -> String {
