@@ -14,7 +14,6 @@ use std::sync::{LazyLock, Mutex};
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, StatusCode};
-use subtle::ConstantTimeEq;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::Secret;
@@ -98,7 +97,7 @@ pub async fn dispatch(path: &str, headers: &HeaderMap, body: Body) -> StatusCode
         .get(route.header)
         .map(|v| v.as_bytes())
         .unwrap_or_default();
-    if !bool::from(given.ct_eq(route.secret.expose().as_bytes())) {
+    if !crate::status::same_token(given, route.secret.expose().as_bytes()) {
         return StatusCode::UNAUTHORIZED;
     }
     let Ok(body) = axum::body::to_bytes(body, MAX_BODY).await else {

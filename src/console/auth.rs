@@ -24,13 +24,13 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
-use subtle::ConstantTimeEq;
 
 use super::limit::{Limiter, retry_after};
 use super::logins::{LIFETIME, Logins, Session};
 use super::token::TokenFile;
 use super::{Console, Shared, page};
 use crate::config::{CONSOLE_TOKEN, Settings};
+use crate::status::same_token;
 
 /// The session cookie's name on plain HTTP.
 const COOKIE: &str = "bub_console";
@@ -108,10 +108,6 @@ impl Auth {
     }
 }
 
-fn same(given: &str, expected: &str) -> bool {
-    given.as_bytes().ct_eq(expected.as_bytes()).into()
-}
-
 /// The values of the cookies named `name` in `headers`.
 fn cookies<'a>(headers: &'a HeaderMap, name: &'a str) -> impl Iterator<Item = &'a str> + 'a {
     headers
@@ -185,7 +181,7 @@ pub(super) async fn require_login(
             return (StatusCode::PAYLOAD_TOO_LARGE, "form too large\n").into_response();
         };
         let csrf = form_urlencoded::parse(&bytes).find(|(name, _)| name == "csrf");
-        if !csrf.is_some_and(|(_, t)| same(&t, &session.csrf)) {
+        if !csrf.is_some_and(|(_, t)| same_token(t.as_bytes(), session.csrf.as_bytes())) {
             return (
                 StatusCode::FORBIDDEN,
                 "forbidden: the form's CSRF token is missing or stale; reload the page\n",
@@ -218,7 +214,7 @@ pub(super) async fn login(
     let token = auth.token(now).await;
     let right = token
         .as_deref()
-        .is_some_and(|token| same(form.token.trim(), token));
+        .is_some_and(|token| same_token(form.token.trim().as_bytes(), token.as_bytes()));
     let attempt = lock(&auth.limiter).attempt(now, right);
     let token = match (attempt, token) {
         (Ok(true), Some(token)) => token,

@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use subtle::ConstantTimeEq;
+use crate::status::same_token;
 
 /// A session unused this long ends.
 pub(super) const IDLE: Duration = Duration::from_secs(60 * 60);
@@ -54,10 +54,6 @@ pub(super) struct Logins {
     logins: Vec<Login>,
 }
 
-fn same(a: &str, b: &str) -> bool {
-    a.as_bytes().ct_eq(b.as_bytes()).into()
-}
-
 impl Logins {
     /// A new session, bound to `token` (the login token just typed).
     pub(super) fn create(&mut self, token: Arc<str>, now: Instant) -> Session {
@@ -86,7 +82,7 @@ impl Logins {
         self.logins.retain(|l| l.alive(now));
         let at = self.find(id)?;
         let login = &mut self.logins[at];
-        if !token.is_some_and(|token| same(&login.token, token)) {
+        if !token.is_some_and(|token| same_token(login.token.as_bytes(), token.as_bytes())) {
             self.logins.swap_remove(at);
             return None;
         }
@@ -110,7 +106,7 @@ impl Logins {
     fn find(&self, id: &str) -> Option<usize> {
         let mut found = None;
         for (at, login) in self.logins.iter().enumerate() {
-            let hit = same(&login.session.id, id);
+            let hit = same_token(login.session.id.as_bytes(), id.as_bytes());
             found = if hit { Some(at) } else { found };
         }
         found
