@@ -541,7 +541,6 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "status.unavailable"),
     }
     let console = bub::console::in_daemon(agent.settings(), board.clone(), &shutdown).await?;
-    let console = console.map(bub::console::limited);
     let channels = manager.channel_names();
     http::listen(agent.settings(), channels, console, &shutdown).await?;
     let scheduler = scheduler_enabled

@@ -95,7 +95,8 @@ impl Console {
 }
 
 /// The console's routes (the caller serves them, alone or beside `/healthz`): every one behind
-/// the `Host` and `Origin` checks, the pages behind the login too.
+/// the `Host` and `Origin` checks, the pages behind the login too, no body over the largest form
+/// (`auth::MAX_FORM`; the login form's extractor would take 2 MB).
 pub(crate) fn router(console: Console) -> Router {
     let shared: Shared = Arc::new(console);
     let pages = Router::new()
@@ -128,6 +129,7 @@ pub(crate) fn router(console: Console) -> Router {
             site::guard,
         ))
         .layer(axum::middleware::from_fn(page::headers))
+        .layer(axum::extract::DefaultBodyLimit::max(auth::MAX_FORM))
         .with_state(shared)
 }
 
@@ -202,13 +204,7 @@ async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
 /// request timeouts, a connection cap, no body over the largest form).
 async fn serve(listener: tokio::net::TcpListener, app: Router, shutdown: CancellationToken) {
     let server = crate::net::server::Server::new("console", auth::MAX_FORM);
-    server.serve(listener, limited(app), shutdown).await;
-}
-
-/// The console's routes with its body limit, the largest form it reads (`auth::MAX_FORM`; the
-/// login form's extractor would take 2 MB), on its own listener or on `BUB_HTTP_LISTEN`'s.
-pub fn limited(app: Router) -> Router {
-    app.layer(axum::extract::DefaultBodyLimit::max(auth::MAX_FORM))
+    server.serve(listener, app, shutdown).await;
 }
 
 /// The workspace whose tapes the console shows.
