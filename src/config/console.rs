@@ -53,6 +53,12 @@ impl PublicUrl {
         if self.https { 443 } else { 80 }
     }
 
+    /// Whether `host` (lowercase; IPv6 in brackets) and `port` (none: the scheme's own) name
+    /// this address.
+    pub fn is(&self, host: &str, port: Option<u16>) -> bool {
+        self.host == host && port.unwrap_or(self.default_port()) == self.port
+    }
+
     /// The origin browsers send from the console's pages: `https://bub.example.com`, the port
     /// only when it is not the scheme's own.
     pub fn origin(&self) -> String {

@@ -32,28 +32,16 @@ use axum::response::{IntoResponse, Response};
 use super::Shared;
 use crate::config::PublicUrl;
 
-/// One address of the console, as browsers name it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Address {
-    https: bool,
-    /// Lowercase; an IPv6 address in brackets.
-    host: String,
-    port: u16,
-}
+/// One address of the console, as browsers name it: a scheme, a host and a port, as the public
+/// URL is.
+type Address = PublicUrl;
 
-impl Address {
-    fn http(host: &str, port: u16) -> Address {
-        Address {
-            https: false,
-            host: host.to_owned(),
-            port,
-        }
-    }
-
-    /// Whether `host` and `port` (none: the scheme's own) name this address.
-    fn is(&self, host: &str, port: Option<u16>) -> bool {
-        let default = if self.https { 443 } else { 80 };
-        self.host == host && port.unwrap_or(default) == self.port
+/// The plain-HTTP address `host:port`.
+fn http(host: &str, port: u16) -> Address {
+    Address {
+        https: false,
+        host: host.to_owned(),
+        port,
     }
 }
 
@@ -81,26 +69,20 @@ impl Site {
         let mut addresses = Vec::new();
         match listen.ip() {
             IpAddr::V4(ip) if ip.is_unspecified() => {
-                addresses.push(Address::http("127.0.0.1", port));
+                addresses.push(http("127.0.0.1", port));
             }
             // `[::]` takes IPv4 too (unless the system says otherwise).
             IpAddr::V6(ip) if ip.is_unspecified() => {
-                addresses.push(Address::http("[::1]", port));
-                addresses.push(Address::http("127.0.0.1", port));
+                addresses.push(http("[::1]", port));
+                addresses.push(http("127.0.0.1", port));
             }
-            IpAddr::V4(ip) => addresses.push(Address::http(&ip.to_string(), port)),
-            IpAddr::V6(ip) => addresses.push(Address::http(&format!("[{ip}]"), port)),
+            IpAddr::V4(ip) => addresses.push(http(&ip.to_string(), port)),
+            IpAddr::V6(ip) => addresses.push(http(&format!("[{ip}]"), port)),
         }
         if listen.ip().is_loopback() || listen.ip().is_unspecified() {
-            addresses.push(Address::http("localhost", port));
+            addresses.push(http("localhost", port));
         }
-        if let Some(public) = public {
-            addresses.push(Address {
-                https: public.https,
-                host: public.host.clone(),
-                port: public.port,
-            });
-        }
+        addresses.extend(public.cloned());
         Site { addresses }
     }
 
