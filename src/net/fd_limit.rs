@@ -45,22 +45,29 @@ pub fn soft() -> u64 {
 /// Failing leaves the limit as it was (a warning): the listeners then cap their connections
 /// lower.
 pub fn raise() -> Option<NoFile> {
-    let (before, raised, after) = match current() {
-        Ok(before) => (before, set_soft(before.hard), current()),
+    let before = match current() {
+        Ok(before) => before,
         Err(e) => {
             tracing::warn!(error = %e, "nofile.limit: cannot read RLIMIT_NOFILE");
             return None;
         }
     };
-    let after = after.unwrap_or(before);
-    match raised {
-        Ok(()) => tracing::info!(
+    let limit = libc::rlimit {
+        rlim_cur: before.hard,
+        rlim_max: before.hard,
+    };
+    // SAFETY: setrlimit reads the struct we own.
+    let raised = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } == 0;
+    let error = (!raised).then(io::Error::last_os_error);
+    let after = current().unwrap_or(before);
+    match error {
+        None => tracing::info!(
             soft_before = before.soft,
             soft_after = after.soft,
             hard = after.hard,
             "nofile.limit"
         ),
-        Err(e) => tracing::warn!(
+        Some(e) => tracing::warn!(
             soft_before = before.soft,
             soft_after = after.soft,
             hard = after.hard,
@@ -69,18 +76,6 @@ pub fn raise() -> Option<NoFile> {
         ),
     }
     Some(after)
-}
-
-fn set_soft(soft: u64) -> io::Result<()> {
-    let limit = libc::rlimit {
-        rlim_cur: soft,
-        rlim_max: current()?.hard,
-    };
-    // SAFETY: setrlimit reads the struct we own.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 #[cfg(test)]
