@@ -131,3 +131,23 @@ async fn nothing_a_command_started_outlives_it() {
     assert!(daemon.stop().await.success());
     none_left("716", "the daemon stopped").await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_outlives_a_daemon_killed_with_sigkill() {
+    let mut env = Env::new().await;
+    env.set("BUB_GUEST_TOOLS", "bash,bash.output,bash.kill");
+    let daemon = env.start();
+    let cmd = format!(
+        r#",bash cmd="{}; sleep 100" background=true"#,
+        escapes("718")
+    );
+    assert!(
+        env.say(50, 50, &cmd, 1)
+            .await
+            .contains("started background command")
+    );
+    all_running("718").await;
+    // No stop of Bub's ends them: their keeper sees its parent gone (within a second).
+    daemon.kill().await;
+    none_left("718", "the daemon was killed").await;
+}
