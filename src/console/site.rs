@@ -157,28 +157,13 @@ impl Site {
 }
 
 /// `host[:port]`: the host lowercased (an IPv6 address in brackets) and the port if given;
-/// `None` when it is not an authority (empty, a path, credentials, a bad port).
+/// `None` when it is not an authority of a host alone (empty, a path, credentials, a bad port).
 fn authority(text: &str) -> Option<(String, Option<u16>)> {
-    if text.is_empty() || text.contains(['/', '?', '#', '@', '\\', ' ', '%']) {
+    let authority: axum::http::uri::Authority = text.parse().ok()?;
+    if text.contains(['@', '%']) || authority.host().is_empty() {
         return None;
     }
-    let (host, port) = match text.strip_prefix('[') {
-        Some(rest) => {
-            let end = rest.find(']')?;
-            (&text[..end + 2], &rest[end + 1..])
-        }
-        None => match text.rsplit_once(':') {
-            Some((host, _)) => (host, &text[host.len()..]),
-            None => (text, ""),
-        },
-    };
-    let port = match port {
-        "" => None,
-        port => Some(port.strip_prefix(':')?.parse::<u16>().ok()?),
-    };
-    // A bracketed IPv6 address, or a name or IPv4 address without a colon.
-    let host_ok = host.starts_with('[') || (!host.is_empty() && !host.contains(':'));
-    host_ok.then(|| (host.to_ascii_lowercase(), port))
+    Some((authority.host().to_ascii_lowercase(), authority.port_u16()))
 }
 
 /// Refuses, before anything else is done, a console request for another host (`421`) and a
