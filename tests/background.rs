@@ -6,9 +6,8 @@
 
 use std::path::Path;
 
-use crate::support::bub_env::{Env, texts};
+use crate::support::bub_env::Env;
 use crate::support::fake_mcp::{SOON, alive};
-use crate::support::fake_telegram::private_text;
 use crate::support::wait::{WAIT, wait_for, wait_until};
 
 #[path = "background/escape.rs"]
@@ -18,9 +17,33 @@ mod people;
 
 /// Sends `text` as the owner (user 42) and returns the answer (the `n`th message sent).
 async fn ask(env: &Env, n: usize, text: &str) -> String {
-    env.telegram.push_message(private_text(42, 42, text));
-    let sent = env.telegram.wait_for_calls("sendMessage", n, WAIT).await;
-    texts(&sent)[n - 1].clone()
+    env.say(42, 42, text, n).await
+}
+
+/// How background command `id` ended, once it has (as `bub status` reports it: its state
+/// is neither `running` nor `ending`).
+pub(crate) async fn ended(env: &Env, id: u64) -> String {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let out = env.run(&["status", "--json"]).await;
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let rows = status["commands"].as_array().cloned().unwrap_or_default();
+        let state = rows
+            .iter()
+            .find(|c| c["id"] == id)
+            .map(|c| c["state"].clone());
+        if let Some(state) = state.as_ref().and_then(|s| s.as_str())
+            && !state.starts_with("running")
+            && state != "ending"
+        {
+            return state.to_owned();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "command {id} did not end: {status}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 /// The pid a command wrote to `file` in the workspace, once it has.
@@ -58,6 +81,7 @@ async fn background_commands_are_read_listed_killed_and_bounded() {
     let killed = ask(&env, 4, ",bash.kill id=1").await;
     assert!(killed.contains("killed background command 1"), "{killed}");
     wait_until(SOON, "the killed command to exit", || !alive(one)).await;
+    assert_eq!(ended(&env, 1).await, "killed");
     let output = ask(&env, 5, ",bash.output id=1").await;
     assert!(output.starts_with("[1 killed]"), "{output}");
 

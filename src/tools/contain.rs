@@ -16,9 +16,10 @@
 //! round after round as grandchildren are re-parented to it, until it has no child left; then it
 //! exits as the command did (its code, or its signal). In Bub's own binary the keeper execs a
 //! fresh image of it ([`keeper_main`]), so a long-lived keeper (an MCP server's) holds no copy
-//! of Bub's memory; elsewhere (a test binary) it keeps in the forked image. The `Child` Bub holds is the keeper, but
-//! its pipes and exit status are the command's. [`Keeper::ask`] (`SIGUSR1`) forwards a polite
-//! `SIGTERM` to the command's group (an MCP server's graceful stop) and ends nothing.
+//! of Bub's memory; elsewhere (a test binary) it keeps in the forked image. The `Child` Bub
+//! holds is the keeper, but its pipes and exit status are the command's. [`Keeper::ask`]
+//! (`SIGUSR1`) forwards a polite `SIGTERM` to the command's group (an MCP server's graceful
+//! stop) and ends nothing.
 //!
 //! Invariants:
 //! * Between fork and exec only async-signal-safe system calls on integers and stack buffers;
@@ -197,11 +198,11 @@ unsafe fn close_all() {
 /// it does not hold a copy of Bub's memory for as long as the command runs; returns only when
 /// that fails (the keeper then keeps in the forked image).
 unsafe fn exec_keeper(command: pid_t, bub: pid_t) {
-    let (mut command_buf, mut bub_buf) = ([0u8; 16], [0u8; 16]);
+    let (mut command_buf, mut bub_buf) = ([0u8; 12], [0u8; 12]);
     let argv = [
         KEEPER.as_ptr(),
-        c_digits(command, &mut command_buf).cast(),
-        c_digits(bub, &mut bub_buf).cast(),
+        c_digits(command, &mut command_buf).as_ptr().cast(),
+        c_digits(bub, &mut bub_buf).as_ptr().cast(),
         std::ptr::null(),
     ];
     let envp: [*const libc::c_char; 1] = [std::ptr::null()];
@@ -367,7 +368,9 @@ unsafe fn each_child(parent: pid_t, mut found: impl FnMut(pid_t)) -> bool {
 unsafe fn parent_of(pid: pid_t) -> Option<pid_t> {
     let mut path = [0u8; 32];
     let mut len = 0;
-    for part in [&b"/proc/"[..], digits(pid, &mut [0u8; 12]), b"/stat\0"] {
+    let mut pid_buf = [0u8; 12];
+    let pid = c_digits(pid, &mut pid_buf);
+    for part in [&b"/proc/"[..], &pid[..pid.len() - 1], b"/stat\0"] {
         path[len..len + part.len()].copy_from_slice(part);
         len += part.len();
     }
@@ -407,18 +410,10 @@ fn leading_number(bytes: &[u8], end: u8) -> Option<pid_t> {
     (any && value > 0).then_some(value)
 }
 
-/// `n`'s decimal digits and a NUL, written into `buf`.
-fn c_digits(n: pid_t, buf: &mut [u8; 16]) -> *const u8 {
-    let mut digits_buf = [0u8; 12];
-    let d = digits(n, &mut digits_buf);
-    buf[..d.len()].copy_from_slice(d);
-    buf[d.len()] = 0;
-    buf.as_ptr()
-}
-
-/// `n`'s decimal digits, written into `buf`.
-fn digits(mut n: pid_t, buf: &mut [u8; 12]) -> &[u8] {
-    let mut at = buf.len();
+/// `n`'s decimal digits followed by a NUL, written into `buf` (a pid has at most 10 digits).
+fn c_digits(mut n: pid_t, buf: &mut [u8; 12]) -> &[u8] {
+    let mut at = buf.len() - 1;
+    buf[at] = 0;
     loop {
         at -= 1;
         buf[at] = b'0' + (n % 10) as u8;

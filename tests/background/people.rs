@@ -82,11 +82,15 @@ async fn in_a_shared_group_a_guest_neither_reads_nor_ends_the_owners_command() {
     assert!(owner_read.contains(SECRET), "{owner_read}");
     let fresh = env.say(GROUP, 42, "/new", 12).await;
     assert!(fresh.ends_with("Ended 1 background command."), "{fresh}");
+    for id in [1, 3] {
+        assert_eq!(super::ended(&env, id).await, "killed");
+    }
     let status = env.say(GROUP, 42, ",status", 13).await;
     for id in [1, 3] {
-        // Killed, or still being killed: not running.
-        let ended = ["killed", "ending"].map(|how| format!("background {id} {how}"));
-        assert!(ended.iter().any(|e| status.contains(e)), "{status}");
+        assert!(
+            status.contains(&format!("background {id} killed")),
+            "{status}"
+        );
     }
     assert!(daemon.stop().await.success());
 
@@ -182,10 +186,8 @@ async fn the_operator_ends_a_guests_command_in_the_console() {
         location.contains("killed%20background%20command%201"),
         "{location}"
     );
+    assert_eq!(super::ended(&env, 1).await, "killed");
     let read = env.say(GROUP, 50, ",bash.output id=1", 2).await;
-    assert!(
-        read.starts_with("[1 killed]") || read.starts_with("[1 ending]"),
-        "{read}"
-    );
+    assert!(read.starts_with("[1 killed]"), "{read}");
     assert!(daemon.stop().await.success());
 }

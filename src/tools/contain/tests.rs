@@ -136,7 +136,7 @@ fn the_parent_is_read_from_proc() {
     let parent = unsafe { parent_of(me) };
     assert_eq!(parent, Some(std::os::unix::process::parent_id() as pid_t));
     let mut buf = [0u8; 12];
-    assert_eq!(digits(40213, &mut buf), b"40213");
+    assert_eq!(c_digits(40213, &mut buf), b"40213\0");
     assert_eq!(leading_number(b"17 rest", b' '), Some(17));
     assert_eq!(leading_number(b"self\0", 0), None);
     assert_eq!(leading_number(b"0\0", 0), None);

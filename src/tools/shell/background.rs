@@ -112,6 +112,15 @@ impl Command {
         lock(&self.keeper).end();
     }
 
+    /// Ends it unless it ended already; what happened.
+    fn end(&self) -> String {
+        if !self.running() {
+            return format!("{} had already ended", self.id);
+        }
+        self.stop();
+        format!("killed background command {}", self.id)
+    }
+
     /// Whether `who`'s turn may see, read and end it (see the module docs).
     fn open_to(&self, who: &Authority) -> bool {
         who.role == Role::Owner
@@ -333,12 +342,7 @@ impl Background {
         who: &Authority,
         id: i64,
     ) -> Result<String, ToolError> {
-        let command = self.find(session, who, id)?;
-        if !command.running() {
-            return Ok(format!("{id} had already ended"));
-        }
-        command.stop();
-        Ok(format!("killed background command {id}"))
+        Ok(self.find(session, who, id)?.end())
     }
 
     /// `,status` lines of `session`'s commands for `who`: theirs in full, the others' running
@@ -461,14 +465,9 @@ impl Commands for Background {
 
     fn end(&self, id: u64) -> Result<String, String> {
         let command = self.commands().iter().find(|c| c.id == id).cloned();
-        match command {
-            None => Err(format!("no background command {id}")),
-            Some(c) if !c.running() => Ok(format!("{id} had already ended")),
-            Some(c) => {
-                c.stop();
-                Ok(format!("killed background command {id}"))
-            }
-        }
+        command
+            .map(|c| c.end())
+            .ok_or_else(|| format!("no background command {id}"))
     }
 }
 
