@@ -70,8 +70,8 @@ struct Command {
     id: u64,
     /// The chat's session it was started in.
     session: String,
-    /// Who started it.
-    owner: Authority,
+    /// Who started it (the turn's authority: its role and senders).
+    starter: Authority,
     cmd: String,
     started: Instant,
     keeper: Mutex<Keeper>,
@@ -124,7 +124,7 @@ impl Command {
     /// Whether `who`'s turn may see, read and end it (see the module docs).
     fn open_to(&self, who: &Authority) -> bool {
         who.role == Role::Owner
-            || (self.owner.role == Role::Guest
+            || (self.starter.role == Role::Guest
                 && !who.senders.is_empty()
                 && who.senders.iter().all(|s| self.among_starters(s)))
     }
@@ -133,7 +133,7 @@ impl Command {
     /// both the terminal.
     fn started_by(&self, who: &Authority) -> bool {
         match who.senders.is_empty() {
-            true => self.owner.senders.is_empty(),
+            true => self.starter.senders.is_empty(),
             false => who.senders.iter().any(|s| self.among_starters(s)),
         }
     }
@@ -141,12 +141,12 @@ impl Command {
     /// `sender` is one of the people it was started for (by channel and id: a name may change).
     fn among_starters(&self, sender: &Principal) -> bool {
         let same = |s: &Principal| s.channel == sender.channel && s.id == sender.id;
-        self.owner.senders.iter().any(same)
+        self.starter.senders.iter().any(same)
     }
 
     /// A guest's command that `sender` started.
     fn a_guests_of(&self, sender: &Principal) -> bool {
-        self.owner.role == Role::Guest && self.among_starters(sender)
+        self.starter.role == Role::Guest && self.among_starters(sender)
     }
 
     /// `running 2m`, `ending`, `exit=0`.
@@ -241,7 +241,7 @@ impl Background {
         let command = Arc::new(Command {
             id: self.next_id.fetch_add(1, Ordering::Relaxed) + 1,
             session: session.to_owned(),
-            owner: who.clone(),
+            starter: who.clone(),
             cmd: self.redactor.redact(&args.cmd).into_owned(),
             started: Instant::now(),
             keeper: Mutex::new(Keeper::of(&child)),
@@ -456,7 +456,7 @@ impl Commands for Background {
             .map(|c| CommandRow {
                 id: c.id,
                 session: c.session.clone(),
-                owner: c.owner.describe(),
+                owner: c.starter.describe(),
                 state: c.how(),
                 command: c.cmd.clone(),
             })
