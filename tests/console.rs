@@ -69,11 +69,7 @@ impl Rig {
             .push_message(private_text(50, 50, "hello, may I come in?"));
         let sent = env.telegram.wait_for_calls("sendMessage", 3, WAIT).await;
         let code = code_in(sent[2].body["text"].as_str().unwrap());
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(Duration::from_secs(10))
-            .build()
-            .unwrap();
+        let http = client();
         let base = format!("http://127.0.0.1:{port}");
         support::wait::wait_until(WAIT, "the console to answer", || {
             std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
@@ -139,6 +135,15 @@ impl Rig {
         let (_, page) = self.get("/jobs", true).await;
         field(&page, "csrf")
     }
+}
+
+/// A client that shows redirects instead of following them, each request bounded.
+pub(crate) fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
 }
 
 /// Logs in to the console at `base` with `token` through the login form, as a browser on the
@@ -551,10 +556,7 @@ async fn bub_console_prints_its_token_once_and_serves_alone() {
     env.set("BUB_CONSOLE_PUBLIC_URL", "https://bub.example.com");
     let (mut second, printed) = console(&env).await;
     assert!(!printed.contains(token), "not printed again: {printed}");
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let http = client();
     let base = format!("http://127.0.0.1:{port}");
     let logged_in = http
         .post(format!("{base}/login"))
@@ -647,10 +649,7 @@ async fn the_console_reads_and_changes_the_database_as_it_does_files() {
 
     let (mut child, _) = console(&env).await;
     let token = std::fs::read_to_string(env.home.join("console.token")).unwrap();
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let http = client();
     let base = format!("http://127.0.0.1:{port}");
     let cookie = login(&http, &base, token.trim()).await;
     let get = |path: &str| {

@@ -55,6 +55,13 @@ fn server(cap: usize) -> Server {
     }
 }
 
+/// `raw` sent on a new connection to `addr`: everything the server answers until it closes it.
+async fn exchange(addr: std::net::SocketAddr, raw: &[u8]) -> String {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(raw).await.unwrap();
+    read_to_close(&mut stream).await
+}
+
 /// Everything the server sends until it closes the connection (bounded by [`STEP`]).
 async fn read_to_close(stream: &mut TcpStream) -> String {
     let mut got = Vec::new();
@@ -94,12 +101,7 @@ async fn headers_not_finished_in_time_close_the_connection() {
 #[tokio::test]
 async fn a_request_slower_than_the_limit_is_answered_503_and_closed() {
     let (addr, _shutdown) = start(server(8)).await;
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
-        .await
-        .unwrap();
-    let answer = read_to_close(&mut stream).await;
+    let answer = exchange(addr, b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n").await;
     assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
     assert!(answer.contains("connection: close"), "{answer}");
     assert!(answer.ends_with("the request took too long\n"), "{answer}");
@@ -109,13 +111,12 @@ async fn a_request_slower_than_the_limit_is_answered_503_and_closed() {
 async fn a_body_over_the_listeners_limit_is_refused() {
     let (addr, _shutdown) = start(server(8)).await;
     for (len, status) in [(1024, "200"), (1025, "413")] {
-        let mut stream = TcpStream::connect(addr).await.unwrap();
-        let head = format!(
+        let mut raw = format!(
             "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: {len}\r\n\r\n"
-        );
-        stream.write_all(head.as_bytes()).await.unwrap();
-        stream.write_all(&vec![b'a'; len]).await.unwrap();
-        let answer = read_to_close(&mut stream).await;
+        )
+        .into_bytes();
+        raw.extend(vec![b'a'; len]);
+        let answer = exchange(addr, &raw).await;
         assert!(
             answer.starts_with(&format!("HTTP/1.1 {status}")),
             "{answer}"
@@ -136,12 +137,11 @@ async fn at_the_cap_the_oldest_half_open_connection_gives_way_to_a_request() {
     held.push(half_open(addr).await);
     assert_eq!(read_to_close(&mut held[0]).await, "", "the oldest closed");
     // A request at the cap is served, and closes the next oldest.
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let answer = read_to_close(&mut stream).await;
+    let answer = exchange(
+        addr,
+        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.ends_with("ok\n"), "{answer}");
     assert_eq!(
@@ -181,12 +181,11 @@ async fn when_every_connection_trickles_a_body_the_oldest_gives_way_to_a_request
         slow.push(stream);
         tokio::time::timeout(STEP, running.recv()).await.unwrap();
     }
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .await
-        .unwrap();
-    let answer = read_to_close(&mut stream).await;
+    let answer = exchange(
+        addr,
+        b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert_eq!(
         read_to_close(&mut slow[0]).await,

@@ -154,10 +154,7 @@ async fn the_operator_ends_a_guests_command_in_the_console() {
     );
 
     let base = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let http = crate::console::client();
     let token = std::fs::read_to_string(env.home.join("console.token")).unwrap();
     let cookie = crate::console::login(&http, &base, token.trim()).await;
     let page = http

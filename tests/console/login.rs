@@ -309,11 +309,7 @@ async fn alone(env: &mut Env) -> (tokio::process::Child, String, String, reqwest
     env.set("BUB_CONSOLE_LISTEN", &port.to_string());
     let (child, _) = console(env).await;
     let token = std::fs::read_to_string(env.home.join("console.token")).unwrap();
-    let http = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap();
+    let http = super::client();
     let base = format!("http://127.0.0.1:{port}");
     (child, base, token.trim().to_owned(), http)
 }
