@@ -82,7 +82,10 @@ async fn sigterm_leaves_the_running_and_the_queued_message_for_the_next_start() 
         prompt.contains("previous attempt was interrupted"),
         "{prompt}"
     );
-    assert!(prompt.contains("first question") && prompt.contains("second question"));
+    assert!(
+        prompt.contains("first question") && prompt.contains("second question"),
+        "{prompt}"
+    );
     assert!(daemon.stop().await.success());
     assert_eq!(env.telegram.calls_of("sendMessage").len(), 1);
 }
