@@ -36,7 +36,7 @@ use tokio_util::task::TaskTracker;
 use super::jobs::{JOB_QUEUE, JobQueue, ScheduledRun, Unserved};
 use super::mailbox::{self, Lanes, Mailbox, Posted};
 use super::runner::TurnRunner;
-use super::session::{ActorMap, Mail, SessionActor, SessionConfig};
+use super::session::{ActorMap, BATCH_MESSAGES, Mail, SessionActor, SessionConfig};
 use crate::channels::{Channel, Inbound, InboundSink, SessionId};
 
 /// The actors' task tracker, stop and abort tokens, and where an actor that ended says so
@@ -181,7 +181,7 @@ impl ChannelManager {
         let mut notices = self.inbox.notices();
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
         let resume = std::mem::take(&mut *self.resume.lock().expect("resume lock"));
-        let mut resuming = resume.into_iter();
+        let mut resuming = mails(resume).into_iter();
         let mut failure = None;
         let mut receiving = true;
         let first = tokio::time::Instant::now() + STARTUP_SETTLES;
@@ -191,8 +191,7 @@ impl ChannelManager {
         let mut startup_checks: u8 = 2;
         loop {
             // The previous run's work first (an actor's full mailbox makes this wait).
-            if let Some(work) = resuming.next() {
-                let (channel, mail) = mail_of(work);
+            if let Some((channel, mail)) = resuming.next() {
                 tokio::select! {
                     () = self.route(&channel, mail, tokens) => continue,
                     () = shutdown.cancelled() => break,
@@ -358,8 +357,7 @@ impl ChannelManager {
         tokens: Tokens<'_>,
         waiting: &mut Option<(u64, tokio::sync::oneshot::Sender<Result<(), String>>)>,
     ) {
-        for work in work {
-            let (channel, mut mail) = mail_of(work);
+        for (channel, mut mail) in mails(work) {
             if let Mail::Job(scheduled) = &mut mail
                 && waiting
                     .as_ref()
@@ -397,7 +395,11 @@ impl ChannelManager {
     /// if needed; waits while the actor's mailbox is full.
     async fn route(&self, channel: &str, mut mail: Mail, tokens: Tokens<'_>) {
         let (session_id, adapter) = match &mail {
-            Mail::Message(m) | Mail::Resumed(m) => (m.session_id(), self.adapter(channel).ok()),
+            Mail::Message(m) => (m.session_id(), self.adapter(channel).ok()),
+            Mail::Resumed(batch) => match batch.first() {
+                Some(m) => (m.session_id(), self.adapter(channel).ok()),
+                None => return,
+            },
             Mail::Deliver(d) => (d.session_id(), self.adapter(channel).ok()),
             Mail::Job(job) => (job.run.session.clone(), Some(self.job_adapter(&job.run))),
         };
@@ -512,14 +514,35 @@ async fn next_notice(notices: &mut Option<mpsc::Receiver<String>>) -> Option<Str
     }
 }
 
-/// The actor's mail for `work`, and the channel of its chat (none for a run: its session's).
-fn mail_of(work: Resume) -> (String, Mail) {
-    match work {
-        Resume::Message(m) => (m.channel.clone(), Mail::Resumed(*m)),
-        Resume::Received(m) => (m.channel.clone(), Mail::Message(*m)),
-        Resume::Deliver(d) => (d.channel.clone(), Mail::Deliver(d)),
-        Resume::Job(run) => (String::new(), Mail::Job(ScheduledRun { run, done: None })),
+/// The actors' mail for `work`, each with the channel of its chat (none for a run: its
+/// session's), in order. A session's resumed messages travel together (up to
+/// [`BATCH_MESSAGES`] a mail, where its first one was), so its actor runs them as one batch
+/// rather than starting a turn on the first before the rest arrive.
+fn mails(work: Vec<Resume>) -> Vec<(String, Mail)> {
+    let mut mails: Vec<(String, Mail)> = Vec::with_capacity(work.len());
+    // Per session: the index of its resumed mail that still has room.
+    let mut open: HashMap<SessionId, usize> = HashMap::new();
+    for work in work {
+        let (channel, mail) = match work {
+            Resume::Message(m) => {
+                let session = m.session_id();
+                if let Some(&at) = open.get(&session)
+                    && let Mail::Resumed(batch) = &mut mails[at].1
+                    && batch.len() < BATCH_MESSAGES
+                {
+                    batch.push(*m);
+                    continue;
+                }
+                open.insert(session, mails.len());
+                (m.channel.clone(), Mail::Resumed(vec![*m]))
+            }
+            Resume::Received(m) => (m.channel.clone(), Mail::Message(*m)),
+            Resume::Deliver(d) => (d.channel.clone(), Mail::Deliver(d)),
+            Resume::Job(run) => (String::new(), Mail::Job(ScheduledRun { run, done: None })),
+        };
+        mails.push((channel, mail));
     }
+    mails
 }
 
 /// A new mailbox with `mail` in it, put in the map by `insert`; returns its lanes.
@@ -529,4 +552,71 @@ fn post_new<R>(insert: impl FnOnce(Mailbox) -> R, mail: Mail) -> Lanes {
     debug_assert!(matches!(posted, Posted::Done), "a new mailbox has room");
     insert(mailbox);
     lanes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::access::Role;
+    use crate::chat::{Outbound, Sender};
+    use crate::inbox::Delivery;
+
+    fn resumed(chat: &str, id: usize) -> Resume {
+        let sender = Sender::new("7", None, Role::Owner);
+        let m = Inbound::new("telegram", chat, &id.to_string(), sender, "asked");
+        Resume::Message(Box::new(m))
+    }
+
+    /// What each mail carries: `chat:id,id` for resumed messages, `deliver:chat` else.
+    fn shape(mails: &[(String, Mail)]) -> Vec<String> {
+        mails
+            .iter()
+            .map(|(_, mail)| match mail {
+                Mail::Resumed(batch) => {
+                    let ids: Vec<&str> = batch.iter().map(|m| m.message_id.as_str()).collect();
+                    format!("{}:{}", batch[0].chat_id, ids.join(","))
+                }
+                Mail::Deliver(d) => format!("deliver:{}", d.out.chat_id),
+                _ => "other".to_owned(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_chats_resumed_messages_travel_together_in_batches() {
+        let delivery = Delivery {
+            channel: "telegram".into(),
+            seqs: vec![1],
+            out: Outbound {
+                chat_id: "b".into(),
+                text: "recorded".into(),
+                reply_to: None,
+                file: None,
+                edit: None,
+            },
+            parts_sent: 0,
+        };
+        let mut work = vec![
+            resumed("a", 1),
+            Resume::Deliver(delivery),
+            resumed("b", 2),
+            resumed("a", 3),
+        ];
+        work.extend((4..4 + BATCH_MESSAGES).map(|id| resumed("b", id)));
+        let shape = shape(&mails(work));
+        let b: Vec<String> = (2..4 + BATCH_MESSAGES)
+            .filter(|&id| id != 3)
+            .map(|id| id.to_string())
+            .collect();
+        let (first, second) = b.split_at(BATCH_MESSAGES);
+        assert_eq!(
+            shape,
+            [
+                "a:1,3".to_owned(),
+                "deliver:b".to_owned(),
+                format!("b:{}", first.join(",")),
+                format!("b:{}", second.join(",")),
+            ]
+        );
+    }
 }

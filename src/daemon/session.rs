@@ -123,9 +123,10 @@ impl SessionConfig {
 pub(crate) enum Mail {
     /// A message just received.
     Message(Inbound),
-    /// A message received before a restart, not yet answered: it runs without waiting for a
-    /// mention or a debounce.
-    Resumed(Inbound),
+    /// Messages of this chat received before a restart (or taken over from another replica),
+    /// not yet answered, in order: they run as one batch, without waiting for a mention or a
+    /// debounce (commands each on their own).
+    Resumed(Vec<Inbound>),
     /// An answer recorded before a restart, not yet delivered.
     Deliver(Delivery),
     /// A scheduled job's due run, journaled (just fired, or resumed after a restart).
@@ -339,13 +340,15 @@ impl SessionActor {
                     running = self.running.is_some(), "session.job.queued");
                 return self.jobs.push_back(scheduled);
             }
-            Mail::Resumed(message) => {
-                if message.is_command() {
-                    self.commands.push_back(message);
-                } else {
-                    self.batch_since.get_or_insert_with(Instant::now);
-                    self.due = Some(Instant::now());
-                    self.push_batch(message);
+            Mail::Resumed(messages) => {
+                for message in messages {
+                    if message.is_command() {
+                        self.commands.push_back(message);
+                    } else {
+                        self.batch_since.get_or_insert_with(Instant::now);
+                        self.due = Some(Instant::now());
+                        self.push_batch(message);
+                    }
                 }
                 return;
             }

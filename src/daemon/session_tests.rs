@@ -573,7 +573,7 @@ async fn resumed_work_runs_at_once_and_recorded_answers_are_only_delivered() {
     let h = harness(config(), FakeRunner::new(false));
     let mut interrupted = inbound(1, "asked before the crash", false, "42", Role::Owner);
     interrupted.interrupted = true;
-    h.tx.send(Mail::Resumed(interrupted)).await.unwrap();
+    h.tx.send(Mail::Resumed(vec![interrupted])).await.unwrap();
     h.tx.send(Mail::Deliver(Delivery {
         channel: "fake".into(),
         seqs: vec![],
@@ -663,7 +663,7 @@ async fn a_turn_run_again_answers_in_the_live_message_its_interrupted_attempt_po
         h.inbox.started(&[interrupted.seq]).await;
         h.inbox.live(&[interrupted.seq], "1001").await;
         interrupted.interrupted = true;
-        h.tx.send(Mail::Resumed(interrupted)).await.unwrap();
+        h.tx.send(Mail::Resumed(vec![interrupted])).await.unwrap();
         at(&h, 5.0).await;
         let sent = h.channel.sent.lock().unwrap().clone();
         assert_eq!(sent.len(), 1, "live={live}: {sent:?}");
