@@ -337,6 +337,57 @@ async fn malformed_tool_arguments_and_unknown_tools_reach_the_model_as_errors() 
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn an_answer_or_a_tool_call_cut_at_the_output_limit_is_never_taken_as_complete() {
+    let mut env = Env::cli().await;
+    let long = "All work and no play makes Jack a dull boy. ".repeat(40);
+    // The default leaves room for a long answer: nothing is cut.
+    env.model.push_text(long.clone());
+    let out = env.run(&["run", "write a lot"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), long.trim());
+    assert_eq!(env.model.requests()[0]["max_tokens"], 8192);
+
+    env.set("BUB_MAX_TOKENS", "50");
+    // A file's content cut half-way: the call is refused, not written.
+    env.model.push_raw(
+        200,
+        json!({"id":"x","object":"chat.completion","created":1,"model":"test-model","choices":[{"index":0,
+            "finish_reason":"length","message":{"role":"assistant","content":null,"tool_calls":[
+                {"id":"c1","type":"function","function":{"name":"fs_write",
+                 "arguments":"{\"path\": \"big.txt\", \"content\": \"All work and"}}]}}]})
+        .to_string(),
+        vec![("content-type".into(), "application/json".into())],
+    );
+    env.model.push_text(long.clone());
+    let out = env.run(&["run", "write it to big.txt"]).await;
+    assert!(out.status.success(), "{}", stderr(&out));
+    let requests = env.model.requests();
+    assert_eq!(requests[1]["max_tokens"], 50);
+    let result = messages(&requests[2])
+        .into_iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap();
+    let result = result["content"].as_str().unwrap();
+    assert!(
+        result.contains("cut off at the output limit of 50 tokens"),
+        "{result}"
+    );
+    assert!(!env.workspace.join("big.txt").exists());
+    // The fake stopped the answer at 50 tokens: the user is told.
+    let printed = stdout(&out);
+    assert!(
+        printed.starts_with("All work and no play") && printed.len() < 400,
+        "{printed}"
+    );
+    assert!(
+        printed.trim_end().ends_with(
+            "[Cut off: the answer reached the output limit of 50 tokens (BUB_MAX_TOKENS).]"
+        ),
+        "{printed}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn finishing_on_the_last_step_is_not_an_error() {
     let mut env = Env::cli().await;
     env.set("BUB_MAX_STEPS", "1");

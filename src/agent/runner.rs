@@ -53,6 +53,16 @@ enum Step {
     Text(String),
 }
 
+/// The finish reason of a reply the model stopped writing at `max_tokens`.
+const CUT: &str = "length";
+
+/// What a reply cut at the output limit says of itself (the user and, on the tape, the model).
+fn cut_note(max_tokens: u32) -> String {
+    format!(
+        "\n\n[Cut off: the answer reached the output limit of {max_tokens} tokens (BUB_MAX_TOKENS).]"
+    )
+}
+
 /// What a session's model loop remembers from one turn to the next.
 #[derive(Debug, Clone)]
 pub(crate) struct LoopMemory {
@@ -320,7 +330,11 @@ impl<'a> ModelLoop<'a> {
         let usage = response.usage.unwrap_or_default(); // set by `call`
         let ran = spend::run_event(by, &usage, Purpose::Step);
         if response.tool_calls.is_empty() {
-            let text = response.content.unwrap_or_default();
+            let mut text = response.content.unwrap_or_default();
+            if response.finish_reason.as_deref() == Some(CUT) {
+                // Never passed on as if it were complete.
+                text.push_str(&cut_note(self.max_tokens));
+            }
             let answer = json!({"role": "assistant", "content": text});
             // Written with the tape's next operation (the turn's last record at the latest).
             self.ctx.tape().defer(move |t| {

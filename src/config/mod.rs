@@ -302,7 +302,7 @@ impl Settings {
             anthropic_api_base: providers::DEFAULT_ANTHROPIC_API_BASE.into(),
             gemini_api_key: None,
             gemini_api_base: providers::DEFAULT_GEMINI_API_BASE.into(),
-            max_tokens: 1024,
+            max_tokens: 8192,
             model_timeout: Some(Duration::from_secs(90)),
             system_prompt: String::new(),
             home,

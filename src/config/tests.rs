@@ -86,7 +86,7 @@ fn defaults_match_the_reference() {
     assert_eq!(s.model_base_url(), "https://openrouter.ai/api/v1");
     assert_eq!(s.api_key, None);
     assert_eq!(s.api_base, None);
-    assert_eq!(s.max_tokens, 1024);
+    assert_eq!(s.max_tokens, 8192);
     assert_eq!(s.model_timeout, Some(std::time::Duration::from_secs(90)));
     assert_eq!(s.system_prompt, "");
     assert_eq!(s.home, fx.user_home.join(".bub"));

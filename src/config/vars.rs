@@ -122,7 +122,7 @@ pub(crate) const VARS: &[Var] = &[
     var("BUB_GEMINI_API_KEY", Model, "(none)", "the key of gemini: models").secret(),
     var("GEMINI_API_KEY", Model, "(none)", "another name for BUB_GEMINI_API_KEY").secret(),
     var("BUB_GEMINI_API_BASE", Model, "https://generativelanguage.googleapis.com", "the base URL of gemini: models"),
-    var("BUB_MAX_TOKENS", Model, "1024", "the most tokens of one model answer (≥ 1)"),
+    var("BUB_MAX_TOKENS", Model, "8192", "the most tokens of one model answer (≥ 1); an answer cut there says so"),
     var("BUB_MODEL_TIMEOUT_SECONDS", Model, "90", "the timeout of one model HTTP call; 0 or null: none (at most 86400)"),
     var("BUB_CONTEXT_TOKENS", Model, "32000", "the model's context window in tokens (≥ 256)"),
     var("BUB_VISION", Model, "auto", "images from chats go to the model: auto (models matching BUB_VISION_MODELS), on, off"),

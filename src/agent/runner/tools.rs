@@ -25,6 +25,7 @@ impl ModelLoop<'_> {
             .await;
         let mut results = Vec::with_capacity(response.tool_calls.len());
         let mut statuses = Vec::with_capacity(response.tool_calls.len());
+        let cut = response.finish_reason.as_deref() == Some(super::CUT);
         for call in &response.tool_calls {
             self.show_status(Some(running(call)));
             let registry = self.ctx.registry();
@@ -35,7 +36,7 @@ impl ModelLoop<'_> {
                 arguments: &call.arguments,
             });
             let started = Instant::now();
-            let result = self.run_tool(call).await;
+            let result = self.run_tool(call, cut).await;
             self.observe(ToolEvent::Finished {
                 tool,
                 elapsed: started.elapsed(),
@@ -113,8 +114,9 @@ impl ModelLoop<'_> {
         }
     }
 
-    /// The call's output, or the error text the model is told.
-    async fn run_tool(&self, call: &ToolCall) -> Result<String, String> {
+    /// The call's output, or the error text the model is told. `cut`: the reply stopped at
+    /// the output limit, which is why arguments may end half-way.
+    async fn run_tool(&self, call: &ToolCall, cut: bool) -> Result<String, String> {
         let registry = self.ctx.registry();
         let Some(tool) = registry.get(&call.name) else {
             let known: Vec<String> = registry
@@ -134,6 +136,13 @@ impl ModelLoop<'_> {
         } else {
             match serde_json::from_str::<Value>(&call.arguments) {
                 Ok(v) => v,
+                Err(_) if cut => {
+                    return Err(format!(
+                        "error: the arguments of tool '{}' were cut off at the output limit of {} \
+                         tokens (BUB_MAX_TOKENS); send less in one call (write a long file in parts)",
+                        call.name, self.max_tokens
+                    ));
+                }
                 Err(e) => {
                     return Err(format!(
                         "error: arguments of tool '{}' are not valid JSON ({e}); send a JSON object",

@@ -80,12 +80,30 @@ pub(super) fn message(text: Option<&str>, calls: &[(String, String, Value)]) -> 
     msg
 }
 
-pub(super) fn finish_reason(calls: &[(String, String, Value)]) -> &'static str {
-    if calls.is_empty() {
-        "stop"
-    } else {
-        "tool_calls"
+/// Why the reply ended: `length` when its text was cut at the request's `max_tokens`.
+pub(super) fn finish_reason(calls: &[(String, String, Value)], cut: bool) -> &'static str {
+    match (cut, calls.is_empty()) {
+        (true, _) => "length",
+        (false, true) => "stop",
+        (false, false) => "tool_calls",
     }
+}
+
+/// `text` cut as a model stops at `max_tokens` (4 bytes a token, as [`super::usage`] counts);
+/// whether it was cut.
+pub(super) fn cut_at(text: &mut String, max_tokens: Option<u64>) -> bool {
+    let Some(limit) = max_tokens.and_then(|t| usize::try_from(t.saturating_mul(4)).ok()) else {
+        return false;
+    };
+    if text.len() <= limit {
+        return false;
+    }
+    let at = (0..=limit)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0);
+    text.truncate(at);
+    true
 }
 
 /// A non-streamed `chat.completion`.
@@ -94,10 +112,11 @@ pub(super) fn completion(
     text: Option<&str>,
     calls: &[(String, String, Value)],
     usage: Value,
+    cut: bool,
 ) -> Value {
     json!({
         "id": "chatcmpl-fake", "object": "chat.completion", "created": 1_700_000_000, "model": model,
-        "choices": [{"index": 0, "finish_reason": finish_reason(calls), "message": message(text, calls)}],
+        "choices": [{"index": 0, "finish_reason": finish_reason(calls, cut), "message": message(text, calls)}],
         "usage": usage,
     })
 }
@@ -108,6 +127,7 @@ pub(super) fn sse_events(
     text: Option<&str>,
     calls: &[(String, String, Value)],
     usage: Option<Value>,
+    cut: bool,
 ) -> Vec<String> {
     let chunk = |choices: Value| {
         json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 1_700_000_000,
@@ -131,7 +151,7 @@ pub(super) fn sse_events(
             events.push(delta(json!({"tool_calls": [frag]}), Value::Null));
         }
     }
-    events.push(delta(json!({}), json!(finish_reason(calls))));
+    events.push(delta(json!({}), json!(finish_reason(calls, cut))));
     if let Some(usage) = usage {
         let mut last = chunk(json!([]));
         last["usage"] = usage;

@@ -69,7 +69,7 @@ use tokio_util::sync::CancellationToken;
 use super::wire::{self, Recorder, json_response as raw_response};
 
 mod body;
-use body::{completion, sse_events};
+use body::{completion, cut_at, sse_events};
 // The benches mount `support` too and use only some of these.
 pub use super::wire::{RecordedRequest, StreamStyle};
 #[allow(unused_imports)]
@@ -692,6 +692,12 @@ async fn chat_completions(
         } => return raw_response(status, body, headers),
         Reply::Message { text, calls } => (text, calls),
     };
+    // A model stops writing at the request's limit (`max_completion_tokens` is its newer name).
+    let limit = ["max_completion_tokens", "max_tokens"]
+        .iter()
+        .find_map(|key| request.get(*key).and_then(Value::as_u64));
+    let mut text = text;
+    let cut = text.as_mut().is_some_and(|t| cut_at(t, limit));
     let answer_bytes = text.as_deref().map_or(0, str::len)
         + calls
             .iter()
@@ -701,10 +707,10 @@ async fn chat_completions(
     if stream {
         let style = shared.style.lock().unwrap().clone();
         let usage = include_usage.then_some(usage);
-        let events = sse_events(&model, text.as_deref(), &calls, usage);
+        let events = sse_events(&model, text.as_deref(), &calls, usage, cut);
         wire::sse_response(events.into_iter().map(|d| (None, d)).collect(), style)
     } else {
-        let body = completion(&model, text.as_deref(), &calls, usage);
+        let body = completion(&model, text.as_deref(), &calls, usage, cut);
         raw_response(200, body.to_string(), Vec::new())
     }
 }
