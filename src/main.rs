@@ -193,7 +193,7 @@ enum Command {
     /// Write BUB_HOME/config.toml (default ~/.bub/config.toml) from three questions: the
     /// model, its key, a Telegram bot token (Enter skips one).
     Init,
-    /// The help of a command (`bub help run`, `bub help jobs add`), or of every variable
+    /// The help of a command (`bub help run`, `bub help jobs list`), or of every variable
     /// (`bub help env`).
     Help {
         /// A command (and subcommand), or `env`.

@@ -214,7 +214,25 @@ async fn a_missing_workspace_path_is_a_configuration_error() {
 async fn help_shows_commands_and_every_variable() {
     let env = Env::cli().await;
     let out = env.run(&["--help"]).await;
-    assert!(stdout(&out).contains("bub help env"), "{}", stdout(&out));
+    let help = stdout(&out);
+    assert!(help.contains("bub help env"), "{help}");
+    assert!(
+        !help.contains("re-implementation"),
+        "it says what Bub is: {help}"
+    );
+    // Every `bub help …` the help shows works.
+    let examples: Vec<&str> = help
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|quoted| quoted.starts_with("bub help "))
+        .collect();
+    assert!(examples.len() >= 3, "{examples:?}");
+    for example in examples {
+        let args: Vec<&str> = example.split_whitespace().skip(1).collect();
+        let out = env.run(&args).await;
+        assert!(out.status.success(), "{example}: {}", stderr(&out));
+    }
     let out = env.run(&["help", "run"]).await;
     assert!(out.status.success());
     assert!(stdout(&out).contains("Usage: bub run"), "{}", stdout(&out));

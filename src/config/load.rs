@@ -20,7 +20,7 @@ use super::parse::{
     parse_log_format, parse_log_level, parse_model, parse_positive_seconds, parse_sandbox,
     parse_seconds, parse_secret, parse_timeout, parse_u32_min, parse_u32_range, parse_url,
 };
-use super::sources::{self, Layers};
+use super::sources::{self, Layers, Origin};
 use super::vars;
 use super::{
     ConfigError, DEFAULT_MODEL, MAX_ACTIVE_TIME_WINDOW_SECONDS, MAX_BASH_MAX_TIMEOUT_SECONDS,
@@ -65,6 +65,7 @@ impl Overrides {
     fn apply(&self, s: &mut Settings) -> Result<(), ConfigError> {
         if let Some(model) = &self.model {
             s.model = parse_model("--model", model, s.api_base.as_deref())?;
+            "--model".clone_into(&mut s.model_from);
         }
         if let Some(max_tokens) = self.max_tokens {
             s.max_tokens = parse_u32_min("--max-tokens", &max_tokens.to_string(), 1)?;
@@ -177,6 +178,14 @@ fn model(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
     })? {
         Some(model) => model,
         None => parse_model("BUB_MODEL", DEFAULT_MODEL, s.api_base.as_deref())?,
+    };
+    s.model_from = match l.get("BUB_MODEL").map(|raw| &raw.origin) {
+        None => "the default".to_owned(),
+        Some(Origin::Env) => "BUB_MODEL".to_owned(),
+        Some(Origin::File(path)) => {
+            let file = path.file_name().unwrap_or(path.as_os_str());
+            format!("BUB_MODEL in {}", file.to_string_lossy())
+        }
     };
     if let Some(models) = l.parse("BUB_FALLBACK_MODELS", |v| {
         parse_fallback_models(v, s.api_base.as_deref())

@@ -128,6 +128,9 @@ pub(crate) const MAX_FALLBACK_MODELS: usize = 8;
 pub struct Settings {
     /// `BUB_MODEL`: `provider:model`, default `openrouter:qwen/qwen3-coder-next`.
     pub model: Model,
+    /// Where `model` was set, as `,model` names it: `BUB_MODEL`, `BUB_MODEL in config.toml`,
+    /// `--model`, or `the default`.
+    pub model_from: String,
     /// `BUB_FALLBACK_MODELS`: the models tried in order when a call to the session's model still
     /// fails after its retries (at most [`MAX_FALLBACK_MODELS`]; default none).
     pub fallback_models: Vec<Model>,
@@ -295,6 +298,7 @@ impl Settings {
     pub fn with_defaults(home: PathBuf, workspace: PathBuf) -> Self {
         Self {
             model: Model::default_model(),
+            model_from: "the default".to_owned(),
             fallback_models: Vec::new(),
             api_key: None,
             api_base: None,

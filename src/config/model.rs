@@ -68,6 +68,8 @@ pub(super) fn base_url(
 pub struct ModelConfig {
     /// `BUB_MODEL` (or `--model`): a session's model unless it was switched.
     pub model: Model,
+    /// Where `model` was set ([`Settings::model_from`]).
+    pub model_from: String,
     /// `BUB_FALLBACK_MODELS`, tried in order after the session's model.
     pub fallback_models: Vec<Model>,
     /// `BUB_MAX_TOKENS` (or `--max-tokens`): the most tokens of one answer.
@@ -88,6 +90,7 @@ impl ModelConfig {
     pub fn from_settings(s: &Settings) -> Self {
         Self {
             model: s.model.clone(),
+            model_from: s.model_from.clone(),
             fallback_models: s.fallback_models.clone(),
             max_tokens: s.max_tokens,
             timeout: s.model_timeout,

@@ -149,6 +149,23 @@ fn precedence_toml_then_workspace_env_then_cwd_env_then_environment() {
 }
 
 #[test]
+fn the_model_says_where_it_was_set() {
+    let fx = Fixture::new();
+    assert_eq!(fx.load(&[]).unwrap().model_from, "the default");
+    write(
+        &fx.bub_home().join("config.toml"),
+        "model = \"openai:gpt-4o\"\n",
+    );
+    let s = fx.load(&[]).unwrap();
+    assert_eq!(
+        (s.model.to_string(), s.model_from.as_str()),
+        ("openai:gpt-4o".to_owned(), "BUB_MODEL in config.toml")
+    );
+    let s = fx.load(&[("BUB_MODEL", "openai:gpt-5")]).unwrap();
+    assert_eq!(s.model_from, "BUB_MODEL");
+}
+
+#[test]
 fn config_flag_overrides_home_config_but_not_dotenv() {
     let fx = Fixture::new();
     write(

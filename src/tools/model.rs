@@ -162,10 +162,9 @@ pub(crate) fn describe(models: &ModelConfig, own: Option<&Model>) -> String {
         }
     };
     let model = own.unwrap_or(&models.model);
-    let source = if own.is_some() {
-        "this session"
-    } else {
-        "BUB_MODEL"
+    let source = match own {
+        Some(_) => "this session",
+        None => &models.model_from,
     };
     let fallbacks: Vec<String> = models
         .fallback_models
@@ -226,6 +225,7 @@ mod tests {
     fn models() -> ModelConfig {
         let mut s = Settings::with_defaults("/h".into(), "/w".into());
         s.fallback_models = vec![parse_model("t", "openai:b", None).unwrap()];
+        s.model_from = "BUB_MODEL in config.toml".into();
         ModelConfig::from_settings(&s)
     }
 
@@ -308,7 +308,7 @@ mod tests {
         let s = models();
         assert_eq!(
             describe(&s, None),
-            "model: openrouter:qwen/qwen3-coder-next (BUB_MODEL)\nfallbacks: openai:b"
+            "model: openrouter:qwen/qwen3-coder-next (BUB_MODEL in config.toml)\nfallbacks: openai:b"
         );
         let own = s.parse_model("t", "openai:b").unwrap();
         assert_eq!(
