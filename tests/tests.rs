@@ -16,6 +16,7 @@ mod console;
 mod container;
 mod daemon;
 mod discord;
+mod docs;
 mod durability;
 mod fakes;
 mod fallback;
