@@ -428,7 +428,12 @@ async fn turn(
         if verbose {
             let shown = bub::cli::trace::to_stderr();
             agent
-                .handle_observed(session_id, message, &you, shown)
+                .handle_observed(
+                    session_id,
+                    bub::agent::TurnInput::text(message),
+                    &you,
+                    shown,
+                )
                 .await
         } else {
             agent.handle_input(session_id, message, &you).await

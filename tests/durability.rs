@@ -112,7 +112,7 @@ async fn stop_from_the_chat_kills_the_running_command_and_keeps_the_queue() {
         .iter()
         .map(|c| c["command"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["stop", "new", "status", "usage"]);
+    assert_eq!(names, ["stop", "new", "status", "usage", "model"]);
 
     push(&env, ",echo $$ > sleeper.pid; exec sleep 987");
     let pid_file = env.workspace.join("sleeper.pid");

@@ -76,8 +76,21 @@ async fn help_lists_the_commands_the_caller_may_use() {
         assert!(help.len() < 4096, "one Telegram message: {help}");
         assert!(help.contains(shell), "{help}");
         let tools = f.router.route_user(",tools").await.immediate_output;
+        // The chat commands first, with their slash forms: the controls, and the tools a chat
+        // names (`/usage`, `/model`) when the caller may use them.
+        let chat_commands = ["usage", "model"];
+        for control in ["stop", "new", "status"] {
+            assert!(
+                help.contains(&format!("\n,{control} (/{control}) — ")),
+                "{help}"
+            );
+        }
         for line in tools.lines() {
             let (name, description) = line.split_once(": ").unwrap();
+            if chat_commands.contains(&name) {
+                assert!(help.contains(&format!("\n,{name} (/{name}) — ")), "{help}");
+                continue;
+            }
             assert!(
                 help.contains(&format!("\n,{name} — {description}\n"))
                     || help.ends_with(&format!("\n,{name} — {description}")),
@@ -86,7 +99,7 @@ async fn help_lists_the_commands_the_caller_may_use() {
         }
         assert_eq!(
             help.matches("\n,").count(),
-            tools.lines().count(),
+            tools.lines().count() + 3,
             "only those: {help}"
         );
         assert!(
@@ -105,7 +118,7 @@ async fn help_lists_the_commands_the_caller_may_use() {
     );
     let owner_help = fixture().router.route_user(",help").await.immediate_output;
     assert!(
-        owner_help.contains(",bash — ") && owner_help.contains(",model — "),
+        owner_help.contains(",bash — ") && owner_help.contains(",model (/model) — "),
         "{owner_help}"
     );
 }

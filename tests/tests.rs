@@ -11,6 +11,7 @@ mod background;
 mod backpressure;
 mod browser;
 mod chaos;
+mod chat;
 mod compaction;
 mod console;
 mod container;

@@ -1,83 +1,15 @@
 //! The model's tool calls as a person at the terminal sees them: `bub chat` under a
-//! pseudo-terminal (expectrl: the real binary, its screen as a user's terminal gets it) and
-//! `bub run -v`, against the fake OpenAI server scripted to call `bash` and then answer. Every
-//! wait on the terminal is bounded by [`WAIT`].
+//! pseudo-terminal ([`support::pty`]: the real binary, its screen as a user's terminal gets it)
+//! and `bub run -v`, against the fake OpenAI server scripted to call `bash` and then answer.
 
 use crate::support;
 
-use expectrl::{Eof, Expect, Regex, Session};
 use serde_json::json;
 use support::bub_env::{Env, stderr, stdout};
-use support::wait::WAIT;
+use support::pty::{Chat, on_pty};
 
 /// Bub's model key in [`Env::cli`]: a tool's arguments and output carry it in these tests.
 const SECRET: &str = "sk-test-secret";
-
-/// `bub chat` on a pseudo-terminal, and everything it printed so far.
-struct Chat {
-    session: expectrl::session::OsSession,
-    screen: String,
-}
-
-impl Chat {
-    fn start(env: &Env) -> Self {
-        let mut cmd = env.std_command(&["chat"]);
-        // The pty is the terminal: stdin, stdout and stderr are its slave side.
-        cmd.env("TERM", "xterm")
-            .stdin(std::process::Stdio::inherit());
-        let mut session = Session::spawn(cmd).expect("bub chat on a pty");
-        session.set_expect_timeout(Some(WAIT));
-        let mut chat = Self {
-            session,
-            screen: String::new(),
-        };
-        chat.expect("ws > ");
-        chat
-    }
-
-    /// Waits (at most [`WAIT`]) for `needle` after what was matched before: successive calls
-    /// check the order of what was printed. Returns what came since the last match, up to and
-    /// including this one.
-    fn expect(&mut self, needle: &str) -> String {
-        self.expect_with(needle, needle)
-    }
-
-    fn expect_regex(&mut self, pattern: &str) -> String {
-        self.expect_with(Regex(pattern), pattern)
-    }
-
-    fn expect_with(&mut self, needle: impl expectrl::Needle, what: &str) -> String {
-        let found = self.session.expect(needle).unwrap_or_else(|e| {
-            panic!(
-                "{what:?} not shown within {WAIT:?} ({e}); the screen:\n{}",
-                self.screen
-            )
-        });
-        let seen = String::from_utf8_lossy(found.as_bytes()).into_owned();
-        self.screen.push_str(&seen);
-        seen
-    }
-
-    fn type_line(&mut self, line: &str) {
-        self.session.send_line(line).unwrap();
-    }
-
-    /// `,quit`, then the rest of the screen up to the end of the process.
-    fn quit(mut self) -> String {
-        self.type_line(",quit");
-        self.expect("Bye.");
-        let rest = self.session.expect(Eof).map(|f| f.before().to_vec());
-        if let Ok(rest) = rest {
-            self.screen.push_str(&String::from_utf8_lossy(&rest));
-        }
-        self.screen
-    }
-}
-
-/// Runs a blocking pty conversation off the runtime the fake servers run on.
-async fn on_pty<T: Send + 'static>(talk: impl FnOnce() -> T + Send + 'static) -> T {
-    tokio::task::spawn_blocking(talk).await.unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn chat_shows_each_tool_call_as_it_starts_and_ends() {

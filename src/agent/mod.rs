@@ -410,18 +410,18 @@ impl AgentRuntime {
             .await
     }
 
-    /// [`AgentRuntime::handle_input`], telling `observer` when each tool call the model makes
-    /// starts and ends (`bub chat`, `bub run -v`).
+    /// A turn of `input` (typed text, or the lines `bub chat` batched), telling `observer`
+    /// when each tool call the model makes starts and ends (`bub chat`, `bub run -v`).
     pub async fn handle_observed(
         &self,
         session_id: &SessionId,
-        text: &str,
+        input: TurnInput,
         who: &Authority,
         observer: crate::tools::ToolObserver,
     ) -> TurnResult {
         self.run_turn_as(
             session_id,
-            TurnInput::text(text),
+            input,
             who,
             TurnOrigin::Asked,
             TurnOutput::default(),

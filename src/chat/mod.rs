@@ -29,7 +29,7 @@ pub enum Control {
 }
 
 impl Control {
-    /// Every control with its description (Telegram's command menu).
+    /// Every control with its description (the first rows of [`CHAT_COMMANDS`]).
     pub(crate) const ALL: [(Control, &'static str); 4] = [
         (Control::Stop, "Stop the running turn"),
         (Control::New, "Start a fresh context"),
@@ -38,7 +38,7 @@ impl Control {
     ];
 
     /// The command word (`stop`).
-    pub(crate) fn name(self) -> &'static str {
+    pub(crate) const fn name(self) -> &'static str {
         match self {
             Control::Stop => "stop",
             Control::New => "new",
@@ -54,6 +54,36 @@ impl Control {
             .iter()
             .map(|(c, _)| *c)
             .find(|c| word.eq_ignore_ascii_case(c.name()))
+    }
+}
+
+/// The chat commands a person types in any chat — Telegram's command menu (`setMyCommands`),
+/// `,help`, the terminal's `/` forms: the controls, then `model` (the `model` tool as a
+/// command). Each is written `,name` or `/name`.
+pub(crate) const CHAT_COMMANDS: [(&str, &str); 5] = [
+    (Control::ALL[0].0.name(), Control::ALL[0].1),
+    (Control::ALL[1].0.name(), Control::ALL[1].1),
+    (Control::ALL[2].0.name(), Control::ALL[2].1),
+    (Control::ALL[3].0.name(), Control::ALL[3].1),
+    ("model", "Show or switch this chat's model"),
+];
+
+/// A chat command typed with a slash, as Telegram's menu offers it (`/stop`, `/model
+/// openai:gpt-4o`, case-insensitive), in its comma form (`,stop`, `,model openai:gpt-4o`);
+/// `None` for any other text (`/usr/bin is full`, `/help`).
+pub(crate) fn slash_command(text: &str) -> Option<String> {
+    let after = text.trim().strip_prefix('/')?;
+    let (word, rest) = after.split_once(char::is_whitespace).unwrap_or((after, ""));
+    let name = CHAT_COMMANDS
+        .iter()
+        .map(|(name, _)| *name)
+        .find(|name| word.eq_ignore_ascii_case(name))?;
+    let rest = rest.trim();
+    // Only `model` takes an argument: `/stop now` is a sentence, not the control.
+    match (name, rest.is_empty()) {
+        (_, true) => Some(format!(",{name}")),
+        ("model", false) => Some(format!(",model {rest}")),
+        _ => None,
     }
 }
 
@@ -89,3 +119,31 @@ pub struct Live {
 
 /// Where a turn writes its [`Live`] answer.
 pub type LiveSender = tokio::sync::watch::Sender<Live>;
+
+#[cfg(test)]
+mod tests {
+    use super::slash_command;
+
+    #[test]
+    fn slash_forms_of_the_chat_commands() {
+        assert_eq!(slash_command("/stop").as_deref(), Some(",stop"));
+        assert_eq!(slash_command(" /STATUS ").as_deref(), Some(",status"));
+        assert_eq!(slash_command("/usage").as_deref(), Some(",usage"));
+        assert_eq!(slash_command("/new").as_deref(), Some(",new"));
+        assert_eq!(slash_command("/model").as_deref(), Some(",model"));
+        assert_eq!(
+            slash_command("/model  openai:gpt-4o ").as_deref(),
+            Some(",model openai:gpt-4o")
+        );
+        for text in [
+            "/usr/bin is full",
+            "/help",
+            "/stop now",
+            "stop",
+            ",stop",
+            "/",
+        ] {
+            assert_eq!(slash_command(text), None, "{text}");
+        }
+    }
+}

@@ -1,5 +1,11 @@
 //! The line editor of `bub chat`: rustyline with per-workspace history, `,command` completion
 //! and Ctrl-X as the agent/shell mode toggle (which keeps what was typed so far).
+//!
+//! It reads on a thread of its own for the whole chat ([`LineEditor::read_lines`]), so the
+//! prompt stays usable while a turn runs: each line is handed on as what it stands for
+//! ([`Typed`]), and output reaches the terminal above the prompt through the editor's external
+//! printer ([`LineEditor::printer`]). The terminal is in raw mode while the editor reads, so
+//! Ctrl-C arrives here as a key ([`Input::Interrupt`]), not as a signal.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -11,9 +17,22 @@ use rustyline::hint::Hinter;
 use rustyline::history::FileHistory;
 use rustyline::validate::Validator;
 use rustyline::{
-    Cmd, ConditionalEventHandler, Context, Editor, Event, EventContext, EventHandler, Helper,
-    KeyEvent, RepeatCount,
+    Cmd, ConditionalEventHandler, Context, Editor, Event, EventContext, EventHandler,
+    ExternalPrinter, Helper, KeyEvent, RepeatCount,
 };
+
+use super::typed::{Typed, shell_input};
+
+/// What the person at the terminal did, for the chat loop.
+#[derive(Debug)]
+pub(crate) enum Input {
+    /// A line, classified.
+    Line(Typed),
+    /// Ctrl-C.
+    Interrupt,
+    /// Ctrl-X switched the mode (to shell mode when `true`).
+    Mode(bool),
+}
 
 /// The typed text and cursor position captured when Ctrl-X was pressed.
 type Pending = Arc<Mutex<Option<(String, usize)>>>;
@@ -61,8 +80,55 @@ impl LineEditor {
         })
     }
 
-    /// Reads one line (blocking: call it from `spawn_blocking`).
-    pub(crate) fn read(&mut self, prompt: &str, initial: (&str, &str)) -> anyhow::Result<Read> {
+    /// Writes text above the prompt while [`LineEditor::read_lines`] reads (and plainly between
+    /// two lines); `None` when stdin or stdout is not a terminal.
+    pub(crate) fn printer(&mut self) -> Option<impl FnMut(String) + Send + 'static> {
+        let mut printer = self.editor.create_external_printer().ok()?;
+        Some(move |text: String| {
+            if let Err(e) = printer.print(format!("{text}\n")) {
+                tracing::warn!(error = %e, "chat.print.error");
+            }
+        })
+    }
+
+    /// Reads lines with the prompt `<folder> > ` (`<folder> , ` in shell mode) until Ctrl-D,
+    /// `,quit` (handed on, then no more reading) or the receiver is gone, handing each on to
+    /// `tx` (blocking: run it on a thread of its own).
+    pub(crate) fn read_lines(mut self, folder: &str, tx: tokio::sync::mpsc::Sender<Input>) {
+        let mut shell = false;
+        let mut initial = (String::new(), String::new());
+        loop {
+            let prompt = format!("{folder} {} ", if shell { "," } else { ">" });
+            let (left, right) = std::mem::take(&mut initial);
+            let read = match self.read(&prompt, (&left, &right)) {
+                Ok(read) => read,
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "chat.read.error");
+                    break;
+                }
+            };
+            let input = match read {
+                Read::Line(line) => match shell_input(line, shell).and_then(|l| Typed::parse(&l)) {
+                    Some(typed) => Input::Line(typed),
+                    None => continue,
+                },
+                Read::Interrupted => Input::Interrupt,
+                Read::Eof => break,
+                Read::Toggle(left, right) => {
+                    shell = !shell;
+                    initial = (left, right);
+                    Input::Mode(shell)
+                }
+            };
+            let quit = matches!(input, Input::Line(Typed::Quit));
+            if tx.blocking_send(input).is_err() || quit {
+                break;
+            }
+        }
+    }
+
+    /// Reads one line (blocking).
+    fn read(&mut self, prompt: &str, initial: (&str, &str)) -> anyhow::Result<Read> {
         match self.editor.readline_with_initial(prompt, initial) {
             Ok(line) => {
                 if !line.trim().is_empty() {

@@ -191,3 +191,48 @@ impl Stopped {
         parts.join(" and ")
     }
 }
+
+/// The answer to `/stop`: whether a turn was stopped, and what else ended (every chat and the
+/// terminal say the same).
+pub(crate) fn stop_reply(stopped_turn: bool, children: Stopped) -> String {
+    let children = children.describe();
+    match (stopped_turn, children.is_empty()) {
+        (true, true) => "Stopped.".to_owned(),
+        (true, false) => format!("Stopped, with {children}."),
+        (false, true) => "Nothing is running.".to_owned(),
+        (false, false) => format!("Stopped {children}."),
+    }
+}
+
+/// The answer to `/new`: the fresh context, and the background commands it ended.
+pub(crate) fn new_reply(ended: &anyhow::Result<Stopped>) -> String {
+    match ended {
+        Ok(ended) => {
+            let mut text = "Started a fresh context. Earlier messages stay on the tape \
+                            (tape.search finds them)."
+                .to_owned();
+            let ended = ended.describe();
+            if !ended.is_empty() {
+                text.push_str(&format!(" Ended {ended}."));
+            }
+            text
+        }
+        Err(e) => format!("Error: could not start a fresh context: {e:#}"),
+    }
+}
+
+/// The lines `/status` adds about the chat's own queue: what runs (and for how long), what
+/// waits.
+pub(crate) fn queue_lines(
+    running: Option<(&str, std::time::Duration)>,
+    messages: usize,
+    commands: usize,
+) -> [String; 2] {
+    [
+        match running {
+            Some((what, age)) => format!("running: {what} for {} s", age.as_secs()),
+            None => "running: nothing".to_owned(),
+        },
+        format!("queued: {messages} message(s), {commands} command(s)"),
+    ]
+}

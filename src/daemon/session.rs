@@ -58,7 +58,7 @@ use super::courier::{Courier, typing};
 use super::jobs::{self, ScheduledRun};
 use super::live;
 use super::mailbox::{Lanes, Mailbox};
-use super::runner::TurnRunner;
+use super::runner::{Stopped, TurnRunner, new_reply, queue_lines, stop_reply};
 use crate::access::{Authority, Role};
 use crate::agent::inbound;
 use crate::agent::{ChatBatch, TurnInput};
@@ -394,10 +394,7 @@ impl SessionActor {
     /// commands the sender started, then confirms; queued work stays queued.
     async fn stop(&mut self, message: &Inbound, turn: &mut Option<TurnFuture>) {
         let who = message.authority();
-        let children = self
-            .runner
-            .stop_background(&self.session_id, &who)
-            .describe();
+        let children = self.runner.stop_background(&self.session_id, &who);
         let reply = |text: &str| Outbound {
             chat_id: message.chat_id.clone(),
             text: text.to_owned(),
@@ -407,18 +404,16 @@ impl SessionActor {
         };
         self.inbox.done(&[message.seq], Outcome::Sent).await;
         let Some(running) = self.running.take().filter(|_| turn.is_some()) else {
-            return self.notify(reply(&match children.is_empty() {
-                true => "Nothing is running.".to_owned(),
-                false => format!("Stopped {children}."),
-            }));
+            return self.notify(reply(&stop_reply(false, children)));
         };
         let allowed =
             who.role == Role::Owner || who.senders.iter().any(|s| running.who.senders.contains(s));
         if !allowed {
             self.running = Some(running);
             let mut text = "Only an owner or the person it answers can stop this turn.".to_owned();
-            if !children.is_empty() {
-                text.push_str(&format!(" Stopped {children}."));
+            if children != Stopped::default() {
+                text.push(' ');
+                text.push_str(&stop_reply(false, children));
             }
             return self.notify(reply(&text));
         }
@@ -432,10 +427,7 @@ impl SessionActor {
         let session_id = self.session_id.clone();
         let data = json!({"by": who.describe(), "after_ms": age.as_millis() as u64,
             "what": &*running.what});
-        let out = reply(&match children.is_empty() {
-            true => "Stopped.".to_owned(),
-            false => format!("Stopped, with {children}."),
-        });
+        let out = reply(&stop_reply(true, children));
         self.running = Some(Running {
             started: Instant::now(),
             who,
@@ -453,20 +445,13 @@ impl SessionActor {
     async fn status(&self, message: &Inbound) {
         let runner = self.runner.clone();
         let courier = self.courier();
-        let mut lines = Vec::new();
-        match &self.running {
-            Some(r) => lines.push(format!(
-                "running: {} for {} s",
-                r.what,
-                r.started.elapsed().as_secs()
-            )),
-            None => lines.push("running: nothing".to_owned()),
-        }
-        lines.push(format!(
-            "queued: {} message(s), {} command(s)",
+        let lines = queue_lines(
+            self.running
+                .as_ref()
+                .map(|r| (&*r.what, r.started.elapsed())),
             self.batch.len(),
-            self.commands.len() + self.jobs.len()
-        ));
+            self.commands.len() + self.jobs.len(),
+        );
         let mut out = Outbound {
             chat_id: message.chat_id.clone(),
             text: String::new(),
@@ -704,19 +689,7 @@ impl SessionActor {
             kind: TurnKind::Control,
         });
         Box::pin(async move {
-            let text = match runner.new_context(&session_id, &who).await {
-                Ok(ended) => {
-                    let mut text = "Started a fresh context. Earlier messages stay on the tape \
-                                    (tape.search finds them)."
-                        .to_owned();
-                    let ended = ended.describe();
-                    if !ended.is_empty() {
-                        text.push_str(&format!(" Ended {ended}."));
-                    }
-                    text
-                }
-                Err(e) => format!("Error: could not start a fresh context: {e:#}"),
-            };
+            let text = new_reply(&runner.new_context(&session_id, &who).await);
             let out = Outbound {
                 chat_id: command.chat_id.clone(),
                 text,

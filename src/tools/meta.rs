@@ -5,19 +5,31 @@ use serde::Deserialize;
 
 use super::registry::NoArgs;
 use super::{Tool, ToolContext, ToolError};
+use crate::chat::CHAT_COMMANDS;
 
 /// How commands work, above the list of the ones the turn may use.
 const HELP_INTRO: &str = "Commands start with ',' at the beginning of a line. A tool's name runs \
 that tool (,fs.read path=README.md; ,tool.describe fs.read shows its arguments).";
 
-/// `,help`: how commands work and the commands the turn's policy allows, one line each (name and
-/// short description), grouped by the name's prefix (`fs.*`, `tape.*`; names without one
-/// first), then how shell commands work — short enough for one chat message.
+/// `,help`: how commands work, the chat commands ([`CHAT_COMMANDS`]: `/stop` and the rest, the
+/// ones backed by a tool only when the policy allows it), then the other commands the turn's
+/// policy allows, one line each (name and short description), grouped by the name's prefix
+/// (`fs.*`, `tape.*`; names without one first), then how shell commands work — short enough for
+/// one chat message.
 fn help(ctx: &ToolContext) -> String {
     let policy = &ctx.turn.policy;
-    let mut groups: Vec<(&str, Vec<String>)> = Vec::new();
-    let tools = ctx.registry().tools();
-    let allowed = tools.iter().filter(|t| policy.allows(&t.name));
+    let registry = ctx.registry();
+    let chat: Vec<String> = CHAT_COMMANDS
+        .iter()
+        .filter(|(name, _)| registry.get(name).is_none() || policy.allows(name))
+        .map(|(name, about)| format!(",{name} (/{name}) — {about}"))
+        .collect();
+    let mut groups: Vec<(&str, Vec<String>)> = vec![("chat", chat)];
+    let tools = registry.tools();
+    let is_chat_command = |name: &str| CHAT_COMMANDS.iter().any(|(n, _)| *n == name);
+    let allowed = tools
+        .iter()
+        .filter(|t| policy.allows(&t.name) && !is_chat_command(&t.name));
     let (plain, dotted): (Vec<_>, Vec<_>) = allowed.partition(|t| !t.name.contains('.'));
     for tool in plain.into_iter().chain(dotted) {
         let group = tool.name.split_once('.').map_or("", |(prefix, _)| prefix);

@@ -2,7 +2,8 @@
 //! requests and never reaches the internet: OpenAI-compatible, Anthropic, Gemini, Telegram,
 //! Discord), the `bub` process environment (`bub_env`), a
 //! channel adapter running against a fake (`adapter`), the in-process tool environment
-//! (`tool_env`), a round-robin proxy in front of replicas (`proxy`), the bounded waits (`wait`), the fakes' multipart parser and streamed
+//! (`tool_env`), a round-robin proxy in front of replicas (`proxy`), `bub chat` on a
+//! pseudo-terminal (`pty`), the bounded waits (`wait`), the fakes' multipart parser and streamed
 //! downloads (`wire`), a decompression-bomb PNG (`images`) and a headless Chromium driven
 //! through ChromeDriver (`browser`). Each test module uses what it needs.
 #![allow(dead_code)]
@@ -22,6 +23,7 @@ pub mod images;
 pub mod postgres;
 pub mod prompt_cache;
 pub mod proxy;
+pub mod pty;
 pub mod tool_env;
 pub mod wait;
 pub mod wire;

@@ -42,7 +42,7 @@ use teloxide::types::{
 use tokio_util::sync::CancellationToken;
 
 use self::filter::{BotIdentity, Command};
-use super::{Attachment, Channel, Control, InboundSink, Outbound, exclusive, text};
+use super::{Attachment, Channel, InboundSink, Outbound, exclusive, text};
 use crate::access::{Access, Chat, ChatKind, Decision, Dropped, Gate, User};
 use crate::config::{ConfigError, Settings};
 use crate::net::retry::{Failure, RetryPolicy, SENDS, retry};
@@ -336,12 +336,12 @@ impl Telegram {
         Ok(())
     }
 
-    /// Registers the chat controls in Telegram's command menu (`setMyCommands`); a failure is
+    /// Registers the chat commands in Telegram's command menu (`setMyCommands`); a failure is
     /// only logged.
     async fn register_commands(&self) {
-        let commands: Vec<BotCommand> = Control::ALL
+        let commands: Vec<BotCommand> = crate::chat::CHAT_COMMANDS
             .iter()
-            .map(|(control, about)| BotCommand::new(control.name(), *about))
+            .map(|(name, about)| BotCommand::new(*name, *about))
             .collect();
         if let Err(e) = self.bot.set_my_commands(commands).send().await {
             tracing::warn!(error = %self.describe(&e), "telegram.set_my_commands.error");
