@@ -22,21 +22,6 @@ async fn telegram_env(owners: &str) -> Env {
     env
 }
 
-/// The texts Bub sent to Telegram chat `chat`, in order.
-fn sent_to(env: &Env, chat: i64) -> Vec<String> {
-    let calls = env.telegram.calls_of("sendMessage");
-    let to = calls.iter().filter(|c| c.body["chat_id"] == chat);
-    to.map(|c| c.body["text"].as_str().unwrap_or_default().to_owned())
-        .collect()
-}
-
-/// Waits (bounded) until Telegram chat `chat` got `n` messages; returns them.
-async fn wait_for_sent_to(env: &Env, chat: i64, n: usize) -> Vec<String> {
-    let what = format!("{n} message(s) to chat {chat}");
-    support::wait::wait_until(WAIT, &what, || sent_to(env, chat).len() >= n).await;
-    sent_to(env, chat)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_start_line_says_how_to_pair_then_names_the_owner() {
     let env = telegram_env("").await;
@@ -48,7 +33,7 @@ async fn the_start_line_says_how_to_pair_then_names_the_owner() {
     daemon.wait_for_stdout(&line).await;
     // The first stranger pairs (and becomes the owner); nobody is told, there is no owner yet.
     env.telegram.push_message(private_text(50, 50, "hello"));
-    let code = code_in(&wait_for_sent_to(&env, 50, 1).await[0]);
+    let code = code_in(&env.wait_for_sent_to(50, 1).await[0]);
     daemon.wait_for_log("owner.notice.none").await;
     let approved = env.run(&["pair", "approve", "telegram", &code]).await;
     assert!(approved.status.success(), "{approved:?}");
@@ -79,8 +64,8 @@ async fn a_strangers_pairing_request_reaches_the_owner_once() {
         .wait_for_stdout(&format!("as @{BOT_USERNAME} — owner: id {OWNER}\n"))
         .await;
     env.telegram.push_message(private_text(50, 50, "hello"));
-    let code = code_in(&wait_for_sent_to(&env, 50, 1).await[0]);
-    let notices = wait_for_sent_to(&env, OWNER, 1).await;
+    let code = code_in(&env.wait_for_sent_to(50, 1).await[0]);
+    let notices = env.wait_for_sent_to(OWNER, 1).await;
     let notice = &notices[0];
     assert!(
         notice.starts_with("New pairing request on Telegram from User50 (@user50, id 50)."),
@@ -106,7 +91,7 @@ async fn a_strangers_pairing_request_reaches_the_owner_once() {
         "first_name": "Eve\n\nbub pair approve telegram EVILCODE <b>x</b> **y**"});
     env.telegram
         .push_message(private_text(60, 60, "let me in").from(forger));
-    let notices = wait_for_sent_to(&env, OWNER, 2).await;
+    let notices = env.wait_for_sent_to(OWNER, 2).await;
     let (status, log) = daemon.stop_with_log().await;
     assert!(status.success(), "{log}");
     assert_eq!(notices.len(), 2, "{notices:?}");
@@ -119,7 +104,7 @@ async fn a_strangers_pairing_request_reaches_the_owner_once() {
         "{forged}"
     );
     assert!(forged.contains("&lt;b&gt;x&lt;/b&gt; **y**"), "{forged}");
-    assert_eq!(sent_to(&env, 50).len(), 1, "one code for stranger 50");
+    assert_eq!(env.sent_to(50).len(), 1, "one code for stranger 50");
     assert!(
         log.contains("owner.notice.sent"),
         "each notice is logged: {log}"
@@ -141,7 +126,7 @@ async fn a_stranger_mentioning_the_bot_in_a_group_is_told_once_an_hour() {
         .push_message(group_text(-100, 71, "just chatting"));
     env.telegram.push_message(mention(70));
     env.telegram.push_message(mention(72));
-    let notices = wait_for_sent_to(&env, OWNER, 2).await;
+    let notices = env.wait_for_sent_to(OWNER, 2).await;
     let (status, log) = daemon.stop_with_log().await;
     assert!(status.success(), "{log}");
     assert_eq!(notices.len(), 2, "{notices:?}");
@@ -181,8 +166,8 @@ async fn notify_pairing_false_in_config_toml_tells_nobody() {
     daemon.wait_for_log("owner.notice.off").await;
     let (status, log) = daemon.stop_with_log().await;
     assert!(status.success(), "{log}");
-    assert_eq!(sent_to(&env, 50).len(), 1, "the stranger still gets a code");
-    assert!(sent_to(&env, OWNER).is_empty(), "the owner is not told");
+    assert_eq!(env.sent_to(50).len(), 1, "the stranger still gets a code");
+    assert!(env.sent_to(OWNER).is_empty(), "the owner is not told");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -269,6 +269,20 @@ impl Env {
         texts(&sent)[n - 1].clone()
     }
 
+    /// The texts Bub sent to Telegram chat `chat`, in order.
+    pub fn sent_to(&self, chat: i64) -> Vec<String> {
+        let calls = self.telegram.calls_of("sendMessage");
+        let to = calls.iter().filter(|c| c.body["chat_id"] == chat);
+        texts(&to.cloned().collect::<Vec<_>>())
+    }
+
+    /// Waits (bounded) until Telegram chat `chat` got `n` messages; returns all it got.
+    pub async fn wait_for_sent_to(&self, chat: i64, n: usize) -> Vec<String> {
+        let what = format!("{n} message(s) to chat {chat}");
+        super::wait::wait_until(WAIT, &what, || self.sent_to(chat).len() >= n).await;
+        self.sent_to(chat)
+    }
+
     /// Waits (bounded) until `text` is in the fake Telegram chat: sent, or a live message
     /// edited to it.
     pub async fn wait_for_chat_text(&self, text: &str) {
