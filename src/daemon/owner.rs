@@ -101,12 +101,15 @@ impl Desk {
         let access = self.access.clone();
         // `access.json` is read and stdout written on the blocking pool.
         let printed = tokio::task::spawn_blocking(move || {
+            use std::io::Write as _;
             let line = start_line(&ready, &access.owners(ready.channel), &access);
-            println!("{}", safe_line(&line));
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{}", safe_line(&line)).and_then(|()| out.flush())
         })
         .await;
-        if let Err(e) = printed {
-            tracing::warn!(error = %e, "owner.start_line.error");
+        // A closed stdout (`bub message | head -1`) is no reason to stop serving.
+        if let Ok(Err(e)) = printed {
+            tracing::debug!(error = %e, "owner.start_line.unwritten");
         }
     }
 
