@@ -529,6 +529,12 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     agent.launch_with(Arc::new(jobs.clone()));
     let shutdown = CancellationToken::new();
     stop_on_signal(shutdown.clone());
+    let names = manager.channel_names();
+    manager.announce_to(bub::daemon::owner::start(
+        &agent,
+        names,
+        shutdown.child_token(),
+    ));
     beat(&agent, jobs.clone(), &shutdown);
     let board = Arc::new(Board::new(
         &agent.settings().model.to_string(),
@@ -571,6 +577,7 @@ async fn open_inbox(agent: &AgentRuntime) -> anyhow::Result<(Inbox, Vec<Resume>)
         let user = User {
             id: &m.sender.id,
             name: m.sender.username.as_deref(),
+            display: None,
         };
         access.role(&m.channel, user)
     };

@@ -67,8 +67,7 @@ impl Rig {
         env.telegram.wait_for_calls("sendMessage", 2, WAIT).await;
         env.telegram
             .push_message(private_text(50, 50, "hello, may I come in?"));
-        let sent = env.telegram.wait_for_calls("sendMessage", 3, WAIT).await;
-        let code = code_in(sent[2].body["text"].as_str().unwrap());
+        let code = code_in(&env.wait_for_sent_to(50, 1).await[0]);
         let http = client();
         let base = format!("http://127.0.0.1:{port}");
         support::wait::wait_until(WAIT, "the console to answer", || {
@@ -415,12 +414,7 @@ async fn login_sets_a_strict_http_only_cookie_and_every_change_needs_the_csrf_to
     rig.env
         .telegram
         .push_message(private_text(60, 60, "me too, please"));
-    let sent = rig
-        .env
-        .telegram
-        .wait_for_calls("sendMessage", 4, WAIT)
-        .await;
-    let code = code_in(sent[3].body["text"].as_str().unwrap());
+    let code = code_in(&rig.env.wait_for_sent_to(60, 1).await[0]);
     let reject = [("channel", "telegram"), ("code", code.as_str())];
     let rejected = rig.post("/access/reject", &reject, true).await;
     assert_eq!(rejected.status(), StatusCode::SEE_OTHER);

@@ -142,6 +142,8 @@ async fn allow_lists_apply_to_messages_and_commands() {
     let mut env = Env::new().await;
     env.set("BUB_TELEGRAM_ALLOW_FROM", "alice,1001");
     env.set("BUB_TELEGRAM_OWNERS", "");
+    // The owner's notice of the stranger is owner.rs's subject.
+    env.set("BUB_NOTIFY_PAIRING", "false");
     let daemon = env.start();
     env.telegram
         .push_message(group_text(-5, 666, ",touch pwned"));

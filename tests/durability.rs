@@ -241,7 +241,11 @@ async fn bub_status_shows_the_running_daemon_and_exits_1_without_one() {
         "{shown}"
     );
     assert!(shown.contains("last errors (newest first):"), "{shown}");
-    let error = shown.lines().last().unwrap();
+    let mut lines = shown.lines();
+    let error = lines
+        .find(|l| l.starts_with("last errors"))
+        .and_then(|_| lines.next())
+        .unwrap();
     assert!(
         error.contains("telegram:42  ") && error.contains("bad model"),
         "{shown}"

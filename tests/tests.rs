@@ -39,6 +39,7 @@ mod media;
 mod memory;
 mod message;
 mod monitoring;
+mod owner;
 mod platform;
 mod prompt_cache;
 mod replicas;

@@ -13,6 +13,9 @@
 //!    hour, the oldest request giving way when a channel has ten, a flood logged once a
 //!    minute) and gets the code's text; in a group a stranger is dropped — groups never pair.
 //!
+//! A new pairing request is published as a [`Knock`] for the owners; so is a stranger who
+//! addressed the bot in a group, which only the adapter can tell ([`Gate::knocked_in_group`]).
+//!
 //! Owners configured by id are admitted in memory; every other decision reads `access.json`
 //! (a `stat`, a read when it changed) and runs on the blocking pool, never on the adapter's
 //! task. A failure there fails closed: the message is dropped (an unreadable file admits only
@@ -26,7 +29,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use super::pairing::{self, Request};
-use super::{Access, Role, User};
+use super::{Access, Knock, Role, User};
 
 /// What kind of chat a message was written in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -115,6 +118,7 @@ impl Gate {
             Some(Found::Stranger) | None => Decision::Drop(Dropped::Sender),
             Some(Found::Asked(Ok(Request::New(pending)))) => {
                 tracing::info!(chat_id, sender_id, "{channel}.pairing.requested");
+                self.access.knocks.publish(Knock::pairing(&pending, sender));
                 Decision::Pair(pairing::code_message(&pending))
             }
             Some(Found::Asked(Ok(other))) => {
@@ -126,6 +130,19 @@ impl Gate {
                 Decision::Drop(Dropped::Sender)
             }
         }
+    }
+
+    /// A stranger (the gate dropped their message: [`Dropped::Sender`]) addressed the bot in
+    /// group `chat`: the owners hear of it ([`Knock`]; groups never pair, so there is no code).
+    /// The adapter calls it only for a message that addressed the bot.
+    pub fn knocked_in_group(&self, channel: &str, chat: &str, sender: User<'_>) {
+        tracing::info!(
+            chat_id = chat,
+            sender_id = sender.id,
+            "{channel}.group.knock"
+        );
+        let knock = Knock::group(channel, chat, sender, chrono::Utc::now());
+        self.access.knocks.publish(knock);
     }
 
     /// Whether `channel` serves `chat` — for a send outside a reply (`message.send`, `bub send`,
@@ -158,6 +175,7 @@ impl Gate {
             let user = User {
                 id: &id,
                 name: name.as_deref(),
+                display: None,
             };
             match access.role(&channel_name, user) {
                 Some(role) => Found::Admitted(role),

@@ -15,6 +15,8 @@
 //!   owners while `*_OWNERS` is empty; a username match, or `*`, admits a guest.
 //! * [`Access::admission`] is the one rule: the gate, the inbox's re-check after a restart, a
 //!   job's [`Access::reconfirm`] and `bub access explain` all call it, so they cannot disagree.
+//! * [`Knock`] — a stranger asking to come in (a new pairing request; addressing the bot in a
+//!   group), published for the daemon to tell the [`Access::owners`] ([`knock`]).
 //! * [`Authority`] — who asked for a turn and with which role: the least trusted sender of a
 //!   batch; a scheduled job keeps its creator's (and loses it when the creator loses access).
 //!
@@ -29,6 +31,7 @@
 mod explain;
 pub mod files;
 mod gate;
+mod knock;
 pub(crate) mod pairing;
 pub mod policy;
 mod store;
@@ -45,6 +48,8 @@ use crate::config::{Field, Settings, var_name};
 use crate::document::Revision;
 use crate::terminal::safe_line;
 pub use gate::{Chat, ChatKind, Decision, Dropped, Gate};
+use knock::Knocks;
+pub use knock::{Knock, KnockKind};
 pub(crate) use pairing::{FloodLog, Pending, Request};
 pub use policy::Policy;
 pub(crate) use policy::TurnOrigin;
@@ -75,12 +80,22 @@ impl fmt::Display for Role {
     }
 }
 
-/// A platform user as an adapter sees them: id, and username if they have one (never a
-/// display name or nickname, which anyone can set).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A platform user as an adapter sees them: id, and username if they have one. Admission reads
+/// only these two — never a display name or nickname, which anyone can set.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct User<'a> {
     pub id: &'a str,
     pub name: Option<&'a str>,
+    /// The name they show, for the owners' notice of their knock ([`Knock`]) only.
+    pub display: Option<&'a str>,
+}
+
+/// An owner of a channel, as the daemon's start line and notices name them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub id: String,
+    /// Their username when a pairing recorded it.
+    pub username: Option<String>,
 }
 
 /// One sender of a turn.
@@ -97,6 +112,7 @@ impl Principal {
         User {
             id: &self.id,
             name: self.name.as_deref(),
+            display: None,
         }
     }
 }
@@ -247,6 +263,8 @@ pub struct Access {
     cache: Mutex<Cached>,
     /// Per channel: pairing requests since the last flood log line.
     floods: Mutex<HashMap<String, FloodLog>>,
+    /// Strangers who asked to come in, for the owners ([`Access::knocks`]).
+    knocks: Knocks,
 }
 
 struct Cached {
@@ -281,7 +299,61 @@ impl Access {
                 file: Arc::default(),
             }),
             floods: Mutex::default(),
+            knocks: Knocks::default(),
         }
+    }
+
+    /// Every [`Knock`] from now on: new pairing requests and strangers addressing the bot in
+    /// groups (the daemon tells the owners).
+    pub fn knocks(&self) -> tokio::sync::broadcast::Receiver<Knock> {
+        self.knocks.listen()
+    }
+
+    /// `channel`'s owners: the ids of `*_OWNERS` — or, while it is empty, the ids on the
+    /// allow-list — and the users paired as owners, each once, in that order. Blocking: it
+    /// may read `access.json`.
+    pub fn owners(&self, channel: &str) -> Vec<Owner> {
+        let Some(lists) = self.lists(channel) else {
+            return Vec::new();
+        };
+        let configured = match lists.owners.is_empty() {
+            true => &lists.ids,
+            false => &lists.owners,
+        };
+        let file = self.file();
+        let paired = file
+            .users
+            .iter()
+            .filter(|p| p.channel == channel && p.role == Role::Owner);
+        let mut owners: Vec<Owner> = Vec::new();
+        let known = |id: &str| {
+            file.users
+                .iter()
+                .find(|p| p.channel == channel && p.user_id == id)
+                .and_then(|p| p.username.clone())
+        };
+        for id in configured.iter().map(|id| id.trim()) {
+            if !id.is_empty() && !owners.iter().any(|o| o.id == id) {
+                owners.push(Owner {
+                    id: id.to_owned(),
+                    username: known(id),
+                });
+            }
+        }
+        for p in paired {
+            if !owners.iter().any(|o| o.id == p.user_id) {
+                owners.push(Owner {
+                    id: p.user_id.clone(),
+                    username: p.username.clone(),
+                });
+            }
+        }
+        owners
+    }
+
+    /// Whether everyone is admitted on `channel` (its allow-list is `*`): nobody can ask to pair.
+    pub fn admits_everyone(&self, channel: &str) -> bool {
+        self.lists(channel).is_some_and(|l| l.everyone)
     }
 
     fn lists(&self, channel: &str) -> Option<&Lists> {
@@ -557,6 +629,7 @@ impl Access {
         let user = User {
             id: user_id,
             name: username.as_deref(),
+            display: None,
         };
         let still_admitted_by = self.admission(channel, user).map(|a| match a.via {
             Via::Owners => owners_var(channel),

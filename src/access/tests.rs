@@ -13,7 +13,10 @@ fn settings(home: &Path, f: impl FnOnce(&mut Settings)) -> Settings {
 }
 
 fn user(id: &str) -> User<'_> {
-    User { id, name: None }
+    User {
+        id,
+        ..User::default()
+    }
 }
 
 fn now() -> DateTime<Utc> {
@@ -40,6 +43,7 @@ fn named<'a>(id: &'a str, name: &'a str) -> User<'a> {
     User {
         id,
         name: Some(name),
+        display: None,
     }
 }
 
@@ -134,6 +138,7 @@ fn pairing_request_approve_and_revoke() {
     let ann = User {
         id: "42",
         name: Some("ann"),
+        display: None,
     };
     let Request::New(pending) = access
         .request_pairing("telegram", ann, "42", now())

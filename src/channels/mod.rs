@@ -5,7 +5,9 @@
 //!   one new module implementing it plus one line in [`crate::delivery::PLATFORMS`]; its
 //!   settings and access lists are entries by name, needing no code.
 //! * [`InboundSink`] — where an adapter hands what it received: the durable inbox first, then
-//!   a bounded queue to the sessions (a full queue holds the adapter, never drops).
+//!   a bounded queue to the sessions (a full queue holds the adapter, never drops). It is also
+//!   where an adapter says it is [`Ready`] (it knows its own name: Telegram's `getMe`, Discord's
+//!   READY), for the daemon's start line.
 //!
 //! What is built on top: [`crate::delivery`] (the platform table, the outbox, how a turn's
 //! result becomes a message) and [`crate::daemon`] (the session actors and the manager).
@@ -80,6 +82,13 @@ pub trait Channel: Send + Sync + 'static {
     /// scheduled runs): the chat must pass the channel's chat allow-list. An error says why not.
     async fn check_recipient(&self, chat_id: &str) -> anyhow::Result<()>;
 
+    /// The private chat with user `user_id`, for a notice to them outside any conversation
+    /// (an owner told of a pairing request). Telegram's is the user's id; Discord opens the
+    /// DM channel.
+    async fn private_chat(&self, user_id: &str) -> anyhow::Result<String> {
+        Ok(user_id.to_owned())
+    }
+
     /// Shows the typing indicator once; the session repeats it while a turn runs.
     async fn typing(&self, _chat_id: &str) -> anyhow::Result<()> {
         Ok(())
@@ -128,6 +137,14 @@ where
     Ok(written)
 }
 
+/// A channel that is ready to serve: its name and the bot's name on it (`@bub_bot` on
+/// Telegram, the bot user's name on Discord).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ready {
+    pub channel: &'static str,
+    pub bot: String,
+}
+
 /// Where an adapter hands what it received: the durable inbox first, then the session actors,
 /// through a bounded queue.
 #[derive(Clone)]
@@ -137,6 +154,8 @@ pub struct InboundSink {
     /// The queue was full at the last hand-off (logged once when it fills, once when it
     /// flows again).
     held: Arc<AtomicBool>,
+    /// Where [`InboundSink::ready`] is told, with the channel's name (nobody: not told).
+    ready: Option<(&'static str, mpsc::Sender<Ready>)>,
 }
 
 impl InboundSink {
@@ -145,6 +164,24 @@ impl InboundSink {
             inbox,
             tx,
             held: Arc::default(),
+            ready: None,
+        }
+    }
+
+    /// Tells `to` when channel `channel`'s adapter is ready ([`InboundSink::ready`]).
+    pub fn announcing(mut self, channel: &'static str, to: mpsc::Sender<Ready>) -> Self {
+        self.ready = Some((channel, to));
+        self
+    }
+
+    /// The adapter is ready to serve as `bot` (after each connection; whoever listens keeps
+    /// the first). Never waits: a listener that is behind misses a repeat.
+    pub(crate) fn ready(&self, bot: &str) {
+        if let Some((channel, to)) = &self.ready {
+            let _ = to.try_send(Ready {
+                channel,
+                bot: bot.to_owned(),
+            });
         }
     }
 

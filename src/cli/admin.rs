@@ -161,7 +161,11 @@ pub fn explain(settings: &Settings, action: &AccessAction) -> anyhow::Result<Exi
         username,
     } = action;
     let name = username.as_deref().map(|n| n.trim_start_matches('@'));
-    let user = user.as_deref().map(|id| User { id, name });
+    let user = user.as_deref().map(|id| User {
+        id,
+        name,
+        display: None,
+    });
     let text = explanation(settings, &Access::new(settings), chat, user)?;
     print_out(&safe(&text));
     Ok(ExitCode::SUCCESS)

@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, NaiveDate, Utc};
 
-use crate::access::{Access, who};
+use crate::access::{Access, Pending, who};
 use crate::config::Settings;
 use crate::memory::{Memory, Scope};
 use crate::scheduler::store::JobStore;
@@ -29,15 +29,7 @@ pub fn pairs(access: &Access, now: DateTime<Utc>) -> String {
         out.push(format!("flood    {note}"));
     }
     for p in &pending {
-        let left = (p.expires_at() - now).num_minutes().max(0);
-        out.push(format!(
-            "pending  {} {} user {} (expires in {left} min): bub pair approve {} {}",
-            p.code,
-            p.channel,
-            who(&p.user_id, p.username.as_deref()),
-            p.channel,
-            p.code
-        ));
+        out.push(format!("pending  {}", pending_row(p, now)));
     }
     for u in &access.file().users {
         out.push(format!(
@@ -49,6 +41,20 @@ pub fn pairs(access: &Access, now: DateTime<Utc>) -> String {
         ));
     }
     rows(out)
+}
+
+/// `K7QM2XPA telegram user 77 @ann (expires in 58 min): bub pair approve telegram K7QM2XPA` —
+/// a pending request in `bub pair list` and `bub status` (escaped by the caller's `rows`/`safe`).
+pub(crate) fn pending_row(p: &Pending, now: DateTime<Utc>) -> String {
+    let left = (p.expires_at() - now).num_minutes().max(0);
+    format!(
+        "{} {} user {} (expires in {left} min): bub pair approve {} {}",
+        p.code,
+        p.channel,
+        who(&p.user_id, p.username.as_deref()),
+        p.channel,
+        p.code
+    )
 }
 
 /// `bub memory list`: the global memory, then each chat's, with where they are kept.

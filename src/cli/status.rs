@@ -1,8 +1,10 @@
 //! `bub status`: the running daemon's own answer on its socket (sessions, turns, queues,
-//! recent errors), with the scheduled jobs, today's usage and, with a database, the replicas.
+//! recent errors), with the scheduled jobs, today's usage, the pending pairing requests (read
+//! from `access.json`, as `bub pair list` does) and, with a database, the replicas.
 
 use anyhow::Context as _;
 
+use crate::access::{Access, Pending};
 use crate::config::Settings;
 use crate::storage::PidLock;
 use crate::terminal::{safe, safe_line};
@@ -28,8 +30,10 @@ pub async fn run(settings: &Settings, json: bool) -> anyhow::Result<()> {
     };
     let today = usage_today(settings).await;
     let replicas = super::db::replicas(settings).await?;
+    let pairing = pending_requests(settings).await?;
     if json {
         let mut value = serde_json::to_value(&snapshot)?;
+        value["pairing_requests"] = serde_json::to_value(&pairing)?;
         value["usage_today"] = match &today {
             Ok(totals) => serde_json::to_value(totals)?,
             Err(e) => serde_json::Value::String(format!("unavailable: {e}")),
@@ -57,6 +61,7 @@ pub async fn run(settings: &Settings, json: bool) -> anyhow::Result<()> {
         Err(e) => format!("unavailable: {e}"),
     };
     let mut text = crate::status::render(&snapshot, &jobs, &today);
+    text.push_str(&describe_pairing(&pairing, chrono::Utc::now()));
     if let Some(replicas) = replicas {
         text.push_str(&super::db::describe_replicas(&replicas));
     }
@@ -79,6 +84,24 @@ pub async fn kill(settings: &Settings, id: u64) -> anyhow::Result<std::process::
             Ok(std::process::ExitCode::FAILURE)
         }
     }
+}
+
+/// The unexpired pairing requests of every channel (`access.json`, on the blocking pool).
+async fn pending_requests(settings: &Settings) -> anyhow::Result<Vec<Pending>> {
+    let access = Access::new(settings);
+    Ok(tokio::task::spawn_blocking(move || access.pending(chrono::Utc::now())).await?)
+}
+
+/// `bub status`'s lines of pending pairing requests (a newline first).
+fn describe_pairing(pending: &[Pending], now: chrono::DateTime<chrono::Utc>) -> String {
+    if pending.is_empty() {
+        return "\npairing requests: none".to_owned();
+    }
+    let mut text = format!("\npairing requests ({}):", pending.len());
+    for p in pending {
+        text.push_str(&format!("\n  {}", super::listing::pending_row(p, now)));
+    }
+    text
 }
 
 /// Today's totals of the usage ledger, for `bub status`.

@@ -349,6 +349,7 @@ fn sessions(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
     set(l, "BUB_MENTION_KEYWORD", &mut s.mention_keyword, |_, v| {
         Ok(v.trim().to_lowercase())
     })?;
+    set(l, "BUB_NOTIFY_PAIRING", &mut s.notify_pairing, parse_bool)?;
     set(l, "BUB_MAX_WAIT_SECONDS", &mut s.max_wait, |var, v| {
         parse_seconds(var, v, MAX_MESSAGE_DEBOUNCE_SECONDS).map(secs)
     })?;

@@ -199,6 +199,9 @@ pub struct Settings {
     /// `BUB_MENTION_KEYWORD` (default `bub`; empty = none): in groups, this word (whole word,
     /// case-insensitive) addresses the bot like a mention.
     pub mention_keyword: String,
+    /// `BUB_NOTIFY_PAIRING` (default true): `bub message` tells every owner, in their private
+    /// chat, of a new pairing request and of a stranger addressing the bot in a group.
+    pub notify_pairing: bool,
     /// `BUB_MAX_WAIT_SECONDS` (default 10, at most one hour): a chat that keeps sending is
     /// answered at most this long after the first message of its batch (later mentions no
     /// longer postpone it).
@@ -327,6 +330,7 @@ impl Settings {
             message_debounce: Duration::from_secs(1),
             active_time_window: Duration::from_secs(60),
             mention_keyword: "bub".to_owned(),
+            notify_pairing: true,
             max_wait: Duration::from_secs(10),
             session_idle: Duration::from_secs(600),
             scheduler_enabled: true,

@@ -151,6 +151,7 @@ pub(crate) const VARS: &[Var] = &[
     var("BUB_MESSAGE_DEBOUNCE_SECONDS", Channels, "1", "debounce after a mention (at most 3600)"),
     var("BUB_ACTIVE_TIME_WINDOW_SECONDS", Channels, "60", "how long after an answer a group's messages count as follow-ups (at most 86400)"),
     var("BUB_MENTION_KEYWORD", Channels, "bub", "a whole word that addresses the bot in groups (empty: none)"),
+    var("BUB_NOTIFY_PAIRING", Channels, "true", "bub message tells the owners in their private chats of a new pairing request, or of a stranger addressing the bot in a group (once an hour per person)"),
     var("BUB_MAX_WAIT_SECONDS", Channels, "10", "a chat that keeps writing is answered at most this long after its first message"),
     var("BUB_SESSION_IDLE_SECONDS", Channels, "600", "an idle chat's session is released after this (at most 2592000)"),
     var("BUB_MEDIA_MAX_BYTES", Channels, "20971520", "a larger file from a chat is described, not downloaded (0: none is)"),

@@ -165,6 +165,7 @@ fn explain(c: &Console, chat: &str, user: Option<&str>) -> String {
     let user = user.map(|id| User {
         id: id.trim(),
         name: None,
+        display: None,
     });
     crate::cli::admin::explanation(&c.settings, &c.access, chat, user).unwrap_or_else(|e| e.0)
 }

@@ -37,7 +37,7 @@ use super::jobs::{JOB_QUEUE, JobQueue, ScheduledRun, Unserved};
 use super::mailbox::{self, Lanes, Mailbox, Posted};
 use super::runner::TurnRunner;
 use super::session::{ActorMap, BATCH_MESSAGES, Mail, SessionActor, SessionConfig};
-use crate::channels::{Channel, Inbound, InboundSink, SessionId};
+use crate::channels::{Channel, Inbound, InboundSink, Ready, SessionId};
 
 /// The actors' task tracker, stop and abort tokens, and where an actor that ended says so
 /// (with a shared inbox: its lease is given back).
@@ -79,6 +79,8 @@ pub struct ChannelManager {
     inbox: Arc<Inbox>,
     board: Arc<Board>,
     resume: std::sync::Mutex<Vec<Resume>>,
+    /// Told when a listening adapter is ready (the daemon's start line).
+    announce: Option<mpsc::Sender<Ready>>,
 }
 
 impl ChannelManager {
@@ -93,7 +95,13 @@ impl ChannelManager {
             inbox,
             board: Arc::new(Board::new("", &[])),
             resume: std::sync::Mutex::default(),
+            announce: None,
         }
+    }
+
+    /// Tells `to` when each listening adapter is ready ([`Ready`]).
+    pub fn announce_to(&mut self, to: mpsc::Sender<Ready>) {
+        self.announce = Some(to);
     }
 
     /// Work left by the previous run ([`Inbox::open`]), handed to the actors when serving starts.
@@ -161,7 +169,10 @@ impl ChannelManager {
         for channel in listening {
             let channel = channel.clone();
             let (tx, stop) = (tx.clone(), stop_channels.clone());
-            let sink = InboundSink::new(self.inbox.clone(), tx);
+            let mut sink = InboundSink::new(self.inbox.clone(), tx);
+            if let Some(to) = &self.announce {
+                sink = sink.announcing(channel.name(), to.clone());
+            }
             adapters.spawn(async move {
                 let name = channel.name();
                 (name, channel.run(sink, stop).await)

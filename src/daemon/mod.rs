@@ -2,8 +2,9 @@
 //! decide when a turn runs and deliver its answer ([`session`]; what they ask of the agent:
 //! [`runner`]), the manager that runs the adapters, routes what they receive and the scheduled
 //! runs to the actors and shuts everything down ([`manager`]), and scheduled jobs and the
-//! heartbeat as mail for the actors ([`jobs`], [`heartbeat`]), and the HTTP listener of health
-//! and metrics ([`http`]).
+//! heartbeat as mail for the actors ([`jobs`], [`heartbeat`]), the HTTP listener of health
+//! and metrics ([`http`]), and what it tells its owner: the start line on stdout and the
+//! notices of strangers asking to come in ([`owner`]).
 //!
 //! Layering: the daemon drives the agent's turns and sits on top of delivery and the channel
 //! adapters; nothing below depends on it.
@@ -15,6 +16,7 @@ pub(crate) mod jobs;
 pub(crate) mod live;
 pub(crate) mod mailbox;
 pub(crate) mod manager;
+pub mod owner;
 pub(crate) mod runner;
 pub(crate) mod session;
 

@@ -16,34 +16,60 @@ pub use super::wait::WAIT;
 /// How long a process may take to exit after SIGTERM (it stops within 10 s).
 const STOP_WAIT: Duration = Duration::from_secs(12);
 
-/// A running `bub` process (`message`, `idle`); its stderr (the log) is collected as it is
-/// written.
+/// A running `bub` process (`message`, `idle`); its stderr (the log) and stdout (what a person
+/// reads) are collected as they are written.
 pub struct Daemon {
     pub child: tokio::process::Child,
     log: tokio::sync::watch::Receiver<String>,
+    out: tokio::sync::watch::Receiver<String>,
     reader: tokio::task::JoinHandle<()>,
 }
 
+/// Collects what `pipe` carries, line by line, until it closes.
+fn collect(
+    pipe: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+) -> (
+    tokio::sync::watch::Receiver<String>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, text) = tokio::sync::watch::channel(String::new());
+    let reader = tokio::spawn(async move {
+        let mut pipe = tokio::io::BufReader::new(pipe);
+        let mut line = Vec::new();
+        while pipe.read_until(b'\n', &mut line).await.is_ok_and(|n| n > 0) {
+            tx.send_modify(|text| text.push_str(&String::from_utf8_lossy(&line)));
+            line.clear();
+        }
+    });
+    (text, reader)
+}
+
+/// Waits until `text` contains `needle`; fails the test after [`WAIT`], naming `pipe`.
+async fn wait_in(text: &tokio::sync::watch::Receiver<String>, pipe: &str, needle: &str) {
+    let mut waiting = text.clone();
+    let found = tokio::time::timeout(WAIT, waiting.wait_for(|t| t.contains(needle))).await;
+    let all = || text.borrow().clone();
+    match found.map(|r| r.map(drop)) {
+        Ok(Ok(_)) => {}
+        Ok(Err(_)) => panic!("{pipe} closed without {needle:?}:\n{}", all()),
+        Err(_) => panic!("no {needle:?} within {WAIT:?} on {pipe}:\n{}", all()),
+    }
+}
+
 impl Daemon {
-    /// Starts `cmd` with stdout discarded and stderr collected.
+    /// Starts `cmd` with stdout and stderr collected.
     pub fn spawn(mut cmd: tokio::process::Command) -> Self {
-        cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().unwrap();
-        let stderr = child.stderr.take().expect("stderr is piped");
-        let (tx, log) = tokio::sync::watch::channel(String::new());
-        let reader = tokio::spawn(async move {
-            let mut stderr = tokio::io::BufReader::new(stderr);
-            let mut line = Vec::new();
-            while stderr
-                .read_until(b'\n', &mut line)
-                .await
-                .is_ok_and(|n| n > 0)
-            {
-                tx.send_modify(|log| log.push_str(&String::from_utf8_lossy(&line)));
-                line.clear();
-            }
-        });
-        Self { child, log, reader }
+        let (log, reader) = collect(child.stderr.take().expect("stderr is piped"));
+        // Read until it closes (a full pipe would hold the process); not waited for.
+        let (out, _) = collect(child.stdout.take().expect("stdout is piped"));
+        Self {
+            child,
+            log,
+            out,
+            reader,
+        }
     }
 
     /// What the process has written to stderr so far.
@@ -51,14 +77,19 @@ impl Daemon {
         self.log.borrow().clone()
     }
 
+    /// What the process has written to stdout so far.
+    pub fn stdout(&self) -> String {
+        self.out.borrow().clone()
+    }
+
     /// Waits until the log contains `needle`; fails the test after [`WAIT`].
     pub async fn wait_for_log(&self, needle: &str) {
-        let mut log = self.log.clone();
-        match tokio::time::timeout(WAIT, log.wait_for(|l| l.contains(needle))).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(_)) => panic!("stderr closed without {needle:?}:\n{}", self.log()),
-            Err(_) => panic!("no {needle:?} within {WAIT:?} in:\n{}", self.log()),
-        }
+        wait_in(&self.log, "stderr", needle).await;
+    }
+
+    /// Waits until stdout contains `needle`; fails the test after [`WAIT`].
+    pub async fn wait_for_stdout(&self, needle: &str) {
+        wait_in(&self.out, "stdout", needle).await;
     }
 
     /// Sends SIGTERM, waits for the exit status (bounded) and returns everything the daemon
@@ -236,6 +267,20 @@ impl Env {
         self.telegram.push_message(message);
         let sent = self.telegram.wait_for_calls("sendMessage", n, WAIT).await;
         texts(&sent)[n - 1].clone()
+    }
+
+    /// The texts Bub sent to Telegram chat `chat`, in order.
+    pub fn sent_to(&self, chat: i64) -> Vec<String> {
+        let calls = self.telegram.calls_of("sendMessage");
+        let to = calls.iter().filter(|c| c.body["chat_id"] == chat);
+        texts(&to.cloned().collect::<Vec<_>>())
+    }
+
+    /// Waits (bounded) until Telegram chat `chat` got `n` messages; returns all it got.
+    pub async fn wait_for_sent_to(&self, chat: i64, n: usize) -> Vec<String> {
+        let what = format!("{n} message(s) to chat {chat}");
+        super::wait::wait_until(WAIT, &what, || self.sent_to(chat).len() >= n).await;
+        self.sent_to(chat)
     }
 
     /// Waits (bounded) until `text` is in the fake Telegram chat: sent, or a live message

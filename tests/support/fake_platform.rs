@@ -183,6 +183,7 @@ impl FakeChat {
         let sender = User {
             id: &said.sender,
             name: said.username.as_deref(),
+            display: None,
         };
         match self.gate.decide("fakechat", chat, sender).await {
             Decision::Admit(role) => {

@@ -13,13 +13,17 @@ fn gate(home: &Path, f: impl FnOnce(&mut Settings)) -> Gate {
 }
 
 fn user(id: &str) -> User<'_> {
-    User { id, name: None }
+    User {
+        id,
+        ..User::default()
+    }
 }
 
 fn named<'a>(id: &'a str, name: &'a str) -> User<'a> {
     User {
         id,
         name: Some(name),
+        display: None,
     }
 }
 

@@ -98,6 +98,11 @@ impl Pipeline {
                 log_skip(msg, skip);
                 if let Some(text) = pairing {
                     self.reply_pairing(msg, &text).await;
+                } else if skip == Skip::Sender
+                    && msg.guild_id.is_some()
+                    && filter::addressed(&self.rules, msg, bot).is_some()
+                {
+                    self.knocked(msg);
                 }
                 return None;
             }
@@ -133,6 +138,7 @@ impl Pipeline {
         let user = User {
             id: &id,
             name: Some(&msg.author.name),
+            display: msg.author.global_name.as_deref(),
         };
         // Only a guild thread can be served through its parent.
         let lookups = &mut self.lookups;
@@ -151,6 +157,18 @@ impl Pipeline {
             Decision::Drop(Dropped::Sender) => Err((Skip::Sender, None)),
             Decision::Pair(text) => Err((Skip::Sender, Some(text))),
         }
+    }
+
+    /// A stranger addressed the bot in a guild channel: the owners hear of it (the cheap
+    /// addressing rules only: no lookup is made for a stranger).
+    fn knocked(&self, msg: &Message) {
+        let (id, chat) = (msg.author.id.to_string(), msg.channel_id.to_string());
+        let user = User {
+            id: &id,
+            name: Some(&msg.author.name),
+            display: msg.author.global_name.as_deref(),
+        };
+        self.gate.knocked_in_group("discord", &chat, user);
     }
 
     /// Sends a stranger's DM the gate's pairing text (the message itself goes nowhere).

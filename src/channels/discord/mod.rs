@@ -225,6 +225,7 @@ impl EventHandler for Gateway {
             id: ready.user.id,
             name: ready.user.name.clone(),
         }));
+        self.sink.ready(&ready.user.name);
         // Sends fail only while shutting down.
         let _ = self.queue.send(Event::CatchUp(plan)).await;
     }
@@ -475,6 +476,23 @@ impl Channel for Discord {
         max_bytes: u64,
     ) -> anyhow::Result<u64> {
         self.fetch(file, to, max_bytes).await
+    }
+
+    /// Opens (or finds) the DM channel with the user: `POST /users/@me/channels`.
+    async fn private_chat(&self, user_id: &str) -> anyhow::Result<String> {
+        let id =
+            snowflake(user_id).ok_or_else(|| anyhow!("discord: {user_id:?} is not a user id"))?;
+        let body = json!({"recipient_id": id.to_string()});
+        let opened = self
+            .rest
+            .post(Route::UserMeDmChannels, &body)
+            .await
+            .with_context(|| format!("discord: opening a DM with user {user_id} failed"))?;
+        let opened: serde_json::Value = serde_json::from_slice(&opened)?;
+        opened["id"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| anyhow!("discord: the DM channel with user {user_id} has no id"))
     }
 
     async fn typing(&self, chat_id: &str) -> anyhow::Result<()> {

@@ -420,6 +420,7 @@ impl Channel for Telegram {
         tracing::info!(bot_id = identity.id, username = %identity.username,
             drop_pending_updates = self.drop_pending_updates, "telegram.start");
         crate::metrics::connected("telegram", true);
+        inbound.ready(&format!("@{}", identity.username));
         self.register_commands().await;
         let handler = Handler {
             bot: self.bot.clone(),
@@ -605,9 +606,11 @@ impl Handler {
                 ChatKind::Group
             },
         };
+        let display = from.full_name();
         let user = User {
             id: &sender,
             name: from.username.as_deref(),
+            display: Some(&display),
         };
         let role = match self.gate.decide("telegram", chat, user).await {
             Decision::Admit(role) => role,
@@ -629,6 +632,8 @@ impl Handler {
                 );
                 if let Decision::Pair(text) = decision {
                     self.reply_plain(chat_id, &text).await;
+                } else if !private && filter::is_addressed(&msg, &self.me, &self.keyword) {
+                    self.gate.knocked_in_group("telegram", &chat_key, user);
                 }
                 return Ok(());
             }

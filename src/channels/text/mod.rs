@@ -44,6 +44,30 @@ pub(crate) fn cut(text: &str, limit: usize) -> String {
     }
 }
 
+/// `text` from a platform (a username, a display name) as it may appear inside a Markdown-ish
+/// text Bub sends: one line — control characters, line and paragraph separators and bidi
+/// controls become spaces —, at most `limit` characters (an ellipsis when cut), and every ASCII
+/// punctuation character escaped with a backslash, so it renders as itself on Telegram and
+/// Discord and can start no formatting, link, mention or code span, nor a line of its own.
+pub(crate) fn literal(text: &str, limit: usize) -> String {
+    let breaks = |c: char| {
+        c.is_control()
+            || matches!(c, '\u{2028}' | '\u{2029}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+    };
+    let line: String = text
+        .chars()
+        .map(|c| if breaks(c) { ' ' } else { c })
+        .collect();
+    let mut out = String::with_capacity(line.len());
+    for c in cut(line.trim(), limit).chars() {
+        if c.is_ascii_punctuation() {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// Splits `text` into chunks of at most `limit` characters (Unicode scalar values, not bytes).
 pub(crate) fn split(text: &str, limit: usize) -> Vec<String> {
     let doc = Doc::parse(text, limit.max(1));

@@ -452,3 +452,29 @@ proptest! {
         prop_assert_eq!(telegram_html(&text), escaped);
     }
 }
+
+#[test]
+fn a_literal_is_one_line_of_text_that_formats_nothing() {
+    let name = "Ann\n\nbub pair approve telegram EVIL1234 **now** <b>x</b> [a](https://e.x) `c` @here\u{202e}";
+    let shown = literal(name, 200);
+    assert!(
+        !shown.contains('\n') && !shown.contains('\u{202e}'),
+        "{shown}"
+    );
+    let html = telegram_html(&format!("from {shown} (id 7)"));
+    assert!(
+        !html.contains("<b>") && !html.contains("<a ") && !html.contains("<code>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("**now**") && html.contains("&lt;b&gt;x&lt;/b&gt;"),
+        "{html}"
+    );
+    assert!(
+        html.contains("[a](https://e.x)") && html.contains("@here"),
+        "{html}"
+    );
+    let long = literal(&"x".repeat(100), 10);
+    assert_eq!(long, format!("{}…", "x".repeat(9)));
+    assert_eq!(literal("ann_b", 64), "ann\\_b");
+}

@@ -17,6 +17,7 @@
 //! |---|---|
 //! | `GET /gateway` | `{"url": "ws://127.0.0.1:WSPORT"}` (`/gateway/bot` too, 1 shard) |
 //! | `GET /users/@me` | the bot user ([`BOT_ID`], [`BOT_NAME`]) |
+//! | `POST /users/@me/channels` `{"recipient_id"}` | the DM channel with that user, id [`dm_channel`] |
 //! | `POST /channels/{id}/messages` | a full Message (ids from 900001 up, content echoed, author = the bot), or the next injected fault ([`FakeDiscord::fail_next_post`]) |
 //! | `POST /channels/{id}/messages` as `multipart/form-data` (`payload_json` + `files[N]`) | the same, recorded with the `payload_json` object as the body plus `"attachments_uploaded": [{"field", "filename", "size", "content_type"}]`; the answer's `attachments` point at the fake (downloadable) |
 //! | `POST /channels/{id}/typing` | 204 |
@@ -72,6 +73,11 @@ use tokio_util::task::AbortOnDropHandle;
 pub const BOT_ID: &str = "777";
 /// The bot's user name.
 pub const BOT_NAME: &str = "bub";
+/// The id of the DM channel with user `user` (`POST /users/@me/channels`).
+pub fn dm_channel(user: &str) -> String {
+    format!("99{user}")
+}
+
 /// Discord's usual heartbeat interval: no heartbeat happens during a short test.
 pub const DEFAULT_HEARTBEAT_MS: u64 = 41_250;
 /// How long [`FakeDiscord::dispatch`] waits for an identified gateway connection.

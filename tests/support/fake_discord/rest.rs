@@ -160,6 +160,14 @@ fn answer(shared: &Shared, request: Request<'_>, files: Vec<wire::Part>) -> (u16
                    {"total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}}),
         ),
         ("GET", ["users", "@me"]) => reply(200, bot_user()),
+        ("POST", ["users", "@me", "channels"]) => {
+            let recipient = body["recipient_id"].as_str().unwrap_or_default();
+            let id = super::dm_channel(recipient);
+            reply(
+                200,
+                json!({"id": id, "type": 1, "recipients": [user(recipient, "member")]}),
+            )
+        }
         ("POST", ["channels", channel, "messages"]) => post_message(shared, channel, body, files),
         ("PATCH", ["channels", channel, "messages", message]) => {
             edit_message(shared, channel, message, body)
