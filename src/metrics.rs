@@ -266,11 +266,9 @@ pub fn error(kind: &'static str) {
     METRICS.errors.get_or_create(&Kind { kind }).inc();
 }
 
-/// Whether `channel` reaches its platform now.
+/// Whether `channel` reaches its platform now. Kept without `/metrics` too: the status board
+/// (`bub status`, the console) shows it.
 pub fn connected(channel: &str, up: bool) {
-    if !on() {
-        return;
-    }
     let channel = channel.to_owned();
     METRICS
         .connected

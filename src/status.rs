@@ -181,6 +181,10 @@ impl Board {
             uptime_seconds: now.saturating_duration_since(self.started).as_secs(),
             model: self.model.clone(),
             channels: self.channels.clone(),
+            connected: (self.channels.iter())
+                .filter(|c| crate::metrics::is_connected(c))
+                .cloned()
+                .collect(),
             sessions,
             commands: self.commands.get().map(|c| c.rows()).unwrap_or_default(),
             errors: state.errors.iter().rev().cloned().collect(),
@@ -197,6 +201,10 @@ pub struct Snapshot {
     pub uptime_seconds: u64,
     pub model: String,
     pub channels: Vec<String>,
+    /// The channels that reached their platform last time they tried (Telegram's last poll
+    /// answered, Discord's gateway connected): what `/readyz` checks.
+    #[serde(default)]
+    pub connected: Vec<String>,
     /// The live sessions, by id.
     pub sessions: Vec<SessionRow>,
     /// The background commands kept, oldest first.
@@ -401,6 +409,17 @@ async fn ask(home: &Path, request: &str) -> anyhow::Result<Vec<u8>> {
     Ok(body)
 }
 
+/// Each channel with its state: `telegram (connected)`, `discord (not connected)`.
+pub fn channels(s: &Snapshot) -> Vec<String> {
+    s.channels
+        .iter()
+        .map(|c| match s.connected.contains(c) {
+            true => format!("{c} (connected)"),
+            false => format!("{c} (not connected)"),
+        })
+        .collect()
+}
+
 /// The snapshot for a terminal, with today's usage (`bub usage`'s totals) and `jobs` (rows of
 /// `bub jobs list`) added.
 pub fn render(s: &Snapshot, jobs: &[String], usage_today: &str) -> String {
@@ -413,7 +432,7 @@ pub fn render(s: &Snapshot, jobs: &[String], usage_today: &str) -> String {
             s.started.with_timezone(&Local).format("%Y-%m-%d %H:%M:%S")
         ),
         format!("model: {}", s.model),
-        format!("channels: {}", s.channels.join(", ")),
+        format!("channels: {}", channels(s).join(", ")),
         format!("usage today: {usage_today}"),
     ];
     let running = s.sessions.iter().filter(|r| r.running.is_some()).count();

@@ -261,6 +261,124 @@ async fn every_page_needs_the_login_and_shows_the_conversation_escaped_and_redac
     rig.daemon.stop().await;
 }
 
+/// An answer in Markdown with everything a chat could try to turn into markup.
+const MARKDOWN: &str = "**bold** and `code`\n\n```rust\nlet a = 1 < 2;\n```\n\n\
+    <script>alert(1)</script> <img src=x onerror=alert(2)>\n\n\
+    [bad](javascript:alert(3)) [good](https://example.com/ \"t\\\" onmouseover=\\\"alert(4)\")";
+
+/// The list items of `page` with `class` (from `<li class="…">` to the next `</li>`).
+fn items<'a>(page: &'a str, class: &str) -> Vec<&'a str> {
+    let open = format!("<li class=\"{class}\"");
+    page.match_indices(&open)
+        .map(|(at, _)| {
+            let rest = &page[at..];
+            &rest[..rest.find("</li>").unwrap_or(rest.len())]
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_markdown_is_rendered_safely_bubs_prompts_are_notes_and_steps_fold() {
+    let rig = Rig::start().await;
+    rig.env.model.push_text(MARKDOWN);
+    rig.env
+        .telegram
+        .push_message(private_text(42, 42, "show me **markdown**"));
+    rig.env
+        .telegram
+        .wait_for_calls("sendMessage", 4, WAIT)
+        .await;
+    // A scheduled run in the chat: Bub's header, not the owner's words.
+    let add = ",schedule.add after_seconds=1 message=scheduled-ping";
+    let out = rig
+        .env
+        .run(&["run", "--session-id", "telegram:42", add])
+        .await;
+    assert!(out.status.success(), "{}", support::bub_env::stderr(&out));
+    rig.env.model.push_text("Scheduled answer.");
+    rig.env.wait_for_chat_text("Scheduled answer.").await;
+
+    let (status, page) = rig.get("/session?id=telegram%3A42", true).await;
+    assert_eq!(status, StatusCode::OK);
+    // Markdown, in the agent's answer and the owner's message.
+    assert!(
+        page.contains("<strong>bold</strong> and <code>code</code>"),
+        "{page}"
+    );
+    assert!(
+        page.contains("<pre><code class=\"language-rust\">let a = 1 &lt; 2;"),
+        "{page}"
+    );
+    assert!(page.contains("show me <strong>markdown</strong>"), "{page}");
+    // Raw HTML is text; only web links, with their values escaped and rel set.
+    assert!(
+        page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+        "{page}"
+    );
+    assert!(
+        page.contains("&lt;img src=x onerror=alert(2)&gt;"),
+        "{page}"
+    );
+    assert!(page.contains("bad (javascript:alert(3))"), "{page}");
+    assert!(
+        page.contains(
+            "<a href=\"https://example.com/\" title=\"t&quot; onmouseover=&quot;alert(4)\" \
+             rel=\"noopener noreferrer\">good</a>"
+        ),
+        "{page}"
+    );
+    for markup in [
+        "<script",
+        "<img",
+        "href=\"javascript",
+        "\" onmouseover",
+        "onerror=\"",
+    ] {
+        let main = &page[page.find("<main>").unwrap()..];
+        assert!(!main.contains(markup), "{markup} in the page: {main}");
+    }
+
+    // Bub's prompts are notes: the loop's "Continue the task.", the scheduled run's header.
+    let notes = items(&page, "note");
+    assert!(
+        notes.iter().any(|n| n.contains("Continue the task.")),
+        "{notes:?}"
+    );
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("a scheduled run") && n.contains("scheduled-ping")),
+        "{notes:?}"
+    );
+    for bubble in items(&page, "message user") {
+        assert!(
+            !bubble.contains("Continue the task.") && !bubble.contains("Scheduled run of job"),
+            "a user bubble of Bub's: {bubble}"
+        );
+    }
+
+    // The work lane: one line per step where four records were.
+    let (_, work) = rig.get("/session?id=telegram%3A42&work=1", true).await;
+    let steps = items(&work, "work step");
+    assert_eq!(steps.len(), 4, "two steps, then one each turn: {steps:?}");
+    assert!(
+        steps[0].contains("step 1 · ") && steps[0].contains(" tok") && steps[0].contains("bash ✓"),
+        "{}",
+        steps[0]
+    );
+    for record in ["loop.step.start", "loop.step.finish", "loop.result"] {
+        assert!(
+            !work.contains(&format!("• {record}")),
+            "{record} has a line of its own"
+        );
+    }
+    assert!(
+        !work.contains("• run<"),
+        "a run record has a line of its own"
+    );
+    rig.daemon.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn login_sets_a_strict_http_only_cookie_and_every_change_needs_the_csrf_token() {
     let rig = Rig::start().await;

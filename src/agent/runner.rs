@@ -19,6 +19,7 @@ use super::request::{checkpoint_note, noted, sanitize_context, stable_hash, syst
 use super::router::Router;
 use super::spend;
 use super::stagnation;
+use crate::access::TurnOrigin;
 use crate::delivery::TurnError;
 use crate::llm::chain::{Answer, Fallback, label};
 use crate::llm::{ChatMessage, ChatRequest, ChatResponse, LlmClient, LlmError, ModelChain};
@@ -351,7 +352,8 @@ impl<'a> ModelLoop<'a> {
     /// The work before a model call, in one hop to the blocking pool: the skills (expanding
     /// those `hints` names) and the system prompt built from them, then on the tape the step's
     /// start event, the system prompt (when it changed), the prompt, and the context to send.
-    /// The prompt is recorded as it is; its meta carries what the model is shown with it
+    /// The prompt is recorded as it is (with its `origin` when Bub wrote it:
+    /// [`Self::prompt_origin`]); its meta carries what the model is shown with it
     /// ([`crate::tape::context`] renders both): on a turn's first prompt (`hints` given) the
     /// time and the working checkpoint, on any prompt the details of the tools and skills
     /// hinted since the last one — each note only when the context does not show it already
@@ -372,6 +374,7 @@ impl<'a> ModelLoop<'a> {
             mcp.prepare().await;
         }
         let time = first.then(|| prompt::time_note(chrono::Local::now()));
+        let origin = self.prompt_origin(first);
         let images = (first && !self.images.is_empty()).then(|| json!(self.images));
         let (prompt, run) = (prompt.to_owned(), run.clone());
         let mut cursor = std::mem::take(&mut self.context);
@@ -404,6 +407,9 @@ impl<'a> ModelLoop<'a> {
                 message["images"] = images;
             }
             let mut meta = run;
+            if let Some(origin) = origin {
+                meta["origin"] = json!(origin);
+            }
             if let Some(time) = time {
                 meta["time"] = json!(time);
             }
@@ -427,6 +433,21 @@ impl<'a> ModelLoop<'a> {
             self.memory.last_system = recorded;
         }
         Ok((system, context))
+    }
+
+    /// Who wrote the prompt of a step, when it was Bub and not a person: `followup` (a later
+    /// step's: "Continue the task." or the output of the commands in the answer), `scheduled`
+    /// (a job's run, the heartbeat's, a subagent's report), `subagent` (a subagent's task).
+    /// Recorded as the prompt's `origin` meta, so readers (the console) tell Bub's own
+    /// messages from a person's without reading their text; not part of the model's context.
+    fn prompt_origin(&self, first: bool) -> Option<&'static str> {
+        let turn = &self.ctx.turn;
+        match () {
+            _ if !first => Some("followup"),
+            _ if turn.parent.is_some() => Some("subagent"),
+            _ if turn.origin == TurnOrigin::Scheduled => Some("scheduled"),
+            _ => None,
+        }
     }
 
     /// The context to send, read from the tape where the last read left off.

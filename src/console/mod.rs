@@ -18,8 +18,11 @@
 
 mod admin;
 mod auth;
+mod cards;
+mod lane;
 mod limit;
 mod logins;
+mod markdown;
 mod page;
 mod sessions;
 mod site;
@@ -104,7 +107,7 @@ pub(crate) fn router(console: Console) -> Router {
         .route("/session", get(timeline::page))
         .route("/session/live", get(timeline::live))
         .route("/file", get(timeline::file))
-        .route("/status", get(sessions::status))
+        .route("/status", get(cards::status))
         .route("/jobs", get(admin::jobs))
         .route("/jobs/remove", post(admin::remove_job))
         .route("/access", get(admin::access))

@@ -1,31 +1,33 @@
-//! A session's tape as a timeline: the `main` lane (what people and the agent said, anchors as
-//! markers with their summary) and, on request, the `work` lane (tool calls with their
-//! arguments and results, folded, long ones cut; events and errors).
+//! A session's tape as a timeline: the `main` lane (what people and the agent said, Bub's own
+//! prompts as notes, anchors as markers with their summary) and, on request, the `work` lane
+//! (each step's bookkeeping as one line, tool calls with their arguments and results, folded,
+//! long ones cut; events and errors) — drawn by [`super::lane`].
 //!
 //! The tape is read through the same store the agent writes (`tape::open`), from an anchor the
 //! reader picks (the whole tape by default), a page of [`PAGE`] entries at a time, newest last,
 //! with a link to the older ones. Search is the tape's own (`tape.search`: substring or fuzzy,
 //! newest first). The page's script asks `/session/live` for entries newer than the last it
-//! has; that answer is empty (204) while the tape's length is unchanged.
+//! has; that answer is empty (204) while the tape's length is unchanged, and holds the line of
+//! a step that was running at the page's last entry again, to replace it.
 
 use std::sync::Mutex;
 
 use axum::extract::Query;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use maud::{Markup, html};
+use maud::html;
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::Console;
 use super::auth::Operator;
+use super::lane::{self, anchor_name};
 use super::page::{self, blocking, encode};
-use crate::tape::{Kind, Searched, TapeEntry, TapeStore, Window};
+use crate::tape::{Kind, Searched, TapeStore, Window};
 
 /// Entries shown at a time.
 pub(crate) const PAGE: usize = 200;
-/// The longest argument or result shown (characters).
-const CUT: usize = 4_000;
+/// The events read back for the step running at a live poll's last entry.
+const LOOKBACK: usize = 64;
 /// The search hits shown.
 const HITS: usize = 50;
 /// The anchors the picker offers.
@@ -242,7 +244,7 @@ pub(super) async fn page(operator: Operator, Query(view): Query<View>) -> Respon
             }
             ol #timeline data-live=[live.map(|_| view.link("/session/live", work, None))]
                 data-after=[live] data-len=[live.map(|_| len)] {
-                @for entry in &entries { (render(entry, view.id.as_deref())) }
+                (lane::draw(c, &entries, view.id.as_deref()))
             }
             @if entries.is_empty() { p.hint { "Nothing to show here." } }
         };
@@ -277,7 +279,28 @@ pub(super) async fn live(operator: Operator, Query(view): Query<View>) -> Respon
             return Ok(StatusCode::RESET_CONTENT.into_response());
         }
         let last = fresh.last().map_or(after, |e| e.id);
-        let body = html! { @for entry in &fresh { (render(entry, view.id.as_deref())) } };
+        // The step running at the page's last entry: its line is drawn again, with what the
+        // step did since.
+        let mut entries = Vec::new();
+        if view.work() && !fresh.is_empty() {
+            let events = Window {
+                from: view.anchor.unwrap_or(0),
+                before: Some(after.saturating_add(1)),
+                kinds: &[Kind::Event],
+                limit: LOOKBACK,
+            };
+            if let Some(start) = lane::running_step(&tape.window(&events)?) {
+                let step = Window {
+                    from: start,
+                    before: Some(after.saturating_add(1)),
+                    kinds: kinds(true),
+                    limit: PAGE,
+                };
+                entries = tape.window(&step)?;
+            }
+        }
+        entries.extend(fresh);
+        let body = lane::draw_since(c, &entries, after, view.id.as_deref());
         let mut response = page::fragment(c, body);
         let headers = response.headers_mut();
         headers.insert("x-after", HeaderValue::from(last));
@@ -285,126 +308,6 @@ pub(super) async fn live(operator: Operator, Query(view): Query<View>) -> Respon
         Ok(response)
     })
     .await
-}
-
-fn anchor_name(anchor: &TapeEntry) -> &str {
-    anchor.payload["name"].as_str().unwrap_or("anchor")
-}
-
-/// One entry as a list item; the files of `session`'s messages as links.
-fn render(entry: &TapeEntry, session: Option<&str>) -> Markup {
-    let p = &entry.payload;
-    let time = page::when(&entry.date);
-    match entry.kind {
-        Kind::Anchor => html! {
-            li.anchor id={ "e" (entry.id) } {
-                span.mark { "⚓ " (anchor_name(entry)) }
-                @if let Some(summary) = p["state"]["summary"].as_str() { span.summary { (summary) } }
-                time { (time) }
-            }
-        },
-        Kind::Message => {
-            let role = p["role"].as_str().unwrap_or("message");
-            html! {
-                li.message.(role) id={ "e" (entry.id) } {
-                    div.meta { span.who { (role) } time { (time) } }
-                    @let text = text_of(&p["content"]);
-                    div.text { (text) }
-                    @if let Some(session) = session {
-                        @for name in saved(&text) {
-                            a.file href={ "/file?id=" (encode(session)) "&name=" (encode(name)) } { "📎 " (name) }
-                        }
-                    }
-                    @if let Some(images) = p["images"].as_array() {
-                        div.meta { (images.len()) " image(s) sent to the model" }
-                    }
-                }
-            }
-        }
-        Kind::ToolCall => html! {
-            @for call in p["calls"].as_array().into_iter().flatten() {
-                @let name = call["function"]["name"].as_str().or(call["name"].as_str()).unwrap_or("tool");
-                @let args = call["function"]["arguments"].as_str().map(str::to_owned)
-                    .unwrap_or_else(|| call["arguments"].to_string());
-                li.work.call id={ "e" (entry.id) } {
-                    details {
-                        summary { "→ " (name) " " span.args { (page::cut(&args, 120).0) } time { (time) } }
-                        (folded(&pretty(&args)))
-                    }
-                }
-            }
-        },
-        Kind::ToolResult => html! {
-            @for (i, result) in p["results"].as_array().into_iter().flatten().enumerate() {
-                @let text = result.as_str().map(str::to_owned).unwrap_or_else(|| result.to_string());
-                @let status = p["status"][i].as_str().unwrap_or("ok");
-                li.work.result id={ "e" (entry.id) } {
-                    details {
-                        summary { "✓ result " span.args { (status) ", " (text.chars().count()) " characters" } time { (time) } }
-                        (folded(&text))
-                    }
-                }
-            }
-        },
-        Kind::Event => html! {
-            li.work.event id={ "e" (entry.id) } {
-                details {
-                    summary { "• " (p["name"].as_str().unwrap_or("event")) time { (time) } }
-                    (folded(&pretty_value(&p["data"])))
-                }
-            }
-        },
-        Kind::Error => html! {
-            li.work.failure id={ "e" (entry.id) } {
-                div.meta { span.who { "error" } time { (time) } }
-                div.text { (p["message"].as_str().map_or_else(|| p.to_string(), str::to_owned)) }
-            }
-        },
-        Kind::System | Kind::Other(_) => html! {},
-    }
-}
-
-/// A long text cut at [`CUT`], saying how much was left out.
-fn folded(text: &str) -> Markup {
-    let (shown, left) = page::cut(text, CUT);
-    html! {
-        pre { (shown) }
-        @if left > 0 { p.hint { "… " (left) " more characters (tape.output has them all)" } }
-    }
-}
-
-/// A message's text: a string, or the text parts of a list of parts.
-fn text_of(content: &Value) -> String {
-    match content {
-        Value::String(text) => text.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p["text"].as_str())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
-}
-
-/// JSON arguments indented (as given when they are not JSON).
-fn pretty(args: &str) -> String {
-    serde_json::from_str::<Value>(args).map_or_else(|_| args.to_owned(), |v| pretty_value(&v))
-}
-
-fn pretty_value(value: &Value) -> String {
-    serde_json::to_string_pretty(value).unwrap_or_default()
-}
-
-/// The names of the files a message's prompt says were saved for it (`"saved":"chats/…/NAME"`).
-fn saved(text: &str) -> impl Iterator<Item = &str> {
-    text.match_indices("\"saved\":\"")
-        .filter_map(|(at, key)| {
-            let rest = &text[at + key.len()..];
-            let path = &rest[..rest.find('"')?];
-            path.rsplit('/').next()
-        })
-        .filter(|name| !name.is_empty())
 }
 
 /// A file of a chat's folder: the name (no folder, nothing hidden or secret) and the session.

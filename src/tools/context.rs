@@ -234,6 +234,9 @@ impl SessionCtx {
 pub struct TurnCtx {
     pub authority: Authority,
     pub policy: Arc<Policy>,
+    /// What started the turn (an owner's scheduled run has the owner's policy, which does not
+    /// tell).
+    pub(crate) origin: TurnOrigin,
     /// The turn answered its own chat with `message.send`: the framework does not post the
     /// final answer again.
     pub answered: AtomicBool,
@@ -278,6 +281,7 @@ impl TurnCtx {
     pub(crate) fn new(authority: Authority, origin: TurnOrigin, process: &ProcessCtx) -> Self {
         Self {
             policy: process.policy(authority.role, origin),
+            origin,
             authority,
             answered: AtomicBool::new(false),
             live: None,
@@ -341,6 +345,7 @@ impl ToolContext {
         let turn = TurnCtx {
             authority,
             policy: Arc::new(policy),
+            origin: TurnOrigin::Scheduled,
             answered: AtomicBool::new(false),
             live: None,
             sends: None,

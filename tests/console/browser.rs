@@ -1,6 +1,8 @@
 //! The console in a real headless Chromium, beside the running daemon: log in through the form,
-//! read the Telegram conversation (the tool call behind the work-lane toggle, the anchor, the
-//! `<script>` shown as text), search, watch a new answer arrive without reloading, approve the
+//! read the Telegram conversation (the tool call behind the work-lane toggle, each step one
+//! folded line, the anchor, the `<script>` shown as text, Bub's "Continue the task." as a note),
+//! search, watch a new answer arrive without reloading (its Markdown bold), read the status
+//! cards, approve the
 //! stranger's pairing and see the daemon answer them — and the page's own requests refused
 //! without the cookie (401) or the CSRF token (403) — and a page on another loopback port, which
 //! is the same *site* to the browser, unable to approve a stranger through the operator's
@@ -57,6 +59,15 @@ async fn an_operator_reads_the_timeline_and_approves_a_pairing_in_chromium() {
     );
     let scripts = "return document.querySelectorAll('main script').length;";
     assert_eq!(browser.execute(scripts, &[]).await.unwrap(), Value::from(0));
+    // The loop's "Continue the task." after the tool call is Bub's: a runtime note, not the
+    // owner's bubble.
+    browser
+        .wait_text("li.note", "Continue the task.")
+        .await
+        .unwrap();
+    let bubbles = "return Array.from(document.querySelectorAll('li.message.user'))\
+                   .filter(li => li.textContent.includes('Continue the task.')).length;";
+    assert_eq!(browser.execute(bubbles, &[]).await.unwrap(), Value::from(0));
     browser.wait_text("li.anchor", "phase1").await.unwrap();
     browser
         .wait_text("li.anchor", "The first part is done.")
@@ -74,6 +85,28 @@ async fn an_operator_reads_the_timeline_and_approves_a_pairing_in_chromium() {
     browser.click(&call).await.unwrap();
     browser
         .wait_text("li.work.call pre", "echo tool-ran")
+        .await
+        .unwrap();
+    // Each step's bookkeeping is one folded line, which opens on its records.
+    let steps = browser.find_all("li.work.step").await.unwrap();
+    assert_eq!(steps.len(), 2, "two steps, one line each");
+    let first = browser.text(&steps[0]).await.unwrap();
+    assert!(
+        first.starts_with("step 1 · ") && first.contains(" tok") && first.contains("bash ✓"),
+        "{first}"
+    );
+    let second = browser.text(&steps[1]).await.unwrap();
+    assert!(second.starts_with("step 2 · "), "{second}");
+    let bookkeeping = "return Array.from(document.querySelectorAll('li.work.event summary'))\
+                       .map(s => s.textContent).filter(t => /loop\\.step|loop\\.result|• run/.test(t)).length;";
+    assert_eq!(
+        browser.execute(bookkeeping, &[]).await.unwrap(),
+        Value::from(0)
+    );
+    let fold = browser.find("li.work.step summary").await.unwrap();
+    browser.click(&fold).await.unwrap();
+    browser
+        .wait_text("li.work.step dl", "loop.step.start")
         .await
         .unwrap();
     browser
@@ -97,7 +130,7 @@ async fn an_operator_reads_the_timeline_and_approves_a_pairing_in_chromium() {
     browser.find("#timeline").await.unwrap();
     let marker = "document.body.dataset.unreloaded = 'yes'; return true;";
     browser.execute(marker, &[]).await.unwrap();
-    rig.env.model.push_text("A live answer.");
+    rig.env.model.push_text("A **live** answer.");
     rig.env
         .telegram
         .push_message(private_text(42, 42, "anything new?"));
@@ -105,6 +138,12 @@ async fn an_operator_reads_the_timeline_and_approves_a_pairing_in_chromium() {
         .wait_text("#timeline", "A live answer.")
         .await
         .unwrap();
+    // Markdown: `**live**` is bold, in the live fragment and on the page.
+    let bold = browser
+        .wait_text("li.message.assistant strong", "live")
+        .await
+        .unwrap();
+    assert_eq!(browser.text(&bold).await.unwrap(), "live");
     let kept = "return document.body.dataset.unreloaded || null;";
     assert_eq!(
         browser.execute(kept, &[]).await.unwrap(),
@@ -132,10 +171,29 @@ async fn an_operator_reads_the_timeline_and_approves_a_pairing_in_chromium() {
         .unwrap();
     browser.goto(&format!("{}/status", rig.base)).await.unwrap();
     browser.find("svg.plot rect.bar").await.unwrap();
+    // Cards, not the text of `bub status`.
     browser
-        .wait_text("pre.status", "telegram:42")
+        .wait_text("section.card.channels li.ready", "telegram · connected")
         .await
         .unwrap();
+    browser
+        .wait_text("section.card.sessions", "running")
+        .await
+        .unwrap();
+    browser
+        .wait_text("section.card.jobs", "scheduled")
+        .await
+        .unwrap();
+    browser
+        .wait_text("section.card.today", "tokens")
+        .await
+        .unwrap();
+    browser
+        .wait_text("section.card.errors", "None")
+        .await
+        .unwrap();
+    browser.find("section.card.daemon").await.unwrap();
+    assert!(browser.find_all("pre.status").await.unwrap().is_empty());
     browser
         .screenshot(shots.join("console-status.png"))
         .await

@@ -21,6 +21,10 @@
 //! - degenerate limits do not panic or loop: if a fence's opening and closing lines plus 8
 //!   characters do not fit in `limit`, that fence is cut like plain text (unbalanced).
 //!
+//! [`markdown`] is how every renderer of chat text reads it, [`link_href`] which links it keeps,
+//! [`escape_into`] how it escapes: for Telegram here, and for the web console
+//! (`console::markdown`).
+//!
 //! Invariants of [`telegram_html`]: the output uses only `b i s code pre a blockquote` (`<pre>` may
 //! contain one `<code class="language-…">`), every tag is closed and properly nested, `a`, `pre`,
 //! `code` and `blockquote` do not nest in themselves, code holds no other tags, `&`/`<`/`>`
@@ -346,18 +350,57 @@ fn plan(doc: &Doc) -> Vec<Piece> {
     pieces
 }
 
-/// Renders Markdown as Telegram HTML (`parse_mode = HTML`).
-pub(crate) fn telegram_html(markdown: &str) -> String {
+/// The Markdown every renderer of chat text reads (Telegram's HTML, the console's): CommonMark
+/// with strikethrough, tables and task lists. Raw HTML in it arrives as `Html`/`InlineHtml`
+/// events, which each renderer shows as text.
+pub(crate) fn markdown(text: &str) -> Parser<'_> {
     let options =
         Options::ENABLE_STRIKETHROUGH | Options::ENABLE_TABLES | Options::ENABLE_TASKLISTS;
+    Parser::new_ext(text, options)
+}
+
+/// The `href` of a Markdown link to `url` (an autolinked e-mail address as `mailto:`), when its
+/// scheme is one of `schemes` (lower case, with their `:` or `://`, compared ignoring case);
+/// `None` otherwise — the renderer shows the link as text.
+pub(crate) fn link_href(url: &str, email: bool, schemes: &[&str]) -> Option<String> {
+    let href = if email {
+        format!("mailto:{url}")
+    } else {
+        url.to_string()
+    };
+    let lower = href.to_ascii_lowercase();
+    schemes.iter().any(|s| lower.starts_with(s)).then_some(href)
+}
+
+/// The schemes a Telegram link may have.
+const TELEGRAM_SCHEMES: [&str; 5] = ["http://", "https://", "tg://", "mailto:", "ftp://"];
+
+/// Renders Markdown as Telegram HTML (`parse_mode = HTML`).
+pub(crate) fn telegram_html(markdown_text: &str) -> String {
     let mut html = Html::default();
-    for event in Parser::new_ext(markdown, options) {
+    for event in markdown(markdown_text) {
         html.event(event);
     }
     html.finish()
 }
 
-fn escape_into(out: &mut String, text: &str, attribute: bool) {
+/// The language a fenced code block names (its info string's first word), kept to the
+/// characters a class name needs (`rust`, `c++`, `objective-c`); empty when none.
+pub(crate) fn code_language(kind: &CodeBlockKind) -> String {
+    match kind {
+        CodeBlockKind::Fenced(info) => info
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .chars()
+            .filter(|c| c.is_alphanumeric() || "+-_#.".contains(*c))
+            .collect(),
+        CodeBlockKind::Indented => String::new(),
+    }
+}
+
+/// Appends `text` to `out` with `&`, `<` and `>` escaped, and `"` too in an `attribute`.
+pub(crate) fn escape_into(out: &mut String, text: &str, attribute: bool) {
     for c in text.chars() {
         match c {
             '&' => out.push_str("&amp;"),
@@ -462,17 +505,11 @@ impl Html {
     }
 
     fn link(&mut self, url: &str, email: bool) {
-        let href = if email {
-            format!("mailto:{url}")
-        } else {
-            url.to_string()
-        };
-        let lower = href.to_ascii_lowercase();
-        let schemes = ["http://", "https://", "tg://", "mailto:", "ftp://"];
-        if self.inside("</a>") || !schemes.iter().any(|s| lower.starts_with(s)) {
+        let href = link_href(url, email, &TELEGRAM_SCHEMES);
+        let Some(href) = href.filter(|_| !self.inside("</a>")) else {
             self.push("", "", After::Nothing);
             return;
-        }
+        };
         let mut open = String::from("<a href=\"");
         escape_into(&mut open, &href, true);
         open.push_str("\">");
@@ -488,16 +525,7 @@ impl Html {
             Tag::Heading { .. } => self.inline("<b>", "</b>", After::Block),
             Tag::BlockQuote(_) => self.inline("<blockquote>", "</blockquote>", After::Block),
             Tag::CodeBlock(kind) => {
-                let lang: String = match kind {
-                    CodeBlockKind::Fenced(info) => info
-                        .split_whitespace()
-                        .next()
-                        .unwrap_or("")
-                        .chars()
-                        .filter(|c| c.is_alphanumeric() || "+-_#.".contains(*c))
-                        .collect(),
-                    CodeBlockKind::Indented => String::new(),
-                };
+                let lang = code_language(&kind);
                 let verbatim = if lang.is_empty() {
                     ("<pre>".to_string(), "</pre>", String::new())
                 } else {

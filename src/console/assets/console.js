@@ -1,5 +1,6 @@
 // Bub console: the little the pages do in the browser. Pickers submit when changed, and the
-// timeline asks for entries newer than its last (every 3 s while the page is visible).
+// timeline asks for entries newer than its last (every 3 s while the page is visible), adding
+// them and replacing a step's line that is drawn again.
 "use strict";
 
 document.addEventListener("change", (event) => {
@@ -21,7 +22,14 @@ document.addEventListener("change", (event) => {
         window.location.reload();
       } else if (response.status === 200) {
         const html = await response.text();
-        list.insertAdjacentHTML("beforeend", html);
+        // A step's line drawn again (its step ended) replaces the one shown while it ran.
+        const fresh = document.createElement("template");
+        fresh.innerHTML = html;
+        for (const item of Array.from(fresh.content.children)) {
+          const shown = item.classList.contains("step") && document.getElementById(item.id);
+          if (shown) shown.replaceWith(item);
+          else list.appendChild(item);
+        }
         list.dataset.after = response.headers.get("x-after") || list.dataset.after;
         list.dataset.len = response.headers.get("x-len") || list.dataset.len;
         if (html.trim()) list.lastElementChild.scrollIntoView({ block: "end" });
