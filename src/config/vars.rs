@@ -389,6 +389,11 @@ mod tests {
                 ..LoadOptions::default()
             })
             .unwrap_or_else(|e| panic!("{vars:?}: {e}"));
+            // Where the model was set is not a value: `BUB_MODEL` set to the default says so.
+            let settings = Settings {
+                model_from: String::new(),
+                ..settings
+            };
             format!("{settings:?}")
         };
         let built_in = load(&[]);
