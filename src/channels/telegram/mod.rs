@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 use self::filter::{BotIdentity, Command};
 use super::{Attachment, Channel, Control, InboundSink, Outbound, exclusive, text};
 use crate::access::{Access, Chat, ChatKind, Decision, Dropped, Gate, User};
-use crate::config::{ConfigError, Settings};
+use crate::config::{ChannelSettings, ConfigError, Settings};
 use crate::net::retry::{Failure, RetryPolicy, SENDS, retry};
 use crate::time::server_wait;
 
@@ -62,32 +62,19 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 /// Reply to `/start`.
 pub const START_REPLY: &str = "Bub is online. Send text to start.";
 
-/// The Telegram channel adapter.
-pub struct Telegram {
+/// The Bot API client of the `telegram` settings: the teloxide [`Bot`] on its own reqwest client
+/// (`BUB_TELEGRAM_PROXY`, else no proxy), and what connection errors name.
+struct Client {
     bot: Bot,
     token: String,
-    gate: Gate,
-    keyword: String,
-    drop_pending_updates: bool,
-    /// How sends are retried ([`SENDS`], within the channel's `send_retry_budget`).
-    sends: RetryPolicy,
-    /// `BUB_MEDIA_MAX_BYTES`: the photo size described is the largest within it.
-    media_max_bytes: u64,
-    /// The Bot API's base and how the client reaches it, for connection errors.
     api: reqwest::Url,
     route: crate::net::Route,
-    /// `BUB_TELEGRAM_WEBHOOK_URL`: updates are posted (else polled).
-    webhook: Option<webhook::Webhook>,
-    /// With replicas, the database whose lock lets one of them poll.
-    database: Option<Arc<crate::db::Database>>,
 }
 
-impl Telegram {
-    /// Builds the client from the `telegram` channel settings (token, API base, proxy) without
-    /// any network call; messages are admitted by `access`'s gate. A missing token or a bad URL
-    /// is a [`ConfigError`].
-    pub fn new(settings: &Settings, access: Arc<Access>) -> anyhow::Result<Self> {
-        let tg = &settings.channels["telegram"];
+impl Client {
+    /// Builds the client without any network call; a missing token or a bad URL is a
+    /// [`ConfigError`].
+    fn new(tg: &ChannelSettings) -> anyhow::Result<Self> {
         let token = tg
             .token
             .as_ref()
@@ -118,6 +105,95 @@ impl Telegram {
         Ok(Self {
             bot,
             token,
+            api: url,
+            route,
+        })
+    }
+}
+
+/// What Telegram said of a bot token (`bub init`'s check).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenCheck {
+    /// `getMe` answered: the bot's username, without `@`.
+    Accepted(String),
+    /// `getMe` answered 401 or 404: no bot has this token.
+    Rejected,
+    /// Telegram could not be reached (the network, no answer in time): why.
+    Unreachable(String),
+    /// Telegram answered something else (a 5xx): what, the token redacted.
+    NotChecked(String),
+}
+
+/// Asks Telegram (`getMe`, within `within`) whether the token of `tg` is a bot's.
+pub async fn check_token(tg: &ChannelSettings, within: Duration) -> anyhow::Result<TokenCheck> {
+    let client = Client::new(tg)?;
+    Ok(
+        match tokio::time::timeout(within, client.bot.get_me().send()).await {
+            Err(_) => TokenCheck::Unreachable(format!("no answer within {within:?}")),
+            Ok(Ok(me)) => TokenCheck::Accepted(me.username.clone().unwrap_or_default()),
+            Ok(Err(RequestError::Api(ApiError::InvalidToken))) => TokenCheck::Rejected,
+            Ok(Err(e)) => {
+                let why = describe(&e, &client.token, &client.api, &client.route);
+                match e {
+                    RequestError::Network(_) | RequestError::Io(_) => TokenCheck::Unreachable(why),
+                    _ => TokenCheck::NotChecked(why),
+                }
+            }
+        },
+    )
+}
+
+/// `err` as text: a failed connection names the host and the proxy ([`crate::net`]), anything
+/// else is teloxide's text with `token` redacted.
+fn describe(
+    err: &RequestError,
+    token: &str,
+    api: &reqwest::Url,
+    route: &crate::net::Route,
+) -> String {
+    if let RequestError::Network(e) = err
+        && let Some(text) = crate::net::unreachable(e, api, route)
+    {
+        return text;
+    }
+    redact(&err.to_string(), token)
+}
+
+/// The Telegram channel adapter.
+pub struct Telegram {
+    bot: Bot,
+    token: String,
+    gate: Gate,
+    keyword: String,
+    drop_pending_updates: bool,
+    /// How sends are retried ([`SENDS`], within the channel's `send_retry_budget`).
+    sends: RetryPolicy,
+    /// `BUB_MEDIA_MAX_BYTES`: the photo size described is the largest within it.
+    media_max_bytes: u64,
+    /// The Bot API's base and how the client reaches it, for connection errors.
+    api: reqwest::Url,
+    route: crate::net::Route,
+    /// `BUB_TELEGRAM_WEBHOOK_URL`: updates are posted (else polled).
+    webhook: Option<webhook::Webhook>,
+    /// With replicas, the database whose lock lets one of them poll.
+    database: Option<Arc<crate::db::Database>>,
+}
+
+impl Telegram {
+    /// Builds the client from the `telegram` channel settings (token, API base, proxy) without
+    /// any network call; messages are admitted by `access`'s gate. A missing token or a bad URL
+    /// is a [`ConfigError`].
+    pub fn new(settings: &Settings, access: Arc<Access>) -> anyhow::Result<Self> {
+        let tg = &settings.channels["telegram"];
+        let Client {
+            bot,
+            token,
+            api: url,
+            route,
+        } = Client::new(tg)?;
+        Ok(Self {
+            bot,
+            token,
             gate: Gate::new(access),
             keyword: settings.mention_keyword.clone(),
             drop_pending_updates: tg.drop_pending_updates,
@@ -142,21 +218,28 @@ impl Telegram {
     /// `err` as text: a failed connection names the host and the proxy ([`crate::net`]),
     /// anything else is teloxide's text with the token redacted.
     fn describe(&self, err: &RequestError) -> String {
-        if let RequestError::Network(e) = err
-            && let Some(text) = crate::net::unreachable(e, &self.api, &self.route)
-        {
-            return text;
-        }
-        self.redact(&err.to_string())
+        describe(err, &self.token, &self.api, &self.route)
     }
 
+    /// The error that stops the channel at start (`getMe`) or while polling: a rejected token
+    /// (Telegram answers 401 `Unauthorized`, or 404 `Not Found` for a token that is no bot's
+    /// path) is a [`ConfigError`] naming `BUB_TELEGRAM_TOKEN` — restarting cannot fix it, so
+    /// `bub message` exits 2; anything else (the network, a 5xx) is a plain error (exit 1).
     fn startup_error(&self, err: &RequestError) -> anyhow::Error {
         let detail = self.describe(err);
         match err {
-            RequestError::Api(ApiError::InvalidToken) => anyhow!(
-                "telegram: the Bot API rejected the bot token (getMe: {detail}); \
-                 check BUB_TELEGRAM_TOKEN"
-            ),
+            RequestError::Api(ApiError::InvalidToken) => {
+                let mut message = format!("Telegram rejected the bot token (getMe: {detail})");
+                if self.api.as_str().trim_end_matches('/')
+                    != crate::config::DEFAULT_TELEGRAM_API_BASE
+                {
+                    message.push_str(&format!(
+                        "; or BUB_TELEGRAM_API_BASE ({}) is not a Bot API server",
+                        self.api
+                    ));
+                }
+                ConfigError::new("BUB_TELEGRAM_TOKEN", message).into()
+            }
             _ => anyhow!("telegram: getMe failed, cannot start polling: {detail}"),
         }
     }
