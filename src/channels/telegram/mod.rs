@@ -226,21 +226,20 @@ impl Telegram {
     /// path) is a [`ConfigError`] naming `BUB_TELEGRAM_TOKEN` — restarting cannot fix it, so
     /// `bub message` exits 2; anything else (the network, a 5xx) is a plain error (exit 1).
     fn startup_error(&self, err: &RequestError) -> anyhow::Error {
-        let detail = self.describe(err);
         match err {
             RequestError::Api(ApiError::InvalidToken) => {
-                let mut message = format!("Telegram rejected the bot token (getMe: {detail})");
-                if self.api.as_str().trim_end_matches('/')
-                    != crate::config::DEFAULT_TELEGRAM_API_BASE
-                {
-                    message.push_str(&format!(
-                        "; or BUB_TELEGRAM_API_BASE ({}) is not a Bot API server",
-                        self.api
-                    ));
-                }
+                let api = self.api.as_str().trim_end_matches('/');
+                let at = match api == crate::config::DEFAULT_TELEGRAM_API_BASE {
+                    true => String::new(),
+                    false => format!(" at BUB_TELEGRAM_API_BASE={api}"),
+                };
+                let message = format!("Telegram rejected the bot token (getMe: invalid token{at})");
                 ConfigError::new("BUB_TELEGRAM_TOKEN", message).into()
             }
-            _ => anyhow!("telegram: getMe failed, cannot start polling: {detail}"),
+            _ => anyhow!(
+                "telegram: getMe failed, cannot start polling: {}",
+                self.describe(err)
+            ),
         }
     }
 
