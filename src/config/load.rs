@@ -21,7 +21,7 @@ use super::parse::{
     parse_seconds, parse_secret, parse_timeout, parse_u32_min, parse_u32_range, parse_url,
 };
 use super::sources::{self, Layers};
-use super::tokens::check_bot_token;
+use super::tokens::{bot_token, check_webhook_secret};
 use super::vars;
 use super::{
     ConfigError, DEFAULT_MODEL, MAX_ACTIVE_TIME_WINDOW_SECONDS, MAX_BASH_MAX_TIMEOUT_SECONDS,
@@ -569,21 +569,6 @@ fn parse_webhook_url(var: &str, v: &str) -> Result<Option<reqwest::Url>, ConfigE
     }
 }
 
-/// Telegram's rule for a webhook secret: 1 to 256 of `A-Z a-z 0-9 _ -`. Never quoted.
-fn check_webhook_secret(var: &str, secret: &str) -> Result<(), ConfigError> {
-    let ok = (1..=256).contains(&secret.len())
-        && secret
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    match ok {
-        true => Ok(()),
-        false => Err(ConfigError::new(
-            var,
-            "must be 1 to 256 characters of A-Z, a-z, 0-9, _ and -",
-        )),
-    }
-}
-
 /// Overwrites `field` with the parsed value of `var` when it is set.
 fn set<T>(
     l: &Layers,
@@ -636,18 +621,6 @@ fn first_secret(l: &Layers, vars: &[&str]) -> Result<Option<Secret>, ConfigError
         }
     }
     Ok(None)
-}
-
-/// A bot token, set or not, of the shape of `platform`'s tokens ([`check_bot_token`]).
-fn bot_token(l: &Layers, platform: &str, var: &str) -> Result<Option<Secret>, ConfigError> {
-    let token = l.parse(var, |v| {
-        let token = parse_secret(var, v)?;
-        if let Some(token) = &token {
-            check_bot_token(platform, var, token.expose())?;
-        }
-        Ok(token)
-    })?;
-    Ok(token.flatten())
 }
 
 fn secret(l: &Layers, var: &str) -> Result<Option<Secret>, ConfigError> {

@@ -1,13 +1,15 @@
-//! The shape of a chat platform's bot token and of a model key, checked before any network
+//! The shape of a chat platform's bot token (and webhook secret) and of a model key, checked before any network
 //! call: a token pasted wrong (`hello`, a user id, the bot's name) stops Bub at start with the
 //! variable named (exit 2) instead of reaching the platform.
 //!
 //! The checks are loose on purpose — the platforms change their token formats: a Telegram token
 //! is digits (the bot's id), `:`, then a rest without whitespace; a Discord token is three
 //! non-empty parts joined by dots. Platforms without a rule here (a plugin's) take any token.
-//! Errors never quote the value.
+//! A webhook secret is Telegram's 1 to 256 of `A-Z a-z 0-9 _ -`. Errors never quote the value.
 
-use super::ConfigError;
+use super::parse::parse_secret;
+use super::sources::Layers;
+use super::{ConfigError, Secret};
 
 /// Checks `token`, the value of `var`, against `platform`'s token shape.
 pub(crate) fn check_bot_token(platform: &str, var: &str, token: &str) -> Result<(), ConfigError> {
@@ -27,6 +29,37 @@ pub(crate) fn check_bot_token(platform: &str, var: &str, token: &str) -> Result<
         var,
         format!("does not look like a {platform} bot token (expected {expected}; value not shown)"),
     ))
+}
+
+/// A bot token, set or not, of the shape of `platform`'s tokens ([`check_bot_token`]).
+pub(super) fn bot_token(
+    l: &Layers,
+    platform: &str,
+    var: &str,
+) -> Result<Option<Secret>, ConfigError> {
+    let token = l.parse(var, |v| {
+        let token = parse_secret(var, v)?;
+        if let Some(token) = &token {
+            check_bot_token(platform, var, token.expose())?;
+        }
+        Ok(token)
+    })?;
+    Ok(token.flatten())
+}
+
+/// Telegram's rule for a webhook secret: 1 to 256 of `A-Z a-z 0-9 _ -`. Never quoted.
+pub(super) fn check_webhook_secret(var: &str, secret: &str) -> Result<(), ConfigError> {
+    let ok = (1..=256).contains(&secret.len())
+        && secret
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    match ok {
+        true => Ok(()),
+        false => Err(ConfigError::new(
+            var,
+            "must be 1 to 256 characters of A-Z, a-z, 0-9, _ and -",
+        )),
+    }
 }
 
 /// `123456789:rest`: the bot id's digits, a colon, a non-empty rest without whitespace.

@@ -3,8 +3,9 @@
 //!
 //! * [`Telegram::new`] builds the teloxide [`Bot`] against `BUB_TELEGRAM_API_BASE` with its own
 //!   reqwest client: the explicit `BUB_TELEGRAM_PROXY` if set, otherwise **no** proxy (ambient
-//!   `HTTPS_PROXY` is ignored by design).
-//! * [`Channel::run`] checks the token with `getMe`, then long-polls `message` updates until the
+//!   `HTTPS_PROXY` is ignored by design) — `client`, which `bub init`'s [`check_token`] uses too.
+//! * [`Channel::run`] checks the token with `getMe` (a rejected token is a configuration error:
+//!   exit 2), then long-polls `message` updates until the
 //!   shutdown token fires. Each message goes to the admission gate ([`crate::access::Gate`]: the
 //!   chat list, the sender's role, a pairing code for a stranger in a private chat — the adapter
 //!   sends the text the gate returns), then [`filter`] (commands, "is the bot addressed") and
@@ -20,6 +21,7 @@
 //! The bot token is part of every request URL; error texts are scrubbed of it before they are
 //! logged or returned, and message texts are never logged.
 
+mod client;
 pub(crate) mod filter;
 mod live;
 mod media;
@@ -41,10 +43,12 @@ use teloxide::types::{
 };
 use tokio_util::sync::CancellationToken;
 
+use self::client::{Client, describe};
+pub use self::client::{TokenCheck, check_token};
 use self::filter::{BotIdentity, Command};
 use super::{Attachment, Channel, Control, InboundSink, Outbound, exclusive, text};
 use crate::access::{Access, Chat, ChatKind, Decision, Dropped, Gate, User};
-use crate::config::{ChannelSettings, ConfigError, Settings};
+use crate::config::{ConfigError, Settings};
 use crate::net::retry::{Failure, RetryPolicy, SENDS, retry};
 use crate::time::server_wait;
 
@@ -61,103 +65,6 @@ const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// Reply to `/start`.
 pub const START_REPLY: &str = "Bub is online. Send text to start.";
-
-/// The Bot API client of the `telegram` settings: the teloxide [`Bot`] on its own reqwest client
-/// (`BUB_TELEGRAM_PROXY`, else no proxy), and what connection errors name.
-struct Client {
-    bot: Bot,
-    token: String,
-    api: reqwest::Url,
-    route: crate::net::Route,
-}
-
-impl Client {
-    /// Builds the client without any network call; a missing token or a bad URL is a
-    /// [`ConfigError`].
-    fn new(tg: &ChannelSettings) -> anyhow::Result<Self> {
-        let token = tg
-            .token
-            .as_ref()
-            .map(|t| t.expose().trim())
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| ConfigError::new("BUB_TELEGRAM_TOKEN", "no Telegram bot token is set"))?
-            .to_owned();
-        // A trailing slash would produce `//bot<token>/...` for a base with a path.
-        let base = tg.api_base.trim().trim_end_matches('/');
-        let url = reqwest::Url::parse(base).map_err(|e| {
-            ConfigError::new("BUB_TELEGRAM_API_BASE", format!("not a valid URL: {e}"))
-        })?;
-        let builder = teloxide::net::default_reqwest_settings()
-            .pool_max_idle_per_host(crate::HTTP_IDLE_CONNECTIONS)
-            .pool_idle_timeout(crate::HTTP_IDLE_TIMEOUT);
-        let route = crate::net::Route::configured(tg.proxy.as_deref());
-        let builder = match tg.proxy.as_deref().map(str::trim).filter(|p| !p.is_empty()) {
-            Some(proxy) => builder
-                .proxy(reqwest::Proxy::all(proxy).map_err(|_| {
-                    ConfigError::new("BUB_TELEGRAM_PROXY", "not a valid proxy URL")
-                })?),
-            None => builder.no_proxy(),
-        };
-        let client = builder
-            .build()
-            .map_err(|e| anyhow!("telegram: cannot build the HTTP client: {e}"))?;
-        let bot = Bot::with_client(token.clone(), client).set_api_url(url.clone());
-        Ok(Self {
-            bot,
-            token,
-            api: url,
-            route,
-        })
-    }
-}
-
-/// What Telegram said of a bot token (`bub init`'s check).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TokenCheck {
-    /// `getMe` answered: the bot's username, without `@`.
-    Accepted(String),
-    /// `getMe` answered 401 or 404: no bot has this token.
-    Rejected,
-    /// Telegram could not be reached (the network, no answer in time): why.
-    Unreachable(String),
-    /// Telegram answered something else (a 5xx): what, the token redacted.
-    NotChecked(String),
-}
-
-/// Asks Telegram (`getMe`, within `within`) whether the token of `tg` is a bot's.
-pub async fn check_token(tg: &ChannelSettings, within: Duration) -> anyhow::Result<TokenCheck> {
-    let client = Client::new(tg)?;
-    Ok(
-        match tokio::time::timeout(within, client.bot.get_me().send()).await {
-            Err(_) => TokenCheck::Unreachable(format!("no answer within {within:?}")),
-            Ok(Ok(me)) => TokenCheck::Accepted(me.username.clone().unwrap_or_default()),
-            Ok(Err(RequestError::Api(ApiError::InvalidToken))) => TokenCheck::Rejected,
-            Ok(Err(e)) => {
-                let why = describe(&e, &client.token, &client.api, &client.route);
-                match e {
-                    RequestError::Network(_) | RequestError::Io(_) => TokenCheck::Unreachable(why),
-                    _ => TokenCheck::NotChecked(why),
-                }
-            }
-        },
-    )
-}
-
-/// `err` as text: a failed connection names the host and the proxy ([`crate::net`]), anything
-/// else is teloxide's text with `token` redacted.
-fn describe(
-    err: &RequestError,
-    token: &str,
-    api: &reqwest::Url,
-    route: &crate::net::Route,
-) -> String {
-    if let RequestError::Network(e) = err
-        && let Some(text) = crate::net::unreachable(e, api, route)
-    {
-        return text;
-    }
-    redact(&err.to_string(), token)
-}
 
 /// The Telegram channel adapter.
 pub struct Telegram {

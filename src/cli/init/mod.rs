@@ -176,11 +176,17 @@ fn model_lines(io: &mut Prompter<impl BufRead, impl Write>) -> anyhow::Result<Ve
                     io.say(&format!("Could not reach {host}, not checked ({why})."))?;
                 }
                 ModelCheck::NotChecked(why) => io.say(&format!("Model not checked: {why}"))?,
+                ModelCheck::KeyRejected(why) if io.ended => {
+                    bail!("the key was not accepted ({why}): nothing was written")
+                }
                 ModelCheck::KeyRejected(why) => {
                     io.say(&format!(
                         "The key was not accepted ({why}). Enter it again."
                     ))?;
                     continue;
+                }
+                ModelCheck::Refused(why) if io.ended => {
+                    bail!("the model call failed ({why}): nothing was written")
                 }
                 ModelCheck::Refused(why) => {
                     io.say(&format!(
