@@ -44,7 +44,7 @@ async fn bench() {
     let discord = fake_discord::start().await;
     let mut child = daemon_command(dir.path(), &model, &telegram, IDLE_SECONDS)
         .env("BUB_DISCORD_ENABLED", "true")
-        .env("BUB_DISCORD_TOKEN", "bench-discord-token")
+        .env("BUB_DISCORD_TOKEN", "bench.discord.token")
         .env("BUB_DISCORD_API_BASE", discord.api_base())
         .env("BUB_DISCORD_ALLOW_FROM", "*")
         .spawn()

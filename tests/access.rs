@@ -21,7 +21,7 @@ async fn discord_env(allow_from: &str) -> (Env, FakeDiscord) {
     let discord = fake_discord::start().await;
     env.set("BUB_TELEGRAM_ENABLED", "false");
     env.set("BUB_DISCORD_ENABLED", "true");
-    env.set("BUB_DISCORD_TOKEN", "discord-test-token");
+    env.set("BUB_DISCORD_TOKEN", "MTIz.discord.test-token");
     env.set("BUB_DISCORD_API_BASE", &discord.api_base());
     env.set("BUB_DISCORD_ALLOW_FROM", allow_from);
     env.set("BUB_DISCORD_OWNERS", "");

@@ -27,7 +27,7 @@ use support::fake_discord::{self, FakeDiscord, Msg, user};
 use support::outbound;
 use support::wait::{WAIT, bounded};
 
-const TOKEN: &str = "tok-SECRET-5f1e9c";
+const TOKEN: &str = "tok.SECRET.5f1e9c";
 const GUILD: &str = "9";
 const CHANNEL: &str = "555";
 
@@ -481,7 +481,10 @@ async fn a_rejected_token_is_a_clear_error_without_the_token() {
     fake.require_token("another-token");
     let bot = spawn_bot(&fake, |_| {});
     let err = format!("{:#}", bounded(bot.task).await.unwrap().unwrap_err());
-    assert!(err.contains("rejected the token"), "{err}");
+    assert!(
+        err.contains("BUB_DISCORD_TOKEN: Discord rejected the bot token"),
+        "{err}"
+    );
     assert!(!err.contains(TOKEN), "{err}");
 
     // Accepted over REST but refused by the gateway (close code 4004).
@@ -489,7 +492,10 @@ async fn a_rejected_token_is_a_clear_error_without_the_token() {
     fake.reject_identify(true);
     let bot = spawn_bot(&fake, |_| {});
     let err = format!("{:#}", bounded(bot.task).await.unwrap().unwrap_err());
-    assert!(err.contains("rejected the token"), "{err}");
+    assert!(
+        err.contains("BUB_DISCORD_TOKEN: Discord rejected the bot token"),
+        "{err}"
+    );
     assert!(!err.contains(TOKEN), "{err}");
 }
 

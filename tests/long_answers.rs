@@ -45,7 +45,7 @@ async fn a_long_answer_is_its_first_part_and_a_file_on_telegram_and_discord() {
     let mut env = Env::new().await;
     let discord = fake_discord::start().await;
     env.set("BUB_DISCORD_ENABLED", "true");
-    env.set("BUB_DISCORD_TOKEN", "discord-test-token");
+    env.set("BUB_DISCORD_TOKEN", "MTIz.discord.test-token");
     env.set("BUB_DISCORD_API_BASE", &discord.api_base());
     let whole = support::long_answer(200);
     env.model.push_text(whole.clone());

@@ -17,7 +17,7 @@ use tokio::io::AsyncWriteExt;
 async fn message_send_reaches_telegram_and_discord_chats() {
     let mut env = Env::new().await;
     let discord = fake_discord::start().await;
-    env.set("BUB_DISCORD_TOKEN", "discord-test-token");
+    env.set("BUB_DISCORD_TOKEN", "MTIz.discord.test-token");
     env.set("BUB_DISCORD_API_BASE", &discord.api_base());
     // Defaults to this session's chat; the channel need not be enabled, its token is enough.
     env.set("BUB_TELEGRAM_ENABLED", "false");

@@ -1,7 +1,10 @@
 //! What `bub` checks and reads at start, through the real binary: a missing model key stops
 //! the commands that call the model (exit 2, the variable named, nothing written); a `BUB_*`
 //! name Bub does not know gets one warning; `~/.bub/config.toml` is read from any directory;
-//! `bub help env` and `docs/configuration.md` show the same variables.
+//! `bub help env` and `docs/configuration.md` show the same variables; a bot token of the wrong
+//! shape, or one the platform rejects (Telegram's `getMe` 401/404, Discord's 401 or gateway
+//! close 4004), stops `bub message` with exit 2 and the variable named, never the token; a
+//! typo in `config.toml` is named with the nearest setting.
 
 use crate::support;
 
@@ -12,6 +15,7 @@ use tokio::io::AsyncWriteExt;
 
 use support::bub_env::{Env, assert_exit, stderr, stdout};
 use support::wait::WAIT;
+use support::{fake_discord, fake_telegram};
 
 const OPENAI_KEY_VARS: &str = "BUB_API_KEY (or LLM_API_KEY / OPENROUTER_API_KEY): not set";
 
@@ -278,70 +282,171 @@ async fn the_documented_variables_are_bub_help_env() {
     assert!(table.contains("| `BUB_DISCORD_ALLOW_CHANNELS` |"));
 }
 
+/// `bub message` ran and stopped by itself: its exit code and log.
+async fn message_exit(env: &Env) -> (Option<i32>, String) {
+    let (status, log) = env.start().exit_with_log().await;
+    (status.code(), log)
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn init_writes_a_config_file_that_works_from_anywhere() {
-    use std::os::unix::fs::PermissionsExt;
-    let env = Env::cli().await;
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().canonicalize().unwrap();
-    let (user, elsewhere) = (root.join("user"), root.join("elsewhere"));
-    for path in [&user, &elsewhere] {
-        std::fs::create_dir_all(path).unwrap();
+async fn a_telegram_token_telegram_rejects_is_a_configuration_error() {
+    let env = Env::new().await;
+    // getMe 401 Unauthorized: a token of the right shape that is no bot's.
+    env.telegram.accept_only_token("999:other");
+    let (code, log) = message_exit(&env).await;
+    assert_eq!(code, Some(2), "{log}");
+    let last = log.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("bub: ")
+            && last.contains("BUB_TELEGRAM_TOKEN")
+            && last.contains("rejected the bot token"),
+        "{log}"
+    );
+    assert!(
+        !log.contains(fake_telegram::TOKEN),
+        "the token never appears: {log}"
+    );
+    assert_eq!(env.model.request_count(), 0);
+
+    // 404 Not Found: what Telegram answers for a token that is no bot's path.
+    let env = Env::new().await;
+    let not_found = serde_json::json!({"ok": false, "error_code": 404, "description": "Not Found"});
+    env.telegram.fail_next("getMe", 404, not_found);
+    let (code, log) = message_exit(&env).await;
+    assert_eq!(code, Some(2), "{log}");
+    assert!(log.contains("BUB_TELEGRAM_TOKEN"), "{log}");
+    assert!(!log.contains(fake_telegram::TOKEN), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn telegram_down_at_start_is_not_a_configuration_error() {
+    let env = Env::new().await;
+    let down = serde_json::json!({"ok": false, "error_code": 502, "description": "Bad Gateway"});
+    env.telegram.fail_next("getMe", 502, down);
+    let (code, log) = message_exit(&env).await;
+    // Exit 1: a supervisor restarts it (exit 2 would hold it).
+    assert_eq!(code, Some(1), "{log}");
+    assert!(
+        log.contains("getMe failed") && !log.contains("BUB_TELEGRAM_TOKEN"),
+        "{log}"
+    );
+}
+
+/// `Env::new()` serving Discord (the fake) instead of Telegram, with a token of the right shape.
+async fn on_discord(discord: &fake_discord::FakeDiscord) -> Env {
+    let mut env = Env::new().await;
+    env.set("BUB_TELEGRAM_ENABLED", "false");
+    env.set("BUB_DISCORD_ENABLED", "true");
+    env.set("BUB_DISCORD_TOKEN", DISCORD_TOKEN);
+    env.set("BUB_DISCORD_API_BASE", &discord.api_base());
+    env
+}
+
+const DISCORD_TOKEN: &str = "MTIzNDU2.GhIjKl.secret-discord-token";
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_discord_token_discord_rejects_is_a_configuration_error() {
+    // The gateway closes IDENTIFY with 4004 (authentication failed).
+    let discord = fake_discord::start().await;
+    discord.reject_identify(true);
+    let env = on_discord(&discord).await;
+    let (code, log) = message_exit(&env).await;
+    assert_eq!(code, Some(2), "{log}");
+    assert!(
+        log.contains("BUB_DISCORD_TOKEN") && log.contains("4004"),
+        "{log}"
+    );
+    assert!(
+        !log.contains(DISCORD_TOKEN),
+        "the token never appears: {log}"
+    );
+    assert_eq!(discord.identifies().len(), 1, "the gateway was reached");
+
+    // REST answers 401 first.
+    let discord = fake_discord::start().await;
+    discord.require_token("MTIz.other.token");
+    let env = on_discord(&discord).await;
+    let (code, log) = message_exit(&env).await;
+    assert_eq!(code, Some(2), "{log}");
+    assert!(
+        log.contains("BUB_DISCORD_TOKEN") && log.contains("401"),
+        "{log}"
+    );
+    assert!(!log.contains(DISCORD_TOKEN), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_token_of_the_wrong_shape_stops_bub_before_any_request() {
+    let discord = fake_discord::start().await;
+    for (var, token) in [
+        ("BUB_TELEGRAM_TOKEN", "hello"),
+        ("BUB_TELEGRAM_TOKEN", "bot123:abc"),
+        ("BUB_DISCORD_TOKEN", "hello-secret-token"),
+        ("BUB_DISCORD_TOKEN", "a.b"),
+    ] {
+        let mut env = on_discord(&discord).await;
+        let telegram = var == "BUB_TELEGRAM_TOKEN";
+        env.set("BUB_TELEGRAM_ENABLED", &telegram.to_string());
+        env.set("BUB_DISCORD_ENABLED", &(!telegram).to_string());
+        env.set(var, token);
+        for args in [
+            &["message"][..],
+            &["send", "telegram", "42", "hi"],
+            &["run", "hi"],
+        ] {
+            let out = env.run(args).await;
+            assert_exit(
+                &out,
+                2,
+                &format!("configuration error: {var}: does not look like a"),
+            );
+            let err = stderr(&out);
+            assert!(
+                !err.contains(token),
+                "{args:?}: the token is not shown: {err}"
+            );
+        }
+        assert!(
+            env.telegram.calls().is_empty(),
+            "{token}: no request reached Telegram"
+        );
+        assert!(
+            discord.requests().is_empty(),
+            "{token}: no request reached Discord"
+        );
+        assert!(discord.identifies().is_empty());
+        assert_eq!(env.model.request_count(), 0);
     }
-    let file = user.join(".bub/config.toml");
-    // A bad model is asked again; an unknown provider is asked for its server; Enter skips the
-    // key and the token.
-    let answers = format!("nocolon\nlocal:test-model\n{}\n\n\n", env.model.base_url());
-    let out = bub_as(&user, &elsewhere, &["init"], &answers).await;
-    assert!(out.status.success(), "stderr: {}", stderr(&out));
-    let said = stdout(&out);
-    assert_eq!(
-        said.matches("invalid model \"nocolon\"").count(),
-        1,
-        "{said}"
-    );
-    assert!(said.contains("bub -w ~/bub-work chat"), "{said}");
-    let text = std::fs::read_to_string(&file).unwrap();
-    assert!(
-        text.contains("model = \"local:test-model\"")
-            && text.contains(&format!("api_base = \"{}\"", env.model.base_url()))
-            && !text.contains("api_key")
-            && !text.contains("telegram"),
-        "{text}"
-    );
-    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o600);
 
-    // The file is what `bub run` uses, from another directory.
-    env.model.push_text("hello from init");
-    let out = bub_as(&user, &elsewhere, &["run", "hi"], "").await;
-    assert!(out.status.success(), "stderr: {}", stderr(&out));
-    assert_eq!(stdout(&out).trim(), "hello from init");
-    assert_eq!(env.model.recorded()[0].body["model"], "test-model");
+    // From config.toml, the file is named.
+    let mut env = Env::cli().await;
+    std::fs::create_dir_all(&env.home).unwrap();
+    let config = env.home.join("config.toml");
+    std::fs::write(&config, "telegram_token = \"12345\"\n").unwrap();
+    env.set("BUB_LOG_LEVEL", "warn");
+    let out = env.run(&["run", ",help"]).await;
+    assert_exit(
+        &out,
+        2,
+        "BUB_TELEGRAM_TOKEN: does not look like a telegram bot token",
+    );
+    assert!(stderr(&out).contains(&config.display().to_string()));
+}
 
-    // Never replaced without a yes; replaced with one.
-    let out = bub_as(&user, &elsewhere, &["init"], "\nopenai:gpt-4o-mini\n").await;
-    assert!(stdout(&out).contains("Left as it is."), "{}", stdout(&out));
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), text);
-    let out = bub_as(
-        &user,
-        &elsewhere,
-        &["init"],
-        "y\nopenai:gpt-4o-mini\nsk-new\n123:abc\n",
-    )
-    .await;
-    assert!(out.status.success(), "stderr: {}", stderr(&out));
-    let text = std::fs::read_to_string(&file).unwrap();
-    assert!(
-        text.contains("model = \"openai:gpt-4o-mini\"")
-            && text.contains("api_key = \"sk-new\"")
-            && text.contains("telegram_enabled = true")
-            && text.contains("telegram_token = \"123:abc\""),
-        "{text}"
+#[tokio::test(flavor = "multi_thread")]
+async fn a_typo_in_config_toml_names_the_nearest_setting() {
+    let env = Env::cli().await;
+    std::fs::create_dir_all(&env.home).unwrap();
+    let config = env.home.join("config.toml");
+    std::fs::write(&config, "max_step = 30\n").unwrap();
+    let out = env.run(&["run", ",help"]).await;
+    assert_exit(
+        &out,
+        2,
+        &format!(
+            "configuration error: max_step: unknown setting in {} (did you mean max_steps (BUB_MAX_STEPS)?)",
+            config.display()
+        ),
     );
-    assert!(stdout(&out).contains("bub pair approve telegram CODE"));
-    assert!(
-        !stdout(&out).contains("sk-new"),
-        "the key is not echoed back"
-    );
+    assert_eq!(stderr(&out).lines().count(), 1, "{}", stderr(&out));
 }

@@ -25,6 +25,7 @@ mod file_modes;
 mod gemini;
 mod guests;
 mod heartbeat;
+mod init;
 mod jobs;
 mod learning;
 mod ledger;

@@ -21,6 +21,7 @@ use super::parse::{
     parse_seconds, parse_secret, parse_timeout, parse_u32_min, parse_u32_range, parse_url,
 };
 use super::sources::{self, Layers, Origin};
+use super::tokens::{bot_token, check_webhook_secret};
 use super::vars;
 use super::{
     ConfigError, DEFAULT_MODEL, MAX_ACTIVE_TIME_WINDOW_SECONDS, MAX_BASH_MAX_TIMEOUT_SECONDS,
@@ -130,6 +131,22 @@ pub(crate) fn home_from_env() -> Result<PathBuf, ConfigError> {
     let env = process_env();
     let cwd = resolve_cwd(None)?;
     resolve_home(&sources::from_env(&env), &cwd, user_home(&env).as_deref())
+}
+
+/// The value of `var` in the process environment as the loader reads it (the name in any
+/// case; blank or `null` is unset): what `bub init` checks against, since it wins over the file
+/// it writes.
+pub(crate) fn process_value(var: &str) -> Option<String> {
+    let layers = sources::from_env(&process_env());
+    let raw = layers.get(var)?;
+    (!is_null(&raw.value)).then(|| raw.value.trim().to_owned())
+}
+
+/// A directory a user typed (`bub init`'s workspace): `~` expanded, absolute against the CWD.
+pub(crate) fn user_path(var: &str, raw: &str) -> Result<PathBuf, ConfigError> {
+    let env = process_env();
+    let path = expand_tilde(var, raw.trim(), user_home(&env).as_deref())?;
+    Ok(absolute(path, &resolve_cwd(None)?))
 }
 
 /// The user's home directory: `HOME` of `env`, else the system's idea of it.
@@ -509,7 +526,7 @@ fn load_channel(l: &Layers, platform: &str, c: &mut ChannelSettings) -> Result<(
         let var = var.name;
         match field {
             Field::Enabled => set(l, var, &mut c.enabled, parse_bool)?,
-            Field::Token => c.token = secret(l, var)?,
+            Field::Token => c.token = bot_token(l, platform, var)?,
             Field::AllowFrom => set(l, var, &mut c.allow_from, parse_list)?,
             Field::Owners => set(l, var, &mut c.owners, parse_ids)?,
             Field::AllowChats | Field::AllowChannels => {
@@ -558,21 +575,6 @@ fn parse_webhook_url(var: &str, v: &str) -> Result<Option<reqwest::Url>, ConfigE
             format!(
                 "invalid URL {v:?} (expected https://HOST/PATH, the address the platform posts to)"
             ),
-        )),
-    }
-}
-
-/// Telegram's rule for a webhook secret: 1 to 256 of `A-Z a-z 0-9 _ -`. Never quoted.
-fn check_webhook_secret(var: &str, secret: &str) -> Result<(), ConfigError> {
-    let ok = (1..=256).contains(&secret.len())
-        && secret
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    match ok {
-        true => Ok(()),
-        false => Err(ConfigError::new(
-            var,
-            "must be 1 to 256 characters of A-Z, a-z, 0-9, _ and -",
         )),
     }
 }

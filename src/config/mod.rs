@@ -23,6 +23,7 @@ mod secret;
 mod sources;
 #[cfg(test)]
 mod tests;
+mod tokens;
 mod vars;
 
 use std::path::PathBuf;
@@ -38,10 +39,11 @@ pub use model::{Model, ModelConfig};
 pub(crate) use vars::platforms;
 pub use vars::{help as variables_help, secret_vars};
 
-pub(crate) use load::home_from_env;
+pub(crate) use load::{home_from_env, process_value, user_path};
 pub(crate) use parse::{parse_model, parse_url};
 pub(crate) use providers::provider_base_url;
 pub(crate) use secret::{MaskedUrl, Secret};
+pub(crate) use tokens::{check_api_key, check_bot_token};
 
 /// `BUB_MODEL` default.
 pub(crate) const DEFAULT_MODEL: &str = "openrouter:qwen/qwen3-coder-next";

@@ -202,9 +202,8 @@ pub(crate) fn from_toml(path: &Path, err_var: Option<&str>) -> Result<Layers, Co
             })?;
             continue;
         }
-        let var = toml_key_var(&key).ok_or_else(|| {
-            ConfigError::new(&key, format!("unknown setting in {}", path.display()))
-        })?;
+        let var = toml_key_var(&key)
+            .ok_or_else(|| ConfigError::new(&key, vars::unknown_key(&key, path)))?;
         let text = toml_value_text(var, value.kind).map_err(|message| {
             ConfigError::new(var, format!("{message} (set in {})", path.display()))
         })?;

@@ -525,7 +525,10 @@ fn every_error_names_its_variable() {
     );
     assert!(
         Fixture::new()
-            .load(&[("BUB_DISCORD_ENABLED", "on"), ("BUB_DISCORD_TOKEN", "t")])
+            .load(&[
+                ("BUB_DISCORD_ENABLED", "on"),
+                ("BUB_DISCORD_TOKEN", "a.b.c")
+            ])
             .is_ok()
     );
 }
@@ -604,7 +607,7 @@ fn debug_redacts_secrets() {
             ("BUB_API_KEY", "sk-api-secret"),
             ("BUB_OLLAMA_API_KEY", "ollama-secret"),
             ("BUB_TELEGRAM_TOKEN", "123:tg-secret"),
-            ("BUB_DISCORD_TOKEN", "discord-secret"),
+            ("BUB_DISCORD_TOKEN", "discord.tok.secret"),
             (
                 "BUB_TELEGRAM_PROXY",
                 "http://user:proxy-secret@proxy.local:3128",
@@ -617,7 +620,7 @@ fn debug_redacts_secrets() {
         "sk-api-secret",
         "ollama-secret",
         "tg-secret",
-        "discord-secret",
+        "discord.tok.secret",
         "proxy-secret",
         "user:",
     ] {

@@ -156,7 +156,7 @@ pub(crate) const VARS: &[Var] = &[
     var("BUB_SESSION_IDLE_SECONDS", Channels, "600", "an idle chat's session is released after this (at most 2592000)"),
     var("BUB_MEDIA_MAX_BYTES", Channels, "20971520", "a larger file from a chat is described, not downloaded (0: none is)"),
     var("BUB_TELEGRAM_ENABLED", Channels, "false", "bub message serves Telegram (needs BUB_TELEGRAM_TOKEN)").of("telegram", Enabled),
-    var("BUB_TELEGRAM_TOKEN", Channels, "(none)", "the bot token from @BotFather").secret().of("telegram", Token),
+    var("BUB_TELEGRAM_TOKEN", Channels, "(none)", "the bot token from @BotFather: digits, ':', the rest (checked at start)").secret().of("telegram", Token),
     var("BUB_TELEGRAM_ALLOW_FROM", Channels, "(nobody)", "user ids or usernames admitted; * admits everyone (as guests)").list().of("telegram", AllowFrom),
     var("BUB_TELEGRAM_OWNERS", Channels, "(none)", "user ids with every tool and the shell").list().of("telegram", Owners),
     var("BUB_TELEGRAM_ALLOW_CHATS", Channels, "(every chat)", "chat ids Bub reads and writes").list().of("telegram", AllowChats),
@@ -166,7 +166,7 @@ pub(crate) const VARS: &[Var] = &[
     var("BUB_TELEGRAM_WEBHOOK_URL", Channels, "(none: long polling)", "the https URL Telegram posts updates to; bub message serves its path on BUB_HTTP_LISTEN").of("telegram", WebhookUrl),
     var("BUB_TELEGRAM_WEBHOOK_SECRET", Channels, "(none)", "required with the webhook URL: sent by Telegram with every update (1-256 of A-Z a-z 0-9 _ -)").secret().of("telegram", WebhookSecret),
     var("BUB_DISCORD_ENABLED", Channels, "false", "bub message serves Discord (needs BUB_DISCORD_TOKEN)").of("discord", Enabled),
-    var("BUB_DISCORD_TOKEN", Channels, "(none)", "the bot token").secret().of("discord", Token),
+    var("BUB_DISCORD_TOKEN", Channels, "(none)", "the bot token: three parts joined by dots (checked at start)").secret().of("discord", Token),
     var("BUB_DISCORD_ALLOW_FROM", Channels, "(nobody)", "user ids or usernames admitted; * admits everyone (as guests)").list().of("discord", AllowFrom),
     var("BUB_DISCORD_OWNERS", Channels, "(none)", "user ids with every tool and the shell").list().of("discord", Owners),
     var("BUB_DISCORD_ALLOW_CHANNELS", Channels, "(every channel)", "channel ids Bub reads and writes").list().of("discord", AllowChannels),
@@ -252,20 +252,54 @@ pub(crate) fn is_stray(name: &str) -> bool {
     upper.starts_with("BUB_") && find(&upper).is_none() && !NOT_SETTINGS.contains(&&*upper)
 }
 
-/// The warning for a stray name ([`is_stray`]), with the nearest variable when one is close
-/// (one edit away, plus one for every eight letters; a swap of two letters is one edit).
-pub(crate) fn stray_warning(name: &str) -> String {
+/// The variable nearest to `name` (any case), when one is close: one edit away, plus one for
+/// every eight letters (a swap of two letters is one edit). The one way Bub suggests a name —
+/// for the environment, `.env` files and `config.toml` alike.
+pub(crate) fn nearest(name: &str) -> Option<&'static Var> {
     let upper = name.to_ascii_uppercase();
-    let nearest = VARS
-        .iter()
-        .map(|var| (osa::distance(upper.chars(), var.name.chars()), var.name))
-        .min();
-    match nearest {
-        Some((distance, known)) if distance <= 1 + upper.len() / 8 => {
-            format!("{name} is not a Bub variable (did you mean {known}?)")
-        }
-        _ => format!("{name} is not a Bub variable (see `bub help env`)"),
+    VARS.iter()
+        .map(|var| {
+            (
+                osa::distance(upper.chars(), var.name.chars()),
+                var.name,
+                var,
+            )
+        })
+        .min_by_key(|(distance, name, _)| (*distance, *name))
+        .filter(|(distance, _, _)| *distance <= 1 + upper.len() / 8)
+        .map(|(_, _, var)| var)
+}
+
+/// The warning for a stray name ([`is_stray`]), with the [`nearest`] variable.
+pub(crate) fn stray_warning(name: &str) -> String {
+    match nearest(name) {
+        Some(known) => format!(
+            "{name} is not a Bub variable (did you mean {}?)",
+            known.name
+        ),
+        None => format!("{name} is not a Bub variable (see `bub help env`)"),
     }
+}
+
+/// The message for an unknown key of a TOML file at `path`, with the [`nearest`] setting in the
+/// file's spelling (`max_steps`, the variable without `BUB_`, lowercase) and its variable.
+pub(crate) fn unknown_key(key: &str, path: &std::path::Path) -> String {
+    let as_var = match key.to_ascii_uppercase() {
+        upper if upper.starts_with("BUB_") => upper,
+        upper => format!("BUB_{upper}"),
+    };
+    let suggestion = match nearest(&as_var) {
+        Some(known) => {
+            let short = known.name.strip_prefix("BUB_").unwrap_or(known.name);
+            format!(
+                "did you mean {} ({})?",
+                short.to_ascii_lowercase(),
+                known.name
+            )
+        }
+        None => "see `bub help env`".to_owned(),
+    };
+    format!("unknown setting in {} ({suggestion})", path.display())
 }
 
 /// `bub help env`: every variable with its default and meaning, by group; `markdown` gives the
@@ -416,6 +450,19 @@ mod tests {
         assert_eq!(
             stray_warning("BUB_FOO"),
             "BUB_FOO is not a Bub variable (see `bub help env`)"
+        );
+        let file = std::path::Path::new("/h/config.toml");
+        assert_eq!(
+            unknown_key("max_step", file),
+            "unknown setting in /h/config.toml (did you mean max_steps (BUB_MAX_STEPS)?)"
+        );
+        assert_eq!(
+            unknown_key("telegram_tokne", file),
+            "unknown setting in /h/config.toml (did you mean telegram_token (BUB_TELEGRAM_TOKEN)?)"
+        );
+        assert_eq!(
+            unknown_key("colour", file),
+            "unknown setting in /h/config.toml (see `bub help env`)"
         );
         for known in [
             "BUB_MODEL",

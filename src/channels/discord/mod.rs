@@ -182,9 +182,7 @@ impl Discord {
                 if e.downcast_ref::<RestError>()
                     .is_some_and(|r| r.status == 401) =>
             {
-                Err(anyhow!(
-                    "discord rejected the token (401 Unauthorized): check BUB_DISCORD_TOKEN"
-                ))
+                Err(rejected_token("REST /users/@me: 401 Unauthorized").into())
             }
             Err(e) => {
                 tracing::warn!(error = %format!("{e:#}"), "discord.token_check_failed");
@@ -251,12 +249,21 @@ impl EventHandler for Gateway {
     }
 }
 
+/// Discord refused the token: a [`ConfigError`] naming `BUB_DISCORD_TOKEN` (restarting cannot
+/// fix it, so `bub message` exits 2).
+fn rejected_token(how: &str) -> ConfigError {
+    ConfigError::new(
+        "BUB_DISCORD_TOKEN",
+        format!("Discord rejected the bot token ({how})"),
+    )
+}
+
 /// A clear error for the gateway failures serenity gives up on.
 fn gateway_error(err: serenity::Error) -> anyhow::Error {
     match err {
-        serenity::Error::Gateway(GatewayError::InvalidAuthentication) => anyhow!(
-            "discord rejected the token (gateway: authentication failed): check BUB_DISCORD_TOKEN"
-        ),
+        serenity::Error::Gateway(GatewayError::InvalidAuthentication) => {
+            rejected_token("gateway: authentication failed, close code 4004").into()
+        }
         serenity::Error::Gateway(
             GatewayError::DisallowedGatewayIntents | GatewayError::InvalidGatewayIntents,
         ) => anyhow!(

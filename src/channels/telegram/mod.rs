@@ -3,8 +3,9 @@
 //!
 //! * [`Telegram::new`] builds the teloxide [`Bot`] against `BUB_TELEGRAM_API_BASE` with its own
 //!   reqwest client: the explicit `BUB_TELEGRAM_PROXY` if set, otherwise **no** proxy (ambient
-//!   `HTTPS_PROXY` is ignored by design).
-//! * [`Channel::run`] checks the token with `getMe`, then long-polls `message` updates until the
+//!   `HTTPS_PROXY` is ignored by design) — `client`, which `bub init`'s [`check_token`] uses too.
+//! * [`Channel::run`] checks the token with `getMe` (a rejected token is a configuration error:
+//!   exit 2), then long-polls `message` updates until the
 //!   shutdown token fires. Each message goes to the admission gate ([`crate::access::Gate`]: the
 //!   chat list, the sender's role, a pairing code for a stranger in a private chat — the adapter
 //!   sends the text the gate returns), then [`filter`] (commands, "is the bot addressed") and
@@ -20,6 +21,7 @@
 //! The bot token is part of every request URL; error texts are scrubbed of it before they are
 //! logged or returned, and message texts are never logged.
 
+mod client;
 pub(crate) mod filter;
 mod live;
 mod media;
@@ -41,6 +43,8 @@ use teloxide::types::{
 };
 use tokio_util::sync::CancellationToken;
 
+use self::client::{Client, describe};
+pub use self::client::{TokenCheck, check_token};
 use self::filter::{BotIdentity, Command};
 use super::{Attachment, Channel, InboundSink, Outbound, exclusive, text};
 use crate::access::{Access, Chat, ChatKind, Decision, Dropped, Gate, User};
@@ -88,33 +92,12 @@ impl Telegram {
     /// is a [`ConfigError`].
     pub fn new(settings: &Settings, access: Arc<Access>) -> anyhow::Result<Self> {
         let tg = &settings.channels["telegram"];
-        let token = tg
-            .token
-            .as_ref()
-            .map(|t| t.expose().trim())
-            .filter(|t| !t.is_empty())
-            .ok_or_else(|| ConfigError::new("BUB_TELEGRAM_TOKEN", "no Telegram bot token is set"))?
-            .to_owned();
-        // A trailing slash would produce `//bot<token>/...` for a base with a path.
-        let base = tg.api_base.trim().trim_end_matches('/');
-        let url = reqwest::Url::parse(base).map_err(|e| {
-            ConfigError::new("BUB_TELEGRAM_API_BASE", format!("not a valid URL: {e}"))
-        })?;
-        let builder = teloxide::net::default_reqwest_settings()
-            .pool_max_idle_per_host(crate::HTTP_IDLE_CONNECTIONS)
-            .pool_idle_timeout(crate::HTTP_IDLE_TIMEOUT);
-        let route = crate::net::Route::configured(tg.proxy.as_deref());
-        let builder = match tg.proxy.as_deref().map(str::trim).filter(|p| !p.is_empty()) {
-            Some(proxy) => builder
-                .proxy(reqwest::Proxy::all(proxy).map_err(|_| {
-                    ConfigError::new("BUB_TELEGRAM_PROXY", "not a valid proxy URL")
-                })?),
-            None => builder.no_proxy(),
-        };
-        let client = builder
-            .build()
-            .map_err(|e| anyhow!("telegram: cannot build the HTTP client: {e}"))?;
-        let bot = Bot::with_client(token.clone(), client).set_api_url(url.clone());
+        let Client {
+            bot,
+            token,
+            api: url,
+            route,
+        } = Client::new(tg)?;
         Ok(Self {
             bot,
             token,
@@ -142,22 +125,28 @@ impl Telegram {
     /// `err` as text: a failed connection names the host and the proxy ([`crate::net`]),
     /// anything else is teloxide's text with the token redacted.
     fn describe(&self, err: &RequestError) -> String {
-        if let RequestError::Network(e) = err
-            && let Some(text) = crate::net::unreachable(e, &self.api, &self.route)
-        {
-            return text;
-        }
-        self.redact(&err.to_string())
+        describe(err, &self.token, &self.api, &self.route)
     }
 
+    /// The error that stops the channel at start (`getMe`) or while polling: a rejected token
+    /// (Telegram answers 401 `Unauthorized`, or 404 `Not Found` for a token that is no bot's
+    /// path) is a [`ConfigError`] naming `BUB_TELEGRAM_TOKEN` — restarting cannot fix it, so
+    /// `bub message` exits 2; anything else (the network, a 5xx) is a plain error (exit 1).
     fn startup_error(&self, err: &RequestError) -> anyhow::Error {
-        let detail = self.describe(err);
         match err {
-            RequestError::Api(ApiError::InvalidToken) => anyhow!(
-                "telegram: the Bot API rejected the bot token (getMe: {detail}); \
-                 check BUB_TELEGRAM_TOKEN"
+            RequestError::Api(ApiError::InvalidToken) => {
+                let api = self.api.as_str().trim_end_matches('/');
+                let at = match api == crate::config::DEFAULT_TELEGRAM_API_BASE {
+                    true => String::new(),
+                    false => format!(" at BUB_TELEGRAM_API_BASE={api}"),
+                };
+                let message = format!("Telegram rejected the bot token (getMe: invalid token{at})");
+                ConfigError::new("BUB_TELEGRAM_TOKEN", message).into()
+            }
+            _ => anyhow!(
+                "telegram: getMe failed, cannot start polling: {}",
+                self.describe(err)
             ),
-            _ => anyhow!("telegram: getMe failed, cannot start polling: {detail}"),
         }
     }
 
