@@ -190,8 +190,8 @@ enum Command {
         #[command(subcommand)]
         action: AccessAction,
     },
-    /// Write BUB_HOME/config.toml (default ~/.bub/config.toml) from three questions: the
-    /// model, its key, a Telegram bot token (Enter skips one).
+    /// Write BUB_HOME/config.toml (default ~/.bub/config.toml) from a few questions: the
+    /// model, its key, a Telegram bot token, the workspace; the key and the token are checked.
     Init,
     /// The help of a command (`bub help run`, `bub help jobs list`), or of every variable
     /// (`bub help env`).

@@ -17,6 +17,10 @@ use support::fake_openai::StreamStyle;
 use support::fake_telegram::{self, private_text};
 use support::wait::{wait_for, wait_until};
 
+/// An output limit these answers fit in (the fake model stops at the request's `max_tokens`,
+/// 4 bytes a token, as a model would).
+const LONG_ENOUGH: &str = "100000";
+
 /// The note ending the first part of `whole`.
 fn note(whole: &str) -> String {
     format!(
@@ -43,6 +47,7 @@ fn spooled(env: &Env) -> usize {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_long_answer_is_its_first_part_and_a_file_on_telegram_and_discord() {
     let mut env = Env::new().await;
+    env.set("BUB_MAX_TOKENS", LONG_ENOUGH);
     let discord = fake_discord::start().await;
     env.set("BUB_DISCORD_ENABLED", "true");
     env.set("BUB_DISCORD_TOKEN", "MTIz.discord.test-token");
@@ -104,6 +109,7 @@ async fn a_long_answer_is_its_first_part_and_a_file_on_telegram_and_discord() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_long_answer_recorded_before_a_restart_is_sent_the_same_way_once() {
     let mut env = Env::new().await;
+    env.set("BUB_MAX_TOKENS", LONG_ENOUGH);
     let whole = support::long_answer(200);
     env.model.push_text(whole.clone());
     // Telegram takes the first send and never answers: the answer is recorded, not delivered.
@@ -157,6 +163,7 @@ async fn restart_with_a_fresh_telegram(env: &mut Env) -> support::bub_env::Daemo
 #[tokio::test(flavor = "multi_thread")]
 async fn killed_after_3_of_4_parts_a_restart_sends_only_the_4th() {
     let mut env = Env::new().await;
+    env.set("BUB_MAX_TOKENS", LONG_ENOUGH);
     let whole = support::long_answer(14); // four messages of Telegram's
     env.model.push_text(whole.clone());
     // Telegram accepts three parts and never answers the fourth.
@@ -193,6 +200,7 @@ async fn killed_after_3_of_4_parts_a_restart_sends_only_the_4th() {
 #[tokio::test(flavor = "multi_thread")]
 async fn killed_after_the_first_part_a_restart_sends_only_the_file() {
     let mut env = Env::new().await;
+    env.set("BUB_MAX_TOKENS", LONG_ENOUGH);
     let whole = support::long_answer(200);
     env.model.push_text(whole.clone());
     // The first part is accepted; the file's upload never answered.
@@ -218,6 +226,7 @@ async fn killed_after_the_first_part_a_restart_sends_only_the_file() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_live_answer_and_message_send_are_capped_the_same_way() {
     let mut env = Env::new().await;
+    env.set("BUB_MAX_TOKENS", LONG_ENOUGH);
     env.set("BUB_STREAM", "edits");
     env.model.set_stream_style(StreamStyle {
         pieces_per_event: 1,

@@ -176,7 +176,7 @@ async fn discord_says_who_owns_it_and_tells_the_owner_in_a_dm() {
     let discord = fake_discord::start().await;
     env.set("BUB_TELEGRAM_ENABLED", "false");
     env.set("BUB_DISCORD_ENABLED", "true");
-    env.set("BUB_DISCORD_TOKEN", "discord-test-token");
+    env.set("BUB_DISCORD_TOKEN", "MTIz.discord.test-token");
     env.set("BUB_DISCORD_API_BASE", &discord.api_base());
     env.set("BUB_DISCORD_ALLOW_FROM", "");
     env.set("BUB_DISCORD_OWNERS", "1001");
