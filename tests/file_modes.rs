@@ -40,7 +40,8 @@ async fn everything_bub_keeps_is_created_for_its_owner_only() {
     }
     // A stranger asks to pair.
     env.telegram.push_message(private_text(50, 50, "hello"));
-    env.telegram.wait_for_calls("sendMessage", 4, WAIT).await;
+    // Three answers, the stranger's code and the owner's notice of it.
+    env.telegram.wait_for_calls("sendMessage", 5, WAIT).await;
     assert!(daemon.stop().await.success());
     // The terminal chat logs to a file.
     let out = env.run(&["chat"]).await;
