@@ -9,12 +9,11 @@
 use crate::support;
 
 use std::path::PathBuf;
-use std::process::{Output, Stdio};
+use std::process::Output;
 
 use expectrl::{Eof, Expect, Session};
-use tokio::io::AsyncWriteExt;
 
-use support::bub_env::{Env, stderr, stdout};
+use support::bub_env::{Env, stderr, stdout, with_input};
 use support::fake_telegram;
 use support::wait::WAIT;
 
@@ -65,19 +64,7 @@ impl User {
 
     /// `bub ARGS` with `input` on stdin (then closed), bounded.
     async fn run(&self, args: &[&str], input: &str) -> Output {
-        let mut cmd = tokio::process::Command::from(self.command(args));
-        cmd.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        stdin.write_all(input.as_bytes()).await.unwrap();
-        drop(stdin);
-        tokio::time::timeout(WAIT, child.wait_with_output())
-            .await
-            .expect("bub finished in time")
-            .unwrap()
+        with_input(self.command(args).into(), input).await
     }
 }
 

@@ -471,15 +471,9 @@ async fn handoff_summary_is_carried_into_the_next_context() {
 #[tokio::test(flavor = "multi_thread")]
 async fn chat_reads_piped_input_and_quits() {
     let env = Env::cli().await;
-    let mut cmd = env.command(&["chat"]);
-    cmd.stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    use tokio::io::AsyncWriteExt;
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b",echo chat-works\n,quit\n").await.unwrap();
-    drop(stdin);
-    let out = bounded(child.wait_with_output()).await.unwrap();
+    let out = env
+        .run_with_input(&["chat"], ",echo chat-works\n,quit\n")
+        .await;
     let text = stdout(&out);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(text.contains("chat-works"), "{text}");

@@ -9,12 +9,9 @@
 use crate::support;
 
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Output;
 
-use tokio::io::AsyncWriteExt;
-
-use support::bub_env::{Env, assert_exit, stderr, stdout};
-use support::wait::WAIT;
+use support::bub_env::{Env, assert_exit, stderr, stdout, with_input};
 use support::{fake_discord, fake_telegram};
 
 const OPENAI_KEY_VARS: &str = "BUB_API_KEY (or LLM_API_KEY / OPENROUTER_API_KEY): not set";
@@ -37,19 +34,8 @@ async fn bub_as(user: &Path, cwd: &Path, args: &[&str], input: &str) -> Output {
         .env("HOME", user)
         .env("NO_PROXY", "127.0.0.1")
         .current_dir(cwd)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(input.as_bytes()).await.unwrap();
-    drop(stdin);
-    tokio::time::timeout(WAIT, child.wait_with_output())
-        .await
-        .expect("bub finished in time")
-        .unwrap()
+        .args(args);
+    with_input(cmd, input).await
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -243,6 +243,11 @@ impl Env {
             .unwrap()
     }
 
+    /// Runs a `bub` command with `input` on its stdin (then closed), bounded.
+    pub async fn run_with_input(&self, args: &[&str], input: &str) -> Output {
+        with_input(self.command(args), input).await
+    }
+
     /// The last message of every model request; of a user message what was written (without
     /// the time and the notes Bub adds: [`super::prompt_cache::said`]).
     pub fn model_prompts(&self) -> Vec<String> {
@@ -391,4 +396,22 @@ pub fn limit_file_size(cmd: &mut tokio::process::Command, bytes: u64) {
             Ok(())
         });
     }
+}
+
+/// Runs `cmd` with `input` on its stdin (then closed) and its output collected; fails the test
+/// after [`WAIT`].
+pub async fn with_input(mut cmd: tokio::process::Command, input: &str) -> Output {
+    use tokio::io::AsyncWriteExt;
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(input.as_bytes()).await.unwrap();
+    drop(stdin);
+    tokio::time::timeout(WAIT, child.wait_with_output())
+        .await
+        .expect("bub finished in time")
+        .unwrap()
 }
