@@ -215,3 +215,44 @@ async fn ctrl_c_stops_the_running_turn_and_the_queue_still_runs() {
     let tape = env.tape_text();
     assert!(tape.contains(r#""by":"Ctrl-C""#), "{tape}");
 }
+
+/// What another process answers in the terminal's session (here `bub run`, as a daemon's
+/// scheduled run in the `cli` session would) prints above the idle prompt, once; the chat's
+/// own answers are not shown twice.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_answer_written_by_another_process_prints_above_the_prompt() {
+    let env = Env::cli().await;
+    env.model.push_text("Answer of my own.");
+    let chat = Chat::start(&env);
+    let chat = on_pty(move || {
+        let mut chat = chat;
+        chat.type_line("hello");
+        chat.expect("Answer of my own.");
+        chat.expect("ws > ");
+        chat
+    })
+    .await;
+    env.model.push_text("The nightly check found nothing.");
+    let out = env.run(&["run", "run the nightly check"]).await;
+    assert!(out.status.success());
+    let screen = on_pty(move || {
+        let mut chat = chat;
+        chat.expect("(meanwhile, from another bub)");
+        chat.expect("The nightly check found nothing.");
+        chat.expect("ws > ");
+        chat.quit()
+    })
+    .await;
+    let shown = rendered(&screen).join("\n");
+    assert_eq!(
+        shown.matches("Answer of my own.").count(),
+        1,
+        "its own answer once: {shown}"
+    );
+    assert_eq!(
+        shown.matches("The nightly check found nothing.").count(),
+        1,
+        "{shown}"
+    );
+    assert_eq!(env.model.requests().len(), 2);
+}

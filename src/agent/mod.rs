@@ -278,6 +278,57 @@ impl AgentRuntime {
         session.state.tape.run(|t| t.info()).await
     }
 
+    /// What the model answered on `session_id`'s tape after entry `seen` — by any process: a
+    /// scheduled run or a subagent's report the daemon ran in this session — and the newest
+    /// entry's id (`bub chat` shows the answers it did not ask for). A tape that was reset
+    /// (ids below `seen`) starts again from its newest entry.
+    pub(crate) async fn answers_since(
+        &self,
+        session_id: &SessionId,
+        seen: u64,
+    ) -> anyhow::Result<(u64, Vec<String>)> {
+        const EVERY_KIND: [Kind; 7] = [
+            Kind::Anchor,
+            Kind::Event,
+            Kind::Message,
+            Kind::System,
+            Kind::ToolCall,
+            Kind::ToolResult,
+            Kind::Error,
+        ];
+        let session = self.session(session_id).await?;
+        session
+            .state
+            .tape
+            .run(move |t| {
+                let newest = t.window(&crate::tape::Window {
+                    from: 0,
+                    before: None,
+                    kinds: &EVERY_KIND,
+                    limit: 1,
+                })?;
+                let last = newest.last().map_or(0, |e| e.id);
+                if last <= seen {
+                    return Ok((last, Vec::new()));
+                }
+                let messages = t.window(&crate::tape::Window {
+                    from: seen + 1,
+                    before: None,
+                    kinds: &[Kind::Message],
+                    limit: 50,
+                })?;
+                let answers = messages
+                    .iter()
+                    .filter(|e| e.payload["role"] == "assistant")
+                    .filter_map(|e| e.payload["content"].as_str())
+                    .filter(|text| !text.trim().is_empty())
+                    .map(str::to_owned)
+                    .collect();
+                Ok((last, answers))
+            })
+            .await
+    }
+
     /// The model a session's calls go to first: its own (`,model`), else `BUB_MODEL`.
     pub(crate) async fn session_model(&self, session_id: &SessionId) -> crate::config::Model {
         let own = match self.session(session_id).await {

@@ -40,7 +40,7 @@ use super::editor::{Input, LineEditor};
 use super::screen::{Printer, Screen};
 use super::trace::Trace;
 use super::typed::{TERMINAL_HELP, Typed};
-use super::{Style, print_welcome, rendered_result, status_line};
+use super::{BOLD_BLUE, Style, print_welcome, rendered_result, status_line};
 use crate::access::{Authority, Role};
 use crate::agent::{AgentRuntime, ChatBatch, TurnInput};
 use crate::channels::{Channel, ChatInfo, Content, Inbound, InboundSink, Outbound, Sender};
@@ -52,6 +52,8 @@ use crate::tools::ToolObserver;
 
 /// The channel name of the terminal's messages (the batch's `channel: $cli` line).
 const CHANNEL: &str = "cli";
+/// How often an idle chat looks for answers another process wrote to its session's tape.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 /// How many typed lines may wait for the chat loop; past it the editor waits.
 const TYPED_AHEAD: usize = 64;
 
@@ -180,6 +182,9 @@ struct Chat {
     channel: Arc<dyn Channel>,
     sender: Sender,
     messages: u64,
+    /// The newest tape entry this chat has shown or written: answers after it that no turn of
+    /// this chat wrote came from another process ([`Chat::follow`]).
+    seen: u64,
 }
 
 impl Chat {
@@ -206,6 +211,7 @@ impl Chat {
                 role: Role::Owner,
             },
             messages: 0,
+            seen: u64::MAX,
         }
     }
 
@@ -217,6 +223,9 @@ impl Chat {
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())?;
         let mut turn: Option<TurnFuture> = None;
         let mut leaving = false;
+        self.seen = self.newest().await;
+        let mut follow = tokio::time::interval(FOLLOW_EVERY);
+        follow.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             if turn.is_none() {
                 if leaving {
@@ -228,6 +237,7 @@ impl Chat {
                 exit = async { turn.as_mut().expect("turn").await }, if turn.is_some() => {
                     turn = None;
                     self.running = None;
+                    self.seen = self.newest().await;
                     if exit {
                         break;
                     }
@@ -250,6 +260,7 @@ impl Chat {
                     }
                 },
                 _ = interrupts.recv() => self.interrupt(&mut turn).await,
+                _ = follow.tick(), if turn.is_none() => self.follow().await,
             }
         }
         let unsent = self
@@ -434,6 +445,41 @@ impl Chat {
 
     fn notice(&self, text: &str) {
         self.out.line(self.style.dim(text));
+    }
+
+    /// The newest entry of the session's tape (0 when it cannot be read).
+    async fn newest(&self) -> u64 {
+        match self.agent.answers_since(&self.session_id, u64::MAX).await {
+            Ok((newest, _)) => newest,
+            Err(_) => 0,
+        }
+    }
+
+    /// Shows, above the prompt, what the model answered in this session meanwhile for another
+    /// process (a daemon's scheduled run in the `cli` session, a subagent's report).
+    async fn follow(&mut self) {
+        let Ok((newest, answers)) = self.agent.answers_since(&self.session_id, self.seen).await
+        else {
+            return;
+        };
+        self.seen = newest;
+        if answers.is_empty() {
+            return;
+        }
+        for answer in &answers {
+            let label = match self.style.color {
+                true => format!(
+                    "{} {}",
+                    self.style.paint(BOLD_BLUE, "Assistant"),
+                    self.style.dim("(meanwhile, from another bub)")
+                ),
+                false => "Assistant (meanwhile, from another bub)".to_owned(),
+            };
+            self.out.line(label);
+            self.out
+                .line(crate::terminal::safe(answer.trim_end()).into_owned());
+        }
+        self.show_status_line().await;
     }
 }
 
