@@ -287,15 +287,6 @@ impl AgentRuntime {
         session_id: &SessionId,
         seen: u64,
     ) -> anyhow::Result<(u64, Vec<String>)> {
-        const EVERY_KIND: [Kind; 7] = [
-            Kind::Anchor,
-            Kind::Event,
-            Kind::Message,
-            Kind::System,
-            Kind::ToolCall,
-            Kind::ToolResult,
-            Kind::Error,
-        ];
         let session = self.session(session_id).await?;
         session
             .state
@@ -304,7 +295,7 @@ impl AgentRuntime {
                 let newest = t.window(&crate::tape::Window {
                     from: 0,
                     before: None,
-                    kinds: &EVERY_KIND,
+                    kinds: &Kind::WRITTEN,
                     limit: 1,
                 })?;
                 let last = newest.last().map_or(0, |e| e.id);

@@ -80,6 +80,17 @@ pub enum Kind {
 }
 
 impl Kind {
+    /// Every kind Bub writes.
+    pub const WRITTEN: [Kind; 7] = [
+        Kind::Anchor,
+        Kind::Event,
+        Kind::Message,
+        Kind::System,
+        Kind::ToolCall,
+        Kind::ToolResult,
+        Kind::Error,
+    ];
+
     /// The name on the line.
     pub fn as_str(&self) -> &str {
         match self {
@@ -328,15 +339,7 @@ mod tests {
 
     #[test]
     fn every_kind_keeps_its_name_and_other_writers_kinds_are_kept() {
-        for kind in [
-            Kind::Anchor,
-            Kind::Event,
-            Kind::Message,
-            Kind::System,
-            Kind::ToolCall,
-            Kind::ToolResult,
-            Kind::Error,
-        ] {
+        for kind in Kind::WRITTEN {
             assert_eq!(Kind::from_bytes(kind.as_str().as_bytes()), kind);
         }
         let line = br#"{"id":3,"kind":"reasoning","payload":{},"meta":{},"date":"d"}"#;
