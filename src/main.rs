@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 
-use bub::access::{Access, Authority, User};
+use bub::access::{Authority, User};
 use bub::agent::AgentRuntime;
 use bub::channels::Inbound;
 use bub::cli::admin::{
@@ -19,8 +19,6 @@ use bub::cli::admin::{
 };
 use bub::config::{LoadOptions, Overrides, Settings};
 use bub::daemon::{ChannelManager, DAEMON_LOCK, Heartbeat, JobQueue, SessionConfig, http};
-use bub::delivery::once::Once;
-use bub::delivery::{Outbound, Outbox};
 use bub::inbox::{Inbox, Resume};
 use bub::logging::{self, LogTarget};
 use bub::scheduler::Scheduler;
@@ -300,8 +298,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 file,
                 id,
             } => {
-                let out = outbound(chat_id, text.as_deref(), reply_to, file)?;
-                send(settings, &channel, out, id.as_deref())
+                let out = bub::cli::send::outbound(chat_id, text.as_deref(), reply_to, file)?;
+                bub::cli::send::send(settings, &channel, out, id.as_deref())
                     .await
                     .map(|()| ExitCode::SUCCESS)
             }
@@ -693,75 +691,6 @@ fn scheduler(settings: &Settings, jobs: JobQueue) -> anyhow::Result<Scheduler> {
     Ok(match bub::cli::db::open(settings)? {
         Some(db) => scheduler.on_database(db),
         None => scheduler,
-    })
-}
-
-/// `bub send CHANNEL CHAT_ID TEXT`: exit 0 sent (with `--id`: or sent before), 1 not
-/// delivered (or the chat is not admitted), 2 bad channel, no token, or an `--id` used for
-/// another message.
-async fn send(
-    settings: Settings,
-    channel: &str,
-    out: Outbound,
-    id: Option<&str>,
-) -> anyhow::Result<()> {
-    logging::init(&settings, LogTarget::Stderr);
-    let outbox = Outbox::new(Arc::new(Access::new(&settings)), Arc::new(settings));
-    let channel = channel.to_lowercase();
-    outbox.adapter(&channel)?;
-    let Some(key) = id else {
-        return outbox.send(&channel, &out).await;
-    };
-    if key.trim().is_empty() {
-        return Err(UsageError("--id: the key is empty".into()).into());
-    }
-    match bub::delivery::once::send_once(&outbox, &channel, &out, key).await {
-        Ok(Once::Sent) => Ok(()),
-        Ok(Once::Before(at)) => {
-            let at = at.map_or_else(String::new, |at| format!(" on {}", at.to_rfc3339()));
-            eprintln!(
-                "bub: --id {}: sent before{at}; not sent again",
-                safe_line(key)
-            );
-            Ok(())
-        }
-        Err(e) => Err(match e.downcast::<bub::delivery::once::KeyReused>() {
-            Ok(reused) => UsageError(safe_line(&reused.to_string()).into()).into(),
-            Err(e) => e,
-        }),
-    }
-}
-
-/// The message `bub send` is asked to send (TEXT `-`: read from stdin).
-fn outbound(
-    chat_id: String,
-    text: Option<&str>,
-    reply_to: Option<String>,
-    file: Option<PathBuf>,
-) -> anyhow::Result<Outbound> {
-    let text = match text {
-        Some("-") => {
-            let mut buf = String::new();
-            std::io::Read::read_to_string(&mut std::io::stdin(), &mut buf)
-                .context("cannot read the text from stdin")?;
-            buf
-        }
-        text => text.unwrap_or_default().to_owned(),
-    };
-    if text.trim().is_empty() && file.is_none() {
-        return Err(UsageError("TEXT: the message is empty".into()).into());
-    }
-    if let Some(file) = &file
-        && !file.is_file()
-    {
-        return Err(UsageError(format!("--file {}: no such file", file.display())).into());
-    }
-    Ok(Outbound {
-        chat_id,
-        text,
-        reply_to,
-        file,
-        edit: None,
     })
 }
 

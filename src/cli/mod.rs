@@ -18,6 +18,7 @@ pub mod init;
 pub mod listing;
 pub mod mcp;
 mod screen;
+pub mod send;
 pub mod status;
 pub mod trace;
 mod typed;
