@@ -422,21 +422,12 @@ async fn turn(
     let agent = AgentRuntime::new(settings, split_names(tools));
     let session_id = &bub::channels::SessionId::from(session_id);
     let you = Authority::terminal();
-    let observed = async {
-        if verbose {
-            let shown = bub::cli::trace::to_stderr();
-            agent
-                .handle_observed(
-                    session_id,
-                    bub::agent::TurnInput::text(message),
-                    &you,
-                    shown,
-                )
-                .await
-        } else {
-            agent.handle_input(session_id, message, &you).await
-        }
-    };
+    let input = bub::agent::TurnInput::text(message);
+    let mut request = bub::agent::TurnRequest::asked(session_id.clone(), input, you);
+    if verbose {
+        request = request.observed(bub::cli::trace::to_stderr());
+    }
+    let observed = agent.turn(request);
     let result = tokio::select! {
         result = observed => result,
         _ = tokio::signal::ctrl_c() => {

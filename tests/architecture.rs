@@ -145,3 +145,33 @@ fn modules_use_only_their_layer_and_the_layers_above_and_form_no_cycle() {
         visit(module, &edges, &mut state, &mut Vec::new());
     }
 }
+
+/// Every way into a turn enters at the turn's first stage: the model loop is started by one
+/// place only, the built-in `run_model` stage, and only the turn module calls the stages.
+#[test]
+fn only_the_turn_pipeline_runs_the_model_loop() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut starters = BTreeSet::new();
+    for entry in ignore::WalkBuilder::new(root.join("src")).build().flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).unwrap();
+        let rel = path.strip_prefix(root).unwrap().display().to_string();
+        if text.contains("ModelLoop::new(") {
+            starters.insert(format!("{rel}: ModelLoop::new"));
+        }
+        if text.contains("turn::process(") {
+            starters.insert(format!("{rel}: turn::process"));
+        }
+    }
+    assert_eq!(
+        starters.into_iter().collect::<Vec<_>>(),
+        [
+            "src/agent/mod.rs: turn::process",
+            "src/agent/subagent.rs: turn::process",
+            "src/agent/turn/builtin.rs: ModelLoop::new",
+        ]
+    );
+}

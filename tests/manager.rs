@@ -5,12 +5,12 @@
 
 use crate::support;
 
-use bub::access::{Authority, Role};
+use bub::access::Role;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bub::agent::{TurnInput, TurnResult};
+use bub::agent::{TurnInput, TurnRequest, TurnResult};
 use bub::channels::{Channel, Inbound, InboundSink, Outbound, Sender, SessionId};
 use bub::daemon::{ChannelManager, SessionConfig, TurnRunner};
 use bub::inbox::Inbox;
@@ -108,14 +108,10 @@ struct Echo {
 
 #[async_trait]
 impl TurnRunner for Echo {
-    async fn run_turn(
-        &self,
-        session_id: &SessionId,
-        input: TurnInput,
-        _: &Authority,
-    ) -> TurnResult {
+    async fn turn(&self, request: TurnRequest) -> TurnResult {
+        let (session_id, input) = (&request.session, request.input);
         let prompt = match input {
-            TurnInput::Text(text) | TurnInput::Command(text) => text,
+            TurnInput::Text(text) | TurnInput::Command(text) | TurnInput::Task(text) => text,
             // The batch's channel line (its adapter), then the texts.
             TurnInput::Chat(batch) => {
                 let texts: Vec<_> = batch

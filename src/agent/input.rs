@@ -1,8 +1,9 @@
 //! [`TurnInput`]: what a turn is asked — text a person typed (`bub run`, `bub chat`, a
 //! scheduled job's prompt), a chat's comma command, or a chat's batch of messages
-//! ([`ChatBatch`]). Text and commands are routed (a comma command runs, anything else goes to
-//! the model); a batch goes to the model as the prompt [`super::inbound::render`] makes of
-//! it — a message's own lines never become comma commands.
+//! ([`ChatBatch`]), or a subagent's task. Text and commands are routed (a comma command runs,
+//! anything else goes to the model); a batch goes to the model as the prompt
+//! [`super::inbound::render`] makes of it — a message's own lines never become comma commands —
+//! and a task as it is.
 
 use std::sync::Arc;
 
@@ -17,6 +18,8 @@ pub enum TurnInput {
     Command(String),
     /// A chat's messages, answered together.
     Chat(ChatBatch),
+    /// A subagent's task: the model's prompt as it is (never a command).
+    Task(String),
 }
 
 impl TurnInput {

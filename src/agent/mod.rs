@@ -29,34 +29,33 @@ pub(crate) mod runner;
 mod spend;
 mod stagnation;
 mod subagent;
+pub(crate) mod turn;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use dashmap::DashMap;
 use serde_json::json;
 
-use crate::access::{Access, Authority, TurnOrigin};
+use crate::access::{Access, Authority};
 use crate::chat::SessionId;
 use crate::config::Settings;
 use crate::delivery::Outbox;
-use crate::media;
 use crate::tape::TapeInfo;
 use crate::tape::{Event, Kind};
-use crate::tools::{self, ProcessCtx, SessionCtx, ToolContext, TurnOutput};
+use crate::tools::{self, ProcessCtx, SessionCtx, ToolContext};
 use config::TurnConfig;
 use models::{Models, SharedChain};
-use router::Router;
-use runner::{LoopMemory, ModelLoop};
+use runner::LoopMemory;
 
 pub use crate::delivery::{TurnError, TurnResult};
 pub use input::{ChatBatch, TurnInput};
 pub use subagent::Launch;
+pub use turn::TurnRequest;
 
 /// Per-session state: its tape, and what the model loop remembers between turns.
-struct Session {
+pub(crate) struct Session {
     state: Arc<SessionCtx>,
     /// Copied out when a turn starts, stored back when it ends (never held across an await).
     memory: std::sync::Mutex<LoopMemory>,
@@ -417,110 +416,15 @@ impl AgentRuntime {
         lines.join("\n")
     }
 
-    /// Runs one turn of `text` (a comma command or words) in `session_id` for `who` (their
-    /// role decides the tool policy). The caller runs one turn of a session at a time (see
-    /// the module docs).
-    pub async fn handle_input(
-        &self,
-        session_id: &SessionId,
-        text: &str,
-        who: &Authority,
-    ) -> TurnResult {
-        let input = TurnInput::text(text);
-        self.run_turn_as(
-            session_id,
-            input,
-            who,
-            TurnOrigin::Asked,
-            TurnOutput::default(),
-            None,
-        )
-        .await
-    }
-
-    /// A chat's turn ([`TurnInput`]): the answer shown in `output.live` as it is written (the
-    /// model's reply streamed, what runs as a status line), the sends recorded on
-    /// `output.sends`.
-    pub async fn handle_live(
-        &self,
-        session_id: &SessionId,
-        input: TurnInput,
-        who: &Authority,
-        output: TurnOutput,
-    ) -> TurnResult {
-        self.run_turn_as(session_id, input, who, TurnOrigin::Asked, output, None)
-            .await
-    }
-
-    /// A turn of `input` (typed text, or the lines `bub chat` batched), telling `observer`
-    /// when each tool call the model makes starts and ends (`bub chat`, `bub run -v`).
-    pub async fn handle_observed(
-        &self,
-        session_id: &SessionId,
-        input: TurnInput,
-        who: &Authority,
-        observer: crate::tools::ToolObserver,
-    ) -> TurnResult {
-        self.run_turn_as(
-            session_id,
-            input,
-            who,
-            TurnOrigin::Asked,
-            TurnOutput::default(),
-            Some(observer),
-        )
-        .await
-    }
-
-    /// [`AgentRuntime::handle_input`] for a scheduled job that fired, with its creator's rights
-    /// (`who`): the run of a guest's job cannot schedule more jobs.
-    pub async fn handle_scheduled(
-        &self,
-        session_id: &SessionId,
-        text: &str,
-        who: &Authority,
-        output: TurnOutput,
-    ) -> TurnResult {
-        let input = TurnInput::text(text);
-        self.run_turn_as(session_id, input, who, TurnOrigin::Scheduled, output, None)
-            .await
-    }
-
-    /// One turn of `who`, started by `origin`.
-    async fn run_turn_as(
-        &self,
-        session_id: &SessionId,
-        input: TurnInput,
-        who: &Authority,
-        origin: TurnOrigin,
-        output: TurnOutput,
-        observer: Option<crate::tools::ToolObserver>,
-    ) -> TurnResult {
-        let session = match self.session(session_id).await {
-            Ok(s) => s,
-            Err(e) => {
-                return TurnResult {
-                    error: Some(TurnError::tape("tape", &e)),
-                    ..Default::default()
-                };
-            }
+    /// Runs one turn of `request` through the stages ([`turn`]). The caller runs one turn of a
+    /// session at a time (see the module docs).
+    pub async fn turn(&self, request: TurnRequest) -> TurnResult {
+        let builtin = turn::Builtin {
+            config: &self.config,
+            models: &self.models,
+            runtime: Some(self),
         };
-        let mut memory = session.memory.lock().expect("memory lock").clone();
-        let ctx = ToolContext::with_live(
-            self.process.clone(),
-            session.state.clone(),
-            who.clone(),
-            origin,
-            output,
-            observer,
-        );
-        let mut result = self.turn(&mut memory, &ctx, input).await;
-        *session.memory.lock().expect("memory lock") = memory;
-        if let Some(error) = &result.error {
-            crate::metrics::error(error.kind());
-        }
-        result.answered = ctx.turn.answered.load(Ordering::Relaxed);
-        result
+        turn::process(&[&builtin], request).await
     }
 
     /// Runs the learning call of a finished turn after the turn (its answer is not held up),
@@ -539,103 +443,6 @@ impl AgentRuntime {
             drop(pending);
         });
     }
-
-    /// One turn in a session, with what its earlier turns left in `memory`.
-    async fn turn(
-        &self,
-        memory: &mut LoopMemory,
-        ctx: &ToolContext,
-        input: TurnInput,
-    ) -> TurnResult {
-        if matches!(input, TurnInput::Chat(_)) {
-            // Nothing reads or writes the tape before the prompt is recorded (which fails, and
-            // fails the turn, on a tape that cannot be written): the anchor goes with it.
-            ctx.tape().defer(|t| {
-                crate::tape::shared::logged(&Kind::Anchor, t.ensure_bootstrap());
-            });
-        } else if let Err(e) = ctx.tape().run(|t| t.ensure_bootstrap()).await {
-            return TurnResult {
-                error: Some(TurnError::tape("tape", &e)),
-                ..Default::default()
-            };
-        }
-        remember_prefixed(ctx, &input).await;
-        let router = Router::new(ctx.clone());
-        let (route, images) = match input {
-            TurnInput::Text(text) | TurnInput::Command(text) => {
-                (router.route_user(&text).await, Vec::new())
-            }
-            // A chat's messages go to the model: their own lines never become commands.
-            TurnInput::Chat(mut batch) => {
-                let adapter = batch.adapter.clone();
-                let session = ctx.session();
-                let (config, workspace) = (&self.config.media, ctx.workspace());
-                let images = media::prepare(
-                    config,
-                    workspace,
-                    adapter.as_ref(),
-                    session,
-                    &mut batch.messages,
-                )
-                .await;
-                let route = router::UserRoute {
-                    enter_model: true,
-                    model_prompt: inbound::render(&batch),
-                    ..Default::default()
-                };
-                (route, images)
-            }
-        };
-        if route.exit_requested {
-            return TurnResult {
-                exit_requested: true,
-                ..Default::default()
-            };
-        }
-        if !route.enter_model {
-            return TurnResult {
-                immediate_output: route.immediate_output,
-                ..Default::default()
-            };
-        }
-        let own = ctx.session.model();
-        let chain = self
-            .models
-            .chain(own.as_ref().unwrap_or(&self.process.models.model));
-        let llm = match &chain {
-            Ok(chain) => Ok(chain.as_ref()),
-            Err(e) => Err(e.as_str()),
-        };
-        let prompt = route.model_prompt;
-        let mut outcome = ModelLoop::new(llm, ctx, &router, memory, self.config.clone())
-            .with_images(images)
-            .run(&prompt)
-            .await;
-        let learning = self.config.learn_min_steps;
-        if outcome.error.is_none() && learn::worth_learning(learning, ctx, &outcome.tools) {
-            let finished = learn::Finished {
-                task: prompt,
-                steps: std::mem::take(&mut outcome.tools),
-                answer: outcome.visible_text.clone(),
-            };
-            self.learn_later(ctx, &chain, finished);
-        }
-        let result = json!({
-            "steps": outcome.steps,
-            "followups": outcome.followups,
-            "exit_requested": outcome.exit_requested,
-            "error": outcome.error,
-        });
-        ctx.tape().event(Event::LoopResult, result).await;
-        TurnResult {
-            immediate_output: route.immediate_output,
-            assistant_output: outcome.visible_text,
-            error: outcome.error,
-            exit_requested: outcome.exit_requested,
-            steps: outcome.steps,
-            answered: false,
-        }
-    }
 }
 
 /// Keeps what the user's messages ask to be remembered (`remember: …`, `记住：…`) in the chat's
@@ -644,6 +451,7 @@ impl AgentRuntime {
 async fn remember_prefixed(ctx: &ToolContext, input: &TurnInput) {
     let texts: Vec<&str> = match input {
         TurnInput::Text(text) | TurnInput::Command(text) => text.lines().collect(),
+        TurnInput::Task(_) => Vec::new(),
         TurnInput::Chat(batch) => batch
             .messages
             .iter()

@@ -32,10 +32,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::AgentRuntime;
+use super::TurnRequest;
 use super::config::TurnConfig;
 use super::models::Models;
-use super::router::Router;
-use super::runner::{LoopMemory, ModelLoop};
 use crate::access::{Authority, Role, TurnOrigin};
 use crate::chat::SessionId;
 use crate::config::Model;
@@ -242,32 +241,19 @@ impl Subagents {
         ))
     }
 
-    /// Runs the subagent's model loop in `ctx` (its own session) on `model`: what the parent's
-    /// `subagent.done` event records, and the answer or why there is none.
-    async fn work(
-        &self,
-        ctx: &ToolContext,
-        model: Option<&Model>,
-        prompt: &str,
-    ) -> (Value, Result<String, String>) {
-        let bootstrapped = ctx.tape().run(|t| t.ensure_bootstrap()).await;
-        let chain = self
-            .models
-            .chain(model.unwrap_or(&ctx.process.models.model));
-        let llm = match (&chain, &bootstrapped) {
-            (Ok(chain), Ok(_)) => Ok(chain.as_ref()),
-            (Err(e), _) => Err(e.as_str()),
-            (_, Err(_)) => Err("its tape could not be written"),
+    /// Runs the subagent's turn in `ctx` (its own session, on the model it was given): what
+    /// the parent's `subagent.done` event records, and the answer or why there is none.
+    async fn work(&self, ctx: &ToolContext, prompt: &str) -> (Value, Result<String, String>) {
+        let builtin = super::turn::Builtin {
+            config: &self.config,
+            models: &self.models,
+            runtime: None,
         };
-        let router = Router::new(ctx.clone());
-        let mut memory = LoopMemory::default();
-        let outcome = ModelLoop::new(llm, ctx, &router, &mut memory, self.config.clone())
-            .run(prompt)
-            .await;
-        let error = outcome.error.as_ref().map(ToString::to_string);
-        let done = json!({"id": ctx.session_id(), "steps": outcome.steps, "error": error});
-        ctx.tape().event(Event::LoopResult, done.clone()).await;
-        let answer = match (error, outcome.visible_text.trim()) {
+        let request = TurnRequest::subagent(ctx.clone(), prompt.to_owned());
+        let result = super::turn::process(&[&builtin], request).await;
+        let error = result.error.as_ref().map(ToString::to_string);
+        let done = json!({"id": ctx.session_id(), "steps": result.steps, "error": error});
+        let answer = match (error, result.assistant_output.trim()) {
             (Some(error), _) => Err(format!("the subagent failed: {error}")),
             (None, "") => Err("the subagent gave no answer".to_owned()),
             (None, answer) => Ok(answer.to_owned()),
@@ -303,7 +289,7 @@ impl Delegate for Subagents {
         parent.tape().event(Event::SubagentStart, started).await;
         tracing::info!(parent = parent.session_id(), subagent = %id, "subagent.start");
         let prompt = format!("{INTRO}\n\n{}", task.task.trim());
-        let (done, answer) = self.work(&ctx, model.as_ref(), &prompt).await;
+        let (done, answer) = self.work(&ctx, &prompt).await;
         parent.tape().event(Event::SubagentDone, done).await;
         drop(slot);
         answer.map_err(ToolError::new)
@@ -422,7 +408,7 @@ impl AgentRuntime {
         if run.interrupted {
             prompt = format!("{RESUMED}\n{prompt}");
         }
-        subagents.work(&ctx, model.as_ref(), &prompt).await
+        subagents.work(&ctx, &prompt).await
     }
 
     /// Records `subagent.done` on the parent's tape.

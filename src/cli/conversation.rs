@@ -42,7 +42,7 @@ use super::trace::Trace;
 use super::typed::{TERMINAL_HELP, Typed};
 use super::{BOLD_BLUE, Style, print_welcome, rendered_result, status_line};
 use crate::access::{Authority, Role};
-use crate::agent::{AgentRuntime, ChatBatch, TurnInput};
+use crate::agent::{AgentRuntime, ChatBatch, TurnInput, TurnRequest};
 use crate::channels::{Channel, ChatInfo, Content, Inbound, InboundSink, Outbound, Sender};
 use crate::chat::SessionId;
 use crate::daemon::TurnRunner;
@@ -411,7 +411,8 @@ impl Chat {
         Box::pin(async move {
             let shown = show_tool_calls(Trace::stdout(debug), out.clone());
             let you = Authority::terminal();
-            let mut result = agent.handle_observed(&session_id, input, &you, shown).await;
+            let request = TurnRequest::asked(session_id, input, you).observed(shown);
+            let mut result = agent.turn(request).await;
             if help && !result.immediate_output.is_empty() {
                 result.immediate_output = format!("{}\n\n{TERMINAL_HELP}", result.immediate_output);
             }

@@ -36,7 +36,7 @@ use super::courier::Courier;
 use super::heartbeat;
 use super::runner::TurnRunner;
 use crate::access::Authority;
-use crate::agent::{AgentRuntime, Launch};
+use crate::agent::{AgentRuntime, Launch, TurnInput, TurnRequest};
 use crate::channels::{Channel, InboundSink, Outbound};
 use crate::delivery::{SendLedger, TurnError, TurnResult, render_output};
 use crate::inbox::{Inbox, JobRun, Outcome};
@@ -233,7 +233,7 @@ async fn deliver(
 }
 
 /// [`TurnRunner::run_job`] for the agent: the creator's rights checked again, then the turn as
-/// a scheduled run ([`AgentRuntime::handle_scheduled`]: a guest's job cannot schedule more
+/// a scheduled run ([`TurnRequest::scheduled`]: a guest's job cannot schedule more
 /// jobs) in the runtime of the job's workspace.
 pub(super) async fn run(
     agent: &AgentRuntime,
@@ -248,9 +248,8 @@ pub(super) async fn run(
     } else {
         run.prompt.clone()
     };
-    Ok(agent
-        .handle_scheduled(&run.session, &prompt, &who, output)
-        .await)
+    let request = TurnRequest::scheduled(run.session.clone(), TurnInput::text(prompt), who);
+    Ok(agent.turn(request.with_output(output)).await)
 }
 
 /// [`TurnRunner::job_ran`] for the agent: the `schedule.run` event on the tape of the job's

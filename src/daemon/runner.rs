@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::jobs;
 use crate::access::Authority;
-use crate::agent::{AgentRuntime, TurnInput};
+use crate::agent::{AgentRuntime, TurnInput, TurnRequest};
 use crate::channels::{Channel, SessionId};
 use crate::delivery::TurnResult;
 use crate::inbox::{JobRun, Outcome};
@@ -20,26 +20,8 @@ use crate::tools::TurnOutput;
 /// Runs turns for sessions (the agent; a fake in tests).
 #[async_trait]
 pub trait TurnRunner: Send + Sync + 'static {
-    /// Runs one turn of `input` in `session_id` for `who`.
-    async fn run_turn(
-        &self,
-        session_id: &SessionId,
-        input: TurnInput,
-        who: &Authority,
-    ) -> TurnResult;
-
-    /// Runs one turn of a chat, showing its answer in `output.live` as it is written and
-    /// recording its sends on `output.sends` (by default: as [`TurnRunner::run_turn`], nothing
-    /// shown or recorded).
-    async fn run_chat_turn(
-        &self,
-        session_id: &SessionId,
-        input: TurnInput,
-        who: &Authority,
-        _output: TurnOutput,
-    ) -> TurnResult {
-        self.run_turn(session_id, input, who).await
-    }
+    /// Runs one turn (every turn enters the agent's stages here).
+    async fn turn(&self, request: TurnRequest) -> TurnResult;
 
     /// Records an event on the session's tape.
     async fn record(&self, _session_id: &SessionId, _name: Event, _data: Value) {}
@@ -48,9 +30,8 @@ pub trait TurnRunner: Send + Sync + 'static {
     /// recorded on `output.sends`; `Err` says why it may not run (the turn did not run).
     async fn run_job(&self, run: &JobRun, output: TurnOutput) -> Result<TurnResult, String> {
         let input = TurnInput::text(run.prompt.as_str());
-        Ok(self
-            .run_chat_turn(&run.session, input, &run.creator, output)
-            .await)
+        let request = TurnRequest::scheduled(run.session.clone(), input, run.creator.clone());
+        Ok(self.turn(request.with_output(output)).await)
     }
 
     /// Records how a job's run went (`schedule.run` on its session's tape) and lets go of what
@@ -98,24 +79,8 @@ pub trait TurnRunner: Send + Sync + 'static {
 
 #[async_trait]
 impl TurnRunner for AgentRuntime {
-    async fn run_turn(
-        &self,
-        session_id: &SessionId,
-        input: TurnInput,
-        who: &Authority,
-    ) -> TurnResult {
-        self.handle_live(session_id, input, who, TurnOutput::default())
-            .await
-    }
-
-    async fn run_chat_turn(
-        &self,
-        session_id: &SessionId,
-        input: TurnInput,
-        who: &Authority,
-        output: TurnOutput,
-    ) -> TurnResult {
-        self.handle_live(session_id, input, who, output).await
+    async fn turn(&self, request: TurnRequest) -> TurnResult {
+        AgentRuntime::turn(self, request).await
     }
 
     async fn record(&self, session_id: &SessionId, name: Event, data: Value) {

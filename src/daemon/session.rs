@@ -61,7 +61,7 @@ use super::mailbox::{Lanes, Mailbox};
 use super::runner::{Stopped, TurnRunner, new_reply, queue_lines, stop_reply};
 use crate::access::{Authority, Role};
 use crate::agent::inbound;
-use crate::agent::{ChatBatch, TurnInput};
+use crate::agent::{ChatBatch, TurnInput, TurnRequest};
 use crate::channels::{Channel, Control, Inbound, Outbound, SessionId};
 use crate::config::Settings;
 use crate::delivery::{SendLedger, render_output};
@@ -583,7 +583,8 @@ impl SessionActor {
                 live: live.as_ref().map(live::LiveAnswer::sender),
                 sends,
             };
-            let result = runner.run_chat_turn(&session_id, input, &who, output).await;
+            let request = TurnRequest::asked(session_id.clone(), input, who.clone());
+            let result = runner.turn(request.with_output(output)).await;
             drop(_typing);
             // The live message, if one was posted (now or by an interrupted attempt), becomes
             // the answer's first part.

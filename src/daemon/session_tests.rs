@@ -98,15 +98,11 @@ impl FakeRunner {
 
 #[async_trait]
 impl TurnRunner for FakeRunner {
-    async fn run_turn(
-        &self,
-        _session_id: &SessionId,
-        input: TurnInput,
-        who: &Authority,
-    ) -> TurnResult {
+    async fn turn(&self, request: TurnRequest) -> TurnResult {
+        let (input, who) = (request.input, &request.who);
         // The batch's lines are the messages' texts (the agent's renderer is tested on its own).
         let prompt = match input {
-            TurnInput::Text(text) | TurnInput::Command(text) => text,
+            TurnInput::Text(text) | TurnInput::Command(text) | TurnInput::Task(text) => text,
             TurnInput::Chat(batch) => inbound::render_with(&batch, |m| m.text().into_owned()),
         };
         let prompt = prompt.as_str();
@@ -136,7 +132,9 @@ impl TurnRunner for FakeRunner {
             Some(why) => Err(why.clone()),
             None => {
                 let input = TurnInput::text(run.prompt.as_str());
-                Ok(self.run_turn(&run.session, input, &run.creator).await)
+                let request =
+                    TurnRequest::scheduled(run.session.clone(), input, run.creator.clone());
+                Ok(self.turn(request).await)
             }
         }
     }
