@@ -46,6 +46,9 @@ pub(crate) const POLL: Duration = Duration::from_secs(1);
 const OWNER_RETRY: Duration = Duration::from_secs(5);
 /// How long running jobs may finish after shutdown is requested.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
+/// Ended runs waiting to be recorded; a run that ends while this many wait holds until the
+/// loop records them.
+const ENDED_QUEUE: usize = 64;
 
 /// A run that ended: job id and how.
 type Ended = (String, RunStatus);
@@ -154,7 +157,7 @@ impl Scheduler {
         for note in notes {
             tracing::warn!("scheduler.recover: {note}");
         }
-        let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Ended>();
+        let (done_tx, mut done_rx) = mpsc::channel::<Ended>(ENDED_QUEUE);
         let running = TaskTracker::new();
         let mut known: Known = None;
         let mut ended = Vec::new();
@@ -189,13 +192,24 @@ impl Scheduler {
             }
         }
         running.close();
-        if tokio::time::timeout(SHUTDOWN_GRACE, running.wait())
+        // The runs' ends are read while they finish: none waits on a full queue.
+        let mut batch = ended;
+        let finished = async {
+            let all_done = running.wait();
+            tokio::pin!(all_done);
+            loop {
+                tokio::select! {
+                    () = &mut all_done => break,
+                    Some(done) = done_rx.recv() => batch.push(done),
+                }
+            }
+        };
+        if tokio::time::timeout(SHUTDOWN_GRACE, finished)
             .await
             .is_err()
         {
             tracing::warn!("scheduler.shutdown: scheduled runs still running were stopped");
         }
-        let mut batch = Vec::new();
         while let Ok(done) = done_rx.try_recv() {
             batch.push(done);
         }
@@ -318,7 +332,7 @@ async fn fire(
     runner: Arc<dyn JobRunner>,
     clock: Arc<dyn Clock>,
     claim: plan::Claim,
-    done: mpsc::UnboundedSender<Ended>,
+    done: mpsc::Sender<Ended>,
 ) {
     let id = claim.job.id.clone();
     let late_ms = (clock.now() - claim.due).num_milliseconds();
@@ -328,5 +342,5 @@ async fn fire(
         Err(e) => RunStatus::Error(e),
     };
     tracing::info!(job = %id, status = %status, "scheduler.done");
-    let _ = done.send((id, status));
+    let _ = done.send((id, status)).await;
 }
