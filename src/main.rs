@@ -10,6 +10,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use bub::access::{Authority, User};
 use bub::agent::AgentRuntime;
@@ -518,13 +519,16 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     agent.launch_with(Arc::new(jobs.clone()));
     let shutdown = CancellationToken::new();
     stop_on_signal(shutdown.clone());
+    // The daemon's own tasks beside the manager: waited for before it exits.
+    let tasks = TaskTracker::new();
     let names = manager.channel_names();
     manager.announce_to(bub::daemon::owner::start(
         &agent,
         names,
+        &tasks,
         shutdown.child_token(),
     ));
-    beat(&agent, jobs.clone(), &shutdown);
+    beat(&agent, jobs.clone(), &tasks, &shutdown);
     let board = Arc::new(Board::new(
         &agent.settings().model.to_string(),
         &manager.channel_names(),
@@ -532,7 +536,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     manager.show_on(board.clone());
     board.show_commands(agent.background_commands());
     match bub::status::bind(&agent.settings().home) {
-        Ok(socket) => drop(tokio::spawn(bub::status::serve(
+        Ok(socket) => drop(tasks.spawn(bub::status::serve(
             socket,
             board.clone(),
             shutdown.child_token(),
@@ -540,9 +544,10 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
         // Serving chats matters more than `bub status`.
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "status.unavailable"),
     }
-    let console = bub::console::in_daemon(agent.settings(), board.clone(), &shutdown).await?;
+    let console =
+        bub::console::in_daemon(agent.settings(), board.clone(), &tasks, &shutdown).await?;
     let channels = manager.channel_names();
-    http::listen(agent.settings(), channels, console, &shutdown).await?;
+    http::listen(agent.settings(), channels, console, &tasks, &shutdown).await?;
     let scheduler = scheduler_enabled
         .then(|| scheduler(agent.settings(), jobs))
         .transpose()?
@@ -552,6 +557,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     if let Some(scheduler) = scheduler {
         report_scheduler(scheduler.await);
     }
+    stopped(&tasks).await;
     agent.stop_children().await;
     settle(&agent).await;
     served
@@ -616,9 +622,10 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
     }
     let jobs = manager.jobs();
     agent.launch_with(Arc::new(jobs.clone()));
-    beat(&agent, jobs.clone(), &shutdown);
+    let tasks = TaskTracker::new();
+    beat(&agent, jobs.clone(), &tasks, &shutdown);
     // Nothing to wait for: its channels only send.
-    http::listen(agent.settings(), Vec::new(), None, &shutdown).await?;
+    http::listen(agent.settings(), Vec::new(), None, &tasks, &shutdown).await?;
     let scheduler = scheduler(agent.settings(), jobs)?;
     // A scheduler that fails stops the process (there is nothing else to do).
     let scheduled = tokio::spawn({
@@ -632,6 +639,7 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
     let served = manager.run(shutdown.clone()).await;
     shutdown.cancel();
     let result = scheduled.await.context("scheduler task")?;
+    stopped(&tasks).await;
     agent.stop_children().await;
     settle(&agent).await;
     tracing::info!("idle.stop");
@@ -640,9 +648,21 @@ async fn idle(settings: Settings) -> anyhow::Result<()> {
 }
 
 /// Starts the heartbeat when the settings ask for one (its turns go through `jobs`).
-fn beat(agent: &AgentRuntime, jobs: JobQueue, shutdown: &CancellationToken) {
+fn beat(agent: &AgentRuntime, jobs: JobQueue, tasks: &TaskTracker, shutdown: &CancellationToken) {
     if let Some(heartbeat) = Heartbeat::from_settings(agent.settings(), jobs) {
-        drop(tokio::spawn(heartbeat.run(shutdown.child_token())));
+        tasks.spawn(heartbeat.run(shutdown.child_token()));
+    }
+}
+
+/// Waits, after shutdown, for the daemon's own tasks (listeners, the status socket, the
+/// heartbeat, the owners' notices) to stop, for at most [`EXIT_GRACE`].
+async fn stopped(tasks: &TaskTracker) {
+    tasks.close();
+    if tokio::time::timeout(EXIT_GRACE, tasks.wait())
+        .await
+        .is_err()
+    {
+        tracing::warn!("shutdown: a listener was still stopping");
     }
 }
 

@@ -175,3 +175,21 @@ fn only_the_turn_pipeline_runs_the_model_loop() {
         ]
     );
 }
+
+/// Every queue is bounded: no unbounded channel anywhere in `src/`.
+#[test]
+fn every_queue_is_bounded() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut unbounded = Vec::new();
+    for entry in ignore::WalkBuilder::new(root.join("src")).build().flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(path).unwrap();
+        if text.contains("unbounded_channel") || text.contains("UnboundedSender") {
+            unbounded.push(path.strip_prefix(root).unwrap().display().to_string());
+        }
+    }
+    assert_eq!(unbounded, Vec::<String>::new());
+}

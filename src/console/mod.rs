@@ -37,6 +37,7 @@ use anyhow::Context as _;
 use axum::Router;
 use axum::routing::{get, post};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::access::Access;
 use crate::config::Settings;
@@ -150,6 +151,7 @@ pub fn prepare(settings: &Settings) -> anyhow::Result<()> {
 pub async fn in_daemon(
     settings: &Settings,
     board: Arc<Board>,
+    tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<Option<Router>> {
     if !settings.console.enabled {
@@ -163,7 +165,7 @@ pub async fn in_daemon(
     let listener = bind(settings.console.listen).await?;
     let (console, _) = Console::new(settings, Some(board), listener.local_addr()?)?;
     let app = router(console);
-    drop(tokio::spawn(serve(listener, app, shutdown.child_token())));
+    tasks.spawn(serve(listener, app, shutdown.child_token()));
     Ok(None)
 }
 

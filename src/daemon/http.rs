@@ -34,6 +34,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::net::server::Server;
 
@@ -67,13 +68,14 @@ pub async fn listen(
     settings: &crate::config::Settings,
     channels: Vec<&'static str>,
     console: Option<Router>,
+    tasks: &TaskTracker,
     shutdown: &CancellationToken,
 ) -> anyhow::Result<()> {
     if let Some(addr) = settings.http_listen {
         let listener = bind(addr).await?;
         let db = settings.database()?;
         let serving = serve(listener, channels, db, console, shutdown.child_token());
-        drop(tokio::spawn(serving));
+        tasks.spawn(serving);
     }
     Ok(())
 }

@@ -29,6 +29,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Duration, Utc};
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::access::{Access, Knock, KnockKind, Owner, allow_var, owners_var};
 use crate::agent::AgentRuntime;
@@ -50,6 +51,7 @@ const NAMED_OWNERS: usize = 3;
 pub fn start(
     agent: &AgentRuntime,
     channels: Vec<&'static str>,
+    tasks: &TaskTracker,
     shutdown: CancellationToken,
 ) -> mpsc::Sender<Ready> {
     let (tx, mut ready) = mpsc::channel::<Ready>(16);
@@ -62,7 +64,7 @@ pub fn start(
         bots: HashMap::new(),
         recent: Recent::default(),
     };
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         loop {
             tokio::select! {
                 Some(ready) = ready.recv() => desk.announce(ready).await,

@@ -53,6 +53,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::courier::{Courier, typing};
 use super::jobs::{self, ScheduledRun};
@@ -173,6 +174,9 @@ pub(crate) struct SessionActor {
     running: Option<Running>,
     /// The row last shown on the board.
     published: Option<SessionState>,
+    /// Work beside the turn (a `,status` answer, a notice, recording a live message's id):
+    /// waited for before the actor ends, unless it is aborted.
+    side: TaskTracker,
 }
 
 impl SessionActor {
@@ -203,6 +207,7 @@ impl SessionActor {
             last_mention: None,
             running: None,
             published: None,
+            side: TaskTracker::new(),
         }
     }
 
@@ -275,6 +280,10 @@ impl SessionActor {
         if queued > 0 || turn.is_some() {
             tracing::info!(session = %self.session_id, queued,
                 running = turn.is_some(), "session.stop: left for the next start");
+        }
+        self.side.close();
+        if !abort.is_cancelled() {
+            self.side.wait().await;
         }
         self.board.remove(self.session_id.as_str());
         self.runner.release(&self.session_id);
@@ -461,7 +470,7 @@ impl SessionActor {
         };
         self.inbox.done(&[message.seq], Outcome::Sent).await;
         let who = message.authority();
-        tokio::spawn(async move {
+        self.side.spawn(async move {
             let about = runner.status(&courier.session_id, &who).await;
             out.text = [about.trim(), &lines.join("\n")]
                 .into_iter()
@@ -475,7 +484,7 @@ impl SessionActor {
     /// Sends a short notice beside the running turn.
     fn notify(&self, out: Outbound) {
         let courier = self.courier();
-        tokio::spawn(async move { courier.deliver(&out).await });
+        self.side.spawn(async move { courier.deliver(&out).await });
     }
 
     /// The next turn to start: a recorded answer first, then a queued command, a scheduled
@@ -541,11 +550,11 @@ impl SessionActor {
         let earlier = inbox.live_message(&seqs);
         // Commands answer at once; a live answer is for the model's turns.
         let live = (self.cfg.live && !trigger.is_command()).then(|| {
-            let (inbox, seqs) = (inbox.clone(), seqs.clone());
+            let (inbox, seqs, side) = (inbox.clone(), seqs.clone(), self.side.clone());
             // Recorded by a task of its own: the live message is not held up by the journal.
             let posted = move |id: &str| {
                 let id = id.to_owned();
-                drop(tokio::spawn(async move { inbox.live(&seqs, &id).await }));
+                side.spawn(async move { inbox.live(&seqs, &id).await });
             };
             let (channel, reply_to) = (courier.channel.clone(), reply_to.clone());
             live::LiveAnswer::start(channel, &chat_id, reply_to, earlier.clone(), posted)
