@@ -116,13 +116,11 @@ impl AgentRuntime {
         let models = Arc::new(Models::new(process.models.clone()));
         let subagents = (settings.max_subagents > 0).then(|| {
             let max = settings.max_subagents as usize;
-            let subagents = Arc::new(subagent::Subagents::new(
+            Arc::new(subagent::Subagents::new(
                 config.clone(),
                 models.clone(),
                 max,
-            ));
-            let _ = process.delegate.set(subagents.clone());
-            subagents
+            ))
         });
         Self {
             subagents,

@@ -47,8 +47,6 @@ pub struct ProcessCtx {
     pub commands: Arc<CommandLimits>,
     /// `bash background=true` commands, by session.
     pub background: Arc<super::shell::Background>,
-    /// Who runs a subagent's turn (the agent installs itself; unset: no subagents).
-    pub(crate) delegate: std::sync::OnceLock<Arc<dyn super::subagent::Delegate>>,
     /// What the process's model calls used, and the daily budgets (one ledger per process,
     /// shared by every workspace's runtime).
     pub usage: Arc<crate::usage::Ledger>,
@@ -120,7 +118,6 @@ impl ProcessCtx {
                 redactor.clone(),
             )),
             redactor,
-            delegate: std::sync::OnceLock::new(),
             usage: Arc::new(
                 crate::usage::Ledger::new(
                     &settings.home,
@@ -249,6 +246,9 @@ pub struct TurnCtx {
     pub observer: Option<ToolObserver>,
     /// A subagent's turn: the session of the turn that started it (its budget, its chat's).
     pub parent: Option<SessionId>,
+    /// Who runs the subagents this turn starts (`None`: none here — a subagent's own turn,
+    /// or `BUB_MAX_SUBAGENTS=0`).
+    pub(crate) subagents: Option<Arc<dyn super::subagent::Delegate>>,
 }
 
 /// Where a chat turn's output goes while it runs, besides its final answer: the live message
@@ -288,6 +288,7 @@ impl TurnCtx {
             sends: None,
             observer: None,
             parent: None,
+            subagents: None,
         }
     }
 }
@@ -308,11 +309,20 @@ impl ToolContext {
         authority: Authority,
     ) -> Self {
         let output = TurnOutput::default();
-        Self::with_live(process, session, authority, TurnOrigin::Asked, output, None)
+        Self::with_live(
+            process,
+            session,
+            authority,
+            TurnOrigin::Asked,
+            output,
+            None,
+            None,
+        )
     }
 
     /// [`ToolContext::new`] for a turn started by `origin` whose answer is shown as it is
-    /// written and sends are recorded (`output`), and whose tool calls `observer` is told about.
+    /// written and sends are recorded (`output`), whose tool calls `observer` is told about, and
+    /// whose subagents `subagents` runs.
     pub(crate) fn with_live(
         process: Arc<ProcessCtx>,
         session: Arc<SessionCtx>,
@@ -320,11 +330,13 @@ impl ToolContext {
         origin: TurnOrigin,
         output: TurnOutput,
         observer: Option<ToolObserver>,
+        subagents: Option<Arc<dyn super::subagent::Delegate>>,
     ) -> Self {
         let mut turn = TurnCtx::new(authority, origin, &process);
         turn.live = output.live;
         turn.sends = output.sends;
         turn.observer = observer;
+        turn.subagents = subagents;
         let turn = Arc::new(turn);
         Self {
             process,
@@ -351,6 +363,7 @@ impl ToolContext {
             sends: None,
             observer: None,
             parent: Some(parent),
+            subagents: None,
         };
         Self {
             process,

@@ -284,7 +284,15 @@ mod tests {
             let session = SessionCtx::open(&self.process, workspace, &session.into()).unwrap();
             let session = Arc::new(session);
             let output = crate::tools::TurnOutput::default();
-            ToolContext::with_live(self.process.clone(), session, who, origin, output, None)
+            ToolContext::with_live(
+                self.process.clone(),
+                session,
+                who,
+                origin,
+                output,
+                None,
+                None,
+            )
         }
 
         fn jobs(&self) -> Vec<Job> {

@@ -3,8 +3,8 @@
 //! `background`, returns at once and the answer comes to the caller's session later, as a new
 //! turn (in the daemon).
 //!
-//! The turn itself is the agent's business: it installs a [`Delegate`] in the process
-//! ([`crate::tools::ProcessCtx::delegate`]); this module only defines the call. A subagent
+//! The turn itself is the agent's business: it hands each turn its [`Delegate`]
+//! ([`crate::tools::TurnCtx::subagents`]); this module only defines the call. A subagent
 //! has its caller's sender and role, never more tools than its caller ([`Policy::for_subagent`]:
 //! a guest's subagent is a guest, and no subagent starts another), and its model calls count
 //! against its caller's session budget.
@@ -60,7 +60,7 @@ pub(crate) fn tools() -> Vec<Tool> {
             if task.task.trim().is_empty() {
                 return Err(ToolError::invalid("`task` is empty"));
             }
-            let Some(delegate) = ctx.process.delegate.get().cloned() else {
+            let Some(delegate) = ctx.turn.subagents.clone() else {
                 return Err(ToolError::new(
                     "subagents are not available in this process",
                 ));

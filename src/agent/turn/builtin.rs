@@ -68,6 +68,7 @@ impl Hooks for Builtin<'_> {
                     request.origin,
                     std::mem::take(&mut state.output),
                     state.observer.take(),
+                    runtime.subagents.clone().map(|s| s as _),
                 );
                 state.held = Some(held);
                 ctx
