@@ -32,6 +32,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
 
+use crate::chat::SessionId;
+
 /// The socket `bub message` answers status requests on, in `BUB_HOME`.
 pub(crate) const SOCKET: &str = "daemon.sock";
 /// The file holding the token a client must send, in `BUB_HOME`.
@@ -84,7 +86,7 @@ pub trait Commands: Send + Sync {
 pub struct CommandRow {
     pub id: u64,
     /// The chat's session it runs for.
-    pub session: String,
+    pub session: SessionId,
     /// Who started it: `guest (telegram:7)`.
     pub owner: String,
     /// `running 2m`, `exit=0`, `killed`.
@@ -94,7 +96,7 @@ pub struct CommandRow {
 
 #[derive(Default)]
 struct State {
-    sessions: HashMap<String, SessionState>,
+    sessions: HashMap<SessionId, SessionState>,
     errors: VecDeque<ErrorRow>,
 }
 
@@ -124,18 +126,18 @@ impl Board {
     }
 
     /// Sets a session's row (an actor after each change of its queue or turn).
-    pub(crate) fn set(&self, session: &str, row: SessionState) {
+    pub(crate) fn set(&self, session: &SessionId, row: SessionState) {
         let mut state = self.state.lock().expect("status board");
         match state.sessions.get_mut(session) {
             Some(old) => *old = row,
             None => {
-                state.sessions.insert(session.to_owned(), row);
+                state.sessions.insert(session.clone(), row);
             }
         }
     }
 
     /// Removes a session's row (its actor ended).
-    pub(crate) fn remove(&self, session: &str) {
+    pub(crate) fn remove(&self, session: &SessionId) {
         self.state
             .lock()
             .expect("status board")
@@ -144,14 +146,14 @@ impl Board {
     }
 
     /// Records an error a session met; the oldest goes beyond [`MAX_ERRORS`].
-    pub(crate) fn error(&self, session: &str, error: &str) {
+    pub(crate) fn error(&self, session: &SessionId, error: &str) {
         let mut state = self.state.lock().expect("status board");
         if state.errors.len() == MAX_ERRORS {
             state.errors.pop_front();
         }
         state.errors.push_back(ErrorRow {
             at: Utc::now(),
-            session: session.to_owned(),
+            session: session.clone(),
             error: error.chars().take(MAX_ERROR_CHARS).collect(),
         });
     }
@@ -216,7 +218,7 @@ pub struct Snapshot {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionRow {
-    pub session: String,
+    pub session: SessionId,
     pub running: Option<Running>,
     pub queued_messages: usize,
     pub queued_commands: usize,
@@ -231,7 +233,7 @@ pub struct Running {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorRow {
     pub at: DateTime<Utc>,
-    pub session: String,
+    pub session: SessionId,
     pub error: String,
 }
 
@@ -448,7 +450,7 @@ pub fn render(s: &Snapshot, jobs: &[String], usage_today: &str) -> String {
     let width = s
         .sessions
         .iter()
-        .map(|r| r.session.len())
+        .map(|r| r.session.as_str().len())
         .max()
         .unwrap_or(0);
     for row in &s.sessions {
@@ -506,17 +508,20 @@ mod tests {
             queued_messages: 2,
             queued_commands: 1,
         };
-        board.set("telegram:1", row.clone());
+        board.set(&"telegram:1".into(), row.clone());
         board.set(
-            "telegram:2",
+            &"telegram:2".into(),
             SessionState {
                 running: None,
                 ..row
             },
         );
-        board.remove("telegram:2");
+        board.remove(&"telegram:2".into());
         for i in 0..MAX_ERRORS + 3 {
-            board.error("telegram:1", &format!("error {i} {}", "x".repeat(400)));
+            board.error(
+                &"telegram:1".into(),
+                &format!("error {i} {}", "x".repeat(400)),
+            );
         }
         let s = board.snapshot();
         assert_eq!(s.sessions.len(), 1);
@@ -542,7 +547,7 @@ mod tests {
     async fn a_client_reads_the_snapshot_over_the_socket() {
         let dir = tempfile::tempdir().unwrap();
         let board = std::sync::Arc::new(Board::new("openai:m", &["discord"]));
-        board.error("discord:9", "Error: model unreachable");
+        board.error(&"discord:9".into(), "Error: model unreachable");
         let stop = CancellationToken::new();
         let listener = bind(dir.path()).unwrap();
         let server = tokio::spawn(serve(listener, board.clone(), stop.clone()));
@@ -587,7 +592,7 @@ mod tests {
     async fn only_a_client_with_the_token_gets_the_snapshot() {
         let dir = tempfile::tempdir().unwrap();
         let board = std::sync::Arc::new(Board::new("openai:m", &["telegram"]));
-        board.error("telegram:42", "Error: secret-session-detail");
+        board.error(&"telegram:42".into(), "Error: secret-session-detail");
         let stop = CancellationToken::new();
         let server = tokio::spawn(serve(bind(dir.path()).unwrap(), board, stop.clone()));
         let wrong = "0".repeat(64);

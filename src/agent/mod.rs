@@ -409,7 +409,7 @@ impl AgentRuntime {
             }
             _ => lines.push("jobs: unavailable".to_owned()),
         }
-        lines.extend(self.process.background.describe(session_id.as_str(), who));
+        lines.extend(self.process.background.describe(session_id, who));
         lines.extend(self.describe_subagents(session_id));
         lines.join("\n")
     }

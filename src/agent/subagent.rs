@@ -77,7 +77,7 @@ pub(crate) struct Subagents {
 }
 
 /// Subagents running per parent session.
-type Places = Arc<Mutex<HashMap<String, usize>>>;
+type Places = Arc<Mutex<HashMap<SessionId, usize>>>;
 
 /// A background subagent: whose it is, and how to stop it.
 struct Child {
@@ -112,7 +112,7 @@ impl Subagents {
     }
 
     /// A place for a subagent of `parent`, or why there is none.
-    fn slot(&self, parent: &str) -> Result<Slot, ToolError> {
+    fn slot(&self, parent: &SessionId) -> Result<Slot, ToolError> {
         let Ok(running) = self.running.clone().try_acquire_owned() else {
             return Err(ToolError::Refused(
                 "every subagent place is taken (BUB_MAX_SUBAGENTS): do the task yourself or \
@@ -146,7 +146,7 @@ impl Subagents {
             creator: creator.clone(),
             stop: CancellationToken::new(),
             since: std::time::Instant::now(),
-            _slot: self.slot(parent.as_str()).ok(),
+            _slot: self.slot(parent).ok(),
         };
         let stop = child.stop.clone();
         self.children().insert(id.to_owned(), child);
@@ -265,7 +265,7 @@ impl Subagents {
 #[async_trait::async_trait]
 impl Delegate for Subagents {
     async fn delegate(&self, parent: &ToolContext, task: Task) -> Result<String, ToolError> {
-        let slot = self.slot(parent.session_id())?;
+        let slot = self.slot(&parent.session.id)?;
         let model = chosen_model(parent, &task)?;
         if task.background == Some(true) {
             return self.start(parent, task, model, slot).await;
@@ -321,7 +321,7 @@ impl AgentRuntime {
     /// Ends the background commands of `session`'s chat that `who` started (`own`, `/stop`)
     /// or may end (`/new`); how many.
     pub(crate) fn stop_commands(&self, session: &SessionId, who: &Authority, own: bool) -> usize {
-        self.process.background.stop_in(session.as_str(), who, own)
+        self.process.background.stop_in(session, who, own)
     }
 
     /// A background subagent's run (`run.subagent`) in its session's actor, for its creator
@@ -503,20 +503,20 @@ async fn open(
 /// One of a session's [`PER_SESSION`] places, given back when dropped.
 struct Place {
     sessions: Places,
-    session: String,
+    session: SessionId,
 }
 
 impl Place {
-    fn take(sessions: &Places, session: &str) -> Option<Self> {
+    fn take(sessions: &Places, session: &SessionId) -> Option<Self> {
         let mut map = sessions.lock().unwrap_or_else(|e| e.into_inner());
-        let count = map.entry(session.to_owned()).or_default();
+        let count = map.entry(session.clone()).or_default();
         if *count >= PER_SESSION {
             return None;
         }
         *count += 1;
         Some(Self {
             sessions: sessions.clone(),
-            session: session.to_owned(),
+            session: session.clone(),
         })
     }
 }
@@ -576,14 +576,20 @@ mod tests {
     #[test]
     fn a_session_has_two_places_given_back_when_dropped() {
         let sessions = Arc::default();
-        let first = Place::take(&sessions, "telegram:1").unwrap();
-        let _second = Place::take(&sessions, "telegram:1").unwrap();
-        assert!(Place::take(&sessions, "telegram:1").is_none(), "a third");
+        let first = Place::take(&sessions, &"telegram:1".into()).unwrap();
+        let _second = Place::take(&sessions, &"telegram:1".into()).unwrap();
         assert!(
-            Place::take(&sessions, "telegram:2").is_some(),
+            Place::take(&sessions, &"telegram:1".into()).is_none(),
+            "a third"
+        );
+        assert!(
+            Place::take(&sessions, &"telegram:2".into()).is_some(),
             "per session"
         );
         drop(first);
-        assert!(Place::take(&sessions, "telegram:1").is_some(), "given back");
+        assert!(
+            Place::take(&sessions, &"telegram:1".into()).is_some(),
+            "given back"
+        );
     }
 }

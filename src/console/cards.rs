@@ -164,7 +164,7 @@ fn sessions(live: Option<&Snapshot>) -> Markup {
             p.big { (running) " running · " (queued) " queued" }
             p.hint { (s.sessions.len()) " live" }
             ul { @for row in busy {
-                li { a href={ "/session?id=" (page::encode(&row.session)) } { (row.session) } " · " (now(row)) }
+                li { a href={ "/session?id=" (page::encode(row.session.as_str())) } { (row.session) } " · " (now(row)) }
             } }
         },
     )

@@ -11,6 +11,7 @@ use serde::Deserialize;
 use super::Console;
 use super::auth::Operator;
 use super::page::{self, blocking};
+use crate::chat::SessionId;
 use crate::status::{SessionRow, Snapshot};
 use crate::usage::Totals;
 
@@ -35,7 +36,7 @@ pub(super) async fn list(operator: Operator, Query(filter): Query<Filter>) -> Re
     blocking(operator, move |c| {
         let tapes = crate::tape::list(&c.settings.home, c.db.as_ref(), super::workspace(c))?;
         let today = per_session_today(c)?;
-        let live: HashMap<String, SessionRow> = live
+        let live: HashMap<SessionId, SessionRow> = live
             .map(|s| s.sessions.into_iter().map(|r| (r.session.clone(), r)).collect())
             .unwrap_or_default();
         let needle = filter.q.trim().to_lowercase();

@@ -75,10 +75,8 @@ impl Courier {
                 let error = format!("{e:#}");
                 tracing::error!(session = %self.session_id, chat_id = %out.chat_id, error = %error,
                     "session.deliver.error");
-                self.board.error(
-                    self.session_id.as_str(),
-                    &format!("delivery failed: {error}"),
-                );
+                self.board
+                    .error(&self.session_id, &format!("delivery failed: {error}"));
                 Err(error)
             }
         }

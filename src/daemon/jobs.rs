@@ -178,9 +178,7 @@ pub(super) async fn turn(
         }
         Ok(result) => {
             if let Some(error) = &result.error {
-                courier
-                    .board
-                    .error(run.session.as_str(), &error.to_string());
+                courier.board.error(&run.session, &error.to_string());
             }
             let delivery = deliver(&run, &result, proactive, &courier, &inbox).await;
             let record = json!({

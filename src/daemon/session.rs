@@ -285,7 +285,7 @@ impl SessionActor {
         if !abort.is_cancelled() {
             self.side.wait().await;
         }
-        self.board.remove(self.session_id.as_str());
+        self.board.remove(&self.session_id);
         self.runner.release(&self.session_id);
         tracing::debug!(session = %self.session_id, "session.actor.stop");
     }
@@ -310,7 +310,7 @@ impl SessionActor {
             queued_commands: self.commands.len() + self.deliveries.len() + self.jobs.len(),
         };
         if self.published.as_ref() != Some(&row) {
-            self.board.set(self.session_id.as_str(), row.clone());
+            self.board.set(&self.session_id, row.clone());
             self.published = Some(row);
         }
     }
@@ -605,7 +605,7 @@ impl SessionActor {
                 .map(|s| (s.id, s.text))
                 .or(earlier.map(|id| (id, String::new())));
             if let Some(error) = &result.error {
-                courier.board.error(session_id.as_str(), &error.to_string());
+                courier.board.error(&session_id, &error.to_string());
             }
             let mut text = render_output(&result, proactive);
             if text.is_empty() {

@@ -136,7 +136,7 @@ pub(crate) fn tools() -> Vec<Tool> {
                 let who = &ctx.turn.authority;
                 match args.background.unwrap_or(false) {
                     true => process.background.start(
-                        ctx.chat_session().as_str(),
+                        ctx.chat_session(),
                         who,
                         &args,
                         launch,
@@ -153,7 +153,7 @@ pub(crate) fn tools() -> Vec<Tool> {
             "The output a `bash background=true` command wrote since the last read (at most 16 \
              KiB; read again for more) and whether it still runs.",
             |IdArgs { id }, ctx: ToolContext| async move {
-                let (chat, who) = (ctx.chat_session().as_str(), &ctx.turn.authority);
+                let (chat, who) = (ctx.chat_session(), &ctx.turn.authority);
                 ctx.process.background.output(chat, who, id)
             },
         ),
@@ -162,7 +162,7 @@ pub(crate) fn tools() -> Vec<Tool> {
             "Stop a background command",
             "Kills a `bash background=true` command and every process it started.",
             |IdArgs { id }, ctx: ToolContext| async move {
-                let (chat, who) = (ctx.chat_session().as_str(), &ctx.turn.authority);
+                let (chat, who) = (ctx.chat_session(), &ctx.turn.authority);
                 ctx.process.background.kill(chat, who, id)
             },
         ),

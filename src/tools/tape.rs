@@ -246,7 +246,7 @@ pub(crate) fn tools() -> Vec<Tool> {
             |ResetArgs { archive }, ctx: ToolContext| async move {
                 let out = with_tape(&ctx, move |tape| reset_text(tape, archive)).await?;
                 ctx.expanded().clear();
-                ctx.process.background.stop_session(ctx.session_id());
+                ctx.process.background.stop_session(&ctx.session.id);
                 Ok(out)
             },
         ),

@@ -39,6 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{BashArgs, CommandLimits, Launch, prepare, spawn};
 use crate::access::{Authority, Principal, Role};
+use crate::chat::SessionId;
 use crate::redact::Redactor;
 use crate::status::{CommandRow, Commands};
 use crate::tools::contain::{self, Keeper};
@@ -69,7 +70,7 @@ pub struct Background {
 struct Command {
     id: u64,
     /// The chat's session it was started in.
-    session: String,
+    session: SessionId,
     /// Who started it (the turn's authority: its role and senders).
     starter: Authority,
     cmd: String,
@@ -183,7 +184,7 @@ impl Background {
     /// Starts `args.cmd` in the background for `who` in `session`; its id, or why not.
     pub(crate) fn start(
         &self,
-        session: &str,
+        session: &SessionId,
         who: &Authority,
         args: &BashArgs,
         launch: Launch<'_>,
@@ -194,7 +195,7 @@ impl Background {
         let here = commands
             .iter()
             .filter(running)
-            .filter(|c| c.session == session)
+            .filter(|c| &c.session == session)
             .count();
         if here >= MAX_RUNNING {
             return Err(ToolError::Refused(format!(
@@ -240,7 +241,7 @@ impl Background {
         let mut child = spawn(&mut process, sandbox.as_ref())?;
         let command = Arc::new(Command {
             id: self.next_id.fetch_add(1, Ordering::Relaxed) + 1,
-            session: session.to_owned(),
+            session: session.clone(),
             starter: who.clone(),
             cmd: self.redactor.redact(&args.cmd).into_owned(),
             started: Instant::now(),
@@ -303,7 +304,7 @@ impl Background {
     /// may read it from `session`.
     pub(crate) fn output(
         &self,
-        session: &str,
+        session: &SessionId,
         who: &Authority,
         id: i64,
     ) -> Result<String, ToolError> {
@@ -338,7 +339,7 @@ impl Background {
     /// Ends command `id` (and all it started) when `who` may end it from `session`.
     pub(crate) fn kill(
         &self,
-        session: &str,
+        session: &SessionId,
         who: &Authority,
         id: i64,
     ) -> Result<String, ToolError> {
@@ -347,9 +348,9 @@ impl Background {
 
     /// `,status` lines of `session`'s commands for `who`: theirs in full, the others' running
     /// ones only counted (none: empty).
-    pub(crate) fn describe(&self, session: &str, who: &Authority) -> Vec<String> {
+    pub(crate) fn describe(&self, session: &SessionId, who: &Authority) -> Vec<String> {
         let commands = self.commands();
-        let here = commands.iter().filter(|c| c.session == session);
+        let here = commands.iter().filter(|c| &c.session == session);
         let mut lines: Vec<String> = here
             .clone()
             .filter(|c| c.open_to(who))
@@ -366,10 +367,10 @@ impl Background {
 
     /// Ends the running commands of `session` that `who` started (`/stop`: `own`), or that
     /// they may end (`/new`); how many.
-    pub(crate) fn stop_in(&self, session: &str, who: &Authority, own: bool) -> usize {
+    pub(crate) fn stop_in(&self, session: &SessionId, who: &Authority, own: bool) -> usize {
         let commands = self.commands();
         let ended = commands.iter().filter(|c| {
-            c.session == session
+            &c.session == session
                 && c.running()
                 && match own {
                     true => c.started_by(who),
@@ -380,9 +381,9 @@ impl Background {
     }
 
     /// Ends and forgets every command of `session` (`tape.reset`).
-    pub(crate) fn stop_session(&self, session: &str) {
+    pub(crate) fn stop_session(&self, session: &SessionId) {
         self.commands().retain(|c| {
-            let other = c.session != session;
+            let other = &c.session != session;
             if !other {
                 c.stop();
             }
@@ -399,13 +400,18 @@ impl Background {
 
     /// Command `id` if `who` may touch it from `session` (an owner's turn from any chat);
     /// others' commands are reported missing, as if they did not exist.
-    fn find(&self, session: &str, who: &Authority, id: i64) -> Result<Arc<Command>, ToolError> {
+    fn find(
+        &self,
+        session: &SessionId,
+        who: &Authority,
+        id: i64,
+    ) -> Result<Arc<Command>, ToolError> {
         let commands = self.commands();
         commands
             .iter()
             .find(|c| {
                 i64::try_from(c.id) == Ok(id)
-                    && (c.session == session || who.role == Role::Owner)
+                    && (&c.session == session || who.role == Role::Owner)
                     && c.open_to(who)
             })
             .cloned()
@@ -432,12 +438,12 @@ fn contained(support: Result<(), &'static str>, scoped: bool) -> Result<(), &'st
 
 /// Makes room for one more command of `session`: forgets its oldest finished one when it keeps
 /// [`KEPT`], and the process's oldest finished one when it keeps [`KEPT_ALL`].
-fn forget_to_fit(commands: &mut VecDeque<Arc<Command>>, session: &str) {
-    let mine = commands.iter().filter(|c| c.session == session).count();
+fn forget_to_fit(commands: &mut VecDeque<Arc<Command>>, session: &SessionId) {
+    let mine = commands.iter().filter(|c| &c.session == session).count();
     if mine >= KEPT
         && let Some(oldest) = commands
             .iter()
-            .position(|c| c.session == session && !c.running())
+            .position(|c| &c.session == session && !c.running())
     {
         commands.remove(oldest);
     }

@@ -69,10 +69,10 @@ async fn output_is_bounded_read_in_parts_and_says_what_was_dropped() {
     let (limits, background) = (CommandLimits::new(1, 60), Background::new(1, no_secrets()));
     let cmd = "head -c 200000 /dev/zero | tr '\\0' x; echo; echo end";
     let started = background
-        .start("s", &owner, &args(cmd), rig.launch(), &limits)
+        .start(&"s".into(), &owner, &args(cmd), rig.launch(), &limits)
         .unwrap();
     assert!(started.contains("command 1"), "{started}");
-    let refused = background.start("s", &owner, &args("true"), rig.launch(), &limits);
+    let refused = background.start(&"s".into(), &owner, &args("true"), rig.launch(), &limits);
     assert!(
         refused
             .unwrap_err()
@@ -82,10 +82,10 @@ async fn output_is_bounded_read_in_parts_and_says_what_was_dropped() {
     );
     // Nothing is read until it ended (`,status` does not read).
     until("the command ends", || {
-        background.describe("s", &owner)[0].contains("exit=0")
+        background.describe(&"s".into(), &owner)[0].contains("exit=0")
     })
     .await;
-    let first = background.output("s", &owner, 1).unwrap();
+    let first = background.output(&"s".into(), &owner, 1).unwrap();
     assert!(first.starts_with("[1 exit=0]"), "{}", &first[..40]);
     assert!(
         first.contains("earlier bytes were dropped"),
@@ -96,7 +96,7 @@ async fn output_is_bounded_read_in_parts_and_says_what_was_dropped() {
     assert!(first.ends_with("more bytes: read again]"));
     let mut rest = String::new();
     for _ in 0..8 {
-        rest.push_str(&background.output("s", &owner, 1).unwrap());
+        rest.push_str(&background.output(&"s".into(), &owner, 1).unwrap());
     }
     assert!(rest.contains("end"), "the last of it is kept");
     assert!(limits.try_slot(Role::Owner).is_some(), "the slot is back");
@@ -113,11 +113,17 @@ async fn a_guest_sees_reads_and_ends_only_their_own_commands() {
     let (limits, background) = (CommandLimits::new(8, 60), Background::new(1, no_secrets()));
     let secret = "echo owner-secret; sleep 60";
     background
-        .start("group", &owner, &args(secret), rig.launch(), &limits)
+        .start(
+            &"group".into(),
+            &owner,
+            &args(secret),
+            rig.launch(),
+            &limits,
+        )
         .unwrap();
     background
         .start(
-            "group",
+            &"group".into(),
             &guest,
             &args("echo mine; sleep 60"),
             rig.launch(),
@@ -127,24 +133,24 @@ async fn a_guest_sees_reads_and_ends_only_their_own_commands() {
 
     // The owner's command 1 does not exist for the guests.
     for who in [&guest, &other] {
-        let read = background.output("group", who, 1).unwrap_err();
+        let read = background.output(&"group".into(), who, 1).unwrap_err();
         assert!(
             read.message().contains("no background command 1"),
             "{read:?}"
         );
-        assert!(background.kill("group", who, 1).is_err());
+        assert!(background.kill(&"group".into(), who, 1).is_err());
     }
     // A batch of the guest and the owner runs as a guest: still not the owner's.
     let both = Authority::least([&guest, &owner]);
-    assert!(background.output("group", &both, 1).is_err());
-    let status = background.describe("group", &guest).join("\n");
+    assert!(background.output(&"group".into(), &both, 1).is_err());
+    let status = background.describe(&"group".into(), &guest).join("\n");
     assert!(!status.contains("owner-secret"), "{status}");
     assert!(status.contains("background 2 running"), "{status}");
     assert!(
         status.contains("background: 1 running, started by someone else"),
         "{status}"
     );
-    let status = background.describe("group", &other).join("\n");
+    let status = background.describe(&"group".into(), &other).join("\n");
     assert!(!status.contains("echo"), "{status}");
     assert!(
         status.contains("2 running, started by someone else"),
@@ -154,27 +160,27 @@ async fn a_guest_sees_reads_and_ends_only_their_own_commands() {
     // The guest reads their own; the other guest cannot end it; the owner sees everything.
     until("the guest's command to write", || {
         background
-            .output("group", &guest, 2)
+            .output(&"group".into(), &guest, 2)
             .unwrap()
             .contains("mine")
-            || background.describe("group", &owner).len() == 3
+            || background.describe(&"group".into(), &owner).len() == 3
     })
     .await;
-    assert!(background.kill("group", &other, 2).is_err());
-    let status = background.describe("group", &owner).join("\n");
+    assert!(background.kill(&"group".into(), &other, 2).is_err());
+    let status = background.describe(&"group".into(), &owner).join("\n");
     assert!(status.contains("owner-secret"), "{status}");
     assert!(status.contains("echo mine"), "{status}");
     // The owner reaches commands of any chat.
-    assert!(background.output("elsewhere", &owner, 2).is_ok());
+    assert!(background.output(&"elsewhere".into(), &owner, 2).is_ok());
     assert!(
-        background.output("elsewhere", &guest, 2).is_err(),
+        background.output(&"elsewhere".into(), &guest, 2).is_err(),
         "a guest only in its chat"
     );
 
     // `/stop` by the guest ends theirs only; `/new` by the owner ends the rest.
-    assert_eq!(background.stop_in("group", &guest, true), 1);
-    assert_eq!(background.stop_in("group", &guest, false), 0);
-    assert_eq!(background.stop_in("group", &owner, false), 1);
+    assert_eq!(background.stop_in(&"group".into(), &guest, true), 1);
+    assert_eq!(background.stop_in(&"group".into(), &guest, false), 0);
+    assert_eq!(background.stop_in(&"group".into(), &owner, false), 1);
     until("both end, killed", || {
         background.rows().iter().all(|r| r.state == "killed")
     })
@@ -191,10 +197,22 @@ async fn a_guest_runs_one_command_in_all_chats_and_owners_keep_their_slots() {
     );
     let (limits, background) = (CommandLimits::new(2, 60), Background::new(1, no_secrets()));
     background
-        .start("a", &guest, &args("sleep 60"), rig.launch(), &limits)
+        .start(
+            &"a".into(),
+            &guest,
+            &args("sleep 60"),
+            rig.launch(),
+            &limits,
+        )
         .unwrap();
     let second = background
-        .start("b", &guest, &args("sleep 60"), rig.launch(), &limits)
+        .start(
+            &"b".into(),
+            &guest,
+            &args("sleep 60"),
+            rig.launch(),
+            &limits,
+        )
         .unwrap_err();
     assert!(
         second.message().contains("BUB_GUEST_BACKGROUND_COMMANDS"),
@@ -202,11 +220,23 @@ async fn a_guest_runs_one_command_in_all_chats_and_owners_keep_their_slots() {
     );
     // Another guest finds the guests' share (1 of 2) taken; the owner gets the last slot.
     let third = background
-        .start("b", &other, &args("sleep 60"), rig.launch(), &limits)
+        .start(
+            &"b".into(),
+            &other,
+            &args("sleep 60"),
+            rig.launch(),
+            &limits,
+        )
         .unwrap_err();
     assert!(third.message().contains("every command slot"), "{third:?}");
     background
-        .start("b", &owner, &args("sleep 60"), rig.launch(), &limits)
+        .start(
+            &"b".into(),
+            &owner,
+            &args("sleep 60"),
+            rig.launch(),
+            &limits,
+        )
         .unwrap();
     // The operator ends any command.
     let rows = background.rows();
@@ -219,7 +249,7 @@ async fn a_guest_runs_one_command_in_all_chats_and_owners_keep_their_slots() {
     assert!(background.end(99).is_err());
     until("the guest's slot to come back", || {
         background
-            .start("a", &other, &args("true"), rig.launch(), &limits)
+            .start(&"a".into(), &other, &args("true"), rig.launch(), &limits)
             .is_ok()
     })
     .await;
@@ -244,10 +274,10 @@ async fn a_secret_of_bubs_is_never_shown_in_a_command_line() {
     let (limits, background) = (CommandLimits::new(1, 60), Background::new(1, redactor));
     let cmd = "curl -H 'Authorization: Bearer sk-live-1234' localhost; sleep 60";
     background
-        .start("s", &owner, &args(cmd), rig.launch(), &limits)
+        .start(&"s".into(), &owner, &args(cmd), rig.launch(), &limits)
         .unwrap();
     let shown = [
-        background.describe("s", &owner).join("\n"),
+        background.describe(&"s".into(), &owner).join("\n"),
         background.rows()[0].command.clone(),
     ];
     for text in shown {
