@@ -1,7 +1,9 @@
 //! Bub against the floor (`cargo bench --bench floor`): the release `bub message` and the bare
 //! bot of `examples/floor.rs` (teloxide's dispatcher, one model call per message, no journal,
 //! tape or access rules), each against its own fake Telegram and zero-latency fake model, debounce
-//! 0, in alternating runs.
+//! 0, in alternating runs, Bub first. The floor sends the model a request of Bub's size: the
+//! first request Bub sent in the first run (its system prompt and tool list) is the template of
+//! every floor call (`FLOOR_REQUEST`).
 //!
 //! Per run: start (spawn → first `getUpdates`), idle RSS, per-message p50 (update pushed →
 //! `sendMessage`, one private chat at a time), a burst of 100 chats × 3 messages (until every
@@ -14,7 +16,7 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -47,11 +49,13 @@ enum Bot {
 
 fn main() {
     let floor = build_floor();
+    let kept = tempfile::tempdir().expect("temp dir");
+    let request = kept.path().join("request.json");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let (mut bub, mut bare) = (Vec::new(), Vec::new());
     for run in 0..RUNS {
         for bot in [Bot::Bub, Bot::Floor] {
-            let figures = rt.block_on(measure(bot, &floor));
+            let figures = rt.block_on(measure(bot, &floor, &request));
             let name = if bot == Bot::Bub { "bub" } else { "floor" };
             println!("run {run} {name}: {figures:?}");
             if bot == Bot::Bub {
@@ -87,6 +91,24 @@ fn main() {
     if missed {
         std::process::exit(1);
     }
+}
+
+/// Writes Bub's request `body` to `path` and says how large it is.
+fn keep_request(body: &serde_json::Value, path: &Path) {
+    let bytes = serde_json::to_vec(body).expect("JSON");
+    let system: usize = body["messages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| m["role"] == "system")
+        .map(|m| m["content"].to_string().len())
+        .sum();
+    let tools = body["tools"].as_array().map_or(0, Vec::len);
+    println!(
+        "Bub's request, the floor's template: {} bytes, a {system}-byte system prompt, {tools} tools",
+        bytes.len()
+    );
+    std::fs::write(path, bytes).expect("write the request");
 }
 
 fn median(runs: &[Figures], get: fn(&Figures) -> f64) -> f64 {
@@ -127,7 +149,9 @@ fn build_floor() -> PathBuf {
         .expect("the floor bot's executable")
 }
 
-async fn measure(bot: Bot, floor: &PathBuf) -> Figures {
+/// One run of `bot`. Bub's first run writes its first model request to `request`, the floor's
+/// template.
+async fn measure(bot: Bot, floor: &Path, request: &Path) -> Figures {
     let dir = tempfile::tempdir().expect("temp dir");
     let model = fake_openai::start().await;
     let telegram = fake_telegram::start().await;
@@ -143,6 +167,7 @@ async fn measure(bot: Bot, floor: &PathBuf) -> Figures {
             }
         }
         floor_cmd
+            .env("FLOOR_REQUEST", request)
             .current_dir(dir.path())
             .stdout(Stdio::null())
             .kill_on_drop(true);
@@ -164,6 +189,9 @@ async fn measure(bot: Bot, floor: &PathBuf) -> Figures {
         .1
         .as_secs_f64();
     let burst_mb = rss_mb(pid);
+    if bot == Bot::Bub && !request.exists() {
+        keep_request(&model.requests()[0], request);
+    }
     // SAFETY: signalling our own child.
     unsafe { libc::kill(pid as i32, libc::SIGTERM) };
     let _ = tokio::time::timeout(Duration::from_secs(12), child.wait()).await;

@@ -117,6 +117,7 @@ enum Command {
         #[arg(long, value_name = "ID")]
         kill: Option<u64>,
     },
+    #[cfg(feature = "console")]
     /// The web console on BUB_CONSOLE_LISTEN (default 127.0.0.1:8787): sessions and their
     /// tapes, jobs, pairing, status and cost, memory. Log in with BUB_HOME/console.token.
     Console,
@@ -252,19 +253,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
     // The commands that keep state in the database migrate it first (a newer schema: exit 2);
     // the pool stays open for the command. The others never need it to be reachable.
-    let keeps_state = matches!(
-        command,
+    let keeps_state = match command {
         Command::Chat
-            | Command::Run { .. }
-            | Command::Message
-            | Command::Idle
-            | Command::Jobs { .. }
-            | Command::Usage { .. }
-            | Command::Memory { .. }
-            | Command::Pair { .. }
-            | Command::Access { .. }
-            | Command::Console
-    );
+        | Command::Run { .. }
+        | Command::Message
+        | Command::Idle
+        | Command::Jobs { .. }
+        | Command::Usage { .. }
+        | Command::Memory { .. }
+        | Command::Pair { .. }
+        | Command::Access { .. } => true,
+        #[cfg(feature = "console")]
+        Command::Console => true,
+        _ => false,
+    };
     let _database = match keeps_state {
         true => bub::cli::db::open(&settings)?,
         false => None,
@@ -320,6 +322,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 status.await.map(|()| ExitCode::SUCCESS)
             }
             Command::Status { kill: Some(id), .. } => bub::cli::status::kill(&settings, id).await,
+            #[cfg(feature = "console")]
             Command::Console => {
                 logging::init(&settings, LogTarget::Stderr);
                 bub::net::fd_limit::raise();
@@ -501,6 +504,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
     };
     let cfg = SessionConfig::from_settings(&settings);
     let scheduler_enabled = settings.scheduler_enabled;
+    #[cfg(feature = "console")]
     bub::console::prepare(&settings)?;
     let agent = Arc::new(AgentRuntime::new(settings, Vec::new()));
     let channels =
@@ -544,8 +548,11 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
         // Serving chats matters more than `bub status`.
         Err(e) => tracing::warn!(error = %format!("{e:#}"), "status.unavailable"),
     }
+    #[cfg(feature = "console")]
     let console =
         bub::console::in_daemon(agent.settings(), board.clone(), &tasks, &shutdown).await?;
+    #[cfg(not(feature = "console"))]
+    let console = None;
     let channels = manager.channel_names();
     http::listen(agent.settings(), channels, console, &tasks, &shutdown).await?;
     let scheduler = scheduler_enabled

@@ -2,6 +2,9 @@
 //! the wire with plain reqwest, and the real teloxide and serenity clients against them. Every
 //! step is bounded; nothing reaches the internet.
 
+// Its Discord tests need the `discord` feature; what they share with the others is then unused.
+#![cfg_attr(not(feature = "discord"), allow(unused_imports))]
+
 use crate::support;
 
 use serde_json::{Value, json};
@@ -238,6 +241,7 @@ async fn telegram_edit_to_the_same_text_is_not_modified() {
     assert_eq!(fake.current_text(id).as_deref(), Some("final"));
 }
 
+#[cfg(feature = "telegram")]
 #[tokio::test]
 async fn teloxide_downloads_uploads_and_edits_against_the_fake() {
     use teloxide::net::Download;
@@ -449,6 +453,7 @@ async fn openai_reject_images_answers_400_without_consuming_the_script() {
     );
 }
 
+#[cfg(feature = "discord")]
 #[tokio::test]
 async fn discord_attachments_are_served_and_counted() {
     let fake = fake_discord::start().await;
@@ -536,6 +541,7 @@ async fn discord_multipart_message_is_recorded_with_its_files() {
     assert!(bytes == data, "the uploaded file downloads as other bytes");
 }
 
+#[cfg(feature = "discord")]
 #[tokio::test]
 async fn serenity_sends_files_to_the_fake() {
     use serenity::builder::{CreateAttachment, CreateMessage};

@@ -4,6 +4,9 @@
 //! a command runs, and the final answer in place of it all. Discord's post and edit at the
 //! adapter.
 
+// Its Discord tests need the `discord` feature; what they share with the others is then unused.
+#![cfg_attr(not(feature = "discord"), allow(unused_imports))]
+
 use crate::support;
 
 use std::path::PathBuf;
@@ -12,6 +15,7 @@ use std::time::Duration;
 
 use bub::access::Access;
 use bub::channels::Channel;
+#[cfg(feature = "discord")]
 use bub::channels::discord::Discord;
 use bub::config::Settings;
 use serde_json::json;
@@ -94,6 +98,7 @@ async fn an_answer_streams_into_one_message_edited_at_most_once_a_second_even_un
     }
 }
 
+#[cfg(feature = "discord")]
 #[tokio::test]
 async fn discord_posts_a_live_message_edits_it_and_the_answer_replaces_it() {
     let fake = support::fake_discord::start().await;

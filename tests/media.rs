@@ -4,12 +4,16 @@
 //! kept. Files back through `message.send file=` and `bub send --file`. Discord at the adapter:
 //! attachments downloaded from the CDN only, files uploaded as attachments.
 
+// Its Discord tests need the `discord` feature; what they share with the others is then unused.
+#![cfg_attr(not(feature = "discord"), allow(unused_imports))]
+
 use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bub::access::Access;
+#[cfg(feature = "discord")]
 use bub::channels::discord::Discord;
 use bub::channels::{Attachment, AttachmentKind, Channel, Outbound};
 use bub::config::Settings;
@@ -400,6 +404,7 @@ async fn files_go_back_as_photo_voice_or_document_and_over_the_limit_is_an_error
 }
 
 /// Discord settings against `fake`.
+#[cfg(feature = "discord")]
 fn discord_settings(fake: &support::fake_discord::FakeDiscord, home: &Path) -> Settings {
     let mut s = Settings::with_defaults(home.to_path_buf(), PathBuf::from("."));
     s.channel_mut("discord").enabled = true;
@@ -409,6 +414,7 @@ fn discord_settings(fake: &support::fake_discord::FakeDiscord, home: &Path) -> S
     s
 }
 
+#[cfg(feature = "discord")]
 #[tokio::test]
 async fn discord_attachments_come_from_the_cdn_only_and_files_go_up_as_attachments() {
     let fake = support::fake_discord::start().await;

@@ -13,9 +13,11 @@ mod browser;
 mod chaos;
 mod chat;
 mod compaction;
+#[cfg(feature = "console")]
 mod console;
 mod container;
 mod daemon;
+#[cfg(feature = "discord")]
 mod discord;
 mod docs;
 mod durability;
@@ -35,6 +37,7 @@ mod live;
 mod llm;
 mod long_answers;
 mod manager;
+#[cfg(feature = "mcp")]
 mod mcp;
 mod media;
 mod memory;
@@ -54,10 +57,12 @@ mod stagnation;
 mod startup;
 mod subagent;
 mod tape;
+#[cfg(feature = "telegram")]
 mod telegram;
 mod terminal;
 mod tools;
 mod trace;
 mod usage;
 mod web;
+#[cfg(feature = "telegram")]
 mod webhook;

@@ -20,8 +20,10 @@
 //! (window, debounce, batching); the agent runs the turn; the actor hands the answer back to
 //! the adapter, which renders and splits it for its platform.
 
+#[cfg(feature = "discord")]
 pub mod discord;
 pub(crate) mod exclusive;
+#[cfg(feature = "telegram")]
 pub mod telegram;
 pub(crate) mod text;
 pub mod webhook;
@@ -238,6 +240,7 @@ impl InboundSink {
     }
 
     /// The newest message id seen per chat of `channel`, most recently active first.
+    #[cfg(feature = "discord")]
     pub(crate) fn last_seen(&self, channel: &str, limit: usize) -> Vec<(String, u64)> {
         self.inbox.last_seen(channel, limit)
     }

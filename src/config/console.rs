@@ -76,6 +76,13 @@ pub(super) fn load(l: &Layers, c: &mut ConsoleSettings) -> Result<(), ConfigErro
     if let Some(enabled) = l.parse(var, |v| parse_bool(var, v))? {
         c.enabled = enabled;
     }
+    if c.enabled && !cfg!(feature = "console") {
+        return Err(ConfigError::new(
+            var,
+            "this build of Bub has no console (built without the `console` feature; install \
+             with `--features console`)",
+        ));
+    }
     let var = "BUB_CONSOLE_LISTEN";
     if let Some(listen) = l.parse(var, |v| listen_address(var, v))? {
         c.listen = listen;

@@ -82,14 +82,22 @@ pub(crate) struct Servers {
 }
 
 impl Servers {
-    /// Reads `home/mcp.json`; a missing file is no servers.
+    /// Reads `home/mcp.json`; a missing file is no servers. Servers in a build without the
+    /// `mcp` feature are an error.
     pub(crate) fn load(home: &Path) -> anyhow::Result<Self> {
         let path = home.join(FILE);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => Self::parse(&text),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Self::default()),
-            Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+        let servers = match std::fs::read_to_string(&path) {
+            Ok(text) => Self::parse(&text)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Self::default(),
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        if !cfg!(feature = "mcp") && !servers.entries.is_empty() {
+            anyhow::bail!(
+                "this build of Bub has no MCP client (built without the `mcp` feature): remove \
+                 the servers or install with `--features mcp`"
+            );
         }
+        Ok(servers)
     }
 
     /// Parses the file's text; entries with `"disabled": true` are left out.

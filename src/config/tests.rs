@@ -796,3 +796,30 @@ fn the_database_url_and_the_webhook_secret_are_secrets() {
     let vars = crate::config::vars::secret_vars().collect::<Vec<_>>();
     assert!(vars.contains(&"BUB_DATABASE_URL") && vars.contains(&"BUB_TELEGRAM_WEBHOOK_SECRET"));
 }
+
+/// The console and MCP servers turned on in a build without their feature stop the start,
+/// naming what turned them on and the feature; with it, they load.
+#[test]
+fn a_part_this_build_lacks_is_a_configuration_error() {
+    let console = Fixture::new().load(&[("BUB_CONSOLE", "true")]);
+    match cfg!(feature = "console") {
+        true => assert!(console.unwrap().console.enabled),
+        false => {
+            let err = console.unwrap_err();
+            assert_eq!(err.var, "BUB_CONSOLE");
+            assert!(err.message.contains("`console` feature"), "{err}");
+        }
+    }
+    let fx = Fixture::new();
+    let servers = r#"{"mcpServers": {"notes": {"command": "true"}}}"#;
+    write(&fx.bub_home().join("mcp.json"), servers);
+    let mcp = fx.load(&[]);
+    match cfg!(feature = "mcp") {
+        true => assert!(mcp.unwrap().mcp_servers.entries.contains_key("notes")),
+        false => {
+            let err = mcp.unwrap_err();
+            assert!(err.var.ends_with("mcp.json"), "{err}");
+            assert!(err.message.contains("`mcp` feature"), "{err}");
+        }
+    }
+}

@@ -23,7 +23,7 @@ pub(crate) mod send;
 use std::sync::Arc;
 
 use crate::access::Access;
-use crate::channels::{Channel, discord, telegram};
+use crate::channels::Channel;
 pub use crate::chat::Outbound;
 use crate::config::{ConfigError, Field, Settings, var_name};
 pub use ledger::{SendLedger, Sent};
@@ -56,22 +56,42 @@ impl Platform {
 /// Every platform Bub serves: the one line a platform adds (see ARCHITECTURE.md, "Adding a
 /// platform"). The daemon and `bub idle` are given this list; the settings, the access rules and
 /// the gate need nothing per platform.
+/// A platform whose cargo feature this build lacks is not in the list.
 pub const PLATFORMS: &[Platform] = &[
+    #[cfg(feature = "telegram")]
     Platform::new("telegram", |s, a| {
-        Ok(Arc::new(telegram::Telegram::new(s, a)?))
+        Ok(Arc::new(crate::channels::telegram::Telegram::new(s, a)?))
     }),
-    Platform::new("discord", |s, a| Ok(Arc::new(discord::Discord::new(s, a)?))),
+    #[cfg(feature = "discord")]
+    Platform::new("discord", |s, a| {
+        Ok(Arc::new(crate::channels::discord::Discord::new(s, a)?))
+    }),
 ];
 
-/// The platform called `name`, or a configuration error naming the known ones.
+/// The platform called `name`, or a configuration error naming the known ones (or the feature
+/// this build lacks, for a platform Bub has but this build does not).
 pub(crate) fn platform(name: &str) -> anyhow::Result<&'static Platform> {
     PLATFORMS.iter().find(|p| p.name == name).ok_or_else(|| {
-        ConfigError::new(
-            "CHANNEL",
-            format!("unknown channel {name:?} (use {})", platform_names()),
-        )
+        match crate::config::is_platform(name) {
+            true => not_built(name, "CHANNEL"),
+            false => ConfigError::new(
+                "CHANNEL",
+                format!("unknown channel {name:?} (use {})", platform_names()),
+            ),
+        }
         .into()
     })
+}
+
+/// The error for platform `name`, set by `var`, in a build without its cargo feature.
+fn not_built(name: &str, var: &str) -> ConfigError {
+    ConfigError::new(
+        var,
+        format!(
+            "this build of Bub has no {name} channel (built without the `{name}` feature; \
+             install with `--features {name}`)"
+        ),
+    )
 }
 
 /// `telegram or discord`, for messages.
@@ -115,12 +135,23 @@ pub fn served_channels(
     Ok(channels)
 }
 
-/// The adapters of the platforms enabled in `settings`, each with its start-up warnings.
+/// The adapters of the platforms enabled in `settings`, each with its start-up warnings; a
+/// platform enabled there but not in `platforms` (its feature not built) is a configuration
+/// error naming its `BUB_<NAME>_ENABLED`.
 fn enabled(
     platforms: &[Platform],
     settings: &Settings,
     access: &Arc<Access>,
 ) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
+    let built = |name: &str| platforms.iter().any(|p| p.name == name);
+    if let Some((name, _)) = settings
+        .channels
+        .iter()
+        .find(|(n, c)| c.enabled && !built(n))
+    {
+        let var = var_name(name, Field::Enabled).unwrap_or("CHANNEL");
+        return Err(not_built(name, var).into());
+    }
     let mut channels = Vec::new();
     for platform in platforms.iter().filter(|p| p.enabled(settings)) {
         let channel = (platform.build)(settings, access.clone())?;
@@ -259,17 +290,34 @@ mod tests {
                 p.name
             );
         }
+        let every_feature = cfg!(all(feature = "telegram", feature = "discord"));
         for name in crate::config::platforms() {
-            assert!(
-                platform(name).is_ok(),
-                "{name} has variables but no platform"
-            );
+            if let Err(e) = platform(name) {
+                assert!(!every_feature, "{name} has variables but no platform");
+                assert!(e.to_string().contains(&format!("`{name}` feature")), "{e}");
+            }
         }
-        assert_eq!(platform_names(), "telegram or discord");
+        if every_feature {
+            assert_eq!(platform_names(), "telegram or discord");
+        }
         let err = platform("matrix").err().unwrap();
         assert!(
             err.to_string().contains("unknown channel \"matrix\""),
             "{err}"
         );
+    }
+
+    #[test]
+    fn an_enabled_platform_this_build_lacks_is_a_configuration_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = Settings::with_defaults(dir.path().into(), dir.path().into());
+        settings.channels.get_mut("discord").enabled = true;
+        let access = Arc::new(Access::new(&settings));
+        // A build without `discord`: the platform table lacks it.
+        let err = served_channels(&[], &settings, &access).err().unwrap();
+        let err = err.downcast::<ConfigError>().unwrap();
+        assert_eq!(err.var, "BUB_DISCORD_ENABLED");
+        assert!(err.message.contains("`discord` feature"), "{}", err.message);
+        assert!(send_only_channels(&[], &settings, &access).is_err());
     }
 }

@@ -381,6 +381,7 @@ impl Inbox {
 
     /// The newest message id seen per chat of `channel`, most recently active chats first, at
     /// most `limit` (Discord's catch-up after a restart or a gateway resume).
+    #[cfg_attr(not(feature = "discord"), allow(dead_code))]
     pub(crate) fn last_seen(&self, channel: &str, limit: usize) -> Vec<(String, u64)> {
         let shared = self.lock();
         let mut chats: Vec<(&String, u64, u64)> = shared

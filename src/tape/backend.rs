@@ -128,6 +128,7 @@ pub(crate) fn open(
 /// The tape named `name` (`bub:0123456789abcdef`, as [`list`](super::list) gives it) in
 /// `workspace`, in the store [`open`] picks: for a tape whose session is unknown. It records no
 /// session: a `session/start` anchor it writes has none.
+#[cfg_attr(not(feature = "console"), allow(dead_code))]
 pub(crate) fn open_name(
     home: &Path,
     database: Option<&Arc<Database>>,

@@ -28,6 +28,7 @@ pub(crate) mod entry;
 mod event;
 pub mod import;
 mod index;
+#[cfg_attr(not(feature = "console"), allow(dead_code))]
 pub(crate) mod listing;
 pub(crate) mod output;
 mod pg;
@@ -41,6 +42,7 @@ pub(crate) use backend::{TapeStore, Window};
 pub(crate) use context::{ContextCursor, TapeInfo};
 pub use entry::{Kind, TapeEntry};
 pub use event::Event;
+#[cfg_attr(not(feature = "console"), allow(unused_imports))]
 pub(crate) use listing::list;
 pub use search::Searched;
 pub(crate) use shared::SharedTape;

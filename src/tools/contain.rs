@@ -82,7 +82,8 @@ impl Keeper {
         self.signal(libc::SIGTERM);
     }
 
-    /// Asks the command to stop: `SIGTERM` to its process group.
+    /// Asks the command to stop: `SIGTERM` to its process group (an MCP server's close).
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn ask(&self) {
         self.signal(libc::SIGUSR1);
     }

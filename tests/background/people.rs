@@ -138,6 +138,7 @@ async fn guests_never_take_the_slots_kept_for_owners() {
     assert!(daemon.stop().await.success());
 }
 
+#[cfg(feature = "console")]
 #[tokio::test(flavor = "multi_thread")]
 async fn the_operator_ends_a_guests_command_in_the_console() {
     let mut env = Env::new().await;

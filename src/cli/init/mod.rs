@@ -22,6 +22,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 
+#[cfg(feature = "telegram")]
 use crate::channels::telegram::TokenCheck;
 use crate::config::{self, ConfigError};
 use crate::llm::Api;
@@ -69,7 +70,11 @@ fn init(home: &Path, io: &mut Prompter<impl BufRead, impl Write>) -> anyhow::Res
         "# Written by `bub init`. Every setting, with its default: `bub help env`.".to_owned(),
     ];
     lines.extend(model_lines(io)?);
+    #[cfg(feature = "telegram")]
     let bot = telegram_lines(io, &mut lines)?;
+    // A build without Telegram does not ask for a bot.
+    #[cfg(not(feature = "telegram"))]
+    let bot: Option<String> = None;
     let workspace = workspace(io)?;
     lines.push(toml_line(
         "workspace_path",
@@ -239,6 +244,7 @@ fn ask_key(
 
 /// The Telegram lines (`telegram_enabled`, `telegram_token`) when a token is given, checked
 /// with `getMe` when the user agrees; the bot's `@name` (or "your bot") for the next steps.
+#[cfg(feature = "telegram")]
 fn telegram_lines(
     io: &mut Prompter<impl BufRead, impl Write>,
     lines: &mut Vec<String>,

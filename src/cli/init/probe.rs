@@ -9,8 +9,11 @@
 
 use std::time::Duration;
 
+#[cfg(feature = "telegram")]
 use crate::channels::telegram::{self, TokenCheck};
-use crate::config::{self, ChannelTable};
+use crate::config;
+#[cfg(feature = "telegram")]
+use crate::config::ChannelTable;
 use crate::llm::{Api, ChatMessage, ChatRequest, LlmClient, LlmConfig, LlmError};
 
 /// How long one check waits for its answer.
@@ -74,6 +77,7 @@ pub(super) fn model(model: &config::Model, base: &str, key: Option<&str>) -> Mod
 }
 
 /// `getMe` with `token` at the Bot API in effect.
+#[cfg(feature = "telegram")]
 pub(super) fn telegram_token(token: &str) -> TokenCheck {
     let mut channels = ChannelTable::defaults();
     let tg = channels.get_mut("telegram");

@@ -1,6 +1,6 @@
 //! One connection to an MCP server, behind Bub's small [`Connection`] trait: the only file that
 //! names rmcp's client types (its major versions move fast; the rest of Bub speaks
-//! [`RemoteTool`] and [`Reply`]).
+//! [`RemoteTool`] and [`Reply`]). Built with the `mcp` feature.
 //!
 //! A stdio server is Bub's own child: started with `env_clear` and a minimal base environment
 //! plus its entry's `env` (none of Bub's secrets), contained ([`crate::tools::contain`]: it and
@@ -10,7 +10,6 @@
 
 use std::collections::VecDeque;
 use std::ffi::OsString;
-use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,6 +24,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use serde_json::{Map, Value};
 use tokio::io::AsyncBufReadExt;
 
+use super::{Connection, Launch, RemoteTool, Reply};
 use crate::config::mcp::Transport;
 use crate::tools::contain::Keeper;
 use crate::tools::sandbox::{self, Sandbox};
@@ -38,46 +38,6 @@ const INHERITED: &[&str] = &[
 const STDERR_LINES: usize = 8;
 /// How long a closed stdio server has to exit before its group is signalled.
 const EXIT_GRACE: Duration = Duration::from_secs(2);
-
-/// A tool a server offers.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct RemoteTool {
-    pub name: String,
-    pub description: String,
-    /// The JSON schema of its arguments.
-    pub schema: Value,
-}
-
-/// What a call returned, as text for the model.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Reply {
-    pub text: String,
-    /// The server says the call failed.
-    pub is_error: bool,
-}
-
-/// A connected server.
-#[async_trait::async_trait]
-pub(crate) trait Connection: Send + Sync {
-    /// Every tool the server lists (all pages).
-    async fn tools(&self) -> anyhow::Result<Vec<RemoteTool>>;
-    /// Calls `tool` with `args`.
-    async fn call(&self, tool: &str, args: Map<String, Value>) -> anyhow::Result<Reply>;
-    /// The connection is gone (the process exited, the session ended).
-    fn is_closed(&self) -> bool;
-    /// Ends the session; a stdio server's process group is stopped.
-    async fn close(&self);
-}
-
-/// Where a server runs and how Bub reaches it.
-pub(crate) struct Launch<'a> {
-    pub transport: &'a Transport,
-    pub workspace: &'a Path,
-    /// `BUB_HOME` and the user's home: what a sandboxed server must not read.
-    pub home: &'a Path,
-    pub user_home: Option<&'a Path>,
-    pub http: reqwest::Client,
-}
 
 /// Connects to the server of `launch` (starts it, for stdio) and completes the handshake.
 pub(crate) async fn connect(launch: Launch<'_>) -> anyhow::Result<Arc<dyn Connection>> {
@@ -314,22 +274,6 @@ impl Connection for Session {
     }
 }
 
-/// An error in a line: rmcp's errors name their transport's types and nest their causes, so
-/// this is the outermost message without type paths, and the innermost cause when it differs
-/// (`initialize failed: Connection refused (os error 111)`).
-pub(crate) fn short(error: &anyhow::Error) -> String {
-    let (outer, root) = (error.to_string(), error.root_cause().to_string());
-    let text = match outer.contains(&root) {
-        true => outer,
-        false => format!("{outer}: {root}"),
-    };
-    TYPE_PATH.replace_all(&text, "").into_owned()
-}
-
-/// ` [rmcp::transport::…<…>]` in an error's text.
-static TYPE_PATH: std::sync::LazyLock<regex::Regex> =
-    std::sync::LazyLock::new(|| regex::Regex::new(r" \[[A-Za-z_]+::[^\]]*\]").expect("regex"));
-
 /// A `tools/call` result (its JSON) as text: text parts as they are, images and audio as a
 /// line saying what they were, embedded resources' text with their URI, links as their URI;
 /// the structured content when there is nothing else.
@@ -391,19 +335,6 @@ mod tests {
             super::reply(&json!({"content": [], "structuredContent": {"sum": 3}, "isError": true}));
         assert_eq!(structured.text, r#"{"sum":3}"#);
         assert!(structured.is_error);
-    }
-
-    #[test]
-    fn an_error_is_one_line_without_type_paths() {
-        let error = anyhow::anyhow!(
-            "Send message error Transport [rmcp::transport::worker::WorkerTransport<X<Y>>] error: \
-             connection refused"
-        )
-        .context("initialize failed");
-        assert_eq!(
-            short(&error),
-            "initialize failed: Send message error Transport error: connection refused"
-        );
     }
 
     #[test]

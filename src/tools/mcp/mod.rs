@@ -19,11 +19,13 @@
 //! never waits for another's start or a background restart; the catalog is replaced whole,
 //! never edited in place, so a turn reads one consistent snapshot.
 
+#[cfg(feature = "mcp")]
 mod client;
+#[cfg(feature = "mcp")]
 mod http;
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
@@ -32,11 +34,12 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use self::client::{Connection, Launch, RemoteTool};
+#[cfg(feature = "mcp")]
+use self::client::connect;
 use super::{Tool, ToolContext, ToolError};
 use crate::access::Policy;
 use crate::config::Settings;
-use crate::config::mcp::{Entry, Servers};
+use crate::config::mcp::{Entry, Servers, Transport};
 use crate::redact::Redactor;
 
 /// The command name of the one function the model is offered for every MCP tool.
@@ -233,7 +236,7 @@ impl Mcp {
         };
         let started = Instant::now();
         let connect = async {
-            let conn = client::connect(launch).await?;
+            let conn = connect(launch).await?;
             let mut tools = conn.tools().await?;
             // A name goes into the prompt and a command: no spaces, no markup, bounded.
             tools.retain(|t| usable_name(&t.name));
@@ -246,7 +249,7 @@ impl Mcp {
                 tracing::info!(server = name, duration_ms = ms, "mcp.server.started");
                 Ok(up)
             }
-            Ok(Err(e)) => Err(client::short(&e)),
+            Ok(Err(e)) => Err(short(&e)),
             Err(_) => Err(format!(
                 "did not answer within {}s",
                 self.timeout.as_secs_f64()
@@ -328,7 +331,7 @@ impl Mcp {
             ))),
             Ok(Err(e)) => Err(ToolError::new(format!(
                 "mcp.{server}.{tool}: {}",
-                client::short(&e)
+                short(&e)
             ))),
             Ok(Ok(reply)) if reply.is_error => Err(ToolError::new(reply.text)),
             Ok(Ok(reply)) => Ok(reply.text),
@@ -391,6 +394,70 @@ pub struct ServerReport {
     /// Its tools' names.
     pub tools: Vec<String>,
 }
+
+/// A tool a server offers.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RemoteTool {
+    pub name: String,
+    pub description: String,
+    /// The JSON schema of its arguments.
+    pub schema: Value,
+}
+
+/// What a call returned, as text for the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Reply {
+    pub text: String,
+    /// The server says the call failed.
+    pub is_error: bool,
+}
+
+/// A connected server.
+#[async_trait::async_trait]
+pub(crate) trait Connection: Send + Sync {
+    /// Every tool the server lists (all pages).
+    async fn tools(&self) -> anyhow::Result<Vec<RemoteTool>>;
+    /// Calls `tool` with `args`.
+    async fn call(&self, tool: &str, args: Map<String, Value>) -> anyhow::Result<Reply>;
+    /// The connection is gone (the process exited, the session ended).
+    fn is_closed(&self) -> bool;
+    /// Ends the session; a stdio server's process group is stopped.
+    async fn close(&self);
+}
+
+/// Where a server runs and how Bub reaches it (read by the client, built with the `mcp` feature).
+#[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+pub(crate) struct Launch<'a> {
+    pub transport: &'a Transport,
+    pub workspace: &'a Path,
+    /// `BUB_HOME` and the user's home: what a sandboxed server must not read.
+    pub home: &'a Path,
+    pub user_home: Option<&'a Path>,
+    pub http: reqwest::Client,
+}
+
+/// A build without the `mcp` feature has no client; `mcp.json` with servers is a configuration
+/// error there ([`crate::config::mcp`]), so no server is ever started.
+#[cfg(not(feature = "mcp"))]
+async fn connect(_: Launch<'_>) -> anyhow::Result<Arc<dyn Connection>> {
+    anyhow::bail!("this build of Bub has no MCP client (built without the `mcp` feature)")
+}
+
+/// An error in a line: rmcp's errors name their transport's types and nest their causes, so
+/// this is the outermost message without type paths, and the innermost cause when it differs
+/// (`initialize failed: Connection refused (os error 111)`).
+pub(crate) fn short(error: &anyhow::Error) -> String {
+    let (outer, root) = (error.to_string(), error.root_cause().to_string());
+    let text = match outer.contains(&root) {
+        true => outer,
+        false => format!("{outer}: {root}"),
+    };
+    TYPE_PATH.replace_all(&text, "").into_owned()
+}
+
+/// ` [rmcp::transport::…<…>]` in an error's text.
+static TYPE_PATH: std::sync::LazyLock<regex::Regex> =
+    std::sync::LazyLock::new(|| regex::Regex::new(r" \[[A-Za-z_]+::[^\]]*\]").expect("regex"));
 
 /// A server's tool as a registry tool `mcp.<server>.<tool>`: its schema is the server's, and
 /// its details (shown when asked) carry that schema, since no function spec does.
@@ -521,5 +588,18 @@ mod tests {
         let cut = one_line(&long);
         assert_eq!(cut.chars().count(), LINE_CHARS + 1);
         assert!(cut.ends_with('…'));
+    }
+
+    #[test]
+    fn an_error_is_one_line_without_type_paths() {
+        let error = anyhow::anyhow!(
+            "Send message error Transport [rmcp::transport::worker::WorkerTransport<X<Y>>] error: \
+             connection refused"
+        )
+        .context("initialize failed");
+        assert_eq!(
+            short(&error),
+            "initialize failed: Send message error Transport error: connection refused"
+        );
     }
 }
