@@ -6,10 +6,12 @@
 //! Invariants: the text never holds a proxy's `user:password@` nor a request's path or query
 //! (Telegram's URLs carry the bot token): only the host and port of the URL the caller names.
 //!
-//! [`retry`] is the one retry policy of these clients. [`server`] is the other side: the HTTP
+//! [`client`] builds the platforms' clients (Telegram, Discord, transcription) and [`retry`]
+//! is the one retry policy of every client. [`server`] is the other side: the HTTP
 //! server of Bub's listeners (timeouts, body limits, a connection cap), and [`fd_limit`] the
 //! descriptor budget every connection draws on.
 
+pub mod client;
 pub mod fd_limit;
 pub mod retry;
 pub mod server;

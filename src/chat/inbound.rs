@@ -99,6 +99,24 @@ impl Content {
             None => Content::Command(text.trim().to_owned()),
         }
     }
+
+    /// The comma command `,model` with `rest` (a model name, or nothing: show the model).
+    pub(crate) fn model(rest: &str) -> Self {
+        Content::Command(match rest.trim() {
+            "" => ",model".to_owned(),
+            rest => format!(",model {rest}"),
+        })
+    }
+
+    /// The comma command this content runs as a turn: a command as typed, `,usage` for its
+    /// control; `None` for words and for the controls a session answers itself.
+    pub(crate) fn command(&self) -> Option<&str> {
+        match self {
+            Content::Command(line) => Some(line),
+            Content::Control(control) => control.as_command(),
+            Content::Text(_) => None,
+        }
+    }
 }
 
 /// The chat a message was written in.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::channels::{Channel, Outbound, SessionId};
+use crate::channels::{Channel, ChatId, Outbound, SessionId};
 use crate::delivery;
 use crate::inbox::{Delivery, Inbox, Outcome};
 use crate::status::Board;
@@ -100,6 +100,7 @@ pub(super) fn typing(
     AbortOnDropHandle::new(tokio::spawn(async move {
         let first = tokio::time::Instant::now() + TYPING_DELAY;
         let mut tick = tokio::time::interval_at(first, interval);
+        let chat_id = ChatId(chat_id);
         loop {
             tick.tick().await;
             if let Err(e) = channel.typing(&chat_id).await {

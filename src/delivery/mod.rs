@@ -9,8 +9,10 @@
 //!   scheduled runs), always through the adapter and its chat allow-list; [`SendLedger`] records
 //!   a turn's sends in the inbox, so a turn run again after a restart does not repeat them.
 //! * [`render_output`] — what the framework posts for a finished turn.
-//! * [`send()`] — how every send reaches its adapter: a text past [`send::MAX_MESSAGES`]
-//!   messages goes as its first part and a file.
+//! * [`send()`] — how every send reaches its adapter: the one decision of the parts a text is
+//!   sent as (split at the channel's limit, the file with the right part, the reply on the
+//!   first; past [`send::MAX_MESSAGES`] messages its first part and a file), each sent with
+//!   [`Channel::send_part`].
 //!
 //! [`Outbound`] (a text for one chat) is spoken by the adapters and the journal too, so it
 //! lives below them ([`crate::chat`]); it is re-exported here.
@@ -28,7 +30,8 @@ pub use crate::chat::Outbound;
 use crate::config::{ConfigError, Field, Settings, var_name};
 pub use ledger::{SendLedger, Sent};
 pub use outbox::Outbox;
-pub(crate) use send::{Accepted, send, send_from};
+pub(crate) use send::{Accepted, send_from};
+pub use send::{edit_live, post_live, send};
 
 /// Builds a platform's adapter from the settings; its messages are admitted by the access's
 /// gate ([`crate::access::Gate`]).

@@ -13,14 +13,9 @@ impl Telegram {
     pub(super) async fn edit_live(
         &self,
         to: &Recipient,
-        id: &str,
+        id: MessageId,
         chunk: &str,
     ) -> Result<(), String> {
-        let id = id
-            .trim()
-            .parse::<i32>()
-            .map(MessageId)
-            .map_err(|_| format!("{id:?} is not a message id"))?;
         let html = text::telegram_html(chunk);
         self.send_retrying(to, !html.trim().is_empty(), |formatted| {
             let request = self.bot.edit_message_text(to.clone(), id, "");
