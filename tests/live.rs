@@ -113,7 +113,7 @@ async fn discord_posts_a_live_message_edits_it_and_the_answer_replaces_it() {
     bounded(delivery::edit_live(&discord, &chat, &id, &"x".repeat(2500)))
         .await
         .unwrap();
-    let path = format!("/api/v10/channels/555/messages/{id}");
+    let path = format!("/api/v10/channels/555/messages/{}", id.0);
     let edits = fake.requests_to("PATCH", &path);
     let cut = edits[0].body["content"].as_str().unwrap();
     assert_eq!(cut.chars().count(), 2000, "cut to Discord's limit");
@@ -124,7 +124,7 @@ async fn discord_posts_a_live_message_edits_it_and_the_answer_replaces_it() {
         &format!("{}\n\n{}", "a".repeat(1500), "b".repeat(1500)),
         None,
     );
-    out.edit = Some(id.to_string());
+    out.edit = Some(id.0);
     bounded(support::send(&discord, &out)).await.unwrap();
     let edits = fake.requests_to("PATCH", &path);
     assert_eq!(edits.len(), 2);

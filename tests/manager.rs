@@ -85,9 +85,9 @@ impl Channel for Scripted {
 
     async fn send_part(&self, part: &Part) -> anyhow::Result<Option<MessageId>> {
         let out = Outbound {
-            chat_id: part.chat.to_string(),
+            chat_id: part.chat.0.clone(),
             text: part.text.clone(),
-            reply_to: part.reply_to.as_ref().map(ToString::to_string),
+            reply_to: part.reply_to.as_ref().map(|id| id.0.clone()),
             file: part.file.clone(),
             edit: None,
         };

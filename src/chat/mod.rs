@@ -107,32 +107,17 @@ pub struct ChatId(pub String);
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct MessageId(pub String);
 
-macro_rules! id_type {
-    ($name:ident) => {
-        impl $name {
-            pub fn as_str(&self) -> &str {
-                &self.0
-            }
-        }
-        impl From<&str> for $name {
-            fn from(id: &str) -> Self {
-                Self(id.to_owned())
-            }
-        }
-        impl From<String> for $name {
-            fn from(id: String) -> Self {
-                Self(id)
-            }
-        }
-        impl std::fmt::Display for $name {
-            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(&self.0)
-            }
-        }
-    };
+impl From<&str> for ChatId {
+    fn from(id: &str) -> Self {
+        Self(id.to_owned())
+    }
 }
-id_type!(ChatId);
-id_type!(MessageId);
+
+impl From<&str> for MessageId {
+    fn from(id: &str) -> Self {
+        Self(id.to_owned())
+    }
+}
 
 /// One text to deliver to a chat.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -104,7 +104,7 @@ pub(super) fn typing(
         loop {
             tick.tick().await;
             if let Err(e) = channel.typing(&chat_id).await {
-                tracing::debug!(chat_id = %chat_id, error = %e, "typing.error");
+                tracing::debug!(chat_id = %chat_id.0, error = %e, "typing.error");
             }
         }
     }))

@@ -149,7 +149,7 @@ async fn show(
             {
                 Ok(Some(id)) => {
                     if let Some(posted) = posted.take() {
-                        posted(id.as_str());
+                        posted(&id.0);
                     }
                     shown = Some(Shown {
                         id: id.0,

@@ -97,7 +97,7 @@ pub(crate) async fn send_from(
                 match channel.edit(&part.chat, &message, &part.text).await {
                     Ok(()) => Ok(()),
                     Err(e) => {
-                        tracing::warn!(channel = channel.name(), chat_id = %part.chat,
+                        tracing::warn!(channel = channel.name(), chat_id = %part.chat.0,
                             error = %format!("{e:#}"), "delivery.edit.failed: sent anew");
                         channel.send_part(&part).await.map(drop)
                     }
@@ -344,7 +344,7 @@ mod tests {
         let [Step::Edit(message, edited), file] = &live[..] else {
             panic!("{live:?}")
         };
-        assert_eq!((message.as_str(), edited.file.as_ref()), ("9", None));
+        assert_eq!((message.0.as_str(), edited.file.as_ref()), ("9", None));
         assert_eq!(*file, alone("report.pdf", None));
         // No file, nothing to say: nothing is sent.
         let nothing = Outbound { file: None, ..bare };

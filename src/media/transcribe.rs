@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::llm::LlmError;
 use crate::llm::response::error_message;
-use crate::net::client::{ClientSpec, Proxy};
+use crate::net::client::ClientSpec;
 use crate::net::retry::{Failure, TRANSCRIPTION, retry};
 
 /// How long connecting to the transcription service may take.
@@ -37,19 +37,16 @@ impl Transcriber {
         let client = ClientSpec {
             base: &self.base_url,
             base_var: "BUB_TRANSCRIBE_API_BASE",
-            proxy: Proxy::System,
+            proxy: None,
             connect_timeout: CONNECT_TIMEOUT,
             timeout: self.timeout,
             retry: TRANSCRIPTION,
         }
         .build()
         .map_err(|e| LlmError::Config(format!("transcription: {}", e.why)))?;
-        let url = format!(
-            "{}/audio/transcriptions",
-            client.base.as_str().trim_end_matches('/')
-        );
-        let url = reqwest::Url::parse(&url)
-            .map_err(|e| LlmError::Config(format!("transcription URL {url:?}: {e}")))?;
+        let base = client.base.as_str().trim_end_matches('/');
+        let url = reqwest::Url::parse(&format!("{base}/audio/transcriptions"))
+            .map_err(|e| LlmError::Config(format!("transcription URL: {e}")))?;
         let (url, bytes) = (&url, &bytes);
         let attempt = |_| async {
             let part = reqwest::multipart::Part::bytes(bytes.clone()).file_name(name.to_owned());
@@ -86,19 +83,10 @@ impl Transcriber {
                     _ => Failure::Final(error),
                 });
             }
-            let json: serde_json::Value = serde_json::from_str(&body).map_err(|_| {
-                Failure::Final(LlmError::InvalidResponse(
-                    "the transcription is not JSON".into(),
-                ))
-            })?;
-            json["text"]
-                .as_str()
-                .map(|t| t.trim().to_owned())
-                .ok_or_else(|| {
-                    Failure::Final(LlmError::InvalidResponse(
-                        "the transcription has no `text`".into(),
-                    ))
-                })
+            let json = serde_json::from_str::<serde_json::Value>(&body).unwrap_or_default();
+            let text = json["text"].as_str().map(|t| t.trim().to_owned());
+            let invalid = "the transcription is not JSON with a `text`";
+            text.ok_or_else(|| Failure::Final(LlmError::InvalidResponse(invalid.into())))
         };
         let on_retry = |error: &LlmError, attempt, wait: Duration| {
             crate::metrics::retry("transcription");

@@ -22,27 +22,17 @@ pub struct Invalid {
     pub why: String,
 }
 
-/// How a client reaches its server.
-#[derive(Debug, Clone, Copy)]
-pub enum Proxy<'a> {
-    /// The platform's own setting (`BUB_TELEGRAM_PROXY`, named by `var`): through it when set,
-    /// else straight to the host — the environment's proxy variables are ignored by design.
-    Configured {
-        var: &'static str,
-        url: Option<&'a str>,
-    },
-    /// The environment's proxy rules, except for a server on this machine or the local
-    /// network, which is reached directly (a proxy must not capture calls to it).
-    System,
-}
-
 /// What one platform's client is built from.
 #[derive(Debug, Clone, Copy)]
 pub struct ClientSpec<'a> {
     /// The base URL (a trailing `/` is dropped) and the variable that sets it.
     pub base: &'a str,
     pub base_var: &'static str,
-    pub proxy: Proxy<'a>,
+    /// The platform's own proxy setting and its variable (`BUB_TELEGRAM_PROXY`): through the
+    /// proxy when set, else straight to the host — the environment's proxy variables ignored
+    /// by design. `None`: the environment's rules, except for a server on this machine or the
+    /// local network, reached directly (a proxy must not capture calls to it).
+    pub proxy: Option<(&'static str, Option<&'a str>)>,
     pub connect_timeout: Duration,
     /// The longest one request may take (`None`: no bound here).
     pub timeout: Option<Duration>,
@@ -75,11 +65,7 @@ impl ClientSpec<'_> {
         if let Some(timeout) = self.timeout {
             builder = builder.timeout(timeout);
         }
-        let configured = match self.proxy {
-            Proxy::Configured { var, url } => Some((var, url)),
-            Proxy::System => None,
-        };
-        let route = match configured {
+        let route = match self.proxy {
             Some((var, url)) => match url.map(str::trim).filter(|p| !p.is_empty()) {
                 Some(proxy) => {
                     let proxy = reqwest::Proxy::all(proxy)
@@ -123,7 +109,10 @@ pub fn token(var: &'static str, token: Option<&str>, platform: &str) -> Result<S
 mod tests {
     use super::*;
 
-    fn spec(base: &str, proxy: Proxy<'static>) -> ClientSpec<'static> {
+    fn spec(
+        base: &str,
+        proxy: Option<(&'static str, Option<&'static str>)>,
+    ) -> ClientSpec<'static> {
         ClientSpec {
             base: Box::leak(base.to_owned().into_boxed_str()),
             base_var: "BUB_X_API_BASE",
@@ -136,10 +125,7 @@ mod tests {
 
     #[test]
     fn the_base_proxy_and_token_are_checked_and_the_route_told() {
-        let configured = |url| Proxy::Configured {
-            var: "BUB_X_PROXY",
-            url,
-        };
+        let configured = |url| Some(("BUB_X_PROXY", url));
         let client = spec("http://h:1/tg/", configured(None)).build().unwrap();
         assert_eq!(
             (client.base.as_str(), client.route),
@@ -153,9 +139,9 @@ mod tests {
         let err = spec("https://h", configured(Some("::bad::"))).build();
         assert_eq!(err.unwrap_err().var, "BUB_X_PROXY");
         // The environment's rules, but a local server directly.
-        let local = spec("http://127.0.0.1:8080/v1", Proxy::System);
+        let local = spec("http://127.0.0.1:8080/v1", None);
         assert_eq!(local.build().unwrap().route, Route::Direct);
-        let remote = spec("https://api.openai.com/v1", Proxy::System);
+        let remote = spec("https://api.openai.com/v1", None);
         assert_eq!(remote.build().unwrap().route, Route::System);
         assert_eq!(token("T", Some(" 1:ab "), "X").unwrap(), "1:ab");
         let none = token("BUB_X_TOKEN", Some("  "), "X").unwrap_err();

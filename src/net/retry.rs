@@ -13,8 +13,8 @@
 //!   `budget` or more after the first one; the last error is then returned as it is.
 //!
 //! Each client keeps its own policy as configuration ([`SENDS`] for the chat platforms' sends,
-//! [`TRANSCRIPTION`], the model client's `max_retries`); [`retry`] is the only loop. Waits run on tokio's clock, so
-//! tests pause it.
+//! [`TRANSCRIPTION`], the model client's `max_retries`); [`retry`] is the only loop. Waits run
+//! on tokio's clock, so tests pause it.
 
 use std::time::Duration;
 

@@ -234,7 +234,7 @@ impl Channel for FakeChat {
     }
 
     async fn send_part(&self, part: &Part) -> anyhow::Result<Option<MessageId>> {
-        self.server.record(part.chat.as_str(), &part.text);
+        self.server.record(&part.chat.0, &part.text);
         Ok(None)
     }
 

@@ -68,7 +68,7 @@ use super::{Attachment, Channel, ChatId, InboundSink, MessageId, Part};
 use crate::access::{Access, Gate};
 use crate::channels::invalid;
 use crate::config::{ConfigError, DEFAULT_DISCORD_API_BASE, Settings};
-use crate::net::client::{self, ClientSpec, Proxy};
+use crate::net::client::{self, ClientSpec};
 use crate::net::retry::RetryPolicy;
 
 /// Discord's message size limit, in characters.
@@ -116,10 +116,7 @@ impl Discord {
         let rest = ClientSpec {
             base: api_base.as_deref().unwrap_or(DEFAULT_DISCORD_API_BASE),
             base_var: "BUB_DISCORD_API_BASE",
-            proxy: Proxy::Configured {
-                var: "BUB_DISCORD_PROXY",
-                url: proxy,
-            },
+            proxy: Some(("BUB_DISCORD_PROXY", proxy)),
             connect_timeout: Duration::from_secs(10),
             timeout: Some(REQUEST_TIMEOUT),
             retry: crate::net::retry::SENDS.within(d.send_retry_budget),
@@ -365,8 +362,8 @@ impl Channel for Discord {
     }
 
     async fn send_part(&self, part: &Part) -> anyhow::Result<Option<MessageId>> {
-        let channel = channel_id(part.chat.as_str())?;
-        let reply_to = part.reply_to.as_ref().and_then(|id| snowflake(id.as_str()));
+        let channel = channel_id(&part.chat.0)?;
+        let reply_to = part.reply_to.as_ref().and_then(|id| snowflake(&id.0));
         let mut body = message_body(&part.text, channel, reply_to);
         let route = Route::ChannelMessages {
             channel_id: channel,
@@ -380,7 +377,7 @@ impl Channel for Discord {
             None => self.rest.post(route, &body).await,
         };
         let sent =
-            sent.with_context(|| format!("discord: sending to channel {} failed", part.chat))?;
+            sent.with_context(|| format!("discord: sending to channel {} failed", part.chat.0))?;
         let sent: Value = serde_json::from_slice(&sent).unwrap_or_default();
         Ok(sent["id"].as_str().map(MessageId::from))
     }
@@ -391,8 +388,8 @@ impl Channel for Discord {
 
     async fn edit(&self, chat: &ChatId, message: &MessageId, text: &str) -> anyhow::Result<()> {
         let route = Route::ChannelMessage {
-            channel_id: channel_id(chat.as_str())?,
-            message_id: snowflake(message.as_str())
+            channel_id: channel_id(&chat.0)?,
+            message_id: snowflake(&message.0)
                 .map(serenity::model::id::MessageId::new)
                 .ok_or_else(|| anyhow!("discord: {message:?} is not a message id"))?,
         };
@@ -448,12 +445,12 @@ impl Channel for Discord {
 
     async fn typing(&self, chat: &ChatId) -> anyhow::Result<()> {
         let route = Route::ChannelTyping {
-            channel_id: channel_id(chat.as_str())?,
+            channel_id: channel_id(&chat.0)?,
         };
         self.rest
             .call(LightMethod::Post, route, None, &RetryPolicy::ONCE)
             .await
-            .with_context(|| format!("discord: typing in channel {chat} failed"))?;
+            .with_context(|| format!("discord: typing in channel {} failed", chat.0))?;
         Ok(())
     }
 }

@@ -11,7 +11,7 @@ use teloxide::{ApiError, RequestError};
 use super::redact;
 use crate::channels::invalid;
 use crate::config::ChannelSettings;
-use crate::net::client::{self, ClientSpec, Proxy};
+use crate::net::client::{self, ClientSpec};
 use crate::net::retry::SENDS;
 
 /// The Bot API client of the `telegram` settings: the teloxide [`Bot`] on the shared builder's
@@ -32,10 +32,7 @@ impl Client {
         let http = ClientSpec {
             base: &tg.api_base,
             base_var: "BUB_TELEGRAM_API_BASE",
-            proxy: Proxy::Configured {
-                var: "BUB_TELEGRAM_PROXY",
-                url: tg.proxy.as_deref(),
-            },
+            proxy: Some(("BUB_TELEGRAM_PROXY", tg.proxy.as_deref())),
             // teloxide's: a long poll (10 s) fits in a request.
             connect_timeout: Duration::from_secs(5),
             timeout: Some(Duration::from_secs(17)),

@@ -137,7 +137,6 @@ impl Telegram {
             }
         })
         .await
-        .map(|sent| sent.map(|m| crate::chat::MessageId(m.id.0.to_string())))
     }
 }
 

@@ -25,7 +25,6 @@
 
 mod client;
 pub(crate) mod filter;
-mod live;
 mod media;
 pub(crate) mod message;
 mod webhook;
@@ -144,46 +143,18 @@ impl Telegram {
         }
     }
 
-    /// Sends one chunk: HTML first, plain text if the entities are rejected, waiting out 429s
-    /// (up to [`crate::time::MAX_SERVER_WAIT`]; a longer `retry_after` fails the send at once).
-    /// Returns the sent message's id; the error is the reason, token redacted.
-    async fn send_chunk(
-        &self,
-        to: &Recipient,
-        chunk: &str,
-        reply_to: Option<MessageId>,
-    ) -> Result<Option<chat::MessageId>, String> {
-        let html = text::telegram_html(chunk);
-        self.send_retrying(to, !html.trim().is_empty(), |formatted| {
-            let mut request = if formatted {
-                self.bot
-                    .send_message(to.clone(), html.as_str())
-                    .parse_mode(ParseMode::Html)
-            } else {
-                self.bot.send_message(to.clone(), chunk)
-            };
-            if let Some(id) = reply_to {
-                request = request
-                    .reply_parameters(ReplyParameters::new(id).allow_sending_without_reply());
-            }
-            request.send()
-        })
-        .await
-        .map(|sent| sent.map(|m| chat::MessageId(m.id.0.to_string())))
-    }
-
     /// Sends the request `build(formatted)` makes — HTML when `formatted`, plain text after
     /// Telegram rejected the entities — retrying by [`SENDS`]: 429s waited out (up to
     /// [`crate::time::MAX_SERVER_WAIT`]; a longer `retry_after` fails at once), network errors
-    /// and 5xx answers retried with backoff, for up to 2 minutes. Returns the message Telegram
-    /// answered with; `None` when an edit changed nothing ("message is not modified"). The
-    /// error is the reason, token redacted.
+    /// and 5xx answers retried with backoff, for up to 2 minutes. Returns the id of the message
+    /// Telegram answered with; `None` when an edit changed nothing ("message is not
+    /// modified"). The error is the reason, token redacted.
     async fn send_retrying<F, Fut>(
         &self,
         to: &Recipient,
         formatted: bool,
         build: F,
-    ) -> Result<Option<teloxide::types::Message>, String>
+    ) -> Result<Option<chat::MessageId>, String>
     where
         F: Fn(bool) -> Fut,
         Fut: std::future::Future<Output = Result<teloxide::types::Message, RequestError>>,
@@ -203,7 +174,7 @@ impl Telegram {
                 result = build(false).await;
             }
             match result {
-                Ok(message) => Ok(Some(message)),
+                Ok(message) => Ok(Some(chat::MessageId(message.id.0.to_string()))),
                 Err(RequestError::Api(ApiError::MessageNotModified)) => Ok(None),
                 Err(err @ RequestError::RetryAfter(wait)) => {
                     match server_wait(f64::from(wait.seconds())) {
@@ -373,7 +344,7 @@ fn redact(text: &str, token: &str) -> String {
 
 /// A message id as Telegram expects it (a number); `None` for anything else.
 fn message_id(id: &chat::MessageId) -> Option<MessageId> {
-    id.as_str().trim().parse::<i32>().ok().map(MessageId)
+    id.0.trim().parse::<i32>().ok().map(MessageId)
 }
 
 /// A chat id as Telegram expects it: a number, or `@channelusername`.
@@ -452,13 +423,28 @@ impl Channel for Telegram {
     }
 
     async fn send_part(&self, part: &Part) -> anyhow::Result<Option<chat::MessageId>> {
-        let to = recipient(part.chat.as_str())?;
+        let to = recipient(&part.chat.0)?;
         let reply_to = part.reply_to.as_ref().and_then(message_id);
         let sent = match &part.file {
-            None => self.send_chunk(&to, &part.text, reply_to).await,
             Some(path) => self.send_file(&to, path, &part.text, reply_to).await,
+            None => {
+                let html = text::telegram_html(&part.text);
+                self.send_retrying(&to, !html.trim().is_empty(), |formatted| {
+                    let mut request = match formatted {
+                        true => (self.bot.send_message(to.clone(), html.as_str()))
+                            .parse_mode(ParseMode::Html),
+                        false => self.bot.send_message(to.clone(), part.text.as_str()),
+                    };
+                    if let Some(id) = reply_to {
+                        let reply = ReplyParameters::new(id).allow_sending_without_reply();
+                        request = request.reply_parameters(reply);
+                    }
+                    request.send()
+                })
+                .await
+            }
         };
-        sent.map_err(|e| anyhow!("telegram: sending to chat {} failed: {e}", part.chat))
+        sent.map_err(|e| anyhow!("telegram: sending to chat {} failed: {e}", part.chat.0))
     }
 
     fn can_edit(&self) -> bool {
@@ -471,12 +457,21 @@ impl Channel for Telegram {
         message: &chat::MessageId,
         text: &str,
     ) -> anyhow::Result<()> {
-        let to = recipient(chat.as_str())?;
+        let to = recipient(&chat.0)?;
         let id = message_id(message)
             .ok_or_else(|| anyhow!("telegram: {message:?} is not a message id"))?;
-        self.edit_live(&to, id, text)
-            .await
-            .map_err(|e| anyhow!("telegram: editing message {message} failed: {e}"))
+        let html = text::telegram_html(text);
+        self.send_retrying(&to, !html.trim().is_empty(), |formatted| {
+            let request = self.bot.edit_message_text(to.clone(), id, "");
+            let request = match formatted {
+                true => request.text(html.as_str()).parse_mode(ParseMode::Html),
+                false => request.text(text),
+            };
+            request.send()
+        })
+        .await
+        .map(drop)
+        .map_err(|e| anyhow!("telegram: editing message {} failed: {e}", message.0))
     }
 
     async fn check_recipient(&self, chat_id: &str) -> anyhow::Result<()> {
@@ -504,12 +499,13 @@ impl Channel for Telegram {
 
     async fn typing(&self, chat: &chat::ChatId) -> anyhow::Result<()> {
         self.bot
-            .send_chat_action(recipient(chat.as_str())?, ChatAction::Typing)
+            .send_chat_action(recipient(&chat.0)?, ChatAction::Typing)
             .send()
             .await
             .map_err(|e| {
                 anyhow!(
-                    "telegram: typing in chat {chat} failed: {}",
+                    "telegram: typing in chat {} failed: {}",
+                    chat.0,
                     self.describe(&e)
                 )
             })?;
