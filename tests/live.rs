@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bub::access::Access;
-use bub::channels::ChatId;
 use bub::channels::discord::Discord;
+use bub::channels::{ChatId, MessageId};
 use bub::config::Settings;
 use bub::delivery;
 use serde_json::json;
@@ -104,7 +104,7 @@ async fn discord_posts_a_live_message_edits_it_and_the_answer_replaces_it() {
     s.channel_mut("discord").api_base = fake.api_base().into();
     let discord = Discord::new(&s, Arc::new(Access::new(&s))).unwrap();
     let chat = ChatId::from("555");
-    let posted = delivery::post_live(&discord, &chat, "Thinking", Some("77".into()));
+    let posted = delivery::post_live(&discord, &chat, "Thinking", Some(MessageId("77".into())));
     let id = bounded(posted)
         .await
         .unwrap()

@@ -102,10 +102,7 @@ impl Content {
 
     /// The comma command `,model` with `rest` (a model name, or nothing: show the model).
     pub(crate) fn model(rest: &str) -> Self {
-        Content::Command(match rest.trim() {
-            "" => ",model".to_owned(),
-            rest => format!(",model {rest}"),
-        })
+        Content::Command(format!(",model {}", rest.trim()).trim_end().to_owned())
     }
 
     /// The comma command this content runs as a turn: a command as typed, `,usage` for its
@@ -113,8 +110,9 @@ impl Content {
     pub(crate) fn command(&self) -> Option<&str> {
         match self {
             Content::Command(line) => Some(line),
-            Content::Control(control) => control.as_command(),
-            Content::Text(_) => None,
+            // `,usage` runs the `usage` tool; the other controls the session answers itself.
+            Content::Control(Control::Usage) => Some(",usage"),
+            Content::Control(_) | Content::Text(_) => None,
         }
     }
 }

@@ -59,15 +59,6 @@ impl Control {
             .map(|(c, _)| *c)
             .find(|c| word.eq_ignore_ascii_case(c.name()))
     }
-
-    /// The comma command a control runs as a turn (`,usage`: the `usage` tool); `None` for
-    /// the ones a session answers itself.
-    pub(crate) const fn as_command(self) -> Option<&'static str> {
-        match self {
-            Control::Usage => Some(",usage"),
-            Control::Stop | Control::New | Control::Status => None,
-        }
-    }
 }
 
 /// The chat commands a person types in any chat — Telegram's command menu (`setMyCommands`),
@@ -108,12 +99,6 @@ pub struct ChatId(pub String);
 pub struct MessageId(pub String);
 
 impl From<&str> for ChatId {
-    fn from(id: &str) -> Self {
-        Self(id.to_owned())
-    }
-}
-
-impl From<&str> for MessageId {
     fn from(id: &str) -> Self {
         Self(id.to_owned())
     }

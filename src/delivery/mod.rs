@@ -85,13 +85,20 @@ pub(crate) fn platform_names() -> String {
 
 /// The adapters `bub idle` sends through (a job's answer to its chat; nothing is received):
 /// those of `platforms` (normally [`PLATFORMS`]) enabled in `settings`
-/// (`BUB_TELEGRAM_ENABLED`, `BUB_DISCORD_ENABLED`), possibly none.
+/// (`BUB_TELEGRAM_ENABLED`, `BUB_DISCORD_ENABLED`), possibly none, each with its start-up
+/// warnings.
 pub fn send_only_channels(
     platforms: &[Platform],
     settings: &Settings,
     access: &Arc<Access>,
 ) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
-    enabled(platforms, settings, access)
+    let mut channels = Vec::new();
+    for platform in platforms.iter().filter(|p| p.enabled(settings)) {
+        let channel = (platform.build)(settings, access.clone())?;
+        access.warn_at_start(channel.name());
+        channels.push(channel);
+    }
+    Ok(channels)
 }
 
 /// The adapters `bub message` serves (receives from and answers through): those of
@@ -102,7 +109,7 @@ pub fn served_channels(
     settings: &Settings,
     access: &Arc<Access>,
 ) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
-    let channels = enabled(platforms, settings, access)?;
+    let channels = send_only_channels(platforms, settings, access)?;
     if channels.is_empty() {
         let vars: Vec<&str> = platforms
             .iter()
@@ -114,21 +121,6 @@ pub fn served_channels(
             format!("no channel is enabled: set {}", sets.join(" and/or ")),
         )
         .into());
-    }
-    Ok(channels)
-}
-
-/// The adapters of the platforms enabled in `settings`, each with its start-up warnings.
-fn enabled(
-    platforms: &[Platform],
-    settings: &Settings,
-    access: &Arc<Access>,
-) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
-    let mut channels = Vec::new();
-    for platform in platforms.iter().filter(|p| p.enabled(settings)) {
-        let channel = (platform.build)(settings, access.clone())?;
-        access.warn_at_start(channel.name());
-        channels.push(channel);
     }
     Ok(channels)
 }

@@ -165,8 +165,8 @@ fn steps(out: &Outbound, limit: usize, caption: usize) -> Vec<Step> {
         chunks = vec![first_part(&out.text, &chunks[0], limit)];
     }
     let chat = ChatId::from(out.chat_id.as_str());
-    let reply_to = out.reply_to.as_deref().map(MessageId::from);
-    let edit = out.edit.as_deref().map(MessageId::from);
+    let reply_to = out.reply_to.clone().map(MessageId);
+    let edit = out.edit.clone().map(MessageId);
     // The file goes with a text that is one message short enough to be its caption, and never
     // in place of a live message (an edit carries no file).
     let with_text =
@@ -267,7 +267,7 @@ mod tests {
     /// `file` alone in `out`'s chat.
     fn alone(file: &str, reply_to: Option<&str>) -> Step {
         Step::Send(Part {
-            reply_to: reply_to.map(MessageId::from),
+            reply_to: reply_to.map(|id| MessageId(id.into())),
             file: Some(file.into()),
             ..Part::text("42", "")
         })
@@ -308,7 +308,7 @@ mod tests {
             ..outbound("the chart")
         };
         let captioned = Step::Send(Part {
-            reply_to: Some("7".into()),
+            reply_to: Some(MessageId("7".into())),
             file: Some("report.pdf".into()),
             ..Part::text("42", "the chart")
         });
@@ -324,7 +324,7 @@ mod tests {
             panic!()
         };
         assert_eq!((first.text.as_str(), first.file.as_ref()), (&*text, None));
-        assert_eq!(first.reply_to, Some("7".into()));
+        assert_eq!(first.reply_to, Some(MessageId("7".into())));
         assert_eq!(*file, alone("report.pdf", None));
         let [Step::Send(one)] = &steps(&long, 2000, 2000)[..] else {
             panic!()
@@ -365,7 +365,8 @@ mod tests {
                 Step::WholeText => panic!("{split:?}"),
             })
             .collect();
-        assert_eq!(replies[0], (Some("7".into()), Some("9".into())));
+        let (seven, nine) = (MessageId("7".into()), MessageId("9".into()));
+        assert_eq!(replies[0], (Some(seven), Some(nine)));
         assert!(
             replies[1..].iter().all(|r| *r == (None, None)),
             "{replies:?}"

@@ -13,9 +13,6 @@ use crate::llm::response::error_message;
 use crate::net::client::ClientSpec;
 use crate::net::retry::{Failure, TRANSCRIPTION, retry};
 
-/// How long connecting to the transcription service may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// Where and with what to transcribe.
 #[derive(Debug, Clone)]
 pub(crate) struct Transcriber {
@@ -38,7 +35,7 @@ impl Transcriber {
             base: &self.base_url,
             base_var: "BUB_TRANSCRIBE_API_BASE",
             proxy: None,
-            connect_timeout: CONNECT_TIMEOUT,
+            connect_timeout: Duration::from_secs(30),
             timeout: self.timeout,
             retry: TRANSCRIPTION,
         }

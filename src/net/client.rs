@@ -67,11 +67,11 @@ impl ClientSpec<'_> {
         }
         let route = match self.proxy {
             Some((var, url)) => match url.map(str::trim).filter(|p| !p.is_empty()) {
-                Some(proxy) => {
-                    let proxy = reqwest::Proxy::all(proxy)
+                Some(url) => {
+                    let proxy = reqwest::Proxy::all(url)
                         .map_err(|_| invalid(var, "not a valid proxy URL".into()))?;
                     builder = builder.proxy(proxy);
-                    Route::configured(url)
+                    Route::Proxy(url.to_owned())
                 }
                 None => Route::Direct,
             },
@@ -126,7 +126,9 @@ mod tests {
     #[test]
     fn the_base_proxy_and_token_are_checked_and_the_route_told() {
         let configured = |url| Some(("BUB_X_PROXY", url));
-        let client = spec("http://h:1/tg/", configured(None)).build().unwrap();
+        let client = spec("http://h:1/tg/", configured(Some("  ")))
+            .build()
+            .unwrap();
         assert_eq!(
             (client.base.as_str(), client.route),
             ("http://h:1/tg", Route::Direct)

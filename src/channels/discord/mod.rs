@@ -77,8 +77,6 @@ pub(crate) const MESSAGE_LIMIT: usize = 2000;
 const QUEUE: usize = 256;
 /// How long shutdown waits for serenity to close the gateway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
-/// Per-request timeout of the REST client.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The intents the adapter asks for: guild messages, DMs and message content (37376).
 pub(crate) fn intents() -> GatewayIntents {
@@ -118,7 +116,7 @@ impl Discord {
             base_var: "BUB_DISCORD_API_BASE",
             proxy: Some(("BUB_DISCORD_PROXY", proxy)),
             connect_timeout: Duration::from_secs(10),
-            timeout: Some(REQUEST_TIMEOUT),
+            timeout: Some(Duration::from_secs(30)),
             retry: crate::net::retry::SENDS.within(d.send_retry_budget),
         }
         .build()
@@ -138,12 +136,6 @@ impl Discord {
                 keyword: settings.mention_keyword.clone(),
             },
         })
-    }
-
-    /// A serenity `Http` for this configuration (one for REST, one per gateway client: the
-    /// client builder takes it by value).
-    fn http(&self) -> Http {
-        build_http(&self.token, &self.client, self.api_base.as_deref())
     }
 
     /// `GET /users/@me`: a rejected token fails here with a clear error, before the gateway
@@ -315,7 +307,8 @@ impl Channel for Discord {
         };
         let connect = async {
             self.check_token().await?;
-            ClientBuilder::new_with_http(self.http(), intents())
+            let http = build_http(&self.token, &self.client, self.api_base.as_deref());
+            ClientBuilder::new_with_http(http, intents())
                 .event_handler(handler)
                 .into_future()
                 .await
@@ -379,7 +372,7 @@ impl Channel for Discord {
         let sent =
             sent.with_context(|| format!("discord: sending to channel {} failed", part.chat.0))?;
         let sent: Value = serde_json::from_slice(&sent).unwrap_or_default();
-        Ok(sent["id"].as_str().map(MessageId::from))
+        Ok(sent["id"].as_str().map(|id| MessageId(id.to_owned())))
     }
 
     fn can_edit(&self) -> bool {

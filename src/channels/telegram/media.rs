@@ -78,7 +78,7 @@ impl Telegram {
             .map(|chunk| chunk.map_err(reqwest::Error::without_url));
         copy_capped(body, to, max_bytes)
             .await
-            .map_err(|e| anyhow!("{}", self.redact(&format!("{e:#}"))))
+            .map_err(|e| anyhow!("{}", super::redact(&format!("{e:#}"), &self.token)))
     }
 }
 

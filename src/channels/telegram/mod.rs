@@ -110,11 +110,6 @@ impl Telegram {
         })
     }
 
-    /// `text` with the bot token replaced by `***`.
-    fn redact(&self, text: &str) -> String {
-        redact(text, &self.token)
-    }
-
     /// `err` as text: a failed connection names the host and the proxy ([`crate::net`]),
     /// anything else is teloxide's text with the token redacted.
     fn describe(&self, err: &RequestError) -> String {
