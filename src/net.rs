@@ -6,10 +6,12 @@
 //! Invariants: the text never holds a proxy's `user:password@` nor a request's path or query
 //! (Telegram's URLs carry the bot token): only the host and port of the URL the caller names.
 //!
-//! [`retry`] is the one retry policy of these clients. [`server`] is the other side: the HTTP
+//! [`client`] builds the platforms' clients (Telegram, Discord, transcription) and [`retry`]
+//! is the one retry policy of every client. [`server`] is the other side: the HTTP
 //! server of Bub's listeners (timeouts, body limits, a connection cap), and [`fd_limit`] the
 //! descriptor budget every connection draws on.
 
+pub mod client;
 pub mod fd_limit;
 pub mod retry;
 pub mod server;
@@ -35,14 +37,6 @@ pub enum Route {
 }
 
 impl Route {
-    /// A configured proxy (`BUB_TELEGRAM_PROXY`): through it when set, else direct.
-    pub fn configured(proxy: Option<&str>) -> Route {
-        match proxy.map(str::trim).filter(|p| !p.is_empty()) {
-            Some(proxy) => Route::Proxy(proxy.to_owned()),
-            None => Route::Direct,
-        }
-    }
-
     /// The proxy a request to `url` goes through, if any: `via proxy http://proxy:3128` or
     /// `no proxy` (credentials never shown).
     pub fn describe(&self, url: &Url) -> String {
@@ -131,11 +125,10 @@ mod tests {
             ("user:secret@proxy:3128", "http://proxy:3128"),
         ] {
             let url = Url::parse("https://api.telegram.org/botSECRET/getMe").unwrap();
-            let route = Route::configured(Some(configured));
+            let route = Route::Proxy(configured.into());
             assert_eq!(route.describe(&url), format!("via proxy {shown}"));
         }
         let url = Url::parse("https://api.telegram.org/").unwrap();
-        assert_eq!(Route::configured(Some("  ")).describe(&url), "no proxy");
         assert_eq!(Route::Direct.describe(&url), "no proxy");
     }
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use bub::channels::discord::Discord;
 use bub::channels::{
-    Attachment, AttachmentKind, Channel, ChatInfo, Content, Inbound, Quoted, Sender,
+    Attachment, AttachmentKind, Channel, ChatInfo, Content, Inbound, Part, Quoted, Sender,
 };
 use bub::config::Settings;
 use bub::inbox::Inbox;
@@ -446,7 +446,7 @@ fn sender(fake: &FakeDiscord) -> Discord {
 async fn typing_posts_to_the_channel() {
     let fake = fake_discord::start().await;
     let discord = sender(&fake);
-    bounded(discord.typing(CHANNEL)).await.unwrap();
+    bounded(discord.typing(&CHANNEL.into())).await.unwrap();
     assert_eq!(fake.wait_for_typing(1, WAIT).await, [CHANNEL]);
     assert_eq!(fake.typing_calls(), [CHANNEL]);
     let call = &fake.requests_to("POST", "/api/v10/channels/555/typing")[0];
@@ -561,7 +561,9 @@ async fn logs_carry_neither_the_token_nor_message_text() {
         json!({"message": "slow down", "retry_after": 0.01}),
         &[],
     );
-    bounded(bot.adapter.send(&out)).await.unwrap();
+    bounded(support::send(bot.adapter.as_ref(), &out))
+        .await
+        .unwrap();
     bot.stop().await;
 
     let text = String::from_utf8_lossy(&logs.0.lock().unwrap()).into_owned();
@@ -603,7 +605,7 @@ async fn an_unreachable_discord_is_named_with_its_proxy() {
         s.channel_mut("discord").send_retry_budget = Duration::from_secs(2);
         let discord = Discord::new(&s, Arc::new(Access::new(&s))).unwrap();
         let started = Instant::now();
-        let err = bounded(discord.post(CHANNEL, "hi", None))
+        let err = bounded(discord.send_part(&Part::text(CHANNEL, "hi")))
             .await
             .unwrap_err();
         // At least one retry after a backoff of 1 s (×0.5 to ×1.5).

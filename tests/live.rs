@@ -14,10 +14,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bub::access::Access;
-use bub::channels::Channel;
 #[cfg(feature = "discord")]
 use bub::channels::discord::Discord;
+use bub::channels::{ChatId, MessageId};
 use bub::config::Settings;
+use bub::delivery;
 use serde_json::json;
 use support::bub_env::{Env, texts};
 use support::fake_openai::StreamStyle;
@@ -107,15 +108,17 @@ async fn discord_posts_a_live_message_edits_it_and_the_answer_replaces_it() {
     s.channel_mut("discord").token = Some("tok-SECRET".into());
     s.channel_mut("discord").api_base = fake.api_base().into();
     let discord = Discord::new(&s, Arc::new(Access::new(&s))).unwrap();
-    let id = bounded(discord.post("555", "Thinking", Some("77")))
+    let chat = ChatId::from("555");
+    let posted = delivery::post_live(&discord, &chat, "Thinking", Some(MessageId("77".into())));
+    let id = bounded(posted)
         .await
         .unwrap()
         .expect("Discord edits messages");
     assert_eq!(fake.posted_messages()[0].reply_to(), Some("77"));
-    bounded(discord.edit("555", &id, &"x".repeat(2500)))
+    bounded(delivery::edit_live(&discord, &chat, &id, &"x".repeat(2500)))
         .await
         .unwrap();
-    let path = format!("/api/v10/channels/555/messages/{id}");
+    let path = format!("/api/v10/channels/555/messages/{}", id.0);
     let edits = fake.requests_to("PATCH", &path);
     let cut = edits[0].body["content"].as_str().unwrap();
     assert_eq!(cut.chars().count(), 2000, "cut to Discord's limit");
@@ -126,8 +129,8 @@ async fn discord_posts_a_live_message_edits_it_and_the_answer_replaces_it() {
         &format!("{}\n\n{}", "a".repeat(1500), "b".repeat(1500)),
         None,
     );
-    out.edit = Some(id);
-    bounded(discord.send(&out)).await.unwrap();
+    out.edit = Some(id.0);
+    bounded(support::send(&discord, &out)).await.unwrap();
     let edits = fake.requests_to("PATCH", &path);
     assert_eq!(edits.len(), 2);
     assert_eq!(edits[1].body["content"], "a".repeat(1500));

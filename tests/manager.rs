@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bub::agent::{TurnInput, TurnRequest, TurnResult};
-use bub::channels::{Channel, Inbound, InboundSink, Outbound, Sender, SessionId};
+use bub::channels::{Channel, Inbound, InboundSink, MessageId, Outbound, Part, Sender, SessionId};
 use bub::daemon::{ChannelManager, SessionConfig, TurnRunner};
 use bub::inbox::Inbox;
 use support::wait::bounded;
@@ -83,10 +83,17 @@ impl Channel for Scripted {
         }
     }
 
-    async fn send(&self, out: &Outbound) -> anyhow::Result<()> {
-        self.sent.lock().unwrap().push(out.clone());
+    async fn send_part(&self, part: &Part) -> anyhow::Result<Option<MessageId>> {
+        let out = Outbound {
+            chat_id: part.chat.0.clone(),
+            text: part.text.clone(),
+            reply_to: part.reply_to.as_ref().map(|id| id.0.clone()),
+            file: part.file.clone(),
+            edit: None,
+        };
+        self.sent.lock().unwrap().push(out);
         self.sent_notify.notify_waiters();
-        Ok(())
+        Ok(None)
     }
 
     fn message_limit(&self) -> usize {

@@ -264,6 +264,33 @@ async fn voice_is_transcribed_into_the_prompt_and_a_failed_transcription_names_t
     assert!(daemon.stop().await.success());
 }
 
+/// Transcription is retried by the one policy (`net::retry`): a 503 once, then the transcript;
+/// the file is sent whole again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_transcription_that_fails_once_with_a_503_is_retried() {
+    let mut env = Env::new().await;
+    env.set("BUB_TRANSCRIBE_MODEL", "whisper-1");
+    let voice = vec![7u8; 300];
+    env.telegram.add_file("v1", voice.clone());
+    let busy = r#"{"error":{"message":"overloaded"}}"#.to_owned();
+    env.model.push_transcription_error(503, busy);
+    env.model.push_transcript("call mum");
+    env.model.push_text("Noted.");
+    let daemon = env.start();
+    let note = private_text(42, 42, "").voice_file("v1", 1, voice.len() as u64);
+    env.telegram.push_message_update(note);
+    env.telegram.wait_for_calls("sendMessage", 1, WAIT).await;
+    let calls = env.model.transcriptions();
+    assert_eq!(calls.len(), 2, "one failed attempt, one retry");
+    assert_eq!(calls[1].size, voice.len(), "the whole file again");
+    let prompt = user_text(&env, 0);
+    assert!(
+        prompt.contains("[Voice message transcript (voice): call mum]"),
+        "{prompt}"
+    );
+    assert!(daemon.stop().await.success());
+}
+
 /// Transcription goes out over the model client's HTTP settings: a proxy from the environment
 /// does not capture calls to a server on this machine (it did when each call built a default
 /// client: the proxy here refuses connections, so the voice message was not transcribed).
@@ -463,7 +490,7 @@ async fn discord_attachments_come_from_the_cdn_only_and_files_go_up_as_attachmen
         file: Some(path),
         edit: None,
     };
-    bounded(discord.send(&out)).await.unwrap();
+    bounded(support::send(&discord, &out)).await.unwrap();
     let posts = fake.posted_messages();
     assert_eq!(posts.len(), 1);
     assert_eq!(posts[0].content(), "the chart");
@@ -481,7 +508,7 @@ async fn discord_attachments_come_from_the_cdn_only_and_files_go_up_as_attachmen
         file: Some(huge),
         ..out
     };
-    let err = bounded(discord.send(&out)).await.unwrap_err();
+    let err = bounded(support::send(&discord, &out)).await.unwrap_err();
     assert!(err.to_string().contains("at most 10 MB"), "{err}");
     assert_eq!(fake.posted_messages().len(), 1);
 }

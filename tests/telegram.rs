@@ -97,7 +97,7 @@ async fn private_text_becomes_a_typed_inbound() {
 
     // Answering while polling runs: the send goes out through the same client.
     let answer = outbound(&inbound.chat_id, "hi *there*", None);
-    bounded(bot.adapter.send(&answer))
+    bounded(support::send(bot.adapter.as_ref(), &answer))
         .await
         .expect("answer sent");
     let sent = fake.sent_messages();
@@ -472,7 +472,7 @@ async fn long_answer_is_split_into_html_chunks_replying_first() {
     let paragraph = "lorem ipsum dolor sit amet ".repeat(20);
     let text = vec![paragraph.trim(); 17].join("\n\n");
     assert!(text.chars().count() > 9000);
-    bounded(tg.send(&outbound("-100", &text, Some("55"))))
+    bounded(support::send(&tg, &outbound("-100", &text, Some("55"))))
         .await
         .expect("sent");
     let sent = fake.sent_messages();
@@ -512,9 +512,12 @@ async fn rejected_formatting_is_resent_as_plain_text() {
         fake_telegram::cant_parse_entities_body(),
     );
     let tg = adapter(&fake);
-    bounded(tg.send(&outbound("42", "**bold** and <tags>", None)))
-        .await
-        .expect("plain retry succeeds");
+    bounded(support::send(
+        &tg,
+        &outbound("42", "**bold** and <tags>", None),
+    ))
+    .await
+    .expect("plain retry succeeds");
     let sent = fake.sent_messages();
     assert_eq!(sent.len(), 2);
     assert_eq!(sent[0]["parse_mode"], "HTML");
@@ -528,7 +531,9 @@ async fn rate_limit_retry_after_is_honoured() {
     fake.fail_next("sendMessage", 429, fake_telegram::retry_after_body(1));
     let tg = adapter(&fake);
     let out = outbound("42", "hello", None);
-    bounded(tg.send(&out)).await.expect("sent after waiting");
+    bounded(support::send(&tg, &out))
+        .await
+        .expect("sent after waiting");
     let calls = fake.calls_of("sendMessage");
     assert_eq!(calls.len(), 2);
     let gap = calls[1].at - calls[0].at;
@@ -543,7 +548,7 @@ async fn a_retry_after_beyond_the_maximum_fails_at_once() {
     fake.fail_next("sendMessage", 429, fake_telegram::retry_after_body(3600));
     let tg = adapter(&fake);
     let started = Instant::now();
-    let err = bounded(tg.send(&outbound("42", "hello", None)))
+    let err = bounded(support::send(&tg, &outbound("42", "hello", None)))
         .await
         .expect_err("rate limited");
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -559,7 +564,7 @@ async fn a_retry_after_beyond_the_maximum_fails_at_once() {
 async fn typing_sends_chat_action() {
     let fake = fake_telegram::start().await;
     let tg = adapter(&fake);
-    bounded(tg.typing("-100")).await.expect("typing");
+    bounded(tg.typing(&"-100".into())).await.expect("typing");
     let calls = fake.calls_of("sendChatAction");
     assert_eq!(calls.len(), 1);
     assert_eq!(calls[0].body, json!({"chat_id": -100, "action": "typing"}));
@@ -570,7 +575,7 @@ async fn send_errors_name_the_chat_not_the_token() {
     let fake = fake_telegram::start().await;
     fake.fail_next("sendMessage", 400, fake_telegram::chat_not_found_body());
     let tg = adapter(&fake);
-    let err = bounded(tg.send(&outbound("31337", "hi", None)))
+    let err = bounded(support::send(&tg, &outbound("31337", "hi", None)))
         .await
         .expect_err("chat not found");
     let text = format!("{err:#}");
@@ -585,14 +590,13 @@ async fn send_errors_name_the_chat_not_the_token() {
     // Connection errors are retried for two minutes (an outage delays, not loses, an answer):
     // let the paused clock run through the pauses.
     tokio::time::pause();
-    let err = tg
-        .send(&outbound("42", "hi", None))
+    let err = support::send(&tg, &outbound("42", "hi", None))
         .await
         .expect_err("refused");
     let text = format!("{err:#}");
     assert!(text.contains("42"), "{text}");
     assert!(!text.contains(TOKEN), "{text}");
-    let err = tg.typing("42").await.expect_err("refused");
+    let err = tg.typing(&"42".into()).await.expect_err("refused");
     assert!(!format!("{err:#}").contains(TOKEN));
 }
 
@@ -603,7 +607,7 @@ async fn api_base_trailing_slash_is_tolerated() {
     let tg = telegram(&settings(&fake, |s| {
         s.channel_mut("telegram").api_base = format!("{}/", fake.api_base()).into()
     }));
-    bounded(tg.send(&outbound("42", "hi", None)))
+    bounded(support::send(&tg, &outbound("42", "hi", None)))
         .await
         .expect("trailing slash tolerated");
     assert_eq!(fake.sent_messages().len(), 1);

@@ -5,7 +5,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::access::Role;
-use crate::channels::{Channel, ChatInfo, InboundSink, Outbound, Quoted, Sender};
+use crate::channels::{Channel, ChatInfo, InboundSink, MessageId, Part, Quoted, Sender};
 
 /// A channel that only has a name.
 struct Named(&'static str);
@@ -18,8 +18,8 @@ impl Channel for Named {
     async fn run(&self, _: InboundSink, _: CancellationToken) -> anyhow::Result<()> {
         Ok(())
     }
-    async fn send(&self, _: &Outbound) -> anyhow::Result<()> {
-        Ok(())
+    async fn send_part(&self, _: &Part) -> anyhow::Result<Option<MessageId>> {
+        Ok(None)
     }
     fn message_limit(&self) -> usize {
         4096

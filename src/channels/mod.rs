@@ -1,9 +1,11 @@
 //! Channels: the chat platforms Bub serves (Telegram, Discord), behind one small trait.
 //!
-//! * [`Channel`] — what an adapter does: run (receive platform messages and turn them into
-//!   [`Inbound`] values), send an [`Outbound`] text, show a typing indicator. A third platform is
-//!   one new module implementing it plus one line in [`crate::delivery::PLATFORMS`]; its
-//!   settings and access lists are entries by name, needing no code.
+//! * [`Channel`] — what an adapter does, speaking only to its platform: run (receive platform
+//!   messages and turn them into [`Inbound`] values), send one [`Part`] (one platform message,
+//!   as delivery decided it), edit one, show a typing indicator, download a file. A third
+//!   platform is one new module implementing it plus one line in
+//!   [`crate::delivery::PLATFORMS`]; its settings and access lists are entries by name,
+//!   needing no code.
 //! * [`InboundSink`] — where an adapter hands what it received: the durable inbox first, then
 //!   a bounded queue to the sessions (a full queue holds the adapter, never drops). It is also
 //!   where an adapter says it is [`Ready`] (it knows its own name: Telegram's `getMe`, Discord's
@@ -17,8 +19,8 @@
 //! for every message and command, first; the adapter maps its platform's events to the gate's
 //! inputs, acts on the decision (hand on, send the pairing text, drop) and decides *whether the
 //! bot was addressed* (mentions, replies, keyword); the actor decides *when a turn runs*
-//! (window, debounce, batching); the agent runs the turn; the actor hands the answer back to
-//! the adapter, which renders and splits it for its platform.
+//! (window, debounce, batching); the agent runs the turn; delivery splits the answer into
+//! parts, and the adapter renders and sends each.
 
 #[cfg(feature = "discord")]
 pub mod discord;
@@ -37,12 +39,40 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::chat::{
-    Attachment, AttachmentKind, ChatInfo, Content, Control, Inbound, Live, LiveSender, Outbound,
-    Platform, Quoted, Sender, SessionId, Sticker,
+    Attachment, AttachmentKind, ChatId, ChatInfo, Content, Control, Inbound, Live, LiveSender,
+    MessageId, Outbound, Platform, Quoted, Sender, SessionId, Sticker,
 };
 use crate::inbox::{Inbox, Received};
 
-/// A chat platform adapter.
+/// One message as delivery decided it ([`crate::delivery`]: split at the channel's limits,
+/// the file attached to the right part, the reply on the first): Markdown-ish text the adapter
+/// renders for its platform — at most [`Channel::message_limit`] characters, or
+/// [`Channel::caption_limit`] when it goes with a file — in chat `chat`, replying to `reply_to`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    pub chat: ChatId,
+    pub text: String,
+    pub reply_to: Option<MessageId>,
+    /// A file sent with the text as its caption: a photo, voice note, audio or document by its
+    /// type.
+    pub file: Option<std::path::PathBuf>,
+}
+
+impl Part {
+    /// `text` alone in `chat`, replying to nothing.
+    pub fn text(chat: impl Into<ChatId>, text: impl Into<String>) -> Self {
+        Self {
+            chat: chat.into(),
+            text: text.into(),
+            reply_to: None,
+            file: None,
+        }
+    }
+}
+
+/// A chat platform adapter: it speaks only to its platform — receiving, and the platform's
+/// calls for one message (send, edit, typing, a file's download). What is sent as which
+/// messages is [`crate::delivery`]'s decision.
 #[async_trait]
 pub trait Channel: Send + Sync + 'static {
     /// Unique name, also the session prefix (`telegram`).
@@ -54,29 +84,28 @@ pub trait Channel: Send + Sync + 'static {
     /// (e.g. the token is rejected at startup).
     async fn run(&self, inbound: InboundSink, shutdown: CancellationToken) -> anyhow::Result<()>;
 
-    /// Delivers one text (rendered, split into platform-sized messages, rate limits honoured),
-    /// with its file if it has one; with `out.edit`, the first part replaces that message's
-    /// text. Errors are returned after the adapter's own retries; the caller logs them.
-    async fn send(&self, out: &Outbound) -> anyhow::Result<()>;
-
-    /// The most characters one message carries: [`Channel::send`] splits a longer text at it.
+    /// The most characters one message carries: delivery splits a longer text at it.
     fn message_limit(&self) -> usize;
 
-    /// Posts `text` as one message — the first version of a live answer, cut to the platform's
-    /// size — and returns its id; `None` when this channel cannot edit messages (then answers
-    /// are not shown live).
-    async fn post(
-        &self,
-        _chat_id: &str,
-        _text: &str,
-        _reply_to: Option<&str>,
-    ) -> anyhow::Result<Option<String>> {
-        Ok(None)
+    /// The most characters of text a file carries with it (Telegram's caption: 1024); a longer
+    /// text goes before the file as messages of its own. By default a message's.
+    fn caption_limit(&self) -> usize {
+        self.message_limit()
     }
 
-    /// Replaces the text of message `message_id` (cut to the platform's size); the same text
-    /// again is not an error.
-    async fn edit(&self, _chat_id: &str, _message_id: &str, _text: &str) -> anyhow::Result<()> {
+    /// Sends one message (rendered for the platform, rate limits and transient failures
+    /// retried by the shared policy) and returns its id when the platform gives one. Errors
+    /// name the chat, never a secret.
+    async fn send_part(&self, part: &Part) -> anyhow::Result<Option<MessageId>>;
+
+    /// Whether [`Channel::edit`] works: then a running turn's answer is shown live.
+    fn can_edit(&self) -> bool {
+        false
+    }
+
+    /// Replaces the text of message `message` in `chat` with `text` (at most one message
+    /// long); the same text again is not an error.
+    async fn edit(&self, _chat: &ChatId, _message: &MessageId, _text: &str) -> anyhow::Result<()> {
         anyhow::bail!("{} cannot edit messages", self.name())
     }
 
@@ -92,7 +121,7 @@ pub trait Channel: Send + Sync + 'static {
     }
 
     /// Shows the typing indicator once; the session repeats it while a turn runs.
-    async fn typing(&self, _chat_id: &str) -> anyhow::Result<()> {
+    async fn typing(&self, _chat: &ChatId) -> anyhow::Result<()> {
         Ok(())
     }
 
@@ -107,6 +136,12 @@ pub trait Channel: Send + Sync + 'static {
     ) -> anyhow::Result<u64> {
         anyhow::bail!("{} cannot download files", self.name())
     }
+}
+
+/// A setting a platform's client cannot be built with ([`crate::net::client`]), as the
+/// configuration error it is (exit 2, the variable named).
+pub(crate) fn invalid(e: crate::net::client::Invalid) -> anyhow::Error {
+    crate::config::ConfigError::new(e.var, e.why).into()
 }
 
 /// Writes the chunks of `body` into `to`, at most `max_bytes` of them: more is an error (the

@@ -99,6 +99,22 @@ impl Content {
             None => Content::Command(text.trim().to_owned()),
         }
     }
+
+    /// The comma command `,model` with `rest` (a model name, or nothing: show the model).
+    pub(crate) fn model(rest: &str) -> Self {
+        Content::Command(format!(",model {}", rest.trim()).trim_end().to_owned())
+    }
+
+    /// The comma command this content runs as a turn: a command as typed, `,usage` for its
+    /// control; `None` for words and for the controls a session answers itself.
+    pub(crate) fn command(&self) -> Option<&str> {
+        match self {
+            Content::Command(line) => Some(line),
+            // `,usage` runs the `usage` tool; the other controls the session answers itself.
+            Content::Control(Control::Usage) => Some(",usage"),
+            Content::Control(_) | Content::Text(_) => None,
+        }
+    }
 }
 
 /// The chat a message was written in.

@@ -49,7 +49,11 @@ impl Control {
 
     /// `,stop` / `,new` / `,status` (case-insensitive, surrounding blanks ignored).
     pub(crate) fn parse(text: &str) -> Option<Control> {
-        let word = text.trim().strip_prefix(',')?.trim();
+        Self::named(text.trim().strip_prefix(',')?.trim())
+    }
+
+    /// The control called `word` (`stop`, `STOP`), as a slash command names it.
+    pub(crate) fn named(word: &str) -> Option<Control> {
         Self::ALL
             .iter()
             .map(|(c, _)| *c)
@@ -69,21 +73,34 @@ pub(crate) const CHAT_COMMANDS: [(&str, &str); 5] = [
 ];
 
 /// A chat command typed with a slash, as Telegram's menu offers it (`/stop`, `/model
-/// openai:gpt-4o`, case-insensitive), in its comma form (`,stop`, `,model openai:gpt-4o`);
-/// `None` for any other text (`/usr/bin is full`, `/help`).
-pub(crate) fn slash_command(text: &str) -> Option<String> {
+/// openai:gpt-4o`, case-insensitive), as the content it stands for (the control, the comma
+/// command `,model openai:gpt-4o`); `None` for any other text (`/usr/bin is full`, `/help`).
+pub(crate) fn slash_command(text: &str) -> Option<Content> {
     let after = text.trim().strip_prefix('/')?;
     let (word, rest) = after.split_once(char::is_whitespace).unwrap_or((after, ""));
-    let name = CHAT_COMMANDS
-        .iter()
-        .map(|(name, _)| *name)
-        .find(|name| word.eq_ignore_ascii_case(name))?;
     let rest = rest.trim();
     // Only `model` takes an argument: `/stop now` is a sentence, not the control.
-    match (name, rest.is_empty()) {
-        (_, true) => Some(format!(",{name}")),
-        ("model", false) => Some(format!(",model {rest}")),
-        _ => None,
+    match Control::named(word) {
+        Some(control) => rest.is_empty().then_some(Content::Control(control)),
+        None => word
+            .eq_ignore_ascii_case("model")
+            .then(|| Content::model(rest)),
+    }
+}
+
+/// A chat on its platform, by the id the platform gave it (a Telegram chat id or `@channel`,
+/// a Discord channel id): what an adapter sends to. Each adapter reads it into its platform's
+/// type in one place.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ChatId(pub String);
+
+/// A message on its platform, by its id: what an answer replies to and a live answer edits.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct MessageId(pub String);
+
+impl From<&str> for ChatId {
+    fn from(id: &str) -> Self {
+        Self(id.to_owned())
     }
 }
 
@@ -91,7 +108,8 @@ pub(crate) fn slash_command(text: &str) -> Option<String> {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Outbound {
     pub chat_id: String,
-    /// The answer as Markdown-ish text; the adapter renders and splits it for its platform.
+    /// The answer as Markdown-ish text: delivery splits it at the platform's limit, the adapter
+    /// renders each part.
     pub text: String,
     /// Reply to this platform message id.
     pub reply_to: Option<String>,
@@ -122,18 +140,22 @@ pub type LiveSender = tokio::sync::watch::Sender<Live>;
 
 #[cfg(test)]
 mod tests {
-    use super::slash_command;
+    use super::{Content, Control, slash_command};
 
     #[test]
     fn slash_forms_of_the_chat_commands() {
-        assert_eq!(slash_command("/stop").as_deref(), Some(",stop"));
-        assert_eq!(slash_command(" /STATUS ").as_deref(), Some(",status"));
-        assert_eq!(slash_command("/usage").as_deref(), Some(",usage"));
-        assert_eq!(slash_command("/new").as_deref(), Some(",new"));
-        assert_eq!(slash_command("/model").as_deref(), Some(",model"));
+        let control = |c| Some(Content::Control(c));
+        assert_eq!(slash_command("/stop"), control(Control::Stop));
+        assert_eq!(slash_command(" /STATUS "), control(Control::Status));
+        assert_eq!(slash_command("/usage"), control(Control::Usage));
+        assert_eq!(slash_command("/new"), control(Control::New));
         assert_eq!(
-            slash_command("/model  openai:gpt-4o ").as_deref(),
-            Some(",model openai:gpt-4o")
+            slash_command("/model"),
+            Some(Content::Command(",model".into()))
+        );
+        assert_eq!(
+            slash_command("/model  openai:gpt-4o "),
+            Some(Content::Command(",model openai:gpt-4o".into()))
         );
         for text in [
             "/usr/bin is full",

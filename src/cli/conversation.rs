@@ -43,7 +43,7 @@ use super::typed::{TERMINAL_HELP, Typed};
 use super::{BOLD_BLUE, Style, print_welcome, rendered_result, status_line};
 use crate::access::{Authority, Role};
 use crate::agent::{AgentRuntime, ChatBatch, TurnInput, TurnRequest};
-use crate::channels::{Channel, ChatInfo, Content, Inbound, InboundSink, Outbound, Sender};
+use crate::channels::{Channel, ChatInfo, Content, Inbound, InboundSink, MessageId, Part, Sender};
 use crate::chat::SessionId;
 use crate::daemon::TurnRunner;
 use crate::daemon::runner::{new_reply, queue_lines, stop_reply};
@@ -504,7 +504,7 @@ impl Channel for Terminal {
         Ok(())
     }
 
-    async fn send(&self, _: &Outbound) -> anyhow::Result<()> {
+    async fn send_part(&self, _: &Part) -> anyhow::Result<Option<MessageId>> {
         anyhow::bail!("the terminal prints its own answers")
     }
 

@@ -31,8 +31,8 @@ impl Typed {
         if line.trim().is_empty() {
             return None;
         }
-        let slashed = crate::chat::slash_command(line);
-        Some(match Content::of(slashed.as_deref().unwrap_or(line)) {
+        let content = crate::chat::slash_command(line).unwrap_or_else(|| Content::of(line));
+        Some(match content {
             Content::Text(words) => Typed::Words(words),
             Content::Control(Control::Stop) => Typed::Stop,
             Content::Control(Control::Status) => Typed::Status,

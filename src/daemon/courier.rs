@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use tokio_util::task::AbortOnDropHandle;
 
-use crate::channels::{Channel, Outbound, SessionId};
+use crate::channels::{Channel, ChatId, Outbound, SessionId};
 use crate::delivery;
 use crate::inbox::{Delivery, Inbox, Outcome};
 use crate::status::Board;
@@ -98,10 +98,11 @@ pub(super) fn typing(
     AbortOnDropHandle::new(tokio::spawn(async move {
         let first = tokio::time::Instant::now() + TYPING_DELAY;
         let mut tick = tokio::time::interval_at(first, interval);
+        let chat_id = ChatId(chat_id);
         loop {
             tick.tick().await;
             if let Err(e) = channel.typing(&chat_id).await {
-                tracing::debug!(chat_id = %chat_id, error = %e, "typing.error");
+                tracing::debug!(chat_id = %chat_id.0, error = %e, "typing.error");
             }
         }
     }))

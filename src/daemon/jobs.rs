@@ -37,7 +37,7 @@ use super::heartbeat;
 use super::runner::TurnRunner;
 use crate::access::Authority;
 use crate::agent::{AgentRuntime, Launch, TurnInput, TurnRequest};
-use crate::channels::{Channel, InboundSink, Outbound};
+use crate::channels::{Channel, InboundSink, MessageId, Part};
 use crate::delivery::{SendLedger, TurnError, TurnResult, render_output};
 use crate::inbox::{Inbox, JobRun, Outcome};
 use crate::scheduler::JobRunner;
@@ -327,7 +327,7 @@ impl Channel for Unserved {
         Ok(())
     }
 
-    async fn send(&self, _: &Outbound) -> anyhow::Result<()> {
+    async fn send_part(&self, _: &Part) -> anyhow::Result<Option<MessageId>> {
         anyhow::bail!("{}", self.why)
     }
 

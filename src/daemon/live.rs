@@ -19,7 +19,8 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::channels::{Channel, Live, LiveSender};
+use crate::channels::{Channel, ChatId, Live, LiveSender, MessageId};
+use crate::delivery;
 
 /// The least time between two posts or edits of one chat's live answer.
 pub(crate) const LIVE_INTERVAL: Duration = Duration::from_secs(1);
@@ -113,6 +114,7 @@ async fn show(
         posted,
     } = message;
     let mut posted = Some(posted);
+    let chat = ChatId(chat_id.clone());
     let mut shown: Option<Shown> = earlier.map(|id| Shown {
         id,
         text: String::new(),
@@ -137,13 +139,20 @@ async fn show(
             continue;
         }
         let done = match &shown {
-            None => match channel.post(&chat_id, &text, reply_to.as_deref()).await {
+            None => match delivery::post_live(
+                channel.as_ref(),
+                &chat,
+                &text,
+                reply_to.clone().map(MessageId),
+            )
+            .await
+            {
                 Ok(Some(id)) => {
                     if let Some(posted) = posted.take() {
-                        posted(&id);
+                        posted(&id.0);
                     }
                     shown = Some(Shown {
-                        id,
+                        id: id.0,
                         text: String::new(),
                         at: Instant::now(),
                     });
@@ -153,10 +162,13 @@ async fn show(
                 Ok(None) => return None,
                 Err(e) => Err(e),
             },
-            Some(message) => tokio::select! {
-                done = channel.edit(&chat_id, &message.id, &text) => done,
-                () = stop.cancelled() => break,
-            },
+            Some(message) => {
+                let id = MessageId(message.id.clone());
+                tokio::select! {
+                    done = delivery::edit_live(channel.as_ref(), &chat, &id, &text) => done,
+                    () = stop.cancelled() => break,
+                }
+            }
         };
         let now = Instant::now();
         last = Some(now);

@@ -497,7 +497,8 @@ impl SessionActor {
             if command.control() == Some(Control::New) {
                 return Some(self.new_context(command));
             }
-            let input = TurnInput::Command(command.text().into_owned());
+            let line = command.content.command().unwrap_or_default();
+            let input = TurnInput::Command(line.to_owned());
             let who = command.authority();
             return Some(self.start_turn(input, &command, who, vec![command.seq], Vec::new()));
         }

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 
 use super::*;
 use crate::access::Role;
+use crate::channels::{ChatId, MessageId, Part};
 use crate::daemon::Stopped;
 use crate::daemon::mailbox::{MAILBOX, mailbox};
 use crate::delivery::{TurnError, TurnResult};
@@ -38,8 +39,15 @@ impl Channel for FakeChannel {
     ) -> anyhow::Result<()> {
         Ok(())
     }
-    async fn send(&self, out: &Outbound) -> anyhow::Result<()> {
-        self.sent.lock().unwrap().push(out.clone());
+    async fn send_part(&self, part: &Part) -> anyhow::Result<Option<MessageId>> {
+        let sent = crate::delivery::ledger::tests::sent(part);
+        self.sent.lock().unwrap().push(sent);
+        Ok(None)
+    }
+    async fn edit(&self, chat: &ChatId, message: &MessageId, text: &str) -> anyhow::Result<()> {
+        let mut edited = crate::delivery::ledger::tests::sent(&Part::text(chat.clone(), text));
+        edited.edit = Some(message.0.clone());
+        self.sent.lock().unwrap().push(edited);
         Ok(())
     }
     fn message_limit(&self) -> usize {
@@ -48,7 +56,7 @@ impl Channel for FakeChannel {
     async fn check_recipient(&self, _: &str) -> anyhow::Result<()> {
         Ok(())
     }
-    async fn typing(&self, _: &str) -> anyhow::Result<()> {
+    async fn typing(&self, _: &ChatId) -> anyhow::Result<()> {
         self.typing.lock().unwrap().push(Instant::now());
         Ok(())
     }

@@ -9,8 +9,10 @@
 //!   scheduled runs), always through the adapter and its chat allow-list; [`SendLedger`] records
 //!   a turn's sends in the inbox, so a turn run again after a restart does not repeat them.
 //! * [`render_output`] — what the framework posts for a finished turn.
-//! * [`send()`] — how every send reaches its adapter: a text past [`send::MAX_MESSAGES`]
-//!   messages goes as its first part and a file.
+//! * [`send()`] — how every send reaches its adapter: the one decision of the parts a text is
+//!   sent as (split at the channel's limit, the file with the right part, the reply on the
+//!   first; past [`send::MAX_MESSAGES`] messages its first part and a file), each sent with
+//!   [`Channel::send_part`].
 //!
 //! [`Outbound`] (a text for one chat) is spoken by the adapters and the journal too, so it
 //! lives below them ([`crate::chat`]); it is re-exported here.
@@ -28,7 +30,8 @@ pub use crate::chat::Outbound;
 use crate::config::{ConfigError, Field, Settings, var_name};
 pub use ledger::{SendLedger, Sent};
 pub use outbox::Outbox;
-pub(crate) use send::{Accepted, send, send_from};
+pub(crate) use send::{Accepted, send_from};
+pub use send::{edit_live, post_live, send};
 
 /// Builds a platform's adapter from the settings; its messages are admitted by the access's
 /// gate ([`crate::access::Gate`]).
@@ -102,43 +105,10 @@ pub(crate) fn platform_names() -> String {
 
 /// The adapters `bub idle` sends through (a job's answer to its chat; nothing is received):
 /// those of `platforms` (normally [`PLATFORMS`]) enabled in `settings`
-/// (`BUB_TELEGRAM_ENABLED`, `BUB_DISCORD_ENABLED`), possibly none.
+/// (`BUB_TELEGRAM_ENABLED`, `BUB_DISCORD_ENABLED`), possibly none, each with its start-up
+/// warnings. A platform enabled there but not in `platforms` (its feature not built) is a
+/// configuration error naming its `BUB_<NAME>_ENABLED`.
 pub fn send_only_channels(
-    platforms: &[Platform],
-    settings: &Settings,
-    access: &Arc<Access>,
-) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
-    enabled(platforms, settings, access)
-}
-
-/// The adapters `bub message` serves (receives from and answers through): those of
-/// `platforms` enabled in `settings`. None enabled is a configuration error: the daemon would
-/// have nothing to serve.
-pub fn served_channels(
-    platforms: &[Platform],
-    settings: &Settings,
-    access: &Arc<Access>,
-) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
-    let channels = enabled(platforms, settings, access)?;
-    if channels.is_empty() {
-        let vars: Vec<&str> = platforms
-            .iter()
-            .filter_map(|p| var_name(p.name, Field::Enabled))
-            .collect();
-        let sets: Vec<String> = vars.iter().map(|v| format!("{v}=true")).collect();
-        return Err(ConfigError::new(
-            vars.first().copied().unwrap_or("CHANNEL"),
-            format!("no channel is enabled: set {}", sets.join(" and/or ")),
-        )
-        .into());
-    }
-    Ok(channels)
-}
-
-/// The adapters of the platforms enabled in `settings`, each with its start-up warnings; a
-/// platform enabled there but not in `platforms` (its feature not built) is a configuration
-/// error naming its `BUB_<NAME>_ENABLED`.
-fn enabled(
     platforms: &[Platform],
     settings: &Settings,
     access: &Arc<Access>,
@@ -157,6 +127,30 @@ fn enabled(
         let channel = (platform.build)(settings, access.clone())?;
         access.warn_at_start(channel.name());
         channels.push(channel);
+    }
+    Ok(channels)
+}
+
+/// The adapters `bub message` serves (receives from and answers through): those of
+/// `platforms` enabled in `settings`. None enabled is a configuration error: the daemon would
+/// have nothing to serve.
+pub fn served_channels(
+    platforms: &[Platform],
+    settings: &Settings,
+    access: &Arc<Access>,
+) -> anyhow::Result<Vec<Arc<dyn Channel>>> {
+    let channels = send_only_channels(platforms, settings, access)?;
+    if channels.is_empty() {
+        let vars: Vec<&str> = platforms
+            .iter()
+            .filter_map(|p| var_name(p.name, Field::Enabled))
+            .collect();
+        let sets: Vec<String> = vars.iter().map(|v| format!("{v}=true")).collect();
+        return Err(ConfigError::new(
+            vars.first().copied().unwrap_or("CHANNEL"),
+            format!("no channel is enabled: set {}", sets.join(" and/or ")),
+        )
+        .into());
     }
     Ok(channels)
 }

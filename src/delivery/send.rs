@@ -1,18 +1,19 @@
 //! Sending one [`Outbound`] through its channel's adapter: the path every send takes (the
 //! session actors' answers and redeliveries, `message.send`, `bub send`, scheduled answers),
-//! with one bound on its size, as a list of parts — one platform message each — so that a
-//! recorded delivery can resume after a restart from the first part the platform did not accept.
+//! and the one place that decides which platform messages a text becomes — its parts — so that
+//! a recorded delivery can resume after a restart from the first part the platform did not
+//! accept. The adapter sends one part at a time ([`Channel::send_part`]).
 //!
-//! A text that fits one message is one part (with its file, which the adapter sends with it). A
-//! longer one is split as the adapter would split it ([`text::split`] at
-//! [`Channel::message_limit`]: Telegram 4096 characters, Discord 2000), each message a part, the
-//! `Outbound`'s file alone after them. One that would take more than [`MAX_MESSAGES`] messages
-//! is sent as its first part, ending with a note, and the whole text follows as a Markdown file,
+//! The text is split at [`Channel::message_limit`] ([`text::split`]: Telegram 4096 characters,
+//! Discord 2000), each message a part. A file goes with a text that is one message of at most
+//! [`Channel::caption_limit`] characters (Telegram's caption, 1024; Discord's message), else
+//! alone after the text. A text that would take more than [`MAX_MESSAGES`] messages is sent as
+//! its first part, ending with a note, and the whole text follows as a Markdown file,
 //! [`ANSWER_FILE`]: a 2 MB answer is one message and one file, not 500 messages holding the chat
-//! for minutes. Only the first part replies to the message answered and edits a live answer's
-//! message.
+//! for minutes. Only the first part replies to the message answered and replaces a live
+//! answer's message (sent anew when that edit fails).
 //!
-//! The parts are decided at every send from the text and the limit alone (`split` is a pure
+//! The parts are decided at every send from the text and the limits alone (`split` is a pure
 //! function), so a delivery recorded in the inbox (the text, never the file) and sent again
 //! after a restart is sent the same way, and its part k is the same message.
 //!
@@ -21,14 +22,13 @@
 //! whatever its outcome; one left by a process that died while sending is removed by a later
 //! long send, an hour on.
 
-use std::borrow::Cow;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 
 use super::Outbound;
-use crate::channels::{Channel, text};
+use crate::channels::{Channel, ChatId, MessageId, Part, text};
 
 /// The most messages one text is sent as; a longer one goes as its first part and a file.
 pub(crate) const MAX_MESSAGES: usize = 4;
@@ -44,10 +44,12 @@ const LEFT_BEHIND: Duration = Duration::from_secs(3600);
 
 /// One platform message of a send.
 #[derive(Debug, PartialEq)]
-enum Part<'a> {
-    /// Sent by the adapter as it is (a text that fits one message, or a file alone).
-    Message(Cow<'a, Outbound>),
-    /// The whole text as [`ANSWER_FILE`].
+enum Step {
+    /// Sent as it is.
+    Send(Part),
+    /// Put in place of the text of the live answer's message, or sent when that fails.
+    Edit(MessageId, Part),
+    /// The whole text as [`ANSWER_FILE`], alone.
     WholeText,
 }
 
@@ -57,8 +59,9 @@ pub(crate) type Accepted<'a> = dyn FnMut(usize) -> std::pin::Pin<Box<dyn std::fu
     + Send
     + 'a;
 
-/// Sends `out` through `channel`, all its parts (see the module docs).
-pub(crate) async fn send(channel: &dyn Channel, home: &Path, out: &Outbound) -> anyhow::Result<()> {
+/// Sends `out` through `channel`, all its parts (see the module docs); a long text's file is
+/// written under `home`.
+pub async fn send(channel: &dyn Channel, home: &Path, out: &Outbound) -> anyhow::Result<()> {
     send_from(channel, home, out, 0, &mut |_| Box::pin(async {})).await
 }
 
@@ -73,10 +76,10 @@ pub(crate) async fn send_from(
     from: usize,
     accepted: &mut Accepted<'_>,
 ) -> anyhow::Result<()> {
-    let parts = parts(out, channel.message_limit());
-    let total = parts.len();
+    let steps = steps(out, channel.message_limit(), channel.caption_limit());
+    let total = steps.len();
     // Written before anything is sent: a disk that cannot hold the file sends nothing.
-    let folder = if parts[from.min(total)..].contains(&Part::WholeText) {
+    let folder = if steps[from.min(total)..].contains(&Step::WholeText) {
         let spool = home.join(SPOOL_DIR);
         let whole = out.text.clone();
         let folder = tokio::task::spawn_blocking(move || spool_file(&spool, &whole))
@@ -87,14 +90,24 @@ pub(crate) async fn send_from(
         None
     };
     let mut sent = Ok(());
-    for (i, part) in parts.into_iter().enumerate().skip(from) {
-        sent = match part {
-            Part::Message(message) => channel.send(&message).await,
-            Part::WholeText => match &folder {
+    for (i, step) in steps.into_iter().enumerate().skip(from) {
+        sent = match step {
+            Step::Send(part) => channel.send_part(&part).await.map(drop),
+            Step::Edit(message, part) => {
+                match channel.edit(&part.chat, &message, &part.text).await {
+                    Ok(()) => Ok(()),
+                    Err(e) => {
+                        tracing::warn!(channel = channel.name(), chat_id = %part.chat.0,
+                            error = %format!("{e:#}"), "delivery.edit.failed: sent anew");
+                        channel.send_part(&part).await.map(drop)
+                    }
+                }
+            }
+            Step::WholeText => match &folder {
                 Some(folder) => {
-                    channel
-                        .send(&alone(out, folder.path().join(ANSWER_FILE)))
-                        .await
+                    let mut part = Part::text(out.chat_id.as_str(), "");
+                    part.file = Some(folder.path().join(ANSWER_FILE));
+                    channel.send_part(&part).await.map(drop)
                 }
                 None => Err(anyhow::anyhow!("the long answer's file was not written")),
             },
@@ -113,47 +126,80 @@ pub(crate) async fn send_from(
     sent
 }
 
-/// The parts `out` is sent as on a channel whose messages hold `limit` characters.
-fn parts(out: &Outbound, limit: usize) -> Vec<Part<'_>> {
-    let chunks = if out.text.len() <= limit {
-        Vec::new() // one message (a byte is at most a character)
-    } else {
-        text::split(&out.text, limit)
-    };
-    if chunks.len() <= 1 {
-        return vec![Part::Message(Cow::Borrowed(out))];
+/// Posts `text` as a live answer's first version, cut to one message, replying to `reply_to`;
+/// returns its message's id — `None` when the channel cannot edit messages (then answers are
+/// not shown live, and nothing is posted).
+pub async fn post_live(
+    channel: &dyn Channel,
+    chat: &ChatId,
+    text: &str,
+    reply_to: Option<MessageId>,
+) -> anyhow::Result<Option<MessageId>> {
+    if !channel.can_edit() {
+        return Ok(None);
     }
-    // The first message replies and becomes the live answer's message; the others are new.
-    let message = |first: bool, text: String| {
-        Part::Message(Cow::Owned(Outbound {
-            chat_id: out.chat_id.clone(),
-            text,
-            reply_to: out.reply_to.clone().filter(|_| first),
-            file: None,
-            edit: out.edit.clone().filter(|_| first),
-        }))
+    let part = Part {
+        reply_to,
+        ..Part::text(chat.clone(), text::cut(text, channel.message_limit()))
     };
-    let mut parts: Vec<Part> = if chunks.len() <= MAX_MESSAGES {
-        let chunks = chunks.into_iter().enumerate();
-        chunks.map(|(i, chunk)| message(i == 0, chunk)).collect()
-    } else {
-        let first = first_part(&out.text, &chunks[0], limit);
-        vec![message(true, first), Part::WholeText]
-    };
-    let file = out.file.clone().map(|file| Cow::Owned(alone(out, file)));
-    parts.extend(file.map(Part::Message));
-    parts
+    channel.send_part(&part).await
 }
 
-/// `file` as a message of its own in `out`'s chat.
-fn alone(out: &Outbound, file: std::path::PathBuf) -> Outbound {
-    Outbound {
-        chat_id: out.chat_id.clone(),
-        text: String::new(),
-        reply_to: None,
-        file: Some(file),
-        edit: None,
+/// Replaces the text of a live answer's message with `text`, cut to one message.
+pub async fn edit_live(
+    channel: &dyn Channel,
+    chat: &ChatId,
+    message: &MessageId,
+    text: &str,
+) -> anyhow::Result<()> {
+    let text = text::cut(text, channel.message_limit());
+    channel.edit(chat, message, &text).await
+}
+
+/// The one decision of what `out` is sent as on a channel whose messages hold `limit`
+/// characters and whose files carry `caption` characters of text (see the module docs).
+fn steps(out: &Outbound, limit: usize, caption: usize) -> Vec<Step> {
+    let mut chunks = text::split(&out.text, limit);
+    let whole_text = chunks.len() > MAX_MESSAGES;
+    if whole_text {
+        chunks = vec![first_part(&out.text, &chunks[0], limit)];
     }
+    let chat = ChatId::from(out.chat_id.as_str());
+    let reply_to = out.reply_to.clone().map(MessageId);
+    let edit = out.edit.clone().map(MessageId);
+    // The file goes with a text that is one message short enough to be its caption, and never
+    // in place of a live message (an edit carries no file).
+    let with_text =
+        chunks.len() == 1 && !whole_text && edit.is_none() && chunks[0].chars().count() <= caption;
+    let mut steps: Vec<Step> = chunks
+        .into_iter()
+        .enumerate()
+        .map(|(i, text)| {
+            let first = i == 0;
+            let part = Part {
+                chat: chat.clone(),
+                text,
+                reply_to: reply_to.clone().filter(|_| first),
+                file: out.file.clone().filter(|_| with_text),
+            };
+            match edit.clone().filter(|_| first) {
+                Some(message) => Step::Edit(message, part),
+                None => Step::Send(part),
+            }
+        })
+        .collect();
+    if whole_text {
+        steps.push(Step::WholeText);
+    }
+    if let Some(file) = out.file.clone().filter(|_| !with_text) {
+        // Alone: it replies only when it is all there is.
+        steps.push(Step::Send(Part {
+            reply_to: reply_to.filter(|_| steps.is_empty()),
+            file: Some(file),
+            ..Part::text(chat, "")
+        }));
+    }
+    steps
 }
 
 /// The first message of `text` sent as a file: its first `chunk`, cut so that the note saying
@@ -207,15 +253,24 @@ mod tests {
         }
     }
 
-    /// The texts of the message parts, `WholeText` as `<answer.md>`.
-    fn texts(parts: &[Part]) -> Vec<String> {
-        parts
+    /// The texts of the steps, `WholeText` as `<answer.md>`.
+    fn texts(steps: &[Step]) -> Vec<String> {
+        steps
             .iter()
             .map(|p| match p {
-                Part::Message(m) => m.text.clone(),
-                Part::WholeText => "<answer.md>".into(),
+                Step::Send(part) | Step::Edit(_, part) => part.text.clone(),
+                Step::WholeText => "<answer.md>".into(),
             })
             .collect()
+    }
+
+    /// `file` alone in `out`'s chat.
+    fn alone(file: &str, reply_to: Option<&str>) -> Step {
+        Step::Send(Part {
+            reply_to: reply_to.map(|id| MessageId(id.into())),
+            file: Some(file.into()),
+            ..Part::text("42", "")
+        })
     }
 
     #[test]
@@ -224,13 +279,13 @@ mod tests {
         let text = [paragraph.trim(); 12].join("\n\n"); // 9 KB
         // Four messages of 2500 characters hold it: sent as they are, then the file alone.
         let out = outbound(&text);
-        let four = parts(&out, 2500);
+        let four = steps(&out, 2500, 2500);
         assert_eq!(four.len(), 5);
         assert_eq!(texts(&four)[..4].join("\n\n"), text);
         // Five of 2000 do not.
         assert!(text::split(&text, 2000).len() > MAX_MESSAGES);
-        let long = parts(&out, 2000);
-        let [Part::Message(first), Part::WholeText, Part::Message(file)] = &long[..] else {
+        let long = steps(&out, 2000, 2000);
+        let [Step::Edit(_, first), Step::WholeText, file] = &long[..] else {
             panic!("{long:?}")
         };
         assert!(first.text.chars().count() <= 2000, "one message");
@@ -241,34 +296,83 @@ mod tests {
                 .ends_with("\n\n… the whole answer (9 KB) is attached as answer.md"),
             "{first:?}"
         );
-        assert_eq!(**file, alone(&out, "report.pdf".into()));
-        // A text that fits is one part, with its file.
-        assert_eq!(
-            parts(&outbound("short"), 10),
-            [Part::Message(Cow::Owned(outbound("short")))]
-        );
+        assert_eq!(*file, alone("report.pdf", None));
+    }
+
+    /// The one split and attach decision: a file goes with a one-message text that fits the
+    /// caption, else alone after it; the reply goes on the first part; an edit carries no file.
+    #[test]
+    fn the_file_goes_with_a_text_that_fits_its_caption_else_alone_after_it() {
+        let short = Outbound {
+            edit: None,
+            ..outbound("the chart")
+        };
+        let captioned = Step::Send(Part {
+            reply_to: Some(MessageId("7".into())),
+            file: Some("report.pdf".into()),
+            ..Part::text("42", "the chart")
+        });
+        assert_eq!(steps(&short, 4096, 1024), [captioned]);
+        // Longer than a caption (Telegram's 1024), shorter than a message: the text, then the
+        // file alone; on a channel whose files carry a message's text (Discord), one message.
+        let text = "x".repeat(1500);
+        let long = Outbound {
+            text: text.clone(),
+            ..short.clone()
+        };
+        let [Step::Send(first), file] = &steps(&long, 4096, 1024)[..] else {
+            panic!()
+        };
+        assert_eq!((first.text.as_str(), first.file.as_ref()), (&*text, None));
+        assert_eq!(first.reply_to, Some(MessageId("7".into())));
+        assert_eq!(*file, alone("report.pdf", None));
+        let [Step::Send(one)] = &steps(&long, 2000, 2000)[..] else {
+            panic!()
+        };
+        assert_eq!(one.file, Some("report.pdf".into()));
+        // Two messages: the file alone after them, whatever the caption limit.
+        let two = steps(&long, 1000, 1000);
+        assert_eq!(texts(&two), [&text[..1000], &text[1000..], ""]);
+        assert_eq!(two[2], alone("report.pdf", None));
+        // No text: the file alone, replying. A live message: edited, the file after it.
+        let bare = Outbound {
+            text: " \n".into(),
+            ..short.clone()
+        };
+        assert_eq!(steps(&bare, 4096, 1024), [alone("report.pdf", Some("7"))]);
+        let live = steps(&outbound("the chart"), 4096, 1024);
+        let [Step::Edit(message, edited), file] = &live[..] else {
+            panic!("{live:?}")
+        };
+        assert_eq!((message.0.as_str(), edited.file.as_ref()), ("9", None));
+        assert_eq!(*file, alone("report.pdf", None));
+        // No file, nothing to say: nothing is sent.
+        let nothing = Outbound { file: None, ..bare };
+        assert!(steps(&nothing, 4096, 1024).is_empty());
     }
 
     #[test]
     fn only_the_first_part_replies_and_edits_and_the_parts_are_the_same_every_time() {
         let text = ["a ".repeat(40), "b ".repeat(40), "c ".repeat(40)].join("\n\n");
         let out = outbound(&text);
-        let split = parts(&out, 100);
+        let split = steps(&out, 100, 100);
         assert_eq!(texts(&split).len(), 4, "three messages and the file");
         let replies: Vec<_> = split
             .iter()
             .map(|p| match p {
-                Part::Message(m) => (m.reply_to.as_deref(), m.edit.as_deref()),
-                Part::WholeText => panic!("{split:?}"),
+                Step::Edit(id, m) => (m.reply_to.clone(), Some(id.clone())),
+                Step::Send(m) => (m.reply_to.clone(), None),
+                Step::WholeText => panic!("{split:?}"),
             })
             .collect();
-        assert_eq!(replies[0], (Some("7"), Some("9")));
+        let (seven, nine) = (MessageId("7".into()), MessageId("9".into()));
+        assert_eq!(replies[0], (Some(seven), Some(nine)));
         assert!(
             replies[1..].iter().all(|r| *r == (None, None)),
             "{replies:?}"
         );
         // Part k is the same message after a restart.
-        assert_eq!(parts(&out, 100), split);
+        assert_eq!(steps(&out, 100, 100), split);
     }
 
     #[test]

@@ -10,9 +10,8 @@
 //! limited: the server asks to wait N s", the rule of [`crate::time`]). A stream that has
 //! already delivered text is never retried (the caller has shown that text).
 //!
-//! [`http_client`] builds the HTTP client of every call to a model provider (transcription
-//! too): connect timeout, bounded keep-alive pool, and no proxy for a server on this machine or
-//! the local network.
+//! [`http_client`] builds the HTTP client of every call to a model provider: connect timeout,
+//! bounded keep-alive pool, and no proxy for a server on this machine or the local network.
 
 use std::time::{Duration, Instant};
 
@@ -426,7 +425,7 @@ impl LlmClient {
     }
 }
 
-/// The HTTP client for a model provider at `base` (and its transcription endpoint), and how it
+/// The HTTP client for a model provider at `base`, and how it
 /// reaches it: a user agent, [`CONNECT_TIMEOUT`], a bounded keep-alive pool, and the
 /// environment's proxy rules — except for a server on this machine or the local network, which
 /// is reached directly (a proxy from the environment must not capture calls to it).

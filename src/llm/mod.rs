@@ -24,7 +24,6 @@ pub mod message;
 pub(crate) mod openai;
 pub(crate) mod response;
 pub(crate) mod sse;
-pub(crate) mod transcribe;
 pub(crate) mod usage;
 
 use std::fmt;

@@ -15,12 +15,13 @@
 //! chat's folder.
 
 pub(crate) mod image;
+mod transcribe;
 
 use std::path::{Path, PathBuf};
 
 use crate::channels::{Attachment, Channel, Inbound, SessionId};
 use crate::config::{MediaSettings, ModelConfig};
-use crate::llm::transcribe::Transcriber;
+use transcribe::Transcriber;
 
 /// What media reads of the settings, converted once for the process.
 pub(crate) struct MediaConfig {

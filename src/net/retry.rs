@@ -1,5 +1,5 @@
-//! One retry policy for every HTTP client (the model, Telegram, Discord): which failures are
-//! tried again, how long to wait before the next attempt, and when to give up.
+//! One retry policy for every HTTP client (the model, Telegram, Discord, transcription): which
+//! failures are tried again, how long to wait before the next attempt, and when to give up.
 //!
 //! * The caller classifies each failed attempt as a [`Failure`]: [`Failure::After`] when the
 //!   server asked for a wait (a 429's `retry_after`, already checked by
@@ -13,8 +13,8 @@
 //!   `budget` or more after the first one; the last error is then returned as it is.
 //!
 //! Each client keeps its own policy as configuration ([`SENDS`] for the chat platforms' sends,
-//! the model client's `max_retries`); [`retry`] is the only loop. Waits run on tokio's clock, so
-//! tests pause it.
+//! [`TRANSCRIPTION`], the model client's `max_retries`); [`retry`] is the only loop. Waits run
+//! on tokio's clock, so tests pause it.
 
 use std::time::Duration;
 
@@ -42,6 +42,10 @@ pub const SENDS: RetryPolicy = RetryPolicy::budget(
     Duration::from_secs(1),
     Duration::from_secs(15),
 );
+
+/// Speech transcription, which a turn waits for: three attempts, waiting 1 s, then about 2 s.
+pub const TRANSCRIPTION: RetryPolicy =
+    RetryPolicy::attempts(3, Duration::from_secs(1), Duration::from_secs(15));
 
 impl RetryPolicy {
     /// One attempt, never retried.

@@ -13,7 +13,7 @@ async fn a_long_answer_is_split_and_the_first_part_replies() {
     assert_eq!(text.chars().count(), 4501);
     let out = outbound(CHANNEL, &text, Some("1001"));
     // Posting runs in the background here, as it does when a session delivers an answer.
-    let send = tokio::spawn(async move { discord.send(&out).await });
+    let send = tokio::spawn(async move { support::send(&discord, &out).await });
     let posts = fake.wait_for_posts(3, WAIT).await;
     bounded(send).await.unwrap().unwrap();
     assert_eq!(fake.posted_messages().len(), 3);
@@ -45,7 +45,7 @@ async fn a_code_block_split_across_parts_stays_balanced() {
     let text = format!("Here it is:\n\n```rust\n{code}```\n\nDone.");
     assert!(text.chars().count() > 4000);
     let out = outbound(CHANNEL, &text, None);
-    bounded(discord.send(&out)).await.unwrap();
+    bounded(support::send(&discord, &out)).await.unwrap();
     let posts = fake.posted_messages();
     assert!(posts.len() >= 3, "{}", posts.len());
     for post in &posts {
@@ -69,7 +69,7 @@ async fn a_429_is_retried_after_retry_after() {
     fake.fail_next_post(429, limited.clone(), &[("retry-after", "0.5")]);
     fake.fail_next_post(429, limited, &[]); // body only
     let out = outbound(CHANNEL, "hello", None);
-    bounded(discord.send(&out)).await.unwrap();
+    bounded(support::send(&discord, &out)).await.unwrap();
     let attempts = fake.requests_to("POST", "/api/v10/channels/555/messages");
     assert_eq!(
         attempts.iter().map(|r| r.status).collect::<Vec<_>>(),
@@ -96,7 +96,10 @@ async fn a_429_asking_for_a_huge_wait_fails_at_once() {
         let headers: Vec<(&str, &str)> = header.map(|h| ("retry-after", h)).into_iter().collect();
         fake.fail_next_post(429, limited, &headers);
         let started = std::time::Instant::now();
-        let err = format!("{:#}", bounded(discord.send(&out)).await.unwrap_err());
+        let err = format!(
+            "{:#}",
+            bounded(support::send(&discord, &out)).await.unwrap_err()
+        );
         assert!(started.elapsed() < Duration::from_secs(5), "not waited for");
         let asked = header.unwrap_or("1e19");
         assert!(
@@ -113,7 +116,7 @@ async fn a_429_asking_for_a_huge_wait_fails_at_once() {
     );
     assert!(fake.posted_messages().is_empty());
     // The adapter still works afterwards.
-    bounded(discord.send(&out)).await.unwrap();
+    bounded(support::send(&discord, &out)).await.unwrap();
     assert_eq!(fake.posted_messages().len(), 1);
 }
 
@@ -123,7 +126,7 @@ async fn a_5xx_is_retried_and_the_message_delivered_once() {
     let fake = fake_discord::start().await;
     let discord = sender(&fake);
     fake.fail_next_post(502, json!({"message": "Bad Gateway"}), &[]);
-    bounded(discord.send(&outbound(CHANNEL, "hello", None)))
+    bounded(support::send(&discord, &outbound(CHANNEL, "hello", None)))
         .await
         .unwrap();
     let attempts = fake.requests_to("POST", "/api/v10/channels/555/messages");
@@ -150,7 +153,7 @@ async fn a_persistent_5xx_fails_after_the_budget_and_a_4xx_at_once() {
         fake.fail_next_post(503, json!({"message": "Service Unavailable"}), &[]);
     }
     let started = Instant::now();
-    let err = bounded(discord.send(&outbound(CHANNEL, "hello", None)))
+    let err = bounded(support::send(&discord, &outbound(CHANNEL, "hello", None)))
         .await
         .unwrap_err();
     assert!(
@@ -173,7 +176,7 @@ async fn a_persistent_5xx_fails_after_the_budget_and_a_4xx_at_once() {
         json!({"message": "Unknown Channel", "code": 10003}),
         &[],
     );
-    let err = bounded(discord.send(&outbound(CHANNEL, "hello", None)))
+    let err = bounded(support::send(&discord, &outbound(CHANNEL, "hello", None)))
         .await
         .unwrap_err();
     assert!(format!("{err:#}").contains("Unknown Channel"), "{err:#}");
@@ -191,7 +194,10 @@ async fn send_errors_name_the_channel_and_never_the_token() {
         &[],
     );
     let out = outbound(CHANNEL, "hello", None);
-    let err = format!("{:#}", bounded(discord.send(&out)).await.unwrap_err());
+    let err = format!(
+        "{:#}",
+        bounded(support::send(&discord, &out)).await.unwrap_err()
+    );
     assert!(
         err.contains(CHANNEL) && err.contains("Missing Access"),
         "{err}"
@@ -199,6 +205,9 @@ async fn send_errors_name_the_channel_and_never_the_token() {
     assert!(!err.contains(TOKEN), "{err}");
 
     let bad = outbound("general", "hello", None);
-    let err = format!("{:#}", bounded(discord.send(&bad)).await.unwrap_err());
+    let err = format!(
+        "{:#}",
+        bounded(support::send(&discord, &bad)).await.unwrap_err()
+    );
     assert!(err.contains("general"), "{err}");
 }

@@ -14,7 +14,7 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use async_trait::async_trait;
 use bub::access::{Access, Chat, ChatKind, Decision, Gate, User};
-use bub::channels::{Channel, ChatInfo, Inbound, InboundSink, Outbound, Sender};
+use bub::channels::{Channel, ChatInfo, Inbound, InboundSink, MessageId, Part, Sender};
 use bub::config::Settings;
 use bub::delivery::Platform;
 use tokio::sync::{Notify, mpsc};
@@ -233,9 +233,9 @@ impl Channel for FakeChat {
         }
     }
 
-    async fn send(&self, out: &Outbound) -> anyhow::Result<()> {
-        self.server.record(&out.chat_id, &out.text);
-        Ok(())
+    async fn send_part(&self, part: &Part) -> anyhow::Result<Option<MessageId>> {
+        self.server.record(&part.chat.0, &part.text);
+        Ok(None)
     }
 
     fn message_limit(&self) -> usize {

@@ -60,6 +60,15 @@ pub fn outbound(chat_id: &str, text: &str, reply_to: Option<&str>) -> bub::chann
     }
 }
 
+/// Sends `out` through `channel` the way every send goes (`bub::delivery::send`: the parts
+/// decided once, each sent by the adapter); a long text's file is written under the temp dir.
+pub async fn send(
+    channel: &dyn bub::channels::Channel,
+    out: &bub::channels::Outbound,
+) -> anyhow::Result<()> {
+    bub::delivery::send(channel, &std::env::temp_dir(), out).await
+}
+
 /// The value of header `name` (case-insensitive) among recorded `(name, value)` pairs.
 pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
     headers

@@ -14,10 +14,10 @@
 //!   inbox it reads one page of the messages after the last one journaled and runs them,
 //!   oldest first, through the same pipeline; the inbox drops any that also came over the
 //!   gateway. The catch-up runs in the pipeline task, in order with the gateway's messages.
-//! * [`Discord::send`] splits the answer at 2000 characters (`text::split`, fences kept
-//!   balanced) and posts the parts; the first replies to the triggering message
-//!   (`fail_if_not_exists: false`, no ping of the replied-to user, no `@everyone`/role pings).
-//!   The reply target travels in `Outbound::reply_to`, so no per-chat state is kept here.
+//! * [`Channel::send_part`] posts one message as delivery made it (at most 2000 characters,
+//!   with its file as an attachment), replying when the part says so (`fail_if_not_exists:
+//!   false`, no ping of the replied-to user, no `@everyone`/role pings). The reply target
+//!   travels in the part, so no per-chat state is kept here.
 //!
 //! Endpoints: REST goes to `BUB_DISCORD_API_BASE` (default `https://discord.com`) and the
 //! gateway URL comes from `GET <base>/api/v10/gateway`. serenity honours a non-default base
@@ -64,9 +64,11 @@ use inbound::{BotUser, Event, Pipeline};
 use lookup::Lookups;
 use rest::{Rest, RestError};
 
-use super::{Attachment, Channel, InboundSink, Outbound, text};
+use super::{Attachment, Channel, ChatId, InboundSink, MessageId, Part};
 use crate::access::{Access, Gate};
+use crate::channels::invalid;
 use crate::config::{ConfigError, DEFAULT_DISCORD_API_BASE, Settings};
+use crate::net::client::{self, ClientSpec};
 use crate::net::retry::RetryPolicy;
 
 /// Discord's message size limit, in characters.
@@ -75,8 +77,6 @@ pub(crate) const MESSAGE_LIMIT: usize = 2000;
 const QUEUE: usize = 256;
 /// How long shutdown waits for serenity to close the gateway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
-/// Per-request timeout of the REST client.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The intents the adapter asks for: guild messages, DMs and message content (37376).
 pub(crate) fn intents() -> GatewayIntents {
@@ -105,49 +105,26 @@ impl Discord {
     /// Nothing is contacted yet. An empty token or an unusable proxy URL is an error.
     pub fn new(settings: &Settings, access: Arc<Access>) -> anyhow::Result<Self> {
         let d = &settings.channels["discord"];
-        let token = d
-            .token
-            .as_ref()
-            .map_or("", |t| t.expose())
-            .trim()
-            .to_owned();
-        if token.is_empty() {
-            return Err(
-                ConfigError::new("BUB_DISCORD_TOKEN", "no Discord bot token is set").into(),
-            );
-        }
+        let token = d.token.as_ref().map(|t| t.expose());
+        let token = client::token("BUB_DISCORD_TOKEN", token, "Discord").map_err(invalid)?;
         let base = d.api_base.trim().trim_end_matches('/');
         let api_base =
             (!base.is_empty() && base != DEFAULT_DISCORD_API_BASE).then(|| base.to_owned());
-        let mut builder = reqwest::Client::builder()
-            .use_rustls_tls()
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(REQUEST_TIMEOUT)
-            .pool_max_idle_per_host(crate::HTTP_IDLE_CONNECTIONS)
-            .pool_idle_timeout(crate::HTTP_IDLE_TIMEOUT);
         let proxy = d.proxy.as_deref().map(str::trim).filter(|p| !p.is_empty());
-        builder = match proxy {
-            Some(proxy) => builder.proxy(
-                reqwest::Proxy::all(proxy)
-                    .map_err(|_| anyhow!("BUB_DISCORD_PROXY is not a usable proxy URL"))?,
-            ),
-            None => builder.no_proxy(),
-        };
-        let client = builder
-            .build()
-            .map_err(|e| anyhow!("discord: cannot build the HTTP client: {e}"))?;
+        let rest = ClientSpec {
+            base: api_base.as_deref().unwrap_or(DEFAULT_DISCORD_API_BASE),
+            base_var: "BUB_DISCORD_API_BASE",
+            proxy: Some(("BUB_DISCORD_PROXY", proxy)),
+            connect_timeout: Duration::from_secs(10),
+            timeout: Some(Duration::from_secs(30)),
+            retry: crate::net::retry::SENDS.within(d.send_retry_budget),
+        }
+        .build()
+        .map_err(invalid)?;
+        let client = rest.http.clone();
         let http = build_http(&token, &client, api_base.as_deref());
         Ok(Self {
-            rest: Arc::new(Rest::new(
-                Arc::new(http),
-                client.clone(),
-                reqwest::Url::parse(api_base.as_deref().unwrap_or(DEFAULT_DISCORD_API_BASE))
-                    .map_err(|e| {
-                        ConfigError::new("BUB_DISCORD_API_BASE", format!("not a valid URL: {e}"))
-                    })?,
-                crate::net::Route::configured(proxy),
-                crate::net::retry::SENDS.within(d.send_retry_budget),
-            )),
+            rest: Arc::new(Rest::new(Arc::new(http), rest)),
             database: settings.database()?,
             token,
             api_base,
@@ -159,12 +136,6 @@ impl Discord {
                 keyword: settings.mention_keyword.clone(),
             },
         })
-    }
-
-    /// A serenity `Http` for this configuration (one for REST, one per gateway client: the
-    /// client builder takes it by value).
-    fn http(&self) -> Http {
-        build_http(&self.token, &self.client, self.api_base.as_deref())
     }
 
     /// `GET /users/@me`: a rejected token fails here with a clear error, before the gateway
@@ -336,7 +307,8 @@ impl Channel for Discord {
         };
         let connect = async {
             self.check_token().await?;
-            ClientBuilder::new_with_http(self.http(), intents())
+            let http = build_http(&self.token, &self.client, self.api_base.as_deref());
+            ClientBuilder::new_with_http(http, intents())
                 .event_handler(handler)
                 .into_future()
                 .await
@@ -382,52 +354,42 @@ impl Channel for Discord {
         MESSAGE_LIMIT
     }
 
-    async fn send(&self, out: &Outbound) -> anyhow::Result<()> {
-        let channel = channel_id(&out.chat_id)?;
-        let reply_to = out.reply_to.as_deref().and_then(snowflake);
-        let mut parts = text::split(&out.text, MESSAGE_LIMIT);
-        let file = match &out.file {
-            Some(path) => Some(media::attachment(path).await?),
-            None => None,
+    async fn send_part(&self, part: &Part) -> anyhow::Result<Option<MessageId>> {
+        let channel = channel_id(&part.chat.0)?;
+        let reply_to = part.reply_to.as_ref().and_then(|id| snowflake(&id.0));
+        let mut body = message_body(&part.text, channel, reply_to);
+        let route = Route::ChannelMessages {
+            channel_id: channel,
         };
-        // A live answer's message gets the first part (a new one if it cannot be edited).
-        let mut reply_to = reply_to;
-        if let (Some(id), Some(first)) = (out.edit.as_deref(), parts.first()) {
-            match self.edit(&out.chat_id, id, first).await {
-                Ok(()) => {
-                    parts.remove(0);
-                    reply_to = None;
-                }
-                Err(e) => tracing::warn!(chat_id = %out.chat_id, error = %format!("{e:#}"),
-                    "discord.edit.failed: sent anew"),
+        let sent = match &part.file {
+            Some(path) => {
+                let file = media::attachment(path).await?;
+                body["attachments"] = json!([{"id": 0, "filename": file.filename}]);
+                self.rest.post_with_file(route, &body, &file).await
             }
-        }
-        if parts.is_empty() && file.is_some() {
-            parts.push(String::new());
-        }
-        let total = parts.len();
-        for (i, part) in parts.iter().enumerate() {
-            let mut body = message_body(part, channel, if i == 0 { reply_to } else { None });
-            let route = Route::ChannelMessages {
-                channel_id: channel,
-            };
-            // The file goes with the last part.
-            let sent = match file.as_ref().filter(|_| i + 1 == total) {
-                Some(file) => {
-                    body["attachments"] = json!([{"id": 0, "filename": file.filename}]);
-                    self.rest.post_with_file(route, &body, file).await
-                }
-                None => self.rest.post(route, &body).await,
-            };
-            sent.with_context(|| {
-                format!(
-                    "discord: sending part {}/{total} to channel {} failed",
-                    i + 1,
-                    out.chat_id
-                )
-            })?;
-        }
-        Ok(())
+            None => self.rest.post(route, &body).await,
+        };
+        let sent =
+            sent.with_context(|| format!("discord: sending to channel {} failed", part.chat.0))?;
+        let sent: Value = serde_json::from_slice(&sent).unwrap_or_default();
+        Ok(sent["id"].as_str().map(|id| MessageId(id.to_owned())))
+    }
+
+    fn can_edit(&self) -> bool {
+        true
+    }
+
+    async fn edit(&self, chat: &ChatId, message: &MessageId, text: &str) -> anyhow::Result<()> {
+        let route = Route::ChannelMessage {
+            channel_id: channel_id(&chat.0)?,
+            message_id: snowflake(&message.0)
+                .map(serenity::model::id::MessageId::new)
+                .ok_or_else(|| anyhow!("discord: {message:?} is not a message id"))?,
+        };
+        self.rest
+            .patch(route, &json!({"content": text}))
+            .await
+            .map(drop)
     }
 
     async fn check_recipient(&self, chat_id: &str) -> anyhow::Result<()> {
@@ -446,34 +408,6 @@ impl Channel for Discord {
                 "refused: discord channel {chat_id} is not in BUB_DISCORD_ALLOW_CHANNELS"
             ))
         }
-    }
-
-    async fn post(
-        &self,
-        chat_id: &str,
-        text: &str,
-        reply_to: Option<&str>,
-    ) -> anyhow::Result<Option<String>> {
-        let channel = channel_id(chat_id)?;
-        let text = text::cut(text, MESSAGE_LIMIT);
-        let body = message_body(&text, channel, reply_to.and_then(snowflake));
-        let route = Route::ChannelMessages {
-            channel_id: channel,
-        };
-        let sent = self.rest.post(route, &body).await?;
-        let sent: serde_json::Value = serde_json::from_slice(&sent)?;
-        Ok(sent["id"].as_str().map(str::to_owned))
-    }
-
-    async fn edit(&self, chat_id: &str, message_id: &str, text: &str) -> anyhow::Result<()> {
-        let route = Route::ChannelMessage {
-            channel_id: channel_id(chat_id)?,
-            message_id: snowflake(message_id)
-                .map(serenity::model::id::MessageId::new)
-                .ok_or_else(|| anyhow!("discord: {message_id:?} is not a message id"))?,
-        };
-        let body = json!({"content": text::cut(text, MESSAGE_LIMIT)});
-        self.rest.patch(route, &body).await.map(drop)
     }
 
     async fn download(
@@ -502,14 +436,14 @@ impl Channel for Discord {
             .ok_or_else(|| anyhow!("discord: the DM channel with user {user_id} has no id"))
     }
 
-    async fn typing(&self, chat_id: &str) -> anyhow::Result<()> {
+    async fn typing(&self, chat: &ChatId) -> anyhow::Result<()> {
         let route = Route::ChannelTyping {
-            channel_id: channel_id(chat_id)?,
+            channel_id: channel_id(&chat.0)?,
         };
         self.rest
             .call(LightMethod::Post, route, None, &RetryPolicy::ONCE)
             .await
-            .with_context(|| format!("discord: typing in channel {chat_id} failed"))?;
+            .with_context(|| format!("discord: typing in channel {} failed", chat.0))?;
         Ok(())
     }
 }

@@ -42,32 +42,16 @@ pub(crate) struct RestError {
 }
 
 /// The REST side of the adapter: serenity's `Http` (token, proxy override, rate limiter) plus
-/// the reqwest client it was built with.
+/// the shared builder's client it was built with ([`crate::net::client`]: its base and route
+/// for connection errors, and how posts and edits are retried, [`crate::net::retry::SENDS`]).
 pub(crate) struct Rest {
     pub http: std::sync::Arc<Http>,
-    client: reqwest::Client,
-    /// The API's base and how `client` reaches it, for connection errors.
-    api: reqwest::Url,
-    route: crate::net::Route,
-    /// How posts and edits are retried ([`crate::net::retry::SENDS`]).
-    sends: RetryPolicy,
+    client: crate::net::client::Client,
 }
 
 impl Rest {
-    pub(crate) fn new(
-        http: std::sync::Arc<Http>,
-        client: reqwest::Client,
-        api: reqwest::Url,
-        route: crate::net::Route,
-        sends: RetryPolicy,
-    ) -> Self {
-        Self {
-            http,
-            client,
-            api,
-            route,
-            sends,
-        }
+    pub(crate) fn new(http: std::sync::Arc<Http>, client: crate::net::client::Client) -> Self {
+        Self { http, client }
     }
 
     /// Sends `body` (JSON) with `method` to `route`, retried by `policy`. Returns the response
@@ -161,13 +145,13 @@ impl Rest {
 
     /// `POST`, retried like a send ([`crate::net::retry::SENDS`]).
     pub(crate) async fn post(&self, route: Route<'_>, body: &Value) -> anyhow::Result<Vec<u8>> {
-        self.call(LightMethod::Post, route, Some(body), &self.sends)
+        self.call(LightMethod::Post, route, Some(body), &self.client.retry)
             .await
     }
 
     /// `PATCH` (an edit), retried like a send.
     pub(crate) async fn patch(&self, route: Route<'_>, body: &Value) -> anyhow::Result<Vec<u8>> {
-        self.call(LightMethod::Patch, route, Some(body), &self.sends)
+        self.call(LightMethod::Patch, route, Some(body), &self.client.retry)
             .await
     }
 
@@ -179,7 +163,8 @@ impl Rest {
         file: &CreateAttachment,
     ) -> anyhow::Result<Vec<u8>> {
         let post = LightMethod::Post;
-        self.call_with_query(post, route, &[], Some(body), Some(file), &self.sends)
+        let sends = &self.client.retry;
+        self.call_with_query(post, route, &[], Some(body), Some(file), sends)
             .await
     }
 
@@ -211,7 +196,7 @@ impl Rest {
     /// could not be built is [`Failure::Final`].
     async fn execute(&self, req: Request<'_>) -> Result<reqwest::Response, Failure<anyhow::Error>> {
         let failed = |e: reqwest::Error| {
-            let text = crate::net::unreachable(&e, &self.api, &self.route);
+            let text = crate::net::unreachable(&e, &self.client.base, &self.client.route);
             match (e.is_builder(), text) {
                 (true, _) => Failure::Final(e.into()),
                 (false, Some(text)) => Failure::Transient(anyhow!(text)),
@@ -224,11 +209,12 @@ impl Rest {
                 e => Failure::Final(redacted(e)),
             }),
             None => {
+                let client = &self.client.http;
                 let builder = req
-                    .build(&self.client, self.http.token(), self.http.proxy.as_deref())
+                    .build(client, self.http.token(), self.http.proxy.as_deref())
                     .map_err(|e| Failure::Final(redacted(e)))?;
                 let request = builder.build().map_err(|e| Failure::Final(e.into()))?;
-                self.client.execute(request).await.map_err(failed)
+                client.execute(request).await.map_err(failed)
             }
         }
     }

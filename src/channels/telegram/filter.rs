@@ -65,7 +65,7 @@ pub(crate) fn parse_command<'a>(text: &'a str, bot_username: &str) -> Command<'a
         "start" => Command::Start,
         "bub" if !rest.trim().is_empty() => Command::Bub(rest),
         "model" => Command::Model(rest.trim()),
-        name => Control::parse(&format!(",{name}")).map_or(Command::Ignored, Command::Control),
+        name => Control::named(name).map_or(Command::Ignored, Command::Control),
     }
 }
 

@@ -78,20 +78,21 @@ impl Telegram {
             .map(|chunk| chunk.map_err(reqwest::Error::without_url));
         copy_capped(body, to, max_bytes)
             .await
-            .map_err(|e| anyhow!("{}", self.redact(&format!("{e:#}"))))
+            .map_err(|e| anyhow!("{}", super::redact(&format!("{e:#}"), &self.token)))
     }
 }
 
 impl Telegram {
     /// Sends the file at `path` to `to` with `caption` (Markdown; at most [`CAPTION_LIMIT`]
-    /// characters — the caller sends a longer text first), as a reply to `reply_to`.
+    /// characters — delivery sends a longer text first), as a reply to `reply_to`. Returns the
+    /// sent message's id.
     pub(super) async fn send_file(
         &self,
         to: &Recipient,
         path: &Path,
         caption: &str,
         reply_to: Option<MessageId>,
-    ) -> Result<(), String> {
+    ) -> Result<Option<crate::chat::MessageId>, String> {
         let size = tokio::fs::metadata(path)
             .await
             .map_err(|e| format!("{}: {e}", path.display()))?
@@ -136,7 +137,6 @@ impl Telegram {
             }
         })
         .await
-        .map(drop)
     }
 }
 

@@ -183,10 +183,15 @@ fn size(file: &FileMeta) -> Option<u64> {
     (file.size != u32::MAX).then_some(u64::from(file.size))
 }
 
-/// The message `msg` of a sender with `role`, whose content (after stripping a `/bub`
-/// command, or a control's `,stop`) is `content`: a comma command or a control when it is one
-/// ([`Content::of`]). Not addressed yet; answered with a reply in groups.
-pub(crate) fn inbound(msg: &Message, described: Described, content: &str, role: Role) -> Inbound {
+/// The message `msg` of a sender with `role`, saying `content` (the adapter typed it: a slash
+/// command as its control or comma command, other text by [`Content::of`]). Not addressed yet;
+/// answered with a reply in groups.
+pub(crate) fn inbound(
+    msg: &Message,
+    described: Described,
+    content: Content,
+    role: Role,
+) -> Inbound {
     let from = msg.from.as_ref();
     let sender = Sender {
         id: from.map(|u| u.id.0.to_string()).unwrap_or_default(),
@@ -199,7 +204,7 @@ pub(crate) fn inbound(msg: &Message, described: Described, content: &str, role: 
     platform.insert("date".into(), json!(msg.date.timestamp()));
     let private = msg.chat.is_private();
     Inbound {
-        content: Content::of(content),
+        content,
         attachments: described.attachment.into_iter().collect(),
         reply_to: msg.reply_to_message().map(quoted),
         chat: match private {
@@ -251,8 +256,8 @@ mod tests {
     fn inbound_of(extra: Value) -> Inbound {
         let m = msg(extra);
         let d = describe(&m);
-        let content = d.content.clone();
-        inbound(&m, d, &content, Role::Owner)
+        let content = Content::of(&d.content);
+        inbound(&m, d, content, Role::Owner)
     }
 
     fn file_of(extra: Value) -> Attachment {
@@ -303,12 +308,8 @@ mod tests {
     fn a_comma_command_is_a_command_and_a_control_a_control() {
         let m = msg(json!({"text": "  ,tape.info"}));
         let d = describe(&m);
-        let got = inbound(&m, d.clone(), &d.content, Role::Owner);
+        let got = inbound(&m, d.clone(), Content::of(&d.content), Role::Owner);
         assert_eq!(got.content, Content::Command(",tape.info".into()));
-        assert_eq!(
-            inbound(&m, d, ",stop", Role::Owner).content,
-            Content::Control(crate::channels::Control::Stop)
-        );
     }
 
     #[test]
@@ -514,10 +515,10 @@ mod tests {
     fn bub_command_content_replaces_text() {
         let m = msg(json!({"text": "/bub what time is it"}));
         let d = describe(&m);
-        let got = inbound(&m, d.clone(), "what time is it", Role::Owner);
+        let got = inbound(&m, d.clone(), Content::of("what time is it"), Role::Owner);
         assert_eq!(got.content, Content::Text("what time is it".into()));
         assert_eq!(
-            inbound(&m, d, ",help", Role::Owner).content,
+            inbound(&m, d, Content::of(",help"), Role::Owner).content,
             Content::Command(",help".into())
         );
     }

@@ -1,9 +1,10 @@
 //! Telegram adapter: `getUpdates` long polling in (a loop of its own over teloxide's [`Bot`]),
 //! or updates posted to a webhook ([`webhook`], `BUB_TELEGRAM_WEBHOOK_URL`); `sendMessage` out.
 //!
-//! * [`Telegram::new`] builds the teloxide [`Bot`] against `BUB_TELEGRAM_API_BASE` with its own
-//!   reqwest client: the explicit `BUB_TELEGRAM_PROXY` if set, otherwise **no** proxy (ambient
-//!   `HTTPS_PROXY` is ignored by design) — `client`, which `bub init`'s [`check_token`] uses too.
+//! * [`Telegram::new`] builds the teloxide [`Bot`] against `BUB_TELEGRAM_API_BASE` on the shared
+//!   builder's client ([`crate::net::client`]): the explicit `BUB_TELEGRAM_PROXY` if set,
+//!   otherwise **no** proxy (ambient `HTTPS_PROXY` is ignored by design) — `client`, which
+//!   `bub init`'s [`check_token`] uses too.
 //! * [`Channel::run`] checks the token with `getMe` (a rejected token is a configuration error:
 //!   exit 2), then long-polls `message` updates until the
 //!   shutdown token fires. Each message goes to the admission gate ([`crate::access::Gate`]: the
@@ -12,8 +13,9 @@
 //!   [`message`] (content, file, reply) and becomes an [`super::Inbound`]. Updates that arrived
 //!   while Bub was down are delivered after a restart unless
 //!   `BUB_TELEGRAM_DROP_PENDING_UPDATES` is set.
-//! * [`Channel::send`] splits answers at 4096 characters, renders them as Telegram HTML, falls
-//!   back to plain text when Telegram rejects the entities, and retries by the shared policy
+//! * [`Channel::send_part`] sends one message as delivery made it (at most 4096 characters, or
+//!   a file with a caption of at most 1024), rendered as Telegram HTML, falls back to plain
+//!   text when Telegram rejects the entities, and retries by the shared policy
 //!   ([`crate::net::retry::SENDS`]): `retry_after` honoured up to 60 s (a longer one fails the
 //!   send at once: "rate limited: the server asks to wait N s", the rule of [`crate::time`]),
 //!   network errors and 5xx answers retried with backoff, all for up to 2 minutes.
@@ -23,7 +25,6 @@
 
 mod client;
 pub(crate) mod filter;
-mod live;
 mod media;
 pub(crate) mod message;
 mod webhook;
@@ -46,10 +47,11 @@ use tokio_util::sync::CancellationToken;
 use self::client::{Client, describe};
 pub use self::client::{TokenCheck, check_token};
 use self::filter::{BotIdentity, Command};
-use super::{Attachment, Channel, InboundSink, Outbound, exclusive, text};
+use super::{Attachment, Channel, Content, InboundSink, Part, exclusive, text};
 use crate::access::{Access, Chat, ChatKind, Decision, Dropped, Gate, User};
+use crate::chat;
 use crate::config::{ConfigError, Settings};
-use crate::net::retry::{Failure, RetryPolicy, SENDS, retry};
+use crate::net::retry::{Failure, retry};
 use crate::time::server_wait;
 
 /// Telegram's message size limit (characters after entity parsing).
@@ -73,13 +75,11 @@ pub struct Telegram {
     gate: Gate,
     keyword: String,
     drop_pending_updates: bool,
-    /// How sends are retried ([`SENDS`], within the channel's `send_retry_budget`).
-    sends: RetryPolicy,
     /// `BUB_MEDIA_MAX_BYTES`: the photo size described is the largest within it.
     media_max_bytes: u64,
-    /// The Bot API's base and how the client reaches it, for connection errors.
-    api: reqwest::Url,
-    route: crate::net::Route,
+    /// The Bot API's client: its base and route (for connection errors) and how sends are
+    /// retried ([`crate::net::retry::SENDS`], within the channel's `send_retry_budget`).
+    http: crate::net::client::Client,
     /// `BUB_TELEGRAM_WEBHOOK_URL`: updates are posted (else polled).
     webhook: Option<webhook::Webhook>,
     /// With replicas, the database whose lock lets one of them poll.
@@ -92,22 +92,15 @@ impl Telegram {
     /// is a [`ConfigError`].
     pub fn new(settings: &Settings, access: Arc<Access>) -> anyhow::Result<Self> {
         let tg = &settings.channels["telegram"];
-        let Client {
-            bot,
-            token,
-            api: url,
-            route,
-        } = Client::new(tg)?;
+        let Client { bot, token, http } = Client::new(tg)?;
         Ok(Self {
             bot,
             token,
             gate: Gate::new(access),
             keyword: settings.mention_keyword.clone(),
             drop_pending_updates: tg.drop_pending_updates,
-            sends: SENDS.within(tg.send_retry_budget),
             media_max_bytes: settings.media.max_bytes,
-            api: url,
-            route,
+            http,
             webhook: tg
                 .webhook_url
                 .clone()
@@ -117,15 +110,10 @@ impl Telegram {
         })
     }
 
-    /// `text` with the bot token replaced by `***`.
-    fn redact(&self, text: &str) -> String {
-        redact(text, &self.token)
-    }
-
     /// `err` as text: a failed connection names the host and the proxy ([`crate::net`]),
     /// anything else is teloxide's text with the token redacted.
     fn describe(&self, err: &RequestError) -> String {
-        describe(err, &self.token, &self.api, &self.route)
+        describe(err, &self.token, &self.http)
     }
 
     /// The error that stops the channel at start (`getMe`) or while polling: a rejected token
@@ -135,7 +123,7 @@ impl Telegram {
     fn startup_error(&self, err: &RequestError) -> anyhow::Error {
         match err {
             RequestError::Api(ApiError::InvalidToken) => {
-                let api = self.api.as_str().trim_end_matches('/');
+                let api = self.http.base.as_str().trim_end_matches('/');
                 let at = match api == crate::config::DEFAULT_TELEGRAM_API_BASE {
                     true => String::new(),
                     false => format!(" at BUB_TELEGRAM_API_BASE={api}"),
@@ -150,46 +138,18 @@ impl Telegram {
         }
     }
 
-    /// Sends one chunk: HTML first, plain text if the entities are rejected, waiting out 429s
-    /// (up to [`crate::time::MAX_SERVER_WAIT`]; a longer `retry_after` fails the send at once).
-    /// Returns the sent message's id; the error is the reason, token redacted.
-    async fn send_chunk(
-        &self,
-        to: &Recipient,
-        chunk: &str,
-        reply_to: Option<MessageId>,
-    ) -> Result<Option<String>, String> {
-        let html = text::telegram_html(chunk);
-        self.send_retrying(to, !html.trim().is_empty(), |formatted| {
-            let mut request = if formatted {
-                self.bot
-                    .send_message(to.clone(), html.as_str())
-                    .parse_mode(ParseMode::Html)
-            } else {
-                self.bot.send_message(to.clone(), chunk)
-            };
-            if let Some(id) = reply_to {
-                request = request
-                    .reply_parameters(ReplyParameters::new(id).allow_sending_without_reply());
-            }
-            request.send()
-        })
-        .await
-        .map(|sent| sent.map(|m| m.id.0.to_string()))
-    }
-
     /// Sends the request `build(formatted)` makes — HTML when `formatted`, plain text after
     /// Telegram rejected the entities — retrying by [`SENDS`]: 429s waited out (up to
     /// [`crate::time::MAX_SERVER_WAIT`]; a longer `retry_after` fails at once), network errors
-    /// and 5xx answers retried with backoff, for up to 2 minutes. Returns the message Telegram
-    /// answered with; `None` when an edit changed nothing ("message is not modified"). The
-    /// error is the reason, token redacted.
+    /// and 5xx answers retried with backoff, for up to 2 minutes. Returns the id of the message
+    /// Telegram answered with; `None` when an edit changed nothing ("message is not
+    /// modified"). The error is the reason, token redacted.
     async fn send_retrying<F, Fut>(
         &self,
         to: &Recipient,
         formatted: bool,
         build: F,
-    ) -> Result<Option<teloxide::types::Message>, String>
+    ) -> Result<Option<chat::MessageId>, String>
     where
         F: Fn(bool) -> Fut,
         Fut: std::future::Future<Output = Result<teloxide::types::Message, RequestError>>,
@@ -209,7 +169,7 @@ impl Telegram {
                 result = build(false).await;
             }
             match result {
-                Ok(message) => Ok(Some(message)),
+                Ok(message) => Ok(Some(chat::MessageId(message.id.0.to_string()))),
                 Err(RequestError::Api(ApiError::MessageNotModified)) => Ok(None),
                 Err(err @ RequestError::RetryAfter(wait)) => {
                     match server_wait(f64::from(wait.seconds())) {
@@ -230,7 +190,7 @@ impl Telegram {
             tracing::warn!(chat_id = %to, error = %error, attempt,
                 retry_in_ms = wait.as_millis() as u64, "telegram.send: failed, retrying");
         };
-        retry(&self.sends, attempt, on_retry).await
+        retry(&self.http.retry, attempt, on_retry).await
     }
 }
 
@@ -377,6 +337,11 @@ fn redact(text: &str, token: &str) -> String {
     }
 }
 
+/// A message id as Telegram expects it (a number); `None` for anything else.
+fn message_id(id: &chat::MessageId) -> Option<MessageId> {
+    id.0.trim().parse::<i32>().ok().map(MessageId)
+}
+
 /// A chat id as Telegram expects it: a number, or `@channelusername`.
 fn recipient(chat_id: &str) -> anyhow::Result<Recipient> {
     let chat_id = chat_id.trim();
@@ -448,67 +413,60 @@ impl Channel for Telegram {
         MESSAGE_LIMIT
     }
 
-    async fn send(&self, out: &Outbound) -> anyhow::Result<()> {
-        let to = recipient(&out.chat_id)?;
-        let reply_to = out
-            .reply_to
-            .as_deref()
-            .and_then(|id| id.trim().parse::<i32>().ok())
-            .map(MessageId);
-        let failed = |e: String| anyhow!("telegram: sending to chat {} failed: {e}", out.chat_id);
-        // A text too long for a caption goes first, as messages; the file then has none.
-        let text_first = out.file.is_none() || out.text.chars().count() > media::CAPTION_LIMIT;
-        let caption = if text_first { "" } else { out.text.as_str() };
-        let mut reply = reply_to;
-        if text_first {
-            let mut chunks = text::split(&out.text, MESSAGE_LIMIT).into_iter();
-            // A live answer's message gets the first part (a new one if it cannot be edited).
-            if let Some(id) = out.edit.as_deref()
-                && let Some(first) = chunks.next()
-            {
-                if let Err(e) = self.edit_live(&to, id, &first).await {
-                    tracing::warn!(chat_id = %out.chat_id, error = %e, "telegram.edit.failed: sent anew");
-                    self.send_chunk(&to, &first, reply).await.map_err(failed)?;
-                }
-                reply = None;
-            }
-            for chunk in chunks {
-                self.send_chunk(&to, &chunk, reply.take())
-                    .await
-                    .map_err(failed)?;
-            }
-        }
-        if let Some(path) = &out.file {
-            self.send_file(&to, path, caption, reply)
+    fn caption_limit(&self) -> usize {
+        media::CAPTION_LIMIT
+    }
+
+    async fn send_part(&self, part: &Part) -> anyhow::Result<Option<chat::MessageId>> {
+        let to = recipient(&part.chat.0)?;
+        let reply_to = part.reply_to.as_ref().and_then(message_id);
+        let sent = match &part.file {
+            Some(path) => self.send_file(&to, path, &part.text, reply_to).await,
+            None => {
+                let html = text::telegram_html(&part.text);
+                self.send_retrying(&to, !html.trim().is_empty(), |formatted| {
+                    let mut request = match formatted {
+                        true => (self.bot.send_message(to.clone(), html.as_str()))
+                            .parse_mode(ParseMode::Html),
+                        false => self.bot.send_message(to.clone(), part.text.as_str()),
+                    };
+                    if let Some(id) = reply_to {
+                        let reply = ReplyParameters::new(id).allow_sending_without_reply();
+                        request = request.reply_parameters(reply);
+                    }
+                    request.send()
+                })
                 .await
-                .map_err(failed)?;
-        }
-        Ok(())
+            }
+        };
+        sent.map_err(|e| anyhow!("telegram: sending to chat {} failed: {e}", part.chat.0))
     }
 
-    async fn post(
+    fn can_edit(&self) -> bool {
+        true
+    }
+
+    async fn edit(
         &self,
-        chat_id: &str,
+        chat: &chat::ChatId,
+        message: &chat::MessageId,
         text: &str,
-        reply_to: Option<&str>,
-    ) -> anyhow::Result<Option<String>> {
-        let to = recipient(chat_id)?;
-        let reply_to = reply_to
-            .and_then(|id| id.trim().parse::<i32>().ok())
-            .map(MessageId);
-        let text = text::cut(text, MESSAGE_LIMIT);
-        let id = self
-            .send_chunk(&to, &text, reply_to)
-            .await
-            .map_err(|e| anyhow!("telegram: posting to chat {chat_id} failed: {e}"))?;
-        Ok(id)
-    }
-
-    async fn edit(&self, chat_id: &str, message_id: &str, text: &str) -> anyhow::Result<()> {
-        let to = recipient(chat_id)?;
-        self.edit_live(&to, message_id, &text::cut(text, MESSAGE_LIMIT))
-            .await
-            .map_err(|e| anyhow!("telegram: editing message {message_id} failed: {e}"))
+    ) -> anyhow::Result<()> {
+        let to = recipient(&chat.0)?;
+        let id = message_id(message)
+            .ok_or_else(|| anyhow!("telegram: {message:?} is not a message id"))?;
+        let html = text::telegram_html(text);
+        self.send_retrying(&to, !html.trim().is_empty(), |formatted| {
+            let request = self.bot.edit_message_text(to.clone(), id, "");
+            let request = match formatted {
+                true => request.text(html.as_str()).parse_mode(ParseMode::Html),
+                false => request.text(text),
+            };
+            request.send()
+        })
+        .await
+        .map(drop)
+        .map_err(|e| anyhow!("telegram: editing message {} failed: {e}", message.0))
     }
 
     async fn check_recipient(&self, chat_id: &str) -> anyhow::Result<()> {
@@ -534,14 +492,15 @@ impl Channel for Telegram {
         self.fetch(file, to, max_bytes).await
     }
 
-    async fn typing(&self, chat_id: &str) -> anyhow::Result<()> {
+    async fn typing(&self, chat: &chat::ChatId) -> anyhow::Result<()> {
         self.bot
-            .send_chat_action(recipient(chat_id)?, ChatAction::Typing)
+            .send_chat_action(recipient(&chat.0)?, ChatAction::Typing)
             .send()
             .await
             .map_err(|e| {
                 anyhow!(
-                    "telegram: typing in chat {chat_id} failed: {}",
+                    "telegram: typing in chat {} failed: {}",
+                    chat.0,
                     self.describe(&e)
                 )
             })?;
@@ -629,10 +588,10 @@ impl Handler {
         };
         let described = message::describe_within(&msg, self.media_max_bytes);
         let kind = described.kind;
-        let text = described.content.clone();
-        let mut content = text.as_str();
-        let control_prompt;
         let mut mentioned = filter::is_addressed(&msg, &self.me, &self.keyword);
+        // What the message says, typed here once: a slash command as the control or comma
+        // command it stands for, any other text read by `Content::of`.
+        let mut content = None;
         if let Some(text) = msg.text() {
             match filter::parse_command(text, &self.me.username) {
                 Command::None => {}
@@ -641,26 +600,17 @@ impl Handler {
                     self.reply_plain(chat_id, START_REPLY).await;
                     return Ok(());
                 }
-                Command::Bub(rest) => {
-                    content = rest;
-                    mentioned = true;
-                }
-                Command::Control(control) => {
-                    control_prompt = format!(",{}", control.name());
-                    content = &control_prompt;
-                    mentioned = true;
-                }
-                Command::Model(model) => {
-                    control_prompt = format!(",model {model}");
-                    content = &control_prompt;
-                    mentioned = true;
-                }
+                Command::Bub(rest) => content = Some(Content::of(rest)),
+                Command::Control(control) => content = Some(Content::Control(control)),
+                Command::Model(model) => content = Some(Content::model(model)),
                 Command::Ignored => {
                     tracing::debug!(chat_id, message_id, "telegram.skip: other command");
                     return Ok(());
                 }
             }
+            mentioned |= content.is_some();
         }
+        let content = content.unwrap_or_else(|| Content::of(&described.content));
         let mut inbound = message::inbound(&msg, described, content, role);
         inbound.mentioned = mentioned;
         tracing::info!(
@@ -745,6 +695,50 @@ mod tests {
         ));
         assert!(recipient("abc").is_err());
         assert_eq!(redact("url /bot1:XY/GetMe", "1:XY"), "url /bot***/GetMe");
+    }
+
+    /// A slash command is typed once, here: the session gets the control or the comma command
+    /// it stands for, never a text to parse again.
+    #[tokio::test]
+    async fn a_slash_command_reaches_the_session_typed() {
+        use crate::channels::Control;
+        let home = tempfile::tempdir().unwrap();
+        let mut s = Settings::with_defaults(home.path().into(), home.path().into());
+        s.channel_mut("telegram").token = Some("123:SECRET".into());
+        s.channel_mut("telegram").allow_from = vec!["42".into()];
+        let tg = telegram(&s).unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+        let handler = Handler {
+            bot: tg.bot.clone(),
+            token: tg.token.clone(),
+            me: BotIdentity {
+                id: 777,
+                username: "bub_bot".into(),
+            },
+            gate: tg.gate.clone(),
+            keyword: String::new(),
+            media_max_bytes: u64::MAX,
+            inbound: InboundSink::new(Arc::new(crate::inbox::Inbox::memory()), tx),
+        };
+        let command = |line: &str| Content::Command(line.into());
+        let said = [
+            ("/stop", Content::Control(Control::Stop)),
+            ("/usage@bub_bot", Content::Control(Control::Usage)),
+            ("/model openai:gpt-4o", command(",model openai:gpt-4o")),
+            ("/model", command(",model")),
+            ("/bub ,status", Content::Control(Control::Status)),
+            (" ,tape.info ", command(",tape.info")),
+            ("hello, there", Content::Text("hello, there".into())),
+        ];
+        for (i, (text, content)) in said.into_iter().enumerate() {
+            let msg = serde_json::json!({"message_id": i + 1, "date": 1700000000,
+                "chat": {"id": 42, "type": "private", "first_name": "A"},
+                "from": {"id": 42, "is_bot": false, "first_name": "A"}, "text": text});
+            let msg: Message = serde_json::from_value(msg).unwrap();
+            handler.on_message(msg, i as u64 + 1).await.unwrap();
+            let got = rx.recv().await.unwrap();
+            assert_eq!((got.content, got.mentioned), (content, true), "{text}");
+        }
     }
 
     #[test]
