@@ -41,41 +41,13 @@ pub(crate) fn estimate(system: &str, messages: &[ChatMessage]) -> u64 {
     estimate_text(system) + 4 + body
 }
 
-/// [`estimate_text`] of a message's record (its JSON text), counted as it is written.
+/// [`estimate_text`] of a message's record (its JSON text).
 fn message_tokens(message: &ChatMessage) -> u64 {
-    /// ASCII bytes and other characters (their first bytes) of what is written.
-    struct Count(u64, u64);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            for b in bytes {
-                match b {
-                    0..0x80 => self.0 += 1,
-                    0xC0.. => self.1 += 1,
-                    _ => {}
-                }
-            }
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0, 0);
     let record = OpenAiShape {
         message,
         record: true,
     };
-    let _ = serde_json::to_writer(&mut count, &record);
-    count.0.div_ceil(4) + count.1
-}
-
-fn role(message: &ChatMessage) -> &'static str {
-    match message.role {
-        Role::System => "system",
-        Role::User => "user",
-        Role::Assistant => "assistant",
-        Role::Tool => "tool",
-    }
+    estimate_text(&serde_json::to_string(&record).unwrap_or_default())
 }
 
 /// `text` cut to `chars` characters, marked `… [cut]` when it was longer.
@@ -95,7 +67,7 @@ pub(crate) fn transcript(messages: &[ChatMessage], max_bytes: usize) -> String {
         let block = match message.tool_calls.as_slice() {
             [] => format!(
                 "{}: {}",
-                role(message),
+                message.role.as_str(),
                 cut(&message.text(), TRANSCRIPT_ITEM_CHARS)
             ),
             calls => calls

@@ -24,6 +24,18 @@ pub enum Role {
     Tool,
 }
 
+impl Role {
+    /// The role's name in OpenAI's shape.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
 /// A piece of a message's content.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Part {
@@ -33,6 +45,21 @@ pub enum Part {
         mime: String,
         data: String,
     },
+}
+
+impl Part {
+    /// The part of an image at `url`: a `data:<mime>;base64,<data>` URL is the image, another
+    /// URL a text note with it.
+    pub(crate) fn image_url(url: &str) -> Part {
+        let data = url.strip_prefix("data:").and_then(|u| u.split_once(','));
+        match data.and_then(|(head, data)| Some((head.strip_suffix(";base64")?, data))) {
+            Some((mime, data)) => Part::Image {
+                mime: mime.to_owned(),
+                data: data.to_owned(),
+            },
+            None => Part::Text(format!("[image: {url}]")),
+        }
+    }
 }
 
 /// One message of the conversation.
@@ -144,13 +171,7 @@ impl Serialize for OpenAiShape<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let m = self.message;
         let mut map = s.serialize_map(None)?;
-        let role = match m.role {
-            Role::System => "system",
-            Role::User => "user",
-            Role::Assistant => "assistant",
-            Role::Tool => "tool",
-        };
-        map.serialize_entry("role", role)?;
+        map.serialize_entry("role", m.role.as_str())?;
         if m.has_images() {
             map.serialize_entry("content", &Parts(&m.content))?;
         } else {
@@ -226,13 +247,6 @@ pub(crate) fn push_turn<'a>(
     }
 }
 
-/// `data:<mime>;base64,<data>` → `(mime, data)`.
-pub(crate) fn parse_data_url(url: &str) -> Option<(&str, &str)> {
-    let (head, data) = url.strip_prefix("data:")?.split_once(',')?;
-    let mime = head.strip_suffix(";base64")?;
-    Some((mime, data))
-}
-
 impl ToolCall {
     /// One entry of an OpenAI `tool_calls` array (the `index`-th): `None` without a function
     /// name. A missing id becomes `call_<index>`; `arguments` are kept as raw text.
@@ -293,8 +307,8 @@ mod tests {
             arguments: "{\"path\":\"a\"}".into(),
             thought_signature: Some("sig".into()),
         };
-        let mut user =
-            ChatMessage::user_with_images("this?", vec![("image/jpeg".into(), "AA==".into())]);
+        let image = ("image/jpeg".into(), "AA==".into());
+        let mut user = ChatMessage::user_with_images("this?", vec![image]);
         user.images = vec!["a.jpg".into()];
         let wire = |m: &ChatMessage| {
             serde_json::to_value(OpenAiShape {

@@ -29,7 +29,6 @@ use std::time::UNIX_EPOCH;
 
 use base64::Engine;
 
-use crate::llm::message::parse_data_url;
 use crate::llm::{ChatMessage, Part, Role};
 
 /// The longest edge, in pixels, of an image sent to the model (larger ones are scaled down).
@@ -352,13 +351,7 @@ pub(crate) fn attach(messages: &mut [ChatMessage], at: Option<(usize, &[(String,
     let mut parts = Vec::new();
     for (path, shown) in shown {
         match shown {
-            Shown::Image(uri) => parts.push(match parse_data_url(uri) {
-                Some((mime, data)) => Part::Image {
-                    mime: mime.to_owned(),
-                    data: data.to_owned(),
-                },
-                None => Part::Text(format!("[image: {uri}]")),
-            }),
+            Shown::Image(uri) => parts.push(Part::image_url(uri)),
             Shown::Note(note) => text.push_str(&format!("\n[Image {path} not shown: {note}]")),
         }
     }

@@ -36,7 +36,6 @@ use super::event::Event;
 use super::index::{BackLines, line_kind, lines, read_at};
 use super::output::cut;
 use super::store::FileTape;
-use crate::llm::message::parse_data_url;
 use crate::llm::{ChatMessage, Part, Role, ToolCall};
 
 /// The entry kinds a context is built from (besides the anchor it starts after).
@@ -141,12 +140,7 @@ impl ContextCursor {
         let mut out = Vec::with_capacity(self.messages.out.len() + self.messages.pending.len() + 1);
         out.extend(self.note.iter().cloned());
         out.extend(self.messages.out.iter().cloned());
-        out.extend(
-            self.messages
-                .pending
-                .iter()
-                .map(|call| call.answer(NO_RESULT.to_string())),
-        );
+        out.extend(self.messages.pending.iter().cloned());
         out
     }
 }
@@ -328,7 +322,7 @@ pub(crate) fn select_messages(entries: impl IntoIterator<Item = TapeEntry>) -> V
         .into_iter()
         .for_each(|e| messages.push(e, View::default()));
     let Messages { mut out, pending } = messages;
-    answer_unanswered(&mut out, pending);
+    out.extend(pending);
     out
 }
 
@@ -337,29 +331,8 @@ pub(crate) fn select_messages(entries: impl IntoIterator<Item = TapeEntry>) -> V
 #[derive(Debug, Default)]
 struct Messages {
     out: Vec<ChatMessage>,
-    pending: Vec<Pending>,
-}
-
-/// A recorded call waiting for its result: its id and tool name, as recorded.
-#[derive(Debug)]
-struct Pending {
-    id: Option<String>,
-    name: Option<String>,
-}
-
-impl Pending {
-    fn of(call: &Value) -> Self {
-        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
-        Self {
-            id: text(call.get("id")),
-            name: text(call.pointer("/function/name")),
-        }
-    }
-
-    /// The tool message answering this call with `content`.
-    fn answer(&self, content: String) -> ChatMessage {
-        tool_message(content, self.id.clone(), self.name.clone())
-    }
+    /// The tool messages answering them until their results come ([`NO_RESULT`]).
+    pending: Vec<ChatMessage>,
 }
 
 impl Messages {
@@ -371,11 +344,11 @@ impl Messages {
         let out = &mut self.out;
         match entry.kind {
             Kind::Message => {
-                answer_unanswered(out, std::mem::take(&mut self.pending));
+                out.append(&mut self.pending);
                 out.push(chat_message(&with_notes(entry.payload, &entry.meta)));
             }
             Kind::ToolCall => {
-                answer_unanswered(out, std::mem::take(&mut self.pending));
+                out.append(&mut self.pending);
                 let calls = entry.payload.get("calls").and_then(Value::as_array);
                 if let Some(calls) = calls.filter(|c| !c.is_empty()) {
                     let withheld = withheld(&entry, guest);
@@ -389,7 +362,7 @@ impl Messages {
                         Some(call)
                     });
                     out.push(ChatMessage::assistant("", shown.collect()));
-                    self.pending = calls.iter().map(Pending::of).collect();
+                    self.pending = calls.iter().map(unanswered).collect();
                 }
             }
             Kind::ToolResult => {
@@ -397,19 +370,18 @@ impl Messages {
                 let calls = std::mem::take(&mut self.pending);
                 let results = results.map(Vec::as_slice).unwrap_or_default();
                 let withheld = withheld(&entry, guest);
-                for (i, result) in results.iter().enumerate() {
-                    let call = calls.get(i);
-                    let call_id = call.and_then(|c| c.id.as_deref());
+                let mut calls = calls.into_iter();
+                for result in results {
+                    let mut message = calls.next().unwrap_or_else(|| unanswered(&Value::Null));
+                    let call_id = message.tool_call_id.as_deref();
                     let content = match withheld {
                         true => WITHHELD.to_owned(),
                         false => cut(result_content(result), view.max_result_chars, call_id),
                     };
-                    out.push(match call {
-                        Some(call) => call.answer(content),
-                        None => tool_message(content, None, None),
-                    });
+                    message.content = vec![Part::Text(content)];
+                    out.push(message);
                 }
-                answer_unanswered(out, calls.into_iter().skip(results.len()).collect());
+                out.extend(calls);
             }
             _ => {}
         }
@@ -441,19 +413,13 @@ fn with_notes(mut message: Value, meta: &Value) -> Value {
     message
 }
 
-fn answer_unanswered(out: &mut Vec<ChatMessage>, pending: Vec<Pending>) {
-    out.extend(
-        pending
-            .iter()
-            .map(|call| call.answer(NO_RESULT.to_string())),
-    );
-}
-
-fn tool_message(content: String, id: Option<String>, name: Option<String>) -> ChatMessage {
+/// The tool message of a recorded `call` (its id and name, as recorded) while it has no result.
+fn unanswered(call: &Value) -> ChatMessage {
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
     ChatMessage {
-        tool_call_id: id,
-        name,
-        ..ChatMessage::new(Role::Tool, content)
+        tool_call_id: text(call.get("id")),
+        name: text(call.pointer("/function/name")),
+        ..ChatMessage::new(Role::Tool, NO_RESULT)
     }
 }
 
@@ -504,13 +470,7 @@ fn part(part: &Value) -> Option<Part> {
         return Some(Part::Text(text.to_owned()));
     }
     let url = part.pointer("/image_url/url").and_then(Value::as_str)?;
-    Some(match parse_data_url(url) {
-        Some((mime, data)) => Part::Image {
-            mime: mime.to_owned(),
-            data: data.to_owned(),
-        },
-        None => Part::Text(format!("[image: {url}]")),
-    })
+    Some(Part::image_url(url))
 }
 
 /// A string result as is; anything else as JSON text with `", "` and `": "` separators,
