@@ -23,14 +23,10 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{Scope, Tool, ToolContext, ToolError};
+use super::registry::{Reach, Reaches};
+use super::{Tool, ToolContext, ToolError};
 use crate::access::files::GuestFiles;
 use crate::redact::Redactor;
-
-/// The `path` argument of a reading fs tool (bounded for guests by `access::files`).
-pub(crate) const READS: Scope = Scope::Reads(&["path"]);
-/// The `path` argument of a writing fs tool.
-const WRITES: Scope = Scope::Writes(&["path"]);
 
 /// How a tool uses a path argument, for the guest file rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,6 +143,27 @@ pub struct EditArgs {
     pub replace_all: Option<bool>,
 }
 
+/// The path `fs.read` reads (bounded for guests by `access::files`).
+impl Reaches for ReadArgs {
+    fn reach(&self) -> Reach<'_> {
+        Reach::path(Some(&self.path), PathUse::Read)
+    }
+}
+
+/// The path `fs.write` writes.
+impl Reaches for WriteArgs {
+    fn reach(&self) -> Reach<'_> {
+        Reach::path(Some(&self.path), PathUse::Write)
+    }
+}
+
+/// The path `fs.edit` writes.
+impl Reaches for EditArgs {
+    fn reach(&self) -> Reach<'_> {
+        Reach::path(Some(&self.path), PathUse::Write)
+    }
+}
+
 const READ_DETAIL: &str =
     "Returns lines [offset, offset+limit) of a text file, with the file's own line endings.
 Args: path (relative to the workspace, ~ expanded, absolute allowed); offset: 0-based first line
@@ -166,27 +183,24 @@ of the file are kept byte for byte. Returns `edited: <path>`.";
 /// `fs.read`, `fs.write`, `fs.edit`, `fs.glob`, `fs.grep`.
 pub(crate) fn tools() -> Vec<Tool> {
     let mut tools = vec![
-        Tool::new(
+        Tool::reaching(
             "fs.read",
             "Read file content",
             READ_DETAIL,
             |args, ctx: ToolContext| async move { read(args, Files::of(&ctx)).await },
-        )
-        .scoped(READS),
-        Tool::new(
+        ),
+        Tool::reaching(
             "fs.write",
             "Write file content",
             WRITE_DETAIL,
             |args, ctx: ToolContext| async move { write(args, Files::of(&ctx)).await },
-        )
-        .scoped(WRITES),
-        Tool::new(
+        ),
+        Tool::reaching(
             "fs.edit",
             "Edit file content",
             EDIT_DETAIL,
             |args, ctx: ToolContext| async move { edit(args, Files::of(&ctx)).await },
-        )
-        .scoped(WRITES),
+        ),
     ];
     tools.extend(search::tools());
     tools

@@ -7,7 +7,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::registry::NoArgs;
-use super::{Scope, Tool, ToolContext, ToolError};
+use super::registry::{Reach, Reaches};
+use super::{Tool, ToolContext, ToolError};
 use crate::memory::{self, Author, Memory};
 
 #[derive(Deserialize, JsonSchema)]
@@ -17,6 +18,17 @@ struct RememberArgs {
     /// chat (default) or global
     #[serde(default)]
     scope: Option<String>,
+}
+
+/// `scope=global`: every session's memory.
+impl Reaches for RememberArgs {
+    fn reach(&self) -> Reach<'_> {
+        let scope = self.scope.as_deref().map(str::trim);
+        Reach {
+            global_memory: scope == Some("global"),
+            ..Reach::default()
+        }
+    }
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -83,7 +95,7 @@ where
 /// The memory tools.
 pub(crate) fn tools() -> Vec<Tool> {
     vec![
-        Tool::new(
+        Tool::reaching(
             "memory.remember",
             "Remember a fact or preference",
             "Keeps one line (a fact about the user, a preference, a decision) in this chat's \
@@ -99,9 +111,8 @@ pub(crate) fn tools() -> Vec<Tool> {
                 })
                 .await
             },
-        )
-        .scoped(Scope::GlobalMemory),
-        Tool::new(
+        ),
+        Tool::reaching(
             "memory.forget",
             "Forget remembered entries",
             "Removes the entries of this chat's memory (or with scope=global, every session's; \
@@ -118,8 +129,7 @@ pub(crate) fn tools() -> Vec<Tool> {
                 })
                 .await
             },
-        )
-        .scoped(Scope::GlobalMemory),
+        ),
         Tool::new(
             "memory.list",
             "List what is remembered",

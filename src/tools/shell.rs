@@ -38,9 +38,11 @@ pub use background::Background;
 pub(crate) use limits::CommandLimits;
 
 use super::contain::{self, Keeper};
+use super::fs::PathUse;
 use super::fs::resolve_path;
+use super::registry::{Reach, Reaches};
 use super::sandbox::{self, Sandbox, Support};
-use super::{Scope, Tool, ToolContext, ToolError};
+use super::{Tool, ToolContext, ToolError};
 use crate::access::Role;
 use crate::config::secret_vars;
 
@@ -92,6 +94,13 @@ pub struct BashArgs {
     pub background: Option<bool>,
 }
 
+/// The working directory a shell writes in.
+impl Reaches for BashArgs {
+    fn reach(&self) -> Reach<'_> {
+        Reach::path(self.cwd.as_deref(), PathUse::Write)
+    }
+}
+
 /// How [`run_bash`] launches a command.
 #[derive(Debug, Clone, Copy)]
 pub struct Launch<'a> {
@@ -115,7 +124,7 @@ pub struct Launch<'a> {
 /// `bash`.
 pub(crate) fn tools() -> Vec<Tool> {
     vec![
-        Tool::new(
+        Tool::reaching(
             "bash",
             "Run shell command",
             DETAIL,
@@ -145,8 +154,7 @@ pub(crate) fn tools() -> Vec<Tool> {
                     false => run_limited(args, launch, &process.commands, who.role).await,
                 }
             },
-        )
-        .scoped(Scope::Writes(&["cwd"])),
+        ),
         Tool::new(
             "bash.output",
             "New output of a background command",

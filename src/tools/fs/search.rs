@@ -19,9 +19,10 @@ use regex::RegexBuilder;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{BINARY_SNIFF, Files, blocking, resolve_path, timed_out};
+use super::{BINARY_SNIFF, Files, PathUse, blocking, resolve_path, timed_out};
 use crate::access::files::GuestFiles;
 use crate::redact::Redactor;
+use crate::tools::registry::{Reach, Reaches};
 use crate::tools::{Tool, ToolContext, ToolError};
 
 /// Maximum paths `fs.glob` lists.
@@ -57,6 +58,20 @@ pub struct GrepArgs {
     pub ignore_case: Option<bool>,
 }
 
+/// The base directory `fs.glob` reads.
+impl Reaches for GlobArgs {
+    fn reach(&self) -> Reach<'_> {
+        Reach::path(self.path.as_deref(), PathUse::Read)
+    }
+}
+
+/// The file or directory `fs.grep` reads.
+impl Reaches for GrepArgs {
+    fn reach(&self) -> Reach<'_> {
+        Reach::path(self.path.as_deref(), PathUse::Read)
+    }
+}
+
 const GLOB_DETAIL: &str =
     "Lists files matching a glob pattern, one path per line, sorted (at most 500).
 Args: pattern, e.g. `src/**/*.rs` (matched against the path relative to `path`; a pattern
@@ -71,20 +86,18 @@ numbers, text cut to 300 characters), at most 200 matches. Binary files, files i
 
 pub(super) fn tools() -> Vec<Tool> {
     vec![
-        Tool::new(
+        Tool::reaching(
             "fs.glob",
             "Find files by glob pattern",
             GLOB_DETAIL,
             |args, ctx: ToolContext| async move { glob(args, Files::of(&ctx)).await },
-        )
-        .scoped(super::READS),
-        Tool::new(
+        ),
+        Tool::reaching(
             "fs.grep",
             "Search file contents by regex",
             GREP_DETAIL,
             |args, ctx: ToolContext| async move { grep(args, Files::of(&ctx)).await },
-        )
-        .scoped(super::READS),
+        ),
     ]
 }
 
