@@ -23,7 +23,7 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::registry::{Reach, Reaches};
+use super::registry::Reach;
 use super::{Tool, ToolContext, ToolError};
 use crate::access::files::GuestFiles;
 use crate::redact::Redactor;
@@ -143,27 +143,6 @@ pub struct EditArgs {
     pub replace_all: Option<bool>,
 }
 
-/// The path `fs.read` reads (bounded for guests by `access::files`).
-impl Reaches for ReadArgs {
-    fn reach(&self) -> Reach<'_> {
-        Reach::path(Some(&self.path), PathUse::Read)
-    }
-}
-
-/// The path `fs.write` writes.
-impl Reaches for WriteArgs {
-    fn reach(&self) -> Reach<'_> {
-        Reach::path(Some(&self.path), PathUse::Write)
-    }
-}
-
-/// The path `fs.edit` writes.
-impl Reaches for EditArgs {
-    fn reach(&self) -> Reach<'_> {
-        Reach::path(Some(&self.path), PathUse::Write)
-    }
-}
-
 const READ_DETAIL: &str =
     "Returns lines [offset, offset+limit) of a text file, with the file's own line endings.
 Args: path (relative to the workspace, ~ expanded, absolute allowed); offset: 0-based first line
@@ -187,18 +166,21 @@ pub(crate) fn tools() -> Vec<Tool> {
             "fs.read",
             "Read file content",
             READ_DETAIL,
+            |a: &ReadArgs| Reach::path(Some(&a.path), PathUse::Read),
             |args, ctx: ToolContext| async move { read(args, Files::of(&ctx)).await },
         ),
         Tool::reaching(
             "fs.write",
             "Write file content",
             WRITE_DETAIL,
+            |a: &WriteArgs| Reach::path(Some(&a.path), PathUse::Write),
             |args, ctx: ToolContext| async move { write(args, Files::of(&ctx)).await },
         ),
         Tool::reaching(
             "fs.edit",
             "Edit file content",
             EDIT_DETAIL,
+            |a: &EditArgs| Reach::path(Some(&a.path), PathUse::Write),
             |args, ctx: ToolContext| async move { edit(args, Files::of(&ctx)).await },
         ),
     ];

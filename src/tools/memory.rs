@@ -7,7 +7,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::registry::NoArgs;
-use super::registry::{Reach, Reaches};
+use super::registry::Reach;
 use super::{Tool, ToolContext, ToolError};
 use crate::memory::{self, Author, Memory};
 
@@ -18,17 +18,6 @@ struct RememberArgs {
     /// chat (default) or global
     #[serde(default)]
     scope: Option<String>,
-}
-
-/// `scope=global`: every session's memory.
-impl Reaches for RememberArgs {
-    fn reach(&self) -> Reach<'_> {
-        let scope = self.scope.as_deref().map(str::trim);
-        Reach {
-            global_memory: scope == Some("global"),
-            ..Reach::default()
-        }
-    }
 }
 
 #[derive(Deserialize, JsonSchema)]
@@ -47,6 +36,15 @@ struct CheckpointArgs {
 struct SearchArgs {
     /// text to look for
     query: String,
+}
+
+/// What `memory.remember` and `memory.forget` reach: with `scope=global`, every session's memory.
+fn global(args: &RememberArgs) -> Reach<'_> {
+    let global_memory = args.scope.as_deref().map(str::trim) == Some("global");
+    Reach {
+        global_memory,
+        ..Reach::default()
+    }
 }
 
 /// The memory `scope` names for the session in `ctx` (with `text` checked not to be empty).
@@ -102,6 +100,7 @@ pub(crate) fn tools() -> Vec<Tool> {
              memory, or with scope=global in every session's (owners only). It stays across \
              /new, tape.reset and restarts, and is shown in the system prompt. Remembering it \
              again refreshes it; the oldest entries make room when the memory is full.",
+            global,
             |RememberArgs { text, scope }, ctx: ToolContext| async move {
                 let scope = scope_of(&ctx, scope.as_deref(), &text)?;
                 let by = Author::of(&ctx.turn.authority);
@@ -117,6 +116,7 @@ pub(crate) fn tools() -> Vec<Tool> {
             "Forget remembered entries",
             "Removes the entries of this chat's memory (or with scope=global, every session's; \
              owners only) that contain the text, ignoring case.",
+            global,
             |RememberArgs { text, scope }, ctx: ToolContext| async move {
                 let scope = scope_of(&ctx, scope.as_deref(), &text)?;
                 let by = Author::of(&ctx.turn.authority);

@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::fs::PathUse;
-use super::registry::{Reach, Reaches};
+use super::registry::Reach;
 use super::{Tool, ToolContext, ToolError};
 use crate::channels::Outbound;
 use crate::delivery::Sent;
@@ -36,16 +36,6 @@ struct SendArgs {
     /// message id to reply to
     #[serde(default)]
     reply_to: Option<String>,
-}
-
-/// The chat a message goes to (absent: this session's) and the file sent there.
-impl Reaches for SendArgs {
-    fn reach(&self) -> Reach<'_> {
-        Reach {
-            chat: Some((self.channel.as_deref(), self.chat_id.as_deref())),
-            ..Reach::path(self.file.as_deref(), PathUse::Send)
-        }
-    }
 }
 
 async fn send(args: SendArgs, ctx: ToolContext) -> Result<String, ToolError> {
@@ -143,6 +133,10 @@ pub(crate) fn tools() -> Vec<Tool> {
          Long texts are split and formatting falls back to plain text as needed. \
          When you answer this session's chat this way, the framework does not post your final \
          reply again — so do not repeat it.",
+        |a: &SendArgs| Reach {
+            chat: Some((a.channel.as_deref(), a.chat_id.as_deref())),
+            ..Reach::path(a.file.as_deref(), PathUse::Send)
+        },
         send,
     )]
 }

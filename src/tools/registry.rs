@@ -4,7 +4,7 @@
 //! Invariants: names are unique after `.`→`_` conversion; tools are sorted by command name;
 //! arguments arriving as strings (comma commands) are coerced to the schema's types before the
 //! tool sees them; what a call reaches (paths, a chat, the global memory) is authorised on its
-//! typed arguments ([`Reaches`]), never on JSON key names.
+//! typed arguments ([`Reach`]), never on JSON key names.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -92,7 +92,7 @@ impl From<anyhow::Error> for ToolError {
     }
 }
 
-/// What one call reaches beyond its tool, as its typed arguments say ([`Reaches`]): the turn's
+/// What one call reaches beyond its tool, as its typed arguments say ([`Tool::reaching`]): the turn's
 /// policy bounds it before the tool runs ([`authorize`]).
 #[derive(Debug, Default)]
 pub(crate) struct Reach<'a> {
@@ -118,12 +118,6 @@ impl<'a> Reach<'a> {
 /// A text argument trimmed, when given and not blank.
 fn given(text: Option<&str>) -> Option<&str> {
     text.map(str::trim).filter(|s| !s.is_empty())
-}
-
-/// An argument struct some of whose fields reach beyond the tool: paths, a chat, the global
-/// memory.
-pub(crate) trait Reaches {
-    fn reach(&self) -> Reach<'_>;
 }
 
 /// One tool.
@@ -154,21 +148,12 @@ impl Tool {
         F: Fn(A, ToolContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<String, ToolError>> + Send + 'static,
     {
-        Self::typed(name, description, detail, |_: &A| Reach::default(), handler)
+        Self::reaching(name, description, detail, |_| Reach::default(), handler)
     }
 
-    /// [`Self::new`] for arguments that reach beyond the tool: what [`Reaches::reach`] names
-    /// of the parsed arguments is authorised by the turn's policy before the handler runs.
-    pub(crate) fn reaching<A, F, Fut>(name: &str, description: &str, detail: &str, f: F) -> Self
-    where
-        A: DeserializeOwned + JsonSchema + Reaches + Send + 'static,
-        F: Fn(A, ToolContext) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<String, ToolError>> + Send + 'static,
-    {
-        Self::typed(name, description, detail, A::reach, f)
-    }
-
-    fn typed<A, F, Fut>(
+    /// [`Self::new`] for arguments some of whose fields reach beyond the tool: what `reach`
+    /// reads of the parsed arguments is authorised by the turn's policy before `handler` runs.
+    pub(crate) fn reaching<A, F, Fut>(
         name: &str,
         description: &str,
         detail: &str,

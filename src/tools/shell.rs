@@ -40,7 +40,7 @@ pub(crate) use limits::CommandLimits;
 use super::contain::{self, Keeper};
 use super::fs::PathUse;
 use super::fs::resolve_path;
-use super::registry::{Reach, Reaches};
+use super::registry::Reach;
 use super::sandbox::{self, Sandbox, Support};
 use super::{Tool, ToolContext, ToolError};
 use crate::access::Role;
@@ -94,13 +94,6 @@ pub struct BashArgs {
     pub background: Option<bool>,
 }
 
-/// The working directory a shell writes in.
-impl Reaches for BashArgs {
-    fn reach(&self) -> Reach<'_> {
-        Reach::path(self.cwd.as_deref(), PathUse::Write)
-    }
-}
-
 /// How [`run_bash`] launches a command.
 #[derive(Debug, Clone, Copy)]
 pub struct Launch<'a> {
@@ -128,6 +121,7 @@ pub(crate) fn tools() -> Vec<Tool> {
             "bash",
             "Run shell command",
             DETAIL,
+            |a: &BashArgs| Reach::path(a.cwd.as_deref(), PathUse::Write),
             |args: BashArgs, ctx: ToolContext| async move {
                 let process = &ctx.process;
                 let folder = match ctx.turn.policy.confines_files() {

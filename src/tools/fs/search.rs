@@ -22,7 +22,7 @@ use serde::Deserialize;
 use super::{BINARY_SNIFF, Files, PathUse, blocking, resolve_path, timed_out};
 use crate::access::files::GuestFiles;
 use crate::redact::Redactor;
-use crate::tools::registry::{Reach, Reaches};
+use crate::tools::registry::Reach;
 use crate::tools::{Tool, ToolContext, ToolError};
 
 /// Maximum paths `fs.glob` lists.
@@ -58,20 +58,6 @@ pub struct GrepArgs {
     pub ignore_case: Option<bool>,
 }
 
-/// The base directory `fs.glob` reads.
-impl Reaches for GlobArgs {
-    fn reach(&self) -> Reach<'_> {
-        Reach::path(self.path.as_deref(), PathUse::Read)
-    }
-}
-
-/// The file or directory `fs.grep` reads.
-impl Reaches for GrepArgs {
-    fn reach(&self) -> Reach<'_> {
-        Reach::path(self.path.as_deref(), PathUse::Read)
-    }
-}
-
 const GLOB_DETAIL: &str =
     "Lists files matching a glob pattern, one path per line, sorted (at most 500).
 Args: pattern, e.g. `src/**/*.rs` (matched against the path relative to `path`; a pattern
@@ -90,12 +76,14 @@ pub(super) fn tools() -> Vec<Tool> {
             "fs.glob",
             "Find files by glob pattern",
             GLOB_DETAIL,
+            |a: &GlobArgs| Reach::path(a.path.as_deref(), PathUse::Read),
             |args, ctx: ToolContext| async move { glob(args, Files::of(&ctx)).await },
         ),
         Tool::reaching(
             "fs.grep",
             "Search file contents by regex",
             GREP_DETAIL,
+            |a: &GrepArgs| Reach::path(a.path.as_deref(), PathUse::Read),
             |args, ctx: ToolContext| async move { grep(args, Files::of(&ctx)).await },
         ),
     ]
