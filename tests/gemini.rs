@@ -7,6 +7,7 @@ use crate::support;
 use std::time::Duration;
 
 use bub::llm::{ChatMessage, ChatRequest, ChatResponse, LlmClient, LlmConfig, LlmError};
+use bub::tape::{FileTape, Kind};
 use serde_json::{Value, json};
 use support::bub_env::{Env, stderr, stdout, texts};
 use support::fake_gemini::{self, FakeGemini, KEY, error_body};
@@ -69,7 +70,10 @@ async fn a_tool_round_trip_sends_the_exact_parts_and_the_thought_signature_back(
     // The call as the tape records it, read back: the signature comes with it.
     let recorded =
         json!({"role": "assistant", "content": "Reading.", "tool_calls": [call.to_record()]});
-    messages.push(ChatMessage::from_openai(&recorded));
+    let dir = tempfile::tempdir().unwrap();
+    let mut tape = FileTape::open_path(dir.path().join("t.jsonl"), "t".into()).unwrap();
+    tape.append(Kind::Message, recorded, json!({})).unwrap();
+    messages.extend(tape.context_messages().unwrap());
     messages.push(ChatMessage::tool_result(&call.id, "fs_read", "hi"));
     let second = bounded(c.chat(&request(messages))).await.unwrap();
     assert_eq!(second.content.as_deref(), Some("It says hi."));

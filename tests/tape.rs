@@ -6,11 +6,18 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use bub::llm::ChatMessage;
 use bub::tape::{Event, FileTape, Kind, Searched, TapeEntry};
 use serde_json::{Value, json};
 
 fn tape_at(dir: &Path, name: &str) -> FileTape {
     FileTape::open_path(dir.join(format!("{name}.jsonl")), name.to_string()).unwrap()
+}
+
+/// The context as the tape records its messages.
+fn context_of(tape: &mut FileTape) -> Vec<Value> {
+    let messages = tape.context_messages().unwrap();
+    messages.iter().map(ChatMessage::to_record).collect()
 }
 
 fn msg(tape: &mut FileTape, role: &str, content: &str) -> TapeEntry {
@@ -335,7 +342,7 @@ fn context_starts_after_last_anchor_with_its_handoff_note() {
     tape.ensure_bootstrap().unwrap();
     msg(&mut tape, "user", "old");
     assert_eq!(
-        tape.context_messages().unwrap(),
+        context_of(&mut tape),
         vec![json!({"role": "user", "content": "old"})]
     );
     tape.handoff("phase-2", Some("built the parser"), Some("write tests"))
@@ -357,7 +364,7 @@ fn context_starts_after_last_anchor_with_its_handoff_note() {
     .unwrap();
     tape.event(Event::Run, json!({"status": "ok"})).unwrap();
     msg(&mut tape, "assistant", "done");
-    let context = tape.context_messages().unwrap();
+    let context = context_of(&mut tape);
     assert_eq!(
         context,
         vec![
@@ -373,7 +380,7 @@ fn context_starts_after_last_anchor_with_its_handoff_note() {
     tape.handoff("bare", None, Some("  ")).unwrap();
     let anchors = tape.anchors(1).unwrap();
     assert_eq!(anchors[0].payload, json!({"name": "bare"}));
-    assert!(tape.context_messages().unwrap().is_empty());
+    assert!(context_of(&mut tape).is_empty());
 }
 
 #[test]
@@ -387,7 +394,7 @@ fn orphan_tool_result_context() {
     )
     .unwrap();
     assert_eq!(
-        tape.context_messages().unwrap(),
+        context_of(&mut tape),
         vec![json!({"role": "tool", "content": "{\"status\": \"ok\"}"})]
     );
 }
@@ -428,7 +435,7 @@ fn reset_with_archive_keeps_the_old_tape() {
     );
     // Another handle notices the replaced file and continues its ids.
     assert_eq!(msg(&mut other, "user", "after").id, 3);
-    assert!(tape.context_messages().unwrap() == vec![json!({"role": "user", "content": "after"})]);
+    assert!(context_of(&mut tape) == vec![json!({"role": "user", "content": "after"})]);
     // A second archive in the same second gets a distinct name.
     let second = tape.reset(true).unwrap().unwrap();
     assert_ne!(second, archived);

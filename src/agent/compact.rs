@@ -10,9 +10,9 @@
 //!
 //! The functions here are pure (no I/O): the model loop calls the model and writes the tape.
 
-use serde_json::Value;
-
 use crate::llm::estimate_tokens as estimate_text;
+use crate::llm::message::OpenAiShape;
+use crate::llm::{ChatMessage, Role};
 
 /// The instruction of the summarising call.
 pub(crate) const SUMMARY_PROMPT: &str = "You compact a conversation between a user and an \
@@ -34,27 +34,20 @@ const TRANSCRIPT_ITEM_CHARS: usize = 2_000;
 /// What the handoff note of an anchor starts with (it is summarised, never carried).
 const NOTE_PREFIX: &str = "[context from handoff";
 
-/// A fast token estimate of a request: the system prompt and every message as sent (its JSON
-/// text), plus a few tokens of framing per message.
-pub(crate) fn estimate(system: &str, messages: &[Value]) -> u64 {
-    let body: u64 = messages
-        .iter()
-        .map(|m| estimate_text(&m.to_string()) + 4)
-        .sum();
+/// A fast token estimate of a request: the system prompt and every message as the tape keeps it
+/// (its JSON text), plus a few tokens of framing per message.
+pub(crate) fn estimate(system: &str, messages: &[ChatMessage]) -> u64 {
+    let body: u64 = messages.iter().map(|m| message_tokens(m) + 4).sum();
     estimate_text(system) + 4 + body
 }
 
-/// The text of a message's content (`null` and non-strings as empty / JSON).
-fn content(message: &Value) -> String {
-    match message.get("content") {
-        Some(Value::String(s)) => s.clone(),
-        None | Some(Value::Null) => String::new(),
-        Some(other) => other.to_string(),
-    }
-}
-
-fn role(message: &Value) -> &str {
-    message.get("role").and_then(Value::as_str).unwrap_or("?")
+/// [`estimate_text`] of a message's record (its JSON text).
+fn message_tokens(message: &ChatMessage) -> u64 {
+    let record = OpenAiShape {
+        message,
+        record: true,
+    };
+    estimate_text(&serde_json::to_string(&record).unwrap_or_default())
 }
 
 /// `text` cut to `chars` characters, marked `… [cut]` when it was longer.
@@ -67,29 +60,24 @@ pub(crate) fn cut(text: &str, chars: usize) -> String {
 
 /// The conversation as text for the summarising call: one block per message (long ones cut),
 /// only the newest part when the whole is longer than `max_bytes`.
-pub(crate) fn transcript(messages: &[Value], max_bytes: usize) -> String {
+pub(crate) fn transcript(messages: &[ChatMessage], max_bytes: usize) -> String {
     let mut blocks: Vec<String> = Vec::new();
     let mut bytes = 0;
     for message in messages.iter().rev() {
-        let block = match message.get("tool_calls").and_then(Value::as_array) {
-            Some(calls) => calls
+        let block = match message.tool_calls.as_slice() {
+            [] => format!(
+                "{}: {}",
+                message.role.as_str(),
+                cut(&message.text(), TRANSCRIPT_ITEM_CHARS)
+            ),
+            calls => calls
                 .iter()
                 .map(|c| {
-                    let f = &c["function"];
-                    let args = f["arguments"].as_str().unwrap_or_default();
-                    format!(
-                        "assistant called {}({})",
-                        f["name"].as_str().unwrap_or("?"),
-                        cut(args, TRANSCRIPT_ITEM_CHARS / 4)
-                    )
+                    let args = cut(&c.arguments, TRANSCRIPT_ITEM_CHARS / 4);
+                    format!("assistant called {}({args})", c.name)
                 })
                 .collect::<Vec<_>>()
                 .join("\n"),
-            None => format!(
-                "{}: {}",
-                role(message),
-                cut(&content(message), TRANSCRIPT_ITEM_CHARS)
-            ),
         };
         if bytes + block.len() > max_bytes && !blocks.is_empty() {
             blocks.push("[earlier messages left out]".to_owned());
@@ -104,32 +92,26 @@ pub(crate) fn transcript(messages: &[Value], max_bytes: usize) -> String {
 
 /// A summary built without the model: the last request and answer, the tools used, and what
 /// is still open.
-pub(crate) fn fallback_summary(messages: &[Value]) -> String {
-    let last = |wanted: &str| {
+pub(crate) fn fallback_summary(messages: &[ChatMessage]) -> String {
+    let last = |wanted: Role| {
         messages
             .iter()
             .rev()
-            .filter(|m| role(m) == wanted && m.get("tool_calls").is_none())
-            .map(content)
+            .filter(|m| m.role == wanted && m.tool_calls.is_empty())
+            .map(ChatMessage::text)
             .find(|c| !c.trim().is_empty() && !c.starts_with(NOTE_PREFIX))
     };
-    let mut tools: Vec<String> = Vec::new();
-    for call in messages
-        .iter()
-        .filter_map(|m| m.get("tool_calls").and_then(Value::as_array))
-        .flatten()
-    {
-        if let Some(name) = call["function"]["name"].as_str()
-            && !tools.iter().any(|t| t == name)
-        {
-            tools.push(name.to_owned());
+    let mut tools: Vec<&str> = Vec::new();
+    for call in messages.iter().flat_map(|m| &m.tool_calls) {
+        if !tools.contains(&call.name.as_str()) {
+            tools.push(&call.name);
         }
     }
     let mut out = String::from("(summary written without the model: its summarising call failed)");
-    if let Some(request) = last("user") {
+    if let Some(request) = last(Role::User) {
         out.push_str(&format!("\nLast request: {}", cut(&request, 500)));
     }
-    if let Some(answer) = last("assistant") {
+    if let Some(answer) = last(Role::Assistant) {
         out.push_str(&format!("\nLast answer: {}", cut(&answer, 500)));
     }
     if !tools.is_empty() {
@@ -142,21 +124,21 @@ pub(crate) fn fallback_summary(messages: &[Value]) -> String {
 /// The newest user and assistant messages (plain text, not tool traffic, not a handoff note),
 /// oldest first: at most [`CARRIED`], within `max_tokens` — but always the last user message,
 /// the request the turn is answering.
-pub(crate) fn carried(messages: &[Value], max_tokens: u64) -> Vec<Value> {
+pub(crate) fn carried(messages: &[ChatMessage], max_tokens: u64) -> Vec<ChatMessage> {
     let mut out = Vec::new();
     let mut tokens = 0;
     for message in messages.iter().rev() {
         if out.len() == CARRIED {
             break;
         }
-        let plain = matches!(role(message), "user" | "assistant")
-            && message.get("tool_calls").is_none()
-            && message.get("content").is_some_and(Value::is_string);
-        if !plain || content(message).starts_with(NOTE_PREFIX) {
+        let plain = matches!(message.role, Role::User | Role::Assistant)
+            && message.tool_calls.is_empty()
+            && !message.has_images();
+        if !plain || message.text().starts_with(NOTE_PREFIX) {
             continue;
         }
-        let cost = estimate_text(&message.to_string());
-        let first_user = out.is_empty() && role(message) == "user";
+        let cost = message_tokens(message);
+        let first_user = out.is_empty() && message.role == Role::User;
         if tokens + cost > max_tokens && !first_user {
             break;
         }
@@ -170,10 +152,14 @@ pub(crate) fn carried(messages: &[Value], max_tokens: u64) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::llm::ToolCall;
 
-    fn msg(role: &str, text: &str) -> Value {
-        json!({"role": role, "content": text})
+    fn msg(role: Role, text: &str) -> ChatMessage {
+        ChatMessage::new(role, text)
+    }
+
+    fn tool(text: &str) -> ChatMessage {
+        ChatMessage::tool_result("c", "fs_read", text)
     }
 
     #[test]
@@ -181,15 +167,15 @@ mod tests {
         assert_eq!(estimate_text(""), 0);
         assert_eq!(estimate_text("abcdefgh"), 2);
         assert_eq!(estimate_text("你好"), 2);
-        let small = estimate("sys", &[msg("user", "hi")]);
-        let large = estimate("sys", &[msg("user", &"word ".repeat(1000))]);
+        let small = estimate("sys", &[msg(Role::User, "hi")]);
+        let large = estimate("sys", &[msg(Role::User, &"word ".repeat(1000))]);
         assert!(large > small + 1000, "{small} {large}");
     }
 
     #[test]
     fn the_transcript_keeps_the_newest_part() {
-        let messages: Vec<Value> = (0..100)
-            .map(|i| msg("user", &format!("message number {i}")))
+        let messages: Vec<ChatMessage> = (0..100)
+            .map(|i| msg(Role::User, &format!("message number {i}")))
             .collect();
         let text = transcript(&messages, 400);
         assert!(text.len() <= 500, "{}", text.len());
@@ -200,13 +186,18 @@ mod tests {
 
     #[test]
     fn the_fallback_names_the_last_exchange_and_the_tools() {
-        let call = json!({"id": "c", "type": "function", "function": {"name": "fs_read", "arguments": "{}"}});
+        let call = ToolCall {
+            id: "c".into(),
+            name: "fs_read".into(),
+            arguments: "{}".into(),
+            thought_signature: None,
+        };
         let messages = [
-            msg("user", "[context from handoff 'x']\nsummary: old"),
-            msg("user", "read the notes"),
-            json!({"role": "assistant", "content": "", "tool_calls": [call]}),
-            json!({"role": "tool", "content": "notes", "tool_call_id": "c"}),
-            msg("assistant", "They say hi."),
+            msg(Role::User, "[context from handoff 'x']\nsummary: old"),
+            msg(Role::User, "read the notes"),
+            ChatMessage::assistant("", vec![call]),
+            tool("notes"),
+            msg(Role::Assistant, "They say hi."),
         ];
         let text = fallback_summary(&messages);
         assert!(text.contains("Last request: read the notes"), "{text}");
@@ -217,18 +208,18 @@ mod tests {
     #[test]
     fn carried_messages_are_the_newest_plain_ones_and_always_the_request() {
         let messages = [
-            msg("user", "[context from handoff 'x']\nsummary: old"),
-            msg("user", "one"),
-            msg("assistant", "two"),
-            json!({"role": "tool", "content": "out", "tool_call_id": "c"}),
-            msg("user", "three"),
-            msg("assistant", "four"),
-            msg("user", "five"),
+            msg(Role::User, "[context from handoff 'x']\nsummary: old"),
+            msg(Role::User, "one"),
+            msg(Role::Assistant, "two"),
+            tool("out"),
+            msg(Role::User, "three"),
+            msg(Role::Assistant, "four"),
+            msg(Role::User, "five"),
         ];
         let kept = carried(&messages, 1_000);
-        let texts: Vec<String> = kept.iter().map(content).collect();
+        let texts: Vec<String> = kept.iter().map(ChatMessage::text).collect();
         assert_eq!(texts, ["two", "three", "four", "five"]);
-        let big = msg("user", &"x".repeat(40_000));
-        assert_eq!(carried(&[msg("user", "a"), big.clone()], 10), [big]);
+        let big = msg(Role::User, &"x".repeat(40_000));
+        assert_eq!(carried(&[msg(Role::User, "a"), big.clone()], 10), [big]);
     }
 }

@@ -5,9 +5,8 @@
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 
-use serde_json::Value;
-
 use super::prompt::{self, PromptParts};
+use crate::llm::{ChatMessage, Role};
 use crate::skills::Discovery;
 use crate::tools::ToolContext;
 
@@ -41,10 +40,10 @@ pub(crate) fn checkpoint_note(ctx: &ToolContext) -> Option<String> {
 }
 
 /// Whether a user message of `context` holds `note` already.
-pub(crate) fn noted(context: &[Value], note: &str) -> bool {
+pub(crate) fn noted(context: &[ChatMessage], note: &str) -> bool {
     context
         .iter()
-        .any(|m| m["role"] == "user" && m["content"].as_str().is_some_and(|c| c.contains(note)))
+        .any(|m| m.role == Role::User && m.text().contains(note))
 }
 
 /// A hash of a prompt text, to tell whether it changed.
@@ -54,48 +53,30 @@ pub(crate) fn stable_hash(text: &str) -> u64 {
     hasher.finish()
 }
 
-/// Keeps the message sequence valid for OpenAI-compatible providers: an assistant message's
-/// `tool_calls` must be answered by `tool` messages with matching ids (a crash between call and
-/// result leaves them unanswered), and a `tool` message needs a preceding call (a handoff made by
-/// a tool puts the anchor between the call and its result).
-pub(crate) fn sanitize_context(messages: Vec<Value>) -> Vec<Value> {
-    let mut out: Vec<Value> = Vec::with_capacity(messages.len());
-    let mut i = 0;
-    while i < messages.len() {
-        let msg = &messages[i];
-        let role = msg.get("role").and_then(Value::as_str).unwrap_or_default();
-        if role == "tool" {
-            i += 1; // orphan result: its call is not in the context
+/// Keeps the message sequence valid for every provider: an assistant message's tool calls must
+/// be answered by tool messages with matching ids (a crash between call and result leaves them
+/// unanswered), and a tool message needs a preceding call (a handoff made by a tool puts the
+/// anchor between the call and its result).
+pub(crate) fn sanitize_context(messages: Vec<ChatMessage>) -> Vec<ChatMessage> {
+    let mut out: Vec<ChatMessage> = Vec::with_capacity(messages.len());
+    let mut messages = messages.into_iter().peekable();
+    while let Some(message) = messages.next() {
+        if message.role == Role::Tool {
+            continue; // orphan result: its call is not in the context
+        }
+        if message.role != Role::Assistant || message.tool_calls.is_empty() {
+            out.push(message);
             continue;
         }
-        let ids: Vec<&str> = msg
-            .get("tool_calls")
-            .and_then(Value::as_array)
-            .map(|calls| {
-                calls
-                    .iter()
-                    .filter_map(|c| c.get("id").and_then(Value::as_str))
-                    .collect()
-            })
-            .unwrap_or_default();
-        if role != "assistant" || ids.is_empty() {
-            out.push(msg.clone());
-            i += 1;
-            continue;
+        let mut results = Vec::new();
+        while let Some(result) = messages.next_if(|m| m.role == Role::Tool) {
+            results.push(result);
         }
-        let mut j = i + 1;
-        while j < messages.len() && messages[j].get("role").and_then(Value::as_str) == Some("tool")
-        {
-            j += 1;
+        let answered = |id: &String| results.iter().any(|r| r.tool_call_id.as_ref() == Some(id));
+        if message.tool_calls.iter().all(|c| answered(&c.id)) {
+            out.push(message);
+            out.extend(results);
         }
-        let answered: Vec<&str> = messages[i + 1..j]
-            .iter()
-            .filter_map(|m| m.get("tool_call_id").and_then(Value::as_str))
-            .collect();
-        if ids.iter().all(|id| answered.contains(id)) {
-            out.extend(messages[i..j].iter().cloned());
-        }
-        i = j;
     }
     out
 }
@@ -103,13 +84,23 @@ pub(crate) fn sanitize_context(messages: Vec<Value>) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use crate::llm::ToolCall;
 
     #[test]
     fn sanitize_drops_unanswered_calls_and_orphan_results() {
-        let call = |id: &str| json!({"role":"assistant","content":"","tool_calls":[{"id":id,"type":"function","function":{"name":"x","arguments":"{}"}}]});
-        let result = |id: &str| json!({"role":"tool","content":"ok","tool_call_id":id,"name":"x"});
-        let user = json!({"role":"user","content":"hi"});
+        let call = |id: &str| {
+            let call = ToolCall {
+                id: id.into(),
+                name: "x".into(),
+                arguments: "{}".into(),
+                thought_signature: None,
+            };
+            ChatMessage::assistant("", vec![call])
+        };
+        let result = |id: &str| ChatMessage::tool_result(id, "x", "ok");
+        let user = ChatMessage::user("hi");
+        let mut orphan = ChatMessage::tool_result("", "", "{\"status\": \"ok\"}");
+        (orphan.tool_call_id, orphan.name) = (None, None);
         let msgs = vec![
             result("orphan"),
             user.clone(),
@@ -117,7 +108,7 @@ mod tests {
             result("a"),
             call("b"),
             user.clone(),
-            json!({"role":"tool","content":"{\"status\": \"ok\"}"}),
+            orphan,
         ];
         let clean = sanitize_context(msgs);
         assert_eq!(clean, vec![user.clone(), call("a"), result("a"), user]);

@@ -22,7 +22,7 @@ use super::stagnation;
 use crate::access::TurnOrigin;
 use crate::delivery::TurnError;
 use crate::llm::chain::{Answer, Fallback, label};
-use crate::llm::{ChatMessage, ChatRequest, ChatResponse, LlmClient, LlmError, ModelChain};
+use crate::llm::{ChatMessage, ChatRequest, ChatResponse, LlmClient, LlmError, ModelChain, Part};
 use crate::media;
 use crate::skills::Discovery;
 use crate::tape::context::View;
@@ -366,7 +366,7 @@ impl<'a> ModelLoop<'a> {
         prompt: &str,
         run: &Value,
         hints: Option<String>,
-    ) -> anyhow::Result<(String, anyhow::Result<Vec<Value>>)> {
+    ) -> anyhow::Result<(String, anyhow::Result<Vec<ChatMessage>>)> {
         let first = hints.is_some();
         let mcp = &self.ctx.process.mcp;
         if first && mcp.is_configured() && crate::tools::mcp::allowed_by(&self.ctx.turn.policy) {
@@ -451,7 +451,7 @@ impl<'a> ModelLoop<'a> {
     }
 
     /// The context to send, read from the tape where the last read left off.
-    async fn context(&mut self) -> anyhow::Result<Vec<Value>> {
+    async fn context(&mut self) -> anyhow::Result<Vec<ChatMessage>> {
         let mut cursor = std::mem::take(&mut self.context);
         let (context, cursor) = self
             .ctx
@@ -471,15 +471,15 @@ impl<'a> ModelLoop<'a> {
         &mut self,
         llm: &'a ModelChain,
         system: &str,
-        context: anyhow::Result<Vec<Value>>,
+        context: anyhow::Result<Vec<ChatMessage>>,
     ) -> Result<ChatResponse, LlmError> {
         let context = context.map_err(|e| LlmError::InvalidResponse(format!("tape: {e:#}")))?;
         let estimate = self.estimate(system, &context);
-        let mut messages = vec![json!({"role": "system", "content": system})];
+        let mut messages = vec![ChatMessage::system(system)];
         messages.extend(sanitize_context(context));
         let shown = self.attach_images(llm.primary(), &mut messages).await;
         let mut request = ChatRequest {
-            messages: messages.iter().map(ChatMessage::from_openai).collect(),
+            messages,
             tools: self.ctx.registry().openai_specs_for(&self.ctx.turn.policy),
             max_tokens: self.max_tokens,
         };
@@ -495,15 +495,13 @@ impl<'a> ModelLoop<'a> {
                     json!({"status": status, "error": message}),
                 )
                 .await;
-                let text = messages[at]["content"][0]["text"]
-                    .as_str()
-                    .unwrap_or_default();
+                let message = &mut request.messages[at];
                 let note = format!(
-                    "{text}\n[The model cannot look at images; they are saved at: {}]",
+                    "{}\n[The model cannot look at images; they are saved at: {}]",
+                    message.text(),
                     paths.join(", ")
                 );
-                messages[at]["content"] = json!(note);
-                request.messages[at] = ChatMessage::from_openai(&messages[at]);
+                message.content = vec![Part::Text(note)];
                 self.send(llm, &request).await?
             }
             (response, _) => response?,
@@ -561,7 +559,7 @@ impl<'a> ModelLoop<'a> {
     async fn attach_images(
         &mut self,
         llm: &LlmClient,
-        messages: &mut [Value],
+        messages: &mut [ChatMessage],
     ) -> Option<(usize, Vec<String>)> {
         let media = &self.config.media.settings;
         let wanted = media.vision_for(llm.model()) && !self.memory.images_refused;
@@ -612,7 +610,7 @@ impl<'a> ModelLoop<'a> {
         &self,
         llm: &LlmClient,
         system: &str,
-        messages: &[Value],
+        messages: &[ChatMessage],
     ) -> Result<(), TurnError> {
         let input = self.estimate(system, messages) as f64 * self.memory.token_scale;
         spend::allowed(self.ctx, Purpose::Step, llm, input as u64)
@@ -622,7 +620,7 @@ impl<'a> ModelLoop<'a> {
 
     /// A fast estimate of a request's prompt tokens: the system prompt, the messages and the
     /// tools offered.
-    fn estimate(&self, system: &str, messages: &[Value]) -> u64 {
+    fn estimate(&self, system: &str, messages: &[ChatMessage]) -> u64 {
         compact::estimate(system, messages) + self.tools_tokens
     }
 
@@ -630,7 +628,7 @@ impl<'a> ModelLoop<'a> {
     /// allow (the estimate, scaled by what the provider counted at the session's last call),
     /// and compaction would leave fewer messages (a window the system prompt and the tools
     /// fill alone is not compacted turn after turn).
-    fn over_budget(&self, system: &str, messages: &[Value]) -> bool {
+    fn over_budget(&self, system: &str, messages: &[ChatMessage]) -> bool {
         let estimate = self.estimate(system, messages) as f64 * self.memory.token_scale;
         estimate > self.budget() as f64 && messages.len() > compact::CARRIED + 1
     }
@@ -643,7 +641,13 @@ impl<'a> ModelLoop<'a> {
     /// Compacts `messages` (the context): the model's summary — or, when its call fails, one
     /// built without it — becomes anchor `compaction`, and the newest messages are carried over
     /// after it. Failures are logged; the turn goes on either way.
-    async fn compact(&mut self, llm: &ModelChain, messages: Vec<Value>, run: &Value, why: &str) {
+    async fn compact(
+        &mut self,
+        llm: &ModelChain,
+        messages: Vec<ChatMessage>,
+        run: &Value,
+        why: &str,
+    ) {
         let started = std::time::Instant::now();
         let budget = self.budget();
         let transcript = compact::transcript(&messages, (budget as usize).saturating_mul(3));
@@ -680,7 +684,7 @@ impl<'a> ModelLoop<'a> {
             t.handoff(compact::ANCHOR, Some(&summary), None)?;
             for message in carried {
                 let meta = json!({"carried_over": true, "run_id": run["run_id"]});
-                t.append(Kind::Message, message, meta)?;
+                t.append(Kind::Message, message.to_record(), meta)?;
             }
             t.event(Event::ContextCompacted, data).map(drop)
         });

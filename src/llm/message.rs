@@ -1,11 +1,15 @@
 //! The conversation of a model call, typed: [`ChatMessage`]s with a role, text and image parts,
-//! the assistant's tool calls and tool results. Every provider translates it at its edge
-//! (`openai`, `anthropic`, `gemini`); nothing else in Bub depends on a provider's wire format.
+//! the assistant's tool calls and tool results. The agent holds its context in this form from
+//! the tape to the provider; every provider translates it at its edge (`openai`, `anthropic`,
+//! `gemini`); nothing else in Bub depends on a provider's wire format.
 //!
-//! The agent keeps its conversation on the tape in OpenAI's shape, so [`ChatMessage::from_openai`]
-//! is the one conversion from that shape; [`ToolCall::to_record`] is the form a call is written
-//! to the tape in (Gemini's `thought_signature` included, so it comes back with the call).
+//! [`OpenAiShape`] writes a message as an OpenAI chat message object: on the OpenAI wire, or as
+//! the tape records it ([`ChatMessage::to_record`]: with the saved images' paths and Gemini's
+//! `thought_signature` of a call, so they come back with the message). The tape reads its lines
+//! back itself (`tape::context`); [`ToolCall::to_record`] is the form a call is recorded in.
 
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Serialize, Serializer};
 use serde_json::{Value, json};
 
 use super::ToolCall;
@@ -20,6 +24,18 @@ pub enum Role {
     Tool,
 }
 
+impl Role {
+    /// The role's name in OpenAI's shape.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
 /// A piece of a message's content.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Part {
@@ -29,6 +45,21 @@ pub enum Part {
         mime: String,
         data: String,
     },
+}
+
+impl Part {
+    /// The part of an image at `url`: a `data:<mime>;base64,<data>` URL is the image, another
+    /// URL a text note with it.
+    pub(crate) fn image_url(url: &str) -> Part {
+        let data = url.strip_prefix("data:").and_then(|u| u.split_once(','));
+        match data.and_then(|(head, data)| Some((head.strip_suffix(";base64")?, data))) {
+            Some((mime, data)) => Part::Image {
+                mime: mime.to_owned(),
+                data: data.to_owned(),
+            },
+            None => Part::Text(format!("[image: {url}]")),
+        }
+    }
 }
 
 /// One message of the conversation.
@@ -43,16 +74,21 @@ pub struct ChatMessage {
     pub tool_call_id: Option<String>,
     /// A tool result: the name of the tool, as offered to the model (`fs_read`).
     pub name: Option<String>,
+    /// A user message: the images it brought, saved in the workspace (relative paths). Not
+    /// sent as they are: the model loop shows the newest ones to a vision model as
+    /// [`Part::Image`]s (`media::image::attach`) and clears the field before the call.
+    pub images: Vec<String>,
 }
 
 impl ChatMessage {
-    fn new(role: Role, text: impl Into<String>) -> Self {
+    pub(crate) fn new(role: Role, text: impl Into<String>) -> Self {
         Self {
             role,
             content: vec![Part::Text(text.into())],
             tool_calls: Vec::new(),
             tool_call_id: None,
             name: None,
+            images: Vec::new(),
         }
     }
 
@@ -111,65 +147,88 @@ impl ChatMessage {
         self.content.iter().any(|p| matches!(p, Part::Image { .. }))
     }
 
-    /// The images, as `(mime, base64 data)`.
-    pub fn images(&self) -> impl Iterator<Item = (&str, &str)> {
-        self.content.iter().filter_map(|p| match p {
-            Part::Image { mime, data } => Some((mime.as_str(), data.as_str())),
-            Part::Text(_) => None,
+    /// The message as the tape records it: OpenAI's shape, plus `images` and calls' signatures.
+    pub fn to_record(&self) -> Value {
+        serde_json::to_value(OpenAiShape {
+            message: self,
+            record: true,
         })
-    }
-
-    /// A message in OpenAI's chat shape, as the tape keeps them: `role`; `content` a string or
-    /// an array of `text` and `image_url` parts (a `data:` URL becomes an image; another URL a
-    /// text note with it); an assistant's `tool_calls`; a tool's `tool_call_id` and `name`.
-    /// An unknown role reads as `user`; what is missing reads as empty.
-    pub fn from_openai(message: &Value) -> Self {
-        let role = match message.get("role").and_then(Value::as_str) {
-            Some("system" | "developer") => Role::System,
-            Some("assistant") => Role::Assistant,
-            Some("tool") => Role::Tool,
-            _ => Role::User,
-        };
-        let content = match message.get("content") {
-            Some(Value::String(text)) => vec![Part::Text(text.clone())],
-            Some(Value::Array(parts)) => parts.iter().filter_map(part_from_openai).collect(),
-            _ => vec![Part::Text(String::new())],
-        };
-        let tool_calls = match message.get("tool_calls") {
-            Some(Value::Array(calls)) => calls
-                .iter()
-                .enumerate()
-                .filter_map(|(i, c)| ToolCall::from_openai(i, c))
-                .collect(),
-            _ => Vec::new(),
-        };
-        let text = |key: &str| message.get(key).and_then(Value::as_str).map(str::to_owned);
-        Self {
-            role,
-            content,
-            tool_calls,
-            tool_call_id: text("tool_call_id"),
-            name: text("name"),
-        }
+        .unwrap_or_default()
     }
 }
 
-/// One OpenAI content part.
-fn part_from_openai(part: &Value) -> Option<Part> {
-    if let Some(text) = part.get("text").and_then(Value::as_str) {
-        return Some(Part::Text(text.to_owned()));
+/// A message written as an OpenAI chat message object: `role`; `content` a string unless it
+/// carries images (then an array of `text` and `image_url` parts with `data:` URLs); an
+/// assistant's `tool_calls`; a tool result's `tool_call_id` and `name`. As a `record` (the
+/// tape's form) it also keeps a user message's `images` after its content and each call's
+/// `thought_signature`; on the wire it never does.
+pub(crate) struct OpenAiShape<'a> {
+    pub message: &'a ChatMessage,
+    pub record: bool,
+}
+
+impl Serialize for OpenAiShape<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let m = self.message;
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("role", m.role.as_str())?;
+        if m.has_images() {
+            map.serialize_entry("content", &Parts(&m.content))?;
+        } else {
+            map.serialize_entry("content", &m.text())?;
+        }
+        if self.record && !m.images.is_empty() {
+            map.serialize_entry("images", &m.images)?;
+        }
+        if !m.tool_calls.is_empty() {
+            let calls = Calls(&m.tool_calls, self.record);
+            map.serialize_entry("tool_calls", &calls)?;
+        }
+        if let Some(id) = &m.tool_call_id {
+            map.serialize_entry("tool_call_id", id)?;
+        }
+        if let Some(name) = &m.name {
+            map.serialize_entry("name", name)?;
+        }
+        map.end()
     }
-    if let Some(text) = part.as_str() {
-        return Some(Part::Text(text.to_owned()));
+}
+
+struct Parts<'a>(&'a [Part]);
+
+impl Serialize for Parts<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for part in self.0 {
+            match part {
+                Part::Text(text) => {
+                    seq.serialize_element(&json!({"type": "text", "text": text}))?
+                }
+                Part::Image { mime, data } => {
+                    let url = format!("data:{mime};base64,{data}");
+                    seq.serialize_element(&json!({"type": "image_url", "image_url": {"url": url}}))?
+                }
+            }
+        }
+        seq.end()
     }
-    let url = part.pointer("/image_url/url").and_then(Value::as_str)?;
-    Some(match parse_data_url(url) {
-        Some((mime, data)) => Part::Image {
-            mime: mime.to_owned(),
-            data: data.to_owned(),
-        },
-        None => Part::Text(format!("[image: {url}]")),
-    })
+}
+
+/// The calls of an assistant message; as records (with their signatures) or for the wire.
+struct Calls<'a>(&'a [ToolCall], bool);
+
+impl Serialize for Calls<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for call in self.0 {
+            match self.1 {
+                true => seq.serialize_element(&call.to_record())?,
+                false => seq.serialize_element(&json!({"id": call.id, "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments}}))?,
+            }
+        }
+        seq.end()
+    }
 }
 
 /// Adds `items` (blocks or parts) as a turn of `role`, merged into the last turn when it has
@@ -186,13 +245,6 @@ pub(crate) fn push_turn<'a>(
         Some((last, have)) if *last == role => have.extend(items),
         _ => turns.push((role, items)),
     }
-}
-
-/// `data:<mime>;base64,<data>` → `(mime, data)`.
-pub(crate) fn parse_data_url(url: &str) -> Option<(&str, &str)> {
-    let (head, data) = url.strip_prefix("data:")?.split_once(',')?;
-    let mime = head.strip_suffix(";base64")?;
-    Some((mime, data))
 }
 
 impl ToolCall {
@@ -245,38 +297,52 @@ impl ToolCall {
 mod tests {
     use super::*;
 
+    /// Messages written as the tape records them and as the OpenAI wire carries them: the same
+    /// bytes, but the images' paths and the calls' signatures only on the tape.
     #[test]
-    fn openai_messages_read_into_the_typed_model() {
-        let user = ChatMessage::from_openai(&json!({"role": "user", "content": [
-            {"type": "text", "text": "look"},
-            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
-            {"type": "image_url", "image_url": {"url": "https://x/cat.png"}}]}));
+    fn records_and_the_wire_write_the_same_openai_shape() {
+        let call = ToolCall {
+            id: "c1".into(),
+            name: "fs_read".into(),
+            arguments: "{\"path\":\"a\"}".into(),
+            thought_signature: Some("sig".into()),
+        };
+        let image = ("image/jpeg".into(), "AA==".into());
+        let mut user = ChatMessage::user_with_images("this?", vec![image]);
+        user.images = vec!["a.jpg".into()];
+        let wire = |m: &ChatMessage| {
+            serde_json::to_value(OpenAiShape {
+                message: m,
+                record: false,
+            })
+            .unwrap()
+        };
+        let parts = json!([{"type": "text", "text": "this?"},
+            {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AA=="}}]);
         assert_eq!(
-            user.content,
-            [
-                Part::Text("look".into()),
-                Part::Image {
-                    mime: "image/png".into(),
-                    data: "AAAA".into()
-                },
-                Part::Text("[image: https://x/cat.png]".into()),
-            ]
+            user.to_record().to_string(),
+            json!({"role": "user", "content": parts, "images": ["a.jpg"]}).to_string()
         );
-        let call = json!({"id": "c1", "type": "function", "thought_signature": "sig",
-            "function": {"name": "fs_read", "arguments": "{\"path\":\"a\"}"}});
-        let assistant = ChatMessage::from_openai(
-            &json!({"role": "assistant", "content": "", "tool_calls": [call]}),
-        );
-        assert_eq!(assistant.role, Role::Assistant);
+        assert_eq!(wire(&user), json!({"role": "user", "content": parts}));
+        let assistant = ChatMessage::assistant("", vec![call.clone()]);
         assert_eq!(
-            assistant.tool_calls[0].thought_signature.as_deref(),
-            Some("sig")
+            assistant.to_record(),
+            json!({"role": "assistant", "content": "", "tool_calls": [call.to_record()]})
         );
-        assert_eq!(assistant.tool_calls[0].to_record(), call);
-        let tool = ChatMessage::from_openai(
-            &json!({"role": "tool", "content": "x", "tool_call_id": "c1", "name": "fs_read"}),
+        let mut unsigned = call.to_record();
+        unsigned
+            .as_object_mut()
+            .unwrap()
+            .remove("thought_signature");
+        assert_eq!(
+            wire(&assistant).to_string(),
+            json!({"role": "assistant", "content": "", "tool_calls": [unsigned]}).to_string()
         );
-        assert_eq!(tool, ChatMessage::tool_result("c1", "fs_read", "x"));
+        let tool = ChatMessage::tool_result("c1", "fs_read", "x");
+        assert_eq!(
+            wire(&tool).to_string(),
+            r#"{"role":"tool","content":"x","tool_call_id":"c1","name":"fs_read"}"#
+        );
     }
 
     #[test]

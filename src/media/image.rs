@@ -1,4 +1,4 @@
-//! Images for vision models: a saved image becomes an OpenAI `image_url` content part — decoded,
+//! Images for vision models: a saved image becomes an image part of a message — decoded,
 //! downscaled so its longer edge is at most [`MAX_EDGE`] pixels, re-encoded as JPEG, inlined as
 //! a data URI — and the user message that carries images (`"images": [paths]` on the tape) is
 //! turned into content parts for the request.
@@ -28,7 +28,8 @@ use std::sync::{Mutex, PoisonError};
 use std::time::UNIX_EPOCH;
 
 use base64::Engine;
-use serde_json::{Value, json};
+
+use crate::llm::{ChatMessage, Part, Role};
 
 /// The longest edge, in pixels, of an image sent to the model (larger ones are scaled down).
 pub(crate) const MAX_EDGE: u32 = 1568;
@@ -321,28 +322,24 @@ fn passed_through(path: &Path) -> std::io::Result<Option<&'static str>> {
 
 /// The image paths of the newest user message in `messages` that has any (at most
 /// [`MAX_IMAGES`]), and its index.
-pub(crate) fn newest_images(messages: &[Value]) -> Option<(usize, Vec<String>)> {
-    let (at, message) = messages.iter().enumerate().rev().find(|(_, m)| {
-        m["role"] == "user" && m["images"].as_array().is_some_and(|a| !a.is_empty())
-    })?;
-    let paths = message["images"]
-        .as_array()?
+pub(crate) fn newest_images(messages: &[ChatMessage]) -> Option<(usize, Vec<String>)> {
+    let (at, message) = messages
         .iter()
-        .filter_map(Value::as_str)
-        .take(MAX_IMAGES)
-        .map(str::to_owned)
-        .collect();
-    Some((at, paths))
+        .enumerate()
+        .rev()
+        .find(|(_, m)| m.role == Role::User && !m.images.is_empty())?;
+    Some((
+        at,
+        message.images.iter().take(MAX_IMAGES).cloned().collect(),
+    ))
 }
 
-/// Removes the `images` field of every message; the message at `at` gets what is shown of its
-/// images: a note with the path of each one not shown added to its text, then an `image_url`
-/// part per image (plain text when no image is shown).
-pub(crate) fn attach(messages: &mut [Value], at: Option<(usize, &[(String, Shown)])>) {
+/// Clears the `images` of every message; the message at `at` gets what is shown of its images:
+/// a note with the path of each one not shown added to its text, then an image part per image
+/// (plain text when no image is shown).
+pub(crate) fn attach(messages: &mut [ChatMessage], at: Option<(usize, &[(String, Shown)])>) {
     for message in messages.iter_mut() {
-        if let Some(fields) = message.as_object_mut() {
-            fields.remove("images");
-        }
+        message.images.clear();
     }
     let Some((at, shown)) = at.filter(|(_, shown)| !shown.is_empty()) else {
         return;
@@ -350,22 +347,16 @@ pub(crate) fn attach(messages: &mut [Value], at: Option<(usize, &[(String, Shown
     let Some(message) = messages.get_mut(at) else {
         return;
     };
-    let mut text = message["content"].as_str().unwrap_or_default().to_owned();
+    let mut text = message.text();
     let mut parts = Vec::new();
     for (path, shown) in shown {
         match shown {
-            Shown::Image(uri) => {
-                parts.push(json!({"type": "image_url", "image_url": {"url": uri}}));
-            }
+            Shown::Image(uri) => parts.push(Part::image_url(uri)),
             Shown::Note(note) => text.push_str(&format!("\n[Image {path} not shown: {note}]")),
         }
     }
-    if parts.is_empty() {
-        message["content"] = Value::String(text);
-        return;
-    }
-    parts.insert(0, json!({"type": "text", "text": text}));
-    message["content"] = Value::Array(parts);
+    parts.insert(0, Part::Text(text));
+    message.content = parts;
 }
 
 #[cfg(test)]
@@ -501,11 +492,15 @@ mod tests {
 
     #[test]
     fn the_newest_message_with_images_gets_the_parts_and_no_message_keeps_the_field() {
+        let with_images = |text: &str, paths: &[&str]| ChatMessage {
+            images: paths.iter().map(|p| p.to_string()).collect(),
+            ..ChatMessage::user(text)
+        };
         let mut messages = vec![
-            json!({"role": "user", "content": "old", "images": ["a.jpg"]}),
-            json!({"role": "assistant", "content": "a cat"}),
-            json!({"role": "user", "content": "and this?", "images": ["b.jpg", "c.jpg"]}),
-            json!({"role": "user", "content": "hm"}),
+            with_images("old", &["a.jpg"]),
+            ChatMessage::assistant("a cat", Vec::new()),
+            with_images("and this?", &["b.jpg", "c.jpg"]),
+            ChatMessage::user("hm"),
         ];
         let (at, paths) = newest_images(&messages).unwrap();
         assert_eq!(
@@ -523,19 +518,24 @@ mod tests {
             ),
         ];
         attach(&mut messages, Some((2, &shown)));
-        assert_eq!(messages[0], json!({"role": "user", "content": "old"}));
+        assert_eq!(messages[0], ChatMessage::user("old"));
         assert_eq!(
-            messages[2]["content"],
-            json!([{"type": "text", "text": "and this?\n[Image c.jpg not shown: image 9×9 too large]"},
-                   {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AA"}}])
+            messages[2].content,
+            [
+                Part::Text("and this?\n[Image c.jpg not shown: image 9×9 too large]".into()),
+                Part::Image {
+                    mime: "image/jpeg".into(),
+                    data: "AA".into()
+                }
+            ]
         );
         assert_eq!(newest_images(&messages), None);
         // No image shown: the text with the notes.
-        let mut messages = vec![json!({"role": "user", "content": "this?", "images": ["c.jpg"]})];
+        let mut messages = vec![with_images("this?", &["c.jpg"])];
         attach(&mut messages, Some((0, &shown[1..])));
         assert_eq!(
             messages[0],
-            json!({"role": "user", "content": "this?\n[Image c.jpg not shown: image 9×9 too large]"})
+            ChatMessage::user("this?\n[Image c.jpg not shown: image 9×9 too large]")
         );
     }
 }

@@ -18,6 +18,7 @@ use super::pg::PgTape;
 use super::search::Searched;
 use super::store::{FileTape, tape_name_for, tape_path};
 use crate::db::Database;
+use crate::llm::ChatMessage;
 
 /// One session's tape: an append-only log of entries with anchors.
 ///
@@ -86,7 +87,7 @@ pub trait TapeStore: Send + 'static {
 
     /// The model's context through `cursor` (read only where it left off, see
     /// [`ContextCursor`]).
-    fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<Value>>;
+    fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<ChatMessage>>;
 
     /// Runs `f` with the tape held for all its operations (a file tape opens and locks its
     /// file once, creating it when `f` `writes`); an error means the tape could not be held
@@ -207,7 +208,7 @@ impl TapeStore for FileTape {
         FileTape::info(self)
     }
 
-    fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<Value>> {
+    fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<ChatMessage>> {
         FileTape::context(self, cursor)
     }
 

@@ -1,8 +1,9 @@
 //! What the model sees of a tape (its context) and the tape summary (`tape.info`).
 //!
-//! The context is the entries strictly after the last anchor, mapped to OpenAI chat messages
-//! (a `message` as it is, a `tool_call` as an assistant message with `tool_calls`, a
-//! `tool_result` as one tool message per result; other kinds are not shown), and:
+//! The context is the entries strictly after the last anchor, read into typed [`ChatMessage`]s
+//! (a `message` from its payload, a chat message in OpenAI's shape as the tape keeps it; a
+//! `tool_call` as an assistant message with its calls; a `tool_result` as one tool message per
+//! result; other kinds are not shown), and:
 //! * **Handoff note.** When the last anchor has a `summary` or `next_steps`, the context starts
 //!   with one user message carrying them, so a handoff carries its summary forward:
 //!   ```text
@@ -15,9 +16,9 @@
 //! * **Unanswered tool calls.** An assistant `tool_calls` message must be followed by one tool
 //!   message per call. When a turn died between recording a `tool_call` and its
 //!   `tool_result`, the missing results are filled in with
-//!   `{"role":"tool","content":"error: no result recorded","tool_call_id","name"}` so the
-//!   sequence stays valid. An orphan tool result (no pending call) is a tool message without
-//!   `tool_call_id` in the tape's view; the model loop drops it before the request
+//!   a tool message `error: no result recorded` (with the call's id and name) so the sequence
+//!   stays valid. An orphan tool result (no pending call) is a tool message without a call id
+//!   in the tape's view; the model loop drops it before the request
 //!   (`agent::request::sanitize_context`), since providers reject them.
 //!
 //! Both are read from the file, not from per-entry records (the index keeps none): the context
@@ -35,6 +36,7 @@ use super::event::Event;
 use super::index::{BackLines, line_kind, lines, read_at};
 use super::output::cut;
 use super::store::FileTape;
+use crate::llm::{ChatMessage, Part, Role, ToolCall};
 
 /// The entry kinds a context is built from (besides the anchor it starts after).
 pub(crate) const CONTEXT_KINDS: [Kind; 3] = [Kind::Message, Kind::ToolCall, Kind::ToolResult];
@@ -95,7 +97,7 @@ pub struct ContextCursor {
     /// How far the store has been read (store-defined: a byte offset for a file).
     read_to: u64,
     /// The last anchor's handoff note, as a user message.
-    note: Option<Value>,
+    note: Option<ChatMessage>,
     messages: Messages,
     /// How much the last read parsed (store-defined: bytes for a file).
     pub last_read: u64,
@@ -134,16 +136,11 @@ impl ContextCursor {
 
     /// The context: the handoff note, then the messages, with synthetic results for calls
     /// still unanswered.
-    pub(crate) fn messages(&self) -> Vec<Value> {
+    pub(crate) fn messages(&self) -> Vec<ChatMessage> {
         let mut out = Vec::with_capacity(self.messages.out.len() + self.messages.pending.len() + 1);
         out.extend(self.note.iter().cloned());
         out.extend(self.messages.out.iter().cloned());
-        out.extend(
-            self.messages
-                .pending
-                .iter()
-                .map(|call| tool_message(NO_RESULT.to_string(), Some(call))),
-        );
+        out.extend(self.messages.pending.iter().cloned());
         out
     }
 }
@@ -157,7 +154,7 @@ impl ContextCursor {
         origin: [u64; 3],
         anchor: Option<TapeEntry>,
         after: impl FnOnce(u64) -> anyhow::Result<Vec<TapeEntry>>,
-    ) -> anyhow::Result<Vec<Value>> {
+    ) -> anyhow::Result<Vec<ChatMessage>> {
         if self.origin != Some(origin) {
             *self = ContextCursor {
                 origin: Some(origin),
@@ -165,7 +162,7 @@ impl ContextCursor {
                 note: anchor
                     .as_ref()
                     .and_then(handoff_note)
-                    .map(|note| json!({"role": "user", "content": note})),
+                    .map(ChatMessage::user),
                 ..ContextCursor::new(self.view)
             };
         }
@@ -185,7 +182,7 @@ impl FileTape {
     /// The model's context: the entries after the last anchor as chat messages (see the module
     /// documentation), preceded by the anchor's handoff note when it has one. Read from the
     /// anchor, for one-off readers; a turn keeps a [`ContextCursor`].
-    pub fn context_messages(&mut self) -> anyhow::Result<Vec<Value>> {
+    pub fn context_messages(&mut self) -> anyhow::Result<Vec<ChatMessage>> {
         self.context(&mut ContextCursor::default())
     }
 
@@ -193,7 +190,10 @@ impl FileTape {
     /// unless the last anchor or the file changed (then it starts over from the last anchor).
     /// Only the kinds the context is made of are parsed: events (most of a tape) and system
     /// prompts are recognised from the line's header and skipped.
-    pub(crate) fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<Value>> {
+    pub(crate) fn context(
+        &mut self,
+        cursor: &mut ContextCursor,
+    ) -> anyhow::Result<Vec<ChatMessage>> {
         self.read(|index, file| {
             let Some(file) = file else {
                 *cursor = ContextCursor::new(cursor.view);
@@ -219,7 +219,7 @@ impl FileTape {
                 cursor.note = anchor
                     .as_ref()
                     .and_then(handoff_note)
-                    .map(|note| json!({"role": "user", "content": note}));
+                    .map(ChatMessage::user);
             }
             lines
                 .filter(|l| line_kind(l).is_none_or(|k| CONTEXT_KINDS.contains(&k)))
@@ -316,13 +316,13 @@ fn withheld(entry: &TapeEntry, guest: bool) -> bool {
 /// Maps entries (those after the last anchor) to chat messages, plus synthetic results for
 /// unanswered tool calls.
 #[cfg(test)]
-pub(crate) fn select_messages(entries: impl IntoIterator<Item = TapeEntry>) -> Vec<Value> {
+pub(crate) fn select_messages(entries: impl IntoIterator<Item = TapeEntry>) -> Vec<ChatMessage> {
     let mut messages = Messages::default();
     entries
         .into_iter()
         .for_each(|e| messages.push(e, View::default()));
     let Messages { mut out, pending } = messages;
-    answer_unanswered(&mut out, pending);
+    out.extend(pending);
     out
 }
 
@@ -330,8 +330,9 @@ pub(crate) fn select_messages(entries: impl IntoIterator<Item = TapeEntry>) -> V
 /// `tool_call` still waiting for their results.
 #[derive(Debug, Default)]
 struct Messages {
-    out: Vec<Value>,
-    pending: Vec<Value>,
+    out: Vec<ChatMessage>,
+    /// The tool messages answering them until their results come ([`NO_RESULT`]).
+    pending: Vec<ChatMessage>,
 }
 
 impl Messages {
@@ -343,22 +344,25 @@ impl Messages {
         let out = &mut self.out;
         match entry.kind {
             Kind::Message => {
-                answer_unanswered(out, std::mem::take(&mut self.pending));
-                out.push(with_notes(entry.payload, &entry.meta));
+                out.append(&mut self.pending);
+                out.push(chat_message(&with_notes(entry.payload, &entry.meta)));
             }
             Kind::ToolCall => {
-                answer_unanswered(out, std::mem::take(&mut self.pending));
+                out.append(&mut self.pending);
                 let calls = entry.payload.get("calls").and_then(Value::as_array);
                 if let Some(calls) = calls.filter(|c| !c.is_empty()) {
-                    let mut shown = calls.clone();
-                    if withheld(&entry, guest) {
-                        // The call's name stays (the sequence must be valid), not its arguments.
-                        for call in &mut shown {
-                            call["function"]["arguments"] = json!("{}");
+                    let withheld = withheld(&entry, guest);
+                    let shown = calls.iter().enumerate().filter_map(|(i, call)| {
+                        let mut call = ToolCall::from_openai(i, call)?;
+                        if withheld {
+                            // The call's name stays (the sequence must be valid), not its
+                            // arguments.
+                            call.arguments = "{}".to_owned();
                         }
-                    }
-                    out.push(json!({"role": "assistant", "content": "", "tool_calls": shown}));
-                    self.pending = calls.clone();
+                        Some(call)
+                    });
+                    out.push(ChatMessage::assistant("", shown.collect()));
+                    self.pending = calls.iter().map(unanswered).collect();
                 }
             }
             Kind::ToolResult => {
@@ -366,17 +370,18 @@ impl Messages {
                 let calls = std::mem::take(&mut self.pending);
                 let results = results.map(Vec::as_slice).unwrap_or_default();
                 let withheld = withheld(&entry, guest);
-                for (i, result) in results.iter().enumerate() {
-                    let call_id = calls.get(i).and_then(|c| c["id"].as_str());
+                let mut calls = calls.into_iter();
+                for result in results {
+                    let mut message = calls.next().unwrap_or_else(|| unanswered(&Value::Null));
+                    let call_id = message.tool_call_id.as_deref();
                     let content = match withheld {
                         true => WITHHELD.to_owned(),
                         false => cut(result_content(result), view.max_result_chars, call_id),
                     };
-                    out.push(tool_message(content, calls.get(i)));
+                    message.content = vec![Part::Text(content)];
+                    out.push(message);
                 }
-                for call in calls.iter().skip(results.len()) {
-                    out.push(tool_message(NO_RESULT.to_string(), Some(call)));
-                }
+                out.extend(calls);
             }
             _ => {}
         }
@@ -408,23 +413,64 @@ fn with_notes(mut message: Value, meta: &Value) -> Value {
     message
 }
 
-fn answer_unanswered(out: &mut Vec<Value>, pending: Vec<Value>) {
-    for call in pending {
-        out.push(tool_message(NO_RESULT.to_string(), Some(&call)));
+/// The tool message of a recorded `call` (its id and name, as recorded) while it has no result.
+fn unanswered(call: &Value) -> ChatMessage {
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+    ChatMessage {
+        tool_call_id: text(call.get("id")),
+        name: text(call.pointer("/function/name")),
+        ..ChatMessage::new(Role::Tool, NO_RESULT)
     }
 }
 
-fn tool_message(content: String, call: Option<&Value>) -> Value {
-    let mut msg = json!({"role": "tool", "content": content});
-    if let Some(call) = call {
-        if let Some(id) = call.get("id") {
-            msg["tool_call_id"] = id.clone();
-        }
-        if let Some(name) = call.pointer("/function/name") {
-            msg["name"] = name.clone();
-        }
+/// A `message` entry's payload, a chat message in OpenAI's shape: `role` (`developer` reads as
+/// system, an unknown role as user); `content` a string or an array of `text` and `image_url`
+/// parts (a `data:` URL becomes an image, another URL a text note with it); an assistant's
+/// `tool_calls`; a tool's `tool_call_id` and `name`; a user's saved `images`. What is missing
+/// reads as empty.
+fn chat_message(payload: &Value) -> ChatMessage {
+    let role = match payload.get("role").and_then(Value::as_str) {
+        Some("system" | "developer") => Role::System,
+        Some("assistant") => Role::Assistant,
+        Some("tool") => Role::Tool,
+        _ => Role::User,
+    };
+    let content = match payload.get("content") {
+        Some(Value::String(text)) => vec![Part::Text(text.clone())],
+        Some(Value::Array(parts)) => parts.iter().filter_map(part).collect(),
+        _ => vec![Part::Text(String::new())],
+    };
+    let calls = payload.get("tool_calls").and_then(Value::as_array);
+    let calls = calls.into_iter().flatten().enumerate();
+    let text = |key: &str| payload.get(key).and_then(Value::as_str).map(str::to_owned);
+    let images = payload.get("images").and_then(Value::as_array);
+    ChatMessage {
+        role,
+        content,
+        tool_calls: calls
+            .filter_map(|(i, c)| ToolCall::from_openai(i, c))
+            .collect(),
+        tool_call_id: text("tool_call_id"),
+        name: text("name"),
+        images: images
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_owned)
+            .collect(),
     }
-    msg
+}
+
+/// One OpenAI content part.
+fn part(part: &Value) -> Option<Part> {
+    if let Some(text) = part.get("text").and_then(Value::as_str) {
+        return Some(Part::Text(text.to_owned()));
+    }
+    if let Some(text) = part.as_str() {
+        return Some(Part::Text(text.to_owned()));
+    }
+    let url = part.pointer("/image_url/url").and_then(Value::as_str)?;
+    Some(Part::image_url(url))
 }
 
 /// A string result as is; anything else as JSON text with `", "` and `": "` separators,
@@ -474,6 +520,11 @@ fn write_python_json(value: &Value, out: &mut String) {
 mod tests {
     use super::*;
 
+    /// The messages as the tape records them (as they were before messages were typed).
+    fn records(messages: &[ChatMessage]) -> Vec<Value> {
+        messages.iter().map(ChatMessage::to_record).collect()
+    }
+
     fn entry(id: u64, kind: Kind, payload: Value) -> TapeEntry {
         TapeEntry {
             id,
@@ -506,7 +557,7 @@ mod tests {
                 json!({"role":"assistant","content":"done"}),
             ),
         ];
-        let out = select_messages(entries.clone());
+        let out = records(&select_messages(entries.clone()));
         assert_eq!(out.len(), 5);
         assert_eq!(out[0], json!({"role":"user","content":"hello"}));
         assert_eq!(out[1]["role"], "assistant");
@@ -525,11 +576,11 @@ mod tests {
 
     #[test]
     fn orphan_result_has_no_call_id() {
-        let out = select_messages([entry(
+        let out = records(&select_messages([entry(
             1,
             Kind::ToolResult,
             json!({"results":[{"status":"ok"}]}),
-        )]);
+        )]));
         assert_eq!(
             out,
             vec![json!({"role":"tool","content":"{\"status\": \"ok\"}"})]
@@ -539,10 +590,10 @@ mod tests {
     #[test]
     fn unanswered_calls_get_synthetic_results() {
         let call = json!({"id":"c1","type":"function","function":{"name":"bash","arguments":"{}"}});
-        let out = select_messages([
+        let out = records(&select_messages([
             entry(1, Kind::ToolCall, json!({"calls":[call]})),
             entry(2, Kind::Message, json!({"role":"user","content":"again"})),
-        ]);
+        ]));
         assert_eq!(
             out[1],
             json!({"role":"tool","content":NO_RESULT,"tool_call_id":"c1","name":"bash"})
@@ -578,6 +629,82 @@ mod tests {
             json!({"name":"session/start","state":{"owner":"human"}}),
         );
         assert!(handoff_note(&plain).is_none());
+    }
+
+    /// Messages read from the tape and written to the OpenAI wire are the bytes they were
+    /// recorded as (what Bub sent before messages were typed); a call's signature stays on the
+    /// tape.
+    #[test]
+    fn tape_messages_reach_the_openai_wire_byte_for_byte() {
+        let wire = |m: &ChatMessage| {
+            let shape = crate::llm::message::OpenAiShape {
+                message: m,
+                record: false,
+            };
+            serde_json::to_string(&shape).unwrap()
+        };
+        let messages = [
+            json!({"role": "system", "content": "be brief"}),
+            json!({"role": "user", "content": "hi"}),
+            json!({"role": "user", "content": [{"type": "text", "text": "this?"},
+                {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64,AA=="}}]}),
+            json!({"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "fs_read", "arguments": "{\"path\":\"a\"}"}}]}),
+            json!({"role": "tool", "content": "text", "tool_call_id": "c1", "name": "fs_read"}),
+            json!({"role": "assistant", "content": "done"}),
+        ];
+        for message in messages {
+            let typed = chat_message(&message);
+            assert_eq!(wire(&typed), message.to_string());
+            assert_eq!(typed.to_record(), message);
+        }
+        let mut call = json!({"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function",
+            "function": {"name": "x", "arguments": "{}"}}]});
+        let typed = chat_message(&call);
+        call["tool_calls"][0]["thought_signature"] = json!("sig");
+        let signed = chat_message(&call);
+        assert_eq!(
+            wire(&signed),
+            wire(&typed),
+            "no signature on the OpenAI wire"
+        );
+        assert_eq!(signed.to_record(), call, "the signature stays on the tape");
+    }
+
+    /// A payload in OpenAI's shape reads into the typed message: images as parts (another URL
+    /// as a note), a call's signature kept, the saved images' paths kept.
+    #[test]
+    fn openai_payloads_read_into_the_typed_model() {
+        let user = chat_message(&json!({"role": "user", "images": ["a.jpg"], "content": [
+            {"type": "text", "text": "look"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+            {"type": "image_url", "image_url": {"url": "https://x/cat.png"}}]}));
+        assert_eq!(
+            user.content,
+            [
+                Part::Text("look".into()),
+                Part::Image {
+                    mime: "image/png".into(),
+                    data: "AAAA".into()
+                },
+                Part::Text("[image: https://x/cat.png]".into()),
+            ]
+        );
+        assert_eq!(user.images, ["a.jpg"]);
+        let call = json!({"id": "c1", "type": "function", "thought_signature": "sig",
+            "function": {"name": "fs_read", "arguments": "{\"path\":\"a\"}"}});
+        let assistant =
+            chat_message(&json!({"role": "assistant", "content": "", "tool_calls": [call]}));
+        assert_eq!(assistant.role, Role::Assistant);
+        assert_eq!(
+            assistant.tool_calls[0].thought_signature.as_deref(),
+            Some("sig")
+        );
+        assert_eq!(assistant.tool_calls[0].to_record(), call);
+        let tool = chat_message(
+            &json!({"role": "tool", "content": "x", "tool_call_id": "c1", "name": "fs_read"}),
+        );
+        assert_eq!(tool, ChatMessage::tool_result("c1", "fs_read", "x"));
     }
 
     #[test]
@@ -625,7 +752,7 @@ mod tests {
               {\"kind\":\"message\",\"id\":7,\"payload\":{\"role\":\"assistant\",\"content\":\"hello\"}}\n",
         )
         .unwrap();
-        let context = tape.context_messages().unwrap();
+        let context = records(&tape.context_messages().unwrap());
         assert_eq!(
             context,
             vec![
@@ -684,7 +811,10 @@ mod tests {
                 assert_eq!(cursor.last_read, after - before, "bytes parsed at step {i}");
             }
         }
-        assert_eq!(tape.context(&mut cursor).unwrap(), vec![user("fresh")]);
+        assert_eq!(
+            records(&tape.context(&mut cursor).unwrap()),
+            vec![user("fresh")]
+        );
         assert_eq!(cursor.last_read, 0, "nothing appended, nothing parsed");
     }
 
@@ -709,20 +839,19 @@ mod tests {
             let result = json!({"results": [format!("output of {role:?}")]});
             messages.push(entry(2, Kind::ToolResult, result, role), guest);
         }
-        let contents: Vec<&str> = messages
+        let contents: Vec<String> = messages
             .out
             .iter()
-            .filter(|m| m["role"] == "tool")
-            .map(|m| m["content"].as_str().unwrap())
+            .filter(|m| m.role == Role::Tool)
+            .map(ChatMessage::text)
             .collect();
         assert_eq!(contents, [WITHHELD, WITHHELD, "output of Some(\"guest\")"]);
-        let arguments: Vec<&Value> = messages
+        let arguments: Vec<&str> = messages
             .out
             .iter()
-            .filter_map(|m| m.get("tool_calls"))
-            .map(|c| &c[0]["function"]["arguments"])
+            .filter_map(|m| m.tool_calls.first())
+            .map(|c| c.arguments.as_str())
             .collect();
-        let own = json!("{\"cmd\":\"ls\"}");
-        assert_eq!(arguments, [&json!("{}"), &json!("{}"), &own]);
+        assert_eq!(arguments, ["{}", "{}", "{\"cmd\":\"ls\"}"]);
     }
 }

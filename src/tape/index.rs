@@ -470,6 +470,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+    use crate::llm::ChatMessage;
     use crate::tape::{Event, FileTape, Searched};
 
     /// The bound the index must stay under, whatever the tape's length.
@@ -522,6 +523,7 @@ mod tests {
             (1..=N as u64).collect::<Vec<_>>()
         );
         let context = cold.context_messages().unwrap();
+        let context: Vec<Value> = context.iter().map(ChatMessage::to_record).collect();
         assert_eq!(context.len(), N - 1);
         assert!(
             context[0]["content"]
@@ -621,6 +623,7 @@ mod tests {
 
         // The context: the last anchor's note, then the messages after it.
         let context = cold.context_messages().unwrap();
+        let context: Vec<Value> = context.iter().map(ChatMessage::to_record).collect();
         let after: Vec<&Value> = entries[last_anchor + 1..]
             .iter()
             .filter(|e| e.kind == Kind::Message)

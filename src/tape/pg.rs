@@ -31,6 +31,7 @@ use super::event::Event;
 use super::search::{Search, Searched};
 use super::store::{SESSION_START, handoff_entries, handoff_state, start_state, workspace_key};
 use crate::db::{self, Cached, Client, Database};
+use crate::llm::ChatMessage;
 
 /// Rows read per round trip by a search.
 const SEARCH_PAGE: i64 = 256;
@@ -463,7 +464,7 @@ impl TapeStore for PgTape {
         })
     }
 
-    fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<Value>> {
+    fn context(&mut self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<ChatMessage>> {
         // Where the context starts: the tape's generation and its last anchor.
         let (generation, anchor) = self.with(|client, row| async move {
             let r = client

@@ -22,6 +22,14 @@ fn message(tape: &mut dyn TapeStore, role: &str, text: &str) -> u64 {
         .id
 }
 
+/// The messages as the tape records them.
+fn records(messages: Vec<crate::llm::ChatMessage>) -> Vec<Value> {
+    messages
+        .iter()
+        .map(crate::llm::ChatMessage::to_record)
+        .collect()
+}
+
 /// The operations every store must get right, checked as they go.
 fn suite(open: Open) {
     let mut tape = open("suite");
@@ -70,7 +78,7 @@ fn suite(open: Open) {
         .unwrap();
     assert_eq!((call.id, result.id), (4, 5));
     assert_eq!(tape.entries().unwrap()[4], result);
-    let first = tape.context(&mut cursor).unwrap();
+    let first = records(tape.context(&mut cursor).unwrap());
     assert_eq!(first.len(), 3, "{first:?}");
     assert_eq!(first[0]["content"], "Mon 09:00\nhello there, tape");
     assert_eq!(first[1]["tool_calls"][0]["id"], "call_1");
@@ -86,12 +94,12 @@ fn suite(open: Open) {
 
     // The cursor reads only what was appended since; a fresh one reads the same bytes.
     message(tape, "assistant", "two files");
-    let second = tape.context(&mut cursor).unwrap();
+    let second = records(tape.context(&mut cursor).unwrap());
     assert_eq!(second.len(), 4);
     assert!(cursor.last_read > 0);
-    let again = tape.context(&mut cursor).unwrap();
+    let again = records(tape.context(&mut cursor).unwrap());
     assert_eq!(again, second);
-    let fresh = tape.context(&mut ContextCursor::default()).unwrap();
+    let fresh = records(tape.context(&mut ContextCursor::default()).unwrap());
     assert_eq!(
         serde_json::to_string(&fresh).unwrap(),
         serde_json::to_string(&second).unwrap()
@@ -101,7 +109,7 @@ fn suite(open: Open) {
     tape.handoff("phase-2", Some("listed the files"), Some("read them"))
         .unwrap();
     message(tape, "user", "next please");
-    let after = tape.context(&mut cursor).unwrap();
+    let after = records(tape.context(&mut cursor).unwrap());
     assert_eq!(after.len(), 2, "{after:?}");
     assert_eq!(
         after[0]["content"],
@@ -310,7 +318,7 @@ fn script(tape: &mut dyn TapeStore) -> String {
         json!([{"id": "d", "type": "function", "function": {"name": "bash", "arguments": "{}"}}]);
     tape.append(Kind::ToolCall, json!({"calls": calls}), json!({}))
         .unwrap();
-    let context: Vec<Value> = tape.context(&mut ContextCursor::default()).unwrap();
+    let context = records(tape.context(&mut ContextCursor::default()).unwrap());
     serde_json::to_string(&context).unwrap()
 }
 

@@ -23,14 +23,10 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{Scope, Tool, ToolContext, ToolError};
+use super::registry::Reach;
+use super::{Tool, ToolContext, ToolError};
 use crate::access::files::GuestFiles;
 use crate::redact::Redactor;
-
-/// The `path` argument of a reading fs tool (bounded for guests by `access::files`).
-pub(crate) const READS: Scope = Scope::Reads(&["path"]);
-/// The `path` argument of a writing fs tool.
-const WRITES: Scope = Scope::Writes(&["path"]);
 
 /// How a tool uses a path argument, for the guest file rule.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -166,27 +162,27 @@ of the file are kept byte for byte. Returns `edited: <path>`.";
 /// `fs.read`, `fs.write`, `fs.edit`, `fs.glob`, `fs.grep`.
 pub(crate) fn tools() -> Vec<Tool> {
     let mut tools = vec![
-        Tool::new(
+        Tool::reaching(
             "fs.read",
             "Read file content",
             READ_DETAIL,
+            |a: &ReadArgs| Reach::path(Some(&a.path), PathUse::Read),
             |args, ctx: ToolContext| async move { read(args, Files::of(&ctx)).await },
-        )
-        .scoped(READS),
-        Tool::new(
+        ),
+        Tool::reaching(
             "fs.write",
             "Write file content",
             WRITE_DETAIL,
+            |a: &WriteArgs| Reach::path(Some(&a.path), PathUse::Write),
             |args, ctx: ToolContext| async move { write(args, Files::of(&ctx)).await },
-        )
-        .scoped(WRITES),
-        Tool::new(
+        ),
+        Tool::reaching(
             "fs.edit",
             "Edit file content",
             EDIT_DETAIL,
+            |a: &EditArgs| Reach::path(Some(&a.path), PathUse::Write),
             |args, ctx: ToolContext| async move { edit(args, Files::of(&ctx)).await },
-        )
-        .scoped(WRITES),
+        ),
     ];
     tools.extend(search::tools());
     tools

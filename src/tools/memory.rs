@@ -7,7 +7,8 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::registry::NoArgs;
-use super::{Scope, Tool, ToolContext, ToolError};
+use super::registry::Reach;
+use super::{Tool, ToolContext, ToolError};
 use crate::memory::{self, Author, Memory};
 
 #[derive(Deserialize, JsonSchema)]
@@ -35,6 +36,15 @@ struct CheckpointArgs {
 struct SearchArgs {
     /// text to look for
     query: String,
+}
+
+/// What `memory.remember` and `memory.forget` reach: with `scope=global`, every session's memory.
+fn global(args: &RememberArgs) -> Reach<'_> {
+    let global_memory = args.scope.as_deref().map(str::trim) == Some("global");
+    Reach {
+        global_memory,
+        ..Reach::default()
+    }
 }
 
 /// The memory `scope` names for the session in `ctx` (with `text` checked not to be empty).
@@ -83,13 +93,14 @@ where
 /// The memory tools.
 pub(crate) fn tools() -> Vec<Tool> {
     vec![
-        Tool::new(
+        Tool::reaching(
             "memory.remember",
             "Remember a fact or preference",
             "Keeps one line (a fact about the user, a preference, a decision) in this chat's \
              memory, or with scope=global in every session's (owners only). It stays across \
              /new, tape.reset and restarts, and is shown in the system prompt. Remembering it \
              again refreshes it; the oldest entries make room when the memory is full.",
+            global,
             |RememberArgs { text, scope }, ctx: ToolContext| async move {
                 let scope = scope_of(&ctx, scope.as_deref(), &text)?;
                 let by = Author::of(&ctx.turn.authority);
@@ -99,13 +110,13 @@ pub(crate) fn tools() -> Vec<Tool> {
                 })
                 .await
             },
-        )
-        .scoped(Scope::GlobalMemory),
-        Tool::new(
+        ),
+        Tool::reaching(
             "memory.forget",
             "Forget remembered entries",
             "Removes the entries of this chat's memory (or with scope=global, every session's; \
              owners only) that contain the text, ignoring case.",
+            global,
             |RememberArgs { text, scope }, ctx: ToolContext| async move {
                 let scope = scope_of(&ctx, scope.as_deref(), &text)?;
                 let by = Author::of(&ctx.turn.authority);
@@ -118,8 +129,7 @@ pub(crate) fn tools() -> Vec<Tool> {
                 })
                 .await
             },
-        )
-        .scoped(Scope::GlobalMemory),
+        ),
         Tool::new(
             "memory.list",
             "List what is remembered",

@@ -13,7 +13,9 @@ use std::sync::atomic::Ordering;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{Scope, Tool, ToolContext, ToolError};
+use super::fs::PathUse;
+use super::registry::Reach;
+use super::{Tool, ToolContext, ToolError};
 use crate::channels::Outbound;
 use crate::delivery::Sent;
 
@@ -120,11 +122,10 @@ async fn existing_file(ctx: &ToolContext, raw: &str) -> Result<std::path::PathBu
 
 /// The messaging tool.
 pub(crate) fn tools() -> Vec<Tool> {
-    vec![
-        Tool::new(
-            "message.send",
-            "Send a message to a chat",
-            "Sends `text` (Markdown) to a chat: by default the chat of this session; `channel` \
+    vec![Tool::reaching(
+        "message.send",
+        "Send a message to a chat",
+        "Sends `text` (Markdown) to a chat: by default the chat of this session; `channel` \
          (telegram or discord) and `chat_id` address any other chat, `reply_to` replies to a \
          message id. `file` (a path in the workspace) sends a file with the text as its \
          caption: an image as a photo, .ogg/.opus as a voice note, .mp3/.m4a as audio, anything \
@@ -132,8 +133,10 @@ pub(crate) fn tools() -> Vec<Tool> {
          Long texts are split and formatting falls back to plain text as needed. \
          When you answer this session's chat this way, the framework does not post your final \
          reply again — so do not repeat it.",
-            send,
-        )
-        .scoped(Scope::Chat(&["file"])),
-    ]
+        |a: &SendArgs| Reach {
+            chat: Some((a.channel.as_deref(), a.chat_id.as_deref())),
+            ..Reach::path(a.file.as_deref(), PathUse::Send)
+        },
+        send,
+    )]
 }

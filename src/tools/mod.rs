@@ -22,7 +22,7 @@ pub mod web;
 pub use context::{
     ProcessCtx, SessionCtx, ToolContext, ToolEvent, ToolObserver, TurnCtx, TurnOutput,
 };
-pub use registry::{Registry, Scope, Tool, ToolError, ToolFuture};
+pub use registry::{Registry, Tool, ToolError, ToolFuture};
 
 /// The command names of every built-in tool.
 pub fn builtin_names() -> Vec<String> {

@@ -3,7 +3,8 @@
 //!
 //! Invariants: names are unique after `.`→`_` conversion; tools are sorted by command name;
 //! arguments arriving as strings (comma commands) are coerced to the schema's types before the
-//! tool sees them.
+//! tool sees them; what a call reaches (paths, a chat, the global memory) is authorised on its
+//! typed arguments ([`Reach`]), never on JSON key names.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -91,33 +92,32 @@ impl From<anyhow::Error> for ToolError {
     }
 }
 
-/// What a tool's arguments reach beyond itself, so the registry can bound them for guests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Scope {
-    /// Nothing the policy bounds.
-    #[default]
-    Local,
-    /// These arguments are paths the tool reads (absent = the workspace).
-    Reads(&'static [&'static str]),
-    /// These arguments are paths the tool writes, or a shell's working directory.
-    Writes(&'static [&'static str]),
-    /// `channel` / `chat_id` arguments address a chat (absent = the session's own), and these
-    /// arguments are files sent there.
-    Chat(&'static [&'static str]),
-    /// A `scope` argument of `global` is every session's memory: owners only.
-    GlobalMemory,
+/// What one call reaches beyond its tool, as its typed arguments say ([`Tool::reaching`]): the turn's
+/// policy bounds it before the tool runs ([`authorize`]).
+#[derive(Debug, Default)]
+pub(crate) struct Reach<'a> {
+    /// The paths the call reads, writes or sends, or a shell's working directory (an absent
+    /// one is the workspace).
+    pub paths: Vec<(&'a str, PathUse)>,
+    /// The call sends to a chat: its channel and chat id (absent: the session's own).
+    pub chat: Option<(Option<&'a str>, Option<&'a str>)>,
+    /// The call changes every session's memory (`scope=global`).
+    pub global_memory: bool,
 }
 
-impl Scope {
-    /// The path arguments and how the tool uses them.
-    fn paths(self) -> (&'static [&'static str], PathUse) {
-        match self {
-            Scope::Reads(keys) => (keys, PathUse::Read),
-            Scope::Writes(keys) => (keys, PathUse::Write),
-            Scope::Chat(keys) => (keys, PathUse::Send),
-            Scope::Local | Scope::GlobalMemory => (&[], PathUse::Read),
+impl<'a> Reach<'a> {
+    /// A call using the path `raw` (when given and not blank) as `usage`.
+    pub(crate) fn path(raw: Option<&'a str>, usage: PathUse) -> Self {
+        Self {
+            paths: given(raw).map(|raw| (raw, usage)).into_iter().collect(),
+            ..Self::default()
         }
     }
+}
+
+/// A text argument trimmed, when given and not blank.
+fn given(text: Option<&str>) -> Option<&str> {
+    text.map(str::trim).filter(|s| !s.is_empty())
 }
 
 /// One tool.
@@ -131,8 +131,6 @@ pub struct Tool {
     pub detail: String,
     /// JSON schema of the arguments (`{"type":"object","properties":{…},"required":[…]}`).
     pub schema: Value,
-    /// What the arguments reach (paths, chats), for the turn's policy.
-    pub scope: Scope,
     /// Offered to the model as a function; `false` for commands only a person types
     /// (`help`, `tools`, `quit`): their specs would cost tokens on every call for nothing.
     pub offered: bool,
@@ -141,25 +139,46 @@ pub struct Tool {
 }
 
 impl Tool {
-    /// Creates a tool whose arguments are the struct `A`: the JSON schema offered to the model is
-    /// derived from `A` ([`schema_of`]), and the handler receives the (coerced) arguments parsed
-    /// into it — schema and parser cannot drift.
+    /// Creates a tool whose arguments are the struct `A`, reaching nothing the policy bounds:
+    /// the JSON schema offered to the model is derived from `A` ([`schema_of`]), and the handler
+    /// receives the (coerced) arguments parsed into it — schema and parser cannot drift.
     pub(crate) fn new<A, F, Fut>(name: &str, description: &str, detail: &str, handler: F) -> Self
     where
-        A: DeserializeOwned + JsonSchema,
+        A: DeserializeOwned + JsonSchema + Send + 'static,
         F: Fn(A, ToolContext) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<String, ToolError>> + Send + 'static,
     {
+        Self::reaching(name, description, detail, |_| Reach::default(), handler)
+    }
+
+    /// [`Self::new`] for arguments some of whose fields reach beyond the tool: what `reach`
+    /// reads of the parsed arguments is authorised by the turn's policy before `handler` runs.
+    pub(crate) fn reaching<A, F, Fut>(
+        name: &str,
+        description: &str,
+        detail: &str,
+        reach: for<'a> fn(&'a A) -> Reach<'a>,
+        handler: F,
+    ) -> Self
+    where
+        A: DeserializeOwned + JsonSchema + Send + 'static,
+        F: Fn(A, ToolContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<String, ToolError>> + Send + 'static,
+    {
+        let (handler, tool) = (Arc::new(handler), name.to_owned());
         Self {
             name: name.to_string(),
             description: description.to_string(),
             detail: detail.to_string(),
             schema: schema_of::<A>(),
-            scope: Scope::Local,
             offered: true,
-            handler: Arc::new(move |args, ctx| match parse_args::<A>(args) {
-                Ok(args) => Box::pin(handler(args, ctx)),
-                Err(e) => Box::pin(std::future::ready(Err(e))),
+            handler: Arc::new(move |args, ctx| {
+                let (handler, tool) = (handler.clone(), tool.clone());
+                Box::pin(async move {
+                    let args = parse_args::<A>(args)?;
+                    authorize(&tool, reach(&args), &ctx).await?;
+                    handler(args, ctx).await
+                })
             }),
             check: Arc::new(|args| parse_args::<A>(args).map(drop)),
         }
@@ -179,7 +198,6 @@ impl Tool {
             description: description.to_string(),
             detail: detail.to_string(),
             schema,
-            scope: Scope::Local,
             offered: false,
             handler: Arc::new(handler),
             check: Arc::new(|_| Ok(())),
@@ -233,23 +251,6 @@ impl Tool {
             });
         }
         words.join(" ")
-    }
-
-    /// Declares what the tool's arguments reach.
-    ///
-    /// # Panics
-    /// When a path argument named by `scope` is not one of the tool's arguments (a programming
-    /// error in the built-in set: the policy would not see it).
-    pub(crate) fn scoped(mut self, scope: Scope) -> Self {
-        for key in scope.paths().0 {
-            assert!(
-                self.schema["properties"].get(key).is_some(),
-                "{}: scoped path argument `{key}` is not an argument",
-                self.name
-            );
-        }
-        self.scope = scope;
-        self
     }
 
     /// A comma command only, never offered to the model.
@@ -420,9 +421,10 @@ impl Registry {
     }
 
     /// Runs a tool for the turn in `ctx`. `args` must be a JSON object (or null); string values
-    /// are coerced to the schema's types and required arguments are checked, then the turn's
-    /// policy ([`authorize`]); a refusal — by the policy, or by the tool applying one of the
-    /// policy's bounds — is recorded on the session's tape. The result —
+    /// are coerced to the schema's types and required arguments are checked; the turn's policy
+    /// must allow the tool, then the arguments are parsed into the tool's struct and what they
+    /// reach is authorised ([`authorize`]); a refusal — by the policy, or by the tool applying
+    /// one of the policy's bounds — is recorded on the session's tape. The result —
     /// output or error — has every known secret redacted before anyone sees it.
     pub async fn execute(
         &self,
@@ -435,7 +437,9 @@ impl Registry {
             .ok_or_else(|| ToolError::Unknown(format!("unknown tool: {name}")))?;
         let args = coerce_args(&tool.schema, args)?;
         let tool = &*tool;
-        if let Err(refusal) = authorize(tool, &args, &ctx).await {
+        let policy = &ctx.turn.policy;
+        if !policy.allows(&tool.name) {
+            let refusal = ToolError::Refused(policy.refusal(&tool.name));
             record_refusal(tool, &refusal, &ctx).await;
             return Err(refusal);
         }
@@ -452,7 +456,8 @@ impl Registry {
             Err(e) => redactor.scrub(e.message_mut()),
         }
         if let Err(refusal @ ToolError::Refused(_)) = &result {
-            // The tool applied a bound of the policy (a guest's sixth job).
+            // What the arguments reach was refused, or the tool applied a bound of the policy
+            // (a guest's sixth job).
             record_refusal(tool, refusal, &ctx).await;
         }
         let ms = started.elapsed().as_millis();
@@ -477,57 +482,45 @@ async fn record_refusal(tool: &Tool, refusal: &ToolError, ctx: &ToolContext) {
     ctx.tape().event(Event::ToolRefused, event).await;
 }
 
-/// The turn's policy, applied to one call: the tool must be allowed; for a confined turn every
-/// path argument must stay inside the workspace (`..`, absolute paths and symlinks that leave it
-/// are refused) and within the guest file rule (`access::files`: what it reads, writes or sends),
-/// and a chat argument must be the session's own chat. Paths are checked on the blocking pool
-/// within `BUB_FS_TIMEOUT_SECONDS`: one that cannot be checked in time (a hung mount) is refused.
-async fn authorize(tool: &Tool, args: &Value, ctx: &ToolContext) -> Result<(), ToolError> {
+/// The turn's policy, applied to what one call of `tool` reaches: for a confined turn every
+/// path must stay inside the workspace (`..`, absolute paths and symlinks that leave it are
+/// refused) and within the guest file rule (`access::files`: what it reads, writes or sends), a
+/// chat must be the session's own, and the global memory is not changed. Paths are checked on
+/// the blocking pool within `BUB_FS_TIMEOUT_SECONDS`: one that cannot be checked in time (a
+/// hung mount) is refused.
+async fn authorize(tool: &str, reach: Reach<'_>, ctx: &ToolContext) -> Result<(), ToolError> {
     let policy = &ctx.turn.policy;
-    if !policy.allows(&tool.name) {
-        return Err(ToolError::Refused(policy.refusal(&tool.name)));
-    }
-    let text = |key: &str| {
-        args.get(key)
-            .and_then(Value::as_str)
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-    };
-    if policy.confines_files() {
-        let (keys, usage) = tool.scope.paths();
-        let raws: Vec<(String, PathUse)> = keys
+    if policy.confines_files() && !reach.paths.is_empty() {
+        let raws = reach
+            .paths
             .iter()
-            .filter_map(|k| text(k))
-            .map(|raw| (raw.to_owned(), usage))
-            .collect();
-        if !raws.is_empty() {
-            super::fs::check_guest_paths(ctx, raws)
-                .await
-                .map_err(|e| ToolError::Refused(e.message().to_owned()))?;
-        }
+            .map(|(raw, usage)| (raw.to_string(), *usage));
+        super::fs::check_guest_paths(ctx, raws.collect())
+            .await
+            .map_err(|e| ToolError::Refused(e.message().to_owned()))?;
     }
-    match tool.scope {
-        Scope::Chat(_) if policy.own_chat_only() => {
-            let own = ctx.session_chat();
-            let channel = text("channel").map(str::to_lowercase);
-            let same_channel = channel
-                .as_deref()
-                .is_none_or(|c| Some(c) == own.map(|o| o.0));
-            let same_chat = text("chat_id").is_none_or(|c| Some(c) == own.map(|o| o.1));
-            if own.is_none() || !same_channel || !same_chat {
-                return Err(ToolError::Refused(format!(
-                    "`{}`: {}s may only send to their own chat",
-                    tool.name, policy.role
-                )));
-            }
-        }
-        Scope::GlobalMemory if policy.own_chat_only() && text("scope") == Some("global") => {
+    if !policy.own_chat_only() {
+        return Ok(());
+    }
+    if let Some((channel, chat_id)) = reach.chat {
+        let own = ctx.session_chat();
+        let channel = given(channel).map(str::to_lowercase);
+        let same_channel = channel
+            .as_deref()
+            .is_none_or(|c| Some(c) == own.map(|o| o.0));
+        let same_chat = given(chat_id).is_none_or(|c| Some(c) == own.map(|o| o.1));
+        if own.is_none() || !same_channel || !same_chat {
             return Err(ToolError::Refused(format!(
-                "`{}`: {}s may only change their own chat's memory",
-                tool.name, policy.role
+                "`{tool}`: {}s may only send to their own chat",
+                policy.role
             )));
         }
-        _ => {}
+    }
+    if reach.global_memory {
+        return Err(ToolError::Refused(format!(
+            "`{tool}`: {}s may only change their own chat's memory",
+            policy.role
+        )));
     }
     Ok(())
 }

@@ -99,13 +99,6 @@ async fn a_failed_call_says_whether_the_name_the_arguments_or_the_policy_stopped
 }
 
 #[test]
-#[should_panic(expected = "t: scoped path argument `cwd` is not an argument")]
-fn a_scope_naming_a_missing_argument_is_refused() {
-    let _ = Tool::new("t", "d", "", |_: Args, _| async { Ok(String::new()) })
-        .scoped(Scope::Writes(&["cwd"]));
-}
-
-#[test]
 fn allow_list_matches_command_or_model_name() {
     let reg = Registry::new(
         vec![noop("fs.read"), noop("web.search")],
@@ -140,4 +133,75 @@ fn string_arguments_are_coerced_to_schema_types() {
     );
     let err = coerce_args(&schema, json!({})).unwrap_err();
     assert_eq!(err.message(), "missing required argument: q");
+}
+
+/// What each tool's typed arguments reach is what a guest's policy bounds: paths read, written
+/// or sent, a shell's working directory, another chat, the global memory — each refused (and
+/// recorded as a refusal) before the tool runs.
+#[tokio::test]
+async fn a_guests_paths_chats_and_global_memory_are_bounded_from_the_typed_arguments() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = settings_in(dir.path());
+    std::fs::create_dir_all(&settings.workspace).unwrap();
+    let tools = [
+        "fs.read", "fs.write", "fs.edit", "fs.glob", "fs.grep", "bash",
+    ];
+    let more = ["message.send", "memory.remember", "memory.forget"];
+    let tools: Vec<String> = tools.iter().chain(&more).map(|t| t.to_string()).collect();
+    settings.guest_tools = Some(tools);
+    let registry = crate::tools::builtin_registry(&[]);
+    let mut guest = crate::access::Authority::terminal();
+    guest.role = crate::access::Role::Guest;
+    let ctx = ToolContext::standalone(settings, registry, "telegram:5", guest).unwrap();
+    let registry = ctx.registry().clone();
+    let outside = "outside the workspace";
+    let refused = [
+        ("fs.read", json!({"path": "/etc/hostname"}), outside),
+        ("fs.write", json!({"path": "../x", "content": "x"}), outside),
+        (
+            "fs.edit",
+            json!({"path": "../x", "old": "a", "new": "b"}),
+            outside,
+        ),
+        ("fs.glob", json!({"pattern": "*", "path": " ../ "}), outside),
+        ("fs.grep", json!({"pattern": "x", "path": "/etc"}), outside),
+        ("bash", json!({"cmd": "true", "cwd": "/tmp"}), outside),
+        (
+            "message.send",
+            json!({"text": "hi", "file": "../x"}),
+            outside,
+        ),
+        (
+            "message.send",
+            json!({"text": "hi", "chat_id": 6}),
+            "own chat",
+        ),
+        (
+            "message.send",
+            json!({"text": "hi", "channel": "discord"}),
+            "own chat",
+        ),
+        (
+            "memory.remember",
+            json!({"text": "x", "scope": " global"}),
+            "own chat's memory",
+        ),
+        (
+            "memory.forget",
+            json!({"text": "x", "scope": "global"}),
+            "own chat's memory",
+        ),
+    ];
+    for (tool, args, why) in refused {
+        let result = registry.execute(tool, args.clone(), ctx.clone()).await;
+        match result {
+            Err(ToolError::Refused(message)) if message.contains(why) => {}
+            other => panic!("{tool} {args}: {other:?}"),
+        }
+    }
+    let entries = ctx.tape().run(|t| t.entries()).await.unwrap();
+    let refusals = entries
+        .iter()
+        .filter(|e| e.is_event(crate::tape::Event::ToolRefused));
+    assert_eq!(refusals.count(), 11);
 }

@@ -38,9 +38,11 @@ pub use background::Background;
 pub(crate) use limits::CommandLimits;
 
 use super::contain::{self, Keeper};
+use super::fs::PathUse;
 use super::fs::resolve_path;
+use super::registry::Reach;
 use super::sandbox::{self, Sandbox, Support};
-use super::{Scope, Tool, ToolContext, ToolError};
+use super::{Tool, ToolContext, ToolError};
 use crate::access::Role;
 use crate::config::secret_vars;
 
@@ -115,10 +117,11 @@ pub struct Launch<'a> {
 /// `bash`.
 pub(crate) fn tools() -> Vec<Tool> {
     vec![
-        Tool::new(
+        Tool::reaching(
             "bash",
             "Run shell command",
             DETAIL,
+            |a: &BashArgs| Reach::path(a.cwd.as_deref(), PathUse::Write),
             |args: BashArgs, ctx: ToolContext| async move {
                 let process = &ctx.process;
                 let folder = match ctx.turn.policy.confines_files() {
@@ -145,8 +148,7 @@ pub(crate) fn tools() -> Vec<Tool> {
                     false => run_limited(args, launch, &process.commands, who.role).await,
                 }
             },
-        )
-        .scoped(Scope::Writes(&["cwd"])),
+        ),
         Tool::new(
             "bash.output",
             "New output of a background command",

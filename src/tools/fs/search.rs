@@ -19,9 +19,10 @@ use regex::RegexBuilder;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::{BINARY_SNIFF, Files, blocking, resolve_path, timed_out};
+use super::{BINARY_SNIFF, Files, PathUse, blocking, resolve_path, timed_out};
 use crate::access::files::GuestFiles;
 use crate::redact::Redactor;
+use crate::tools::registry::Reach;
 use crate::tools::{Tool, ToolContext, ToolError};
 
 /// Maximum paths `fs.glob` lists.
@@ -71,20 +72,20 @@ numbers, text cut to 300 characters), at most 200 matches. Binary files, files i
 
 pub(super) fn tools() -> Vec<Tool> {
     vec![
-        Tool::new(
+        Tool::reaching(
             "fs.glob",
             "Find files by glob pattern",
             GLOB_DETAIL,
+            |a: &GlobArgs| Reach::path(a.path.as_deref(), PathUse::Read),
             |args, ctx: ToolContext| async move { glob(args, Files::of(&ctx)).await },
-        )
-        .scoped(super::READS),
-        Tool::new(
+        ),
+        Tool::reaching(
             "fs.grep",
             "Search file contents by regex",
             GREP_DETAIL,
+            |a: &GrepArgs| Reach::path(a.path.as_deref(), PathUse::Read),
             |args, ctx: ToolContext| async move { grep(args, Files::of(&ctx)).await },
-        )
-        .scoped(super::READS),
+        ),
     ]
 }
 
