@@ -175,7 +175,7 @@ mod tests {
     #[test]
     fn concurrent_changes_in_the_database_are_never_lost() {
         let db = Database::shared(&crate::db::cluster::database()).unwrap();
-        db.migrate().unwrap();
+        db.migrate_in_test();
         let docs = Documents::Database(db);
         let before = docs.revision("memory/global.md");
         std::thread::scope(|s| {

@@ -246,43 +246,45 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if calls_model(&command) {
         settings.check_model_keys()?;
     }
-    if let Command::Db { action } = &command {
-        return bub::cli::db::run(&settings, action);
-    }
-    // The commands that keep state in the database migrate it first (a newer schema: exit 2);
-    // the pool stays open for the command. The others never need it to be reachable.
-    let keeps_state = matches!(
-        command,
-        Command::Chat
-            | Command::Run { .. }
-            | Command::Message
-            | Command::Idle
-            | Command::Jobs { .. }
-            | Command::Usage { .. }
-            | Command::Memory { .. }
-            | Command::Pair { .. }
-            | Command::Access { .. }
-            | Command::Console
-    );
-    let _database = match keeps_state {
-        true => bub::cli::db::open(&settings)?,
-        false => None,
-    };
-    if let Some(db) = &_database {
-        bub::cli::db::migrate(db)?;
-    }
-    match &command {
-        Command::Jobs { action } => return admin::jobs(&settings, action),
-        Command::Usage { since, json } => return admin::usage(&settings, since.as_deref(), *json),
-        Command::Skills { action } => return Ok(admin::skills(&settings, action)),
-        Command::Memory { action } => return admin::memory(&settings, action),
-        Command::Pair { action } => return admin::pair(&settings, action),
-        Command::Access { action } => return admin::explain(&settings, action),
-        _ => {}
-    }
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let session_id = cli.common.session_id;
     let code = runtime.block_on(async move {
+        if let Command::Db { action } = &command {
+            return bub::cli::db::run(&settings, action).await;
+        }
+        // The commands that keep state in the database migrate it first (a newer schema: exit 2);
+        // the pool stays open for the command. The others never need it to be reachable.
+        let keeps_state = matches!(
+            command,
+            Command::Chat
+                | Command::Run { .. }
+                | Command::Message
+                | Command::Idle
+                | Command::Jobs { .. }
+                | Command::Usage { .. }
+                | Command::Memory { .. }
+                | Command::Pair { .. }
+                | Command::Access { .. }
+                | Command::Console
+        );
+        let _database = match keeps_state {
+            true => bub::cli::db::open(&settings)?,
+            false => None,
+        };
+        if let Some(db) = &_database {
+            bub::cli::db::migrate(db).await?;
+        }
+        match &command {
+            Command::Jobs { action } => return admin::jobs(&settings, action).await,
+            Command::Usage { since, json } => {
+                return admin::usage(&settings, since.as_deref(), *json).await;
+            }
+            Command::Skills { action } => return Ok(admin::skills(&settings, action)),
+            Command::Memory { action } => return admin::memory(&settings, action).await,
+            Command::Pair { action } => return admin::pair(&settings, action).await,
+            Command::Access { action } => return admin::explain(&settings, action).await,
+            _ => {}
+        }
         match command {
             Command::Run {
                 message,

@@ -394,10 +394,8 @@ impl AgentRuntime {
             )),
             Err(e) => lines.push(format!("context: unavailable ({e:#})")),
         }
-        let store = self.process.jobs();
-        let jobs = tokio::task::spawn_blocking(move || store.list()).await;
-        match jobs {
-            Ok(Ok(jobs)) => {
+        match self.process.jobs().list().await {
+            Ok(jobs) => {
                 let mine: Vec<String> = jobs
                     .iter()
                     .filter(|j| j.session == session_id.as_str())

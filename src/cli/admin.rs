@@ -89,7 +89,11 @@ pub enum JobsAction {
 }
 
 /// `bub usage`: the ledger since a day (all of it by default), as a table or JSON.
-pub fn usage(settings: &Settings, since: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn usage(
+    settings: &Settings,
+    since: Option<&str>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let today = chrono::Local::now().date_naive();
     let since = match since.map(str::trim) {
         None => None,
@@ -101,12 +105,12 @@ pub fn usage(settings: &Settings, since: Option<&str>, json: bool) -> anyhow::Re
             })?,
         ),
     };
-    print_out(&crate::cli::listing::usage(settings, since, json)?);
+    print_out(&crate::cli::listing::usage(settings, since, json).await?);
     Ok(ExitCode::SUCCESS)
 }
 
 /// `bub pair list|approve|revoke`.
-pub fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<ExitCode> {
+pub async fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<ExitCode> {
     let access = Access::new(settings);
     let now = chrono::Utc::now();
     match action {
@@ -154,7 +158,7 @@ pub fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<ExitCode
 }
 
 /// `bub access explain CHANNEL:CHAT [--user ID [--username NAME]]`.
-pub fn explain(settings: &Settings, action: &AccessAction) -> anyhow::Result<ExitCode> {
+pub async fn explain(settings: &Settings, action: &AccessAction) -> anyhow::Result<ExitCode> {
     let AccessAction::Explain {
         chat,
         user,
@@ -192,7 +196,7 @@ pub fn explanation(
 }
 
 /// `bub memory list` / `bub memory edit`.
-pub fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Result<ExitCode> {
+pub async fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Result<ExitCode> {
     use crate::memory::{Memory, Scope};
     let memory = Memory::of(settings)?;
     match action {
@@ -279,7 +283,7 @@ pub fn print_out(text: &str) {
 }
 
 /// `bub jobs list` / `bub jobs remove ID`.
-pub fn jobs(settings: &Settings, action: &JobsAction) -> anyhow::Result<ExitCode> {
+pub async fn jobs(settings: &Settings, action: &JobsAction) -> anyhow::Result<ExitCode> {
     // Reading the store may set jobs aside (or a broken file); that is logged to stderr.
     logging::init(settings, LogTarget::Stderr);
     let store = crate::scheduler::store::open(&settings.home, super::db::open(settings)?.as_ref());
@@ -287,11 +291,13 @@ pub fn jobs(settings: &Settings, action: &JobsAction) -> anyhow::Result<ExitCode
     match action {
         // Loading sets aside jobs that cannot run; they are listed after the others, with why.
         JobsAction::List => {
-            let listing = crate::cli::listing::jobs(store.as_ref()).with_context(in_store)?;
+            let listing = crate::cli::listing::jobs(store.as_ref())
+                .await
+                .with_context(in_store)?;
             print_out(&listing);
         }
         JobsAction::Remove { id } => {
-            let removed = store.remove(id).with_context(in_store)?;
+            let removed = store.remove(id).await.with_context(in_store)?;
             anyhow::ensure!(removed, "job not found: {id}");
             print_out(&format!("removed: {id}"));
         }

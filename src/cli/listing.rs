@@ -83,8 +83,8 @@ pub fn memory(memory: &Memory) -> String {
 
 /// `bub jobs list`: the jobs, then those set aside with why (loading sets aside jobs that
 /// cannot run).
-pub fn jobs(store: &dyn JobStore) -> anyhow::Result<String> {
-    let jobs = store.list()?;
+pub async fn jobs(store: &dyn JobStore) -> anyhow::Result<String> {
+    let jobs = store.list().await?;
     let mut out = Vec::new();
     if jobs.is_empty() {
         out.push(format!(
@@ -95,7 +95,7 @@ pub fn jobs(store: &dyn JobStore) -> anyhow::Result<String> {
     }
     out.extend(jobs.iter().map(|job| job.row(true)));
     // The error names the rejected file itself.
-    for entry in &store.rejected()? {
+    for entry in &store.rejected().await? {
         out.push(format!(
             "rejected {} {} (set aside in {})",
             entry.id().unwrap_or("-"),
@@ -114,8 +114,12 @@ fn rows(rows: Vec<String>) -> String {
 
 /// `bub usage`: the usage ledger from `since` on (all of it when `None`), per day and session
 /// and in all, as a table or (`json`) JSON; session names escaped.
-pub fn usage(settings: &Settings, since: Option<NaiveDate>, json: bool) -> anyhow::Result<String> {
-    let entries = crate::usage::entries(settings)?;
+pub async fn usage(
+    settings: &Settings,
+    since: Option<NaiveDate>,
+    json: bool,
+) -> anyhow::Result<String> {
+    let entries = crate::usage::entries(settings).await?;
     let summary = crate::usage::Summary::of(&entries, since, &settings.prices);
     Ok(match json {
         true => crate::terminal::safe_json(&serde_json::to_string_pretty(&summary)?).into_owned(),

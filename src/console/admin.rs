@@ -34,8 +34,9 @@ pub(super) fn notice(message: Option<&String>) -> maud::Markup {
 
 /// `GET /jobs`.
 pub(super) async fn jobs(operator: Operator, Query(q): Query<Done>) -> Response {
+    let jobs = operator.jobs.list().await;
     blocking(operator, move |c| {
-        let jobs = c.jobs.list()?;
+        let jobs = jobs?;
         let body = html! {
             h1 { "Jobs" }
             (notice(q.done.as_ref()))
@@ -71,8 +72,9 @@ pub(super) struct JobId {
 
 /// `POST /jobs/remove`.
 pub(super) async fn remove_job(operator: Operator, Form(form): Form<JobId>) -> Response {
-    blocking(operator, move |c| {
-        let removed = c.jobs.remove(&form.id)?;
+    let removed = operator.jobs.remove(&form.id).await;
+    blocking(operator, move |_| {
+        let removed = removed?;
         let message = match removed {
             true => format!("Removed job {}.", form.id),
             false => format!("No job {} (removed already?).", form.id),

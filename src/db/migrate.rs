@@ -71,9 +71,9 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS bub_migrations (
 impl Database {
     /// Applies the migrations the database lacks; returns their versions (empty: it was up to
     /// date). A [`NewerSchema`] error when the database is ahead of this binary.
-    pub fn migrate(&self) -> anyhow::Result<Vec<i32>> {
+    pub async fn migrate(&self) -> anyhow::Result<Vec<i32>> {
         let pool = self.pool();
-        self.block_on(async move {
+        self.run(async move {
             let mut client = super::client(&pool).await?;
             let tx = client.transaction().await?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK])
@@ -102,12 +102,13 @@ impl Database {
             tx.commit().await?;
             Ok(applied)
         })
+        .await
     }
 
     /// What is applied and what is pending, without changing anything.
-    pub fn schema_status(&self) -> anyhow::Result<SchemaStatus> {
+    pub async fn schema_status(&self) -> anyhow::Result<SchemaStatus> {
         let pool = self.pool();
-        self.block_on(async move {
+        self.run(async move {
             let client = super::client(&pool).await?;
             let exists: bool = client
                 .query_one("SELECT to_regclass('bub_migrations') IS NOT NULL", &[])
@@ -139,6 +140,7 @@ impl Database {
                 known: known(),
             })
         })
+        .await
     }
 }
 
@@ -154,43 +156,37 @@ mod tests {
     use super::*;
     use crate::db::cluster;
 
-    #[test]
-    fn migrations_apply_once_and_a_newer_schema_is_refused() {
+    #[tokio::test]
+    async fn migrations_apply_once_and_a_newer_schema_is_refused() {
         let url = cluster::database();
         let db = Database::shared(&url).unwrap();
-        let before = db.schema_status().unwrap();
+        let before = db.schema_status().await.unwrap();
         assert_eq!(before.version(), 0);
         assert_eq!(before.pending.len(), MIGRATIONS.len());
 
         // Two replicas starting together: each migration is applied once.
-        let (a, b) = std::thread::scope(|s| {
-            let a = s.spawn(|| db.migrate().unwrap());
-            let b = s.spawn(|| db.migrate().unwrap());
-            (a.join().unwrap(), b.join().unwrap())
-        });
+        let (a, b) = tokio::join!(db.migrate(), db.migrate());
+        let (a, b) = (a.unwrap(), b.unwrap());
         let all: Vec<i32> = MIGRATIONS.iter().map(|m| m.0).collect();
         assert!(
             (a == all && b.is_empty()) || (b == all && a.is_empty()),
             "{a:?} {b:?}"
         );
-        assert!(db.migrate().unwrap().is_empty(), "idempotent");
-        let after = db.schema_status().unwrap();
+        assert!(db.migrate().await.unwrap().is_empty(), "idempotent");
+        let after = db.schema_status().await.unwrap();
         assert_eq!(after.version(), known());
         assert!(after.pending.is_empty());
 
         let pool = db.pool();
-        db.block_on(async move {
+        db.run(async move {
             let client = crate::db::client(&pool).await?;
-            client
-                .execute(
-                    "INSERT INTO bub_migrations (version, name) VALUES ($1, 'from the future')",
-                    &[&(known() + 1)],
-                )
-                .await?;
+            let sql = "INSERT INTO bub_migrations (version, name) VALUES ($1, 'from the future')";
+            client.execute(sql, &[&(known() + 1)]).await?;
             Ok(())
         })
+        .await
         .unwrap();
-        let err = db.migrate().unwrap_err();
+        let err = db.migrate().await.unwrap_err();
         let newer = err
             .downcast_ref::<NewerSchema>()
             .expect("a NewerSchema error");

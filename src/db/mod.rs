@@ -301,6 +301,17 @@ pub fn password(url: &str) -> Option<String> {
 }
 
 #[cfg(test)]
+impl Database {
+    /// Migrates for a test that runs no runtime of its own.
+    pub(crate) fn migrate_in_test(&self) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build();
+        runtime.unwrap().block_on(self.migrate()).unwrap();
+    }
+}
+
+#[cfg(test)]
 #[path = "../../tests/support/postgres.rs"]
 pub(crate) mod cluster;
 

@@ -51,7 +51,7 @@ async fn sweep_until_work(inbox: &Inbox) -> Vec<Resume> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dead_replicas_chats_are_taken_over_by_the_restart_rule() {
     let db = Database::shared(&crate::db::cluster::database()).unwrap();
-    db.migrate().unwrap();
+    db.migrate().await.unwrap();
     let (a, b) = (replica(&db).await, replica(&db).await);
     let chat1 = SessionId::chat_of("telegram", "1");
     let chat2 = SessionId::chat_of("telegram", "2");
@@ -122,7 +122,7 @@ async fn a_dead_replicas_chats_are_taken_over_by_the_restart_rule() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sender_revoked_meanwhile_is_not_answered_by_the_replica_taking_over() {
     let db = Database::shared(&crate::db::cluster::database()).unwrap();
-    db.migrate().unwrap();
+    db.migrate().await.unwrap();
     let a = replica(&db).await;
     let chat = SessionId::chat_of("telegram", "3");
     let seq = receive(&a, &msg("3", "30", "hello")).await;

@@ -327,7 +327,7 @@ fn file_tapes_pass_the_suite() {
 #[test]
 fn postgres_tapes_pass_the_suite_and_render_as_files_do() {
     let db = Database::shared(&cluster::database()).unwrap();
-    db.migrate().unwrap();
+    db.migrate_in_test();
     let home = tempfile::tempdir().unwrap();
     let workspace = home.path().join("ws");
     let open_pg = |session: &str| open(home.path(), Some(&db), &workspace, "bub", session).unwrap();
@@ -347,7 +347,7 @@ fn postgres_tapes_pass_the_suite_and_render_as_files_do() {
 #[test]
 fn postgres_lists_the_tapes_of_a_workspace_as_files_do() {
     let db = Database::shared(&cluster::database()).unwrap();
-    db.migrate().unwrap();
+    db.migrate_in_test();
     let home = tempfile::tempdir().unwrap();
     listing(home.path(), Some(&db));
 }
@@ -355,7 +355,7 @@ fn postgres_lists_the_tapes_of_a_workspace_as_files_do() {
 #[test]
 fn the_same_workspace_and_session_is_the_same_tape_on_postgres() {
     let db: Arc<Database> = Database::shared(&cluster::database()).unwrap();
-    db.migrate().unwrap();
+    db.migrate_in_test();
     let home = tempfile::tempdir().unwrap();
     let a = |ws: &Path| open(home.path(), Some(&db), ws, "bub", "telegram:1").unwrap();
     let ws = home.path().join("ws");

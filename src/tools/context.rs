@@ -121,14 +121,11 @@ impl ProcessCtx {
             )),
             redactor,
             delegate: std::sync::OnceLock::new(),
-            usage: Arc::new(
-                crate::usage::Ledger::new(
-                    &settings.home,
-                    settings.prices.clone(),
-                    settings.budgets.clone(),
-                )
-                .on_database(database.clone()),
-            ),
+            usage: Arc::new(crate::usage::Ledger::new(
+                crate::usage::open(&settings.home, &settings.prices, database.as_ref()),
+                settings.prices.clone(),
+                settings.budgets.clone(),
+            )),
             models: Arc::new(ModelConfig::from_settings(&settings)),
             home: settings.home.clone(),
             user_home: settings.user_home.clone(),
