@@ -573,17 +573,34 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
 /// lease, none at start); senders revoked meanwhile are dropped.
 async fn open_inbox(agent: &AgentRuntime) -> anyhow::Result<(Inbox, Vec<Resume>)> {
     let access = agent.access().clone();
-    let readmitted = move |m: &Inbound| {
-        let user = User {
-            id: &m.sender.id,
-            name: m.sender.username.as_deref(),
-            display: None,
-        };
-        access.role(&m.channel, user)
-    };
     if let Some(db) = bub::cli::db::open(agent.settings())? {
+        let readmitted = move |m: &Inbound| {
+            let (access, channel) = (access.clone(), m.channel.clone());
+            let (id, name) = (m.sender.id.clone(), m.sender.username.clone());
+            let role = async move {
+                let name = name.as_deref();
+                let user = User {
+                    id: &id,
+                    name,
+                    display: None,
+                };
+                access.role(&channel, user).await
+            };
+            Box::pin(role) as futures_util::future::BoxFuture<'static, _>
+        };
         return Ok((Inbox::shared(db, Arc::new(readmitted)).await?, Vec::new()));
     }
+    // The senders of the work left are checked against one reading of `access.json`.
+    let file = access.file().await;
+    let readmitted = move |m: &Inbound| {
+        let name = m.sender.username.as_deref();
+        let user = User {
+            id: &m.sender.id,
+            name,
+            display: None,
+        };
+        access.role_in(&file, &m.channel, user)
+    };
     let inbox_path = agent.settings().home.join("inbox.jsonl");
     // Reading and rewriting the journal is file work: on the blocking pool.
     tokio::task::spawn_blocking(move || Inbox::open(&inbox_path, readmitted)).await?

@@ -115,7 +115,7 @@ pub async fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<Ex
     let now = chrono::Utc::now();
     match action {
         PairAction::List => {
-            print_out(&crate::cli::listing::pairs(&access, now));
+            print_out(&crate::cli::listing::pairs(&access, now).await);
             Ok(ExitCode::SUCCESS)
         }
         PairAction::Approve {
@@ -129,7 +129,8 @@ pub async fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<Ex
                 (_, true) => Some(Role::Owner),
                 _ => None,
             };
-            let p = access.approve(&channel.to_lowercase(), code, role, now)?;
+            let channel = channel.to_lowercase();
+            let p = access.approve(&channel, code, role, now).await?;
             print_out(&safe_line(&format!(
                 "approved: {} user {} as {} (effective at once)",
                 p.channel,
@@ -139,7 +140,7 @@ pub async fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<Ex
             Ok(ExitCode::SUCCESS)
         }
         PairAction::Revoke { channel, user_id } => {
-            let r = access.revoke(&channel.to_lowercase(), user_id)?;
+            let r = access.revoke(&channel.to_lowercase(), user_id).await?;
             if r.removed {
                 print_out(&format!("revoked: {channel} user {user_id}"));
             } else {
@@ -170,14 +171,14 @@ pub async fn explain(settings: &Settings, action: &AccessAction) -> anyhow::Resu
         name,
         display: None,
     });
-    let text = explanation(settings, &Access::new(settings), chat, user)?;
+    let text = explanation(settings, &Access::new(settings), chat, user).await?;
     print_out(&safe(&text));
     Ok(ExitCode::SUCCESS)
 }
 
 /// `Access::explain` of `chat` (`telegram:42`) with the built-in tools: what `bub access
 /// explain` prints and the console shows.
-pub fn explanation(
+pub async fn explanation(
     settings: &Settings,
     access: &Access,
     chat: &str,
@@ -192,6 +193,7 @@ pub fn explanation(
         .ok_or_else(|| UsageError("expected CHANNEL:CHAT_ID, e.g. telegram:42".to_owned()))?;
     access
         .explain(settings, &names, chat, user, chrono::Utc::now())
+        .await
         .map_err(|e| UsageError(format!("{e:#}")))
 }
 
@@ -201,7 +203,7 @@ pub async fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Resul
     let memory = Memory::of(settings)?;
     match action {
         MemoryAction::List => {
-            print_out(&crate::cli::listing::memory(&memory));
+            print_out(&crate::cli::listing::memory(&memory).await);
             Ok(ExitCode::SUCCESS)
         }
         MemoryAction::Edit { session } => {
@@ -213,6 +215,7 @@ pub async fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Resul
                     let mut copy = tempfile::Builder::new().suffix(".md").tempfile()?;
                     let text: Vec<String> = memory
                         .list(&scope)
+                        .await
                         .iter()
                         .map(|e| format!("- {e}"))
                         .collect();
@@ -243,7 +246,9 @@ pub async fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Resul
                 .status()
                 .with_context(|| format!("starting {editor}"))?;
             if status.success() && copy.is_some() {
-                memory.replace(&scope, &std::fs::read_to_string(&path)?)?;
+                memory
+                    .replace(&scope, &std::fs::read_to_string(&path)?)
+                    .await?;
             }
             Ok(if status.success() {
                 ExitCode::SUCCESS

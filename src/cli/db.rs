@@ -60,7 +60,7 @@ pub async fn run(settings: &Settings, action: &DbAction) -> anyhow::Result<ExitC
             let added: usize = tapes.iter().map(|t| t.added).sum();
             let entries: usize = tapes.iter().map(|t| t.entries).sum();
             let jobs = crate::scheduler::store::import(&settings.home, &db).await?;
-            let documents = crate::document::import(&settings.home, &db)?;
+            let documents = crate::document::import(&settings.home, &db).await?;
             let usage = crate::usage::import(&settings.home, &db).await?;
             println!(
                 "{}: {} tapes ({entries} entries, {added} added), {jobs} jobs added, \

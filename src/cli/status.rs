@@ -89,7 +89,7 @@ pub async fn kill(settings: &Settings, id: u64) -> anyhow::Result<std::process::
 /// The unexpired pairing requests of every channel (`access.json`, on the blocking pool).
 async fn pending_requests(settings: &Settings) -> anyhow::Result<Vec<Pending>> {
     let access = Access::new(settings);
-    Ok(tokio::task::spawn_blocking(move || access.pending(chrono::Utc::now())).await?)
+    Ok(access.pending(chrono::Utc::now()).await)
 }
 
 /// `bub status`'s lines of pending pairing requests (a newline first).

@@ -22,9 +22,12 @@ fn msg(chat: &str, id: &str, text: &str) -> Inbound {
 }
 
 async fn replica(db: &Arc<Database>) -> Inbox {
-    Inbox::shared(db.clone(), Arc::new(|m: &Inbound| Some(m.sender.role)))
-        .await
-        .unwrap()
+    Inbox::shared(
+        db.clone(),
+        Arc::new(|m: &Inbound| Box::pin(std::future::ready(Some(m.sender.role)))),
+    )
+    .await
+    .unwrap()
 }
 
 async fn receive(inbox: &Inbox, m: &Inbound) -> u64 {
@@ -132,9 +135,12 @@ async fn a_sender_revoked_meanwhile_is_not_answered_by_the_replica_taking_over()
     ));
     a.started(&[seq]).await;
     drop(a);
-    let revoked = Inbox::shared(db.clone(), Arc::new(|_: &Inbound| None))
-        .await
-        .unwrap();
+    let revoked = Inbox::shared(
+        db.clone(),
+        Arc::new(|_: &Inbound| Box::pin(std::future::ready(None))),
+    )
+    .await
+    .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while revoked.leases() == 0 {
         assert!(revoked.sweep().await.unwrap().is_empty(), "nothing to run");

@@ -83,7 +83,7 @@ pub struct ProcessCtx {
 impl ProcessCtx {
     /// The process's memory: `BUB_HOME`'s files, or the replicas' database.
     pub(crate) fn memory(&self) -> crate::memory::Memory {
-        let docs = crate::document::Documents::of(&self.home, self.database.as_ref());
+        let docs = crate::document::open(&self.home, self.database.as_ref());
         crate::memory::Memory::in_documents(docs)
     }
 
