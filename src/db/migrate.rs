@@ -23,6 +23,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("migrations/0005_documents.sql"),
     ),
     (6, "usage", include_str!("migrations/0006_usage.sql")),
+    (
+        7,
+        "tape events",
+        include_str!("migrations/0007_tape_events.sql"),
+    ),
 ];
 
 /// The advisory lock key under which migrations run ("bub" in ASCII, then 1).
@@ -191,5 +196,58 @@ mod tests {
             .downcast_ref::<NewerSchema>()
             .expect("a NewerSchema error");
         assert_eq!((newer.found, newer.known), (known() + 1, known()));
+    }
+
+    /// A database at version 6 with events on its tapes: migration 7 gives each `event` row
+    /// the name its payload starts with, and none to a payload written otherwise.
+    #[tokio::test]
+    async fn the_event_column_is_filled_for_the_entries_written_before() {
+        let db = Database::shared(&cluster::database()).unwrap();
+        let pool = db.pool();
+        let names = db
+            .run(async move {
+                let client = crate::db::client(&pool).await?;
+                client.batch_execute(CREATE_TABLE).await?;
+                for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 <= 6) {
+                    client.batch_execute(sql).await?;
+                    let add = "INSERT INTO bub_migrations (version, name) VALUES ($1, $2)";
+                    client.execute(add, &[version, name]).await?;
+                }
+                client
+                    .batch_execute(
+                        r#"INSERT INTO bub_tapes (workspace, name) VALUES ('w', 'bub:1');
+                        INSERT INTO bub_tape_entries (tape, id, kind, date, payload, meta)
+                        SELECT id, n, kind, 'd', payload, '{}' FROM bub_tapes, (VALUES
+                            (1, 'event', '{"name":"run","data":{"usage":{"total_tokens":5}}}'),
+                            (2, 'event', '{"name":"messages.left_out","data":{}}'),
+                            (3, 'event', '{"data":{},"name":"run"}'),
+                            (4, 'message', '{"name":"run"}')) AS e (n, kind, payload);"#,
+                    )
+                    .await?;
+                Ok(())
+            })
+            .await;
+        names.unwrap();
+        assert_eq!(db.migrate().await.unwrap(), [7]);
+        let pool = db.pool();
+        let events: Vec<(i64, Option<String>)> = db
+            .run(async move {
+                let client = crate::db::client(&pool).await?;
+                let sql = "SELECT id, event FROM bub_tape_entries ORDER BY id";
+                let rows = client.query(sql, &[]).await?;
+                Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+            })
+            .await
+            .unwrap();
+        let named = |n: &str| Some(n.to_owned());
+        assert_eq!(
+            events,
+            [
+                (1, named("run")),
+                (2, named("messages.left_out")),
+                (3, None),
+                (4, None)
+            ]
+        );
     }
 }

@@ -35,6 +35,8 @@ struct Columns {
     dates: Vec<String>,
     payloads: Vec<String>,
     metas: Vec<String>,
+    /// The `event` column ([`super::pg::event_name`]).
+    events: Vec<Option<String>>,
 }
 
 /// The workspace key and tape name of a tape file (`None`: not a tape file).
@@ -78,7 +80,11 @@ pub fn import_home(db: &Arc<Database>, home: &Path) -> anyhow::Result<Vec<Import
             columns.ids.push(i64::try_from(e.id).unwrap_or(i64::MAX));
             columns.kinds.push(e.kind.as_str().to_owned());
             columns.dates.push(e.date);
-            columns.payloads.push(e.payload.to_string());
+            let payload = e.payload.to_string();
+            columns
+                .events
+                .push(super::pg::event_name(&e.kind, &payload).map(str::to_owned));
+            columns.payloads.push(payload);
             columns.metas.push(e.meta.to_string());
         }
         let pool = db.relaxed_pool();
@@ -90,10 +96,18 @@ pub fn import_home(db: &Arc<Database>, home: &Path) -> anyhow::Result<Vec<Import
             let c = &columns;
             let added = tx
                 .run(
-                    "INSERT INTO bub_tape_entries (tape, id, kind, date, payload, meta) \
-                     SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[]) \
-                     ON CONFLICT (tape, id) DO NOTHING",
-                    &[&row, &c.ids, &c.kinds, &c.dates, &c.payloads, &c.metas],
+                    "INSERT INTO bub_tape_entries (tape, id, kind, date, payload, meta, event) \
+                     SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], \
+                     $6::text[], $7::text[]) ON CONFLICT (tape, id) DO NOTHING",
+                    &[
+                        &row,
+                        &c.ids,
+                        &c.kinds,
+                        &c.dates,
+                        &c.payloads,
+                        &c.metas,
+                        &c.events,
+                    ],
                 )
                 .await?;
             let last = c.ids.iter().copied().max().unwrap_or(0);

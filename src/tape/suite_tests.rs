@@ -332,6 +332,22 @@ fn postgres_tapes_pass_the_suite_and_render_as_files_do() {
     let workspace = home.path().join("ws");
     let open_pg = |session: &str| open(home.path(), Some(&db), &workspace, "bub", session).unwrap();
     suite(&open_pg);
+    // Each event is written with its name in the `event` column.
+    let pool = db.pool();
+    let named = db.run(async move {
+        let client = crate::db::client(&pool).await?;
+        let sql = "SELECT count(*), count(event) FROM bub_tape_entries WHERE kind = 'event'";
+        let row = client.query_one(sql, &[]).await?;
+        Ok((row.get::<_, i64>(0), row.get::<_, i64>(1)))
+    });
+    let (events, named) = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(named)
+        .unwrap();
+    assert!(
+        events > 0 && named == events,
+        "{named} of {events} events named"
+    );
 
     let from_pg = script(open_pg("script").as_mut());
     let file_home = tempfile::tempdir().unwrap();
