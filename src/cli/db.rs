@@ -56,7 +56,7 @@ pub async fn run(settings: &Settings, action: &DbAction) -> anyhow::Result<ExitC
         }
         DbAction::Import => {
             migrate(&db).await?;
-            let tapes = crate::tape::import::import_home(&db, &settings.home)?;
+            let tapes = crate::tape::import::import_home(&db, &settings.home).await?;
             let added: usize = tapes.iter().map(|t| t.added).sum();
             let entries: usize = tapes.iter().map(|t| t.entries).sum();
             let jobs = crate::scheduler::store::import(&settings.home, &db).await?;

@@ -33,8 +33,10 @@ pub(super) struct Filter {
 pub(super) async fn list(operator: Operator, Query(filter): Query<Filter>) -> Response {
     let live = snapshot(&operator).await;
     let today = per_session_today(&operator).await;
+    let workspace = super::workspace(&operator);
+    let tapes = crate::tape::list(&operator.settings.home, operator.db.as_ref(), workspace).await;
     blocking(operator, move |c| {
-        let tapes = crate::tape::list(&c.settings.home, c.db.as_ref(), super::workspace(c))?;
+        let tapes = tapes?;
         let today = today?;
         let live: HashMap<String, SessionRow> = live
             .map(|s| s.sessions.into_iter().map(|r| (r.session.clone(), r)).collect())

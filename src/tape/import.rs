@@ -59,7 +59,7 @@ pub(super) fn key_of(file_name: &str) -> Option<(String, String)> {
 }
 
 /// Copies every tape file of `home` (`BUB_HOME/tapes/`) into `db`, oldest name first.
-pub fn import_home(db: &Arc<Database>, home: &Path) -> anyhow::Result<Vec<Imported>> {
+pub async fn import_home(db: &Arc<Database>, home: &Path) -> anyhow::Result<Vec<Imported>> {
     let dir = home.join("tapes");
     let mut files: Vec<_> = match std::fs::read_dir(&dir) {
         Ok(entries) => entries.flatten().map(|e| e.path()).collect(),
@@ -73,7 +73,10 @@ pub fn import_home(db: &Arc<Database>, home: &Path) -> anyhow::Result<Vec<Import
         else {
             continue;
         };
-        let entries = FileTape::open_path(path.clone(), name.clone())?.entries()?;
+        let tape = (path.clone(), name.clone());
+        let entries =
+            crate::storage::blocking(move || FileTape::open_path(tape.0, tape.1)?.entries())
+                .await?;
         let total = entries.len();
         let mut columns = Columns::default();
         for e in entries {
@@ -89,7 +92,7 @@ pub fn import_home(db: &Arc<Database>, home: &Path) -> anyhow::Result<Vec<Import
         }
         let pool = db.relaxed_pool();
         let tape = name.clone();
-        let added = db.block_on(async move {
+        let added = db.run(async move {
             let mut client = db::client(&pool).await?;
             let tx = client.transaction().await?;
             let row = tape_row(&tx, &workspace, &tape).await?;
@@ -118,7 +121,8 @@ pub fn import_home(db: &Arc<Database>, home: &Path) -> anyhow::Result<Vec<Import
             .await?;
             tx.commit().await?;
             Ok(added as usize)
-        })?;
+        });
+        let added = added.await?;
         imported.push(Imported {
             name,
             entries: total,

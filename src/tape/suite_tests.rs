@@ -248,6 +248,8 @@ fn listing(home: &Path, db: Option<&Arc<Database>>) {
     std::fs::create_dir_all(&elsewhere).unwrap();
     let tape = |ws: &Path, session: &str| open(home, db, ws, "bub", session).unwrap();
     let tick = || std::thread::sleep(std::time::Duration::from_millis(5));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let list = |home, db, ws| runtime.block_on(list(home, db, ws));
     assert_eq!(list(home, db, &ws).unwrap(), []);
 
     let mut first = tape(&ws, "telegram:1");
