@@ -36,7 +36,7 @@ fn system_prompt(rt: &tokio::runtime::Runtime, dir: &Path, text: &str) -> String
 }
 
 /// Fills `scope` with `n` distinct entries of `chars` characters (`wide`: Chinese text).
-fn fill(memory: &Memory, scope: &Scope, n: usize, chars: usize, wide: bool) {
+async fn fill(memory: &Memory, scope: &Scope, n: usize, chars: usize, wide: bool) {
     for i in 0..n {
         let word = if wide { "记住偏好" } else { "prefers " };
         let text: String = format!("{i} {}", word.repeat(chars))
@@ -45,6 +45,7 @@ fn fill(memory: &Memory, scope: &Scope, n: usize, chars: usize, wide: bool) {
             .collect();
         memory
             .remember(scope, &text, &Author::Owner)
+            .await
             .expect("remember");
     }
 }
@@ -61,14 +62,11 @@ fn main() {
         let empty = system_prompt(&runtime, dir.path(), "hello");
         let memory = Memory::new(&dir.path().join("home"));
         let chat = Scope::Chat("cli".to_owned());
-        fill(&memory, &Scope::Global, 80, chars, wide);
-        fill(&memory, &chat, 80, chars, wide);
-        memory
-            .set_checkpoint(
-                "cli",
-                &"next step ".repeat(MAX_CHECKPOINT_BYTES),
-                &Author::Owner,
-            )
+        runtime.block_on(fill(&memory, &Scope::Global, 80, chars, wide));
+        runtime.block_on(fill(&memory, &chat, 80, chars, wide));
+        let checkpoint = "next step ".repeat(MAX_CHECKPOINT_BYTES);
+        runtime
+            .block_on(memory.set_checkpoint("cli", &checkpoint, &Author::Owner))
             .expect("checkpoint");
         let bytes = |scope: &Scope| {
             std::fs::metadata(memory.path(scope).expect("files")).map_or(0, |m| m.len())
@@ -77,12 +75,14 @@ fn main() {
             bytes(&Scope::Global) as usize <= MAX_BYTES + 1
                 && bytes(&chat) as usize <= MAX_BYTES + 1
         );
-        let block = memory.prompt_block("cli", true);
+        let block = runtime.block_on(memory.prompt_block("cli", true));
         let runs = 2_000;
         let started = Instant::now();
-        for _ in 0..runs {
-            std::hint::black_box(memory.prompt_block("cli", true));
-        }
+        runtime.block_on(async {
+            for _ in 0..runs {
+                std::hint::black_box(memory.prompt_block("cli", true).await);
+            }
+        });
         let per_build = started.elapsed().as_secs_f64() * 1e6 / runs as f64;
         let full = system_prompt(&runtime, dir.path(), "hello");
         let tokens = bub::llm::estimate_tokens(&block);
@@ -90,9 +90,9 @@ fn main() {
             "memory.block ({label}-character entries, past the caps): global {} entries {} B, \
              chat {} entries {} B; block {} B ≈ {tokens} tokens ({:.1} % of the {budget}-token \
              budget); built in {per_build:.1} µs; system prompt {} → {} tokens",
-            memory.list(&Scope::Global).len(),
+            runtime.block_on(memory.list(&Scope::Global)).len(),
             bytes(&Scope::Global),
-            memory.list(&chat).len(),
+            runtime.block_on(memory.list(&chat)).len(),
             bytes(&chat),
             block.len(),
             tokens as f64 * 100.0 / budget as f64,

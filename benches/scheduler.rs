@@ -20,7 +20,7 @@ const JOBS: usize = 10_000;
 fn main() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let dir = tempfile::tempdir().expect("temp dir");
-    load(dir.path());
+    rt.block_on(load(dir.path()));
     rt.block_on(jitter(dir.path(), 200, Duration::from_millis(50)));
     let dir = tempfile::tempdir().expect("temp dir");
     rt.block_on(burst(dir.path(), 1000));
@@ -73,10 +73,10 @@ fn job(id: &str, trigger: Trigger, now: DateTime<Utc>) -> Job {
     }
 }
 
-fn load(home: &std::path::Path) {
+async fn load(home: &std::path::Path) {
     let store = store::open(home, None);
     let jobs = background_jobs(JOBS, Utc::now());
-    store.change(|all| *all = jobs).expect("write");
+    store.change(move |all| *all = jobs).await.expect("write");
     let size = std::fs::metadata(home.join("jobs.json"))
         .expect("file")
         .len();
@@ -86,7 +86,7 @@ fn load(home: &std::path::Path) {
     let mut kept = Vec::new();
     for _ in 0..5 {
         let start = Instant::now();
-        let jobs = store.list().expect("load");
+        let jobs = store.list().await.expect("load");
         let took = start.elapsed();
         first.get_or_insert(took);
         best = best.min(took);
@@ -142,7 +142,8 @@ fn ms(d: Duration) -> String {
 
 async fn run_scheduler(home: &std::path::Path, jobs: Vec<Job>, n: usize) -> Vec<Duration> {
     store::open(home, None)
-        .change(|all| *all = jobs)
+        .change(move |all| *all = jobs)
+        .await
         .expect("write jobs");
     let recorder = Arc::new(Recorder::default());
     let stop = CancellationToken::new();

@@ -6,32 +6,46 @@
 //!
 //! Invariants: a change is a read-modify-write that no other writer interleaves with — files
 //! under an exclusive lock (`lock`, relative to `BUB_HOME`), the database by the document's
-//! version — and a written file is replaced atomically with mode 0600. All of it is blocking
-//! I/O: async code calls it on the blocking pool.
+//! version — and a written file is replaced atomically with mode 0600. The files' I/O runs on
+//! the blocking pool; the database's on the caller's runtime.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::db::Database;
 use crate::storage::Stamp;
 
-/// Where the documents of one `BUB_HOME` live.
-#[derive(Clone)]
-pub(crate) enum Documents {
-    /// Files under this directory (`BUB_HOME`).
-    Files(PathBuf),
-    /// Rows of the replicas' database.
-    Database(Arc<Database>),
-}
+/// Where the documents of one `BUB_HOME` live: files under it, or rows of the replicas'
+/// database ([`open`]).
+#[async_trait::async_trait]
+pub(crate) trait Documents: Send + Sync + std::fmt::Debug {
+    /// The document `name` (`None`: there is none).
+    async fn read(&self, name: &str) -> anyhow::Result<Option<String>>;
 
-impl std::fmt::Debug for Documents {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Files(home) => write!(f, "Files({})", home.display()),
-            Self::Database(db) => write!(f, "Database({})", db.label()),
-        }
+    /// What to compare to tell whether `name` changed since it was read (cheap: a `stat`, or
+    /// the row's version).
+    async fn revision(&self, name: &str) -> Revision;
+
+    /// Changes `name` under `lock` (a file relative to `BUB_HOME`, for files): `change` gets
+    /// its body and returns the new one (`None`: remove it) — it may be called again when
+    /// another replica wrote meanwhile. Nothing is written when the body is the same.
+    async fn update(&self, name: &str, lock: &str, change: &mut Change<'_>) -> anyhow::Result<()>;
+
+    /// The names of the documents in folder `dir` (`memory/chats`), sorted.
+    async fn list(&self, dir: &str) -> Vec<String>;
+
+    /// Where `name` lives, for people: its path, or the database's document.
+    fn describe(&self, name: &str) -> String;
+
+    /// The file of `name`, when the documents are files.
+    fn path(&self, _name: &str) -> Option<PathBuf> {
+        None
     }
 }
+
+/// A change of a document's body (`None`: there is none, or remove it).
+pub(crate) type Change<'a> = dyn for<'t> FnMut(Option<&'t str>) -> Option<String> + Send + 'a;
 
 /// What a cache compares to tell whether a document changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,100 +54,168 @@ pub(crate) enum Revision {
     Row(i64),
 }
 
-impl Documents {
-    /// Files under `home`, or the database of `database` when it is set.
-    pub(crate) fn of(home: &Path, database: Option<&Arc<Database>>) -> Self {
-        match database {
-            Some(db) => Self::Database(db.clone()),
-            None => Self::Files(home.to_path_buf()),
-        }
+/// The documents of `home`: files under it, or the rows of `database` when it is set.
+pub(crate) fn open(home: &Path, database: Option<&Arc<Database>>) -> Arc<dyn Documents> {
+    match database {
+        Some(db) => Arc::new(Rows(db.clone())),
+        None => Arc::new(Files(home.to_path_buf())),
     }
+}
 
-    /// The document `name` (`None`: there is none).
-    pub(crate) fn read(&self, name: &str) -> anyhow::Result<Option<String>> {
-        match self {
-            Self::Files(home) => match std::fs::read_to_string(home.join(name)) {
-                Ok(text) => Ok(Some(text)),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => {
-                    Err(anyhow::Error::new(e).context(format!("reading {}", self.describe(name))))
-                }
-            },
-            Self::Database(db) => Ok(db.document(name)?.map(|(body, _)| body)),
-        }
-    }
-
-    /// What to compare to tell whether `name` changed since it was read.
-    pub(crate) fn revision(&self, name: &str) -> Revision {
-        match self {
-            Self::Files(home) => Revision::File(Stamp::of(&home.join(name))),
-            // Unreachable: a revision no read can have, so a cache reads (and fails closed).
-            Self::Database(db) => Revision::Row(db.document_version(name).unwrap_or(-1)),
-        }
-    }
-
-    /// Changes `name` under `lock` (a file relative to `BUB_HOME`, for files): `change` gets
-    /// its body and returns the new one (`None`: remove it) and a result — it may be called
-    /// again when another replica wrote meanwhile. Nothing is written when the body is the same.
-    pub(crate) fn change<R>(
+impl dyn Documents {
+    /// [`Documents::update`] with a change that also returns a result: the result of the
+    /// change that was written.
+    pub(crate) async fn change<R: Send>(
         &self,
         name: &str,
         lock: &str,
-        mut change: impl FnMut(Option<&str>) -> (Option<String>, R),
+        mut change: impl FnMut(Option<&str>) -> (Option<String>, R) + Send,
     ) -> anyhow::Result<R> {
-        match self {
-            Self::Files(home) => {
-                let _lock = crate::storage::lock(&home.join(lock))?;
-                let current = self.read(name)?;
-                let (body, result) = change(current.as_deref());
-                if body != current {
-                    let path = home.join(name);
-                    match body {
-                        Some(body) => crate::storage::write_atomic(
-                            &path,
-                            body.trim_end_matches('\n').as_bytes(),
-                            Some(0o600),
-                        )?,
-                        None => match std::fs::remove_file(&path) {
-                            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                                return Err(e.into());
-                            }
-                            _ => {}
-                        },
-                    }
-                }
-                Ok(result)
-            }
-            Self::Database(db) => db.update_document(name, change),
+        let mut result = None;
+        self.update(name, lock, &mut |text| {
+            let (body, r) = change(text);
+            result = Some(r);
+            body
+        })
+        .await?;
+        result.ok_or_else(|| anyhow::anyhow!("{}: not changed", self.describe(name)))
+    }
+}
+
+/// Files under this directory (`BUB_HOME`), changed under a lock, replaced atomically.
+#[derive(Debug)]
+struct Files(PathBuf);
+
+/// `name` under `home` (`None`: there is none).
+fn read_file(home: &Path, name: &str) -> anyhow::Result<Option<String>> {
+    let path = home.join(name);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("reading {}", path.display()))),
+    }
+}
+
+/// Replaces (or with `None` removes) `name` under `home`.
+fn write_file(home: &Path, name: &str, body: Option<&str>) -> anyhow::Result<()> {
+    let path = home.join(name);
+    match body {
+        Some(body) => {
+            crate::storage::write_atomic(&path, body.trim_end_matches('\n').as_bytes(), Some(0o600))
         }
+        None => match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+            _ => Ok(()),
+        },
+    }
+}
+
+#[async_trait::async_trait]
+impl Documents for Files {
+    async fn read(&self, name: &str) -> anyhow::Result<Option<String>> {
+        let (home, name) = (self.0.clone(), name.to_owned());
+        crate::storage::blocking(move || read_file(&home, &name)).await
     }
 
-    /// The names of the documents in folder `dir` (`memory/chats`), sorted.
-    pub(crate) fn list(&self, dir: &str) -> Vec<String> {
-        match self {
-            Self::Files(home) => {
-                let mut names: Vec<String> = std::fs::read_dir(home.join(dir))
-                    .map(|entries| {
-                        entries
-                            .flatten()
-                            .filter_map(|e| e.file_name().into_string().ok())
-                            .map(|file| format!("{dir}/{file}"))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                names.sort();
-                names
-            }
-            Self::Database(db) => db.document_names(&format!("{dir}/")).unwrap_or_default(),
-        }
+    /// A `stat`, cheap enough for an async thread.
+    async fn revision(&self, name: &str) -> Revision {
+        Revision::File(Stamp::of(&self.0.join(name)))
     }
 
-    /// Where `name` lives, for people: its path, or the database's document.
-    pub(crate) fn describe(&self, name: &str) -> String {
-        match self {
-            Self::Files(home) => home.join(name).display().to_string(),
-            Self::Database(db) => format!("{name} in the database {}", db.label()),
+    async fn update(&self, name: &str, lock: &str, change: &mut Change<'_>) -> anyhow::Result<()> {
+        let (home, name, lock) = (self.0.clone(), name.to_owned(), self.0.join(lock));
+        let read = crate::storage::blocking({
+            let (home, name) = (home.clone(), name.clone());
+            move || -> anyhow::Result<(File, Option<String>)> {
+                let lock = crate::storage::lock(&lock)?;
+                Ok((lock, read_file(&home, &name)?))
+            }
+        });
+        // The lock is held until the new body is written (or found the same).
+        let (lock, current) = read.await?;
+        let body = change(current.as_deref());
+        if body != current {
+            crate::storage::blocking(move || {
+                let _lock = lock;
+                write_file(&home, &name, body.as_deref())
+            })
+            .await?;
         }
+        Ok(())
+    }
+
+    async fn list(&self, dir: &str) -> Vec<String> {
+        let (path, dir) = (self.0.join(dir), dir.to_owned());
+        let names = crate::storage::blocking(move || {
+            let mut names: Vec<String> = std::fs::read_dir(path)
+                .map(|entries| {
+                    entries
+                        .flatten()
+                        .filter_map(|e| e.file_name().into_string().ok())
+                        .map(|file| format!("{dir}/{file}"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            names.sort();
+            Ok(names)
+        });
+        names.await.unwrap_or_default()
+    }
+
+    fn describe(&self, name: &str) -> String {
+        self.0.join(name).display().to_string()
+    }
+
+    fn path(&self, name: &str) -> Option<PathBuf> {
+        Some(self.0.join(name))
+    }
+}
+
+/// Rows of the replicas' database (`db::document`), changed by version.
+struct Rows(Arc<Database>);
+
+impl std::fmt::Debug for Rows {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Rows({})", self.0.label())
+    }
+}
+
+/// How often a change is tried again when other writers keep coming first.
+const ATTEMPTS: usize = 64;
+
+#[async_trait::async_trait]
+impl Documents for Rows {
+    async fn read(&self, name: &str) -> anyhow::Result<Option<String>> {
+        Ok(self.0.document(name).await?.map(|(body, _)| body))
+    }
+
+    /// Unreachable: a revision no read can have, so a cache reads (and fails closed).
+    async fn revision(&self, name: &str) -> Revision {
+        Revision::Row(self.0.document_version(name).await.unwrap_or(-1))
+    }
+
+    async fn update(&self, name: &str, _lock: &str, change: &mut Change<'_>) -> anyhow::Result<()> {
+        for _ in 0..ATTEMPTS {
+            let current = self.0.document(name).await?;
+            let (text, version) = match &current {
+                Some((body, version)) => (Some(body.as_str()), Some(*version)),
+                None => (None, None),
+            };
+            let body = change(text);
+            if body.as_deref() == text || self.0.write_document(name, version, body).await? {
+                return Ok(());
+            }
+        }
+        anyhow::bail!("document {name}: other writers kept changing it; try again")
+    }
+
+    async fn list(&self, dir: &str) -> Vec<String> {
+        let names = self.0.document_names(&format!("{dir}/")).await;
+        names.unwrap_or_default()
+    }
+
+    fn describe(&self, name: &str) -> String {
+        format!("{name} in the database {}", self.0.label())
     }
 }
 
@@ -144,24 +226,25 @@ const IMPORTED_DIRS: [&str; 3] = ["memory", "memory/chats", "memory/checkpoints"
 
 /// Copies `home`'s documents into `db` (`bub db import`): a document the database has is kept
 /// (running it again adds nothing). Returns how many were added.
-pub(crate) fn import(home: &Path, db: &Arc<Database>) -> anyhow::Result<usize> {
-    let files = Documents::Files(home.to_path_buf());
-    let names = IMPORTED.iter().map(|n| (*n).to_owned()).chain(
-        IMPORTED_DIRS
-            .iter()
-            .flat_map(|dir| files.list(dir))
-            .filter(|name| name.ends_with(".md") || name.ends_with(".json")),
-    );
+pub(crate) async fn import(home: &Path, db: &Arc<Database>) -> anyhow::Result<usize> {
+    let (files, rows) = (open(home, None), open(home, Some(db)));
+    let mut names: Vec<String> = IMPORTED.iter().map(|n| (*n).to_owned()).collect();
+    for dir in IMPORTED_DIRS {
+        let listed = files.list(dir).await.into_iter();
+        names.extend(listed.filter(|name| name.ends_with(".md") || name.ends_with(".json")));
+    }
     let mut added = 0;
     for name in names {
-        let Some(text) = files.read(&name)? else {
+        let Some(text) = files.read(&name).await? else {
             continue;
         };
         let text = text.trim_end_matches('\n').to_owned();
-        added += db.update_document(&name, |current| match current {
-            Some(kept) => (Some(kept.to_owned()), 0),
-            None => (Some(text.clone()), 1),
-        })?;
+        added += rows
+            .change(&name, "", |current| match current {
+                Some(kept) => (Some(kept.to_owned()), 0),
+                None => (Some(text.clone()), 1),
+            })
+            .await?;
     }
     Ok(added)
 }
@@ -172,46 +255,52 @@ mod tests {
 
     /// Eight writers add one line each to one document, 25 times: no change is lost, and
     /// every write moves the revision.
-    #[test]
-    fn concurrent_changes_in_the_database_are_never_lost() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_changes_in_the_database_are_never_lost() {
         let db = Database::shared(&crate::db::cluster::database()).unwrap();
-        db.migrate().unwrap();
-        let docs = Documents::Database(db);
-        let before = docs.revision("memory/global.md");
-        std::thread::scope(|s| {
-            for writer in 0..8 {
-                let docs = &docs;
-                s.spawn(move || {
+        db.migrate().await.unwrap();
+        let docs = open(Path::new("/nonexistent"), Some(&db));
+        let before = docs.revision("memory/global.md").await;
+        let writers: Vec<_> = (0..8)
+            .map(|writer| {
+                let docs = docs.clone();
+                tokio::spawn(async move {
                     for n in 0..25 {
                         docs.change("memory/global.md", "unused.lock", |text| {
                             let line = format!("- {writer}-{n}");
                             (Some(format!("{}{line}\n", text.unwrap_or_default())), ())
                         })
+                        .await
                         .unwrap();
                     }
-                });
-            }
-        });
-        let text = docs.read("memory/global.md").unwrap().unwrap();
+                })
+            })
+            .collect();
+        for writer in writers {
+            writer.await.unwrap();
+        }
+        let text = docs.read("memory/global.md").await.unwrap().unwrap();
         assert_eq!(text.lines().count(), 200);
-        assert_ne!(docs.revision("memory/global.md"), before);
-        assert_eq!(docs.list("memory"), ["memory/global.md"]);
+        assert_ne!(docs.revision("memory/global.md").await, before);
+        assert_eq!(docs.list("memory").await, ["memory/global.md"]);
         docs.change("memory/global.md", "unused.lock", |_| (None, ()))
+            .await
             .unwrap();
-        assert_eq!(docs.read("memory/global.md").unwrap(), None);
-        assert_eq!(docs.revision("memory/global.md"), Revision::Row(0));
+        assert_eq!(docs.read("memory/global.md").await.unwrap(), None);
+        assert_eq!(docs.revision("memory/global.md").await, Revision::Row(0));
     }
 
-    #[test]
-    fn files_are_changed_under_their_lock_and_private() {
+    #[tokio::test]
+    async fn files_are_changed_under_their_lock_and_private() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
-        let docs = Documents::Files(dir.path().to_owned());
-        assert_eq!(docs.read("access.json").unwrap(), None);
+        let docs = open(dir.path(), None);
+        assert_eq!(docs.read("access.json").await.unwrap(), None);
         let said = docs
             .change("access.json", "access.lock", |text| {
                 (Some("{}".to_owned()), text.is_none())
             })
+            .await
             .unwrap();
         assert!(said);
         let mode = std::fs::metadata(dir.path().join("access.json"))
@@ -219,6 +308,9 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o600);
-        assert_eq!(docs.read("access.json").unwrap().as_deref(), Some("{}\n"));
+        assert_eq!(
+            docs.read("access.json").await.unwrap().as_deref(),
+            Some("{}\n")
+        );
     }
 }

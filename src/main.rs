@@ -248,44 +248,46 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if calls_model(&command) {
         settings.check_model_keys()?;
     }
-    if let Command::Db { action } = &command {
-        return bub::cli::db::run(&settings, action);
-    }
-    // The commands that keep state in the database migrate it first (a newer schema: exit 2);
-    // the pool stays open for the command. The others never need it to be reachable.
-    let keeps_state = match command {
-        Command::Chat
-        | Command::Run { .. }
-        | Command::Message
-        | Command::Idle
-        | Command::Jobs { .. }
-        | Command::Usage { .. }
-        | Command::Memory { .. }
-        | Command::Pair { .. }
-        | Command::Access { .. } => true,
-        #[cfg(feature = "console")]
-        Command::Console => true,
-        _ => false,
-    };
-    let _database = match keeps_state {
-        true => bub::cli::db::open(&settings)?,
-        false => None,
-    };
-    if let Some(db) = &_database {
-        bub::cli::db::migrate(db)?;
-    }
-    match &command {
-        Command::Jobs { action } => return admin::jobs(&settings, action),
-        Command::Usage { since, json } => return admin::usage(&settings, since.as_deref(), *json),
-        Command::Skills { action } => return Ok(admin::skills(&settings, action)),
-        Command::Memory { action } => return admin::memory(&settings, action),
-        Command::Pair { action } => return admin::pair(&settings, action),
-        Command::Access { action } => return admin::explain(&settings, action),
-        _ => {}
-    }
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let session_id = cli.common.session_id;
     let code = runtime.block_on(async move {
+        if let Command::Db { action } = &command {
+            return bub::cli::db::run(&settings, action).await;
+        }
+        // The commands that keep state in the database migrate it first (a newer schema: exit 2);
+        // the pool stays open for the command. The others never need it to be reachable.
+        let keeps_state = match command {
+            Command::Chat
+            | Command::Run { .. }
+            | Command::Message
+            | Command::Idle
+            | Command::Jobs { .. }
+            | Command::Usage { .. }
+            | Command::Memory { .. }
+            | Command::Pair { .. }
+            | Command::Access { .. } => true,
+            #[cfg(feature = "console")]
+            Command::Console => true,
+            _ => false,
+        };
+        let _database = match keeps_state {
+            true => bub::cli::db::open(&settings)?,
+            false => None,
+        };
+        if let Some(db) = &_database {
+            bub::cli::db::migrate(db).await?;
+        }
+        match &command {
+            Command::Jobs { action } => return admin::jobs(&settings, action).await,
+            Command::Usage { since, json } => {
+                return admin::usage(&settings, since.as_deref(), *json).await;
+            }
+            Command::Skills { action } => return Ok(admin::skills(&settings, action)),
+            Command::Memory { action } => return admin::memory(&settings, action).await,
+            Command::Pair { action } => return admin::pair(&settings, action).await,
+            Command::Access { action } => return admin::explain(&settings, action).await,
+            _ => {}
+        }
         match command {
             Command::Run {
                 message,
@@ -575,17 +577,34 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
 /// lease, none at start); senders revoked meanwhile are dropped.
 async fn open_inbox(agent: &AgentRuntime) -> anyhow::Result<(Inbox, Vec<Resume>)> {
     let access = agent.access().clone();
-    let readmitted = move |m: &Inbound| {
-        let user = User {
-            id: &m.sender.id,
-            name: m.sender.username.as_deref(),
-            display: None,
-        };
-        access.role(&m.channel, user)
-    };
     if let Some(db) = bub::cli::db::open(agent.settings())? {
+        let readmitted = move |m: &Inbound| {
+            let (access, channel) = (access.clone(), m.channel.clone());
+            let (id, name) = (m.sender.id.clone(), m.sender.username.clone());
+            let role = async move {
+                let name = name.as_deref();
+                let user = User {
+                    id: &id,
+                    name,
+                    display: None,
+                };
+                access.role(&channel, user).await
+            };
+            Box::pin(role) as futures_util::future::BoxFuture<'static, _>
+        };
         return Ok((Inbox::shared(db, Arc::new(readmitted)).await?, Vec::new()));
     }
+    // The senders of the work left are checked against one reading of `access.json`.
+    let file = access.file().await;
+    let readmitted = move |m: &Inbound| {
+        let name = m.sender.username.as_deref();
+        let user = User {
+            id: &m.sender.id,
+            name,
+            display: None,
+        };
+        access.role_in(&file, &m.channel, user)
+    };
     let inbox_path = agent.settings().home.join("inbox.jsonl");
     // Reading and rewriting the journal is file work: on the blocking pool.
     tokio::task::spawn_blocking(move || Inbox::open(&inbox_path, readmitted)).await?

@@ -7,6 +7,7 @@
 //! fsync of the folder); a file written with a mode gets it before it holds any data; what Bub
 //! creates under `BUB_HOME` (`BUB_HOME` itself included) is created `0700` (folders) or `0600`
 //! (files) — what already exists keeps the mode it has (an operator's choice is not undone).
+//! The file stores run their work through [`blocking`]: never on an async thread.
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::Write;
@@ -18,6 +19,17 @@ use std::path::Path;
 pub const PRIVATE_FILE: u32 = 0o600;
 /// The mode of a folder Bub creates under `BUB_HOME`, and of `BUB_HOME` when Bub creates it.
 pub const PRIVATE_DIR: u32 = 0o700;
+
+/// Runs `work` (file I/O) on the blocking pool and waits for it, logging to the caller's
+/// subscriber.
+pub(crate) async fn blocking<R: Send + 'static>(
+    work: impl FnOnce() -> anyhow::Result<R> + Send + 'static,
+) -> anyhow::Result<R> {
+    let dispatch = tracing::dispatcher::get_default(Clone::clone);
+    tokio::task::spawn_blocking(move || tracing::dispatcher::with_default(&dispatch, work))
+        .await
+        .map_err(|e| anyhow::anyhow!("file task failed: {e}"))?
+}
 
 /// Creates `dir` and its missing parents with mode [`PRIVATE_DIR`] (existing ones are left as
 /// they are).

@@ -93,6 +93,7 @@ async fn a_third_platform_is_one_module_and_one_line_behind_the_same_gate() {
     let approver = Access::new(agent.settings());
     let paired = approver
         .approve("fakechat", &code, None, chrono::Utc::now())
+        .await
         .unwrap();
     assert_eq!(paired.role, Role::Guest, "the channel has an owner already");
     model.push_text("welcome");

@@ -336,11 +336,19 @@ fn runs_interrupted_by_a_crash_are_not_repeated() {
 
 // ---- the store ------------------------------------------------------------------------------
 
+/// Waits for `work` on a runtime of its own (the store's file work runs on its blocking pool).
+fn wait<F: std::future::Future>(work: F) -> F::Output {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    runtime.unwrap().block_on(work)
+}
+
 #[test]
 fn store_is_plain_json_and_shared_by_writers() {
     let dir = tempfile::tempdir().unwrap();
     let store = store::open(dir.path(), None);
-    assert!(store.list().unwrap().is_empty(), "no file = no jobs");
+    assert!(wait(store.list()).unwrap().is_empty(), "no file = no jobs");
     // Eight writers at once (as eight processes would): no update is lost.
     std::thread::scope(|s| {
         for i in 0..8 {
@@ -348,14 +356,15 @@ fn store_is_plain_json_and_shared_by_writers() {
             s.spawn(move || {
                 for k in 0..10 {
                     let id = format!("{i}-{k}");
-                    store
-                        .change(|jobs| jobs.push(job(&id, once(t(13, 0, 0)), Some(t(13, 0, 0)))))
-                        .unwrap();
+                    wait(store.change(move |jobs| {
+                        jobs.push(job(&id, once(t(13, 0, 0)), Some(t(13, 0, 0))))
+                    }))
+                    .unwrap();
                 }
             });
         }
     });
-    assert_eq!(store.list().unwrap().len(), 80);
+    assert_eq!(wait(store.list()).unwrap().len(), 80);
     let text = std::fs::read_to_string(jobs_file(dir.path())).unwrap();
     let value: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(value["version"], 1);
@@ -380,7 +389,7 @@ fn corrupt_store_is_moved_aside_and_never_overwritten() {
     let dir = tempfile::tempdir().unwrap();
     let store = store::open(dir.path(), None);
     std::fs::write(jobs_file(dir.path()), "{\"version\": 1, \"jobs\": [ {oops").unwrap();
-    assert!(store.list().unwrap().is_empty());
+    assert!(wait(store.list()).unwrap().is_empty());
     let aside: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -392,10 +401,9 @@ fn corrupt_store_is_moved_aside_and_never_overwritten() {
         "{\"version\": 1, \"jobs\": [ {oops",
         "the broken file is kept as it was"
     );
-    store
-        .change(|jobs| jobs.push(job("new", once(t(13, 0, 0)), Some(t(13, 0, 0)))))
+    wait(store.change(move |jobs| jobs.push(job("new", once(t(13, 0, 0)), Some(t(13, 0, 0))))))
         .unwrap();
-    assert_eq!(store.list().unwrap().len(), 1);
+    assert_eq!(wait(store.list()).unwrap().len(), 1);
 }
 
 /// A job as a person would write it into jobs.json.
@@ -513,7 +521,7 @@ fn a_job_that_cannot_run_is_set_aside_alone() {
         ],
     );
 
-    let (jobs, log) = logged(|| store.list().unwrap());
+    let (jobs, log) = logged(|| wait(store.list()).unwrap());
     let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
     assert_eq!(ids, ["first", "second"], "the valid jobs stay");
     assert_eq!(
@@ -522,7 +530,7 @@ fn a_job_that_cannot_run_is_set_aside_alone() {
         "jobs.json without them"
     );
 
-    let rejected = store.rejected().unwrap();
+    let rejected = wait(store.rejected()).unwrap();
     assert_eq!(rejected.len(), 2, "{rejected:?}");
     assert_eq!(rejected[0].job, tomorrow, "kept exactly as it was");
     assert_eq!(rejected[0].id(), Some("tmrw"));
@@ -562,13 +570,12 @@ fn a_job_that_cannot_run_is_set_aside_alone() {
     assert!(!log.contains("private words"), "{log}");
 
     // Loading again (and changing the store) neither duplicates nor loses anything.
-    assert_eq!(store.list().unwrap().len(), 2);
-    store
-        .change(|jobs| jobs.push(job("third", once(t(14, 0, 0)), Some(t(14, 0, 0)))))
+    assert_eq!(wait(store.list()).unwrap().len(), 2);
+    wait(store.change(move |jobs| jobs.push(job("third", once(t(14, 0, 0)), Some(t(14, 0, 0))))))
         .unwrap();
     assert_eq!(ids_on_disk(dir.path()), ["first", "second", "third"]);
     assert_eq!(
-        store.rejected().unwrap(),
+        wait(store.rejected()).unwrap(),
         rejected,
         "no duplicate rejections"
     );
@@ -641,14 +648,14 @@ fn every_kind_of_unrunnable_job_gets_its_reason() {
     let raw: Vec<serde_json::Value> = cases.iter().map(|(job, _)| job.clone()).collect();
     write_jobs(dir.path(), &raw);
 
-    let jobs = store.list().unwrap();
+    let jobs = wait(store.list()).unwrap();
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].id, "keep");
     assert_eq!(
         jobs[0].message, "private words of keep",
         "the first of two ids is kept"
     );
-    let rejected = store.rejected().unwrap();
+    let rejected = wait(store.rejected()).unwrap();
     let expected: Vec<&str> = cases.iter().filter_map(|(_, reason)| *reason).collect();
     assert_eq!(rejected.len(), expected.len(), "{rejected:#?}");
     for (entry, reason) in rejected.iter().zip(expected) {
@@ -681,7 +688,7 @@ fn a_file_without_a_jobs_array_is_still_moved_aside_whole() {
         let dir = tempfile::tempdir().unwrap();
         let store = store::open(dir.path(), None);
         std::fs::write(jobs_file(dir.path()), text).unwrap();
-        assert!(store.list().unwrap().is_empty(), "case {i}");
+        assert!(wait(store.list()).unwrap().is_empty(), "case {i}");
         let aside = files_named(dir.path(), "jobs.json.corrupt-");
         assert_eq!(aside.len(), 1, "case {i}");
         assert_eq!(std::fs::read_to_string(&aside[0]).unwrap(), text);
@@ -710,13 +717,16 @@ fn a_broken_rejected_file_is_moved_aside_and_an_unwritable_one_keeps_the_job() {
 
     // A rejected file that does not parse: moved aside, never overwritten.
     std::fs::write(rejected_file(dir.path()), "{oops").unwrap();
-    assert!(store.rejected().is_err(), "listing it reports the problem");
+    assert!(
+        wait(store.rejected()).is_err(),
+        "listing it reports the problem"
+    );
     write_jobs(dir.path(), &[valid.clone(), bad.clone()]);
-    assert_eq!(store.list().unwrap().len(), 1);
+    assert_eq!(wait(store.list()).unwrap().len(), 1);
     let aside = files_named(dir.path(), "jobs.rejected.json.corrupt-");
     assert_eq!(aside.len(), 1);
     assert_eq!(std::fs::read_to_string(&aside[0]).unwrap(), "{oops");
-    assert_eq!(store.rejected().unwrap().len(), 1);
+    assert_eq!(wait(store.rejected()).unwrap().len(), 1);
     assert_eq!(ids_on_disk(dir.path()), ["ok"]);
 
     // A rejected file that cannot be written: the bad job stays in jobs.json as it was, even
@@ -724,11 +734,10 @@ fn a_broken_rejected_file_is_moved_aside_and_an_unwritable_one_keeps_the_job() {
     std::fs::remove_file(rejected_file(dir.path())).unwrap();
     std::fs::create_dir(rejected_file(dir.path())).unwrap();
     write_jobs(dir.path(), &[valid.clone(), bad.clone()]);
-    let jobs = store.list().unwrap();
+    let jobs = wait(store.list()).unwrap();
     assert_eq!(jobs.len(), 1);
     assert_eq!(ids_on_disk(dir.path()), ["ok", "bad"]);
-    store
-        .change(|jobs| jobs.push(job("new", once(t(14, 0, 0)), Some(t(14, 0, 0)))))
+    wait(store.change(move |jobs| jobs.push(job("new", once(t(14, 0, 0)), Some(t(14, 0, 0))))))
         .unwrap();
     assert_eq!(ids_on_disk(dir.path()), ["ok", "new", "bad"]);
     let text = std::fs::read_to_string(jobs_file(dir.path())).unwrap();
@@ -736,9 +745,9 @@ fn a_broken_rejected_file_is_moved_aside_and_an_unwritable_one_keeps_the_job() {
     assert_eq!(on_disk["jobs"][2], bad, "kept exactly as it was");
 
     std::fs::remove_dir(rejected_file(dir.path())).unwrap();
-    assert_eq!(store.list().unwrap().len(), 2);
+    assert_eq!(wait(store.list()).unwrap().len(), 2);
     assert_eq!(ids_on_disk(dir.path()), ["ok", "new"]);
-    let rejected = store.rejected().unwrap();
+    let rejected = wait(store.rejected()).unwrap();
     assert_eq!(rejected.len(), 1);
     assert_eq!(rejected[0].job, bad);
 }

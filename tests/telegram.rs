@@ -295,7 +295,7 @@ async fn unknown_senders_get_one_pairing_code_privately_and_silence_in_groups() 
         "{text}"
     );
     let access = Access::new(&settings(&fake, |s| s.home = home.path().to_path_buf()));
-    let pending = access.pending(chrono::Utc::now());
+    let pending = access.pending(chrono::Utc::now()).await;
     assert_eq!(pending.len(), 1);
     assert_eq!(
         (pending[0].user_id.as_str(), pending[0].code.as_str()),

@@ -13,7 +13,7 @@ use crate::config::Settings;
 
 impl Access {
     /// The report (see the module docs). `tools` are the registry's command names.
-    pub fn explain(
+    pub async fn explain(
         &self,
         settings: &Settings,
         tools: &[&str],
@@ -22,7 +22,7 @@ impl Access {
         now: DateTime<Utc>,
     ) -> anyhow::Result<String> {
         let lists = self.known(channel)?;
-        let file = self.file();
+        let file = self.file().await;
         let mut out = String::new();
         let _ = writeln!(out, "chat {channel}:{chat_id}");
         let _ = writeln!(out, "  chat: {}", chat_rule(lists, channel, chat_id));
@@ -60,6 +60,7 @@ impl Access {
         let _ = writeln!(out, "  paired: {}", list_or_none(&paired));
         let pending: Vec<String> = self
             .pending(now)
+            .await
             .into_iter()
             .filter(|p| p.channel == channel)
             .map(|p| {
@@ -78,7 +79,7 @@ impl Access {
         match user {
             Some(user) => {
                 let name = who(user.id, user.name);
-                match self.admission(channel, user) {
+                match self.admission(channel, user).await {
                     Some(admission) => {
                         let _ = writeln!(
                             out,

@@ -114,18 +114,18 @@ impl Gate {
         let found = self.find(channel, chat, sender).await;
         let (chat_id, sender_id) = (chat.id, sender.id);
         match found {
-            Some(Found::Admitted(role)) => Decision::Admit(role),
-            Some(Found::Stranger) | None => Decision::Drop(Dropped::Sender),
-            Some(Found::Asked(Ok(Request::New(pending)))) => {
+            Found::Admitted(role) => Decision::Admit(role),
+            Found::Stranger => Decision::Drop(Dropped::Sender),
+            Found::Asked(Ok(Request::New(pending))) => {
                 tracing::info!(chat_id, sender_id, "{channel}.pairing.requested");
                 self.access.knocks.publish(Knock::pairing(&pending, sender));
                 Decision::Pair(pairing::code_message(&pending))
             }
-            Some(Found::Asked(Ok(other))) => {
+            Found::Asked(Ok(other)) => {
                 tracing::info!(chat_id, sender_id, outcome = ?other, "{channel}.pairing.skip");
                 Decision::Drop(Dropped::Sender)
             }
-            Some(Found::Asked(Err(e))) => {
+            Found::Asked(Err(e)) => {
                 tracing::error!(chat_id, error = %format!("{e:#}"), "{channel}.pairing.error");
                 Decision::Drop(Dropped::Sender)
             }
@@ -163,35 +163,24 @@ impl Gate {
         self.access.serves_chat(channel, chat, parent.as_deref())
     }
 
-    /// The sender's admission and, for a stranger in a private chat, their pairing request:
-    /// on the blocking pool (`access.json`). `None` when that work failed (logged).
-    async fn find(&self, channel: &str, chat: Chat<'_>, sender: User<'_>) -> Option<Found> {
-        let access = Arc::clone(&self.access);
-        let (channel_name, chat_id) = (channel.to_owned(), chat.id.to_owned());
-        let (id, name) = (sender.id.to_owned(), sender.name.map(str::to_owned));
-        let private = chat.kind == ChatKind::Private;
-        let now = chrono::Utc::now();
-        let found = tokio::task::spawn_blocking(move || {
-            let user = User {
-                id: &id,
-                name: name.as_deref(),
-                display: None,
-            };
-            match access.role(&channel_name, user) {
-                Some(role) => Found::Admitted(role),
-                None if private => {
-                    Found::Asked(access.request_pairing(&channel_name, user, &chat_id, now))
-                }
-                None => Found::Stranger,
+    /// The sender's admission and, for a stranger in a private chat, their pairing request
+    /// (`access.json`, whose file work runs on the blocking pool).
+    async fn find(&self, channel: &str, chat: Chat<'_>, sender: User<'_>) -> Found {
+        let user = User {
+            display: None,
+            ..sender
+        };
+        match self.access.role(channel, user).await {
+            Some(role) => Found::Admitted(role),
+            None if chat.kind == ChatKind::Private => {
+                let now = chrono::Utc::now();
+                Found::Asked(
+                    self.access
+                        .request_pairing(channel, user, chat.id, now)
+                        .await,
+                )
             }
-        })
-        .await;
-        match found {
-            Ok(found) => Some(found),
-            Err(e) => {
-                tracing::error!(chat_id = chat.id, error = %e, "{channel}.admission.error");
-                None
-            }
+            None => Found::Stranger,
         }
     }
 }

@@ -289,7 +289,7 @@ impl Access {
                 .iter()
                 .map(|(name, c)| (name.to_owned(), Lists::new(c)))
                 .collect(),
-            store: AccessStore::new(crate::document::Documents::of(
+            store: AccessStore::new(crate::document::open(
                 &settings.home,
                 // A bad URL stopped the process at start; here it only means files.
                 settings.database().ok().flatten().as_ref(),
@@ -310,9 +310,9 @@ impl Access {
     }
 
     /// `channel`'s owners: the ids of `*_OWNERS` — or, while it is empty, the ids on the
-    /// allow-list — and the users paired as owners, each once, in that order. Blocking: it
-    /// may read `access.json`.
-    pub fn owners(&self, channel: &str) -> Vec<Owner> {
+    /// allow-list — and the users paired as owners, each once, in that order (it may read
+    /// `access.json`).
+    pub async fn owners(&self, channel: &str) -> Vec<Owner> {
         let Some(lists) = self.lists(channel) else {
             return Vec::new();
         };
@@ -320,7 +320,7 @@ impl Access {
             true => &lists.ids,
             false => &lists.owners,
         };
-        let file = self.file();
+        let file = self.file().await;
         let paired = file
             .users
             .iter()
@@ -398,23 +398,26 @@ impl Access {
     }
 
     /// The current `access.json`: re-read when its stamp changed; unreadable = empty.
-    pub fn file(&self) -> Arc<AccessFile> {
-        let stamp = self.store.stamp();
-        let mut cache = self.cache.lock().expect("access cache");
-        if cache.stamp.as_ref() != Some(&stamp) {
-            let file = match self.store.load() {
-                Ok(file) => file,
-                Err(e) => {
-                    tracing::error!(error = %format!("{e:#}"), "access.file.error");
-                    AccessFile::default()
-                }
-            };
-            *cache = Cached {
-                stamp: Some(stamp),
-                file: Arc::new(file),
-            };
+    pub async fn file(&self) -> Arc<AccessFile> {
+        let stamp = self.store.stamp().await;
+        {
+            let cache = self.cache.lock().expect("access cache");
+            if cache.stamp.as_ref() == Some(&stamp) {
+                return cache.file.clone();
+            }
         }
-        cache.file.clone()
+        let file = match self.store.load().await {
+            Ok(file) => Arc::new(file),
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "access.file.error");
+                Arc::default()
+            }
+        };
+        *self.cache.lock().expect("access cache") = Cached {
+            stamp: Some(stamp),
+            file: file.clone(),
+        };
+        file
     }
 
     /// Logs, once at startup, what an operator may not expect of a channel's lists: `*` admits
@@ -443,15 +446,21 @@ impl Access {
 
     /// Whether and why the sender is admitted on `channel`, with which role: the one rule the
     /// gate, the inbox's re-check, `reconfirm` and `bub access explain` use (see the module
-    /// docs). Blocking: it may read `access.json` (async code goes through [`Gate`], which calls
-    /// it on the blocking pool).
-    pub(crate) fn admission(&self, channel: &str, user: User<'_>) -> Option<Admission> {
+    /// docs). It may read `access.json`.
+    pub(crate) async fn admission(&self, channel: &str, user: User<'_>) -> Option<Admission> {
+        if self.is_configured_owner(channel, user.id) {
+            return self.admission_in(&AccessFile::default(), channel, user);
+        }
+        self.admission_in(&*self.file().await, channel, user)
+    }
+
+    /// [`Self::admission`] with `file` as `access.json`.
+    fn admission_in(&self, file: &AccessFile, channel: &str, user: User<'_>) -> Option<Admission> {
         let lists = self.lists(channel)?;
         let admit = |role, via| Some(Admission { role, via });
         if lists.owners.iter().any(|o| o == user.id) {
             return admit(Role::Owner, Via::Owners);
         }
-        let file = self.file();
         if let Some(paired) = file
             .users
             .iter()
@@ -477,16 +486,22 @@ impl Access {
     }
 
     /// The sender's role on `channel`, or `None` when they are not admitted.
-    pub fn role(&self, channel: &str, user: User<'_>) -> Option<Role> {
-        self.admission(channel, user).map(|a| a.role)
+    pub async fn role(&self, channel: &str, user: User<'_>) -> Option<Role> {
+        self.admission(channel, user).await.map(|a| a.role)
+    }
+
+    /// [`Self::role`] with `file` as `access.json` ([`Self::file`]): for many checks against
+    /// one reading.
+    pub fn role_in(&self, file: &AccessFile, channel: &str, user: User<'_>) -> Option<Role> {
+        self.admission_in(file, channel, user).map(|a| a.role)
     }
 
     /// Checks a recorded authority again (a scheduled job's creator): each sender must still be
     /// admitted, and the role is the lower of the recorded and the current one.
-    pub(crate) fn reconfirm(&self, recorded: &Authority) -> Result<Authority, String> {
+    pub(crate) async fn reconfirm(&self, recorded: &Authority) -> Result<Authority, String> {
         let mut out = recorded.clone();
         for sender in &recorded.senders {
-            match self.role(&sender.channel, sender.user()) {
+            match self.role(&sender.channel, sender.user()).await {
                 Some(role) => out.role = out.role.min(role),
                 None => return Err(format!("{sender} is no longer admitted")),
             }
@@ -506,7 +521,7 @@ impl Access {
 
     /// An unknown sender asks for access from private chat `chat_id`. Writes `access.json` only
     /// for a new request; logs a flood (requests giving way) at most once a minute per channel.
-    pub(crate) fn request_pairing(
+    pub(crate) async fn request_pairing(
         &self,
         channel: &str,
         user: User<'_>,
@@ -523,16 +538,19 @@ impl Access {
             requested_at: now,
         };
         // Decide on the cached copy first: repeated messages of a stranger cost no file I/O.
-        let file = self.file();
+        let file = self.file().await;
         let (mut pending, mut gave_way) = (file.pending.clone(), file.gave_way.clone());
         if let (Request::AlreadyAsked, _) =
             pairing::request(&mut pending, &mut gave_way, template.clone(), now)
         {
             return Ok(Request::AlreadyAsked);
         }
-        let (request, displaced) = self.store.update(|file| {
-            pairing::request(&mut file.pending, &mut file.gave_way, template.clone(), now)
-        })?;
+        let (request, displaced) = self
+            .store
+            .update(|file| {
+                pairing::request(&mut file.pending, &mut file.gave_way, template.clone(), now)
+            })
+            .await?;
         if let Request::New(_) = request {
             let mut floods = self.floods.lock().expect("flood log");
             if let Some((requests, gave_way)) = floods
@@ -555,7 +573,7 @@ impl Access {
 
     /// Approves the pending request with `code`: the sender is admitted by id, as `role` or, when
     /// none is given, as owner if the channel has none yet, else as guest.
-    pub fn approve(
+    pub async fn approve(
         &self,
         channel: &str,
         code: &str,
@@ -564,30 +582,33 @@ impl Access {
     ) -> anyhow::Result<Paired> {
         let lists = self.known(channel)?;
         let code = pairing::normalize_code(code);
-        let result = self.store.update(|file| {
-            pairing::prune(&mut file.pending, now);
-            let at = file
-                .pending
-                .iter()
-                .position(|p| p.channel == channel && p.code == code)?;
-            let request = file.pending.remove(at);
-            let role = role.unwrap_or(if self.has_owner(channel, lists, file) {
-                Role::Guest
-            } else {
-                Role::Owner
-            });
-            let paired = Paired {
-                channel: channel.to_owned(),
-                user_id: request.user_id,
-                username: request.username,
-                role,
-                approved_at: now,
-            };
-            file.users
-                .retain(|p| !(p.channel == channel && p.user_id == paired.user_id));
-            file.users.push(paired.clone());
-            Some(paired)
-        })?;
+        let result = self
+            .store
+            .update(|file| {
+                pairing::prune(&mut file.pending, now);
+                let at = file
+                    .pending
+                    .iter()
+                    .position(|p| p.channel == channel && p.code == code)?;
+                let request = file.pending.remove(at);
+                let role = role.unwrap_or(if self.has_owner(channel, lists, file) {
+                    Role::Guest
+                } else {
+                    Role::Owner
+                });
+                let paired = Paired {
+                    channel: channel.to_owned(),
+                    user_id: request.user_id,
+                    username: request.username,
+                    role,
+                    approved_at: now,
+                };
+                file.users
+                    .retain(|p| !(p.channel == channel && p.user_id == paired.user_id));
+                file.users.push(paired.clone());
+                Some(paired)
+            })
+            .await?;
         match result {
             Some(paired) => Ok(paired),
             None => bail!(
@@ -599,39 +620,44 @@ impl Access {
 
     /// Rejects the pending request with `code` (the sender may ask again later); whether there
     /// was one.
-    pub fn reject(&self, channel: &str, code: &str) -> anyhow::Result<bool> {
+    pub async fn reject(&self, channel: &str, code: &str) -> anyhow::Result<bool> {
         self.known(channel)?;
         let code = pairing::normalize_code(code);
-        self.store.update(|file| {
-            let before = file.pending.len();
-            file.pending
-                .retain(|p| !(p.channel == channel && p.code == code));
-            file.pending.len() < before
-        })
+        self.store
+            .update(|file| {
+                let before = file.pending.len();
+                file.pending
+                    .retain(|p| !(p.channel == channel && p.code == code));
+                file.pending.len() < before
+            })
+            .await
     }
 
     /// Removes the pairing of `user_id` (and their pending request).
-    pub fn revoke(&self, channel: &str, user_id: &str) -> anyhow::Result<Revoked> {
+    pub async fn revoke(&self, channel: &str, user_id: &str) -> anyhow::Result<Revoked> {
         self.known(channel)?;
-        let (removed, username) = self.store.update(|file| {
-            let username = file
-                .users
-                .iter()
-                .find(|p| p.channel == channel && p.user_id == user_id)
-                .and_then(|p| p.username.clone());
-            let before = (file.users.len(), file.pending.len());
-            file.users
-                .retain(|p| !(p.channel == channel && p.user_id == user_id));
-            file.pending
-                .retain(|p| !(p.channel == channel && p.user_id == user_id));
-            (before != (file.users.len(), file.pending.len()), username)
-        })?;
+        let (removed, username) = self
+            .store
+            .update(|file| {
+                let username = file
+                    .users
+                    .iter()
+                    .find(|p| p.channel == channel && p.user_id == user_id)
+                    .and_then(|p| p.username.clone());
+                let before = (file.users.len(), file.pending.len());
+                file.users
+                    .retain(|p| !(p.channel == channel && p.user_id == user_id));
+                file.pending
+                    .retain(|p| !(p.channel == channel && p.user_id == user_id));
+                (before != (file.users.len(), file.pending.len()), username)
+            })
+            .await?;
         let user = User {
             id: user_id,
             name: username.as_deref(),
             display: None,
         };
-        let still_admitted_by = self.admission(channel, user).map(|a| match a.via {
+        let still_admitted_by = self.admission(channel, user).await.map(|a| match a.via {
             Via::Owners => owners_var(channel),
             _ => allow_var(channel),
         });
@@ -642,8 +668,8 @@ impl Access {
     }
 
     /// Unexpired pending requests of every channel.
-    pub fn pending(&self, now: DateTime<Utc>) -> Vec<Pending> {
-        let mut pending = self.file().pending.clone();
+    pub async fn pending(&self, now: DateTime<Utc>) -> Vec<Pending> {
+        let mut pending = self.file().await.pending.clone();
         pairing::prune(&mut pending, now);
         pending
     }
@@ -667,8 +693,8 @@ impl Access {
     }
 
     /// [`Access::flood_note`] of every flooded channel, as `telegram: …`.
-    pub fn flood_notes(&self, now: DateTime<Utc>) -> Vec<String> {
-        let file = self.file();
+    pub async fn flood_notes(&self, now: DateTime<Utc>) -> Vec<String> {
+        let file = self.file().await;
         self.lists
             .iter()
             .filter_map(|(c, _)| Some(format!("{c}: {}", self.flood_note(c, &file, now)?)))

@@ -16,6 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use super::Role;
 use super::pairing::{GaveWay, Pending};
+use std::sync::Arc;
+
 use crate::document::{Documents, Revision};
 
 const VERSION: u32 = 1;
@@ -54,24 +56,24 @@ struct OnDisk {
 /// database's document of that name.
 #[derive(Debug, Clone)]
 pub(crate) struct AccessStore {
-    docs: Documents,
+    docs: Arc<dyn Documents>,
 }
 
 /// The document's name (and the file's, under `BUB_HOME`).
 const NAME: &str = "access.json";
 
 impl AccessStore {
-    pub(crate) fn new(docs: Documents) -> Self {
+    pub(crate) fn new(docs: Arc<dyn Documents>) -> Self {
         Self { docs }
     }
 
-    pub(crate) fn stamp(&self) -> Revision {
-        self.docs.revision(NAME)
+    pub(crate) async fn stamp(&self) -> Revision {
+        self.docs.revision(NAME).await
     }
 
     /// The file's contents (empty when it does not exist). No lock is needed: writes are atomic.
-    pub(crate) fn load(&self) -> anyhow::Result<AccessFile> {
-        let text = self.docs.read(NAME)?.unwrap_or_default();
+    pub(crate) async fn load(&self) -> anyhow::Result<AccessFile> {
+        let text = self.docs.read(NAME).await?.unwrap_or_default();
         self.parse(&text)
     }
 
@@ -89,29 +91,31 @@ impl AccessStore {
     }
 
     /// Applies `change` under the lock and writes the result (mode 0600) when it changed.
-    pub(crate) fn update<R>(
+    pub(crate) async fn update<R: Send>(
         &self,
-        mut change: impl FnMut(&mut AccessFile) -> R,
+        mut change: impl FnMut(&mut AccessFile) -> R + Send,
     ) -> anyhow::Result<R> {
-        self.docs.change(NAME, "access.lock", |text| {
-            let mut file = match self.parse(text.unwrap_or_default()) {
-                Ok(file) => file,
-                // Never overwritten: the change fails, naming the file.
-                Err(e) => return (text.map(str::to_owned), Err(e)),
-            };
-            let before = file.clone();
-            let result = change(&mut file);
-            if file == before {
-                return (text.map(str::to_owned), Ok(result));
-            }
-            let body = serde_json::to_string_pretty(&OnDisk {
-                version: VERSION,
-                file,
-            });
-            match body {
-                Ok(body) => (Some(body), Ok(result)),
-                Err(e) => (text.map(str::to_owned), Err(e.into())),
-            }
-        })?
+        self.docs
+            .change(NAME, "access.lock", |text| {
+                let mut file = match self.parse(text.unwrap_or_default()) {
+                    Ok(file) => file,
+                    // Never overwritten: the change fails, naming the file.
+                    Err(e) => return (text.map(str::to_owned), Err(e)),
+                };
+                let before = file.clone();
+                let result = change(&mut file);
+                if file == before {
+                    return (text.map(str::to_owned), Ok(result));
+                }
+                let body = serde_json::to_string_pretty(&OnDisk {
+                    version: VERSION,
+                    file,
+                });
+                match body {
+                    Ok(body) => (Some(body), Ok(result)),
+                    Err(e) => (text.map(str::to_owned), Err(e.into())),
+                }
+            })
+            .await?
     }
 }

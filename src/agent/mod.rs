@@ -391,10 +391,8 @@ impl AgentRuntime {
             )),
             Err(e) => lines.push(format!("context: unavailable ({e:#})")),
         }
-        let store = self.process.jobs();
-        let jobs = tokio::task::spawn_blocking(move || store.list()).await;
-        match jobs {
-            Ok(Ok(jobs)) => {
+        match self.process.jobs().list().await {
+            Ok(jobs) => {
                 let mine: Vec<String> = jobs
                     .iter()
                     .filter(|j| j.session == session_id.as_str())
@@ -470,20 +468,17 @@ async fn remember_prefixed(ctx: &ToolContext, input: &TurnInput) {
     let memory = ctx.process.memory();
     let scope = crate::memory::Scope::Chat(ctx.session_id().to_owned());
     let by = crate::memory::Author::of(&ctx.turn.authority);
-    let kept = tokio::task::spawn_blocking(move || {
-        wanted
-            .iter()
-            .map(|w| memory.remember(&scope, w, &by))
-            .collect::<anyhow::Result<Vec<String>>>()
-    })
-    .await;
-    match kept {
-        Ok(Ok(entries)) => {
-            ctx.tape()
-                .event(Event::MemoryRemembered, json!({"entries": entries}))
-                .await;
+    let mut entries = Vec::new();
+    for w in &wanted {
+        match memory.remember(&scope, w, &by).await {
+            Ok(entry) => entries.push(entry),
+            Err(e) => {
+                tracing::error!(error = %format!("{e:#}"), "memory.remember.error");
+                return;
+            }
         }
-        Ok(Err(e)) => tracing::error!(error = %format!("{e:#}"), "memory.remember.error"),
-        Err(e) => tracing::error!(error = %e, "memory.remember.error"),
     }
+    ctx.tape()
+        .event(Event::MemoryRemembered, json!({"entries": entries}))
+        .await;
 }

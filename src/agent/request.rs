@@ -10,16 +10,28 @@ use crate::llm::{ChatMessage, Role};
 use crate::skills::Discovery;
 use crate::tools::ToolContext;
 
-/// The system prompt of a step in `ctx`'s session: `base` (`BUB_SYSTEM_PROMPT`) first,
-/// showing `skills`.
-pub(crate) fn system_prompt(ctx: &ToolContext, base: &str, skills: &Discovery) -> String {
+/// The `<memory>` block of `ctx`'s system prompt (empty when memory is off).
+pub(crate) async fn memory_block(ctx: &ToolContext) -> String {
     let process = &ctx.process;
-    let memory = match process.memory_enabled {
-        true => process
-            .memory()
-            .prompt_block(ctx.session_id(), !ctx.turn.policy.own_chat_only()),
+    match process.memory_enabled {
+        true => {
+            let memory = process.memory();
+            let with_global = !ctx.turn.policy.own_chat_only();
+            memory.prompt_block(ctx.session_id(), with_global).await
+        }
         false => String::new(),
-    };
+    }
+}
+
+/// The system prompt of a step in `ctx`'s session: `base` (`BUB_SYSTEM_PROMPT`) first,
+/// showing `skills` and `memory` ([`memory_block`]).
+pub(crate) fn system_prompt(
+    ctx: &ToolContext,
+    base: &str,
+    skills: &Discovery,
+    memory: &str,
+) -> String {
+    let process = &ctx.process;
     let mcp = crate::tools::mcp::prompt_block(&process.mcp.catalog(), &ctx.turn.policy);
     prompt::system_prompt(&PromptParts {
         base,
@@ -27,16 +39,17 @@ pub(crate) fn system_prompt(ctx: &ToolContext, base: &str, skills: &Discovery) -
         policy: &ctx.turn.policy,
         skills,
         mcp: &mcp,
-        memory: &memory,
+        memory,
     })
 }
 
 /// The session's working checkpoint note, when memory is on and there is one.
-pub(crate) fn checkpoint_note(ctx: &ToolContext) -> Option<String> {
+pub(crate) async fn checkpoint_note(ctx: &ToolContext) -> Option<String> {
     let process = &ctx.process;
-    process
-        .memory_enabled
-        .then(|| process.memory().checkpoint_note(ctx.session_id()))?
+    match process.memory_enabled {
+        true => process.memory().checkpoint_note(ctx.session_id()).await,
+        false => None,
+    }
 }
 
 /// Whether a user message of `context` holds `note` already.

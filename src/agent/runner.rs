@@ -15,7 +15,9 @@ use super::compact;
 use super::config::TurnConfig;
 use super::learn::ToolStep;
 use super::prompt;
-use super::request::{checkpoint_note, noted, sanitize_context, stable_hash, system_prompt};
+use super::request::{
+    checkpoint_note, memory_block, noted, sanitize_context, stable_hash, system_prompt,
+};
 use super::router::Router;
 use super::spend;
 use super::stagnation;
@@ -380,19 +382,23 @@ impl<'a> ModelLoop<'a> {
         let mut cursor = std::mem::take(&mut self.context);
         let (ctx, last_system) = (self.ctx.clone(), self.memory.last_system);
         let config = self.config.clone();
+        let memory = memory_block(self.ctx).await;
+        let checkpoint = match first {
+            true => checkpoint_note(self.ctx).await,
+            false => None,
+        };
         let recorded = self.ctx.tape().run(move |t| {
             let skills = crate::skills::discover(&ctx.skill_roots());
             if let Some(text) = hints {
                 prompt::activate_hints(&text, ctx.registry(), &skills, &mut ctx.expanded());
             }
-            let system = system_prompt(&ctx, &config.system_prompt, &skills);
+            let system = system_prompt(&ctx, &config.system_prompt, &skills, &memory);
             let hash = stable_hash(&system);
             logged(&Kind::Event, t.event(Event::LoopStepStart, start));
             let recorded_system = (last_system != Some(hash))
                 .then(|| json!({"content": system}))
                 .and_then(|entry| logged(&Kind::System, t.append(Kind::System, entry, run.clone())))
                 .is_some();
-            let checkpoint = first.then(|| checkpoint_note(&ctx)).flatten();
             let (tools, names) = ctx.expanded().take_pending();
             let details =
                 prompt::details(ctx.registry(), &skills, &ctx.turn.policy, &tools, &names);

@@ -29,24 +29,17 @@ pub(crate) async fn allowed(
     }
     let model = label(llm);
     let chat_limited = ctx.turn.policy.role == Role::Guest || ledger.limits_owners();
-    let checked = tokio::task::spawn_blocking(move || {
-        ledger.check(Ask {
-            session: &session,
-            model: &model,
-            chat_limited,
-            input,
-        })
-    })
-    .await;
-    let exceeded = match checked {
-        Ok(Ok(Ok(()))) => return Ok(()),
-        Ok(Ok(Err(exceeded))) => exceeded,
-        Ok(Err(e)) => {
-            tracing::error!(error = %format!("{e:#}"), "usage.ledger.error");
-            return Ok(());
-        }
+    let checked = ledger.check(Ask {
+        session: &session,
+        model: &model,
+        chat_limited,
+        input,
+    });
+    let exceeded = match checked.await {
+        Ok(Ok(())) => return Ok(()),
+        Ok(Err(exceeded)) => exceeded,
         Err(e) => {
-            tracing::error!(error = %e, "usage.ledger.error");
+            tracing::error!(error = %format!("{e:#}"), "usage.ledger.error");
             return Ok(());
         }
     };
@@ -127,17 +120,13 @@ pub(crate) async fn record(
     );
     let failed =
         |e: anyhow::Error| tracing::error!(error = %format!("{e:#}"), "usage.ledger.error");
-    if ledger.has_budgets() {
+    if ledger.has_budgets() || !ledger.is_blocking() {
         // The next call's budget check counts this one: written before going on.
-        let written = tokio::task::spawn_blocking(move || ledger.record(&entry)).await;
-        match written {
-            Ok(result) => result.unwrap_or_else(failed),
-            Err(e) => tracing::error!(error = %e, "usage.ledger.error"),
-        }
+        ledger.record(entry).await.unwrap_or_else(failed);
     } else {
         // No budget reads it: written with the tape's next operation, saving a hop.
         ctx.tape()
-            .defer(move |_| ledger.record(&entry).unwrap_or_else(failed));
+            .defer(move |_| ledger.record_blocking(&entry).unwrap_or_else(failed));
     }
     usage
 }

@@ -89,7 +89,11 @@ pub enum JobsAction {
 }
 
 /// `bub usage`: the ledger since a day (all of it by default), as a table or JSON.
-pub fn usage(settings: &Settings, since: Option<&str>, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn usage(
+    settings: &Settings,
+    since: Option<&str>,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let today = chrono::Local::now().date_naive();
     let since = match since.map(str::trim) {
         None => None,
@@ -101,17 +105,17 @@ pub fn usage(settings: &Settings, since: Option<&str>, json: bool) -> anyhow::Re
             })?,
         ),
     };
-    print_out(&crate::cli::listing::usage(settings, since, json)?);
+    print_out(&crate::cli::listing::usage(settings, since, json).await?);
     Ok(ExitCode::SUCCESS)
 }
 
 /// `bub pair list|approve|revoke`.
-pub fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<ExitCode> {
+pub async fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<ExitCode> {
     let access = Access::new(settings);
     let now = chrono::Utc::now();
     match action {
         PairAction::List => {
-            print_out(&crate::cli::listing::pairs(&access, now));
+            print_out(&crate::cli::listing::pairs(&access, now).await);
             Ok(ExitCode::SUCCESS)
         }
         PairAction::Approve {
@@ -125,7 +129,8 @@ pub fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<ExitCode
                 (_, true) => Some(Role::Owner),
                 _ => None,
             };
-            let p = access.approve(&channel.to_lowercase(), code, role, now)?;
+            let channel = channel.to_lowercase();
+            let p = access.approve(&channel, code, role, now).await?;
             print_out(&safe_line(&format!(
                 "approved: {} user {} as {} (effective at once)",
                 p.channel,
@@ -135,7 +140,7 @@ pub fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<ExitCode
             Ok(ExitCode::SUCCESS)
         }
         PairAction::Revoke { channel, user_id } => {
-            let r = access.revoke(&channel.to_lowercase(), user_id)?;
+            let r = access.revoke(&channel.to_lowercase(), user_id).await?;
             if r.removed {
                 print_out(&format!("revoked: {channel} user {user_id}"));
             } else {
@@ -154,7 +159,7 @@ pub fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<ExitCode
 }
 
 /// `bub access explain CHANNEL:CHAT [--user ID [--username NAME]]`.
-pub fn explain(settings: &Settings, action: &AccessAction) -> anyhow::Result<ExitCode> {
+pub async fn explain(settings: &Settings, action: &AccessAction) -> anyhow::Result<ExitCode> {
     let AccessAction::Explain {
         chat,
         user,
@@ -166,14 +171,14 @@ pub fn explain(settings: &Settings, action: &AccessAction) -> anyhow::Result<Exi
         name,
         display: None,
     });
-    let text = explanation(settings, &Access::new(settings), chat, user)?;
+    let text = explanation(settings, &Access::new(settings), chat, user).await?;
     print_out(&safe(&text));
     Ok(ExitCode::SUCCESS)
 }
 
 /// `Access::explain` of `chat` (`telegram:42`) with the built-in tools: what `bub access
 /// explain` prints and the console shows.
-pub fn explanation(
+pub async fn explanation(
     settings: &Settings,
     access: &Access,
     chat: &str,
@@ -188,16 +193,17 @@ pub fn explanation(
         .ok_or_else(|| UsageError("expected CHANNEL:CHAT_ID, e.g. telegram:42".to_owned()))?;
     access
         .explain(settings, &names, chat, user, chrono::Utc::now())
+        .await
         .map_err(|e| UsageError(format!("{e:#}")))
 }
 
 /// `bub memory list` / `bub memory edit`.
-pub fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Result<ExitCode> {
+pub async fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Result<ExitCode> {
     use crate::memory::{Memory, Scope};
     let memory = Memory::of(settings)?;
     match action {
         MemoryAction::List => {
-            print_out(&crate::cli::listing::memory(&memory));
+            print_out(&crate::cli::listing::memory(&memory).await);
             Ok(ExitCode::SUCCESS)
         }
         MemoryAction::Edit { session } => {
@@ -209,6 +215,7 @@ pub fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Result<Exit
                     let mut copy = tempfile::Builder::new().suffix(".md").tempfile()?;
                     let text: Vec<String> = memory
                         .list(&scope)
+                        .await
                         .iter()
                         .map(|e| format!("- {e}"))
                         .collect();
@@ -239,7 +246,9 @@ pub fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Result<Exit
                 .status()
                 .with_context(|| format!("starting {editor}"))?;
             if status.success() && copy.is_some() {
-                memory.replace(&scope, &std::fs::read_to_string(&path)?)?;
+                memory
+                    .replace(&scope, &std::fs::read_to_string(&path)?)
+                    .await?;
             }
             Ok(if status.success() {
                 ExitCode::SUCCESS
@@ -279,7 +288,7 @@ pub fn print_out(text: &str) {
 }
 
 /// `bub jobs list` / `bub jobs remove ID`.
-pub fn jobs(settings: &Settings, action: &JobsAction) -> anyhow::Result<ExitCode> {
+pub async fn jobs(settings: &Settings, action: &JobsAction) -> anyhow::Result<ExitCode> {
     // Reading the store may set jobs aside (or a broken file); that is logged to stderr.
     logging::init(settings, LogTarget::Stderr);
     let store = crate::scheduler::store::open(&settings.home, super::db::open(settings)?.as_ref());
@@ -287,11 +296,13 @@ pub fn jobs(settings: &Settings, action: &JobsAction) -> anyhow::Result<ExitCode
     match action {
         // Loading sets aside jobs that cannot run; they are listed after the others, with why.
         JobsAction::List => {
-            let listing = crate::cli::listing::jobs(store.as_ref()).with_context(in_store)?;
+            let listing = crate::cli::listing::jobs(store.as_ref())
+                .await
+                .with_context(in_store)?;
             print_out(&listing);
         }
         JobsAction::Remove { id } => {
-            let removed = store.remove(id).with_context(in_store)?;
+            let removed = store.remove(id).await.with_context(in_store)?;
             anyhow::ensure!(removed, "job not found: {id}");
             print_out(&format!("removed: {id}"));
         }

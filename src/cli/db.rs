@@ -25,7 +25,7 @@ pub enum DbAction {
 }
 
 /// Runs `action` on the database of `settings`.
-pub fn run(settings: &Settings, action: &DbAction) -> anyhow::Result<ExitCode> {
+pub async fn run(settings: &Settings, action: &DbAction) -> anyhow::Result<ExitCode> {
     let db = open(settings)?.ok_or_else(|| {
         UsageError(
             "BUB_DATABASE_URL is not set: without it Bub keeps its state in files under \
@@ -35,7 +35,7 @@ pub fn run(settings: &Settings, action: &DbAction) -> anyhow::Result<ExitCode> {
     })?;
     match action {
         DbAction::Migrate => {
-            let applied = migrate(&db)?;
+            let applied = migrate(&db).await?;
             match applied.as_slice() {
                 [] => println!(
                     "{}: up to date (schema version {})",
@@ -55,13 +55,13 @@ pub fn run(settings: &Settings, action: &DbAction) -> anyhow::Result<ExitCode> {
             }
         }
         DbAction::Import => {
-            migrate(&db)?;
-            let tapes = crate::tape::import::import_home(&db, &settings.home)?;
+            migrate(&db).await?;
+            let tapes = crate::tape::import::import_home(&db, &settings.home).await?;
             let added: usize = tapes.iter().map(|t| t.added).sum();
             let entries: usize = tapes.iter().map(|t| t.entries).sum();
-            let jobs = crate::scheduler::store::import(&settings.home, &db)?;
-            let documents = crate::document::import(&settings.home, &db)?;
-            let usage = crate::usage::import(&settings.home, &db)?;
+            let jobs = crate::scheduler::store::import(&settings.home, &db).await?;
+            let documents = crate::document::import(&settings.home, &db).await?;
+            let usage = crate::usage::import(&settings.home, &db).await?;
             println!(
                 "{}: {} tapes ({entries} entries, {added} added), {jobs} jobs added, \
                  {documents} documents added (pairings, memory), {usage} usage rows added",
@@ -75,7 +75,7 @@ pub fn run(settings: &Settings, action: &DbAction) -> anyhow::Result<ExitCode> {
             );
         }
         DbAction::Status => {
-            let status = db.schema_status()?;
+            let status = db.schema_status().await?;
             println!(
                 "{}: schema version {} (this bub knows up to {})",
                 db.label(),
@@ -142,9 +142,11 @@ pub fn describe_replicas(replicas: &anyhow::Result<Vec<crate::db::ReplicaRow>>) 
 
 /// Applies pending migrations; a schema newer than this binary's is a configuration error
 /// (exit 2), naming the variable.
-pub fn migrate(db: &Database) -> anyhow::Result<Vec<i32>> {
-    db.migrate().map_err(|e| match e.downcast::<NewerSchema>() {
-        Ok(newer) => ConfigError::new("BUB_DATABASE_URL", newer.to_string()).into(),
-        Err(e) => e.context(format!("BUB_DATABASE_URL: database {}", db.label())),
-    })
+pub async fn migrate(db: &Database) -> anyhow::Result<Vec<i32>> {
+    db.migrate()
+        .await
+        .map_err(|e| match e.downcast::<NewerSchema>() {
+            Ok(newer) => ConfigError::new("BUB_DATABASE_URL", newer.to_string()).into(),
+            Err(e) => e.context(format!("BUB_DATABASE_URL: database {}", db.label())),
+        })
 }

@@ -12,10 +12,11 @@ use crate::scheduler::store::JobStore;
 use crate::terminal::safe_line;
 
 /// `bub pair list`: the flood notes, pending requests and approved users, one row each.
-pub fn pairs(access: &Access, now: DateTime<Utc>) -> String {
-    let pending = access.pending(now);
+pub async fn pairs(access: &Access, now: DateTime<Utc>) -> String {
+    let pending = access.pending(now).await;
+    let file = access.file().await;
     let mut out = Vec::new();
-    if pending.is_empty() && access.file().users.is_empty() {
+    if pending.is_empty() && file.users.is_empty() {
         out.push(
             "No pairing requests and no paired users. Someone the allow-lists do not admit who \
              writes to the bot in a private chat gets a code; approve it with \
@@ -25,13 +26,13 @@ pub fn pairs(access: &Access, now: DateTime<Utc>) -> String {
     } else if pending.is_empty() {
         out.push("(no pending requests)".to_owned());
     }
-    for note in access.flood_notes(now) {
+    for note in access.flood_notes(now).await {
         out.push(format!("flood    {note}"));
     }
     for p in &pending {
         out.push(format!("pending  {}", pending_row(p, now)));
     }
-    for u in &access.file().users {
+    for u in &file.users {
         out.push(format!(
             "paired   {} user {} {} (approved {})",
             u.channel,
@@ -58,11 +59,14 @@ pub(crate) fn pending_row(p: &Pending, now: DateTime<Utc>) -> String {
 }
 
 /// `bub memory list`: the global memory, then each chat's, with where they are kept.
-pub fn memory(memory: &Memory) -> String {
+pub async fn memory(memory: &Memory) -> String {
     let mut out = vec![format!("global ({})", memory.describe(&Scope::Global))];
-    let entries = |scope: &Scope| memory.list(scope).into_iter().map(|e| format!("  - {e}"));
-    out.extend(entries(&Scope::Global));
-    let chats = memory.chats();
+    let entries = async |scope: &Scope| {
+        let entries = memory.list(scope).await.into_iter();
+        entries.map(|e| format!("  - {e}")).collect::<Vec<_>>()
+    };
+    out.extend(entries(&Scope::Global).await);
+    let chats = memory.chats().await;
     if out.len() == 1 && chats.is_empty() {
         let place = memory.describe(&Scope::Global);
         let place = place.strip_suffix("/global.md").unwrap_or(&place);
@@ -76,15 +80,15 @@ pub fn memory(memory: &Memory) -> String {
     for session in chats {
         let scope = Scope::Chat(session.clone());
         out.push(format!("chat {session} ({})", memory.describe(&scope)));
-        out.extend(entries(&scope));
+        out.extend(entries(&scope).await);
     }
     rows(out)
 }
 
 /// `bub jobs list`: the jobs, then those set aside with why (loading sets aside jobs that
 /// cannot run).
-pub fn jobs(store: &dyn JobStore) -> anyhow::Result<String> {
-    let jobs = store.list()?;
+pub async fn jobs(store: &dyn JobStore) -> anyhow::Result<String> {
+    let jobs = store.list().await?;
     let mut out = Vec::new();
     if jobs.is_empty() {
         out.push(format!(
@@ -95,7 +99,7 @@ pub fn jobs(store: &dyn JobStore) -> anyhow::Result<String> {
     }
     out.extend(jobs.iter().map(|job| job.row(true)));
     // The error names the rejected file itself.
-    for entry in &store.rejected()? {
+    for entry in &store.rejected().await? {
         out.push(format!(
             "rejected {} {} (set aside in {})",
             entry.id().unwrap_or("-"),
@@ -114,8 +118,12 @@ fn rows(rows: Vec<String>) -> String {
 
 /// `bub usage`: the usage ledger from `since` on (all of it when `None`), per day and session
 /// and in all, as a table or (`json`) JSON; session names escaped.
-pub fn usage(settings: &Settings, since: Option<NaiveDate>, json: bool) -> anyhow::Result<String> {
-    let entries = crate::usage::entries(settings)?;
+pub async fn usage(
+    settings: &Settings,
+    since: Option<NaiveDate>,
+    json: bool,
+) -> anyhow::Result<String> {
+    let entries = crate::usage::entries(settings).await?;
     let summary = crate::usage::Summary::of(&entries, since, &settings.prices);
     Ok(match json {
         true => crate::terminal::safe_json(&serde_json::to_string_pretty(&summary)?).into_owned(),

@@ -49,7 +49,7 @@ pub async fn run(settings: &Settings, json: bool) -> anyhow::Result<()> {
         return Ok(());
     }
     let store = crate::scheduler::store::open(home, super::db::open(settings)?.as_ref());
-    let jobs = match store.list() {
+    let jobs = match store.list().await {
         Ok(jobs) => jobs
             .iter()
             .map(|j| safe_line(&j.row(true)).into())
@@ -89,7 +89,7 @@ pub async fn kill(settings: &Settings, id: u64) -> anyhow::Result<std::process::
 /// The unexpired pairing requests of every channel (`access.json`, on the blocking pool).
 async fn pending_requests(settings: &Settings) -> anyhow::Result<Vec<Pending>> {
     let access = Access::new(settings);
-    Ok(tokio::task::spawn_blocking(move || access.pending(chrono::Utc::now())).await?)
+    Ok(access.pending(chrono::Utc::now()).await)
 }
 
 /// `bub status`'s lines of pending pairing requests (a newline first).
@@ -106,15 +106,9 @@ fn describe_pairing(pending: &[Pending], now: chrono::DateTime<chrono::Utc>) -> 
 
 /// Today's totals of the usage ledger, for `bub status`.
 async fn usage_today(settings: &Settings) -> Result<crate::usage::Totals, String> {
-    let ledger = crate::usage::Ledger::new(
-        &settings.home,
-        settings.prices.clone(),
-        settings.budgets.clone(),
-    )
-    .on_database(settings.database().map_err(|e| format!("{e:#}"))?);
-    match tokio::task::spawn_blocking(move || ledger.today_totals()).await {
-        Ok(Ok(totals)) => Ok(totals),
-        Ok(Err(e)) => Err(format!("{e:#}")),
-        Err(e) => Err(e.to_string()),
-    }
+    let db = settings.database().map_err(|e| format!("{e:#}"))?;
+    let store = crate::usage::open(&settings.home, &settings.prices, db.as_ref());
+    let ledger =
+        crate::usage::Ledger::new(store, settings.prices.clone(), settings.budgets.clone());
+    ledger.today_totals().await.map_err(|e| format!("{e:#}"))
 }

@@ -34,8 +34,9 @@ pub(super) fn notice(message: Option<&String>) -> maud::Markup {
 
 /// `GET /jobs`.
 pub(super) async fn jobs(operator: Operator, Query(q): Query<Done>) -> Response {
+    let jobs = operator.jobs.list().await;
     blocking(operator, move |c| {
-        let jobs = c.jobs.list()?;
+        let jobs = jobs?;
         let body = html! {
             h1 { "Jobs" }
             (notice(q.done.as_ref()))
@@ -71,8 +72,9 @@ pub(super) struct JobId {
 
 /// `POST /jobs/remove`.
 pub(super) async fn remove_job(operator: Operator, Form(form): Form<JobId>) -> Response {
-    blocking(operator, move |c| {
-        let removed = c.jobs.remove(&form.id)?;
+    let removed = operator.jobs.remove(&form.id).await;
+    blocking(operator, move |_| {
+        let removed = removed?;
         let message = match removed {
             true => format!("Removed job {}.", form.id),
             false => format!("No job {} (removed already?).", form.id),
@@ -104,18 +106,24 @@ pub(super) async fn end_command(operator: Operator, Form(form): Form<CommandId>)
 
 /// `GET /access`: pending requests, approved users, and `explain` for a chat.
 pub(super) async fn access(operator: Operator, Query(q): Query<Done>) -> Response {
-    blocking(operator, move |c| {
-        let now = chrono::Utc::now();
-        let pending = c.access.pending(now);
-        let file = c.access.file();
-        let explained = q.explain.as_deref().filter(|e| !e.trim().is_empty()).map(|chat| {
-            explain(c, chat.trim(), q.user.as_deref().filter(|u| !u.trim().is_empty()))
-        });
+    let c = &operator;
+    let now = chrono::Utc::now();
+    let pending = c.access.pending(now).await;
+    let file = c.access.file().await;
+    let floods = c.access.flood_notes(now).await;
+    let explained = match q.explain.as_deref().filter(|e| !e.trim().is_empty()) {
+        Some(chat) => {
+            let user = q.user.as_deref().filter(|u| !u.trim().is_empty());
+            Some(explain(c, chat.trim(), user).await)
+        }
+        None => None,
+    };
+    {
         let body = html! {
             h1 { "Access" }
             (notice(q.done.as_ref()))
             h2 { "Pending pairing requests" }
-            @for note in c.access.flood_notes(now) { p.error { (note) } }
+            @for note in floods { p.error { (note) } }
             @if pending.is_empty() { p.hint { "None. Someone the allow-lists do not admit gets a code when they write to the bot in a private chat." } }
             ul.pending { @for p in &pending {
                 li {
@@ -155,19 +163,19 @@ pub(super) async fn access(operator: Operator, Query(q): Query<Done>) -> Respons
             }
             @if let Some(text) = explained { pre.status { (text) } }
         };
-        Ok(page::ok(c, "Access", "/access", body))
-    })
-    .await
+        page::ok(c, "Access", "/access", body)
+    }
 }
 
 /// `bub access explain CHAT [--user ID]`'s text, or why it cannot be given.
-fn explain(c: &Console, chat: &str, user: Option<&str>) -> String {
+async fn explain(c: &Console, chat: &str, user: Option<&str>) -> String {
     let user = user.map(|id| User {
         id: id.trim(),
         name: None,
         display: None,
     });
-    crate::cli::admin::explanation(&c.settings, &c.access, chat, user).unwrap_or_else(|e| e.0)
+    let explained = crate::cli::admin::explanation(&c.settings, &c.access, chat, user);
+    explained.await.unwrap_or_else(|e| e.0)
 }
 
 #[derive(Deserialize)]
@@ -183,45 +191,40 @@ pub(super) struct Decision {
 
 /// `POST /access/approve`: as `bub pair approve` (effective at once, in every process).
 pub(super) async fn approve(operator: Operator, Form(form): Form<Decision>) -> Response {
-    blocking(operator, move |c| {
-        let role = match form.role.as_str() {
-            "owner" => Role::Owner,
-            _ => Role::Guest,
-        };
-        let message =
-            match c
-                .access
-                .approve(&form.channel, &form.code, Some(role), chrono::Utc::now())
-            {
-                Ok(p) => format!(
-                    "Approved {} user {} as {}.",
-                    p.channel,
-                    who(&p.user_id, p.username.as_deref()),
-                    p.role
-                ),
-                Err(e) => format!("Not approved: {e:#}"),
-            };
-        Ok(done("/access", &message))
-    })
-    .await
+    let role = match form.role.as_str() {
+        "owner" => Role::Owner,
+        _ => Role::Guest,
+    };
+    let now = chrono::Utc::now();
+    let approved = operator
+        .access
+        .approve(&form.channel, &form.code, Some(role), now);
+    let message = match approved.await {
+        Ok(p) => format!(
+            "Approved {} user {} as {}.",
+            p.channel,
+            who(&p.user_id, p.username.as_deref()),
+            p.role
+        ),
+        Err(e) => format!("Not approved: {e:#}"),
+    };
+    done("/access", &message)
 }
 
 /// `POST /access/reject`.
 pub(super) async fn reject(operator: Operator, Form(form): Form<Decision>) -> Response {
-    blocking(operator, move |c| {
-        let message = match c.access.reject(&form.channel, &form.code)? {
-            true => format!("Rejected request {}.", form.code),
-            false => format!("No pending request {}.", form.code),
-        };
-        Ok(done("/access", &message))
-    })
-    .await
+    let rejected = operator.access.reject(&form.channel, &form.code).await;
+    let message = rejected.map(|rejected| match rejected {
+        true => format!("Rejected request {}.", form.code),
+        false => format!("No pending request {}.", form.code),
+    });
+    page::or_error(&operator, message.map(|m| done("/access", &m)))
 }
 
 /// `POST /access/revoke`: as `bub pair revoke`.
 pub(super) async fn revoke(operator: Operator, Form(form): Form<Decision>) -> Response {
-    blocking(operator, move |c| {
-        let r = c.access.revoke(&form.channel, &form.user_id)?;
+    let revoked = operator.access.revoke(&form.channel, &form.user_id).await;
+    let message = revoked.map(|r| {
         let mut message = match r.removed {
             true => format!("Revoked {} user {}.", form.channel, form.user_id),
             false => format!("{} user {} was not paired.", form.channel, form.user_id),
@@ -229,21 +232,26 @@ pub(super) async fn revoke(operator: Operator, Form(form): Form<Decision>) -> Re
         if let Some(var) = r.still_admitted_by {
             message.push_str(&format!(" They are still admitted by {var}."));
         }
-        Ok(done("/access", &message))
-    })
-    .await
+        done("/access", &message)
+    });
+    page::or_error(&operator, message)
 }
 
 /// `GET /memory`: the global memory and each chat's, each with an edit form.
 pub(super) async fn memory(operator: Operator, Query(q): Query<Done>) -> Response {
-    blocking(operator, move |c| {
-        let mut scopes = vec![Scope::Global];
-        scopes.extend(c.memory.chats().into_iter().map(Scope::Chat));
+    let c = &operator;
+    let mut scopes = vec![Scope::Global];
+    scopes.extend(c.memory.chats().await.into_iter().map(Scope::Chat));
+    let mut lists = Vec::with_capacity(scopes.len());
+    for scope in scopes {
+        let entries = c.memory.list(&scope).await;
+        lists.push((scope, entries));
+    }
+    {
         let body = html! {
             h1 { "Memory" }
             (notice(q.done.as_ref()))
-            @for scope in &scopes {
-                @let entries = c.memory.list(scope);
+            @for (scope, entries) in lists.iter() {
                 @let name = match scope { Scope::Global => "global".to_owned(), Scope::Chat(s) => s.clone() };
                 section.memory {
                     h2 { (name) } p.hint { (c.memory.describe(scope)) }
@@ -251,16 +259,15 @@ pub(super) async fn memory(operator: Operator, Query(q): Query<Done>) -> Respons
                         (csrf(c))
                         @if let Scope::Chat(chat) = scope { input type="hidden" name="chat" value=(chat); }
                         textarea name="text" rows=(entries.len().clamp(3, 20)) {
-                            @for e in &entries { "- " (e) "\n" }
+                            @for e in entries { "- " (e) "\n" }
                         }
                         button type="submit" { "Save" }
                     }
                 }
             }
         };
-        Ok(page::ok(c, "Memory", "/memory", body))
-    })
-    .await
+        page::ok(c, "Memory", "/memory", body)
+    }
 }
 
 #[derive(Deserialize)]
@@ -272,17 +279,15 @@ pub(super) struct MemoryEdit {
 
 /// `POST /memory/edit`: the bullets kept within the caps, as `bub memory edit`.
 pub(super) async fn edit_memory(operator: Operator, Form(form): Form<MemoryEdit>) -> Response {
-    blocking(operator, move |c| {
-        let scope = form
-            .chat
-            .filter(|c| !c.is_empty())
-            .map_or(Scope::Global, Scope::Chat);
-        let name = match &scope {
-            Scope::Global => "global".to_owned(),
-            Scope::Chat(chat) => chat.clone(),
-        };
-        c.memory.replace(&scope, &form.text)?;
-        Ok(done("/memory", &format!("Saved the {name} memory.")))
-    })
-    .await
+    let scope = form
+        .chat
+        .filter(|c| !c.is_empty())
+        .map_or(Scope::Global, Scope::Chat);
+    let name = match &scope {
+        Scope::Global => "global".to_owned(),
+        Scope::Chat(chat) => chat.clone(),
+    };
+    let saved = operator.memory.replace(&scope, &form.text).await;
+    let page = saved.map(|()| done("/memory", &format!("Saved the {name} memory.")));
+    page::or_error(&operator, page)
 }

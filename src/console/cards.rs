@@ -36,9 +36,11 @@ pub(super) async fn status(operator: Operator, Query(q): Query<super::admin::Don
         Ok(None) => None,
         Err(e) => Some(format!("replicas unavailable: {e:#}")),
     };
+    let entries = crate::usage::entries(&operator.settings).await;
+    let jobs = operator.jobs.list().await;
     blocking(operator, move |c| {
-        let jobs = c.jobs.list()?;
-        let entries = crate::usage::entries(&c.settings)?;
+        let jobs = jobs?;
+        let entries = entries?;
         let today = Local::now().date_naive();
         let mut days: BTreeMap<NaiveDate, Totals> = BTreeMap::new();
         for offset in 0..PLOT_DAYS {

@@ -160,17 +160,21 @@ pub(super) async fn blocking(
 ) -> Response {
     let worker = operator.clone();
     match tokio::task::spawn_blocking(move || render(&worker)).await {
-        Ok(Ok(response)) => response,
-        Ok(Err(e)) => {
-            tracing::warn!(error = %format!("{e:#}"), "console.error");
-            error(
-                &operator,
-                StatusCode::INTERNAL_SERVER_ERROR,
-                &format!("{e:#}"),
-            )
-        }
+        Ok(rendered) => or_error(&operator, rendered),
         Err(e) => error(&operator, StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     }
+}
+
+/// The page `rendered`, or for its failure a 500 page.
+pub(super) fn or_error(operator: &Operator, rendered: anyhow::Result<Response>) -> Response {
+    rendered.unwrap_or_else(|e| {
+        tracing::warn!(error = %format!("{e:#}"), "console.error");
+        error(
+            operator,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &format!("{e:#}"),
+        )
+    })
 }
 
 /// An RFC 3339 date as the console shows it: `2026-11-27 17:02:03` in local time.

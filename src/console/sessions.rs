@@ -33,9 +33,12 @@ pub(super) struct Filter {
 /// `GET /`: the sessions, newest first, filtered by `q` (a part of the session id).
 pub(super) async fn list(operator: Operator, Query(filter): Query<Filter>) -> Response {
     let live = snapshot(&operator).await;
+    let today = per_session_today(&operator).await;
+    let workspace = super::workspace(&operator);
+    let tapes = crate::tape::list(&operator.settings.home, operator.db.as_ref(), workspace).await;
     blocking(operator, move |c| {
-        let tapes = crate::tape::list(&c.settings.home, c.db.as_ref(), super::workspace(c))?;
-        let today = per_session_today(c)?;
+        let tapes = tapes?;
+        let today = today?;
         let live: HashMap<SessionId, SessionRow> = live
             .map(|s| s.sessions.into_iter().map(|r| (r.session.clone(), r)).collect())
             .unwrap_or_default();
@@ -109,10 +112,10 @@ pub(super) fn cost(totals: &Totals) -> String {
 }
 
 /// Today's usage per session.
-fn per_session_today(c: &Console) -> anyhow::Result<HashMap<String, Totals>> {
+async fn per_session_today(c: &Console) -> anyhow::Result<HashMap<String, Totals>> {
     let today = chrono::Local::now().date_naive();
     let mut sums: HashMap<String, Totals> = HashMap::new();
-    for entry in crate::usage::entries(&c.settings)? {
+    for entry in crate::usage::entries(&c.settings).await? {
         if entry.date == today {
             sums.entry(entry.session.clone())
                 .or_default()

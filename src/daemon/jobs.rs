@@ -278,11 +278,8 @@ pub(super) async fn run_subagent(agent: &AgentRuntime, run: &JobRun) -> Result<(
 /// The rights the run has now, or why it may not run: its creator must still be admitted and
 /// its chat must still be served.
 async fn authority(agent: &AgentRuntime, run: &JobRun) -> Result<Authority, String> {
-    // `access.json` may be read: on the blocking pool, and a failure refuses the run.
-    let (access, creator) = (agent.access().clone(), run.creator.clone());
-    let who = tokio::task::spawn_blocking(move || access.reconfirm(&creator))
-        .await
-        .map_err(|e| format!("checking the creator failed: {e}"))??;
+    // `access.json` may be read; a failure refuses the run.
+    let who = agent.access().reconfirm(&run.creator).await?;
     if let Some((channel, chat_id)) = run.chat()
         && let Ok(adapter) = agent.outbox().adapter(channel)
     {

@@ -101,10 +101,11 @@ impl Desk {
         }
         self.bots.insert(ready.channel, ready.bot.clone());
         let access = self.access.clone();
-        // `access.json` is read and stdout written on the blocking pool.
+        let owners = access.owners(ready.channel).await;
+        // stdout is written on the blocking pool.
         let printed = tokio::task::spawn_blocking(move || {
             use std::io::Write as _;
-            let line = start_line(&ready, &access.owners(ready.channel), &access);
+            let line = start_line(&ready, &owners, &access);
             let mut out = std::io::stdout().lock();
             writeln!(out, "{}", safe_line(&line)).and_then(|()| out.flush())
         })
@@ -134,14 +135,11 @@ impl Desk {
             );
             return;
         }
-        let (access, channels) = (self.access.clone(), self.channels.clone());
-        let owners = tokio::task::spawn_blocking(move || {
-            let all = channels.into_iter().map(|c| (c, access.owners(c)));
-            all.flat_map(|(c, owners)| owners.into_iter().map(move |o| (c, o)))
-                .collect::<Vec<_>>()
-        })
-        .await
-        .unwrap_or_default();
+        let mut owners = Vec::new();
+        for c in &self.channels {
+            let of = self.access.owners(c).await.into_iter();
+            owners.extend(of.map(|o| (*c, o)));
+        }
         let owners: Vec<_> = owners
             .into_iter()
             .filter(|(c, o)| !(*c == channel && o.id == user_id))

@@ -1,20 +1,18 @@
 //! Small documents replicas share (`bub_documents`): what one box keeps as a small file under
 //! `BUB_HOME` (`access.json`, memory's Markdown files), by the same relative name, read whole
-//! and replaced whole. A change is optimistic: read the body and its version, let the caller
-//! compute the new body, write it only if the version is still the same — else read again and
-//! retry — so no lock is held while the caller computes, and no replica's change overwrites
+//! and replaced whole. A change is optimistic (`document::Rows`): read the body and its
+//! version, let the caller compute the new body, write it only if the version is still the
+//! same ([`Database::write_document`]) — else read again and retry — so no lock is held while
+//! the caller computes, and no replica's change overwrites
 //! another's. Versions come from one sequence: never reused, so a cache can compare them.
 
 use super::{Cached, Database};
 
-/// How often a change is tried again when other writers keep coming first.
-const ATTEMPTS: usize = 64;
-
 impl Database {
     /// The document `name`, with its version; `None` when there is none.
-    pub fn document(&self, name: &str) -> anyhow::Result<Option<(String, i64)>> {
+    pub async fn document(&self, name: &str) -> anyhow::Result<Option<(String, i64)>> {
         let (pool, name) = (self.pool(), name.to_owned());
-        self.block_on(async move {
+        self.run(async move {
             let client = super::client(&pool).await?;
             let row = client
                 .opt(
@@ -24,12 +22,13 @@ impl Database {
                 .await?;
             Ok(row.map(|r| (r.get(0), r.get(1))))
         })
+        .await
     }
 
     /// The version of document `name` (0: there is none): cheap, for a cache to compare.
-    pub fn document_version(&self, name: &str) -> anyhow::Result<i64> {
+    pub async fn document_version(&self, name: &str) -> anyhow::Result<i64> {
         let (pool, name) = (self.pool(), name.to_owned());
-        self.block_on(async move {
+        self.run(async move {
             let client = super::client(&pool).await?;
             let row = client
                 .opt(
@@ -39,12 +38,13 @@ impl Database {
                 .await?;
             Ok(row.map_or(0, |r| r.get(0)))
         })
+        .await
     }
 
     /// The names of the documents that start with `prefix`, sorted.
-    pub fn document_names(&self, prefix: &str) -> anyhow::Result<Vec<String>> {
+    pub async fn document_names(&self, prefix: &str) -> anyhow::Result<Vec<String>> {
         let (pool, prefix) = (self.pool(), prefix.to_owned());
-        self.block_on(async move {
+        self.run(async move {
             let client = super::client(&pool).await?;
             let rows = client
                 .rows(
@@ -54,62 +54,52 @@ impl Database {
                 .await?;
             Ok(rows.iter().map(|r| r.get(0)).collect())
         })
+        .await
     }
 
-    /// Changes document `name`: `change` gets its body (`None`: there is none) and returns the
-    /// new body (`None`: remove it) with a result; called again when another writer changed the
-    /// document meanwhile. Returns the result of the change that was written.
-    pub fn update_document<R>(
+    /// Writes document `name` as `body` (`None`: removes it) if it is still at `version`
+    /// (`None`: there is none); whether it was written (else another writer came first).
+    pub async fn write_document(
         &self,
         name: &str,
-        mut change: impl FnMut(Option<&str>) -> (Option<String>, R),
-    ) -> anyhow::Result<R> {
-        for _ in 0..ATTEMPTS {
-            let current = self.document(name)?;
-            let (body, result) = change(current.as_ref().map(|(b, _)| b.as_str()));
-            if body.as_deref() == current.as_ref().map(|(b, _)| b.as_str()) {
-                return Ok(result);
-            }
-            let (pool, name) = (self.pool(), name.to_owned());
-            let version = current.map(|(_, v)| v);
-            let written = self.block_on(async move {
-                let client = super::client(&pool).await?;
-                let rows = match (version, body) {
-                    (None, Some(body)) => {
-                        client
-                            .run(
-                                "INSERT INTO bub_documents (name, body) VALUES ($1, $2) \
-                                 ON CONFLICT (name) DO NOTHING",
-                                &[&name, &body],
-                            )
-                            .await?
-                    }
-                    (Some(v), Some(body)) => {
-                        client
-                            .run(
-                                "UPDATE bub_documents SET body = $2, updated_at = now(), \
-                                 version = nextval('bub_documents_version') \
-                                 WHERE name = $1 AND version = $3",
-                                &[&name, &body, &v],
-                            )
-                            .await?
-                    }
-                    (Some(v), None) => {
-                        client
-                            .run(
-                                "DELETE FROM bub_documents WHERE name = $1 AND version = $2",
-                                &[&name, &v],
-                            )
-                            .await?
-                    }
-                    (None, None) => 1,
-                };
-                Ok(rows == 1)
-            })?;
-            if written {
-                return Ok(result);
-            }
-        }
-        anyhow::bail!("document {name}: other writers kept changing it; try again")
+        version: Option<i64>,
+        body: Option<String>,
+    ) -> anyhow::Result<bool> {
+        let (pool, name) = (self.pool(), name.to_owned());
+        self.run(async move {
+            let client = super::client(&pool).await?;
+            let rows = match (version, body) {
+                (None, Some(body)) => {
+                    client
+                        .run(
+                            "INSERT INTO bub_documents (name, body) VALUES ($1, $2) \
+                             ON CONFLICT (name) DO NOTHING",
+                            &[&name, &body],
+                        )
+                        .await?
+                }
+                (Some(v), Some(body)) => {
+                    client
+                        .run(
+                            "UPDATE bub_documents SET body = $2, updated_at = now(), \
+                             version = nextval('bub_documents_version') \
+                             WHERE name = $1 AND version = $3",
+                            &[&name, &body, &v],
+                        )
+                        .await?
+                }
+                (Some(v), None) => {
+                    client
+                        .run(
+                            "DELETE FROM bub_documents WHERE name = $1 AND version = $2",
+                            &[&name, &v],
+                        )
+                        .await?
+                }
+                (None, None) => 1,
+            };
+            Ok(rows == 1)
+        })
+        .await
     }
 }

@@ -23,6 +23,11 @@ const MIGRATIONS: &[(i32, &str, &str)] = &[
         include_str!("migrations/0005_documents.sql"),
     ),
     (6, "usage", include_str!("migrations/0006_usage.sql")),
+    (
+        7,
+        "tape events",
+        include_str!("migrations/0007_tape_events.sql"),
+    ),
 ];
 
 /// The advisory lock key under which migrations run ("bub" in ASCII, then 1).
@@ -71,9 +76,9 @@ const CREATE_TABLE: &str = "CREATE TABLE IF NOT EXISTS bub_migrations (
 impl Database {
     /// Applies the migrations the database lacks; returns their versions (empty: it was up to
     /// date). A [`NewerSchema`] error when the database is ahead of this binary.
-    pub fn migrate(&self) -> anyhow::Result<Vec<i32>> {
+    pub async fn migrate(&self) -> anyhow::Result<Vec<i32>> {
         let pool = self.pool();
-        self.block_on(async move {
+        self.run(async move {
             let mut client = super::client(&pool).await?;
             let tx = client.transaction().await?;
             tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK])
@@ -102,12 +107,13 @@ impl Database {
             tx.commit().await?;
             Ok(applied)
         })
+        .await
     }
 
     /// What is applied and what is pending, without changing anything.
-    pub fn schema_status(&self) -> anyhow::Result<SchemaStatus> {
+    pub async fn schema_status(&self) -> anyhow::Result<SchemaStatus> {
         let pool = self.pool();
-        self.block_on(async move {
+        self.run(async move {
             let client = super::client(&pool).await?;
             let exists: bool = client
                 .query_one("SELECT to_regclass('bub_migrations') IS NOT NULL", &[])
@@ -139,6 +145,7 @@ impl Database {
                 known: known(),
             })
         })
+        .await
     }
 }
 
@@ -154,46 +161,93 @@ mod tests {
     use super::*;
     use crate::db::cluster;
 
-    #[test]
-    fn migrations_apply_once_and_a_newer_schema_is_refused() {
+    #[tokio::test]
+    async fn migrations_apply_once_and_a_newer_schema_is_refused() {
         let url = cluster::database();
         let db = Database::shared(&url).unwrap();
-        let before = db.schema_status().unwrap();
+        let before = db.schema_status().await.unwrap();
         assert_eq!(before.version(), 0);
         assert_eq!(before.pending.len(), MIGRATIONS.len());
 
         // Two replicas starting together: each migration is applied once.
-        let (a, b) = std::thread::scope(|s| {
-            let a = s.spawn(|| db.migrate().unwrap());
-            let b = s.spawn(|| db.migrate().unwrap());
-            (a.join().unwrap(), b.join().unwrap())
-        });
+        let (a, b) = tokio::join!(db.migrate(), db.migrate());
+        let (a, b) = (a.unwrap(), b.unwrap());
         let all: Vec<i32> = MIGRATIONS.iter().map(|m| m.0).collect();
         assert!(
             (a == all && b.is_empty()) || (b == all && a.is_empty()),
             "{a:?} {b:?}"
         );
-        assert!(db.migrate().unwrap().is_empty(), "idempotent");
-        let after = db.schema_status().unwrap();
+        assert!(db.migrate().await.unwrap().is_empty(), "idempotent");
+        let after = db.schema_status().await.unwrap();
         assert_eq!(after.version(), known());
         assert!(after.pending.is_empty());
 
         let pool = db.pool();
-        db.block_on(async move {
+        db.run(async move {
             let client = crate::db::client(&pool).await?;
-            client
-                .execute(
-                    "INSERT INTO bub_migrations (version, name) VALUES ($1, 'from the future')",
-                    &[&(known() + 1)],
-                )
-                .await?;
+            let sql = "INSERT INTO bub_migrations (version, name) VALUES ($1, 'from the future')";
+            client.execute(sql, &[&(known() + 1)]).await?;
             Ok(())
         })
+        .await
         .unwrap();
-        let err = db.migrate().unwrap_err();
+        let err = db.migrate().await.unwrap_err();
         let newer = err
             .downcast_ref::<NewerSchema>()
             .expect("a NewerSchema error");
         assert_eq!((newer.found, newer.known), (known() + 1, known()));
+    }
+
+    /// A database at version 6 with events on its tapes: migration 7 gives each `event` row
+    /// the name its payload starts with, and none to a payload written otherwise.
+    #[tokio::test]
+    async fn the_event_column_is_filled_for_the_entries_written_before() {
+        let db = Database::shared(&cluster::database()).unwrap();
+        let pool = db.pool();
+        let names = db
+            .run(async move {
+                let client = crate::db::client(&pool).await?;
+                client.batch_execute(CREATE_TABLE).await?;
+                for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 <= 6) {
+                    client.batch_execute(sql).await?;
+                    let add = "INSERT INTO bub_migrations (version, name) VALUES ($1, $2)";
+                    client.execute(add, &[version, name]).await?;
+                }
+                client
+                    .batch_execute(
+                        r#"INSERT INTO bub_tapes (workspace, name) VALUES ('w', 'bub:1');
+                        INSERT INTO bub_tape_entries (tape, id, kind, date, payload, meta)
+                        SELECT id, n, kind, 'd', payload, '{}' FROM bub_tapes, (VALUES
+                            (1, 'event', '{"name":"run","data":{"usage":{"total_tokens":5}}}'),
+                            (2, 'event', '{"name":"messages.left_out","data":{}}'),
+                            (3, 'event', '{"data":{},"name":"run"}'),
+                            (4, 'message', '{"name":"run"}')) AS e (n, kind, payload);"#,
+                    )
+                    .await?;
+                Ok(())
+            })
+            .await;
+        names.unwrap();
+        assert_eq!(db.migrate().await.unwrap(), [7]);
+        let pool = db.pool();
+        let events: Vec<(i64, Option<String>)> = db
+            .run(async move {
+                let client = crate::db::client(&pool).await?;
+                let sql = "SELECT id, event FROM bub_tape_entries ORDER BY id";
+                let rows = client.query(sql, &[]).await?;
+                Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+            })
+            .await
+            .unwrap();
+        let named = |n: &str| Some(n.to_owned());
+        assert_eq!(
+            events,
+            [
+                (1, named("run")),
+                (2, named("messages.left_out")),
+                (3, None),
+                (4, None)
+            ]
+        );
     }
 }

@@ -2,9 +2,9 @@
 //! Without it nothing here runs, and nothing of it is in memory.
 //!
 //! One [`Database`] per process and URL ([`Database::shared`]): a pool of connections on a
-//! runtime of its own (one thread), so the stores — whose traits are blocking, called on the
-//! blocking pool or by commands that run no runtime — reach it with [`Database::block_on`],
-//! and async code with [`Database::run`]. Creating one does no I/O: connections are made when
+//! runtime of its own (one thread). The async stores (jobs, usage, documents, the inbox) reach
+//! it with [`Database::run`]; the tape, whose trait is still blocking (called on the blocking
+//! pool), with [`Database::block_on`] — the one left, and with it this runtime. Creating one does no I/O: connections are made when
 //! first used. The schema is versioned and migrated at start ([`migrate`]).
 //!
 //! TLS: `sslmode=prefer` (the default) or `require` in the URL uses rustls with the webpki
@@ -106,26 +106,18 @@ impl Database {
     }
 
     /// Runs `work` on the database's runtime and waits for it, blocking this thread: for the
-    /// stores' blocking methods (the blocking pool, commands without a runtime). On an async
-    /// worker thread it blocks that thread like any blocking I/O would, but never panics.
+    /// tape's blocking methods (the blocking pool). On an async worker thread it blocks that
+    /// thread like any blocking I/O would, but never panics.
     pub fn block_on<R: Send + 'static>(
         &self,
         work: impl Future<Output = anyhow::Result<R>> + Send + 'static,
     ) -> anyhow::Result<R> {
-        self.start(work).wait()
-    }
-
-    /// Starts `work` on the database's runtime; [`Started::wait`] blocks for its result. For a
-    /// caller that has more to do on its own thread meanwhile (answer the work, say).
-    pub fn start<R: Send + 'static>(
-        &self,
-        work: impl Future<Output = anyhow::Result<R>> + Send + 'static,
-    ) -> Started<R> {
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         self.handle().spawn(async move {
             let _ = tx.send(work.await);
         });
-        Started(rx)
+        rx.recv()
+            .unwrap_or_else(|_| Err(anyhow::anyhow!("the database runtime stopped")))
     }
 
     /// Runs `work` on the database's runtime, for async callers.
@@ -168,18 +160,6 @@ impl Database {
     /// are most of the writes of a turn.
     pub fn relaxed_pool(&self) -> Pool {
         self.relaxed.clone()
-    }
-}
-
-/// Work started on the database's runtime ([`Database::start`]).
-pub struct Started<R>(std::sync::mpsc::Receiver<anyhow::Result<R>>);
-
-impl<R> Started<R> {
-    /// Blocks this thread until the work is done.
-    pub fn wait(self) -> anyhow::Result<R> {
-        self.0
-            .recv()
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("the database runtime stopped")))
     }
 }
 
@@ -301,6 +281,17 @@ pub fn password(url: &str) -> Option<String> {
 }
 
 #[cfg(test)]
+impl Database {
+    /// Migrates for a test that runs no runtime of its own.
+    pub(crate) fn migrate_in_test(&self) {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build();
+        runtime.unwrap().block_on(self.migrate()).unwrap();
+    }
+}
+
+#[cfg(test)]
 #[path = "../../tests/support/postgres.rs"]
 pub(crate) mod cluster;
 
@@ -327,18 +318,19 @@ mod tests {
         assert!(!err.contains("s3cret"), "{err}");
     }
 
-    #[test]
-    fn only_the_relaxed_pool_skips_waiting_for_the_disk() {
+    #[tokio::test]
+    async fn only_the_relaxed_pool_skips_waiting_for_the_disk() {
         let db = Database::shared(&cluster::database()).unwrap();
-        let show = |pool: Pool| {
-            db.block_on(async move {
+        let show = async |pool: Pool| {
+            db.run(async move {
                 let client = client(&pool).await?;
                 let row = client.query_one("SHOW synchronous_commit", &[]).await?;
                 Ok(row.get::<_, String>(0))
             })
+            .await
             .unwrap()
         };
-        assert_eq!(show(db.pool()), "on");
-        assert_eq!(show(db.relaxed_pool()), "off");
+        assert_eq!(show(db.pool()).await, "on");
+        assert_eq!(show(db.relaxed_pool()).await, "off");
     }
 }

@@ -22,8 +22,9 @@ use crate::chat::{Inbound, SessionId};
 use crate::db::Database;
 
 /// Re-checks a resumed message's sender (`None`: no longer admitted). It may read files or the
-/// database: it runs on the blocking pool.
-pub type Admitted = Arc<dyn Fn(&Inbound) -> Option<Role> + Send + Sync>;
+/// database.
+pub type Admitted =
+    Arc<dyn Fn(&Inbound) -> futures_util::future::BoxFuture<'static, Option<Role>> + Send + Sync>;
 
 /// The inbox's database side.
 pub(super) struct Replicated {
@@ -185,21 +186,15 @@ impl Inbox {
     ) -> anyhow::Result<Vec<Resume>> {
         let claimed = ledger.ledger.claim(session, true).await?;
         // The senders of the work taken before are checked again first (access may read the
-        // database): on the blocking pool, not under the state's lock.
-        let senders: Vec<Inbound> = claimed
-            .items
-            .iter()
-            .filter_map(|(record, taken)| match record {
-                Record::Recv { msg, .. } if *taken => Some(msg.clone()),
-                _ => None,
-            })
-            .collect();
-        let admitted = ledger.admitted.clone();
-        let roles: std::collections::HashMap<u64, Option<Role>> =
-            tokio::task::spawn_blocking(move || {
-                senders.iter().map(|m| (m.seq, admitted(m))).collect()
-            })
-            .await?;
+        // database), not under the state's lock.
+        let mut roles: std::collections::HashMap<u64, Option<Role>> = Default::default();
+        for (record, taken) in &claimed.items {
+            if let Record::Recv { msg, .. } = record
+                && *taken
+            {
+                roles.insert(msg.seq, (ledger.admitted)(msg).await);
+            }
+        }
         let (fresh, taken) = self.hand_on(claimed);
         if taken.is_empty() {
             return Ok(fresh);

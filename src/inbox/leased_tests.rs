@@ -22,9 +22,12 @@ fn msg(chat: &str, id: &str, text: &str) -> Inbound {
 }
 
 async fn replica(db: &Arc<Database>) -> Inbox {
-    Inbox::shared(db.clone(), Arc::new(|m: &Inbound| Some(m.sender.role)))
-        .await
-        .unwrap()
+    Inbox::shared(
+        db.clone(),
+        Arc::new(|m: &Inbound| Box::pin(std::future::ready(Some(m.sender.role)))),
+    )
+    .await
+    .unwrap()
 }
 
 async fn receive(inbox: &Inbox, m: &Inbound) -> u64 {
@@ -51,7 +54,7 @@ async fn sweep_until_work(inbox: &Inbox) -> Vec<Resume> {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_dead_replicas_chats_are_taken_over_by_the_restart_rule() {
     let db = Database::shared(&crate::db::cluster::database()).unwrap();
-    db.migrate().unwrap();
+    db.migrate().await.unwrap();
     let (a, b) = (replica(&db).await, replica(&db).await);
     let chat1 = SessionId::chat_of("telegram", "1");
     let chat2 = SessionId::chat_of("telegram", "2");
@@ -122,7 +125,7 @@ async fn a_dead_replicas_chats_are_taken_over_by_the_restart_rule() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sender_revoked_meanwhile_is_not_answered_by_the_replica_taking_over() {
     let db = Database::shared(&crate::db::cluster::database()).unwrap();
-    db.migrate().unwrap();
+    db.migrate().await.unwrap();
     let a = replica(&db).await;
     let chat = SessionId::chat_of("telegram", "3");
     let seq = receive(&a, &msg("3", "30", "hello")).await;
@@ -132,9 +135,12 @@ async fn a_sender_revoked_meanwhile_is_not_answered_by_the_replica_taking_over()
     ));
     a.started(&[seq]).await;
     drop(a);
-    let revoked = Inbox::shared(db.clone(), Arc::new(|_: &Inbound| None))
-        .await
-        .unwrap();
+    let revoked = Inbox::shared(
+        db.clone(),
+        Arc::new(|_: &Inbound| Box::pin(std::future::ready(None))),
+    )
+    .await
+    .unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while revoked.leases() == 0 {
         assert!(revoked.sweep().await.unwrap().is_empty(), "nothing to run");

@@ -152,7 +152,8 @@ impl Scheduler {
         tracing::info!(store = %self.store.location(), "scheduler.owner");
         let (now, catch_up) = (self.clock.now(), self.catch_up);
         let notes = self
-            .blocking(move |store| store.change(|jobs| plan::recover(jobs, now, catch_up)))
+            .store
+            .change(move |jobs| plan::recover(jobs, now, catch_up))
             .await?;
         for note in notes {
             tracing::warn!("scheduler.recover: {note}");
@@ -214,7 +215,8 @@ impl Scheduler {
             batch.push(done);
         }
         if !batch.is_empty() {
-            self.blocking(move |store| store.change(|jobs| plan::finish(jobs, &batch)))
+            self.store
+                .change(move |jobs| plan::finish(jobs, &batch))
                 .await?;
         }
         Ok(())
@@ -223,22 +225,21 @@ impl Scheduler {
     /// Records ended runs, or re-reads the store when another process changed it.
     async fn refresh(&self, known: Known, ended: Vec<Ended>) -> Known {
         // Unknown, or another version now (or none can be told): read again.
-        let changed = || {
-            known
-                .as_ref()
-                .is_none_or(|(read, _)| self.store.version().ok().as_ref() != Some(read))
+        let changed = match &known {
+            None => true,
+            Some((read, _)) => self.store.version().await.ok().as_ref() != Some(read),
         };
         let result = if !ended.is_empty() {
-            self.blocking(move |store| {
-                store.change_versioned(|jobs| {
+            self.store
+                .change_versioned(move |jobs| {
                     plan::finish(jobs, &ended);
                     plan::next_due(jobs)
                 })
-            })
-            .await
-            .map(|(next, version)| (version, next))
-        } else if changed() {
-            self.blocking(|store| store.load())
+                .await
+                .map(|(next, version)| (version, next))
+        } else if changed {
+            self.store
+                .load()
                 .await
                 .map(|(jobs, version)| (version, plan::next_due(&jobs)))
         } else {
@@ -252,9 +253,8 @@ impl Scheduler {
     /// Claims the runs due at `now` (one write for all of them).
     async fn claim(&self, now: DateTime<Utc>) -> (Vec<plan::Claim>, Known) {
         let claimed = self
-            .blocking(move |store| {
-                store.change_versioned(|jobs| (plan::claim_due(jobs, now), plan::next_due(jobs)))
-            })
+            .store
+            .change_versioned(move |jobs| (plan::claim_due(jobs, now), plan::next_due(jobs)))
             .await;
         match claimed {
             Ok(((claims, next), version)) => (claims, Some((version, next))),
@@ -265,15 +265,6 @@ impl Scheduler {
                 (Vec::new(), None)
             }
         }
-    }
-
-    /// Runs a store operation on the blocking pool.
-    async fn blocking<R: Send + 'static>(
-        &self,
-        f: impl FnOnce(&dyn JobStore) -> anyhow::Result<R> + Send + 'static,
-    ) -> anyhow::Result<R> {
-        let store = self.store.clone();
-        tokio::task::spawn_blocking(move || f(&*store)).await?
     }
 
     /// Takes the owner lock, retrying until it is free or `shutdown`; `None` on shutdown.

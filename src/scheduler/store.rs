@@ -1,4 +1,4 @@
-//! Where the jobs are kept: the [`JobStore`] trait every part of the program uses (the
+//! Where the jobs are kept: the async [`JobStore`] trait every part of the program uses (the
 //! scheduler's loop, the `schedule.*` tools, `bub jobs`, `bub status`, the chat's `,status`),
 //! and [`open`], the one place a store is chosen.
 //!
@@ -49,30 +49,34 @@ pub fn in_database(database: &Arc<Database>) -> Arc<dyn JobStore> {
 
 /// `bub db import`: adds the jobs of `home`'s `jobs.json` that `database` lacks (by id); returns
 /// how many. Importing again adds nothing.
-pub fn import(home: &Path, database: &Arc<Database>) -> anyhow::Result<usize> {
-    let (from_file, _) = FileJobStore::new(home).load()?;
-    open(home, Some(database)).change(|jobs| {
-        let before = jobs.len();
-        for job in from_file {
-            if !jobs.iter().any(|j| j.id == job.id) {
-                jobs.push(job);
+pub async fn import(home: &Path, database: &Arc<Database>) -> anyhow::Result<usize> {
+    let (from_file, _) = FileJobStore::new(home).load().await?;
+    let store = open(home, Some(database));
+    store
+        .change(|jobs| {
+            let before = jobs.len();
+            for job in from_file {
+                if !jobs.iter().any(|j| j.id == job.id) {
+                    jobs.push(job);
+                }
             }
-        }
-        jobs.len() - before
-    })
+            jobs.len() - before
+        })
+        .await
 }
 
-/// The shared list of jobs.
-///
-/// Every method but [`JobStore::version`] may block on I/O (a lock, a file, a network): async
-/// code calls them on the blocking pool. They are safe to call from many threads and processes
-/// at once.
+/// A change of the jobs ([`JobStore::update`]).
+pub type Change = Box<dyn FnOnce(&mut Vec<Job>) + Send>;
+
+/// The shared list of jobs. Safe to use from many tasks and processes at once; the file
+/// store's work runs on the blocking pool.
+#[async_trait::async_trait]
 pub trait JobStore: Send + Sync {
     /// The jobs that can run, in stored order, and the version they were read at. The list is
     /// one consistent state: an update running at the same time is seen whole or not at all.
     /// Reading may set aside jobs that cannot run ([`JobStore::rejected`]); they are not in
     /// the list.
-    fn load(&self) -> anyhow::Result<(Vec<Job>, Version)>;
+    async fn load(&self) -> anyhow::Result<(Vec<Job>, Version)>;
 
     /// Reads the jobs, applies `change` to them and stores the result, atomically: no other
     /// update is applied between the read and the store (an exclusive lock for the file; a
@@ -81,17 +85,16 @@ pub trait JobStore: Send + Sync {
     /// all when that failed. When `change` leaves the jobs as they were, nothing is written.
     /// Returns the version the update left. On an error the change is not stored: the jobs are
     /// as they were before.
-    fn update(&self, change: &mut dyn FnMut(&mut Vec<Job>)) -> anyhow::Result<Version>;
+    async fn update(&self, change: Change) -> anyhow::Result<Version>;
 
     /// The version of the jobs as stored now: equal to the version an earlier
     /// [`load`](JobStore::load) or [`update`](JobStore::update) returned when nobody changed the
     /// jobs since, different when anyone did. Cheap (the file store: one `stat`): the
-    /// scheduler's loop calls it about once a second on an async thread to notice changes made
-    /// by other processes.
-    fn version(&self) -> anyhow::Result<Version>;
+    /// scheduler's loop calls it about once a second to notice changes made by other processes.
+    async fn version(&self) -> anyhow::Result<Version>;
 
     /// The jobs set aside so far because they cannot run, oldest first, each with its reason.
-    fn rejected(&self) -> anyhow::Result<Vec<Rejected>>;
+    async fn rejected(&self) -> anyhow::Result<Vec<Rejected>>;
 
     /// Where the jobs are kept, for messages (the file store: the path of `jobs.json`).
     fn location(&self) -> String;
@@ -105,39 +108,45 @@ pub trait JobStore: Send + Sync {
 impl dyn JobStore + '_ {
     /// All jobs that can run, sorted by next run (jobs that will not run again last, ties by
     /// creation time).
-    pub fn list(&self) -> anyhow::Result<Vec<Job>> {
-        let mut jobs = self.load()?.0;
+    pub async fn list(&self) -> anyhow::Result<Vec<Job>> {
+        let mut jobs = self.load().await?.0;
         jobs.sort_by_key(|j| (j.next_run.is_none(), j.next_run, j.created));
         Ok(jobs)
     }
 
     /// Removes job `id` (of any session), as `bub jobs remove` does; whether there was one.
-    pub fn remove(&self, id: &str) -> anyhow::Result<bool> {
-        self.change(|jobs| {
+    pub async fn remove(&self, id: &str) -> anyhow::Result<bool> {
+        let id = id.to_owned();
+        self.change(move |jobs| {
             let before = jobs.len();
             jobs.retain(|j| j.id != id);
             jobs.len() < before
         })
+        .await
     }
 
     /// [`JobStore::update`] with a change that returns a value: returns that value.
-    pub fn change<R>(&self, change: impl FnOnce(&mut Vec<Job>) -> R) -> anyhow::Result<R> {
-        Ok(self.change_versioned(change)?.0)
+    pub async fn change<R: Send + 'static>(
+        &self,
+        change: impl FnOnce(&mut Vec<Job>) -> R + Send + 'static,
+    ) -> anyhow::Result<R> {
+        Ok(self.change_versioned(change).await?.0)
     }
 
     /// [`JobStore::update`] with a change that returns a value: returns that value and the
     /// version the update left.
-    pub(crate) fn change_versioned<R>(
+    pub(crate) async fn change_versioned<R: Send + 'static>(
         &self,
-        change: impl FnOnce(&mut Vec<Job>) -> R,
+        change: impl FnOnce(&mut Vec<Job>) -> R + Send + 'static,
     ) -> anyhow::Result<(R, Version)> {
-        let mut change = Some(change);
-        let mut result = None;
-        let version = self.update(&mut |jobs| {
-            if let Some(change) = change.take() {
-                result = Some(change(jobs));
-            }
-        })?;
+        let result = Arc::new(std::sync::Mutex::new(None));
+        let slot = result.clone();
+        let version = self
+            .update(Box::new(move |jobs| {
+                *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(change(jobs));
+            }))
+            .await?;
+        let result = result.lock().unwrap_or_else(|e| e.into_inner()).take();
         let result = result
             .with_context(|| format!("{}: the store did not apply the change", self.location()))?;
         Ok((result, version))
@@ -207,13 +216,14 @@ mod tests {
         state: Mutex<(Vec<Job>, u64)>,
     }
 
+    #[async_trait::async_trait]
     impl JobStore for Memory {
-        fn load(&self) -> anyhow::Result<(Vec<Job>, Version)> {
+        async fn load(&self) -> anyhow::Result<(Vec<Job>, Version)> {
             let state = self.state.lock().unwrap();
             Ok((state.0.clone(), Version::counter(state.1)))
         }
 
-        fn update(&self, change: &mut dyn FnMut(&mut Vec<Job>)) -> anyhow::Result<Version> {
+        async fn update(&self, change: Change) -> anyhow::Result<Version> {
             let mut state = self.state.lock().unwrap();
             let before = state.0.clone();
             change(&mut state.0);
@@ -223,11 +233,11 @@ mod tests {
             Ok(Version::counter(state.1))
         }
 
-        fn version(&self) -> anyhow::Result<Version> {
+        async fn version(&self) -> anyhow::Result<Version> {
             Ok(Version::counter(self.state.lock().unwrap().1))
         }
 
-        fn rejected(&self) -> anyhow::Result<Vec<Rejected>> {
+        async fn rejected(&self) -> anyhow::Result<Vec<Rejected>> {
             Ok(Vec::new())
         }
 
@@ -256,34 +266,35 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_conveniences_work_over_any_store() {
+    #[tokio::test]
+    async fn the_conveniences_work_over_any_store() {
         let store: Arc<dyn JobStore> = Arc::new(Memory::default());
-        let empty = store.version().unwrap();
+        let empty = store.version().await.unwrap();
         let now = Utc::now();
         let added = store
-            .change(|jobs| {
+            .change(move |jobs| {
                 jobs.push(job("later", now + chrono::Duration::hours(1)));
                 jobs.push(job("sooner", now));
                 jobs.len()
             })
+            .await
             .unwrap();
         assert_eq!(added, 2, "the change's own result");
-        let ((), after) = store.change_versioned(|_| ()).unwrap();
+        let ((), after) = store.change_versioned(|_| ()).await.unwrap();
         assert_ne!(after, empty, "a stored change is a new version");
         assert_eq!(
-            store.version().unwrap(),
+            store.version().await.unwrap(),
             after,
             "an update that changes nothing"
         );
         let ids = |jobs: Vec<Job>| jobs.into_iter().map(|j| j.id).collect::<Vec<_>>();
         assert_eq!(
-            ids(store.load().unwrap().0),
+            ids(store.load().await.unwrap().0),
             ["later", "sooner"],
             "stored order"
         );
         assert_eq!(
-            ids(store.list().unwrap()),
+            ids(store.list().await.unwrap()),
             ["sooner", "later"],
             "by next run"
         );

@@ -35,6 +35,8 @@ struct Columns {
     dates: Vec<String>,
     payloads: Vec<String>,
     metas: Vec<String>,
+    /// The `event` column ([`super::pg::event_name`]).
+    events: Vec<Option<String>>,
 }
 
 /// The workspace key and tape name of a tape file (`None`: not a tape file).
@@ -57,7 +59,7 @@ pub(super) fn key_of(file_name: &str) -> Option<(String, String)> {
 }
 
 /// Copies every tape file of `home` (`BUB_HOME/tapes/`) into `db`, oldest name first.
-pub fn import_home(db: &Arc<Database>, home: &Path) -> anyhow::Result<Vec<Imported>> {
+pub async fn import_home(db: &Arc<Database>, home: &Path) -> anyhow::Result<Vec<Imported>> {
     let dir = home.join("tapes");
     let mut files: Vec<_> = match std::fs::read_dir(&dir) {
         Ok(entries) => entries.flatten().map(|e| e.path()).collect(),
@@ -71,29 +73,44 @@ pub fn import_home(db: &Arc<Database>, home: &Path) -> anyhow::Result<Vec<Import
         else {
             continue;
         };
-        let entries = FileTape::open_path(path.clone(), name.clone())?.entries()?;
+        let tape = (path.clone(), name.clone());
+        let entries =
+            crate::storage::blocking(move || FileTape::open_path(tape.0, tape.1)?.entries())
+                .await?;
         let total = entries.len();
         let mut columns = Columns::default();
         for e in entries {
             columns.ids.push(i64::try_from(e.id).unwrap_or(i64::MAX));
             columns.kinds.push(e.kind.as_str().to_owned());
             columns.dates.push(e.date);
-            columns.payloads.push(e.payload.to_string());
+            let payload = e.payload.to_string();
+            columns
+                .events
+                .push(super::pg::event_name(&e.kind, &payload).map(str::to_owned));
+            columns.payloads.push(payload);
             columns.metas.push(e.meta.to_string());
         }
         let pool = db.relaxed_pool();
         let tape = name.clone();
-        let added = db.block_on(async move {
+        let added = db.run(async move {
             let mut client = db::client(&pool).await?;
             let tx = client.transaction().await?;
             let row = tape_row(&tx, &workspace, &tape).await?;
             let c = &columns;
             let added = tx
                 .run(
-                    "INSERT INTO bub_tape_entries (tape, id, kind, date, payload, meta) \
-                     SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[]) \
-                     ON CONFLICT (tape, id) DO NOTHING",
-                    &[&row, &c.ids, &c.kinds, &c.dates, &c.payloads, &c.metas],
+                    "INSERT INTO bub_tape_entries (tape, id, kind, date, payload, meta, event) \
+                     SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], \
+                     $6::text[], $7::text[]) ON CONFLICT (tape, id) DO NOTHING",
+                    &[
+                        &row,
+                        &c.ids,
+                        &c.kinds,
+                        &c.dates,
+                        &c.payloads,
+                        &c.metas,
+                        &c.events,
+                    ],
                 )
                 .await?;
             let last = c.ids.iter().copied().max().unwrap_or(0);
@@ -104,7 +121,8 @@ pub fn import_home(db: &Arc<Database>, home: &Path) -> anyhow::Result<Vec<Import
             .await?;
             tx.commit().await?;
             Ok(added as usize)
-        })?;
+        });
+        let added = added.await?;
         imported.push(Imported {
             name,
             entries: total,

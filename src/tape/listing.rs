@@ -38,15 +38,19 @@ pub(crate) struct Listed {
 const ARCHIVED: &str = r"\.[0-9]{8}T[0-9]{6}Z(-[0-9]+)?$";
 
 /// The tapes of `workspace`, newest first (by the date of their newest entry, then by name): in
-/// `database` when there is one, else the files under `home` (`BUB_HOME/tapes/`). Blocking.
-pub(crate) fn list(
+/// `database` when there is one, else the files under `home` (`BUB_HOME/tapes/`, read on the
+/// blocking pool).
+pub(crate) async fn list(
     home: &Path,
     database: Option<&Arc<Database>>,
     workspace: &Path,
 ) -> anyhow::Result<Vec<Listed>> {
     let mut listed = match database {
-        Some(db) => list_database(db, workspace)?,
-        None => list_files(home, workspace)?,
+        Some(db) => list_database(db, workspace).await?,
+        None => {
+            let (home, workspace) = (home.to_path_buf(), workspace.to_path_buf());
+            crate::storage::blocking(move || list_files(&home, &workspace)).await?
+        }
     };
     // Newest first; dates compared as instants when they parse (other writers' offsets), a
     // tape without entries last.
@@ -150,10 +154,10 @@ fn session_of(payload: &Value) -> Option<String> {
 
 /// The tapes of `workspace` in the database: one query, each tape's count, newest entry (the
 /// largest id: read by the primary key) and first anchor (by the anchors' index).
-fn list_database(db: &Arc<Database>, workspace: &Path) -> anyhow::Result<Vec<Listed>> {
+async fn list_database(db: &Database, workspace: &Path) -> anyhow::Result<Vec<Listed>> {
     let pool = db.relaxed_pool();
     let workspace = workspace_key(workspace);
-    let rows = db.block_on(async move {
+    let rows = db.run(async move {
         let client = db::client(&pool).await?;
         Ok(client
             .rows(
@@ -167,7 +171,8 @@ fn list_database(db: &Arc<Database>, workspace: &Path) -> anyhow::Result<Vec<Lis
                 &[&workspace, &ARCHIVED],
             )
             .await?)
-    })?;
+    });
+    let rows = rows.await?;
     Ok(rows
         .iter()
         .map(|r| {
@@ -192,8 +197,8 @@ mod tests {
     use super::*;
     use crate::tape::{Event, tape_path};
 
-    #[test]
-    fn a_tape_whose_anchor_names_no_session_is_listed_without_one() {
+    #[tokio::test]
+    async fn a_tape_whose_anchor_names_no_session_is_listed_without_one() {
         let home = tempfile::tempdir().unwrap();
         let ws = home.path().join("ws");
         std::fs::create_dir_all(&ws).unwrap();
@@ -210,7 +215,7 @@ mod tests {
         }
         std::fs::write(old.with_file_name("notes.txt"), "").unwrap();
         assert_eq!(
-            list(home.path(), None, &ws).unwrap(),
+            list(home.path(), None, &ws).await.unwrap(),
             [Listed {
                 name: "bub:0123456789abcdef".into(),
                 session: None,
@@ -221,8 +226,8 @@ mod tests {
     }
 
     /// The first anchor is found past an event and beyond the anchors the index keeps.
-    #[test]
-    fn the_session_is_read_from_the_first_anchor_of_a_long_tape() {
+    #[tokio::test]
+    async fn the_session_is_read_from_the_first_anchor_of_a_long_tape() {
         let home = tempfile::tempdir().unwrap();
         let ws = home.path().join("ws");
         std::fs::create_dir_all(&ws).unwrap();
@@ -232,7 +237,7 @@ mod tests {
         for i in 0..super::super::index::ANCHORS_KEPT {
             tape.handoff(&format!("h{i}"), Some("s"), None).unwrap();
         }
-        let listed = list(home.path(), None, &ws).unwrap();
+        let listed = list(home.path(), None, &ws).await.unwrap();
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].session.as_deref(), Some("discord:7"));
         assert_eq!(listed[0].entries, tape.len().unwrap());

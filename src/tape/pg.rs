@@ -139,12 +139,20 @@ async fn insert(
         json!({})
     };
     let date = now_date();
+    let text = payload.to_string();
     let id: i64 = client
         .one(
             "WITH t AS (UPDATE bub_tapes SET last_id = last_id + 1 WHERE id = $1 RETURNING last_id) \
-             INSERT INTO bub_tape_entries (tape, id, kind, date, payload, meta) \
-             SELECT $1, last_id, $2, $3, $4, $5 FROM t RETURNING id",
-            &[&row, &kind.as_str(), &date, &payload.to_string(), &meta.to_string()],
+             INSERT INTO bub_tape_entries (tape, id, kind, date, payload, meta, event) \
+             SELECT $1, last_id, $2, $3, $4, $5, $6 FROM t RETURNING id",
+            &[
+                &row,
+                &kind.as_str(),
+                &date,
+                &text,
+                &meta.to_string(),
+                &event_name(kind, &text),
+            ],
         )
         .await?
         .get(0);
@@ -155,6 +163,17 @@ async fn insert(
         meta,
         date,
     })
+}
+
+/// The `event` column of an entry of `kind` whose payload is `payload`: an event's name, as
+/// Bub writes it first (`{"name":"run",…`); migration 7 filled older rows by the same rule.
+pub(super) fn event_name<'a>(kind: &Kind, payload: &'a str) -> Option<&'a str> {
+    if *kind != Kind::Event {
+        return None;
+    }
+    let rest = payload.strip_prefix(r#"{"name":""#)?;
+    let name = &rest[..rest.find('"')?];
+    (!name.contains('\\')).then_some(name)
 }
 
 /// An entry from a row of [`COLUMNS`]; `None` when its JSON does not parse.
@@ -347,10 +366,10 @@ impl TapeStore for PgTape {
             // Newest first, a page at a time; events only when they are left-out messages.
             let sql = format!(
                 "SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = $1 AND id < $2 \
-                 AND kind = ANY($3) AND (kind <> 'event' OR starts_with(payload, $4)) \
+                 AND kind = ANY($3) AND (kind <> 'event' OR event = $4) \
                  ORDER BY id DESC LIMIT $5"
             );
-            let left_out = format!(r#"{{"name":"{}""#, Event::MessagesLeftOut.as_str());
+            let left_out = Event::MessagesLeftOut.as_str();
             let (mut before, mut out) = (i64::MAX, Vec::new());
             loop {
                 let rows = client
@@ -400,9 +419,9 @@ impl TapeStore for PgTape {
             let runs = client
                 .rows(
                     "SELECT payload FROM bub_tape_entries WHERE tape = $1 AND kind = 'event' \
-                     AND starts_with(payload, $2) AND strpos(payload, 'total_tokens') > 0 \
+                     AND event = $2 AND strpos(payload, 'total_tokens') > 0 \
                      ORDER BY id DESC LIMIT 16",
-                    &[&row, &format!(r#"{{"name":"{}""#, Event::Run.as_str())],
+                    &[&row, &Event::Run.as_str()],
                 )
                 .await?;
             let last_token_usage = runs.iter().find_map(|r| {

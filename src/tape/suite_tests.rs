@@ -256,6 +256,8 @@ fn listing(home: &Path, db: Option<&Arc<Database>>) {
     std::fs::create_dir_all(&elsewhere).unwrap();
     let tape = |ws: &Path, session: &str| open(home, db, ws, "bub", session).unwrap();
     let tick = || std::thread::sleep(std::time::Duration::from_millis(5));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let list = |home, db, ws| runtime.block_on(list(home, db, ws));
     assert_eq!(list(home, db, &ws).unwrap(), []);
 
     let mut first = tape(&ws, "telegram:1");
@@ -335,11 +337,27 @@ fn file_tapes_pass_the_suite() {
 #[test]
 fn postgres_tapes_pass_the_suite_and_render_as_files_do() {
     let db = Database::shared(&cluster::database()).unwrap();
-    db.migrate().unwrap();
+    db.migrate_in_test();
     let home = tempfile::tempdir().unwrap();
     let workspace = home.path().join("ws");
     let open_pg = |session: &str| open(home.path(), Some(&db), &workspace, "bub", session).unwrap();
     suite(&open_pg);
+    // Each event is written with its name in the `event` column.
+    let pool = db.pool();
+    let named = db.run(async move {
+        let client = crate::db::client(&pool).await?;
+        let sql = "SELECT count(*), count(event) FROM bub_tape_entries WHERE kind = 'event'";
+        let row = client.query_one(sql, &[]).await?;
+        Ok((row.get::<_, i64>(0), row.get::<_, i64>(1)))
+    });
+    let (events, named) = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(named)
+        .unwrap();
+    assert!(
+        events > 0 && named == events,
+        "{named} of {events} events named"
+    );
 
     let from_pg = script(open_pg("script").as_mut());
     let file_home = tempfile::tempdir().unwrap();
@@ -355,7 +373,7 @@ fn postgres_tapes_pass_the_suite_and_render_as_files_do() {
 #[test]
 fn postgres_lists_the_tapes_of_a_workspace_as_files_do() {
     let db = Database::shared(&cluster::database()).unwrap();
-    db.migrate().unwrap();
+    db.migrate_in_test();
     let home = tempfile::tempdir().unwrap();
     listing(home.path(), Some(&db));
 }
@@ -363,7 +381,7 @@ fn postgres_lists_the_tapes_of_a_workspace_as_files_do() {
 #[test]
 fn the_same_workspace_and_session_is_the_same_tape_on_postgres() {
     let db: Arc<Database> = Database::shared(&cluster::database()).unwrap();
-    db.migrate().unwrap();
+    db.migrate_in_test();
     let home = tempfile::tempdir().unwrap();
     let a = |ws: &Path| open(home.path(), Some(&db), ws, "bub", "telegram:1").unwrap();
     let ws = home.path().join("ws");

@@ -81,7 +81,7 @@ pub struct ProcessCtx {
 impl ProcessCtx {
     /// The process's memory: `BUB_HOME`'s files, or the replicas' database.
     pub(crate) fn memory(&self) -> crate::memory::Memory {
-        let docs = crate::document::Documents::of(&self.home, self.database.as_ref());
+        let docs = crate::document::open(&self.home, self.database.as_ref());
         crate::memory::Memory::in_documents(docs)
     }
 
@@ -118,14 +118,11 @@ impl ProcessCtx {
                 redactor.clone(),
             )),
             redactor,
-            usage: Arc::new(
-                crate::usage::Ledger::new(
-                    &settings.home,
-                    settings.prices.clone(),
-                    settings.budgets.clone(),
-                )
-                .on_database(database.clone()),
-            ),
+            usage: Arc::new(crate::usage::Ledger::new(
+                crate::usage::open(&settings.home, &settings.prices, database.as_ref()),
+                settings.prices.clone(),
+                settings.budgets.clone(),
+            )),
             models: Arc::new(ModelConfig::from_settings(&settings)),
             home: settings.home.clone(),
             user_home: settings.user_home.clone(),

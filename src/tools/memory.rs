@@ -74,20 +74,14 @@ fn readable(ctx: &ToolContext) -> Vec<(&'static str, memory::Scope)> {
     scopes
 }
 
-/// Runs `f` with the memory of `ctx`'s `BUB_HOME` on the blocking pool.
-async fn with_memory<F>(ctx: &ToolContext, f: F) -> Result<String, ToolError>
-where
-    F: FnOnce(Memory) -> Result<String, ToolError> + Send + 'static,
-{
+/// The memory of `ctx`'s `BUB_HOME`, unless memory is turned off.
+fn memory_of(ctx: &ToolContext) -> Result<Memory, ToolError> {
     if !ctx.process.memory_enabled {
         return Err(ToolError::new(
             "memory is turned off (BUB_MEMORY_ENABLED=false)",
         ));
     }
-    let memory = ctx.process.memory();
-    tokio::task::spawn_blocking(move || f(memory))
-        .await
-        .map_err(|e| ToolError::new(format!("memory task failed: {e}")))?
+    Ok(ctx.process.memory())
 }
 
 /// The memory tools.
@@ -104,11 +98,8 @@ pub(crate) fn tools() -> Vec<Tool> {
             |RememberArgs { text, scope }, ctx: ToolContext| async move {
                 let scope = scope_of(&ctx, scope.as_deref(), &text)?;
                 let by = Author::of(&ctx.turn.authority);
-                with_memory(&ctx, move |m| {
-                    let entry = m.remember(&scope, &text, &by).map_err(ToolError::from)?;
-                    Ok(format!("remembered: {entry}"))
-                })
-                .await
+                let entry = memory_of(&ctx)?.remember(&scope, &text, &by).await?;
+                Ok(format!("remembered: {entry}"))
             },
         ),
         Tool::reaching(
@@ -120,14 +111,11 @@ pub(crate) fn tools() -> Vec<Tool> {
             |RememberArgs { text, scope }, ctx: ToolContext| async move {
                 let scope = scope_of(&ctx, scope.as_deref(), &text)?;
                 let by = Author::of(&ctx.turn.authority);
-                with_memory(&ctx, move |m| {
-                    let gone = m.forget(&scope, &text, &by).map_err(ToolError::from)?;
-                    Ok(match gone.len() {
-                        0 => "nothing matched".to_owned(),
-                        n => format!("forgot {n}: {}", gone.join("; ")),
-                    })
+                let gone = memory_of(&ctx)?.forget(&scope, &text, &by).await?;
+                Ok(match gone.len() {
+                    0 => "nothing matched".to_owned(),
+                    n => format!("forgot {n}: {}", gone.join("; ")),
                 })
-                .await
             },
         ),
         Tool::new(
@@ -136,7 +124,7 @@ pub(crate) fn tools() -> Vec<Tool> {
             "Lists the entries of the global memory (owners) and of this chat's memory.",
             |_: NoArgs, ctx: ToolContext| async move {
                 let scopes = readable(&ctx);
-                with_memory(&ctx, move |m| Ok(listing(&m, &scopes, ""))).await
+                Ok(listing(&memory_of(&ctx)?, &scopes, "").await)
             },
         ),
         Tool::new(
@@ -148,11 +136,9 @@ pub(crate) fn tools() -> Vec<Tool> {
             |LessonArgs { text }, ctx: ToolContext| async move {
                 let scope = scope_of(&ctx, None, &text)?;
                 let by = Author::of(&ctx.turn.authority);
-                with_memory(&ctx, move |m| {
-                    let entry = m.remember(&scope, &format!("lesson: {}", text.trim()), &by)?;
-                    Ok(format!("remembered: {entry}"))
-                })
-                .await
+                let lesson = format!("lesson: {}", text.trim());
+                let entry = memory_of(&ctx)?.remember(&scope, &lesson, &by).await?;
+                Ok(format!("remembered: {entry}"))
             },
         ),
         Tool::new(
@@ -164,14 +150,11 @@ pub(crate) fn tools() -> Vec<Tool> {
             |CheckpointArgs { text }, ctx: ToolContext| async move {
                 let session = ctx.session_id().to_owned();
                 let by = Author::of(&ctx.turn.authority);
-                with_memory(&ctx, move |m| {
-                    let kept = m.set_checkpoint(&session, &text, &by)?;
-                    Ok(match kept.is_empty() {
-                        true => "checkpoint cleared".to_owned(),
-                        false => format!("checkpoint saved ({} bytes)", kept.len()),
-                    })
+                let memory = memory_of(&ctx)?;
+                Ok(match memory.set_checkpoint(&session, &text, &by).await? {
+                    kept if kept.is_empty() => "checkpoint cleared".to_owned(),
+                    kept => format!("checkpoint saved ({} bytes)", kept.len()),
                 })
-                .await
             },
         ),
         Tool::new(
@@ -180,25 +163,21 @@ pub(crate) fn tools() -> Vec<Tool> {
             "The remembered entries containing the query (ignoring case).",
             |SearchArgs { query }, ctx: ToolContext| async move {
                 let scopes = readable(&ctx);
-                with_memory(&ctx, move |m| Ok(listing(&m, &scopes, &query))).await
+                Ok(listing(&memory_of(&ctx)?, &scopes, &query).await)
             },
         ),
     ]
 }
 
 /// `<scope>: <entry>` per entry of `scopes` containing `query` (all when empty).
-fn listing(memory: &Memory, scopes: &[(&str, memory::Scope)], query: &str) -> String {
+async fn listing(memory: &Memory, scopes: &[(&str, memory::Scope)], query: &str) -> String {
     let needle = query.trim().to_lowercase();
-    let rows: Vec<String> = scopes
-        .iter()
-        .flat_map(|(name, scope)| {
-            memory
-                .list(scope)
-                .into_iter()
-                .filter(|e| e.to_lowercase().contains(&needle))
-                .map(move |e| format!("{name}: {e}"))
-        })
-        .collect();
+    let mut rows: Vec<String> = Vec::new();
+    for (name, scope) in scopes {
+        let entries = memory.list(scope).await.into_iter();
+        let found = entries.filter(|e| e.to_lowercase().contains(&needle));
+        rows.extend(found.map(|e| format!("{name}: {e}")));
+    }
     if rows.is_empty() {
         "(nothing remembered)".to_owned()
     } else {
@@ -221,6 +200,7 @@ mod tests {
         let memory = Memory::new(&settings.home);
         memory
             .remember(&memory::Scope::Global, "owner secret", &Author::Owner)
+            .await
             .unwrap();
         let mut guest = Authority::terminal();
         guest.role = Role::Guest;
@@ -236,6 +216,6 @@ mod tests {
         assert_eq!(kept.unwrap(), "remembered: [guest] likes tea");
         let listed = call(json!({}), "memory.list").await.unwrap();
         assert_eq!(listed, "chat: [guest] likes tea");
-        assert_eq!(memory.list(&memory::Scope::Global), ["owner secret"]);
+        assert_eq!(memory.list(&memory::Scope::Global).await, ["owner secret"]);
     }
 }

@@ -106,10 +106,7 @@ pub(crate) fn tools() -> Vec<Tool> {
             "This session's model calls today and this month: tokens, the share of the input \
              read from the provider's cache, and the cost when the model is priced.",
             |_: NoArgs, ctx: ToolContext| async move {
-                let (ledger, session) = (ctx.process.usage.clone(), ctx.session_id().to_owned());
-                let totals = tokio::task::spawn_blocking(move || ledger.session_totals(&session))
-                    .await
-                    .map_err(|e| ToolError::new(e.to_string()))??;
+                let totals = ctx.process.usage.session_totals(ctx.session_id()).await?;
                 Ok(crate::usage::session_text(
                     ctx.session_id(),
                     &totals.0,

@@ -10,16 +10,14 @@
 //! jobs of a `BUB_HOME` ([`MAX_JOBS`]), counted under the store's lock: concurrent adds cannot
 //! pass a limit together. A limit that stops a call is a refusal (`tool.refused` on the tape).
 
-use std::sync::Arc;
-
 use chrono::Utc;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
 use super::registry::NoArgs;
 use super::{Tool, ToolContext, ToolError};
+use crate::scheduler::CHANGED;
 use crate::scheduler::job::{self, Job, MAX_JOBS, TriggerSpec, local_time};
-use crate::scheduler::{CHANGED, JobStore};
 
 #[derive(Deserialize, JsonSchema)]
 struct AddArgs {
@@ -46,17 +44,6 @@ struct AddArgs {
 struct RemoveArgs {
     /// The job id
     job_id: String,
-}
-
-/// Runs a store operation off the async threads (file I/O under a lock).
-async fn with_store<R: Send + 'static>(
-    ctx: &ToolContext,
-    f: impl FnOnce(Arc<dyn JobStore>) -> Result<R, ToolError> + Send + 'static,
-) -> Result<R, ToolError> {
-    let store = ctx.process.jobs();
-    tokio::task::spawn_blocking(move || f(store))
-        .await
-        .map_err(|e| ToolError::new(format!("schedule task failed: {e}")))?
 }
 
 async fn add(args: AddArgs, ctx: ToolContext) -> Result<String, ToolError> {
@@ -109,37 +96,34 @@ async fn add(args: AddArgs, ctx: ToolContext) -> Result<String, ToolError> {
         job.id,
         job.next_run.map_or_else(|| "-".to_owned(), local_time)
     );
-    with_store(&ctx, move |store| {
-        store
-            .change(|jobs| {
-                if jobs.len() >= MAX_JOBS {
-                    return Err(ToolError::new(format!(
-                        "there are already {MAX_JOBS} scheduled jobs (the limit for one \
+    ctx.process
+        .jobs()
+        .change(move |jobs| {
+            if jobs.len() >= MAX_JOBS {
+                return Err(ToolError::new(format!(
+                    "there are already {MAX_JOBS} scheduled jobs (the limit for one \
                          BUB_HOME); remove some first"
-                    )));
-                }
-                let same =
-                    |j: &&Job| j.session == job.session && j.recorded_authority().role == role;
-                if jobs.iter().filter(same).count() >= limits.per_session {
-                    return Err(ToolError::Refused(format!(
-                        "this chat already has {} scheduled jobs created by {role}s (the limit \
+                )));
+            }
+            let same = |j: &&Job| j.session == job.session && j.recorded_authority().role == role;
+            if jobs.iter().filter(same).count() >= limits.per_session {
+                return Err(ToolError::Refused(format!(
+                    "this chat already has {} scheduled jobs created by {role}s (the limit \
                          for {role}s); remove one first (schedule.list, schedule.remove)",
-                        limits.per_session
-                    )));
-                }
-                jobs.push(job);
-                Ok(())
-            })
-            .map_err(ToolError::from)?
-    })
-    .await?;
+                    limits.per_session
+                )));
+            }
+            jobs.push(job);
+            Ok(())
+        })
+        .await??;
     CHANGED.notify_one();
     Ok(text)
 }
 
 async fn list(ctx: ToolContext) -> Result<String, ToolError> {
     let session = ctx.chat_session().to_string();
-    let jobs = with_store(&ctx, |store| store.list().map_err(ToolError::from)).await?;
+    let jobs = ctx.process.jobs().list().await?;
     let rows: Vec<String> = jobs
         .iter()
         .filter(|j| j.session == session)
@@ -166,25 +150,24 @@ async fn remove(args: RemoveArgs, ctx: ToolContext) -> Result<String, ToolError>
     let session = ctx.chat_session().to_string();
     let own_only = ctx.turn.policy.jobs().own_jobs_only;
     let who = ctx.turn.authority.clone();
-    let removal = with_store(&ctx, {
-        let id = id.clone();
-        move |store| {
-            store
-                .change(|jobs| {
-                    let Some(at) = jobs.iter().position(|j| j.id == id && j.session == session)
-                    else {
-                        return Removal::NotFound;
-                    };
-                    if own_only && !jobs[at].created_by(&who) {
-                        return Removal::NotTheirs;
-                    }
-                    jobs.remove(at);
-                    Removal::Removed
-                })
-                .map_err(ToolError::from)
-        }
-    })
-    .await?;
+    let wanted = id.clone();
+    let removal = ctx
+        .process
+        .jobs()
+        .change(move |jobs| {
+            let Some(at) = jobs
+                .iter()
+                .position(|j| j.id == wanted && j.session == session)
+            else {
+                return Removal::NotFound;
+            };
+            if own_only && !jobs[at].created_by(&who) {
+                return Removal::NotTheirs;
+            }
+            jobs.remove(at);
+            Removal::Removed
+        })
+        .await?;
     match removal {
         Removal::Removed => {
             CHANGED.notify_one();
@@ -295,10 +278,9 @@ mod tests {
             )
         }
 
-        fn jobs(&self) -> Vec<Job> {
-            crate::scheduler::store::open(&self.settings.home, None)
-                .list()
-                .unwrap()
+        async fn jobs(&self) -> Vec<Job> {
+            let store = crate::scheduler::store::open(&self.settings.home, None);
+            store.list().await.unwrap()
         }
     }
 
@@ -350,7 +332,7 @@ mod tests {
             );
         }
         assert_eq!(refusals(&guest), 5, "each refusal is on the tape");
-        assert!(home.jobs().is_empty());
+        assert!(home.jobs().await.is_empty());
 
         // Five jobs at the limits are fine; the sixth is refused and nothing is stored.
         let fine = [
@@ -372,7 +354,7 @@ mod tests {
                     .into()
             )
         );
-        assert_eq!(home.jobs().len(), 5);
+        assert_eq!(home.jobs().await.len(), 5);
         // Another guest in the same chat shares the guests' five; the owner has their own.
         let other = home.turn("telegram:5", user(Role::Guest, &["51"]), TurnOrigin::Asked);
         assert!(
@@ -396,7 +378,7 @@ mod tests {
         )
         .await
         .unwrap();
-        assert_eq!(home.jobs().len(), 7);
+        assert_eq!(home.jobs().await.len(), 7);
     }
 
     const GUEST_JOBS_BYTES: usize = crate::access::policy::GUEST_JOBS.message_bytes;
@@ -430,9 +412,9 @@ mod tests {
         // With room in the chat again, jobs of other sessions fill the home up to its limit.
         let removed = call(&owner, "schedule.remove", json!({"job_id": first.unwrap()}));
         removed.await.unwrap();
-        let template = home.jobs().remove(0);
+        let template = home.jobs().await.remove(0);
         store
-            .change(|jobs| {
+            .change(move |jobs| {
                 for n in jobs.len()..MAX_JOBS {
                     let mut job = template.clone();
                     job.id = format!("fill{n:04}");
@@ -440,6 +422,7 @@ mod tests {
                     jobs.push(job);
                 }
             })
+            .await
             .unwrap();
         let err = call(
             &owner,
@@ -456,7 +439,7 @@ mod tests {
                     .into()
             )
         );
-        assert_eq!(home.jobs().len(), MAX_JOBS);
+        assert_eq!(home.jobs().await.len(), MAX_JOBS);
     }
 
     #[tokio::test]
@@ -490,7 +473,7 @@ mod tests {
             "a batch has no more rights than each of its senders"
         );
         assert_eq!(refusals(&ann), 3);
-        assert_eq!(home.jobs().len(), 3);
+        assert_eq!(home.jobs().await.len(), 3);
         let elsewhere = home.turn("telegram:7", user(Role::Owner, &["42"]), TurnOrigin::Asked);
         assert_eq!(
             remove(&elsewhere, &anns).await.unwrap_err(),
@@ -505,7 +488,7 @@ mod tests {
             remove(&owner, &bobs).await.unwrap(),
             format!("removed: {bobs}")
         );
-        let left: Vec<String> = home.jobs().into_iter().map(|j| j.id).collect();
+        let left: Vec<String> = home.jobs().await.into_iter().map(|j| j.id).collect();
         assert_eq!(left, [owners]);
     }
 
@@ -527,7 +510,7 @@ mod tests {
             "{err}"
         );
         assert_eq!(refusals(&run), 1);
-        assert!(home.jobs().is_empty());
+        assert!(home.jobs().await.is_empty());
         assert_eq!(
             call(&run, "schedule.list", json!({})).await.unwrap(),
             "(no scheduled jobs)"
@@ -545,7 +528,7 @@ mod tests {
         )
         .await
         .unwrap();
-        let jobs = home.jobs();
+        let jobs = home.jobs().await;
         assert_eq!(jobs[0].creator.as_ref().unwrap().senders[0].id, "42");
         assert!(
             jobs[0].row(true).contains(" by=owner (telegram:42) "),

@@ -1,27 +1,60 @@
 //! The usage ledger in the replicas' database (`bub_usage`): a row per call, summed by the
 //! database when a budget is checked or a report asked for, so every replica's calls count
-//! against the same daily budgets. Blocking, like the file ledger: call it on the blocking pool.
+//! against the same daily budgets.
 
 use std::sync::Arc;
 
 use chrono::NaiveDate;
 
-use super::{Entry, Purpose};
+use super::{Entry, Purpose, Totals, UsageStore};
+use crate::config::Prices;
 use crate::db::{Cached, Database};
+
+/// The ledger in the replicas' database.
+pub(crate) struct PgUsage {
+    pub(super) db: Arc<Database>,
+    pub(super) prices: Prices,
+}
+
+#[async_trait::async_trait]
+impl UsageStore for PgUsage {
+    async fn record(&self, _today: NaiveDate, entry: Entry) -> anyhow::Result<()> {
+        record(&self.db, entry, None).await.map(drop)
+    }
+
+    async fn today(&self, today: NaiveDate, session: &str) -> anyhow::Result<(Totals, Totals)> {
+        let (mut all, mut chat) = (Totals::default(), Totals::default());
+        for entry in entries(&self.db, today, today, None).await? {
+            all.add(&entry, &self.prices);
+            if entry.session == session {
+                chat.add(&entry, &self.prices);
+            }
+        }
+        Ok((all, chat))
+    }
+
+    async fn entries(
+        &self,
+        since: NaiveDate,
+        until: NaiveDate,
+        session: Option<&str>,
+    ) -> anyhow::Result<Vec<Entry>> {
+        entries(&self.db, since, until, session).await
+    }
+}
 
 /// The columns of an entry, summed over a group.
 const SUMS: &str = "sum(input)::bigint, sum(cache_read)::bigint, sum(cache_write)::bigint, \
                     sum(output)::bigint, sum(estimated)::bigint, sum(calls)::bigint";
 
 /// Adds one call's row (`import_key`: an imported line's key, stored once).
-pub(super) fn record(
-    db: &Arc<Database>,
-    entry: &Entry,
+pub(super) async fn record(
+    db: &Database,
+    entry: Entry,
     import_key: Option<String>,
 ) -> anyhow::Result<bool> {
-    let entry = entry.clone();
     let pool = db.pool();
-    db.block_on(async move {
+    db.run(async move {
         let client = crate::db::client(&pool).await?;
         let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         let added = client
@@ -47,19 +80,20 @@ pub(super) fn record(
             .await?;
         Ok(added == 1)
     })
+    .await
 }
 
 /// The entries from `since` to `until` (inclusive), of `session` or all, summed per day,
 /// session, purpose and model.
-pub(super) fn entries(
-    db: &Arc<Database>,
+async fn entries(
+    db: &Database,
     since: NaiveDate,
     until: NaiveDate,
     session: Option<&str>,
 ) -> anyhow::Result<Vec<Entry>> {
     let session = session.map(str::to_owned);
     let pool = db.pool();
-    db.block_on(async move {
+    db.run(async move {
         let client = crate::db::client(&pool).await?;
         let sql = format!(
             "SELECT day, session, purpose, model, {SUMS} FROM bub_usage \
@@ -86,6 +120,7 @@ pub(super) fn entries(
             })
             .collect())
     })
+    .await
 }
 
 fn purpose_name(purpose: Purpose) -> &'static str {

@@ -141,9 +141,9 @@ fn owned(dir: &Path) -> bool {
 }
 
 /// Waits until `holds` is true, looking again after each 10 ms of virtual time (bounded).
-async fn until(what: &str, mut holds: impl FnMut() -> bool) {
+async fn until<F: std::future::Future<Output = bool>>(what: &str, mut holds: impl FnMut() -> F) {
     let waited = bounded(async {
-        while !holds() {
+        while !holds().await {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     })
@@ -153,9 +153,11 @@ async fn until(what: &str, mut holds: impl FnMut() -> bool) {
     }
 }
 
-fn add_once(store: &dyn JobStore, id: &str, at: DateTime<Utc>) {
+async fn add_once(store: &dyn JobStore, id: &str, at: DateTime<Utc>) {
+    let id = id.to_owned();
     store
-        .change(|jobs| jobs.push(job(id, once(at), Some(at))))
+        .change(move |jobs| jobs.push(job(&id, once(at), Some(at))))
+        .await
         .unwrap();
 }
 
@@ -172,24 +174,24 @@ async fn owner_fires_due_jobs_added_by_other_processes() {
     let clock = Arc::new(TokioClock::new());
     let recorder = Recorder::new(&clock);
     let scheduler = Running::start(dir.path(), &recorder);
-    until("the scheduler is the owner", || owned(dir.path())).await;
+    until("the scheduler is the owner", || async { owned(dir.path()) }).await;
     // Added "by another process": only the file changes, nobody notifies the owner.
     let due = clock.now() + chrono::Duration::milliseconds(700);
-    add_once(&*store, "a", due);
+    add_once(&*store, "a", due).await;
     recorder.wait_for(1).await;
     let run = recorder.run(0);
     assert_eq!((run.0.as_str(), run.1), ("a", due));
     on_time(&run, chrono::Duration::milliseconds(1500));
     // The run is finished on disk: a one-shot job is gone.
-    until("the job is removed after its run", || {
-        store.list().unwrap().is_empty()
+    until("the job is removed after its run", || async {
+        store.list().await.unwrap().is_empty()
     })
     .await;
 
     // The owner has read the store since its last change: a job added now is seen only through
     // the store's version, within a second.
     let due = clock.now() + chrono::Duration::milliseconds(300);
-    add_once(&*store, "b", due);
+    add_once(&*store, "b", due).await;
     recorder.wait_for(2).await;
     let run = recorder.run(1);
     assert_eq!((run.0.as_str(), run.1), ("b", due));
@@ -205,7 +207,7 @@ async fn two_schedulers_on_one_home_fire_each_job_once_and_the_standby_takes_ove
     let clock = Arc::new(TokioClock::new());
     let (first, second) = (Recorder::new(&clock), Recorder::new(&clock));
     let first_scheduler = Running::start(dir.path(), &first);
-    until("the first is the owner", || owned(dir.path())).await;
+    until("the first is the owner", || async { owned(dir.path()) }).await;
     let second_scheduler = Running::start(dir.path(), &second);
     let now = clock.now();
     for i in 0..5 {
@@ -213,14 +215,15 @@ async fn two_schedulers_on_one_home_fire_each_job_once_and_the_standby_takes_ove
             &*store,
             &format!("j{i}"),
             now + chrono::Duration::milliseconds(300),
-        );
+        )
+        .await;
     }
     first.wait_for(5).await;
     assert!(second.ids().is_empty(), "the standby fired nothing");
 
     // The owner exits; the standby takes over within its retry period and fires new jobs.
     first_scheduler.stop().await;
-    add_once(&*store, "after", clock.now());
+    add_once(&*store, "after", clock.now()).await;
     second.wait_for(1).await;
     assert_eq!(second.ids(), ["after"]);
     assert_eq!(first.ids().len(), 5, "each job fired exactly once");
@@ -241,8 +244,11 @@ async fn a_claimed_run_does_not_fire_again_after_a_restart() {
     );
     every_job.next_run = every_job.trigger.next_after(now);
     every_job.last_status = Some(RunStatus::Running);
-    store.change(|jobs| jobs.push(every_job)).unwrap();
-    add_once(&*store, "missed", now - chrono::Duration::hours(2));
+    store
+        .change(move |jobs| jobs.push(every_job))
+        .await
+        .unwrap();
+    add_once(&*store, "missed", now - chrono::Duration::hours(2)).await;
 
     let recorder = Recorder::new(&clock);
     let scheduler = Running::start(dir.path(), &recorder);
@@ -256,7 +262,7 @@ async fn a_claimed_run_does_not_fire_again_after_a_restart() {
         ["missed"],
         "caught up once; the interrupted run not repeated"
     );
-    let jobs = store.list().unwrap();
+    let jobs = store.list().await.unwrap();
     assert_eq!(jobs.len(), 1);
     assert_eq!(jobs[0].last_status, Some(RunStatus::Interrupted));
     scheduler.stop().await;
@@ -298,6 +304,7 @@ async fn a_valid_job_fires_next_to_a_rejected_one() {
     on_time(&run, chrono::Duration::milliseconds(1500));
     let rejected: Vec<String> = store
         .rejected()
+        .await
         .unwrap()
         .iter()
         .map(|r| r.id().unwrap().to_owned())

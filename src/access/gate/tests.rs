@@ -151,6 +151,7 @@ async fn a_paired_user_is_admitted_with_the_role_approved() {
     let paired = gate
         .access
         .approve("telegram", &code, Some(Role::Guest), chrono::Utc::now())
+        .await
         .unwrap();
     assert_eq!(paired.user_id, "42");
     // Approved in another process (`bub pair approve`): the next message is admitted.
@@ -158,7 +159,7 @@ async fn a_paired_user_is_admitted_with_the_role_approved() {
         gate.decide("telegram", group("-100"), user("42")).await,
         Decision::Admit(Role::Guest)
     );
-    gate.access.revoke("telegram", "42").unwrap();
+    gate.access.revoke("telegram", "42").await.unwrap();
     assert_eq!(
         gate.decide("telegram", group("-100"), user("42")).await,
         STRANGER
@@ -179,7 +180,7 @@ async fn a_stranger_gets_one_code_an_hour_and_a_flood_gives_way() {
         let id = format!("9{n}");
         code_text(gate.decide("telegram", private(&id), user(&id)).await);
     }
-    let pending = gate.access.pending(chrono::Utc::now());
+    let pending = gate.access.pending(chrono::Utc::now()).await;
     assert_eq!(pending.len(), MAX_PENDING, "the oldest gave way");
     assert!(pending.iter().all(|p| p.user_id != "50"));
     assert_eq!(

@@ -103,14 +103,12 @@ impl ModelLoop<'_> {
         let memory = self.ctx.process.memory();
         let scope = crate::memory::Scope::Chat(self.ctx.session_id().to_owned());
         let by = crate::memory::Author::of(&self.ctx.turn.authority);
-        let kept = tokio::task::spawn_blocking(move || memory.remember(&scope, &lesson, &by)).await;
-        match kept {
-            Ok(Ok(lesson)) => {
+        match memory.remember(&scope, &lesson, &by).await {
+            Ok(lesson) => {
                 self.event(Event::MemoryLesson, json!({"lesson": lesson}))
                     .await
             }
-            Ok(Err(e)) => tracing::error!(error = %format!("{e:#}"), "memory.lesson.error"),
-            Err(e) => tracing::error!(error = %e, "memory.lesson.error"),
+            Err(e) => tracing::error!(error = %format!("{e:#}"), "memory.lesson.error"),
         }
     }
 

@@ -28,7 +28,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::{JobStore, Rejected, Version};
+use super::{Change, JobStore, Rejected, Version};
 use crate::scheduler::job::Job;
 use crate::storage::{self, Stamp};
 
@@ -89,42 +89,24 @@ pub(crate) struct FileJobStore {
     rejected_path: PathBuf,
 }
 
+#[async_trait::async_trait]
 impl JobStore for FileJobStore {
-    /// Reads `jobs.json` under the lock (a missing file is no jobs).
-    fn load(&self) -> anyhow::Result<(Vec<Job>, Version)> {
-        let _lock = self.lock()?;
-        let jobs = self.read()?.jobs;
-        Ok((jobs, self.current()))
+    async fn load(&self) -> anyhow::Result<(Vec<Job>, Version)> {
+        self.blocking(|store| store.load_now()).await
     }
 
-    /// Read, change and atomic replace of `jobs.json`, all under the exclusive lock on
-    /// `jobs.lock`.
-    fn update(&self, change: &mut dyn FnMut(&mut Vec<Job>)) -> anyhow::Result<Version> {
-        let _lock = self.lock()?;
-        let Read { mut jobs, kept } = self.read()?;
-        let before = jobs.clone();
-        change(&mut jobs);
-        if jobs != before {
-            self.write(&jobs, &kept)?;
-        }
+    async fn update(&self, change: Change) -> anyhow::Result<Version> {
+        self.blocking(move |store| store.update_now(change)).await
+    }
+
+    /// A `stat` of `jobs.json` (cheap enough for an async thread); never fails (a file that
+    /// cannot be seen is "no file").
+    async fn version(&self) -> anyhow::Result<Version> {
         Ok(self.current())
     }
 
-    /// A `stat` of `jobs.json`; never fails (a file that cannot be seen is "no file").
-    fn version(&self) -> anyhow::Result<Version> {
-        Ok(self.current())
-    }
-
-    /// Reads `jobs.rejected.json` under the lock (none when it does not exist). A file that does
-    /// not parse is an error here (it is moved aside only when a job is next set aside).
-    fn rejected(&self) -> anyhow::Result<Vec<Rejected>> {
-        let _lock = self.lock()?;
-        match read_rejected(&self.rejected_path)? {
-            None => Ok(Vec::new()),
-            Some(parsed) => Ok(parsed
-                .with_context(|| format!("{} does not parse", self.rejected_path.display()))?
-                .rejected),
-        }
+    async fn rejected(&self) -> anyhow::Result<Vec<Rejected>> {
+        self.blocking(|store| store.rejected_now()).await
     }
 
     fn location(&self) -> String {
@@ -137,6 +119,47 @@ impl JobStore for FileJobStore {
 }
 
 impl FileJobStore {
+    /// Runs `f` on the store on the blocking pool.
+    async fn blocking<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&FileJobStore) -> anyhow::Result<R> + Send + 'static,
+    ) -> anyhow::Result<R> {
+        let store = self.clone();
+        crate::storage::blocking(move || f(&store)).await
+    }
+
+    /// Reads `jobs.json` under the lock (a missing file is no jobs).
+    pub(super) fn load_now(&self) -> anyhow::Result<(Vec<Job>, Version)> {
+        let _lock = self.lock()?;
+        let jobs = self.read()?.jobs;
+        Ok((jobs, self.current()))
+    }
+
+    /// Read, change and atomic replace of `jobs.json`, all under the exclusive lock on
+    /// `jobs.lock`.
+    fn update_now(&self, change: Change) -> anyhow::Result<Version> {
+        let _lock = self.lock()?;
+        let Read { mut jobs, kept } = self.read()?;
+        let before = jobs.clone();
+        change(&mut jobs);
+        if jobs != before {
+            self.write(&jobs, &kept)?;
+        }
+        Ok(self.current())
+    }
+
+    /// Reads `jobs.rejected.json` under the lock (none when it does not exist). A file that does
+    /// not parse is an error here (it is moved aside only when a job is next set aside).
+    fn rejected_now(&self) -> anyhow::Result<Vec<Rejected>> {
+        let _lock = self.lock()?;
+        match read_rejected(&self.rejected_path)? {
+            None => Ok(Vec::new()),
+            Some(parsed) => Ok(parsed
+                .with_context(|| format!("{} does not parse", self.rejected_path.display()))?
+                .rejected),
+        }
+    }
+
     /// The store of `home` (`BUB_HOME`).
     pub(crate) fn new(home: &Path) -> Self {
         Self {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use deadpool_postgres::GenericClient;
 
-use super::{JobStore, Rejected, Version};
+use super::{Change, JobStore, Rejected, Version};
 use crate::db::{self, Database};
 use crate::scheduler::job::Job;
 
@@ -111,89 +111,90 @@ fn version(n: i64) -> Version {
     Version::counter(n as u64)
 }
 
+#[async_trait::async_trait]
 impl JobStore for PgJobStore {
-    fn load(&self) -> anyhow::Result<(Vec<Job>, Version)> {
-        let mut read = self.read()?;
+    async fn load(&self) -> anyhow::Result<(Vec<Job>, Version)> {
+        let mut read = self.read().await?;
         if !read.bad.is_empty() {
             // Rows that cannot run: an update that changes nothing sets them aside.
-            self.update(&mut |_| {})?;
-            read = self.read()?;
+            self.update(Box::new(|_| {})).await?;
+            read = self.read().await?;
         }
         Ok((read.jobs, version(read.version)))
     }
 
-    fn update(&self, change: &mut dyn FnMut(&mut Vec<Job>)) -> anyhow::Result<Version> {
-        // The transaction runs on the database's runtime; `change` (borrowed, not `Send`) runs
-        // here, between its read and its write: the jobs come here and the changed ones go back.
-        let (ask, asked) = std::sync::mpsc::sync_channel::<Vec<Job>>(1);
-        let (answer, answered) = std::sync::mpsc::sync_channel::<Option<Vec<Job>>>(1);
+    async fn update(&self, change: Change) -> anyhow::Result<Version> {
         let pool = self.db.pool();
-        let transaction = self.db.start(async move {
-            let mut client = db::client(&pool).await?;
-            let tx = client.transaction().await?;
-            tx.execute("SELECT 1 FROM bub_jobs_state FOR UPDATE", &[])
-                .await?;
-            let Read {
-                version: mut after,
-                jobs,
-                bad,
-            } = read(&tx).await?;
-            if !bad.is_empty() {
-                set_aside(&tx, &bad).await?;
-                after += 1;
-            }
-            ask.send(jobs)?;
-            // No answer (the change panicked): nothing is written.
-            if let Some(jobs) = tokio::task::spawn_blocking(move || answered.recv()).await?? {
-                write(&tx, &jobs).await?;
-                after += 1;
-            }
-            tx.commit().await?;
-            Ok(after)
-        });
-        // Called exactly once when the jobs could be read, not at all otherwise.
-        if let Ok(mut jobs) = asked.recv() {
-            let before = jobs.clone();
-            change(&mut jobs);
-            let _ = answer.send((jobs != before).then_some(jobs));
-        }
-        Ok(version(transaction.wait()?))
+        let after = self
+            .db
+            .run(async move {
+                let mut client = db::client(&pool).await?;
+                let tx = client.transaction().await?;
+                tx.execute("SELECT 1 FROM bub_jobs_state FOR UPDATE", &[])
+                    .await?;
+                let Read {
+                    version: mut after,
+                    mut jobs,
+                    bad,
+                } = read(&tx).await?;
+                if !bad.is_empty() {
+                    set_aside(&tx, &bad).await?;
+                    after += 1;
+                }
+                // Called exactly once when the jobs could be read, not at all otherwise.
+                let before = jobs.clone();
+                change(&mut jobs);
+                if jobs != before {
+                    write(&tx, &jobs).await?;
+                    after += 1;
+                }
+                tx.commit().await?;
+                Ok(after)
+            })
+            .await?;
+        Ok(version(after))
     }
 
-    fn version(&self) -> anyhow::Result<Version> {
+    async fn version(&self) -> anyhow::Result<Version> {
         let pool = self.db.pool();
-        let n = self.db.block_on(async move {
-            let client = db::client(&pool).await?;
-            let row = client
-                .query_one("SELECT version FROM bub_jobs_state", &[])
-                .await?;
-            Ok(row.get::<_, i64>(0))
-        })?;
+        let n = self
+            .db
+            .run(async move {
+                let client = db::client(&pool).await?;
+                let row = client
+                    .query_one("SELECT version FROM bub_jobs_state", &[])
+                    .await?;
+                Ok(row.get::<_, i64>(0))
+            })
+            .await?;
         Ok(version(n))
     }
 
-    fn rejected(&self) -> anyhow::Result<Vec<Rejected>> {
+    async fn rejected(&self) -> anyhow::Result<Vec<Rejected>> {
         let pool = self.db.pool();
-        self.db.block_on(async move {
-            let client = db::client(&pool).await?;
-            let rows = client
-                .query(
-                    "SELECT job, reason, rejected_at FROM bub_jobs_rejected ORDER BY seq",
-                    &[],
-                )
-                .await?;
-            Ok(rows
-                .iter()
-                .map(|r| {
-                    let text: String = r.get(0);
-                    Rejected {
-                        job: serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
-                        reason: r.get(1),
-                        rejected_at: r.get(2),
-                    }
-                })
-                .collect())
-        })
+        self.db
+            .run(async move {
+                let client = db::client(&pool).await?;
+                let rows = client
+                    .query(
+                        "SELECT job, reason, rejected_at FROM bub_jobs_rejected ORDER BY seq",
+                        &[],
+                    )
+                    .await?;
+                Ok(rows
+                    .iter()
+                    .map(|r| {
+                        let text: String = r.get(0);
+                        Rejected {
+                            job: serde_json::from_str(&text)
+                                .unwrap_or(serde_json::Value::String(text)),
+                            reason: r.get(1),
+                            rejected_at: r.get(2),
+                        }
+                    })
+                    .collect())
+            })
+            .await
     }
 
     fn location(&self) -> String {
@@ -207,9 +208,10 @@ impl JobStore for PgJobStore {
 
 impl PgJobStore {
     /// The counter and the jobs, as stored now.
-    fn read(&self) -> anyhow::Result<Read> {
+    async fn read(&self) -> anyhow::Result<Read> {
         let pool = self.db.pool();
         self.db
-            .block_on(async move { read(&db::client(&pool).await?).await })
+            .run(async move { read(&db::client(&pool).await?).await })
+            .await
     }
 }

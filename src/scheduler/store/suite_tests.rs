@@ -17,75 +17,83 @@ fn ids(jobs: &[Job]) -> Vec<&str> {
     jobs.iter().map(|j| j.id.as_str()).collect()
 }
 
-fn suite(store: &Arc<dyn JobStore>) {
+async fn suite(store: &Arc<dyn JobStore>) {
     let now = Utc::now();
-    let (jobs, empty) = store.load().unwrap();
+    let (jobs, empty) = store.load().await.unwrap();
     assert!(jobs.is_empty());
-    assert_eq!(store.version().unwrap(), empty);
-    assert!(store.rejected().unwrap().is_empty());
+    assert_eq!(store.version().await.unwrap(), empty);
+    assert!(store.rejected().await.unwrap().is_empty());
 
     // A change is stored whole, in order, under a new version.
     let later = now + chrono::Duration::hours(1);
     let (n, added) = store
-        .change_versioned(|jobs| {
+        .change_versioned(move |jobs| {
             jobs.push(job("later", later));
             jobs.push(job("sooner", now));
             jobs.len()
         })
+        .await
         .unwrap();
     assert_eq!(n, 2);
     assert_ne!(added, empty);
-    assert_eq!(store.version().unwrap(), added);
-    let (jobs, read_at) = store.load().unwrap();
+    assert_eq!(store.version().await.unwrap(), added);
+    let (jobs, read_at) = store.load().await.unwrap();
     assert_eq!(ids(&jobs), ["later", "sooner"]);
     assert_eq!(jobs[0], job("later", later), "read back as written");
     assert_eq!(read_at, added);
-    assert_eq!(ids(&store.list().unwrap()), ["sooner", "later"]);
+    assert_eq!(ids(&store.list().await.unwrap()), ["sooner", "later"]);
 
     // A change that changes nothing stores nothing.
-    let ((), same) = store.change_versioned(|_| ()).unwrap();
+    let ((), same) = store.change_versioned(|_| ()).await.unwrap();
     assert_eq!(same, added);
 
-    // Concurrent changes from many threads: none lost.
-    std::thread::scope(|s| {
-        for t in 0..6 {
+    // Concurrent changes from many tasks: none lost.
+    let writers: Vec<_> = (0..6)
+        .map(|t| {
             let store = store.clone();
-            s.spawn(move || {
+            tokio::spawn(async move {
                 for i in 0..8 {
+                    let id = format!("t{t}-{i}");
                     store
-                        .change(|jobs| jobs.push(job(&format!("t{t}-{i}"), later)))
+                        .change(move |jobs| jobs.push(job(&id, later)))
+                        .await
                         .unwrap();
                 }
-            });
-        }
-    });
-    assert_eq!(store.load().unwrap().0.len(), 2 + 6 * 8);
-    store.change(|jobs| jobs.clear()).unwrap();
-    assert!(store.list().unwrap().is_empty());
+            })
+        })
+        .collect();
+    for writer in writers {
+        writer.await.unwrap();
+    }
+    assert_eq!(store.load().await.unwrap().0.len(), 2 + 6 * 8);
+    store.change(|jobs| jobs.clear()).await.unwrap();
+    assert!(store.list().await.unwrap().is_empty());
 
     // 500 runs due at once, claimed by four schedulers at the same time: each exactly once.
     store
-        .change(|jobs| jobs.extend((0..500).map(|i| job(&format!("due-{i}"), now))))
+        .change(move |jobs| jobs.extend((0..500).map(|i| job(&format!("due-{i}"), now))))
+        .await
         .unwrap();
-    let claimed: Vec<String> = std::thread::scope(|s| {
-        let claimers: Vec<_> = (0..4)
-            .map(|_| {
-                let store = store.clone();
-                s.spawn(move || {
-                    let mut mine = Vec::new();
-                    for _ in 0..3 {
-                        let claims = store.change(|jobs| plan::claim_due(jobs, now)).unwrap();
-                        mine.extend(claims.into_iter().map(|c| c.job.id));
-                    }
-                    mine
-                })
+    let claimers: Vec<_> = (0..4)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut mine = Vec::new();
+                for _ in 0..3 {
+                    let claims = store
+                        .change(move |jobs| plan::claim_due(jobs, now))
+                        .await
+                        .unwrap();
+                    mine.extend(claims.into_iter().map(|c| c.job.id));
+                }
+                mine
             })
-            .collect();
-        claimers
-            .into_iter()
-            .flat_map(|c| c.join().unwrap())
-            .collect()
-    });
+        })
+        .collect();
+    let mut claimed: Vec<String> = Vec::new();
+    for claimer in claimers {
+        claimed.extend(claimer.await.unwrap());
+    }
     assert_eq!(claimed.len(), 500, "every due run claimed");
     assert_eq!(
         claimed.iter().collect::<HashSet<_>>().len(),
@@ -94,19 +102,19 @@ fn suite(store: &Arc<dyn JobStore>) {
     );
 }
 
-#[test]
-fn the_file_store_passes_the_suite() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_file_store_passes_the_suite() {
     let home = tempfile::tempdir().unwrap();
-    suite(&open(home.path(), None));
+    suite(&open(home.path(), None)).await;
 }
 
-#[test]
-fn the_postgres_store_passes_the_suite_and_sets_aside_a_job_that_cannot_run() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_postgres_store_passes_the_suite_and_sets_aside_a_job_that_cannot_run() {
     let db = Database::shared(&cluster::database()).unwrap();
-    db.migrate().unwrap();
+    db.migrate().await.unwrap();
     let home = tempfile::tempdir().unwrap();
     let store = open(home.path(), Some(&db));
-    suite(&store);
+    suite(&store).await;
     assert!(
         store.location().contains("bub_jobs"),
         "{}",
@@ -114,9 +122,9 @@ fn the_postgres_store_passes_the_suite_and_sets_aside_a_job_that_cannot_run() {
     );
 
     // A row edited by hand into something that cannot run.
-    let before = store.version().unwrap();
+    let before = store.version().await.unwrap();
     let pool = db.pool();
-    db.block_on(async move {
+    db.run(async move {
         let client = crate::db::client(&pool).await?;
         client
             .execute(
@@ -126,14 +134,15 @@ fn the_postgres_store_passes_the_suite_and_sets_aside_a_job_that_cannot_run() {
             .await?;
         Ok(())
     })
+    .await
     .unwrap();
-    let (jobs, after) = store.load().unwrap();
+    let (jobs, after) = store.load().await.unwrap();
     assert_eq!(jobs.len(), 500, "the others are read");
     assert!(!ids(&jobs).contains(&"broken"));
     assert_ne!(after, before);
-    let rejected = store.rejected().unwrap();
+    let rejected = store.rejected().await.unwrap();
     assert_eq!(rejected.len(), 1);
     assert_eq!(rejected[0].id(), Some("broken"));
     assert!(!rejected[0].reason.is_empty());
-    assert_eq!(store.load().unwrap().0.len(), 500, "set aside once");
+    assert_eq!(store.load().await.unwrap().0.len(), 500, "set aside once");
 }
