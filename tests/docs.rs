@@ -1,10 +1,12 @@
-//! The documentation holds together: the README stays a front door (at most 300 lines), and
+//! The documentation holds together: the README stays a front door (at most 300 lines) and
+//! ARCHITECTURE.md a short code map (at most 150), and
 //! every relative link in the Markdown files names a file that exists and, with `#anchor`, a
 //! heading of that file (GitHub's anchors: lower case, punctuation dropped, spaces as `-`).
 
 use std::path::PathBuf;
 
 const README_MAX_LINES: usize = 300;
+const ARCHITECTURE_MAX_LINES: usize = 150;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -80,12 +82,18 @@ fn relative_links(text: &str) -> Vec<String> {
 }
 
 #[test]
-fn the_readme_is_a_front_door() {
+fn the_readme_is_a_front_door_and_the_code_map_is_short() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let lines = readme.lines().count();
     assert!(
         lines <= README_MAX_LINES,
         "README.md has {lines} lines; move details to docs/"
+    );
+    let map = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let lines = map.lines().count();
+    assert!(
+        lines <= ARCHITECTURE_MAX_LINES,
+        "ARCHITECTURE.md has {lines} lines; details belong in the modules' doc comments"
     );
 }
 
