@@ -146,19 +146,26 @@ fn modules_use_only_their_layer_and_the_layers_above_and_form_no_cycle() {
     }
 }
 
+/// Every `.rs` file of `src/`: its path from the crate root and its text.
+fn sources() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let walker = ignore::WalkBuilder::new(root.join("src")).build();
+    walker
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "rs"))
+        .map(|e| {
+            let rel = e.path().strip_prefix(root).unwrap().display().to_string();
+            (rel, std::fs::read_to_string(e.path()).unwrap())
+        })
+        .collect()
+}
+
 /// Every way into a turn enters at the turn's first stage: the model loop is started by one
 /// place only, the built-in `run_model` stage, and only the turn module calls the stages.
 #[test]
 fn only_the_turn_pipeline_runs_the_model_loop() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut starters = BTreeSet::new();
-    for entry in ignore::WalkBuilder::new(root.join("src")).build().flatten() {
-        let path = entry.path();
-        if path.extension().is_none_or(|e| e != "rs") {
-            continue;
-        }
-        let text = std::fs::read_to_string(path).unwrap();
-        let rel = path.strip_prefix(root).unwrap().display().to_string();
+    for (rel, text) in sources() {
         if text.contains("ModelLoop::new(") {
             starters.insert(format!("{rel}: ModelLoop::new"));
         }
@@ -179,17 +186,10 @@ fn only_the_turn_pipeline_runs_the_model_loop() {
 /// Every queue is bounded: no unbounded channel anywhere in `src/`.
 #[test]
 fn every_queue_is_bounded() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut unbounded = Vec::new();
-    for entry in ignore::WalkBuilder::new(root.join("src")).build().flatten() {
-        let path = entry.path();
-        if path.extension().is_none_or(|e| e != "rs") {
-            continue;
-        }
-        let text = std::fs::read_to_string(path).unwrap();
-        if text.contains("unbounded_channel") || text.contains("UnboundedSender") {
-            unbounded.push(path.strip_prefix(root).unwrap().display().to_string());
-        }
-    }
+    let unbounded: Vec<String> = sources()
+        .into_iter()
+        .filter(|(_, text)| text.contains("unbounded_channel") || text.contains("UnboundedSender"))
+        .map(|(rel, _)| rel)
+        .collect();
     assert_eq!(unbounded, Vec::<String>::new());
 }
