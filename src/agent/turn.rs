@@ -22,7 +22,8 @@
 //!   told, and one that panics breaks neither the others nor the turn.
 //!
 //! A turn's outbound goes to the caller's [`Dispatch`] when it binds one (the bound router);
-//! without one the caller takes the [`TurnResult`] and shows it itself (`bub run`, `bub chat`).
+//! without one the caller takes the [`TurnResult`] and shows it itself (`bub run`, `bub chat`,
+//! and for now the session actor and the scheduled runs, which deliver on the inbox's ledger).
 
 mod builtin;
 
