@@ -30,6 +30,7 @@ pub mod import;
 mod index;
 #[cfg_attr(not(feature = "console"), allow(dead_code))]
 pub(crate) mod listing;
+mod messages;
 pub(crate) mod output;
 mod pg;
 pub(crate) mod search;
