@@ -27,6 +27,11 @@ fn call(date: NaiveDate, session: &str, input: u64, output: u64) -> Entry {
     Entry::call(date, session, Purpose::Step, "openai:m", &usage)
 }
 
+/// Whether `ledger` lets the call `ask` describes be made.
+async fn allowed(ledger: &Ledger, ask: Ask<'_>) -> bool {
+    ledger.check(ask).await.unwrap().is_ok()
+}
+
 fn ask(session: &str, input: u64, chat_limited: bool) -> Ask<'_> {
     Ask {
         session,
@@ -66,32 +71,14 @@ async fn budgets_hold_for_the_day_and_reset_at_local_midnight() {
     assert_eq!(over.spent, "250 tokens");
     assert_eq!(over.resets_in, Duration::from_secs(600));
     assert!(over.message().contains("in 10m 0s"), "{}", over.message());
-    assert!(
-        ledger
-            .check(ask("telegram:1", 40, true))
-            .await
-            .unwrap()
-            .is_ok()
-    );
-    assert!(
-        ledger
-            .check(ask("telegram:1", 100, false))
-            .await
-            .unwrap()
-            .is_ok()
-    );
+    assert!(allowed(&ledger, ask("telegram:1", 40, true)).await);
+    assert!(allowed(&ledger, ask("telegram:1", 100, false)).await);
     // The daily budget counts every session.
     ledger
         .record(call(today, "telegram:2", 600, 100))
         .await
         .unwrap();
-    assert!(
-        ledger
-            .check(ask("telegram:3", 50, false))
-            .await
-            .unwrap()
-            .is_ok()
-    );
+    assert!(allowed(&ledger, ask("telegram:3", 50, false)).await);
     let over = ledger
         .check(ask("telegram:3", 60, false))
         .await
@@ -101,13 +88,7 @@ async fn budgets_hold_for_the_day_and_reset_at_local_midnight() {
     assert_eq!(over.spent, "950 tokens");
     // After midnight: a new day, nothing spent; the month still counts yesterday.
     minutes.fetch_add(20, Ordering::SeqCst);
-    assert!(
-        ledger
-            .check(ask("telegram:3", 60, false))
-            .await
-            .unwrap()
-            .is_ok()
-    );
+    assert!(allowed(&ledger, ask("telegram:3", 60, false)).await);
     let (day, month) = ledger.session_totals("telegram:2").await.unwrap();
     assert_eq!((day.calls, month.calls, month.tokens()), (0, 1, 700));
 }
@@ -288,13 +269,7 @@ async fn replicas_on_one_database_share_the_budgets_and_the_totals() {
             .unwrap_err();
         assert_eq!(over.budget, "BUB_BUDGET_DAILY_TOKENS");
         assert_eq!(over.spent, "900 tokens");
-        assert!(
-            ledger
-                .check(ask("telegram:3", 50, false))
-                .await
-                .unwrap()
-                .is_ok()
-        );
+        assert!(allowed(ledger, ask("telegram:3", 50, false)).await);
         assert_eq!(ledger.today_totals().await.unwrap().tokens(), 900);
     }
     let (day, month) = b.session_totals("telegram:1").await.unwrap();
