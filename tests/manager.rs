@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bub::agent::{TurnInput, TurnRequest, TurnResult};
+use bub::agent::{Reply, TurnInput, TurnRequest, TurnResult};
 use bub::channels::{Channel, Inbound, InboundSink, MessageId, Outbound, Part, Sender, SessionId};
 use bub::daemon::{ChannelManager, SessionConfig, TurnRunner};
 use bub::inbox::Inbox;
@@ -133,8 +133,10 @@ impl TurnRunner for Echo {
         if prompt.contains("hang") {
             std::future::pending::<()>().await;
         }
+        let text = format!("echo {session_id}: {prompt}");
         TurnResult {
-            assistant_output: format!("echo {session_id}: {prompt}"),
+            replies: vec![Reply { text: text.clone() }],
+            assistant_output: text,
             ..Default::default()
         }
     }
@@ -152,7 +154,6 @@ fn config() -> SessionConfig {
         max_wait: Duration::from_secs(10),
         idle_ttl: Duration::from_secs(600),
         typing_interval: Duration::from_secs(4),
-        proactive_response: false,
         live: false,
         home: std::env::temp_dir(),
     }

@@ -49,7 +49,7 @@ use config::TurnConfig;
 use models::{Models, SharedChain};
 use runner::LoopMemory;
 
-pub use crate::delivery::{TurnError, TurnResult};
+pub use crate::delivery::{Reply, TurnError, TurnResult};
 pub use input::{ChatBatch, TurnInput};
 pub use subagent::Launch;
 pub use turn::TurnRequest;

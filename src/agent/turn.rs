@@ -21,9 +21,10 @@
 //! * **observers** — `on_error(stage, error)` for a stage that failed: every implementation is
 //!   told, and one that panics breaks neither the others nor the turn.
 //!
-//! A turn's outbound goes to the caller's [`Dispatch`] when it binds one (the bound router);
-//! without one the caller takes the [`TurnResult`] and shows it itself (`bub run`, `bub chat`,
-//! and for now the session actor and the scheduled runs, which deliver on the inbox's ledger).
+//! The replies `render_outbound` renders are the result's ([`TurnResult::replies`]): the
+//! session actor and the scheduled runs deliver them on the inbox's ledger (after the turn, whose
+//! journal records surround the delivery); `dispatch_outbound` is told of each (the built-in
+//! leaves the sending to them). `bub run` and `bub chat` show the result themselves.
 
 mod builtin;
 
@@ -39,7 +40,7 @@ use super::TurnInput;
 use super::runner::{LoopMemory, LoopOutcome};
 use crate::access::{Authority, TurnOrigin};
 use crate::chat::SessionId;
-use crate::delivery::{TurnError, TurnResult};
+use crate::delivery::{Reply, TurnError, TurnResult};
 use crate::tools::{ToolContext, ToolObserver, TurnOutput};
 
 /// The stages that can fail, as `on_error` names them (the others decline or observe).
@@ -63,8 +64,6 @@ pub struct TurnRequest {
     pub output: TurnOutput,
     /// Who is told of each tool call (`bub chat`, `bub run -v`).
     pub observer: Option<ToolObserver>,
-    /// The bound router of the turn's outbound (`None`: the caller shows the result).
-    pub(crate) dispatch: Option<Arc<dyn Dispatch>>,
     /// A subagent's turn runs in the context its parent made for it (its narrowed policy, its
     /// parent's budget); `None`: the session's own turn.
     pub(crate) seat: Option<ToolContext>,
@@ -80,7 +79,6 @@ impl TurnRequest {
             origin: TurnOrigin::Asked,
             output: TurnOutput::default(),
             observer: None,
-            dispatch: None,
             seat: None,
         }
     }
@@ -148,19 +146,6 @@ pub(crate) enum Prompt {
 
 /// What the model produced: its visible answer, the steps it took, why it failed.
 pub(crate) type ModelOutput = LoopOutcome;
-
-/// One message a turn sends to its chat.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Reply {
-    pub text: String,
-}
-
-/// Where a turn's replies go: the caller's channel (the bound router).
-#[async_trait]
-pub(crate) trait Dispatch: Send + Sync {
-    /// Delivers `reply`; `true` when it was delivered.
-    async fn dispatch(&self, reply: &Reply) -> bool;
-}
 
 /// The stages of a turn. Every method has a default that declines (a first-result stage
 /// answers `None`, a broadcast stage does nothing), so an implementation takes over only the
@@ -267,6 +252,7 @@ pub(crate) async fn process(hooks: &[&dyn Hooks], mut request: TurnRequest) -> T
             hook.dispatch_outbound(&request, reply).await;
         }
     }
+    result.replies = replies;
     result
 }
 

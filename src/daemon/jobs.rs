@@ -38,7 +38,7 @@ use super::runner::TurnRunner;
 use crate::access::Authority;
 use crate::agent::{AgentRuntime, Launch, TurnInput, TurnRequest};
 use crate::channels::{Channel, InboundSink, MessageId, Part};
-use crate::delivery::{SendLedger, TurnError, TurnResult, render_output};
+use crate::delivery::{SendLedger, TurnError, TurnResult};
 use crate::inbox::{Inbox, JobRun, Outcome};
 use crate::scheduler::JobRunner;
 use crate::scheduler::job::{Job, local_time};
@@ -139,7 +139,6 @@ pub(super) async fn turn(
     runner: Arc<dyn TurnRunner>,
     courier: Courier,
     inbox: Arc<Inbox>,
-    proactive: bool,
 ) {
     let ScheduledRun { run, done } = scheduled;
     let seqs = [run.seq];
@@ -180,7 +179,7 @@ pub(super) async fn turn(
             if let Some(error) = &result.error {
                 courier.board.error(&run.session, &error.to_string());
             }
-            let delivery = deliver(&run, &result, proactive, &courier, &inbox).await;
+            let delivery = deliver(&run, &result, &courier, &inbox).await;
             let record = json!({
                 "job": run.job,
                 "due": run.due,
@@ -207,11 +206,10 @@ pub(super) async fn turn(
 async fn deliver(
     run: &JobRun,
     result: &TurnResult,
-    proactive: bool,
     courier: &Courier,
     inbox: &Inbox,
 ) -> Result<String, String> {
-    let text = render_output(result, proactive);
+    let text = result.reply_text();
     let empty = text.is_empty();
     let quiet = heartbeat::is_quiet(run, &text);
     let delivery = match run.delivery(text) {

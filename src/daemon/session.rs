@@ -65,7 +65,7 @@ use crate::agent::inbound;
 use crate::agent::{ChatBatch, TurnInput, TurnRequest};
 use crate::channels::{Channel, Control, Inbound, Outbound, SessionId};
 use crate::config::Settings;
-use crate::delivery::{SendLedger, render_output};
+use crate::delivery::SendLedger;
 use crate::inbox::{Delivery, Inbox, Outcome};
 use crate::metrics::{self, TurnKind};
 use crate::status::{Board, SessionState};
@@ -93,9 +93,6 @@ pub struct SessionConfig {
     pub max_wait: Duration,
     pub idle_ttl: Duration,
     pub typing_interval: Duration,
-    /// `BUB_PROACTIVE_RESPONSE`: the agent sends its own answers; the framework only delivers
-    /// command output and errors.
-    pub proactive_response: bool,
     /// `BUB_STREAM=edits`: answers are shown as they are written, in one message edited at
     /// most once per [`LIVE_INTERVAL`] (where the channel can edit messages).
     pub live: bool,
@@ -112,7 +109,6 @@ impl SessionConfig {
             max_wait: s.max_wait,
             idle_ttl: s.session_idle,
             typing_interval: Duration::from_secs(4),
-            proactive_response: s.proactive_response,
             live: s.stream_edits,
             home: s.home.clone(),
         }
@@ -544,7 +540,6 @@ impl SessionActor {
         let session_id = self.session_id.clone();
         let chat_id = trigger.chat_id.clone();
         let reply_to = trigger.reply.then(|| trigger.message_id.clone());
-        let proactive = self.cfg.proactive_response;
         let typing_interval = self.cfg.typing_interval;
         // A live message an interrupted attempt of this turn posted (before a restart): the
         // answer goes there, not into a second message.
@@ -608,7 +603,7 @@ impl SessionActor {
             if let Some(error) = &result.error {
                 courier.board.error(&session_id, &error.to_string());
             }
-            let mut text = render_output(&result, proactive);
+            let mut text = result.reply_text();
             if text.is_empty() {
                 let Some(shown) = &shown else {
                     inbox.done(&seqs, Outcome::Silent).await;
@@ -661,12 +656,12 @@ impl SessionActor {
             },
         });
         let (runner, inbox) = (self.runner.clone(), self.inbox.clone());
-        let (courier, proactive) = (self.courier(), self.cfg.proactive_response);
+        let courier = self.courier();
         Box::pin(async move {
             // Queued before the turn does anything, written ahead of its later records: a restart
             // knows it was interrupted.
             inbox.started(&[seq]).await;
-            jobs::turn(scheduled, runner, courier, inbox, proactive).await;
+            jobs::turn(scheduled, runner, courier, inbox).await;
         })
     }
 

@@ -13,7 +13,7 @@ use crate::access::Role;
 use crate::channels::{ChatId, MessageId, Part};
 use crate::daemon::Stopped;
 use crate::daemon::mailbox::{MAILBOX, mailbox};
-use crate::delivery::{TurnError, TurnResult};
+use crate::delivery::{Reply, TurnError, TurnResult, render_output};
 use crate::inbox::{Inbox, JobRun};
 
 #[path = "session_controls_tests.rs"]
@@ -72,6 +72,8 @@ struct FakeRunner {
     released: Mutex<Vec<String>>,
     events: Mutex<Vec<(String, serde_json::Value)>>,
     result: TurnResult,
+    /// Renders as with `BUB_PROACTIVE_RESPONSE` (the built-in `render_outbound` of the agent).
+    proactive: bool,
     /// Scheduled runs are refused with this reason (their creator lost access, say).
     refuse_jobs: Option<String>,
 }
@@ -90,6 +92,7 @@ impl FakeRunner {
                 assistant_output: "answer".into(),
                 ..Default::default()
             },
+            proactive: false,
             refuse_jobs: None,
         }
     }
@@ -132,6 +135,8 @@ impl TurnRunner for FakeRunner {
                 ..Default::default()
             };
         }
+        let text = render_output(&result, self.proactive);
+        result.replies = (!text.is_empty()).then_some(Reply { text }).into_iter().collect();
         result
     }
 
@@ -193,7 +198,6 @@ fn config() -> SessionConfig {
         max_wait: Duration::from_secs(10),
         idle_ttl: Duration::from_secs(600),
         typing_interval: Duration::from_secs(4),
-        proactive_response: false,
         live: false,
         home: std::env::temp_dir(),
     }
@@ -427,9 +431,12 @@ async fn typing_repeats_while_a_turn_runs_and_stops_after() {
 #[tokio::test(start_paused = true)]
 async fn proactive_mode_delivers_only_command_output_and_errors() {
     let mut cfg = config();
-    cfg.proactive_response = true;
     cfg.debounce = Duration::ZERO;
-    let mut h = harness(cfg, FakeRunner::new(false));
+    let runner = FakeRunner {
+        proactive: true,
+        ..FakeRunner::new(false)
+    };
+    let mut h = harness(cfg, runner);
     h.send("hi", true).await;
     h.send(",echo", true).await;
     at(&h, 1.0).await;

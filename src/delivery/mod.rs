@@ -173,6 +173,23 @@ pub struct TurnResult {
     /// The agent already answered the session's own chat with `message.send` during the turn:
     /// the framework does not post `assistant_output` again.
     pub answered: bool,
+    /// What the chat is told, as the turn's `render_outbound` stage rendered it (empty: nothing
+    /// to send).
+    pub replies: Vec<Reply>,
+}
+
+/// One message a turn sends to its chat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub text: String,
+}
+
+impl TurnResult {
+    /// The replies as one message (blank lines between them); empty: nothing to send.
+    pub(crate) fn reply_text(&self) -> String {
+        let texts: Vec<&str> = self.replies.iter().map(|r| r.text.as_str()).collect();
+        texts.join("\n\n")
+    }
 }
 
 /// Why a turn failed. Its text is what the chat is told (`Error: <text>`) and what the tape

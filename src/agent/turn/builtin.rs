@@ -9,8 +9,9 @@
 //! * `run_model` — the bounded model loop on the session's model and its fallbacks.
 //! * `save_state` — what the loop remembers is kept, the loop's result recorded on the tape,
 //!   and an owner's long turn handed to the learning call (after the answer).
-//! * `render_outbound` / `dispatch_outbound` — the answer as the chat is told it, to the
-//!   caller's [`Dispatch`] when it bound one.
+//! * `render_outbound` — the answer as the chat is told it (command output, the answer unless
+//!   the agent answers proactively or already did, the error).
+//! * `dispatch_outbound` — declined: the caller delivers the replies on the inbox's ledger.
 //! * `on_error` — the failure counted in the metrics and logged.
 
 use async_trait::async_trait;
@@ -18,13 +19,13 @@ use serde_json::json;
 
 use std::sync::Arc;
 
-use super::{Hooks, ModelOutput, Prompt, Reply, Stage, State, TurnRequest};
+use super::{Hooks, ModelOutput, Prompt, Stage, State, TurnRequest};
 use crate::agent::config::TurnConfig;
 use crate::agent::models::Models;
 use crate::agent::router::{Router, UserRoute};
 use crate::agent::{AgentRuntime, TurnInput, inbound, learn};
 use crate::chat::SessionId;
-use crate::delivery::{TurnError, TurnResult, render_output};
+use crate::delivery::{Reply, TurnError, TurnResult, render_output};
 use crate::media;
 use crate::tape::{Event, Kind};
 use crate::tools::ToolContext;
@@ -221,21 +222,14 @@ impl Hooks for Builtin<'_> {
         ctx.tape().event(Event::LoopResult, result).await;
     }
 
-    async fn render_outbound(&self, request: &TurnRequest, result: &TurnResult) -> Vec<Reply> {
-        let (Some(runtime), Some(_)) = (self.runtime, &request.dispatch) else {
+    async fn render_outbound(&self, _request: &TurnRequest, result: &TurnResult) -> Vec<Reply> {
+        let Some(runtime) = self.runtime else {
             return Vec::new();
         };
         let text = render_output(result, runtime.settings.proactive_response);
         match text.is_empty() {
             true => Vec::new(),
             false => vec![Reply { text }],
-        }
-    }
-
-    async fn dispatch_outbound(&self, request: &TurnRequest, reply: &Reply) -> bool {
-        match &request.dispatch {
-            Some(dispatch) => dispatch.dispatch(reply).await,
-            None => false,
         }
     }
 
