@@ -9,9 +9,10 @@
 //!   blocks are mapped and unmapped on their own) keep the resident set flat.
 //! * [`trim_heap`] — glibc keeps freed memory in its arenas; `malloc_trim` returns it (after a
 //!   burst of sessions was evicted).
-//! * [`release_code_pages`] — the binary's code pages that ran once (startup, a burst) stay
-//!   mapped in the process; dropping them from its page tables leaves them in the page cache,
-//!   and code that runs again is mapped back by a minor fault.
+//! * [`release_code_pages`] — the binary's code and read-only data pages that were used once
+//!   (startup — the loader reads every relocation —, a burst) stay mapped in the process;
+//!   dropping them from its page tables leaves them in the page cache, and what runs again is
+//!   mapped back by a minor fault.
 //!   The channel manager calls it (with [`trim_heap`]) once the channels have connected and
 //!   after sessions were evicted.
 
@@ -50,19 +51,20 @@ pub(crate) fn trim_heap() {
     }
 }
 
-/// Unmaps this binary's executable pages from the process (see the module docs). Only
-/// read-only executable mappings of the binary itself are touched: their pages are never
-/// written, so nothing is lost.
+/// Unmaps this binary's clean pages from the process (see the module docs). Only the binary's
+/// own read-only mappings holding no page of their own are touched (code, read-only data —
+/// not the relocated data, whose pages the loader wrote): what they hold is the file's, so
+/// nothing is lost.
 pub(crate) fn release_code_pages() {
     let Ok(exe) = std::fs::read_link("/proc/self/exe") else {
         return;
     };
-    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+    let Ok(smaps) = std::fs::read_to_string("/proc/self/smaps") else {
         return;
     };
-    for (start, end) in code_ranges(&maps, &exe) {
-        // SAFETY: the range is a read-only executable file mapping of this binary; its pages
-        // are never modified, so dropping them only costs a page-cache lookup when they run
+    for (start, end) in clean_ranges(&smaps, &exe) {
+        // SAFETY: the range is a read-only file mapping of this binary without an anonymous
+        // (written) page; dropping its pages only costs a page-cache lookup when they are used
         // again.
         unsafe {
             libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
@@ -70,22 +72,31 @@ pub(crate) fn release_code_pages() {
     }
 }
 
-/// The `r-xp` mappings of `exe` in a `/proc/PID/maps` text.
-fn code_ranges(maps: &str, exe: &std::path::Path) -> Vec<(usize, usize)> {
-    maps.lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let (range, perms) = (fields.next()?, fields.next()?);
-            let path = fields.nth(3)?;
-            if perms != "r-xp" || std::path::Path::new(path) != exe {
-                return None;
+/// The read-only mappings of `exe` with no anonymous page, in a `/proc/PID/smaps` text.
+fn clean_ranges(smaps: &str, exe: &std::path::Path) -> Vec<(usize, usize)> {
+    let mut ranges = Vec::new();
+    let mut mapping: Option<(usize, usize)> = None;
+    for line in smaps.lines() {
+        let mut fields = line.split_whitespace();
+        let first = fields.next().unwrap_or_default();
+        if let Some(kb) = line.strip_prefix("Anonymous:") {
+            if let Some(range) = mapping.take()
+                && kb.trim() == "0 kB"
+            {
+                ranges.push(range);
             }
-            let (start, end) = range.split_once('-')?;
-            let start = usize::from_str_radix(start, 16).ok()?;
-            let end = usize::from_str_radix(end, 16).ok()?;
-            (start < end).then_some((start, end))
-        })
-        .collect()
+        } else if let Some((start, end)) = first.split_once('-') {
+            let perms = fields.next().unwrap_or_default();
+            let path = fields.nth(3).map(std::path::Path::new);
+            let range = usize::from_str_radix(start, 16)
+                .ok()
+                .zip(usize::from_str_radix(end, 16).ok());
+            mapping = range.filter(|(start, end)| {
+                start < end && matches!(perms, "r-xp" | "r--p") && path == Some(exe)
+            });
+        }
+    }
+    ranges
 }
 
 #[cfg(test)]
@@ -93,16 +104,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_the_binarys_executable_mappings_are_released() {
-        let maps = "\
+    fn only_the_binarys_clean_read_only_mappings_are_released() {
+        let smaps = "\
 55d0a000-55d0b000 r--p 00000000 fd:01 42  /usr/bin/bub
+Rss:                  4 kB
+Anonymous:            0 kB
 55d0b000-55d0f000 r-xp 00001000 fd:01 42  /usr/bin/bub
-55d0f000-55d10000 rw-p 00005000 fd:01 42  /usr/bin/bub
+Anonymous:            0 kB
+55d0f000-55d10000 r--p 00005000 fd:01 42  /usr/bin/bub
+Anonymous:            4 kB
+55d10000-55d11000 rw-p 00006000 fd:01 42  /usr/bin/bub
+Anonymous:            0 kB
 7f00a000-7f00c000 r-xp 00000000 fd:01 7   /usr/lib/libc.so.6
+Anonymous:            0 kB
 7ffc0000-7ffc1000 r-xp 00000000 00:00 0   [vdso]
+Anonymous:            0 kB
 ";
-        let ranges = code_ranges(maps, std::path::Path::new("/usr/bin/bub"));
-        assert_eq!(ranges, [(0x55d0b000, 0x55d0f000)]);
+        let ranges = clean_ranges(smaps, std::path::Path::new("/usr/bin/bub"));
+        assert_eq!(ranges, [(0x55d0a000, 0x55d0b000), (0x55d0b000, 0x55d0f000)]);
     }
 
     fn rss_file_kb() -> u64 {
@@ -121,6 +140,6 @@ mod tests {
         let after = rss_file_kb();
         assert!(after < before, "RssFile {before} kB → {after} kB");
         // Code runs again after its pages were dropped.
-        assert_eq!(code_ranges("", std::path::Path::new("/x")), []);
+        assert_eq!(clean_ranges("", std::path::Path::new("/x")), []);
     }
 }

@@ -119,8 +119,10 @@ pub(crate) fn support() -> Result<(), &'static str> {
         if subreaper != 0 {
             return Err("the kernel refuses PR_SET_CHILD_SUBREAPER");
         }
-        // SAFETY: it reads /proc into stack buffers; the closure does nothing with what it finds.
-        let seen = unsafe { each_child(0, |_| {}) };
+        // What the keeper reads of each process, read here of this one (a scan of every
+        // process costs a read per process, at every start).
+        // SAFETY: it reads /proc/<pid>/stat into stack buffers.
+        let seen = unsafe { parent_of(libc::getpid()) }.is_some();
         match seen {
             true => Ok(()),
             false => Err("/proc is not mounted: a process that left its group cannot be found"),

@@ -13,11 +13,13 @@ use super::*;
 /// Long enough for any step here; a hung keeper fails the test instead of hanging it.
 const BOUND: Duration = Duration::from_secs(20);
 
-/// Escapes from the command's process group, each printing the pid that escaped.
+/// Escapes from the command's process group, each printing the pid that escaped before the
+/// script goes on (the detached ones through `| cat`, which ends once they printed: the
+/// command may exit at once without ending one before it printed).
 const ESCAPES: &str = "setsid sleep 1001 & echo $!
-( ( sleep 1002 & echo $! ) & )
+( ( sleep 1002 >/dev/null & echo $! ) & ) | cat
 nohup sleep 1003 >/dev/null 2>&1 & echo $!
-setsid -f sh -c 'echo $$; exec sleep 1004'
+setsid -f sh -c 'echo $$; exec sleep 1004 >/dev/null' | cat
 (set -m; sleep 1005 & echo $!)
 ";
 
