@@ -6,7 +6,7 @@
 # which is all `ring` (rustls' crypto) needs: no OpenSSL, no pkg-config.
 FROM rust:1.95-slim-bookworm AS builder
 WORKDIR /build
-COPY Cargo.toml Cargo.lock ./
+COPY Cargo.toml Cargo.lock build.rs ./
 # Cargo.toml declares [[bench]] targets; cargo refuses the manifest if their sources are missing.
 COPY benches ./benches
 COPY config ./config
