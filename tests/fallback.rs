@@ -233,7 +233,7 @@ fn client(fake: &FakeOpenAi, model: &str) -> Arc<LlmClient> {
 fn request() -> ChatRequest {
     ChatRequest {
         messages: vec![bub::llm::ChatMessage::user("hi")],
-        tools: Arc::from(Vec::new()),
+        tools: Default::default(),
         max_tokens: 16,
     }
 }

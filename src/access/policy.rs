@@ -14,12 +14,12 @@
 //! guest's job never multiplies itself.
 
 use std::collections::BTreeSet;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
-use serde_json::Value;
 
 use super::Role;
 use crate::config::{ConfigError, SandboxMode, Settings};
+use crate::llm::ToolSpecs;
 
 /// The tools a guest gets by default: reading the workspace, the web, their own tape, skills,
 /// messages to their own chat and their own schedules.
@@ -121,7 +121,7 @@ pub struct Policy {
     /// `bash` runs in the Landlock sandbox.
     pub sandbox: bool,
     /// The OpenAI tool specs this policy offers, built by the process's registry on first use.
-    specs: OnceLock<Arc<[Value]>>,
+    specs: OnceLock<ToolSpecs>,
 }
 
 impl Policy {
@@ -179,7 +179,7 @@ impl Policy {
 
     /// The tool specs of the allowed tools, built by `build` once per policy (a policy belongs
     /// to one process, so to one registry).
-    pub(crate) fn specs(&self, build: impl FnOnce() -> Arc<[Value]>) -> Arc<[Value]> {
+    pub(crate) fn specs(&self, build: impl FnOnce() -> ToolSpecs) -> ToolSpecs {
         self.specs.get_or_init(build).clone()
     }
 

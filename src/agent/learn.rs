@@ -121,7 +121,7 @@ pub(crate) async fn learn(llm: &ModelChain, ctx: &ToolContext, turn: Finished) {
             ChatMessage::system(LEARN_PROMPT),
             ChatMessage::user(transcript(&turn, &listed.unwrap_or_default())),
         ],
-        tools: std::sync::Arc::from(Vec::new()),
+        tools: crate::llm::ToolSpecs::default(),
         max_tokens: ctx.process.models.max_tokens,
     };
     let answer = super::spend::call(ctx, crate::usage::Purpose::Learning, llm, &request).await;

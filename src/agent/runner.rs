@@ -662,7 +662,7 @@ impl<'a> ModelLoop<'a> {
                 ChatMessage::system(compact::SUMMARY_PROMPT),
                 ChatMessage::user(transcript),
             ],
-            tools: Arc::from(Vec::new()),
+            tools: crate::llm::ToolSpecs::default(),
             max_tokens: self.max_tokens,
         };
         let answer = spend::call(self.ctx, Purpose::Compaction, llm, &request).await;

@@ -106,9 +106,55 @@ pub struct ChatRequest {
     pub messages: Vec<ChatMessage>,
     /// OpenAI `tools[]` entries (`{"type":"function","function":{...}}`); omitted when empty.
     /// Shared: a session's tool list is built once and reused by every call.
-    pub tools: Arc<[Value]>,
+    pub tools: ToolSpecs,
     /// `max_tokens` of the reply.
     pub max_tokens: u32,
+}
+
+/// A request's tool list: the OpenAI `tools[]` entries, and their JSON text written once when
+/// the list is built (an OpenAI-compatible body sends it as it is: most of a request's bytes
+/// would otherwise be serialised again on every call). Cloning shares both.
+#[derive(Debug, Clone)]
+pub struct ToolSpecs(Arc<(Vec<Value>, Box<serde_json::value::RawValue>)>);
+
+impl ToolSpecs {
+    /// The entries as JSON text, written when the list was built.
+    pub(crate) fn json(&self) -> &serde_json::value::RawValue {
+        &self.0.1
+    }
+}
+
+impl FromIterator<Value> for ToolSpecs {
+    fn from_iter<I: IntoIterator<Item = Value>>(entries: I) -> Self {
+        let entries: Vec<Value> = entries.into_iter().collect();
+        let json = serde_json::value::to_raw_value(&entries).expect("JSON values serialise");
+        Self(Arc::new((entries, json)))
+    }
+}
+
+impl From<Vec<Value>> for ToolSpecs {
+    fn from(entries: Vec<Value>) -> Self {
+        entries.into_iter().collect()
+    }
+}
+
+impl Default for ToolSpecs {
+    fn default() -> Self {
+        Vec::new().into()
+    }
+}
+
+impl std::ops::Deref for ToolSpecs {
+    type Target = [Value];
+    fn deref(&self) -> &[Value] {
+        &self.0.0
+    }
+}
+
+impl PartialEq for ToolSpecs {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.0 == other.0.0
+    }
 }
 
 /// A function call requested by the model.

@@ -7,7 +7,7 @@
 
 use serde::ser::SerializeSeq;
 use serde::{Serialize, Serializer};
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::ChatRequest;
 use super::message::{ChatMessage, OpenAiShape};
@@ -17,8 +17,8 @@ use super::message::{ChatMessage, OpenAiShape};
 pub(crate) struct RequestBody<'a> {
     model: &'a str,
     messages: Messages<'a>,
-    #[serde(skip_serializing_if = "<[Value]>::is_empty")]
-    tools: &'a [Value],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<&'a RawValue>,
     max_tokens: u32,
     stream: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -36,7 +36,7 @@ impl<'a> RequestBody<'a> {
         Self {
             model,
             messages: Messages(&req.messages),
-            tools: &req.tools,
+            tools: (!req.tools.is_empty()).then(|| req.tools.json()),
             max_tokens: req.max_tokens,
             stream,
             stream_options: stream.then_some(StreamOptions {

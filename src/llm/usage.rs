@@ -179,7 +179,7 @@ mod tests {
     fn an_estimate_counts_what_was_sent_and_received() {
         let request = super::super::ChatRequest {
             messages: vec![super::super::ChatMessage::user("x".repeat(400))],
-            tools: std::sync::Arc::from(vec![json!({"name": "y".repeat(40)})]),
+            tools: vec![json!({"name": "y".repeat(40)})].into(),
             max_tokens: 10,
         };
         let response = super::super::ChatResponse {

@@ -20,6 +20,7 @@ use super::ToolContext;
 use super::fs::PathUse;
 use super::mcp::Mcp;
 use crate::access::Policy;
+use crate::llm::ToolSpecs;
 use crate::tape::Event;
 
 /// The future a tool handler returns.
@@ -290,7 +291,7 @@ pub struct Registry {
     by_model_name: BTreeMap<String, String>,
     /// The OpenAI `tools[]` entries of the offered tools, built once (every model call sends
     /// them).
-    specs: Arc<[Value]>,
+    specs: ToolSpecs,
     /// The command name and the estimated tokens of each entry of `specs`, in the same order.
     spec_tokens: Vec<(String, u64)>,
     /// The MCP servers, when any is configured.
@@ -313,7 +314,7 @@ impl Registry {
         let mut reg = Self {
             tools: BTreeMap::new(),
             by_model_name: BTreeMap::new(),
-            specs: Arc::from(Vec::new()),
+            specs: ToolSpecs::default(),
             spec_tokens: Vec::new(),
             mcp: None,
             allowed,
@@ -406,7 +407,7 @@ impl Registry {
 
     /// The OpenAI `tools` array of the tools `policy` allows (the shared array when it allows
     /// them all; else built once and kept by the policy).
-    pub(crate) fn openai_specs_for(&self, policy: &Policy) -> Arc<[Value]> {
+    pub(crate) fn openai_specs_for(&self, policy: &Policy) -> ToolSpecs {
         if self.spec_tokens.iter().all(|(name, _)| policy.allows(name)) {
             return self.specs.clone();
         }
