@@ -21,7 +21,7 @@
 //!
 //! Where records go is chosen once, at start: the journal file ([`Inbox::open`], `writer`),
 //! memory ([`Inbox::memory`]) or, with replicas, the database's rows ([`Inbox::shared`],
-//! `leased`) — one [`Store`] each. Work reaches the daemon by lease ([`Inbox::pull`],
+//! `leased`) — one `Store` each. Work reaches the daemon by lease ([`Inbox::pull`],
 //! [`Inbox::sweep`], [`Inbox::release`]): a replica holds the leases of the chats it serves;
 //! one box holds every lease, so a pull there hands on what was received and not handed on yet.
 //!
@@ -239,7 +239,7 @@ struct Shared {
     /// duplicate. (Adapters hand messages over one at a time, so a copy comes from another
     /// source — Discord's catch-up — and only after the first one's outcome in practice.)
     inflight: HashSet<u64>,
-    /// Items stored on one box and not handed on yet (by [`Store::pull`]).
+    /// Items stored on one box and not handed on yet (by a pull or a sweep).
     fresh: BTreeSet<u64>,
 }
 
