@@ -1,6 +1,11 @@
 //! The channel manager: runs the enabled adapters, routes every [`Inbound`] to the actor of its
 //! session (creating it on first use), journals the scheduled runs handed to its [`JobQueue`]
-//! and routes them the same way, and shuts everything down on a signal. `bub idle` runs one
+//! and routes them the same way, and shuts everything down on a signal. Everything is routed by
+//! lease, on one box as among replicas: what the adapters stored, the database's notices and a
+//! sweep every [`SWEEP_EVERY`] only say which chat has work, and the manager routes what
+//! [`Inbox::pull`] hands it (one box holds every lease: what was received and not handed on
+//! yet); an actor that ends gives its lease back (unless a new one took over), and a lost lease
+//! connection stops the manager — the chats resume on other replicas. `bub idle` runs one
 //! with send-only adapters (nothing listens; answers still go out).
 //!
 //! Invariants: one actor per live session (the [`ActorMap`]); an evicted actor is replaced by a
@@ -16,12 +21,6 @@
 //! for at most [`SHUTDOWN_GRACE`], then drops them (their shell commands are killed; the inbox
 //! resumes them on the next start). Memory goes back to the system when serving starts and
 //! after sessions are evicted ([`crate::heap`]).
-//!
-//! With a shared inbox (replicas on a database) nothing is routed as it arrives: what the
-//! adapters stored, the database's notices and a sweep every [`SWEEP_EVERY`] only say which
-//! chat has work, and the manager routes what [`Inbox::pull`] hands it under the chat's lease;
-//! an actor that ends gives its lease back (unless a new one took over), and a lost lease
-//! connection stops the manager — the chats resume on other replicas.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -38,17 +37,20 @@ use super::mailbox::{self, Lanes, Mailbox, Posted};
 use super::runner::TurnRunner;
 use super::session::{ActorMap, BATCH_MESSAGES, Mail, SessionActor, SessionConfig};
 use crate::channels::{Channel, Inbound, InboundSink, Ready, SessionId};
+use crate::inbox::{Inbox, Resume};
+use crate::status::Board;
 
 /// The actors' task tracker, stop and abort tokens, and where an actor that ended says so
-/// (with a shared inbox: its lease is given back).
+/// (its lease is given back).
 type Tokens<'a> = (
     &'a TaskTracker,
     &'a CancellationToken,
     &'a CancellationToken,
     &'a mpsc::Sender<SessionId>,
 );
-use crate::inbox::{Inbox, Resume};
-use crate::status::Board;
+
+/// A scheduled run's number and who waits for its outcome.
+type Waiting = Option<(u64, tokio::sync::oneshot::Sender<Result<(), String>>)>;
 
 /// Messages journaled by the adapters and waiting for the manager; beyond that, adapters wait.
 pub(crate) const INBOUND_QUEUE: usize = 256;
@@ -59,7 +61,7 @@ pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(8);
 /// How often the manager checks whether sessions were evicted and, if so, trims the heap and
 /// releases code pages; and sets the queue gauges of `/metrics`.
 const TRIM_CHECK_EVERY: Duration = Duration::from_secs(5);
-/// How often a replica on a shared inbox looks for work no notice announced, and for the
+/// How often the manager looks for work no notice announced, and (among replicas) for the
 /// chats of replicas that died (what bounds a takeover's wait).
 const SWEEP_EVERY: Duration = Duration::from_secs(3);
 /// When the first check runs: the channels have connected (getMe, the gateway) by then, so the
@@ -188,7 +190,6 @@ impl ChannelManager {
         let tracker = TaskTracker::new();
         let (ended_tx, mut ended) = mpsc::channel::<SessionId>(INBOUND_QUEUE);
         let tokens = (&tracker, &actors_stop, &actors_abort, &ended_tx);
-        let shared = self.inbox.is_shared();
         let mut notices = self.inbox.notices();
         let mut sweep = tokio::time::interval(SWEEP_EVERY);
         let resume = std::mem::take(&mut *self.resume.lock().expect("resume lock"));
@@ -224,26 +225,30 @@ impl ChannelManager {
                 }
                 inbound = rx.recv(), if receiving => match inbound {
                     Some(inbound) => {
-                        let channel = inbound.channel.clone();
                         let session = inbound.session_id();
                         tokio::select! {
-                            () = self.route(&channel, Mail::Message(inbound), tokens), if !shared => {}
                             // Stored: its lease decides which replica runs it.
-                            () = self.pull(&session, tokens, None), if shared => {}
+                            () = self.pull(&session, tokens, None) => {}
                             // Journaled: it resumes on the next start.
                             () = shutdown.cancelled() => break,
                         }
                     }
                     None => receiving = false,
                 },
-                Some(session) = next_notice(&mut notices) => {
-                    let session = SessionId::from(session);
+                notice = next(&mut notices) => {
+                    let Some(session) = notice.map(SessionId::from) else {
+                        // Closed with the connection holding this replica's leases.
+                        failure = Some(anyhow::anyhow!(
+                            "lost the database connection holding this replica's chat leases"
+                        ));
+                        break;
+                    };
                     tokio::select! {
                         () = self.pull(&session, tokens, None) => {}
                         () = shutdown.cancelled() => break,
                     }
                 }
-                _ = sweep.tick(), if shared => tokio::select! {
+                _ = sweep.tick() => tokio::select! {
                     () = self.sweep(tokens) => {}
                     () = shutdown.cancelled() => break,
                 },
@@ -251,13 +256,7 @@ impl ChannelManager {
                     () = self.release(&session, tokens) => {}
                     () = shutdown.cancelled() => break,
                 },
-                () = self.inbox.lost() => {
-                    failure = Some(anyhow::anyhow!(
-                        "lost the database connection holding this replica's chat leases"
-                    ));
-                    break;
-                }
-                Some(run) = next_job(&mut jobs) => tokio::select! {
+                Some(run) = next(&mut jobs) => tokio::select! {
                     () = self.schedule(run, tokens) => {}
                     () = shutdown.cancelled() => break,
                 },
@@ -324,7 +323,7 @@ impl ChannelManager {
     /// take still runs (a restart cannot resume it).
     async fn schedule(&self, mut scheduled: ScheduledRun, tokens: Tokens<'_>) {
         self.journal(&mut scheduled).await;
-        if !self.inbox.is_shared() || scheduled.run.seq == 0 {
+        if scheduled.run.seq == 0 {
             return self.route("", Mail::Job(scheduled), tokens).await;
         }
         let session = scheduled.run.session.clone();
@@ -335,12 +334,7 @@ impl ChannelManager {
     /// Hands this replica's work for `session` to its actor ([`Inbox::pull`]). `waiting`: a
     /// scheduled run's number and who waits for its outcome — told the run went to another
     /// replica when it is not among the work.
-    async fn pull(
-        &self,
-        session: &SessionId,
-        tokens: Tokens<'_>,
-        mut waiting: Option<(u64, tokio::sync::oneshot::Sender<Result<(), String>>)>,
-    ) {
+    async fn pull(&self, session: &SessionId, tokens: Tokens<'_>, mut waiting: Waiting) {
         match self.inbox.pull(session).await {
             Ok(work) => self.hand_on(work, tokens, &mut waiting).await,
             Err(e) => {
@@ -353,7 +347,7 @@ impl ChannelManager {
         }
     }
 
-    /// The work the database has for this replica that no notice announced.
+    /// The work the inbox has for this replica that no notice announced.
     async fn sweep(&self, tokens: Tokens<'_>) {
         match self.inbox.sweep().await {
             Ok(work) => self.hand_on(work, tokens, &mut None).await,
@@ -362,12 +356,7 @@ impl ChannelManager {
     }
 
     /// Routes pulled `work` to its actors; the scheduled run `waiting` names takes its waiter.
-    async fn hand_on(
-        &self,
-        work: Vec<Resume>,
-        tokens: Tokens<'_>,
-        waiting: &mut Option<(u64, tokio::sync::oneshot::Sender<Result<(), String>>)>,
-    ) {
+    async fn hand_on(&self, work: Vec<Resume>, tokens: Tokens<'_>, waiting: &mut Waiting) {
         for (channel, mut mail) in mails(work) {
             if let Mail::Job(scheduled) = &mut mail
                 && waiting
@@ -468,10 +457,6 @@ impl ChannelManager {
         );
         let (tracker, stop, abort, ended) = tokens;
         let run = actor.run(lanes, stop.clone(), abort.clone());
-        if !self.inbox.is_shared() {
-            tracker.spawn(run);
-            return;
-        }
         let ended = ended.clone();
         tracker.spawn(async move {
             run.await;
@@ -509,18 +494,11 @@ impl ChannelManager {
     }
 }
 
-/// The next run handed to the job queue; never, without one.
-async fn next_job(jobs: &mut Option<mpsc::Receiver<ScheduledRun>>) -> Option<ScheduledRun> {
-    match jobs {
-        Some(jobs) => jobs.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-/// The next session the database announced work for; never, without a shared inbox.
-async fn next_notice(notices: &mut Option<mpsc::Receiver<String>>) -> Option<String> {
-    match notices {
-        Some(notices) => notices.recv().await,
+/// The next item of `queue` (a run handed to the job queue, a session the database announced
+/// work for); never, without the queue (no job queue; notices on one box).
+async fn next<T>(queue: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
+    match queue {
+        Some(queue) => queue.recv().await,
         None => std::future::pending().await,
     }
 }

@@ -8,8 +8,8 @@
 //! Invariants: a session is locked at most once by this connection (the set [`Leases`] keeps),
 //! so one release frees it; two sessions whose keys collide (a 32-bit hash) share one lease —
 //! their turns then run on one replica, which is safe; when the connection closes, every lease
-//! is gone: [`Leases::lost`] fires and the replica must stop running turns (its sessions resume
-//! elsewhere).
+//! is gone: the notices' queue closes and the replica must stop running turns (its sessions
+//! resume elsewhere).
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -18,7 +18,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use anyhow::Context as _;
 use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
-use tokio_util::sync::CancellationToken;
 
 use super::Database;
 
@@ -49,18 +48,15 @@ pub struct Leases {
     origin: String,
     client: tokio_postgres::Client,
     held: Mutex<HashSet<String>>,
-    lost: CancellationToken,
 }
 
 impl Database {
     /// Opens this replica's lease connection, listening for the inbox's notices (received
-    /// on the returned queue: the sessions with new work).
+    /// on the returned queue: the sessions with new work; it closes when the connection does).
     pub async fn leases(&self) -> anyhow::Result<(Leases, mpsc::Receiver<String>)> {
         let config = self.config.clone();
         let label = self.label.clone();
-        let lost = CancellationToken::new();
         let (tx, notices) = mpsc::channel(NOTICE_QUEUE);
-        let closed = lost.clone();
         let origin = format!("{:016x}", fastrand::u64(..));
         let own = format!("{origin}\u{1f}");
         let client = self
@@ -87,7 +83,7 @@ impl Database {
                             None => break,
                         }
                     }
-                    closed.cancel();
+                    // `tx` dropped: the notices' queue closes, the leases are gone.
                 });
                 client
                     .batch_execute(&format!("LISTEN {NOTICES}"))
@@ -100,7 +96,6 @@ impl Database {
             origin,
             client,
             held: Mutex::default(),
-            lost,
         };
         Ok((leases, notices))
     }
@@ -168,11 +163,6 @@ impl Leases {
             .await
             .context("releasing a chat lease")?;
         Ok(())
-    }
-
-    /// Fires when the connection holding the leases closed: they are all gone.
-    pub async fn lost(&self) {
-        self.lost.cancelled().await;
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {

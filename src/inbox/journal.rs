@@ -22,9 +22,9 @@
 //! compacted journal with `{"op":"version","v":2}`; 3 (this one) journals a received message
 //! typed — sender, content, attachments, the quoted message, the chat (`chat::Inbound`) —
 //! where 1 and 2 kept its text (`"prompt"`: a comma command, or the platform's metadata JSON);
-//! such a `recv` is read as the typed message (`legacy`). Older journals read as they always
-//! did. An older Bub skips the lines it does not understand, so it reads a newer journal too
-//! (without what those lines say: a version-3 `recv` is one of them).
+//! an older journal is upgraded once, at open (`legacy`), and rewritten. An older Bub skips the
+//! lines it does not understand, so it reads a newer journal too (without what those lines
+//! say: a version-3 `recv` is one of them).
 //!
 //! A scheduled job's due run is a `job` record, numbered like a received message; the records
 //! after it (`start`, `answer`, `sent`, `done`) are the messages' own. The other records are
@@ -52,8 +52,7 @@ pub(super) enum Record {
         seq: u64,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         cursor: Option<u64>,
-        /// Typed; before version 3 with its text (`super::legacy`).
-        #[serde(deserialize_with = "super::legacy::inbound")]
+        /// Typed; before version 3 with its text (upgraded at open: `super::legacy`).
         msg: Inbound,
     },
     Start {

@@ -11,7 +11,7 @@ use super::*;
 use crate::access::Role;
 use crate::chat::{Outbound, Sender};
 use crate::db::Database;
-use crate::inbox::{Delivery, Outcome};
+use crate::inbox::{Delivery, Outcome, Received};
 
 fn msg(chat: &str, id: &str, text: &str) -> Inbound {
     let sender = Sender::new("7", None, Role::Owner);

@@ -1,29 +1,28 @@
-//! Received messages of journals before version 3. Their `recv` records carried the message as
-//! text (`prompt`): the raw text of a comma command, otherwise the platform's metadata JSON —
-//! Telegram's `{"message", "chat_id", "message_id", "type", "username", "full_name",
-//! "sender_id", "date", "media"?, "reply_to_message"?}`, Discord's with `channel_id`,
-//! `guild_id` and `media.attachments` / `media.stickers` lists. [`inbound`] reads a record's
-//! message in either form and gives the typed [`Inbound`], so a message journaled by an older
-//! Bub resumes after an upgrade and its prompt says what the older Bub's said: the fields the
-//! model was shown are carried over one by one (who, the chat's kind, the reply, each file with
-//! what its platform said of it).
+//! The upgrade of a journal before version 3, once, at open (the rewrite that follows leaves
+//! the current form). Its `recv` records carried the message as text (`prompt`): the raw text
+//! of a comma command, otherwise the platform's metadata JSON — Telegram's `{"message",
+//! "chat_id", "message_id", "type", "username", "full_name", "sender_id", "date", "media"?,
+//! "reply_to_message"?}`, Discord's with `channel_id`, `guild_id` and `media.attachments` /
+//! `media.stickers` lists. [`upgrade`] turns each into the typed [`Inbound`], so a message
+//! journaled by an older Bub resumes after an upgrade and its prompt says what the older Bub's
+//! said: the fields the model was shown are carried over one by one (who, the chat's kind, the
+//! reply, each file with what its platform said of it).
 
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use super::journal::{Record, VERSION};
 use crate::access::Role;
 use crate::chat::{
     Attachment, AttachmentKind, ChatInfo, Content, Inbound, Platform, Quoted, Sender, Sticker,
 };
 
-/// A message as a `recv` record holds it: typed (version 3), or with its text (before).
-// Decoded and converted at once: its size is not worth a box.
-#[allow(clippy::large_enum_variant)]
+/// A `recv` record of versions 1 and 2.
 #[derive(Deserialize)]
-#[serde(untagged)]
-enum Stored {
-    Typed(Inbound),
-    Old(Old),
+struct OldRecv {
+    seq: u64,
+    cursor: Option<u64>,
+    msg: Old,
 }
 
 /// A message as versions 1 and 2 journaled it.
@@ -40,12 +39,23 @@ struct Old {
     reply: bool,
 }
 
-/// Reads a `recv` record's message in either form (`deserialize_with`).
-pub(super) fn inbound<'de, D: Deserializer<'de>>(d: D) -> Result<Inbound, D::Error> {
-    Ok(match Stored::deserialize(d)? {
-        Stored::Typed(m) => m,
-        Stored::Old(old) => typed(old),
-    })
+/// The journal `text` in the current form: unchanged when it starts with this version's
+/// `version` line (every journal this Bub wrote does), else each old `recv` message typed.
+/// Lines that do not parse are kept for the reader to skip.
+pub(super) fn upgrade(text: Vec<u8>) -> Vec<u8> {
+    let mut lines = text.split(|b| *b == b'\n');
+    if let Some(Ok(Record::Version { v: VERSION.. })) = lines.next().map(serde_json::from_slice) {
+        return text;
+    }
+    let line = |line: &[u8]| match serde_json::from_slice::<OldRecv>(line) {
+        Ok(OldRecv { seq, cursor, msg }) => {
+            let msg = typed(msg);
+            serde_json::to_vec(&Record::Recv { seq, cursor, msg }).unwrap_or_default()
+        }
+        Err(_) => line.to_vec(),
+    };
+    let lines: Vec<Vec<u8>> = text.split(|b| *b == b'\n').map(line).collect();
+    lines.join(&b'\n')
 }
 
 /// The typed message of an old record.
@@ -68,7 +78,7 @@ fn typed(old: Old) -> Inbound {
 }
 
 /// `prompt` as a metadata object (it has a `message`), if it is one.
-pub(crate) fn metadata(prompt: &str) -> Option<Map<String, Value>> {
+fn metadata(prompt: &str) -> Option<Map<String, Value>> {
     match serde_json::from_str(prompt).ok()? {
         Value::Object(map) if map.get("message").is_some_and(Value::is_string) => Some(map),
         _ => None,
@@ -76,7 +86,7 @@ pub(crate) fn metadata(prompt: &str) -> Option<Map<String, Value>> {
 }
 
 /// Fills `m` from the metadata JSON `meta` an older adapter made of it.
-pub(crate) fn from_metadata(m: &mut Inbound, meta: &Map<String, Value>) {
+fn from_metadata(m: &mut Inbound, meta: &Map<String, Value>) {
     m.content = Content::Text(text(meta, "message").unwrap_or_default());
     m.sender.username = text(meta, "username");
     m.sender.name = text(meta, "full_name");
@@ -203,9 +213,8 @@ mod tests {
 
     #[test]
     fn an_old_message_reads_as_the_typed_one() {
-        let line = r#"{"channel":"telegram","chat_id":"-5","message_id":"7","sender_id":"8","sender_name":"bob","role":"guest","prompt":"{\"message\":\"look\",\"chat_id\":\"-5\",\"message_id\":7,\"type\":\"photo\",\"username\":\"bob\",\"full_name\":\"Bob B\",\"sender_id\":\"8\",\"sender_is_bot\":false,\"date\":1.0,\"media\":{\"file_id\":\"AgAD\",\"file_size\":5,\"width\":10,\"height\":20},\"reply_to_message\":{\"message_id\":6,\"from_user_id\":1,\"text\":\"what?\"}}","mentioned":true,"reply":true}"#;
-        let mut d = serde_json::Deserializer::from_str(line);
-        let m = inbound(&mut d).unwrap();
+        let line = r#"{"op":"recv","seq":1,"msg":{"channel":"telegram","chat_id":"-5","message_id":"7","sender_id":"8","sender_name":"bob","role":"guest","prompt":"{\"message\":\"look\",\"chat_id\":\"-5\",\"message_id\":7,\"type\":\"photo\",\"username\":\"bob\",\"full_name\":\"Bob B\",\"sender_id\":\"8\",\"sender_is_bot\":false,\"date\":1.0,\"media\":{\"file_id\":\"AgAD\",\"file_size\":5,\"width\":10,\"height\":20},\"reply_to_message\":{\"message_id\":6,\"from_user_id\":1,\"text\":\"what?\"}}","mentioned":true,"reply":true}}"#;
+        let m = upgraded(line);
         assert_eq!(
             m.sender,
             Sender {
@@ -242,12 +251,25 @@ mod tests {
                 text: Some("what?".into()),
             })
         );
-        let command = r#"{"channel":"discord","chat_id":"5","message_id":"9","sender_id":"42","sender_name":null,"role":"owner","prompt":",stop","mentioned":true,"reply":true}"#;
-        let m = inbound(&mut serde_json::Deserializer::from_str(command)).unwrap();
+        let command = r#"{"op":"recv","seq":2,"msg":{"channel":"discord","chat_id":"5","message_id":"9","sender_id":"42","sender_name":null,"role":"owner","prompt":",stop","mentioned":true,"reply":true}}"#;
+        let m = upgraded(command);
         assert_eq!(m.content, Content::Control(crate::chat::Control::Stop));
         // A typed message reads as itself.
-        let typed = serde_json::to_string(&m).unwrap();
-        let again = inbound(&mut serde_json::Deserializer::from_str(&typed)).unwrap();
-        assert_eq!(again, m);
+        let typed = serde_json::to_string(&Record::Recv {
+            seq: 2,
+            cursor: None,
+            msg: m.clone(),
+        })
+        .unwrap();
+        assert_eq!(upgraded(&typed), m);
+    }
+
+    /// The message of the one `recv` line of an (older) journal, upgraded.
+    fn upgraded(line: &str) -> Inbound {
+        let text = upgrade(line.as_bytes().to_vec());
+        match super::super::journal::parse(&text).next() {
+            Some(Record::Recv { msg, .. }) => msg,
+            _ => panic!("not a recv: {}", String::from_utf8_lossy(&text)),
+        }
     }
 }

@@ -19,6 +19,12 @@
 //!   idempotent), is given up with a notice to its chat. Chat controls (`,stop`, `,status`)
 //!   are not resumed; senders no longer admitted are dropped.
 //!
+//! Where records go is chosen once, at start: the journal file ([`Inbox::open`], `writer`),
+//! memory ([`Inbox::memory`]) or, with replicas, the database's rows ([`Inbox::shared`],
+//! `leased`) — one `Store` each. Work reaches the daemon by lease ([`Inbox::pull`],
+//! [`Inbox::sweep`], [`Inbox::release`]): a replica holds the leases of the chats it serves;
+//! one box holds every lease, so a pull there hands on what was received and not handed on yet.
+//!
 //! Writing: one thread owns the file ([`writer`]); records reach it through a bounded queue, are
 //! written in batches (whatever is queued, one `write`) and each is acknowledged once its bytes
 //! are in the file. Every method that records something is `async` and returns after that
@@ -40,27 +46,27 @@
 mod job;
 mod journal;
 mod leased;
-pub(crate) mod legacy;
+mod legacy;
 mod outgoing;
 mod pg;
 mod writer;
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
+use tokio::sync::mpsc;
 
-use crate::chat::{Inbound, Outbound};
+use crate::chat::{Inbound, Outbound, SessionId};
 pub use job::{JobRun, Subtask};
 use journal::Record;
 pub use leased::Admitted;
 pub use outgoing::SendProgress;
 #[cfg(test)]
 use writer::COMPACT_AT;
-use writer::{Disk, Job, Writer};
+use writer::{Disk, Writer};
 
 /// Chats whose last message id is remembered (for Discord's catch-up after a restart; a
 /// platform with a cursor, like Telegram, needs none).
@@ -101,8 +107,8 @@ pub enum Resume {
     /// A scheduled job's due run to run (again). `interrupted` is set on it when a turn had
     /// started.
     Job(JobRun),
-    /// A message another replica received (or this one, for a chat it did not hold yet): it
-    /// is handled as just received (`leased`).
+    /// A message received and not handed on yet (by this replica or, for a chat it did not
+    /// hold yet, another one): it is handled as just received.
     Received(Box<Inbound>),
 }
 
@@ -155,17 +161,74 @@ struct State {
     outgoing: HashMap<u64, outgoing::Outgoing>,
 }
 
-/// The inbox of one daemon (one per `BUB_HOME`, see the daemon lock).
+/// The inbox of one daemon (one per `BUB_HOME`, see the daemon lock), or of one replica.
 pub struct Inbox {
     shared: Arc<Mutex<Shared>>,
-    /// The journal's writer; `None` for an inbox in memory (records apply at once) or in the
-    /// database.
-    writer: Option<Writer>,
-    /// The inbox in the database, shared by replicas (`leased`); `None` for the others.
-    ledger: Option<leased::Replicated>,
+    /// Where the records go, chosen once.
+    store: Box<dyn Store>,
 }
 
+/// Where an inbox stores its records: each is applied to the state once stored. The lease
+/// methods default to one box's, which holds every lease: a pull or a sweep hands on every item
+/// received and not handed on yet (each goes to its own session), a lease is never given back.
+#[async_trait::async_trait]
+trait Store: Send + Sync {
+    /// Stores the `recv` or `job` record `make` builds with the number it is given (a message
+    /// `key`: `None` when that message was received before).
+    async fn numbered(
+        &self,
+        inbox: &Inbox,
+        key: Option<u64>,
+        make: Make<'_>,
+    ) -> anyhow::Result<Option<u64>>;
+
+    /// Stores a progress record and applies it; returns once stored, or once `queued`.
+    async fn record(&self, inbox: &Inbox, record: Record, queued: bool) -> anyhow::Result<()>;
+
+    /// Returns once every record queued before it is stored.
+    async fn flush(&self) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    async fn pull(&self, inbox: &Inbox, _session: &SessionId) -> anyhow::Result<Vec<Resume>> {
+        Ok(inbox.hand_on_fresh())
+    }
+
+    async fn sweep(&self, inbox: &Inbox) -> anyhow::Result<Vec<Resume>> {
+        Ok(inbox.hand_on_fresh())
+    }
+
+    /// One box keeps the lease: what is stored meanwhile is announced like the rest.
+    async fn release(&self, _inbox: &Inbox, _session: &SessionId) -> anyhow::Result<bool> {
+        Ok(false)
+    }
+
+    /// One box's positions are its own.
+    async fn refresh_positions(&self, _inbox: &Inbox) -> anyhow::Result<()> {
+        Ok(())
+    }
+
+    fn notices(&self) -> Option<mpsc::Receiver<String>> {
+        None
+    }
+
+    /// The leases held in the database (none on one box).
+    fn leases(&self) -> usize {
+        0
+    }
+
+    /// The journal's writer (tests reach in to make a write fail).
+    #[cfg(test)]
+    fn writer(&self) -> Option<&Writer> {
+        None
+    }
+}
+
+/// Builds a `recv` or `job` record with its number (and numbers the message or run).
+type Make<'a> = Box<dyn FnOnce(u64) -> Record + Send + 'a>;
+
 /// What the inbox and its writer share. The lock is held for map work only, never for I/O.
+#[derive(Default)]
 struct Shared {
     /// What the written records describe (the writer applies each after writing it).
     state: State,
@@ -176,17 +239,11 @@ struct Shared {
     /// duplicate. (Adapters hand messages over one at a time, so a copy comes from another
     /// source — Discord's catch-up — and only after the first one's outcome in practice.)
     inflight: HashSet<u64>,
+    /// Items stored on one box and not handed on yet (by a pull or a sweep).
+    fresh: BTreeSet<u64>,
 }
 
 impl Shared {
-    fn new(state: State) -> Self {
-        Self {
-            issued: state.next_seq,
-            state,
-            inflight: HashSet::new(),
-        }
-    }
-
     fn issue(&mut self) -> u64 {
         self.issued += 1;
         self.issued
@@ -194,18 +251,26 @@ impl Shared {
 }
 
 impl Inbox {
+    fn new(state: State, store: impl Store + 'static) -> Self {
+        let (issued, store) = (state.next_seq, Box::new(store));
+        let shared = Arc::new(Mutex::new(Shared {
+            issued,
+            state,
+            ..Shared::default()
+        }));
+        Self { shared, store }
+    }
+
     /// An inbox that keeps nothing on disk (tests, embedding): the same rules, no durability.
     pub fn memory() -> Self {
-        Self {
-            shared: Arc::new(Mutex::new(Shared::new(State::default()))),
-            writer: None,
-            ledger: None,
-        }
+        Self::new(State::default(), Memory)
     }
 
     /// Opens (or creates) the journal at `path`, compacts it and returns the work left by the
     /// previous run. `admitted` re-checks each resumed message's sender (access may have changed
-    /// while Bub was down): `None` drops the message, `Some(role)` sets its role.
+    /// while Bub was down): `None` drops the message, `Some(role)` sets its role. A journal
+    /// written before the current version is upgraded first (`legacy`): the rewrite leaves it in
+    /// the current form.
     ///
     /// Reads and rewrites the file: call it on the blocking pool (or before serving). Starts
     /// the journal's writer thread.
@@ -217,7 +282,7 @@ impl Inbox {
         if path.exists() {
             let text =
                 std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
-            for record in journal::parse(&text) {
+            for record in journal::parse(&legacy::upgrade(text)) {
                 state.apply(record);
             }
         }
@@ -233,13 +298,8 @@ impl Inbox {
         if !resume.is_empty() {
             tracing::info!(count = resume.len(), "inbox.resume");
         }
-        let shared = Arc::new(Mutex::new(Shared::new(state)));
-        let writer = Writer::start(disk, shared.clone())?;
-        let inbox = Self {
-            shared,
-            writer: Some(writer),
-            ledger: None,
-        };
+        let mut inbox = Self::new(state, Memory);
+        inbox.store = Box::new(Writer::start(disk, inbox.shared.clone())?);
         Ok((inbox, resume))
     }
 
@@ -252,75 +312,28 @@ impl Inbox {
         msg: &mut Inbound,
         cursor: Option<u64>,
     ) -> anyhow::Result<Received> {
-        if let Some(ledger) = &self.ledger {
-            return ledger.receive(self, msg, cursor).await;
-        }
-        let numbered = self
-            .journal_numbered(Some(key_of(msg)), |seq| {
-                msg.seq = seq;
-                let msg = msg.clone();
-                Record::Recv { seq, cursor, msg }
-            })
-            .await?;
+        let key = Some(key_of(msg));
+        let make = |seq| {
+            msg.seq = seq;
+            let msg = msg.clone();
+            Record::Recv { seq, cursor, msg }
+        };
+        let numbered = self.store.numbered(self, key, Box::new(make)).await?;
+        msg.seq = numbered.unwrap_or(msg.seq);
         Ok(numbered.map_or(Received::Duplicate, Received::New))
     }
 
     /// Journals a scheduled job's due run before its turn starts, numbering it (`run.seq`).
     /// An error means the run is not on disk: it may still run, but a restart cannot resume it.
     pub async fn scheduled(&self, run: &mut JobRun) -> anyhow::Result<u64> {
-        if let Some(ledger) = &self.ledger {
-            run.seq = ledger.ledger.scheduled(run).await?;
-            return Ok(run.seq);
-        }
-        let numbered = self
-            .journal_numbered(None, |seq| {
-                run.seq = seq;
-                let run = run.clone();
-                Record::Job { seq, run }
-            })
-            .await?;
-        Ok(numbered.expect("a run without a key is never a duplicate"))
-    }
-
-    /// Gives out the next sequence number to the record `make` builds with it and journals
-    /// the record, returning once it is on disk. Numbers are given out in the order records
-    /// are written (the place in the writer's queue is taken first). With a message's `key`,
-    /// `None` when that message was received before or is on its way to the file.
-    async fn journal_numbered(
-        &self,
-        key: Option<u64>,
-        make: impl FnOnce(u64) -> Record,
-    ) -> anyhow::Result<Option<u64>> {
-        let duplicate = |shared: &Shared, key: u64| shared.state.recent.contains(&key);
-        let Some(writer) = &self.writer else {
-            let mut shared = self.lock();
-            if key.is_some_and(|key| duplicate(&shared, key)) {
-                return Ok(None);
-            }
-            let seq = shared.issue();
-            shared.state.apply(make(seq));
-            return Ok(Some(seq));
+        let make = |seq| {
+            run.seq = seq;
+            let run = run.clone();
+            Record::Job { seq, run }
         };
-        let permit = writer.reserve().await?;
-        let (ack, written) = oneshot::channel();
-        let seq = {
-            let mut shared = self.lock();
-            if let Some(key) = key
-                && (duplicate(&shared, key) || !shared.inflight.insert(key))
-            {
-                return Ok(None);
-            }
-            let seq = shared.issue();
-            let record = make(seq);
-            permit.send(Job {
-                record: Some(record),
-                key,
-                ack: Some(ack),
-            });
-            seq
-        };
-        writer::acked(written).await?;
-        Ok(Some(seq))
+        let numbered = self.store.numbered(self, None, Box::new(make)).await?;
+        run.seq = numbered.expect("a run without a key is never a duplicate");
+        Ok(run.seq)
     }
 
     /// A turn started with these messages. Queued, not waited for: the record reaches the
@@ -367,11 +380,61 @@ impl Inbox {
 
     /// Returns once every record queued before it is in the file (the daemon's last step).
     pub async fn flush(&self) {
-        if let Some(writer) = &self.writer
-            && let Err(e) = writer.flush().await
-        {
+        if let Err(e) = self.store.flush().await {
             tracing::error!(error = %format!("{e:#}"), "inbox.flush.error");
         }
+    }
+
+    /// The work of `session` for this replica: holding its lease, the items nobody took yet;
+    /// taking its lease if nobody holds it, all its pending items (`leased`); nothing when
+    /// another replica holds it. One box holds every lease: the items of every session that
+    /// nobody took yet.
+    pub async fn pull(&self, session: &SessionId) -> anyhow::Result<Vec<Resume>> {
+        self.store.pull(self, session).await
+    }
+
+    /// The work no notice announced: the items nobody took yet of the sessions this replica
+    /// holds, and the sessions with pending items that no replica holds (their replica died).
+    pub async fn sweep(&self) -> anyhow::Result<Vec<Resume>> {
+        self.store.sweep(self).await
+    }
+
+    /// Gives `session`'s lease back (its actor ended; one box keeps it). Returns whether it
+    /// still has pending items — stored meanwhile by a replica that could not take the lease:
+    /// pull it again.
+    pub async fn release(&self, session: &SessionId) -> anyhow::Result<bool> {
+        self.store.release(self, session).await
+    }
+
+    /// Reads the platforms' positions again (what other replicas received meanwhile): for an
+    /// adapter about to poll or catch up after standing by.
+    pub async fn refresh_positions(&self) -> anyhow::Result<()> {
+        self.store.refresh_positions(self).await
+    }
+
+    /// The sessions the database announces new work for (once; `None` on one box). It closes
+    /// when this replica lost its leases (the connection holding them closed).
+    pub fn notices(&self) -> Option<mpsc::Receiver<String>> {
+        self.store.notices()
+    }
+
+    /// How many chat leases this replica holds in the database.
+    pub fn leases(&self) -> usize {
+        self.store.leases()
+    }
+
+    /// The items stored here and not handed on yet, as work in order.
+    fn hand_on_fresh(&self) -> Vec<Resume> {
+        let mut shared = self.lock();
+        let Shared { state, fresh, .. } = &mut *shared;
+        let work = std::mem::take(fresh).into_iter().filter_map(|seq| {
+            match (state.pending.get(&seq), state.jobs.get(&seq)) {
+                (Some(p), _) => Some(Resume::Received(Box::new(p.msg.clone()))),
+                (None, Some(j)) => Some(Resume::Job(j.run.clone())),
+                (None, None) => None,
+            }
+        });
+        work.collect()
     }
 
     /// The platform cursor of `channel` (Telegram: the last update id journaled).
@@ -402,7 +465,7 @@ impl Inbox {
     /// Bytes this process wrote to the journal, appends and rewrites.
     #[cfg(test)]
     pub(crate) fn written(&self) -> u64 {
-        self.writer.as_ref().map_or(0, Writer::written)
+        self.store.writer().map_or(0, Writer::written)
     }
 
     /// Messages received and scheduled runs journaled, not yet finished.
@@ -418,36 +481,49 @@ impl Inbox {
     /// Writes a progress record; a failure is logged (the record is not applied either, so the
     /// message stays pending and resumes after a restart, which is the safe side).
     async fn record(&self, record: Record) {
-        self.write_progress(record, true).await;
+        self.write_progress(record, false).await;
     }
 
     /// [`Inbox::record`] without waiting for the write (the writer logs a failure).
     async fn post(&self, record: Record) {
-        self.write_progress(record, false).await;
+        self.write_progress(record, true).await;
     }
 
-    /// Journals a progress record, returning once it is written (`written`) or queued.
-    async fn write_progress(&self, record: Record, written: bool) {
+    /// Stores a progress record, returning once it is stored or (`queued`) queued.
+    async fn write_progress(&self, record: Record, queued: bool) {
         if record.seqs().is_empty() {
             return;
         }
-        if let Some(ledger) = &self.ledger {
-            // Applied once stored, like a journal line once written.
-            return match ledger.ledger.record(&record).await {
-                Ok(()) => self.lock().state.apply(record),
-                Err(e) => tracing::error!(error = %format!("{e:#}"), "inbox.append.error"),
-            };
-        }
-        let Some(writer) = &self.writer else {
-            return self.lock().state.apply(record);
-        };
-        let result = match written {
-            true => writer.write(record).await,
-            false => writer.post(record).await,
-        };
-        if let Err(e) = result {
+        if let Err(e) = self.store.record(self, record, queued).await {
             tracing::error!(error = %format!("{e:#}"), "inbox.append.error");
         }
+    }
+}
+
+/// The inbox in memory: records apply at once.
+struct Memory;
+
+#[async_trait::async_trait]
+impl Store for Memory {
+    async fn numbered(
+        &self,
+        inbox: &Inbox,
+        key: Option<u64>,
+        make: Make<'_>,
+    ) -> anyhow::Result<Option<u64>> {
+        let mut shared = inbox.lock();
+        if key.is_some_and(|key| shared.state.recent.contains(&key)) {
+            return Ok(None);
+        }
+        let seq = shared.issue();
+        shared.state.apply(make(seq));
+        shared.fresh.insert(seq);
+        Ok(Some(seq))
+    }
+
+    async fn record(&self, inbox: &Inbox, record: Record, _: bool) -> anyhow::Result<()> {
+        inbox.lock().state.apply(record);
+        Ok(())
     }
 }
 

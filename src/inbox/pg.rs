@@ -31,7 +31,7 @@ const KEEP_DONE_SECONDS: f64 = 86_400.0;
 
 /// The inbox's rows in the database, and this replica's leases.
 pub(super) struct Ledger {
-    db: Arc<Database>,
+    pub(super) db: Arc<Database>,
     pub(super) leases: Leases,
 }
 
@@ -43,10 +43,6 @@ pub(super) struct Claimed {
 }
 
 impl Ledger {
-    pub(super) fn new(db: Arc<Database>, leases: Leases) -> Self {
-        Self { db, leases }
-    }
-
     /// Stores a received message (and the platform's cursor, or the chat's newest id), then
     /// notifies the replicas; its number, `None` for a copy of a message stored before.
     pub(super) async fn receive(

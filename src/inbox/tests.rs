@@ -29,7 +29,7 @@ async fn receive(inbox: &Inbox, m: &Inbound) -> u64 {
 
 /// The writer's side of the journal file (held, the writer waits).
 fn disk(inbox: &Inbox) -> std::sync::MutexGuard<'_, writer::Disk> {
-    inbox.writer.as_ref().unwrap().disk.lock().unwrap()
+    inbox.store.writer().unwrap().disk.lock().unwrap()
 }
 
 /// Keeps the writer from writing (a thread holds its file) until dropped.
@@ -39,7 +39,7 @@ struct Hold(
 );
 
 fn hold(inbox: &Inbox) -> Hold {
-    let disk = inbox.writer.as_ref().unwrap().disk.clone();
+    let disk = inbox.store.writer().unwrap().disk.clone();
     let (held, wait) = std::sync::mpsc::channel();
     let (release, released) = std::sync::mpsc::channel::<()>();
     let thread = std::thread::spawn(move || {

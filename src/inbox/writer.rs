@@ -3,9 +3,12 @@
 //! applies what reached the file to the inbox's state, acknowledges each record, and rewrites
 //! the journal when it has grown enough. A thread of its own, not a task that hops to the
 //! blocking pool: a record costs the sender one wake-up of the writer and one of itself — or,
-//! for a record nobody waits for ([`Writer::post`]), only the writer's; a failure to write
-//! such a record is logged here. A barrier ([`Writer::flush`]) is answered once everything
-//! queued before it was written.
+//! for a record nobody waits for (`Writer::send` without `wait`), only the writer's; a failure
+//! to write such a record is logged here. A barrier (a `None` record: `Store::flush`) is
+//! answered once everything queued before it was written.
+//!
+//! The writer is the file inbox's [`Store`]: a received message or a scheduled run is numbered
+//! as its record takes its place in the queue, and handed on once written.
 //!
 //! Invariants: the state holds exactly the records that reached the file, in file order, so the
 //! snapshot the writer takes is the journal it replaces (records still queued are appended after
@@ -24,8 +27,8 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, anyhow};
 use tokio::sync::{mpsc, oneshot};
 
-use super::Shared;
 use super::journal::{self, Record};
+use super::{Inbox, Make, Shared, Store};
 
 /// The journal is rewritten without finished records when it grows past this size.
 pub(super) const COMPACT_AT: u64 = 4 << 20;
@@ -33,11 +36,11 @@ pub(super) const COMPACT_AT: u64 = 4 << 20;
 pub(super) const QUEUE: usize = 1024;
 
 /// A record on its way to the file (`None`: a barrier), with who waits for it (if anyone).
-pub(super) struct Job {
-    pub record: Option<Record>,
+struct Job {
+    record: Option<Record>,
     /// A received message's key, in flight until the write ends (see `Shared::inflight`).
-    pub key: Option<u64>,
-    pub ack: Option<oneshot::Sender<io::Result<()>>>,
+    key: Option<u64>,
+    ack: Option<oneshot::Sender<io::Result<()>>>,
 }
 
 /// The inbox's handle on its writer thread. Dropping it closes the queue and waits for the
@@ -75,41 +78,21 @@ impl Writer {
             .expect("the queue is open until the writer is dropped")
     }
 
-    /// A place in the queue (waits while it is full).
-    pub(super) async fn reserve(&self) -> anyhow::Result<mpsc::Permit<'_, Job>> {
-        self.tx().reserve().await.map_err(|_| stopped())
-    }
-
-    /// Writes `record`; returns once it is in the file (or could not be written).
-    pub(super) async fn write(&self, record: Record) -> anyhow::Result<()> {
-        self.acked_job(Some(record)).await
-    }
-
-    /// Queues `record` behind everything queued before it and returns (waiting only while the
-    /// queue is full); the writer logs a failure to write it.
-    pub(super) async fn post(&self, record: Record) -> anyhow::Result<()> {
-        let job = Job {
-            record: Some(record),
-            key: None,
-            ack: None,
-        };
-        self.tx().send(job).await.map_err(|_| stopped())
-    }
-
-    /// Returns once everything queued before the call was written (or failed).
-    pub(super) async fn flush(&self) -> anyhow::Result<()> {
-        self.acked_job(None).await
-    }
-
-    async fn acked_job(&self, record: Option<Record>) -> anyhow::Result<()> {
+    /// Queues `record` (`None`: a barrier) behind everything queued before it; returns once
+    /// it is written (or failed) if `wait`, else once queued (the writer logs a failure).
+    async fn send(&self, record: Option<Record>, wait: bool) -> anyhow::Result<()> {
         let (ack, written) = oneshot::channel();
+        let ack = wait.then_some(ack);
         let job = Job {
             record,
             key: None,
-            ack: Some(ack),
+            ack,
         };
         self.tx().send(job).await.map_err(|_| stopped())?;
-        acked(written).await
+        match wait {
+            true => acked(written).await,
+            false => Ok(()),
+        }
     }
 
     /// Bytes this process wrote to the journal: appends and rewrites.
@@ -128,8 +111,55 @@ impl Drop for Writer {
     }
 }
 
+#[async_trait::async_trait]
+impl Store for Writer {
+    /// Gives out the next sequence number to the record `make` builds with it and journals
+    /// the record, returning once it is on disk. Numbers are given out in the order records
+    /// are written (the place in the queue is taken first). With a message's `key`, `None`
+    /// when that message was received before or is on its way to the file.
+    async fn numbered(
+        &self,
+        inbox: &Inbox,
+        key: Option<u64>,
+        make: Make<'_>,
+    ) -> anyhow::Result<Option<u64>> {
+        let permit = self.tx().reserve().await.map_err(|_| stopped())?;
+        let (ack, written) = oneshot::channel();
+        let seq = {
+            let mut shared = inbox.lock();
+            if let Some(key) = key
+                && (shared.state.recent.contains(&key) || !shared.inflight.insert(key))
+            {
+                return Ok(None);
+            }
+            let seq = shared.issue();
+            let record = Some(make(seq));
+            let ack = Some(ack);
+            permit.send(Job { record, key, ack });
+            seq
+        };
+        acked(written).await?;
+        inbox.lock().fresh.insert(seq);
+        Ok(Some(seq))
+    }
+
+    /// Writes `record` (the writer applies it once written).
+    async fn record(&self, _: &Inbox, record: Record, queued: bool) -> anyhow::Result<()> {
+        self.send(Some(record), !queued).await
+    }
+
+    async fn flush(&self) -> anyhow::Result<()> {
+        self.send(None, true).await
+    }
+
+    #[cfg(test)]
+    fn writer(&self) -> Option<&Writer> {
+        Some(self)
+    }
+}
+
 /// What the writer answered for one record.
-pub(super) async fn acked(written: oneshot::Receiver<io::Result<()>>) -> anyhow::Result<()> {
+async fn acked(written: oneshot::Receiver<io::Result<()>>) -> anyhow::Result<()> {
     match written.await {
         Ok(outcome) => outcome.context("writing the inbox journal"),
         Err(_) => Err(stopped()),
