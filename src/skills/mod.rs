@@ -273,14 +273,24 @@ pub fn discover(roots: &SkillRoots) -> Arc<Discovery> {
         snapshots.remove(&key);
         return found;
     }
-    if snapshots.len() >= SNAPSHOTS_KEPT
-        && !snapshots.contains_key(&key)
-        && let Some(evicted) = snapshots.keys().next().cloned()
-    {
-        snapshots.remove(&evicted);
-    }
-    snapshots.insert(key, snapshot);
+    insert_bounded(&mut snapshots, SNAPSHOTS_KEPT, key, snapshot);
     found
+}
+
+/// Inserts `key` into `map`, first evicting an arbitrary other entry when `map` holds `cap`.
+fn insert_bounded<K: Clone + Eq + std::hash::Hash, V>(
+    map: &mut HashMap<K, V>,
+    cap: usize,
+    key: K,
+    value: V,
+) {
+    if map.len() >= cap
+        && !map.contains_key(&key)
+        && let Some(evicted) = map.keys().next().cloned()
+    {
+        map.remove(&evicted);
+    }
+    map.insert(key, value);
 }
 
 /// Lists the roots and loads their skills, stamping each path before it is read (so a change
@@ -365,14 +375,8 @@ fn load_skill(path: &Path, folder: &str) -> Result<SkillFile, String> {
             Err(e) => Err(format!("cannot read: {e}")),
         }
     };
-    let mut cache = cache();
-    if cache.len() >= CACHE_CAPACITY
-        && !cache.contains_key(path)
-        && let Some(evicted) = cache.keys().next().cloned()
-    {
-        cache.remove(&evicted);
-    }
-    cache.insert(path.to_owned(), (modified, len, parsed.clone()));
+    let entry = (modified, len, parsed.clone());
+    insert_bounded(&mut cache(), CACHE_CAPACITY, path.to_owned(), entry);
     parsed
 }
 

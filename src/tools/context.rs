@@ -274,10 +274,10 @@ pub enum ToolEvent<'a> {
 pub type ToolObserver = Arc<dyn Fn(&ToolEvent<'_>) + Send + Sync>;
 
 impl TurnCtx {
-    /// A turn of `authority`, started by `origin`, under the process's policy for them.
-    pub(crate) fn new(authority: Authority, origin: TurnOrigin, process: &ProcessCtx) -> Self {
+    /// A turn of `authority`, started by `origin`, under `policy`.
+    fn new(authority: Authority, origin: TurnOrigin, policy: Arc<Policy>) -> Self {
         Self {
-            policy: process.policy(authority.role, origin),
+            policy,
             origin,
             authority,
             answered: AtomicBool::new(false),
@@ -329,11 +329,14 @@ impl ToolContext {
         observer: Option<ToolObserver>,
         subagents: Option<Arc<dyn super::subagent::Delegate>>,
     ) -> Self {
-        let mut turn = TurnCtx::new(authority, origin, &process);
-        turn.live = output.live;
-        turn.sends = output.sends;
-        turn.observer = observer;
-        turn.subagents = subagents;
+        let policy = process.policy(authority.role, origin);
+        let turn = TurnCtx {
+            live: output.live,
+            sends: output.sends,
+            observer,
+            subagents,
+            ..TurnCtx::new(authority, origin, policy)
+        };
         let turn = Arc::new(turn);
         Self {
             process,
@@ -352,15 +355,8 @@ impl ToolContext {
         parent: SessionId,
     ) -> Self {
         let turn = TurnCtx {
-            authority,
-            policy: Arc::new(policy),
-            origin: TurnOrigin::Scheduled,
-            answered: AtomicBool::new(false),
-            live: None,
-            sends: None,
-            observer: None,
             parent: Some(parent),
-            subagents: None,
+            ..TurnCtx::new(authority, TurnOrigin::Scheduled, Arc::new(policy))
         };
         Self {
             process,

@@ -107,11 +107,9 @@ pub struct ReadArgs {
     /// file path
     pub path: String,
     /// first line (0-based)
-    #[serde(default)]
     #[schemars(range(min = 0))]
     pub offset: Option<i64>,
     /// number of lines
-    #[serde(default)]
     #[schemars(range(min = 1))]
     pub limit: Option<i64>,
 }
@@ -135,11 +133,9 @@ pub struct EditArgs {
     /// replacement text
     pub new: String,
     /// search from this line (0-based)
-    #[serde(default)]
     #[schemars(range(min = 0))]
     pub start_line: Option<i64>,
     /// replace every occurrence
-    #[serde(default)]
     pub replace_all: Option<bool>,
 }
 
@@ -255,15 +251,12 @@ pub(crate) fn confine(workspace: &Path, raw: &str) -> Result<PathBuf, ToolError>
     }
 }
 
-fn not_found(path: &Path) -> ToolError {
-    ToolError::new(format!("file not found: {}", path.display()))
-}
-
 fn io_error(path: &Path, e: std::io::Error) -> ToolError {
-    if e.kind() == std::io::ErrorKind::NotFound {
-        not_found(path)
-    } else {
-        ToolError::new(format!("{}: {e}", path.display()))
+    match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            ToolError::new(format!("file not found: {}", path.display()))
+        }
+        _ => ToolError::new(format!("{}: {e}", path.display())),
     }
 }
 

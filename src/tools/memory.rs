@@ -16,7 +16,6 @@ struct RememberArgs {
     /// the fact or preference, one line
     text: String,
     /// chat (default) or global
-    #[serde(default)]
     scope: Option<String>,
 }
 

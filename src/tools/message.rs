@@ -25,16 +25,12 @@ struct SendArgs {
     #[serde(default)]
     text: String,
     /// a workspace file to send
-    #[serde(default)]
     file: Option<String>,
     /// telegram or discord (default: this chat's)
-    #[serde(default)]
     channel: Option<String>,
     /// default: this chat
-    #[serde(default)]
     chat_id: Option<String>,
     /// message id to reply to
-    #[serde(default)]
     reply_to: Option<String>,
 }
 

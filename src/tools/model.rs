@@ -145,7 +145,6 @@ impl SessionModels {
 #[derive(Deserialize, JsonSchema)]
 struct ModelArgs {
     /// provider:model to switch this session to; omit to show the current one
-    #[serde(default)]
     model: Option<String>,
 }
 

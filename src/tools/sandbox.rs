@@ -36,7 +36,6 @@
 //! Not restricted: the network (TCP; pathname UNIX sockets before ABI 9), and reading the system
 //! directories as their permissions allow (as root that includes `/etc/shadow`).
 
-use std::fmt;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
@@ -84,17 +83,26 @@ const LINKED_FILES: &[&str] = &["/etc/resolv.conf"];
 const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
 
 /// The kernel's Landlock support, as probed by [`available`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum Support {
     /// Landlock ABI `abi` (≥ [`MIN_ABI`]): sandboxed commands run.
+    #[error("Landlock ABI {abi}")]
     Available { abi: i32 },
     /// The kernel is built without Landlock (`ENOSYS`).
+    #[error("Landlock: not built into the kernel")]
     NotBuilt,
     /// Landlock is built in but not enabled at boot (`EOPNOTSUPP`).
+    #[error("Landlock: disabled at boot; add `landlock` to the kernel's `lsm=` list")]
     Disabled,
     /// The probe failed otherwise, typically `EPERM` from a seccomp profile.
+    #[error("Landlock: its system calls are refused (errno {errno}), e.g. by a seccomp profile")]
     Blocked { errno: i32 },
     /// Landlock works but its ABI is older than [`MIN_ABI`].
+    #[error(
+        "Landlock ABI {abi}; ABI {MIN_ABI} (Linux 6.2) or newer is needed to deny truncating \
+         files outside the workspace",
+        MIN_ABI = MIN_ABI
+    )]
     TooOld { abi: i32 },
 }
 
@@ -112,28 +120,6 @@ impl Support {
             Err(libc::ENOSYS) => Support::NotBuilt,
             Err(libc::EOPNOTSUPP) => Support::Disabled,
             Err(errno) => Support::Blocked { errno },
-        }
-    }
-}
-
-impl fmt::Display for Support {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Support::Available { abi } => write!(f, "Landlock ABI {abi}"),
-            Support::NotBuilt => write!(f, "Landlock: not built into the kernel"),
-            Support::Disabled => write!(
-                f,
-                "Landlock: disabled at boot; add `landlock` to the kernel's `lsm=` list"
-            ),
-            Support::Blocked { errno } => write!(
-                f,
-                "Landlock: its system calls are refused (errno {errno}), e.g. by a seccomp profile"
-            ),
-            Support::TooOld { abi } => write!(
-                f,
-                "Landlock ABI {abi}; ABI {MIN_ABI} (Linux 6.2) or newer is needed to deny \
-                 truncating files outside the workspace"
-            ),
         }
     }
 }

@@ -24,19 +24,14 @@ struct AddArgs {
     /// what to do then
     message: String,
     /// once, after N seconds
-    #[serde(default)]
     after_seconds: Option<f64>,
     /// every N seconds
-    #[serde(default)]
     interval_seconds: Option<f64>,
     /// 5-field crontab expression
-    #[serde(default)]
     cron: Option<String>,
     /// once, at this ISO 8601 time
-    #[serde(default)]
     at: Option<String>,
     /// IANA time zone for cron / at
-    #[serde(default)]
     timezone: Option<String>,
 }
 

@@ -83,14 +83,11 @@ pub struct BashArgs {
     /// shell command line
     pub cmd: String,
     /// working directory (default: workspace)
-    #[serde(default)]
     pub cwd: Option<String>,
     /// seconds before it is killed (default 30)
-    #[serde(default)]
     #[schemars(range(min = 1))]
     pub timeout_seconds: Option<i64>,
     /// return an id at once (see bash.output)
-    #[serde(default)]
     pub background: Option<bool>,
 }
 
@@ -266,8 +263,8 @@ async fn run_bash_with(
             // The shell exited and what it left running was killed.
             guard.keeper.reaped();
             let status = status.map_err(|e| ToolError::new(format!("bash failed: {e}")))?;
-            let stdout = take_text(&out);
-            let stderr = take_text(&err);
+            let stdout = lock(&out).text();
+            let stderr = lock(&err).text();
             format_result(status, &stdout, &stderr)
         }
         Err(_) => {
@@ -280,7 +277,7 @@ async fn run_bash_with(
                 let _ = (&mut err_task).await;
             })
             .await;
-            let partial = combine(&take_text(&out), &take_text(&err));
+            let partial = combine(&lock(&out).text(), &lock(&err).text());
             let mut msg = format!(
                 "timeout: command did not finish within {secs}s (it and all it started were killed)"
             );
@@ -306,7 +303,10 @@ pub(super) fn prepare(
 ) -> Result<(tokio::process::Command, Option<Sandbox>), ToolError> {
     let workspace = launch.workspace;
     let root = launch.folder.unwrap_or(workspace);
-    let cwd = resolve_cwd(workspace, root, cwd);
+    let cwd = match cwd.map(str::trim).filter(|c| !c.is_empty()) {
+        Some(c) => resolve_path(workspace, c),
+        None => root.to_path_buf(),
+    };
     if !cwd.is_dir() {
         return Err(ToolError::new(format!(
             "cwd is not a directory: {}",
@@ -479,14 +479,11 @@ where
     })
 }
 
-fn lock(capture: &Mutex<Capture>) -> std::sync::MutexGuard<'_, Capture> {
-    capture
+/// `mutex` locked, also when a panic poisoned it.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn take_text(capture: &Mutex<Capture>) -> String {
-    lock(capture).text()
 }
 
 /// A byte stream capped at `cap` bytes: the first `cap/2` and the last `cap/2` are kept.
@@ -608,15 +605,6 @@ fn exit_text(status: ExitStatus) -> String {
         (Some(code), _) => format!("exit={code}"),
         (None, Some(sig)) => format!("signal={sig}"),
         (None, None) => "exit=?".to_string(),
-    }
-}
-
-/// The directory a `cwd` argument names (relative to the workspace): `default` when absent or
-/// blank.
-fn resolve_cwd(workspace: &Path, default: &Path, cwd: Option<&str>) -> PathBuf {
-    match cwd.map(str::trim) {
-        Some(c) if !c.is_empty() => resolve_path(workspace, c),
-        _ => default.to_path_buf(),
     }
 }
 

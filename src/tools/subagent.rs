@@ -22,16 +22,12 @@ pub(crate) struct Task {
     /// self-contained (it sees nothing else)
     pub task: String,
     /// a subset of your tools
-    #[serde(default)]
     pub tools: Option<Vec<String>>,
     /// skills to follow
-    #[serde(default)]
     pub skills: Option<Vec<String>>,
     /// provider:model
-    #[serde(default)]
     pub model: Option<String>,
     /// answer later, as a new message
-    #[serde(default)]
     pub background: Option<bool>,
 }
 

@@ -11,7 +11,7 @@ use serde_json::json;
 use super::registry::NoArgs;
 use super::{Tool, ToolContext, ToolError};
 use crate::tape::output::byte_at;
-use crate::tape::{Searched, TapeEntry, TapeStore};
+use crate::tape::{Searched, TapeStore};
 
 /// How many anchors `tape.anchors` lists.
 const ANCHORS_SHOWN: usize = 50;
@@ -51,13 +51,10 @@ fn default_output_chars() -> i64 {
 #[derive(Deserialize, JsonSchema)]
 struct HandoffArgs {
     /// anchor name (default: handoff)
-    #[serde(default)]
     name: Option<String>,
     /// what was done and learned
-    #[serde(default)]
     summary: Option<String>,
     /// what to do next
-    #[serde(default)]
     next_steps: Option<String>,
 }
 
@@ -66,38 +63,6 @@ struct ResetArgs {
     /// keep the old tape as a .bak file
     #[serde(default)]
     archive: bool,
-}
-
-/// Runs `f` on the session's tape in a blocking task.
-async fn with_tape<R, F>(ctx: &ToolContext, f: F) -> Result<R, ToolError>
-where
-    R: Send + 'static,
-    F: FnOnce(&mut dyn TapeStore) -> anyhow::Result<R> + Send + 'static,
-{
-    ctx.tape().run(f).await.map_err(ToolError::from)
-}
-
-/// `tape.info` output.
-pub(crate) fn info_text(tape: &mut dyn TapeStore) -> anyhow::Result<String> {
-    Ok(tape.info()?.to_string())
-}
-
-/// `tape.search` output: `#<id> <kind> <payload JSON>` per match, newest first.
-pub(crate) fn search_text(
-    tape: &mut dyn TapeStore,
-    query: &str,
-    limit: usize,
-    what: Searched,
-) -> anyhow::Result<String> {
-    let found = tape.search(query, limit, what)?;
-    if found.is_empty() {
-        return Ok("(no matches)".to_string());
-    }
-    Ok(found
-        .iter()
-        .map(|e| format!("#{} {} {}", e.id, e.kind, e.payload))
-        .collect::<Vec<_>>()
-        .join("\n"))
 }
 
 /// `tape.output` output: characters `offset..offset + limit` of a call's whole result, after a
@@ -131,32 +96,6 @@ pub(crate) fn output_text(
     ))
 }
 
-/// `tape.anchors` output: `<name> state=<JSON>` per anchor, oldest first.
-pub(crate) fn anchors_text(tape: &mut dyn TapeStore) -> anyhow::Result<String> {
-    let anchors = tape.anchors(ANCHORS_SHOWN)?;
-    if anchors.is_empty() {
-        return Ok("(no anchors)".to_string());
-    }
-    Ok(anchors
-        .iter()
-        .map(anchor_row)
-        .collect::<Vec<_>>()
-        .join("\n"))
-}
-
-fn anchor_row(anchor: &TapeEntry) -> String {
-    let state = anchor.state().cloned().unwrap_or_else(|| json!({}));
-    format!("{} state={}", anchor.name().unwrap_or("-"), state)
-}
-
-/// `tape.reset` output: `ok` or `Archived: <path>`.
-pub(crate) fn reset_text(tape: &mut dyn TapeStore, archive: bool) -> anyhow::Result<String> {
-    Ok(match tape.reset(archive)? {
-        Some(path) => format!("Archived: {path}"),
-        None => "ok".to_string(),
-    })
-}
-
 /// The tape tools.
 pub(crate) fn tools() -> Vec<Tool> {
     vec![
@@ -165,7 +104,9 @@ pub(crate) fn tools() -> Vec<Tool> {
             "Show tape summary",
             "Shows the tape name, the number of entries and anchors, the last anchor, the entries \
              since it (the current context) and the token usage of the last model call.",
-            |_: NoArgs, ctx: ToolContext| async move { with_tape(&ctx, info_text).await },
+            |_: NoArgs, ctx: ToolContext| async move {
+                Ok(ctx.tape().run(|tape| Ok(tape.info()?.to_string())).await?)
+            },
         ),
         Tool::new(
             "tape.search",
@@ -180,7 +121,17 @@ pub(crate) fn tools() -> Vec<Tool> {
                 }
                 let limit = usize::try_from(limit).unwrap_or(usize::MAX);
                 let what = ctx.turn.policy.searched();
-                with_tape(&ctx, move |tape| search_text(tape, &query, limit, what)).await
+                let found = ctx
+                    .tape()
+                    .run(move |t| t.search(&query, limit, what))
+                    .await?;
+                if found.is_empty() {
+                    return Ok("(no matches)".to_string());
+                }
+                let rows = found
+                    .iter()
+                    .map(|e| format!("#{} {} {}", e.id, e.kind, e.payload));
+                Ok(rows.collect::<Vec<_>>().join("\n"))
             },
         ),
         Tool::new(
@@ -200,17 +151,27 @@ pub(crate) fn tools() -> Vec<Tool> {
                 }
                 let (offset, limit) = (offset as usize, limit as usize);
                 let guest = ctx.turn.policy.searched() == Searched::Conversation;
-                with_tape(&ctx, move |tape| {
+                let read = move |tape: &mut dyn TapeStore| {
                     output_text(tape, &call_id, offset, limit, guest)
-                })
-                .await
+                };
+                Ok(ctx.tape().run(read).await?)
             },
         ),
         Tool::new(
             "tape.anchors",
             "List tape anchors",
             "Lists the last 50 anchors (handoff points) as `<name> state=<JSON>`, oldest first.",
-            |_: NoArgs, ctx: ToolContext| async move { with_tape(&ctx, anchors_text).await },
+            |_: NoArgs, ctx: ToolContext| async move {
+                let anchors = ctx.tape().run(|t| t.anchors(ANCHORS_SHOWN)).await?;
+                if anchors.is_empty() {
+                    return Ok("(no anchors)".to_string());
+                }
+                let rows = anchors.iter().map(|a| {
+                    let state = a.state().cloned().unwrap_or_else(|| json!({}));
+                    format!("{} state={}", a.name().unwrap_or("-"), state)
+                });
+                Ok(rows.collect::<Vec<_>>().join("\n"))
+            },
         ),
         Tool::new(
             "tape.handoff",
@@ -230,11 +191,12 @@ pub(crate) fn tools() -> Vec<Tool> {
                 // A guest's summary leads the next context: it says whose words it is.
                 let by = crate::memory::Author::of(&ctx.turn.authority);
                 let summary = summary.map(|s| by.marked(&s));
-                with_tape(&ctx, move |tape| {
-                    tape.handoff(&name, summary.as_deref(), next_steps.as_deref())?;
-                    Ok(format!("handoff created: {name}"))
-                })
-                .await
+                let anchor = name.clone();
+                let handoff = move |t: &mut dyn TapeStore| {
+                    t.handoff(&anchor, summary.as_deref(), next_steps.as_deref())
+                };
+                ctx.tape().run(handoff).await?;
+                Ok(format!("handoff created: {name}"))
             },
         ),
         Tool::new(
@@ -244,10 +206,10 @@ pub(crate) fn tools() -> Vec<Tool> {
              deleted), forgets expanded tool and skill details and stops the session's \
              background commands.",
             |ResetArgs { archive }, ctx: ToolContext| async move {
-                let out = with_tape(&ctx, move |tape| reset_text(tape, archive)).await?;
+                let archived = ctx.tape().run(move |t| t.reset(archive)).await?;
                 ctx.expanded().clear();
                 ctx.process.background.stop_session(&ctx.session.id);
-                Ok(out)
+                Ok(archived.map_or_else(|| "ok".to_string(), |p| format!("Archived: {p}")))
             },
         ),
     ]

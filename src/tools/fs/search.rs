@@ -38,7 +38,6 @@ pub struct GlobArgs {
     /// glob, e.g. src/**/*.rs
     pub pattern: String,
     /// base directory (default: workspace)
-    #[serde(default)]
     pub path: Option<String>,
 }
 
@@ -48,13 +47,10 @@ pub struct GrepArgs {
     /// regular expression
     pub pattern: String,
     /// file or directory (default: workspace)
-    #[serde(default)]
     pub path: Option<String>,
     /// file name glob
-    #[serde(default)]
     pub glob: Option<String>,
     // Its name says it all (each word of a spec is paid for in every request).
-    #[serde(default)]
     pub ignore_case: Option<bool>,
 }
 
@@ -315,15 +311,11 @@ fn grep_sync(args: &GrepArgs, walk: Walk) -> Result<String, ToolError> {
         .case_insensitive(args.ignore_case.unwrap_or(false))
         .build()
         .map_err(|e| ToolError::invalid(format!("invalid regex: {e}")))?;
-    let filter = match args
-        .glob
-        .as_deref()
-        .map(str::trim)
+    let glob = args.glob.as_deref().map(str::trim);
+    let filter = glob
         .filter(|g| !g.is_empty())
-    {
-        Some(g) => Some(PathGlob::new(g)?),
-        None => None,
-    };
+        .map(PathGlob::new)
+        .transpose()?;
     let base = Base::new(&walk.workspace, args.path.as_deref())?;
     let deadline = walk.deadline;
     let (rule, secrets) = walk.guest.unzip();

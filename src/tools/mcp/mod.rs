@@ -518,14 +518,10 @@ pub(crate) fn prompt_block(catalog: &Catalog, policy: &Policy) -> String {
         .filter(|t| policy.allows(&t.name))
         .map(|t| format!("- {}: {}", t.name, t.description))
         .collect();
-    let down: Vec<String> = match policy.allows(CALL) {
-        true => catalog
-            .down
-            .keys()
-            .map(|s| format!("- mcp.{s}.*: not available now"))
-            .collect(),
-        false => Vec::new(),
-    };
+    let down = catalog.down.keys().filter(|_| policy.allows(CALL));
+    let down: Vec<String> = down
+        .map(|s| format!("- mcp.{s}.*: not available now"))
+        .collect();
     if lines.is_empty() && down.is_empty() {
         return String::new();
     }

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio_util::sync::CancellationToken;
 
-use super::{BashArgs, CommandLimits, Launch, prepare, spawn};
+use super::{BashArgs, CommandLimits, Launch, lock, prepare, spawn};
 use crate::access::{Authority, Principal, Role};
 use crate::chat::SessionId;
 use crate::redact::Redactor;
@@ -88,12 +88,6 @@ struct State {
     dropped: u64,
     /// How it ended; `None` while it runs.
     ended: Option<String>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 impl Command {

@@ -34,7 +34,6 @@ pub(super) struct FetchArgs {
     /// http(s) URL
     pub url: String,
     /// maximum characters (default 20000)
-    #[serde(default)]
     pub max_chars: Option<i64>,
 }
 

@@ -35,32 +35,25 @@ use super::{MAX_REDIRECTS, shown};
 /// How a refusal tells the operator to lift the guard.
 const HINT: &str = "set BUB_WEB_ALLOW_PRIVATE=true to allow private destinations";
 
-/// Why an address is forbidden.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Why an address is forbidden (displayed as the refusal names it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub(super) enum Class {
+    #[error("a loopback address")]
     Loopback,
+    #[error("a private address")]
     Private,
+    #[error("a carrier-grade NAT address")]
     CarrierNat,
+    #[error("a link-local address")]
     LinkLocal,
+    #[error("an unspecified address")]
     Unspecified,
+    #[error("a broadcast address")]
     Broadcast,
+    #[error("a multicast address")]
     Multicast,
+    #[error("a reserved address")]
     Reserved,
-}
-
-impl Class {
-    fn describe(self) -> &'static str {
-        match self {
-            Self::Loopback => "a loopback address",
-            Self::Private => "a private address",
-            Self::CarrierNat => "a carrier-grade NAT address",
-            Self::LinkLocal => "a link-local address",
-            Self::Unspecified => "an unspecified address",
-            Self::Broadcast => "a broadcast address",
-            Self::Multicast => "a multicast address",
-            Self::Reserved => "a reserved address",
-        }
-    }
 }
 
 /// A forbidden address: its class, and the IPv4 address an IPv6 form stands for.
@@ -73,8 +66,8 @@ pub(super) struct Forbidden {
 impl fmt::Display for Forbidden {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.embedded {
-            Some(v4) => write!(f, "an IPv6 form of {v4}, {}", self.class.describe()),
-            None => f.write_str(self.class.describe()),
+            Some(v4) => write!(f, "an IPv6 form of {v4}, {}", self.class),
+            None => write!(f, "{}", self.class),
         }
     }
 }

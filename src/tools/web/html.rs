@@ -290,13 +290,8 @@ fn tidy(markdown: &str) -> String {
             continue;
         }
         let line = line.trim_end();
-        if line.is_empty() {
-            blank += 1;
-            if blank > 1 {
-                continue;
-            }
-        } else {
-            blank = 0;
+        if second_blank(&mut blank, line) {
+            continue;
         }
         if trimmed.starts_with('|') {
             out.push_str(&table_row(line));
@@ -306,6 +301,13 @@ fn tidy(markdown: &str) -> String {
         out.push('\n');
     }
     out.trim().to_owned()
+}
+
+/// Counts `line` into the run of `blank` lines before it: whether it is a blank line after
+/// another one (dropped, so at most one blank line stands in a row).
+fn second_blank(blank: &mut usize, line: &str) -> bool {
+    *blank = if line.is_empty() { *blank + 1 } else { 0 };
+    *blank > 1
 }
 
 /// A Markdown table row with whitespace runs collapsed and `---…` separators shortened.
@@ -458,13 +460,8 @@ fn plain_text(html: &str) -> String {
     let mut blank = 0;
     for line in text.lines() {
         let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
-        if line.is_empty() {
-            blank += 1;
-            if blank > 1 {
-                continue;
-            }
-        } else {
-            blank = 0;
+        if second_blank(&mut blank, &line) {
+            continue;
         }
         out.push_str(&line);
         out.push('\n');

@@ -33,7 +33,6 @@ pub(super) struct SearchArgs {
     /// What to search for
     query: String,
     /// Number of results (default 5, 1 to 20)
-    #[serde(default)]
     max_results: Option<i64>,
 }
 
@@ -63,17 +62,13 @@ impl Backend {
 /// One result as backends return it (`title`, `url`, `content`; any may be missing or null).
 #[derive(Deserialize)]
 struct Hit {
-    #[serde(default)]
     title: Option<String>,
-    #[serde(default)]
     url: Option<String>,
-    #[serde(default)]
     content: Option<String>,
 }
 
 #[derive(Deserialize)]
 struct Hits {
-    #[serde(default)]
     results: Option<Vec<Hit>>,
 }
 
