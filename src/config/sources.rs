@@ -49,7 +49,7 @@ pub(crate) struct Layers {
 }
 
 impl Layers {
-    fn set(&mut self, var: &'static str, value: String, origin: Origin) {
+    fn insert(&mut self, var: &'static str, value: String, origin: Origin) {
         self.values.insert(var, Raw { value, origin });
     }
 
@@ -94,21 +94,35 @@ impl Layers {
             .filter(|raw| !raw.value.trim().is_empty())
     }
 
-    /// Parses the value in effect with `parse`; an error says which file the value came from.
+    /// Parses the value in effect with `parse` (given the name and the text); an error says
+    /// which file the value came from.
     pub(crate) fn parse<T>(
         &self,
         var: &str,
-        parse: impl FnOnce(&str) -> Result<T, ConfigError>,
+        parse: impl FnOnce(&str, &str) -> Result<T, ConfigError>,
     ) -> Result<Option<T>, ConfigError> {
         let Some(raw) = self.get(var) else {
             return Ok(None);
         };
-        parse(&raw.value).map(Some).map_err(|mut err| {
+        parse(var, &raw.value).map(Some).map_err(|mut err| {
             if raw.origin != Origin::Env {
                 err.message = format!("{} (set in {})", err.message, raw.origin);
             }
             err
         })
+    }
+
+    /// Overwrites `field` with the parsed value of `var` when it is set.
+    pub(crate) fn set<T>(
+        &self,
+        var: &str,
+        field: &mut T,
+        parse: impl FnOnce(&str, &str) -> Result<T, ConfigError>,
+    ) -> Result<(), ConfigError> {
+        if let Some(value) = self.parse(var, parse)? {
+            *field = value;
+        }
+        Ok(())
     }
 
     /// Removes `var`, returning its raw value.
@@ -136,7 +150,7 @@ pub(crate) fn from_env(env: &HashMap<String, String>) -> Layers {
     entries.sort_by_key(|(name, _)| canonical_var(name).is_some_and(|var| var == name.as_str()));
     for (name, value) in entries {
         match canonical_var(name) {
-            Some(var) => layers.set(var, value.clone(), Origin::Env),
+            Some(var) => layers.insert(var, value.clone(), Origin::Env),
             None => layers.note_unknown(name, &Origin::Env),
         }
     }
@@ -153,7 +167,7 @@ pub(crate) fn from_dotenv(path: &Path) -> Result<Layers, ConfigError> {
     for item in iter {
         let (name, value) = item.map_err(|err| dotenv_error(path, err))?;
         match canonical_var(&name) {
-            Some(var) => layers.set(var, value, origin.clone()),
+            Some(var) => layers.insert(var, value, origin.clone()),
             None => layers.note_unknown(&name, &origin),
         }
     }
@@ -207,7 +221,7 @@ pub(crate) fn from_toml(path: &Path, err_var: Option<&str>) -> Result<Layers, Co
         let text = toml_value_text(var, value.kind).map_err(|message| {
             ConfigError::new(var, format!("{message} (set in {})", path.display()))
         })?;
-        layers.set(var, text, origin.clone());
+        layers.insert(var, text, origin.clone());
     }
     Ok(layers)
 }
