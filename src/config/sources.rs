@@ -218,7 +218,7 @@ pub(crate) fn from_toml(path: &Path, err_var: Option<&str>) -> Result<Layers, Co
         }
         let var = toml_key_var(&key)
             .ok_or_else(|| ConfigError::new(&key, vars::unknown_key(&key, path)))?;
-        let text = toml_value_text(var, value.kind).map_err(|message| {
+        let text = toml_value_text(var, value).map_err(|message| {
             ConfigError::new(var, format!("{message} (set in {})", path.display()))
         })?;
         layers.insert(var, text, origin.clone());
@@ -257,17 +257,10 @@ fn price_rows(kind: config::ValueKind) -> Result<HashMap<String, PriceRow>, Stri
 }
 
 /// The text form of a TOML value, as an environment variable would hold it.
-fn toml_value_text(var: &str, kind: config::ValueKind) -> Result<String, String> {
+fn toml_value_text(var: &str, value: config::Value) -> Result<String, String> {
     use config::ValueKind as K;
-    Ok(match kind {
+    Ok(match value.kind {
         K::Nil => "null".to_owned(),
-        K::Boolean(b) => b.to_string(),
-        K::I64(n) => n.to_string(),
-        K::I128(n) => n.to_string(),
-        K::U64(n) => n.to_string(),
-        K::U128(n) => n.to_string(),
-        K::Float(x) => x.to_string(),
-        K::String(s) => s,
         K::Table(_) => return Err("expected a value, not a table".to_owned()),
         K::Array(items) => {
             if !vars::find(var).is_some_and(|v| v.list) {
@@ -286,6 +279,8 @@ fn toml_value_text(var: &str, kind: config::ValueKind) -> Result<String, String>
                 .collect::<Result<Vec<_>, _>>()?;
             serde_json::Value::Array(items).to_string()
         }
+        // A string, a boolean or a number, as the config crate writes it.
+        _ => value.into_string().map_err(|e| e.to_string())?,
     })
 }
 
