@@ -271,7 +271,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             _ => false,
         };
         let _database = match keeps_state {
-            true => bub::cli::db::open(&settings)?,
+            true => settings.database()?,
             false => None,
         };
         if let Some(db) = &_database {
@@ -309,12 +309,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     .map(|()| ExitCode::SUCCESS)
             }
             Command::Message => {
-                let db = bub::cli::db::open(&settings)?;
+                let db = settings.database()?;
                 let served = bub::cli::db::serving(db, "message", message(settings));
                 served.await.map(|()| ExitCode::SUCCESS)
             }
             Command::Idle => {
-                let db = bub::cli::db::open(&settings)?;
+                let db = settings.database()?;
                 let served = bub::cli::db::serving(db, "idle", idle(settings));
                 served.await.map(|()| ExitCode::SUCCESS)
             }
@@ -577,7 +577,7 @@ async fn message(settings: Settings) -> anyhow::Result<()> {
 /// lease, none at start); senders revoked meanwhile are dropped.
 async fn open_inbox(agent: &AgentRuntime) -> anyhow::Result<(Inbox, Vec<Resume>)> {
     let access = agent.access().clone();
-    if let Some(db) = bub::cli::db::open(agent.settings())? {
+    if let Some(db) = agent.settings().database()? {
         let readmitted = move |m: &Inbound| {
             let (access, channel) = (access.clone(), m.channel.clone());
             let (id, name) = (m.sender.id.clone(), m.sender.username.clone());
@@ -725,7 +725,7 @@ async fn wait_for_daemon_lock(
 /// are `BUB_HOME`'s, or the database's (one owner among the replicas).
 fn scheduler(settings: &Settings, jobs: JobQueue) -> anyhow::Result<Scheduler> {
     let scheduler = Scheduler::new(&settings.home, settings.scheduler_catch_up, Arc::new(jobs));
-    Ok(match bub::cli::db::open(settings)? {
+    Ok(match settings.database()? {
         Some(db) => scheduler.on_database(db),
         None => scheduler,
     })

@@ -149,11 +149,7 @@ pub async fn pair(settings: &Settings, action: &PairAction) -> anyhow::Result<Ex
             if let Some(var) = r.still_admitted_by {
                 eprintln!("bub: note: user {user_id} is still admitted by {var}");
             }
-            Ok(if r.removed {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
+            Ok(ExitCode::from(u8::from(!r.removed)))
         }
     }
 }
@@ -209,8 +205,8 @@ pub async fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Resul
         MemoryAction::Edit { session } => {
             let scope = session.clone().map_or(Scope::Global, Scope::Chat);
             // In the database: edited in a private copy, stored back within the caps.
-            let copy = match memory.path(&scope) {
-                Some(_) => None,
+            let (path, copy) = match memory.path(&scope) {
+                Some(path) => (path, None),
                 None => {
                     let mut copy = tempfile::Builder::new().suffix(".md").tempfile()?;
                     let text: Vec<String> = memory
@@ -220,13 +216,8 @@ pub async fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Resul
                         .map(|e| format!("- {e}"))
                         .collect();
                     std::io::Write::write_all(&mut copy, (text.join("\n") + "\n").as_bytes())?;
-                    Some(copy)
+                    (copy.path().to_path_buf(), Some(copy))
                 }
-            };
-            let path = match (&copy, memory.path(&scope)) {
-                (Some(copy), _) => copy.path().to_path_buf(),
-                (None, Some(path)) => path,
-                (None, None) => unreachable!("memory is in files or in the database"),
             };
             if let Some(dir) = path.parent() {
                 crate::storage::create_private_dir(dir)?;
@@ -250,11 +241,7 @@ pub async fn memory(settings: &Settings, action: &MemoryAction) -> anyhow::Resul
                     .replace(&scope, &std::fs::read_to_string(&path)?)
                     .await?;
             }
-            Ok(if status.success() {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::FAILURE
-            })
+            Ok(ExitCode::from(u8::from(!status.success())))
         }
     }
 }
@@ -274,11 +261,7 @@ pub fn skills(settings: &Settings, action: &SkillsAction) -> ExitCode {
         let row = format!("invalid  {}: {}", issue.location, issue.problem);
         print_out(&safe_line(&row));
     }
-    if found.issues.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    ExitCode::from(u8::from(!found.issues.is_empty()))
 }
 
 /// Prints a line to stdout; a closed pipe (`bub jobs list | head`) is not an error.
@@ -291,7 +274,7 @@ pub fn print_out(text: &str) {
 pub async fn jobs(settings: &Settings, action: &JobsAction) -> anyhow::Result<ExitCode> {
     // Reading the store may set jobs aside (or a broken file); that is logged to stderr.
     logging::init(settings, LogTarget::Stderr);
-    let store = crate::scheduler::store::open(&settings.home, super::db::open(settings)?.as_ref());
+    let store = crate::scheduler::store::open(&settings.home, settings.database()?.as_ref());
     let in_store = || store.location();
     match action {
         // Loading sets aside jobs that cannot run; they are listed after the others, with why.

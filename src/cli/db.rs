@@ -26,7 +26,7 @@ pub enum DbAction {
 
 /// Runs `action` on the database of `settings`.
 pub async fn run(settings: &Settings, action: &DbAction) -> anyhow::Result<ExitCode> {
-    let db = open(settings)?.ok_or_else(|| {
+    let db = settings.database()?.ok_or_else(|| {
         UsageError(
             "BUB_DATABASE_URL is not set: without it Bub keeps its state in files under \
              BUB_HOME, and there is no database to manage"
@@ -93,11 +93,6 @@ pub async fn run(settings: &Settings, action: &DbAction) -> anyhow::Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
-/// The database of `settings`, when `BUB_DATABASE_URL` names one (no connection yet).
-pub fn open(settings: &Settings) -> anyhow::Result<Option<Arc<Database>>> {
-    settings.database()
-}
-
 /// Runs `serve` (`bub message`, `bub idle`) as a replica of `role` on `db`, when there is one:
 /// its row is kept fresh while it serves and removed when it stops.
 pub async fn serving(
@@ -120,7 +115,7 @@ pub async fn serving(
 pub async fn replicas(
     settings: &Settings,
 ) -> anyhow::Result<Option<anyhow::Result<Vec<crate::db::ReplicaRow>>>> {
-    Ok(match open(settings)? {
+    Ok(match settings.database()? {
         Some(db) => Some(db.replicas().await),
         None => None,
     })

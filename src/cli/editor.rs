@@ -37,17 +37,6 @@ pub(crate) enum Input {
 /// The typed text and cursor position captured when Ctrl-X was pressed.
 type Pending = Arc<Mutex<Option<(String, usize)>>>;
 
-/// What one prompt produced.
-pub(crate) enum Read {
-    Line(String),
-    /// Ctrl-C at the prompt.
-    Interrupted,
-    /// Ctrl-D on an empty line.
-    Eof,
-    /// Ctrl-X: toggle the mode and prompt again with this text (before, after the cursor).
-    Toggle(String, String),
-}
-
 /// A rustyline editor plus the history file it appends to.
 pub(crate) struct LineEditor {
     editor: Editor<CommandHelper, FileHistory>,
@@ -100,56 +89,46 @@ impl LineEditor {
         loop {
             let prompt = format!("{folder} {} ", if shell { "," } else { ">" });
             let (left, right) = std::mem::take(&mut initial);
-            let read = match self.read(&prompt, (&left, &right)) {
-                Ok(read) => read,
-                Err(e) => {
-                    tracing::error!(error = %format!("{e:#}"), "chat.read.error");
-                    break;
+            let input = match self.editor.readline_with_initial(&prompt, (&left, &right)) {
+                Ok(line) => {
+                    if !line.trim().is_empty() {
+                        if let Err(e) = self.editor.add_history_entry(line.as_str()) {
+                            tracing::error!(error = %e, "chat.read.error");
+                            break;
+                        }
+                        if let Err(e) = self.editor.append_history(&self.history) {
+                            tracing::warn!(error = %e, "chat.history.write.error");
+                        }
+                    }
+                    match shell_input(line, shell).and_then(|l| Typed::parse(&l)) {
+                        Some(typed) => Input::Line(typed),
+                        None => continue,
+                    }
                 }
-            };
-            let input = match read {
-                Read::Line(line) => match shell_input(line, shell).and_then(|l| Typed::parse(&l)) {
-                    Some(typed) => Input::Line(typed),
-                    None => continue,
-                },
-                Read::Interrupted => Input::Interrupt,
-                Read::Eof => break,
-                Read::Toggle(left, right) => {
-                    shell = !shell;
-                    initial = (left, right);
-                    Input::Mode(shell)
+                // Ctrl-X (it left the prompt): toggle the mode and prompt again with the text
+                // typed so far (before, after the cursor); else Ctrl-C.
+                Err(ReadlineError::Interrupted) => {
+                    match self.pending.lock().expect("pending lock").take() {
+                        Some((line, pos)) => {
+                            let pos = pos.min(line.len());
+                            initial = (line[..pos].to_owned(), line[pos..].to_owned());
+                            shell = !shell;
+                            Input::Mode(shell)
+                        }
+                        None => Input::Interrupt,
+                    }
+                }
+                // Ctrl-D on an empty line.
+                Err(ReadlineError::Eof) => break,
+                Err(e) => {
+                    tracing::error!(error = %e, "chat.read.error");
+                    break;
                 }
             };
             let quit = matches!(input, Input::Line(Typed::Quit));
             if tx.blocking_send(input).is_err() || quit {
                 break;
             }
-        }
-    }
-
-    /// Reads one line (blocking).
-    fn read(&mut self, prompt: &str, initial: (&str, &str)) -> anyhow::Result<Read> {
-        match self.editor.readline_with_initial(prompt, initial) {
-            Ok(line) => {
-                if !line.trim().is_empty() {
-                    self.editor.add_history_entry(line.as_str())?;
-                    if let Err(e) = self.editor.append_history(&self.history) {
-                        tracing::warn!(error = %e, "chat.history.write.error");
-                    }
-                }
-                Ok(Read::Line(line))
-            }
-            Err(ReadlineError::Interrupted) => {
-                match self.pending.lock().expect("pending lock").take() {
-                    Some((line, pos)) => {
-                        let pos = pos.min(line.len());
-                        Ok(Read::Toggle(line[..pos].to_owned(), line[pos..].to_owned()))
-                    }
-                    None => Ok(Read::Interrupted),
-                }
-            }
-            Err(ReadlineError::Eof) => Ok(Read::Eof),
-            Err(e) => Err(e.into()),
         }
     }
 }

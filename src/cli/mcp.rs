@@ -100,10 +100,7 @@ pub async fn run(settings: &Settings, action: McpAction) -> anyhow::Result<ExitC
                 anyhow::bail!("no MCP server named {name} in {}", mcp::FILE);
             };
             print!("{}", describe(report, true));
-            Ok(match report.error {
-                None => ExitCode::SUCCESS,
-                Some(_) => ExitCode::FAILURE,
-            })
+            Ok(ExitCode::from(u8::from(report.error.is_some())))
         }
     }
 }

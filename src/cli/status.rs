@@ -48,7 +48,7 @@ pub async fn run(settings: &Settings, json: bool) -> anyhow::Result<()> {
         print_out(&crate::terminal::safe_json(&text));
         return Ok(());
     }
-    let store = crate::scheduler::store::open(home, super::db::open(settings)?.as_ref());
+    let store = crate::scheduler::store::open(home, settings.database()?.as_ref());
     let jobs = match store.list().await {
         Ok(jobs) => jobs
             .iter()

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{BOLD_RED, DIM, RESET};
+use super::{BOLD_RED, DIM};
 use crate::channels::text::cut;
 use crate::terminal::{safe, safe_json, safe_line};
 use crate::tools::{ToolEvent, ToolObserver};
@@ -38,75 +38,62 @@ pub struct Trace {
 impl Trace {
     /// Lines for standard output (`bub chat`).
     pub fn stdout(debug: bool) -> Self {
-        let out = std::io::stdout();
-        Self {
-            fd: out.as_raw_fd(),
-            color: out.is_terminal(),
-            debug,
-        }
+        Self::on(std::io::stdout(), debug)
     }
 
     /// Lines for standard error (`bub run -v`).
     pub fn stderr() -> Self {
-        let err = std::io::stderr();
-        Self {
-            fd: err.as_raw_fd(),
-            color: err.is_terminal(),
-            debug: false,
-        }
+        Self::on(std::io::stderr(), false)
+    }
+
+    fn on(stream: impl AsRawFd + IsTerminal, debug: bool) -> Self {
+        let (fd, color) = (stream.as_raw_fd(), stream.is_terminal());
+        Self { fd, color, debug }
     }
 
     /// What to print for `event`: one row, and in the debug view the details below it.
     pub fn render(&self, event: &ToolEvent<'_>) -> String {
         let width = columns(self.fd).unwrap_or(DEFAULT_WIDTH);
         let row = |text: String| cut(&safe_line(&text), width.max(20));
-        match *event {
-            ToolEvent::Started { tool, arguments } => {
-                let line = self.paint(DIM, &row(format!("→ {}", summary(tool, arguments))));
-                if self.debug {
-                    format!("{line}\n{}", indent(&safe_json(&pretty(arguments))))
-                } else {
-                    line
-                }
-            }
+        let (line, detail) = match *event {
+            ToolEvent::Started { tool, arguments } => (
+                self.paint(DIM, &row(format!("→ {}", summary(tool, arguments)))),
+                self.debug
+                    .then(|| safe_json(&pretty(arguments)).into_owned()),
+            ),
             ToolEvent::Finished {
                 tool,
                 elapsed,
                 result: Ok(output),
             } => {
-                let took = took(elapsed);
-                let line = row(format!("✓ {tool} {took}, {}", size(output)));
-                let line = self.paint(DIM, &line);
-                if self.debug {
-                    format!("{line}\n{}", indent(&safe(&debug_cut(output))))
-                } else {
-                    line
-                }
+                let line = row(format!("✓ {tool} {}, {}", took(elapsed), size(output)));
+                (
+                    self.paint(DIM, &line),
+                    self.debug.then(|| safe(&debug_cut(output)).into_owned()),
+                )
             }
             ToolEvent::Finished {
                 tool,
                 elapsed,
                 result: Err(error),
             } => {
-                let took = took(elapsed);
                 let reason = reason(tool, error);
                 let first = reason.lines().next().unwrap_or_default();
-                let line = self.paint(BOLD_RED, &row(format!("✗ {tool} {took}: {first}")));
-                if self.debug {
-                    format!("{line}\n{}", indent(&safe(&debug_cut(error))))
-                } else {
-                    line
-                }
+                let line = row(format!("✗ {tool} {}: {first}", took(elapsed)));
+                (
+                    self.paint(BOLD_RED, &line),
+                    self.debug.then(|| safe(&debug_cut(error)).into_owned()),
+                )
             }
+        };
+        match detail {
+            Some(detail) => format!("{line}\n{}", indent(&detail)),
+            None => line,
         }
     }
 
     fn paint(&self, color: &str, text: &str) -> String {
-        if self.color {
-            format!("{color}{text}{RESET}")
-        } else {
-            text.to_owned()
-        }
+        super::Style { color: self.color }.paint(color, text)
     }
 }
 

@@ -72,29 +72,21 @@ impl PublicUrl {
 
 /// Reads the console's variables of `l` into `c`, and checks them together.
 pub(super) fn load(l: &Layers, c: &mut ConsoleSettings) -> Result<(), ConfigError> {
-    let var = "BUB_CONSOLE";
-    if let Some(enabled) = l.parse(var, |v| parse_bool(var, v))? {
-        c.enabled = enabled;
-    }
+    l.set("BUB_CONSOLE", &mut c.enabled, parse_bool)?;
     if c.enabled && !cfg!(feature = "console") {
         return Err(ConfigError::new(
-            var,
+            "BUB_CONSOLE",
             "this build of Bub has no console (built without the `console` feature; install \
              with `--features console`)",
         ));
     }
-    let var = "BUB_CONSOLE_LISTEN";
-    if let Some(listen) = l.parse(var, |v| listen_address(var, v))? {
-        c.listen = listen;
-    }
-    let var = "BUB_CONSOLE_ALLOW_REMOTE";
-    if let Some(allow) = l.parse(var, |v| parse_bool(var, v))? {
-        c.allow_remote = allow;
-    }
-    let var = "BUB_CONSOLE_PUBLIC_URL";
-    if let Some(public) = l.parse(var, |v| parse_public_url(var, v))? {
-        c.public_url = public;
-    }
+    l.set("BUB_CONSOLE_LISTEN", &mut c.listen, listen_address)?;
+    l.set("BUB_CONSOLE_ALLOW_REMOTE", &mut c.allow_remote, parse_bool)?;
+    l.set(
+        "BUB_CONSOLE_PUBLIC_URL",
+        &mut c.public_url,
+        parse_public_url,
+    )?;
     if !c.listen.ip().is_loopback() && !c.allow_remote {
         return Err(ConfigError::new(
             "BUB_CONSOLE_LISTEN",

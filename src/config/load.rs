@@ -16,12 +16,12 @@ use crate::time::secs;
 use super::channels::{ChannelSettings, Field};
 use super::costs::{Prices, parse_tokens, parse_usd};
 use super::parse::{
-    absolute, expand_tilde, is_null, parse_bool, parse_fallback_models, parse_list,
-    parse_log_format, parse_log_level, parse_model, parse_positive_seconds, parse_sandbox,
-    parse_seconds, parse_secret, parse_timeout, parse_u32_min, parse_u32_range, parse_url,
+    absolute, at_least, between, expand_tilde, is_null, optional_text, optional_url, parse_bool,
+    parse_fallback_models, parse_list, parse_log_format, parse_log_level, parse_model,
+    parse_sandbox, parse_secret, parse_timeout, positive_seconds, seconds, trimmed,
 };
 use super::sources::{self, Layers, Origin};
-use super::tokens::{bot_token, check_webhook_secret};
+use super::tokens::{check_bot_token, check_webhook_secret};
 use super::vars;
 use super::{
     ConfigError, DEFAULT_MODEL, MAX_ACTIVE_TIME_WINDOW_SECONDS, MAX_BASH_MAX_TIMEOUT_SECONDS,
@@ -69,7 +69,7 @@ impl Overrides {
             "--model".clone_into(&mut s.model_from);
         }
         if let Some(max_tokens) = self.max_tokens {
-            s.max_tokens = parse_u32_min("--max-tokens", &max_tokens.to_string(), 1)?;
+            s.max_tokens = at_least(1)("--max-tokens", &max_tokens.to_string())?;
         }
         s.allowed_skills.clone_from(&self.skills);
         if s.log_level.is_none() {
@@ -138,8 +138,7 @@ pub(crate) fn home_from_env() -> Result<PathBuf, ConfigError> {
 /// it writes.
 pub(crate) fn process_value(var: &str) -> Option<String> {
     let layers = sources::from_env(&process_env());
-    let raw = layers.get(var)?;
-    (!is_null(&raw.value)).then(|| raw.value.trim().to_owned())
+    layers.parse(var, optional_text).ok().flatten().flatten()
 }
 
 /// A directory a user typed (`bub init`'s workspace): `~` expanded, absolute against the CWD.
@@ -186,15 +185,12 @@ fn build(l: &Layers, home: PathBuf, workspace: PathBuf) -> Result<Settings, Conf
 /// The model: `BUB_MODEL`, the fallbacks, each provider's key and base URL, the answer size,
 /// the timeout and the context window.
 fn model(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
-    s.api_base = l
-        .parse("BUB_API_BASE", optional_url("BUB_API_BASE"))?
-        .flatten()
-        .map(MaskedUrl::from);
-    s.model = match l.parse("BUB_MODEL", |v| {
-        parse_model("BUB_MODEL", v, s.api_base.as_deref())
-    })? {
+    l.set("BUB_API_BASE", &mut s.api_base, optional_url)?;
+    let api_base = s.api_base.as_deref();
+    let parse = |var: &str, v: &str| parse_model(var, v, api_base);
+    s.model = match l.parse("BUB_MODEL", parse)? {
         Some(model) => model,
-        None => parse_model("BUB_MODEL", DEFAULT_MODEL, s.api_base.as_deref())?,
+        None => parse("BUB_MODEL", DEFAULT_MODEL)?,
     };
     s.model_from = match l.get("BUB_MODEL").map(|raw| &raw.origin) {
         None => "the default".to_owned(),
@@ -204,69 +200,50 @@ fn model(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
             format!("BUB_MODEL in {}", file.to_string_lossy())
         }
     };
-    if let Some(models) = l.parse("BUB_FALLBACK_MODELS", |v| {
-        parse_fallback_models(v, s.api_base.as_deref())
-    })? {
-        s.fallback_models = models;
-    }
+    l.set("BUB_FALLBACK_MODELS", &mut s.fallback_models, |_, v| {
+        parse_fallback_models(v, api_base)
+    })?;
     s.api_key = first_secret(l, &["BUB_API_KEY", "LLM_API_KEY", "OPENROUTER_API_KEY"])?;
     s.anthropic_api_key = first_secret(l, &["BUB_ANTHROPIC_API_KEY", "ANTHROPIC_API_KEY"])?;
     set_url(l, "BUB_ANTHROPIC_API_BASE", &mut s.anthropic_api_base)?;
     s.gemini_api_key = first_secret(l, &["BUB_GEMINI_API_KEY", "GEMINI_API_KEY"])?;
     set_url(l, "BUB_GEMINI_API_BASE", &mut s.gemini_api_base)?;
-    set(l, "BUB_MAX_TOKENS", &mut s.max_tokens, |var, v| {
-        parse_u32_min(var, v, 1)
-    })?;
-    if let Some(timeout) = l.parse("BUB_MODEL_TIMEOUT_SECONDS", |v| {
-        parse_timeout("BUB_MODEL_TIMEOUT_SECONDS", v, MAX_MODEL_TIMEOUT_SECONDS)
-    })? {
-        s.model_timeout = timeout.map(secs);
-    }
-    set(l, "BUB_CONTEXT_TOKENS", &mut s.context_tokens, |var, v| {
-        parse_u32_min(var, v, 256)
-    })
+    l.set("BUB_MAX_TOKENS", &mut s.max_tokens, at_least(1))?;
+    l.set(
+        "BUB_MODEL_TIMEOUT_SECONDS",
+        &mut s.model_timeout,
+        |var, v| Ok(parse_timeout(var, v, MAX_MODEL_TIMEOUT_SECONDS)?.map(secs)),
+    )?;
+    l.set("BUB_CONTEXT_TOKENS", &mut s.context_tokens, at_least(256))
 }
 
 /// The agent and its data: the system prompt, tapes, a turn's bounds, memory, learning and the
 /// scheduler.
 fn agent(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
-    if let Some(raw) = l.get("BUB_SYSTEM_PROMPT") {
-        s.system_prompt = raw.value.clone();
-    }
-    set(l, "BUB_TAPE_NAME", &mut s.tape_name, |_, v| {
-        Ok(v.trim().to_owned())
+    l.set("BUB_SYSTEM_PROMPT", &mut s.system_prompt, |_, v| {
+        Ok(v.to_owned())
     })?;
-    set(l, "BUB_MAX_STEPS", &mut s.max_steps, |var, v| {
-        parse_u32_min(var, v, 1)
-    })?;
-    set(
-        l,
+    l.set("BUB_TAPE_NAME", &mut s.tape_name, trimmed)?;
+    l.set("BUB_MAX_STEPS", &mut s.max_steps, at_least(1))?;
+    l.set(
         "BUB_TOOL_RESULT_MAX_CHARS",
         &mut s.tool_result_max_chars,
-        |var, v| parse_u32_min(var, v, 1_000),
+        at_least(1_000),
     )?;
-    set(
-        l,
+    l.set(
         "BUB_COMPACT_PERCENT",
         &mut s.compact_percent,
-        |var, v| parse_u32_range(var, v, 10, 100),
+        between(10, 100),
     )?;
-    set(l, "BUB_MEMORY_ENABLED", &mut s.memory_enabled, parse_bool)?;
-    set(l, "BUB_LEARN_SKILLS", &mut s.learn_skills, parse_bool)?;
-    set(
-        l,
-        "BUB_LEARN_MIN_STEPS",
-        &mut s.learn_min_steps,
-        |var, v| parse_u32_min(var, v, 1),
-    )?;
-    set(
-        l,
+    l.set("BUB_MEMORY_ENABLED", &mut s.memory_enabled, parse_bool)?;
+    l.set("BUB_LEARN_SKILLS", &mut s.learn_skills, parse_bool)?;
+    l.set("BUB_LEARN_MIN_STEPS", &mut s.learn_min_steps, at_least(1))?;
+    l.set(
         "BUB_SCHEDULER_ENABLED",
         &mut s.scheduler_enabled,
         parse_bool,
     )?;
-    set(
-        l,
+    l.set(
         "BUB_SCHEDULER_CATCH_UP",
         &mut s.scheduler_catch_up,
         parse_bool,
@@ -276,36 +253,30 @@ fn agent(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
 
 /// The heartbeat: how often, the chat its answers go to (required with it), its rights.
 fn heartbeat(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
-    set(
-        l,
-        "BUB_HEARTBEAT_MINUTES",
-        &mut s.heartbeat_every,
-        |var, v| {
-            v.trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|m| (0.0..=MAX_HEARTBEAT_MINUTES).contains(m))
-                .map(|m| secs(m * 60.0))
-                .ok_or_else(|| {
-                    let expected = format!("0 to {MAX_HEARTBEAT_MINUTES}, e.g. 30 or 0.5");
-                    ConfigError::new(var, format!("invalid number of minutes {v:?} ({expected})"))
-                })
-        },
-    )?;
-    s.heartbeat_chat = l.parse("BUB_HEARTBEAT_CHAT", |v| {
+    l.set("BUB_HEARTBEAT_MINUTES", &mut s.heartbeat_every, |var, v| {
+        v.trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|m| (0.0..=MAX_HEARTBEAT_MINUTES).contains(m))
+            .map(|m| secs(m * 60.0))
+            .ok_or_else(|| {
+                let expected = format!("0 to {MAX_HEARTBEAT_MINUTES}, e.g. 30 or 0.5");
+                ConfigError::new(var, format!("invalid number of minutes {v:?} ({expected})"))
+            })
+    })?;
+    l.set("BUB_HEARTBEAT_CHAT", &mut s.heartbeat_chat, |var, v| {
         let chat = v.trim();
         match chat.split_once(':') {
             Some((channel, id)) if vars::platforms().any(|p| p == channel) && !id.is_empty() => {
-                Ok(chat.to_owned())
+                Ok(Some(chat.to_owned()))
             }
             _ => Err(ConfigError::new(
-                "BUB_HEARTBEAT_CHAT",
+                var,
                 format!("invalid chat {chat:?} (expected channel:chat, e.g. telegram:42)"),
             )),
         }
     })?;
-    set(
-        l,
+    l.set(
         "BUB_HEARTBEAT_ROLE",
         &mut s.heartbeat_owner,
         |var, v| match v.trim() {
@@ -329,13 +300,12 @@ fn heartbeat(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
 /// How chats are answered (the session actors): who sends answers, streaming, the debounce
 /// and follow-up timings, the mention keyword, idle eviction.
 fn sessions(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
-    set(
-        l,
+    l.set(
         "BUB_PROACTIVE_RESPONSE",
         &mut s.proactive_response,
         parse_bool,
     )?;
-    set(l, "BUB_STREAM", &mut s.stream_edits, |var, v| {
+    l.set("BUB_STREAM", &mut s.stream_edits, |var, v| {
         match v.trim().to_ascii_lowercase().as_str() {
             "edits" => Ok(true),
             "off" => Ok(false),
@@ -345,115 +315,97 @@ fn sessions(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
             )),
         }
     })?;
-    set(
-        l,
-        "BUB_MESSAGE_DELAY_SECONDS",
-        &mut s.message_delay,
-        |var, v| parse_seconds(var, v, MAX_MESSAGE_DELAY_SECONDS).map(secs),
-    )?;
-    set(
-        l,
+    let delay = seconds(MAX_MESSAGE_DELAY_SECONDS);
+    l.set("BUB_MESSAGE_DELAY_SECONDS", &mut s.message_delay, delay)?;
+    let debounce = seconds(MAX_MESSAGE_DEBOUNCE_SECONDS);
+    l.set(
         "BUB_MESSAGE_DEBOUNCE_SECONDS",
         &mut s.message_debounce,
-        |var, v| parse_seconds(var, v, MAX_MESSAGE_DEBOUNCE_SECONDS).map(secs),
+        &debounce,
     )?;
-    set(
-        l,
+    let window = seconds(MAX_ACTIVE_TIME_WINDOW_SECONDS);
+    l.set(
         "BUB_ACTIVE_TIME_WINDOW_SECONDS",
         &mut s.active_time_window,
-        |var, v| parse_seconds(var, v, MAX_ACTIVE_TIME_WINDOW_SECONDS).map(secs),
+        window,
     )?;
-    set(l, "BUB_MENTION_KEYWORD", &mut s.mention_keyword, |_, v| {
+    l.set("BUB_MENTION_KEYWORD", &mut s.mention_keyword, |_, v| {
         Ok(v.trim().to_lowercase())
     })?;
-    set(l, "BUB_NOTIFY_PAIRING", &mut s.notify_pairing, parse_bool)?;
-    set(l, "BUB_MAX_WAIT_SECONDS", &mut s.max_wait, |var, v| {
-        parse_seconds(var, v, MAX_MESSAGE_DEBOUNCE_SECONDS).map(secs)
-    })?;
-    set(
-        l,
-        "BUB_SESSION_IDLE_SECONDS",
-        &mut s.session_idle,
-        |var, v| parse_seconds(var, v, MAX_SESSION_IDLE_SECONDS).map(secs),
-    )
+    l.set("BUB_NOTIFY_PAIRING", &mut s.notify_pairing, parse_bool)?;
+    l.set("BUB_MAX_WAIT_SECONDS", &mut s.max_wait, &debounce)?;
+    let idle = seconds(MAX_SESSION_IDLE_SECONDS);
+    l.set("BUB_SESSION_IDLE_SECONDS", &mut s.session_idle, idle)
 }
 
 /// Tools and security: web search and fetch, the sandbox, file and shell limits, the guests'
 /// tools.
 fn tools(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
-    s.ollama_api_key = secret(l, "BUB_OLLAMA_API_KEY")?;
+    l.set("BUB_OLLAMA_API_KEY", &mut s.ollama_api_key, parse_secret)?;
     set_url(l, "BUB_OLLAMA_API_BASE", &mut s.ollama_api_base)?;
-    s.searxng_url = l
-        .parse("BUB_SEARXNG_URL", optional_url("BUB_SEARXNG_URL"))?
-        .flatten()
-        .map(MaskedUrl::from);
-    set(
-        l,
+    l.set("BUB_SEARXNG_URL", &mut s.searxng_url, optional_url)?;
+    l.set(
         "BUB_WEB_ALLOW_PRIVATE",
         &mut s.web_allow_private,
         parse_bool,
     )?;
-    set(l, "BUB_SANDBOX", &mut s.sandbox, parse_sandbox)?;
-    set(l, "BUB_FS_TIMEOUT_SECONDS", &mut s.fs_timeout, |var, v| {
-        parse_positive_seconds(var, v, MAX_FS_TIMEOUT_SECONDS).map(secs)
-    })?;
-    set(
-        l,
-        "BUB_MCP_TIMEOUT_SECONDS",
-        &mut s.mcp_timeout,
-        |var, v| parse_positive_seconds(var, v, MAX_MCP_TIMEOUT_SECONDS).map(secs),
-    )?;
-    set(
-        l,
+    l.set("BUB_SANDBOX", &mut s.sandbox, parse_sandbox)?;
+    let fs = positive_seconds(MAX_FS_TIMEOUT_SECONDS);
+    l.set("BUB_FS_TIMEOUT_SECONDS", &mut s.fs_timeout, fs)?;
+    let mcp = positive_seconds(MAX_MCP_TIMEOUT_SECONDS);
+    l.set("BUB_MCP_TIMEOUT_SECONDS", &mut s.mcp_timeout, mcp)?;
+    l.set(
         "BUB_BASH_MAX_TIMEOUT_SECONDS",
         &mut s.bash_max_timeout,
         |var, v| {
-            parse_u32_range(var, v, 1, MAX_BASH_MAX_TIMEOUT_SECONDS)
-                .map(|n| Duration::from_secs(n.into()))
+            let n = between(1, MAX_BASH_MAX_TIMEOUT_SECONDS)(var, v)?;
+            Ok(Duration::from_secs(n.into()))
         },
     )?;
-    set(
-        l,
+    let commands = between(1, MAX_MAX_CONCURRENT_COMMANDS);
+    l.set(
         "BUB_MAX_CONCURRENT_COMMANDS",
         &mut s.max_concurrent_commands,
-        |var, v| parse_u32_range(var, v, 1, MAX_MAX_CONCURRENT_COMMANDS),
+        commands,
     )?;
-    set(l, "BUB_MAX_SUBAGENTS", &mut s.max_subagents, |var, v| {
-        parse_u32_range(var, v, 0, 64)
-    })?;
-    set(
-        l,
+    l.set("BUB_MAX_SUBAGENTS", &mut s.max_subagents, between(0, 64))?;
+    l.set(
         "BUB_GUEST_BACKGROUND_COMMANDS",
         &mut s.guest_background_commands,
-        |var, v| parse_u32_range(var, v, 0, 4),
+        between(0, 4),
     )?;
-    s.guest_tools = l
-        .parse("BUB_GUEST_TOOLS", |v| {
-            if is_null(v) {
-                Ok(None)
-            } else {
-                parse_list("BUB_GUEST_TOOLS", v).map(Some)
-            }
-        })?
-        .flatten();
-    Ok(())
+    l.set(
+        "BUB_GUEST_TOOLS",
+        &mut s.guest_tools,
+        |var, v| match is_null(v) {
+            true => Ok(None),
+            false => parse_list(var, v).map(Some),
+        },
+    )
 }
 
 /// `BUB_LOG_LEVEL`, `BUB_LOG_FORMAT`, `BUB_HTTP_LISTEN`, `BUB_CONSOLE*` ([`super::console`]).
 fn logging(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
-    set(l, "BUB_LOG_LEVEL", &mut s.log_level, |var, v| {
+    l.set("BUB_LOG_LEVEL", &mut s.log_level, |var, v| {
         parse_log_level(var, v).map(Some)
     })?;
-    set(l, "BUB_LOG_FORMAT", &mut s.log_format, parse_log_format)?;
-    set(l, "BUB_HTTP_LISTEN", &mut s.http_listen, |var, v| {
+    l.set("BUB_LOG_FORMAT", &mut s.log_format, parse_log_format)?;
+    l.set("BUB_HTTP_LISTEN", &mut s.http_listen, |var, v| {
         listen_address(var, v).map(Some)
     })?;
     super::console::load(l, &mut s.console)
 }
 
-/// A listen address (`BUB_HTTP_LISTEN`, `BUB_CONSOLE_LISTEN`).
+/// A listen address (`BUB_HTTP_LISTEN`, `BUB_CONSOLE_LISTEN`): `IP:PORT`, `localhost:PORT`, or
+/// a bare `PORT` (on 127.0.0.1: loopback unless an address says otherwise).
 pub(super) fn listen_address(var: &str, v: &str) -> Result<std::net::SocketAddr, ConfigError> {
-    parse_listen(v).ok_or_else(|| {
+    let text = v.trim();
+    let loopback = |port: &str| port.parse::<u16>().ok().map(|p| ([127, 0, 0, 1], p).into());
+    let addr = match text.strip_prefix("localhost:") {
+        Some(port) => loopback(port),
+        None => text.parse().ok().or_else(|| loopback(text)),
+    };
+    addr.ok_or_else(|| {
         let expected =
             "HOST:PORT with an IP address, e.g. 127.0.0.1:8080 or 0.0.0.0:8080, or a PORT";
         ConfigError::new(var, format!("invalid address {v:?} (expected {expected})"))
@@ -463,7 +415,7 @@ pub(super) fn listen_address(var: &str, v: &str) -> Result<std::net::SocketAddr,
 /// `BUB_DATABASE_URL`: a `postgres://` (or `postgresql://`) URL. Never quoted in an error: it
 /// holds a password.
 fn scale(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
-    set(l, "BUB_DATABASE_URL", &mut s.database_url, |var, v| {
+    l.set("BUB_DATABASE_URL", &mut s.database_url, |var, v| {
         let v = v.trim();
         if v.is_empty() || is_null(v) {
             return Ok(None);
@@ -480,32 +432,15 @@ fn scale(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
     })
 }
 
-/// A listen address: `IP:PORT`, `localhost:PORT`, or a bare `PORT` (on 127.0.0.1: loopback
-/// unless an address says otherwise).
-fn parse_listen(v: &str) -> Option<std::net::SocketAddr> {
-    let v = v.trim();
-    let loopback = |port: &str| port.parse::<u16>().ok().map(|p| ([127, 0, 0, 1], p).into());
-    if let Some(port) = v.strip_prefix("localhost:") {
-        return loopback(port);
-    }
-    v.parse().ok().or_else(|| loopback(v))
-}
-
 /// The `[prices]` table and the `BUB_BUDGET_*` budgets; a budget in US dollars needs the
 /// model's price.
 fn cost(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
     s.prices = Prices::parse(l.prices())?;
     let b = &mut s.budgets;
-    b.daily_tokens = l.parse("BUB_BUDGET_DAILY_TOKENS", |v| {
-        parse_tokens("BUB_BUDGET_DAILY_TOKENS", v)
-    })?;
-    b.daily_usd = l.parse("BUB_BUDGET_DAILY_USD", |v| {
-        parse_usd("BUB_BUDGET_DAILY_USD", v)
-    })?;
-    b.chat_daily_tokens = l.parse("BUB_BUDGET_CHAT_DAILY_TOKENS", |v| {
-        parse_tokens("BUB_BUDGET_CHAT_DAILY_TOKENS", v)
-    })?;
-    set(l, "BUB_BUDGET_OWNERS", &mut b.owners, parse_bool)?;
+    b.daily_tokens = l.parse("BUB_BUDGET_DAILY_TOKENS", parse_tokens)?;
+    b.daily_usd = l.parse("BUB_BUDGET_DAILY_USD", parse_usd)?;
+    b.chat_daily_tokens = l.parse("BUB_BUDGET_CHAT_DAILY_TOKENS", parse_tokens)?;
+    l.set("BUB_BUDGET_OWNERS", &mut b.owners, parse_bool)?;
     if b.daily_usd.is_some() && s.prices.of(&s.model.to_string()).is_none() {
         return Err(ConfigError::new(
             "BUB_BUDGET_DAILY_USD",
@@ -520,32 +455,31 @@ fn cost(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
 }
 
 /// Reads the rows of chat platform `platform` (see [`super::channels`]) into `c`; an enabled
-/// platform needs its token.
+/// platform needs its token, a webhook its secret.
 fn load_channel(l: &Layers, platform: &str, c: &mut ChannelSettings) -> Result<(), ConfigError> {
     for (var, field) in vars::rows_of(platform) {
         let var = var.name;
         match field {
-            Field::Enabled => set(l, var, &mut c.enabled, parse_bool)?,
-            Field::Token => c.token = bot_token(l, platform, var)?,
-            Field::AllowFrom => set(l, var, &mut c.allow_from, parse_list)?,
-            Field::Owners => set(l, var, &mut c.owners, parse_ids)?,
-            Field::AllowChats | Field::AllowChannels => {
-                set(l, var, &mut c.allow_chats, parse_list)?;
-            }
-            Field::Proxy => {
-                c.proxy = l
-                    .parse(var, optional_url(var))?
-                    .flatten()
-                    .map(MaskedUrl::from);
-            }
-            Field::ApiBase => set_url(l, var, &mut c.api_base)?,
-            Field::DropPendingUpdates => set(l, var, &mut c.drop_pending_updates, parse_bool)?,
-            Field::CommandPrefix => set(l, var, &mut c.command_prefix, |_, v| {
-                Ok(v.trim().to_owned())
+            Field::Enabled => l.set(var, &mut c.enabled, parse_bool)?,
+            Field::Token => l.set(var, &mut c.token, |var, v| {
+                let token = parse_secret(var, v)?;
+                if let Some(token) = &token {
+                    check_bot_token(platform, var, token.expose())?;
+                }
+                Ok(token)
             })?,
-            Field::WebhookUrl => set(l, var, &mut c.webhook_url, parse_webhook_url)?,
+            Field::AllowFrom => l.set(var, &mut c.allow_from, parse_list)?,
+            Field::Owners => l.set(var, &mut c.owners, parse_ids)?,
+            Field::AllowChats | Field::AllowChannels => {
+                l.set(var, &mut c.allow_chats, parse_list)?
+            }
+            Field::Proxy => l.set(var, &mut c.proxy, optional_url)?,
+            Field::ApiBase => set_url(l, var, &mut c.api_base)?,
+            Field::DropPendingUpdates => l.set(var, &mut c.drop_pending_updates, parse_bool)?,
+            Field::CommandPrefix => l.set(var, &mut c.command_prefix, trimmed)?,
+            Field::WebhookUrl => l.set(var, &mut c.webhook_url, parse_webhook_url)?,
             Field::WebhookSecret => {
-                c.webhook_secret = secret(l, var)?;
+                l.set(var, &mut c.webhook_secret, parse_secret)?;
                 if let Some(s) = &c.webhook_secret {
                     check_webhook_secret(var, s.expose())?;
                 }
@@ -559,7 +493,13 @@ fn load_channel(l: &Layers, platform: &str, c: &mut ChannelSettings) -> Result<(
             format!("required with {prefix}_WEBHOOK_URL (the platform sends it with every update)"),
         ));
     }
-    require_token(c.enabled, &c.token, &prefix)
+    if c.enabled && c.token.is_none() {
+        return Err(ConfigError::new(
+            format!("{prefix}_TOKEN"),
+            format!("required when {prefix}_ENABLED is true"),
+        ));
+    }
+    Ok(())
 }
 
 /// A webhook URL: `https` (what the platforms post to), with a host.
@@ -579,36 +519,12 @@ fn parse_webhook_url(var: &str, v: &str) -> Result<Option<reqwest::Url>, ConfigE
     }
 }
 
-/// Overwrites `field` with the parsed value of `var` when it is set.
-fn set<T>(
-    l: &Layers,
-    var: &str,
-    field: &mut T,
-    parse: impl FnOnce(&str, &str) -> Result<T, ConfigError>,
-) -> Result<(), ConfigError> {
-    if let Some(value) = l.parse(var, |v| parse(var, v))? {
-        *field = value;
-    }
-    Ok(())
-}
-
 /// A URL with a default: `null` keeps the default.
 fn set_url(l: &Layers, var: &str, field: &mut MaskedUrl) -> Result<(), ConfigError> {
-    if let Some(Some(url)) = l.parse(var, optional_url(var))? {
-        *field = url.into();
+    if let Some(Some(url)) = l.parse(var, optional_url)? {
+        *field = url;
     }
     Ok(())
-}
-
-/// An optional URL parser: `null` → `None`.
-fn optional_url(var: &str) -> impl FnOnce(&str) -> Result<Option<String>, ConfigError> + '_ {
-    move |v| {
-        if is_null(v) {
-            Ok(None)
-        } else {
-            parse_url(var, v).map(Some)
-        }
-    }
 }
 
 /// A list of numeric user ids (owners are named by id: names can be changed by their holder).
@@ -626,26 +542,11 @@ fn parse_ids(var: &str, raw: &str) -> Result<Vec<String>, ConfigError> {
 /// The first of `vars` that is set (and not blank).
 fn first_secret(l: &Layers, vars: &[&str]) -> Result<Option<Secret>, ConfigError> {
     for var in vars {
-        if let Some(key) = secret(l, var)? {
+        if let Some(key) = l.parse(var, parse_secret)?.flatten() {
             return Ok(Some(key));
         }
     }
     Ok(None)
-}
-
-fn secret(l: &Layers, var: &str) -> Result<Option<Secret>, ConfigError> {
-    Ok(l.parse(var, |v| parse_secret(var, v))?.flatten())
-}
-
-/// An enabled channel needs its token.
-fn require_token(enabled: bool, token: &Option<Secret>, prefix: &str) -> Result<(), ConfigError> {
-    if enabled && token.is_none() {
-        return Err(ConfigError::new(
-            format!("{prefix}_TOKEN"),
-            format!("required when {prefix}_ENABLED is true"),
-        ));
-    }
-    Ok(())
 }
 
 /// The process environment; entries that are not valid UTF-8 are skipped.
@@ -689,7 +590,7 @@ fn workspace_path(
     above.overlay(nearer.clone());
     let mut layers = read_home_config(&resolve_home(&above, cwd, user_home)?)?;
     layers.overlay(above);
-    let set = layers.parse(VAR, |v| match is_null(v) {
+    let set = layers.parse(VAR, |_, v| match is_null(v) {
         true => Ok(None),
         false => resolve_workspace(VAR, Path::new(v.trim()), cwd, user_home).map(Some),
     })?;
@@ -751,7 +652,7 @@ fn resolve_home(
 ) -> Result<PathBuf, ConfigError> {
     const VAR: &str = "BUB_HOME";
     let raw = layers
-        .parse(VAR, |v| Ok((!is_null(v)).then(|| v.trim().to_owned())))?
+        .parse(VAR, optional_text)?
         .flatten()
         .unwrap_or_else(|| "~/.bub".to_owned());
     let path = absolute(expand_tilde(VAR, &raw, user_home)?, cwd);

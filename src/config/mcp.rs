@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 /// The file's name in `BUB_HOME`.
@@ -162,11 +163,7 @@ fn transport(entry: &Value) -> Result<Transport, String> {
     let Some(entry) = entry.as_object() else {
         return Err("expected an object with `command` or `url`".into());
     };
-    let text = |key: &str| match entry.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(format!("`{key}` must be a string")),
-    };
+    let text = |key: &str| field::<Option<String>>(entry, key, "must be a string");
     let kind = text("type")?;
     match (text("command")?, text("url")?, kind.as_deref()) {
         (_, _, Some("sse")) => Err(
@@ -176,14 +173,10 @@ fn transport(entry: &Value) -> Result<Transport, String> {
         (Some(command), None, None | Some("stdio")) if !command.trim().is_empty() => {
             Ok(Transport::Stdio {
                 command,
-                args: strings(entry.get("args"), "args")?,
-                env: pairs(entry.get("env"), "env")?,
+                args: field(entry, "args", "must be a list of strings")?,
+                env: pairs(entry, "env")?,
                 cwd: text("cwd")?.map(PathBuf::from),
-                sandbox: match entry.get("sandbox") {
-                    None | Some(Value::Null) => false,
-                    Some(Value::Bool(b)) => *b,
-                    Some(_) => return Err("`sandbox` must be true or false".into()),
-                },
+                sandbox: field(entry, "sandbox", "must be true or false")?,
             })
         }
         (None, Some(url), None | Some("http" | "streamable-http" | "streamableHttp")) => {
@@ -196,7 +189,7 @@ fn transport(entry: &Value) -> Result<Transport, String> {
             }
             Ok(Transport::Http {
                 url,
-                headers: pairs(entry.get("headers"), "headers")?,
+                headers: pairs(entry, "headers")?,
             })
         }
         (_, _, Some(other)) if !matches!(other, "stdio" | "http" | "streamable-http") => {
@@ -206,30 +199,25 @@ fn transport(entry: &Value) -> Result<Transport, String> {
     }
 }
 
-/// A JSON array of strings (missing: empty).
-fn strings(value: Option<&Value>, key: &str) -> Result<Vec<String>, String> {
-    match value {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(items)) => items
-            .iter()
-            .map(|v| v.as_str().map(str::to_owned))
-            .collect::<Option<_>>()
-            .ok_or_else(|| format!("`{key}` must be a list of strings")),
-        Some(_) => Err(format!("`{key}` must be a list of strings")),
+/// `key` of `entry` as a `T` (missing or null: the default); else "`key` {wrong}".
+fn field<T: DeserializeOwned + Default>(
+    entry: &Map<String, Value>,
+    key: &str,
+    wrong: &str,
+) -> Result<T, String> {
+    match entry.get(key) {
+        None | Some(Value::Null) => Ok(T::default()),
+        Some(value) => T::deserialize(value).map_err(|_| format!("`{key}` {wrong}")),
     }
 }
 
-/// A JSON object of strings (missing: empty).
-fn pairs(value: Option<&Value>, key: &str) -> Result<BTreeMap<String, String>, String> {
-    match value {
-        None | Some(Value::Null) => Ok(BTreeMap::new()),
-        Some(Value::Object(map)) => map
-            .iter()
-            .map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_owned())))
-            .collect::<Option<_>>()
-            .ok_or_else(|| format!("`{key}` values must be strings")),
-        Some(_) => Err(format!("`{key}` must be an object of strings")),
-    }
+/// `key` of `entry` as an object of strings (missing: empty).
+fn pairs(entry: &Map<String, Value>, key: &str) -> Result<BTreeMap<String, String>, String> {
+    let wrong = match entry.get(key) {
+        Some(Value::Object(_)) => "values must be strings",
+        _ => "must be an object of strings",
+    };
+    field(entry, key, wrong)
 }
 
 /// Adds (or replaces) server `name` with `entry` in `home/mcp.json`, keeping the rest of

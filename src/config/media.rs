@@ -2,7 +2,7 @@
 //! (how large a file it downloads, whether images go to the model, which model transcribes
 //! voice), and their loading.
 
-use super::parse::{is_null, parse_list, parse_secret, parse_u32_min, parse_url};
+use super::parse::{at_least, optional_text, optional_url, parse_list, parse_secret};
 use super::sources::Layers;
 use super::{ConfigError, MaskedUrl, Secret};
 
@@ -94,34 +94,26 @@ impl MediaSettings {
 
 /// Reads the media variables of `l` into `m`.
 pub(crate) fn load(l: &Layers, m: &mut MediaSettings) -> Result<(), ConfigError> {
-    let var = "BUB_MEDIA_MAX_BYTES";
-    if let Some(max) = l.parse(var, |v| parse_u32_min(var, v, 0))? {
-        m.max_bytes = max.into();
-    }
-    let var = "BUB_VISION";
-    if let Some(vision) = l.parse(var, |v| parse_vision(var, v))? {
-        m.vision = vision;
-    }
-    let var = "BUB_VISION_MODELS";
-    if let Some(models) = l.parse(var, |v| parse_list(var, v))? {
-        m.vision_models = models;
-    }
-    m.transcribe_model = l
-        .parse("BUB_TRANSCRIBE_MODEL", |v| {
-            Ok((!is_null(v)).then(|| v.trim().to_owned()))
-        })?
-        .flatten();
-    let var = "BUB_TRANSCRIBE_API_BASE";
-    m.transcribe_api_base = l
-        .parse(var, |v| match is_null(v) {
-            true => Ok(None),
-            false => parse_url(var, v).map(Some),
-        })?
-        .flatten()
-        .map(MaskedUrl::from);
-    let var = "BUB_TRANSCRIBE_API_KEY";
-    m.transcribe_api_key = l.parse(var, |v| parse_secret(var, v))?.flatten();
-    Ok(())
+    l.set("BUB_MEDIA_MAX_BYTES", &mut m.max_bytes, |var, v| {
+        Ok(at_least(0)(var, v)?.into())
+    })?;
+    l.set("BUB_VISION", &mut m.vision, parse_vision)?;
+    l.set("BUB_VISION_MODELS", &mut m.vision_models, parse_list)?;
+    l.set(
+        "BUB_TRANSCRIBE_MODEL",
+        &mut m.transcribe_model,
+        optional_text,
+    )?;
+    l.set(
+        "BUB_TRANSCRIBE_API_BASE",
+        &mut m.transcribe_api_base,
+        optional_url,
+    )?;
+    l.set(
+        "BUB_TRANSCRIBE_API_KEY",
+        &mut m.transcribe_api_key,
+        parse_secret,
+    )
 }
 
 fn parse_vision(var: &str, raw: &str) -> Result<Vision, ConfigError> {

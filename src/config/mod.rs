@@ -387,24 +387,17 @@ impl Settings {
     /// [`ModelConfig::base_url_for`].
     #[cfg(test)]
     pub(crate) fn base_url_for(&self, model: &Model) -> String {
-        model::base_url(
-            model,
-            self.api_base.as_ref(),
-            &self.anthropic_api_base,
-            &self.gemini_api_base,
-        )
+        ModelConfig::from_settings(self).base_url_for(model)
     }
 
     /// [`ModelConfig::api_key_for`].
     #[cfg(test)]
     pub(crate) fn api_key_for(&self, model: &Model) -> Option<&Secret> {
-        model::by_api(
-            model,
-            &self.api_key,
-            &self.anthropic_api_key,
-            &self.gemini_api_key,
-        )
-        .as_ref()
+        match crate::llm::Api::of(&model.provider) {
+            crate::llm::Api::OpenAi => self.api_key.as_ref(),
+            crate::llm::Api::Anthropic => self.anthropic_api_key.as_ref(),
+            crate::llm::Api::Gemini => self.gemini_api_key.as_ref(),
+        }
     }
 
     /// The start-up check of commands that call the model: the model and each of

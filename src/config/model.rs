@@ -35,34 +35,6 @@ impl std::fmt::Display for Model {
     }
 }
 
-/// The value of `model`'s API among the three given (OpenAI-compatible, Anthropic, Gemini).
-pub(super) fn by_api<T>(model: &Model, openai: T, anthropic: T, gemini: T) -> T {
-    match Api::of(&model.provider) {
-        Api::OpenAi => openai,
-        Api::Anthropic => anthropic,
-        Api::Gemini => gemini,
-    }
-}
-
-/// The base URL of `model`: its own API's base for Anthropic and Gemini, else `api_base`
-/// (`BUB_API_BASE`) or the provider's default (empty for an unknown provider, which loading
-/// rejects).
-pub(super) fn base_url(
-    model: &Model,
-    api_base: Option<&MaskedUrl>,
-    anthropic: &MaskedUrl,
-    gemini: &MaskedUrl,
-) -> String {
-    match (Api::of(&model.provider), api_base) {
-        (Api::Anthropic, _) => anthropic.to_string(),
-        (Api::Gemini, _) => gemini.to_string(),
-        (Api::OpenAi, Some(base)) => base.to_string(),
-        (Api::OpenAi, None) => provider_base_url(&model.provider)
-            .unwrap_or_default()
-            .to_owned(),
-    }
-}
-
 /// What the model clients are built from. `Debug` shows no secret.
 #[derive(Debug, Clone)]
 pub struct ModelConfig {
@@ -105,25 +77,25 @@ impl ModelConfig {
 
     /// The base URL calls to `model` go to: `BUB_ANTHROPIC_API_BASE` and `BUB_GEMINI_API_BASE`
     /// for the providers with their own API, else `BUB_API_BASE` or the provider's default.
+    /// An unknown provider without `BUB_API_BASE` (which loading rejects) has none: empty.
     pub fn base_url_for(&self, model: &Model) -> String {
-        base_url(
-            model,
-            self.api_base.as_ref(),
-            &self.anthropic_api_base,
-            &self.gemini_api_base,
-        )
+        let base = match (Api::of(&model.provider), &self.api_base) {
+            (Api::Anthropic, _) => &*self.anthropic_api_base,
+            (Api::Gemini, _) => &*self.gemini_api_base,
+            (Api::OpenAi, Some(base)) => &**base,
+            (Api::OpenAi, None) => provider_base_url(&model.provider).unwrap_or_default(),
+        };
+        base.to_owned()
     }
 
     /// The key for `model`'s provider: `BUB_ANTHROPIC_API_KEY`, `BUB_GEMINI_API_KEY` or
     /// `BUB_API_KEY` (and their other names).
     pub fn api_key_for(&self, model: &Model) -> Option<&Secret> {
-        by_api(
-            model,
-            &self.api_key,
-            &self.anthropic_api_key,
-            &self.gemini_api_key,
-        )
-        .as_ref()
+        match Api::of(&model.provider) {
+            Api::OpenAi => self.api_key.as_ref(),
+            Api::Anthropic => self.anthropic_api_key.as_ref(),
+            Api::Gemini => self.gemini_api_key.as_ref(),
+        }
     }
 
     /// `BUB_API_KEY`, the key transcription falls back to.

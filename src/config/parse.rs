@@ -4,11 +4,12 @@
 //! Every parser takes the variable name so its error names it. Values are echoed in errors with
 //! `{:?}` (one line, escapes visible); secrets are never echoed and URL credentials are masked.
 
-use super::Model;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use super::ConfigError;
 use super::providers::{known_providers, provider_base_url};
+use super::{ConfigError, MaskedUrl, Model};
+use crate::time::secs;
 
 /// The literal that means "unset" for optional fields (case-insensitive).
 pub(crate) fn is_null(raw: &str) -> bool {
@@ -25,11 +26,6 @@ pub(crate) fn parse_bool(var: &str, raw: &str) -> Result<bool, ConfigError> {
             format!("invalid boolean {raw:?} (expected true/false, 1/0, yes/no or on/off)"),
         )),
     }
-}
-
-/// A whole number `>= min` that fits in `u32`.
-pub(crate) fn parse_u32_min(var: &str, raw: &str, min: u32) -> Result<u32, ConfigError> {
-    parse_u32_range(var, raw, min, u32::MAX)
 }
 
 /// A whole number in `min..=max`.
@@ -104,6 +100,44 @@ pub(crate) fn parse_timeout(var: &str, raw: &str, max: f64) -> Result<Option<f64
     }
     let value = parse_seconds(var, raw, max)?;
     Ok((value > 0.0).then_some(value))
+}
+
+/// The parser of a whole number in `min..=max` ([`parse_u32_range`]).
+pub(crate) fn between(min: u32, max: u32) -> impl Fn(&str, &str) -> Result<u32, ConfigError> {
+    move |var, raw| parse_u32_range(var, raw, min, max)
+}
+
+/// The parser of a whole number `>= min` that fits in `u32`.
+pub(crate) fn at_least(min: u32) -> impl Fn(&str, &str) -> Result<u32, ConfigError> {
+    between(min, u32::MAX)
+}
+
+/// The parser of a duration of `0..=max` seconds ([`parse_seconds`]).
+pub(crate) fn seconds(max: f64) -> impl Fn(&str, &str) -> Result<Duration, ConfigError> {
+    move |var, raw| parse_seconds(var, raw, max).map(secs)
+}
+
+/// The parser of a duration of `(0, max]` seconds ([`parse_positive_seconds`]).
+pub(crate) fn positive_seconds(max: f64) -> impl Fn(&str, &str) -> Result<Duration, ConfigError> {
+    move |var, raw| parse_positive_seconds(var, raw, max).map(secs)
+}
+
+/// Text, trimmed.
+pub(crate) fn trimmed(_: &str, raw: &str) -> Result<String, ConfigError> {
+    Ok(raw.trim().to_owned())
+}
+
+/// Text, trimmed; `null` is none.
+pub(crate) fn optional_text(_: &str, raw: &str) -> Result<Option<String>, ConfigError> {
+    Ok((!is_null(raw)).then(|| raw.trim().to_owned()))
+}
+
+/// An optional URL ([`parse_url`]): `null` is none.
+pub(crate) fn optional_url(var: &str, raw: &str) -> Result<Option<MaskedUrl>, ConfigError> {
+    match is_null(raw) {
+        true => Ok(None),
+        false => parse_url(var, raw).map(|url| Some(url.into())),
+    }
 }
 
 /// A list: a JSON array of strings/numbers, or a comma-separated list. Items are trimmed and
@@ -360,15 +394,10 @@ mod tests {
 
     #[test]
     fn integers_and_bounds() {
-        assert_eq!(parse_u32_min("V", " 30 ", 1).unwrap(), 30);
-        assert!(
-            parse_u32_min("V", "0", 1)
-                .unwrap_err()
-                .message
-                .contains(">= 1")
-        );
-        assert!(parse_u32_min("V", "-3", 1).is_err());
-        assert!(parse_u32_min("V", "2.5", 1).is_err());
+        assert_eq!(at_least(1)("V", " 30 ").unwrap(), 30);
+        assert!(at_least(1)("V", "0").unwrap_err().message.contains(">= 1"));
+        assert!(at_least(1)("V", "-3").is_err());
+        assert!(at_least(1)("V", "2.5").is_err());
         assert_eq!(parse_u32_range("V", "8", 1, 8).unwrap(), 8);
         let err = parse_u32_range("V", "9", 1, 8).unwrap_err();
         assert_eq!(err.message, "must be at most 8, got 9");

@@ -49,7 +49,7 @@ pub(crate) struct Layers {
 }
 
 impl Layers {
-    fn set(&mut self, var: &'static str, value: String, origin: Origin) {
+    fn insert(&mut self, var: &'static str, value: String, origin: Origin) {
         self.values.insert(var, Raw { value, origin });
     }
 
@@ -94,21 +94,35 @@ impl Layers {
             .filter(|raw| !raw.value.trim().is_empty())
     }
 
-    /// Parses the value in effect with `parse`; an error says which file the value came from.
+    /// Parses the value in effect with `parse` (given the name and the text); an error says
+    /// which file the value came from.
     pub(crate) fn parse<T>(
         &self,
         var: &str,
-        parse: impl FnOnce(&str) -> Result<T, ConfigError>,
+        parse: impl FnOnce(&str, &str) -> Result<T, ConfigError>,
     ) -> Result<Option<T>, ConfigError> {
         let Some(raw) = self.get(var) else {
             return Ok(None);
         };
-        parse(&raw.value).map(Some).map_err(|mut err| {
+        parse(var, &raw.value).map(Some).map_err(|mut err| {
             if raw.origin != Origin::Env {
                 err.message = format!("{} (set in {})", err.message, raw.origin);
             }
             err
         })
+    }
+
+    /// Overwrites `field` with the parsed value of `var` when it is set.
+    pub(crate) fn set<T>(
+        &self,
+        var: &str,
+        field: &mut T,
+        parse: impl FnOnce(&str, &str) -> Result<T, ConfigError>,
+    ) -> Result<(), ConfigError> {
+        if let Some(value) = self.parse(var, parse)? {
+            *field = value;
+        }
+        Ok(())
     }
 
     /// Removes `var`, returning its raw value.
@@ -136,7 +150,7 @@ pub(crate) fn from_env(env: &HashMap<String, String>) -> Layers {
     entries.sort_by_key(|(name, _)| canonical_var(name).is_some_and(|var| var == name.as_str()));
     for (name, value) in entries {
         match canonical_var(name) {
-            Some(var) => layers.set(var, value.clone(), Origin::Env),
+            Some(var) => layers.insert(var, value.clone(), Origin::Env),
             None => layers.note_unknown(name, &Origin::Env),
         }
     }
@@ -153,7 +167,7 @@ pub(crate) fn from_dotenv(path: &Path) -> Result<Layers, ConfigError> {
     for item in iter {
         let (name, value) = item.map_err(|err| dotenv_error(path, err))?;
         match canonical_var(&name) {
-            Some(var) => layers.set(var, value, origin.clone()),
+            Some(var) => layers.insert(var, value, origin.clone()),
             None => layers.note_unknown(&name, &origin),
         }
     }
@@ -204,10 +218,10 @@ pub(crate) fn from_toml(path: &Path, err_var: Option<&str>) -> Result<Layers, Co
         }
         let var = toml_key_var(&key)
             .ok_or_else(|| ConfigError::new(&key, vars::unknown_key(&key, path)))?;
-        let text = toml_value_text(var, value.kind).map_err(|message| {
+        let text = toml_value_text(var, value).map_err(|message| {
             ConfigError::new(var, format!("{message} (set in {})", path.display()))
         })?;
-        layers.set(var, text, origin.clone());
+        layers.insert(var, text, origin.clone());
     }
     Ok(layers)
 }
@@ -243,17 +257,10 @@ fn price_rows(kind: config::ValueKind) -> Result<HashMap<String, PriceRow>, Stri
 }
 
 /// The text form of a TOML value, as an environment variable would hold it.
-fn toml_value_text(var: &str, kind: config::ValueKind) -> Result<String, String> {
+fn toml_value_text(var: &str, value: config::Value) -> Result<String, String> {
     use config::ValueKind as K;
-    Ok(match kind {
+    Ok(match value.kind {
         K::Nil => "null".to_owned(),
-        K::Boolean(b) => b.to_string(),
-        K::I64(n) => n.to_string(),
-        K::I128(n) => n.to_string(),
-        K::U64(n) => n.to_string(),
-        K::U128(n) => n.to_string(),
-        K::Float(x) => x.to_string(),
-        K::String(s) => s,
         K::Table(_) => return Err("expected a value, not a table".to_owned()),
         K::Array(items) => {
             if !vars::find(var).is_some_and(|v| v.list) {
@@ -272,6 +279,8 @@ fn toml_value_text(var: &str, kind: config::ValueKind) -> Result<String, String>
                 .collect::<Result<Vec<_>, _>>()?;
             serde_json::Value::Array(items).to_string()
         }
+        // A string, a boolean or a number, as the config crate writes it.
+        _ => value.into_string().map_err(|e| e.to_string())?,
     })
 }
 

@@ -7,9 +7,7 @@
 //! non-empty parts joined by dots. Platforms without a rule here (a plugin's) take any token.
 //! A webhook secret is Telegram's 1 to 256 of `A-Z a-z 0-9 _ -`. Errors never quote the value.
 
-use super::parse::parse_secret;
-use super::sources::Layers;
-use super::{ConfigError, Secret};
+use super::ConfigError;
 
 /// Checks `token`, the value of `var`, against `platform`'s token shape.
 pub(crate) fn check_bot_token(platform: &str, var: &str, token: &str) -> Result<(), ConfigError> {
@@ -29,22 +27,6 @@ pub(crate) fn check_bot_token(platform: &str, var: &str, token: &str) -> Result<
         var,
         format!("does not look like a {platform} bot token (expected {expected}; value not shown)"),
     ))
-}
-
-/// A bot token, set or not, of the shape of `platform`'s tokens ([`check_bot_token`]).
-pub(super) fn bot_token(
-    l: &Layers,
-    platform: &str,
-    var: &str,
-) -> Result<Option<Secret>, ConfigError> {
-    let token = l.parse(var, |v| {
-        let token = parse_secret(var, v)?;
-        if let Some(token) = &token {
-            check_bot_token(platform, var, token.expose())?;
-        }
-        Ok(token)
-    })?;
-    Ok(token.flatten())
 }
 
 /// Telegram's rule for a webhook secret: 1 to 256 of `A-Z a-z 0-9 _ -`. Never quoted.

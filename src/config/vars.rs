@@ -24,29 +24,16 @@ pub(crate) enum Group {
     Scale,
 }
 
-impl Group {
-    const ALL: [Group; 7] = [
-        Group::Model,
-        Group::Agent,
-        Group::Channels,
-        Group::Tools,
-        Group::Cost,
-        Group::Logging,
-        Group::Scale,
-    ];
-
-    fn title(self) -> &'static str {
-        match self {
-            Group::Model => "Model",
-            Group::Agent => "Agent and data",
-            Group::Channels => "Channels (Telegram, Discord)",
-            Group::Tools => "Tools and security",
-            Group::Cost => "Cost",
-            Group::Logging => "Logging and monitoring",
-            Group::Scale => "Scaling out",
-        }
-    }
-}
+/// The groups in the order `bub help env` shows them, with their titles.
+const GROUPS: [(Group, &str); 7] = [
+    (Group::Model, "Model"),
+    (Group::Agent, "Agent and data"),
+    (Group::Channels, "Channels (Telegram, Discord)"),
+    (Group::Tools, "Tools and security"),
+    (Group::Cost, "Cost"),
+    (Group::Logging, "Logging and monitoring"),
+    (Group::Scale, "Scaling out"),
+];
 
 /// One configuration variable.
 #[derive(Debug, Clone, Copy)]
@@ -306,12 +293,11 @@ pub(crate) fn unknown_key(key: &str, path: &std::path::Path) -> String {
 /// tables of `docs/configuration.md`.
 pub fn help(markdown: bool) -> String {
     let mut out = String::new();
-    for group in Group::ALL {
+    for (group, title) in GROUPS {
         let vars = VARS.iter().filter(|var| var.group == group);
         if markdown {
             out.push_str(&format!(
-                "### {}\n\n| variable | default | meaning |\n|---|---|---|\n",
-                group.title()
+                "### {title}\n\n| variable | default | meaning |\n|---|---|---|\n"
             ));
             for var in vars {
                 out.push_str(&format!(
@@ -323,7 +309,7 @@ pub fn help(markdown: bool) -> String {
                 ));
             }
         } else {
-            out.push_str(&format!("{}:\n", group.title()));
+            out.push_str(&format!("{title}:\n"));
             for var in vars {
                 out.push_str(&format!(
                     "  {}  [default: {}]\n      {}{}\n",
@@ -371,7 +357,7 @@ mod tests {
                 var.name
             );
         }
-        for group in Group::ALL {
+        for (group, _) in GROUPS {
             assert!(VARS.iter().any(|var| var.group == group), "{group:?}");
         }
     }

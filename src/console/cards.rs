@@ -101,55 +101,38 @@ pub(super) async fn status(operator: Operator, Query(q): Query<super::admin::Don
     .await
 }
 
-/// A card: its title and what it shows.
-fn card(class: &str, title: &str, body: Markup) -> Markup {
-    html! { section.card.(class) { h2 { (title) } (body) } }
-}
-
 /// What a card without the daemon says.
 fn no_daemon() -> Markup {
     html! { p.hint { "No daemon answers for this BUB_HOME (" code { "bub message" } " is not running)." } }
 }
 
 fn daemon(live: Option<&Snapshot>) -> Markup {
-    card(
-        "daemon",
-        "Daemon",
-        match live {
-            Some(s) => html! {
-                p.big { "up " (crate::time::human_duration(std::time::Duration::from_secs(s.uptime_seconds))) }
-                p { "bub " (s.version) " · pid " (s.pid) }
-                p { "model " code { (s.model) } }
-            },
-            None => no_daemon(),
-        },
-    )
+    html! { section.card.daemon { h2 { "Daemon" } @match live {
+        Some(s) => {
+            p.big { "up " (crate::time::human_duration(std::time::Duration::from_secs(s.uptime_seconds))) }
+            p { "bub " (s.version) " · pid " (s.pid) }
+            p { "model " code { (s.model) } }
+        }
+        None => (no_daemon()),
+    } } }
 }
 
 fn channels(live: Option<&Snapshot>) -> Markup {
-    card(
-        "channels",
-        "Channels",
-        match live {
-            Some(s) if s.channels.is_empty() => {
-                html! { p.hint { "No channel: the scheduler alone." } }
+    html! { section.card.channels { h2 { "Channels" } @match live {
+        Some(s) if s.channels.is_empty() => p.hint { "No channel: the scheduler alone." },
+        Some(s) => ul { @for channel in &s.channels {
+            @let up = s.connected.contains(channel);
+            li.(if up { "ready" } else { "down" }) {
+                span.dot {} (channel) " · " (if up { "connected" } else { "not connected" })
             }
-            Some(s) => html! {
-                ul { @for channel in &s.channels {
-                    @let up = s.connected.contains(channel);
-                    li.(if up { "ready" } else { "down" }) {
-                        span.dot {} (channel) " · " (if up { "connected" } else { "not connected" })
-                    }
-                } }
-            },
-            None => no_daemon(),
-        },
-    )
+        } },
+        None => (no_daemon()),
+    } } }
 }
 
 fn sessions(live: Option<&Snapshot>) -> Markup {
     let Some(s) = live else {
-        return card("sessions", "Sessions", no_daemon());
+        return html! { section.card.sessions { h2 { "Sessions" } (no_daemon()) } };
     };
     let running = s.sessions.iter().filter(|r| r.running.is_some()).count();
     let queued: usize = (s.sessions.iter())
@@ -159,60 +142,43 @@ fn sessions(live: Option<&Snapshot>) -> Markup {
         .sessions
         .iter()
         .filter(|r| r.running.is_some() || r.queued_messages + r.queued_commands > 0);
-    card(
-        "sessions",
-        "Sessions",
-        html! {
-            p.big { (running) " running · " (queued) " queued" }
-            p.hint { (s.sessions.len()) " live" }
-            ul { @for row in busy {
-                li { a href={ "/session?id=" (page::encode(row.session.as_str())) } { (row.session) } " · " (now(row)) }
-            } }
-        },
-    )
+    html! { section.card.sessions { h2 { "Sessions" }
+        p.big { (running) " running · " (queued) " queued" }
+        p.hint { (s.sessions.len()) " live" }
+        ul { @for row in busy {
+            li { a href={ "/session?id=" (page::encode(row.session.as_str())) } { (row.session) } " · " (now(row)) }
+        } }
+    } }
 }
 
 fn next_jobs(jobs: &[Job]) -> Markup {
     let mut due: Vec<&Job> = jobs.iter().filter(|j| j.next_run.is_some()).collect();
     due.sort_by_key(|j| j.next_run);
-    card(
-        "jobs",
-        "Jobs",
-        html! {
-            p.big { (jobs.len()) " scheduled" }
-            @if due.is_empty() { p.hint { "Nothing due." } }
-            ul { @for job in due.iter().take(NEXT_JOBS) {
-                @let next = job.next_run.map(|t| t.with_timezone(&Local).format("%m-%d %H:%M").to_string());
-                li {
-                    strong { (next.unwrap_or_default()) } " · " (job.session) " · "
-                    span.args { (page::cut(&job.message, 60).0) }
-                }
-            } }
-            p { a href="/jobs" { "All jobs" } }
-        },
-    )
+    html! { section.card.jobs { h2 { "Jobs" }
+        p.big { (jobs.len()) " scheduled" }
+        @if due.is_empty() { p.hint { "Nothing due." } }
+        ul { @for job in due.iter().take(NEXT_JOBS) {
+            @let next = job.next_run.map(|t| t.with_timezone(&Local).format("%m-%d %H:%M").to_string());
+            li {
+                strong { (next.unwrap_or_default()) } " · " (job.session) " · "
+                span.args { (page::cut(&job.message, 60).0) }
+            }
+        } }
+        p { a href="/jobs" { "All jobs" } }
+    } }
 }
 
 fn usage_today(t: &Totals) -> Markup {
-    card(
-        "today",
-        "Today",
-        html! {
-            p.big { (thousands(t.tokens())) " tokens · " (cost(t)) }
-            p { (t.calls) " model call(s)"
-                @if let Some(rate) = t.cache_hit_rate() { " · " (format!("{:.0}%", rate * 100.0)) " from cache" } }
-        },
-    )
+    html! { section.card.today { h2 { "Today" }
+        p.big { (thousands(t.tokens())) " tokens · " (cost(t)) }
+        p { (t.calls) " model call(s)"
+            @if let Some(rate) = t.cache_hit_rate() { " · " (format!("{:.0}%", rate * 100.0)) " from cache" } }
+    } }
 }
 
 fn errors(live: Option<&Snapshot>) -> Markup {
-    let Some(s) = live else {
-        return card("errors", "Recent errors", no_daemon());
-    };
-    card(
-        "errors",
-        "Recent errors",
-        html! {
+    html! { section.card.errors { h2 { "Recent errors" } @match live {
+        Some(s) => {
             @if s.errors.is_empty() { p.big.ok { "None" } }
             ul { @for e in s.errors.iter().take(ERRORS) {
                 li {
@@ -220,11 +186,11 @@ fn errors(live: Option<&Snapshot>) -> Markup {
                     div.error { (page::cut(&e.error, 200).0) }
                 }
             } }
-        },
-    )
+        }
+        None => (no_daemon()),
+    } } }
 }
 
-/// Tokens per day as bars (the cached share darker), in SVG drawn here: no script, no library.
 fn plot(days: &BTreeMap<NaiveDate, Totals>) -> Markup {
     const W: f64 = 600.0;
     const H: f64 = 140.0;

@@ -96,13 +96,6 @@ pub(super) struct Tapes(Mutex<Vec<(String, Box<dyn TapeStore>)>>);
 /// The tapes [`Tapes`] keeps.
 const KEPT: usize = 8;
 
-/// A tape taken from [`Tapes`] (or opened), given back when dropped.
-struct Held<'a> {
-    tapes: &'a Tapes,
-    key: String,
-    tape: Option<Box<dyn TapeStore>>,
-}
-
 impl Tapes {
     fn list(&self) -> std::sync::MutexGuard<'_, Vec<(String, Box<dyn TapeStore>)>> {
         self.0
@@ -110,8 +103,14 @@ impl Tapes {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The tape of `view`: kept, or opened in the store the agent writes.
-    fn take<'a>(&'a self, c: &Console, view: &View) -> anyhow::Result<Held<'a>> {
+    /// Runs `read` on the tape of `view` — kept, or opened in the store the agent writes — and
+    /// keeps the tape (the most recent first).
+    fn with<T>(
+        &self,
+        c: &Console,
+        view: &View,
+        read: impl FnOnce(&mut dyn TapeStore) -> anyhow::Result<T>,
+    ) -> anyhow::Result<T> {
         let (home, db, ws) = (&c.settings.home, c.db.as_ref(), super::workspace(c));
         let key = match (&view.id, &view.tape) {
             (Some(id), _) => format!("id:{id}"),
@@ -123,7 +122,7 @@ impl Tapes {
             let at = list.iter().position(|(k, _)| *k == key);
             at.map(|i| list.remove(i).1)
         };
-        let tape = match (kept, &view.id, &view.tape) {
+        let mut tape = match (kept, &view.id, &view.tape) {
             (Some(tape), _, _) => tape,
             (None, Some(id), _) => {
                 crate::tape::backend::open(home, db, ws, &c.settings.tape_name, id)?
@@ -131,34 +130,12 @@ impl Tapes {
             (None, None, Some(name)) => crate::tape::backend::open_name(home, db, ws, name)?,
             (None, None, None) => unreachable!("the key names one"),
         };
-        Ok(Held {
-            tapes: self,
-            key,
-            tape: Some(tape),
-        })
-    }
-}
-
-impl std::ops::Deref for Held<'_> {
-    type Target = dyn TapeStore;
-    fn deref(&self) -> &Self::Target {
-        self.tape.as_deref().expect("held until dropped")
-    }
-}
-
-impl std::ops::DerefMut for Held<'_> {
-    fn deref_mut(&mut self) -> &mut Self::Target {
-        self.tape.as_deref_mut().expect("held until dropped")
-    }
-}
-
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        let Some(tape) = self.tape.take() else { return };
-        let mut list = self.tapes.list();
-        list.retain(|(k, _)| *k != self.key);
-        list.insert(0, (std::mem::take(&mut self.key), tape));
+        let read = read(&mut *tape);
+        let mut list = self.list();
+        list.retain(|(k, _)| *k != key);
+        list.insert(0, (key, tape));
         list.truncate(KEPT);
+        read
     }
 }
 
@@ -184,71 +161,72 @@ pub(super) async fn page(operator: Operator, Query(view): Query<View>) -> Respon
         if view.id.is_none() && view.tape.is_none() {
             return Ok(page::error(c, StatusCode::BAD_REQUEST, "which session? (?id=telegram:42)"));
         }
-        let mut tape = c.tapes.take(c, &view)?;
-        let anchors = tape.anchors(ANCHORS)?;
-        let len = tape.len()?;
-        let work = view.work();
-        let searching = view.q.as_deref().map(str::trim).filter(|q| !q.is_empty());
-        let (entries, older, live) = match searching {
-            Some(q) => (tape.search(q, HITS, Searched::Everything)?, None, None),
-            None => {
-                let window = Window {
-                    from: view.anchor.unwrap_or(0),
-                    before: view.before,
-                    kinds: kinds(work),
-                    limit: PAGE + 1,
-                };
-                let mut lane = tape.window(&window)?;
-                let older = (lane.len() > PAGE).then(|| {
-                    lane.remove(0);
-                    lane[0].id
-                });
-                // New entries are fetched only at the newest end of the timeline.
-                let last = lane.last().map_or(window.from, |e| e.id);
-                (lane, older, view.before.is_none().then_some(last))
-            }
-        };
-        let body = html! {
-            h1 { (view.title()) }
-            div.tools {
-                form.anchor method="get" action="/session" {
-                    @if let Some(id) = &view.id { input type="hidden" name="id" value=(id); }
-                    @if let Some(tape) = &view.tape { input type="hidden" name="tape" value=(tape); }
-                    @if work { input type="hidden" name="work" value="1"; }
-                    label { "From " select name="anchor" data-autosubmit {
-                        option value="" { "the start of the tape" }
-                        @for a in anchors.iter().rev() {
-                            option value=(a.id) selected[view.anchor == Some(a.id)] {
-                                (anchor_name(a)) " · " (page::when(&a.date))
+        c.tapes.with(c, &view, |tape| {
+            let anchors = tape.anchors(ANCHORS)?;
+            let len = tape.len()?;
+            let work = view.work();
+            let searching = view.q.as_deref().map(str::trim).filter(|q| !q.is_empty());
+            let (entries, older, live) = match searching {
+                Some(q) => (tape.search(q, HITS, Searched::Everything)?, None, None),
+                None => {
+                    let window = Window {
+                        from: view.anchor.unwrap_or(0),
+                        before: view.before,
+                        kinds: kinds(work),
+                        limit: PAGE + 1,
+                    };
+                    let mut lane = tape.window(&window)?;
+                    let older = (lane.len() > PAGE).then(|| {
+                        lane.remove(0);
+                        lane[0].id
+                    });
+                    // New entries are fetched only at the newest end of the timeline.
+                    let last = lane.last().map_or(window.from, |e| e.id);
+                    (lane, older, view.before.is_none().then_some(last))
+                }
+            };
+            let body = html! {
+                h1 { (view.title()) }
+                div.tools {
+                    form.anchor method="get" action="/session" {
+                        @if let Some(id) = &view.id { input type="hidden" name="id" value=(id); }
+                        @if let Some(tape) = &view.tape { input type="hidden" name="tape" value=(tape); }
+                        @if work { input type="hidden" name="work" value="1"; }
+                        label { "From " select name="anchor" data-autosubmit {
+                            option value="" { "the start of the tape" }
+                            @for a in anchors.iter().rev() {
+                                option value=(a.id) selected[view.anchor == Some(a.id)] {
+                                    (anchor_name(a)) " · " (page::when(&a.date))
+                                }
                             }
-                        }
-                    } }
-                    button type="submit" { "Show" }
+                        } }
+                        button type="submit" { "Show" }
+                    }
+                    a #work-toggle href=(view.link("/session", !work, None)) {
+                        @if work { "Hide the work lane" } @else { "Show the work lane" }
+                    }
+                    form.search method="get" action="/session" {
+                        @if let Some(id) = &view.id { input type="hidden" name="id" value=(id); }
+                        @if let Some(tape) = &view.tape { input type="hidden" name="tape" value=(tape); }
+                        input #search type="search" name="q" value=(searching.unwrap_or_default()) placeholder="Search this tape";
+                        button type="submit" { "Search" }
+                    }
                 }
-                a #work-toggle href=(view.link("/session", !work, None)) {
-                    @if work { "Hide the work lane" } @else { "Show the work lane" }
+                @if let Some(q) = searching {
+                    p.hint { (entries.len()) " match(es) for “" (q) "”, newest first. "
+                        a href=(view.link("/session", work, None)) { "Back to the timeline" } }
                 }
-                form.search method="get" action="/session" {
-                    @if let Some(id) = &view.id { input type="hidden" name="id" value=(id); }
-                    @if let Some(tape) = &view.tape { input type="hidden" name="tape" value=(tape); }
-                    input #search type="search" name="q" value=(searching.unwrap_or_default()) placeholder="Search this tape";
-                    button type="submit" { "Search" }
+                @if let Some(before) = older {
+                    p.older { a href=(view.link("/session", work, Some(before))) { "Older entries" } }
                 }
-            }
-            @if let Some(q) = searching {
-                p.hint { (entries.len()) " match(es) for “" (q) "”, newest first. "
-                    a href=(view.link("/session", work, None)) { "Back to the timeline" } }
-            }
-            @if let Some(before) = older {
-                p.older { a href=(view.link("/session", work, Some(before))) { "Older entries" } }
-            }
-            ol #timeline data-live=[live.map(|_| view.link("/session/live", work, None))]
-                data-after=[live] data-len=[live.map(|_| len)] {
-                (lane::draw(c, &entries, view.id.as_deref()))
-            }
-            @if entries.is_empty() { p.hint { "Nothing to show here." } }
-        };
-        Ok(page::ok(c, view.title(), "", body))
+                ol #timeline data-live=[live.map(|_| view.link("/session/live", work, None))]
+                    data-after=[live] data-len=[live.map(|_| len)] {
+                    (lane::draw(c, &entries, view.id.as_deref()))
+                }
+                @if entries.is_empty() { p.hint { "Nothing to show here." } }
+            };
+            Ok(page::ok(c, view.title(), "", body))
+        })
     })
     .await
 }
@@ -258,54 +236,55 @@ pub(super) async fn page(operator: Operator, Query(view): Query<View>) -> Respon
 /// page reloads) when the tape was reset or more arrived than a page.
 pub(super) async fn live(operator: Operator, Query(view): Query<View>) -> Response {
     blocking(operator, move |c| {
-        let mut tape = c.tapes.take(c, &view)?;
-        let len = tape.len()?;
-        let after = view.after.unwrap_or(0);
-        if view.len == Some(len) {
-            return Ok(StatusCode::NO_CONTENT.into_response());
-        }
-        // Ids follow positions: a tape shorter than before was reset.
-        if view.len.is_some_and(|n| len < n) || (len as u64) < after {
-            return Ok(StatusCode::RESET_CONTENT.into_response());
-        }
-        let window = Window {
-            from: after.saturating_add(1),
-            before: None,
-            kinds: kinds(view.work()),
-            limit: PAGE,
-        };
-        let fresh = tape.window(&window)?;
-        if fresh.len() == PAGE {
-            return Ok(StatusCode::RESET_CONTENT.into_response());
-        }
-        let last = fresh.last().map_or(after, |e| e.id);
-        // The step running at the page's last entry: its line is drawn again, with what the
-        // step did since.
-        let mut entries = Vec::new();
-        if view.work() && !fresh.is_empty() {
-            let events = Window {
-                from: view.anchor.unwrap_or(0),
-                before: Some(after.saturating_add(1)),
-                kinds: &[Kind::Event],
-                limit: LOOKBACK,
-            };
-            if let Some(start) = lane::running_step(&tape.window(&events)?) {
-                let step = Window {
-                    from: start,
-                    before: Some(after.saturating_add(1)),
-                    kinds: kinds(true),
-                    limit: PAGE,
-                };
-                entries = tape.window(&step)?;
+        c.tapes.with(c, &view, |tape| {
+            let len = tape.len()?;
+            let after = view.after.unwrap_or(0);
+            if view.len == Some(len) {
+                return Ok(StatusCode::NO_CONTENT.into_response());
             }
-        }
-        entries.extend(fresh);
-        let body = lane::draw_since(c, &entries, after, view.id.as_deref());
-        let mut response = page::fragment(c, body);
-        let headers = response.headers_mut();
-        headers.insert("x-after", HeaderValue::from(last));
-        headers.insert("x-len", HeaderValue::from(len));
-        Ok(response)
+            // Ids follow positions: a tape shorter than before was reset.
+            if view.len.is_some_and(|n| len < n) || (len as u64) < after {
+                return Ok(StatusCode::RESET_CONTENT.into_response());
+            }
+            let window = Window {
+                from: after.saturating_add(1),
+                before: None,
+                kinds: kinds(view.work()),
+                limit: PAGE,
+            };
+            let fresh = tape.window(&window)?;
+            if fresh.len() == PAGE {
+                return Ok(StatusCode::RESET_CONTENT.into_response());
+            }
+            let last = fresh.last().map_or(after, |e| e.id);
+            // The step running at the page's last entry: its line is drawn again, with what the
+            // step did since.
+            let mut entries = Vec::new();
+            if view.work() && !fresh.is_empty() {
+                let events = Window {
+                    from: view.anchor.unwrap_or(0),
+                    before: Some(after.saturating_add(1)),
+                    kinds: &[Kind::Event],
+                    limit: LOOKBACK,
+                };
+                if let Some(start) = lane::running_step(&tape.window(&events)?) {
+                    let step = Window {
+                        from: start,
+                        before: Some(after.saturating_add(1)),
+                        kinds: kinds(true),
+                        limit: PAGE,
+                    };
+                    entries = tape.window(&step)?;
+                }
+            }
+            entries.extend(fresh);
+            let body = lane::draw_since(c, &entries, after, view.id.as_deref());
+            let mut response = page::fragment(c, body);
+            let headers = response.headers_mut();
+            headers.insert("x-after", HeaderValue::from(last));
+            headers.insert("x-len", HeaderValue::from(len));
+            Ok(response)
+        })
     })
     .await
 }
@@ -344,29 +323,21 @@ pub(super) async fn file(operator: Operator, Query(q): Query<FileQuery>) -> Resp
             return Ok(not_found());
         }
         let bytes = std::fs::read(&path)?;
-        let image = match path
-            .extension()
-            .and_then(|e| e.to_str())
-            .map(str::to_ascii_lowercase)
-        {
-            Some(e) if e == "jpg" || e == "jpeg" => Some("image/jpeg"),
-            Some(e) if e == "png" => Some("image/png"),
-            Some(e) if e == "gif" => Some("image/gif"),
-            Some(e) if e == "webp" => Some("image/webp"),
+        let ext = path.extension().and_then(|e| e.to_str());
+        let image = match ext.map(str::to_ascii_lowercase).as_deref() {
+            Some("jpg" | "jpeg") => Some("image/jpeg"),
+            Some("png") => Some("image/png"),
+            Some("gif") => Some("image/gif"),
+            Some("webp") => Some("image/webp"),
             _ => None,
         };
         let mut response = bytes.into_response();
         let headers = response.headers_mut();
-        match image {
-            Some(kind) => {
-                headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
-            }
-            None => {
-                let octets = HeaderValue::from_static("application/octet-stream");
-                headers.insert(header::CONTENT_TYPE, octets);
-                let attachment = HeaderValue::from_static("attachment");
-                headers.insert(header::CONTENT_DISPOSITION, attachment);
-            }
+        let kind = image.unwrap_or("application/octet-stream");
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(kind));
+        if image.is_none() {
+            let attachment = HeaderValue::from_static("attachment");
+            headers.insert(header::CONTENT_DISPOSITION, attachment);
         }
         Ok(response)
     })

@@ -80,19 +80,13 @@ impl TokenFile {
     /// The token at `now`: the one read last, or the file's when the last read is
     /// [`RECHECK`] old (read on the blocking pool).
     pub(super) async fn current(&self, now: Instant) -> Current {
-        if let Some(token) = self.fresh(now) {
-            return Current {
-                token,
-                changed: false,
-            };
+        if let Some(current) = self.fresh(now) {
+            return current;
         }
         let _one = self.reading.lock().await;
         // Another request may have read it while this one waited.
-        if let Some(token) = self.fresh(now) {
-            return Current {
-                token,
-                changed: false,
-            };
+        if let Some(current) = self.fresh(now) {
+            return current;
         }
         let path = self.path.clone();
         let read = tokio::task::spawn_blocking(move || read(&path))
@@ -111,10 +105,14 @@ impl TokenFile {
         }
     }
 
-    /// The token read last, if that read is younger than [`RECHECK`] at `now`.
-    fn fresh(&self, now: Instant) -> Option<Option<Arc<str>>> {
+    /// The token read last, unchanged, if that read is younger than [`RECHECK`] at `now`.
+    fn fresh(&self, now: Instant) -> Option<Current> {
         let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        (now.saturating_duration_since(seen.at) < RECHECK).then(|| seen.token.clone())
+        let token = seen.token.clone();
+        (now.saturating_duration_since(seen.at) < RECHECK).then_some(Current {
+            token,
+            changed: false,
+        })
     }
 }
 
