@@ -92,7 +92,7 @@ pub async fn import_home(db: &Arc<Database>, home: &Path) -> anyhow::Result<Vec<
         }
         let pool = db.relaxed_pool();
         let tape = name.clone();
-        let added = db.run(async move {
+        let added = async move {
             let mut client = db::client(&pool).await?;
             let tx = client.transaction().await?;
             let row = tape_row(&tx, &workspace, &tape).await?;
@@ -120,8 +120,8 @@ pub async fn import_home(db: &Arc<Database>, home: &Path) -> anyhow::Result<Vec<
             )
             .await?;
             tx.commit().await?;
-            Ok(added as usize)
-        });
+            anyhow::Ok(added as usize)
+        };
         let added = added.await?;
         imported.push(Imported {
             name,

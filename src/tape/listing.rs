@@ -157,9 +157,9 @@ fn session_of(payload: &Value) -> Option<String> {
 async fn list_database(db: &Database, workspace: &Path) -> anyhow::Result<Vec<Listed>> {
     let pool = db.relaxed_pool();
     let workspace = workspace_key(workspace);
-    let rows = db.run(async move {
+    let rows = async move {
         let client = db::client(&pool).await?;
-        Ok(client
+        anyhow::Ok(client
             .rows(
                 "SELECT t.name, \
                         (SELECT count(*) FROM bub_tape_entries WHERE tape = t.id), \
@@ -171,7 +171,7 @@ async fn list_database(db: &Database, workspace: &Path) -> anyhow::Result<Vec<Li
                 &[&workspace, &ARCHIVED],
             )
             .await?)
-    });
+    };
     let rows = rows.await?;
     Ok(rows
         .iter()

@@ -1,8 +1,8 @@
 //! Tape tools: `tape.info`, `tape.search`, `tape.output`, `tape.anchors`, `tape.handoff`,
 //! `tape.reset`.
 //!
-//! Each tool works on the session's tape on the blocking pool ([`crate::tape::SharedTape`]):
-//! tape operations are file I/O, and a search over a large tape takes milliseconds.
+//! Each tool works on the session's tape through its store ([`crate::tape::TapeStore`]: a file's work on
+//! the blocking pool — a search over a large tape takes milliseconds).
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -11,7 +11,7 @@ use serde_json::json;
 use super::registry::NoArgs;
 use super::{Tool, ToolContext, ToolError};
 use crate::tape::output::byte_at;
-use crate::tape::{Searched, TapeEntry, TapeStore};
+use crate::tape::{Searched, SharedTape, TapeEntry};
 
 /// How many anchors `tape.anchors` lists.
 const ANCHORS_SHOWN: usize = 50;
@@ -68,28 +68,19 @@ struct ResetArgs {
     archive: bool,
 }
 
-/// Runs `f` on the session's tape in a blocking task.
-async fn with_tape<R, F>(ctx: &ToolContext, f: F) -> Result<R, ToolError>
-where
-    R: Send + 'static,
-    F: FnOnce(&mut dyn TapeStore) -> anyhow::Result<R> + Send + 'static,
-{
-    ctx.tape().run(f).await.map_err(ToolError::from)
-}
-
 /// `tape.info` output.
-pub(crate) fn info_text(tape: &mut dyn TapeStore) -> anyhow::Result<String> {
-    Ok(tape.info()?.to_string())
+async fn info_text(tape: &SharedTape) -> anyhow::Result<String> {
+    Ok(tape.info().await?.to_string())
 }
 
 /// `tape.search` output: `#<id> <kind> <payload JSON>` per match, newest first.
-pub(crate) fn search_text(
-    tape: &mut dyn TapeStore,
+async fn search_text(
+    tape: &SharedTape,
     query: &str,
     limit: usize,
     what: Searched,
 ) -> anyhow::Result<String> {
-    let found = tape.search(query, limit, what)?;
+    let found = tape.search(query, limit, what).await?;
     if found.is_empty() {
         return Ok("(no matches)".to_string());
     }
@@ -103,14 +94,14 @@ pub(crate) fn search_text(
 /// `tape.output` output: characters `offset..offset + limit` of a call's whole result, after a
 /// line saying which and how to read on. A guest (`guest`) reads only the results of guests'
 /// turns, as in its context.
-pub(crate) fn output_text(
-    tape: &mut dyn TapeStore,
+async fn output_text(
+    tape: &SharedTape,
     call_id: &str,
     offset: usize,
     limit: usize,
     guest: bool,
 ) -> anyhow::Result<String> {
-    let Some((text, meta)) = tape.output(call_id.trim())? else {
+    let Some((text, meta)) = tape.output(call_id.trim()).await? else {
         anyhow::bail!("no result of tool call {call_id:?} on this tape");
     };
     if guest && meta["role"] != "guest" {
@@ -132,8 +123,8 @@ pub(crate) fn output_text(
 }
 
 /// `tape.anchors` output: `<name> state=<JSON>` per anchor, oldest first.
-pub(crate) fn anchors_text(tape: &mut dyn TapeStore) -> anyhow::Result<String> {
-    let anchors = tape.anchors(ANCHORS_SHOWN)?;
+async fn anchors_text(tape: &SharedTape) -> anyhow::Result<String> {
+    let anchors = tape.anchors(ANCHORS_SHOWN).await?;
     if anchors.is_empty() {
         return Ok("(no anchors)".to_string());
     }
@@ -150,8 +141,8 @@ fn anchor_row(anchor: &TapeEntry) -> String {
 }
 
 /// `tape.reset` output: `ok` or `Archived: <path>`.
-pub(crate) fn reset_text(tape: &mut dyn TapeStore, archive: bool) -> anyhow::Result<String> {
-    Ok(match tape.reset(archive)? {
+async fn reset_text(tape: &SharedTape, archive: bool) -> anyhow::Result<String> {
+    Ok(match tape.reset(archive).await? {
         Some(path) => format!("Archived: {path}"),
         None => "ok".to_string(),
     })
@@ -165,7 +156,7 @@ pub(crate) fn tools() -> Vec<Tool> {
             "Show tape summary",
             "Shows the tape name, the number of entries and anchors, the last anchor, the entries \
              since it (the current context) and the token usage of the last model call.",
-            |_: NoArgs, ctx: ToolContext| async move { with_tape(&ctx, info_text).await },
+            |_: NoArgs, ctx: ToolContext| async move { Ok(info_text(ctx.tape()).await?) },
         ),
         Tool::new(
             "tape.search",
@@ -180,7 +171,7 @@ pub(crate) fn tools() -> Vec<Tool> {
                 }
                 let limit = usize::try_from(limit).unwrap_or(usize::MAX);
                 let what = ctx.turn.policy.searched();
-                with_tape(&ctx, move |tape| search_text(tape, &query, limit, what)).await
+                Ok(search_text(ctx.tape(), &query, limit, what).await?)
             },
         ),
         Tool::new(
@@ -200,17 +191,14 @@ pub(crate) fn tools() -> Vec<Tool> {
                 }
                 let (offset, limit) = (offset as usize, limit as usize);
                 let guest = ctx.turn.policy.searched() == Searched::Conversation;
-                with_tape(&ctx, move |tape| {
-                    output_text(tape, &call_id, offset, limit, guest)
-                })
-                .await
+                Ok(output_text(ctx.tape(), &call_id, offset, limit, guest).await?)
             },
         ),
         Tool::new(
             "tape.anchors",
             "List tape anchors",
             "Lists the last 50 anchors (handoff points) as `<name> state=<JSON>`, oldest first.",
-            |_: NoArgs, ctx: ToolContext| async move { with_tape(&ctx, anchors_text).await },
+            |_: NoArgs, ctx: ToolContext| async move { Ok(anchors_text(ctx.tape()).await?) },
         ),
         Tool::new(
             "tape.handoff",
@@ -230,11 +218,10 @@ pub(crate) fn tools() -> Vec<Tool> {
                 // A guest's summary leads the next context: it says whose words it is.
                 let by = crate::memory::Author::of(&ctx.turn.authority);
                 let summary = summary.map(|s| by.marked(&s));
-                with_tape(&ctx, move |tape| {
-                    tape.handoff(&name, summary.as_deref(), next_steps.as_deref())?;
-                    Ok(format!("handoff created: {name}"))
-                })
-                .await
+                let tape = ctx.tape();
+                tape.handoff(&name, summary.as_deref(), next_steps.as_deref())
+                    .await?;
+                Ok(format!("handoff created: {name}"))
             },
         ),
         Tool::new(
@@ -244,7 +231,7 @@ pub(crate) fn tools() -> Vec<Tool> {
              deleted), forgets expanded tool and skill details and stops the session's \
              background commands.",
             |ResetArgs { archive }, ctx: ToolContext| async move {
-                let out = with_tape(&ctx, move |tape| reset_text(tape, archive)).await?;
+                let out = reset_text(ctx.tape(), archive).await?;
                 ctx.expanded().clear();
                 ctx.process.background.stop_session(&ctx.session.id);
                 Ok(out)
@@ -258,7 +245,7 @@ mod tests {
     use super::*;
     use crate::access::Authority;
     use crate::config::Settings;
-    use crate::tape::{Event, Kind};
+    use crate::tape::{Event, Kind, Record};
     use crate::tools::Registry;
 
     fn context(dir: &std::path::Path) -> ToolContext {
@@ -275,40 +262,39 @@ mod tests {
         ctx.registry().execute(name, args, ctx.clone()).await
     }
 
-    #[test]
-    fn output_reads_a_calls_whole_result_and_a_guest_only_a_guests() {
+    #[tokio::test]
+    async fn output_reads_a_calls_whole_result_and_a_guest_only_a_guests() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = context(dir.path());
-        let mut tape = ctx.tape().lock();
+        let tape = ctx.tape();
         for (id, role) in [("c1", "owner"), ("c2", "guest")] {
             let call = json!({"calls": [{"id": id, "type": "function",
                 "function": {"name": "bash", "arguments": "{}"}}]});
-            tape.append(Kind::ToolCall, call, json!({"role": role}))
-                .unwrap();
-            tape.event(Event::ToolRefused, json!({})).unwrap();
             let result = json!({"results": [format!("{id}:0123456789")]});
-            tape.append(Kind::ToolResult, result, json!({"role": role}))
-                .unwrap();
+            let records = vec![
+                Record::new(Kind::ToolCall, call, json!({"role": role})),
+                Record::event(Event::ToolRefused, json!({})),
+                Record::new(Kind::ToolResult, result, json!({"role": role})),
+            ];
+            tape.append(records).await.unwrap();
         }
-        let out = output_text(&mut **tape, "c1", 3, 4, false).unwrap();
+        let out = output_text(tape, "c1", 3, 4, false).await.unwrap();
         assert_eq!(out, "[characters 3..7 of 13; more with offset=7]\n0123");
-        let out = output_text(&mut **tape, "c2", 10, 100, true).unwrap();
+        let out = output_text(tape, "c2", 10, 100, true).await.unwrap();
         assert_eq!(out, "[characters 10..13 of 13]\n789");
-        let refused = output_text(&mut **tape, "c1", 0, 100, true).unwrap_err();
+        let refused = output_text(tape, "c1", 0, 100, true).await.unwrap_err();
         assert!(refused.to_string().contains("not shown in a guest's turn"));
-        assert!(output_text(&mut **tape, "nope", 0, 1, false).is_err());
+        assert!(output_text(tape, "nope", 0, 1, false).await.is_err());
     }
 
     #[tokio::test]
     async fn handoff_info_anchors_search() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = context(dir.path());
-        ctx.tape().lock().ensure_bootstrap().unwrap();
+        ctx.tape().ensure_bootstrap().await.unwrap();
         let msg = json!({"role": "user", "content": "Please review the database migration plan."});
-        ctx.tape()
-            .lock()
-            .append(Kind::Message, msg, json!({}))
-            .unwrap();
+        let msg = Record::new(Kind::Message, msg, json!({}));
+        ctx.tape().append(vec![msg]).await.unwrap();
         let out = run(
             &ctx,
             "tape.handoff",
@@ -353,7 +339,8 @@ mod tests {
             run(&ctx, "tape.anchors", json!({})).await.unwrap(),
             "(no anchors)"
         );
-        ctx.tape().lock().event(Event::Command, json!(1)).unwrap();
+        let command = Record::event(Event::Command, json!(1));
+        ctx.tape().append(vec![command]).await.unwrap();
         let out = run(&ctx, "tape.reset", json!({"archive": "true"}))
             .await
             .unwrap();
@@ -368,6 +355,6 @@ mod tests {
             "{anchors}"
         );
         assert_eq!(run(&ctx, "tape.reset", json!({})).await.unwrap(), "ok");
-        assert_eq!(ctx.tape().lock().len().unwrap(), 2);
+        assert_eq!(ctx.tape().len().await.unwrap(), 2);
     }
 }

@@ -124,7 +124,7 @@ async fn the_postgres_store_passes_the_suite_and_sets_aside_a_job_that_cannot_ru
     // A row edited by hand into something that cannot run.
     let before = store.version().await.unwrap();
     let pool = db.pool();
-    db.run(async move {
+    async move {
         let client = crate::db::client(&pool).await?;
         client
             .execute(
@@ -132,8 +132,8 @@ async fn the_postgres_store_passes_the_suite_and_sets_aside_a_job_that_cannot_ru
                 &[],
             )
             .await?;
-        Ok(())
-    })
+        anyhow::Ok(())
+    }
     .await
     .unwrap();
     let (jobs, after) = store.load().await.unwrap();
