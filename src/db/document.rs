@@ -11,9 +11,7 @@ use super::{Cached, Database};
 impl Database {
     /// The document `name`, with its version; `None` when there is none.
     pub async fn document(&self, name: &str) -> anyhow::Result<Option<(String, i64)>> {
-        let (pool, name) = (self.pool(), name.to_owned());
-
-        let client = super::client(&pool).await?;
+        let client = super::client(&self.pool).await?;
         let row = client
             .opt(
                 "SELECT body, version FROM bub_documents WHERE name = $1",
@@ -25,9 +23,7 @@ impl Database {
 
     /// The version of document `name` (0: there is none): cheap, for a cache to compare.
     pub async fn document_version(&self, name: &str) -> anyhow::Result<i64> {
-        let (pool, name) = (self.pool(), name.to_owned());
-
-        let client = super::client(&pool).await?;
+        let client = super::client(&self.pool).await?;
         let row = client
             .opt(
                 "SELECT version FROM bub_documents WHERE name = $1",
@@ -39,9 +35,7 @@ impl Database {
 
     /// The names of the documents that start with `prefix`, sorted.
     pub async fn document_names(&self, prefix: &str) -> anyhow::Result<Vec<String>> {
-        let (pool, prefix) = (self.pool(), prefix.to_owned());
-
-        let client = super::client(&pool).await?;
+        let client = super::client(&self.pool).await?;
         let rows = client
             .rows(
                 "SELECT name FROM bub_documents WHERE starts_with(name, $1) ORDER BY name",
@@ -59,9 +53,7 @@ impl Database {
         version: Option<i64>,
         body: Option<String>,
     ) -> anyhow::Result<bool> {
-        let (pool, name) = (self.pool(), name.to_owned());
-
-        let client = super::client(&pool).await?;
+        let client = super::client(&self.pool).await?;
         let rows = match (version, body) {
             (None, Some(body)) => {
                 client

@@ -22,9 +22,7 @@ impl SessionLock {
 impl Database {
     /// Takes advisory lock `key` if no process holds it; `None` when one does.
     pub async fn try_lock(&self, key: i64) -> anyhow::Result<Option<SessionLock>> {
-        let pool = self.pool();
-
-        let client = super::client(&pool).await?;
+        let client = super::client(&self.pool).await?;
         let row = client
             .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
             .await?;

@@ -77,9 +77,7 @@ impl Database {
     /// Applies the migrations the database lacks; returns their versions (empty: it was up to
     /// date). A [`NewerSchema`] error when the database is ahead of this binary.
     pub async fn migrate(&self) -> anyhow::Result<Vec<i32>> {
-        let pool = self.pool();
-
-        let mut client = super::client(&pool).await?;
+        let mut client = super::client(&self.pool).await?;
         let tx = client.transaction().await?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK])
             .await?;
@@ -110,9 +108,7 @@ impl Database {
 
     /// What is applied and what is pending, without changing anything.
     pub async fn schema_status(&self) -> anyhow::Result<SchemaStatus> {
-        let pool = self.pool();
-
-        let client = super::client(&pool).await?;
+        let client = super::client(&self.pool).await?;
         let exists: bool = client
             .query_one("SELECT to_regclass('bub_migrations') IS NOT NULL", &[])
             .await?
@@ -178,15 +174,9 @@ mod tests {
         assert_eq!(after.version(), known());
         assert!(after.pending.is_empty());
 
-        let pool = db.pool();
-        async move {
-            let client = crate::db::client(&pool).await?;
-            let sql = "INSERT INTO bub_migrations (version, name) VALUES ($1, 'from the future')";
-            client.execute(sql, &[&(known() + 1)]).await?;
-            anyhow::Ok(())
-        }
-        .await
-        .unwrap();
+        let client = crate::db::client(&db.pool()).await.unwrap();
+        let sql = "INSERT INTO bub_migrations (version, name) VALUES ($1, 'from the future')";
+        client.execute(sql, &[&(known() + 1)]).await.unwrap();
         let err = db.migrate().await.unwrap_err();
         let newer = err
             .downcast_ref::<NewerSchema>()
@@ -199,9 +189,8 @@ mod tests {
     #[tokio::test]
     async fn the_event_column_is_filled_for_the_entries_written_before() {
         let db = Database::shared(&cluster::database()).unwrap();
-        let pool = db.pool();
-        let names = async move {
-            let client = crate::db::client(&pool).await?;
+        let client = crate::db::client(&db.pool()).await.unwrap();
+        let names = async {
             client.batch_execute(CREATE_TABLE).await?;
             for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 <= 6) {
                 client.batch_execute(sql).await?;
@@ -224,15 +213,10 @@ mod tests {
         .await;
         names.unwrap();
         assert_eq!(db.migrate().await.unwrap(), [7]);
-        let pool = db.pool();
-        let events: Vec<(i64, Option<String>)> = async move {
-            let client = crate::db::client(&pool).await?;
-            let sql = "SELECT id, event FROM bub_tape_entries ORDER BY id";
-            let rows = client.query(sql, &[]).await?;
-            anyhow::Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-        }
-        .await
-        .unwrap();
+        let sql = "SELECT id, event FROM bub_tape_entries ORDER BY id";
+        let rows = client.query(sql, &[]).await.unwrap();
+        let events: Vec<(i64, Option<String>)> =
+            rows.iter().map(|r| (r.get(0), r.get(1))).collect();
         let named = |n: &str| Some(n.to_owned());
         assert_eq!(
             events,

@@ -66,25 +66,19 @@ impl Database {
         let host = host_name();
         let pid = std::process::id() as i32;
         let id = format!("{host}-{pid}-{:04x}", fastrand::u16(..));
-        let pool = self.pool();
-        let (row, role) = (id.clone(), role.to_owned());
-        async move {
-            let client = super::client(&pool).await?;
-            client
-                .execute(
-                    "DELETE FROM bub_replicas WHERE heartbeat_at < now() - interval '1 day'",
-                    &[],
-                )
-                .await?;
-            client
-                .execute(
-                    "INSERT INTO bub_replicas (id, host, pid, role) VALUES ($1, $2, $3, $4)",
-                    &[&row, &host, &pid, &role],
-                )
-                .await?;
-            anyhow::Ok(())
-        }
-        .await?;
+        let client = super::client(&self.pool).await?;
+        client
+            .execute(
+                "DELETE FROM bub_replicas WHERE heartbeat_at < now() - interval '1 day'",
+                &[],
+            )
+            .await?;
+        client
+            .execute(
+                "INSERT INTO bub_replicas (id, host, pid, role) VALUES ($1, $2, $3, $4)",
+                &[&id, &host, &pid, &role],
+            )
+            .await?;
         let beating = CancellationToken::new();
         tokio::spawn(beat(self.clone(), id.clone(), beating.clone()));
         Ok(Replica {
@@ -96,9 +90,7 @@ impl Database {
 
     /// Every replica that has a row, newest first.
     pub async fn replicas(&self) -> anyhow::Result<Vec<ReplicaRow>> {
-        let pool = self.pool();
-
-        let client = super::client(&pool).await?;
+        let client = super::client(&self.pool).await?;
         let rows = client
             .query(
                 "SELECT id, host, pid, role, started_at, heartbeat_at, \

@@ -228,7 +228,7 @@ pub(crate) fn open_name(
 pub(crate) struct FileStore {
     tape: Arc<Mutex<FileTape>>,
     name: String,
-    pending: Pending,
+    pending: Arc<Pending>,
 }
 
 impl FileStore {
@@ -236,18 +236,20 @@ impl FileStore {
         Self {
             name: tape.name().to_owned(),
             tape: Arc::new(Mutex::new(tape)),
-            pending: Pending::default(),
+            pending: Arc::default(),
         }
     }
 
-    /// Runs `f` on the tape on the blocking pool, after what was deferred.
+    /// Runs `f` on the tape on the blocking pool, after what was deferred (taken under the
+    /// tape's lock: whichever operation comes first writes it, in order).
     async fn hop<R: Send + 'static>(
         &self,
         f: impl FnOnce(&mut FileTape) -> anyhow::Result<R> + Send + 'static,
     ) -> anyhow::Result<R> {
-        let (tape, deferred) = (self.tape.clone(), self.pending.take());
+        let (tape, pending) = (self.tape.clone(), self.pending.clone());
         crate::storage::blocking(move || {
             let mut tape = tape.lock().unwrap_or_else(|e| e.into_inner());
+            let deferred = pending.take();
             // Deferred work writes: the tape's file may be created for it.
             let writes = !deferred.is_empty();
             let mut work = Some(move |t: &mut FileTape| {

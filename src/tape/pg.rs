@@ -6,7 +6,9 @@
 //! entry reads back byte for byte. An append takes the next id by incrementing the tape row's
 //! `last_id` in the same statement that inserts the entry: ids are unique and increasing with
 //! any number of writers, and an append is whole or absent. Writes of several entries (a
-//! handoff, the bootstrap, a reset) run in one transaction holding the tape row's lock.
+//! handoff, a model step's records, the bootstrap, a reset) run in one transaction holding the
+//! tape row's lock. Every operation is plain async work on the caller's runtime; what was
+//! deferred is written first, on the operation's connection.
 //! Reading the context is indexed: the last anchor comes from a partial index on anchors, then
 //! only the entries after it (or after where the turn's cursor left off) are read.
 //!
@@ -49,6 +51,9 @@ pub(crate) struct PgTape {
     /// The tape's row, once looked up (it never changes: a reset keeps it).
     row: OnceLock<i64>,
     pending: Pending,
+    /// Held while what was deferred is written: an operation starting meanwhile waits, so
+    /// nothing comes before it.
+    flushing: tokio::sync::Mutex<()>,
 }
 
 impl PgTape {
@@ -67,6 +72,7 @@ impl PgTape {
             session,
             row: OnceLock::new(),
             pending: Pending::default(),
+            flushing: tokio::sync::Mutex::default(),
         }
     }
 
@@ -81,6 +87,7 @@ impl PgTape {
                 *self.row.get_or_init(|| row)
             }
         };
+        let _flushing = self.flushing.lock().await;
         for work in self.pending.take() {
             match work {
                 Deferred::Bootstrap => {
@@ -262,85 +269,78 @@ impl TapeStore for PgTape {
     }
 
     async fn reset(&self, archive: bool) -> anyhow::Result<Option<String>> {
-        let (workspace, name) = (self.workspace.clone(), self.name.clone());
-        let session = self.session.clone();
-        {
-            let (mut client, row) = self.client().await?;
-            let tx = client.transaction().await?;
-            let last = lock(&tx, row).await?;
-            let mut archived = None;
-            if archive && last > 0 {
-                let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
-                let mut archive_name = format!("{name}.{stamp}");
-                for n in 1.. {
-                    let taken: bool = tx
+        let (workspace, name, session) = (&self.workspace, &self.name, self.session.as_deref());
+        let (mut client, row) = self.client().await?;
+        let tx = client.transaction().await?;
+        let last = lock(&tx, row).await?;
+        let mut archived = None;
+        if archive && last > 0 {
+            let stamp = chrono::Utc::now().format("%Y%m%dT%H%M%SZ");
+            let mut archive_name = format!("{name}.{stamp}");
+            for n in 1.. {
+                let taken: bool = tx
                         .one(
                             "SELECT EXISTS (SELECT 1 FROM bub_tapes WHERE workspace = $1 AND name = $2)",
                             &[&workspace, &archive_name],
                         )
                         .await?
                         .get(0);
-                    if !taken {
-                        break;
-                    }
-                    archive_name = format!("{name}.{stamp}-{n}");
+                if !taken {
+                    break;
                 }
-                let to: i64 = tx
+                archive_name = format!("{name}.{stamp}-{n}");
+            }
+            let to: i64 = tx
                     .one(
                         "INSERT INTO bub_tapes (workspace, name, last_id) VALUES ($1, $2, $3) RETURNING id",
                         &[&workspace, &archive_name, &last],
                     )
                     .await?
                     .get(0);
-                tx.run(
-                    "UPDATE bub_tape_entries SET tape = $2 WHERE tape = $1",
-                    &[&row, &to],
-                )
-                .await?;
-                archived = Some(archive_name);
-            } else {
-                tx.run("DELETE FROM bub_tape_entries WHERE tape = $1", &[&row])
-                    .await?;
-            }
             tx.run(
-                "UPDATE bub_tapes SET last_id = 0, generation = generation + 1 WHERE id = $1",
-                &[&row],
+                "UPDATE bub_tape_entries SET tape = $2 WHERE tape = $1",
+                &[&row, &to],
             )
             .await?;
-            let state = start_state(session.as_deref(), archived.clone());
-            for (kind, payload) in handoff_entries(SESSION_START, Some(state)) {
-                insert(&tx, row, &kind, &payload, &json!({})).await?;
-            }
-            tx.commit().await?;
-            Ok(archived)
+            archived = Some(archive_name);
+        } else {
+            tx.run("DELETE FROM bub_tape_entries WHERE tape = $1", &[&row])
+                .await?;
         }
+        tx.run(
+            "UPDATE bub_tapes SET last_id = 0, generation = generation + 1 WHERE id = $1",
+            &[&row],
+        )
+        .await?;
+        let state = start_state(session, archived.clone());
+        for (kind, payload) in handoff_entries(SESSION_START, Some(state)) {
+            insert(&tx, row, &kind, &payload, &json!({})).await?;
+        }
+        tx.commit().await?;
+        Ok(archived)
     }
 
     async fn len(&self) -> anyhow::Result<usize> {
-        {
-            let (client, row) = self.client().await?;
-            let n: i64 = client
-                .one(
-                    "SELECT count(*) FROM bub_tape_entries WHERE tape = $1",
-                    &[&row],
-                )
-                .await?
-                .get(0);
-            Ok(n as usize)
-        }
+        let (client, row) = self.client().await?;
+        let n: i64 = client
+            .one(
+                "SELECT count(*) FROM bub_tape_entries WHERE tape = $1",
+                &[&row],
+            )
+            .await?
+            .get(0);
+        Ok(n as usize)
     }
 
     async fn entries(&self) -> anyhow::Result<Vec<TapeEntry>> {
-        {
-            let (client, row) = self.client().await?;
-            let sql = format!("SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = $1 ORDER BY id");
-            Ok(client
-                .rows(&sql, &[&row])
-                .await?
-                .iter()
-                .filter_map(entry)
-                .collect())
-        }
+        let (client, row) = self.client().await?;
+        let sql = format!("SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = $1 ORDER BY id");
+        Ok(client
+            .rows(&sql, &[&row])
+            .await?
+            .iter()
+            .filter_map(entry)
+            .collect())
     }
 
     async fn anchors(&self, limit: usize) -> anyhow::Result<Vec<TapeEntry>> {
@@ -358,21 +358,19 @@ impl TapeStore for PgTape {
         let bound = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         let (from, limit) = (bound(w.from), bound(w.limit as u64));
         let before = w.before.map_or(i64::MAX, bound);
-        {
-            let (client, row) = self.client().await?;
-            let sql = format!(
-                "SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = $1 AND id >= $2 \
+        let (client, row) = self.client().await?;
+        let sql = format!(
+            "SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = $1 AND id >= $2 \
                  AND id < $3 AND kind = ANY($4) ORDER BY id DESC LIMIT $5"
-            );
-            let mut out: Vec<_> = client
-                .rows(&sql, &[&row, &from, &before, &kinds, &limit])
-                .await?
-                .iter()
-                .filter_map(entry)
-                .collect();
-            out.reverse();
-            Ok(out)
-        }
+        );
+        let mut out: Vec<_> = client
+            .rows(&sql, &[&row, &from, &before, &kinds, &limit])
+            .await?
+            .iter()
+            .filter_map(entry)
+            .collect();
+        out.reverse();
+        Ok(out)
     }
 
     async fn search(
@@ -394,46 +392,42 @@ impl TapeStore for PgTape {
         if what == Searched::Everything {
             kinds.push(Kind::ToolResult.as_str().to_owned());
         }
-        {
-            let (client, row) = self.client().await?;
-            // Newest first, a page at a time; events only when they are left-out messages.
-            let sql = format!(
-                "SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = $1 AND id < $2 \
+        let (client, row) = self.client().await?;
+        // Newest first, a page at a time; events only when they are left-out messages.
+        let sql = format!(
+            "SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = $1 AND id < $2 \
                  AND kind = ANY($3) AND (kind <> 'event' OR event = $4) \
                  ORDER BY id DESC LIMIT $5"
-            );
-            let left_out = Event::MessagesLeftOut.as_str();
-            let (mut before, mut out) = (i64::MAX, Vec::new());
-            loop {
-                let rows = client
-                    .rows(&sql, &[&row, &before, &kinds, &left_out, &SEARCH_PAGE])
-                    .await?;
-                for r in &rows {
-                    before = r.get(0);
-                    if search.matches(
-                        &Kind::from_bytes(r.get::<_, &str>(1).as_bytes()),
-                        r.get(3),
-                        r.get(4),
-                    ) && let Some(e) = entry(r)
-                    {
-                        out.push(e);
-                        if out.len() >= limit {
-                            return Ok(out);
-                        }
+        );
+        let left_out = Event::MessagesLeftOut.as_str();
+        let (mut before, mut out) = (i64::MAX, Vec::new());
+        loop {
+            let rows = client
+                .rows(&sql, &[&row, &before, &kinds, &left_out, &SEARCH_PAGE])
+                .await?;
+            for r in &rows {
+                before = r.get(0);
+                if search.matches(
+                    &Kind::from_bytes(r.get::<_, &str>(1).as_bytes()),
+                    r.get(3),
+                    r.get(4),
+                ) && let Some(e) = entry(r)
+                {
+                    out.push(e);
+                    if out.len() >= limit {
+                        return Ok(out);
                     }
                 }
-                if (rows.len() as i64) < SEARCH_PAGE {
-                    return Ok(out);
-                }
+            }
+            if (rows.len() as i64) < SEARCH_PAGE {
+                return Ok(out);
             }
         }
     }
 
     async fn info(&self) -> anyhow::Result<TapeInfo> {
-        let name = self.name.clone();
-        {
-            let (client, row) = self.client().await?;
-            let r = client
+        let (client, row) = self.client().await?;
+        let r = client
                 .one(
                     "WITH a AS (SELECT id, payload FROM bub_tape_entries \
                                 WHERE tape = $1 AND kind = 'anchor' ORDER BY id DESC LIMIT 1) \
@@ -445,83 +439,79 @@ impl TapeStore for PgTape {
                     &[&row],
                 )
                 .await?;
-            let anchor: Option<String> = r.get(2);
-            let last_anchor = anchor
-                .and_then(|p| serde_json::from_str::<Value>(&p).ok())
-                .and_then(|p| p.get("name").and_then(Value::as_str).map(str::to_owned));
-            // The newest `run` event that recorded a token usage.
-            let runs = client
-                .rows(
-                    "SELECT payload FROM bub_tape_entries WHERE tape = $1 AND kind = 'event' \
+        let anchor: Option<String> = r.get(2);
+        let last_anchor = anchor
+            .and_then(|p| serde_json::from_str::<Value>(&p).ok())
+            .and_then(|p| p.get("name").and_then(Value::as_str).map(str::to_owned));
+        // The newest `run` event that recorded a token usage.
+        let runs = client
+            .rows(
+                "SELECT payload FROM bub_tape_entries WHERE tape = $1 AND kind = 'event' \
                      AND event = $2 AND strpos(payload, 'total_tokens') > 0 \
                      ORDER BY id DESC LIMIT 16",
-                    &[&row, &Event::Run.as_str()],
-                )
-                .await?;
-            let last_token_usage = runs.iter().find_map(|r| {
-                let payload: Value = serde_json::from_str(r.get(0)).ok()?;
-                payload
-                    .pointer("/data/usage/total_tokens")
-                    .and_then(Value::as_u64)
-            });
-            Ok(TapeInfo {
-                name,
-                entries: r.get::<_, i64>(0) as usize,
-                anchors: r.get::<_, i64>(1) as usize,
-                last_anchor,
-                entries_since_last_anchor: r.get::<_, i64>(3) as usize,
-                last_token_usage,
-            })
-        }
+                &[&row, &Event::Run.as_str()],
+            )
+            .await?;
+        let last_token_usage = runs.iter().find_map(|r| {
+            let payload: Value = serde_json::from_str(r.get(0)).ok()?;
+            payload
+                .pointer("/data/usage/total_tokens")
+                .and_then(Value::as_u64)
+        });
+        Ok(TapeInfo {
+            name: self.name.clone(),
+            entries: r.get::<_, i64>(0) as usize,
+            anchors: r.get::<_, i64>(1) as usize,
+            last_anchor,
+            entries_since_last_anchor: r.get::<_, i64>(3) as usize,
+            last_token_usage,
+        })
     }
 
     async fn output(&self, call_id: &str) -> anyhow::Result<Option<(String, Value)>> {
         if call_id.is_empty() {
             return Ok(None);
         }
-        let call_id = call_id.to_owned();
-        {
-            let (client, row) = self.client().await?;
-            // The newest call with that id; its result is the first result after it, unless
-            // another call comes first.
-            let calls = client
-                .rows(
-                    "SELECT id, payload FROM bub_tape_entries WHERE tape = $1 AND kind = 'tool_call' \
+        let (client, row) = self.client().await?;
+        // The newest call with that id; its result is the first result after it, unless
+        // another call comes first.
+        let calls = client
+            .rows(
+                "SELECT id, payload FROM bub_tape_entries WHERE tape = $1 AND kind = 'tool_call' \
                      AND strpos(payload, $2) > 0 ORDER BY id DESC",
-                    &[&row, &call_id],
+                &[&row, &call_id],
+            )
+            .await?;
+        for call in &calls {
+            let payload: Value = serde_json::from_str(call.get(1)).unwrap_or_default();
+            let calls = payload["calls"].as_array().cloned().unwrap_or_default();
+            let Some(at) = calls.iter().position(|c| c["id"] == *call_id) else {
+                continue;
+            };
+            let next = client
+                .opt(
+                    &format!(
+                        "SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = $1 AND id > $2 \
+                             AND kind IN ('tool_call', 'tool_result') ORDER BY id LIMIT 1"
+                    ),
+                    &[&row, &call.get::<_, i64>(0)],
                 )
                 .await?;
-            for call in &calls {
-                let payload: Value = serde_json::from_str(call.get(1)).unwrap_or_default();
-                let calls = payload["calls"].as_array().cloned().unwrap_or_default();
-                let Some(at) = calls.iter().position(|c| c["id"] == *call_id) else {
-                    continue;
-                };
-                let next = client
-                    .opt(
-                        &format!(
-                            "SELECT {COLUMNS} FROM bub_tape_entries WHERE tape = $1 AND id > $2 \
-                             AND kind IN ('tool_call', 'tool_result') ORDER BY id LIMIT 1"
-                        ),
-                        &[&row, &call.get::<_, i64>(0)],
-                    )
-                    .await?;
-                let Some(result) = next
-                    .as_ref()
-                    .and_then(entry)
-                    .filter(|e| e.kind == Kind::ToolResult)
-                else {
-                    return Ok(None);
-                };
-                let text = match &result.payload["results"][at] {
-                    Value::Null => return Ok(None),
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                return Ok(Some((text, result.meta)));
-            }
-            Ok(None)
+            let Some(result) = next
+                .as_ref()
+                .and_then(entry)
+                .filter(|e| e.kind == Kind::ToolResult)
+            else {
+                return Ok(None);
+            };
+            let text = match &result.payload["results"][at] {
+                Value::Null => return Ok(None),
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            return Ok(Some((text, result.meta)));
         }
+        Ok(None)
     }
 
     async fn context(&self, cursor: &mut ContextCursor) -> anyhow::Result<Vec<ChatMessage>> {

@@ -53,9 +53,7 @@ pub(super) async fn record(
     entry: Entry,
     import_key: Option<String>,
 ) -> anyhow::Result<bool> {
-    let pool = db.pool();
-
-    let client = crate::db::client(&pool).await?;
+    let client = crate::db::client(&db.pool()).await?;
     let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     let added = client
         .run(
@@ -90,9 +88,7 @@ async fn entries(
     session: Option<&str>,
 ) -> anyhow::Result<Vec<Entry>> {
     let session = session.map(str::to_owned);
-    let pool = db.pool();
-
-    let client = crate::db::client(&pool).await?;
+    let client = crate::db::client(&db.pool()).await?;
     let sql = format!(
         "SELECT day, session, purpose, model, {SUMS} FROM bub_usage \
              WHERE day >= $1 AND day <= $2 AND ($3::text IS NULL OR session = $3) \
