@@ -193,3 +193,21 @@ fn every_queue_is_bounded() {
         .collect();
     assert_eq!(unbounded, Vec::<String>::new());
 }
+
+/// One runtime, the process's: only `main.rs` builds one and blocks on it (and `bub init`'s
+/// probe, which runs before any other); nothing else in `src/` waits for async work by
+/// blocking a thread.
+#[test]
+fn only_main_builds_a_runtime_and_blocks_on_it() {
+    let mut found = BTreeSet::new();
+    for (rel, text) in sources() {
+        for what in ["block_on", "runtime::Builder", "runtime::Runtime::new"] {
+            if text.contains(what) {
+                found.insert(format!("{rel}: {what}"));
+            }
+        }
+    }
+    let allowed = ["src/main.rs", "src/cli/init/probe.rs"];
+    found.retain(|f| !allowed.iter().any(|a| f.starts_with(&format!("{a}: "))));
+    assert_eq!(found, BTreeSet::new());
+}

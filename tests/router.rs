@@ -29,17 +29,17 @@ fn fixture_as(who: Authority) -> Fixture {
 
 impl Fixture {
     /// The payload data of every `command` event on the tape.
-    fn commands(&self) -> Vec<Value> {
-        self.events(Event::Command)
+    async fn commands(&self) -> Vec<Value> {
+        self.events(Event::Command).await
     }
 
     /// The payload data of every `event` on the tape.
-    fn events(&self, event: Event) -> Vec<Value> {
+    async fn events(&self, event: Event) -> Vec<Value> {
         self.tools
             .ctx
             .tape()
-            .lock()
             .entries()
+            .await
             .unwrap()
             .into_iter()
             .filter(|e| e.is_event(event))
@@ -58,7 +58,7 @@ async fn help_runs_without_the_model() {
         "{}",
         route.immediate_output
     );
-    assert_eq!(f.commands()[0]["name"], "help");
+    assert_eq!(f.commands().await[0]["name"], "help");
 }
 
 /// `,help` lists every command the caller may use, one line each, grouped, and how shell
@@ -131,7 +131,7 @@ async fn shell_commands_with_any_spacing_run_without_the_model() {
         assert!(!route.enter_model, "{input}");
         assert_eq!(route.immediate_output, "hi", "{input}");
     }
-    let commands = f.commands();
+    let commands = f.commands().await;
     assert_eq!(commands.len(), 3);
     assert!(
         commands
@@ -170,7 +170,7 @@ async fn prose_goes_to_the_model_verbatim() {
         assert_eq!(route.model_prompt, input);
         assert!(route.immediate_output.is_empty());
     }
-    assert!(f.commands().is_empty(), "no command ran");
+    assert!(f.commands().await.is_empty(), "no command ran");
 }
 
 #[tokio::test]
@@ -219,7 +219,12 @@ async fn assistant_commands_run_and_their_output_is_fed_back() {
             .next_prompt
             .starts_with("<command name=\"bash\" status=\"error\">")
     );
-    assert!(f.commands().iter().all(|c| c["origin"] == "assistant"));
+    assert!(
+        f.commands()
+            .await
+            .iter()
+            .all(|c| c["origin"] == "assistant")
+    );
 }
 
 #[tokio::test]
@@ -232,7 +237,7 @@ async fn fenced_shell_command_keeps_its_lines_and_blank_lines() {
         route.next_prompt,
         "<command name=\"bash\" status=\"ok\">\nfirst\nsecond\n</command>"
     );
-    assert_eq!(f.commands()[0]["raw"], "echo first\n\necho second");
+    assert_eq!(f.commands().await[0]["raw"], "echo first\n\necho second");
 }
 
 #[tokio::test]
@@ -242,7 +247,7 @@ async fn fence_without_a_command_stays_verbatim() {
     let route = f.router.route_assistant(text).await;
     assert_eq!(route.visible_text, text);
     assert!(route.next_prompt.is_empty());
-    assert!(f.commands().is_empty());
+    assert!(f.commands().await.is_empty());
 }
 
 #[tokio::test]
@@ -280,7 +285,7 @@ async fn unbalanced_quotes_are_a_clear_command_error() {
         "could not parse arguments of ,tool.describe: unbalanced quotes\n\
          usage: ,tool.describe name=NAME"
     );
-    assert_eq!(f.commands()[0]["status"], "error");
+    assert_eq!(f.commands().await[0]["status"], "error");
 }
 
 #[tokio::test]
@@ -292,7 +297,7 @@ async fn internal_command_arguments_are_coerced() {
         .await;
     assert!(!route.enter_model, "{}", route.immediate_output);
     assert!(route.immediate_output.contains("handoff created: phase-2"));
-    let anchors = f.tools.ctx.tape().lock().anchors(10).unwrap();
+    let anchors = f.tools.ctx.tape().anchors(10).await.unwrap();
     let last = anchors.last().unwrap();
     assert_eq!(last.payload["name"], "phase-2");
     assert_eq!(last.payload["state"]["summary"], "chose sqlite");
@@ -316,11 +321,11 @@ async fn a_guest_gets_no_comma_shell_and_the_refusal_is_recorded() {
         "`bash` is not allowed for guests in this chat"
     );
     assert!(!marker.exists(), "the command did not run");
-    let refused = f.events(Event::ToolRefused);
+    let refused = f.events(Event::ToolRefused).await;
     assert_eq!(refused.len(), 1, "{refused:?}");
     assert_eq!(refused[0]["tool"], "bash");
     assert_eq!(refused[0]["role"], "guest");
-    assert_eq!(f.commands()[0]["status"], "error");
+    assert_eq!(f.commands().await[0]["status"], "error");
 }
 
 #[tokio::test]

@@ -272,7 +272,7 @@ impl AgentRuntime {
     /// The tape summary of a session (for status lines).
     pub(crate) async fn tape_info(&self, session_id: &SessionId) -> anyhow::Result<TapeInfo> {
         let session = self.session(session_id).await?;
-        session.state.tape.run(|t| t.info()).await
+        session.state.tape.info().await
     }
 
     /// What the model answered on `session_id`'s tape after entry `seen` — by any process: a
@@ -285,36 +285,27 @@ impl AgentRuntime {
         seen: u64,
     ) -> anyhow::Result<(u64, Vec<String>)> {
         let session = self.session(session_id).await?;
-        session
-            .state
-            .tape
-            .run(move |t| {
-                let newest = t.window(&crate::tape::Window {
-                    from: 0,
-                    before: None,
-                    kinds: &Kind::WRITTEN,
-                    limit: 1,
-                })?;
-                let last = newest.last().map_or(0, |e| e.id);
-                if last <= seen {
-                    return Ok((last, Vec::new()));
-                }
-                let messages = t.window(&crate::tape::Window {
-                    from: seen + 1,
-                    before: None,
-                    kinds: &[Kind::Message],
-                    limit: 50,
-                })?;
-                let answers = messages
-                    .iter()
-                    .filter(|e| e.payload["role"] == "assistant")
-                    .filter_map(|e| e.payload["content"].as_str())
-                    .filter(|text| !text.trim().is_empty())
-                    .map(str::to_owned)
-                    .collect();
-                Ok((last, answers))
-            })
-            .await
+        let tape = &session.state.tape;
+        let window = |from, kinds, limit| crate::tape::Window {
+            from,
+            before: None,
+            kinds,
+            limit,
+        };
+        let newest = tape.window(window(0, &Kind::WRITTEN, 1)).await?;
+        let last = newest.last().map_or(0, |e| e.id);
+        if last <= seen {
+            return Ok((last, Vec::new()));
+        }
+        let messages = tape.window(window(seen + 1, &[Kind::Message], 50)).await?;
+        let answers = messages
+            .iter()
+            .filter(|e| e.payload["role"] == "assistant")
+            .filter_map(|e| e.payload["content"].as_str())
+            .filter(|text| !text.trim().is_empty())
+            .map(str::to_owned)
+            .collect();
+        Ok((last, answers))
     }
 
     /// The model a session's calls go to first: its own (`,model`), else `BUB_MODEL`.
@@ -353,14 +344,9 @@ impl AgentRuntime {
     ) -> anyhow::Result<()> {
         let session = self.session(session_id).await?;
         let summary = format!("Fresh context requested by {}.", who.describe());
-        session
-            .state
-            .tape
-            .run(move |tape| {
-                tape.ensure_bootstrap()?;
-                tape.handoff("new", Some(&summary), None)
-            })
-            .await
+        let tape = &session.state.tape;
+        tape.ensure_bootstrap().await?;
+        tape.handoff("new", Some(&summary), None).await
     }
 
     /// `,status` for `who`: the model, the tape since its last anchor, this chat's scheduled

@@ -27,9 +27,11 @@ use crate::llm::chain::{Answer, Fallback, label};
 use crate::llm::{ChatMessage, ChatRequest, ChatResponse, LlmClient, LlmError, ModelChain, Part};
 use crate::media;
 use crate::skills::Discovery;
+use crate::tape::backend::{Build, handoff_records};
 use crate::tape::context::View;
 use crate::tape::shared::{append_failed, logged};
-use crate::tape::{ContextCursor, Searched};
+
+use crate::tape::{ContextCursor, Deferred, Record, Searched};
 use crate::tape::{Event, Kind};
 use crate::tools::ToolContext;
 use crate::usage::Purpose;
@@ -340,10 +342,9 @@ impl<'a> ModelLoop<'a> {
             }
             let answer = json!({"role": "assistant", "content": text});
             // Written with the tape's next operation (the turn's last record at the latest).
-            self.ctx.tape().defer(move |t| {
-                logged(&Kind::Event, t.event(Event::Run, ran));
-                logged(&Kind::Message, t.append(Kind::Message, answer, run));
-            });
+            let answer = Record::new(Kind::Message, answer, run);
+            let records = vec![Record::event(Event::Run, ran), answer];
+            self.ctx.tape().defer(Deferred::Records(records));
             return Ok(Step::Text(text));
         }
         self.ctx.tape().defer_event(Event::Run, ran);
@@ -351,17 +352,17 @@ impl<'a> ModelLoop<'a> {
         Ok(Step::Tools)
     }
 
-    /// The work before a model call, in one hop to the blocking pool: the skills (expanding
-    /// those `hints` names) and the system prompt built from them, then on the tape the step's
-    /// start event, the system prompt (when it changed), the prompt, and the context to send.
+    /// The work before a model call, in one operation of the tape ([`TapeStore::step`]: one
+    /// hop to the blocking pool for a file): the skills (expanding those `hints` names) and the
+    /// system prompt built from them, then on the tape the step's start event, the system
+    /// prompt (when it changed), the prompt, and the context to send.
     /// The prompt is recorded as it is (with its `origin` when Bub wrote it:
     /// [`Self::prompt_origin`]); its meta carries what the model is shown with it
     /// ([`crate::tape::context`] renders both): on a turn's first prompt (`hints` given) the
     /// time and the working checkpoint, on any prompt the details of the tools and skills
-    /// hinted since the last one — each note only when the context does not show it already
-    /// (the context is read before the prompt only when there is a note to check). Returns the
-    /// system prompt and the context; an error means the prompt could not be recorded (the
-    /// other records only log theirs).
+    /// hinted since the last one — each note only when the context does not show it already.
+    /// Returns the system prompt and the context; an error means the step's records (the
+    /// prompt with them) could not be written.
     async fn prepare(
         &mut self,
         start: Value,
@@ -379,7 +380,6 @@ impl<'a> ModelLoop<'a> {
         let origin = self.prompt_origin(first);
         let images = (first && !self.images.is_empty()).then(|| json!(self.images));
         let (prompt, run) = (prompt.to_owned(), run.clone());
-        let mut cursor = std::mem::take(&mut self.context);
         let (ctx, last_system) = (self.ctx.clone(), self.memory.last_system);
         let config = self.config.clone();
         let memory = memory_block(self.ctx).await;
@@ -387,27 +387,26 @@ impl<'a> ModelLoop<'a> {
             true => checkpoint_note(self.ctx).await,
             false => None,
         };
-        let recorded = self.ctx.tape().run(move |t| {
+        let (built, taken) = std::sync::mpsc::sync_channel(1);
+        let build: Build = Box::new(move |shown| {
             let skills = crate::skills::discover(&ctx.skill_roots());
             if let Some(text) = hints {
                 prompt::activate_hints(&text, ctx.registry(), &skills, &mut ctx.expanded());
             }
             let system = system_prompt(&ctx, &config.system_prompt, &skills, &memory);
             let hash = stable_hash(&system);
-            logged(&Kind::Event, t.event(Event::LoopStepStart, start));
-            let recorded_system = (last_system != Some(hash))
-                .then(|| json!({"content": system}))
-                .and_then(|entry| logged(&Kind::System, t.append(Kind::System, entry, run.clone())))
-                .is_some();
+            let mut records = vec![Record::event(Event::LoopStepStart, start)];
+            let changed = last_system != Some(hash);
+            if changed {
+                let entry = json!({"content": system});
+                records.push(Record::new(Kind::System, entry, run.clone()));
+            }
             let (tools, names) = ctx.expanded().take_pending();
             let details =
                 prompt::details(ctx.registry(), &skills, &ctx.turn.policy, &tools, &names);
             let mut notes: Vec<String> = checkpoint.into_iter().chain(details).collect();
-            if !notes.is_empty() {
-                // What the context shows already is not noted again.
-                let shown = t.context(&mut cursor).unwrap_or_default();
-                notes.retain(|note| !noted(&shown, note));
-            }
+            // What the context shows already is not noted again.
+            notes.retain(|note| !noted(&shown, note));
             let mut message = json!({"role": "user", "content": prompt});
             if let Some(images) = images {
                 message["images"] = images;
@@ -422,19 +421,16 @@ impl<'a> ModelLoop<'a> {
             if !notes.is_empty() {
                 meta["notes"] = json!(notes);
             }
-            t.append(Kind::Message, message, meta)
-                .inspect_err(|e| append_failed(&Kind::Message, e))?;
-            let context = t.context(&mut cursor);
-            Ok((
-                system,
-                recorded_system.then_some(hash),
-                context,
-                cursor,
-                skills,
-            ))
+            records.push(Record::new(Kind::Message, message, meta));
+            let _ = built.send((system, changed.then_some(hash), skills));
+            records
         });
-        let (system, recorded, context, cursor, skills) = recorded.await?;
-        (self.context, self.skills) = (cursor, skills);
+        let context = self.ctx.tape().step(build, &mut self.context).await;
+        let context = context.inspect_err(|e| append_failed(&Kind::Message, e))?;
+        let (system, recorded, skills) = taken
+            .try_recv()
+            .map_err(|_| anyhow::anyhow!("the step's records were not built"))?;
+        self.skills = skills;
         if recorded.is_some() {
             self.memory.last_system = recorded;
         }
@@ -458,17 +454,7 @@ impl<'a> ModelLoop<'a> {
 
     /// The context to send, read from the tape where the last read left off.
     async fn context(&mut self) -> anyhow::Result<Vec<ChatMessage>> {
-        let mut cursor = std::mem::take(&mut self.context);
-        let (context, cursor) = self
-            .ctx
-            .tape()
-            .run(|t| {
-                let context = t.context(&mut cursor);
-                Ok((context, cursor))
-            })
-            .await?;
-        self.context = cursor;
-        context
+        self.ctx.tape().context(&mut self.context).await
     }
 
     /// One model call with `system` and the context. When the provider reports the prompt's
@@ -686,15 +672,13 @@ impl<'a> ModelLoop<'a> {
         });
         tracing::info!(reason = why, summary_by = by, "context.compacted");
         let run = run.clone();
-        let written = self.ctx.tape().run(move |t| {
-            t.handoff(compact::ANCHOR, Some(&summary), None)?;
-            for message in carried {
-                let meta = json!({"carried_over": true, "run_id": run["run_id"]});
-                t.append(Kind::Message, message.to_record(), meta)?;
-            }
-            t.event(Event::ContextCompacted, data).map(drop)
-        });
-        logged(&Kind::Anchor, written.await);
+        let mut records = handoff_records(compact::ANCHOR, Some(&summary), None);
+        for message in carried {
+            let meta = json!({"carried_over": true, "run_id": run["run_id"]});
+            records.push(Record::new(Kind::Message, message.to_record(), meta));
+        }
+        records.push(Record::event(Event::ContextCompacted, data));
+        logged(&Kind::Anchor, self.ctx.tape().append(records).await);
     }
 }
 

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::access::Role;
 use crate::llm::{ChatRequest, ChatResponse, LlmClient, LlmError, ModelChain, Usage};
-use crate::tape::Event;
+use crate::tape::{Deferred, Event};
 use crate::tools::ToolContext;
 use crate::usage::{Ask, Entry, Exceeded, Purpose};
 
@@ -125,8 +125,8 @@ pub(crate) async fn record(
         ledger.record(entry).await.unwrap_or_else(failed);
     } else {
         // No budget reads it: written with the tape's next operation, saving a hop.
-        ctx.tape()
-            .defer(move |_| ledger.record_blocking(&entry).unwrap_or_else(failed));
+        let chore = move || ledger.record_blocking(&entry).unwrap_or_else(failed);
+        ctx.tape().defer(Deferred::Chore(Box::new(chore)));
     }
     usage
 }

@@ -10,7 +10,7 @@
 //! has; that answer is empty (204) while the tape's length is unchanged, and holds the line of
 //! a step that was running at the page's last entry again, to replace it.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use axum::extract::Query;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -18,7 +18,6 @@ use axum::response::{IntoResponse, Response};
 use maud::html;
 use serde::Deserialize;
 
-use super::Console;
 use super::auth::Operator;
 use super::lane::{self, anchor_name};
 use super::page::{self, blocking, encode};
@@ -91,51 +90,55 @@ impl View {
 /// request on one — the page's live poll every few seconds — reads only what was appended
 /// since: a file tape's index is brought up to date, not rebuilt from the whole file.
 #[derive(Default)]
-pub(super) struct Tapes(Mutex<Vec<(String, Box<dyn TapeStore>)>>);
+pub(super) struct Tapes(Mutex<Vec<(String, Arc<dyn TapeStore>)>>);
 
 /// The tapes [`Tapes`] keeps.
 const KEPT: usize = 8;
 
 impl Tapes {
-    fn list(&self) -> std::sync::MutexGuard<'_, Vec<(String, Box<dyn TapeStore>)>> {
+    fn list(&self) -> std::sync::MutexGuard<'_, Vec<(String, Arc<dyn TapeStore>)>> {
         self.0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Runs `read` on the tape of `view` — kept, or opened in the store the agent writes — and
-    /// keeps the tape (the most recent first).
-    fn with<T>(
-        &self,
-        c: &Console,
-        view: &View,
-        read: impl FnOnce(&mut dyn TapeStore) -> anyhow::Result<T>,
-    ) -> anyhow::Result<T> {
-        let (home, db, ws) = (&c.settings.home, c.db.as_ref(), super::workspace(c));
+    /// The tape of `view`: kept, or opened in the store the agent writes (naming it is file
+    /// work: on the blocking pool).
+    async fn take(&self, c: &Operator, view: &View) -> anyhow::Result<Arc<dyn TapeStore>> {
         let key = match (&view.id, &view.tape) {
             (Some(id), _) => format!("id:{id}"),
             (None, Some(name)) => format!("tape:{name}"),
             _ => anyhow::bail!("which session? (?id=telegram:42)"),
         };
-        let kept = {
-            let mut list = self.list();
-            let at = list.iter().position(|(k, _)| *k == key);
-            at.map(|i| list.remove(i).1)
-        };
-        let mut tape = match (kept, &view.id, &view.tape) {
-            (Some(tape), _, _) => tape,
-            (None, Some(id), _) => {
-                crate::tape::backend::open(home, db, ws, &c.settings.tape_name, id)?
+        let kept = self
+            .list()
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, t)| t.clone());
+        let tape = match kept {
+            Some(tape) => tape,
+            None => {
+                let (c, view) = (c.clone(), view.clone());
+                crate::storage::blocking(move || {
+                    let (home, db, ws) = (&c.settings.home, c.db.as_ref(), super::workspace(&c));
+                    match (&view.id, &view.tape) {
+                        (Some(id), _) => {
+                            crate::tape::backend::open(home, db, ws, &c.settings.tape_name, id)
+                        }
+                        (None, name) => {
+                            let name = name.as_deref().unwrap_or_default();
+                            crate::tape::backend::open_name(home, db, ws, name)
+                        }
+                    }
+                })
+                .await?
             }
-            (None, None, Some(name)) => crate::tape::backend::open_name(home, db, ws, name)?,
-            (None, None, None) => unreachable!("the key names one"),
         };
-        let read = read(&mut *tape);
         let mut list = self.list();
         list.retain(|(k, _)| *k != key);
-        list.insert(0, (key, tape));
+        list.insert(0, (key, tape.clone()));
         list.truncate(KEPT);
-        read
+        Ok(tape)
     }
 }
 
@@ -157,136 +160,146 @@ fn kinds(work: bool) -> &'static [Kind] {
 
 /// `GET /session`: the timeline.
 pub(super) async fn page(operator: Operator, Query(view): Query<View>) -> Response {
-    blocking(operator, move |c| {
-        if view.id.is_none() && view.tape.is_none() {
-            return Ok(page::error(c, StatusCode::BAD_REQUEST, "which session? (?id=telegram:42)"));
+    let rendered = timeline(&operator, view).await;
+    page::or_error(&operator, rendered)
+}
+
+async fn timeline(c: &Operator, view: View) -> anyhow::Result<Response> {
+    if view.id.is_none() && view.tape.is_none() {
+        return Ok(page::error(
+            c,
+            StatusCode::BAD_REQUEST,
+            "which session? (?id=telegram:42)",
+        ));
+    }
+    let tape = c.tapes.take(c, &view).await?;
+    let anchors = tape.anchors(ANCHORS).await?;
+    let len = tape.len().await?;
+    let work = view.work();
+    let searching = view.q.as_deref().map(str::trim).filter(|q| !q.is_empty());
+    let (entries, older, live) = match searching {
+        Some(q) => (
+            tape.search(q, HITS, Searched::Everything).await?,
+            None,
+            None,
+        ),
+        None => {
+            let window = Window {
+                from: view.anchor.unwrap_or(0),
+                before: view.before,
+                kinds: kinds(work),
+                limit: PAGE + 1,
+            };
+            let mut lane = tape.window(window).await?;
+            let older = (lane.len() > PAGE).then(|| {
+                lane.remove(0);
+                lane[0].id
+            });
+            // New entries are fetched only at the newest end of the timeline.
+            let last = lane.last().map_or(window.from, |e| e.id);
+            (lane, older, view.before.is_none().then_some(last))
         }
-        c.tapes.with(c, &view, |tape| {
-            let anchors = tape.anchors(ANCHORS)?;
-            let len = tape.len()?;
-            let work = view.work();
-            let searching = view.q.as_deref().map(str::trim).filter(|q| !q.is_empty());
-            let (entries, older, live) = match searching {
-                Some(q) => (tape.search(q, HITS, Searched::Everything)?, None, None),
-                None => {
-                    let window = Window {
-                        from: view.anchor.unwrap_or(0),
-                        before: view.before,
-                        kinds: kinds(work),
-                        limit: PAGE + 1,
-                    };
-                    let mut lane = tape.window(&window)?;
-                    let older = (lane.len() > PAGE).then(|| {
-                        lane.remove(0);
-                        lane[0].id
-                    });
-                    // New entries are fetched only at the newest end of the timeline.
-                    let last = lane.last().map_or(window.from, |e| e.id);
-                    (lane, older, view.before.is_none().then_some(last))
-                }
-            };
-            let body = html! {
-                h1 { (view.title()) }
-                div.tools {
-                    form.anchor method="get" action="/session" {
-                        @if let Some(id) = &view.id { input type="hidden" name="id" value=(id); }
-                        @if let Some(tape) = &view.tape { input type="hidden" name="tape" value=(tape); }
-                        @if work { input type="hidden" name="work" value="1"; }
-                        label { "From " select name="anchor" data-autosubmit {
-                            option value="" { "the start of the tape" }
-                            @for a in anchors.iter().rev() {
-                                option value=(a.id) selected[view.anchor == Some(a.id)] {
-                                    (anchor_name(a)) " · " (page::when(&a.date))
-                                }
-                            }
-                        } }
-                        button type="submit" { "Show" }
+    };
+    let body = html! {
+        h1 { (view.title()) }
+        div.tools {
+            form.anchor method="get" action="/session" {
+                @if let Some(id) = &view.id { input type="hidden" name="id" value=(id); }
+                @if let Some(tape) = &view.tape { input type="hidden" name="tape" value=(tape); }
+                @if work { input type="hidden" name="work" value="1"; }
+                label { "From " select name="anchor" data-autosubmit {
+                    option value="" { "the start of the tape" }
+                    @for a in anchors.iter().rev() {
+                        option value=(a.id) selected[view.anchor == Some(a.id)] {
+                            (anchor_name(a)) " · " (page::when(&a.date))
+                        }
                     }
-                    a #work-toggle href=(view.link("/session", !work, None)) {
-                        @if work { "Hide the work lane" } @else { "Show the work lane" }
-                    }
-                    form.search method="get" action="/session" {
-                        @if let Some(id) = &view.id { input type="hidden" name="id" value=(id); }
-                        @if let Some(tape) = &view.tape { input type="hidden" name="tape" value=(tape); }
-                        input #search type="search" name="q" value=(searching.unwrap_or_default()) placeholder="Search this tape";
-                        button type="submit" { "Search" }
-                    }
-                }
-                @if let Some(q) = searching {
-                    p.hint { (entries.len()) " match(es) for “" (q) "”, newest first. "
-                        a href=(view.link("/session", work, None)) { "Back to the timeline" } }
-                }
-                @if let Some(before) = older {
-                    p.older { a href=(view.link("/session", work, Some(before))) { "Older entries" } }
-                }
-                ol #timeline data-live=[live.map(|_| view.link("/session/live", work, None))]
-                    data-after=[live] data-len=[live.map(|_| len)] {
-                    (lane::draw(c, &entries, view.id.as_deref()))
-                }
-                @if entries.is_empty() { p.hint { "Nothing to show here." } }
-            };
-            Ok(page::ok(c, view.title(), "", body))
-        })
-    })
-    .await
+                } }
+                button type="submit" { "Show" }
+            }
+            a #work-toggle href=(view.link("/session", !work, None)) {
+                @if work { "Hide the work lane" } @else { "Show the work lane" }
+            }
+            form.search method="get" action="/session" {
+                @if let Some(id) = &view.id { input type="hidden" name="id" value=(id); }
+                @if let Some(tape) = &view.tape { input type="hidden" name="tape" value=(tape); }
+                input #search type="search" name="q" value=(searching.unwrap_or_default()) placeholder="Search this tape";
+                button type="submit" { "Search" }
+            }
+        }
+        @if let Some(q) = searching {
+            p.hint { (entries.len()) " match(es) for “" (q) "”, newest first. "
+                a href=(view.link("/session", work, None)) { "Back to the timeline" } }
+        }
+        @if let Some(before) = older {
+            p.older { a href=(view.link("/session", work, Some(before))) { "Older entries" } }
+        }
+        ol #timeline data-live=[live.map(|_| view.link("/session/live", work, None))]
+            data-after=[live] data-len=[live.map(|_| len)] {
+            (lane::draw(c, &entries, view.id.as_deref()))
+        }
+        @if entries.is_empty() { p.hint { "Nothing to show here." } }
+    };
+    Ok(page::ok(c, view.title(), "", body))
 }
 
 /// `GET /session/live?…&after=ID&len=N`: the entries after `ID` as list items (with the new
 /// last id and length in `x-after` / `x-len`); 204 while the tape's length is `N`, 205 (the
 /// page reloads) when the tape was reset or more arrived than a page.
 pub(super) async fn live(operator: Operator, Query(view): Query<View>) -> Response {
-    blocking(operator, move |c| {
-        c.tapes.with(c, &view, |tape| {
-            let len = tape.len()?;
-            let after = view.after.unwrap_or(0);
-            if view.len == Some(len) {
-                return Ok(StatusCode::NO_CONTENT.into_response());
-            }
-            // Ids follow positions: a tape shorter than before was reset.
-            if view.len.is_some_and(|n| len < n) || (len as u64) < after {
-                return Ok(StatusCode::RESET_CONTENT.into_response());
-            }
-            let window = Window {
-                from: after.saturating_add(1),
-                before: None,
-                kinds: kinds(view.work()),
+    let rendered = since(&operator, view).await;
+    page::or_error(&operator, rendered)
+}
+
+async fn since(c: &Operator, view: View) -> anyhow::Result<Response> {
+    let tape = c.tapes.take(c, &view).await?;
+    let len = tape.len().await?;
+    let after = view.after.unwrap_or(0);
+    if view.len == Some(len) {
+        return Ok(StatusCode::NO_CONTENT.into_response());
+    }
+    // Ids follow positions: a tape shorter than before was reset.
+    if view.len.is_some_and(|n| len < n) || (len as u64) < after {
+        return Ok(StatusCode::RESET_CONTENT.into_response());
+    }
+    let window = Window {
+        from: after.saturating_add(1),
+        before: None,
+        kinds: kinds(view.work()),
+        limit: PAGE,
+    };
+    let fresh = tape.window(window).await?;
+    if fresh.len() == PAGE {
+        return Ok(StatusCode::RESET_CONTENT.into_response());
+    }
+    let last = fresh.last().map_or(after, |e| e.id);
+    // The step running at the page's last entry: its line is drawn again, with what the
+    // step did since.
+    let mut entries = Vec::new();
+    if view.work() && !fresh.is_empty() {
+        let events = Window {
+            from: view.anchor.unwrap_or(0),
+            before: Some(after.saturating_add(1)),
+            kinds: &[Kind::Event],
+            limit: LOOKBACK,
+        };
+        if let Some(start) = lane::running_step(&tape.window(events).await?) {
+            let step = Window {
+                from: start,
+                before: Some(after.saturating_add(1)),
+                kinds: kinds(true),
                 limit: PAGE,
             };
-            let fresh = tape.window(&window)?;
-            if fresh.len() == PAGE {
-                return Ok(StatusCode::RESET_CONTENT.into_response());
-            }
-            let last = fresh.last().map_or(after, |e| e.id);
-            // The step running at the page's last entry: its line is drawn again, with what the
-            // step did since.
-            let mut entries = Vec::new();
-            if view.work() && !fresh.is_empty() {
-                let events = Window {
-                    from: view.anchor.unwrap_or(0),
-                    before: Some(after.saturating_add(1)),
-                    kinds: &[Kind::Event],
-                    limit: LOOKBACK,
-                };
-                if let Some(start) = lane::running_step(&tape.window(&events)?) {
-                    let step = Window {
-                        from: start,
-                        before: Some(after.saturating_add(1)),
-                        kinds: kinds(true),
-                        limit: PAGE,
-                    };
-                    entries = tape.window(&step)?;
-                }
-            }
-            entries.extend(fresh);
-            let body = lane::draw_since(c, &entries, after, view.id.as_deref());
-            let mut response = page::fragment(c, body);
-            let headers = response.headers_mut();
-            headers.insert("x-after", HeaderValue::from(last));
-            headers.insert("x-len", HeaderValue::from(len));
-            Ok(response)
-        })
-    })
-    .await
+            entries = tape.window(step).await?;
+        }
+    }
+    entries.extend(fresh);
+    let body = lane::draw_since(c, &entries, after, view.id.as_deref());
+    let mut response = page::fragment(c, body);
+    let headers = response.headers_mut();
+    headers.insert("x-after", HeaderValue::from(last));
+    headers.insert("x-len", HeaderValue::from(len));
+    Ok(response)
 }
 
 /// A file of a chat's folder: the name (no folder, nothing hidden or secret) and the session.

@@ -11,50 +11,38 @@ use super::{Cached, Database};
 impl Database {
     /// The document `name`, with its version; `None` when there is none.
     pub async fn document(&self, name: &str) -> anyhow::Result<Option<(String, i64)>> {
-        let (pool, name) = (self.pool(), name.to_owned());
-        self.run(async move {
-            let client = super::client(&pool).await?;
-            let row = client
-                .opt(
-                    "SELECT body, version FROM bub_documents WHERE name = $1",
-                    &[&name],
-                )
-                .await?;
-            Ok(row.map(|r| (r.get(0), r.get(1))))
-        })
-        .await
+        let client = super::client(&self.pool).await?;
+        let row = client
+            .opt(
+                "SELECT body, version FROM bub_documents WHERE name = $1",
+                &[&name],
+            )
+            .await?;
+        Ok(row.map(|r| (r.get(0), r.get(1))))
     }
 
     /// The version of document `name` (0: there is none): cheap, for a cache to compare.
     pub async fn document_version(&self, name: &str) -> anyhow::Result<i64> {
-        let (pool, name) = (self.pool(), name.to_owned());
-        self.run(async move {
-            let client = super::client(&pool).await?;
-            let row = client
-                .opt(
-                    "SELECT version FROM bub_documents WHERE name = $1",
-                    &[&name],
-                )
-                .await?;
-            Ok(row.map_or(0, |r| r.get(0)))
-        })
-        .await
+        let client = super::client(&self.pool).await?;
+        let row = client
+            .opt(
+                "SELECT version FROM bub_documents WHERE name = $1",
+                &[&name],
+            )
+            .await?;
+        Ok(row.map_or(0, |r| r.get(0)))
     }
 
     /// The names of the documents that start with `prefix`, sorted.
     pub async fn document_names(&self, prefix: &str) -> anyhow::Result<Vec<String>> {
-        let (pool, prefix) = (self.pool(), prefix.to_owned());
-        self.run(async move {
-            let client = super::client(&pool).await?;
-            let rows = client
-                .rows(
-                    "SELECT name FROM bub_documents WHERE starts_with(name, $1) ORDER BY name",
-                    &[&prefix],
-                )
-                .await?;
-            Ok(rows.iter().map(|r| r.get(0)).collect())
-        })
-        .await
+        let client = super::client(&self.pool).await?;
+        let rows = client
+            .rows(
+                "SELECT name FROM bub_documents WHERE starts_with(name, $1) ORDER BY name",
+                &[&prefix],
+            )
+            .await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     /// Writes document `name` as `body` (`None`: removes it) if it is still at `version`
@@ -65,41 +53,37 @@ impl Database {
         version: Option<i64>,
         body: Option<String>,
     ) -> anyhow::Result<bool> {
-        let (pool, name) = (self.pool(), name.to_owned());
-        self.run(async move {
-            let client = super::client(&pool).await?;
-            let rows = match (version, body) {
-                (None, Some(body)) => {
-                    client
-                        .run(
-                            "INSERT INTO bub_documents (name, body) VALUES ($1, $2) \
+        let client = super::client(&self.pool).await?;
+        let rows = match (version, body) {
+            (None, Some(body)) => {
+                client
+                    .run(
+                        "INSERT INTO bub_documents (name, body) VALUES ($1, $2) \
                              ON CONFLICT (name) DO NOTHING",
-                            &[&name, &body],
-                        )
-                        .await?
-                }
-                (Some(v), Some(body)) => {
-                    client
-                        .run(
-                            "UPDATE bub_documents SET body = $2, updated_at = now(), \
+                        &[&name, &body],
+                    )
+                    .await?
+            }
+            (Some(v), Some(body)) => {
+                client
+                    .run(
+                        "UPDATE bub_documents SET body = $2, updated_at = now(), \
                              version = nextval('bub_documents_version') \
                              WHERE name = $1 AND version = $3",
-                            &[&name, &body, &v],
-                        )
-                        .await?
-                }
-                (Some(v), None) => {
-                    client
-                        .run(
-                            "DELETE FROM bub_documents WHERE name = $1 AND version = $2",
-                            &[&name, &v],
-                        )
-                        .await?
-                }
-                (None, None) => 1,
-            };
-            Ok(rows == 1)
-        })
-        .await
+                        &[&name, &body, &v],
+                    )
+                    .await?
+            }
+            (Some(v), None) => {
+                client
+                    .run(
+                        "DELETE FROM bub_documents WHERE name = $1 AND version = $2",
+                        &[&name, &v],
+                    )
+                    .await?
+            }
+            (None, None) => 1,
+        };
+        Ok(rows == 1)
     }
 }

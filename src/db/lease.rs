@@ -54,44 +54,38 @@ impl Database {
     /// Opens this replica's lease connection, listening for the inbox's notices (received
     /// on the returned queue: the sessions with new work; it closes when the connection does).
     pub async fn leases(&self) -> anyhow::Result<(Leases, mpsc::Receiver<String>)> {
-        let config = self.config.clone();
-        let label = self.label.clone();
         let (tx, notices) = mpsc::channel(NOTICE_QUEUE);
         let origin = format!("{:016x}", fastrand::u64(..));
         let own = format!("{origin}\u{1f}");
-        let client = self
-            .run(async move {
-                let (client, mut connection) = config
-                    .connect(super::tls())
-                    .await
-                    .map_err(|e| anyhow::anyhow!("cannot reach the database at {label}: {e}"))?;
-                tokio::spawn(async move {
-                    loop {
-                        match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
-                            Some(Ok(AsyncMessage::Notification(n))) => {
-                                if let Some((_, session)) = n.payload().split_once('\u{1f}')
-                                    && !n.payload().starts_with(&own)
-                                {
-                                    let _ = tx.try_send(session.to_owned());
-                                }
-                            }
-                            Some(Ok(_)) => {}
-                            Some(Err(e)) => {
-                                tracing::error!(error = %e, "db.leases.lost");
-                                break;
-                            }
-                            None => break,
+        let (client, mut connection) = self
+            .config
+            .connect(super::tls())
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot reach the database at {}: {e}", self.label))?;
+        tokio::spawn(async move {
+            loop {
+                match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                    Some(Ok(AsyncMessage::Notification(n))) => {
+                        if let Some((_, session)) = n.payload().split_once('\u{1f}')
+                            && !n.payload().starts_with(&own)
+                        {
+                            let _ = tx.try_send(session.to_owned());
                         }
                     }
-                    // `tx` dropped: the notices' queue closes, the leases are gone.
-                });
-                client
-                    .batch_execute(&format!("LISTEN {NOTICES}"))
-                    .await
-                    .context("listening for the inbox's notices")?;
-                Ok(client)
-            })
-            .await?;
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => {
+                        tracing::error!(error = %e, "db.leases.lost");
+                        break;
+                    }
+                    None => break,
+                }
+            }
+            // `tx` dropped: the notices' queue closes, the leases are gone.
+        });
+        client
+            .batch_execute(&format!("LISTEN {NOTICES}"))
+            .await
+            .context("listening for the inbox's notices")?;
         let leases = Leases {
             origin,
             client,

@@ -22,17 +22,13 @@ impl SessionLock {
 impl Database {
     /// Takes advisory lock `key` if no process holds it; `None` when one does.
     pub async fn try_lock(&self, key: i64) -> anyhow::Result<Option<SessionLock>> {
-        let pool = self.pool();
-        self.run(async move {
-            let client = super::client(&pool).await?;
-            let row = client
-                .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
-                .await?;
-            // Taken out of the pool: the connection lives exactly as long as the lock.
-            Ok(row.get::<_, bool>(0).then(|| SessionLock {
-                client: Object::take(client),
-            }))
-        })
-        .await
+        let client = super::client(&self.pool).await?;
+        let row = client
+            .query_one("SELECT pg_try_advisory_lock($1)", &[&key])
+            .await?;
+        // Taken out of the pool: the connection lives exactly as long as the lock.
+        Ok(row.get::<_, bool>(0).then(|| SessionLock {
+            client: Object::take(client),
+        }))
     }
 }

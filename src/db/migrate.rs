@@ -77,75 +77,67 @@ impl Database {
     /// Applies the migrations the database lacks; returns their versions (empty: it was up to
     /// date). A [`NewerSchema`] error when the database is ahead of this binary.
     pub async fn migrate(&self) -> anyhow::Result<Vec<i32>> {
-        let pool = self.pool();
-        self.run(async move {
-            let mut client = super::client(&pool).await?;
-            let tx = client.transaction().await?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK])
-                .await?;
-            tx.batch_execute(CREATE_TABLE).await?;
-            let current = version(&tx).await?;
-            if current > known() {
-                return Err(NewerSchema {
-                    found: current,
-                    known: known(),
-                }
-                .into());
+        let mut client = super::client(&self.pool).await?;
+        let tx = client.transaction().await?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK])
+            .await?;
+        tx.batch_execute(CREATE_TABLE).await?;
+        let current = version(&tx).await?;
+        if current > known() {
+            return Err(NewerSchema {
+                found: current,
+                known: known(),
             }
-            let mut applied = Vec::new();
-            for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
-                tx.batch_execute(sql)
-                    .await
-                    .map_err(|e| anyhow::anyhow!("migration {version} ({name}) failed: {e}"))?;
-                tx.execute(
-                    "INSERT INTO bub_migrations (version, name) VALUES ($1, $2)",
-                    &[version, name],
-                )
-                .await?;
-                applied.push(*version);
-            }
-            tx.commit().await?;
-            Ok(applied)
-        })
-        .await
+            .into());
+        }
+        let mut applied = Vec::new();
+        for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+            tx.batch_execute(sql)
+                .await
+                .map_err(|e| anyhow::anyhow!("migration {version} ({name}) failed: {e}"))?;
+            tx.execute(
+                "INSERT INTO bub_migrations (version, name) VALUES ($1, $2)",
+                &[version, name],
+            )
+            .await?;
+            applied.push(*version);
+        }
+        tx.commit().await?;
+        Ok(applied)
     }
 
     /// What is applied and what is pending, without changing anything.
     pub async fn schema_status(&self) -> anyhow::Result<SchemaStatus> {
-        let pool = self.pool();
-        self.run(async move {
-            let client = super::client(&pool).await?;
-            let exists: bool = client
-                .query_one("SELECT to_regclass('bub_migrations') IS NOT NULL", &[])
-                .await?
-                .get(0);
-            let mut applied = Vec::new();
-            if exists {
-                let rows = client
-                    .query(
-                        "SELECT version, name, to_char(applied_at AT TIME ZONE 'UTC', \
+        let client = super::client(&self.pool).await?;
+        let exists: bool = client
+            .query_one("SELECT to_regclass('bub_migrations') IS NOT NULL", &[])
+            .await?
+            .get(0);
+        let mut applied = Vec::new();
+        if exists {
+            let rows = client
+                .query(
+                    "SELECT version, name, to_char(applied_at AT TIME ZONE 'UTC', \
                          'YYYY-MM-DD HH24:MI:SS') FROM bub_migrations ORDER BY version",
-                        &[],
-                    )
-                    .await?;
-                applied = rows
-                    .iter()
-                    .map(|r| (r.get(0), r.get(1), r.get(2)))
-                    .collect();
-            }
-            let current = applied.iter().map(|a: &(i32, String, String)| a.0).max();
-            let pending = MIGRATIONS
+                    &[],
+                )
+                .await?;
+            applied = rows
                 .iter()
-                .filter(|m| Some(m.0) > current)
-                .map(|m| (m.0, m.1))
+                .map(|r| (r.get(0), r.get(1), r.get(2)))
                 .collect();
-            Ok(SchemaStatus {
-                applied,
-                pending,
-                known: known(),
-            })
+        }
+        let current = applied.iter().map(|a: &(i32, String, String)| a.0).max();
+        let pending = MIGRATIONS
+            .iter()
+            .filter(|m| Some(m.0) > current)
+            .map(|m| (m.0, m.1))
+            .collect();
+        Ok(SchemaStatus {
+            applied,
+            pending,
+            known: known(),
         })
-        .await
     }
 }
 
@@ -182,15 +174,9 @@ mod tests {
         assert_eq!(after.version(), known());
         assert!(after.pending.is_empty());
 
-        let pool = db.pool();
-        db.run(async move {
-            let client = crate::db::client(&pool).await?;
-            let sql = "INSERT INTO bub_migrations (version, name) VALUES ($1, 'from the future')";
-            client.execute(sql, &[&(known() + 1)]).await?;
-            Ok(())
-        })
-        .await
-        .unwrap();
+        let client = crate::db::client(&db.pool()).await.unwrap();
+        let sql = "INSERT INTO bub_migrations (version, name) VALUES ($1, 'from the future')";
+        client.execute(sql, &[&(known() + 1)]).await.unwrap();
         let err = db.migrate().await.unwrap_err();
         let newer = err
             .downcast_ref::<NewerSchema>()
@@ -203,42 +189,34 @@ mod tests {
     #[tokio::test]
     async fn the_event_column_is_filled_for_the_entries_written_before() {
         let db = Database::shared(&cluster::database()).unwrap();
-        let pool = db.pool();
-        let names = db
-            .run(async move {
-                let client = crate::db::client(&pool).await?;
-                client.batch_execute(CREATE_TABLE).await?;
-                for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 <= 6) {
-                    client.batch_execute(sql).await?;
-                    let add = "INSERT INTO bub_migrations (version, name) VALUES ($1, $2)";
-                    client.execute(add, &[version, name]).await?;
-                }
-                client
-                    .batch_execute(
-                        r#"INSERT INTO bub_tapes (workspace, name) VALUES ('w', 'bub:1');
+        let client = crate::db::client(&db.pool()).await.unwrap();
+        let names = async {
+            client.batch_execute(CREATE_TABLE).await?;
+            for (version, name, sql) in MIGRATIONS.iter().filter(|m| m.0 <= 6) {
+                client.batch_execute(sql).await?;
+                let add = "INSERT INTO bub_migrations (version, name) VALUES ($1, $2)";
+                client.execute(add, &[version, name]).await?;
+            }
+            client
+                .batch_execute(
+                    r#"INSERT INTO bub_tapes (workspace, name) VALUES ('w', 'bub:1');
                         INSERT INTO bub_tape_entries (tape, id, kind, date, payload, meta)
                         SELECT id, n, kind, 'd', payload, '{}' FROM bub_tapes, (VALUES
                             (1, 'event', '{"name":"run","data":{"usage":{"total_tokens":5}}}'),
                             (2, 'event', '{"name":"messages.left_out","data":{}}'),
                             (3, 'event', '{"data":{},"name":"run"}'),
                             (4, 'message', '{"name":"run"}')) AS e (n, kind, payload);"#,
-                    )
-                    .await?;
-                Ok(())
-            })
-            .await;
+                )
+                .await?;
+            anyhow::Ok(())
+        }
+        .await;
         names.unwrap();
         assert_eq!(db.migrate().await.unwrap(), [7]);
-        let pool = db.pool();
-        let events: Vec<(i64, Option<String>)> = db
-            .run(async move {
-                let client = crate::db::client(&pool).await?;
-                let sql = "SELECT id, event FROM bub_tape_entries ORDER BY id";
-                let rows = client.query(sql, &[]).await?;
-                Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-            })
-            .await
-            .unwrap();
+        let sql = "SELECT id, event FROM bub_tape_entries ORDER BY id";
+        let rows = client.query(sql, &[]).await.unwrap();
+        let events: Vec<(i64, Option<String>)> =
+            rows.iter().map(|r| (r.get(0), r.get(1))).collect();
         let named = |n: &str| Some(n.to_owned());
         assert_eq!(
             events,

@@ -1,11 +1,10 @@
 //! PostgreSQL, when `BUB_DATABASE_URL` names one: where replicas keep the state they share.
 //! Without it nothing here runs, and nothing of it is in memory.
 //!
-//! One [`Database`] per process and URL ([`Database::shared`]): a pool of connections on a
-//! runtime of its own (one thread). The async stores (jobs, usage, documents, the inbox) reach
-//! it with [`Database::run`]; the tape, whose trait is still blocking (called on the blocking
-//! pool), with [`Database::block_on`] — the one left, and with it this runtime. Creating one does no I/O: connections are made when
-//! first used. The schema is versioned and migrated at start ([`migrate`]).
+//! One [`Database`] per process, URL and runtime ([`Database::shared`]): pools of connections
+//! made on the caller's runtime, which every store (the tape, jobs, usage, documents, the
+//! inbox) awaits directly. Creating one does no I/O: connections are made when first used.
+//! The schema is versioned and migrated at start ([`migrate`]).
 //!
 //! TLS: `sslmode=prefer` (the default) or `require` in the URL uses rustls with the webpki
 //! roots, so a server's certificate must chain to a public root; `sslmode=disable` turns it
@@ -54,24 +53,32 @@ pub struct Database {
     config: tokio_postgres::Config,
     pool: Pool,
     relaxed: Pool,
-    runtime: Option<tokio::runtime::Runtime>,
     label: String,
 }
 
-/// The databases open in this process, by URL (one pool each; dropped with their last user).
-static OPEN: LazyLock<Mutex<HashMap<String, Weak<Database>>>> = LazyLock::new(Mutex::default);
+/// The databases open in this process, by URL and runtime (one pool each; dropped with their
+/// last user). A pool's connections are tasks of the runtime that made them: another runtime
+/// (a test's, after the one that made them ended) gets pools of its own.
+static OPEN: LazyLock<Mutex<HashMap<Key, Weak<Database>>>> = LazyLock::new(Mutex::default);
+
+/// What [`OPEN`] is keyed by: the URL and the runtime (`None`: outside one).
+type Key = (String, Option<tokio::runtime::Id>);
 
 impl Database {
-    /// The database of `url` (`postgres://…`), shared by everything in the process that uses
-    /// it. No connection is made here.
+    /// The database of `url` (`postgres://…`), shared by everything in the process (on the
+    /// caller's runtime) that uses it. No connection is made here.
     pub fn shared(url: &str) -> anyhow::Result<Arc<Database>> {
+        let key = (
+            url.to_owned(),
+            tokio::runtime::Handle::try_current().ok().map(|h| h.id()),
+        );
         let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
         open.retain(|_, db| db.strong_count() > 0);
-        if let Some(db) = open.get(url).and_then(Weak::upgrade) {
+        if let Some(db) = open.get(&key).and_then(Weak::upgrade) {
             return Ok(db);
         }
         let db = Arc::new(Database::new(url)?);
-        open.insert(url.to_owned(), Arc::downgrade(&db));
+        open.insert(key, Arc::downgrade(&db));
         Ok(db)
     }
 
@@ -85,17 +92,10 @@ impl Database {
             Some(options) => format!("{options} {RELAXED}"),
             None => RELAXED.to_owned(),
         });
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("bub-db")
-            .enable_all()
-            .build()
-            .context("cannot start the database runtime")?;
         Ok(Database {
             pool: pool(config.clone())?,
             config,
             relaxed: pool(relaxed)?,
-            runtime: Some(runtime),
             label,
         })
     }
@@ -105,51 +105,13 @@ impl Database {
         &self.label
     }
 
-    /// Runs `work` on the database's runtime and waits for it, blocking this thread: for the
-    /// tape's blocking methods (the blocking pool). On an async worker thread it blocks that
-    /// thread like any blocking I/O would, but never panics.
-    pub fn block_on<R: Send + 'static>(
-        &self,
-        work: impl Future<Output = anyhow::Result<R>> + Send + 'static,
-    ) -> anyhow::Result<R> {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        self.handle().spawn(async move {
-            let _ = tx.send(work.await);
-        });
-        rx.recv()
-            .unwrap_or_else(|_| Err(anyhow::anyhow!("the database runtime stopped")))
-    }
-
-    /// Runs `work` on the database's runtime, for async callers.
-    pub async fn run<R: Send + 'static>(
-        &self,
-        work: impl Future<Output = anyhow::Result<R>> + Send + 'static,
-    ) -> anyhow::Result<R> {
-        self.handle()
-            .spawn(work)
-            .await
-            .unwrap_or_else(|e| Err(anyhow::anyhow!("database task failed: {e}")))
-    }
-
-    fn handle(&self) -> &tokio::runtime::Handle {
-        self.runtime
-            .as_ref()
-            .expect("the runtime lives as long as the database")
-            .handle()
-    }
-
     /// Whether the database answers (a `SELECT 1` through the pool).
     pub async fn ping(&self) -> anyhow::Result<()> {
-        let pool = self.pool();
-        self.run(async move {
-            client(&pool).await?.simple_query("SELECT 1").await?;
-            Ok(())
-        })
-        .await
+        client(&self.pool).await?.simple_query("SELECT 1").await?;
+        Ok(())
     }
 
-    /// The pool (cheap to clone), for work moved onto the database's runtime. A commit returns
-    /// once it is durable on the server.
+    /// The pool (cheap to clone). A commit returns once it is durable on the server.
     pub fn pool(&self) -> Pool {
         self.pool.clone()
     }
@@ -160,15 +122,6 @@ impl Database {
     /// are most of the writes of a turn.
     pub fn relaxed_pool(&self) -> Pool {
         self.relaxed.clone()
-    }
-}
-
-impl Drop for Database {
-    fn drop(&mut self) {
-        // May be dropped on an async thread, where waiting for the runtime is not allowed.
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
-        }
     }
 }
 
@@ -281,17 +234,6 @@ pub fn password(url: &str) -> Option<String> {
 }
 
 #[cfg(test)]
-impl Database {
-    /// Migrates for a test that runs no runtime of its own.
-    pub(crate) fn migrate_in_test(&self) {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build();
-        runtime.unwrap().block_on(self.migrate()).unwrap();
-    }
-}
-
-#[cfg(test)]
 #[path = "../../tests/support/postgres.rs"]
 pub(crate) mod cluster;
 
@@ -322,13 +264,9 @@ mod tests {
     async fn only_the_relaxed_pool_skips_waiting_for_the_disk() {
         let db = Database::shared(&cluster::database()).unwrap();
         let show = async |pool: Pool| {
-            db.run(async move {
-                let client = client(&pool).await?;
-                let row = client.query_one("SHOW synchronous_commit", &[]).await?;
-                Ok(row.get::<_, String>(0))
-            })
-            .await
-            .unwrap()
+            let client = client(&pool).await.unwrap();
+            let row = client.query_one("SHOW synchronous_commit", &[]).await;
+            row.unwrap().get::<_, String>(0)
         };
         assert_eq!(show(db.pool()).await, "on");
         assert_eq!(show(db.relaxed_pool()).await, "off");

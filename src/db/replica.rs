@@ -66,25 +66,19 @@ impl Database {
         let host = host_name();
         let pid = std::process::id() as i32;
         let id = format!("{host}-{pid}-{:04x}", fastrand::u16(..));
-        let pool = self.pool();
-        let (row, role) = (id.clone(), role.to_owned());
-        self.run(async move {
-            let client = super::client(&pool).await?;
-            client
-                .execute(
-                    "DELETE FROM bub_replicas WHERE heartbeat_at < now() - interval '1 day'",
-                    &[],
-                )
-                .await?;
-            client
-                .execute(
-                    "INSERT INTO bub_replicas (id, host, pid, role) VALUES ($1, $2, $3, $4)",
-                    &[&row, &host, &pid, &role],
-                )
-                .await?;
-            Ok(())
-        })
-        .await?;
+        let client = super::client(&self.pool).await?;
+        client
+            .execute(
+                "DELETE FROM bub_replicas WHERE heartbeat_at < now() - interval '1 day'",
+                &[],
+            )
+            .await?;
+        client
+            .execute(
+                "INSERT INTO bub_replicas (id, host, pid, role) VALUES ($1, $2, $3, $4)",
+                &[&id, &host, &pid, &role],
+            )
+            .await?;
         let beating = CancellationToken::new();
         tokio::spawn(beat(self.clone(), id.clone(), beating.clone()));
         Ok(Replica {
@@ -96,32 +90,28 @@ impl Database {
 
     /// Every replica that has a row, newest first.
     pub async fn replicas(&self) -> anyhow::Result<Vec<ReplicaRow>> {
-        let pool = self.pool();
-        self.run(async move {
-            let client = super::client(&pool).await?;
-            let rows = client
-                .query(
-                    "SELECT id, host, pid, role, started_at, heartbeat_at, \
+        let client = super::client(&self.pool).await?;
+        let rows = client
+            .query(
+                "SELECT id, host, pid, role, started_at, heartbeat_at, \
                      extract(epoch FROM now() - heartbeat_at)::float8, leases \
                      FROM bub_replicas ORDER BY started_at DESC",
-                    &[],
-                )
-                .await?;
-            Ok(rows
-                .iter()
-                .map(|r| ReplicaRow {
-                    id: r.get(0),
-                    host: r.get(1),
-                    pid: r.get(2),
-                    role: r.get(3),
-                    started_at: r.get(4),
-                    heartbeat_at: r.get(5),
-                    silent_seconds: r.get(6),
-                    leases: r.get(7),
-                })
-                .collect())
-        })
-        .await
+                &[],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| ReplicaRow {
+                id: r.get(0),
+                host: r.get(1),
+                pid: r.get(2),
+                role: r.get(3),
+                started_at: r.get(4),
+                heartbeat_at: r.get(5),
+                silent_seconds: r.get(6),
+                leases: r.get(7),
+            })
+            .collect())
     }
 }
 
@@ -135,16 +125,14 @@ impl Replica {
     pub async fn leave(self) {
         self.beating.cancel();
         let (pool, id) = (self.db.pool(), self.id.clone());
-        let removed = self
-            .db
-            .run(async move {
-                let client = super::client(&pool).await?;
-                client
-                    .execute("DELETE FROM bub_replicas WHERE id = $1", &[&id])
-                    .await?;
-                Ok(())
-            })
-            .await;
+        let removed = async move {
+            let client = super::client(&pool).await?;
+            client
+                .execute("DELETE FROM bub_replicas WHERE id = $1", &[&id])
+                .await?;
+            anyhow::Ok(())
+        }
+        .await;
         if let Err(e) = removed {
             tracing::warn!(replica = %self.id, error = %format!("{e:#}"), "replica.leave.error");
         }
@@ -160,18 +148,17 @@ async fn beat(db: Arc<Database>, id: String, stop: CancellationToken) {
         }
         let (pool, row) = (db.pool(), id.clone());
         let leases = i32::try_from(super::lease::held_now()).unwrap_or(i32::MAX);
-        let beat = db
-            .run(async move {
-                let client = super::client(&pool).await?;
-                client
-                    .execute(
-                        "UPDATE bub_replicas SET heartbeat_at = now(), leases = $2 WHERE id = $1",
-                        &[&row, &leases],
-                    )
-                    .await?;
-                Ok(())
-            })
-            .await;
+        let beat = async move {
+            let client = super::client(&pool).await?;
+            client
+                .execute(
+                    "UPDATE bub_replicas SET heartbeat_at = now(), leases = $2 WHERE id = $1",
+                    &[&row, &leases],
+                )
+                .await?;
+            anyhow::Ok(())
+        }
+        .await;
         if let Err(e) = beat {
             tracing::warn!(replica = %id, error = %format!("{e:#}"), "replica.heartbeat.error");
         }

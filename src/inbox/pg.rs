@@ -70,13 +70,12 @@ impl Ledger {
             .ok()
             .filter(|_| cursor.is_none());
         let pool = self.db.pool();
-        self.db
-            .run(async move {
-                let client = crate::db::client(&pool).await?;
-                // One statement, one round trip: it commits (and notifies) as a whole.
-                let row = client
-                    .opt(
-                        "WITH ins AS (INSERT INTO bub_inbox (session, key, record) \
+        async move {
+            let client = crate::db::client(&pool).await?;
+            // One statement, one round trip: it commits (and notifies) as a whole.
+            let row = client
+                .opt(
+                    "WITH ins AS (INSERT INTO bub_inbox (session, key, record) \
                              VALUES ($1, $2, $3) ON CONFLICT (key) DO NOTHING RETURNING seq), \
                          cur AS (INSERT INTO bub_inbox_cursors (channel, at) \
                              SELECT $4, $5 FROM ins WHERE $5::bigint IS NOT NULL \
@@ -87,23 +86,23 @@ impl Ledger {
                              ON CONFLICT (channel, chat) DO UPDATE \
                              SET id = GREATEST(bub_inbox_seen.id, EXCLUDED.id), at = now()) \
                          SELECT ins.seq FROM ins CROSS JOIN LATERAL pg_notify($8, $9)",
-                        &[
-                            &session,
-                            &key,
-                            &record,
-                            &channel,
-                            &cursor,
-                            &chat,
-                            &seen,
-                            &crate::db::NOTICES,
-                            &notice,
-                        ],
-                    )
-                    .await?;
-                Ok(row.map(|row| row.get::<_, i64>(0) as u64))
-            })
-            .await
-            .context("storing in the shared inbox")
+                    &[
+                        &session,
+                        &key,
+                        &record,
+                        &channel,
+                        &cursor,
+                        &chat,
+                        &seen,
+                        &crate::db::NOTICES,
+                        &notice,
+                    ],
+                )
+                .await?;
+            anyhow::Ok(row.map(|row| row.get::<_, i64>(0) as u64))
+        }
+        .await
+        .context("storing in the shared inbox")
     }
 
     /// Stores a scheduled run (closing the subagent run it reports, if any) and notifies the
@@ -117,26 +116,25 @@ impl Ledger {
             run: run.clone(),
         })?;
         let pool = self.db.pool();
-        self.db
-            .run(async move {
-                let mut client = crate::db::client(&pool).await?;
-                let tx = client.transaction().await?;
-                let row = tx
-                    .one(
-                        "INSERT INTO bub_inbox (session, record) VALUES ($1, $2) RETURNING seq",
-                        &[&session, &record],
-                    )
-                    .await?;
-                if let Some(child) = reports {
-                    done(&tx, &[child]).await?;
-                }
-                tx.run("SELECT pg_notify($1, $2)", &[&crate::db::NOTICES, &notice])
-                    .await?;
-                tx.commit().await?;
-                Ok(row.get::<_, i64>(0) as u64)
-            })
-            .await
-            .context("storing in the shared inbox")
+        async move {
+            let mut client = crate::db::client(&pool).await?;
+            let tx = client.transaction().await?;
+            let row = tx
+                .one(
+                    "INSERT INTO bub_inbox (session, record) VALUES ($1, $2) RETURNING seq",
+                    &[&session, &record],
+                )
+                .await?;
+            if let Some(child) = reports {
+                done(&tx, &[child]).await?;
+            }
+            tx.run("SELECT pg_notify($1, $2)", &[&crate::db::NOTICES, &notice])
+                .await?;
+            tx.commit().await?;
+            anyhow::Ok(row.get::<_, i64>(0) as u64)
+        }
+        .await
+        .context("storing in the shared inbox")
     }
 
     /// Stores a progress record (a `done` marks its items done and drops the progress they
@@ -148,26 +146,25 @@ impl Ledger {
             _ => Some(serde_json::to_string(record)?),
         };
         let pool = self.db.relaxed_pool();
-        self.db
-            .run(async move {
-                let client = crate::db::client(&pool).await?;
-                match text {
-                    None => done(&client, &seqs).await?,
-                    Some(text) => {
-                        client
-                            .run(
-                                "INSERT INTO bub_inbox_progress (session, seqs, record) \
+        async move {
+            let client = crate::db::client(&pool).await?;
+            match text {
+                None => done(&client, &seqs).await?,
+                Some(text) => {
+                    client
+                        .run(
+                            "INSERT INTO bub_inbox_progress (session, seqs, record) \
                                  SELECT session, $1, $2 FROM bub_inbox \
                                  WHERE seq = ($1::bigint[])[1] AND done_at IS NULL",
-                                &[&seqs, &text],
-                            )
-                            .await?;
-                    }
+                            &[&seqs, &text],
+                        )
+                        .await?;
                 }
-                Ok(())
-            })
-            .await
-            .context("recording progress in the shared inbox")
+            }
+            anyhow::Ok(())
+        }
+        .await
+        .context("recording progress in the shared inbox")
     }
 
     /// Claims `session`'s pending items for this replica: those no replica took yet, or with
@@ -176,132 +173,128 @@ impl Ledger {
         let session = session.to_owned();
         // A claim lost to a crash of the server is only claimed again (as new work).
         let pool = self.db.relaxed_pool();
-        self.db
-            .run(async move {
-                let mut client = crate::db::client(&pool).await?;
-                if !all {
-                    // Under the lease nobody else claims: one statement.
-                    let rows = client
-                        .rows(
-                            "UPDATE bub_inbox SET taken = true WHERE session = $1 \
-                             AND done_at IS NULL AND NOT taken RETURNING seq, record",
-                            &[&session],
-                        )
-                        .await?;
-                    let items = numbered_items(rows.iter().map(|r| (r.get(0), r.get(1), false)));
-                    return Ok(Claimed {
-                        items,
-                        progress: Vec::new(),
-                    });
-                }
-                let tx = client.transaction().await?;
-                let rows = tx
+        async move {
+            let mut client = crate::db::client(&pool).await?;
+            if !all {
+                // Under the lease nobody else claims: one statement.
+                let rows = client
                     .rows(
-                        "UPDATE bub_inbox i SET taken = true \
+                        "UPDATE bub_inbox SET taken = true WHERE session = $1 \
+                             AND done_at IS NULL AND NOT taken RETURNING seq, record",
+                        &[&session],
+                    )
+                    .await?;
+                let items = numbered_items(rows.iter().map(|r| (r.get(0), r.get(1), false)));
+                return anyhow::Ok(Claimed {
+                    items,
+                    progress: Vec::new(),
+                });
+            }
+            let tx = client.transaction().await?;
+            let rows = tx
+                .rows(
+                    "UPDATE bub_inbox i SET taken = true \
                          FROM (SELECT seq, taken FROM bub_inbox \
                                WHERE session = $1 AND done_at IS NULL AND ($2 OR NOT taken) \
                                FOR UPDATE) old \
                          WHERE i.seq = old.seq RETURNING i.seq, i.record, old.taken",
-                        &[&session, &all],
-                    )
-                    .await?;
-                let items = numbered_items(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))));
-                let progress = tx
-                    .rows(
-                        "SELECT record FROM bub_inbox_progress WHERE session = $1 ORDER BY id",
-                        &[&session],
-                    )
-                    .await?
-                    .iter()
-                    .filter_map(|row| serde_json::from_str(row.get(0)).ok())
-                    .collect();
-                tx.commit().await?;
-                Ok(Claimed { items, progress })
-            })
-            .await
-            .context("claiming work from the shared inbox")
+                    &[&session, &all],
+                )
+                .await?;
+            let items = numbered_items(rows.iter().map(|r| (r.get(0), r.get(1), r.get(2))));
+            let progress = tx
+                .rows(
+                    "SELECT record FROM bub_inbox_progress WHERE session = $1 ORDER BY id",
+                    &[&session],
+                )
+                .await?
+                .iter()
+                .filter_map(|row| serde_json::from_str(row.get(0)).ok())
+                .collect();
+            tx.commit().await?;
+            Ok(Claimed { items, progress })
+        }
+        .await
+        .context("claiming work from the shared inbox")
     }
 
     /// The sessions with pending items (for the sweep that finds work no notice announced,
     /// and the work of replicas that died); done items past their day are removed meanwhile.
     pub(super) async fn pending_sessions(&self) -> anyhow::Result<Vec<String>> {
         let pool = self.db.pool();
-        self.db
-            .run(async move {
-                let client = crate::db::client(&pool).await?;
-                client
-                    .run(
-                        "DELETE FROM bub_inbox WHERE done_at < now() - make_interval(secs => $1)",
-                        &[&KEEP_DONE_SECONDS],
-                    )
-                    .await?;
-                let rows = client
-                    .rows(
-                        "SELECT DISTINCT session FROM bub_inbox WHERE done_at IS NULL",
-                        &[],
-                    )
-                    .await?;
-                Ok(rows.iter().map(|r| r.get(0)).collect())
-            })
-            .await
-            .context("reading the shared inbox")
+        async move {
+            let client = crate::db::client(&pool).await?;
+            client
+                .run(
+                    "DELETE FROM bub_inbox WHERE done_at < now() - make_interval(secs => $1)",
+                    &[&KEEP_DONE_SECONDS],
+                )
+                .await?;
+            let rows = client
+                .rows(
+                    "SELECT DISTINCT session FROM bub_inbox WHERE done_at IS NULL",
+                    &[],
+                )
+                .await?;
+            anyhow::Ok(rows.iter().map(|r| r.get(0)).collect())
+        }
+        .await
+        .context("reading the shared inbox")
     }
 
     /// Whether `session` has pending items.
     pub(super) async fn has_pending(&self, session: &str) -> anyhow::Result<bool> {
         let session = session.to_owned();
         let pool = self.db.pool();
-        self.db
-            .run(async move {
-                let client = crate::db::client(&pool).await?;
-                let row = client
-                    .one(
-                        "SELECT EXISTS (SELECT 1 FROM bub_inbox \
+        async move {
+            let client = crate::db::client(&pool).await?;
+            let row = client
+                .one(
+                    "SELECT EXISTS (SELECT 1 FROM bub_inbox \
                          WHERE session = $1 AND done_at IS NULL)",
-                        &[&session],
-                    )
-                    .await?;
-                Ok(row.get(0))
-            })
-            .await
-            .context("reading the shared inbox")
+                    &[&session],
+                )
+                .await?;
+            anyhow::Ok(row.get(0))
+        }
+        .await
+        .context("reading the shared inbox")
     }
 
     /// The platforms' cursors and the chats' newest message ids, as records to apply.
     pub(super) async fn positions(&self) -> anyhow::Result<Vec<Record>> {
         let pool = self.db.pool();
-        self.db
-            .run(async move {
-                let client = crate::db::client(&pool).await?;
-                let mut records = Vec::new();
-                for row in client
-                    .rows("SELECT channel, at FROM bub_inbox_cursors", &[])
-                    .await?
-                {
-                    records.push(Record::Cursor {
-                        channel: row.get(0),
-                        at: row.get::<_, i64>(1) as u64,
-                    });
-                }
-                for row in client
-                    .rows(
-                        // The most recently active, applied oldest first (the newest last).
-                        "SELECT channel, chat, id FROM (SELECT * FROM bub_inbox_seen \
+        async move {
+            let client = crate::db::client(&pool).await?;
+            let mut records = Vec::new();
+            for row in client
+                .rows("SELECT channel, at FROM bub_inbox_cursors", &[])
+                .await?
+            {
+                records.push(Record::Cursor {
+                    channel: row.get(0),
+                    at: row.get::<_, i64>(1) as u64,
+                });
+            }
+            for row in client
+                .rows(
+                    // The most recently active, applied oldest first (the newest last).
+                    "SELECT channel, chat, id FROM (SELECT * FROM bub_inbox_seen \
                          ORDER BY at DESC LIMIT $1) s ORDER BY at",
-                        &[&(super::SEEN_CHATS as i64)],
-                    )
-                    .await?
-                {
-                    records.push(Record::Seen {
-                        channel: row.get(0),
-                        chat: row.get(1),
-                        id: row.get::<_, i64>(2) as u64,
-                    });
-                }
-                Ok(records)
-            })
-            .await
-            .context("reading the shared inbox")
+                    &[&(super::SEEN_CHATS as i64)],
+                )
+                .await?
+            {
+                records.push(Record::Seen {
+                    channel: row.get(0),
+                    chat: row.get(1),
+                    id: row.get::<_, i64>(2) as u64,
+                });
+            }
+            anyhow::Ok(records)
+        }
+        .await
+        .context("reading the shared inbox")
     }
 }
 

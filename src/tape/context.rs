@@ -135,6 +135,11 @@ impl ContextCursor {
         }
     }
 
+    /// A cursor with this one's view that has read nothing.
+    pub(crate) fn unread(&self) -> Self {
+        Self::new(self.view)
+    }
+
     /// The context: the handoff note, then the messages, with synthetic results for calls
     /// still unanswered.
     pub(crate) fn messages(&self) -> Vec<ChatMessage> {
@@ -147,15 +152,10 @@ impl ContextCursor {
 }
 
 impl ContextCursor {
-    /// The context of a store whose positions are entry ids (a database): `origin` names the
-    /// tape's state and last anchor (a change starts the cursor over from `anchor`), and
-    /// `after(id)` returns the entries of [`CONTEXT_KINDS`] after entry `id`, oldest first.
-    pub(crate) fn read_entries(
-        &mut self,
-        origin: [u64; 3],
-        anchor: Option<TapeEntry>,
-        after: impl FnOnce(u64) -> anyhow::Result<Vec<TapeEntry>>,
-    ) -> anyhow::Result<Vec<ChatMessage>> {
+    /// Where a store whose positions are entry ids (a database) reads on: after the returned
+    /// id. `origin` names the tape's state and last anchor (a change starts the cursor over
+    /// from `anchor`). The entries read are given to [`Self::read_entries`].
+    pub(crate) fn read_from(&mut self, origin: [u64; 3], anchor: Option<TapeEntry>) -> u64 {
         if self.origin != Some(origin) {
             *self = ContextCursor {
                 origin: Some(origin),
@@ -167,7 +167,12 @@ impl ContextCursor {
                 ..ContextCursor::new(self.view)
             };
         }
-        let entries = after(self.read_to)?;
+        self.read_to
+    }
+
+    /// The context, with `entries` (of [`CONTEXT_KINDS`] after [`Self::read_from`]'s id,
+    /// oldest first) taken in.
+    pub(crate) fn read_entries(&mut self, entries: Vec<TapeEntry>) -> Vec<ChatMessage> {
         self.last_read = entries.len() as u64;
         if let Some(last) = entries.last() {
             self.read_to = last.id;
@@ -175,7 +180,7 @@ impl ContextCursor {
         for entry in entries {
             self.messages.push(entry, self.view);
         }
-        Ok(self.messages())
+        self.messages()
     }
 }
 

@@ -90,39 +90,34 @@ pub async fn import_home(db: &Arc<Database>, home: &Path) -> anyhow::Result<Vec<
             columns.payloads.push(payload);
             columns.metas.push(e.meta.to_string());
         }
-        let pool = db.relaxed_pool();
-        let tape = name.clone();
-        let added = db.run(async move {
-            let mut client = db::client(&pool).await?;
-            let tx = client.transaction().await?;
-            let row = tape_row(&tx, &workspace, &tape).await?;
-            let c = &columns;
-            let added = tx
-                .run(
-                    "INSERT INTO bub_tape_entries (tape, id, kind, date, payload, meta, event) \
+        let mut client = db::client(&db.relaxed_pool()).await?;
+        let tx = client.transaction().await?;
+        let row = tape_row(&tx, &workspace, &name).await?;
+        let c = &columns;
+        let added = tx
+            .run(
+                "INSERT INTO bub_tape_entries (tape, id, kind, date, payload, meta, event) \
                      SELECT $1, * FROM unnest($2::bigint[], $3::text[], $4::text[], $5::text[], \
                      $6::text[], $7::text[]) ON CONFLICT (tape, id) DO NOTHING",
-                    &[
-                        &row,
-                        &c.ids,
-                        &c.kinds,
-                        &c.dates,
-                        &c.payloads,
-                        &c.metas,
-                        &c.events,
-                    ],
-                )
-                .await?;
-            let last = c.ids.iter().copied().max().unwrap_or(0);
-            tx.run(
-                "UPDATE bub_tapes SET last_id = greatest(last_id, $2) WHERE id = $1",
-                &[&row, &last],
+                &[
+                    &row,
+                    &c.ids,
+                    &c.kinds,
+                    &c.dates,
+                    &c.payloads,
+                    &c.metas,
+                    &c.events,
+                ],
             )
             .await?;
-            tx.commit().await?;
-            Ok(added as usize)
-        });
-        let added = added.await?;
+        let last = c.ids.iter().copied().max().unwrap_or(0);
+        tx.run(
+            "UPDATE bub_tapes SET last_id = greatest(last_id, $2) WHERE id = $1",
+            &[&row, &last],
+        )
+        .await?;
+        tx.commit().await?;
+        let added = added as usize;
         imported.push(Imported {
             name,
             entries: total,

@@ -155,11 +155,9 @@ fn session_of(payload: &Value) -> Option<String> {
 /// The tapes of `workspace` in the database: one query, each tape's count, newest entry (the
 /// largest id: read by the primary key) and first anchor (by the anchors' index).
 async fn list_database(db: &Database, workspace: &Path) -> anyhow::Result<Vec<Listed>> {
-    let pool = db.relaxed_pool();
     let workspace = workspace_key(workspace);
-    let rows = db.run(async move {
-        let client = db::client(&pool).await?;
-        Ok(client
+    let client = db::client(&db.relaxed_pool()).await?;
+    let rows = client
             .rows(
                 "SELECT t.name, \
                         (SELECT count(*) FROM bub_tape_entries WHERE tape = t.id), \
@@ -170,9 +168,7 @@ async fn list_database(db: &Database, workspace: &Path) -> anyhow::Result<Vec<Li
                  FROM bub_tapes t WHERE t.workspace = $1 AND t.name !~ $2",
                 &[&workspace, &ARCHIVED],
             )
-            .await?)
-    });
-    let rows = rows.await?;
+            .await?;
     Ok(rows
         .iter()
         .map(|r| {

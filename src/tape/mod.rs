@@ -1,9 +1,9 @@
 //! The tape: one append-only JSONL file per (workspace, session) holding everything a session
 //! did — messages, tool calls and results, events, anchors.
 //!
-//! * [`backend`] — the [`TapeStore`] trait (what the agent needs of a tape) and `open`, the one
-//!   place a session's tape is opened (`open_name`: by its name); [`FileTape`] is the file
-//!   implementation, `pg` the PostgreSQL one.
+//! * [`backend`] — the async [`TapeStore`] trait (what the agent needs of a tape) and `open`,
+//!   the one place a session's tape is opened (`open_name`: by its name); [`FileTape`] is the
+//!   file (blocking, reached through `FileStore` on the blocking pool), `pg` the PostgreSQL one.
 //! * [`listing`] — the tapes of a workspace for the console ([`list`]): name, the session its
 //!   `session/start` anchor records, entry count, newest date.
 //! * [`entry`] — the entry type and its one-line JSON format (`{"id","kind","payload","meta","date"}`),
@@ -14,8 +14,7 @@
 //! * [`context`] — the model's context (entries after the last anchor, with its handoff note)
 //!   and the tape summary.
 //! * [`search`] — substring/fuzzy search, newest first.
-//! * [`shared`] — a session's tape for async code: work on the blocking pool, one policy for
-//!   failed appends.
+//! * [`shared`] — a session's tape as the agent shares it: one policy for failed appends.
 //!
 //! Invariants: the file is only ever appended to (reset replaces it atomically); ids are unique
 //! and increasing, even with several processes appending (each append holds an exclusive
@@ -39,7 +38,7 @@ pub(crate) mod store;
 #[cfg(test)]
 mod suite_tests;
 
-pub(crate) use backend::{TapeStore, Window};
+pub(crate) use backend::{Deferred, Record, TapeStore, Window};
 pub(crate) use context::{ContextCursor, TapeInfo};
 pub use entry::{Kind, TapeEntry};
 pub use event::Event;

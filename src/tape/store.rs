@@ -25,7 +25,7 @@ use md5::{Digest, Md5};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::{Value, json};
 
-use super::backend::Window;
+use super::backend::{Record, Window};
 use super::entry::{Kind, TapeEntry, now_date, parse_entry};
 use super::event::Event;
 use super::index::{BackLines, FileId, Index, Slot, line_header, line_kind, lines, read_at};
@@ -354,6 +354,14 @@ impl FileTape {
         self.write(|w| w.append(kind, payload, meta))
     }
 
+    /// Appends `records` in order with one write (none when one fails) and returns them.
+    pub(crate) fn append_all(&mut self, records: Vec<Record>) -> anyhow::Result<Vec<TapeEntry>> {
+        self.write(|w| {
+            let append = |r: Record| w.append(r.kind, r.payload, r.meta);
+            records.into_iter().map(append).collect()
+        })
+    }
+
     /// Appends an `event` entry `{name, data}`.
     pub fn event(&mut self, name: Event, data: Value) -> anyhow::Result<TapeEntry> {
         let payload = json!({"name": name.as_str(), "data": data});
@@ -517,7 +525,7 @@ impl FileTape {
     /// A page of the tape ([`Window`]), oldest first: the file is read backwards from its end
     /// and only the lines of the page are parsed (the others by their header), so the newest
     /// page of a long tape costs what it shows.
-    pub(crate) fn window(&mut self, w: &Window<'_>) -> anyhow::Result<Vec<TapeEntry>> {
+    pub(crate) fn window(&mut self, w: &Window) -> anyhow::Result<Vec<TapeEntry>> {
         self.read(|index, file| {
             let Some(file) = file else {
                 return Ok(Vec::new());

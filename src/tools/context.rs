@@ -150,8 +150,8 @@ impl ProcessCtx {
     }
 }
 
-/// What a session owns. The tape is used on the blocking pool ([`SharedTape`]); the expansion
-/// list is behind a std mutex never held across an `.await`.
+/// What a session owns. The tape is an async store ([`SharedTape`]: a file's work on the
+/// blocking pool); the expansion list is behind a std mutex never held across an `.await`.
 pub struct SessionCtx {
     pub id: SessionId,
     pub workspace: PathBuf,

@@ -199,7 +199,7 @@ async fn a_guests_paths_chats_and_global_memory_are_bounded_from_the_typed_argum
             other => panic!("{tool} {args}: {other:?}"),
         }
     }
-    let entries = ctx.tape().run(|t| t.entries()).await.unwrap();
+    let entries = ctx.tape().entries().await.unwrap();
     let refusals = entries
         .iter()
         .filter(|e| e.is_event(crate::tape::Event::ToolRefused));

@@ -283,8 +283,8 @@ mod tests {
         ctx.registry().execute(tool, args, ctx.clone()).await
     }
 
-    fn refusals(ctx: &ToolContext) -> usize {
-        let entries = ctx.tape().lock().entries().unwrap();
+    async fn refusals(ctx: &ToolContext) -> usize {
+        let entries = ctx.tape().entries().await.unwrap();
         entries
             .iter()
             .filter(|e| e.is_event(Event::ToolRefused))
@@ -326,7 +326,7 @@ mod tests {
                 "{err}"
             );
         }
-        assert_eq!(refusals(&guest), 5, "each refusal is on the tape");
+        assert_eq!(refusals(&guest).await, 5, "each refusal is on the tape");
         assert!(home.jobs().await.is_empty());
 
         // Five jobs at the limits are fine; the sixth is refused and nothing is stored.
@@ -467,7 +467,7 @@ mod tests {
             remove(&both, &anns).await.is_err(),
             "a batch has no more rights than each of its senders"
         );
-        assert_eq!(refusals(&ann), 3);
+        assert_eq!(refusals(&ann).await, 3);
         assert_eq!(home.jobs().await.len(), 3);
         let elsewhere = home.turn("telegram:7", user(Role::Owner, &["42"]), TurnOrigin::Asked);
         assert_eq!(
@@ -504,7 +504,7 @@ mod tests {
             err.message().contains("scheduled run of a guest's job"),
             "{err}"
         );
-        assert_eq!(refusals(&run), 1);
+        assert_eq!(refusals(&run).await, 1);
         assert!(home.jobs().await.is_empty());
         assert_eq!(
             call(&run, "schedule.list", json!({})).await.unwrap(),

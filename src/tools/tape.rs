@@ -1,8 +1,8 @@
 //! Tape tools: `tape.info`, `tape.search`, `tape.output`, `tape.anchors`, `tape.handoff`,
 //! `tape.reset`.
 //!
-//! Each tool works on the session's tape on the blocking pool ([`crate::tape::SharedTape`]):
-//! tape operations are file I/O, and a search over a large tape takes milliseconds.
+//! Each tool works on the session's tape through its store ([`crate::tape::TapeStore`]: a file's work on
+//! the blocking pool — a search over a large tape takes milliseconds).
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -11,7 +11,7 @@ use serde_json::json;
 use super::registry::NoArgs;
 use super::{Tool, ToolContext, ToolError};
 use crate::tape::output::byte_at;
-use crate::tape::{Searched, TapeStore};
+use crate::tape::{Searched, SharedTape};
 
 /// How many anchors `tape.anchors` lists.
 const ANCHORS_SHOWN: usize = 50;
@@ -68,14 +68,14 @@ struct ResetArgs {
 /// `tape.output` output: characters `offset..offset + limit` of a call's whole result, after a
 /// line saying which and how to read on. A guest (`guest`) reads only the results of guests'
 /// turns, as in its context.
-pub(crate) fn output_text(
-    tape: &mut dyn TapeStore,
+async fn output_text(
+    tape: &SharedTape,
     call_id: &str,
     offset: usize,
     limit: usize,
     guest: bool,
 ) -> anyhow::Result<String> {
-    let Some((text, meta)) = tape.output(call_id.trim())? else {
+    let Some((text, meta)) = tape.output(call_id.trim()).await? else {
         anyhow::bail!("no result of tool call {call_id:?} on this tape");
     };
     if guest && meta["role"] != "guest" {
@@ -104,9 +104,7 @@ pub(crate) fn tools() -> Vec<Tool> {
             "Show tape summary",
             "Shows the tape name, the number of entries and anchors, the last anchor, the entries \
              since it (the current context) and the token usage of the last model call.",
-            |_: NoArgs, ctx: ToolContext| async move {
-                Ok(ctx.tape().run(|tape| Ok(tape.info()?.to_string())).await?)
-            },
+            |_: NoArgs, ctx: ToolContext| async move { Ok(ctx.tape().info().await?.to_string()) },
         ),
         Tool::new(
             "tape.search",
@@ -121,10 +119,7 @@ pub(crate) fn tools() -> Vec<Tool> {
                 }
                 let limit = usize::try_from(limit).unwrap_or(usize::MAX);
                 let what = ctx.turn.policy.searched();
-                let found = ctx
-                    .tape()
-                    .run(move |t| t.search(&query, limit, what))
-                    .await?;
+                let found = ctx.tape().search(&query, limit, what).await?;
                 if found.is_empty() {
                     return Ok("(no matches)".to_string());
                 }
@@ -151,10 +146,7 @@ pub(crate) fn tools() -> Vec<Tool> {
                 }
                 let (offset, limit) = (offset as usize, limit as usize);
                 let guest = ctx.turn.policy.searched() == Searched::Conversation;
-                let read = move |tape: &mut dyn TapeStore| {
-                    output_text(tape, &call_id, offset, limit, guest)
-                };
-                Ok(ctx.tape().run(read).await?)
+                Ok(output_text(ctx.tape(), &call_id, offset, limit, guest).await?)
             },
         ),
         Tool::new(
@@ -162,7 +154,7 @@ pub(crate) fn tools() -> Vec<Tool> {
             "List tape anchors",
             "Lists the last 50 anchors (handoff points) as `<name> state=<JSON>`, oldest first.",
             |_: NoArgs, ctx: ToolContext| async move {
-                let anchors = ctx.tape().run(|t| t.anchors(ANCHORS_SHOWN)).await?;
+                let anchors = ctx.tape().anchors(ANCHORS_SHOWN).await?;
                 if anchors.is_empty() {
                     return Ok("(no anchors)".to_string());
                 }
@@ -191,11 +183,9 @@ pub(crate) fn tools() -> Vec<Tool> {
                 // A guest's summary leads the next context: it says whose words it is.
                 let by = crate::memory::Author::of(&ctx.turn.authority);
                 let summary = summary.map(|s| by.marked(&s));
-                let anchor = name.clone();
-                let handoff = move |t: &mut dyn TapeStore| {
-                    t.handoff(&anchor, summary.as_deref(), next_steps.as_deref())
-                };
-                ctx.tape().run(handoff).await?;
+                let tape = ctx.tape();
+                tape.handoff(&name, summary.as_deref(), next_steps.as_deref())
+                    .await?;
                 Ok(format!("handoff created: {name}"))
             },
         ),
@@ -206,7 +196,7 @@ pub(crate) fn tools() -> Vec<Tool> {
              deleted), forgets expanded tool and skill details and stops the session's \
              background commands.",
             |ResetArgs { archive }, ctx: ToolContext| async move {
-                let archived = ctx.tape().run(move |t| t.reset(archive)).await?;
+                let archived = ctx.tape().reset(archive).await?;
                 ctx.expanded().clear();
                 ctx.process.background.stop_session(&ctx.session.id);
                 Ok(archived.map_or_else(|| "ok".to_string(), |p| format!("Archived: {p}")))
@@ -220,7 +210,7 @@ mod tests {
     use super::*;
     use crate::access::Authority;
     use crate::config::Settings;
-    use crate::tape::{Event, Kind};
+    use crate::tape::{Event, Kind, Record};
     use crate::tools::Registry;
 
     fn context(dir: &std::path::Path) -> ToolContext {
@@ -237,40 +227,39 @@ mod tests {
         ctx.registry().execute(name, args, ctx.clone()).await
     }
 
-    #[test]
-    fn output_reads_a_calls_whole_result_and_a_guest_only_a_guests() {
+    #[tokio::test]
+    async fn output_reads_a_calls_whole_result_and_a_guest_only_a_guests() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = context(dir.path());
-        let mut tape = ctx.tape().lock();
+        let tape = ctx.tape();
         for (id, role) in [("c1", "owner"), ("c2", "guest")] {
             let call = json!({"calls": [{"id": id, "type": "function",
                 "function": {"name": "bash", "arguments": "{}"}}]});
-            tape.append(Kind::ToolCall, call, json!({"role": role}))
-                .unwrap();
-            tape.event(Event::ToolRefused, json!({})).unwrap();
             let result = json!({"results": [format!("{id}:0123456789")]});
-            tape.append(Kind::ToolResult, result, json!({"role": role}))
-                .unwrap();
+            let records = vec![
+                Record::new(Kind::ToolCall, call, json!({"role": role})),
+                Record::event(Event::ToolRefused, json!({})),
+                Record::new(Kind::ToolResult, result, json!({"role": role})),
+            ];
+            tape.append(records).await.unwrap();
         }
-        let out = output_text(&mut **tape, "c1", 3, 4, false).unwrap();
+        let out = output_text(tape, "c1", 3, 4, false).await.unwrap();
         assert_eq!(out, "[characters 3..7 of 13; more with offset=7]\n0123");
-        let out = output_text(&mut **tape, "c2", 10, 100, true).unwrap();
+        let out = output_text(tape, "c2", 10, 100, true).await.unwrap();
         assert_eq!(out, "[characters 10..13 of 13]\n789");
-        let refused = output_text(&mut **tape, "c1", 0, 100, true).unwrap_err();
+        let refused = output_text(tape, "c1", 0, 100, true).await.unwrap_err();
         assert!(refused.to_string().contains("not shown in a guest's turn"));
-        assert!(output_text(&mut **tape, "nope", 0, 1, false).is_err());
+        assert!(output_text(tape, "nope", 0, 1, false).await.is_err());
     }
 
     #[tokio::test]
     async fn handoff_info_anchors_search() {
         let dir = tempfile::tempdir().unwrap();
         let ctx = context(dir.path());
-        ctx.tape().lock().ensure_bootstrap().unwrap();
+        ctx.tape().ensure_bootstrap().await.unwrap();
         let msg = json!({"role": "user", "content": "Please review the database migration plan."});
-        ctx.tape()
-            .lock()
-            .append(Kind::Message, msg, json!({}))
-            .unwrap();
+        let msg = Record::new(Kind::Message, msg, json!({}));
+        ctx.tape().append(vec![msg]).await.unwrap();
         let out = run(
             &ctx,
             "tape.handoff",
@@ -315,7 +304,8 @@ mod tests {
             run(&ctx, "tape.anchors", json!({})).await.unwrap(),
             "(no anchors)"
         );
-        ctx.tape().lock().event(Event::Command, json!(1)).unwrap();
+        let command = Record::event(Event::Command, json!(1));
+        ctx.tape().append(vec![command]).await.unwrap();
         let out = run(&ctx, "tape.reset", json!({"archive": "true"}))
             .await
             .unwrap();
@@ -330,6 +320,6 @@ mod tests {
             "{anchors}"
         );
         assert_eq!(run(&ctx, "tape.reset", json!({})).await.unwrap(), "ok");
-        assert_eq!(ctx.tape().lock().len().unwrap(), 2);
+        assert_eq!(ctx.tape().len().await.unwrap(), 2);
     }
 }

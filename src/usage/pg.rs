@@ -53,34 +53,30 @@ pub(super) async fn record(
     entry: Entry,
     import_key: Option<String>,
 ) -> anyhow::Result<bool> {
-    let pool = db.pool();
-    db.run(async move {
-        let client = crate::db::client(&pool).await?;
-        let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-        let added = client
-            .run(
-                "INSERT INTO bub_usage (day, session, purpose, model, input, cache_read, \
+    let client = crate::db::client(&db.pool()).await?;
+    let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let added = client
+        .run(
+            "INSERT INTO bub_usage (day, session, purpose, model, input, cache_read, \
                  cache_write, output, estimated, calls, import_key) \
                  VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) \
                  ON CONFLICT (import_key) DO NOTHING",
-                &[
-                    &entry.date,
-                    &entry.session,
-                    &purpose_name(entry.purpose),
-                    &entry.model,
-                    &n(entry.input),
-                    &n(entry.cache_read),
-                    &n(entry.cache_write),
-                    &n(entry.output),
-                    &n(entry.estimated),
-                    &n(entry.calls),
-                    &import_key,
-                ],
-            )
-            .await?;
-        Ok(added == 1)
-    })
-    .await
+            &[
+                &entry.date,
+                &entry.session,
+                &purpose_name(entry.purpose),
+                &entry.model,
+                &n(entry.input),
+                &n(entry.cache_read),
+                &n(entry.cache_write),
+                &n(entry.output),
+                &n(entry.estimated),
+                &n(entry.calls),
+                &import_key,
+            ],
+        )
+        .await?;
+    Ok(added == 1)
 }
 
 /// The entries from `since` to `until` (inclusive), of `session` or all, summed per day,
@@ -92,35 +88,31 @@ async fn entries(
     session: Option<&str>,
 ) -> anyhow::Result<Vec<Entry>> {
     let session = session.map(str::to_owned);
-    let pool = db.pool();
-    db.run(async move {
-        let client = crate::db::client(&pool).await?;
-        let sql = format!(
-            "SELECT day, session, purpose, model, {SUMS} FROM bub_usage \
+    let client = crate::db::client(&db.pool()).await?;
+    let sql = format!(
+        "SELECT day, session, purpose, model, {SUMS} FROM bub_usage \
              WHERE day >= $1 AND day <= $2 AND ($3::text IS NULL OR session = $3) \
              GROUP BY day, session, purpose, model ORDER BY day, session, purpose, model"
-        );
-        let rows = client.rows(&sql, &[&since, &until, &session]).await?;
-        let n = |v: i64| u64::try_from(v).unwrap_or_default();
-        Ok(rows
-            .iter()
-            .filter_map(|r| {
-                Some(Entry {
-                    date: r.get(0),
-                    session: r.get(1),
-                    purpose: purpose_of(r.get(2))?,
-                    model: r.get(3),
-                    input: n(r.get(4)),
-                    cache_read: n(r.get(5)),
-                    cache_write: n(r.get(6)),
-                    output: n(r.get(7)),
-                    estimated: n(r.get(8)),
-                    calls: n(r.get(9)),
-                })
+    );
+    let rows = client.rows(&sql, &[&since, &until, &session]).await?;
+    let n = |v: i64| u64::try_from(v).unwrap_or_default();
+    Ok(rows
+        .iter()
+        .filter_map(|r| {
+            Some(Entry {
+                date: r.get(0),
+                session: r.get(1),
+                purpose: purpose_of(r.get(2))?,
+                model: r.get(3),
+                input: n(r.get(4)),
+                cache_read: n(r.get(5)),
+                cache_write: n(r.get(6)),
+                output: n(r.get(7)),
+                estimated: n(r.get(8)),
+                calls: n(r.get(9)),
             })
-            .collect())
-    })
-    .await
+        })
+        .collect())
 }
 
 fn purpose_name(purpose: Purpose) -> &'static str {

@@ -287,8 +287,8 @@ async fn a_thread_is_served_through_its_listed_parent_looked_up_only_when_needed
 /// `access.json` is read on the blocking pool, never on the adapter's thread: with the file a
 /// FIFO nobody has written yet (a read that blocks), a one-thread runtime keeps running its
 /// other tasks while the decision waits for it.
-#[test]
-fn access_json_is_read_off_the_adapters_thread() {
+#[tokio::test(flavor = "current_thread")]
+async fn access_json_is_read_off_the_adapters_thread() {
     let dir = tempfile::tempdir().unwrap();
     let fifo = dir.path().join("access.json");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
@@ -307,20 +307,13 @@ fn access_json_is_read_off_the_adapters_thread() {
         std::fs::write(&fifo, r#"{"version": 1}"#).unwrap();
         free
     });
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let decision = runtime.block_on(async move {
-        let decide =
-            tokio::spawn(async move { gate.decide("telegram", group("-1"), user("2")).await });
-        // The decision runs until it waits for the file; then this task goes on.
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
-        }
-        let _ = free_tx.send(());
-        decide.await.unwrap()
-    });
+    let decide = tokio::spawn(async move { gate.decide("telegram", group("-1"), user("2")).await });
+    // The decision runs until it waits for the file; then this task goes on.
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let _ = free_tx.send(());
+    let decision = decide.await.unwrap();
     assert!(
         writer.join().unwrap(),
         "the runtime's thread was blocked reading access.json"

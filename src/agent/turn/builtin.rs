@@ -27,7 +27,7 @@ use crate::agent::{AgentRuntime, TurnInput, inbound, learn};
 use crate::chat::SessionId;
 use crate::delivery::{Reply, TurnError, TurnResult, render_output};
 use crate::media;
-use crate::tape::{Event, Kind};
+use crate::tape::{Deferred, Event};
 use crate::tools::ToolContext;
 
 /// The built-in stages, over the runtime's turn settings and model chains. A subagent's turn
@@ -78,10 +78,8 @@ impl Hooks for Builtin<'_> {
         if matches!(request.input, TurnInput::Chat(_)) {
             // Nothing reads or writes the tape before the prompt is recorded (which fails, and
             // fails the turn, on a tape that cannot be written): the anchor goes with it.
-            ctx.tape().defer(|t| {
-                crate::tape::shared::logged(&Kind::Anchor, t.ensure_bootstrap());
-            });
-        } else if let Err(e) = ctx.tape().run(|t| t.ensure_bootstrap()).await {
+            ctx.tape().defer(Deferred::Bootstrap);
+        } else if let Err(e) = ctx.tape().ensure_bootstrap().await {
             return Err(TurnError::tape("tape", &e));
         }
         super::super::remember_prefixed(&ctx, &request.input).await;

@@ -124,77 +124,58 @@ impl JobStore for PgJobStore {
     }
 
     async fn update(&self, change: Change) -> anyhow::Result<Version> {
-        let pool = self.db.pool();
-        let after = self
-            .db
-            .run(async move {
-                let mut client = db::client(&pool).await?;
-                let tx = client.transaction().await?;
-                tx.execute("SELECT 1 FROM bub_jobs_state FOR UPDATE", &[])
-                    .await?;
-                let Read {
-                    version: mut after,
-                    mut jobs,
-                    bad,
-                } = read(&tx).await?;
-                if !bad.is_empty() {
-                    set_aside(&tx, &bad).await?;
-                    after += 1;
-                }
-                // Called exactly once when the jobs could be read, not at all otherwise.
-                let before = jobs.clone();
-                change(&mut jobs);
-                if jobs != before {
-                    write(&tx, &jobs).await?;
-                    after += 1;
-                }
-                tx.commit().await?;
-                Ok(after)
-            })
+        let mut client = db::client(&self.db.pool()).await?;
+        let tx = client.transaction().await?;
+        tx.execute("SELECT 1 FROM bub_jobs_state FOR UPDATE", &[])
             .await?;
+        let Read {
+            version: mut after,
+            mut jobs,
+            bad,
+        } = read(&tx).await?;
+        if !bad.is_empty() {
+            set_aside(&tx, &bad).await?;
+            after += 1;
+        }
+        // Called exactly once when the jobs could be read, not at all otherwise.
+        let before = jobs.clone();
+        change(&mut jobs);
+        if jobs != before {
+            write(&tx, &jobs).await?;
+            after += 1;
+        }
+        tx.commit().await?;
         Ok(version(after))
     }
 
     async fn version(&self) -> anyhow::Result<Version> {
-        let pool = self.db.pool();
-        let n = self
-            .db
-            .run(async move {
-                let client = db::client(&pool).await?;
-                let row = client
-                    .query_one("SELECT version FROM bub_jobs_state", &[])
-                    .await?;
-                Ok(row.get::<_, i64>(0))
-            })
+        let client = db::client(&self.db.pool()).await?;
+        let row = client
+            .query_one("SELECT version FROM bub_jobs_state", &[])
             .await?;
+        let n = row.get::<_, i64>(0);
         Ok(version(n))
     }
 
     async fn rejected(&self) -> anyhow::Result<Vec<Rejected>> {
-        let pool = self.db.pool();
-        self.db
-            .run(async move {
-                let client = db::client(&pool).await?;
-                let rows = client
-                    .query(
-                        "SELECT job, reason, rejected_at FROM bub_jobs_rejected ORDER BY seq",
-                        &[],
-                    )
-                    .await?;
-                Ok(rows
-                    .iter()
-                    .map(|r| {
-                        let text: String = r.get(0);
-                        Rejected {
-                            job: serde_json::from_str(&text)
-                                .unwrap_or(serde_json::Value::String(text)),
-                            reason: r.get(1),
-                            rejected_at: r.get(2),
-                        }
-                    })
-                    .collect())
+        let client = db::client(&self.db.pool()).await?;
+        let rows = client
+            .query(
+                "SELECT job, reason, rejected_at FROM bub_jobs_rejected ORDER BY seq",
+                &[],
+            )
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|r| {
+                let text: String = r.get(0);
+                Rejected {
+                    job: serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+                    reason: r.get(1),
+                    rejected_at: r.get(2),
+                }
             })
-            .await
+            .collect())
     }
 
     fn location(&self) -> String {
@@ -209,9 +190,6 @@ impl JobStore for PgJobStore {
 impl PgJobStore {
     /// The counter and the jobs, as stored now.
     async fn read(&self) -> anyhow::Result<Read> {
-        let pool = self.db.pool();
-        self.db
-            .run(async move { read(&db::client(&pool).await?).await })
-            .await
+        read(&db::client(&self.db.pool()).await?).await
     }
 }
