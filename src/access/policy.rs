@@ -16,7 +16,6 @@
 use std::collections::BTreeSet;
 use std::sync::OnceLock;
 
-
 use super::Role;
 use crate::config::{ConfigError, SandboxMode, Settings};
 use crate::llm::ToolSpecs;

@@ -136,7 +136,10 @@ impl TurnRunner for FakeRunner {
             };
         }
         let text = render_output(&result, self.proactive);
-        result.replies = (!text.is_empty()).then_some(Reply { text }).into_iter().collect();
+        result.replies = (!text.is_empty())
+            .then_some(Reply { text })
+            .into_iter()
+            .collect();
         result
     }
 

@@ -134,7 +134,10 @@ async fn first_result_stages_stop_at_the_first_answer_and_broadcasts_reach_every
     assert_eq!(result.assistant_output, "from the plugin");
     assert_eq!(result.error, None);
     // Every implementation's replies, in order, are the result's.
-    assert_eq!(result.reply_text(), "plugin: from the plugin\n\nbuiltin: from the plugin");
+    assert_eq!(
+        result.reply_text(),
+        "plugin: from the plugin\n\nbuiltin: from the plugin"
+    );
     assert_eq!(
         *log.lock().unwrap(),
         [
