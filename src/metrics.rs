@@ -216,7 +216,7 @@ pub fn turn(kind: TurnKind, took: Duration) {
 }
 
 /// A model request answered (`ok`) or failed for good.
-pub fn model_call(ok: bool) {
+pub(crate) fn model_call(ok: bool) {
     if !on() {
         return;
     }
@@ -277,7 +277,7 @@ pub fn connected(channel: &str, up: bool) {
 }
 
 /// Whether `channel` reached its platform last time it tried.
-pub fn is_connected(channel: &str) -> bool {
+pub(crate) fn is_connected(channel: &str) -> bool {
     let channel = channel.to_owned();
     METRICS.connected.get_or_create(&Channel { channel }).get() == 1
 }

@@ -53,7 +53,7 @@ impl Route {
 }
 
 /// Whether the environment's proxy rules send `url` through a proxy (and which).
-pub fn system_proxy(url: &Url) -> Option<String> {
+pub(crate) fn system_proxy(url: &Url) -> Option<String> {
     let uri = url.as_str().parse::<http::Uri>().ok()?;
     SYSTEM_PROXIES
         .intercept(&uri)

@@ -118,7 +118,7 @@ impl Board {
     }
 
     /// Ends background command `id` (`bub status --kill`, the console).
-    pub fn end_command(&self, id: u64) -> Result<String, String> {
+    pub(crate) fn end_command(&self, id: u64) -> Result<String, String> {
         match self.commands.get() {
             Some(commands) => commands.end(id),
             None => Err("this process runs no background commands".to_owned()),
@@ -373,7 +373,7 @@ pub async fn query(home: &Path) -> anyhow::Result<Snapshot> {
 }
 
 /// Asks the daemon of `home` to end background command `id`: what it did, or why not (`Err`).
-pub async fn end_command(home: &Path, id: u64) -> anyhow::Result<Result<String, String>> {
+pub(crate) async fn end_command(home: &Path, id: u64) -> anyhow::Result<Result<String, String>> {
     let body = ask(home, &format!(" end {id}")).await?;
     let text = String::from_utf8_lossy(&body).trim().to_owned();
     Ok(match text.strip_prefix("ok: ") {

@@ -16,9 +16,9 @@ use std::path::Path;
 
 /// The mode of a file Bub creates under `BUB_HOME`: tapes, memory, jobs, pairings, the usage
 /// ledger, the inbox journal and the logs are the owner's only.
-pub const PRIVATE_FILE: u32 = 0o600;
+pub(crate) const PRIVATE_FILE: u32 = 0o600;
 /// The mode of a folder Bub creates under `BUB_HOME`, and of `BUB_HOME` when Bub creates it.
-pub const PRIVATE_DIR: u32 = 0o700;
+pub(crate) const PRIVATE_DIR: u32 = 0o700;
 
 /// Runs `work` (file I/O) on the blocking pool and waits for it, logging to the caller's
 /// subscriber.
@@ -33,7 +33,7 @@ pub(crate) async fn blocking<R: Send + 'static>(
 
 /// Creates `dir` and its missing parents with mode [`PRIVATE_DIR`] (existing ones are left as
 /// they are).
-pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn create_private_dir(dir: &Path) -> std::io::Result<()> {
     DirBuilder::new()
         .recursive(true)
         .mode(PRIVATE_DIR)
@@ -42,7 +42,7 @@ pub fn create_private_dir(dir: &Path) -> std::io::Result<()> {
 
 /// Options that create a missing file with mode [`PRIVATE_FILE`] (an existing one keeps its
 /// mode); the caller adds how it opens it.
-pub fn private_file() -> OpenOptions {
+pub(crate) fn private_file() -> OpenOptions {
     let mut options = OpenOptions::new();
     options.mode(PRIVATE_FILE);
     options

@@ -24,7 +24,7 @@ pub fn safe_line(text: &str) -> Cow<'_, str> {
 /// JSON text (as serde_json writes it: C0 controls already escaped in strings, newlines only
 /// between values) with DEL, C1 and bidi controls escaped the JSON way (`\u009b`): still the
 /// same JSON value.
-pub fn safe_json(json: &str) -> Cow<'_, str> {
+pub(crate) fn safe_json(json: &str) -> Cow<'_, str> {
     escape(json, Style::Json)
 }
 

@@ -211,3 +211,85 @@ fn only_main_builds_a_runtime_and_blocks_on_it() {
     found.retain(|f| !allowed.iter().any(|a| f.starts_with(&format!("{a}: "))));
     assert_eq!(found, BTreeSet::new());
 }
+
+/// The visibility rule: a `pub` item of the library is named outside it (by `main.rs`, a test,
+/// a bench or an example) or shown by a public part of the library (a `pub` line — a
+/// signature, a field, a `pub use` —, a line of a `pub trait` or `pub enum`, a type alias);
+/// everything else is `pub(crate)` or private, so the compiler finds what is dead.
+#[test]
+fn what_only_the_library_uses_is_not_pub() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let words = |text: &str| -> BTreeSet<String> {
+        text.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .filter(|w| !w.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let mut outside = BTreeSet::new();
+    for dir in ["tests", "benches", "examples"] {
+        for entry in ignore::WalkBuilder::new(root.join(dir)).build().flatten() {
+            if entry.path().extension().is_some_and(|x| x == "rs") {
+                outside.extend(words(&std::fs::read_to_string(entry.path()).unwrap()));
+            }
+        }
+    }
+    let (main, library): (Vec<_>, Vec<_>) = sources()
+        .into_iter()
+        .partition(|(rel, _)| rel == "src/main.rs");
+    outside.extend(main.iter().flat_map(|(_, text)| words(text)));
+    // The item a line defines as `pub`: its name.
+    let defined = |line: &str| -> Option<String> {
+        let rest = line.trim_start().strip_prefix("pub ")?;
+        let rest = rest
+            .trim_start_matches("async ")
+            .trim_start_matches("unsafe ");
+        let (kind, rest) = rest.split_once(' ')?;
+        let kinds = ["fn", "struct", "enum", "trait", "type", "const", "static"];
+        let name = rest
+            .split(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .next()?;
+        kinds.contains(&kind).then(|| name.to_owned())
+    };
+    let mut shown = BTreeSet::new();
+    for (_, text) in &library {
+        // Brace depth inside the `pub trait` or `pub enum` being read; a `pub use` or a `pub`
+        // signature going on (to its `;`, or to the `{` of its body).
+        let (mut depth, mut using, mut signing) = (0i32, false, false);
+        for line in text.lines() {
+            let trimmed = line.trim_start();
+            let opens = depth == 0
+                && (trimmed.starts_with("pub trait ") || trimmed.starts_with("pub enum "));
+            // A type alias is shown wherever it is used.
+            let alias = trimmed.starts_with("pub(crate) type ") || trimmed.starts_with("type ");
+            if opens || depth > 0 || using || signing || alias || trimmed.starts_with("pub ") {
+                let mut named = words(line);
+                if let Some(own) = defined(line) {
+                    named.remove(&own);
+                }
+                shown.extend(named);
+            }
+            if opens || depth > 0 {
+                depth += line.matches('{').count() as i32 - line.matches('}').count() as i32;
+            }
+            using = (using || trimmed.starts_with("pub use ")) && !line.contains(';');
+            signing = (signing || defined(line).is_some() && !opens) && !line.contains(['{', ';']);
+        }
+    }
+    let mut hidden = Vec::new();
+    for (rel, text) in &library {
+        for (at, line) in text.lines().enumerate() {
+            if let Some(name) = defined(line)
+                && !outside.contains(&name)
+                && !shown.contains(&name)
+            {
+                hidden.push(format!("{rel}:{}: {name}", at + 1));
+            }
+        }
+    }
+    assert!(
+        hidden.is_empty(),
+        "pub, but neither used outside the library nor shown by its public parts \
+         (make them pub(crate)):\n{}",
+        hidden.join("\n")
+    );
+}

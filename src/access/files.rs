@@ -94,7 +94,7 @@ pub(crate) fn is_secret_name(name: &OsStr) -> bool {
 /// directory, or contains `BUB_HOME` (guests' tools never reach `BUB_HOME` or hidden files either
 /// way, but owners' tools do, and the home directory's other files are open to guests' reading),
 /// or guests are given `bash` without the sandbox (their commands are not confined at all).
-pub fn startup_warnings(settings: &crate::config::Settings) -> Vec<String> {
+pub(crate) fn startup_warnings(settings: &crate::config::Settings) -> Vec<String> {
     let real = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
     let workspace = real(&settings.workspace);
     let mut out = Vec::new();

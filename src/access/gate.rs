@@ -98,7 +98,7 @@ impl Gate {
     /// [`Gate::decide`] for a chat that may be a thread: `parent` (the thread's parent chat, or
     /// `None`) is awaited only when the chat is not listed itself and the channel serves the
     /// threads of listed chats — a lookup the adapter makes only when it matters.
-    pub async fn decide_thread(
+    pub(crate) async fn decide_thread(
         &self,
         channel: &str,
         chat: Chat<'_>,
@@ -135,7 +135,7 @@ impl Gate {
     /// A stranger (the gate dropped their message: [`Dropped::Sender`]) addressed the bot in
     /// group `chat`: the owners hear of it ([`Knock`]; groups never pair, so there is no code).
     /// The adapter calls it only for a message that addressed the bot.
-    pub fn knocked_in_group(&self, channel: &str, chat: &str, sender: User<'_>) {
+    pub(crate) fn knocked_in_group(&self, channel: &str, chat: &str, sender: User<'_>) {
         tracing::info!(
             chat_id = chat,
             sender_id = sender.id,

@@ -305,7 +305,7 @@ impl Access {
 
     /// Every [`Knock`] from now on: new pairing requests and strangers addressing the bot in
     /// groups (the daemon tells the owners).
-    pub fn knocks(&self) -> tokio::sync::broadcast::Receiver<Knock> {
+    pub(crate) fn knocks(&self) -> tokio::sync::broadcast::Receiver<Knock> {
         self.knocks.listen()
     }
 
@@ -352,7 +352,7 @@ impl Access {
     }
 
     /// Whether everyone is admitted on `channel` (its allow-list is `*`): nobody can ask to pair.
-    pub fn admits_everyone(&self, channel: &str) -> bool {
+    pub(crate) fn admits_everyone(&self, channel: &str) -> bool {
         self.lists(channel).is_some_and(|l| l.everyone)
     }
 
@@ -693,7 +693,7 @@ impl Access {
     }
 
     /// [`Access::flood_note`] of every flooded channel, as `telegram: …`.
-    pub async fn flood_notes(&self, now: DateTime<Utc>) -> Vec<String> {
+    pub(crate) async fn flood_notes(&self, now: DateTime<Utc>) -> Vec<String> {
         let file = self.file().await;
         self.lists
             .iter()

@@ -40,7 +40,7 @@ pub struct Pending {
 }
 
 impl Pending {
-    pub fn expires_at(&self) -> DateTime<Utc> {
+    pub(crate) fn expires_at(&self) -> DateTime<Utc> {
         self.requested_at + CODE_TTL
     }
 

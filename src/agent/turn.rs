@@ -104,7 +104,7 @@ impl TurnRequest {
     }
 
     /// The answer shown in `output.live` as it is written, the sends recorded on `output.sends`.
-    pub fn with_output(mut self, output: TurnOutput) -> Self {
+    pub(crate) fn with_output(mut self, output: TurnOutput) -> Self {
         self.output = output;
         self
     }

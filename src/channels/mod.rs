@@ -206,7 +206,7 @@ impl InboundSink {
     }
 
     /// Tells `to` when channel `channel`'s adapter is ready ([`InboundSink::ready`]).
-    pub fn announcing(mut self, channel: &'static str, to: mpsc::Sender<Ready>) -> Self {
+    pub(crate) fn announcing(mut self, channel: &'static str, to: mpsc::Sender<Ready>) -> Self {
         self.ready = Some((channel, to));
         self
     }

@@ -271,7 +271,7 @@ impl Attachment {
     }
 
     /// An image a vision model can look at.
-    pub fn is_image(&self) -> bool {
+    pub(crate) fn is_image(&self) -> bool {
         matches!(self.kind, AttachmentKind::Photo { .. })
             || self
                 .mime

@@ -174,7 +174,7 @@ pub async fn explain(settings: &Settings, action: &AccessAction) -> anyhow::Resu
 
 /// `Access::explain` of `chat` (`telegram:42`) with the built-in tools: what `bub access
 /// explain` prints and the console shows.
-pub async fn explanation(
+pub(crate) async fn explanation(
     settings: &Settings,
     access: &Access,
     chat: &str,

@@ -122,7 +122,7 @@ pub async fn replicas(
 }
 
 /// `bub status`'s replica lines.
-pub fn describe_replicas(replicas: &anyhow::Result<Vec<crate::db::ReplicaRow>>) -> String {
+pub(crate) fn describe_replicas(replicas: &anyhow::Result<Vec<crate::db::ReplicaRow>>) -> String {
     match replicas {
         Ok(rows) => {
             let mut text = format!("\nreplicas ({}):\n", rows.len());

@@ -132,7 +132,7 @@ pub async fn usage(
 }
 
 /// `--since`: `7d` (that many days before `today`) or a date, `2026-11-01`.
-pub fn parse_since(text: &str, today: NaiveDate) -> Option<NaiveDate> {
+pub(crate) fn parse_since(text: &str, today: NaiveDate) -> Option<NaiveDate> {
     match text.strip_suffix('d').map(str::parse::<u64>) {
         Some(days) => today.checked_sub_days(chrono::Days::new(days.ok()?)),
         None => NaiveDate::parse_from_str(text, "%Y-%m-%d").ok(),

@@ -21,13 +21,13 @@ use crate::terminal::{safe, safe_json, safe_line};
 use crate::tools::{ToolEvent, ToolObserver};
 
 /// How much of a result the debug view shows.
-pub const DEBUG_RESULT_CHARS: usize = 2_000;
+pub(crate) const DEBUG_RESULT_CHARS: usize = 2_000;
 /// The row width when the output is not a terminal (or its size is unknown).
 const DEFAULT_WIDTH: usize = 100;
 
 /// How tool calls are rendered for one output stream.
 #[derive(Clone, Copy)]
-pub struct Trace {
+pub(crate) struct Trace {
     /// The stream's file descriptor: its width is asked for at each line (a resized window).
     fd: RawFd,
     color: bool,
@@ -37,12 +37,12 @@ pub struct Trace {
 
 impl Trace {
     /// Lines for standard output (`bub chat`).
-    pub fn stdout(debug: bool) -> Self {
+    pub(crate) fn stdout(debug: bool) -> Self {
         Self::on(std::io::stdout(), debug)
     }
 
     /// Lines for standard error (`bub run -v`).
-    pub fn stderr() -> Self {
+    pub(crate) fn stderr() -> Self {
         Self::on(std::io::stderr(), false)
     }
 
@@ -52,7 +52,7 @@ impl Trace {
     }
 
     /// What to print for `event`: one row, and in the debug view the details below it.
-    pub fn render(&self, event: &ToolEvent<'_>) -> String {
+    pub(crate) fn render(&self, event: &ToolEvent<'_>) -> String {
         let width = columns(self.fd).unwrap_or(DEFAULT_WIDTH);
         let row = |text: String| cut(&safe_line(&text), width.max(20));
         let (line, detail) = match *event {

@@ -49,7 +49,7 @@ pub struct PublicUrl {
 
 impl PublicUrl {
     /// The port browsers leave out for this scheme.
-    pub fn default_port(&self) -> u16 {
+    pub(crate) fn default_port(&self) -> u16 {
         if self.https { 443 } else { 80 }
     }
 

@@ -58,7 +58,7 @@ impl Prices {
     /// What a daily USD budget counts for a call of `model`: its price, or — for a model the
     /// table does not price — the highest price of each kind in the table, so a budget still
     /// holds (`None` when the table is empty).
-    pub fn for_budget(&self, model: &str) -> Option<Price> {
+    pub(crate) fn for_budget(&self, model: &str) -> Option<Price> {
         self.of(model)
             .copied()
             .or_else(|| self.0.values().copied().reduce(Price::max))

@@ -78,7 +78,7 @@ impl Default for MediaSettings {
 
 impl MediaSettings {
     /// Whether images go to `model_id` as image parts.
-    pub fn vision_for(&self, model_id: &str) -> bool {
+    pub(crate) fn vision_for(&self, model_id: &str) -> bool {
         match self.vision {
             Vision::On => true,
             Vision::Off => false,

@@ -285,7 +285,7 @@ pub struct Settings {
 }
 
 /// The file of `BUB_HOME` holding the web console's login token (a secret like Bub's keys).
-pub const CONSOLE_TOKEN: &str = "console.token";
+pub(crate) const CONSOLE_TOKEN: &str = "console.token";
 
 impl Settings {
     /// The replicas' database (`BUB_DATABASE_URL`), shared by everything in the process that

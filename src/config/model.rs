@@ -78,7 +78,7 @@ impl ModelConfig {
     /// The base URL calls to `model` go to: `BUB_ANTHROPIC_API_BASE` and `BUB_GEMINI_API_BASE`
     /// for the providers with their own API, else `BUB_API_BASE` or the provider's default.
     /// An unknown provider without `BUB_API_BASE` (which loading rejects) has none: empty.
-    pub fn base_url_for(&self, model: &Model) -> String {
+    pub(crate) fn base_url_for(&self, model: &Model) -> String {
         let base = match (Api::of(&model.provider), &self.api_base) {
             (Api::Anthropic, _) => &*self.anthropic_api_base,
             (Api::Gemini, _) => &*self.gemini_api_base,
@@ -90,7 +90,7 @@ impl ModelConfig {
 
     /// The key for `model`'s provider: `BUB_ANTHROPIC_API_KEY`, `BUB_GEMINI_API_KEY` or
     /// `BUB_API_KEY` (and their other names).
-    pub fn api_key_for(&self, model: &Model) -> Option<&Secret> {
+    pub(crate) fn api_key_for(&self, model: &Model) -> Option<&Secret> {
         match Api::of(&model.provider) {
             Api::OpenAi => self.api_key.as_ref(),
             Api::Anthropic => self.anthropic_api_key.as_ref(),

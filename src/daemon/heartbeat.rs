@@ -32,7 +32,7 @@ const JOB: &str = "heartbeat";
 /// The session a heartbeat's turns run in.
 const SESSION: &str = "heartbeat";
 /// An answer that says there is nothing to tell the chat.
-pub const QUIET: &str = "HEARTBEAT_OK";
+pub(crate) const QUIET: &str = "HEARTBEAT_OK";
 /// The most of the file a turn is shown.
 const MAX_FILE_BYTES: usize = 8 * 1024;
 

@@ -39,7 +39,7 @@ use tokio_util::task::TaskTracker;
 use crate::net::server::Server;
 
 /// How long `/readyz` waits for the database to answer.
-pub const DB_CHECK: Duration = Duration::from_secs(2);
+pub(crate) const DB_CHECK: Duration = Duration::from_secs(2);
 
 /// What `/readyz` checks.
 #[derive(Clone)]

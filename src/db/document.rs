@@ -22,7 +22,7 @@ impl Database {
     }
 
     /// The version of document `name` (0: there is none): cheap, for a cache to compare.
-    pub async fn document_version(&self, name: &str) -> anyhow::Result<i64> {
+    pub(crate) async fn document_version(&self, name: &str) -> anyhow::Result<i64> {
         let client = super::client(&self.pool).await?;
         let row = client
             .opt(
@@ -34,7 +34,7 @@ impl Database {
     }
 
     /// The names of the documents that start with `prefix`, sorted.
-    pub async fn document_names(&self, prefix: &str) -> anyhow::Result<Vec<String>> {
+    pub(crate) async fn document_names(&self, prefix: &str) -> anyhow::Result<Vec<String>> {
         let client = super::client(&self.pool).await?;
         let rows = client
             .rows(
@@ -47,7 +47,7 @@ impl Database {
 
     /// Writes document `name` as `body` (`None`: removes it) if it is still at `version`
     /// (`None`: there is none); whether it was written (else another writer came first).
-    pub async fn write_document(
+    pub(crate) async fn write_document(
         &self,
         name: &str,
         version: Option<i64>,

@@ -14,7 +14,7 @@ pub struct SessionLock {
 impl SessionLock {
     /// Whether the connection holding the lock has closed: the lock is gone (the server freed
     /// it, another process may hold it now).
-    pub fn is_lost(&self) -> bool {
+    pub(crate) fn is_lost(&self) -> bool {
         self.client.is_closed()
     }
 }

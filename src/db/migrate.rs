@@ -107,7 +107,7 @@ impl Database {
     }
 
     /// What is applied and what is pending, without changing anything.
-    pub async fn schema_status(&self) -> anyhow::Result<SchemaStatus> {
+    pub(crate) async fn schema_status(&self) -> anyhow::Result<SchemaStatus> {
         let client = super::client(&self.pool).await?;
         let exists: bool = client
             .query_one("SELECT to_regclass('bub_migrations') IS NOT NULL", &[])

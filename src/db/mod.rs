@@ -33,13 +33,13 @@ pub use migrate::{NewerSchema, SchemaStatus};
 pub use replica::{Replica, ReplicaRow};
 
 /// The advisory lock of the scheduler: one owner among the replicas ("bub" in ASCII, then 2).
-pub const SCHEDULER_LOCK: i64 = 0x0062_7562_0000_0002;
+pub(crate) const SCHEDULER_LOCK: i64 = 0x0062_7562_0000_0002;
 /// The advisory lock of Telegram's long polling: one poller among the replicas.
-pub const TELEGRAM_POLL_LOCK: i64 = 0x0062_7562_0000_0004;
+pub(crate) const TELEGRAM_POLL_LOCK: i64 = 0x0062_7562_0000_0004;
 /// The advisory lock of Discord's gateway: one gateway session among the replicas.
-pub const DISCORD_GATEWAY_LOCK: i64 = 0x0062_7562_0000_0005;
+pub(crate) const DISCORD_GATEWAY_LOCK: i64 = 0x0062_7562_0000_0005;
 /// The advisory lock of the heartbeat: one replica beats.
-pub const HEARTBEAT_LOCK: i64 = 0x0062_7562_0000_0006;
+pub(crate) const HEARTBEAT_LOCK: i64 = 0x0062_7562_0000_0006;
 
 /// Connections one process keeps open at most.
 const POOL_SIZE: usize = 8;
@@ -120,7 +120,7 @@ impl Database {
     /// crash of Bub loses nothing committed, a crash of the database server may lose its last
     /// moments — what appending to a file without `fsync` promises. For tapes, whose appends
     /// are most of the writes of a turn.
-    pub fn relaxed_pool(&self) -> Pool {
+    pub(crate) fn relaxed_pool(&self) -> Pool {
         self.relaxed.clone()
     }
 }
@@ -153,7 +153,7 @@ pub async fn client(pool: &Pool) -> anyhow::Result<Client> {
 
 /// Queries through statements prepared once per connection (deadpool's cache): one round trip
 /// each, where a query by text costs two (prepare, then run).
-pub trait Cached: deadpool_postgres::GenericClient {
+pub(crate) trait Cached: deadpool_postgres::GenericClient {
     /// The rows of `sql`.
     fn rows<'a>(
         &'a self,

@@ -15,7 +15,7 @@ use super::Database;
 /// How often a replica says it is alive.
 pub const HEARTBEAT: Duration = Duration::from_secs(10);
 /// A heartbeat older than this: the replica is probably gone.
-pub const STALE: Duration = Duration::from_secs(30);
+pub(crate) const STALE: Duration = Duration::from_secs(30);
 
 /// This process as a replica, while it serves.
 pub struct Replica {

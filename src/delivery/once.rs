@@ -46,7 +46,7 @@ pub enum Once {
 /// The key was used for another message: nothing was sent.
 #[derive(Debug, thiserror::Error)]
 #[error("--id {key}: already used for another message (to {to}, {at}); give this one its own id")]
-pub struct KeyReused {
+pub(crate) struct KeyReused {
     pub key: String,
     pub to: String,
     pub at: String,
@@ -82,7 +82,7 @@ struct Record {
 
 /// Sends `out` through channel `name` (checked against its allow-list) unless a run with `key`
 /// sent it (see the module docs).
-pub async fn send_once(
+pub(crate) async fn send_once(
     outbox: &Outbox,
     name: &str,
     out: &Outbound,

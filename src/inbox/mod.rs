@@ -389,13 +389,13 @@ impl Inbox {
     /// taking its lease if nobody holds it, all its pending items (`leased`); nothing when
     /// another replica holds it. One box holds every lease: the items of every session that
     /// nobody took yet.
-    pub async fn pull(&self, session: &SessionId) -> anyhow::Result<Vec<Resume>> {
+    pub(crate) async fn pull(&self, session: &SessionId) -> anyhow::Result<Vec<Resume>> {
         self.store.pull(self, session).await
     }
 
     /// The work no notice announced: the items nobody took yet of the sessions this replica
     /// holds, and the sessions with pending items that no replica holds (their replica died).
-    pub async fn sweep(&self) -> anyhow::Result<Vec<Resume>> {
+    pub(crate) async fn sweep(&self) -> anyhow::Result<Vec<Resume>> {
         self.store.sweep(self).await
     }
 
@@ -408,7 +408,7 @@ impl Inbox {
 
     /// Reads the platforms' positions again (what other replicas received meanwhile): for an
     /// adapter about to poll or catch up after standing by.
-    pub async fn refresh_positions(&self) -> anyhow::Result<()> {
+    pub(crate) async fn refresh_positions(&self) -> anyhow::Result<()> {
         self.store.refresh_positions(self).await
     }
 

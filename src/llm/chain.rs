@@ -26,7 +26,7 @@ const MAX_COOLING: usize = 64;
 const MAX_ERROR_CHARS: usize = 300;
 
 /// Whether `error` sends the request on to the next model.
-pub fn falls_back(error: &LlmError) -> bool {
+pub(crate) fn falls_back(error: &LlmError) -> bool {
     match error {
         LlmError::RateLimited { .. } | LlmError::Timeout { .. } | LlmError::Connect(_) => true,
         LlmError::Http { status, .. } => {

@@ -143,7 +143,7 @@ impl ChatMessage {
     }
 
     /// Whether any part is an image.
-    pub fn has_images(&self) -> bool {
+    pub(crate) fn has_images(&self) -> bool {
         self.content.iter().any(|p| matches!(p, Part::Image { .. }))
     }
 

@@ -62,7 +62,7 @@ impl Api {
     }
 
     /// The variables that hold this API's key, for error messages.
-    pub fn key_vars(self) -> &'static str {
+    pub(crate) fn key_vars(self) -> &'static str {
         match self {
             Api::OpenAi => "BUB_API_KEY (or LLM_API_KEY / OPENROUTER_API_KEY)",
             Api::Anthropic => "BUB_ANTHROPIC_API_KEY (or ANTHROPIC_API_KEY)",
@@ -74,7 +74,7 @@ impl Api {
 /// Whether a call to `provider` at `base_url` needs an API key: not for `ollama`, nor for a
 /// server on this machine or the local network (loopback, private, link-local or unique-local
 /// addresses: llama.cpp, vLLM, LM Studio). The client and the start-up check both ask this.
-pub fn needs_key(provider: &str, base_url: &str) -> bool {
+pub(crate) fn needs_key(provider: &str, base_url: &str) -> bool {
     if provider.eq_ignore_ascii_case("ollama") {
         return false;
     }

@@ -35,11 +35,11 @@ fn checkpoint_name(session: &str) -> String {
 }
 
 /// The most entries one memory file keeps.
-pub const MAX_ENTRIES: usize = 50;
+pub(crate) const MAX_ENTRIES: usize = 50;
 /// The most bytes one memory file's entries take.
 pub const MAX_BYTES: usize = 4 * 1024;
 /// The longest entry, in characters (longer ones are cut).
-pub const MAX_ENTRY_CHARS: usize = 300;
+pub(crate) const MAX_ENTRY_CHARS: usize = 300;
 /// The largest working checkpoint of a session, in bytes (a longer one is cut).
 pub const MAX_CHECKPOINT_BYTES: usize = 1024;
 
@@ -331,7 +331,7 @@ impl Memory {
     /// The session's working checkpoint as a note for the conversation (`None` without one).
     /// It changes during a session, so it is noted in a turn's prompt, never in the system
     /// prompt (which must stay byte-stable for providers' prompt caches).
-    pub async fn checkpoint_note(&self, session: &str) -> Option<String> {
+    pub(crate) async fn checkpoint_note(&self, session: &str) -> Option<String> {
         let checkpoint = self.checkpoint(session).await?;
         let guest = match checkpoint.starts_with(GUEST_MARK) {
             true => GUEST_WORDS,
@@ -393,7 +393,7 @@ pub fn lesson(tool: &str, error: &str, arguments: &str) -> String {
 
 /// The text after a `remember:` (or `记住：`) prefix of a message, if it has one: Bub keeps it
 /// in the chat's memory itself, without asking the model.
-pub fn remember_prefix(message: &str) -> Option<&str> {
+pub(crate) fn remember_prefix(message: &str) -> Option<&str> {
     let text = message.trim_start();
     for prefix in ["记住：", "记住:"] {
         if let Some(rest) = text.strip_prefix(prefix) {

@@ -24,7 +24,7 @@ pub struct Invalid {
 
 /// What one platform's client is built from.
 #[derive(Debug, Clone, Copy)]
-pub struct ClientSpec<'a> {
+pub(crate) struct ClientSpec<'a> {
     /// The base URL (a trailing `/` is dropped) and the variable that sets it.
     pub base: &'a str,
     pub base_var: &'static str,
@@ -52,7 +52,7 @@ pub struct Client {
 
 impl ClientSpec<'_> {
     /// Builds the client, without any network call.
-    pub fn build(&self) -> Result<Client, Invalid> {
+    pub(crate) fn build(&self) -> Result<Client, Invalid> {
         let invalid = |var, why: String| Invalid { var, why };
         let base = Url::parse(self.base.trim().trim_end_matches('/'))
             .map_err(|e| invalid(self.base_var, format!("not a valid URL: {e}")))?;

@@ -37,19 +37,19 @@ pub struct RetryPolicy {
 
 /// A chat platform's send (Telegram, Discord): retried for up to 2 minutes, waiting 1 s,
 /// doubling to 15 s, so an outage shorter than that delays the answer instead of losing it.
-pub const SENDS: RetryPolicy = RetryPolicy::budget(
+pub(crate) const SENDS: RetryPolicy = RetryPolicy::budget(
     Duration::from_secs(120),
     Duration::from_secs(1),
     Duration::from_secs(15),
 );
 
 /// Speech transcription, which a turn waits for: three attempts, waiting 1 s, then about 2 s.
-pub const TRANSCRIPTION: RetryPolicy =
+pub(crate) const TRANSCRIPTION: RetryPolicy =
     RetryPolicy::attempts(3, Duration::from_secs(1), Duration::from_secs(15));
 
 impl RetryPolicy {
     /// One attempt, never retried.
-    pub const ONCE: RetryPolicy = RetryPolicy::attempts(1, Duration::ZERO, Duration::ZERO);
+    pub(crate) const ONCE: RetryPolicy = RetryPolicy::attempts(1, Duration::ZERO, Duration::ZERO);
 
     /// At most `attempts` attempts in all, however long they take.
     pub const fn attempts(attempts: u32, base: Duration, max: Duration) -> Self {

@@ -52,12 +52,12 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a request may take to be answered, its body read included. The slowest honest
 /// request is a webhook post waiting for the journal or a console page read from a long tape:
 /// well under a second; a body trickled in to hold a connection ends here.
-pub const REQUEST_LIMIT: Duration = Duration::from_secs(30);
+pub(crate) const REQUEST_LIMIT: Duration = Duration::from_secs(30);
 
 /// The most connections one listener holds, however high the descriptor limit: a scraper, a
 /// load balancer's checks, Telegram's webhook (one connection) and an operator's browser need a
 /// handful.
-pub const MAX_CONNECTIONS: usize = 256;
+pub(crate) const MAX_CONNECTIONS: usize = 256;
 
 /// The fewest connections a listener's cap allows, however low the descriptor limit.
 const MIN_CONNECTIONS: usize = 16;
@@ -69,7 +69,7 @@ const FD_SHARE: u64 = 4;
 
 /// The largest request head (request line and headers) read, so that a half-open connection
 /// costs at most this much memory (hyper's default is ~400 KB).
-pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_HEADER_BYTES: usize = 64 * 1024;
 
 /// How long a request in flight may still take once shutdown began.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);

@@ -43,7 +43,7 @@ pub fn open(home: &Path, database: Option<&Arc<Database>>) -> Arc<dyn JobStore> 
 }
 
 /// The jobs kept in `database`.
-pub fn in_database(database: &Arc<Database>) -> Arc<dyn JobStore> {
+pub(crate) fn in_database(database: &Arc<Database>) -> Arc<dyn JobStore> {
     Arc::new(pg::PgJobStore::new(database.clone()))
 }
 
@@ -66,7 +66,7 @@ pub async fn import(home: &Path, database: &Arc<Database>) -> anyhow::Result<usi
 }
 
 /// A change of the jobs ([`JobStore::update`]).
-pub type Change = Box<dyn FnOnce(&mut Vec<Job>) + Send>;
+pub(crate) type Change = Box<dyn FnOnce(&mut Vec<Job>) + Send>;
 
 /// The shared list of jobs. Safe to use from many tasks and processes at once; the file
 /// store's work runs on the blocking pool.

@@ -81,7 +81,7 @@ pub enum Kind {
 
 impl Kind {
     /// Every kind Bub writes.
-    pub const WRITTEN: [Kind; 7] = [
+    pub(crate) const WRITTEN: [Kind; 7] = [
         Kind::Anchor,
         Kind::Event,
         Kind::Message,

@@ -59,7 +59,7 @@ pub(super) fn key_of(file_name: &str) -> Option<(String, String)> {
 }
 
 /// Copies every tape file of `home` (`BUB_HOME/tapes/`) into `db`, oldest name first.
-pub async fn import_home(db: &Arc<Database>, home: &Path) -> anyhow::Result<Vec<Imported>> {
+pub(crate) async fn import_home(db: &Arc<Database>, home: &Path) -> anyhow::Result<Vec<Imported>> {
     let dir = home.join("tapes");
     let mut files: Vec<_> = match std::fs::read_dir(&dir) {
         Ok(entries) => entries.flatten().map(|e| e.path()).collect(),

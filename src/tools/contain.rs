@@ -216,7 +216,7 @@ unsafe fn exec_keeper(command: pid_t, bub: pid_t) {
 }
 
 /// The program name a keeper runs under: `main` hands such a process to [`keeper_main`].
-pub const KEEPER: &CStr = c"bub-keeper";
+pub(crate) const KEEPER: &CStr = c"bub-keeper";
 
 /// Keepers exec Bub's binary from now on: only `main` calls this, after [`keeper_main`], since
 /// only Bub's own binary knows [`KEEPER`] (a test binary keeps in the forked image).

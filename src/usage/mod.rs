@@ -34,7 +34,7 @@ pub use report::{Summary, Totals, session_text, thousands};
 pub type Clock = Arc<dyn Fn() -> NaiveDateTime + Send + Sync>;
 
 /// The system's local clock.
-pub fn local_clock() -> Clock {
+pub(crate) fn local_clock() -> Clock {
     Arc::new(|| chrono::Local::now().naive_local())
 }
 
@@ -239,7 +239,7 @@ impl Ledger {
     }
 
     /// Whether any daily budget is set (else [`Self::check`] always passes, reading nothing).
-    pub fn has_budgets(&self) -> bool {
+    pub(crate) fn has_budgets(&self) -> bool {
         self.budgets.any()
     }
 
@@ -264,12 +264,12 @@ impl Ledger {
     }
 
     /// Today's totals, all sessions.
-    pub async fn today_totals(&self) -> anyhow::Result<Totals> {
+    pub(crate) async fn today_totals(&self) -> anyhow::Result<Totals> {
         Ok(self.store.today(self.today(), "").await?.0)
     }
 
     /// A session's totals today and this month.
-    pub async fn session_totals(&self, session: &str) -> anyhow::Result<(Totals, Totals)> {
+    pub(crate) async fn session_totals(&self, session: &str) -> anyhow::Result<(Totals, Totals)> {
         let date = self.today();
         let today = self.store.today(date, session).await?.1;
         let mut month = Totals::default();
