@@ -420,8 +420,13 @@ fn scale(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
         if v.is_empty() || is_null(v) {
             return Ok(None);
         }
+        if !cfg!(feature = "postgres") {
+            return Err(super::no_postgres());
+        }
         let scheme = v.starts_with("postgres://") || v.starts_with("postgresql://");
-        if !scheme || v.parse::<tokio_postgres::Config>().is_err() {
+        #[cfg(feature = "postgres")]
+        let scheme = scheme && v.parse::<tokio_postgres::Config>().is_ok();
+        if !scheme {
             let expected = "postgres://USER:PASSWORD@HOST:PORT/DATABASE";
             return Err(ConfigError::new(
                 var,
