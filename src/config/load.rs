@@ -412,8 +412,8 @@ pub(super) fn listen_address(var: &str, v: &str) -> Result<std::net::SocketAddr,
     })
 }
 
-/// `BUB_DATABASE_URL`: a `postgres://` (or `postgresql://`) URL. Never quoted in an error: it
-/// holds a password.
+/// `BUB_DATABASE_URL`: a `postgres://` (or `postgresql://`) URL, in a build with the `postgres`
+/// feature. Never quoted in an error: it holds a password.
 fn scale(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
     l.set("BUB_DATABASE_URL", &mut s.database_url, |var, v| {
         let v = v.trim();
