@@ -16,6 +16,11 @@ use std::sync::Arc;
 use crate::db::Database;
 use crate::storage::Stamp;
 
+#[cfg(feature = "postgres")]
+mod rows;
+#[cfg(feature = "postgres")]
+pub(crate) use rows::import;
+
 /// Where the documents of one `BUB_HOME` live: files under it, or rows of the replicas'
 /// database ([`open`]).
 #[async_trait::async_trait]
@@ -51,13 +56,17 @@ pub(crate) type Change<'a> = dyn for<'t> FnMut(Option<&'t str>) -> Option<String
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Revision {
     File(Option<Stamp>),
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     Row(i64),
 }
 
 /// The documents of `home`: files under it, or the rows of `database` when it is set.
 pub(crate) fn open(home: &Path, database: Option<&Arc<Database>>) -> Arc<dyn Documents> {
     match database {
-        Some(db) => Arc::new(Rows(db.clone())),
+        #[cfg(feature = "postgres")]
+        Some(db) => Arc::new(rows::Rows(db.clone())),
+        #[cfg(not(feature = "postgres"))]
+        Some(db) => match **db {},
         None => Arc::new(Files(home.to_path_buf())),
     }
 }
@@ -171,90 +180,13 @@ impl Documents for Files {
     }
 }
 
-/// Rows of the replicas' database (`db::document`), changed by version.
-struct Rows(Arc<Database>);
-
-impl std::fmt::Debug for Rows {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Rows({})", self.0.label())
-    }
-}
-
-/// How often a change is tried again when other writers keep coming first.
-const ATTEMPTS: usize = 64;
-
-#[async_trait::async_trait]
-impl Documents for Rows {
-    async fn read(&self, name: &str) -> anyhow::Result<Option<String>> {
-        Ok(self.0.document(name).await?.map(|(body, _)| body))
-    }
-
-    /// Unreachable: a revision no read can have, so a cache reads (and fails closed).
-    async fn revision(&self, name: &str) -> Revision {
-        Revision::Row(self.0.document_version(name).await.unwrap_or(-1))
-    }
-
-    async fn update(&self, name: &str, _lock: &str, change: &mut Change<'_>) -> anyhow::Result<()> {
-        for _ in 0..ATTEMPTS {
-            let current = self.0.document(name).await?;
-            let (text, version) = match &current {
-                Some((body, version)) => (Some(body.as_str()), Some(*version)),
-                None => (None, None),
-            };
-            let body = change(text);
-            if body.as_deref() == text || self.0.write_document(name, version, body).await? {
-                return Ok(());
-            }
-        }
-        anyhow::bail!("document {name}: other writers kept changing it; try again")
-    }
-
-    async fn list(&self, dir: &str) -> Vec<String> {
-        let names = self.0.document_names(&format!("{dir}/")).await;
-        names.unwrap_or_default()
-    }
-
-    fn describe(&self, name: &str) -> String {
-        format!("{name} in the database {}", self.0.label())
-    }
-}
-
-/// The documents of a one-box `BUB_HOME` (`bub db import`): `access.json` and memory's files.
-const IMPORTED: [&str; 1] = ["access.json"];
-/// The folders whose files are documents too.
-const IMPORTED_DIRS: [&str; 3] = ["memory", "memory/chats", "memory/checkpoints"];
-
-/// Copies `home`'s documents into `db` (`bub db import`): a document the database has is kept
-/// (running it again adds nothing). Returns how many were added.
-pub(crate) async fn import(home: &Path, db: &Arc<Database>) -> anyhow::Result<usize> {
-    let (files, rows) = (open(home, None), open(home, Some(db)));
-    let mut names: Vec<String> = IMPORTED.iter().map(|n| (*n).to_owned()).collect();
-    for dir in IMPORTED_DIRS {
-        let listed = files.list(dir).await.into_iter();
-        names.extend(listed.filter(|name| name.ends_with(".md") || name.ends_with(".json")));
-    }
-    let mut added = 0;
-    for name in names {
-        let Some(text) = files.read(&name).await? else {
-            continue;
-        };
-        let text = text.trim_end_matches('\n').to_owned();
-        added += rows
-            .change(&name, "", |current| match current {
-                Some(kept) => (Some(kept.to_owned()), 0),
-                None => (Some(text.clone()), 1),
-            })
-            .await?;
-    }
-    Ok(added)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     /// Eight writers add one line each to one document, 25 times: no change is lost, and
     /// every write moves the revision.
+    #[cfg(feature = "postgres")]
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn concurrent_changes_in_the_database_are_never_lost() {
         let db = Database::shared(&crate::db::cluster::database()).unwrap();

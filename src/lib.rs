@@ -21,6 +21,10 @@ pub mod config;
 #[cfg(feature = "console")]
 pub mod console;
 pub mod daemon;
+#[cfg(feature = "postgres")]
+pub mod db;
+#[cfg(not(feature = "postgres"))]
+#[path = "db/absent.rs"]
 pub mod db;
 pub mod delivery;
 pub(crate) mod document;

@@ -736,6 +736,7 @@ async fn bub_console_prints_its_token_once_and_serves_alone() {
     second.kill().await.unwrap();
 }
 
+#[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread")]
 async fn the_console_reads_and_changes_the_database_as_it_does_files() {
     let mut env = Env::cli().await;

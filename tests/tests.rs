@@ -46,9 +46,11 @@ mod monitoring;
 mod owner;
 mod platform;
 mod prompt_cache;
+#[cfg(feature = "postgres")]
 mod replicas;
 mod router;
 mod run_cli;
+#[cfg(feature = "postgres")]
 mod scale;
 mod scheduler;
 mod security;

@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use clap::Subcommand;
 
-use super::admin::UsageError;
-use crate::config::{ConfigError, Settings};
-use crate::db::{Database, NewerSchema};
+use crate::config::Settings;
+use crate::db::Database;
+#[cfg(feature = "postgres")]
+use {super::admin::UsageError, crate::config::ConfigError, crate::db::NewerSchema};
 
 #[derive(Subcommand, Debug)]
 pub enum DbAction {
@@ -24,7 +25,14 @@ pub enum DbAction {
     Import,
 }
 
+/// Runs `action` on the database of `settings`: a configuration error in a build without it.
+#[cfg(not(feature = "postgres"))]
+pub async fn run(_: &Settings, _: &DbAction) -> anyhow::Result<ExitCode> {
+    Err(crate::config::no_postgres().into())
+}
+
 /// Runs `action` on the database of `settings`.
+#[cfg(feature = "postgres")]
 pub async fn run(settings: &Settings, action: &DbAction) -> anyhow::Result<ExitCode> {
     let db = settings.database()?.ok_or_else(|| {
         UsageError(
@@ -138,10 +146,14 @@ pub(crate) fn describe_replicas(replicas: &anyhow::Result<Vec<crate::db::Replica
 /// Applies pending migrations; a schema newer than this binary's is a configuration error
 /// (exit 2), naming the variable.
 pub async fn migrate(db: &Database) -> anyhow::Result<Vec<i32>> {
-    db.migrate()
-        .await
-        .map_err(|e| match e.downcast::<NewerSchema>() {
+    #[cfg(not(feature = "postgres"))]
+    match *db {}
+    #[cfg(feature = "postgres")]
+    {
+        let migrated = db.migrate().await;
+        migrated.map_err(|e| match e.downcast::<NewerSchema>() {
             Ok(newer) => ConfigError::new("BUB_DATABASE_URL", newer.to_string()).into(),
             Err(e) => e.context(format!("BUB_DATABASE_URL: database {}", db.label())),
         })
+    }
 }

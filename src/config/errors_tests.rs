@@ -174,6 +174,7 @@ fn debug_redacts_secrets() {
     );
 }
 
+#[cfg(feature = "postgres")]
 #[test]
 fn the_database_url_and_the_webhook_secret_are_secrets() {
     let fx = Fixture::new();

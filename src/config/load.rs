@@ -412,16 +412,21 @@ pub(super) fn listen_address(var: &str, v: &str) -> Result<std::net::SocketAddr,
     })
 }
 
-/// `BUB_DATABASE_URL`: a `postgres://` (or `postgresql://`) URL. Never quoted in an error: it
-/// holds a password.
+/// `BUB_DATABASE_URL`: a `postgres://` (or `postgresql://`) URL, in a build with the `postgres`
+/// feature. Never quoted in an error: it holds a password.
 fn scale(l: &Layers, s: &mut Settings) -> Result<(), ConfigError> {
     l.set("BUB_DATABASE_URL", &mut s.database_url, |var, v| {
         let v = v.trim();
         if v.is_empty() || is_null(v) {
             return Ok(None);
         }
+        if !cfg!(feature = "postgres") {
+            return Err(super::no_postgres());
+        }
         let scheme = v.starts_with("postgres://") || v.starts_with("postgresql://");
-        if !scheme || v.parse::<tokio_postgres::Config>().is_err() {
+        #[cfg(feature = "postgres")]
+        let scheme = scheme && v.parse::<tokio_postgres::Config>().is_ok();
+        if !scheme {
             let expected = "postgres://USER:PASSWORD@HOST:PORT/DATABASE";
             return Err(ConfigError::new(
                 var,

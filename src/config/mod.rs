@@ -71,6 +71,15 @@ impl ConfigError {
     }
 }
 
+/// `BUB_DATABASE_URL` (or a command that needs the database) in a build without PostgreSQL.
+pub(crate) fn no_postgres() -> ConfigError {
+    ConfigError::new(
+        "BUB_DATABASE_URL",
+        "this build of Bub has no PostgreSQL support (built without the `postgres` feature; \
+         install with `--features postgres`)",
+    )
+}
+
 /// Which `bash` commands run in the Landlock sandbox (`BUB_SANDBOX`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SandboxMode {
@@ -291,10 +300,13 @@ impl Settings {
     /// The replicas' database (`BUB_DATABASE_URL`), shared by everything in the process that
     /// uses it; `None` without one. No connection is made here.
     pub fn database(&self) -> anyhow::Result<Option<std::sync::Arc<crate::db::Database>>> {
-        self.database_url
-            .as_ref()
-            .map(|url| crate::db::Database::shared(url.expose()))
-            .transpose()
+        match &self.database_url {
+            None => Ok(None),
+            #[cfg(feature = "postgres")]
+            Some(url) => crate::db::Database::shared(url.expose()).map(Some),
+            #[cfg(not(feature = "postgres"))]
+            Some(_) => Err(no_postgres().into()),
+        }
     }
 
     /// Settings with every built-in default, for the given data root and workspace (no sources
@@ -450,6 +462,7 @@ impl Settings {
         );
         values.extend(self.mcp_servers.secret_values().map(str::to_owned));
         if let Some(url) = &self.database_url {
+            #[cfg(feature = "postgres")]
             values.extend(crate::db::password(url.expose()));
             values.push(url.expose().to_owned());
         }

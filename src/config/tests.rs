@@ -468,7 +468,7 @@ fn env_names_are_case_insensitive_and_blank_means_default() {
 #[test]
 fn example_config_lists_every_key_and_loads() {
     let example = include_str!("../../config/bub.example.toml");
-    let keys: Vec<String> = example
+    let mut keys: Vec<String> = example
         .lines()
         .filter_map(|line| line.strip_prefix("# "))
         .filter(|rest| {
@@ -486,6 +486,8 @@ fn example_config_lists_every_key_and_loads() {
             "{key} missing from the example"
         );
     }
+    // A build without PostgreSQL refuses a database (`a_part_this_build_lacks_…`).
+    keys.retain(|key| cfg!(feature = "postgres") || !key.starts_with("database_url = "));
     // The price table, after the keys (a TOML table ends the top level).
     let prices: Vec<&str> = example
         .lines()
@@ -599,8 +601,8 @@ fn the_http_listener_is_off_or_on_loopback_unless_an_address_says_otherwise() {
     }
 }
 
-/// The console and MCP servers turned on in a build without their feature stop the start,
-/// naming what turned them on and the feature; with it, they load.
+/// The console, MCP servers and a database turned on in a build without their feature stop
+/// the start, naming what turned them on and the feature; with it, they load.
 #[test]
 fn a_part_this_build_lacks_is_a_configuration_error() {
     let console = Fixture::new().load(&[("BUB_CONSOLE", "true")]);
@@ -622,6 +624,17 @@ fn a_part_this_build_lacks_is_a_configuration_error() {
             let err = mcp.unwrap_err();
             assert!(err.var.ends_with("mcp.json"), "{err}");
             assert!(err.message.contains("`mcp` feature"), "{err}");
+        }
+    }
+    let url = "postgres://bub:pw@db/bub";
+    let db = Fixture::new().load(&[("BUB_DATABASE_URL", url)]);
+    match cfg!(feature = "postgres") {
+        true => assert!(db.unwrap().database_url.is_some()),
+        false => {
+            let err = db.unwrap_err();
+            assert_eq!(err.var, "BUB_DATABASE_URL");
+            assert!(err.message.contains("no PostgreSQL support"), "{err}");
+            assert!(err.message.contains("`postgres` feature"), "{err}");
         }
     }
 }

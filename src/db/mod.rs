@@ -1,5 +1,6 @@
 //! PostgreSQL, when `BUB_DATABASE_URL` names one: where replicas keep the state they share.
-//! Without it nothing here runs, and nothing of it is in memory.
+//! Without it nothing here runs, and nothing of it is in memory; without the `postgres` feature
+//! none of it is built (`absent.rs` stands in).
 //!
 //! One [`Database`] per process, URL and runtime ([`Database::shared`]): pools of connections
 //! made on the caller's runtime, which every store (the tape, jobs, usage, documents, the

@@ -16,15 +16,10 @@ use tokio::sync::mpsc;
 
 use super::journal::Record;
 use super::pg::{Claimed, Ledger};
-use super::{Inbox, Make, Resume, State, Store};
+use super::{Admitted, Inbox, Make, Resume, State, Store};
 use crate::access::Role;
 use crate::chat::{Inbound, SessionId};
 use crate::db::Database;
-
-/// Re-checks a resumed message's sender (`None`: no longer admitted). It may read files or the
-/// database.
-pub type Admitted =
-    Arc<dyn Fn(&Inbound) -> futures_util::future::BoxFuture<'static, Option<Role>> + Send + Sync>;
 
 /// The inbox's database side: the rows and this replica's leases.
 struct Replicated {
@@ -203,22 +198,6 @@ fn hand_on(inbox: &Inbox, claimed: Claimed) -> (Vec<Resume>, Vec<u64>) {
 }
 
 impl State {
-    /// Notes a message's platform position — the cursor, or (a platform without a replay
-    /// cursor: Discord's catch-up) the chat's newest id — without taking it as pending work.
-    pub(super) fn position(&mut self, msg: &Inbound, cursor: Option<u64>) {
-        match cursor {
-            Some(at) => {
-                let cursor = self.cursors.entry(msg.channel.clone()).or_default();
-                *cursor = (*cursor).max(at);
-            }
-            None => {
-                if let Ok(id) = msg.message_id.parse::<u64>() {
-                    self.saw(&msg.channel, &msg.chat_id, id);
-                }
-            }
-        }
-    }
-
     /// Drops `session`'s items (its lease is given back; they stay in the database).
     fn forget(&mut self, session: &SessionId) {
         let mut gone = Vec::new();

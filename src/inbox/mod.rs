@@ -45,9 +45,11 @@
 
 mod job;
 mod journal;
+#[cfg(feature = "postgres")]
 mod leased;
 mod legacy;
 mod outgoing;
+#[cfg(feature = "postgres")]
 mod pg;
 mod writer;
 
@@ -62,7 +64,6 @@ use tokio::sync::mpsc;
 use crate::chat::{Inbound, Outbound, SessionId};
 pub use job::{JobRun, Subtask};
 use journal::Record;
-pub use leased::Admitted;
 pub use outgoing::SendProgress;
 #[cfg(test)]
 use writer::COMPACT_AT;
@@ -528,6 +529,22 @@ impl Store for Memory {
 }
 
 impl State {
+    /// Notes a message's platform position — the cursor, or (a platform without a replay
+    /// cursor: Discord's catch-up) the chat's newest id — without taking it as pending work.
+    fn position(&mut self, msg: &Inbound, cursor: Option<u64>) {
+        match cursor {
+            Some(at) => {
+                let cursor = self.cursors.entry(msg.channel.clone()).or_default();
+                *cursor = (*cursor).max(at);
+            }
+            None => {
+                if let Ok(id) = msg.message_id.parse::<u64>() {
+                    self.saw(&msg.channel, &msg.chat_id, id);
+                }
+            }
+        }
+    }
+
     /// Applies one record (while reading the journal, and after each append).
     fn apply(&mut self, record: Record) {
         match record {
@@ -765,6 +782,22 @@ impl Delivery {
 
 fn is_zero(n: &usize) -> bool {
     *n == 0
+}
+
+/// Re-checks a resumed message's sender (`None`: no longer admitted). It may read files or the
+/// database.
+pub type Admitted = Arc<
+    dyn Fn(&Inbound) -> futures_util::future::BoxFuture<'static, Option<crate::access::Role>>
+        + Send
+        + Sync,
+>;
+
+#[cfg(not(feature = "postgres"))]
+impl Inbox {
+    /// A build without the `postgres` feature has no database to share an inbox in.
+    pub async fn shared(db: Arc<crate::db::Database>, _: Admitted) -> anyhow::Result<Self> {
+        match *db {}
+    }
 }
 
 #[cfg(test)]

@@ -16,7 +16,10 @@
 //! a change to [`open`], not to its users.
 
 pub(crate) mod file;
+#[cfg(feature = "postgres")]
 mod pg;
+#[cfg(feature = "postgres")]
+pub use pg::import;
 #[cfg(test)]
 mod suite_tests;
 
@@ -44,25 +47,10 @@ pub fn open(home: &Path, database: Option<&Arc<Database>>) -> Arc<dyn JobStore> 
 
 /// The jobs kept in `database`.
 pub(crate) fn in_database(database: &Arc<Database>) -> Arc<dyn JobStore> {
+    #[cfg(not(feature = "postgres"))]
+    match **database {}
+    #[cfg(feature = "postgres")]
     Arc::new(pg::PgJobStore::new(database.clone()))
-}
-
-/// `bub db import`: adds the jobs of `home`'s `jobs.json` that `database` lacks (by id); returns
-/// how many. Importing again adds nothing.
-pub async fn import(home: &Path, database: &Arc<Database>) -> anyhow::Result<usize> {
-    let (from_file, _) = FileJobStore::new(home).load().await?;
-    let store = open(home, Some(database));
-    store
-        .change(|jobs| {
-            let before = jobs.len();
-            for job in from_file {
-                if !jobs.iter().any(|j| j.id == job.id) {
-                    jobs.push(job);
-                }
-            }
-            jobs.len() - before
-        })
-        .await
 }
 
 /// A change of the jobs ([`JobStore::update`]).
@@ -165,12 +153,14 @@ enum Repr {
     /// there is no file). Every write replaces the file, so it changes with every write.
     File(Option<Stamp>),
     /// A store that counts the changes it stores (a database's change counter).
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     Counter(u64),
 }
 
 impl Version {
     /// The version of a store that counts its changes: `changes` stored so far. The count must
     /// grow with every stored change (by any process) and never go back.
+    #[cfg_attr(not(feature = "postgres"), allow(dead_code))]
     pub(crate) fn counter(changes: u64) -> Self {
         Self(Repr::Counter(changes))
     }

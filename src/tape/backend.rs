@@ -15,10 +15,13 @@ use serde_json::{Value, json};
 use super::context::{ContextCursor, TapeInfo};
 use super::entry::{Kind, TapeEntry};
 use super::event::Event;
+#[cfg(feature = "postgres")]
 use super::pg::PgTape;
 use super::search::Searched;
 use super::shared::logged;
-use super::store::{FileTape, handoff_entries, handoff_state, tape_name_for, tape_path};
+#[cfg(feature = "postgres")]
+use super::store::tape_name_for;
+use super::store::{FileTape, handoff_entries, handoff_state, tape_path};
 use crate::db::Database;
 use crate::llm::ChatMessage;
 
@@ -196,9 +199,14 @@ pub(crate) fn open(
     session_id: &str,
 ) -> anyhow::Result<Arc<dyn TapeStore>> {
     if let Some(db) = database {
-        let name = tape_name_for(tape_name, session_id);
-        let session = Some(session_id.to_owned());
-        return Ok(Arc::new(PgTape::open(db.clone(), workspace, name, session)));
+        #[cfg(not(feature = "postgres"))]
+        match **db {}
+        #[cfg(feature = "postgres")]
+        {
+            let name = tape_name_for(tape_name, session_id);
+            let session = Some(session_id.to_owned());
+            return Ok(Arc::new(PgTape::open(db.clone(), workspace, name, session)));
+        }
     }
     let tape = FileTape::open(home, workspace, tape_name, session_id)?;
     Ok(Arc::new(FileStore::new(tape)))
@@ -215,8 +223,15 @@ pub(crate) fn open_name(
     name: &str,
 ) -> anyhow::Result<Arc<dyn TapeStore>> {
     if let Some(db) = database {
-        let tape = PgTape::open(db.clone(), workspace, name.to_owned(), None);
-        return Ok(Arc::new(tape));
+        #[cfg(not(feature = "postgres"))]
+        match **db {}
+        #[cfg(feature = "postgres")]
+        return Ok(Arc::new(PgTape::open(
+            db.clone(),
+            workspace,
+            name.to_owned(),
+            None,
+        )));
     }
     let tape = FileTape::open_path(tape_path(home, workspace, name), name.to_owned())?;
     Ok(Arc::new(FileStore::new(tape)))

@@ -151,6 +151,7 @@ impl ContextCursor {
     }
 }
 
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 impl ContextCursor {
     /// Where a store whose positions are entry ids (a database) reads on: after the returned
     /// id. `origin` names the tape's state and last anchor (a change starts the cursor over

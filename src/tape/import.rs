@@ -10,8 +10,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use percent_encoding::percent_decode_str;
-
+use super::listing::key_of;
 use super::pg::tape_row;
 use super::store::FileTape;
 use crate::db::{self, Cached, Database};
@@ -37,25 +36,6 @@ struct Columns {
     metas: Vec<String>,
     /// The `event` column ([`super::pg::event_name`]).
     events: Vec<Option<String>>,
-}
-
-/// The workspace key and tape name of a tape file (`None`: not a tape file).
-pub(super) fn key_of(file_name: &str) -> Option<(String, String)> {
-    let (base, archive) = match file_name.strip_suffix(".jsonl") {
-        Some(base) => (base, None),
-        None => {
-            let stem = file_name.strip_suffix(".bak")?;
-            let (base, stamp) = stem.rsplit_once(".jsonl.")?;
-            (base, Some(stamp))
-        }
-    };
-    let (workspace, encoded) = base.split_once("__")?;
-    let name = percent_decode_str(encoded).decode_utf8().ok()?;
-    let name = match archive {
-        Some(stamp) => format!("{name}.{stamp}"),
-        None => name.into_owned(),
-    };
-    Some((workspace.to_owned(), name))
 }
 
 /// Copies every tape file of `home` (`BUB_HOME/tapes/`) into `db`, oldest name first.

@@ -12,13 +12,15 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 use std::path::Path;
 use std::sync::Arc;
 
+use percent_encoding::percent_decode_str;
 use serde_json::Value;
 
 use super::entry::{Kind, TapeEntry, parse_entry};
-use super::import::key_of;
 use super::index::{BackLines, Index, line_kind, lines, read_at};
 use super::store::{FileTape, SESSION_START, workspace_key};
-use crate::db::{self, Cached, Database};
+use crate::db::Database;
+#[cfg(feature = "postgres")]
+use crate::db::{self, Cached};
 
 /// One tape of a workspace, as the console's session list shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,7 +48,10 @@ pub(crate) async fn list(
     workspace: &Path,
 ) -> anyhow::Result<Vec<Listed>> {
     let mut listed = match database {
+        #[cfg(feature = "postgres")]
         Some(db) => list_database(db, workspace).await?,
+        #[cfg(not(feature = "postgres"))]
+        Some(db) => match **db {},
         None => {
             let (home, workspace) = (home.to_path_buf(), workspace.to_path_buf());
             crate::storage::blocking(move || list_files(&home, &workspace)).await?
@@ -154,6 +159,7 @@ fn session_of(payload: &Value) -> Option<String> {
 
 /// The tapes of `workspace` in the database: one query, each tape's count, newest entry (the
 /// largest id: read by the primary key) and first anchor (by the anchors' index).
+#[cfg(feature = "postgres")]
 async fn list_database(db: &Database, workspace: &Path) -> anyhow::Result<Vec<Listed>> {
     let workspace = workspace_key(workspace);
     let client = db::client(&db.relaxed_pool()).await?;
@@ -184,6 +190,25 @@ async fn list_database(db: &Database, workspace: &Path) -> anyhow::Result<Vec<Li
             }
         })
         .collect())
+}
+
+/// The workspace key and tape name of a tape file (`None`: not a tape file).
+pub(super) fn key_of(file_name: &str) -> Option<(String, String)> {
+    let (base, archive) = match file_name.strip_suffix(".jsonl") {
+        Some(base) => (base, None),
+        None => {
+            let stem = file_name.strip_suffix(".bak")?;
+            let (base, stamp) = stem.rsplit_once(".jsonl.")?;
+            (base, Some(stamp))
+        }
+    };
+    let (workspace, encoded) = base.split_once("__")?;
+    let name = percent_decode_str(encoded).decode_utf8().ok()?;
+    let name = match archive {
+        Some(stamp) => format!("{name}.{stamp}"),
+        None => name.into_owned(),
+    };
+    Some((workspace.to_owned(), name))
 }
 
 #[cfg(test)]

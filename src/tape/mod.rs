@@ -25,12 +25,14 @@ pub(crate) mod backend;
 pub(crate) mod context;
 pub(crate) mod entry;
 mod event;
+#[cfg(feature = "postgres")]
 pub mod import;
 mod index;
 #[cfg_attr(not(feature = "console"), allow(dead_code))]
 pub(crate) mod listing;
 mod messages;
 pub(crate) mod output;
+#[cfg(feature = "postgres")]
 mod pg;
 pub(crate) mod search;
 pub(crate) mod shared;

@@ -89,12 +89,14 @@ fn searched(kind: &Kind, what: Searched, text: &[u8]) -> bool {
 
 /// A search over a store that keeps each entry's payload and meta as JSON texts (a database):
 /// the store reads entries newest first and keeps those [`Search::matches`] accepts.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 pub(crate) struct Search {
     matcher: Matcher,
     scratch: Scratch,
     what: Searched,
 }
 
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
 impl Search {
     /// `None` when `query` matches nothing (blank).
     pub(crate) fn new(query: &str, what: Searched) -> Option<Self> {

@@ -10,7 +10,9 @@ use super::backend::{Deferred, Record, TapeStore, Window, open, open_name};
 use super::context::{ContextCursor, View};
 use super::listing::Listed;
 use super::{Event, Kind, Searched, TapeEntry, list, tape_name_for};
-use crate::db::{Database, cluster};
+use crate::db::Database;
+#[cfg(feature = "postgres")]
+use crate::db::cluster;
 
 /// Opens tape `session` (a second call opens a second handle on the same tape).
 type Open<'a> = &'a (dyn Fn(&str) -> Arc<dyn TapeStore> + Sync);
@@ -280,6 +282,7 @@ async fn listing(home: &Path, db: Option<&Arc<Database>>) {
 }
 
 /// The context after the same operations, as the model would be sent it.
+#[cfg(feature = "postgres")]
 async fn script(tape: &dyn TapeStore) -> String {
     tape.ensure_bootstrap().await.unwrap();
     message(tape, "user", "ünïcödé and \"quotes\"").await;
@@ -314,6 +317,7 @@ async fn file_tapes_pass_the_suite() {
     listing(home.path(), None).await;
 }
 
+#[cfg(feature = "postgres")]
 #[tokio::test]
 async fn postgres_tapes_pass_the_suite_and_render_as_files_do() {
     let db = Database::shared(&cluster::database()).unwrap();
@@ -340,6 +344,7 @@ async fn postgres_tapes_pass_the_suite_and_render_as_files_do() {
     assert!(from_pg.contains("error: no result recorded"), "{from_pg}");
 }
 
+#[cfg(feature = "postgres")]
 #[tokio::test]
 async fn postgres_lists_the_tapes_of_a_workspace_as_files_do() {
     let db = Database::shared(&cluster::database()).unwrap();
@@ -348,6 +353,7 @@ async fn postgres_lists_the_tapes_of_a_workspace_as_files_do() {
     listing(home.path(), Some(&db)).await;
 }
 
+#[cfg(feature = "postgres")]
 #[tokio::test]
 async fn the_same_workspace_and_session_is_the_same_tape_on_postgres() {
     let db: Arc<Database> = Database::shared(&cluster::database()).unwrap();

@@ -100,10 +100,8 @@ impl ProcessCtx {
         let mcp = Arc::new(super::mcp::Mcp::new(&settings, redactor.clone()));
         // The URL was checked when the settings loaded; never fall back to files, which other
         // replicas would not see.
-        let database = settings.database_url.as_ref().map(|url| {
-            crate::db::Database::shared(url.expose())
-                .expect("BUB_DATABASE_URL was checked when the settings loaded")
-        });
+        let database =
+            (settings.database()).expect("BUB_DATABASE_URL was checked when the settings loaded");
         Self {
             owner: Arc::new(Policy::for_role(Role::Owner, &settings)),
             guest: Arc::new(Policy::for_role(Role::Guest, &settings)),

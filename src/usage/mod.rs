@@ -11,8 +11,12 @@
 //! injectable ([`Clock`]) for tests.
 
 mod file;
+#[cfg(feature = "postgres")]
 mod pg;
 mod report;
+
+#[cfg(feature = "postgres")]
+pub(crate) use pg::import;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -196,6 +200,9 @@ pub trait UsageStore: Send + Sync {
 /// `database` when there is one.
 pub fn open(home: &Path, prices: &Prices, database: Option<&Arc<Database>>) -> Arc<dyn UsageStore> {
     match database {
+        #[cfg(not(feature = "postgres"))]
+        Some(db) => match **db {},
+        #[cfg(feature = "postgres")]
         Some(db) => Arc::new(pg::PgUsage {
             db: db.clone(),
             prices: prices.clone(),
@@ -351,18 +358,6 @@ pub async fn entries(settings: &crate::config::Settings) -> anyhow::Result<Vec<E
         NaiveDate::from_ymd_opt(9999, 12, 31).unwrap_or_default(),
     );
     store.entries(first, last, None).await
-}
-
-/// Copies the ledger of `home` into `db` (`bub db import`), summed per day, session, purpose
-/// and model; a sum imported before is kept (running it again adds nothing). Returns how many
-/// rows were added.
-pub(crate) async fn import(home: &Path, db: &Database) -> anyhow::Result<usize> {
-    let mut added = 0;
-    for ((date, session, purpose, model), entry) in file::summed(read(&home.join(FILE))?) {
-        let key = format!("{date}|{session}|{purpose}|{model}");
-        added += usize::from(pg::record(db, entry, Some(key)).await?);
-    }
-    Ok(added)
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! database when a budget is checked or a report asked for, so every replica's calls count
 //! against the same daily budgets.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use chrono::NaiveDate;
@@ -125,4 +126,18 @@ fn purpose_name(purpose: Purpose) -> &'static str {
 
 fn purpose_of(name: &str) -> Option<Purpose> {
     serde_json::from_value(serde_json::Value::String(name.to_owned())).ok()
+}
+
+/// Copies the ledger of `home` into `db` (`bub db import`), summed per day, session, purpose
+/// and model; a sum imported before is kept (running it again adds nothing). Returns how many
+/// rows were added.
+pub(crate) async fn import(home: &Path, db: &Database) -> anyhow::Result<usize> {
+    let mut added = 0;
+    for ((date, session, purpose, model), entry) in
+        super::file::summed(super::read(&home.join(super::FILE))?)
+    {
+        let key = format!("{date}|{session}|{purpose}|{model}");
+        added += usize::from(record(db, entry, Some(key)).await?);
+    }
+    Ok(added)
 }

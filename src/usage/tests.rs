@@ -236,6 +236,7 @@ async fn a_line_appended_after_a_torn_one_starts_on_its_own_line() {
 
 /// Two replicas (two homes, one database): each one's calls count against the budgets the
 /// other checks, and the totals and a session's month are the sums of both.
+#[cfg(feature = "postgres")]
 #[tokio::test]
 async fn replicas_on_one_database_share_the_budgets_and_the_totals() {
     let db = crate::db::Database::shared(&crate::db::cluster::database()).unwrap();

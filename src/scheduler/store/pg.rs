@@ -8,6 +8,7 @@
 //! row that cannot run (edited by hand, say) is moved to `bub_jobs_rejected` with its reason,
 //! in the transaction that found it.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use deadpool_postgres::GenericClient;
@@ -192,4 +193,22 @@ impl PgJobStore {
     async fn read(&self) -> anyhow::Result<Read> {
         read(&db::client(&self.db.pool()).await?).await
     }
+}
+
+/// `bub db import`: adds the jobs of `home`'s `jobs.json` that `database` lacks (by id); returns
+/// how many. Importing again adds nothing.
+pub async fn import(home: &Path, database: &Arc<Database>) -> anyhow::Result<usize> {
+    let (from_file, _) = super::FileJobStore::new(home).load().await?;
+    let store = super::open(home, Some(database));
+    store
+        .change(|jobs| {
+            let before = jobs.len();
+            for job in from_file {
+                if !jobs.iter().any(|j| j.id == job.id) {
+                    jobs.push(job);
+                }
+            }
+            jobs.len() - before
+        })
+        .await
 }

@@ -9,6 +9,7 @@ use chrono::Utc;
 
 use super::tests::job;
 use super::{JobStore, open};
+#[cfg(feature = "postgres")]
 use crate::db::{Database, cluster};
 use crate::scheduler::job::Job;
 use crate::scheduler::plan;
@@ -108,6 +109,7 @@ async fn the_file_store_passes_the_suite() {
     suite(&open(home.path(), None)).await;
 }
 
+#[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_postgres_store_passes_the_suite_and_sets_aside_a_job_that_cannot_run() {
     let db = Database::shared(&cluster::database()).unwrap();
