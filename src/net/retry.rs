@@ -49,6 +49,7 @@ pub(crate) const TRANSCRIPTION: RetryPolicy =
 
 impl RetryPolicy {
     /// One attempt, never retried.
+    #[cfg_attr(not(feature = "discord"), allow(dead_code))]
     pub(crate) const ONCE: RetryPolicy = RetryPolicy::attempts(1, Duration::ZERO, Duration::ZERO);
 
     /// At most `attempts` attempts in all, however long they take.
