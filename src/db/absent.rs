@@ -8,10 +8,12 @@ pub enum Database {}
 /// No advisory lock is ever held.
 pub enum SessionLock {}
 
-pub const SCHEDULER_LOCK: i64 = 0;
-pub const TELEGRAM_POLL_LOCK: i64 = 0;
-pub const DISCORD_GATEWAY_LOCK: i64 = 0;
-pub const HEARTBEAT_LOCK: i64 = 0;
+pub(crate) const SCHEDULER_LOCK: i64 = 0;
+#[cfg_attr(not(feature = "telegram"), allow(dead_code))]
+pub(crate) const TELEGRAM_POLL_LOCK: i64 = 0;
+#[cfg_attr(not(feature = "discord"), allow(dead_code))]
+pub(crate) const DISCORD_GATEWAY_LOCK: i64 = 0;
+pub(crate) const HEARTBEAT_LOCK: i64 = 0;
 
 impl Database {
     pub fn label(&self) -> &str {
@@ -28,7 +30,7 @@ impl Database {
 }
 
 impl SessionLock {
-    pub fn is_lost(&self) -> bool {
+    pub(crate) fn is_lost(&self) -> bool {
         match *self {}
     }
 }
